@@ -1,0 +1,31 @@
+#include "base/log.h"
+
+#include <cstdlib>
+
+#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace cohort {
+
+Status init_logging(const std::string& level, const std::string& component) {
+  std::string chosen = level;
+  if (chosen.empty()) {
+    const char* env = std::getenv("COHORT_LOG");
+    chosen = env ? env : "info";
+  }
+  auto logger = spdlog::stderr_color_mt(component.empty() ? "cohort" : component);
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern(component.empty() ? "[%H:%M:%S.%e] [%^%l%$] %v"
+                                        : "[%H:%M:%S.%e] [%n] [%^%l%$] %v");
+  auto parsed = spdlog::level::from_str(chosen);
+  // from_str answers "off" for anything it does not know; only "off" means off.
+  if (parsed == spdlog::level::off && chosen != "off") {
+    spdlog::set_level(spdlog::level::info);
+    return invalid_argument("unknown log level '" + chosen +
+                            "' (use trace, debug, info, warn, error or off)");
+  }
+  spdlog::set_level(parsed);
+  return Status::ok();
+}
+
+}  // namespace cohort

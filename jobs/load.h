@@ -1,0 +1,59 @@
+// Loading a job file: TOML text → checked JobSpec.
+//
+// Every problem is collected, not just the first: wrong types, out-of-range
+// values, unknown keys (with the nearest known key suggested), keys a kind
+// requires, and rules that span fields. Each error carries the file (or the
+// `--set` override it came from), line and column. Relative paths in the file
+// are resolved against `base_dir` (the directory cohort was started in, as
+// torchrun and srun do), so a loaded spec holds absolute paths only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "jobs/spec.h"
+
+namespace cohort::jobs {
+
+// One `--set section.key=value` from the command line. The value is read as a
+// TOML value (`3`, `1e-3`, `true`, `"x"`, `[1, 2]`); anything that does not
+// parse as one is taken as a string, so `--set job.name=run7` works unquoted.
+struct Override {
+  std::string key;    // "train.lr", "job.env.NCCL_DEBUG"
+  std::string value;  // as typed
+  std::string text() const { return key + "=" + value; }
+};
+Result<Override> parse_override(const std::string& arg);
+
+struct LoadError {
+  std::string source;  // file path, or "--set train.lr=abc"
+  int line = 0;        // 1-based; 0 when the error has no position
+  int column = 0;
+  std::string message;
+  std::string to_string() const;  // "file:line:column: message"
+};
+
+struct LoadOptions {
+  std::vector<Override> overrides;
+  std::string base_dir;  // empty: the current directory
+};
+
+struct LoadResult {
+  JobSpec spec;                   // meaningful only when errors is empty
+  std::vector<LoadError> errors;  // in file order, overrides last
+  bool ok() const { return errors.empty(); }
+  // All errors, one per line; empty when ok.
+  std::string error_text() const;
+};
+
+LoadResult load_job_file(const std::string& path, const LoadOptions& options = {});
+LoadResult load_job_text(const std::string& text, const std::string& source_name,
+                         const LoadOptions& options = {});
+
+// The resolved spec as a complete job file (every key, defaults written out,
+// absolute paths). Loading it again gives the same spec. This is what the
+// coordinator stores and what agents hand to `cohort-worker`.
+std::string to_toml(const JobSpec& spec);
+
+}  // namespace cohort::jobs

@@ -1,0 +1,135 @@
+// JobSpec: the typed form of a job file (DESIGN §6).
+//
+// A job file is loaded with `load_job_file` (jobs/load.h), which checks every
+// key against the schema (jobs/schema.h) and fills these structs; nothing
+// downstream reads TOML. Defaults here are the documented defaults.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::jobs {
+
+enum class JobKind { kTrain, kInfer, kCommand };
+enum class DeviceVisibility {
+  kOwn,   // each worker sees only its own GPU, as cuda:0
+  kNode,  // each worker sees the job's GPUs on its node; cuda:LOCAL_RANK is its own
+};
+enum class Strategy { kDdp, kZero1, kZero2, kZero3, kFsdp2 };
+enum class Precision { kBf16, kFp16, kFp32 };
+
+const char* to_string(JobKind kind);
+const char* to_string(DeviceVisibility devices);
+const char* to_string(Strategy strategy);
+const char* to_string(Precision precision);
+
+// `nodes = 2` is {2, 2}; `nodes = "1:4"` is an elastic job, {1, 4}.
+struct NodeRange {
+  int min = 1;
+  int max = 1;
+  bool elastic() const { return min != max; }
+};
+
+struct JobSection {
+  std::string name;
+  JobKind kind = JobKind::kCommand;
+  NodeRange nodes;
+  int gpus_per_node = 1;
+  int max_restarts = 0;
+  int priority = 0;                 // higher runs first; FIFO within a priority
+  std::string output_dir;           // default: runs/<name>
+  std::string working_dir;          // default: the directory of the job file
+  DeviceVisibility devices = DeviceVisibility::kOwn;  // default depends on kind
+  double stop_grace_s = 10.0;       // SIGTERM, then SIGKILL after this
+  double hang_timeout_s = 0.0;      // 0: no hang detection
+  double placement_timeout_s = 0.0; // 0: wait for capacity forever
+  std::map<std::string, std::string> env;
+};
+
+struct ModelSection {
+  std::string preset;        // tiny | qwen3-0.6b | qwen3-1.7b | llama-3.2-1b
+  std::string hf_dir;        // a Hugging Face folder: config.json + safetensors
+  std::string checkpoint;    // a cohort checkpoint folder (infer, or train init)
+  int max_seq = 0;           // 0: the preset's or config's own
+};
+
+struct ParallelSection {
+  Strategy strategy = Strategy::kDdp;
+  int tensor_parallel = 1;
+  double bucket_mb = 25.0;
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  Precision reduce_dtype = Precision::kFp32;  // gradient reduction precision
+};
+
+struct TrainSection {
+  std::string data;            // text file (byte tokens) or .u16/.u32 token file
+  std::string data_format = "auto";  // auto | text | u16 | u32
+  double eval_fraction = 0.05;  // held-out share of the data
+  int steps = 0;
+  int micro_batch = 8;
+  int global_batch = 0;        // 0: micro_batch × data-parallel degree
+  int seq_len = 256;
+  double lr = 3e-4;
+  double min_lr = 0.0;         // end of the cosine; 0: lr / 10
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;      // 0: no clipping
+  Precision precision = Precision::kBf16;
+  int checkpoint_every = 0;    // 0: only at the end and on SIGTERM
+  int eval_every = 0;          // 0: no periodic evaluation
+  int eval_batches = 4;
+  int log_every = 1;
+  int64_t seed = 1234;
+  bool resume = true;          // start from output_dir's latest checkpoint
+  int sample_tokens = 0;       // >0: print a generated sample at the end
+  std::string sample_prompt;
+};
+
+struct InferSection {
+  std::string prompts;          // JSONL: {"prompt": "..."} or {"tokens": [...]}
+  int max_new_tokens = 64;
+  double temperature = 0.0;     // 0: greedy
+  int top_k = 0;                // 0: off
+  double top_p = 1.0;
+  int64_t seed = 1234;
+  std::vector<int64_t> stop_tokens;
+  std::vector<std::string> stop_strings;
+  int batch_size = 1;
+  int tensor_parallel = 0;      // 0: all of the job's ranks
+  bool cuda_graphs = true;
+};
+
+struct CommandSection {
+  std::vector<std::string> argv;
+};
+
+struct JobSpec {
+  std::string source_path;  // the job file, for messages
+  JobSection job;
+  ModelSection model;
+  ParallelSection parallel;
+  TrainSection train;
+  InferSection infer;
+  CommandSection command;
+
+  bool has_model = false;
+  bool has_train = false;
+  bool has_infer = false;
+  bool has_command = false;
+
+  // Data-parallel degree at a given number of nodes.
+  int world_size(int nodes) const { return nodes * job.gpus_per_node; }
+  int data_parallel(int nodes) const { return world_size(nodes) / parallel.tensor_parallel; }
+  // Micro-steps per optimizer step at a given number of nodes; 0 when the
+  // global batch does not divide evenly.
+  int accumulation_steps(int nodes) const;
+  int effective_global_batch(int nodes) const;
+};
+
+}  // namespace cohort::jobs

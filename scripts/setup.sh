@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian packages cohort needs (skipping those already there),
+# then configures and builds into build/ (Release, ccache when present).
+# Idempotent: a second run with nothing changed only re-checks and relinks nothing.
+#
+#   scripts/setup.sh            packages + build
+#   scripts/setup.sh --no-build packages only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libzmq3-dev cppzmq-dev          # control-plane transport
+  libboost-dev                    # Asio event loop, Beast HTTP
+  libspdlog-dev libfmt-dev        # logging
+  libtomlplusplus-dev             # job files
+  nlohmann-json3-dev              # message encoding, metrics, HF config.json
+  libcli11-dev                    # command-line parsing
+  libsqlite3-dev                  # coordinator state
+  libopenmpi-dev openmpi-bin      # MPI collective backend, mpirun launch
+  libgloo-dev                     # Gloo collective backend (CPU)
+  libopenblas-dev                 # CPU matmul
+  libgtest-dev libgmock-dev       # tests
+  fortunes-min fortunes           # English text for the quickstart corpus
+  procps psmisc                   # ps/pgrep used by process-leak checks in tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
+
+[[ ${1:-} == --no-build ]] && exit 0
+exec scripts/build.sh
