@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace cohort {
@@ -13,7 +13,10 @@ Status init_logging(const std::string& level, const std::string& component) {
     const char* env = std::getenv("COHORT_LOG");
     chosen = env ? env : "info";
   }
-  auto logger = spdlog::stderr_color_mt(component.empty() ? "cohort" : component);
+  std::string name = component.empty() ? "cohort" : component;
+  // Called again (tests, `cohort run` naming its parts): replace, don't throw.
+  spdlog::drop(name);
+  auto logger = spdlog::stderr_color_mt(name);
   spdlog::set_default_logger(logger);
   spdlog::set_pattern(component.empty() ? "[%H:%M:%S.%e] [%^%l%$] %v"
                                         : "[%H:%M:%S.%e] [%n] [%^%l%$] %v");

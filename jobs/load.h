@@ -42,6 +42,7 @@ struct LoadOptions {
 struct LoadResult {
   JobSpec spec;                   // meaningful only when errors is empty
   std::vector<LoadError> errors;  // in file order, overrides last
+  std::vector<std::string> warnings;  // e.g. a section the kind does not use
   bool ok() const { return errors.empty(); }
   // All errors, one per line; empty when ok.
   std::string error_text() const;

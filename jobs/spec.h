@@ -41,7 +41,7 @@ struct JobSection {
   int max_restarts = 0;
   int priority = 0;                 // higher runs first; FIFO within a priority
   std::string output_dir;           // default: runs/<name>
-  std::string working_dir;          // default: the directory of the job file
+  std::string working_dir;          // default: the directory cohort was started in
   DeviceVisibility devices = DeviceVisibility::kOwn;  // default depends on kind
   double stop_grace_s = 10.0;       // SIGTERM, then SIGKILL after this
   double hang_timeout_s = 0.0;      // 0: no hang detection

@@ -1,0 +1,34 @@
+// `cohort`: parses the command line and hands over to the chosen subcommand.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace cohort::cli;
+  CLI::App app{"cohort: distributed GPU training and sharded inference"};
+  app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (default: $COHORT_LOG or info)");
+
+  std::vector<Command> commands = {
+      add_validate_command(app),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (auto status = cohort::init_logging(log_level, ""); !status) {
+    std::fprintf(stderr, "cohort: %s\n", status.message().c_str());
+    return kExitUsage;
+  }
+  for (auto& command : commands) {
+    if (command.app->parsed()) return command.run();
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,26 @@
+// The `cohort` subcommands. Each lives in its own file, adds itself to the
+// CLI11 app, and returns a runner that does the work by calling into a library
+// and returns the process exit code (DESIGN §5: 0 ok, 1 job failed, 2 bad
+// usage or invalid job file, 3 coordinator unreachable).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace cohort::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitJobFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 3;
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_validate_command(CLI::App& root);
+
+}  // namespace cohort::cli

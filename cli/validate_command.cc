@@ -1,0 +1,84 @@
+// `cohort validate JOB.toml [--nodes N] [--gpus-per-node G] [--set k=v]...`
+// Checks a job file and prints the resolved job and its rank plan.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "jobs/load.h"
+#include "jobs/rank_plan.h"
+#include "jobs/schema.h"
+
+namespace cohort::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string job_file;
+  int nodes = 0;
+  int gpus_per_node = 0;
+  std::vector<std::string> sets;
+  bool reference = false;
+};
+
+int run_validate(const ValidateArgs& args) {
+  if (args.reference) {
+    std::printf("%s", jobs::job_file_reference_markdown().c_str());
+    return kExitOk;
+  }
+  if (args.job_file.empty()) {
+    std::fprintf(stderr, "cohort validate: a job file is required\n");
+    return kExitUsage;
+  }
+  jobs::LoadOptions options;
+  for (const auto& s : args.sets) {
+    auto o = jobs::parse_override(s);
+    if (!o) {
+      std::fprintf(stderr, "%s\n", o.status().message().c_str());
+      return kExitUsage;
+    }
+    options.overrides.push_back(*o);
+  }
+  // --nodes and --gpus-per-node ask "what if": they are checked like overrides.
+  if (args.nodes > 0) options.overrides.push_back({"job.nodes", std::to_string(args.nodes)});
+  if (args.gpus_per_node > 0)
+    options.overrides.push_back({"job.gpus_per_node", std::to_string(args.gpus_per_node)});
+
+  auto result = jobs::load_job_file(args.job_file, options);
+  for (const auto& w : result.warnings) std::fprintf(stderr, "%s: warning: %s\n", args.job_file.c_str(), w.c_str());
+  if (!result.ok()) {
+    std::fprintf(stderr, "%s", result.error_text().c_str());
+    std::fprintf(stderr, "%s: %zu error%s\n", args.job_file.c_str(), result.errors.size(),
+                 result.errors.size() == 1 ? "" : "s");
+    return kExitUsage;
+  }
+  const auto& spec = result.spec;
+  int tp = spec.parallel.tensor_parallel;
+  if (spec.job.kind == jobs::JobKind::kInfer)
+    tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : spec.world_size(spec.job.nodes.max);
+  if (spec.job.kind == jobs::JobKind::kCommand) tp = 1;
+  std::printf("# %s is valid. Resolved job:\n%s\n", args.job_file.c_str(), jobs::to_toml(spec).c_str());
+  int nodes = spec.job.nodes.max;
+  if (spec.job.nodes.elastic())
+    std::printf("# elastic: %d to %d nodes; plan shown at %d\n", spec.job.nodes.min, nodes, nodes);
+  std::printf("%s", jobs::format_rank_plan(jobs::plan_ranks(nodes, spec.job.gpus_per_node, tp), tp).c_str());
+  if (spec.job.kind == jobs::JobKind::kTrain) {
+    std::printf("global batch %d = micro_batch %d × data-parallel %d × accumulation %d\n",
+                spec.effective_global_batch(nodes), spec.train.micro_batch, spec.data_parallel(nodes),
+                spec.accumulation_steps(nodes));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_validate_command(CLI::App& root) {
+  auto args = std::make_shared<ValidateArgs>();
+  auto* app = root.add_subcommand("validate", "Check a job file; print the resolved job and rank plan");
+  app->add_option("job", args->job_file, "The job file (TOML)");
+  app->add_option("--nodes", args->nodes, "Plan for this many nodes")->check(CLI::PositiveNumber);
+  app->add_option("--gpus-per-node", args->gpus_per_node, "Plan for this many GPUs per node")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--set", args->sets, "Override a key: section.key=value (repeatable)");
+  app->add_flag("--reference", args->reference, "Print the job file reference (Markdown) and exit");
+  return Command{app, [args] { return run_validate(*args); }};
+}
+
+}  // namespace cohort::cli

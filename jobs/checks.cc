@@ -1,0 +1,146 @@
+// Rules that span fields: what a kind requires, how the world size splits
+// into data- and tensor-parallel degrees, and how batches divide. Run after
+// every key was read, so one pass reports all of them.
+#include <filesystem>
+#include <regex>
+
+#include "jobs/load_context.h"
+
+namespace cohort::jobs {
+namespace {
+
+void check_required(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.given("job")) {
+    ctx.error_at("job", "missing section [job] (it needs at least name and kind)");
+    return;
+  }
+  if (!ctx.given("job.name")) ctx.error_at("job", "[job] is missing the required key 'name'");
+  if (!ctx.given("job.kind"))
+    ctx.error_at("job", "[job] is missing the required key 'kind' (train, infer or command)");
+  static const std::regex name_re("[A-Za-z0-9._-]+");
+  if (ctx.given("job.name") && !std::regex_match(spec.job.name, name_re))
+    ctx.error_at("job.name", "job.name: \"" + spec.job.name +
+                                 "\" may use only letters, digits, '.', '_' and '-'");
+  if (!ctx.valid("job.kind")) return;
+
+  switch (spec.job.kind) {
+    case JobKind::kCommand:
+      if (!spec.has_command) ctx.error_at("job.kind", "kind = \"command\" needs a [command] section with argv");
+      else if (spec.command.argv.empty() || spec.command.argv[0].empty())
+        ctx.error_at(ctx.given("command.argv") ? "command.argv" : "command",
+                     "command.argv: needs at least the program to run");
+      break;
+    case JobKind::kTrain:
+      if (!spec.has_train) ctx.error_at("job.kind", "kind = \"train\" needs a [train] section");
+      else {
+        if (!ctx.given("train.data")) ctx.error_at("train", "[train] is missing the required key 'data'");
+        if (!ctx.given("train.steps")) ctx.error_at("train", "[train] is missing the required key 'steps'");
+      }
+      break;
+    case JobKind::kInfer:
+      if (!spec.has_infer) ctx.error_at("job.kind", "kind = \"infer\" needs an [infer] section");
+      else if (!ctx.given("infer.prompts"))
+        ctx.error_at("infer", "[infer] is missing the required key 'prompts'");
+      break;
+  }
+  if (spec.job.kind != JobKind::kCommand) {
+    int sources = int(!spec.model.preset.empty()) + int(!spec.model.hf_dir.empty()) +
+                  int(!spec.model.checkpoint.empty());
+    if (sources == 0)
+      ctx.error_at(spec.has_model ? "model" : "job.kind",
+                   std::string("kind = \"") + to_string(spec.job.kind) +
+                       "\" needs [model] with one of preset, hf_dir or checkpoint");
+    else if (sources > 1)
+      ctx.error_at("model", "[model]: give only one of preset, hf_dir and checkpoint");
+  }
+  if (spec.job.kind != JobKind::kCommand && spec.has_command)
+    ctx.warn("[command] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
+  if (spec.job.kind != JobKind::kTrain && spec.has_train)
+    ctx.warn("[train] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
+  if (spec.job.kind != JobKind::kInfer && spec.has_infer)
+    ctx.warn("[infer] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
+}
+
+// Tensor-parallel groups are consecutive ranks inside one node.
+void check_mesh(JobSpec& spec, LoadContext& ctx) {
+  int tp = spec.parallel.tensor_parallel;
+  const char* tp_key = "parallel.tensor_parallel";
+  if (spec.job.kind == JobKind::kInfer && spec.infer.tensor_parallel > 0) {
+    tp = spec.infer.tensor_parallel;
+    tp_key = "infer.tensor_parallel";
+  }
+  if (spec.job.gpus_per_node % tp != 0) {
+    ctx.error_at(tp_key, std::string(tp_key) + ": " + std::to_string(tp) +
+                             " does not divide gpus_per_node " + std::to_string(spec.job.gpus_per_node) +
+                             " (tensor-parallel groups stay inside a node), so nodes × gpus_per_node = " +
+                             std::to_string(spec.world_size(spec.job.nodes.max)) +
+                             " ranks cannot form whole tensor-parallel groups");
+  }
+}
+
+void check_train(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.valid("job.kind") || spec.job.kind != JobKind::kTrain || !spec.has_train) return;
+  const auto& t = spec.train;
+  if (spec.job.gpus_per_node % spec.parallel.tensor_parallel != 0) return;  // reported already
+  if (ctx.valid("train.global_batch") && ctx.valid("train.micro_batch") == ctx.given("train.micro_batch") &&
+      t.global_batch > 0) {
+    for (int nodes = spec.job.nodes.min; nodes <= spec.job.nodes.max; ++nodes) {
+      int dp = spec.data_parallel(nodes);
+      if (t.global_batch % (t.micro_batch * dp) != 0) {
+        std::string where = spec.job.nodes.elastic() ? " at " + std::to_string(nodes) + " nodes" : "";
+        ctx.error_at("train.global_batch",
+                     "train.global_batch: " + std::to_string(t.global_batch) +
+                         " is not divisible by micro_batch " + std::to_string(t.micro_batch) +
+                         " × data-parallel degree " + std::to_string(dp) + where + " (= " +
+                         std::to_string(t.micro_batch * dp) + ")");
+        break;
+      }
+    }
+  }
+  if (t.warmup_steps > t.steps && ctx.given("train.steps"))
+    ctx.error_at("train.warmup_steps", "train.warmup_steps: " + std::to_string(t.warmup_steps) +
+                                           " is more than train.steps " + std::to_string(t.steps));
+  if (ctx.given("train.min_lr") && t.min_lr > t.lr)
+    ctx.error_at("train.min_lr", "train.min_lr: larger than train.lr");
+  if (spec.model.max_seq > 0 && t.seq_len > spec.model.max_seq)
+    ctx.error_at("train.seq_len", "train.seq_len: " + std::to_string(t.seq_len) +
+                                      " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
+}
+
+void check_infer(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.valid("job.kind") || spec.job.kind != JobKind::kInfer || !spec.has_infer) return;
+  if (spec.infer.tensor_parallel == 0 && spec.job.nodes.elastic())
+    ctx.error_at("job.nodes", "job.nodes: inference jobs run on a fixed number of nodes");
+}
+
+std::string absolute(const std::string& path, const std::string& base) {
+  if (path.empty()) return path;
+  std::filesystem::path p(path);
+  if (p.is_absolute()) return p.lexically_normal().string();
+  return (std::filesystem::path(base) / p).lexically_normal().string();
+}
+
+}  // namespace
+
+void check_job_rules(JobSpec& spec, LoadContext& ctx) {
+  check_required(spec, ctx);
+  check_mesh(spec, ctx);
+  check_train(spec, ctx);
+  check_infer(spec, ctx);
+}
+
+void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& base_dir) {
+  if (!ctx.given("job.devices"))
+    spec.job.devices = spec.job.kind == JobKind::kCommand ? DeviceVisibility::kNode : DeviceVisibility::kOwn;
+  if (spec.job.output_dir.empty()) spec.job.output_dir = "runs/" + spec.job.name;
+  if (spec.job.working_dir.empty()) spec.job.working_dir = base_dir;
+  spec.job.working_dir = absolute(spec.job.working_dir, base_dir);
+  spec.job.output_dir = absolute(spec.job.output_dir, base_dir);
+  spec.model.hf_dir = absolute(spec.model.hf_dir, base_dir);
+  spec.model.checkpoint = absolute(spec.model.checkpoint, base_dir);
+  spec.train.data = absolute(spec.train.data, base_dir);
+  spec.infer.prompts = absolute(spec.infer.prompts, base_dir);
+  if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
+}
+
+}  // namespace cohort::jobs

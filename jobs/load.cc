@@ -1,0 +1,452 @@
+// Reads a job file with toml++, applies `--set` overrides, and checks every
+// key against the schema. Errors are collected, never thrown out of here.
+#include "jobs/load.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <variant>
+
+#include <toml++/toml.h>
+
+#include "jobs/load_context.h"
+#include "jobs/schema.h"
+
+namespace cohort::jobs {
+namespace {
+
+using StringMap = std::map<std::string, std::string>;
+using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>, NodeRange,
+                           StringMap>;
+using Setter = std::function<void(JobSpec&, const Value&)>;
+
+template <typename T>
+const T& as(const Value& v) { return std::get<T>(v); }
+
+Strategy parse_strategy(const std::string& s) {
+  if (s == "zero1") return Strategy::kZero1;
+  if (s == "zero2") return Strategy::kZero2;
+  if (s == "zero3") return Strategy::kZero3;
+  if (s == "fsdp2") return Strategy::kFsdp2;
+  return Strategy::kDdp;
+}
+Precision parse_precision(const std::string& s) {
+  if (s == "fp16") return Precision::kFp16;
+  if (s == "fp32") return Precision::kFp32;
+  return Precision::kBf16;
+}
+
+// One setter per schema key; the schema table says the type, this says where it goes.
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"job.name", [](JobSpec& s, const Value& v) { s.job.name = as<std::string>(v); }},
+      {"job.kind", [](JobSpec& s, const Value& v) {
+         const auto& k = as<std::string>(v);
+         s.job.kind = k == "train" ? JobKind::kTrain : k == "infer" ? JobKind::kInfer : JobKind::kCommand;
+       }},
+      {"job.nodes", [](JobSpec& s, const Value& v) { s.job.nodes = as<NodeRange>(v); }},
+      {"job.gpus_per_node", [](JobSpec& s, const Value& v) { s.job.gpus_per_node = int(as<int64_t>(v)); }},
+      {"job.max_restarts", [](JobSpec& s, const Value& v) { s.job.max_restarts = int(as<int64_t>(v)); }},
+      {"job.priority", [](JobSpec& s, const Value& v) { s.job.priority = int(as<int64_t>(v)); }},
+      {"job.output_dir", [](JobSpec& s, const Value& v) { s.job.output_dir = as<std::string>(v); }},
+      {"job.working_dir", [](JobSpec& s, const Value& v) { s.job.working_dir = as<std::string>(v); }},
+      {"job.devices", [](JobSpec& s, const Value& v) {
+         s.job.devices = as<std::string>(v) == "node" ? DeviceVisibility::kNode : DeviceVisibility::kOwn;
+       }},
+      {"job.stop_grace", [](JobSpec& s, const Value& v) { s.job.stop_grace_s = as<double>(v); }},
+      {"job.hang_timeout", [](JobSpec& s, const Value& v) { s.job.hang_timeout_s = as<double>(v); }},
+      {"job.placement_timeout", [](JobSpec& s, const Value& v) { s.job.placement_timeout_s = as<double>(v); }},
+      {"job.env", [](JobSpec& s, const Value& v) { s.job.env = as<StringMap>(v); }},
+      {"model.preset", [](JobSpec& s, const Value& v) { s.model.preset = as<std::string>(v); }},
+      {"model.hf_dir", [](JobSpec& s, const Value& v) { s.model.hf_dir = as<std::string>(v); }},
+      {"model.checkpoint", [](JobSpec& s, const Value& v) { s.model.checkpoint = as<std::string>(v); }},
+      {"model.max_seq", [](JobSpec& s, const Value& v) { s.model.max_seq = int(as<int64_t>(v)); }},
+      {"parallel.strategy", [](JobSpec& s, const Value& v) { s.parallel.strategy = parse_strategy(as<std::string>(v)); }},
+      {"parallel.tensor_parallel", [](JobSpec& s, const Value& v) { s.parallel.tensor_parallel = int(as<int64_t>(v)); }},
+      {"parallel.bucket_mb", [](JobSpec& s, const Value& v) { s.parallel.bucket_mb = as<double>(v); }},
+      {"parallel.reshard_after_forward", [](JobSpec& s, const Value& v) { s.parallel.reshard_after_forward = as<bool>(v); }},
+      {"parallel.prefetch", [](JobSpec& s, const Value& v) { s.parallel.prefetch = as<bool>(v); }},
+      {"parallel.reduce_dtype", [](JobSpec& s, const Value& v) { s.parallel.reduce_dtype = parse_precision(as<std::string>(v)); }},
+      {"train.data", [](JobSpec& s, const Value& v) { s.train.data = as<std::string>(v); }},
+      {"train.data_format", [](JobSpec& s, const Value& v) { s.train.data_format = as<std::string>(v); }},
+      {"train.eval_fraction", [](JobSpec& s, const Value& v) { s.train.eval_fraction = as<double>(v); }},
+      {"train.steps", [](JobSpec& s, const Value& v) { s.train.steps = int(as<int64_t>(v)); }},
+      {"train.micro_batch", [](JobSpec& s, const Value& v) { s.train.micro_batch = int(as<int64_t>(v)); }},
+      {"train.global_batch", [](JobSpec& s, const Value& v) { s.train.global_batch = int(as<int64_t>(v)); }},
+      {"train.seq_len", [](JobSpec& s, const Value& v) { s.train.seq_len = int(as<int64_t>(v)); }},
+      {"train.lr", [](JobSpec& s, const Value& v) { s.train.lr = as<double>(v); }},
+      {"train.min_lr", [](JobSpec& s, const Value& v) { s.train.min_lr = as<double>(v); }},
+      {"train.warmup_steps", [](JobSpec& s, const Value& v) { s.train.warmup_steps = int(as<int64_t>(v)); }},
+      {"train.weight_decay", [](JobSpec& s, const Value& v) { s.train.weight_decay = as<double>(v); }},
+      {"train.beta1", [](JobSpec& s, const Value& v) { s.train.beta1 = as<double>(v); }},
+      {"train.beta2", [](JobSpec& s, const Value& v) { s.train.beta2 = as<double>(v); }},
+      {"train.grad_clip", [](JobSpec& s, const Value& v) { s.train.grad_clip = as<double>(v); }},
+      {"train.precision", [](JobSpec& s, const Value& v) { s.train.precision = parse_precision(as<std::string>(v)); }},
+      {"train.checkpoint_every", [](JobSpec& s, const Value& v) { s.train.checkpoint_every = int(as<int64_t>(v)); }},
+      {"train.eval_every", [](JobSpec& s, const Value& v) { s.train.eval_every = int(as<int64_t>(v)); }},
+      {"train.eval_batches", [](JobSpec& s, const Value& v) { s.train.eval_batches = int(as<int64_t>(v)); }},
+      {"train.log_every", [](JobSpec& s, const Value& v) { s.train.log_every = int(as<int64_t>(v)); }},
+      {"train.seed", [](JobSpec& s, const Value& v) { s.train.seed = as<int64_t>(v); }},
+      {"train.resume", [](JobSpec& s, const Value& v) { s.train.resume = as<bool>(v); }},
+      {"train.sample_tokens", [](JobSpec& s, const Value& v) { s.train.sample_tokens = int(as<int64_t>(v)); }},
+      {"train.sample_prompt", [](JobSpec& s, const Value& v) { s.train.sample_prompt = as<std::string>(v); }},
+      {"infer.prompts", [](JobSpec& s, const Value& v) { s.infer.prompts = as<std::string>(v); }},
+      {"infer.max_new_tokens", [](JobSpec& s, const Value& v) { s.infer.max_new_tokens = int(as<int64_t>(v)); }},
+      {"infer.temperature", [](JobSpec& s, const Value& v) { s.infer.temperature = as<double>(v); }},
+      {"infer.top_k", [](JobSpec& s, const Value& v) { s.infer.top_k = int(as<int64_t>(v)); }},
+      {"infer.top_p", [](JobSpec& s, const Value& v) { s.infer.top_p = as<double>(v); }},
+      {"infer.seed", [](JobSpec& s, const Value& v) { s.infer.seed = as<int64_t>(v); }},
+      {"infer.stop", [](JobSpec& s, const Value& v) {
+         // Stop entries arrive as strings; token ids are marked with a leading '#'.
+         s.infer.stop_tokens.clear();
+         s.infer.stop_strings.clear();
+         for (const auto& item : as<std::vector<std::string>>(v)) {
+           if (!item.empty() && item[0] == '#') s.infer.stop_tokens.push_back(std::stoll(item.substr(1)));
+           else s.infer.stop_strings.push_back(item.substr(1));
+         }
+       }},
+      {"infer.batch_size", [](JobSpec& s, const Value& v) { s.infer.batch_size = int(as<int64_t>(v)); }},
+      {"infer.tensor_parallel", [](JobSpec& s, const Value& v) { s.infer.tensor_parallel = int(as<int64_t>(v)); }},
+      {"infer.cuda_graphs", [](JobSpec& s, const Value& v) { s.infer.cuda_graphs = as<bool>(v); }},
+      {"command.argv", [](JobSpec& s, const Value& v) { s.command.argv = as<std::vector<std::string>>(v); }},
+  };
+  return table;
+}
+
+const FieldDoc* find_field(const std::string& section, const std::string& key) {
+  for (const auto& f : schema_fields())
+    if (f.section == section && (f.key == key || (f.key.empty() && key.empty()))) return &f;
+  return nullptr;
+}
+
+std::string describe(const toml::node& node) {
+  std::ostringstream out;
+  switch (node.type()) {
+    case toml::node_type::string: out << "string \"" << *node.value<std::string>() << "\""; break;
+    case toml::node_type::integer: out << "integer " << *node.value<int64_t>(); break;
+    case toml::node_type::floating_point: out << "number " << *node.value<double>(); break;
+    case toml::node_type::boolean: out << "boolean " << (*node.value<bool>() ? "true" : "false"); break;
+    case toml::node_type::array: out << "an array"; break;
+    case toml::node_type::table: out << "a table"; break;
+    default: out << "a date or time"; break;
+  }
+  return out.str();
+}
+
+std::string range_text(const FieldDoc& f) {
+  std::ostringstream out;
+  out << (f.min_exclusive ? "greater than " : "at least ") << f.min;
+  if (f.max < 1e11) out << " and at most " << f.max;
+  return out.str();
+}
+
+// Converts a node to the field's type; reports and returns nullopt when it cannot.
+std::optional<Value> read_value(const FieldDoc& f, const std::string& path, const toml::node& node,
+                                LoadContext& ctx) {
+  auto wrong = [&](const std::string& expected) {
+    ctx.error_at(path, path + ": expected " + expected + ", got " + describe(node));
+    return std::nullopt;
+  };
+  auto check_range = [&](double x) {
+    if (f.min == f.max) return true;
+    bool low = f.min_exclusive ? x <= f.min : x < f.min;
+    if (low || x > f.max) {
+      std::ostringstream v;
+      v << x;
+      ctx.error_at(path, path + ": " + v.str() + " is out of range (must be " + range_text(f) + ")");
+      return false;
+    }
+    return true;
+  };
+  switch (f.type) {
+    case FieldType::kString:
+      if (!node.is_string()) return wrong("a string");
+      return Value(*node.value<std::string>());
+    case FieldType::kEnum: {
+      if (!node.is_string()) return wrong("a string");
+      std::string s = *node.value<std::string>();
+      if (std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end()) {
+        std::string list;
+        for (const auto& c : f.choices) list += (list.empty() ? "" : ", ") + c;
+        std::string near = nearest_name(s, f.choices);
+        ctx.error_at(path, path + ": unknown value \"" + s + "\" (one of: " + list + ")" +
+                               (near.empty() ? "" : "; did you mean \"" + near + "\"?"));
+        return std::nullopt;
+      }
+      return Value(s);
+    }
+    case FieldType::kInt:
+      if (!node.is_integer()) return wrong("an integer");
+      if (!check_range(double(*node.value<int64_t>()))) return std::nullopt;
+      return Value(*node.value<int64_t>());
+    case FieldType::kFloat: {
+      if (!node.is_number()) return wrong("a number");
+      double x = *node.value<double>();
+      if (!check_range(x)) return std::nullopt;
+      return Value(x);
+    }
+    case FieldType::kBool:
+      if (!node.is_boolean()) return wrong("true or false");
+      return Value(*node.value<bool>());
+    case FieldType::kStringList: {
+      const auto* arr = node.as_array();
+      if (!arr) return wrong("an array of strings");
+      std::vector<std::string> out;
+      for (const auto& item : *arr) {
+        if (!item.is_string()) return wrong("an array of strings");
+        out.push_back(*item.value<std::string>());
+      }
+      return Value(out);
+    }
+    case FieldType::kStopList: {
+      const auto* arr = node.as_array();
+      if (!arr) return wrong("an array of token ids and strings");
+      std::vector<std::string> out;
+      for (const auto& item : *arr) {
+        if (item.is_integer()) out.push_back(std::string("#").append(std::to_string(*item.value<int64_t>())));
+        else if (item.is_string()) out.push_back(std::string("$").append(*item.value<std::string>()));
+        else return wrong("an array of token ids and strings");
+      }
+      return Value(out);
+    }
+    case FieldType::kStringTable: {
+      const auto* table = node.as_table();
+      if (!table) return wrong("a table of strings");
+      StringMap out;
+      bool ok = true;
+      for (const auto& [k, v] : *table) {
+        std::string sub = path + "." + std::string(k.str());
+        if (v.is_string()) out[std::string(k.str())] = *v.value<std::string>();
+        else if (v.is_integer() || v.is_floating_point() || v.is_boolean())
+          out[std::string(k.str())] = *v.value<std::string>();  // toml++ renders scalars
+        else {
+          ctx.error_at(sub, sub + ": expected a string, got " + describe(v));
+          ok = false;
+        }
+      }
+      if (!ok) return std::nullopt;
+      return Value(out);
+    }
+    case FieldType::kNodeRange: {
+      if (node.is_integer()) {
+        int64_t n = *node.value<int64_t>();
+        if (n < 1 || n > 100000) {
+          ctx.error_at(path, path + ": " + std::to_string(n) + " is out of range (must be at least 1)");
+          return std::nullopt;
+        }
+        return Value(NodeRange{int(n), int(n)});
+      }
+      if (!node.is_string()) return wrong("an integer or \"MIN:MAX\"");
+      std::string s = *node.value<std::string>();
+      int lo = 0, hi = 0;
+      char colon = 0, extra = 0;
+      std::istringstream in(s);
+      if (!(in >> lo >> colon >> hi) || colon != ':' || (in >> extra) || lo < 1 || hi < 1) {
+        ctx.error_at(path, path + ": \"" + s + "\" is not \"MIN:MAX\" with MIN and MAX at least 1");
+        return std::nullopt;
+      }
+      if (lo > hi) {
+        ctx.error_at(path, path + ": MIN " + std::to_string(lo) + " is larger than MAX " +
+                               std::to_string(hi) + " in \"" + s + "\"");
+        return std::nullopt;
+      }
+      return Value(NodeRange{lo, hi});
+    }
+  }
+  return std::nullopt;
+}
+
+KeyOrigin origin_of(const toml::node& node, const LoadContext& ctx,
+                    const std::map<const toml::node*, std::string>& override_nodes) {
+  if (auto it = override_nodes.find(&node); it != override_nodes.end())
+    return KeyOrigin{it->second, 0, 0, true};
+  return KeyOrigin{ctx.file(), int(node.source().begin.line), int(node.source().begin.column), false};
+}
+
+std::vector<std::string> keys_of_section(const std::string& section) {
+  std::vector<std::string> out;
+  for (const auto& f : schema_fields())
+    if (f.section == section && !f.key.empty()) out.push_back(f.key);
+  if (section == "job") out.push_back("env");
+  return out;
+}
+
+std::string other_section_hint(const std::string& key) {
+  for (const auto& f : schema_fields())
+    if (f.key == key) return "; did you mean [" + f.section + "] " + key + "?";
+  return "";
+}
+
+void read_section(JobSpec& spec, const std::string& section, const toml::table& table,
+                  LoadContext& ctx, const std::map<const toml::node*, std::string>& overrides) {
+  for (const auto& [k, node] : table) {
+    std::string key(k.str());
+    std::string path = section + "." + key;
+    ctx.note_key(path, origin_of(node, ctx, overrides));
+    const FieldDoc* field = find_field(section == "job" && key == "env" ? "job.env" : section,
+                                       section == "job" && key == "env" ? "" : key);
+    if (!field) {
+      std::string near = nearest_name(key, keys_of_section(section));
+      std::string hint = near.empty() ? other_section_hint(key) : "; did you mean " + near + "?";
+      KeyOrigin at = origin_of(node, ctx, overrides);
+      if (!at.from_override) at = KeyOrigin{ctx.file(), int(k.source().begin.line), int(k.source().begin.column)};
+      ctx.error_at(at, "unknown key '" + key + "' in [" + section + "]" + hint);
+      continue;
+    }
+    if (field->type == FieldType::kStringTable) {
+      if (const auto* env = node.as_table())
+        for (const auto& [ek, ev] : *env)
+          ctx.note_key(path + "." + std::string(ek.str()), origin_of(ev, ctx, overrides));
+    }
+    auto value = read_value(*field, path, node, ctx);
+    if (value) setters().at(field->section == "job.env" ? "job.env" : path)(spec, *value);
+    else ctx.mark_invalid(path);
+  }
+}
+
+// Puts `--set a.b.c=v` into the document, creating tables on the way.
+void apply_override(toml::table& root, const Override& o, LoadContext& ctx,
+                    std::map<const toml::node*, std::string>& override_nodes) {
+  std::string source = "--set " + o.text();
+  std::vector<std::string> parts;
+  std::stringstream ss(o.key);
+  for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+  toml::table* table = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* next = table->get(parts[i]);
+    if (!next) next = &table->insert_or_assign(parts[i], toml::table{}).first->second;
+    if (!next->is_table()) {
+      ctx.error_at(KeyOrigin{source, 0, 0, true}, o.key + ": '" + parts[i] + "' is not a table");
+      return;
+    }
+    table = next->as_table();
+  }
+  toml::node* placed = nullptr;
+  try {
+    toml::table parsed = toml::parse("v = " + o.value, source);
+    if (parsed.size() == 1 && parsed.get("v")) {
+      placed = &table->insert_or_assign(parts.back(), std::move(*parsed.get("v"))).first->second;
+    }
+  } catch (const toml::parse_error&) {
+  }
+  if (!placed) placed = &table->insert_or_assign(parts.back(), o.value).first->second;
+  override_nodes[placed] = source;
+}
+
+}  // namespace
+
+void LoadContext::error_at(const std::string& path, const std::string& message) {
+  // A rule about a key that was not given points at its section, else the file.
+  for (std::string p = path;;) {
+    if (auto it = origins_.find(p); it != origins_.end()) return error_at(it->second, message);
+    auto dot = p.rfind('.');
+    if (dot == std::string::npos) break;
+    p.resize(dot);
+  }
+  errors_.push_back(LoadError{file_, 0, 0, message});
+}
+
+void LoadContext::error_at(const KeyOrigin& origin, const std::string& message) {
+  errors_.push_back(LoadError{origin.source, origin.line, origin.column, message});
+}
+
+std::vector<LoadError> LoadContext::take_errors() {
+  std::stable_sort(errors_.begin(), errors_.end(), [this](const LoadError& a, const LoadError& b) {
+    bool a_file = a.source == file_, b_file = b.source == file_;
+    if (a_file != b_file) return a_file;
+    return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+  });
+  return std::move(errors_);
+}
+
+std::string LoadError::to_string() const {
+  std::ostringstream out;
+  out << source;
+  if (line > 0) out << ":" << line << ":" << column;
+  out << ": " << message;
+  return out.str();
+}
+
+std::string LoadResult::error_text() const {
+  std::string out;
+  for (const auto& e : errors) out += e.to_string() + "\n";
+  return out;
+}
+
+Result<Override> parse_override(const std::string& arg) {
+  auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return invalid_argument("--set " + arg + ": expected section.key=value");
+  Override o{arg.substr(0, eq), arg.substr(eq + 1)};
+  if (o.key.find('.') == std::string::npos || o.key.front() == '.' || o.key.back() == '.')
+    return invalid_argument("--set " + arg + ": the key must name a section and a key, like train.lr");
+  return o;
+}
+
+LoadResult load_job_text(const std::string& text, const std::string& source_name,
+                         const LoadOptions& options) {
+  LoadResult result;
+  LoadContext ctx(source_name);
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    result.errors.push_back(LoadError{source_name, int(e.source().begin.line),
+                                      int(e.source().begin.column), std::string(e.description())});
+    return result;
+  }
+  std::map<const toml::node*, std::string> override_nodes;
+  for (const auto& o : options.overrides) apply_override(root, o, ctx, override_nodes);
+
+  JobSpec& spec = result.spec;
+  spec.source_path = source_name;
+  for (const auto& [k, node] : root) {
+    std::string section(k.str());
+    ctx.note_key(section, origin_of(node, ctx, override_nodes));
+    const auto& known = schema_sections();
+    if (std::find(known.begin(), known.end(), section) == known.end()) {
+      std::string near = nearest_name(section, known);
+      ctx.error_at(section, "unknown section [" + section + "]" +
+                                (near.empty() ? other_section_hint(section)
+                                              : "; did you mean [" + near + "]?"));
+      continue;
+    }
+    const auto* table = node.as_table();
+    if (!table) {
+      ctx.error_at(section, section + ": expected a table [" + section + "], got " + describe(node));
+      continue;
+    }
+    if (section == "model") spec.has_model = true;
+    if (section == "train") spec.has_train = true;
+    if (section == "infer") spec.has_infer = true;
+    if (section == "command") spec.has_command = true;
+    read_section(spec, section, *table, ctx, override_nodes);
+  }
+  check_job_rules(spec, ctx);
+  result.errors = ctx.take_errors();
+  result.warnings = ctx.take_warnings();
+  if (result.ok()) {
+    std::string base = options.base_dir.empty() ? std::filesystem::current_path().string() : options.base_dir;
+    resolve_defaults(spec, ctx, base);
+  }
+  return result;
+}
+
+LoadResult load_job_file(const std::string& path, const LoadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadResult result;
+    result.errors.push_back(LoadError{path, 0, 0, "cannot open the job file (" +
+                                                      std::string(std::strerror(errno)) + ")"});
+    return result;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return load_job_text(buffer.str(), path, options);
+}
+
+}  // namespace cohort::jobs

@@ -1,0 +1,54 @@
+// Private to jobs/: what the loader knows while it checks one job file —
+// where each key came from (file position or `--set`), which keys were given,
+// and the errors found so far.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "jobs/load.h"
+
+namespace cohort::jobs {
+
+struct KeyOrigin {
+  std::string source;
+  int line = 0;
+  int column = 0;
+  bool from_override = false;
+};
+
+class LoadContext {
+ public:
+  explicit LoadContext(std::string file) : file_(std::move(file)) {}
+
+  const std::string& file() const { return file_; }
+  void note_key(const std::string& path, KeyOrigin origin) { origins_[path] = std::move(origin); }
+  bool given(const std::string& path) const { return origins_.count(path) > 0; }
+  // A given key whose value was rejected; rules that depend on it stay quiet.
+  void mark_invalid(const std::string& path) { invalid_.insert(path); }
+  bool valid(const std::string& path) const { return given(path) && !invalid_.count(path); }
+
+  // An error at a key's position ("train.lr"), or at the file start if unknown.
+  void error_at(const std::string& path, const std::string& message);
+  void error_at(const KeyOrigin& origin, const std::string& message);
+  void warn(const std::string& message) { warnings_.push_back(message); }
+
+  std::vector<LoadError> take_errors();
+  std::vector<std::string> take_warnings() { return std::move(warnings_); }
+
+ private:
+  std::string file_;
+  std::map<std::string, KeyOrigin> origins_;
+  std::set<std::string> invalid_;
+  std::vector<LoadError> errors_;
+  std::vector<std::string> warnings_;
+};
+
+// Cross-field rules, run after every key was read (checks.cc).
+void check_job_rules(JobSpec& spec, LoadContext& ctx);
+// Fills the defaults that depend on other fields and makes paths absolute.
+void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& base_dir);
+
+}  // namespace cohort::jobs

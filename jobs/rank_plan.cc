@@ -1,0 +1,31 @@
+#include "jobs/rank_plan.h"
+
+#include <fmt/format.h>
+
+namespace cohort::jobs {
+
+std::vector<RankAssignment> plan_ranks(int nodes, int gpus_per_node, int tensor_parallel) {
+  std::vector<RankAssignment> plan;
+  plan.reserve(size_t(nodes) * size_t(gpus_per_node));
+  for (int node = 0; node < nodes; ++node) {
+    for (int local = 0; local < gpus_per_node; ++local) {
+      int rank = node * gpus_per_node + local;
+      plan.push_back(RankAssignment{rank, node, local, rank / tensor_parallel, rank % tensor_parallel});
+    }
+  }
+  return plan;
+}
+
+std::string format_rank_plan(const std::vector<RankAssignment>& plan, int tensor_parallel) {
+  int dp = plan.empty() ? 0 : int(plan.size()) / tensor_parallel;
+  std::string out = fmt::format("rank plan: {} ranks = data-parallel {} × tensor-parallel {}\n",
+                                plan.size(), dp, tensor_parallel);
+  out += fmt::format("{:>6} {:>10} {:>11} {:>8} {:>8}\n", "rank", "node_rank", "local_rank", "dp_rank",
+                     "tp_rank");
+  for (const auto& r : plan)
+    out += fmt::format("{:>6} {:>10} {:>11} {:>8} {:>8}\n", r.rank, r.node_rank, r.local_rank,
+                       r.dp_rank, r.tp_rank);
+  return out;
+}
+
+}  // namespace cohort::jobs

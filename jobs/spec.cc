@@ -1,0 +1,51 @@
+#include "jobs/spec.h"
+
+namespace cohort::jobs {
+
+const char* to_string(JobKind kind) {
+  switch (kind) {
+    case JobKind::kTrain: return "train";
+    case JobKind::kInfer: return "infer";
+    case JobKind::kCommand: return "command";
+  }
+  return "?";
+}
+
+const char* to_string(DeviceVisibility devices) {
+  return devices == DeviceVisibility::kNode ? "node" : "own";
+}
+
+const char* to_string(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kDdp: return "ddp";
+    case Strategy::kZero1: return "zero1";
+    case Strategy::kZero2: return "zero2";
+    case Strategy::kZero3: return "zero3";
+    case Strategy::kFsdp2: return "fsdp2";
+  }
+  return "?";
+}
+
+const char* to_string(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp32: return "fp32";
+  }
+  return "?";
+}
+
+int JobSpec::effective_global_batch(int nodes) const {
+  if (train.global_batch > 0) return train.global_batch;
+  return train.micro_batch * data_parallel(nodes);
+}
+
+int JobSpec::accumulation_steps(int nodes) const {
+  int per_step = train.micro_batch * data_parallel(nodes);
+  if (per_step <= 0) return 0;
+  int global = effective_global_batch(nodes);
+  if (global % per_step != 0) return 0;
+  return global / per_step;
+}
+
+}  // namespace cohort::jobs
