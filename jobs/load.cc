@@ -221,8 +221,13 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
       for (const auto& [k, v] : *table) {
         std::string sub = path + "." + std::string(k.str());
         if (v.is_string()) out[std::string(k.str())] = *v.value<std::string>();
-        else if (v.is_integer() || v.is_floating_point() || v.is_boolean())
-          out[std::string(k.str())] = *v.value<std::string>();  // toml++ renders scalars
+        else if (v.is_integer()) out[std::string(k.str())] = std::to_string(*v.value<int64_t>());
+        else if (v.is_boolean()) out[std::string(k.str())] = *v.value<bool>() ? "1" : "0";
+        else if (v.is_floating_point()) {
+          std::ostringstream text;
+          text << *v.value<double>();
+          out[std::string(k.str())] = text.str();
+        }
         else {
           ctx.error_at(sub, sub + ": expected a string, got " + describe(v));
           ok = false;

@@ -1,0 +1,84 @@
+// What a valid job file loads into: values, defaults, overrides, paths, and
+// the to_toml round trip.
+#include <gtest/gtest.h>
+
+#include "tests/jobs/job_text.h"
+
+namespace cohort::jobs {
+namespace {
+using testing::load;
+
+TEST(JobFileValues, TrainDefaultsAndResolvedPaths) {
+  auto r = load(testing::kTrainJob);
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  const auto& s = r.spec;
+  EXPECT_EQ(s.job.kind, JobKind::kTrain);
+  EXPECT_EQ(s.job.devices, DeviceVisibility::kOwn);
+  EXPECT_EQ(s.job.output_dir, "/base/runs/t");
+  EXPECT_EQ(s.job.working_dir, "/base");
+  EXPECT_EQ(s.train.data, "/base/corpus.txt");
+  EXPECT_DOUBLE_EQ(s.train.min_lr, s.train.lr / 10);
+  EXPECT_EQ(s.parallel.strategy, Strategy::kDdp);
+  EXPECT_EQ(s.effective_global_batch(1), 8 * 4);
+  EXPECT_EQ(s.accumulation_steps(1), 1);
+}
+
+TEST(JobFileValues, CommandJobsDefaultToNodeVisibility) {
+  auto r = load("[job]\nname = \"c\"\nkind = \"command\"\n[command]\nargv = [\"python3\", \"x.py\"]\n");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.spec.job.devices, DeviceVisibility::kNode);
+  EXPECT_EQ(r.spec.command.argv, (std::vector<std::string>{"python3", "x.py"}));
+}
+
+TEST(JobFileValues, ElasticNodesAndEnv) {
+  auto r = load("[job]\nname = \"c\"\nkind = \"command\"\nnodes = \"2:4\"\n[job.env]\nA = \"1\"\nB = 2\n"
+                "[command]\nargv = [\"true\"]\n");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.spec.job.nodes.min, 2);
+  EXPECT_EQ(r.spec.job.nodes.max, 4);
+  EXPECT_TRUE(r.spec.job.nodes.elastic());
+  EXPECT_EQ(r.spec.job.env.at("A"), "1");
+  EXPECT_EQ(r.spec.job.env.at("B"), "2");
+}
+
+TEST(JobFileOverrides, TypedValuesReplaceFileValues) {
+  auto r = load(testing::kTrainJob, {"train.lr=1e-3", "train.steps=7", "parallel.strategy=fsdp2",
+                                     "job.nodes=1:2", "job.env.NCCL_DEBUG=INFO", "train.resume=false"});
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_DOUBLE_EQ(r.spec.train.lr, 1e-3);
+  EXPECT_EQ(r.spec.train.steps, 7);
+  EXPECT_EQ(r.spec.parallel.strategy, Strategy::kFsdp2);
+  EXPECT_EQ(r.spec.job.nodes.max, 2);
+  EXPECT_EQ(r.spec.job.env.at("NCCL_DEBUG"), "INFO");
+  EXPECT_FALSE(r.spec.train.resume);
+}
+
+TEST(JobFileOverrides, OverridesAreCheckedAgainstCrossFieldRules) {
+  auto r = load(testing::kTrainJob, {"parallel.tensor_parallel=3"});
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].source, "--set parallel.tensor_parallel=3");
+}
+
+TEST(JobFileValues, InferStopListMixesIdsAndStrings) {
+  auto r = load("[job]\nname = \"i\"\nkind = \"infer\"\n[model]\npreset = \"tiny\"\n"
+                "[infer]\nprompts = \"p.jsonl\"\nstop = [2, \"\\n\\n\"]\n");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.spec.infer.stop_tokens, (std::vector<int64_t>{2}));
+  EXPECT_EQ(r.spec.infer.stop_strings, (std::vector<std::string>{"\n\n"}));
+}
+
+TEST(JobFileValues, ResolvedTomlLoadsBackToTheSameSpec) {
+  auto first = load(std::string(testing::kTrainJob) + "lr = 0.0007\nglobal_batch = 64\n[parallel]\nstrategy = \"zero2\"\n",
+                    {"job.env.X=y", "job.nodes=1:2"});
+  ASSERT_TRUE(first.ok()) << first.error_text();
+  auto again = load_job_text(to_toml(first.spec), "resolved.toml", {});
+  ASSERT_TRUE(again.ok()) << again.error_text();
+  EXPECT_EQ(to_toml(again.spec), to_toml(first.spec));
+  EXPECT_EQ(again.spec.train.global_batch, 64);
+  EXPECT_DOUBLE_EQ(again.spec.train.lr, 0.0007);
+  EXPECT_EQ(again.spec.job.nodes.max, 2);
+  EXPECT_EQ(again.spec.job.env.at("X"), "y");
+}
+
+}  // namespace
+}  // namespace cohort::jobs
