@@ -1,0 +1,59 @@
+// The coordinator daemon: node registry, job queue and gang scheduler,
+// attempts and elastic restarts, rendezvous store, log serving and durable
+// state, all on one Boost.Asio io_context (DESIGN §4).
+//
+// Ownership and threading: start() binds the ROUTER socket on `io` and
+// returns the running coordinator; everything it does happens on the thread
+// that runs `io`. Destroy it on that thread, or after `io` has stopped.
+// Errors: start() fails when it cannot bind, when the security rule refuses
+// the address, or when the state directory cannot be opened. Once started,
+// nothing a peer sends can stop it: bad messages get error replies.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "protocol/messages.h"
+#include "protocol/security.h"
+
+namespace zmq {
+class context_t;
+}
+
+namespace cohort::coordinator {
+
+struct CoordinatorOptions {
+  std::string listen = "tcp://127.0.0.1:7070";
+  protocol::Security security;
+  bool insecure = false;        // allow a non-loopback bind without CURVE
+  std::string state_dir;        // empty: state in memory only
+  std::chrono::milliseconds heartbeat_interval{500};   // told to agents
+  std::chrono::milliseconds heartbeat_timeout{2500};   // silent this long: node lost
+  std::chrono::milliseconds tick_interval{100};        // timeouts are checked this often
+  std::chrono::milliseconds store_timeout{std::chrono::minutes(5)};  // default get/wait timeout
+  // After a restart, how long agents have to report the workers of running
+  // attempts before those attempts are restarted. 0: 2 × heartbeat_timeout.
+  std::chrono::milliseconds recovery_grace{0};
+  const Clock* clock = nullptr;  // null: the system clock
+  std::shared_ptr<zmq::context_t> zmq_context;  // null: a new one
+};
+
+class Coordinator {
+ public:
+  static Result<std::unique_ptr<Coordinator>> start(boost::asio::io_context& io,
+                                                    CoordinatorOptions options);
+  virtual ~Coordinator() = default;
+
+  // The bound endpoint, port filled in ("tcp://127.0.0.1:41234").
+  virtual std::string endpoint() const = 0;
+  // A snapshot of every job, oldest first (for the embedded runner and tests).
+  virtual std::vector<protocol::JobInfo> jobs() const = 0;
+};
+
+}  // namespace cohort::coordinator

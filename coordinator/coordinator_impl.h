@@ -1,0 +1,89 @@
+// Private: the coordinator's state and handlers, split over coordinator.cc
+// (messages, nodes, queries) and job_lifecycle.cc (scheduling, attempts,
+// failures, restarts, recovery).
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include <boost/asio/steady_timer.hpp>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/job_record.h"
+#include "coordinator/log_buffer.h"
+#include "coordinator/node_registry.h"
+#include "coordinator/placement.h"
+#include "coordinator/rendezvous_store.h"
+#include "coordinator/state_db.h"
+#include "protocol/codec.h"
+#include "protocol/transport.h"
+
+namespace cohort::coordinator {
+
+class CoordinatorImpl final : public Coordinator {
+ public:
+  CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions options);
+  Status open();
+  std::string endpoint() const override { return router_->endpoint(); }
+  std::vector<protocol::JobInfo> jobs() const override;
+
+ private:
+  // ---- coordinator.cc: transport and handlers ----
+  void on_message(const std::string& peer, std::string payload);
+  void dispatch(const std::string& peer, const protocol::Envelope& e);
+  template <typename T>
+  void reply(const std::string& peer, uint64_t id, const T& message) {
+    send_payload(peer, protocol::encode(message, id));
+  }
+  void reply_error(const std::string& peer, uint64_t id, const Status& status);
+  void send_payload(const std::string& peer, const std::string& payload);
+  template <typename T>
+  bool send_to_node(const std::string& node, const T& message);
+
+  void on_register(const std::string& peer, const protocol::Envelope& e);
+  void on_heartbeat(const std::string& peer, const protocol::Envelope& e);
+  void on_worker_exit(const std::string& peer, const protocol::Envelope& e);
+  void on_log_batch(const std::string& peer, const protocol::Envelope& e);
+  void on_submit(const std::string& peer, const protocol::Envelope& e);
+  void on_job_query(const std::string& peer, const protocol::Envelope& e);
+  void on_node_query(const std::string& peer, const protocol::Envelope& e);
+  void on_cancel(const std::string& peer, const protocol::Envelope& e);
+  void on_log_query(const std::string& peer, const protocol::Envelope& e);
+  void on_store(const std::string& peer, const protocol::Envelope& e);
+  void arm_tick();
+  void tick();
+  Job* find_job(const std::string& id_or_name);
+
+  // ---- job_lifecycle.cc ----
+  void schedule();
+  std::vector<NodeCapacity> capacity() const;
+  void start_attempt(Job& job, const std::vector<NodeAssignment>& placement);
+  void begin_stop(Job& job, StopIntent intent, const std::string& reason);
+  void rank_exited(Job& job, int rank, const protocol::WorkerExit& exit);
+  void check_attempt_done(Job& job);
+  void finish_attempt(Job& job);
+  void requeue(Job& job, bool counts, const std::string& why);
+  void end_job(Job& job, JobState state, const std::string& message);
+  void on_node_lost(const std::string& node);
+  void maybe_scale_up();
+  // A worker its agent says is running: confirms it, or orders it stopped.
+  void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);
+  void check_recovery();
+  void persist(const Job& job);
+  Status recover_from_db();
+  int pick_master_port(const Job& job, const std::string& master_node) const;
+
+  boost::asio::io_context& io_;
+  CoordinatorOptions options_;
+  const Clock& clock_;
+  std::unique_ptr<protocol::RouterEndpoint> router_;
+  NodeRegistry registry_;
+  RendezvousStore store_;
+  LogBuffer logs_;
+  std::unique_ptr<StateDb> db_;
+  std::map<std::string, Job> jobs_;
+  uint64_t next_seq_ = 1;
+  boost::asio::steady_timer timer_;
+};
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,372 @@
+// Job lifecycle: gang scheduling, attempts, failures, elastic restarts,
+// node loss and join, and recovery after a coordinator restart. The state
+// machines are documented in job_record.h.
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "coordinator/coordinator_impl.h"
+
+namespace cohort::coordinator {
+
+using namespace protocol;
+
+namespace {
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig);
+}
+
+std::string describe_exit(const WorkerExit& m) {
+  if (!m.failure.empty()) return m.failure;
+  if (m.signal != 0) return "killed by signal " + std::to_string(m.signal) + " (" + signal_name(m.signal) + ")";
+  return "exited with code " + std::to_string(m.exit_code);
+}
+
+PlacementRequest request_for(const Job& job) {
+  return {job.control.nodes_min, job.control.nodes_max, job.control.gpus_per_node};
+}
+
+}  // namespace
+
+std::vector<NodeCapacity> CoordinatorImpl::capacity() const {
+  std::map<std::string, std::set<int>> used;
+  for (const auto& [id, job] : jobs_) {
+    if (job.attempts.empty() || !job.attempts.back().active()) continue;
+    for (const auto& [node, gpus] : job.attempts.back().gpus) used[node].insert(gpus.begin(), gpus.end());
+  }
+  std::vector<NodeCapacity> out;
+  for (const Node* n : registry_.nodes()) {
+    if (n->state != NodeState::kAlive) continue;
+    NodeCapacity c{n->name, {}};
+    for (const auto& g : n->gpus) {
+      if (!used[n->name].count(g.index)) c.free_gpus.push_back(g.index);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void CoordinatorImpl::schedule() {
+  std::vector<Job*> queued;
+  for (auto& [id, job] : jobs_) {
+    if (job.state == JobState::kQueued) queued.push_back(&job);
+  }
+  // FIFO within priority: higher priority first, then submission order. The
+  // queue is strict: a job that does not fit holds back the ones behind it,
+  // so a large job is never starved by a stream of small ones.
+  std::sort(queued.begin(), queued.end(), [](Job* a, Job* b) {
+    if (a->control.priority != b->control.priority) return a->control.priority > b->control.priority;
+    return a->seq < b->seq;
+  });
+  bool blocked = false;
+  for (Job* job : queued) {
+    auto cap = capacity();
+    auto request = request_for(*job);
+    auto placement = blocked ? std::nullopt : place(request, cap);
+    if (placement) {
+      start_attempt(*job, *placement);
+      continue;
+    }
+    double limit = job->control.placement_timeout_s;
+    auto waited = clock_.now() - job->queued_since;
+    int fit = count_fitting_nodes(request, cap);
+    std::string why = blocked ? "waiting behind an earlier job"
+                              : "waiting for capacity: " + std::to_string(fit) + " of " +
+                                    std::to_string(request.nodes_min) + " node(s) with " +
+                                    std::to_string(request.gpus_per_node) + " free GPU(s)";
+    if (limit > 0 && waited > std::chrono::duration<double>(limit)) {
+      end_job(*job, JobState::kFailed,
+              "could not be placed within placement_timeout (" + std::to_string(int(limit)) +
+                  " s): " + why);
+      continue;
+    }
+    job->message = why;
+    blocked = true;
+  }
+}
+
+int CoordinatorImpl::pick_master_port(const Job& job, const std::string& master_node) const {
+  std::set<int> taken;
+  for (const auto& [id, other] : jobs_) {
+    if (!other.attempts.empty() && other.attempts.back().active() &&
+        other.attempts.back().nodes.front() == master_node) {
+      taken.insert(other.attempts.back().master_port);
+    }
+  }
+  // Spread over 29500-31499 so that a port a previous attempt left in
+  // TIME_WAIT is not reused at once.
+  int port = 29500 + int((job.seq * 37 + job.attempts.size() * 11) % 2000);
+  while (taken.count(port)) port = 29500 + (port - 29500 + 1) % 2000;
+  return port;
+}
+
+void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>& placement) {
+  Attempt a;
+  a.number = int(job.attempts.size());
+  a.gpus_per_node = job.control.gpus_per_node;
+  a.counts_as_restart = job.next_attempt_counts;
+  a.started_ms = unix_ms_now();
+  for (const auto& p : placement) {
+    a.nodes.push_back(p.node);
+    a.gpus[p.node] = p.gpu_indices;
+    for (int g = 0; g < a.gpus_per_node; ++g) a.ranks.push_back({p.node});
+  }
+  a.master_port = pick_master_port(job, a.nodes.front());
+  job.state = JobState::kRunning;
+  job.next_attempt_counts = true;
+  job.message.clear();
+  std::string node_list;
+  for (const auto& n : a.nodes) node_list += (node_list.empty() ? "" : ",") + n;
+  job.add_event("attempt " + std::to_string(a.number) + " started on " + node_list +
+                " (world size " + std::to_string(a.world_size()) + ")");
+  spdlog::info("job {} attempt {} placed on {} (world size {})", job.id, a.number, node_list,
+               a.world_size());
+  job.attempts.push_back(std::move(a));
+  Attempt& attempt = job.attempts.back();
+  const Node* master = registry_.find(attempt.nodes.front());
+  std::vector<std::string> unreachable;
+  for (size_t i = 0; i < attempt.nodes.size(); ++i) {
+    LaunchOrder order;
+    order.job_id = job.id;
+    order.attempt = attempt.number;
+    order.restart_count = job.restarts_used;
+    order.node_rank = int(i);
+    order.num_nodes = int(attempt.nodes.size());
+    order.world_size = attempt.world_size();
+    order.gpu_indices = attempt.gpus[attempt.nodes[i]];
+    order.master_addr = master ? master->address : "127.0.0.1";
+    order.master_port = attempt.master_port;
+    order.job = job.control;
+    if (!send_to_node(attempt.nodes[i], order)) unreachable.push_back(attempt.nodes[i]);
+  }
+  persist(job);
+  for (const auto& node : unreachable) on_node_lost(node);
+}
+
+void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string& reason) {
+  Attempt* a = job.current();
+  if (!a || a->state != AttemptState::kRunning) return;
+  a->state = AttemptState::kStopping;
+  a->stop_intent = intent;
+  a->reason = reason;
+  job.state = JobState::kStopping;
+  job.add_event("stopping attempt " + std::to_string(a->number) + ": " + reason);
+  spdlog::info("job {} attempt {}: stopping ({})", job.id, a->number, reason);
+  for (const auto& node : a->nodes) {
+    if (!send_to_node(node, StopOrder{job.id, a->number, reason})) {
+      // Nobody is left there to report: its ranks are gone with it.
+      for (auto& r : a->ranks) {
+        if (r.node == node) r.state = RankState::kExited;
+      }
+    }
+  }
+  persist(job);
+  check_attempt_done(job);
+}
+
+void CoordinatorImpl::rank_exited(Job& job, int rank, const WorkerExit& m) {
+  Attempt& a = *job.current();
+  RankRecord& r = a.ranks[rank];
+  if (r.state == RankState::kExited) return;
+  r.state = RankState::kExited;
+  r.exit_code = m.exit_code;
+  r.signal = m.signal;
+  r.success = m.failure.empty() && m.signal == 0 && m.exit_code == 0 && !m.stopped;
+  if (!r.success && a.state == AttemptState::kRunning) {
+    a.has_root_cause = true;
+    a.root_cause.rank = rank;
+    a.root_cause.node = m.node;
+    a.root_cause.exit_code = m.exit_code;
+    a.root_cause.signal = m.signal;
+    a.root_cause.reason = describe_exit(m);
+    a.root_cause.last_lines =
+        m.last_lines.empty() ? logs_.tail(job.id, a.number, rank, 20) : m.last_lines;
+    begin_stop(job, StopIntent::kFailure,
+               "rank " + std::to_string(rank) + " on " + m.node + " " + a.root_cause.reason);
+    return;
+  }
+  check_attempt_done(job);
+}
+
+void CoordinatorImpl::check_attempt_done(Job& job) {
+  Attempt* a = job.current();
+  if (a && a->active() && a->all_exited()) finish_attempt(job);
+}
+
+void CoordinatorImpl::finish_attempt(Job& job) {
+  Attempt& a = *job.current();
+  a.ended_ms = unix_ms_now();
+  store_.drop_namespace(RendezvousStore::namespace_of(job.id, a.number));
+  if (a.state == AttemptState::kRunning) {
+    bool all_ok = std::all_of(a.ranks.begin(), a.ranks.end(), [](auto& r) { return r.success; });
+    a.state = all_ok ? AttemptState::kSucceeded : AttemptState::kFailed;
+    a.reason = all_ok ? "every rank exited 0" : "ranks ended without success";
+    if (all_ok) {
+      end_job(job, JobState::kSucceeded, "every rank exited 0");
+    } else {
+      end_job(job, JobState::kFailed, a.reason);
+    }
+  } else if (job.cancel_requested) {
+    a.state = AttemptState::kStopped;
+    end_job(job, JobState::kCancelled, "cancelled");
+  } else if (a.stop_intent == StopIntent::kFailure) {
+    a.state = AttemptState::kFailed;
+    if (job.restarts_used < job.control.max_restarts) {
+      ++job.restarts_used;
+      requeue(job, true,
+              "restart " + std::to_string(job.restarts_used) + " of " +
+                  std::to_string(job.control.max_restarts) + " after: " + a.reason);
+    } else {
+      job.has_root_cause = a.has_root_cause;
+      job.root_cause = a.root_cause;
+      end_job(job, JobState::kFailed,
+              job.control.max_restarts > 0
+                  ? "failed after " + std::to_string(job.attempts.size()) + " attempts: " + a.reason
+                  : "failed: " + a.reason);
+    }
+  } else {
+    a.state = AttemptState::kStopped;
+    requeue(job, false, a.reason);
+  }
+  schedule();
+}
+
+void CoordinatorImpl::requeue(Job& job, bool counts, const std::string& why) {
+  job.state = JobState::kQueued;
+  job.next_attempt_counts = counts;
+  job.queued_since = clock_.now();
+  job.message = why;
+  job.add_event("requeued: " + why);
+  persist(job);
+}
+
+void CoordinatorImpl::end_job(Job& job, JobState state, const std::string& message) {
+  job.state = state;
+  job.message = message;
+  job.ended_ms = unix_ms_now();
+  job.add_event(std::string(to_string(state)) + ": " + message);
+  spdlog::info("job {} {}: {}", job.id, to_string(state), message);
+  persist(job);
+}
+
+void CoordinatorImpl::on_node_lost(const std::string& node) {
+  spdlog::warn("node {} lost: no heartbeat for {} ms", node, options_.heartbeat_timeout.count());
+  for (auto& [id, job] : jobs_) {
+    Attempt* a = job.current();
+    if (!a || !a->active() || !a->gpus.count(node)) continue;
+    int first = -1;
+    for (int r = 0; r < a->world_size(); ++r) {
+      if (a->ranks[r].node != node || a->ranks[r].state == RankState::kExited) continue;
+      if (first < 0) first = r;
+      a->ranks[r].state = RankState::kExited;
+    }
+    if (a->state == AttemptState::kRunning) {
+      std::string reason = "node " + node + " lost (no heartbeat for " +
+                           std::to_string(options_.heartbeat_timeout.count()) + " ms)";
+      a->has_root_cause = true;
+      a->root_cause = RootCause{std::max(first, 0), node, 0, 0, reason, {}};
+      begin_stop(job, StopIntent::kFailure, reason);
+    } else {
+      check_attempt_done(job);
+    }
+  }
+}
+
+void CoordinatorImpl::maybe_scale_up() {
+  for (auto& [id, job] : jobs_) {
+    Attempt* a = job.current();
+    if (!a || a->state != AttemptState::kRunning || !job.control.nodes_max ||
+        int(a->nodes.size()) >= job.control.nodes_max || job.control.nodes_min == job.control.nodes_max) {
+      continue;
+    }
+    int extra = 0;
+    for (const auto& c : capacity()) {
+      if (!a->gpus.count(c.name) && int(c.free_gpus.size()) >= job.control.gpus_per_node) ++extra;
+    }
+    if (extra == 0) continue;
+    begin_stop(job, StopIntent::kScaleUp,
+               "scale-up: " + std::to_string(extra) + " more node(s) available (running on " +
+                   std::to_string(a->nodes.size()) + " of at most " +
+                   std::to_string(job.control.nodes_max) + ")");
+  }
+}
+
+void CoordinatorImpl::reconcile_worker(const std::string& node, const RunningWorker& w) {
+  auto it = jobs_.find(w.job_id);
+  Attempt* a = it == jobs_.end() ? nullptr : it->second.current();
+  bool current = a && a->number == w.attempt && a->active() && w.rank >= 0 &&
+                 w.rank < a->world_size() && a->ranks[w.rank].node == node;
+  if (!current) {
+    spdlog::info("node {} runs job {} attempt {} rank {}, which is no longer wanted: stopping it",
+                 node, w.job_id, w.attempt, w.rank);
+    send_to_node(node, StopOrder{w.job_id, w.attempt, "not a current attempt"});
+    return;
+  }
+  if (a->ranks[w.rank].state == RankState::kUnconfirmed) a->ranks[w.rank].state = RankState::kRunning;
+}
+
+void CoordinatorImpl::check_recovery() {
+  auto now = clock_.now();
+  for (auto& [id, job] : jobs_) {
+    Attempt* a = job.current();
+    if (!a || !a->active()) continue;
+    int unconfirmed = 0;
+    for (const auto& r : a->ranks) unconfirmed += r.state == RankState::kUnconfirmed;
+    if (unconfirmed == 0) {
+      if (a->recovery_deadline != Clock::TimePoint{}) {
+        a->recovery_deadline = {};
+        job.add_event("recovered: every rank of attempt " + std::to_string(a->number) +
+                      " reported alive after the coordinator restarted");
+        persist(job);
+      }
+      continue;
+    }
+    if (now < a->recovery_deadline) continue;
+    // Their agents did not report them in time: count them as gone.
+    for (auto& r : a->ranks) {
+      if (r.state == RankState::kUnconfirmed) r.state = RankState::kExited;
+    }
+    a->recovery_deadline = {};
+    if (a->state == AttemptState::kRunning) {
+      begin_stop(job, StopIntent::kRecovery,
+                 std::to_string(unconfirmed) +
+                     " rank(s) not reported by their agents after the coordinator restarted");
+    } else {
+      check_attempt_done(job);
+    }
+  }
+}
+
+void CoordinatorImpl::persist(const Job& job) {
+  if (!db_) return;
+  if (auto s = db_->save_job(job); !s) spdlog::error("cannot save job {}: {}", job.id, s.message());
+}
+
+Status CoordinatorImpl::recover_from_db() {
+  COHORT_ASSIGN_OR_RETURN(auto nodes, db_->load_nodes());
+  for (auto& n : nodes) registry_.restore_node(n.name, n.address, std::move(n.gpus));
+  COHORT_ASSIGN_OR_RETURN(auto jobs, db_->load_jobs());
+  auto deadline = clock_.now() + options_.recovery_grace;
+  int active = 0;
+  for (auto& job : jobs) {
+    next_seq_ = std::max(next_seq_, job.seq + 1);
+    job.queued_since = clock_.now();
+    if (Attempt* a = job.current(); a && a->active()) {
+      a->recovery_deadline = deadline;
+      ++active;
+    }
+    if (!is_terminal(job.state)) job.add_event("coordinator restarted");
+    std::string id = job.id;
+    jobs_.emplace(id, std::move(job));
+  }
+  spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s)",
+               options_.state_dir, jobs_.size(), active, nodes.size());
+  return Status::ok();
+}
+
+}  // namespace cohort::coordinator

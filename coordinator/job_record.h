@@ -1,0 +1,108 @@
+// The coordinator's record of a job and its attempts.
+//
+// Job states and transitions:
+//   kQueued   --placed-->            kRunning   (an attempt starts)
+//   kQueued   --cancel-->            kCancelled
+//   kQueued   --placement_timeout--> kFailed
+//   kRunning  --all ranks exit 0-->  kSucceeded
+//   kRunning  --failure/loss/cancel/scale-up/recovery--> kStopping
+//   kStopping --all ranks gone-->    kQueued    (restart: budget left, or a
+//                                                scale-up/recovery restart)
+//                                    kFailed    (no restarts left)
+//                                    kCancelled (cancel)
+// Attempt states:
+//   kRunning --all ranks exit 0--> kSucceeded
+//   kRunning --stop begins-->      kStopping --all ranks gone--> kFailed | kStopped
+// An attempt "fails" when a rank failed or a node was lost; it is "stopped"
+// when it was ended on purpose (cancel, scale-up, recovery after a
+// coordinator restart).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "protocol/messages.h"
+
+namespace cohort::coordinator {
+
+enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
+enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
+// Why an attempt is being stopped; decides what happens once it has stopped.
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery };
+
+const char* to_string(JobState state);
+const char* to_string(AttemptState state);
+bool is_terminal(JobState state);
+
+enum class RankState {
+  kRunning,    // launched (or confirmed by its agent after a coordinator restart)
+  kUnconfirmed,  // after a coordinator restart, until its agent reports it
+  kExited,
+};
+
+struct RankRecord {
+  std::string node;
+  RankState state = RankState::kRunning;
+  int exit_code = 0;
+  int signal = 0;
+  bool success = false;
+};
+
+struct Attempt {
+  int number = 0;
+  AttemptState state = AttemptState::kRunning;
+  StopIntent stop_intent = StopIntent::kNone;
+  std::vector<std::string> nodes;               // node-rank order
+  std::map<std::string, std::vector<int>> gpus;  // node → GPU indices
+  int gpus_per_node = 1;
+  int master_port = 0;
+  bool counts_as_restart = true;
+  int64_t started_ms = 0;
+  int64_t ended_ms = 0;
+  std::string reason;
+  bool has_root_cause = false;
+  protocol::RootCause root_cause;
+  std::vector<RankRecord> ranks;  // by global rank
+  Clock::TimePoint recovery_deadline{};  // while ranks are unconfirmed
+
+  int world_size() const { return int(ranks.size()); }
+  bool active() const { return state == AttemptState::kRunning || state == AttemptState::kStopping; }
+  bool all_exited() const;
+};
+
+struct Job {
+  std::string id;
+  uint64_t seq = 0;  // submission order: FIFO within a priority
+  protocol::JobControl control;
+  JobState state = JobState::kQueued;
+  int restarts_used = 0;
+  bool next_attempt_counts = true;  // false after a scale-up or recovery stop
+  bool cancel_requested = false;
+  int64_t submitted_ms = 0;
+  int64_t ended_ms = 0;
+  Clock::TimePoint queued_since{};
+  std::string message;
+  bool has_root_cause = false;
+  protocol::RootCause root_cause;
+  std::vector<Attempt> attempts;
+  std::vector<protocol::EventInfo> events;
+
+  Attempt* current() { return attempts.empty() ? nullptr : &attempts.back(); }
+  void add_event(const std::string& text);
+  protocol::JobInfo info() const;
+};
+
+int64_t unix_ms_now();
+
+// Durable form (state_db): everything but per-rank runtime detail, which a
+// restarted coordinator learns again from its agents.
+nlohmann::json job_to_json(const Job& job);
+Result<Job> job_from_json(const nlohmann::json& j);
+
+}  // namespace cohort::coordinator

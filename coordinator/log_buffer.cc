@@ -1,0 +1,50 @@
+// LogBuffer: per-job bounded line history.
+#include "coordinator/log_buffer.h"
+
+#include <algorithm>
+
+namespace cohort::coordinator {
+
+void LogBuffer::append(const std::string& job_id, std::vector<protocol::LogLine> lines) {
+  JobLog& log = logs_[job_id];
+  for (auto& line : lines) {
+    line.seq = log.next_seq++;
+    log.lines.push_back(std::move(line));
+  }
+  while (log.lines.size() > max_lines_) log.lines.pop_front();
+}
+
+std::vector<protocol::LogLine> LogBuffer::read(const protocol::LogQuery& query,
+                                               uint64_t* last_seq) const {
+  std::vector<protocol::LogLine> out;
+  *last_seq = query.after_seq;
+  auto it = logs_.find(query.job_id);
+  if (it == logs_.end()) return out;
+  const auto& lines = it->second.lines;
+  // Lines are in seq order: jump to the first one after `after_seq`.
+  auto start = std::upper_bound(
+      lines.begin(), lines.end(), query.after_seq,
+      [](uint64_t seq, const protocol::LogLine& line) { return seq < line.seq; });
+  size_t limit = query.max_lines > 0 ? size_t(query.max_lines) : lines.size();
+  for (auto l = start; l != lines.end() && out.size() < limit; ++l) {
+    *last_seq = l->seq;
+    if (query.rank >= 0 && l->rank != query.rank) continue;
+    if (query.attempt >= 0 && l->attempt != query.attempt) continue;
+    out.push_back(*l);
+  }
+  return out;
+}
+
+std::vector<std::string> LogBuffer::tail(const std::string& job_id, int attempt, int rank,
+                                         size_t n) const {
+  std::vector<std::string> out;
+  auto it = logs_.find(job_id);
+  if (it == logs_.end()) return out;
+  for (auto l = it->second.lines.rbegin(); l != it->second.lines.rend() && out.size() < n; ++l) {
+    if (l->attempt == attempt && l->rank == rank) out.push_back(l->text);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,65 @@
+// NodeRegistry: the nodes the coordinator knows, from registrations and
+// heartbeats.
+//
+// Node states and their transitions:
+//   (none) --register--> kAlive --silent for heartbeat_timeout--> kLost
+//   kLost --register--> kAlive          (an agent that comes back re-registers)
+// A lost node's heartbeats are refused (`heartbeat` returns false) so that
+// its agent registers again and reconciles its workers.
+//
+// Not thread-safe: the coordinator's io_context thread owns it. Time comes
+// from the injected clock.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "protocol/messages.h"
+
+namespace cohort::coordinator {
+
+enum class NodeState {
+  kAlive,  // registered, heartbeats arriving
+  kLost,   // no heartbeat for heartbeat_timeout; its workers count as failed
+};
+const char* to_string(NodeState state);
+
+struct Node {
+  std::string name;
+  std::string address;
+  std::string peer;  // ZeroMQ routing id of its agent's current connection
+  std::vector<protocol::GpuDesc> gpus;
+  NodeState state = NodeState::kAlive;
+  Clock::TimePoint last_heartbeat{};
+};
+
+class NodeRegistry {
+ public:
+  NodeRegistry(const Clock& clock, Clock::Duration heartbeat_timeout)
+      : clock_(clock), heartbeat_timeout_(heartbeat_timeout) {}
+
+  // Adds or refreshes a node; it is alive from now on.
+  void register_node(const protocol::RegisterNode& message, const std::string& peer);
+  // A node known only from durable state: lost until its agent registers.
+  void restore_node(const std::string& name, const std::string& address,
+                    std::vector<protocol::GpuDesc> gpus);
+  // False when the node is unknown or lost: its agent must register again.
+  bool heartbeat(const std::string& name, const std::string& peer);
+  // Marks alive nodes silent for longer than the timeout as lost and
+  // returns their names.
+  std::vector<std::string> expire();
+
+  const Node* find(const std::string& name) const;
+  // Every node, sorted by name (the stable order node ranks follow).
+  std::vector<const Node*> nodes() const;
+  Clock::Duration heartbeat_timeout() const { return heartbeat_timeout_; }
+
+ private:
+  const Clock& clock_;
+  Clock::Duration heartbeat_timeout_;
+  std::map<std::string, Node> nodes_;
+};
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,136 @@
+// StateDb over the SQLite C API.
+#include "coordinator/state_db.h"
+
+#include <filesystem>
+
+#include <sqlite3.h>
+
+#include "protocol/codec.h"
+
+namespace cohort::coordinator {
+namespace {
+
+// Finalizes a prepared statement on every path.
+struct Statement {
+  sqlite3_stmt* stmt = nullptr;
+  ~Statement() { sqlite3_finalize(stmt); }
+};
+
+Status sqlite_error(sqlite3* db, const std::string& what) {
+  return io_error(what + ": " + sqlite3_errmsg(db));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return io_error("cannot create state directory " + dir + ": " + ec.message());
+  std::string path = (std::filesystem::path(dir) / "coordinator.db").string();
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+    Status s = io_error("cannot open " + path + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+    sqlite3_close(db);
+    return s;
+  }
+  std::unique_ptr<StateDb> state(new StateDb(db));
+  COHORT_RETURN_IF_ERROR(state->exec("PRAGMA journal_mode=WAL"));
+  COHORT_RETURN_IF_ERROR(state->exec("PRAGMA synchronous=NORMAL"));
+  COHORT_RETURN_IF_ERROR(state->exec(
+      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL)"));
+  COHORT_RETURN_IF_ERROR(state->exec(
+      "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, address TEXT, gpus TEXT)"));
+  return state;
+}
+
+StateDb::~StateDb() { sqlite3_close(db_); }
+
+Status StateDb::exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string text = error ? error : "unknown error";
+    sqlite3_free(error);
+    return io_error("sqlite: " + sql + ": " + text);
+  }
+  return Status::ok();
+}
+
+Status StateDb::save_job(const Job& job) {
+  Statement s;
+  const char* sql = "INSERT OR REPLACE INTO jobs (id, seq, doc) VALUES (?, ?, ?)";
+  if (sqlite3_prepare_v2(db_, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "saving job " + job.id);
+  }
+  std::string doc = job_to_json(job).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  sqlite3_bind_text(s.stmt, 1, job.id.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s.stmt, 2, int64_t(job.seq));
+  sqlite3_bind_text(s.stmt, 3, doc.c_str(), int(doc.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "saving job " + job.id);
+  return Status::ok();
+}
+
+Result<std::vector<Job>> StateDb::load_jobs() {
+  Statement s;
+  if (sqlite3_prepare_v2(db_, "SELECT doc FROM jobs ORDER BY seq", -1, &s.stmt, nullptr) !=
+      SQLITE_OK) {
+    return sqlite_error(db_, "loading jobs");
+  }
+  std::vector<Job> jobs;
+  int rc;
+  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+    const char* text = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
+    auto j = nlohmann::json::parse(text ? text : "", nullptr, false);
+    if (j.is_discarded()) return invalid_argument("a job record in the state database is not JSON");
+    COHORT_ASSIGN_OR_RETURN(Job job, job_from_json(j));
+    jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return sqlite_error(db_, "loading jobs");
+  return jobs;
+}
+
+Status StateDb::save_node(const std::string& name, const std::string& address,
+                          const std::vector<protocol::GpuDesc>& gpus) {
+  Statement s;
+  const char* sql = "INSERT OR REPLACE INTO nodes (name, address, gpus) VALUES (?, ?, ?)";
+  if (sqlite3_prepare_v2(db_, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "saving node " + name);
+  }
+  std::string doc = nlohmann::json(gpus).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  sqlite3_bind_text(s.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.stmt, 2, address.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.stmt, 3, doc.c_str(), int(doc.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "saving node " + name);
+  return Status::ok();
+}
+
+Result<std::vector<StateDb::NodeRow>> StateDb::load_nodes() {
+  Statement s;
+  if (sqlite3_prepare_v2(db_, "SELECT name, address, gpus FROM nodes ORDER BY name", -1, &s.stmt,
+                         nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "loading nodes");
+  }
+  std::vector<NodeRow> rows;
+  int rc;
+  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+    NodeRow row;
+    auto column = [&](int i) {
+      const char* t = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, i));
+      return std::string(t ? t : "");
+    };
+    row.name = column(0);
+    row.address = column(1);
+    auto j = nlohmann::json::parse(column(2), nullptr, false);
+    if (j.is_array()) {
+      try {
+        row.gpus = j.get<std::vector<protocol::GpuDesc>>();
+      } catch (const std::exception&) {
+        // A node whose GPU list is unreadable is re-learned when it registers.
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return sqlite_error(db_, "loading nodes");
+  return rows;
+}
+
+}  // namespace cohort::coordinator

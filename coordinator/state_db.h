@@ -1,0 +1,47 @@
+// StateDb: the coordinator's durable state in SQLite (WAL), so that a
+// coordinator killed with `kill -9` and started again has lost no job.
+//
+// Jobs (with their attempts and events) are stored as one JSON document per
+// job, written on every state change; nodes as name, address and GPUs. WAL
+// with synchronous=NORMAL keeps each write to one append, and a crash loses
+// at most the last transaction, never the database.
+//
+// Not thread-safe: the coordinator's loop owns it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "coordinator/job_record.h"
+#include "protocol/messages.h"
+
+struct sqlite3;
+
+namespace cohort::coordinator {
+
+class StateDb {
+ public:
+  // Opens (creating) DIR/coordinator.db.
+  static Result<std::unique_ptr<StateDb>> open(const std::string& dir);
+  ~StateDb();
+
+  Status save_job(const Job& job);
+  Result<std::vector<Job>> load_jobs();
+  Status save_node(const std::string& name, const std::string& address,
+                   const std::vector<protocol::GpuDesc>& gpus);
+  struct NodeRow {
+    std::string name;
+    std::string address;
+    std::vector<protocol::GpuDesc> gpus;
+  };
+  Result<std::vector<NodeRow>> load_nodes();
+
+ private:
+  explicit StateDb(sqlite3* db) : db_(db) {}
+  Status exec(const std::string& sql);
+  sqlite3* db_;
+};
+
+}  // namespace cohort::coordinator

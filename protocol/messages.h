@@ -1,0 +1,267 @@
+// Control-plane messages: the typed structs that travel between the
+// coordinator, its agents and CLI clients.
+//
+// Each message type is a plain struct with a `kType` name; protocol/codec.h
+// wraps it in a versioned envelope. Fields have defaults, so a peer that omits
+// a field it does not know yet still decodes (forward compatibility within a
+// protocol version); a field of the wrong type is an error, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cohort::protocol {
+
+// ---- shared pieces -------------------------------------------------------
+
+struct GpuDesc {
+  int index = 0;  // as nvidia-smi numbers it
+  std::string uuid;
+  std::string pci_bus_id;
+  std::string name;
+  uint64_t memory_bytes = 0;
+};
+
+// What the control plane needs from a job file. The CLI resolves the file
+// (jobs/load.h) and fills this; daemons never parse TOML, so a coordinator
+// and its agents work with any job the client could load.
+struct JobControl {
+  std::string name;
+  std::string kind = "command";  // train | infer | command
+  int nodes_min = 1;
+  int nodes_max = 1;
+  int gpus_per_node = 1;
+  int max_restarts = 0;
+  int priority = 0;
+  std::string output_dir;   // absolute
+  std::string working_dir;  // absolute
+  std::string devices = "node";  // own | node
+  double stop_grace_s = 10.0;
+  double hang_timeout_s = 0.0;
+  double placement_timeout_s = 0.0;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> argv;  // command jobs
+  std::string job_toml;           // the resolved job file, for cohort-worker
+  std::string source_path;
+};
+
+// The first failing rank of an attempt: what `cohort status` shows.
+struct RootCause {
+  int rank = -1;
+  std::string node;
+  int exit_code = 0;
+  int signal = 0;
+  std::string reason;  // "exited with code 3", "killed by SIGKILL", "node lost", …
+  std::vector<std::string> last_lines;
+};
+
+struct AttemptInfo {
+  int number = 0;
+  std::string state;
+  std::vector<std::string> nodes;  // in node-rank order
+  int world_size = 0;
+  int64_t started_ms = 0;  // unix ms
+  int64_t ended_ms = 0;
+  std::string reason;  // why it ended
+  bool has_root_cause = false;
+  RootCause root_cause;
+  bool counts_as_restart = true;  // false for scale-up and recovery restarts
+};
+
+struct EventInfo {
+  int64_t time_ms = 0;  // unix ms
+  std::string text;
+};
+
+struct JobInfo {
+  std::string id;
+  std::string name;
+  std::string kind;
+  std::string state;
+  int priority = 0;
+  int nodes_min = 1;
+  int nodes_max = 1;
+  int gpus_per_node = 1;
+  int max_restarts = 0;
+  int restarts_used = 0;
+  std::string output_dir;
+  int64_t submitted_ms = 0;
+  int64_t ended_ms = 0;
+  std::string message;  // why it is queued, or how it ended
+  bool has_root_cause = false;
+  RootCause root_cause;
+  std::vector<AttemptInfo> attempts;
+  std::vector<EventInfo> events;
+};
+
+struct NodeInfo {
+  std::string name;
+  std::string address;
+  std::string state;
+  std::vector<GpuDesc> gpus;
+  int gpus_free = 0;
+  int64_t heartbeat_age_ms = 0;
+  std::vector<std::string> jobs;
+};
+
+struct LogLine {
+  uint64_t seq = 0;  // coordinator-assigned, per job
+  int attempt = 0;
+  int rank = 0;
+  std::string text;
+};
+
+// A worker an agent is running, reported at registration and in heartbeats so
+// that a restarted coordinator can tell which attempts are still alive.
+struct RunningWorker {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int pid = 0;
+};
+
+// ---- agent → coordinator -------------------------------------------------
+
+struct RegisterNode {
+  static constexpr const char* kType = "register_node";
+  std::string node;
+  std::string address;  // where this node's workers are reachable (MASTER_ADDR)
+  std::vector<GpuDesc> gpus;
+  std::vector<RunningWorker> running;
+};
+
+struct Heartbeat {
+  static constexpr const char* kType = "heartbeat";
+  std::string node;
+  std::vector<RunningWorker> running;
+};
+
+struct WorkerExit {
+  static constexpr const char* kType = "worker_exit";
+  std::string job_id;
+  int attempt = 0;
+  std::string node;
+  int rank = 0;
+  int exit_code = 0;
+  int signal = 0;
+  bool stopped = false;       // ended because it was told to stop
+  std::string failure;        // set when it never started or hung: the reason
+  std::vector<std::string> last_lines;
+};
+
+struct LogBatch {
+  static constexpr const char* kType = "log_batch";
+  std::string job_id;
+  std::vector<LogLine> lines;  // seq unset
+};
+
+// ---- coordinator → agent -------------------------------------------------
+
+struct RegisterAck {
+  static constexpr const char* kType = "register_ack";
+  int64_t heartbeat_interval_ms = 500;
+};
+
+struct LaunchOrder {
+  static constexpr const char* kType = "launch";
+  std::string job_id;
+  int attempt = 0;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+  int node_rank = 0;
+  int num_nodes = 1;
+  int world_size = 1;
+  std::vector<int> gpu_indices;  // this node's GPUs for the job, local-rank order
+  std::string master_addr;
+  int master_port = 0;
+  JobControl job;
+};
+
+struct StopOrder {
+  static constexpr const char* kType = "stop";
+  std::string job_id;
+  int attempt = -1;  // -1: every attempt of the job
+  std::string reason;
+};
+
+// ---- client ↔ coordinator ------------------------------------------------
+
+struct SubmitJob {
+  static constexpr const char* kType = "submit";
+  JobControl job;
+};
+struct SubmitReply {
+  static constexpr const char* kType = "submit_reply";
+  std::string job_id;
+};
+
+struct JobQuery {
+  static constexpr const char* kType = "job_query";
+  std::string job_id;  // empty: every job
+};
+struct JobList {
+  static constexpr const char* kType = "job_list";
+  std::vector<JobInfo> jobs;
+};
+
+struct NodeQuery {
+  static constexpr const char* kType = "node_query";
+};
+struct NodeList {
+  static constexpr const char* kType = "node_list";
+  std::vector<NodeInfo> nodes;
+};
+
+struct CancelJob {
+  static constexpr const char* kType = "cancel";
+  std::string job_id;
+};
+
+struct LogQuery {
+  static constexpr const char* kType = "log_query";
+  std::string job_id;
+  int rank = -1;      // -1: every rank
+  int attempt = -1;   // -1: every attempt
+  uint64_t after_seq = 0;  // lines with seq > after_seq
+  int max_lines = 10000;
+};
+struct LogReply {
+  static constexpr const char* kType = "log_reply";
+  std::vector<LogLine> lines;
+  uint64_t last_seq = 0;     // resume from here
+  bool job_finished = false; // no more lines will come
+  std::string job_state;
+};
+
+// Rendezvous store: one namespace per job attempt.
+struct StoreRequest {
+  static constexpr const char* kType = "store";
+  std::string job_id;
+  int attempt = 0;
+  std::string op;  // set | get | add | wait | check | delete
+  std::vector<std::string> keys;
+  std::string value;     // bytes (base64 on the wire)
+  int64_t delta = 0;     // add
+  int64_t timeout_ms = 0;  // get and wait; 0: the store's default
+};
+struct StoreReply {
+  static constexpr const char* kType = "store_reply";
+  std::string value;  // get: bytes; add: the new value in decimal
+  bool found = false; // check: all keys exist
+};
+
+// Plain acknowledgement (cancel, worker_exit, log_batch, heartbeat).
+struct Ack {
+  static constexpr const char* kType = "ack";
+  std::string text;
+};
+
+// Any request can be answered with an error.
+struct ErrorReply {
+  static constexpr const char* kType = "error";
+  std::string code;  // status_code_name of the failure, or "unknown_node"
+  std::string message;
+};
+
+}  // namespace cohort::protocol

@@ -1,0 +1,281 @@
+// ROUTER/DEALER endpoints watched through ZMQ_FD, and the CURVE ZAP handler.
+//
+// ZMQ_FD is edge-triggered and only says "look at ZMQ_EVENTS": after every
+// wake-up, and after every send (a send can consume the edge), the socket is
+// drained until ZMQ_EVENTS has no POLLIN.
+#include "protocol/transport.h"
+
+#include <set>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "protocol/codec.h"
+
+namespace cohort::protocol {
+namespace {
+
+namespace asio = boost::asio;
+
+// Watches one socket's ZMQ_FD; calls `on_readable` until the socket is empty.
+class SocketWatcher {
+ public:
+  SocketWatcher(asio::io_context& io, zmq::socket_t& socket, std::function<bool()> receive_one)
+      : io_(io), socket_(socket), fd_(io, socket.get(zmq::sockopt::fd)),
+        receive_one_(std::move(receive_one)) {}
+
+  ~SocketWatcher() {
+    *alive_ = false;
+    boost::system::error_code ec;
+    fd_.cancel(ec);
+    fd_.release();  // the descriptor belongs to ZeroMQ
+  }
+
+  void start() {
+    arm();
+    schedule_drain();
+  }
+
+  // After a send, ZeroMQ may have consumed the edge: look again soon.
+  void schedule_drain() {
+    asio::post(io_, [this, alive = alive_] {
+      if (*alive) drain();
+    });
+  }
+
+ private:
+  void arm() {
+    fd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                   [this, alive = alive_](const boost::system::error_code& ec) {
+                     if (ec || !*alive) return;
+                     drain();
+                     if (*alive) arm();
+                   });
+  }
+
+  void drain() {
+    auto alive = alive_;
+    for (int budget = 0; *alive && budget < 10000; ++budget) {
+      int events = socket_.get(zmq::sockopt::events);
+      if (!(events & ZMQ_POLLIN)) return;
+      if (!receive_one_()) return;
+    }
+    // A flood: yield to timers and other sockets, then carry on.
+    if (*alive) schedule_drain();
+  }
+
+  asio::io_context& io_;
+  zmq::socket_t& socket_;
+  asio::posix::stream_descriptor fd_;
+  std::function<bool()> receive_one_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+void apply_common_options(zmq::socket_t& s) {
+  s.set(zmq::sockopt::linger, 200);
+  s.set(zmq::sockopt::sndhwm, 100000);
+  s.set(zmq::sockopt::rcvhwm, 100000);
+  // A frame far beyond the cap drops the connection before it is buffered;
+  // frames between the two limits get an error reply from the decoder.
+  s.set(zmq::sockopt::maxmsgsize, int64_t(4 * kMaxMessageBytes));
+}
+
+// Answers ZeroMQ's authentication requests (ZAP, RFC 27) for CURVE servers.
+class ZapHandler {
+ public:
+  ZapHandler(asio::io_context& io, zmq::context_t& context, std::vector<std::string> keys)
+      : socket_(context, zmq::socket_type::rep), authorized_(keys.begin(), keys.end()) {
+    socket_.bind("inproc://zeromq.zap.01");
+    watcher_ = std::make_unique<SocketWatcher>(io, socket_, [this] { return answer_one(); });
+    watcher_->start();
+  }
+
+ private:
+  bool answer_one() {
+    std::vector<zmq::message_t> frames;
+    auto got = zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait);
+    if (!got) return false;
+    // REP must answer every request, even a malformed one.
+    std::string request_id = frames.size() > 1 ? frames[1].to_string() : "";
+    std::string mechanism = frames.size() > 5 ? frames[5].to_string() : "";
+    std::string address = frames.size() > 3 ? frames[3].to_string() : "?";
+    bool ok = false;
+    std::string key_text;
+    if (mechanism == "CURVE" && frames.size() >= 7 && frames[6].size() == 32) {
+      char z85[41] = {};
+      zmq_z85_encode(z85, static_cast<const uint8_t*>(frames[6].data()), 32);
+      key_text = z85;
+      ok = authorized_.count(key_text) > 0;
+    }
+    if (!ok) spdlog::warn("refused a connection from {}: public key {} is not authorized",
+                          address, key_text.empty() ? "(none)" : key_text);
+    std::array<std::string, 6> reply = {"1.0", request_id, ok ? "200" : "400",
+                                        ok ? "OK" : "unauthorized key", ok ? key_text : "", ""};
+    for (size_t i = 0; i < reply.size(); ++i) {
+      socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore
+                                                               : zmq::send_flags::none);
+    }
+    watcher_->schedule_drain();
+    return true;
+  }
+
+  zmq::socket_t socket_;
+  std::set<std::string> authorized_;
+  std::unique_ptr<SocketWatcher> watcher_;
+};
+
+class ZmqRouter final : public RouterEndpoint {
+ public:
+  ZmqRouter(std::shared_ptr<zmq::context_t> context, Handler handler)
+      : context_(std::move(context)), socket_(*context_, zmq::socket_type::router),
+        handler_(std::move(handler)) {}
+
+  Status open(asio::io_context& io, const std::string& endpoint, const Security& security) {
+    try {
+      if (security.enabled) {
+        zap_ = std::make_unique<ZapHandler>(io, *context_, security.authorized_keys);
+        socket_.set(zmq::sockopt::curve_server, 1);
+        socket_.set(zmq::sockopt::curve_secretkey, security.own.secret_key);
+        socket_.set(zmq::sockopt::zap_domain, "cohort");
+      }
+      apply_common_options(socket_);
+      socket_.set(zmq::sockopt::router_mandatory, 1);
+      socket_.bind(endpoint);
+      endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return unavailable("cannot listen on " + endpoint + ": " + e.what());
+    }
+    watcher_ = std::make_unique<SocketWatcher>(io, socket_, [this] { return receive_one(); });
+    watcher_->start();
+    return Status::ok();
+  }
+
+  Status send(const std::string& peer, const std::string& payload) override {
+    try {
+      socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      auto sent = socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+      watcher_->schedule_drain();
+      if (!sent) return unavailable("peer's queue is full; message dropped");
+    } catch (const zmq::error_t& e) {
+      watcher_->schedule_drain();
+      return unavailable(std::string("cannot send to peer: ") + e.what());
+    }
+    return Status::ok();
+  }
+
+  std::string endpoint() const override { return endpoint_; }
+
+ private:
+  bool receive_one() {
+    std::vector<zmq::message_t> frames;
+    std::optional<size_t> got;
+    try {
+      got = zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("receive failed: {}", e.what());
+      return false;
+    }
+    if (!got) return false;
+    if (frames.size() != 2) {
+      // Identity plus exactly one payload frame; anything else is answered.
+      spdlog::warn("dropped a message of {} frames (expected 1 payload frame)", frames.size() - 1);
+      if (!frames.empty()) {
+        (void)send(frames[0].to_string(),
+                   encode_error(invalid_argument("expected exactly one frame per message"), 0));
+      }
+      return true;
+    }
+    handler_(frames[0].to_string(), frames[1].to_string());
+    return true;
+  }
+
+  std::shared_ptr<zmq::context_t> context_;
+  zmq::socket_t socket_;
+  Handler handler_;
+  std::string endpoint_;
+  std::unique_ptr<ZapHandler> zap_;
+  std::unique_ptr<SocketWatcher> watcher_;
+};
+
+class ZmqDealer final : public DealerEndpoint {
+ public:
+  ZmqDealer(std::shared_ptr<zmq::context_t> context, Handler handler)
+      : context_(std::move(context)), socket_(*context_, zmq::socket_type::dealer),
+        handler_(std::move(handler)) {}
+
+  Status open(asio::io_context& io, const std::string& endpoint, const Security& security) {
+    try {
+      if (security.enabled) {
+        socket_.set(zmq::sockopt::curve_serverkey, security.server_public_key);
+        socket_.set(zmq::sockopt::curve_publickey, security.own.public_key);
+        socket_.set(zmq::sockopt::curve_secretkey, security.own.secret_key);
+      }
+      apply_common_options(socket_);
+      socket_.set(zmq::sockopt::reconnect_ivl, 100);
+      socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+      socket_.connect(endpoint);
+    } catch (const zmq::error_t& e) {
+      return unavailable("cannot connect to " + endpoint + ": " + e.what());
+    }
+    watcher_ = std::make_unique<SocketWatcher>(io, socket_, [this] { return receive_one(); });
+    watcher_->start();
+    return Status::ok();
+  }
+
+  Status send(const std::string& payload) override {
+    try {
+      auto sent = socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+      watcher_->schedule_drain();
+      if (!sent) return unavailable("coordinator queue is full; message dropped");
+    } catch (const zmq::error_t& e) {
+      watcher_->schedule_drain();
+      return unavailable(std::string("cannot send: ") + e.what());
+    }
+    return Status::ok();
+  }
+
+ private:
+  bool receive_one() {
+    zmq::message_t message;
+    std::optional<size_t> got;
+    try {
+      got = socket_.recv(message, zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("receive failed: {}", e.what());
+      return false;
+    }
+    if (!got) return false;
+    handler_(message.to_string());
+    return true;
+  }
+
+  std::shared_ptr<zmq::context_t> context_;
+  zmq::socket_t socket_;
+  Handler handler_;
+  std::unique_ptr<SocketWatcher> watcher_;
+};
+
+}  // namespace
+
+std::shared_ptr<zmq::context_t> make_zmq_context() { return std::make_shared<zmq::context_t>(1); }
+
+Result<std::unique_ptr<RouterEndpoint>> RouterEndpoint::bind(
+    asio::io_context& io, std::shared_ptr<zmq::context_t> context, const std::string& endpoint,
+    const Security& security, Handler handler) {
+  auto router = std::make_unique<ZmqRouter>(std::move(context), std::move(handler));
+  COHORT_RETURN_IF_ERROR(router->open(io, endpoint, security));
+  return std::unique_ptr<RouterEndpoint>(std::move(router));
+}
+
+Result<std::unique_ptr<DealerEndpoint>> DealerEndpoint::connect(
+    asio::io_context& io, std::shared_ptr<zmq::context_t> context, const std::string& endpoint,
+    const Security& security, Handler handler) {
+  auto dealer = std::make_unique<ZmqDealer>(std::move(context), std::move(handler));
+  COHORT_RETURN_IF_ERROR(dealer->open(io, endpoint, security));
+  return std::unique_ptr<DealerEndpoint>(std::move(dealer));
+}
+
+}  // namespace cohort::protocol
