@@ -1,0 +1,58 @@
+// GPU discovery: what an agent reports to the coordinator when it registers.
+//
+// Indices are always the ones `nvidia-smi` shows (NVML's order, which is PCI
+// bus order); workers get CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA numbers
+// devices the same way and CUDA_VISIBLE_DEVICES means what the agent means.
+// The prober is an interface so the agent can be handed fakes (`--fake-gpus`)
+// or CPU slots (`--cpu-slots`) on hosts without GPUs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace cohort::agent {
+
+struct GpuInfo {
+  int index = 0;           // nvidia-smi's index (PCI bus order)
+  std::string uuid;        // "GPU-…"; "cpu-slot-N" for CPU slots
+  std::string pci_bus_id;  // "00000000:19:00.0"; empty for CPU slots
+  std::string name;        // "NVIDIA H200"; "cpu" for CPU slots
+  uint64_t memory_bytes = 0;
+};
+
+// True for the entries of make_cpu_slots_prober(): workers on them get no GPU.
+bool is_cpu_slot(const GpuInfo& gpu);
+
+// Thread-compatible: one probe at a time per prober.
+class GpuProber {
+ public:
+  virtual ~GpuProber() = default;
+  // The node's GPUs sorted by index. A host without GPUs (no NVML library, no
+  // nvidia-smi, or a driver that does not answer) gives an empty list, not an
+  // error; an error means the tools answered something that makes no sense.
+  virtual cohort::Result<std::vector<GpuInfo>> probe() = 0;
+};
+
+// NVML (libnvidia-ml.so.1, loaded with dlopen at probe time so the control
+// plane links no NVIDIA library), else `nvidia-smi`'s CSV output.
+std::unique_ptr<GpuProber> make_system_prober();
+// `n` GPUs with distinct UUIDs and PCI bus ids, for tests and `--fake-gpus N`.
+std::unique_ptr<GpuProber> make_fake_prober(int n);
+// `n` CPU slots (is_cpu_slot() true), for `--cpu-slots N`.
+std::unique_ptr<GpuProber> make_cpu_slots_prober(int n);
+
+// The query the system prober runs when NVML is not usable.
+inline constexpr std::string_view kNvidiaSmiQuery =
+    "--query-gpu=index,uuid,pci.bus_id,name,memory.total --format=csv,noheader,nounits";
+
+// Parses the output of `nvidia-smi <kNvidiaSmiQuery>`: one GPU per line,
+// "0, GPU-…, 00000000:19:00.0, NVIDIA H200, 143771" (memory in MiB; "[N/A]"
+// reads as 0). Blank lines are skipped. Errors name the line at fault.
+cohort::Result<std::vector<GpuInfo>> parse_nvidia_smi_csv(std::string_view csv);
+
+}  // namespace cohort::agent
