@@ -1,0 +1,85 @@
+// Backend: where the model's memory lives and how its ops run. The decoder in
+// model.h is written once against this interface; CpuBackend (fp32, OpenBLAS)
+// is the reference, CudaBackend (models/cuda/) runs the same calls on a GPU.
+//
+// Every pointer passed to an op is in the backend's memory (host memory for
+// CPU, device memory for CUDA). Ops follow the contracts stated in the
+// models/ops/*.h headers: input gradients and parameter gradients are
+// accumulated (+=), outputs overwritten. Memory from alloc() stays valid until
+// free() or the backend's destruction; allocation happens at warm-up only
+// (the CUDA backend draws from a pool, never cudaMalloc in the step loop).
+// A backend is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "models/ops/adamw.h"
+#include "models/tensor.h"
+#include "models/tensor_parallel.h"
+
+namespace cohort::models {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // Memory. alloc() returns zeroed memory.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual void zero(void* ptr, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;          // same device
+  virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
+  virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;  // synchronises
+  float* alloc_floats(size_t n) { return static_cast<float*>(alloc(n * sizeof(float))); }
+
+  // Ops (see the matching models/ops/*.h for layouts and numerics).
+  virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int n,
+                                 int dim, int vocab_begin, int rows) = 0;
+  virtual void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n,
+                                  int dim, int vocab_begin, int rows) = 0;
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int n,
+                               int dim, float eps) = 0;
+  virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
+                                const float* w, const float* rstd, int n, int dim) = 0;
+  virtual void linear_forward(float* y, const float* x, const float* w, const float* b, int n,
+                              int in, int out) = 0;
+  virtual void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                               const float* w, int n, int in, int out) = 0;
+  virtual void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim,
+                            const float* cos, const float* sin) = 0;
+  virtual void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
+                             const float* cos, const float* sin) = 0;
+  virtual void attention_forward(float* y, float* probs, const float* q, const float* k,
+                                 const float* v, int B, int T, int heads, int kv_heads,
+                                 int head_dim) = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* scratch,
+                                  const float* dy, const float* q, const float* k, const float* v,
+                                  const float* probs, int B, int T, int heads, int kv_heads,
+                                  int head_dim) = 0;
+  virtual void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
+                              int kv_heads, int head_dim) = 0;
+  virtual void attention_cached(float* y, float* scratch, const float* q, const float* kcache,
+                                const float* vcache, int m, int first_pos, int capacity,
+                                int heads, int kv_heads, int head_dim) = 0;
+  virtual void swiglu_forward(float* h, const float* g, const float* u, size_t n) = 0;
+  virtual void swiglu_backward(float* dg, float* du, const float* dh, const float* g,
+                               const float* u, size_t n) = 0;
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void accumulate(float* dst, const float* src, size_t n) = 0;  // dst += src
+  virtual void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
+                                              const int32_t* targets, int n, int vocab_local,
+                                              int vocab_begin, float grad_scale,
+                                              const TensorParallelComm* tp) = 0;
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                            const AdamWConfig& config, int64_t step, bool decay) = 0;
+  virtual double sum_of_squares(const float* x, size_t n) = 0;
+  virtual void scale(float* x, size_t n, float factor) = 0;
+};
+
+// The fp32 CPU reference backend.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace cohort::models

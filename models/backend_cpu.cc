@@ -1,0 +1,123 @@
+// CpuBackend: host memory and the fp32 reference ops in models/ops/*.cc.
+#include <cstdlib>
+#include <cstring>
+
+#include "base/check.h"
+#include "models/backend.h"
+#include "models/ops/attention.h"
+#include "models/ops/cross_entropy.h"
+#include "models/ops/embedding.h"
+#include "models/ops/linear.h"
+#include "models/ops/rmsnorm.h"
+#include "models/ops/rope.h"
+#include "models/ops/swiglu.h"
+
+namespace cohort::models {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  void* alloc(size_t bytes) override {
+    // 64-byte alignment for vector loads; at least one byte so pointers differ.
+    const size_t rounded = (bytes + 63) / 64 * 64 + 64;
+    void* p = std::aligned_alloc(64, rounded);
+    COHORT_CHECK_MSG(p != nullptr, "out of host memory allocating {} bytes", bytes);
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void free(void* ptr) override { std::free(ptr); }
+  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* host, size_t bytes) override {
+    std::memmove(dst, host, bytes);
+  }
+  void copy_to_host(void* host, const void* src, size_t bytes) override {
+    std::memmove(host, src, bytes);
+  }
+
+  void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
+                         int vocab_begin, int rows) override {
+    cpu::embedding_forward(out, ids, table, n, dim, vocab_begin, rows);
+  }
+  void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n, int dim,
+                          int vocab_begin, int rows) override {
+    cpu::embedding_backward(dtable, dout, ids, n, dim, vocab_begin, rows);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int n, int dim,
+                       float eps) override {
+    cpu::rmsnorm_forward(out, rstd, x, w, n, dim, eps);
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                        const float* rstd, int n, int dim) override {
+    cpu::rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim);
+  }
+  void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
+                      int out) override {
+    cpu::linear_forward(y, x, w, b, n, in, out);
+  }
+  void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                       const float* w, int n, int in, int out) override {
+    cpu::linear_backward(dx, dw, db, dy, x, w, n, in, out);
+  }
+  void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim,
+                    const float* cos, const float* sin) override {
+    cpu::rope_forward(x, pos, n, heads, head_dim, cos, sin);
+  }
+  void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
+                     const float* cos, const float* sin) override {
+    cpu::rope_backward(dx, pos, n, heads, head_dim, cos, sin);
+  }
+  void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
+                         int B, int T, int heads, int kv_heads, int head_dim) override {
+    cpu::attention_forward(y, probs, q, k, v, B, T, heads, kv_heads, head_dim);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
+                          const float* q, const float* k, const float* v, const float* probs,
+                          int B, int T, int heads, int kv_heads, int head_dim) override {
+    cpu::attention_backward(dq, dk, dv, scratch, dy, q, k, v, probs, B, T, heads, kv_heads,
+                            head_dim);
+  }
+  void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
+                      int kv_heads, int head_dim) override {
+    cpu::kv_cache_write(cache, src, m, first_pos, capacity, kv_heads, head_dim);
+  }
+  void attention_cached(float* y, float* scratch, const float* q, const float* kcache,
+                        const float* vcache, int m, int first_pos, int capacity, int heads,
+                        int kv_heads, int head_dim) override {
+    cpu::attention_cached(y, scratch, q, kcache, vcache, m, first_pos, capacity, heads, kv_heads,
+                          head_dim);
+  }
+  void swiglu_forward(float* h, const float* g, const float* u, size_t n) override {
+    cpu::swiglu_forward(h, g, u, n);
+  }
+  void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
+                       size_t n) override {
+    cpu::swiglu_backward(dg, du, dh, g, u, n);
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    cpu::residual_forward(out, a, b, n);
+  }
+  void accumulate(float* dst, const float* src, size_t n) override {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+  void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
+                                      const int32_t* targets, int n, int vocab_local,
+                                      int vocab_begin, float grad_scale,
+                                      const TensorParallelComm* tp) override {
+    cpu::cross_entropy_forward_backward(losses, logits, scratch, targets, n, vocab_local,
+                                        vocab_begin, grad_scale, tp);
+  }
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                    const AdamWConfig& config, int64_t step, bool decay) override {
+    cpu::adamw_update(params, grads, m, v, n, config, step, decay);
+  }
+  double sum_of_squares(const float* x, size_t n) override { return cpu::sum_of_squares(x, n); }
+  void scale(float* x, size_t n, float factor) override { cpu::scale(x, n, factor); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace cohort::models

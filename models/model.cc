@@ -1,0 +1,265 @@
+// Model construction, buffers, deterministic initialisation and the forward pass.
+#include "models/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "models/activations.h"
+#include "models/ops/cross_entropy.h"
+#include "models/ops/rope.h"
+
+namespace cohort::models {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// A standard normal that depends only on (stream, index): counter-based, so
+// any shard of a tensor can be generated without the rest.
+float counter_normal(uint64_t stream, uint64_t index) {
+  const uint64_t a = splitmix64(stream ^ splitmix64(2 * index));
+  const uint64_t b = splitmix64(stream ^ splitmix64(2 * index + 1));
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
+  const double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+// Index of local element i of p in the global (unsharded) tensor.
+uint64_t global_index(const ParamSpec& p, size_t i) {
+  if (p.shape.size() == 1) return (p.shard_dim == ShardDim::kRows ? p.shard_begin : 0) + i;
+  const uint64_t cols = static_cast<uint64_t>(p.shape[1]);
+  const uint64_t gcols = static_cast<uint64_t>(p.global_shape[1]);
+  uint64_t r = i / cols, c = i % cols;
+  if (p.shard_dim == ShardDim::kRows) r += p.shard_begin;
+  if (p.shard_dim == ShardDim::kCols) c += p.shard_begin;
+  return r * gcols + c;
+}
+
+bool is_norm(const std::string& name) {
+  return name.find("norm") != std::string::npos;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const ShardSpec& shard,
+                                             Backend* backend, TensorParallelComm tp) {
+  COHORT_CHECK(backend != nullptr);
+  COHORT_ASSIGN_OR_RETURN(LocalDims dims, local_dims(config, shard));
+  COHORT_ASSIGN_OR_RETURN(ParamLayout layout, make_param_layout(config, shard));
+  if (shard.tp_size > 1 && !(tp.all_reduce_sum && tp.all_reduce_max && tp.all_gather)) {
+    return invalid_argument("model: tp_size " + std::to_string(shard.tp_size) +
+                            " needs all_reduce_sum, all_reduce_max and all_gather callbacks");
+  }
+  return std::unique_ptr<Model>(
+      new Model(config, shard, dims, std::move(layout), backend, std::move(tp)));
+}
+
+Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,
+             ParamLayout layout, Backend* backend, TensorParallelComm tp)
+    : config_(config), shard_(shard), dims_(dims), layout_(std::move(layout)), backend_(backend),
+      tp_(std::move(tp)), acts_(std::make_unique<Activations>()) {
+  for (const ParamGroup& g : layout_.groups) {
+    params_.push_back(backend_->alloc_floats(g.numel));
+    grads_.push_back(backend_->alloc_floats(g.numel));
+    owned_.push_back(params_.back());
+    owned_.push_back(grads_.back());
+  }
+  const RopeTable table = make_rope_table(config_);
+  rope_cos_ = backend_->alloc_floats(table.cos.size());
+  rope_sin_ = backend_->alloc_floats(table.sin.size());
+  backend_->copy_from_host(rope_cos_, table.cos.data(), table.cos.size() * sizeof(float));
+  backend_->copy_from_host(rope_sin_, table.sin.data(), table.sin.size() * sizeof(float));
+  owned_.push_back(rope_cos_);
+  owned_.push_back(rope_sin_);
+}
+
+Model::~Model() {
+  for (void* p : acts_->training_allocations) backend_->free(p);
+  for (void* p : acts_->infer_allocations) backend_->free(p);
+  for (float* p : owned_) backend_->free(p);
+}
+
+void Model::set_group_buffers(int group, float* params, float* grads) {
+  COHORT_CHECK(group >= 0 && group < num_groups());
+  params_[group] = params;
+  grads_[group] = grads;
+}
+
+void Model::zero_grads() {
+  for (int g = 0; g < num_groups(); ++g) {
+    backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));
+  }
+}
+
+void Model::init_weights(uint64_t seed, float stddev) {
+  std::vector<float> host;
+  for (int g = 0; g < num_groups(); ++g) {
+    const ParamGroup& group = layout_.groups[g];
+    host.assign(group.numel, 0.0f);
+    for (const ParamSpec& p : group.params) {
+      float* dst = host.data() + p.offset;
+      if (is_norm(p.name)) {
+        std::fill(dst, dst + p.numel, 1.0f);
+      } else if (p.shape.size() == 2) {
+        const uint64_t stream = splitmix64(seed) ^ hash_name(p.name);
+        for (size_t i = 0; i < p.numel; ++i) {
+          dst[i] = stddev * counter_normal(stream, global_index(p, i));
+        }
+      }  // biases stay zero, as in HF
+    }
+    backend_->copy_from_host(params_[g], host.data(), host.size() * sizeof(float));
+  }
+}
+
+float* Model::lm_head_weight() const {
+  if (layout_.tied) return params_[ParamLayout::kEmbedGroup];
+  const int head = layout_.head_group();
+  return params_[head] + layout_.groups[head].find("lm_head.weight")->offset;
+}
+
+float* Model::lm_head_grad() const {
+  if (layout_.tied) return grads_[ParamLayout::kEmbedGroup];
+  const int head = layout_.head_group();
+  return grads_[head] + layout_.groups[head].find("lm_head.weight")->offset;
+}
+
+const float* Model::logits() const { return acts_->logits; }
+
+void Model::tp_sum(float* data, size_t n) {
+  if (shard_.tp_size > 1) tp_.all_reduce_sum(data, n);
+}
+
+LossSum Model::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  auto call = [](const std::function<void(int)>& f, int g) {
+    if (f) f(g);
+  };
+  call(hooks_.before_forward, ParamLayout::kEmbedGroup);
+  forward_embedding(tokens, targets, B, T);
+  call(hooks_.after_forward, ParamLayout::kEmbedGroup);
+  for (int l = 0; l < config_.layers; ++l) {
+    call(hooks_.before_forward, layout_.block_group(l));
+    forward_block(l);
+    call(hooks_.after_forward, layout_.block_group(l));
+  }
+  call(hooks_.before_forward, layout_.head_group());
+  LossSum loss = forward_head();
+  call(hooks_.after_forward, layout_.head_group());
+  return loss;
+}
+
+void Model::backward(float grad_scale) {
+  auto call = [](const std::function<void(int)>& f, int g) {
+    if (f) f(g);
+  };
+  call(hooks_.before_backward, layout_.head_group());
+  backward_head(grad_scale);
+  call(hooks_.after_backward, layout_.head_group());
+  for (int l = config_.layers - 1; l >= 0; --l) {
+    call(hooks_.before_backward, layout_.block_group(l));
+    backward_block(l);
+    call(hooks_.after_backward, layout_.block_group(l));
+  }
+  call(hooks_.before_backward, ParamLayout::kEmbedGroup);
+  backward_embedding();
+  call(hooks_.after_backward, ParamLayout::kEmbedGroup);
+}
+
+void Model::forward_embedding(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  COHORT_CHECK_MSG(T <= config_.max_seq, "sequence length {} exceeds max_seq {}", T,
+                   config_.max_seq);
+  ensure_activations(B, T);
+  Activations& a = *acts_;
+  const int N = B * T;
+  a.B = B;
+  a.T = T;
+  a.has_targets = targets != nullptr;
+  for (int i = 0; i < N; ++i) {
+    COHORT_CHECK_MSG(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token {} out of vocab",
+                     tokens[i]);
+  }
+  backend_->copy_from_host(a.tokens, tokens, N * sizeof(int32_t));
+  if (targets) {
+    for (int i = 0; i < N; ++i) {
+      COHORT_CHECK_MSG(targets[i] == kIgnoreIndex || (targets[i] >= 0 && targets[i] < config_.vocab_size),
+                       "target {} out of vocab", targets[i]);
+    }
+    a.host_targets.assign(targets, targets + N);
+    backend_->copy_from_host(a.targets, targets, N * sizeof(int32_t));
+  }
+  host_pos_.resize(N);
+  for (int i = 0; i < N; ++i) host_pos_[i] = i % T;
+  backend_->copy_from_host(a.pos, host_pos_.data(), N * sizeof(int32_t));
+  backend_->embedding_forward(a.res[0], a.tokens, embedding_table(), N, config_.hidden,
+                              dims_.vocab_begin, dims_.vocab);
+  tp_sum(a.res[0], static_cast<size_t>(N) * config_.hidden);
+}
+
+void Model::forward_block(int l) {
+  Activations& a = *acts_;
+  Backend& be = *backend_;
+  const int N = a.B * a.T, H = config_.hidden, D = config_.head_dim;
+  const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
+  const int I = dims_.intermediate;
+  const float eps = config_.rms_eps;
+  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  be.rmsnorm_forward(a.xn1[l], a.rstd1[l], a.res[l], w.attn_norm, N, H, eps);
+  be.linear_forward(a.q[l], a.xn1[l], w.q, w.q_bias, N, H, Qd);
+  be.linear_forward(a.k[l], a.xn1[l], w.k, w.k_bias, N, H, KVd);
+  be.linear_forward(a.v[l], a.xn1[l], w.v, w.v_bias, N, H, KVd);
+  if (config_.qk_norm) {
+    be.rmsnorm_forward(a.qr[l], a.rstd_q[l], a.q[l], w.q_norm, N * hq, D, eps);
+    be.rmsnorm_forward(a.kr[l], a.rstd_k[l], a.k[l], w.k_norm, N * hkv, D, eps);
+  } else {
+    be.copy(a.qr[l], a.q[l], static_cast<size_t>(N) * Qd * sizeof(float));
+    be.copy(a.kr[l], a.k[l], static_cast<size_t>(N) * KVd * sizeof(float));
+  }
+  be.rope_forward(a.qr[l], a.pos, N, hq, D, rope_cos_, rope_sin_);
+  be.rope_forward(a.kr[l], a.pos, N, hkv, D, rope_cos_, rope_sin_);
+  be.attention_forward(a.y[l], a.probs[l], a.qr[l], a.kr[l], a.v[l], a.B, a.T, hq, hkv, D);
+  be.linear_forward(a.tmp, a.y[l], w.o, nullptr, N, Qd, H);
+  tp_sum(a.tmp, static_cast<size_t>(N) * H);
+  be.residual_forward(a.x2[l], a.res[l], a.tmp, static_cast<size_t>(N) * H);
+  be.rmsnorm_forward(a.xn2[l], a.rstd2[l], a.x2[l], w.mlp_norm, N, H, eps);
+  be.linear_forward(a.g[l], a.xn2[l], w.gate, nullptr, N, H, I);
+  be.linear_forward(a.u[l], a.xn2[l], w.up, nullptr, N, H, I);
+  be.swiglu_forward(a.h[l], a.g[l], a.u[l], static_cast<size_t>(N) * I);
+  be.linear_forward(a.tmp, a.h[l], w.down, nullptr, N, I, H);
+  tp_sum(a.tmp, static_cast<size_t>(N) * H);
+  be.residual_forward(a.res[l + 1], a.x2[l], a.tmp, static_cast<size_t>(N) * H);
+}
+
+LossSum Model::forward_head() {
+  Activations& a = *acts_;
+  const int N = a.B * a.T, H = config_.hidden;
+  const float* final_norm = params_[layout_.head_group()];  // model.norm.weight comes first
+  backend_->rmsnorm_forward(a.xnf, a.rstdf, a.res[config_.layers], final_norm, N, H,
+                            config_.rms_eps);
+  backend_->linear_forward(a.logits, a.xnf, lm_head_weight(), nullptr, N, H, dims_.vocab);
+  LossSum loss;
+  if (!a.has_targets) return loss;
+  // Loss only (grad_scale 0): logits stay intact for callers and for backward.
+  backend_->cross_entropy_forward_backward(a.losses, a.logits, a.ce_scratch, a.targets, N,
+                                           dims_.vocab, dims_.vocab_begin, 0.0f,
+                                           shard_.tp_size > 1 ? &tp_ : nullptr);
+  a.host_losses.resize(N);
+  backend_->copy_to_host(a.host_losses.data(), a.losses, N * sizeof(float));
+  for (int i = 0; i < N; ++i) {
+    if (a.host_targets[i] == kIgnoreIndex) continue;
+    loss.sum += a.host_losses[i];
+    loss.count += 1;
+  }
+  return loss;
+}
+
+}  // namespace cohort::models

@@ -1,0 +1,148 @@
+// The decoder-only transformer (Llama / Qwen2 / Qwen3): explicit forward and
+// backward, group by group, over flat parameter buffers.
+//
+// Building. Model::create(config, shard, backend, tp) lays out the parameters
+// (param_layout.h: one flat buffer per group = embedding, each block, head)
+// for tensor-parallel rank shard.tp_rank of shard.tp_size, allocates params and
+// grads through the backend (zeroed), and returns the model. init_weights(seed)
+// fills them deterministically: every element's value depends only on (seed,
+// parameter name, global element index), so a TP shard of a model initialised
+// with seed s equals the same slice of the unsharded model with seed s.
+//
+// Training. forward(tokens, targets, B, T) runs embedding, blocks and head and
+// returns the summed loss and the count of non-ignored targets; backward(scale)
+// then accumulates (+=) d(scale * loss_sum)/dparams into the grad buffers. Pass
+// scale = 1 / (valid targets of the *global* batch) so that micro-batches and
+// data-parallel ranks add up to the global mean exactly. zero_grads() clears.
+// The same steps are public one group at a time (forward_embedding,
+// forward_block(i), forward_head, backward_head, backward_block(i),
+// backward_embedding), and forward()/backward() call ModelHooks around each
+// group: before_forward/after_forward (gather / free sharded params for
+// ZeRO-3, FSDP), before_backward/after_backward (after_backward(g) means group
+// g's grads are complete for this micro-batch: all-reduce or reduce-scatter
+// them). With tied embeddings the head writes embedding grads, so the
+// embedding group's after_backward comes last.
+//
+// Parameter storage may be redirected with set_group_buffers (e.g. to a
+// gathered FSDP buffer); the model then reads and writes there.
+//
+// Tensor parallelism. Pass the TensorParallelComm of the TP group; the model
+// calls it where row-parallel outputs and column-parallel input gradients must
+// be summed (tensor_parallel.h). Logits are vocab-sharded: logits() holds
+// [B*T, vocab_local].
+//
+// Memory. Activations for a (B, T) are allocated on first use and reused; a
+// larger B*T reallocates (warm-up). No allocation happens after that.
+// Errors: shapes and indices are invariants (COHORT_CHECK).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "models/backend.h"
+#include "models/config.h"
+#include "models/ops/cross_entropy.h"  // kIgnoreIndex
+#include "models/param_layout.h"
+#include "models/tensor_parallel.h"
+
+namespace cohort::models {
+
+struct ModelHooks {
+  std::function<void(int group)> before_forward;
+  std::function<void(int group)> after_forward;
+  std::function<void(int group)> before_backward;
+  std::function<void(int group)> after_backward;
+};
+
+struct LossSum {
+  double sum = 0;
+  int64_t count = 0;
+  double mean() const { return count ? sum / static_cast<double>(count) : 0.0; }
+};
+
+class KvCache;
+struct Activations;
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> create(const ModelConfig& config, const ShardSpec& shard,
+                                               Backend* backend, TensorParallelComm tp = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ShardSpec& shard() const { return shard_; }
+  const LocalDims& dims() const { return dims_; }
+  const ParamLayout& layout() const { return layout_; }
+  Backend& backend() const { return *backend_; }
+
+  // Flat buffers, one per layout group (backend memory).
+  int num_groups() const { return static_cast<int>(layout_.groups.size()); }
+  float* params(int group) const { return params_[group]; }
+  float* grads(int group) const { return grads_[group]; }
+  void set_group_buffers(int group, float* params, float* grads);
+  void zero_grads();
+  void init_weights(uint64_t seed, float stddev = 0.02f);
+
+  // Training: the whole pass, with hooks.
+  void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  void backward(float grad_scale);
+
+  // Training: one group at a time. tokens/targets are host pointers
+  // [B*T]; targets may be null for logits only.
+  void forward_embedding(const int32_t* tokens, const int32_t* targets, int B, int T);
+  void forward_block(int layer);
+  LossSum forward_head();
+  void backward_head(float grad_scale);
+  void backward_block(int layer);
+  void backward_embedding();
+  // [B*T, vocab_local] logits of the last forward_head (backend memory).
+  // backward_head overwrites them with their gradient.
+  const float* logits() const;
+
+  // Inference with a KV cache (kv_cache.h). prefill appends n tokens to one
+  // slot; decode appends one token to each of B slots. Both write the
+  // full-vocabulary logits of each sequence's last token to host memory:
+  // [vocab] for prefill, [B, vocab] for decode.
+  void prefill(KvCache& cache, int slot, const int32_t* tokens, int n, float* logits_host);
+  void decode(KvCache& cache, const int* slots, const int32_t* tokens, int B,
+              float* logits_host);
+
+ private:
+  Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,
+        ParamLayout layout, Backend* backend, TensorParallelComm tp);
+  void ensure_activations(int B, int T);
+  void tp_sum(float* data, size_t n);
+  void block_attention_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
+  void block_mlp_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
+  float* embedding_table() const { return params_[ParamLayout::kEmbedGroup]; }
+  float* lm_head_weight() const;
+  float* lm_head_grad() const;
+  struct Segment {
+    int slot, first_pos, count;
+  };
+  void forward_incremental(KvCache& cache, const std::vector<Segment>& segments,
+                           const int32_t* tokens, float* logits_host);
+  void gather_vocab_logits(int rows, float* logits_host);
+
+  ModelConfig config_;
+  ShardSpec shard_;
+  LocalDims dims_;
+  ParamLayout layout_;
+  Backend* backend_;
+  TensorParallelComm tp_;
+  ModelHooks hooks_;
+  std::vector<float*> params_, grads_;
+  std::vector<float*> owned_;  // what this model allocated and frees
+  float* rope_cos_ = nullptr;
+  float* rope_sin_ = nullptr;
+  std::unique_ptr<Activations> acts_;
+  std::vector<float> host_logits_;  // staging for TP gathers and losses
+  std::vector<int32_t> host_pos_;
+};
+
+}  // namespace cohort::models

@@ -1,0 +1,188 @@
+// Incremental inference: prefill and single-token decode over a KV cache.
+// Sequences in one call are "segments" (slot, first position, token count)
+// packed token-major, so ragged batches need no padding.
+#include <algorithm>
+
+#include "base/check.h"
+#include "models/activations.h"
+#include "models/kv_cache.h"
+#include "models/model.h"
+
+namespace cohort::models {
+
+Result<KvCache> KvCache::create(const Model& model, int slots, int capacity) {
+  const ModelConfig& c = model.config();
+  if (slots < 1 || capacity < 1 || capacity > c.max_seq) {
+    return invalid_argument("kv cache: need slots >= 1 and 1 <= capacity <= max_seq (" +
+                            std::to_string(c.max_seq) + "), got slots " + std::to_string(slots) +
+                            ", capacity " + std::to_string(capacity));
+  }
+  KvCache cache;
+  cache.backend_ = &model.backend();
+  cache.slots_ = slots;
+  cache.capacity_ = capacity;
+  cache.layers_ = c.layers;
+  cache.slot_stride_ = static_cast<size_t>(model.dims().kv_heads) * capacity * c.head_dim;
+  for (int l = 0; l < c.layers; ++l) {
+    cache.k_.push_back(cache.backend_->alloc_floats(cache.slot_stride_ * slots));
+    cache.v_.push_back(cache.backend_->alloc_floats(cache.slot_stride_ * slots));
+  }
+  cache.lengths_.assign(slots, 0);
+  return cache;
+}
+
+KvCache::KvCache(KvCache&& o) noexcept
+    : backend_(o.backend_), slots_(o.slots_), capacity_(o.capacity_), layers_(o.layers_),
+      slot_stride_(o.slot_stride_), k_(std::move(o.k_)), v_(std::move(o.v_)),
+      lengths_(std::move(o.lengths_)) {
+  o.k_.clear();
+  o.v_.clear();
+}
+
+KvCache::~KvCache() {
+  for (float* p : k_) backend_->free(p);
+  for (float* p : v_) backend_->free(p);
+}
+
+void KvCache::reset_all() { std::fill(lengths_.begin(), lengths_.end(), 0); }
+float* KvCache::keys(int layer, int slot) const { return k_.at(layer) + slot * slot_stride_; }
+float* KvCache::values(int layer, int slot) const { return v_.at(layer) + slot * slot_stride_; }
+size_t KvCache::bytes() const { return 2 * slot_stride_ * slots_ * layers_ * sizeof(float); }
+
+void Model::prefill(KvCache& cache, int slot, const int32_t* tokens, int n, float* logits_host) {
+  COHORT_CHECK(n >= 1);
+  forward_incremental(cache, {Segment{slot, cache.length(slot), n}}, tokens, logits_host);
+}
+
+void Model::decode(KvCache& cache, const int* slots, const int32_t* tokens, int B,
+                   float* logits_host) {
+  std::vector<Segment> segments;
+  for (int b = 0; b < B; ++b) segments.push_back(Segment{slots[b], cache.length(slots[b]), 1});
+  forward_incremental(cache, segments, tokens, logits_host);
+}
+
+namespace {
+
+void ensure_infer_scratch(Backend* be, Activations& a, const ModelConfig& c, const LocalDims& d,
+                          int tp_size, int n, int rows, int context) {
+  if (n <= a.infer_tokens && rows <= a.infer_rows && context <= a.infer_context) return;
+  for (void* p : a.infer_allocations) be->free(p);
+  a.infer_allocations.clear();
+  n = std::max(n, a.infer_tokens), rows = std::max(rows, a.infer_rows);
+  context = std::max(context, a.infer_context);
+  auto take = [&](size_t count) {
+    float* p = be->alloc_floats(count);
+    a.infer_allocations.push_back(p);
+    return p;
+  };
+  const size_t N = n, H = c.hidden, I = d.intermediate;
+  a.infer_ids = reinterpret_cast<int32_t*>(take(N));
+  a.infer_pos = reinterpret_cast<int32_t*>(take(N));
+  a.ix = take(N * H), a.ixn = take(N * H), a.itmp = take(N * H);
+  a.iq = take(N * d.q_dim()), a.iy = take(N * d.q_dim());
+  a.ik = take(N * d.kv_dim()), a.iv = take(N * d.kv_dim());
+  a.ig = take(N * I), a.iu = take(N * I), a.ih = take(N * I);
+  a.irstd = take(N * d.heads);
+  a.ilast = take(static_cast<size_t>(rows) * H);
+  a.ilogits = take(static_cast<size_t>(rows) * d.vocab);
+  a.igathered = take(static_cast<size_t>(rows) * d.vocab * tp_size);
+  a.iscores = take(context);
+  a.infer_tokens = n, a.infer_rows = rows, a.infer_context = context;
+}
+
+}  // namespace
+
+void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segments,
+                                const int32_t* tokens, float* logits_host) {
+  Activations& a = *acts_;
+  Backend& be = *backend_;
+  int N = 0;
+  host_pos_.clear();
+  for (const Segment& s : segments) {
+    COHORT_CHECK_MSG(s.first_pos + s.count <= cache.capacity(),
+                     "kv cache slot {} full: {} + {} > capacity {}", s.slot, s.first_pos, s.count,
+                     cache.capacity());
+    for (int t = 0; t < s.count; ++t) host_pos_.push_back(s.first_pos + t);
+    N += s.count;
+  }
+  for (int i = 0; i < N; ++i) COHORT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size);
+  ensure_infer_scratch(backend_, a, config_, dims_, shard_.tp_size, N,
+                       static_cast<int>(segments.size()), cache.capacity());
+  const int H = config_.hidden, D = config_.head_dim, I = dims_.intermediate;
+  const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
+  const float eps = config_.rms_eps;
+  const size_t nH = static_cast<size_t>(N) * H;
+  be.copy_from_host(a.infer_ids, tokens, N * sizeof(int32_t));
+  be.copy_from_host(a.infer_pos, host_pos_.data(), N * sizeof(int32_t));
+  be.embedding_forward(a.ix, a.infer_ids, embedding_table(), N, H, dims_.vocab_begin,
+                       dims_.vocab);
+  tp_sum(a.ix, nH);
+  for (int l = 0; l < config_.layers; ++l) {
+    const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+    be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.attn_norm, N, H, eps);
+    be.linear_forward(a.iq, a.ixn, w.q, w.q_bias, N, H, Qd);
+    be.linear_forward(a.ik, a.ixn, w.k, w.k_bias, N, H, KVd);
+    be.linear_forward(a.iv, a.ixn, w.v, w.v_bias, N, H, KVd);
+    if (config_.qk_norm) {  // in place is safe: each row is read before written
+      be.rmsnorm_forward(a.iq, a.irstd, a.iq, w.q_norm, N * hq, D, eps);
+      be.rmsnorm_forward(a.ik, a.irstd, a.ik, w.k_norm, N * hkv, D, eps);
+    }
+    be.rope_forward(a.iq, a.infer_pos, N, hq, D, rope_cos_, rope_sin_);
+    be.rope_forward(a.ik, a.infer_pos, N, hkv, D, rope_cos_, rope_sin_);
+    int off = 0;
+    for (const Segment& s : segments) {
+      const int cap = cache.capacity();
+      be.kv_cache_write(cache.keys(l, s.slot), a.ik + static_cast<size_t>(off) * KVd, s.count,
+                        s.first_pos, cap, hkv, D);
+      be.kv_cache_write(cache.values(l, s.slot), a.iv + static_cast<size_t>(off) * KVd, s.count,
+                        s.first_pos, cap, hkv, D);
+      be.attention_cached(a.iy + static_cast<size_t>(off) * Qd, a.iscores,
+                          a.iq + static_cast<size_t>(off) * Qd, cache.keys(l, s.slot),
+                          cache.values(l, s.slot), s.count, s.first_pos, cap, hq, hkv, D);
+      off += s.count;
+    }
+    be.linear_forward(a.itmp, a.iy, w.o, nullptr, N, Qd, H);
+    tp_sum(a.itmp, nH);
+    be.residual_forward(a.ix, a.ix, a.itmp, nH);
+    be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.mlp_norm, N, H, eps);
+    be.linear_forward(a.ig, a.ixn, w.gate, nullptr, N, H, I);
+    be.linear_forward(a.iu, a.ixn, w.up, nullptr, N, H, I);
+    be.swiglu_forward(a.ih, a.ig, a.iu, static_cast<size_t>(N) * I);
+    be.linear_forward(a.itmp, a.ih, w.down, nullptr, N, I, H);
+    tp_sum(a.itmp, nH);
+    be.residual_forward(a.ix, a.ix, a.itmp, nH);
+  }
+  int off = 0, row = 0;
+  for (const Segment& s : segments) {
+    off += s.count;
+    be.copy(a.ilast + static_cast<size_t>(row++) * H, a.ix + static_cast<size_t>(off - 1) * H,
+            H * sizeof(float));
+    cache.lengths_[s.slot] = s.first_pos + s.count;
+  }
+  const int rows = static_cast<int>(segments.size());
+  be.rmsnorm_forward(a.ilast, a.irstd, a.ilast, params_[layout_.head_group()], rows, H, eps);
+  be.linear_forward(a.ilogits, a.ilast, lm_head_weight(), nullptr, rows, H, dims_.vocab);
+  gather_vocab_logits(rows, logits_host);
+}
+
+// Local logits [rows, V_local] -> host [rows, V]: TP ranks hold column blocks.
+void Model::gather_vocab_logits(int rows, float* logits_host) {
+  Activations& a = *acts_;
+  const size_t Vl = dims_.vocab, local = static_cast<size_t>(rows) * Vl;
+  if (shard_.tp_size == 1) {
+    backend_->copy_to_host(logits_host, a.ilogits, local * sizeof(float));
+    return;
+  }
+  tp_.all_gather(a.ilogits, a.igathered, local);
+  host_logits_.resize(local * shard_.tp_size);
+  backend_->copy_to_host(host_logits_.data(), a.igathered, host_logits_.size() * sizeof(float));
+  const size_t V = static_cast<size_t>(config_.vocab_size);
+  for (int r = 0; r < shard_.tp_size; ++r) {
+    for (int i = 0; i < rows; ++i) {
+      const float* src = host_logits_.data() + r * local + i * Vl;
+      std::copy(src, src + Vl, logits_host + i * V + r * Vl);
+    }
+  }
+}
+
+}  // namespace cohort::models

@@ -1,0 +1,80 @@
+// Activation arenas: sized at warm-up for the largest (B, T) seen, reused after.
+#include "base/check.h"
+#include "models/activations.h"
+#include "models/model.h"
+
+namespace cohort::models {
+namespace {
+
+// Hands out consecutive slices of one backend allocation.
+class Arena {
+ public:
+  explicit Arena(Backend* backend) : backend_(backend) {}
+  // First pass counts, second pass carves: call plan() with counting=true,
+  // then allocate(), then plan() again with counting=false.
+  float* take(size_t n) {
+    n = (n + 15) / 16 * 16;  // keep every slice 64-byte aligned
+    float* p = base_ ? base_ + used_ : nullptr;
+    used_ += n;
+    return p;
+  }
+  int32_t* take_i32(size_t n) { return reinterpret_cast<int32_t*>(take(n)); }
+  void* allocate() {
+    base_ = backend_->alloc_floats(used_);
+    used_ = 0;
+    return base_;
+  }
+
+ private:
+  Backend* backend_;
+  float* base_ = nullptr;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+void Model::ensure_activations(int B, int T) {
+  Activations& a = *acts_;
+  const int N = B * T;
+  if (N <= a.capacity_tokens && T <= a.capacity_seq) {  // probs B*T*T = N*T fit too
+    return;
+  }
+  for (void* p : a.training_allocations) backend_->free(p);
+  a.training_allocations.clear();
+  const size_t n = static_cast<size_t>(N), H = config_.hidden, L = config_.layers;
+  const size_t Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate,
+               V = dims_.vocab, hq = dims_.heads, hkv = dims_.kv_heads;
+  const size_t probs = static_cast<size_t>(B) * hq * T * T;
+  Arena arena(backend_);
+  auto plan = [&] {
+    a.tokens = arena.take_i32(n);
+    a.targets = arena.take_i32(n);
+    a.pos = arena.take_i32(n);
+    a.res.assign(L + 1, nullptr);
+    for (auto& p : a.res) p = arena.take(n * H);
+    auto per_layer = [&](std::vector<float*>& v, size_t count) {
+      v.assign(L, nullptr);
+      for (auto& p : v) p = arena.take(count);
+    };
+    per_layer(a.xn1, n * H), per_layer(a.rstd1, n), per_layer(a.q, n * Qd);
+    per_layer(a.k, n * KVd), per_layer(a.v, n * KVd), per_layer(a.rstd_q, n * hq);
+    per_layer(a.rstd_k, n * hkv), per_layer(a.qr, n * Qd), per_layer(a.kr, n * KVd);
+    per_layer(a.probs, probs), per_layer(a.y, n * Qd), per_layer(a.x2, n * H);
+    per_layer(a.xn2, n * H), per_layer(a.rstd2, n), per_layer(a.g, n * I);
+    per_layer(a.u, n * I), per_layer(a.h, n * I);
+    a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(n * V);
+    a.losses = arena.take(n), a.ce_scratch = arena.take(3 * n);
+    a.dres = arena.take(n * H), a.dtmp = arena.take(n * H), a.tmp = arena.take(n * H);
+    a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
+    a.dv = arena.take(n * KVd), a.dk_lin = arena.take(n * KVd), a.dg = arena.take(n * I);
+    a.du = arena.take(n * I), a.dh = arena.take(n * I);
+    a.dscores = arena.take(static_cast<size_t>(T) * T);
+  };
+  plan();
+  a.training_allocations.push_back(arena.allocate());
+  plan();
+  a.capacity_tokens = N;
+  a.capacity_seq = T;
+}
+
+}  // namespace cohort::models

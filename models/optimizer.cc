@@ -1,0 +1,61 @@
+// AdamW over flat parameter groups.
+#include "models/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cohort::models {
+
+void adamw_update_range(Backend& backend, const ParamGroup& group, size_t begin, size_t end,
+                        float* params, const float* grads, float* m, float* v,
+                        const AdamWConfig& config, int64_t step) {
+  for (const ParamSpec& p : group.params) {
+    const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo >= hi) continue;
+    const size_t at = lo - begin;
+    backend.adamw_update(params + at, grads + at, m + at, v + at, hi - lo, config, step,
+                         p.weight_decay);
+  }
+}
+
+AdamW::AdamW(Model& model, const AdamWConfig& config) : model_(model), config_(config) {
+  for (const ParamGroup& g : model_.layout().groups) {
+    m_.push_back(model_.backend().alloc_floats(g.numel));
+    v_.push_back(model_.backend().alloc_floats(g.numel));
+  }
+}
+
+AdamW::~AdamW() {
+  for (float* p : m_) model_.backend().free(p);
+  for (float* p : v_) model_.backend().free(p);
+}
+
+double AdamW::grad_norm() const {
+  double sum = 0;
+  for (int g = 0; g < model_.num_groups(); ++g) {
+    sum += model_.backend().sum_of_squares(model_.grads(g), model_.layout().groups[g].numel);
+  }
+  return std::sqrt(sum);
+}
+
+double AdamW::clip_grad_norm(float max_norm) {
+  const double norm = grad_norm();
+  const float coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0f) {
+    for (int g = 0; g < model_.num_groups(); ++g) {
+      model_.backend().scale(model_.grads(g), model_.layout().groups[g].numel, coef);
+    }
+  }
+  return norm;
+}
+
+void AdamW::step() {
+  ++step_;
+  for (int g = 0; g < model_.num_groups(); ++g) {
+    const ParamGroup& group = model_.layout().groups[g];
+    adamw_update_range(model_.backend(), group, 0, group.numel, model_.params(g),
+                       model_.grads(g), m_[g], v_[g], config_, step_);
+  }
+}
+
+}  // namespace cohort::models

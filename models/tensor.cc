@@ -1,0 +1,143 @@
+// Tensor views and the float conversions used by safetensors I/O.
+#include "models/tensor.h"
+
+#include <cmath>
+
+#include "base/check.h"
+
+namespace cohort::models {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kI32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kI32: return "I32";
+  }
+  return "?";
+}
+
+Result<DType> parse_dtype(const std::string& name) {
+  if (name == "F32" || name == "float32" || name == "f32") return DType::kF32;
+  if (name == "BF16" || name == "bfloat16" || name == "bf16") return DType::kBF16;
+  if (name == "F16" || name == "float16" || name == "f16") return DType::kF16;
+  if (name == "I32" || name == "int32" || name == "i32") return DType::kI32;
+  return invalid_argument("unsupported dtype '" + name + "' (use F32, BF16, F16 or I32)");
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+float* Tensor::f32() const {
+  COHORT_CHECK(dtype == DType::kF32);
+  return static_cast<float*>(data);
+}
+
+int32_t* Tensor::i32() const {
+  COHORT_CHECK(dtype == DType::kI32);
+  return static_cast<int32_t*>(data);
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  COHORT_CHECK(!shape.empty() && begin >= 0 && begin <= end && end <= shape[0]);
+  Tensor out = *this;
+  const int64_t row = shape[0] == 0 ? 0 : numel() / shape[0];
+  out.data = static_cast<char*>(data) + begin * row * dtype_size(dtype);
+  out.shape[0] = end - begin;
+  return out;
+}
+
+Tensor view_f32(float* data, std::vector<int64_t> shape, Device device) {
+  return Tensor{data, std::move(shape), DType::kF32, device};
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+uint16_t f32_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float bf16_to_f32(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+uint16_t f32_to_f16(float value) {
+  _Float16 h = static_cast<_Float16>(value);  // the compiler rounds to nearest even
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+float f16_to_f32(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n) {
+  switch (src_dtype) {
+    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kI32: {
+      const auto* s = static_cast<const int32_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+  }
+}
+
+void convert_from_f32(void* dst, DType dst_dtype, const float* src, size_t n) {
+  switch (dst_dtype) {
+    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(std::lround(src[i]));
+      return;
+    }
+  }
+}
+
+}  // namespace cohort::models
