@@ -80,8 +80,8 @@ class ProcessHandle {
 
 // Thread-safe: spawn may be called from any thread, including from inside
 // on_line/on_exit. Callbacks of the POSIX launcher run on its one event
-// thread, one at a time, so they must be quick and must not wait for another
-// process's exit.
+// thread, one at a time, so they must be quick, must not wait for another
+// process's exit, and must not destroy the launcher.
 class ProcessLauncher {
  public:
   virtual ~ProcessLauncher() = default;
