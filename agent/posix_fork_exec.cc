@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -85,6 +86,28 @@ cohort::Result<std::string> resolve_program(const SpawnOptions& options) {
   _exit(127);
 }
 
+// Blocks until the child has exec'ed (the pipe closes: nullopt) or failed.
+std::optional<ChildFailure> read_child_failure(int fd) {
+  ChildFailure failure;
+  ssize_t n;
+  do {
+    n = read(fd, &failure, sizeof failure);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof failure)) return failure;
+  return std::nullopt;
+}
+
+cohort::Status describe_failure(const SpawnOptions& options, const std::string& path,
+                                const ChildFailure& failure) {
+  const std::string& program = options.argv[0];
+  if (failure.stage == ChildStage::kChdir) {
+    return io_error(fmt::format("cannot run '{}': working directory '{}': {}", program,
+                                options.working_dir, strerror(failure.error)));
+  }
+  std::string resolved = path == program ? "" : " (" + path + ")";
+  return io_error(fmt::format("cannot run '{}'{}: {}", program, resolved, strerror(failure.error)));
+}
+
 }  // namespace
 
 cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options) {
@@ -133,23 +156,14 @@ cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options) {
   close_fd(failure[1]);
   close_fd(devnull);
 
-  ChildFailure child_failure;
-  ssize_t n;
-  do {
-    n = read(failure[0], &child_failure, sizeof child_failure);
-  } while (n < 0 && errno == EINTR);
+  std::optional<ChildFailure> child_failure = read_child_failure(failure[0]);
   close_fd(failure[0]);
-  if (n > 0) {
+  if (child_failure) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     close_all();
-    if (child_failure.stage == ChildStage::kChdir) {
-      return io_error(fmt::format("cannot run '{}': working directory '{}': {}", options.argv[0],
-                                  options.working_dir, strerror(child_failure.error)));
-    }
-    return io_error(fmt::format("cannot run '{}' ({}): {}", options.argv[0], path,
-                                strerror(child_failure.error)));
+    return describe_failure(options, path, *child_failure);
   }
   fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
   fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);

@@ -47,7 +47,7 @@ class PosixProcess final : public ProcessHandle {
     pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
   }
   ~PosixProcess() override {
-    for (auto& s : streams_) close_stream(s, /*deliver=*/false);
+    for (auto& s : streams_) close_stream(s, /*deliver_partial=*/false);
     if (pidfd_ >= 0) close(pidfd_);
   }
 
@@ -221,7 +221,7 @@ void PosixProcess::finish(const ExitStatus& status, bool call_back) {
     if (call_back) {
       read_stream(s);
     } else {
-      close_stream(s, false);
+      close_stream(s, /*deliver_partial=*/false);
     }
   }
   if (call_back && options_.on_exit) options_.on_exit(status);

@@ -1,0 +1,302 @@
+// Supervisor: launching, watching and stopping a node's workers.
+#include "agent/supervisor.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/launch_env.h"
+
+namespace cohort::agent {
+
+namespace fs = std::filesystem;
+
+const char* to_string(WorkerState state) {
+  switch (state) {
+    case WorkerState::kRunning: return "running";
+    case WorkerState::kStopping: return "stopping";
+    case WorkerState::kExited: return "exited";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr size_t kRootCauseLines = 20;
+
+std::chrono::milliseconds grace_of(const protocol::JobControl& job) {
+  return std::chrono::milliseconds(int64_t(std::max(0.0, job.stop_grace_s) * 1000));
+}
+
+int64_t mtime_ns(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+Status write_file_atomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) return io_error("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return io_error("cannot rename " + tmp.string() + ": " + ec.message());
+  return Status::ok();
+}
+
+}  // namespace
+
+Supervisor::Supervisor(boost::asio::io_context& io, ProcessLauncher& launcher, const Clock& clock,
+                       SupervisorOptions options, StoreForward forward, SupervisorSink sink)
+    : io_(io), launcher_(launcher), clock_(clock), options_(std::move(options)),
+      forward_(std::move(forward)), sink_(std::move(sink)) {}
+
+Supervisor::~Supervisor() { *alive_ = false; }
+
+void Supervisor::report_failure(const protocol::LaunchOrder& order, int rank,
+                                const std::string& why) {
+  protocol::WorkerExit exit;
+  exit.job_id = order.job_id;
+  exit.attempt = order.attempt;
+  exit.node = options_.node;
+  exit.rank = rank;
+  exit.exit_code = 127;
+  exit.failure = why;
+  exit.last_lines = {why};
+  sink_.exit(std::move(exit));
+}
+
+Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchOrder& order) const {
+  const auto& job = order.job;
+  if (job.kind == "command") {
+    if (job.argv.empty()) return invalid_argument("the command job has an empty command.argv");
+    return job.argv;
+  }
+  const std::string& binary = options_.worker_binary;
+  if (binary.empty() || ::access(binary.c_str(), X_OK) != 0) {
+    return failed_precondition(
+        "kind = \"" + job.kind + "\" runs the built-in worker cohort-worker, which is not built" +
+        (binary.empty() ? std::string() : " (looked for " + binary + ")") +
+        ": build it with `cmake --build build --target cohort-worker`, or run your own program "
+        "with kind = \"command\"");
+  }
+  // The resolved job file: what every rank of every attempt reads.
+  fs::path path = fs::path(job.output_dir) / "job.resolved.toml";
+  COHORT_RETURN_IF_ERROR(write_file_atomically(path, job.job_toml));
+  return std::vector<std::string>{binary, path.string()};
+}
+
+Status Supervisor::start_group(Group& group) {
+  const auto& order = group.order;
+  std::error_code ec;
+  fs::create_directories(order.job.output_dir, ec);
+  if (ec) return io_error("cannot create output_dir " + order.job.output_dir + ": " + ec.message());
+  COHORT_ASSIGN_OR_RETURN(auto logs, WorkerLogWriter::open(order.job.output_dir, order.attempt));
+  group.logs = std::move(logs);
+  COHORT_ASSIGN_OR_RETURN(group.store, StoreProxy::start(order.job_id, order.attempt, forward_,
+                                                         options_.store_host));
+  fs::path progress_dir = fs::path(order.job.output_dir) / "progress" /
+                          ("attempt-" + std::to_string(order.attempt));
+  fs::create_directories(progress_dir, ec);
+  if (ec) return io_error("cannot create " + progress_dir.string() + ": " + ec.message());
+  int local = int(order.gpu_indices.size());
+  if (local != order.job.gpus_per_node) {
+    return invalid_argument("launch order gives " + std::to_string(local) + " GPUs for " +
+                            std::to_string(order.job.gpus_per_node) + " workers per node");
+  }
+  for (int l = 0; l < local; ++l) {
+    Worker w;
+    w.local_rank = l;
+    w.rank = order.node_rank * order.job.gpus_per_node + l;
+    w.progress_file = (progress_dir / ("rank-" + std::to_string(w.rank))).string();
+    w.last_progress = clock_.now();
+    group.workers.push_back(std::move(w));
+  }
+  return Status::ok();
+}
+
+void Supervisor::launch(const protocol::LaunchOrder& order) {
+  Key key{order.job_id, order.attempt};
+  if (groups_.count(key)) return;
+  Group& group = groups_[key];
+  group.order = order;
+  Status started = start_group(group);
+  auto argv = worker_argv(order);
+  if (!started || !argv) {
+    std::string why = !started ? started.message() : argv.status().message();
+    spdlog::error("job {} attempt {}: cannot launch: {}", order.job_id, order.attempt, why);
+    int first = order.node_rank * order.job.gpus_per_node;
+    for (int l = 0; l < order.job.gpus_per_node; ++l) report_failure(order, first + l, why);
+    groups_.erase(key);
+    return;
+  }
+  spdlog::info("job {} attempt {}: starting ranks {}..{} (node rank {})", order.job_id,
+               order.attempt, group.workers.front().rank, group.workers.back().rank,
+               order.node_rank);
+  for (auto& worker : group.workers) spawn_worker(key, group, worker, *argv);
+  drop_if_done(key);
+}
+
+void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
+                              const std::vector<std::string>& argv) {
+  const auto& order = group.order;
+  LaunchContext ctx;
+  ctx.job_id = order.job_id;
+  ctx.attempt = order.attempt;
+  ctx.restart_count = order.restart_count;
+  ctx.max_restarts = order.job.max_restarts;
+  ctx.run_id = order.job_id;
+  ctx.rank = worker.rank;
+  ctx.world_size = order.world_size;
+  ctx.local_rank = worker.local_rank;
+  ctx.local_world_size = order.job.gpus_per_node;
+  ctx.node_rank = order.node_rank;
+  ctx.num_nodes = order.num_nodes;
+  ctx.master_addr = order.master_addr;
+  ctx.master_port = order.master_port;
+  ctx.store_endpoint = group.store->address();
+  ctx.progress_file = worker.progress_file;
+  if (!options_.cpu_slots) ctx.gpu_indices = order.gpu_indices;
+  ctx.devices = order.job.devices == "own" ? jobs::DeviceVisibility::kOwn
+                                           : jobs::DeviceVisibility::kNode;
+  ctx.job_env = order.job.env;
+  ctx.inherited_env = current_environment();
+  if (auto s = validate_launch_context(ctx); !s) {
+    worker.state = WorkerState::kExited;
+    return report_failure(order, worker.rank, "bad launch order: " + s.message());
+  }
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.env = build_worker_env(ctx);
+  spawn.working_dir = order.job.working_dir;
+  std::weak_ptr<bool> alive = alive_;
+  auto logs = group.logs;
+  int rank = worker.rank;
+  int attempt = order.attempt;
+  std::string job_id = order.job_id;
+  // Launcher thread: the file write happens there (thread-safe, and it keeps
+  // the line even if the agent's loop is busy); forwarding hops to the loop.
+  spawn.on_line = [this, alive, logs, rank, attempt, job_id](OutputStream, std::string_view line) {
+    (void)logs->write_line(rank, line);
+    boost::asio::post(io_, [this, alive, job_id, l = protocol::LogLine{0, attempt, rank, std::string(line)}] {
+      if (alive.lock()) sink_.line(job_id, l);
+    });
+  };
+  spawn.on_exit = [this, alive, key, rank](const ExitStatus& status) {
+    boost::asio::post(io_, [this, alive, key, rank, status] {
+      if (alive.lock()) on_exit(key, rank, status);
+    });
+  };
+  auto handle = launcher_.spawn(std::move(spawn));
+  if (!handle) {
+    worker.state = WorkerState::kExited;
+    std::string why = "rank " + std::to_string(rank) + " could not start: " + handle.status().message();
+    (void)logs->write_line(rank, why);
+    return report_failure(order, rank, why);
+  }
+  worker.handle = *handle;
+}
+
+void Supervisor::on_exit(const Key& key, int rank, ExitStatus status) {
+  auto it = groups_.find(key);
+  if (it == groups_.end()) return;
+  Group& group = it->second;
+  for (auto& w : group.workers) {
+    if (w.rank != rank || w.state == WorkerState::kExited) continue;
+    protocol::WorkerExit exit;
+    exit.job_id = key.first;
+    exit.attempt = key.second;
+    exit.node = options_.node;
+    exit.rank = rank;
+    exit.exit_code = status.exit_code;
+    exit.signal = status.signal;
+    exit.stopped = w.state == WorkerState::kStopping && w.failure.empty();
+    exit.failure = w.failure;
+    exit.last_lines = group.logs->last_lines(rank, kRootCauseLines);
+    w.state = WorkerState::kExited;
+    spdlog::info("job {} attempt {} rank {}: {}{}", key.first, key.second, rank, status.describe(),
+                 exit.stopped ? " (stopped)" : "");
+    sink_.exit(std::move(exit));
+  }
+  drop_if_done(key);
+}
+
+void Supervisor::drop_if_done(const Key& key) {
+  auto it = groups_.find(key);
+  if (it == groups_.end()) return;
+  for (const auto& w : it->second.workers) {
+    if (w.state != WorkerState::kExited) return;
+  }
+  groups_.erase(it);  // closes the store proxy and the log files
+}
+
+void Supervisor::stop_worker(const Group& group, Worker& worker) {
+  if (worker.state == WorkerState::kExited || !worker.handle) return;
+  worker.state = WorkerState::kStopping;
+  worker.handle->stop(grace_of(group.order.job));
+}
+
+void Supervisor::stop(const std::string& job_id, int attempt, const std::string& reason) {
+  for (auto& [key, group] : groups_) {
+    if (key.first != job_id || (attempt >= 0 && key.second != attempt)) continue;
+    spdlog::info("job {} attempt {}: stopping workers ({})", key.first, key.second, reason);
+    for (auto& w : group.workers) {
+      if (w.state == WorkerState::kRunning) stop_worker(group, w);
+    }
+  }
+}
+
+void Supervisor::stop_all(const std::string& reason) {
+  std::vector<Key> keys;
+  for (const auto& [key, group] : groups_) keys.push_back(key);
+  for (const auto& key : keys) stop(key.first, key.second, reason);
+}
+
+void Supervisor::check_progress() {
+  auto now = clock_.now();
+  for (auto& [key, group] : groups_) {
+    double hang_s = group.order.job.hang_timeout_s;
+    if (hang_s <= 0) continue;
+    auto limit = std::chrono::duration<double>(hang_s);
+    for (auto& w : group.workers) {
+      if (w.state != WorkerState::kRunning) continue;
+      int64_t m = mtime_ns(w.progress_file);
+      if (m != w.progress_mtime_ns) {
+        w.progress_mtime_ns = m;
+        w.last_progress = now;
+        continue;
+      }
+      if (now - w.last_progress <= limit) continue;
+      w.failure = "hung: no progress report for " + std::to_string(int(hang_s)) +
+                  " s (hang_timeout; workers report progress by touching $COHORT_PROGRESS_FILE)";
+      spdlog::warn("job {} attempt {} rank {}: {}", key.first, key.second, w.rank, w.failure);
+      (void)group.logs->write_line(w.rank, "cohort: " + w.failure);
+      stop_worker(group, w);
+    }
+  }
+}
+
+std::vector<protocol::RunningWorker> Supervisor::running() const {
+  std::vector<protocol::RunningWorker> out;
+  for (const auto& [key, group] : groups_) {
+    for (const auto& w : group.workers) {
+      if (w.state != WorkerState::kExited && w.handle) {
+        out.push_back({key.first, key.second, w.rank, w.handle->pid()});
+      }
+    }
+  }
+  return out;
+}
+
+size_t Supervisor::live_workers() const { return running().size(); }
+
+}  // namespace cohort::agent

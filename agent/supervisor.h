@@ -1,0 +1,106 @@
+// Supervisor: the workers of every job attempt running on this node.
+//
+// For each launch order it opens the attempt's log files, starts a store
+// proxy, builds each worker's environment (launch_env.h) and spawns one
+// process per local rank through the injected ProcessLauncher. It reports
+// every line (to the log files at once, and to the agent for forwarding) and
+// every exit, and detects hangs through COHORT_PROGRESS_FILE.
+//
+// Worker states and transitions:
+//   kRunning  --exits on its own-->            kExited  (reported as is)
+//   kRunning  --stop order / hang / shutdown--> kStopping (SIGTERM to its
+//             group, SIGKILL after stop_grace) --exits--> kExited
+// A worker that hung is reported as failed ("no progress for …") even though
+// the supervisor stopped it; one stopped on order is reported as stopped.
+//
+// Threading: every method runs on the agent's io_context thread; launcher
+// callbacks are posted there. Reports (Sink) are called on that thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "agent/process_launcher.h"
+#include "agent/store_proxy.h"
+#include "agent/worker_logs.h"
+#include "base/clock.h"
+#include "protocol/messages.h"
+
+namespace cohort::agent {
+
+enum class WorkerState { kRunning, kStopping, kExited };
+const char* to_string(WorkerState state);
+
+struct SupervisorOptions {
+  std::string node;           // this node's name, in reports
+  std::string worker_binary;  // cohort-worker, for train and infer jobs
+  bool cpu_slots = false;     // the node's "GPUs" are CPU slots: no CUDA_VISIBLE_DEVICES
+  std::string store_host = "127.0.0.1";
+};
+
+struct SupervisorSink {
+  std::function<void(const std::string& job_id, protocol::LogLine line)> line;
+  std::function<void(protocol::WorkerExit exit)> exit;
+};
+
+class Supervisor {
+ public:
+  Supervisor(boost::asio::io_context& io, ProcessLauncher& launcher, const Clock& clock,
+             SupervisorOptions options, StoreForward forward, SupervisorSink sink);
+  ~Supervisor();
+
+  // Starts the order's workers (a repeated order is ignored). Failures are
+  // reported as worker exits naming the cause, never returned.
+  void launch(const protocol::LaunchOrder& order);
+  // Stops the workers of one attempt (attempt -1: every attempt of the job).
+  void stop(const std::string& job_id, int attempt, const std::string& reason);
+  void stop_all(const std::string& reason);
+  // Hang detection: call periodically.
+  void check_progress();
+
+  std::vector<protocol::RunningWorker> running() const;
+  size_t live_workers() const;
+
+ private:
+  struct Worker {
+    int rank = 0;
+    int local_rank = 0;
+    WorkerState state = WorkerState::kRunning;
+    std::shared_ptr<ProcessHandle> handle;
+    std::string progress_file;
+    int64_t progress_mtime_ns = -1;
+    Clock::TimePoint last_progress{};
+    std::string failure;  // set when the supervisor ended it for a fault
+  };
+  struct Group {
+    protocol::LaunchOrder order;
+    std::shared_ptr<WorkerLogWriter> logs;
+    std::unique_ptr<StoreProxy> store;
+    std::vector<Worker> workers;
+  };
+  using Key = std::pair<std::string, int>;  // job id, attempt
+
+  Status start_group(Group& group);
+  Result<std::vector<std::string>> worker_argv(const protocol::LaunchOrder& order) const;
+  void spawn_worker(const Key& key, Group& group, Worker& worker, const std::vector<std::string>& argv);
+  void on_exit(const Key& key, int rank, ExitStatus status);
+  void report_failure(const protocol::LaunchOrder& order, int rank, const std::string& why);
+  void stop_worker(const Group& group, Worker& worker);
+  void drop_if_done(const Key& key);
+
+  boost::asio::io_context& io_;
+  ProcessLauncher& launcher_;
+  const Clock& clock_;
+  SupervisorOptions options_;
+  StoreForward forward_;
+  SupervisorSink sink_;
+  std::map<Key, Group> groups_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace cohort::agent
