@@ -1,0 +1,176 @@
+// config.json and HF-named safetensors for the decoder.
+#include "models/hf.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "models/safetensors.h"
+
+namespace cohort::models {
+namespace {
+
+using nlohmann::json;
+
+Status parse_rope_scaling(const json& j, ModelConfig* c) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return Status::ok();
+  const json& r = j["rope_scaling"];
+  const std::string type = r.value("rope_type", r.value("type", std::string("default")));
+  if (type == "default") return Status::ok();
+  if (type != "llama3") {
+    return invalid_argument("config.json: rope_scaling type '" + type +
+                            "' is not supported (default and llama3 are)");
+  }
+  c->rope_scaling.enabled = true;
+  c->rope_scaling.factor = r.value("factor", 8.0f);
+  c->rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0f);
+  c->rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0f);
+  c->rope_scaling.original_max_position = r.value("original_max_position_embeddings", 8192);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
+  ModelConfig c;
+  try {
+    const json j = json::parse(text);
+    c.model_type = j.at("model_type").get<std::string>();
+    if (c.model_type != "qwen3" && c.model_type != "qwen2" && c.model_type != "llama") {
+      return invalid_argument("config.json: model_type '" + c.model_type +
+                              "' is not supported (qwen3, qwen2, llama are)");
+    }
+    if (j.value("hidden_act", std::string("silu")) != "silu") {
+      return invalid_argument("config.json: hidden_act must be silu");
+    }
+    if (j.value("mlp_bias", false)) return invalid_argument("config.json: mlp_bias unsupported");
+    c.vocab_size = j.at("vocab_size").get<int>();
+    c.hidden = j.at("hidden_size").get<int>();
+    c.layers = j.at("num_hidden_layers").get<int>();
+    c.heads = j.at("num_attention_heads").get<int>();
+    c.kv_heads = j.value("num_key_value_heads", c.heads);
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int>()
+                                                                    : c.hidden / c.heads;
+    c.intermediate = j.at("intermediate_size").get<int>();
+    c.rope_theta = j.value("rope_theta", 10000.0f);
+    c.rms_eps = j.value("rms_norm_eps", 1e-6f);
+    c.tie_embeddings = j.value("tie_word_embeddings", false);
+    c.qk_norm = c.model_type == "qwen3";
+    c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
+    c.max_seq = std::min(j.value("max_position_embeddings", max_seq_cap), max_seq_cap);
+    COHORT_RETURN_IF_ERROR(parse_rope_scaling(j, &c));
+  } catch (const json::exception& e) {
+    return invalid_argument(std::string("config.json: ") + e.what());
+  }
+  COHORT_RETURN_IF_ERROR(c.validate().with_context("config.json"));
+  return c;
+}
+
+Result<ModelConfig> load_hf_config(const std::string& path, int max_seq_cap) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
+  std::ifstream in(file);
+  if (!in) return not_found("cannot read " + file.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto config = parse_hf_config(ss.str(), max_seq_cap);
+  if (!config.is_ok()) return config.status().with_context(file.string());
+  return config;
+}
+
+std::string hf_config_json(const ModelConfig& c, DType dtype) {
+  const char* arch = c.model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                     : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                               : "LlamaForCausalLM";
+  json j = {{"architectures", {arch}},
+            {"model_type", c.model_type},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"head_dim", c.head_dim},
+            {"intermediate_size", c.intermediate},
+            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", c.rms_eps},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"max_position_embeddings", c.max_seq},
+            {"hidden_act", "silu"},
+            {"attention_bias", c.attention_bias},
+            {"torch_dtype", dtype == DType::kF32 ? "float32"
+                            : dtype == DType::kF16 ? "float16" : "bfloat16"}};
+  if (c.rope_scaling.enabled) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_scaling.factor},
+                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings",
+                          c.rope_scaling.original_max_position}};
+  }
+  return j.dump(2) + "\n";
+}
+
+Status load_hf_weights(Model& model, const std::string& dir) {
+  COHORT_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::open(dir));
+  std::vector<float> host;
+  for (int g = 0; g < model.num_groups(); ++g) {
+    const ParamGroup& group = model.layout().groups[g];
+    host.assign(group.numel, 0.0f);
+    for (const ParamSpec& p : group.params) {
+      COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
+      const SafetensorsInfo* info = file->find(p.name);
+      if (info->shape != p.global_shape) {
+        return invalid_argument(dir + ": " + p.name + " has shape " + shape_string(info->shape) +
+                                ", config.json implies " + shape_string(p.global_shape));
+      }
+      float* dst = host.data() + p.offset;
+      const int64_t len = p.shape[p.shard_dim == ShardDim::kCols ? 1 : 0];
+      switch (p.shard_dim) {
+        case ShardDim::kReplicated: COHORT_RETURN_IF_ERROR(file->read_f32(p.name, dst)); break;
+        case ShardDim::kRows:
+          COHORT_RETURN_IF_ERROR(file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
+          break;
+        case ShardDim::kCols:
+          COHORT_RETURN_IF_ERROR(file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
+          break;
+      }
+    }
+    model.backend().copy_from_host(model.params(g), host.data(), host.size() * sizeof(float));
+  }
+  return Status::ok();
+}
+
+Status save_hf(const Model& model, const std::string& dir, DType dtype, size_t max_shard_bytes) {
+  if (model.shard().tp_size != 1) {
+    return failed_precondition("save_hf needs an unsharded model; this is tp rank " +
+                               std::to_string(model.shard().tp_rank) + " of " +
+                               std::to_string(model.shard().tp_size));
+  }
+  std::vector<std::vector<float>> host(model.num_groups());
+  std::vector<TensorToWrite> tensors;
+  for (int g = 0; g < model.num_groups(); ++g) {
+    const ParamGroup& group = model.layout().groups[g];
+    host[g].resize(group.numel);
+    model.backend().copy_to_host(host[g].data(), model.params(g), group.numel * sizeof(float));
+    for (const ParamSpec& p : group.params) {
+      tensors.push_back(TensorToWrite{p.name, p.shape, host[g].data() + p.offset, dtype});
+    }
+  }
+  COHORT_RETURN_IF_ERROR(write_safetensors_folder(dir, tensors, max_shard_bytes));
+  std::ofstream out(std::filesystem::path(dir) / "config.json", std::ios::trunc);
+  out << hf_config_json(model.config(), dtype);
+  if (!out) return errno_error("writing " + dir + "/config.json");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Model>> load_hf_model(const std::string& dir, const ShardSpec& shard,
+                                             Backend* backend, TensorParallelComm tp,
+                                             int max_seq_cap) {
+  COHORT_ASSIGN_OR_RETURN(ModelConfig config, load_hf_config(dir, max_seq_cap));
+  COHORT_ASSIGN_OR_RETURN(auto model, Model::create(config, shard, backend, std::move(tp)));
+  COHORT_RETURN_IF_ERROR(load_hf_weights(*model, dir));
+  return model;
+}
+
+}  // namespace cohort::models

@@ -1,0 +1,169 @@
+// safetensors and Hugging Face folders: round trips in f32/bf16, sharded
+// folders, tensor-parallel slice loading, config.json parsing and errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/hf.h"
+#include "models/safetensors.h"
+
+namespace cohort::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+class HfFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cohort_hf_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+std::vector<float> group_values(const Model& m, int g) {
+  return std::vector<float>(m.params(g), m.params(g) + m.layout().groups[g].numel);
+}
+
+TEST_F(HfFolder, F32RoundTripIsExact) {
+  auto cpu = make_cpu_backend();
+  ModelConfig c = *preset_config("tiny");
+  auto a = std::move(Model::create(c, {}, cpu.get()).value());
+  a->init_weights(3);
+  ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kF32).is_ok());
+  auto b = load_hf_model(dir_.string(), {}, cpu.get());
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ((*b)->config().num_parameters(), c.num_parameters());
+  for (int g = 0; g < a->num_groups(); ++g) EXPECT_EQ(group_values(*a, g), group_values(**b, g));
+}
+
+TEST_F(HfFolder, Bf16RoundTripRoundsToNearestEven) {
+  auto cpu = make_cpu_backend();
+  ModelConfig c = *preset_config("tiny");
+  c.tie_embeddings = true;
+  auto a = std::move(Model::create(c, {}, cpu.get()).value());
+  a->init_weights(4);
+  ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kBF16).is_ok());
+  auto b = std::move(load_hf_model(dir_.string(), {}, cpu.get()).value());
+  EXPECT_TRUE(b->config().tie_embeddings);
+  for (int g = 0; g < a->num_groups(); ++g) {
+    auto va = group_values(*a, g), vb = group_values(*b, g);
+    for (size_t i = 0; i < va.size(); ++i) ASSERT_EQ(bf16_to_f32(f32_to_bf16(va[i])), vb[i]);
+  }
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 1.0f / 256)), 1.0f);  // tie rounds to even
+  EXPECT_EQ(f16_to_f32(f32_to_f16(0.1f)), 0.0999755859375f);
+}
+
+TEST_F(HfFolder, ShardedFolderWritesAnIndexAndLoads) {
+  auto cpu = make_cpu_backend();
+  ModelConfig c = *preset_config("tiny");
+  auto a = std::move(Model::create(c, {}, cpu.get()).value());
+  a->init_weights(5);
+  ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kF16, 40000).is_ok());
+  EXPECT_TRUE(fs::exists(dir_ / "model.safetensors.index.json"));
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) shards += e.path().extension() == ".safetensors";
+  EXPECT_GT(shards, 1);
+  EXPECT_FALSE(fs::exists(dir_ / "model.safetensors"));
+  auto ckpt = SafetensorsCheckpoint::open(dir_.string());
+  ASSERT_TRUE(ckpt.is_ok());
+  EXPECT_TRUE(ckpt->contains("model.layers.1.mlp.down_proj.weight"));
+  auto b = load_hf_model(dir_.string(), {}, cpu.get());
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_NEAR((*b)->params(1)[100], a->params(1)[100], 1e-3);
+}
+
+TEST_F(HfFolder, TensorParallelRankReadsOnlyItsSlices) {
+  auto cpu = make_cpu_backend();
+  ModelConfig c = *preset_config("tiny");
+  auto full = std::move(Model::create(c, {}, cpu.get()).value());
+  full->init_weights(6);
+  ASSERT_TRUE(save_hf(*full, dir_.string(), DType::kF32).is_ok());
+  TensorParallelComm noop;
+  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
+  noop.all_gather = [](const float*, float*, size_t) {};
+  for (int rank = 0; rank < 4; ++rank) {
+    auto shard = load_hf_model(dir_.string(), {rank, 4}, cpu.get(), noop);
+    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+    // Initialisation is slice-consistent, so a freshly initialised shard is the reference.
+    auto ref = std::move(Model::create(c, {rank, 4}, cpu.get(), noop).value());
+    ref->init_weights(6);
+    for (int g = 0; g < ref->num_groups(); ++g) {
+      EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " g " << g;
+    }
+  }
+}
+
+TEST_F(HfFolder, ReadsColumnsOfATensor) {
+  fs::create_directories(dir_);
+  const std::vector<float> m = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // 3 x 4
+  ASSERT_TRUE(write_safetensors((dir_ / "t.safetensors").string(),
+                                {TensorToWrite{"m", {3, 4}, m.data(), DType::kBF16}})
+                  .is_ok());
+  auto f = SafetensorsFile::open((dir_ / "t.safetensors").string());
+  ASSERT_TRUE(f.is_ok());
+  std::vector<float> cols(6), rows(4);
+  ASSERT_TRUE((*f)->read_cols_f32("m", 1, 3, cols.data()).is_ok());
+  EXPECT_EQ(cols, (std::vector<float>{1, 2, 5, 6, 9, 10}));
+  ASSERT_TRUE((*f)->read_rows_f32("m", 2, 3, rows.data()).is_ok());
+  EXPECT_EQ(rows, (std::vector<float>{8, 9, 10, 11}));
+  EXPECT_FALSE((*f)->read_cols_f32("m", 3, 5, cols.data()).is_ok());
+  EXPECT_EQ((*f)->read_f32("nope", cols.data()).code(), StatusCode::kNotFound);
+}
+
+TEST_F(HfFolder, TruncatedFileIsAnErrorNotACrash) {
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "model.safetensors") << "\x10\0\0\0\0\0\0\0{\"a\":";
+  auto ckpt = SafetensorsCheckpoint::open(dir_.string());
+  ASSERT_FALSE(ckpt.is_ok());
+  EXPECT_NE(ckpt.status().message().find("model.safetensors"), std::string::npos);
+  EXPECT_EQ(SafetensorsCheckpoint::open((dir_ / "missing").string()).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(HfConfig, ParsesQwen3AndLlamaConfigsAsPublished) {
+  const std::string qwen3 = R"({"architectures":["Qwen3ForCausalLM"],"attention_bias":false,
+    "head_dim":128,"hidden_act":"silu","hidden_size":1024,"intermediate_size":3072,
+    "max_position_embeddings":40960,"model_type":"qwen3","num_attention_heads":16,
+    "num_hidden_layers":28,"num_key_value_heads":8,"rms_norm_eps":1e-06,"rope_scaling":null,
+    "rope_theta":1000000,"tie_word_embeddings":true,"vocab_size":151936})";
+  auto q = parse_hf_config(qwen3, 4096);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  const ModelConfig want_q = *preset_config("qwen3-0.6b");
+  EXPECT_EQ(q->num_parameters(), want_q.num_parameters());
+  EXPECT_EQ(q->num_parameters(), 596049920);  // Qwen3-0.6B's published count (tied)
+  EXPECT_TRUE(q->qk_norm);
+  EXPECT_EQ(q->max_seq, 4096);
+  const std::string llama = R"({"model_type":"llama","hidden_size":2048,"intermediate_size":8192,
+    "num_attention_heads":32,"num_hidden_layers":16,"num_key_value_heads":8,"head_dim":64,
+    "rms_norm_eps":1e-05,"rope_theta":500000.0,"tie_word_embeddings":true,"vocab_size":128256,
+    "max_position_embeddings":131072,"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,
+    "low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"}})";
+  auto l = parse_hf_config(llama, 4096);
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  const ModelConfig want_l = *preset_config("llama-3.2-1b");
+  EXPECT_EQ(l->num_parameters(), want_l.num_parameters());
+  EXPECT_EQ(l->num_parameters(), 1235814400);  // Llama-3.2-1B
+  EXPECT_TRUE(l->rope_scaling.enabled);
+  EXPECT_FALSE(l->qk_norm);
+  // Round trip through our own writer.
+  auto again = parse_hf_config(hf_config_json(*l), 4096);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->rope_scaling.factor, 32.0f);
+}
+
+TEST(HfConfig, RejectsUnsupportedModelsWithTheField) {
+  auto bad = parse_hf_config(R"({"model_type":"gpt2"})");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("gpt2"), std::string::npos);
+  auto missing = parse_hf_config(R"({"model_type":"llama","hidden_size":8})");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("vocab_size"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::models
