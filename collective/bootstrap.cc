@@ -1,0 +1,154 @@
+// init_from_environment: environment variables in, a world communicator out.
+#include "collective/bootstrap.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "collective/gloo/gloo_communicator.h"
+#include "collective/mpi/mpi_communicator.h"
+
+namespace cohort::collective {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+Result<int> env_int(const char* name, int fallback, bool required) {
+  const char* v = env(name);
+  if (v == nullptr) {
+    if (required) return invalid_argument(std::string(name) + " is not set; the launcher must set it");
+    return fallback;
+  }
+  try {
+    size_t used = 0;
+    int x = std::stoi(v, &used);
+    if (used == std::string(v).size() && x >= 0) return x;
+  } catch (const std::exception&) {
+  }
+  return invalid_argument(std::string(name) + "='" + v + "' is not a non-negative integer");
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+GlooOptions gloo_options(const std::string& store_host, Milliseconds timeout) {
+  GlooOptions o;
+  o.timeout = timeout;
+  if (const char* iface = env("GLOO_SOCKET_IFNAME")) {
+    o.iface = iface;
+  } else if (const char* host = env("COHORT_GLOO_HOSTNAME")) {
+    o.hostname = host;
+  } else if (is_loopback(store_host)) {
+    o.hostname = "127.0.0.1";
+  } else {
+    char name[256] = {};
+    o.hostname = ::gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
+  }
+  return o;
+}
+
+Status read_ranks(World* world) {
+  COHORT_ASSIGN_OR_RETURN(world->rank, env_int("RANK", 0, true));
+  COHORT_ASSIGN_OR_RETURN(world->size, env_int("WORLD_SIZE", 1, true));
+  COHORT_ASSIGN_OR_RETURN(world->local_rank, env_int("LOCAL_RANK", world->rank, false));
+  COHORT_ASSIGN_OR_RETURN(world->local_size, env_int("LOCAL_WORLD_SIZE", world->size, false));
+  if (world->size < 1 || world->rank >= world->size) {
+    return invalid_argument("RANK=" + std::to_string(world->rank) + " is not below WORLD_SIZE=" +
+                            std::to_string(world->size));
+  }
+  return Status::ok();
+}
+
+Status connect_gloo(World* world, const std::string& store_host, Milliseconds timeout) {
+  COHORT_ASSIGN_OR_RETURN(auto comm, GlooCommunicator::create(world->store, world->rank, world->size,
+                                                              gloo_options(store_host, timeout)));
+  world->cpu = std::move(comm);
+  return Status::ok();
+}
+
+Status join_store(World* world, const std::string& host, int port, Milliseconds timeout) {
+  store::TcpStoreClientOptions o;
+  o.connect_timeout = timeout;
+  COHORT_ASSIGN_OR_RETURN(auto client, store::TcpStoreClient::connect(host, port, o));
+  world->store = std::make_shared<store::PrefixStore>(std::shared_ptr<store::Store>(std::move(client)),
+                                                      "collective");
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* launch_name(Launch launch) {
+  switch (launch) {
+    case Launch::kSingle: return "single process";
+    case Launch::kCohort: return "cohort";
+    case Launch::kTorchrun: return "torchrun-style";
+    case Launch::kMpi: return "mpi";
+  }
+  return "?";
+}
+
+Result<World> init_from_environment(const WorldOptions& options) {
+  Milliseconds timeout = options.timeout;
+  if (env("COHORT_COLLECTIVE_TIMEOUT_S") != nullptr) {
+    COHORT_ASSIGN_OR_RETURN(int s, env_int("COHORT_COLLECTIVE_TIMEOUT_S", 0, true));
+    timeout = std::chrono::seconds(s);
+  }
+  World world;
+  bool mpi_env = launched_by_mpi();
+  const char* cohort_store = env("COHORT_STORE");
+  const char* master_addr = env("MASTER_ADDR");
+  if (options.backend == CpuBackend::kMpi || (options.backend == CpuBackend::kAuto && mpi_env &&
+                                              cohort_store == nullptr && master_addr == nullptr)) {
+    MpiOptions o;
+    o.timeout = timeout;
+    COHORT_ASSIGN_OR_RETURN(auto comm, MpiCommunicator::create_world(o));
+    world.launch = Launch::kMpi;
+    world.rank = comm->rank();
+    world.size = comm->size();
+    COHORT_ASSIGN_OR_RETURN(world.local_rank, env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, false));
+    COHORT_ASSIGN_OR_RETURN(world.local_size, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, false));
+    world.cpu = std::move(comm);
+    return world;
+  }
+  if (cohort_store != nullptr) {
+    world.launch = Launch::kCohort;
+    COHORT_RETURN_IF_ERROR(read_ranks(&world));
+    std::string host;
+    int port = 0;
+    COHORT_RETURN_IF_ERROR(
+        store::parse_tcp_address(cohort_store, &host, &port).with_context("COHORT_STORE"));
+    COHORT_RETURN_IF_ERROR(join_store(&world, host, port, timeout));
+    COHORT_RETURN_IF_ERROR(connect_gloo(&world, host, timeout));
+    return world;
+  }
+  if (master_addr != nullptr) {
+    world.launch = Launch::kTorchrun;
+    COHORT_RETURN_IF_ERROR(read_ranks(&world));
+    COHORT_ASSIGN_OR_RETURN(int port, env_int("MASTER_PORT", 0, true));
+    if (world.rank == 0) {
+      store::TcpStoreServerOptions so;
+      so.host = "";  // all addresses: the others reach rank 0 by MASTER_ADDR
+      so.port = port;
+      COHORT_ASSIGN_OR_RETURN(world.server,
+                              store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so));
+    }
+    COHORT_RETURN_IF_ERROR(join_store(&world, master_addr, port, timeout));
+    COHORT_RETURN_IF_ERROR(connect_gloo(&world, master_addr, timeout));
+    return world;
+  }
+  if (options.backend == CpuBackend::kGloo && mpi_env) {
+    return invalid_argument(
+        "an MPI launch has no store for Gloo: set COHORT_STORE or MASTER_ADDR/MASTER_PORT, or use "
+        "the mpi backend");
+  }
+  world.store = store::make_memory_store();
+  COHORT_RETURN_IF_ERROR(connect_gloo(&world, "127.0.0.1", timeout));
+  return world;
+}
+
+}  // namespace cohort::collective

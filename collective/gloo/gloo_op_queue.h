@@ -1,0 +1,111 @@
+// GlooOpQueue: the thread that runs a GlooCommunicator's collectives in
+// issue order, and the Work handles it completes.
+//
+// It also remembers the first failure: after a timeout or a lost peer, Gloo's
+// pairs are in an unknown state, so every later operation fails at once
+// instead of waiting out another timeout.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "collective/communicator.h"
+
+namespace cohort::collective {
+
+// A Work that some thread completes with complete().
+class GlooWork final : public Work {
+ public:
+  Status wait() override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    return status_;
+  }
+  bool is_completed() override {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+  void complete(Status status) {
+    {
+      std::lock_guard lock(mu_);
+      status_ = std::move(status);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // GUARDED_BY(mu_)
+  Status status_;      // GUARDED_BY(mu_)
+};
+
+class GlooOpQueue {
+ public:
+  // `run` returns the operation's Status; the queue completes its Work.
+  using Task = std::function<Status()>;
+
+  GlooOpQueue() : thread_([this] { loop(); }) {}
+  ~GlooOpQueue() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  std::shared_ptr<Work> push(Task task) {
+    auto work = std::make_shared<GlooWork>();
+    {
+      std::lock_guard lock(mu_);
+      tasks_.emplace_back(std::move(task), work);
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  // The first failure, or ok.
+  Status broken() {
+    std::lock_guard lock(mu_);
+    return broken_;
+  }
+  void mark_broken(const Status& why) {
+    std::lock_guard lock(mu_);
+    if (broken_.is_ok()) broken_ = aborted("communicator is broken since an earlier failure: " + why.message());
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (stopping_) {
+        // Destroyed with operations pending: fail them rather than block
+        // the destructor for a timeout each.
+        for (auto& [task, work] : tasks_) work->complete(aborted("communicator destroyed"));
+        tasks_.clear();
+        return;
+      }
+      auto [task, work] = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      work->complete(task());
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Task, std::shared_ptr<GlooWork>>> tasks_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                                         // GUARDED_BY(mu_)
+  Status broken_;                                                 // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace cohort::collective

@@ -1,0 +1,165 @@
+// TcpStoreServer: decodes requests, hands them to the backend and writes the
+// reply when the backend's callback fires.
+#include <poll.h>
+#include <sys/socket.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <future>
+
+#include <spdlog/spdlog.h>
+
+#include "collective/store/tcp_store.h"
+#include "collective/store/tcp_store_protocol.h"
+
+namespace cohort::store {
+
+using wire::Op;
+
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(std::shared_ptr<StoreBackend> backend,
+                                                              const TcpStoreServerOptions& options) {
+  int port = 0;
+  COHORT_ASSIGN_OR_RETURN(int fd, wire::listen_tcp(options.host, options.port, &port));
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(backend), options.host, fd, port));
+}
+
+TcpStoreServer::TcpStoreServer(std::shared_ptr<StoreBackend> backend, std::string host, int listen_fd,
+                               int port)
+    : backend_(std::move(backend)), host_(std::move(host)), listen_fd_(listen_fd), port_(port) {
+  if (::pipe2(wake_pipe_, O_CLOEXEC) != 0) wake_pipe_[0] = wake_pipe_[1] = -1;
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  stopping_ = true;
+  if (wake_pipe_[1] >= 0) {
+    char c = 0;
+    [[maybe_unused]] auto n = ::write(wake_pipe_[1], &c, 1);
+  }
+  acceptor_.join();
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard lock(mu_);
+    // Wakes every connection thread out of its read.
+    for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
+    workers.swap(workers_);
+  }
+  for (auto& t : workers) t.join();
+  ::close(listen_fd_);
+  for (int fd : wake_pipe_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+std::string TcpStoreServer::address() const {
+  std::string host = host_.empty() || host_ == "0.0.0.0" ? "127.0.0.1" : host_;
+  return "tcp://" + host + ":" + std::to_string(port_);
+}
+
+void TcpStoreServer::accept_loop() {
+  while (!stopping_) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    int rc = ::poll(fds, wake_pipe_[0] >= 0 ? 2 : 1, 1000);
+    if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard lock(mu_);
+    connections_.push_back(fd);
+    workers_.emplace_back([this, fd] { serve(fd); });
+  }
+}
+
+void TcpStoreServer::serve(int fd) {
+  while (!stopping_) {
+    // No deadline on a request's arrival: an idle worker keeps its
+    // connection for the whole job.
+    auto request = wire::read_frame(fd, std::chrono::steady_clock::time_point::max());
+    if (!request.is_ok()) {
+      if (request.status().code() == StatusCode::kInvalidArgument) {
+        spdlog::warn("store server: dropping a connection: {}", request.status().message());
+      }
+      break;
+    }
+    std::string reply = handle(*request);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    if (!wire::write_frame(fd, reply, deadline).is_ok()) break;
+  }
+  std::lock_guard lock(mu_);
+  connections_.erase(std::remove(connections_.begin(), connections_.end(), fd), connections_.end());
+  ::close(fd);
+}
+
+namespace {
+
+std::string error_reply(const Status& s) {
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(s.code()));
+  w.str(s.message());
+  return w.bytes();
+}
+
+// Encodes a reply from a Status or a Result.
+std::string ok_reply() {
+  wire::Writer w;
+  w.u8(0);
+  return w.bytes();
+}
+
+}  // namespace
+
+std::string TcpStoreServer::handle(const std::string& request) {
+  wire::Reader r(request);
+  auto op = static_cast<Op>(r.u8());
+  std::promise<std::string> reply;
+  auto future = reply.get_future();
+  auto status_done = [&reply](Status s) { reply.set_value(s.is_ok() ? ok_reply() : error_reply(s)); };
+  switch (op) {
+    case Op::kSet: {
+      std::string key = r.str();
+      std::string value = r.str();
+      if (!r.ok() || !r.at_end()) break;
+      backend_->set(key, std::move(value), status_done);
+      return future.get();
+    }
+    case Op::kGet: {
+      std::string key = r.str();
+      Milliseconds timeout(r.i64());
+      if (!r.ok() || !r.at_end()) break;
+      backend_->get(key, timeout, [&reply](Result<std::string> v) {
+        if (!v.is_ok()) return reply.set_value(error_reply(v.status()));
+        wire::Writer w;
+        w.u8(0);
+        w.str(*v);
+        reply.set_value(w.bytes());
+      });
+      return future.get();
+    }
+    case Op::kAdd: {
+      std::string key = r.str();
+      int64_t delta = r.i64();
+      if (!r.ok() || !r.at_end()) break;
+      backend_->add(key, delta, [&reply](Result<int64_t> v) {
+        if (!v.is_ok()) return reply.set_value(error_reply(v.status()));
+        wire::Writer w;
+        w.u8(0);
+        w.i64(*v);
+        reply.set_value(w.bytes());
+      });
+      return future.get();
+    }
+    case Op::kWait: {
+      uint32_t n = r.u32();
+      std::vector<std::string> keys;
+      for (uint32_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
+      Milliseconds timeout(r.i64());
+      if (!r.ok() || !r.at_end()) break;
+      backend_->wait(std::move(keys), timeout, status_done);
+      return future.get();
+    }
+  }
+  return error_reply(invalid_argument("store server: malformed request (opcode " +
+                                      std::to_string(static_cast<int>(op)) + ")"));
+}
+
+}  // namespace cohort::store

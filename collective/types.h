@@ -1,0 +1,38 @@
+// Element types and reductions shared by every backend, and the CPU
+// arithmetic the CPU backends need where their libraries lack it (Gloo and
+// MPI know nothing of bf16; Gloo's f16 is not ours).
+//
+// bf16 and f16 are reduced by widening each pair of elements to f32, applying
+// the operation and rounding back to nearest-even, exactly as NCCL does for a
+// two-input step; results therefore depend on the reduction order, and the
+// tests bound them by that rounding.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cohort::collective {
+
+enum class DType { kF32, kBF16, kF16, kI32, kI64, kU8 };
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+const char* reduce_op_name(ReduceOp op);
+
+// Half-precision conversions (round to nearest even; NaN stays NaN).
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+float f16_to_float(uint16_t h);
+uint16_t float_to_f16(float f);
+
+// out[i] = op(a[i], b[i]) for `count` elements; out may alias a or b. kAvg
+// reduces like kSum (the division happens once, at the end).
+void reduce_cpu(DType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t count);
+
+// buf[i] /= divisor, rounding like the dtype's own division (integers
+// truncate toward zero, as NCCL's ncclAvg does).
+void divide_cpu(DType dtype, void* buf, size_t count, int divisor);
+
+}  // namespace cohort::collective

@@ -1,0 +1,101 @@
+// collective_worker: one rank of the collective tests, run as a real process
+// (by collective_test through a store for Gloo, or by mpirun for MPI).
+//
+//   collective_worker --backend gloo|mpi --mode matrix [--big N]
+//   collective_worker --backend gloo|mpi --mode kill|hang --victim R --timeout-ms T
+//
+// matrix: every operation × dtype × count {0, 1, 7, N} on the world, then
+// splits and a send/recv ring; prints one FAIL line per wrong result and
+// exits 1 if there was any. kill: rank R kills itself with SIGKILL after a
+// first all_reduce; hang: rank R stops calling collectives. The others keep
+// calling all_reduce with timeout T and report how long they took to fail
+// (exit 3 when they failed within T plus slack, 1 otherwise).
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "collective/bootstrap.h"
+#include "tests/collective/collective_check.h"
+#include "tests/collective/collective_matrix.h"
+
+using namespace cohort::collective;
+
+namespace {
+
+struct Args {
+  std::string backend = "gloo";
+  std::string mode = "matrix";
+  size_t big = 0;
+  int victim = -1;
+  int timeout_ms = 3000;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--backend") a.backend = v;
+    else if (k == "--mode") a.mode = v;
+    else if (k == "--big") a.big = std::stoull(v);
+    else if (k == "--victim") a.victim = std::stoi(v);
+    else if (k == "--timeout-ms") a.timeout_ms = std::stoi(v);
+  }
+  return a;
+}
+
+// Survivors of a dead (kill) or silent (hang) peer: each all_reduce must fail
+// within the timeout, with an error that names the operation and the group.
+int run_fault(Communicator& world, const Args& a) {
+  int32_t x = 1;
+  if (!world.all_reduce(&x, 1, DType::kI32).is_ok()) {
+    std::printf("FAIL rank %d: first all_reduce failed\n", world.rank());
+    return 1;
+  }
+  if (world.rank() == a.victim) {
+    std::fflush(stdout);
+    if (a.mode == "kill") ::raise(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(a.timeout_ms * 4));
+    return 0;
+  }
+  AllReduceOptions o;
+  o.timeout = std::chrono::milliseconds(a.timeout_ms);
+  auto start = std::chrono::steady_clock::now();
+  std::vector<float> buf(1024, 1.0f);
+  for (int i = 0; i < 1000; ++i) {
+    auto s = world.all_reduce(buf.data(), buf.size(), DType::kF32, o);
+    if (!s.is_ok()) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      std::printf("SURVIVOR rank %d failed after %lld ms: %s\n", world.rank(), static_cast<long long>(ms),
+                  s.to_string().c_str());
+      std::fflush(stdout);
+      // No orderly exit: MPI_Finalize would wait for the lost peer.
+      ::_exit(ms <= a.timeout_ms + 2000 ? 3 : 1);
+    }
+  }
+  std::printf("FAIL rank %d: every all_reduce succeeded despite the lost peer\n", world.rank());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  WorldOptions wo;
+  wo.backend = a.backend == "mpi" ? CpuBackend::kMpi : CpuBackend::kGloo;
+  wo.timeout = std::chrono::seconds(60);
+  auto world = init_from_environment(wo);
+  if (!world.is_ok()) {
+    std::printf("FAIL: init_from_environment: %s\n", world.status().to_string().c_str());
+    return 1;
+  }
+  Communicator& comm = *world->cpu;
+  if (a.mode == "kill" || a.mode == "hang") return run_fault(comm, a);
+  int failures = cohort::collective::testing::run_matrix(comm, a.big);
+  std::printf("%s rank %d of %d (%s): %d failures\n", failures ? "FAILED" : "PASSED", comm.rank(),
+              comm.size(), launch_name(world->launch), failures);
+  std::fflush(stdout);
+  return failures ? 1 : 0;
+}
