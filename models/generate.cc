@@ -1,0 +1,138 @@
+// Sampling (greedy, temperature, top-k, top-p) and the generation loop.
+#include "models/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace cohort::models {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TokenSampler::TokenSampler(const SamplingParams& params, uint64_t stream)
+    : params_(params), state_(params.seed * 0x2545f4914f6cdd1dull + stream) {}
+
+double TokenSampler::uniform() {
+  return static_cast<double>(splitmix64(state_) >> 11) / 9007199254740992.0;
+}
+
+int32_t TokenSampler::sample(const float* logits, int vocab) {
+  if (params_.temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  }
+  candidates_.resize(vocab);
+  for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  size_t keep = candidates_.size();
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+    keep = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  const float mx = candidates_[0].first;
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    candidates_[i].first = std::exp(candidates_[i].first - mx);
+    total += candidates_[i].first;
+  }
+  if (params_.top_p < 1.0f) {
+    // Smallest prefix (by probability) whose mass reaches top_p; at least one.
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += candidates_[n++].first / total;
+      if (mass >= params_.top_p) break;
+    }
+    keep = n;
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
+  }
+  double u = uniform() * total;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= candidates_[i].first;
+    if (u < 0) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+Result<std::vector<GenerationResult>> generate(Model& model, KvCache& cache,
+                                               const std::vector<std::vector<int32_t>>& prompts,
+                                               const GenerationOptions& options) {
+  const int n = static_cast<int>(prompts.size());
+  if (n > cache.slots()) {
+    return invalid_argument("generate: " + std::to_string(n) + " prompts but the KV cache has " +
+                            std::to_string(cache.slots()) + " slots");
+  }
+  for (int i = 0; i < n; ++i) {
+    if (prompts[i].empty() ||
+        prompts[i].size() + options.max_new_tokens > static_cast<size_t>(cache.capacity())) {
+      return invalid_argument("generate: prompt " + std::to_string(i) + " (" +
+                              std::to_string(prompts[i].size()) + " tokens) plus " +
+                              std::to_string(options.max_new_tokens) +
+                              " new tokens does not fit the cache capacity " +
+                              std::to_string(cache.capacity()));
+    }
+  }
+  const int V = model.config().vocab_size;
+  std::vector<GenerationResult> results(n);
+  std::vector<TokenSampler> samplers;
+  std::vector<float> logits(static_cast<size_t>(n) * V);
+  std::vector<int> active;
+  std::vector<int32_t> next(n);
+  for (int i = 0; i < n; ++i) {
+    samplers.emplace_back(options.sampling, static_cast<uint64_t>(i));
+    const auto t0 = std::chrono::steady_clock::now();
+    cache.reset(i);
+    model.prefill(cache, i, prompts[i].data(), static_cast<int>(prompts[i].size()),
+                  logits.data());
+    next[i] = samplers[i].sample(logits.data(), V);
+    results[i].prefill_seconds = seconds_since(t0);
+    if (options.max_new_tokens > 0) active.push_back(i);
+  }
+  auto emit = [&](int i) {  // records next[i]; true when sequence i goes on
+    results[i].tokens.push_back(next[i]);
+    const auto& stop = options.stop_tokens;
+    results[i].stopped = std::find(stop.begin(), stop.end(), next[i]) != stop.end();
+    return !results[i].stopped &&
+           static_cast<int>(results[i].tokens.size()) < options.max_new_tokens;
+  };
+  std::vector<int> still;
+  for (int i : active) {
+    if (emit(i)) still.push_back(i);
+  }
+  active.swap(still);
+  std::vector<int32_t> step_tokens;
+  while (!active.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step_tokens.clear();
+    for (int i : active) step_tokens.push_back(next[i]);
+    model.decode(cache, active.data(), step_tokens.data(), static_cast<int>(active.size()),
+                 logits.data());
+    still.clear();
+    for (size_t b = 0; b < active.size(); ++b) {
+      const int i = active[b];
+      next[i] = samplers[i].sample(logits.data() + b * V, V);
+      results[i].decode_seconds += seconds_since(t0);
+      if (emit(i)) still.push_back(i);
+    }
+    active.swap(still);
+  }
+  return results;
+}
+
+}  // namespace cohort::models
