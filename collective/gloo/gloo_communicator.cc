@@ -3,6 +3,7 @@
 // (Gloo's own reduce-scatter has no timeout and no custom reduction).
 #include "collective/gloo/gloo_communicator.h"
 
+#include <csignal>
 #include <cstring>
 
 #include <gloo/allgather.h>
@@ -63,11 +64,22 @@ void set_output(Options& o, void* ptr, size_t count, DType dtype) {
   }
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that dies mid-send
+// would kill this process with SIGPIPE instead of failing the operation.
+// Ignored only when nobody installed a handler.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::create(std::shared_ptr<store::Store> store,
                                                                    int rank, int size,
                                                                    const GlooOptions& options) {
+  ignore_sigpipe();
   if (size < 1 || rank < 0 || rank >= size) {
     return invalid_argument("gloo group '" + options.name + "': rank " + std::to_string(rank) +
                             " of size " + std::to_string(size) + " is out of range");

@@ -9,6 +9,10 @@
 //
 // Reductions go through cohort's own element functions (types.h): Gloo has
 // no bf16, and its f16 sums are not rounded the way ours are.
+//
+// Creating one ignores SIGPIPE process-wide (unless a handler is installed):
+// Gloo writes to sockets without MSG_NOSIGNAL, and a dead peer must fail an
+// operation, not kill the process.
 #pragma once
 
 #include <functional>

@@ -96,7 +96,9 @@ inline Expected expected_reduce(DType t, ReduceOp op, int size, size_t i) {
     case ReduceOp::kSum: return {sum, epsilon(t) * size * mag};
     case ReduceOp::kAvg:
       if (!is_float(t)) return {std::trunc(sum / size), 0};
-      return {sum / size, epsilon(t) * (size + 1) * mag / size};
+      // NCCL pre-multiplies each input by 1/size before summing: one more
+      // rounding per input than a sum followed by a division.
+      return {sum / size, epsilon(t) * (2 * size + 1) * mag / size};
   }
   return {0, 0};
 }

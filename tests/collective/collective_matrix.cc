@@ -210,7 +210,7 @@ class Matrix {
   int failures_ = 0;
 };
 
-void run_on(Communicator& comm, Memory* memory, size_t big, int* failures) {
+void run_on(Communicator& comm, Memory* memory, size_t big, bool unpaired_p2p, int* failures) {
   Matrix m(comm, memory);
   for (DType t : kDtypes) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}}) {
@@ -239,18 +239,18 @@ void run_on(Communicator& comm, Memory* memory, size_t big, int* failures) {
   for (size_t n : {size_t{1}, size_t{7}, size_t{4096}}) {
     if (comm.size() == 1) break;
     m.ring(n, true);
-    m.ring(n, false);
+    if (unpaired_p2p) m.ring(n, false);
   }
   *failures += m.failures();
 }
 
 }  // namespace
 
-int run_matrix(Communicator& comm, size_t big, Memory* memory) {
+int run_matrix(Communicator& comm, size_t big, Memory* memory, bool unpaired_p2p) {
   HostMemory host;
   if (memory == nullptr) memory = &host;
   int failures = 0;
-  run_on(comm, memory, big, &failures);
+  run_on(comm, memory, big, unpaired_p2p, &failures);
   if (comm.size() < 2) return failures;
 
   // Sub-communicators: evens and odds (the two data-parallel groups of a
@@ -262,7 +262,7 @@ int run_matrix(Communicator& comm, size_t big, Memory* memory) {
     Matrix(comm, memory).fail("split " + half.status().to_string());
     return failures + 1;
   }
-  run_on(**half, memory, 0, &failures);
+  run_on(**half, memory, 0, unpaired_p2p, &failures);
   std::vector<int> reversed;
   for (int r = comm.size() - 1; r >= 0; --r) reversed.push_back(r);
   SplitOptions named;

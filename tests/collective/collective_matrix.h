@@ -32,7 +32,8 @@ class HostMemory final : public Memory {
 // Runs the whole matrix; prints one "FAIL rank r: ..." line per wrong case
 // and returns how many there were. `big` adds that element count for a
 // subset (f32, bf16, i32 × all_reduce sum, reduce_scatter sum, all_gather);
-// 0 leaves it out.
-int run_matrix(Communicator& comm, size_t big, Memory* memory = nullptr);
+// 0 leaves it out. `unpaired_p2p` also runs the ring with separately posted
+// send and recv (not for NCCL, where a lone recv blocks the stream).
+int run_matrix(Communicator& comm, size_t big, Memory* memory = nullptr, bool unpaired_p2p = true);
 
 }  // namespace cohort::collective::testing

@@ -3,6 +3,8 @@
 //
 //   collective_worker --backend gloo|mpi --mode matrix [--big N]
 //   collective_worker --backend gloo|mpi --mode kill|hang --victim R --timeout-ms T
+//   collective_worker --backend nccl ...   (CUDA builds: NCCL over the Gloo
+//                                           world, buffers in GPU memory)
 //
 // matrix: every operation × dtype × count {0, 1, 7, N} on the world, then
 // splits and a send/recv ring; prints one FAIL line per wrong result and
@@ -20,6 +22,12 @@
 #include "collective/bootstrap.h"
 #include "tests/collective/collective_check.h"
 #include "tests/collective/collective_matrix.h"
+
+#ifdef COHORT_HAVE_NCCL
+#include <cuda_runtime_api.h>
+
+#include "collective/nccl/nccl_communicator.h"
+#endif
 
 using namespace cohort::collective;
 
@@ -48,9 +56,14 @@ Args parse(int argc, char** argv) {
 
 // Survivors of a dead (kill) or silent (hang) peer: each all_reduce must fail
 // within the timeout, with an error that names the operation and the group.
-int run_fault(Communicator& world, const Args& a) {
-  int32_t x = 1;
-  if (!world.all_reduce(&x, 1, DType::kI32).is_ok()) {
+int run_fault(Communicator& world, const Args& a, cohort::collective::testing::Memory* memory) {
+  cohort::collective::testing::HostMemory host;
+  if (memory == nullptr) memory = &host;
+  void* x = memory->alloc(4);
+  void* buf = memory->alloc(4096);  // 1024 floats; their values do not matter
+  int32_t one = 1;
+  memory->upload(x, &one, 4);
+  if (!world.all_reduce(x, 1, DType::kI32).is_ok()) {
     std::printf("FAIL rank %d: first all_reduce failed\n", world.rank());
     return 1;
   }
@@ -63,9 +76,8 @@ int run_fault(Communicator& world, const Args& a) {
   AllReduceOptions o;
   o.timeout = std::chrono::milliseconds(a.timeout_ms);
   auto start = std::chrono::steady_clock::now();
-  std::vector<float> buf(1024, 1.0f);
   for (int i = 0; i < 1000; ++i) {
-    auto s = world.all_reduce(buf.data(), buf.size(), DType::kF32, o);
+    auto s = world.all_reduce(buf, 1024, DType::kF32, o);
     if (!s.is_ok()) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
       std::printf("SURVIVOR rank %d failed after %lld ms: %s\n", world.rank(), static_cast<long long>(ms),
@@ -79,21 +91,72 @@ int run_fault(Communicator& world, const Args& a) {
   return 1;
 }
 
+#ifdef COHORT_HAVE_NCCL
+// Device buffers for the matrix; a failed CUDA call ends the worker, since
+// every later check would be meaningless.
+class CudaMemory final : public cohort::collective::testing::Memory {
+ public:
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    must(cudaMalloc(&p, bytes + 1), "cudaMalloc");
+    return p;
+  }
+  void release(void* p) override { must(cudaFree(p), "cudaFree"); }
+  void upload(void* dst, const void* host, size_t bytes) override {
+    must(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  // The default stream waits for the communicator (ordered by events).
+  void download(void* host, const void* src, size_t bytes) override {
+    must(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  }
+
+ private:
+  static void must(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::printf("FAIL: %s: %s\n", what, cudaGetErrorString(e));
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+};
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   WorldOptions wo;
   wo.backend = a.backend == "mpi" ? CpuBackend::kMpi : CpuBackend::kGloo;
+  if (a.backend == "nccl" && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) wo.backend = CpuBackend::kMpi;
   wo.timeout = std::chrono::seconds(60);
   auto world = init_from_environment(wo);
   if (!world.is_ok()) {
     std::printf("FAIL: init_from_environment: %s\n", world.status().to_string().c_str());
     return 1;
   }
-  Communicator& comm = *world->cpu;
-  if (a.mode == "kill" || a.mode == "hang") return run_fault(comm, a);
-  int failures = cohort::collective::testing::run_matrix(comm, a.big);
+  std::shared_ptr<Communicator> chosen = world->cpu;
+  cohort::collective::testing::Memory* memory = nullptr;
+#ifdef COHORT_HAVE_NCCL
+  CudaMemory cuda;
+  if (a.backend == "nccl") {
+    NcclOptions no;
+    no.timeout = std::chrono::seconds(60);
+    auto nccl = NcclCommunicator::create(world->cpu, no);
+    if (!nccl.is_ok()) {
+      std::printf("FAIL: NcclCommunicator::create: %s\n", nccl.status().to_string().c_str());
+      return 1;
+    }
+    chosen = std::move(*nccl);
+    memory = &cuda;
+  }
+#else
+  if (a.backend == "nccl") {
+    std::printf("FAIL: this build has no NCCL backend\n");
+    return 1;
+  }
+#endif
+  Communicator& comm = *chosen;
+  if (a.mode == "kill" || a.mode == "hang") return run_fault(comm, a, memory);
+  int failures = cohort::collective::testing::run_matrix(comm, a.big, memory, a.backend != "nccl");
   std::printf("%s rank %d of %d (%s): %d failures\n", failures ? "FAILED" : "PASSED", comm.rank(),
               comm.size(), launch_name(world->launch), failures);
   std::fflush(stdout);
