@@ -15,6 +15,16 @@ int main(int argc, char** argv) {
 
   std::vector<Command> commands = {
       add_validate_command(app),
+      add_run_command(app),
+      add_coordinator_command(app),
+      add_agent_command(app),
+      add_submit_command(app),
+      add_status_command(app),
+      add_jobs_command(app),
+      add_nodes_command(app),
+      add_logs_command(app),
+      add_cancel_command(app),
+      add_keygen_command(app),
   };
 
   try {

@@ -22,5 +22,16 @@ struct Command {
 };
 
 Command add_validate_command(CLI::App& root);
+// The control plane (cli/<name>_command.cc).
+Command add_run_command(CLI::App& root);
+Command add_coordinator_command(CLI::App& root);
+Command add_agent_command(CLI::App& root);
+Command add_submit_command(CLI::App& root);
+Command add_status_command(CLI::App& root);
+Command add_jobs_command(CLI::App& root);
+Command add_nodes_command(CLI::App& root);
+Command add_logs_command(CLI::App& root);
+Command add_cancel_command(CLI::App& root);
+Command add_keygen_command(CLI::App& root);
 
 }  // namespace cohort::cli

@@ -8,13 +8,6 @@
 namespace cohort::protocol {
 namespace {
 
-StatusCode code_from_name(const std::string& name) {
-  for (int c = 0; c <= int(StatusCode::kIo); ++c) {
-    if (name == status_code_name(StatusCode(c))) return StatusCode(c);
-  }
-  return StatusCode::kInternal;
-}
-
 class ZmqClient final : public Client {
  public:
   ZmqClient() : context_(1), socket_(context_, zmq::socket_type::dealer) {}
@@ -63,7 +56,7 @@ class ZmqClient final : public Client {
         if (reply->type == ErrorReply::kType) {
           auto error = body_as<ErrorReply>(*reply);
           if (!error) return error.status();
-          return Status(code_from_name(error->code), error->message);
+          return error_status(*error);
         }
         return reply;
       }

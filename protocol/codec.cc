@@ -128,4 +128,11 @@ std::string encode_error(const Status& status, uint64_t id) {
   return encode(reply, id);
 }
 
+Status error_status(const ErrorReply& reply) {
+  for (int c = 1; c <= int(StatusCode::kIo); ++c) {
+    if (reply.code == status_code_name(StatusCode(c))) return Status(StatusCode(c), reply.message);
+  }
+  return Status(StatusCode::kInternal, reply.code + ": " + reply.message);
+}
+
 }  // namespace cohort::protocol

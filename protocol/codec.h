@@ -64,7 +64,8 @@ Result<T> body_as(const Envelope& e) {
   }
 }
 
-// An error reply naming the failure.
+// An error reply naming the failure, and back.
 std::string encode_error(const Status& status, uint64_t id);
+Status error_status(const ErrorReply& reply);
 
 }  // namespace cohort::protocol

@@ -1,0 +1,258 @@
+// The agent daemon: registration, heartbeats, orders, forwarding.
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/supervisor.h"
+#include "protocol/codec.h"
+#include "protocol/transport.h"
+
+namespace cohort::agent {
+namespace {
+
+namespace asio = boost::asio;
+using namespace protocol;
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+class AgentImpl final : public Agent {
+ public:
+  AgentImpl(asio::io_context& io, AgentOptions options)
+      : io_(io), options_(std::move(options)),
+        clock_(options_.clock ? *options_.clock : SystemClock::instance()),
+        heartbeat_timer_(io), poll_timer_(io), interval_(options_.heartbeat_interval) {}
+
+  ~AgentImpl() override { *alive_ = false; }
+
+  Status open() {
+    if (options_.name.empty()) options_.name = host_name();
+    if (options_.address.empty()) {
+      options_.address = is_loopback_endpoint(options_.coordinator) ? "127.0.0.1" : host_name();
+    }
+    if (options_.worker_binary.empty()) options_.worker_binary = default_worker_binary();
+    COHORT_ASSIGN_OR_RETURN(auto gpus, options_.prober->probe());
+    if (gpus.empty()) {
+      return failed_precondition("no GPU found on this node (no NVML, no nvidia-smi answer): "
+                                 "pass --cpu-slots N to run N CPU workers, or --fake-gpus N for tests");
+    }
+    bool cpu = true;
+    for (const auto& g : gpus) {
+      gpus_.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_bytes});
+      cpu = cpu && is_cpu_slot(g);
+    }
+    SupervisorOptions so{options_.name, options_.worker_binary, cpu, "127.0.0.1"};
+    std::weak_ptr<bool> alive = alive_;
+    auto forward = [this, alive](StoreRequest r, std::function<void(Result<StoreReply>)> done) {
+      asio::post(io_, [this, alive, r = std::move(r), done = std::move(done)]() mutable {
+        if (!alive.lock()) return done(aborted("the agent is shutting down"));
+        forward_store(std::move(r), std::move(done));
+      });
+    };
+    SupervisorSink sink{
+        [this](const std::string& job, LogLine line) { queue_line(job, std::move(line)); },
+        [this](WorkerExit exit) { send_exit(std::move(exit)); }};
+    supervisor_ = std::make_unique<Supervisor>(io_, *options_.launcher, clock_, so, forward, sink);
+    auto context = options_.zmq_context ? options_.zmq_context : make_zmq_context();
+    COHORT_ASSIGN_OR_RETURN(dealer_, DealerEndpoint::connect(io_, context, options_.coordinator,
+                                                             options_.security,
+                                                             [this](std::string payload) {
+                                                               on_message(std::move(payload));
+                                                             }));
+    spdlog::info("agent {} ({} {}) connecting to {}", options_.name, gpus_.size(),
+                 cpu ? "CPU slots" : "GPUs", options_.coordinator);
+    send_register();
+    arm_heartbeat();
+    arm_poll();
+    return Status::ok();
+  }
+
+  const std::string& name() const override { return options_.name; }
+  size_t live_workers() const override { return supervisor_->live_workers(); }
+
+  void shutdown(std::function<void()> done) override {
+    supervisor_->stop_all("the agent is shutting down");
+    shutdown_done_ = std::move(done);
+  }
+
+ private:
+  void send(const std::string& payload) {
+    if (auto s = dealer_->send(payload); !s) spdlog::warn("agent: {}", s.message());
+  }
+
+  void send_register() {
+    RegisterNode m{options_.name, options_.address, gpus_, supervisor_->running()};
+    last_register_ = clock_.now();
+    send(encode(m));
+  }
+
+  void arm_heartbeat() {
+    heartbeat_timer_.expires_after(interval_);
+    heartbeat_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (ec || !*alive) return;
+      send(encode(Heartbeat{options_.name, supervisor_->running()}));
+      arm_heartbeat();
+    });
+  }
+
+  void arm_poll() {
+    poll_timer_.expires_after(options_.poll_interval);
+    poll_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (ec || !*alive) return;
+      flush_all_lines();
+      supervisor_->check_progress();
+      expire_store_requests();
+      if (shutdown_done_ && supervisor_->live_workers() == 0) {
+        auto done = std::move(shutdown_done_);
+        shutdown_done_ = nullptr;
+        done();
+        return;
+      }
+      arm_poll();
+    });
+  }
+
+  void on_message(std::string payload) {
+    auto e = decode(payload);
+    if (!e) return spdlog::warn("agent: bad message from the coordinator: {}", e.status().message());
+    if (e->type == LaunchOrder::kType) {
+      auto m = body_as<LaunchOrder>(*e);
+      if (!m) return spdlog::warn("agent: {}", m.status().message());
+      supervisor_->launch(*m);
+    } else if (e->type == StopOrder::kType) {
+      auto m = body_as<StopOrder>(*e);
+      if (!m) return spdlog::warn("agent: {}", m.status().message());
+      supervisor_->stop(m->job_id, m->attempt, m->reason);
+    } else if (e->type == RegisterAck::kType) {
+      auto m = body_as<RegisterAck>(*e);
+      if (m && m->heartbeat_interval_ms > 0) interval_ = std::chrono::milliseconds(m->heartbeat_interval_ms);
+      spdlog::info("agent {} registered with the coordinator", options_.name);
+    } else if (e->type == StoreReply::kType || e->type == ErrorReply::kType) {
+      auto it = pending_store_.find(e->id);
+      if (it != pending_store_.end()) {
+        auto done = std::move(it->second.done);
+        pending_store_.erase(it);
+        if (e->type == StoreReply::kType) {
+          auto m = body_as<StoreReply>(*e);
+          return m ? done(*m) : done(m.status());
+        }
+        auto m = body_as<ErrorReply>(*e);
+        return done(m ? error_status(*m) : m.status());
+      }
+      if (e->type == ErrorReply::kType) on_error(*e);
+    }
+    // Acks need no action.
+  }
+
+  void on_error(const Envelope& e) {
+    auto m = body_as<ErrorReply>(e);
+    if (!m) return;
+    if (m->code == "unknown_node") {
+      // Re-register at most once a second: queued heartbeats all get this reply.
+      if (clock_.now() - last_register_ > std::chrono::seconds(1)) {
+        spdlog::info("agent {}: the coordinator does not know this node; registering again",
+                     options_.name);
+        send_register();
+      }
+      return;
+    }
+    spdlog::warn("agent: coordinator says: {}: {}", m->code, m->message);
+  }
+
+  void forward_store(StoreRequest r, std::function<void(Result<StoreReply>)> done) {
+    uint64_t id = next_store_id_++;
+    // The coordinator answers blocking requests itself when they time out;
+    // this deadline only covers a coordinator that never answers.
+    auto budget = std::chrono::milliseconds(std::max<int64_t>(r.timeout_ms, 300000)) + std::chrono::seconds(30);
+    pending_store_[id] = {std::move(done), clock_.now() + budget};
+    send(encode(r, id));
+  }
+
+  void expire_store_requests() {
+    auto now = clock_.now();
+    for (auto it = pending_store_.begin(); it != pending_store_.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      auto done = std::move(it->second.done);
+      it = pending_store_.erase(it);
+      done(unavailable("the coordinator did not answer a store request"));
+    }
+  }
+
+  void queue_line(const std::string& job, LogLine line) {
+    auto& batch = pending_lines_[job];
+    batch.push_back(std::move(line));
+    if (batch.size() >= 500) flush_lines(job);
+  }
+
+  void flush_lines(const std::string& job) {
+    auto it = pending_lines_.find(job);
+    if (it == pending_lines_.end() || it->second.empty()) return;
+    LogBatch batch{job, std::move(it->second)};
+    pending_lines_.erase(it);
+    send(encode(batch));
+  }
+
+  void flush_all_lines() {
+    while (!pending_lines_.empty()) flush_lines(pending_lines_.begin()->first);
+  }
+
+  void send_exit(WorkerExit exit) {
+    flush_lines(exit.job_id);  // the lines come before the exit they explain
+    send(encode(exit));
+  }
+
+  struct PendingStore {
+    std::function<void(Result<StoreReply>)> done;
+    Clock::TimePoint deadline;
+  };
+
+  asio::io_context& io_;
+  AgentOptions options_;
+  const Clock& clock_;
+  std::vector<GpuDesc> gpus_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::unique_ptr<DealerEndpoint> dealer_;
+  asio::steady_timer heartbeat_timer_;
+  asio::steady_timer poll_timer_;
+  std::chrono::milliseconds interval_;
+  Clock::TimePoint last_register_{};
+  std::map<std::string, std::vector<LogLine>> pending_lines_;
+  std::map<uint64_t, PendingStore> pending_store_;
+  uint64_t next_store_id_ = 1;
+  std::function<void()> shutdown_done_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Agent>> Agent::start(asio::io_context& io, AgentOptions options) {
+  if (!options.prober || !options.launcher) {
+    return invalid_argument("agent needs a GPU prober and a process launcher");
+  }
+  auto agent = std::make_unique<AgentImpl>(io, std::move(options));
+  COHORT_RETURN_IF_ERROR(agent->open());
+  return std::unique_ptr<Agent>(std::move(agent));
+}
+
+std::string default_worker_binary() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  auto candidate = self.parent_path() / "cohort-worker";
+  return std::filesystem::exists(candidate, ec) ? candidate.string() : "";
+}
+
+}  // namespace cohort::agent

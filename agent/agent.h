@@ -1,0 +1,65 @@
+// The agent daemon: registers its node and GPUs with the coordinator, sends
+// heartbeats, carries out launch and stop orders through the Supervisor,
+// forwards worker output and exits, and proxies the rendezvous store.
+//
+// It survives the coordinator going away: ZeroMQ reconnects, and when the
+// coordinator answers a heartbeat with "unknown_node" (it restarted, or
+// declared this node lost) the agent registers again, listing the workers
+// it still runs so the coordinator can keep or stop them.
+//
+// Threading: everything runs on the io_context given to start(); create,
+// use and destroy the agent on that thread (or before/after it runs).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "agent/gpu_discovery.h"
+#include "agent/process_launcher.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "protocol/security.h"
+
+namespace zmq {
+class context_t;
+}
+
+namespace cohort::agent {
+
+struct AgentOptions {
+  std::string coordinator = "tcp://127.0.0.1:7070";
+  std::string name;     // empty: the host name
+  std::string address;  // MASTER_ADDR for jobs whose rank 0 is here; empty: see agent.cc
+  protocol::Security security;
+  std::shared_ptr<GpuProber> prober;          // required
+  std::shared_ptr<ProcessLauncher> launcher;  // required
+  const Clock* clock = nullptr;               // null: the system clock
+  std::string worker_binary;                  // cohort-worker; empty: next to this program
+  std::chrono::milliseconds heartbeat_interval{500};  // until the coordinator says otherwise
+  std::chrono::milliseconds poll_interval{100};       // log flushing, hang checks
+  std::shared_ptr<zmq::context_t> zmq_context;        // null: a new one
+};
+
+class Agent {
+ public:
+  // Probes the GPUs and starts connecting. Fails when the prober fails or
+  // finds nothing (the error suggests --fake-gpus / --cpu-slots).
+  static Result<std::unique_ptr<Agent>> start(boost::asio::io_context& io, AgentOptions options);
+  virtual ~Agent() = default;
+
+  virtual const std::string& name() const = 0;
+  // Stops every worker (SIGTERM, then SIGKILL after each job's stop_grace),
+  // reports their exits, then calls `done` on the loop.
+  virtual void shutdown(std::function<void()> done) = 0;
+  virtual size_t live_workers() const = 0;
+};
+
+// The cohort-worker next to the running program (/proc/self/exe's folder),
+// or "" when there is none.
+std::string default_worker_binary();
+
+}  // namespace cohort::agent

@@ -1,0 +1,98 @@
+// `cohort agent [--coordinator ADDR] [--name NODE] [--fake-gpus N | --cpu-slots N]`
+#include <cstdlib>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.h"
+#include "cli/commands.h"
+#include "protocol/client.h"
+
+namespace cohort::cli {
+namespace {
+
+struct AgentArgs {
+  std::string coordinator;
+  std::string name;
+  std::string address;
+  std::string keys;
+  std::string worker_binary;
+  int fake_gpus = 0;
+  int cpu_slots = 0;
+};
+
+int run_agent(const AgentArgs& args) {
+  agent::AgentOptions options;
+  options.coordinator = protocol::default_coordinator(args.coordinator);
+  options.name = args.name;
+  options.address = args.address;
+  options.worker_binary = args.worker_binary;
+  std::string keys = args.keys;
+  if (keys.empty()) {
+    if (const char* env = std::getenv("COHORT_KEYS"); env) keys = env;
+  }
+  if (!keys.empty()) {
+    auto security = protocol::load_client_security(keys);
+    if (!security) {
+      spdlog::error("{}", security.status().message());
+      return kExitUsage;
+    }
+    options.security = *security;
+  }
+  if (args.fake_gpus > 0) {
+    options.prober = agent::make_fake_prober(args.fake_gpus);
+  } else if (args.cpu_slots > 0) {
+    options.prober = agent::make_cpu_slots_prober(args.cpu_slots);
+  } else {
+    options.prober = agent::make_system_prober();
+  }
+  options.launcher = agent::make_posix_launcher();
+  boost::asio::io_context io;
+  auto agent = agent::Agent::start(io, options);
+  if (!agent) {
+    spdlog::error("cannot start the agent: {}", agent.status().message());
+    return kExitUsage;
+  }
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      static bool stopping = false;
+      if (stopping) {
+        spdlog::warn("agent: second signal, exiting now (workers are killed with the agent)");
+        io.stop();
+        return;
+      }
+      stopping = true;
+      spdlog::info("agent: signal {}, stopping workers", sig);
+      (*agent)->shutdown([&] { io.stop(); });
+      wait_signal();
+    });
+  };
+  wait_signal();
+  io.run();
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_agent_command(CLI::App& root) {
+  auto args = std::make_shared<AgentArgs>();
+  CLI::App* app = root.add_subcommand("agent", "run a node agent");
+  app->add_option("--coordinator", args->coordinator,
+                  "coordinator address (default: $COHORT_COORDINATOR or tcp://127.0.0.1:7070)");
+  app->add_option("--name", args->name, "node name (default: the host name)");
+  app->add_option("--address", args->address,
+                  "address other nodes reach this one at (MASTER_ADDR; default: host name, or "
+                  "127.0.0.1 for a loopback coordinator)");
+  app->add_option("--keys", args->keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
+  app->add_option("--worker-binary", args->worker_binary,
+                  "cohort-worker for train/infer jobs (default: next to this program)");
+  auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
+  auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "offer N CPU worker slots instead of GPUs");
+  fake->excludes(cpu);
+  return {app, [args] { return run_agent(*args); }};
+}
+
+}  // namespace cohort::cli

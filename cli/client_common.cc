@@ -1,0 +1,157 @@
+// Shared client plumbing for the `cohort` subcommands.
+#include "cli/client_common.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+#include "cli/commands.h"
+#include "jobs/load.h"
+#include "protocol/job_control.h"
+
+namespace cohort::cli {
+
+void ClientFlags::add_to(CLI::App* app) {
+  app->add_option("--coordinator", coordinator,
+                  "coordinator address (default: $COHORT_COORDINATOR or tcp://127.0.0.1:7070)");
+  app->add_option("--keys", keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
+}
+
+std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* exit_code) {
+  protocol::Security security;
+  std::string keys = flags.keys;
+  if (keys.empty()) {
+    if (const char* env = std::getenv("COHORT_KEYS"); env) keys = env;
+  }
+  if (!keys.empty()) {
+    auto loaded = protocol::load_client_security(keys);
+    if (!loaded) {
+      std::fprintf(stderr, "cohort: %s\n", loaded.status().message().c_str());
+      *exit_code = kExitUsage;
+      return nullptr;
+    }
+    security = *loaded;
+  }
+  auto client = protocol::Client::connect(protocol::default_coordinator(flags.coordinator), security);
+  if (!client) {
+    std::fprintf(stderr, "cohort: %s\n", client.status().message().c_str());
+    *exit_code = kExitUnreachable;
+    return nullptr;
+  }
+  return std::move(*client);
+}
+
+int report_request_error(const char* command, const Status& status) {
+  std::fprintf(stderr, "cohort %s: %s\n", command, status.message().c_str());
+  if (status.code() == StatusCode::kUnavailable) return kExitUnreachable;
+  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound) {
+    return kExitUsage;
+  }
+  return kExitJobFailed;
+}
+
+bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
+                      protocol::JobControl* out, int* exit_code) {
+  jobs::LoadOptions options;
+  for (const auto& s : sets) {
+    auto o = jobs::parse_override(s);
+    if (!o) {
+      std::fprintf(stderr, "cohort: %s\n", o.status().message().c_str());
+      *exit_code = kExitUsage;
+      return false;
+    }
+    options.overrides.push_back(*o);
+  }
+  auto result = jobs::load_job_file(path, options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "%s", result.error_text().c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  *out = protocol::job_control_from_spec(result.spec);
+  return true;
+}
+
+namespace {
+
+std::string clock_time(int64_t unix_ms) {
+  if (unix_ms == 0) return "-";
+  std::time_t t = unix_ms / 1000;
+  std::tm tm;
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string nodes_text(const protocol::JobInfo& j) {
+  return j.nodes_min == j.nodes_max ? std::to_string(j.nodes_min)
+                                    : std::to_string(j.nodes_min) + ":" + std::to_string(j.nodes_max);
+}
+
+}  // namespace
+
+void print_job_table(const std::vector<protocol::JobInfo>& jobs) {
+  std::printf("%-10s %-20s %-8s %-10s %-6s %-5s %-8s %-9s %s\n", "JOB", "NAME", "KIND", "STATE",
+              "NODES", "GPUS", "ATTEMPT", "SUBMITTED", "MESSAGE");
+  for (const auto& j : jobs) {
+    std::printf("%-10s %-20s %-8s %-10s %-6s %-5d %-8zu %-9s %s\n", j.id.c_str(), j.name.c_str(),
+                j.kind.c_str(), j.state.c_str(), nodes_text(j).c_str(), j.gpus_per_node,
+                j.attempts.size(), clock_time(j.submitted_ms).c_str(), j.message.c_str());
+  }
+}
+
+void print_root_cause(const protocol::RootCause& c, const char* indent) {
+  std::printf("%sroot cause: rank %d on node %s: %s\n", indent, c.rank, c.node.c_str(),
+              c.reason.c_str());
+  if (!c.last_lines.empty()) {
+    std::printf("%slast lines of rank %d:\n", indent, c.rank);
+    for (const auto& l : c.last_lines) std::printf("%s  | %s\n", indent, l.c_str());
+  }
+}
+
+void print_job_detail(const protocol::JobInfo& j) {
+  std::printf("job %s (%s): %s\n", j.id.c_str(), j.name.c_str(), j.state.c_str());
+  std::printf("  kind %s, nodes %s x %d GPU(s), priority %d, restarts %d of %d\n", j.kind.c_str(),
+              nodes_text(j).c_str(), j.gpus_per_node, j.priority, j.restarts_used, j.max_restarts);
+  std::printf("  output %s\n", j.output_dir.c_str());
+  if (!j.message.empty()) std::printf("  %s\n", j.message.c_str());
+  if (j.has_root_cause) print_root_cause(j.root_cause, "  ");
+  for (const auto& a : j.attempts) {
+    std::string nodes;
+    for (const auto& n : a.nodes) nodes += (nodes.empty() ? "" : ",") + n;
+    std::printf("  attempt %d: %s, world size %d on %s, %s-%s%s%s\n", a.number, a.state.c_str(),
+                a.world_size, nodes.c_str(), clock_time(a.started_ms).c_str(),
+                clock_time(a.ended_ms).c_str(), a.reason.empty() ? "" : ": ", a.reason.c_str());
+    if (a.has_root_cause) print_root_cause(a.root_cause, "    ");
+  }
+  if (!j.events.empty()) {
+    std::printf("  events:\n");
+    for (const auto& e : j.events) std::printf("    %s %s\n", clock_time(e.time_ms).c_str(), e.text.c_str());
+  }
+}
+
+int job_exit_code(const protocol::JobInfo& job) {
+  return job.state == "succeeded" ? kExitOk : kExitJobFailed;
+}
+
+}  // namespace cohort::cli
+
+namespace cohort::cli {
+namespace {
+std::atomic<bool> g_interrupted{false};
+void on_interrupt(int sig) {
+  if (g_interrupted.exchange(true)) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+}  // namespace
+
+const std::atomic<bool>* install_interrupt_flag() {
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  return &g_interrupted;
+}
+}  // namespace cohort::cli

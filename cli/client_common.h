@@ -1,0 +1,45 @@
+// What the client subcommands share: the --coordinator/--keys flags, the
+// connection, loading a job file for submission, and printing jobs.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "protocol/client.h"
+#include "protocol/messages.h"
+
+namespace cohort::cli {
+
+struct ClientFlags {
+  std::string coordinator;  // empty: $COHORT_COORDINATOR or tcp://127.0.0.1:7070
+  std::string keys;         // empty: $COHORT_KEYS or none
+  void add_to(CLI::App* app);
+};
+
+// Connects; on failure prints the reason and sets *exit_code (3 or 2).
+std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* exit_code);
+// kExitUnreachable for kUnavailable, else kExitJobFailed; prints the error.
+int report_request_error(const char* command, const Status& status);
+
+// Loads, checks and resolves JOB.toml with --set overrides; prints errors and
+// sets *exit_code = 2 on failure.
+bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
+                      protocol::JobControl* out, int* exit_code);
+
+void print_job_table(const std::vector<protocol::JobInfo>& jobs);
+void print_job_detail(const protocol::JobInfo& job);
+void print_root_cause(const protocol::RootCause& cause, const char* indent);
+// 0 for a succeeded job, 1 otherwise (DESIGN §5).
+int job_exit_code(const protocol::JobInfo& job);
+
+}  // namespace cohort::cli
+
+namespace cohort::cli {
+// SIGINT and SIGTERM set the returned flag (the job is then stopped
+// cleanly); a second signal ends the process at once.
+const std::atomic<bool>* install_interrupt_flag();
+}  // namespace cohort::cli

@@ -1,0 +1,64 @@
+// `cohort coordinator [--listen ADDR] [--state-dir DIR] [--keys DIR] [--insecure]`
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "coordinator/coordinator.h"
+
+namespace cohort::cli {
+namespace {
+
+struct CoordinatorArgs {
+  std::string listen = "tcp://127.0.0.1:7070";
+  std::string state_dir;
+  std::string keys;
+  bool insecure = false;
+  double heartbeat_timeout_s = 2.5;
+};
+
+int run_coordinator(const CoordinatorArgs& args) {
+  coordinator::CoordinatorOptions options;
+  options.listen = args.listen;
+  options.state_dir = args.state_dir;
+  options.insecure = args.insecure;
+  options.heartbeat_timeout = std::chrono::milliseconds(int64_t(args.heartbeat_timeout_s * 1000));
+  options.heartbeat_interval = std::min(std::chrono::milliseconds(500), options.heartbeat_timeout / 4);
+  if (!args.keys.empty()) {
+    auto security = protocol::load_server_security(args.keys);
+    if (!security) {
+      spdlog::error("{}", security.status().message());
+      return kExitUsage;
+    }
+    options.security = *security;
+  }
+  boost::asio::io_context io;
+  auto coordinator = coordinator::Coordinator::start(io, options);
+  if (!coordinator) {
+    spdlog::error("cannot start the coordinator: {}", coordinator.status().message());
+    return kExitUsage;
+  }
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code&, int sig) {
+    spdlog::info("coordinator: signal {}, stopping (running jobs carry on; state is kept)", sig);
+    io.stop();
+  });
+  io.run();
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_coordinator_command(CLI::App& root) {
+  auto args = std::make_shared<CoordinatorArgs>();
+  CLI::App* app = root.add_subcommand("coordinator", "run the coordinator daemon");
+  app->add_option("--listen", args->listen, "ZeroMQ endpoint to bind")->capture_default_str();
+  app->add_option("--state-dir", args->state_dir, "keep jobs and nodes in DIR/coordinator.db (SQLite)");
+  app->add_option("--keys", args->keys, "CURVE key directory from `cohort keygen` (required off loopback)");
+  app->add_flag("--insecure", args->insecure, "allow a non-loopback address without CURVE keys");
+  app->add_option("--heartbeat-timeout", args->heartbeat_timeout_s,
+                  "seconds without heartbeats before a node is lost")->capture_default_str();
+  return {app, [args] { return run_coordinator(*args); }};
+}
+
+}  // namespace cohort::cli

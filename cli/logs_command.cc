@@ -1,0 +1,46 @@
+// `cohort logs JOB [--rank R] [--attempt A] [--follow]`: worker output as the
+// coordinator received it, each line prefixed with its rank.
+#include <cstdio>
+
+#include "cli/client_common.h"
+#include "cli/commands.h"
+#include "protocol/job_watch.h"
+
+namespace cohort::cli {
+namespace {
+
+struct LogsArgs {
+  ClientFlags client;
+  std::string job;
+  int rank = -1;
+  int attempt = -1;
+  bool follow = false;
+};
+
+int run_logs(const LogsArgs& args) {
+  int code = kExitOk;
+  auto client = connect_client(args.client, &code);
+  if (!client) return code;
+  protocol::WatchOptions watch;
+  watch.rank = args.rank;
+  watch.attempt = args.attempt;
+  watch.follow = args.follow;
+  auto info = protocol::watch_job(*client, args.job, watch);
+  if (!info) return report_request_error("logs", info.status());
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_logs_command(CLI::App& root) {
+  auto args = std::make_shared<LogsArgs>();
+  CLI::App* app = root.add_subcommand("logs", "print a job's worker output");
+  app->add_option("job", args->job, "job id or name")->required();
+  app->add_option("--rank", args->rank, "only this rank");
+  app->add_option("--attempt", args->attempt, "only this attempt");
+  app->add_flag("--follow,-f", args->follow, "keep printing until the job ends");
+  args->client.add_to(app);
+  return {app, [args] { return run_logs(*args); }};
+}
+
+}  // namespace cohort::cli

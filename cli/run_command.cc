@@ -1,0 +1,62 @@
+// `cohort run JOB.toml [--set key=value]...`: the embedded cluster (a
+// coordinator and one agent in this process); exits with the job's status.
+#include <cstdio>
+
+#include "agent/embedded_run.h"
+#include "cli/client_common.h"
+#include "cli/commands.h"
+
+namespace cohort::cli {
+namespace {
+
+struct RunArgs {
+  std::string job_file;
+  std::vector<std::string> sets;
+  int fake_gpus = 0;
+  int cpu_slots = 0;
+  std::string worker_binary;
+};
+
+int run_run(const RunArgs& args) {
+  int code = kExitOk;
+  agent::EmbeddedRunOptions options;
+  if (!load_job_control(args.job_file, args.sets, &options.job, &code)) return code;
+  if (options.job.nodes_min > 1) {
+    std::fprintf(stderr, "cohort run: the job needs %d nodes; `cohort run` is one node. Use "
+                         "`cohort submit` on a cluster, or --set job.nodes=1\n",
+                 options.job.nodes_min);
+    return kExitUsage;
+  }
+  options.job.nodes_max = 1;
+  options.fake_gpus = args.fake_gpus;
+  options.cpu_slots = args.cpu_slots;
+  options.worker_binary = args.worker_binary;
+  options.interrupt = install_interrupt_flag();
+  auto info = agent::run_embedded(options);
+  if (!info) {
+    std::fprintf(stderr, "cohort run: %s\n", info.status().message().c_str());
+    return kExitJobFailed;
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "cohort: job %s %s%s%s (logs in %s/logs)\n", info->name.c_str(),
+               info->state.c_str(), info->message.empty() ? "" : ": ", info->message.c_str(),
+               info->output_dir.c_str());
+  if (info->has_root_cause) print_root_cause(info->root_cause, "");
+  return job_exit_code(*info);
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& root) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* app = root.add_subcommand("run", "run a job on this machine (coordinator + agent in one process)");
+  app->add_option("job", args->job_file, "job file (TOML)")->required();
+  app->add_option("--set", args->sets, "override a key: --set train.lr=1e-3");
+  auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
+  auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "run on N CPU slots instead of GPUs");
+  fake->excludes(cpu);
+  app->add_option("--worker-binary", args->worker_binary, "cohort-worker (default: next to this program)");
+  return {app, [args] { return run_run(*args); }};
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,35 @@
+// Following a job from a client: its log lines as they arrive and its end.
+// Used by `cohort submit --wait`, `cohort logs --follow` and `cohort run`.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "protocol/client.h"
+
+namespace cohort::protocol {
+
+struct WatchOptions {
+  int rank = -1;     // -1: every rank
+  int attempt = -1;  // -1: every attempt
+  bool print_logs = true;
+  bool follow = true;  // false: print what is there and return
+  std::chrono::milliseconds poll{200};
+  std::chrono::milliseconds request_timeout{5000};
+  // Set (from a signal handler) to ask for the job's cancellation; the watch
+  // then carries on until the job has stopped.
+  const std::atomic<bool>* interrupt = nullptr;
+  std::function<void(const LogLine&)> on_line;  // default: "[rank R] text" on stdout
+};
+
+// Returns the job's final record (or its current one when !follow).
+// kUnavailable when the coordinator stops answering.
+Result<JobInfo> watch_job(Client& client, const std::string& job_id, const WatchOptions& options);
+
+// "[rank 3] text", the prefix every log line carries on a terminal.
+std::string format_log_line(const LogLine& line);
+
+}  // namespace cohort::protocol
