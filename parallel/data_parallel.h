@@ -1,0 +1,138 @@
+// DataParallel: one engine for DDP, ZeRO-1/2/3 and FSDP2 over a model's flat
+// parameter groups (models/param_layout.h), on the mesh's data-parallel axis.
+//
+//               params           grads                     optimizer (m, v)
+//   ddp         full             full, all-reduced          full
+//   zero1       full             full, all-reduced          1/dp (flat shard)
+//   zero2       full             1/dp, reduce-scattered     1/dp
+//   zero3       1/dp (flat)      1/dp                       1/dp
+//   fsdp2       1/dp (per param, dim 0)  1/dp               1/dp
+//
+// It plugs into the model through ModelHooks: before a group's forward or
+// backward it gathers sharded parameters (and prefetches the next group);
+// after a group's backward it starts that group's gradient reduction at once,
+// in buckets of bucket_mb for DDP, so communication overlaps the rest of the
+// backward pass. Gradient accumulation: DDP and ZeRO-1 reduce only after the
+// last micro-step; ZeRO-2/3 and FSDP2 reduce-scatter every micro-step into the
+// sharded gradients, since they never keep a full gradient between groups.
+//
+// Gradients are sums of per-token terms already scaled by 1/(global token
+// count) (Model::backward's grad_scale), so reduction is a plain sum and the
+// result is the global mean: N ranks give the 1-rank gradients up to
+// rounding. Tensor-parallel partial gradients (ParamSpec::tp_partial_grad) are
+// summed over the tp group before the data-parallel reduction.
+//
+// Memory: the persistent buffers are exactly the table above (flat shards of
+// ceil(numel / dp) floats per group); gathered parameters and full-size
+// gradient scratch are transient, taken from a pool filled during the first
+// step and reused after, so a step allocates nothing once warm.
+//
+// Errors: a collective that fails inside a hook is remembered and returned by
+// finish_step(); the step's results are then meaningless. Not thread-safe:
+// one training thread drives the model and this engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "models/ops/adamw.h"
+#include "parallel/device_mesh.h"
+#include "parallel/parallel_dims.h"
+#include "parallel/shard_layout.h"
+
+namespace cohort::parallel {
+
+struct DataParallelOptions {
+  Strategy strategy = Strategy::kDdp;
+  double bucket_mb = 25.0;            // DDP all-reduce bucket size
+  bool reshard_after_forward = true;  // zero3/fsdp2: free gathered params after forward
+  bool prefetch = true;               // zero3/fsdp2: gather group g+1 during group g
+  void* stream = nullptr;             // the model backend's CUDA stream (nullptr on CPU)
+};
+
+// Bytes per rank. persistent = params + grads + optimizer; transient buffers
+// (gathered parameters, gradient scratch) are reported apart.
+struct MemoryReport {
+  size_t param_bytes = 0;
+  size_t grad_bytes = 0;
+  size_t optimizer_bytes = 0;
+  size_t transient_bytes = 0;
+  size_t persistent_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
+  std::string to_string() const;
+};
+
+class DataParallel {
+ public:
+  // Takes over the model's parameter and gradient buffers (the model must
+  // already hold its initial weights, identical on every dp rank) and
+  // installs its hooks. Borrows model and mesh, which must outlive it.
+  static Result<std::unique_ptr<DataParallel>> create(models::Model* model, DeviceMesh* mesh,
+                                                      const DataParallelOptions& options);
+  ~DataParallel();
+
+  // Before the first micro-step of an optimizer step: how many follow.
+  void begin_step(int micro_steps);
+  // Before each micro-step's forward (index counts from 0).
+  void begin_micro_step(int index);
+  // After the last micro-step's backward: completes the gradient reduction,
+  // computes the global gradient norm (returned, before clipping), clips to
+  // grad_clip (≤ 0: no clipping), applies AdamW to the owned shard, makes the
+  // updated parameters available again, and clears the gradients.
+  Result<double> finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step);
+
+  MemoryReport memory() const;
+  const ShardLayout& layout(int group) const;
+  Strategy strategy() const { return options_.strategy; }
+
+  // Checkpoint access, group by group, in host memory. The owned shard of
+  // parameters and of the two AdamW moments (shard_numel floats each;
+  // DDP owns the whole group).
+  Status read_shard(int group, std::vector<float>* params, std::vector<float>* m,
+                    std::vector<float>* v);
+  Status write_shard(int group, const std::vector<float>& params, const std::vector<float>& m,
+                     const std::vector<float>& v);
+  // The whole group's parameters (this rank's tp slice), gathered over dp.
+  Status gather_group(int group, std::vector<float>* params);
+
+  struct GroupState;
+
+ private:
+  DataParallel(models::Model* model, DeviceMesh* mesh, const DataParallelOptions& options);
+  Status setup();
+  void install_hooks();
+  void before_forward(int group);
+  void after_forward(int group);
+  void before_backward(int group);
+  void after_backward(int group);
+  void ensure_gathered(int group);
+  void start_gather(int group);
+  void release_gathered(int group);
+  void acquire_grad_scratch(int group);
+  void reduce_gradients(int group);
+  void sum_tp_partial_grads(int group, float* grads);
+  Status wait_reductions();
+  double owned_sum_of_squares();
+  Status all_reduce_scalar(collective::Communicator& comm, double* value);
+  size_t pool_bytes() const;
+  void note(const Status& status);
+  float* pool_take(size_t numel);
+  void pool_return(float* buffer, size_t numel);
+
+  models::Model* model_;
+  DeviceMesh* mesh_;
+  DataParallelOptions options_;
+  models::Backend* backend_;
+  std::vector<std::unique_ptr<GroupState>> groups_;
+  bool shard_optimizer_ = false, shard_grads_ = false, shard_params_ = false;
+  int micro_steps_ = 1, micro_index_ = 0;
+  bool tied_ = false;
+  Status status_;
+  struct Pool;
+  std::unique_ptr<Pool> pool_;
+  float* scalar_ = nullptr;
+};
+
+}  // namespace cohort::parallel

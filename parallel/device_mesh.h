@@ -1,0 +1,37 @@
+// DeviceMesh: the world communicator plus this rank's data-parallel and
+// tensor-parallel sub-communicators.
+//
+// The tp group of rank r is the tp consecutive ranks around it; its dp group
+// is every rank with the same tp coordinate. Every rank builds both of its
+// groups (Communicator::split is collective over the members only).
+// The mesh borrows the world communicator, which must outlive it.
+#pragma once
+
+#include <memory>
+
+#include "collective/communicator.h"
+#include "parallel/parallel_dims.h"
+
+namespace cohort::parallel {
+
+class DeviceMesh {
+ public:
+  static Result<std::unique_ptr<DeviceMesh>> create(collective::Communicator* world,
+                                                    const ParallelDims& dims);
+
+  const ParallelDims& dims() const { return dims_; }
+  int rank() const { return world_->rank(); }
+  int dp_rank() const { return dims_.dp_rank(rank()); }
+  int tp_rank() const { return dims_.tp_rank(rank()); }
+  collective::Communicator& world() const { return *world_; }
+  collective::Communicator& dp() const { return *dp_; }
+  collective::Communicator& tp() const { return *tp_; }
+
+ private:
+  DeviceMesh() = default;
+  ParallelDims dims_;
+  collective::Communicator* world_ = nullptr;
+  std::unique_ptr<collective::Communicator> dp_, tp_;
+};
+
+}  // namespace cohort::parallel

@@ -1,0 +1,42 @@
+// Private to parallel/: what DataParallel keeps per parameter group.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "parallel/data_parallel.h"
+
+namespace cohort::parallel {
+
+struct DataParallel::GroupState {
+  int index = 0;
+  const models::ParamGroup* spec = nullptr;
+  ShardLayout layout;
+  // Full parameters in group layout (padded for flat layouts). Persistent for
+  // ddp/zero1/zero2; for zero3/fsdp2 a pool buffer while gathered, else null.
+  float* full_params = nullptr;
+  float* current_params = nullptr;  // what the model reads now
+  // The owned shard of parameters: a view into full_params (ddp/zero1/zero2)
+  // or its own persistent buffer (zero3/fsdp2).
+  float* shard_params = nullptr;
+  // Full gradients: persistent for ddp/zero1, a zeroed pool buffer during a
+  // group's backward for zero2/zero3/fsdp2.
+  float* full_grads = nullptr;
+  float* shard_grads = nullptr;  // owned shard: a view (ddp/zero1) or persistent
+  float* m = nullptr;            // AdamW moments of the owned shard
+  float* v = nullptr;
+  // Reductions in flight and the buffers they use.
+  std::vector<std::shared_ptr<collective::Work>> pending_reduce;
+  float* reduce_source = nullptr;  // packed gradients (fsdp2) for reduce-scatter
+  float* reduce_target = nullptr;  // reduce-scatter output, added into shard_grads
+  // A gather in flight.
+  std::shared_ptr<collective::Work> pending_gather;
+  float* gather_target = nullptr;
+  bool gathered = false;
+  std::vector<float*> persistent;  // freed with the engine
+
+  float* keep(models::Backend& backend, size_t numel);
+};
+
+}  // namespace cohort::parallel

@@ -1,0 +1,227 @@
+// DataParallel: gradient reduction, the global gradient norm, clipping, the
+// AdamW step on the owned shard, and checkpoint access to the shards.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "parallel/data_parallel.h"
+#include "parallel/group_state.h"
+
+namespace cohort::parallel {
+
+using collective::DType;
+
+void DataParallel::sum_tp_partial_grads(int group, float* grads) {
+  if (mesh_->dims().tp == 1) return;
+  for (const auto& p : groups_[group]->spec->params) {
+    if (!p.tp_partial_grad) continue;
+    // Ranks holding the same slice add their parts: each places its slice at
+    // its global position in a zeroed buffer of the global size, and the sum
+    // over the tp group gives every holder the whole gradient of its slice.
+    size_t global = 1;
+    for (auto d : p.global_shape) global *= size_t(d);
+    size_t row = p.global_shape.size() > 1 ? global / size_t(p.global_shape[0]) : 1;
+    size_t at = p.shard_dim == models::ShardDim::kRows ? size_t(p.shard_begin) * row : 0;
+    float* buffer = pool_take(global);
+    backend_->zero(buffer, global * sizeof(float));
+    backend_->copy(buffer + at, grads + p.offset, p.numel * sizeof(float));
+    collective::AllReduceOptions options;
+    options.stream = options_.stream;
+    note(mesh_->tp().all_reduce(buffer, global, DType::kF32, options));
+    backend_->copy(grads + p.offset, buffer + at, p.numel * sizeof(float));
+    pool_return(buffer, global);
+  }
+}
+
+void DataParallel::reduce_gradients(int group) {
+  GroupState& s = *groups_[group];
+  sum_tp_partial_grads(group, s.full_grads);
+  auto& dp = mesh_->dp();
+  if (!shard_grads_) {
+    // DDP / ZeRO-1: all-reduce in buckets as soon as the group is done.
+    size_t bucket = std::max<size_t>(1, size_t(options_.bucket_mb * (1 << 20) / sizeof(float)));
+    collective::AllReduceOptions options;
+    options.stream = options_.stream;
+    for (size_t off = 0; off < s.spec->numel; off += bucket) {
+      size_t n = std::min(bucket, s.spec->numel - off);
+      s.pending_reduce.push_back(dp.all_reduce_async(s.full_grads + off, s.full_grads + off, n, DType::kF32, options));
+    }
+    return;
+  }
+  size_t S = s.layout.shard_numel();
+  const float* source = s.full_grads;
+  if (!s.layout.is_flat()) {
+    s.reduce_source = pool_take(s.layout.padded_numel());
+    backend_->zero(s.reduce_source, s.layout.padded_numel() * sizeof(float));
+    s.layout.pack(*backend_, s.full_grads, s.reduce_source);
+    source = s.reduce_source;
+  }
+  s.reduce_target = pool_take(S);
+  collective::ReduceScatterOptions options;
+  options.stream = options_.stream;
+  s.pending_reduce.push_back(dp.reduce_scatter_async(source, s.reduce_target, S, DType::kF32, options));
+}
+
+Status DataParallel::wait_reductions() {
+  Status first;
+  for (auto& state : groups_) {
+    GroupState& s = *state;
+    for (auto& w : s.pending_reduce) {
+      Status st = w->wait();
+      if (!st.is_ok() && first.is_ok()) first = st;
+    }
+    s.pending_reduce.clear();
+    if (!shard_grads_ || !s.reduce_target) continue;
+    // Sharded gradients accumulate over micro-steps.
+    backend_->accumulate(s.shard_grads, s.reduce_target, s.layout.shard_numel());
+    pool_return(s.reduce_target, s.layout.shard_numel());
+    s.reduce_target = nullptr;
+    if (s.reduce_source) pool_return(s.reduce_source, s.layout.padded_numel());
+    s.reduce_source = nullptr;
+    size_t n = s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel();
+    pool_return(s.full_grads, n);
+    s.full_grads = nullptr;
+    model_->set_group_buffers(s.index, s.current_params, nullptr);
+  }
+  return first;
+}
+
+// This rank's share of the squared global norm: its owned gradient shard,
+// counting a parameter replicated over the tp group on one tp rank only.
+double DataParallel::owned_sum_of_squares() {
+  int tp_rank = mesh_->tp_rank();
+  const auto& dims = model_->dims();
+  int kv_replicas = dims.kv_replicated ? mesh_->dims().tp / model_->config().kv_heads : 1;
+  int layout_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
+  double sum = 0;
+  for (auto& state : groups_) {
+    GroupState& s = *state;
+    for (const auto& seg : s.layout.segments(layout_rank)) {
+      const auto& p = s.spec->params[seg.param];
+      bool replicated = p.shard_dim == models::ShardDim::kReplicated;
+      bool kv_copy = kv_replicas > 1 && p.tp_partial_grad && !replicated;
+      if (replicated && tp_rank != 0) continue;
+      if (kv_copy && tp_rank % kv_replicas != 0) continue;
+      sum += backend_->sum_of_squares(s.shard_grads + seg.shard_offset, seg.length);
+    }
+  }
+  return sum;
+}
+
+Status DataParallel::all_reduce_scalar(collective::Communicator& comm, double* value) {
+  // The communicator works on backend memory (device memory under NCCL), and
+  // has no f64: a one-float round trip is precise enough for a norm.
+  if (!scalar_) scalar_ = pool_take(1);
+  float host = float(*value);
+  backend_->copy_from_host(scalar_, &host, sizeof(float));
+  collective::AllReduceOptions options;
+  options.stream = options_.stream;
+  COHORT_RETURN_IF_ERROR(comm.all_reduce(scalar_, 1, DType::kF32, options));
+  backend_->copy_to_host(&host, scalar_, sizeof(float));
+  *value = host;
+  return Status::ok();
+}
+
+Result<double> DataParallel::finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step) {
+  note(wait_reductions());
+  if (!status_.is_ok()) {
+    Status failed = status_;
+    status_ = Status::ok();
+    return failed;
+  }
+  // DDP ranks hold identical full gradients, so only the tp group adds up;
+  // the sharded strategies add over the whole world.
+  double sum = owned_sum_of_squares();
+  auto& norm_group = options_.strategy == Strategy::kDdp ? mesh_->tp() : mesh_->world();
+  if (norm_group.size() > 1) COHORT_RETURN_IF_ERROR(all_reduce_scalar(norm_group, &sum));
+  double norm = std::sqrt(sum);
+  float coefficient = models::clip_coefficient(norm, grad_clip);
+
+  int layout_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
+  for (auto& state : groups_) {
+    GroupState& s = *state;
+    for (const auto& seg : s.layout.segments(layout_rank)) {
+      const auto& p = s.spec->params[seg.param];
+      float* g = s.shard_grads + seg.shard_offset;
+      if (coefficient < 1.0f) backend_->scale(g, seg.length, coefficient);
+      backend_->adamw_update(s.shard_params + seg.shard_offset, g, s.m + seg.shard_offset,
+                             s.v + seg.shard_offset, seg.length, adamw, step, p.weight_decay);
+    }
+  }
+  // ZeRO-1/2 keep full parameters: every rank gathers the updated shards in
+  // place. ZeRO-3/FSDP2 gather at the next forward; DDP updated everything.
+  if (shard_optimizer_ && !shard_params_) {
+    collective::AllGatherOptions options;
+    options.stream = options_.stream;
+    for (auto& state : groups_) {
+      GroupState& s = *state;
+      size_t S = s.layout.shard_numel();
+      COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
+                                                    s.full_params, S, DType::kF32, options));
+    }
+  }
+  for (auto& state : groups_) {
+    GroupState& s = *state;
+    if (shard_grads_) backend_->zero(s.shard_grads, s.layout.shard_numel() * sizeof(float));
+    else backend_->zero(s.full_grads, s.layout.padded_numel() * sizeof(float));
+  }
+  return norm;
+}
+
+MemoryReport DataParallel::memory() const {
+  MemoryReport r;
+  for (const auto& state : groups_) {
+    const GroupState& s = *state;
+    size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
+    r.param_bytes += (shard_params_ ? S : padded) * sizeof(float);
+    r.grad_bytes += (shard_grads_ ? S : padded) * sizeof(float);
+    r.optimizer_bytes += 2 * (shard_optimizer_ ? S : padded) * sizeof(float);
+  }
+  r.transient_bytes = pool_bytes();
+  return r;
+}
+
+Status DataParallel::read_shard(int group, std::vector<float>* params, std::vector<float>* m,
+                                std::vector<float>* v) {
+  COHORT_RETURN_IF_ERROR(wait_reductions());
+  GroupState& s = *groups_[group];
+  size_t n = shard_optimizer_ ? s.layout.shard_numel() : s.layout.padded_numel();
+  params->resize(n);
+  m->resize(n);
+  v->resize(n);
+  backend_->copy_to_host(params->data(), s.shard_params, n * sizeof(float));
+  backend_->copy_to_host(m->data(), s.m, n * sizeof(float));
+  backend_->copy_to_host(v->data(), s.v, n * sizeof(float));
+  return Status::ok();
+}
+
+Status DataParallel::write_shard(int group, const std::vector<float>& params, const std::vector<float>& m,
+                                 const std::vector<float>& v) {
+  GroupState& s = *groups_[group];
+  size_t n = shard_optimizer_ ? s.layout.shard_numel() : s.layout.padded_numel();
+  if (params.size() != n || m.size() != n || v.size() != n)
+    return invalid_argument(fmt::format("group {}: shard of {} floats expected, got {}/{}/{}", s.spec->name,
+                                        n, params.size(), m.size(), v.size()));
+  backend_->copy_from_host(s.shard_params, params.data(), n * sizeof(float));
+  backend_->copy_from_host(s.m, m.data(), n * sizeof(float));
+  backend_->copy_from_host(s.v, v.data(), n * sizeof(float));
+  if (shard_optimizer_ && !shard_params_) {
+    size_t S = s.layout.shard_numel();
+    COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
+                                                  s.full_params, S, DType::kF32, {}));
+  }
+  return Status::ok();
+}
+
+Status DataParallel::gather_group(int group, std::vector<float>* params) {
+  GroupState& s = *groups_[group];
+  params->resize(s.spec->numel);
+  bool was_gathered = s.gathered;
+  ensure_gathered(group);
+  COHORT_RETURN_IF_ERROR(status_);
+  backend_->copy_to_host(params->data(), s.full_params, s.spec->numel * sizeof(float));
+  if (!was_gathered) release_gathered(group);
+  return Status::ok();
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,32 @@
+// ParallelDims: how a job's world splits into data-parallel × tensor-parallel.
+//
+// dp × tp must equal the world size exactly, and tensor-parallel groups are
+// consecutive ranks (so they stay inside a node); anything else is an error
+// that names the numbers, never a silent downgrade.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace cohort::parallel {
+
+enum class Strategy { kDdp, kZero1, kZero2, kZero3, kFsdp2 };
+const char* strategy_name(Strategy strategy);
+Result<Strategy> parse_strategy(const std::string& name);
+
+struct ParallelDims {
+  int world = 1;
+  int dp = 1;  // data-parallel degree (the "dp" mesh axis)
+  int tp = 1;  // tensor-parallel degree (the "tp" mesh axis)
+
+  // Checks dp × tp == world and every degree ≥ 1.
+  static Result<ParallelDims> create(int world, int tp);
+
+  // Mesh coordinates of a global rank: consecutive ranks share a tp group.
+  int dp_rank(int rank) const { return rank / tp; }
+  int tp_rank(int rank) const { return rank % tp; }
+  std::string to_string() const;
+};
+
+}  // namespace cohort::parallel

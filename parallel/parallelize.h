@@ -1,0 +1,49 @@
+// parallelize: build this rank's part of a model for a job's mesh.
+//
+// Tensor parallelism first (the model is created as shard tp_rank of tp, its
+// row-parallel sums and vocab-parallel cross-entropy wired to the mesh's tp
+// group), then the data-parallel strategy over the dp group, block by block
+// (DataParallel). The same seed gives every rank the slices of the same
+// global model, so N ranks start exactly where 1 rank does.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "collective/communicator.h"
+#include "models/backend.h"
+#include "models/config.h"
+#include "models/model.h"
+#include "parallel/data_parallel.h"
+#include "parallel/device_mesh.h"
+
+namespace cohort::parallel {
+
+struct ParallelConfig {
+  int tensor_parallel = 1;
+  DataParallelOptions data_parallel;
+};
+
+struct ParallelModel {
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<DataParallel> data_parallel;  // destroyed before the model
+  ~ParallelModel();
+  ParallelModel() = default;
+  ParallelModel(ParallelModel&&) = default;
+};
+
+// Fills the freshly created model's parameters (this rank's tp slice): from a
+// seed, a Hugging Face folder or a checkpoint. Called before sharding.
+using WeightLoader = std::function<Status(models::Model& model)>;
+
+Result<ParallelModel> parallelize(const models::ModelConfig& config, collective::Communicator* world,
+                                  models::Backend* backend, const ParallelConfig& parallel,
+                                  const WeightLoader& load_weights);
+
+// The tp group's collectives as the model wants them (models/tensor_parallel.h).
+// A failure aborts the worker with a message naming the group: a model
+// half-way through a layer cannot carry on, and the job's restart takes over.
+models::TensorParallelComm make_tensor_parallel_comm(collective::Communicator* tp, void* stream);
+
+}  // namespace cohort::parallel

@@ -1,0 +1,78 @@
+// Starts N local processes as the ranks of one torchrun-style job (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and waits for them, killing them all
+// if any fails or the deadline passes. For multi-process tests.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort::testing {
+
+// A port unlikely to clash with parallel test processes.
+inline int pick_port() {
+  static int next = 20000 + int((::getpid() * 7919) % 20000);
+  return next++;
+}
+
+// Returns "" when every rank exited 0, else what went wrong.
+inline std::string run_ranks(const std::string& program, const std::vector<std::string>& args, int world,
+                             std::chrono::seconds deadline = std::chrono::seconds(120)) {
+  int port = pick_port();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("OMP_NUM_THREADS", "1", 1);
+      ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+      ::unsetenv("COHORT_STORE");
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(program.c_str()));
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::string problem;
+  auto end = std::chrono::steady_clock::now() + deadline;
+  size_t done = 0;
+  std::vector<bool> finished(world, false);
+  while (done < pids.size()) {
+    for (int r = 0; r < world; ++r) {
+      if (finished[r]) continue;
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        finished[r] = true;
+        ++done;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && problem.empty())
+          problem = "rank " + std::to_string(r) + " ended with status " + std::to_string(status);
+      }
+    }
+    if (!problem.empty() || std::chrono::steady_clock::now() > end) {
+      if (problem.empty()) problem = "ranks did not finish within the deadline";
+      for (int r = 0; r < world; ++r)
+        if (!finished[r]) ::kill(pids[r], SIGKILL);
+      for (int r = 0; r < world; ++r)
+        if (!finished[r]) ::waitpid(pids[r], nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return problem;
+}
+
+}  // namespace cohort::testing
