@@ -68,7 +68,7 @@ void Model::ensure_activations(int B, int T) {
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
     a.dv = arena.take(n * KVd), a.dk_lin = arena.take(n * KVd), a.dg = arena.take(n * I);
     a.du = arena.take(n * I), a.dh = arena.take(n * I);
-    a.dscores = arena.take(static_cast<size_t>(T) * T);
+    a.dscores = arena.take(hq * T * T);  // CPU uses T*T; CUDA batches over heads
   };
   plan();
   a.training_allocations.push_back(arena.allocate());

@@ -7,7 +7,8 @@
 //   q, y:  [B*T, heads*D]      k, v: [B*T, kv_heads*D]
 //   probs: [B, heads, T, T]    (saved by forward for backward; zero above the diagonal)
 // Query head h reads KV head h / (heads / kv_heads). Scale is 1/sqrt(D).
-// Backward accumulates (+=) into dq, dk, dv; `scratch` holds T*T floats.
+// Backward accumulates (+=) into dq, dk, dv; `scratch` holds heads*T*T floats
+// (the CPU reference uses T*T of it, the CUDA kernels batch over heads).
 //
 // attention_cached serves inference: new tokens of one sequence attend to a
 // KV cache [kv_heads, cache_len, D] that already holds their own keys/values.

@@ -1,0 +1,249 @@
+// CudaBackend: every Backend op as a CUDA kernel or cuBLAS call on one
+// stream, memory from the caching pool. The only translation unit with
+// kernels: it includes each op family's .cuh (beside its CPU reference in
+// models/ops/) so the whole GPU side compiles once.
+#include <vector>
+
+#include "models/cuda/common.cuh"
+#include "models/cuda/memory_pool.h"
+#include "models/cuda_backend.h"
+#include "models/ops/adamw.cuh"
+#include "models/ops/attention.cuh"
+#include "models/ops/cross_entropy.cuh"
+#include "models/ops/embedding.cuh"
+#include "models/ops/linear.cuh"
+#include "models/ops/rmsnorm.cuh"
+#include "models/ops/rope.cuh"
+#include "models/ops/swiglu.cuh"
+
+namespace cohort::models {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+constexpr unsigned kNormBlock = 256;
+constexpr unsigned kSumBlocks = 1024;
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  explicit CudaBackendImpl(int device) : device_(device), pool_(device) {
+    COHORT_CUDA_CHECK(cudaSetDevice(device_));
+    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    COHORT_CUBLAS_CHECK(cublasCreate(&cublas_));
+    COHORT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    COHORT_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared_, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                             device_));
+    COHORT_CUDA_CHECK(cudaFuncSetAttribute(cuda::attention_cached_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           max_shared_));
+    partial_sums_ = static_cast<double*>(pool_.allocate(kSumBlocks * sizeof(double)));
+    host_partials_.resize(kSumBlocks);
+  }
+  ~CudaBackendImpl() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::kCuda; }
+  void* stream() const override { return stream_; }
+  void synchronize() override { COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  CudaBackendStats stats() const override {
+    return {pool_.reserved_bytes(), pool_.in_use_bytes(), pool_.device_allocations()};
+  }
+
+  void* alloc(size_t bytes) override {
+    void* p = pool_.allocate(bytes);
+    COHORT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    return p;
+  }
+  void free(void* ptr) override {
+    // Work queued on the stream may still use the block; wait before reuse.
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    pool_.release(ptr);
+  }
+  void zero(void* ptr, size_t bytes) override {
+    COHORT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void copy_from_host(void* dst, const void* host, size_t bytes) override {
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // host buffer may be reused at once
+  }
+  void copy_to_host(void* host, const void* src, size_t bytes) override {
+    COHORT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
+                         int vocab_begin, int rows) override {
+    cuda::embedding_forward_kernel<<<n, kNormBlock, 0, stream_>>>(out, ids, table, dim,
+                                                                  vocab_begin, rows);
+    check_launch();
+  }
+  void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n, int dim,
+                          int vocab_begin, int rows) override {
+    cuda::embedding_backward_kernel<<<n, kNormBlock, 0, stream_>>>(dtable, dout, ids, dim,
+                                                                   vocab_begin, rows);
+    check_launch();
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int n, int dim,
+                       float eps) override {
+    cuda::rmsnorm_forward_kernel<<<n, norm_threads(dim), 0, stream_>>>(out, rstd, x, w, dim, eps);
+    check_launch();
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                        const float* rstd, int n, int dim) override {
+    cuda::rmsnorm_backward_input_kernel<<<n, norm_threads(dim), 0, stream_>>>(dx, dout, x, w,
+                                                                              rstd, dim);
+    cuda::rmsnorm_backward_weight_kernel<<<(dim + 31) / 32, dim3(32, 8), 0, stream_>>>(
+        dw, dout, x, rstd, n, dim);
+    check_launch();
+  }
+  void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
+                      int out) override {
+    cuda::linear_forward(cublas_, stream_, y, x, w, b, n, in, out);
+    check_launch();
+  }
+  void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                       const float* w, int n, int in, int out) override {
+    cuda::linear_backward(cublas_, stream_, dx, dw, db, dy, x, w, n, in, out);
+    check_launch();
+  }
+  void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim,
+                    const float* cos, const float* sin) override {
+    const size_t pairs = static_cast<size_t>(n) * heads * (head_dim / 2);
+    cuda::rope_kernel<<<cuda::grid_for(pairs), cuda::kThreads, 0, stream_>>>(x, pos, n, heads,
+                                                                            head_dim, cos, sin, 1.0f);
+    check_launch();
+  }
+  void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
+                     const float* cos, const float* sin) override {
+    const size_t pairs = static_cast<size_t>(n) * heads * (head_dim / 2);
+    cuda::rope_kernel<<<cuda::grid_for(pairs), cuda::kThreads, 0, stream_>>>(
+        dx, pos, n, heads, head_dim, cos, sin, -1.0f);
+    check_launch();
+  }
+  void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
+                         int B, int T, int heads, int kv_heads, int head_dim) override {
+    cuda::attention_forward(cublas_, stream_, y, probs, q, k, v, {B, T, heads, kv_heads, head_dim});
+    check_launch();
+  }
+  void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
+                          const float* q, const float* k, const float* v, const float* probs,
+                          int B, int T, int heads, int kv_heads, int head_dim) override {
+    cuda::attention_backward(cublas_, stream_, dq, dk, dv, scratch, dy, q, k, v, probs,
+                             {B, T, heads, kv_heads, head_dim});
+    check_launch();
+  }
+  void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
+                      int kv_heads, int head_dim) override {
+    const size_t n = static_cast<size_t>(m) * kv_heads * head_dim;
+    cuda::kv_cache_write_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+        cache, src, m, first_pos, capacity, kv_heads, head_dim);
+    check_launch();
+  }
+  void attention_cached(float* y, float* /*scratch*/, const float* q, const float* kcache,
+                        const float* vcache, int m, int first_pos, int capacity, int heads,
+                        int kv_heads, int head_dim) override {
+    const size_t shared = static_cast<size_t>(first_pos + m) * sizeof(float);
+    COHORT_CHECK_MSG(shared <= static_cast<size_t>(max_shared_),
+                     "context of {} positions exceeds the decode kernel's shared memory",
+                     first_pos + m);
+    cuda::attention_cached_kernel<<<dim3(m, heads), 128, shared, stream_>>>(
+        y, q, kcache, vcache, first_pos, capacity, heads, kv_heads, head_dim);
+    check_launch();
+  }
+  void swiglu_forward(float* h, const float* g, const float* u, size_t n) override {
+    cuda::swiglu_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(h, g, u, n);
+    check_launch();
+  }
+  void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
+                       size_t n) override {
+    cuda::swiglu_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dg, du, dh, g,
+                                                                                   u, n);
+    check_launch();
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    cuda::add_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(out, a, b, n);
+    check_launch();
+  }
+  void accumulate(float* dst, const float* src, size_t n) override {
+    cuda::accumulate_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dst, src, n);
+    check_launch();
+  }
+  void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
+                                      const int32_t* targets, int n, int vocab_local,
+                                      int vocab_begin, float grad_scale,
+                                      const TensorParallelComm* tp) override {
+    float *row_max = scratch, *sum_exp = scratch + n, *target_logit = scratch + 2 * n;
+    cuda::ce_max_kernel<<<n, kNormBlock, 0, stream_>>>(row_max, logits, vocab_local);
+    if (tp && tp->all_reduce_max) tp->all_reduce_max(row_max, n);
+    cuda::ce_sum_kernel<<<n, kNormBlock, 0, stream_>>>(sum_exp, target_logit, row_max, logits,
+                                                       targets, vocab_local, vocab_begin);
+    if (tp && tp->all_reduce_sum) tp->all_reduce_sum(sum_exp, 2 * static_cast<size_t>(n));
+    cuda::ce_finish_kernel<<<n, kNormBlock, 0, stream_>>>(losses, logits, row_max, sum_exp,
+                                                          target_logit, targets, vocab_local,
+                                                          vocab_begin, grad_scale);
+    check_launch();
+  }
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                    const AdamWConfig& c, int64_t step, bool decay) override {
+    const float bc1 = 1.0f - std::pow(c.beta1, static_cast<float>(step));
+    const float bc2 = 1.0f - std::pow(c.beta2, static_cast<float>(step));
+    const float decay_factor = decay ? 1.0f - c.lr * c.weight_decay : 1.0f;
+    cuda::adamw_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+        params, grads, m, v, n, c.lr, c.beta1, c.beta2, c.eps, decay_factor, bc1, bc2);
+    check_launch();
+  }
+  double sum_of_squares(const float* x, size_t n) override {
+    const unsigned blocks = std::min<unsigned>(kSumBlocks, cuda::grid_for(n));
+    cuda::sum_squares_kernel<<<blocks, cuda::kThreads, 0, stream_>>>(partial_sums_, x, n);
+    check_launch();
+    copy_to_host(host_partials_.data(), partial_sums_, blocks * sizeof(double));
+    double total = 0;
+    for (unsigned i = 0; i < blocks; ++i) total += host_partials_[i];
+    return total;
+  }
+  void scale(float* x, size_t n, float factor) override {
+    cuda::scale_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(x, n, factor);
+    check_launch();
+  }
+
+ private:
+  static unsigned norm_threads(int dim) {
+    return dim >= 256 ? kNormBlock : static_cast<unsigned>(std::max(32, (dim + 31) / 32 * 32));
+  }
+  static void check_launch() { COHORT_CUDA_CHECK(cudaGetLastError()); }
+
+  int device_;
+  cuda::MemoryPool pool_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  int max_shared_ = 48 * 1024;
+  double* partial_sums_ = nullptr;
+  std::vector<double> host_partials_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count) {
+    return unavailable("CUDA device " + std::to_string(device) + " requested but " +
+                       std::to_string(count) + " are visible");
+  }
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(device));
+}
+
+}  // namespace cohort::models

@@ -1,0 +1,67 @@
+// Shared pieces of the CUDA kernels: error checks, launch sizing and
+// warp/block reductions. Included only by models/cuda/backend_cuda.cu (the
+// kernels live in one translation unit to keep compile time down).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/check.h"
+
+#define COHORT_CUDA_CHECK(expr)                                                        \
+  do {                                                                                 \
+    cudaError_t cohort_err_ = (expr);                                                  \
+    COHORT_CHECK_MSG(cohort_err_ == cudaSuccess, "{}: {}", #expr,                      \
+                     cudaGetErrorString(cohort_err_));                                 \
+  } while (0)
+
+#define COHORT_CUBLAS_CHECK(expr)                                                      \
+  do {                                                                                 \
+    cublasStatus_t cohort_st_ = (expr);                                                \
+    COHORT_CHECK_MSG(cohort_st_ == CUBLAS_STATUS_SUCCESS, "{}: cublas status {}", #expr, \
+                     static_cast<int>(cohort_st_));                                    \
+  } while (0)
+
+namespace cohort::models::cuda {
+
+constexpr int kThreads = 256;
+
+// Grid for a grid-stride loop over n elements.
+inline unsigned grid_for(size_t n) {
+  return static_cast<unsigned>(std::clamp<size_t>((n + kThreads - 1) / kThreads, 1, 65536));
+}
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum (or max) over the block; every thread gets the result. Callable
+// repeatedly: the trailing barrier protects the shared slots.
+template <bool kMax>
+__device__ inline float block_reduce(float v) {
+  __shared__ float slots[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  if (lane == 0) slots[warp] = v;
+  __syncthreads();
+  const float identity = kMax ? -INFINITY : 0.0f;
+  v = threadIdx.x < warps ? slots[threadIdx.x] : identity;
+  if (warp == 0) v = kMax ? warp_max(v) : warp_sum(v);
+  if (threadIdx.x == 0) slots[0] = v;
+  __syncthreads();
+  const float result = slots[0];
+  __syncthreads();
+  return result;
+}
+
+}  // namespace cohort::models::cuda

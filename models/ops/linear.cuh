@@ -1,0 +1,63 @@
+// CUDA linear (CPU reference and contract: linear.h) on cuBLAS.
+//
+// Row-major y = x W^T is column-major y^T = W x^T, so every GEMM below is
+// the row-major formula with operands swapped. Inputs are fp32 in memory and
+// the GEMMs run with CUBLAS_COMPUTE_32F_FAST_16BF: operands rounded to bf16
+// on the tensor cores, products accumulated in fp32 — the numerics of bf16
+// weights and activations with fp32 accumulation. Parity tolerances against
+// the fp32 CPU reference follow from that (about 1e-2 relative).
+#pragma once
+
+#include "models/cuda/common.cuh"
+
+namespace cohort::models::cuda {
+
+inline void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                 int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                 float* c, int ldc) {
+  COHORT_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F,
+                                   ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                   CUBLAS_GEMM_DEFAULT));
+}
+
+inline void gemm_strided(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                         int n, int k, float alpha, const float* a, int lda, long long sa,
+                         const float* b, int ldb, long long sb, float beta, float* c, int ldc,
+                         long long sc, int batch) {
+  COHORT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      h, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb, sb, &beta, c,
+      CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int n, int out) {
+  const size_t total = static_cast<size_t>(n) * out;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    y[i] += b[i % out];
+  }
+}
+
+// db[j] += sum_i dy[i, j]: one thread per column, rows looped (coalesced in j).
+__global__ void bias_backward_kernel(float* db, const float* dy, int n, int out) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= out) return;
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += dy[static_cast<size_t>(i) * out + j];
+  db[j] += s;
+}
+
+inline void linear_forward(cublasHandle_t h, cudaStream_t stream, float* y, const float* x,
+                           const float* w, const float* b, int n, int in, int out) {
+  gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.0f, w, in, x, in, 0.0f, y, out);
+  if (b) add_bias_kernel<<<grid_for(static_cast<size_t>(n) * out), kThreads, 0, stream>>>(y, b, n, out);
+}
+
+inline void linear_backward(cublasHandle_t h, cudaStream_t stream, float* dx, float* dw,
+                            float* db, const float* dy, const float* x, const float* w, int n,
+                            int in, int out) {
+  if (dx) gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
+  gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, in);
+  if (db) bias_backward_kernel<<<(out + kThreads - 1) / kThreads, kThreads, 0, stream>>>(db, dy, n, out);
+}
+
+}  // namespace cohort::models::cuda

@@ -1,0 +1,61 @@
+// CUDA RMSNorm (CPU reference and contract: rmsnorm.h). One block per row
+// for forward and the input gradient (in-place forward is safe: each thread
+// reads its elements before writing them); the weight gradient is a separate
+// column reduction over rows, deterministic and free of atomics.
+#pragma once
+
+#include "models/cuda/common.cuh"
+
+namespace cohort::models::cuda {
+
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* x, const float* w,
+                                       int dim, float eps) {
+  const size_t row = blockIdx.x;
+  const float* xi = x + row * dim;
+  float ss = 0;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) ss += xi[j] * xi[j];
+  ss = block_reduce<false>(ss);
+  const float r = rsqrtf(ss / dim + eps);
+  float* oi = out + row * dim;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) oi[j] = w[j] * (xi[j] * r);
+  if (rstd && threadIdx.x == 0) rstd[row] = r;
+}
+
+__global__ void rmsnorm_backward_input_kernel(float* dx, const float* dout, const float* x,
+                                              const float* w, const float* rstd, int dim) {
+  const size_t row = blockIdx.x;
+  const float* xi = x + row * dim;
+  const float* di = dout + row * dim;
+  const float r = rstd[row];
+  float dot = 0;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) dot += di[j] * w[j] * xi[j] * r;
+  const float mean = block_reduce<false>(dot) / dim;
+  float* dxi = dx + row * dim;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    dxi[j] += r * (di[j] * w[j] - xi[j] * r * mean);
+  }
+}
+
+// dw[j] += sum_i dout[i, j] * x[i, j] * rstd[i]. Block (32 x 8): 32 columns,
+// 8 row lanes reduced through shared memory.
+__global__ void rmsnorm_backward_weight_kernel(float* dw, const float* dout, const float* x,
+                                               const float* rstd, int n, int dim) {
+  __shared__ float part[8][33];
+  const int j = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0;
+  if (j < dim) {
+    for (int i = threadIdx.y; i < n; i += 8) {
+      const size_t at = static_cast<size_t>(i) * dim + j;
+      acc += dout[at] * x[at] * rstd[i];
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < dim) {
+    float s = 0;
+    for (int k = 0; k < 8; ++k) s += part[k][threadIdx.x];
+    dw[j] += s;
+  }
+}
+
+}  // namespace cohort::models::cuda
