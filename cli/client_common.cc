@@ -102,12 +102,12 @@ void print_job_table(const std::vector<protocol::JobInfo>& jobs) {
   }
 }
 
-void print_root_cause(const protocol::RootCause& c, const char* indent) {
-  std::printf("%sroot cause: rank %d on node %s: %s\n", indent, c.rank, c.node.c_str(),
-              c.reason.c_str());
+void print_root_cause(const protocol::RootCause& c, const char* indent, FILE* out) {
+  std::fprintf(out, "%sroot cause: rank %d on node %s: %s\n", indent, c.rank, c.node.c_str(),
+               c.reason.c_str());
   if (!c.last_lines.empty()) {
-    std::printf("%slast lines of rank %d:\n", indent, c.rank);
-    for (const auto& l : c.last_lines) std::printf("%s  | %s\n", indent, l.c_str());
+    std::fprintf(out, "%slast lines of rank %d:\n", indent, c.rank);
+    for (const auto& l : c.last_lines) std::fprintf(out, "%s  | %s\n", indent, l.c_str());
   }
 }
 

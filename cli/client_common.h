@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +33,7 @@ bool load_job_control(const std::string& path, const std::vector<std::string>& s
 
 void print_job_table(const std::vector<protocol::JobInfo>& jobs);
 void print_job_detail(const protocol::JobInfo& job);
-void print_root_cause(const protocol::RootCause& cause, const char* indent);
+void print_root_cause(const protocol::RootCause& cause, const char* indent, FILE* out = stdout);
 // 0 for a succeeded job, 1 otherwise (DESIGN §5).
 int job_exit_code(const protocol::JobInfo& job);
 

@@ -41,7 +41,7 @@ int run_run(const RunArgs& args) {
   std::fprintf(stderr, "cohort: job %s %s%s%s (logs in %s/logs)\n", info->name.c_str(),
                info->state.c_str(), info->message.empty() ? "" : ": ", info->message.c_str(),
                info->output_dir.c_str());
-  if (info->has_root_cause) print_root_cause(info->root_cause, "");
+  if (info->has_root_cause) print_root_cause(info->root_cause, "", stderr);
   return job_exit_code(*info);
 }
 

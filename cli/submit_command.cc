@@ -35,7 +35,7 @@ int run_submit(const SubmitArgs& args) {
                info->message.empty() ? "" : ": ", info->message.c_str());
   if (info->has_root_cause) {
     std::fflush(stdout);
-    print_root_cause(info->root_cause, "");
+    print_root_cause(info->root_cause, "", stderr);
   }
   return job_exit_code(*info);
 }

@@ -227,7 +227,7 @@ void CoordinatorImpl::finish_attempt(Job& job) {
       end_job(job, JobState::kFailed,
               job.control.max_restarts > 0
                   ? "failed after " + std::to_string(job.attempts.size()) + " attempts: " + a.reason
-                  : "failed: " + a.reason);
+                  : a.reason);
     }
   } else {
     a.state = AttemptState::kStopped;
