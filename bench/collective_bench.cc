@@ -32,14 +32,14 @@ using namespace cohort::collective;
 
 namespace {
 
-#define BENCH_CHECK(cond, ...)                                      \
-  do {                                                              \
-    if (!(cond)) {                                                  \
+#define BENCH_CHECK(cond, ...)                                              \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
       std::fprintf(stderr, "collective_bench %s:%d: ", __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                            \
-      std::fprintf(stderr, "\n");                                   \
-      std::exit(1);                                                 \
-    }                                                               \
+      std::fprintf(stderr, __VA_ARGS__);                                    \
+      std::fprintf(stderr, "\n");                                           \
+      std::exit(1);                                                         \
+    }                                                                       \
   } while (0)
 #define CUDA_OK(call) BENCH_CHECK((call) == cudaSuccess, "%s failed", #call)
 #define NCCL_OK(call) BENCH_CHECK((call) == ncclSuccess, "%s failed", #call)
@@ -54,7 +54,9 @@ struct Args {
 
 enum class Op { kAllReduce, kAllGather, kReduceScatter };
 const char* op_name(Op op) {
-  return op == Op::kAllReduce ? "all_reduce" : op == Op::kAllGather ? "all_gather" : "reduce_scatter";
+  return op == Op::kAllReduce   ? "all_reduce"
+         : op == Op::kAllGather ? "all_gather"
+                                : "reduce_scatter";
 }
 
 struct Buffers {
@@ -66,16 +68,20 @@ struct Buffers {
 void raw_nccl(Op op, size_t bytes, int n, ncclComm_t comm, cudaStream_t stream, const Buffers& b) {
   size_t count = bytes / sizeof(float);
   switch (op) {
-    case Op::kAllReduce: NCCL_OK(ncclAllReduce(b.send, b.recv, count, ncclFloat32, ncclSum, comm, stream)); break;
-    case Op::kAllGather: NCCL_OK(ncclAllGather(b.send, b.recv, count / n, ncclFloat32, comm, stream)); break;
+    case Op::kAllReduce:
+      NCCL_OK(ncclAllReduce(b.send, b.recv, count, ncclFloat32, ncclSum, comm, stream));
+      break;
+    case Op::kAllGather:
+      NCCL_OK(ncclAllGather(b.send, b.recv, count / n, ncclFloat32, comm, stream));
+      break;
     case Op::kReduceScatter:
       NCCL_OK(ncclReduceScatter(b.send, b.recv, count / n, ncclFloat32, ncclSum, comm, stream));
       break;
   }
 }
 
-std::shared_ptr<Work> through_cohort(Op op, size_t bytes, int n, Communicator& comm, cudaStream_t stream,
-                                     const Buffers& b) {
+std::shared_ptr<Work> through_cohort(Op op, size_t bytes, int n, Communicator& comm,
+                                     cudaStream_t stream, const Buffers& b) {
   size_t count = bytes / sizeof(float);
   switch (op) {
     case Op::kAllReduce: {
@@ -105,7 +111,8 @@ double time_us(int warmup, int iters, Launch&& launch, Finish&& finish, Communic
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) launch();
   finish();
-  auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  auto us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   return us / iters;
 }
 
@@ -138,7 +145,8 @@ int run(const Args& a, World& world) {
   CUDA_OK(cudaMemset(b.send, 0, max_bytes));
 
   if (rank == 0) {
-    std::printf("# collective_bench: %d ranks, f32 sum, %d iters (%d warm-up)\n", n, a.iters, a.warmup);
+    std::printf("# collective_bench: %d ranks, f32 sum, %d iters (%d warm-up)\n", n, a.iters,
+                a.warmup);
     std::printf("# %-14s %12s %12s | %10s %8s %8s | %10s %8s %8s | %6s\n", "op", "size(B)", "count",
                 "nccl(us)", "algbw", "busbw", "cohort(us)", "algbw", "busbw", "ratio");
   }
@@ -146,8 +154,9 @@ int run(const Args& a, World& world) {
     double factor = op == Op::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
     for (size_t bytes = a.min_bytes; bytes <= max_bytes; bytes *= 2) {
       if ((bytes / sizeof(float)) % n != 0 || bytes < sizeof(float) * n) continue;
-      double t_raw = time_us(a.warmup, a.iters, [&] { raw_nccl(op, bytes, n, raw, stream, b); },
-                             [&] { CUDA_OK(cudaStreamSynchronize(stream)); }, *world.cpu);
+      double t_raw = time_us(
+          a.warmup, a.iters, [&] { raw_nccl(op, bytes, n, raw, stream, b); },
+          [&] { CUDA_OK(cudaStreamSynchronize(stream)); }, *world.cpu);
       std::shared_ptr<Work> last;
       double t_cohort = time_us(
           a.warmup, a.iters, [&] { last = through_cohort(op, bytes, n, **cohort_comm, stream, b); },
@@ -158,9 +167,9 @@ int run(const Args& a, World& world) {
           *world.cpu);
       if (rank == 0) {
         double alg_raw = bytes / t_raw / 1e3, alg_cohort = bytes / t_cohort / 1e3;  // GB/s
-        std::printf("  %-14s %12zu %12zu | %10.2f %8.2f %8.2f | %10.2f %8.2f %8.2f | %6.3f\n", op_name(op),
-                    bytes, bytes / sizeof(float), t_raw, alg_raw, alg_raw * factor, t_cohort, alg_cohort,
-                    alg_cohort * factor, t_raw / t_cohort);
+        std::printf("  %-14s %12zu %12zu | %10.2f %8.2f %8.2f | %10.2f %8.2f %8.2f | %6.3f\n",
+                    op_name(op), bytes, bytes / sizeof(float), t_raw, alg_raw, alg_raw * factor,
+                    t_cohort, alg_cohort, alg_cohort * factor, t_raw / t_cohort);
         std::fflush(stdout);
       }
     }
@@ -176,19 +185,26 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     size_t v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (k == "--min-bytes") a.min_bytes = v;
-    else if (k == "--max-bytes") a.max_bytes = v;
-    else if (k == "--iters") a.iters = static_cast<int>(v);
-    else if (k == "--warmup") a.warmup = static_cast<int>(v);
-    else if (k == "--fork") a.fork = static_cast<int>(v);
-    else BENCH_CHECK(false, "unknown option %s", k.c_str());
+    if (k == "--min-bytes")
+      a.min_bytes = v;
+    else if (k == "--max-bytes")
+      a.max_bytes = v;
+    else if (k == "--iters")
+      a.iters = static_cast<int>(v);
+    else if (k == "--warmup")
+      a.warmup = static_cast<int>(v);
+    else if (k == "--fork")
+      a.fork = static_cast<int>(v);
+    else
+      BENCH_CHECK(false, "unknown option %s", k.c_str());
   }
   return a;
 }
 
 // --fork N: this process hosts the store and forks N ranks (GPU = rank).
 int fork_ranks(const Args& a) {
-  auto server = cohort::store::TcpStoreServer::start(std::make_shared<cohort::store::MemoryStoreBackend>(), {});
+  auto server = cohort::store::TcpStoreServer::start(
+      std::make_shared<cohort::store::MemoryStoreBackend>(), {});
   BENCH_CHECK(server.is_ok(), "%s", server.status().to_string().c_str());
   std::vector<pid_t> pids;
   for (int r = 0; r < a.fork; ++r) {

@@ -20,7 +20,8 @@ const char* env(const char* name) {
 Result<int> env_int(const char* name, int fallback, bool required) {
   const char* v = env(name);
   if (v == nullptr) {
-    if (required) return invalid_argument(std::string(name) + " is not set; the launcher must set it");
+    if (required)
+      return invalid_argument(std::string(name) + " is not set; the launcher must set it");
     return fallback;
   }
   try {
@@ -58,15 +59,16 @@ Status read_ranks(World* world) {
   COHORT_ASSIGN_OR_RETURN(world->local_rank, env_int("LOCAL_RANK", world->rank, false));
   COHORT_ASSIGN_OR_RETURN(world->local_size, env_int("LOCAL_WORLD_SIZE", world->size, false));
   if (world->size < 1 || world->rank >= world->size) {
-    return invalid_argument("RANK=" + std::to_string(world->rank) + " is not below WORLD_SIZE=" +
-                            std::to_string(world->size));
+    return invalid_argument("RANK=" + std::to_string(world->rank) +
+                            " is not below WORLD_SIZE=" + std::to_string(world->size));
   }
   return Status::ok();
 }
 
 Status connect_gloo(World* world, const std::string& store_host, Milliseconds timeout) {
-  COHORT_ASSIGN_OR_RETURN(auto comm, GlooCommunicator::create(world->store, world->rank, world->size,
-                                                              gloo_options(store_host, timeout)));
+  COHORT_ASSIGN_OR_RETURN(auto comm,
+                          GlooCommunicator::create(world->store, world->rank, world->size,
+                                                   gloo_options(store_host, timeout)));
   world->cpu = std::move(comm);
   return Status::ok();
 }
@@ -75,8 +77,8 @@ Status join_store(World* world, const std::string& host, int port, Milliseconds 
   store::TcpStoreClientOptions o;
   o.connect_timeout = timeout;
   COHORT_ASSIGN_OR_RETURN(auto client, store::TcpStoreClient::connect(host, port, o));
-  world->store = std::make_shared<store::PrefixStore>(std::shared_ptr<store::Store>(std::move(client)),
-                                                      "collective");
+  world->store = std::make_shared<store::PrefixStore>(
+      std::shared_ptr<store::Store>(std::move(client)), "collective");
   return Status::ok();
 }
 
@@ -84,10 +86,14 @@ Status join_store(World* world, const std::string& host, int port, Milliseconds 
 
 const char* launch_name(Launch launch) {
   switch (launch) {
-    case Launch::kSingle: return "single process";
-    case Launch::kCohort: return "cohort";
-    case Launch::kTorchrun: return "torchrun-style";
-    case Launch::kMpi: return "mpi";
+    case Launch::kSingle:
+      return "single process";
+    case Launch::kCohort:
+      return "cohort";
+    case Launch::kTorchrun:
+      return "torchrun-style";
+    case Launch::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -134,8 +140,8 @@ Result<World> init_from_environment(const WorldOptions& options) {
       store::TcpStoreServerOptions so;
       so.host = "";  // all addresses: the others reach rank 0 by MASTER_ADDR
       so.port = port;
-      COHORT_ASSIGN_OR_RETURN(world.server,
-                              store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so));
+      COHORT_ASSIGN_OR_RETURN(world.server, store::TcpStoreServer::start(
+                                                std::make_shared<store::MemoryStoreBackend>(), so));
     }
     COHORT_RETURN_IF_ERROR(join_store(&world, master_addr, port, timeout));
     COHORT_RETURN_IF_ERROR(connect_gloo(&world, master_addr, timeout));

@@ -65,7 +65,8 @@ Status Communicator::all_gather_v(const void* send, void* recv, const std::vecto
                                   DType dtype, const AllGatherOptions& options) {
   return all_gather_v_async(send, recv, counts, dtype, options)->wait();
 }
-Status Communicator::broadcast(void* buf, size_t count, DType dtype, const BroadcastOptions& options) {
+Status Communicator::broadcast(void* buf, size_t count, DType dtype,
+                               const BroadcastOptions& options) {
   return broadcast_async(buf, count, dtype, options)->wait();
 }
 Status Communicator::send(const void* buf, size_t count, DType dtype, int peer,
@@ -80,10 +81,12 @@ Status Communicator::barrier(const BarrierOptions& options) {
   return barrier_async(options)->wait();
 }
 
-Status Communicator::op_error(const std::string& op, Milliseconds timeout, const Status& cause) const {
+Status Communicator::op_error(const std::string& op, Milliseconds timeout,
+                              const Status& cause) const {
   return Status(cause.code(), op + " on group '" + name() + "' (rank " + std::to_string(rank()) +
                                   " of " + std::to_string(size()) + ", timeout " +
-                                  std::to_string(timeout.count()) + " ms) failed: " + cause.message());
+                                  std::to_string(timeout.count()) +
+                                  " ms) failed: " + cause.message());
 }
 
 Status Communicator::check_peer(const std::string& op, int peer) const {
@@ -128,7 +131,8 @@ Status Communicator::check_split(const std::vector<int>& ranks, int* new_rank) c
   return Status::ok();
 }
 
-std::string Communicator::split_name(const std::vector<int>& ranks, const SplitOptions& options) const {
+std::string Communicator::split_name(const std::vector<int>& ranks,
+                                     const SplitOptions& options) const {
   if (!options.name.empty()) return options.name;
   std::string list;
   for (int r : ranks) {

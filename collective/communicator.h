@@ -137,8 +137,8 @@ class Communicator {
   // step). The default posts both; NCCL overrides it with a group call,
   // without which two blocking sends deadlock.
   virtual std::shared_ptr<Work> send_recv_async(const void* send, size_t send_count, int dst,
-                                                void* recv, size_t recv_count, int src,
-                                                DType dtype, const SendRecvOptions& options);
+                                                void* recv, size_t recv_count, int src, DType dtype,
+                                                const SendRecvOptions& options);
   virtual std::shared_ptr<Work> barrier_async(const BarrierOptions& options) = 0;
 
   // A communicator over `ranks` (ranks of this group, in the new group's
@@ -158,8 +158,8 @@ class Communicator {
                         const ReduceScatterOptions& options = {});
   Status all_gather(const void* send, void* recv, size_t send_count, DType dtype,
                     const AllGatherOptions& options = {});
-  Status all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts,
-                      DType dtype, const AllGatherOptions& options = {});
+  Status all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
+                      const AllGatherOptions& options = {});
   Status broadcast(void* buf, size_t count, DType dtype, const BroadcastOptions& options = {});
   Status send(const void* buf, size_t count, DType dtype, int peer,
               const SendRecvOptions& options = {});

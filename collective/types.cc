@@ -9,34 +9,50 @@ namespace cohort::collective {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   return 1;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "?";
 }
@@ -87,7 +103,7 @@ uint16_t float_to_f16(float f) {
   std::memcpy(&bits, &f, 4);
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   uint32_t abs = bits & 0x7fffffff;
-  if (abs > 0x7f800000) return sign | 0x7e00;  // NaN
+  if (abs > 0x7f800000) return sign | 0x7e00;   // NaN
   if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to infinity
   if (abs < 0x38800000) {
     // Subnormal or zero in f16: shift the full mantissa into place and
@@ -113,9 +129,12 @@ namespace {
 template <typename T>
 T apply(ReduceOp op, T a, T b) {
   switch (op) {
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kMin: return std::min(a, b);
-    default: return static_cast<T>(a + b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    default:
+      return static_cast<T>(a + b);
   }
 }
 
@@ -151,23 +170,35 @@ void divide_half(void* buf, size_t n, int d) {
 
 void reduce_cpu(DType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t n) {
   switch (dtype) {
-    case DType::kF32: return reduce_typed<float>(op, out, a, b, n);
-    case DType::kBF16: return reduce_half<bf16_to_float, float_to_bf16>(op, out, a, b, n);
-    case DType::kF16: return reduce_half<f16_to_float, float_to_f16>(op, out, a, b, n);
-    case DType::kI32: return reduce_typed<int32_t>(op, out, a, b, n);
-    case DType::kI64: return reduce_typed<int64_t>(op, out, a, b, n);
-    case DType::kU8: return reduce_typed<uint8_t>(op, out, a, b, n);
+    case DType::kF32:
+      return reduce_typed<float>(op, out, a, b, n);
+    case DType::kBF16:
+      return reduce_half<bf16_to_float, float_to_bf16>(op, out, a, b, n);
+    case DType::kF16:
+      return reduce_half<f16_to_float, float_to_f16>(op, out, a, b, n);
+    case DType::kI32:
+      return reduce_typed<int32_t>(op, out, a, b, n);
+    case DType::kI64:
+      return reduce_typed<int64_t>(op, out, a, b, n);
+    case DType::kU8:
+      return reduce_typed<uint8_t>(op, out, a, b, n);
   }
 }
 
 void divide_cpu(DType dtype, void* buf, size_t n, int d) {
   switch (dtype) {
-    case DType::kF32: return divide_typed<float>(buf, n, d);
-    case DType::kBF16: return divide_half<bf16_to_float, float_to_bf16>(buf, n, d);
-    case DType::kF16: return divide_half<f16_to_float, float_to_f16>(buf, n, d);
-    case DType::kI32: return divide_typed<int32_t>(buf, n, d);
-    case DType::kI64: return divide_typed<int64_t>(buf, n, d);
-    case DType::kU8: return divide_typed<uint8_t>(buf, n, d);
+    case DType::kF32:
+      return divide_typed<float>(buf, n, d);
+    case DType::kBF16:
+      return divide_half<bf16_to_float, float_to_bf16>(buf, n, d);
+    case DType::kF16:
+      return divide_half<f16_to_float, float_to_f16>(buf, n, d);
+    case DType::kI32:
+      return divide_typed<int32_t>(buf, n, d);
+    case DType::kI64:
+      return divide_typed<int64_t>(buf, n, d);
+    case DType::kU8:
+      return divide_typed<uint8_t>(buf, n, d);
   }
 }
 

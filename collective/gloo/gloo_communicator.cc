@@ -17,6 +17,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "collective/gloo/gloo_op_queue.h"
+#include "collective/gloo/gloo_self_mailbox.h"
 #include "collective/gloo/gloo_store.h"
 
 namespace cohort::collective {
@@ -45,7 +46,8 @@ Status gloo_call(F&& f) {
     return Status::ok();
   } catch (const ::gloo::IoException& e) {
     std::string what = e.what();
-    bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+    bool timed_out =
+        what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
     return timed_out ? timeout_error(what) : unavailable(what);
   } catch (const std::exception& e) {
     return aborted(e.what());
@@ -57,10 +59,14 @@ Status gloo_call(F&& f) {
 template <typename Options>
 void set_output(Options& o, void* ptr, size_t count, DType dtype) {
   switch (dtype_size(dtype)) {
-    case 1: return o.template setOutput<uint8_t>(static_cast<uint8_t*>(ptr), count);
-    case 2: return o.template setOutput<uint16_t>(static_cast<uint16_t*>(ptr), count);
-    case 4: return o.template setOutput<uint32_t>(static_cast<uint32_t*>(ptr), count);
-    default: return o.template setOutput<uint64_t>(static_cast<uint64_t*>(ptr), count);
+    case 1:
+      return o.template setOutput<uint8_t>(static_cast<uint8_t*>(ptr), count);
+    case 2:
+      return o.template setOutput<uint16_t>(static_cast<uint16_t*>(ptr), count);
+    case 4:
+      return o.template setOutput<uint32_t>(static_cast<uint32_t*>(ptr), count);
+    default:
+      return o.template setOutput<uint64_t>(static_cast<uint64_t*>(ptr), count);
   }
 }
 
@@ -76,19 +82,23 @@ void ignore_sigpipe() {
 
 }  // namespace
 
-Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::create(std::shared_ptr<store::Store> store,
-                                                                   int rank, int size,
-                                                                   const GlooOptions& options) {
+Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::create(
+    std::shared_ptr<store::Store> store, int rank, int size, const GlooOptions& options) {
   ignore_sigpipe();
+  return connect(std::move(store), rank, size, options, nullptr);
+}
+
+Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::connect(
+    std::shared_ptr<store::Store> store, int rank, int size, const GlooOptions& options,
+    std::shared_ptr<::gloo::transport::Device> device) {
   if (size < 1 || rank < 0 || rank >= size) {
     return invalid_argument("gloo group '" + options.name + "': rank " + std::to_string(rank) +
                             " of size " + std::to_string(size) + " is out of range");
   }
   auto scoped = std::make_shared<store::PrefixStore>(store, "gloo/" + options.name);
-  std::shared_ptr<::gloo::transport::Device> device;
   std::shared_ptr<::gloo::rendezvous::Context> context;
   Status s = gloo_call([&] {
-    device = make_device(options);
+    if (device == nullptr) device = make_device(options);
     context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
     context->setTimeout(options.timeout);
     GlooStore gloo_store(scoped, options.timeout);
@@ -96,8 +106,9 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::create(std::shared_p
   });
   if (!s.is_ok()) {
     return Status(s.code(), "connecting gloo group '" + options.name + "' (rank " +
-                                std::to_string(rank) + " of " + std::to_string(size) + ", timeout " +
-                                std::to_string(options.timeout.count()) + " ms): " + s.message());
+                                std::to_string(rank) + " of " + std::to_string(size) +
+                                ", timeout " + std::to_string(options.timeout.count()) +
+                                " ms): " + s.message());
   }
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(scoped, rank, size, options, std::move(device), std::move(context)));
@@ -113,7 +124,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<store::Store> store, int rank
       options_(std::move(options)),
       device_(std::move(device)),
       context_(std::move(context)),
-      queue_(std::make_unique<GlooOpQueue>()) {}
+      queue_(std::make_unique<GlooOpQueue>()),
+      self_(std::make_unique<GlooSelfMailbox>()) {}
 
 GlooCommunicator::~GlooCommunicator() {
   queue_.reset();  // joins the worker before the context goes
@@ -133,7 +145,8 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(std::string op, Milliseconds tim
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_reduce_async(const void* send, void* recv, size_t count,
-                                                         DType dtype, const AllReduceOptions& options) {
+                                                         DType dtype,
+                                                         const AllReduceOptions& options) {
   Status s = check_buffers("all_reduce", send, recv, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
@@ -199,7 +212,8 @@ std::shared_ptr<Work> GlooCommunicator::all_gather_async(const void* send, void*
 
 std::shared_ptr<Work> GlooCommunicator::all_gather_v_async(const void* send, void* recv,
                                                            const std::vector<size_t>& counts,
-                                                           DType dtype, const AllGatherOptions& options) {
+                                                           DType dtype,
+                                                           const AllGatherOptions& options) {
   Status s = check_counts("all_gather_v", counts);
   size_t total = 0;
   for (size_t c : counts) total += c;
@@ -259,7 +273,10 @@ class GlooP2pWork final : public Work {
  public:
   GlooP2pWork(std::unique_ptr<::gloo::transport::UnboundBuffer> buffer, bool is_send,
               Milliseconds timeout, std::function<Status(const Status&)> on_error)
-      : buffer_(std::move(buffer)), is_send_(is_send), timeout_(timeout), on_error_(std::move(on_error)) {}
+      : buffer_(std::move(buffer)),
+        is_send_(is_send),
+        timeout_(timeout),
+        on_error_(std::move(on_error)) {}
 
   Status wait() override {
     std::lock_guard lock(mu_);
@@ -294,11 +311,15 @@ std::shared_ptr<Work> GlooCommunicator::send_async(const void* buf, size_t count
                                                    int peer, const SendRecvOptions& options) {
   std::string op = "send to rank " + std::to_string(peer);
   Status s = check_peer(op, peer);
-  // Gloo has no pair to itself.
-  if (s.is_ok() && peer == rank_) s = invalid_argument(op + ": the gloo backend cannot send to itself");
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
+  if (peer == rank_) {
+    auto work = self_->send(buf, count * dtype_size(dtype), options.tag);
+    work->set_deadline(std::chrono::steady_clock::now() + timeout,
+                       op_error(op, timeout, timeout_error("no matching recv on this rank")));
+    return work;
+  }
   Status broken = queue_->broken();
   if (!broken.is_ok()) return completed_work(op_error(op, timeout, broken));
   std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
@@ -319,11 +340,15 @@ std::shared_ptr<Work> GlooCommunicator::recv_async(void* buf, size_t count, DTyp
                                                    const SendRecvOptions& options) {
   std::string op = "recv from rank " + std::to_string(peer);
   Status s = check_peer(op, peer);
-  // Gloo has no pair to itself.
-  if (s.is_ok() && peer == rank_) s = invalid_argument(op + ": the gloo backend cannot send to itself");
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
+  if (peer == rank_) {
+    auto work = self_->recv(buf, count * dtype_size(dtype), options.tag);
+    work->set_deadline(std::chrono::steady_clock::now() + timeout,
+                       op_error(op, timeout, timeout_error("no matching send on this rank")));
+    return work;
+  }
   Status broken = queue_->broken();
   if (!broken.is_ok()) return completed_work(op_error(op, timeout, broken));
   std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
@@ -357,7 +382,10 @@ Result<std::unique_ptr<Communicator>> GlooCommunicator::split(const std::vector<
   GlooOptions sub = options_;
   sub.name = split_name(ranks, options);
   sub.timeout = effective_timeout(options.timeout);
-  COHORT_ASSIGN_OR_RETURN(auto comm, create(scoped, new_rank, static_cast<int>(ranks.size()), sub));
+  // The new group shares this one's transport device (its listening socket
+  // and event loop); only the pairs are new.
+  COHORT_ASSIGN_OR_RETURN(auto comm,
+                          connect(scoped, new_rank, static_cast<int>(ranks.size()), sub, device_));
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 

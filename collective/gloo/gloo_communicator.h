@@ -43,6 +43,7 @@ struct GlooOptions {
 };
 
 class GlooOpQueue;
+class GlooSelfMailbox;
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -62,7 +63,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<Work> all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                          const AllReduceOptions& options) override;
   std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t recv_count,
-                                             DType dtype, const ReduceScatterOptions& options) override;
+                                             DType dtype,
+                                             const ReduceScatterOptions& options) override;
   std::shared_ptr<Work> all_gather_async(const void* send, void* recv, size_t send_count,
                                          DType dtype, const AllGatherOptions& options) override;
   std::shared_ptr<Work> all_gather_v_async(const void* send, void* recv,
@@ -82,6 +84,9 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(std::shared_ptr<store::Store> store, int rank, int size, GlooOptions options,
                    std::shared_ptr<::gloo::transport::Device> device,
                    std::shared_ptr<::gloo::Context> context);
+  static Result<std::unique_ptr<GlooCommunicator>> connect(
+      std::shared_ptr<store::Store> store, int rank, int size, const GlooOptions& options,
+      std::shared_ptr<::gloo::transport::Device> device);  // null: a new device
   // Queues `body` (which may throw Gloo's exceptions) as operation `op`.
   std::shared_ptr<Work> enqueue(std::string op, Milliseconds timeout, std::function<void()> body);
 
@@ -92,6 +97,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;
   std::unique_ptr<GlooOpQueue> queue_;
+  std::unique_ptr<GlooSelfMailbox> self_;
   std::map<std::vector<int>, int> split_counts_;  // issuing thread only
 };
 

@@ -17,13 +17,28 @@
 
 namespace cohort::collective {
 
-// A Work that some thread completes with complete().
+// A Work that some thread completes with complete(). Queued collectives
+// need no deadline here (Gloo enforces theirs); a self-send waiting for its
+// receive gets one through set_deadline().
 class GlooWork final : public Work {
  public:
   Status wait() override {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
+    if (has_deadline_) {
+      if (!cv_.wait_until(lock, deadline_, [this] { return done_; })) {
+        done_ = true;
+        status_ = on_timeout_;
+      }
+    } else {
+      cv_.wait(lock, [this] { return done_; });
+    }
     return status_;
+  }
+  void set_deadline(std::chrono::steady_clock::time_point deadline, Status on_timeout) {
+    std::lock_guard lock(mu_);
+    has_deadline_ = true;
+    deadline_ = deadline;
+    on_timeout_ = std::move(on_timeout);
   }
   bool is_completed() override {
     std::lock_guard lock(mu_);
@@ -32,6 +47,7 @@ class GlooWork final : public Work {
   void complete(Status status) {
     {
       std::lock_guard lock(mu_);
+      if (done_) return;  // timed out first
       status_ = std::move(status);
       done_ = true;
     }
@@ -41,8 +57,11 @@ class GlooWork final : public Work {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;  // GUARDED_BY(mu_)
-  Status status_;      // GUARDED_BY(mu_)
+  bool done_ = false;                               // GUARDED_BY(mu_)
+  Status status_;                                   // GUARDED_BY(mu_)
+  bool has_deadline_ = false;                       // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point deadline_;  // GUARDED_BY(mu_)
+  Status on_timeout_;                               // GUARDED_BY(mu_)
 };
 
 class GlooOpQueue {
@@ -77,7 +96,8 @@ class GlooOpQueue {
   }
   void mark_broken(const Status& why) {
     std::lock_guard lock(mu_);
-    if (broken_.is_ok()) broken_ = aborted("communicator is broken since an earlier failure: " + why.message());
+    if (broken_.is_ok())
+      broken_ = aborted("communicator is broken since an earlier failure: " + why.message());
   }
 
  private:

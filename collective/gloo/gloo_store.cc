@@ -17,7 +17,8 @@ std::vector<char> GlooStore::get(const std::string& key) {
   return std::vector<char>(value->begin(), value->end());
 }
 
-void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void GlooStore::wait(const std::vector<std::string>& keys,
+                     const std::chrono::milliseconds& timeout) {
   Status s = store_->wait(keys, timeout);
   if (!s.is_ok()) throw ::gloo::IoException(s.to_string());
 }

@@ -26,16 +26,16 @@ Status mpi_error(int rc, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
-                        std::string(text, static_cast<size_t>(len)));
+  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
+                        ": " + std::string(text, static_cast<size_t>(len)));
 }
 
-#define COHORT_MPI_CHECK(call)                                          \
-  do {                                                                  \
-    int cohort_mpi_rc_ = (call);                                        \
-    if (cohort_mpi_rc_ != MPI_SUCCESS) {                                \
-      return mpi_error(cohort_mpi_rc_, #call, __FILE__, __LINE__);      \
-    }                                                                   \
+#define COHORT_MPI_CHECK(call)                                     \
+  do {                                                             \
+    int cohort_mpi_rc_ = (call);                                   \
+    if (cohort_mpi_rc_ != MPI_SUCCESS) {                           \
+      return mpi_error(cohort_mpi_rc_, #call, __FILE__, __LINE__); \
+    }                                                              \
   } while (0)
 
 void finalize_at_exit() {
@@ -76,12 +76,18 @@ MPI_Op half_op(ReduceOp op) {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kBF16: return MPI_UINT16_T;
-    case DType::kF16: return MPI_UINT16_T;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kBF16:
+      return MPI_UINT16_T;
+    case DType::kF16:
+      return MPI_UINT16_T;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }
@@ -90,9 +96,12 @@ MPI_Op mpi_op(DType dtype, ReduceOp op) {
   if (dtype == DType::kBF16) return half_op<DType::kBF16>(op);
   if (dtype == DType::kF16) return half_op<DType::kF16>(op);
   switch (op) {
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
-    default: return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;
   }
 }
 
@@ -109,7 +118,8 @@ struct MpiCommunicator::State {
   }
   void mark_broken(const Status& why) {
     std::lock_guard lock(mu);
-    if (broken.is_ok()) broken = aborted("communicator is broken since an earlier failure: " + why.message());
+    if (broken.is_ok())
+      broken = aborted("communicator is broken since an earlier failure: " + why.message());
   }
 };
 
@@ -190,7 +200,8 @@ class MpiWork final : public Work {
 }  // namespace
 
 bool launched_by_mpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS"}) {
     if (std::getenv(var) != nullptr) return true;
   }
   // srun sets SLURM_PROCID per task; a batch script alone has no step tasks.
@@ -209,7 +220,8 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create_world(const Mpi
     COHORT_MPI_CHECK(MPI_Comm_rank(state->comm, &rank));
     COHORT_MPI_CHECK(MPI_Comm_size(state->comm, &size));
   }
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(std::move(state), rank, size, options));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(std::move(state), rank, size, options));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -229,9 +241,10 @@ using Poster = std::function<int(MPI_Comm, MPI_Request*)>;
 
 // Posts one non-blocking call. `context` turns a cause into the
 // operation's error ("all_reduce on group ... failed: cause").
-std::shared_ptr<Work> post(const std::shared_ptr<MpiCommunicator::State>& state, Milliseconds timeout,
-                           const std::function<Status(const Status&)>& context, const Poster& poster,
-                           std::function<void()> finish = nullptr,
+std::shared_ptr<Work> post(const std::shared_ptr<MpiCommunicator::State>& state,
+                           Milliseconds timeout,
+                           const std::function<Status(const Status&)>& context,
+                           const Poster& poster, std::function<void()> finish = nullptr,
                            std::shared_ptr<std::vector<char>> scratch = nullptr) {
   Status broken = state->get_broken();
   if (!broken.is_ok()) return completed_work(context(broken));
@@ -248,8 +261,8 @@ std::shared_ptr<Work> post(const std::shared_ptr<MpiCommunicator::State>& state,
   }
   Status on_timeout = context(timeout_error(
       "not complete within the timeout: a peer died, hangs, or called a different operation"));
-  return std::make_shared<MpiWork>(state, request, timeout, std::move(on_timeout), std::move(finish),
-                                   std::move(scratch));
+  return std::make_shared<MpiWork>(state, request, timeout, std::move(on_timeout),
+                                   std::move(finish), std::move(scratch));
 }
 
 Status check_int(const std::string& op, size_t count) {
@@ -262,11 +275,14 @@ Status check_int(const std::string& op, size_t count) {
 
 }  // namespace
 
-#define COHORT_MPI_CONTEXT(op, timeout) \
-  [this, op_name = std::string(op), timeout](const Status& s) { return op_error(op_name, timeout, s); }
+#define COHORT_MPI_CONTEXT(op, timeout)                         \
+  [this, op_name = std::string(op), timeout](const Status& s) { \
+    return op_error(op_name, timeout, s);                       \
+  }
 
 std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const void* send, void* recv, size_t count,
-                                                        DType dtype, const AllReduceOptions& options) {
+                                                        DType dtype,
+                                                        const AllReduceOptions& options) {
   Status s = check_buffers("all_reduce", send, recv, count);
   if (s.is_ok()) s = check_int("all_reduce", count);
   if (!s.is_ok() || count == 0) return completed_work(s);
@@ -276,12 +292,13 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const void* send, void* 
   int size = size_;
   std::function<void()> finish;
   if (op == ReduceOp::kAvg) finish = [=] { divide_cpu(dtype, recv, count, size); };
-  return post(state_, timeout, COHORT_MPI_CONTEXT("all_reduce", timeout),
-              [=](MPI_Comm comm, MPI_Request* req) {
-                return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_type(dtype),
-                                      mpi_op(dtype, op), comm, req);
-              },
-              std::move(finish));
+  return post(
+      state_, timeout, COHORT_MPI_CONTEXT("all_reduce", timeout),
+      [=](MPI_Comm comm, MPI_Request* req) {
+        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_type(dtype),
+                              mpi_op(dtype, op), comm, req);
+      },
+      std::move(finish));
 }
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
@@ -306,12 +323,13 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const void* send, vo
   int size = size_;
   std::function<void()> finish;
   if (op == ReduceOp::kAvg) finish = [=] { divide_cpu(dtype, recv, recv_count, size); };
-  return post(state_, timeout, COHORT_MPI_CONTEXT("reduce_scatter", timeout),
-              [=](MPI_Comm comm, MPI_Request* req) {
-                return MPI_Ireduce_scatter_block(input, recv, n, mpi_type(dtype), mpi_op(dtype, op),
-                                                 comm, req);
-              },
-              std::move(finish), std::move(scratch));
+  return post(
+      state_, timeout, COHORT_MPI_CONTEXT("reduce_scatter", timeout),
+      [=](MPI_Comm comm, MPI_Request* req) {
+        return MPI_Ireduce_scatter_block(input, recv, n, mpi_type(dtype), mpi_op(dtype, op), comm,
+                                         req);
+      },
+      std::move(finish), std::move(scratch));
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_gather_async(const void* send, void* recv,
@@ -332,7 +350,8 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const void* send, void* 
 
 std::shared_ptr<Work> MpiCommunicator::all_gather_v_async(const void* send, void* recv,
                                                           const std::vector<size_t>& counts,
-                                                          DType dtype, const AllGatherOptions& options) {
+                                                          DType dtype,
+                                                          const AllGatherOptions& options) {
   Status s = check_counts("all_gather_v", counts);
   size_t total = 0;
   for (size_t c : counts) total += c;
@@ -350,15 +369,17 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_v_async(const void* send, void
     displs[r] = offset;
     offset += recvcounts[r];
   }
-  bool in_place = send == static_cast<char*>(recv) + static_cast<size_t>(displs[rank_]) * dtype_size(dtype);
+  bool in_place =
+      send == static_cast<char*>(recv) + static_cast<size_t>(displs[rank_]) * dtype_size(dtype);
   int n = recvcounts[rank_];
-  return post(state_, timeout, COHORT_MPI_CONTEXT("all_gather_v", timeout),
-              [=](MPI_Comm comm, MPI_Request* req) {
-                MPI_Datatype t = mpi_type(dtype);
-                return MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, n, t, recv, recvcounts, displs,
-                                       t, comm, req);
-              },
-              nullptr, std::move(scratch));
+  return post(
+      state_, timeout, COHORT_MPI_CONTEXT("all_gather_v", timeout),
+      [=](MPI_Comm comm, MPI_Request* req) {
+        MPI_Datatype t = mpi_type(dtype);
+        return MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, n, t, recv, recvcounts, displs, t,
+                               comm, req);
+      },
+      nullptr, std::move(scratch));
 }
 
 std::shared_ptr<Work> MpiCommunicator::broadcast_async(void* buf, size_t count, DType dtype,
@@ -382,20 +403,22 @@ std::shared_ptr<Work> MpiCommunicator::barrier_async(const BarrierOptions& optio
               [](MPI_Comm comm, MPI_Request* req) { return MPI_Ibarrier(comm, req); });
 }
 
-std::shared_ptr<Work> MpiCommunicator::send_async(const void* buf, size_t count, DType dtype, int peer,
-                                                  const SendRecvOptions& options) {
+std::shared_ptr<Work> MpiCommunicator::send_async(const void* buf, size_t count, DType dtype,
+                                                  int peer, const SendRecvOptions& options) {
   std::string op = "send to rank " + std::to_string(peer);
   Status s = check_peer(op, peer);
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
   if (s.is_ok()) s = check_int(op, count);
-  if (s.is_ok() && options.tag > 32767) s = invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
+  if (s.is_ok() && options.tag > 32767)
+    s = invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
   if (!s.is_ok()) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
   int n = static_cast<int>(count);
   int tag = static_cast<int>(options.tag);
-  return post(state_, timeout, COHORT_MPI_CONTEXT(op, timeout), [=](MPI_Comm comm, MPI_Request* req) {
-    return MPI_Isend(buf, n, mpi_type(dtype), peer, tag, comm, req);
-  });
+  return post(state_, timeout, COHORT_MPI_CONTEXT(op, timeout),
+              [=](MPI_Comm comm, MPI_Request* req) {
+                return MPI_Isend(buf, n, mpi_type(dtype), peer, tag, comm, req);
+              });
 }
 
 std::shared_ptr<Work> MpiCommunicator::recv_async(void* buf, size_t count, DType dtype, int peer,
@@ -404,14 +427,16 @@ std::shared_ptr<Work> MpiCommunicator::recv_async(void* buf, size_t count, DType
   Status s = check_peer(op, peer);
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
   if (s.is_ok()) s = check_int(op, count);
-  if (s.is_ok() && options.tag > 32767) s = invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
+  if (s.is_ok() && options.tag > 32767)
+    s = invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
   if (!s.is_ok()) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
   int n = static_cast<int>(count);
   int tag = static_cast<int>(options.tag);
-  return post(state_, timeout, COHORT_MPI_CONTEXT(op, timeout), [=](MPI_Comm comm, MPI_Request* req) {
-    return MPI_Irecv(buf, n, mpi_type(dtype), peer, tag, comm, req);
-  });
+  return post(state_, timeout, COHORT_MPI_CONTEXT(op, timeout),
+              [=](MPI_Comm comm, MPI_Request* req) {
+                return MPI_Irecv(buf, n, mpi_type(dtype), peer, tag, comm, req);
+              });
 }
 
 Result<std::unique_ptr<Communicator>> MpiCommunicator::split(const std::vector<int>& ranks,
@@ -428,7 +453,8 @@ Result<std::unique_ptr<Communicator>> MpiCommunicator::split(const std::vector<i
     std::lock_guard lock(mpi_mutex());
     MPI_Group parent_group, group;
     COHORT_MPI_CHECK(MPI_Comm_group(state_->comm, &parent_group));
-    COHORT_MPI_CHECK(MPI_Group_incl(parent_group, static_cast<int>(ranks.size()), ranks.data(), &group));
+    COHORT_MPI_CHECK(
+        MPI_Group_incl(parent_group, static_cast<int>(ranks.size()), ranks.data(), &group));
     COHORT_MPI_CHECK(MPI_Comm_create_group(state_->comm, group, tag, &state->comm));
     COHORT_MPI_CHECK(MPI_Group_free(&group));
     COHORT_MPI_CHECK(MPI_Group_free(&parent_group));

@@ -15,47 +15,58 @@ namespace cohort::collective {
 namespace {
 
 Status cuda_error(cudaError_t e, const char* call, const char* file, int line) {
-  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
-                        cudaGetErrorString(e));
+  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
+                        ": " + cudaGetErrorString(e));
 }
 Status nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
-  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
-                        ncclGetErrorString(r));
+  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
+                        ": " + ncclGetErrorString(r));
 }
 
-#define COHORT_CUDA_CHECK(call)                                                         \
-  do {                                                                                  \
-    cudaError_t cohort_cuda_e_ = (call);                                                \
-    if (cohort_cuda_e_ != cudaSuccess) return cuda_error(cohort_cuda_e_, #call, __FILE__, __LINE__); \
+#define COHORT_CUDA_CHECK(call)                                     \
+  do {                                                              \
+    cudaError_t cohort_cuda_e_ = (call);                            \
+    if (cohort_cuda_e_ != cudaSuccess)                              \
+      return cuda_error(cohort_cuda_e_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // ncclInProgress is not a failure on a non-blocking communicator: the call
 // finishes in the background and wait_ready() waits for it.
-#define COHORT_NCCL_CHECK(call)                                                         \
-  do {                                                                                  \
-    ncclResult_t cohort_nccl_r_ = (call);                                               \
-    if (cohort_nccl_r_ != ncclSuccess && cohort_nccl_r_ != ncclInProgress)              \
-      return nccl_error(cohort_nccl_r_, #call, __FILE__, __LINE__);                     \
+#define COHORT_NCCL_CHECK(call)                                            \
+  do {                                                                     \
+    ncclResult_t cohort_nccl_r_ = (call);                                  \
+    if (cohort_nccl_r_ != ncclSuccess && cohort_nccl_r_ != ncclInProgress) \
+      return nccl_error(cohort_nccl_r_, #call, __FILE__, __LINE__);        \
   } while (0)
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -81,7 +92,8 @@ struct NcclCommunicator::State {
       }
       if (r == ncclSuccess) return Status::ok();
       if (r != ncclInProgress) return nccl_error(r, what, __FILE__, __LINE__);
-      if (Clock::now() >= deadline) return timeout_error(std::string(what) + " did not finish in time");
+      if (Clock::now() >= deadline)
+        return timeout_error(std::string(what) + " did not finish in time");
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -105,10 +117,14 @@ namespace {
 // asynchronous error until done, failed, or past the deadline.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, Clock::time_point deadline,
-           Status on_timeout, std::function<Status(const Status&)> context)
-      : state_(std::move(state)), done_event_(done), deadline_(deadline),
-        on_timeout_(std::move(on_timeout)), context_(std::move(context)) {}
+  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done,
+           Clock::time_point deadline, Status on_timeout,
+           std::function<Status(const Status&)> context)
+      : state_(std::move(state)),
+        done_event_(done),
+        deadline_(deadline),
+        on_timeout_(std::move(on_timeout)),
+        context_(std::move(context)) {}
   ~NcclWork() override { cudaEventDestroy(done_event_); }
 
   Status wait() override {
@@ -133,7 +149,8 @@ class NcclWork final : public Work {
   bool poll_locked() {
     cudaError_t e = cudaEventQuery(done_event_);
     if (e == cudaSuccess) return finish_locked(Status::ok());
-    if (e != cudaErrorNotReady) return finish_locked(context_(cuda_error(e, "cudaEventQuery", __FILE__, __LINE__)));
+    if (e != cudaErrorNotReady)
+      return finish_locked(context_(cuda_error(e, "cudaEventQuery", __FILE__, __LINE__)));
     ncclResult_t r = ncclSuccess;
     {
       std::lock_guard lock(state_->mu);
@@ -165,15 +182,16 @@ class NcclWork final : public Work {
 
 }  // namespace
 
-Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(std::shared_ptr<Communicator> bootstrap,
-                                                                   const NcclOptions& options) {
+Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
+    std::shared_ptr<Communicator> bootstrap, const NcclOptions& options) {
   int device = options.device;
   if (device < 0) COHORT_CUDA_CHECK(cudaGetDevice(&device));
   COHORT_CUDA_CHECK(cudaSetDevice(device));
   int rank = bootstrap->rank(), size = bootstrap->size();
   auto deadline = Clock::now() + options.timeout;
-  std::string where = "creating NCCL group '" + options.name + "' (rank " + std::to_string(rank) + " of " +
-                      std::to_string(size) + ", timeout " + std::to_string(options.timeout.count()) + " ms)";
+  std::string where = "creating NCCL group '" + options.name + "' (rank " + std::to_string(rank) +
+                      " of " + std::to_string(size) + ", timeout " +
+                      std::to_string(options.timeout.count()) + " ms)";
 
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
@@ -200,10 +218,15 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(std::shared_p
   return comm;
 }
 
-NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> bootstrap, std::shared_ptr<State> state,
-                                   int rank, int size, int device, NcclOptions options)
-    : bootstrap_(std::move(bootstrap)), state_(std::move(state)), rank_(rank), size_(size),
-      device_(device), options_(std::move(options)) {}
+NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> bootstrap,
+                                   std::shared_ptr<State> state, int rank, int size, int device,
+                                   NcclOptions options)
+    : bootstrap_(std::move(bootstrap)),
+      state_(std::move(state)),
+      rank_(rank),
+      size_(size),
+      device_(device),
+      options_(std::move(options)) {}
 
 NcclCommunicator::~NcclCommunicator() {
   cudaSetDevice(device_);
@@ -232,13 +255,18 @@ NcclCommunicator::~NcclCommunicator() {
   if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
 }
 
-void* NcclCommunicator::stream() const { return state_->stream; }
+void* NcclCommunicator::stream() const {
+  return state_->stream;
+}
 
-void NcclCommunicator::abort(const Status& why) { state_->abort(why); }
+void NcclCommunicator::abort(const Status& why) {
+  state_->abort(why);
+}
 
 template <typename Body>
-std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op, Milliseconds requested_timeout,
-                                               void* stream, Body&& body) {
+std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op,
+                                               Milliseconds requested_timeout, void* stream,
+                                               Body&& body) {
   auto timeout = effective_timeout(requested_timeout);
   // Captures text, not `this`: a Work may outlive its communicator.
   std::string prefix = op_error(op, timeout, internal_error("")).message();
@@ -281,59 +309,69 @@ std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op, Millisecon
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_reduce_async(const void* send, void* recv, size_t count,
-                                                         DType dtype, const AllReduceOptions& options) {
+                                                         DType dtype,
+                                                         const AllReduceOptions& options) {
   Status s = check_buffers("all_reduce", send, recv, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch("all_reduce", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(options.op), comm, stream));
-    return Status::ok();
-  });
+  return launch(
+      "all_reduce", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+        COHORT_NCCL_CHECK(
+            ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(options.op), comm, stream));
+        return Status::ok();
+      });
 }
 
-std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
-                                                             DType dtype, const ReduceScatterOptions& options) {
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
+                                                             size_t recv_count, DType dtype,
+                                                             const ReduceScatterOptions& options) {
   Status s = check_buffers("reduce_scatter", send, recv, recv_count);
   if (!s.is_ok() || recv_count == 0) return completed_work(s);
-  return launch("reduce_scatter", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(
-        ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), nccl_op(options.op), comm, stream));
-    return Status::ok();
-  });
+  return launch("reduce_scatter", options.timeout, options.stream,
+                [&](ncclComm_t comm, cudaStream_t stream) {
+                  COHORT_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype),
+                                                      nccl_op(options.op), comm, stream));
+                  return Status::ok();
+                });
 }
 
-std::shared_ptr<Work> NcclCommunicator::all_gather_async(const void* send, void* recv, size_t send_count,
-                                                         DType dtype, const AllGatherOptions& options) {
+std::shared_ptr<Work> NcclCommunicator::all_gather_async(const void* send, void* recv,
+                                                         size_t send_count, DType dtype,
+                                                         const AllGatherOptions& options) {
   Status s = check_buffers("all_gather", send, recv, send_count);
   if (!s.is_ok() || send_count == 0) return completed_work(s);
-  return launch("all_gather", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm, stream));
-    return Status::ok();
-  });
+  return launch(
+      "all_gather", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+        COHORT_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm, stream));
+        return Status::ok();
+      });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_gather_v_async(const void* send, void* recv,
-                                                           const std::vector<size_t>& counts, DType dtype,
+                                                           const std::vector<size_t>& counts,
+                                                           DType dtype,
                                                            const AllGatherOptions& options) {
   Status s = check_counts("all_gather_v", counts);
   size_t total = 0;
   for (size_t c : counts) total += c;
   if (s.is_ok()) s = check_buffers("all_gather_v", counts[rank_] > 0 ? send : recv, recv, total);
   if (!s.is_ok() || total == 0) return completed_work(s);
-  return launch("all_gather_v", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    size_t esize = dtype_size(dtype);
-    char* out = static_cast<char*>(recv);
-    COHORT_NCCL_CHECK(ncclGroupStart());
-    size_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (counts[r] > 0) {
-        const void* src = r == rank_ ? send : out + offset;
-        COHORT_NCCL_CHECK(ncclBroadcast(src, out + offset, counts[r], nccl_type(dtype), r, comm, stream));
-      }
-      offset += counts[r] * esize;
-    }
-    COHORT_NCCL_CHECK(ncclGroupEnd());
-    return Status::ok();
-  });
+  return launch(
+      "all_gather_v", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+        size_t esize = dtype_size(dtype);
+        char* out = static_cast<char*>(recv);
+        COHORT_NCCL_CHECK(ncclGroupStart());
+        size_t offset = 0;
+        for (int r = 0; r < size_; ++r) {
+          if (counts[r] > 0) {
+            const void* src = r == rank_ ? send : out + offset;
+            COHORT_NCCL_CHECK(
+                ncclBroadcast(src, out + offset, counts[r], nccl_type(dtype), r, comm, stream));
+          }
+          offset += counts[r] * esize;
+        }
+        COHORT_NCCL_CHECK(ncclGroupEnd());
+        return Status::ok();
+      });
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast_async(void* buf, size_t count, DType dtype,
@@ -341,14 +379,16 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_async(void* buf, size_t count,
   Status s = check_peer("broadcast", options.root);
   if (s.is_ok()) s = check_buffers("broadcast", buf, buf, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch("broadcast", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), options.root, comm, stream));
-    return Status::ok();
-  });
+  return launch("broadcast", options.timeout, options.stream,
+                [&](ncclComm_t comm, cudaStream_t stream) {
+                  COHORT_NCCL_CHECK(
+                      ncclBroadcast(buf, buf, count, nccl_type(dtype), options.root, comm, stream));
+                  return Status::ok();
+                });
 }
 
-std::shared_ptr<Work> NcclCommunicator::send_async(const void* buf, size_t count, DType dtype, int peer,
-                                                   const SendRecvOptions& options) {
+std::shared_ptr<Work> NcclCommunicator::send_async(const void* buf, size_t count, DType dtype,
+                                                   int peer, const SendRecvOptions& options) {
   std::string op = "send to rank " + std::to_string(peer);
   Status s = check_peer(op, peer);
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
@@ -371,10 +411,12 @@ std::shared_ptr<Work> NcclCommunicator::recv_async(void* buf, size_t count, DTyp
   });
 }
 
-std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t send_count, int dst,
-                                                        void* recv, size_t recv_count, int src, DType dtype,
+std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t send_count,
+                                                        int dst, void* recv, size_t recv_count,
+                                                        int src, DType dtype,
                                                         const SendRecvOptions& options) {
-  std::string op = "send_recv (to rank " + std::to_string(dst) + ", from rank " + std::to_string(src) + ")";
+  std::string op =
+      "send_recv (to rank " + std::to_string(dst) + ", from rank " + std::to_string(src) + ")";
   Status s = check_peer(op, dst);
   if (s.is_ok()) s = check_peer(op, src);
   if (s.is_ok()) s = check_buffers(op, send, send, send_count);
@@ -382,8 +424,10 @@ std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t
   if (!s.is_ok() || (send_count == 0 && recv_count == 0)) return completed_work(s);
   return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
     COHORT_NCCL_CHECK(ncclGroupStart());
-    if (send_count > 0) COHORT_NCCL_CHECK(ncclSend(send, send_count, nccl_type(dtype), dst, comm, stream));
-    if (recv_count > 0) COHORT_NCCL_CHECK(ncclRecv(recv, recv_count, nccl_type(dtype), src, comm, stream));
+    if (send_count > 0)
+      COHORT_NCCL_CHECK(ncclSend(send, send_count, nccl_type(dtype), dst, comm, stream));
+    if (recv_count > 0)
+      COHORT_NCCL_CHECK(ncclRecv(recv, recv_count, nccl_type(dtype), src, comm, stream));
     COHORT_NCCL_CHECK(ncclGroupEnd());
     return Status::ok();
   });
@@ -391,7 +435,8 @@ std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t
 
 std::shared_ptr<Work> NcclCommunicator::barrier_async(const BarrierOptions& options) {
   return launch("barrier", options.timeout, nullptr, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32, ncclSum, comm, stream));
+    COHORT_NCCL_CHECK(
+        ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32, ncclSum, comm, stream));
     return Status::ok();
   });
 }

@@ -54,7 +54,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                          const AllReduceOptions& options) override;
   std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t recv_count,
-                                             DType dtype, const ReduceScatterOptions& options) override;
+                                             DType dtype,
+                                             const ReduceScatterOptions& options) override;
   std::shared_ptr<Work> all_gather_async(const void* send, void* recv, size_t send_count,
                                          DType dtype, const AllGatherOptions& options) override;
   // One ncclBroadcast per rank inside a group.

@@ -53,7 +53,7 @@ class TcpStoreServer {
   int wake_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
-  std::vector<int> connections_;     // GUARDED_BY(mu_)
+  std::vector<int> connections_;      // GUARDED_BY(mu_)
   std::vector<std::thread> workers_;  // GUARDED_BY(mu_)
   std::thread acceptor_;
 };

@@ -33,8 +33,8 @@ Status parse_tcp_address(const std::string& address, std::string* host, int* por
   return Status::ok();
 }
 
-Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::string& host, int port,
-                                                                const TcpStoreClientOptions& options) {
+Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(
+    const std::string& host, int port, const TcpStoreClientOptions& options) {
   auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   COHORT_ASSIGN_OR_RETURN(int fd, wire::connect_tcp(host, port, deadline));
   return std::unique_ptr<TcpStoreClient>(

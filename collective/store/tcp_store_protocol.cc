@@ -82,7 +82,8 @@ Status write_all(int fd, const char* p, size_t n, Deadline deadline) {
     ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
-      if (errno == EPIPE || errno == ECONNRESET) return unavailable("store: peer closed the connection");
+      if (errno == EPIPE || errno == ECONNRESET)
+        return unavailable("store: peer closed the connection");
       return errno_error("store: send");
     }
     p += w;
@@ -122,7 +123,8 @@ Result<std::string> read_frame(int fd, Deadline deadline) {
   uint32_t n = Reader(std::string_view(header, 4)).u32();
   if (n > kMaxFrameBytes) {
     return invalid_argument("store: frame of " + std::to_string(n) + " bytes exceeds the " +
-                            std::to_string(kMaxFrameBytes) + "-byte limit (not a cohort store peer?)");
+                            std::to_string(kMaxFrameBytes) +
+                            "-byte limit (not a cohort store peer?)");
   }
   std::string body(n, '\0');
   COHORT_RETURN_IF_ERROR(read_all(fd, body.data(), n, deadline));
@@ -170,7 +172,9 @@ Result<int> listen_tcp(const std::string& host, int port, int* bound_port) {
   addrinfo* res = nullptr;
   int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(),
                          &hints, &res);
-  if (rc != 0) return invalid_argument("store: cannot resolve listen address '" + host + "': " + gai_strerror(rc));
+  if (rc != 0)
+    return invalid_argument("store: cannot resolve listen address '" + host +
+                            "': " + gai_strerror(rc));
   std::string last_error = "no address";
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -191,7 +195,8 @@ Result<int> listen_tcp(const std::string& host, int port, int* bound_port) {
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  return io_error("store: cannot listen on " + host + ":" + std::to_string(port) + ": " + last_error);
+  return io_error("store: cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                  last_error);
 }
 
 }  // namespace cohort::store::wire

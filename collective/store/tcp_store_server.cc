@@ -1,8 +1,8 @@
 // TcpStoreServer: decodes requests, hands them to the backend and writes the
 // reply when the backend's callback fires.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,15 +17,16 @@ namespace cohort::store {
 
 using wire::Op;
 
-Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(std::shared_ptr<StoreBackend> backend,
-                                                              const TcpStoreServerOptions& options) {
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(
+    std::shared_ptr<StoreBackend> backend, const TcpStoreServerOptions& options) {
   int port = 0;
   COHORT_ASSIGN_OR_RETURN(int fd, wire::listen_tcp(options.host, options.port, &port));
-  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(backend), options.host, fd, port));
+  return std::unique_ptr<TcpStoreServer>(
+      new TcpStoreServer(std::move(backend), options.host, fd, port));
 }
 
-TcpStoreServer::TcpStoreServer(std::shared_ptr<StoreBackend> backend, std::string host, int listen_fd,
-                               int port)
+TcpStoreServer::TcpStoreServer(std::shared_ptr<StoreBackend> backend, std::string host,
+                               int listen_fd, int port)
     : backend_(std::move(backend)), host_(std::move(host)), listen_fd_(listen_fd), port_(port) {
   if (::pipe2(wake_pipe_, O_CLOEXEC) != 0) wake_pipe_[0] = wake_pipe_[1] = -1;
   acceptor_ = std::thread([this] { accept_loop(); });
@@ -113,7 +114,9 @@ std::string TcpStoreServer::handle(const std::string& request) {
   auto op = static_cast<Op>(r.u8());
   std::promise<std::string> reply;
   auto future = reply.get_future();
-  auto status_done = [&reply](Status s) { reply.set_value(s.is_ok() ? ok_reply() : error_reply(s)); };
+  auto status_done = [&reply](Status s) {
+    reply.set_value(s.is_ok() ? ok_reply() : error_reply(s));
+  };
   switch (op) {
     case Op::kSet: {
       std::string key = r.str();

@@ -18,37 +18,61 @@
 
 namespace cohort::collective::testing {
 
-inline bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+inline bool is_float(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
 
 // Unit roundoff of each float dtype.
 inline double epsilon(DType t) {
   switch (t) {
-    case DType::kF32: return std::ldexp(1.0, -24);
-    case DType::kBF16: return std::ldexp(1.0, -8);
-    case DType::kF16: return std::ldexp(1.0, -11);
-    default: return 0;
+    case DType::kF32:
+      return std::ldexp(1.0, -24);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
+    default:
+      return 0;
   }
 }
 
 inline void store_value(DType t, void* base, size_t i, double v) {
   switch (t) {
-    case DType::kF32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DType::kBF16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DType::kF16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); break;
-    case DType::kI32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
-    case DType::kI64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case DType::kU8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DType::kF32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v));
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v));
+      break;
+    case DType::kI32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kI64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kU8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
+      break;
   }
 }
 
 inline double load_value(DType t, const void* base, size_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kF16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kI32: return static_cast<const int32_t*>(base)[i];
-    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DType::kU8: return static_cast<const uint8_t*>(base)[i];
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::kI32:
+      return static_cast<const int32_t*>(base)[i];
+    case DType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DType::kU8:
+      return static_cast<const uint8_t*>(base)[i];
   }
   return 0;
 }
@@ -57,10 +81,18 @@ inline double load_value(DType t, const void* base, size_t i) {
 inline double value_at(DType t, int r, size_t i) {
   double v = 0;
   switch (t) {
-    case DType::kU8: v = static_cast<double>((static_cast<size_t>(r) + i) % 8); break;
-    case DType::kI32: v = static_cast<double>((i * 7 + static_cast<size_t>(r) * 3) % 1000) - 500 + r * 100000; break;
-    case DType::kI64: v = static_cast<double>((i * 7) % 1000) + std::ldexp(static_cast<double>(r + 1), 33); break;
-    default: v = 0.1 * (r + 1) + 0.01 * static_cast<double>(i % 7) - 0.25; break;
+    case DType::kU8:
+      v = static_cast<double>((static_cast<size_t>(r) + i) % 8);
+      break;
+    case DType::kI32:
+      v = static_cast<double>((i * 7 + static_cast<size_t>(r) * 3) % 1000) - 500 + r * 100000;
+      break;
+    case DType::kI64:
+      v = static_cast<double>((i * 7) % 1000) + std::ldexp(static_cast<double>(r + 1), 33);
+      break;
+    default:
+      v = 0.1 * (r + 1) + 0.01 * static_cast<double>(i % 7) - 0.25;
+      break;
   }
   unsigned char tmp[8];
   store_value(t, tmp, 0, v);
@@ -91,9 +123,12 @@ inline Expected expected_reduce(DType t, ReduceOp op, int size, size_t i) {
     mn = std::min(mn, v);
   }
   switch (op) {
-    case ReduceOp::kMax: return {mx, 0};
-    case ReduceOp::kMin: return {mn, 0};
-    case ReduceOp::kSum: return {sum, epsilon(t) * size * mag};
+    case ReduceOp::kMax:
+      return {mx, 0};
+    case ReduceOp::kMin:
+      return {mn, 0};
+    case ReduceOp::kSum:
+      return {sum, epsilon(t) * size * mag};
     case ReduceOp::kAvg:
       if (!is_float(t)) return {std::trunc(sum / size), 0};
       // NCCL pre-multiplies each input by 1/size before summing: one more

@@ -26,7 +26,9 @@ class HostMemory final : public Memory {
   void* alloc(size_t bytes) override { return ::operator new(bytes + 1); }
   void release(void* p) override { ::operator delete(p); }
   void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
-  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes); }
+  void download(void* host, const void* src, size_t bytes) override {
+    std::memcpy(host, src, bytes);
+  }
 };
 
 // Runs the whole matrix; prints one "FAIL rank r: ..." line per wrong case

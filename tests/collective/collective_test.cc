@@ -22,8 +22,8 @@ std::string describe(const std::vector<ProcessResult>& results) {
   std::string out;
   for (size_t i = 0; i < results.size(); ++i) {
     out += "--- process " + std::to_string(i) + " exit " + std::to_string(results[i].exit_code) +
-           " signal " + std::to_string(results[i].signal) + (results[i].timed_out ? " TIMED OUT" : "") +
-           "\n" + results[i].output;
+           " signal " + std::to_string(results[i].signal) +
+           (results[i].timed_out ? " TIMED OUT" : "") + "\n" + results[i].output;
   }
   return out;
 }
@@ -53,8 +53,16 @@ std::vector<ProcessResult> run_gloo(int world, const std::vector<std::string>& a
 std::vector<ProcessResult> run_mpi(int world, const std::vector<std::string>& args,
                                    std::chrono::seconds timeout) {
   ProcessSpec spec;
-  spec.argv = {"mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
-               "-np", std::to_string(world), test_binary("collective_worker"), "--backend", "mpi"};
+  spec.argv = {"mpirun",
+               "--oversubscribe",
+               "--allow-run-as-root",
+               "--bind-to",
+               "none",
+               "-np",
+               std::to_string(world),
+               test_binary("collective_worker"),
+               "--backend",
+               "mpi"};
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"},
               {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
@@ -73,7 +81,8 @@ TEST_P(CollectiveMatrix, EveryOperationDtypeAndCountIsCorrect) {
   int passed = 0;
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << describe(results);
-    for (size_t p = r.output.find("PASSED rank"); p != std::string::npos; p = r.output.find("PASSED rank", p + 1)) {
+    for (size_t p = r.output.find("PASSED rank"); p != std::string::npos;
+         p = r.output.find("PASSED rank", p + 1)) {
       ++passed;
     }
   }
@@ -84,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(BackendByWorldSize, CollectiveMatrix,
                          ::testing::Combine(::testing::Values("gloo", "mpi"),
                                             ::testing::Values(1, 2, 3, 4, 8)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_world" + std::to_string(std::get<1>(info.param));
+                           return std::get<0>(info.param) + "_world" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 // Every survivor must exit 3 (failed within the timeout) with an error that
@@ -93,7 +103,8 @@ void expect_survivors_failed(const std::vector<ProcessResult>& results, int surv
   std::string all;
   for (const auto& r : results) all += r.output;
   int found = 0;
-  for (size_t p = all.find("SURVIVOR rank"); p != std::string::npos; p = all.find("SURVIVOR rank", p + 1)) {
+  for (size_t p = all.find("SURVIVOR rank"); p != std::string::npos;
+       p = all.find("SURVIVOR rank", p + 1)) {
     std::string line = all.substr(p, all.find('\n', p) - p);
     EXPECT_NE(line.find("all_reduce on group 'world'"), std::string::npos) << line;
     EXPECT_NE(line.find("timeout 2000 ms"), std::string::npos) << line;
@@ -133,9 +144,12 @@ TEST(CollectiveBootstrap, TorchrunStyleRankZeroServesTheStore) {
   std::vector<ProcessSpec> specs;
   for (int r = 0; r < 3; ++r) {
     ProcessSpec spec;
-    spec.argv = {test_binary("collective_worker"), "--backend", "gloo", "--mode", "matrix", "--big", "0"};
-    spec.env = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
-                {"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}};
+    spec.argv = {
+        test_binary("collective_worker"), "--backend", "gloo", "--mode", "matrix", "--big", "0"};
+    spec.env = {{"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(port)},
+                {"RANK", std::to_string(r)},
+                {"WORLD_SIZE", "3"}};
     specs.push_back(spec);
   }
   auto results = run_processes(specs, 120s);

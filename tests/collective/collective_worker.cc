@@ -12,12 +12,12 @@
 // first all_reduce; hang: rank R stops calling collectives. The others keep
 // calling all_reduce with timeout T and report how long they took to fail
 // (exit 3 when they failed within T plus slack, 1 otherwise).
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 #include "collective/bootstrap.h"
 #include "tests/collective/collective_check.h"
@@ -39,17 +39,25 @@ struct Args {
   size_t big = 0;
   int victim = -1;
   int timeout_ms = 3000;
+  int slack_ms = 2000;  // how far past the timeout a failure may surface
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--backend") a.backend = v;
-    else if (k == "--mode") a.mode = v;
-    else if (k == "--big") a.big = std::stoull(v);
-    else if (k == "--victim") a.victim = std::stoi(v);
-    else if (k == "--timeout-ms") a.timeout_ms = std::stoi(v);
+    if (k == "--backend")
+      a.backend = v;
+    else if (k == "--mode")
+      a.mode = v;
+    else if (k == "--big")
+      a.big = std::stoull(v);
+    else if (k == "--victim")
+      a.victim = std::stoi(v);
+    else if (k == "--timeout-ms")
+      a.timeout_ms = std::stoi(v);
+    else if (k == "--slack-ms")
+      a.slack_ms = std::stoi(v);
   }
   return a;
 }
@@ -79,12 +87,14 @@ int run_fault(Communicator& world, const Args& a, cohort::collective::testing::M
   for (int i = 0; i < 1000; ++i) {
     auto s = world.all_reduce(buf, 1024, DType::kF32, o);
     if (!s.is_ok()) {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-      std::printf("SURVIVOR rank %d failed after %lld ms: %s\n", world.rank(), static_cast<long long>(ms),
-                  s.to_string().c_str());
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+      std::printf("SURVIVOR rank %d failed after %lld ms: %s\n", world.rank(),
+                  static_cast<long long>(ms), s.to_string().c_str());
       std::fflush(stdout);
       // No orderly exit: MPI_Finalize would wait for the lost peer.
-      ::_exit(ms <= a.timeout_ms + 2000 ? 3 : 1);
+      ::_exit(ms <= a.timeout_ms + a.slack_ms ? 3 : 1);
     }
   }
   std::printf("FAIL rank %d: every all_reduce succeeded despite the lost peer\n", world.rank());
@@ -126,7 +136,8 @@ int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   WorldOptions wo;
   wo.backend = a.backend == "mpi" ? CpuBackend::kMpi : CpuBackend::kGloo;
-  if (a.backend == "nccl" && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) wo.backend = CpuBackend::kMpi;
+  if (a.backend == "nccl" && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr)
+    wo.backend = CpuBackend::kMpi;
   wo.timeout = std::chrono::seconds(60);
   auto world = init_from_environment(wo);
   if (!world.is_ok()) {
@@ -138,6 +149,10 @@ int main(int argc, char** argv) {
 #ifdef COHORT_HAVE_NCCL
   CudaMemory cuda;
   if (a.backend == "nccl") {
+    // Own-GPU visibility shows one device; mpirun shows them all.
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 1)
+      cudaSetDevice(world->local_rank % devices);
     NcclOptions no;
     no.timeout = std::chrono::seconds(60);
     auto nccl = NcclCommunicator::create(world->cpu, no);

@@ -19,8 +19,9 @@ namespace cohort::collective::testing {
 namespace {
 
 bool launcher_variable(const std::string& entry) {
-  for (const char* prefix : {"COHORT_STORE=", "MASTER_ADDR=", "MASTER_PORT=", "RANK=", "WORLD_SIZE=",
-                             "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "OMPI_COMM_WORLD", "PMI", "SLURM_"}) {
+  for (const char* prefix :
+       {"COHORT_STORE=", "MASTER_ADDR=", "MASTER_PORT=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=",
+        "LOCAL_WORLD_SIZE=", "OMPI_COMM_WORLD", "PMI", "SLURM_"}) {
     if (entry.rfind(prefix, 0) == 0) return true;
   }
   return false;

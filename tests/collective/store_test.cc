@@ -85,7 +85,8 @@ TEST(TcpStore, ClientRetriesUntilTheServerListens) {
     ASSERT_TRUE(probe.is_ok());
     port = (*probe)->port();
   }
-  auto client = std::async(std::launch::async, [&] { return TcpStoreClient::connect("127.0.0.1", port); });
+  auto client =
+      std::async(std::launch::async, [&] { return TcpStoreClient::connect("127.0.0.1", port); });
   std::this_thread::sleep_for(200ms);
   TcpStoreServerOptions o;
   o.port = port;
@@ -106,7 +107,8 @@ TEST(TcpStore, ConnectFailsWithinItsTimeoutWhenNothingListens) {
 TEST(TcpStore, OversizedFrameGetsTheConnectionDroppedNotTheServer) {
   auto server = TcpStoreServer::start(std::make_shared<MemoryStoreBackend>(), {});
   ASSERT_TRUE(server.is_ok());
-  auto fd = wire::connect_tcp("127.0.0.1", (*server)->port(), std::chrono::steady_clock::now() + 5s);
+  auto fd =
+      wire::connect_tcp("127.0.0.1", (*server)->port(), std::chrono::steady_clock::now() + 5s);
   ASSERT_TRUE(fd.is_ok());
   const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
   ASSERT_EQ(::send(*fd, huge, 4, MSG_NOSIGNAL), 4);
@@ -121,7 +123,8 @@ TEST(TcpStore, OversizedFrameGetsTheConnectionDroppedNotTheServer) {
 TEST(TcpStore, UnknownOpcodeGetsAnErrorReply) {
   auto server = TcpStoreServer::start(std::make_shared<MemoryStoreBackend>(), {});
   ASSERT_TRUE(server.is_ok());
-  auto fd = wire::connect_tcp("127.0.0.1", (*server)->port(), std::chrono::steady_clock::now() + 5s);
+  auto fd =
+      wire::connect_tcp("127.0.0.1", (*server)->port(), std::chrono::steady_clock::now() + 5s);
   ASSERT_TRUE(fd.is_ok());
   auto deadline = std::chrono::steady_clock::now() + 5s;
   ASSERT_TRUE(wire::write_frame(*fd, std::string("\x63", 1), deadline).is_ok());

@@ -22,7 +22,8 @@ TEST(HalfConversions, RoundTripExactValues) {
 TEST(HalfConversions, RoundToNearestEven) {
   // 1 + 2^-11 is halfway between two f16 values: ties go to the even one.
   EXPECT_EQ(f16_to_float(float_to_f16(1.0f + std::ldexp(1.0f, -11))), 1.0f);
-  EXPECT_EQ(f16_to_float(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11))), 1.0f + std::ldexp(1.0f, -9));
+  EXPECT_EQ(f16_to_float(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11))),
+            1.0f + std::ldexp(1.0f, -9));
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
   EXPECT_EQ(f16_to_float(float_to_f16(70000.0f)), std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::nanf("")))));
