@@ -20,8 +20,9 @@
 // group: before_forward/after_forward (gather / free sharded params for
 // ZeRO-3, FSDP), before_backward/after_backward (after_backward(g) means group
 // g's grads are complete for this micro-batch: all-reduce or reduce-scatter
-// them). With tied embeddings the head writes embedding grads, so the
-// embedding group's after_backward comes last.
+// them). With tied embeddings the head reads the embedding group's params and
+// writes its grads (gather group 0 for the head too under ZeRO-3/FSDP); the
+// embedding group's after_backward still comes last, after all its grads.
 //
 // Parameter storage may be redirected with set_group_buffers (e.g. to a
 // gathered FSDP buffer); the model then reads and writes there.
@@ -127,6 +128,7 @@ class Model {
   };
   void forward_incremental(KvCache& cache, const std::vector<Segment>& segments,
                            const int32_t* tokens, float* logits_host);
+  void incremental_block(KvCache& cache, const std::vector<Segment>& segments, int N, int layer);
   void gather_vocab_logits(int rows, float* logits_host);
 
   ModelConfig config_;

@@ -108,50 +108,13 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
   for (int i = 0; i < N; ++i) COHORT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size);
   ensure_infer_scratch(backend_, a, config_, dims_, shard_.tp_size, N,
                        static_cast<int>(segments.size()), cache.capacity());
-  const int H = config_.hidden, D = config_.head_dim, I = dims_.intermediate;
-  const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
-  const float eps = config_.rms_eps;
-  const size_t nH = static_cast<size_t>(N) * H;
+  const int H = config_.hidden;
   be.copy_from_host(a.infer_ids, tokens, N * sizeof(int32_t));
   be.copy_from_host(a.infer_pos, host_pos_.data(), N * sizeof(int32_t));
   be.embedding_forward(a.ix, a.infer_ids, embedding_table(), N, H, dims_.vocab_begin,
                        dims_.vocab);
-  tp_sum(a.ix, nH);
-  for (int l = 0; l < config_.layers; ++l) {
-    const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
-    be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.attn_norm, N, H, eps);
-    be.linear_forward(a.iq, a.ixn, w.q, w.q_bias, N, H, Qd);
-    be.linear_forward(a.ik, a.ixn, w.k, w.k_bias, N, H, KVd);
-    be.linear_forward(a.iv, a.ixn, w.v, w.v_bias, N, H, KVd);
-    if (config_.qk_norm) {  // in place is safe: each row is read before written
-      be.rmsnorm_forward(a.iq, a.irstd, a.iq, w.q_norm, N * hq, D, eps);
-      be.rmsnorm_forward(a.ik, a.irstd, a.ik, w.k_norm, N * hkv, D, eps);
-    }
-    be.rope_forward(a.iq, a.infer_pos, N, hq, D, rope_cos_, rope_sin_);
-    be.rope_forward(a.ik, a.infer_pos, N, hkv, D, rope_cos_, rope_sin_);
-    int off = 0;
-    for (const Segment& s : segments) {
-      const int cap = cache.capacity();
-      be.kv_cache_write(cache.keys(l, s.slot), a.ik + static_cast<size_t>(off) * KVd, s.count,
-                        s.first_pos, cap, hkv, D);
-      be.kv_cache_write(cache.values(l, s.slot), a.iv + static_cast<size_t>(off) * KVd, s.count,
-                        s.first_pos, cap, hkv, D);
-      be.attention_cached(a.iy + static_cast<size_t>(off) * Qd, a.iscores,
-                          a.iq + static_cast<size_t>(off) * Qd, cache.keys(l, s.slot),
-                          cache.values(l, s.slot), s.count, s.first_pos, cap, hq, hkv, D);
-      off += s.count;
-    }
-    be.linear_forward(a.itmp, a.iy, w.o, nullptr, N, Qd, H);
-    tp_sum(a.itmp, nH);
-    be.residual_forward(a.ix, a.ix, a.itmp, nH);
-    be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.mlp_norm, N, H, eps);
-    be.linear_forward(a.ig, a.ixn, w.gate, nullptr, N, H, I);
-    be.linear_forward(a.iu, a.ixn, w.up, nullptr, N, H, I);
-    be.swiglu_forward(a.ih, a.ig, a.iu, static_cast<size_t>(N) * I);
-    be.linear_forward(a.itmp, a.ih, w.down, nullptr, N, I, H);
-    tp_sum(a.itmp, nH);
-    be.residual_forward(a.ix, a.ix, a.itmp, nH);
-  }
+  tp_sum(a.ix, static_cast<size_t>(N) * H);
+  for (int l = 0; l < config_.layers; ++l) incremental_block(cache, segments, N, l);
   int off = 0, row = 0;
   for (const Segment& s : segments) {
     off += s.count;
@@ -160,9 +123,55 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
     cache.lengths_[s.slot] = s.first_pos + s.count;
   }
   const int rows = static_cast<int>(segments.size());
-  be.rmsnorm_forward(a.ilast, a.irstd, a.ilast, params_[layout_.head_group()], rows, H, eps);
+  be.rmsnorm_forward(a.ilast, a.irstd, a.ilast, params_[layout_.head_group()], rows, H,
+                     config_.rms_eps);
   be.linear_forward(a.ilogits, a.ilast, lm_head_weight(), nullptr, rows, H, dims_.vocab);
   gather_vocab_logits(rows, logits_host);
+}
+
+// One block over N packed new tokens: writes their K/V into the cache, then
+// each segment attends over its slot's cached prefix.
+void Model::incremental_block(KvCache& cache, const std::vector<Segment>& segments, int N,
+                              int l) {
+  Activations& a = *acts_;
+  Backend& be = *backend_;
+  const int H = config_.hidden, D = config_.head_dim, I = dims_.intermediate;
+  const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
+  const float eps = config_.rms_eps;
+  const size_t nH = static_cast<size_t>(N) * H;
+  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.attn_norm, N, H, eps);
+  be.linear_forward(a.iq, a.ixn, w.q, w.q_bias, N, H, Qd);
+  be.linear_forward(a.ik, a.ixn, w.k, w.k_bias, N, H, KVd);
+  be.linear_forward(a.iv, a.ixn, w.v, w.v_bias, N, H, KVd);
+  if (config_.qk_norm) {  // in place is safe: each row is read before written
+    be.rmsnorm_forward(a.iq, a.irstd, a.iq, w.q_norm, N * hq, D, eps);
+    be.rmsnorm_forward(a.ik, a.irstd, a.ik, w.k_norm, N * hkv, D, eps);
+  }
+  be.rope_forward(a.iq, a.infer_pos, N, hq, D, rope_cos_, rope_sin_);
+  be.rope_forward(a.ik, a.infer_pos, N, hkv, D, rope_cos_, rope_sin_);
+  const int cap = cache.capacity();
+  int off = 0;
+  for (const Segment& s : segments) {
+    be.kv_cache_write(cache.keys(l, s.slot), a.ik + static_cast<size_t>(off) * KVd, s.count,
+                      s.first_pos, cap, hkv, D);
+    be.kv_cache_write(cache.values(l, s.slot), a.iv + static_cast<size_t>(off) * KVd, s.count,
+                      s.first_pos, cap, hkv, D);
+    be.attention_cached(a.iy + static_cast<size_t>(off) * Qd, a.iscores,
+                        a.iq + static_cast<size_t>(off) * Qd, cache.keys(l, s.slot),
+                        cache.values(l, s.slot), s.count, s.first_pos, cap, hq, hkv, D);
+    off += s.count;
+  }
+  be.linear_forward(a.itmp, a.iy, w.o, nullptr, N, Qd, H);
+  tp_sum(a.itmp, nH);
+  be.residual_forward(a.ix, a.ix, a.itmp, nH);
+  be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.mlp_norm, N, H, eps);
+  be.linear_forward(a.ig, a.ixn, w.gate, nullptr, N, H, I);
+  be.linear_forward(a.iu, a.ixn, w.up, nullptr, N, H, I);
+  be.swiglu_forward(a.ih, a.ig, a.iu, static_cast<size_t>(N) * I);
+  be.linear_forward(a.itmp, a.ih, w.down, nullptr, N, I, H);
+  tp_sum(a.itmp, nH);
+  be.residual_forward(a.ix, a.ix, a.itmp, nH);
 }
 
 // Local logits [rows, V_local] -> host [rows, V]: TP ranks hold column blocks.
