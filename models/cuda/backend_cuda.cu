@@ -39,8 +39,14 @@ class CudaBackendImpl final : public CudaBackend {
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     COHORT_CUBLAS_CHECK(cublasCreate(&cublas_));
     COHORT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    COHORT_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared_, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+    // The decode kernel keeps a sequence's scores in dynamic shared memory:
+    // allow all the device offers beyond the kernel's static reduction slots.
+    int optin = 0;
+    COHORT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                              device_));
+    cudaFuncAttributes attrs;
+    COHORT_CUDA_CHECK(cudaFuncGetAttributes(&attrs, cuda::attention_cached_kernel));
+    max_shared_ = optin - static_cast<int>(attrs.sharedSizeBytes);
     COHORT_CUDA_CHECK(cudaFuncSetAttribute(cuda::attention_cached_kernel,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            max_shared_));
