@@ -118,16 +118,12 @@ double time_us(int warmup, int iters, Launch&& launch, Finish&& finish, Communic
 
 int run(const Args& a, World& world) {
   int n = world.size, rank = world.rank;
-  int devices = 0;
-  CUDA_OK(cudaGetDeviceCount(&devices));
-  BENCH_CHECK(devices > 0, "no GPU visible");
-  // "own" visibility shows one GPU; "node" visibility (and --fork) all of them.
-  CUDA_OK(cudaSetDevice(devices == 1 ? 0 : world.local_rank % devices));
-
+  // Picks the GPU: the only one visible, or LOCAL_RANK's (--fork, mpirun).
   NcclOptions no;
   no.timeout = std::chrono::minutes(5);
-  auto cohort_comm = NcclCommunicator::create(world.cpu, no);
+  auto cohort_comm = init_nccl_world(world, no);
   BENCH_CHECK(cohort_comm.is_ok(), "%s", cohort_comm.status().to_string().c_str());
+  CUDA_OK(cudaSetDevice((*cohort_comm)->cuda_device()));
 
   // The raw communicator, with its id sent the same way.
   ncclUniqueId id;

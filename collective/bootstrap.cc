@@ -116,8 +116,17 @@ Result<World> init_from_environment(const WorldOptions& options) {
     world.launch = Launch::kMpi;
     world.rank = comm->rank();
     world.size = comm->size();
-    COHORT_ASSIGN_OR_RETURN(world.local_rank, env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, false));
-    COHORT_ASSIGN_OR_RETURN(world.local_size, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, false));
+    // Open MPI, then MPICH/Hydra, then srun.
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+      if (env(var) == nullptr) continue;
+      COHORT_ASSIGN_OR_RETURN(world.local_rank, env_int(var, 0, true));
+      break;
+    }
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+      if (env(var) == nullptr) continue;
+      COHORT_ASSIGN_OR_RETURN(world.local_size, env_int(var, 1, true));
+      break;
+    }
     world.cpu = std::move(comm);
     return world;
   }

@@ -457,4 +457,15 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::split(const std::vector<
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
+Result<std::unique_ptr<NcclCommunicator>> init_nccl_world(const World& world, NcclOptions options) {
+  if (options.device < 0) {
+    int visible = 0;
+    COHORT_CUDA_CHECK(cudaGetDeviceCount(&visible));
+    if (visible == 0) return failed_precondition("init_nccl_world: no CUDA device is visible");
+    options.device = visible == 1 ? 0 : world.local_rank % visible;
+  }
+  if (options.timeout == NcclOptions().timeout) options.timeout = world.cpu->timeout();
+  return NcclCommunicator::create(world.cpu, options);
+}
+
 }  // namespace cohort::collective

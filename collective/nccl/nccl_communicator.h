@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/bootstrap.h"
 #include "collective/communicator.h"
 
 namespace cohort::collective {
@@ -102,5 +103,15 @@ class NcclCommunicator final : public Communicator {
   NcclOptions options_;
   void* barrier_buffer_ = nullptr;  // one int on the device
 };
+
+// The world's NCCL communicator, the usual way in for a worker:
+//   auto world = init_from_environment();
+//   auto nccl = init_nccl_world(*world);
+// When options.device is -1 it picks the GPU: device 0 when the process sees
+// one GPU (cohort's "own" visibility), else LOCAL_RANK modulo the visible
+// count ("node" visibility, mpirun). The unique id travels over world.cpu
+// (Gloo through the store, or MPI).
+Result<std::unique_ptr<NcclCommunicator>> init_nccl_world(const World& world,
+                                                          NcclOptions options = {});
 
 }  // namespace cohort::collective

@@ -6,12 +6,16 @@
 // tcp_store_protocol.h.
 //
 // Threading: the server runs one accept thread and one thread per
-// connection (a node's workers, or a test's ranks: tens, not thousands).
+// connection (a node's workers, or a test's ranks: tens, not thousands);
+// threads of closed connections are joined as new ones arrive. Destroying
+// the server waits for requests the backend has not answered yet, so a
+// backend must complete (or fail) its pending calls on shutdown.
 // The client serialises its requests on one socket; it is thread-safe, but a
 // blocking get holds the connection until it is answered.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,8 +57,9 @@ class TcpStoreServer {
   int wake_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
-  std::vector<int> connections_;      // GUARDED_BY(mu_)
-  std::vector<std::thread> workers_;  // GUARDED_BY(mu_)
+  std::vector<int> connections_;        // GUARDED_BY(mu_)
+  std::map<int, std::thread> workers_;  // GUARDED_BY(mu_), by connection fd
+  std::vector<std::thread> finished_;   // GUARDED_BY(mu_), to be joined
   std::thread acceptor_;
 };
 

@@ -39,14 +39,17 @@ TcpStoreServer::~TcpStoreServer() {
     [[maybe_unused]] auto n = ::write(wake_pipe_[1], &c, 1);
   }
   acceptor_.join();
-  std::vector<std::thread> workers;
+  std::vector<std::thread> threads;
   {
     std::lock_guard lock(mu_);
     // Wakes every connection thread out of its read.
     for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
-    workers.swap(workers_);
+    for (auto& [fd, t] : workers_) threads.push_back(std::move(t));
+    workers_.clear();
+    for (auto& t : finished_) threads.push_back(std::move(t));
+    finished_.clear();
   }
-  for (auto& t : workers) t.join();
+  for (auto& t : threads) t.join();
   ::close(listen_fd_);
   for (int fd : wake_pipe_) {
     if (fd >= 0) ::close(fd);
@@ -65,9 +68,14 @@ void TcpStoreServer::accept_loop() {
     if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    std::lock_guard lock(mu_);
-    connections_.push_back(fd);
-    workers_.emplace_back([this, fd] { serve(fd); });
+    std::vector<std::thread> done;
+    {
+      std::lock_guard lock(mu_);
+      done.swap(finished_);
+      connections_.push_back(fd);
+      workers_.emplace(fd, std::thread([this, fd] { serve(fd); }));
+    }
+    for (auto& t : done) t.join();
   }
 }
 
@@ -88,6 +96,12 @@ void TcpStoreServer::serve(int fd) {
   }
   std::lock_guard lock(mu_);
   connections_.erase(std::remove(connections_.begin(), connections_.end(), fd), connections_.end());
+  // Hand our own thread over for joining; the fd may be reused once closed.
+  auto it = workers_.find(fd);
+  if (it != workers_.end()) {
+    finished_.push_back(std::move(it->second));
+    workers_.erase(it);
+  }
   ::close(fd);
 }
 

@@ -149,13 +149,9 @@ int main(int argc, char** argv) {
 #ifdef COHORT_HAVE_NCCL
   CudaMemory cuda;
   if (a.backend == "nccl") {
-    // Own-GPU visibility shows one device; mpirun shows them all.
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 1)
-      cudaSetDevice(world->local_rank % devices);
     NcclOptions no;
     no.timeout = std::chrono::seconds(60);
-    auto nccl = NcclCommunicator::create(world->cpu, no);
+    auto nccl = init_nccl_world(*world, no);
     if (!nccl.is_ok()) {
       std::printf("FAIL: NcclCommunicator::create: %s\n", nccl.status().to_string().c_str());
       return 1;
