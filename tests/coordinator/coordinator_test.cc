@@ -1,0 +1,274 @@
+// The coordinator over real sockets with fake agents: scheduling, attempts,
+// failures, restarts, node loss (by ManualClock), cancel, and robustness.
+#include "fake_agent.h"
+
+namespace cohort::coordinator::testing {
+namespace {
+
+using protocol::LaunchOrder;
+using protocol::StopOrder;
+
+TEST_F(CoordinatorTest, GangPlacementUsesNameOrderAndOneMaster) {
+  start();
+  FakeAgent b(endpoint_, "node-b", 2), a(endpoint_, "node-a", 2);
+  std::string id = submit(command_job("gang", 2, 2));
+  auto la = a.next_as<LaunchOrder>();
+  auto lb = b.next_as<LaunchOrder>();
+  ASSERT_TRUE(la && lb);
+  EXPECT_EQ(la->node_rank, 0);
+  EXPECT_EQ(lb->node_rank, 1);
+  EXPECT_EQ(la->world_size, 4);
+  EXPECT_EQ(la->gpu_indices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(la->master_addr, "10.0.0.a");
+  EXPECT_EQ(lb->master_addr, "10.0.0.a");
+  EXPECT_EQ(la->master_port, lb->master_port);
+  EXPECT_EQ(job(id).state, "running");
+  a.exit_all(*la, 0);
+  b.exit_all(*lb, 0);
+  EXPECT_TRUE(wait_for_state(id, "succeeded"));
+}
+
+TEST_F(CoordinatorTest, QueueIsFifoWithinPriority) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 4);
+  std::string x = submit(command_job("x", 1, 4));
+  auto lx = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(lx);
+  auto low1 = command_job("low1", 1, 4), low2 = command_job("low2", 1, 4), high = command_job("high", 1, 4);
+  high.priority = 5;
+  std::string l1 = submit(low1), l2 = submit(low2), h = submit(high);
+  EXPECT_EQ(job(l1).state, "queued");
+  std::vector<std::string> order;
+  n.exit_all(*lx, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto l = n.next_as<LaunchOrder>();
+    ASSERT_TRUE(l);
+    order.push_back(l->job_id);
+    n.exit_all(*l, 0);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{h, l1, l2}));
+}
+
+TEST_F(CoordinatorTest, AFailedRankStopsTheAttemptAndARestartGetsAFreshAttempt) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 2);
+  auto spec = command_job("retry", 1, 2);
+  spec.max_restarts = 1;
+  std::string id = submit(spec);
+  auto l0 = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l0);
+  EXPECT_EQ(l0->restart_count, 0);
+  n.exit_rank(*l0, 1, 7);
+  auto stop = n.next_as<StopOrder>();
+  ASSERT_TRUE(stop);
+  EXPECT_EQ(stop->attempt, 0);
+  EXPECT_EQ(job(id).state, "stopping");
+  n.exit_rank(*l0, 0, 143, /*stopped=*/true);
+  auto l1 = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l1);
+  EXPECT_EQ(l1->attempt, 1);
+  EXPECT_EQ(l1->restart_count, 1);
+  auto info = job(id);
+  ASSERT_EQ(info.attempts.size(), 2u);
+  EXPECT_EQ(info.attempts[0].state, "failed");
+  EXPECT_EQ(info.attempts[0].root_cause.rank, 1);
+  EXPECT_EQ(info.attempts[0].root_cause.reason, "exited with code 7");
+  EXPECT_EQ(info.attempts[0].root_cause.last_lines, std::vector<std::string>{"boom from rank 1"});
+  // A second failure exhausts the budget: the job fails with the root cause.
+  n.exit_rank(*l1, 0, 0);
+  n.exit_rank(*l1, 1, 9);
+  EXPECT_TRUE(wait_for_state(id, "failed"));
+  info = job(id);
+  EXPECT_TRUE(info.has_root_cause);
+  EXPECT_EQ(info.root_cause.rank, 1);
+  EXPECT_EQ(info.restarts_used, 1);
+}
+
+TEST_F(CoordinatorTest, ASignalIsReportedByName) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 1);
+  std::string id = submit(command_job("sig", 1, 1));
+  auto l = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l);
+  protocol::WorkerExit e;
+  e.job_id = id;
+  e.node = "node-1";
+  e.signal = 9;
+  n.send(e);
+  EXPECT_TRUE(wait_for_state(id, "failed"));
+  EXPECT_EQ(job(id).root_cause.reason, "killed by signal 9 (SIGKILL)");
+}
+
+TEST_F(CoordinatorTest, ASilentNodeIsLostAndItsJobFails) {
+  start();
+  FakeAgent a(endpoint_, "node-a", 1), b(endpoint_, "node-b", 1);
+  std::string id = submit(command_job("lost", 2, 1));
+  auto la = a.next_as<LaunchOrder>();
+  auto lb = b.next_as<LaunchOrder>();
+  ASSERT_TRUE(la && lb);
+  clock_.advance(2s);
+  a.heartbeat({{id, 0, 0, 100}});
+  settle();
+  clock_.advance(1500ms);  // b silent for 3.5 s, a for 1.5 s
+  settle();
+  auto nodes = client_->request<protocol::NodeList>(protocol::NodeQuery{}, 5s);
+  ASSERT_TRUE(nodes);
+  EXPECT_EQ(nodes->nodes[0].state, "alive");
+  EXPECT_EQ(nodes->nodes[1].state, "lost");
+  ASSERT_TRUE(a.next_as<StopOrder>());
+  a.exit_all(*la, 143, true);
+  EXPECT_TRUE(wait_for_state(id, "failed"));
+  EXPECT_NE(job(id).root_cause.reason.find("node node-b lost"), std::string::npos);
+  // The lost node's heartbeats are refused until it registers again.
+  b.heartbeat();
+  auto err = b.next_as<protocol::ErrorReply>();
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, "unknown_node");
+}
+
+TEST_F(CoordinatorTest, CancelStopsRunningAndQueuedJobs) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 1);
+  std::string run = submit(command_job("run", 1, 1));
+  std::string wait = submit(command_job("wait", 1, 1));
+  auto l = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l);
+  ASSERT_TRUE(client_->request<protocol::Ack>(protocol::CancelJob{wait}, 5s));
+  EXPECT_EQ(job(wait).state, "cancelled");
+  ASSERT_TRUE(client_->request<protocol::Ack>(protocol::CancelJob{"run"}, 5s));  // by name
+  ASSERT_TRUE(n.next_as<StopOrder>());
+  n.exit_all(*l, 143, true);
+  EXPECT_TRUE(wait_for_state(run, "cancelled"));
+  auto missing = client_->request<protocol::Ack>(protocol::CancelJob{"nope"}, 5s);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, WorkersOfAnAttemptThatIsNotCurrentAreStopped) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 1);
+  n.heartbeat({{"job-99", 3, 0, 1234}});
+  auto stop = n.next_as<StopOrder>();
+  ASSERT_TRUE(stop);
+  EXPECT_EQ(stop->job_id, "job-99");
+  EXPECT_EQ(stop->attempt, 3);
+}
+
+TEST_F(CoordinatorTest, InvalidJobsAreRefusedWithTheField) {
+  start();
+  auto bad = command_job("bad", 1, 0);
+  auto r = client_->request<protocol::SubmitReply>(protocol::SubmitJob{bad}, 5s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("gpus_per_node"), std::string::npos);
+  bad = command_job("bad", 1, 1);
+  bad.argv.clear();
+  r = client_->request<protocol::SubmitReply>(protocol::SubmitJob{bad}, 5s);
+  EXPECT_NE(r.status().message().find("command.argv"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, BrokenAndHostileMessagesGetErrorsAndTheCoordinatorGoesOn) {
+  start();
+  FakeAgent raw(endpoint_, "raw", 0, /*do_register=*/false);
+  std::vector<std::string> bad = {
+      "\x01\x02\x03 garbage \xff",
+      R"({"v":1,"type":"submit","id":5,"body":{"job":{"name":"trunc)",
+      R"({"v":1,"type":"launch_missiles","id":6})",
+      R"({"v":2,"type":"submit","id":7})",
+      R"({"v":1,"type":"submit","id":8,"body":{"job":{"gpus_per_node":"x"}}})",
+      R"({"v":1,"type":"store","id":9,"body":{"value":"not base64!"}})",
+      std::string(protocol::kMaxMessageBytes + 100, 'x'),
+  };
+  for (const auto& b : bad) {
+    raw.send_raw(b);
+    auto err = raw.next(protocol::ErrorReply::kType);
+    EXPECT_TRUE(err) << "no error reply for: " << b.substr(0, 60);
+  }
+  raw.send_frames({"two", "frames"});
+  EXPECT_TRUE(raw.next(protocol::ErrorReply::kType));
+  // Far past the hard cap: ZeroMQ drops that connection; the daemon goes on.
+  FakeAgent huge(endpoint_, "huge", 0, false);
+  huge.send_raw(std::string(5 * protocol::kMaxMessageBytes, 'y'));
+  auto list = client_->request<protocol::JobList>(protocol::JobQuery{}, 5s);
+  EXPECT_TRUE(list) << list.status().message();
+  FakeAgent good(endpoint_, "node-ok", 1);  // registration still works
+}
+
+TEST_F(CoordinatorTest, JobsSurviveARestartFromTheStateDirectory) {
+  char templ[] = "/tmp/cohort-state-XXXXXX";
+  std::string dir = ::mkdtemp(templ);
+  start(dir);
+  std::string queued = submit(command_job("queued", 1, 1));
+  stop();
+  start(dir);
+  auto info = job(queued);
+  EXPECT_EQ(info.state, "queued");
+  EXPECT_EQ(info.name, "queued");
+  std::string next = submit(command_job("next", 1, 1));
+  EXPECT_NE(next, queued);  // ids are not reused
+  FakeAgent n(endpoint_, "node-1", 1);
+  auto l = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->job_id, queued);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(CoordinatorTest, ARunningAttemptSurvivesARestartWhenItsAgentReportsIt) {
+  char templ[] = "/tmp/cohort-state-XXXXXX";
+  std::string dir = ::mkdtemp(templ);
+  start(dir);
+  std::string id;
+  protocol::LaunchOrder order;
+  {
+    FakeAgent n(endpoint_, "node-1", 1);
+    id = submit(command_job("keep", 1, 1));
+    auto l = n.next_as<LaunchOrder>();
+    ASSERT_TRUE(l);
+    order = *l;
+  }
+  stop();
+  start(dir);
+  FakeAgent n(endpoint_, "node-1", 1, false);
+  n.heartbeat({{id, 0, 0, 4242}});
+  ASSERT_TRUE(n.next_as<protocol::ErrorReply>());  // unknown_node: register again
+  n.register_node({{id, 0, 0, 4242}});
+  for (int i = 0; i < 5; ++i) {  // past the recovery grace (6 s): confirmed in time
+    clock_.advance(2s);
+    n.heartbeat({{id, 0, 0, 4242}});
+    settle();
+  }
+  EXPECT_EQ(job(id).state, "running");
+  n.exit_all(order, 0);
+  EXPECT_TRUE(wait_for_state(id, "succeeded"));
+  auto info = job(id);
+  EXPECT_EQ(info.attempts.size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(CoordinatorTest, AnAttemptNobodyReportsAfterARestartIsRestartedFree) {
+  char templ[] = "/tmp/cohort-state-XXXXXX";
+  std::string dir = ::mkdtemp(templ);
+  start(dir);
+  std::string id;
+  {
+    FakeAgent n(endpoint_, "node-1", 1);
+    id = submit(command_job("gone", 1, 1));
+    ASSERT_TRUE(n.next_as<LaunchOrder>());
+  }
+  stop();
+  start(dir);
+  FakeAgent n(endpoint_, "node-1", 1);  // comes back with no workers
+  for (int i = 0; i < 4; ++i) {         // recovery grace is 2 × 3 s
+    clock_.advance(2s);
+    n.heartbeat();
+    settle();
+  }
+  auto l = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->attempt, 1);
+  auto info = job(id);
+  EXPECT_EQ(info.restarts_used, 0);
+  EXPECT_FALSE(info.attempts[1].counts_as_restart);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator::testing
