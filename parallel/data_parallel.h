@@ -96,6 +96,9 @@ class DataParallel {
                      const std::vector<float>& v);
   // The whole group's parameters (this rank's tp slice), gathered over dp.
   Status gather_group(int group, std::vector<float>* params);
+  // Gathers every group and keeps it gathered, for generation after
+  // training (the model's inference passes run no hooks).
+  Status gather_all();
 
   struct GroupState;
 

@@ -224,4 +224,9 @@ Status DataParallel::gather_group(int group, std::vector<float>* params) {
   return Status::ok();
 }
 
+Status DataParallel::gather_all() {
+  for (int g = 0; g < int(groups_.size()); ++g) ensure_gathered(g);
+  return status_;
+}
+
 }  // namespace cohort::parallel

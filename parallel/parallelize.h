@@ -31,6 +31,7 @@ struct ParallelModel {
   ~ParallelModel();
   ParallelModel() = default;
   ParallelModel(ParallelModel&&) = default;
+  ParallelModel& operator=(ParallelModel&&) = default;
 };
 
 // Fills the freshly created model's parameters (this rank's tp slice): from a

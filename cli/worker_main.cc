@@ -1,0 +1,70 @@
+// `cohort-worker`: the built-in worker. Agents launch it once per rank with
+// the resolved job file; it also runs under mpirun, srun or torchrun.
+//
+//   cohort-worker JOB.toml                      train or infer, as the job's kind says
+//   cohort-worker export CHECKPOINT --to DIR    a Hugging Face folder from a checkpoint
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/log.h"
+#include "jobs/load.h"
+#include "jobs/runners/checkpoint.h"
+#include "jobs/runners/worker.h"
+
+namespace {
+
+int report(const cohort::Status& status) {
+  if (status.is_ok()) return 0;
+  const char* rank = std::getenv("RANK");
+  std::fprintf(stderr, "cohort-worker%s%s: %s\n", rank ? " rank " : "", rank ? rank : "",
+               status.message().c_str());
+  // A stop asked for by SIGTERM (preemption, cancel) ends like a terminated process.
+  return status.code() == cohort::StatusCode::kAborted ? 143 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cohort-worker: the built-in train and infer worker"};
+  std::string job_file, log_level, checkpoint, to;
+  app.add_option("job", job_file, "The job file (TOML)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  auto* export_cmd = app.add_subcommand("export", "Write a Hugging Face folder from a checkpoint");
+  export_cmd->add_option("checkpoint", checkpoint, "The checkpoint folder")->required();
+  export_cmd->add_option("--to", to, "The Hugging Face folder to write")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (auto status = cohort::init_logging(log_level, ""); !status) {
+    std::fprintf(stderr, "cohort-worker: %s\n", status.message().c_str());
+    return 2;
+  }
+  if (export_cmd->parsed()) {
+    cohort::Status status = cohort::runners::export_checkpoint(checkpoint, to);
+    if (status.is_ok()) std::printf("exported %s to %s\n", checkpoint.c_str(), to.c_str());
+    return report(status);
+  }
+  if (job_file.empty()) {
+    std::fprintf(stderr, "cohort-worker: a job file is required\n");
+    return 2;
+  }
+  auto loaded = cohort::jobs::load_job_file(job_file);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s", loaded.error_text().c_str());
+    return 2;
+  }
+  const auto& spec = loaded.spec;
+  switch (spec.job.kind) {
+    case cohort::jobs::JobKind::kTrain: return report(cohort::runners::run_train(spec));
+    case cohort::jobs::JobKind::kInfer: return report(cohort::runners::run_infer(spec));
+    case cohort::jobs::JobKind::kCommand:
+      std::fprintf(stderr, "cohort-worker: %s is a command job; agents run its argv directly\n", job_file.c_str());
+      return 2;
+  }
+  return 2;
+}

@@ -1,0 +1,76 @@
+#include "jobs/runners/worker_setup.h"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "jobs/runners/checkpoint.h"
+#include "models/hf.h"
+
+namespace cohort::runners {
+
+Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
+  WorkerContext ctx;
+  COHORT_ASSIGN_OR_RETURN(ctx.world, collective::init_from_environment());
+  ctx.comm = ctx.world.cpu;
+  ctx.backend = models::make_cpu_backend();
+  (void)spec;
+  return ctx;
+}
+
+Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec) {
+  const auto& m = spec.model;
+  Result<models::ModelConfig> config = !m.preset.empty()   ? models::preset_config(m.preset)
+                                       : !m.hf_dir.empty() ? models::load_hf_config(m.hf_dir)
+                                                           : checkpoint_model_config(m.checkpoint);
+  if (!config) return config.status().with_context("[model]");
+  if (m.max_seq > 0) config->max_seq = m.max_seq;
+  return config;
+}
+
+Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,
+                                                     WorkerContext& ctx, bool for_training) {
+  parallel::ParallelConfig pc;
+  int tp = spec.parallel.tensor_parallel;
+  if (!for_training) tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : ctx.world.size;
+  pc.tensor_parallel = tp;
+  pc.data_parallel.strategy = parallel::Strategy(int(spec.parallel.strategy));
+  pc.data_parallel.bucket_mb = spec.parallel.bucket_mb;
+  pc.data_parallel.reshard_after_forward = spec.parallel.reshard_after_forward;
+  pc.data_parallel.prefetch = spec.parallel.prefetch;
+  pc.data_parallel.stream = ctx.stream;
+  uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
+  const auto& m = spec.model;
+  parallel::WeightLoader loader = [&](models::Model& model) -> Status {
+    if (!m.hf_dir.empty()) return models::load_hf_weights(model, m.hf_dir);
+    if (!m.checkpoint.empty()) return load_checkpoint_params(m.checkpoint, model);
+    model.init_weights(seed);
+    return Status::ok();
+  };
+  auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader);
+  if (!pm) return pm.status().with_context("building the model");
+  return pm;
+}
+
+std::optional<double> model_flops_utilization(const models::ModelConfig& config, double tokens_per_s,
+                                              const WorkerContext& ctx) {
+  if (!ctx.gpu) return std::nullopt;
+  double peak = 989e12;
+  if (const char* env = std::getenv("COHORT_PEAK_TFLOPS")) peak = std::atof(env) * 1e12;
+  double flops_per_token = 6.0 * double(config.num_parameters());
+  // Per GPU: the job's tokens/s are spread over world GPUs.
+  return flops_per_token * tokens_per_s / (peak * ctx.world.size);
+}
+
+double memory_in_use_mb(const WorkerContext& ctx, parallel::ParallelModel& pm) {
+  (void)pm;
+  (void)ctx;
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;
+}
+
+}  // namespace cohort::runners
