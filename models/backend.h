@@ -79,7 +79,8 @@ class Backend {
   virtual void scale(float* x, size_t n, float factor) = 0;
 };
 
-// The fp32 CPU reference backend.
+// The fp32 CPU reference backend. Sets OpenBLAS to one thread (one rank per
+// core) unless OPENBLAS_NUM_THREADS is set.
 std::unique_ptr<Backend> make_cpu_backend();
 
 }  // namespace cohort::models

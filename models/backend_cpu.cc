@@ -1,4 +1,6 @@
 // CpuBackend: host memory and the fp32 reference ops in models/ops/*.cc.
+#include <cblas.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -118,6 +120,11 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  // cohort runs one rank per core on CPU; OpenBLAS's own threads would only
+  // oversubscribe (and spin). OPENBLAS_NUM_THREADS, when set, wins.
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace cohort::models

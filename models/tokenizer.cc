@@ -83,6 +83,29 @@ PretokenizerKind detect_kind(const json& pre) {
   return PretokenizerKind::kQwen2;
 }
 
+// The special tokens a TemplateProcessing post-processor puts before and
+// after the text ("single" template), looked up in its special_tokens table.
+void template_tokens(const json& post, std::vector<int32_t>* prefix,
+                     std::vector<int32_t>* suffix) {
+  if (post.is_null()) return;
+  if (post.value("type", "") == "Sequence" && post.contains("processors")) {
+    for (const auto& p : post["processors"]) template_tokens(p, prefix, suffix);
+    return;
+  }
+  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single")) return;
+  std::vector<int32_t>* target = prefix;
+  for (const auto& item : post["single"]) {
+    if (item.contains("Sequence")) {
+      target = suffix;
+      continue;
+    }
+    if (!item.contains("SpecialToken")) continue;
+    const std::string name = item["SpecialToken"].at("id").get<std::string>();
+    const json& ids = post.at("special_tokens").at(name).at("ids");
+    for (const auto& id : ids) target->push_back(id.get<int32_t>());
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const std::string& text) {
@@ -115,6 +138,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const std::string&
       }
     }
     t->kind_ = detect_kind(j.value("pre_tokenizer", json()));
+    template_tokens(j.value("post_processor", json()), &t->prefix_, &t->suffix_);
   } catch (const json::exception& e) {
     return invalid_argument(std::string("tokenizer.json: ") + e.what());
   }

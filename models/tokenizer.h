@@ -33,6 +33,18 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   // The id of an exact token string (special tokens included), if any.
   virtual std::optional<int32_t> token_id(const std::string& token) const = 0;
+  // Tokens the HF post-processor puts around a single text (Llama 3's
+  // <|begin_of_text|>; nothing for Qwen), as tokenizer(text) does in Python.
+  virtual std::vector<int32_t> prefix_tokens() const { return {}; }
+  virtual std::vector<int32_t> suffix_tokens() const { return {}; }
+  std::vector<int32_t> encode_with_special_tokens(const std::string& text) {
+    std::vector<int32_t> out = prefix_tokens();
+    const std::vector<int32_t> body = encode(text);
+    out.insert(out.end(), body.begin(), body.end());
+    const std::vector<int32_t> suffix = suffix_tokens();
+    out.insert(out.end(), suffix.begin(), suffix.end());
+    return out;
+  }
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -61,6 +73,8 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return vocab_size_; }
   std::optional<int32_t> token_id(const std::string& token) const override;
   PretokenizerKind pretokenizer() const { return kind_; }
+  std::vector<int32_t> prefix_tokens() const override { return prefix_; }
+  std::vector<int32_t> suffix_tokens() const override { return suffix_; }
 
  private:
   BpeTokenizer() = default;
@@ -77,6 +91,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<int32_t, std::string> added_by_id_;
   std::unordered_map<std::string, std::vector<int32_t>> cache_;
   std::map<uint32_t, uint8_t> unicode_to_byte_;
+  std::vector<int32_t> prefix_, suffix_;  // from a TemplateProcessing post-processor
 };
 
 // tokenizer.json in `dir` when present; Errors otherwise.

@@ -83,6 +83,19 @@ TEST(BpeTokenizer, RoundTripsArbitraryBytes) {
   EXPECT_EQ(bytes.encode("A"), (std::vector<int32_t>{65}));
 }
 
+TEST(BpeTokenizer, TemplatePostProcessorAddsBeginOfText) {
+  auto j = nlohmann::json::parse(tiny_tokenizer_json());
+  j["post_processor"] = nlohmann::json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel"},
+      {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                  {"Sequence": {"id": "A", "type_id": 0}}],
+       "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [265]}}}]})");
+  auto t = std::move(BpeTokenizer::from_json(j.dump()).value());
+  EXPECT_EQ(t->encode_with_special_tokens("hello"), (std::vector<int32_t>{265, 259}));
+  EXPECT_EQ(t->encode("hello"), (std::vector<int32_t>{259}));
+}
+
 TEST(BpeTokenizer, RejectsMalformedJson) {
   EXPECT_FALSE(BpeTokenizer::from_json("{").is_ok());
   EXPECT_FALSE(BpeTokenizer::from_json(R"({"model":{"type":"Unigram"}})").is_ok());
