@@ -36,6 +36,7 @@ struct Activations {
         *iscores = nullptr;
 
   std::vector<void*> training_allocations, infer_allocations;
+  size_t training_bytes = 0, infer_bytes = 0;
 };
 
 }  // namespace cohort::models

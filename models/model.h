@@ -104,6 +104,9 @@ class Model {
   // [B*T, vocab_local] logits of the last forward_head (backend memory).
   // backward_head overwrites them with their gradient.
   const float* logits() const;
+  // Bytes of activation and inference scratch allocated so far (the largest
+  // (B, T) seen): the "peak activations" line of a memory report.
+  size_t activation_bytes() const;
 
   // Inference with a KV cache (kv_cache.h). prefill appends n tokens to one
   // slot; decode appends one token to each of B slots. Both write the

@@ -70,7 +70,9 @@ void ensure_infer_scratch(Backend* be, Activations& a, const ModelConfig& c, con
   a.infer_allocations.clear();
   n = std::max(n, a.infer_tokens), rows = std::max(rows, a.infer_rows);
   context = std::max(context, a.infer_context);
+  a.infer_bytes = 0;
   auto take = [&](size_t count) {
+    a.infer_bytes += count * sizeof(float);
     float* p = be->alloc_floats(count);
     a.infer_allocations.push_back(p);
     return p;

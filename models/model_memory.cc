@@ -19,6 +19,7 @@ class Arena {
     return p;
   }
   int32_t* take_i32(size_t n) { return reinterpret_cast<int32_t*>(take(n)); }
+  size_t bytes() const { return used_ * sizeof(float); }
   void* allocate() {
     base_ = backend_->alloc_floats(used_);
     used_ = 0;
@@ -71,10 +72,13 @@ void Model::ensure_activations(int B, int T) {
     a.dscores = arena.take(hq * T * T);  // CPU uses T*T; CUDA batches over heads
   };
   plan();
+  a.training_bytes = arena.bytes();
   a.training_allocations.push_back(arena.allocate());
   plan();
   a.capacity_tokens = N;
   a.capacity_seq = T;
 }
+
+size_t Model::activation_bytes() const { return acts_->training_bytes + acts_->infer_bytes; }
 
 }  // namespace cohort::models

@@ -114,6 +114,7 @@ TEST(Model, HooksRunAroundEveryGroupInOrder) {
   const std::vector<std::pair<char, int>> want = {{'f', 0}, {'f', 1}, {'f', 2}, {'f', 3},
                                                    {'b', 3}, {'b', 2}, {'b', 1}, {'b', 0}};
   EXPECT_EQ(events, want);
+  EXPECT_GT(model->activation_bytes(), 8u * 64 * 2 * sizeof(float));
 }
 
 TEST(Model, TinyPresetLearnsARepeatingSequence) {
