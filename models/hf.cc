@@ -45,6 +45,10 @@ Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
       return invalid_argument("config.json: hidden_act must be silu");
     }
     if (j.value("mlp_bias", false)) return invalid_argument("config.json: mlp_bias unsupported");
+    if (j.value("use_sliding_window", false)) {
+      return invalid_argument("config.json: use_sliding_window is true; sliding-window attention "
+                              "is not supported");
+    }
     c.vocab_size = j.at("vocab_size").get<int>();
     c.hidden = j.at("hidden_size").get<int>();
     c.layers = j.at("num_hidden_layers").get<int>();

@@ -20,6 +20,17 @@ Status bad_file(const std::string& path, const std::string& what) {
   return invalid_argument("safetensors " + path + ": " + what);
 }
 
+// Element sizes of safetensors dtypes cohort does not compute with.
+size_t other_dtype_size(const std::string& name) {
+  if (name == "F64" || name == "I64" || name == "U64") return 8;
+  if (name == "U32") return 4;
+  if (name == "I16" || name == "U16") return 2;
+  if (name == "I8" || name == "U8" || name == "BOOL" || name == "F8_E4M3" || name == "F8_E5M2") {
+    return 1;
+  }
+  return 0;
+}
+
 Status parse_header(const std::string& path, const std::string& text, size_t data_size,
                     std::map<std::string, SafetensorsInfo>* tensors,
                     std::map<std::string, std::string>* metadata) {
@@ -39,9 +50,12 @@ Status parse_header(const std::string& path, const std::string& text, size_t dat
     }
     try {
       SafetensorsInfo info;
-      auto dtype = parse_dtype(entry.at("dtype").get<std::string>());
-      if (!dtype.is_ok()) return bad_file(path, name + ": " + dtype.status().message());
-      info.dtype = *dtype;
+      info.dtype_name = entry.at("dtype").get<std::string>();
+      auto dtype = parse_dtype(info.dtype_name);
+      const size_t element = dtype.is_ok() ? dtype_size(*dtype) : other_dtype_size(info.dtype_name);
+      if (element == 0) return bad_file(path, name + ": unknown dtype " + info.dtype_name);
+      info.supported = dtype.is_ok();
+      if (info.supported) info.dtype = *dtype;
       info.shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<size_t>>();
       if (offsets.size() != 2) return bad_file(path, name + ": data_offsets needs 2 values");
@@ -49,7 +63,7 @@ Status parse_header(const std::string& path, const std::string& text, size_t dat
       size_t numel = 1;
       for (int64_t d : info.shape) numel *= static_cast<size_t>(d);
       if (info.end < info.begin || info.end > data_size ||
-          info.end - info.begin != numel * dtype_size(info.dtype)) {
+          info.end - info.begin != numel * element) {
         return bad_file(path, name + ": data_offsets do not match shape " +
                                   shape_string(info.shape) + " and the file size");
       }
@@ -105,8 +119,10 @@ const SafetensorsInfo* SafetensorsFile::find(const std::string& name) const {
 Result<const SafetensorsInfo*> SafetensorsFile::lookup(const std::string& name) const {
   const SafetensorsInfo* info = find(name);
   if (!info) return not_found("safetensors " + path_ + ": no tensor named " + name);
-  if (info->dtype == DType::kI32) {
-    return invalid_argument("safetensors " + path_ + ": " + name + " is I32, not a float tensor");
+  if (!info->supported || info->dtype == DType::kI32) {
+    return invalid_argument("safetensors " + path_ + ": " + name + " has dtype " +
+                            (info->supported ? std::string("I32") : info->dtype_name) +
+                            "; cohort reads F32, BF16 and F16 tensors");
   }
   return info;
 }

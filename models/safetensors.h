@@ -19,6 +19,10 @@
 namespace cohort::models {
 
 struct SafetensorsInfo {
+  // Tensors of other dtypes (F64, I64, U8, BOOL, F8...) are listed with
+  // supported == false: present in the file, an error only when read.
+  bool supported = true;
+  std::string dtype_name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   size_t begin = 0, end = 0;  // byte offsets into the data section

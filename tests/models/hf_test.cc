@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
 #include "models/hf.h"
@@ -113,6 +114,29 @@ TEST_F(HfFolder, ReadsColumnsOfATensor) {
   EXPECT_EQ(rows, (std::vector<float>{8, 9, 10, 11}));
   EXPECT_FALSE((*f)->read_cols_f32("m", 3, 5, cols.data()).is_ok());
   EXPECT_EQ((*f)->read_f32("nope", cols.data()).code(), StatusCode::kNotFound);
+}
+
+TEST_F(HfFolder, OtherDtypesAreListedButNotRead) {
+  fs::create_directories(dir_);
+  // A header with an I64 buffer beside an F32 weight, written by hand.
+  const std::string header =
+      R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+      R"("w":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})";
+  std::string bytes(8, '\0');
+  const uint64_t len = header.size();
+  std::memcpy(bytes.data(), &len, 8);
+  bytes += header + std::string(16, '\0');
+  const float one = 1.0f;
+  bytes.append(reinterpret_cast<const char*>(&one), 4);
+  std::ofstream(dir_ / "x.safetensors", std::ios::binary) << bytes;
+  auto f = SafetensorsFile::open((dir_ / "x.safetensors").string());
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  float v = 0;
+  ASSERT_TRUE((*f)->read_f32("w", &v).is_ok());
+  EXPECT_EQ(v, 1.0f);
+  auto bad = (*f)->read_f32("ids", &v);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("I64"), std::string::npos);
 }
 
 TEST_F(HfFolder, TruncatedFileIsAnErrorNotACrash) {
