@@ -112,8 +112,10 @@ class CudaBackendImpl final : public CudaBackend {
                         const float* rstd, int n, int dim) override {
     cuda::rmsnorm_backward_input_kernel<<<n, norm_threads(dim), 0, stream_>>>(dx, dout, x, w,
                                                                               rstd, dim);
-    cuda::rmsnorm_backward_weight_kernel<<<(dim + 31) / 32, dim3(32, 8), 0, stream_>>>(
-        dw, dout, x, rstd, n, dim);
+    const int rows = cuda::weight_grad_rows_per_chunk(n, dim);
+    const dim3 grid((dim + 31) / 32, (n + rows - 1) / rows);
+    cuda::rmsnorm_backward_weight_kernel<<<grid, dim3(32, 8), 0, stream_>>>(dw, dout, x, rstd, n,
+                                                                            dim, rows);
     check_launch();
   }
   void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,

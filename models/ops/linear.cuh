@@ -37,13 +37,20 @@ __global__ void add_bias_kernel(float* y, const float* b, int n, int out) {
   }
 }
 
-// db[j] += sum_i dy[i, j]: one thread per column, rows looped (coalesced in j).
-__global__ void bias_backward_kernel(float* db, const float* dy, int n, int out) {
+// db[j] += sum_i dy[i, j]: one thread per column (coalesced in j) over a
+// chunk of rows per blockIdx.y; chunks meet in an fp32 atomicAdd.
+__global__ void bias_backward_kernel(float* db, const float* dy, int n, int out,
+                                     int rows_per_chunk) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= out) return;
+  const int begin = blockIdx.y * rows_per_chunk, end = min(n, begin + rows_per_chunk);
   float s = 0;
-  for (int i = 0; i < n; ++i) s += dy[static_cast<size_t>(i) * out + j];
-  db[j] += s;
+  for (int i = begin; i < end; ++i) s += dy[static_cast<size_t>(i) * out + j];
+  if (gridDim.y == 1) {
+    db[j] += s;
+  } else {
+    atomicAdd(db + j, s);
+  }
 }
 
 inline void linear_forward(cublasHandle_t h, cudaStream_t stream, float* y, const float* x,
@@ -57,7 +64,11 @@ inline void linear_backward(cublasHandle_t h, cudaStream_t stream, float* dx, fl
                             int in, int out) {
   if (dx) gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
   gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, in);
-  if (db) bias_backward_kernel<<<(out + kThreads - 1) / kThreads, kThreads, 0, stream>>>(db, dy, n, out);
+  if (db) {
+    const int rows = 64;
+    const dim3 grid((out + kThreads - 1) / kThreads, (n + rows - 1) / rows);
+    bias_backward_kernel<<<grid, kThreads, 0, stream>>>(db, dy, n, out, rows);
+  }
 }
 
 }  // namespace cohort::models::cuda

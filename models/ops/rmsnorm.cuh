@@ -37,14 +37,19 @@ __global__ void rmsnorm_backward_input_kernel(float* dx, const float* dout, cons
 }
 
 // dw[j] += sum_i dout[i, j] * x[i, j] * rstd[i]. Block (32 x 8): 32 columns,
-// 8 row lanes reduced through shared memory.
+// 8 row lanes reduced through shared memory; blockIdx.y takes one chunk of
+// rows, so many rows (the per-head QK norm has tokens * heads of them) still
+// spread over the GPU. Chunks meet in an fp32 atomicAdd.
 __global__ void rmsnorm_backward_weight_kernel(float* dw, const float* dout, const float* x,
-                                               const float* rstd, int n, int dim) {
+                                               const float* rstd, int n, int dim,
+                                               int rows_per_chunk) {
   __shared__ float part[8][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
+  const int begin = blockIdx.y * rows_per_chunk;
+  const int end = min(n, begin + rows_per_chunk);
   float acc = 0;
   if (j < dim) {
-    for (int i = threadIdx.y; i < n; i += 8) {
+    for (int i = begin + threadIdx.y; i < end; i += 8) {
       const size_t at = static_cast<size_t>(i) * dim + j;
       acc += dout[at] * x[at] * rstd[i];
     }
@@ -54,8 +59,19 @@ __global__ void rmsnorm_backward_weight_kernel(float* dw, const float* dout, con
   if (threadIdx.y == 0 && j < dim) {
     float s = 0;
     for (int k = 0; k < 8; ++k) s += part[k][threadIdx.x];
-    dw[j] += s;
+    if (gridDim.y == 1) {
+      dw[j] += s;
+    } else {
+      atomicAdd(dw + j, s);
+    }
   }
+}
+
+// Rows per chunk so that about 1024 blocks cover the reduction.
+inline int weight_grad_rows_per_chunk(int n, int dim) {
+  const int column_blocks = (dim + 31) / 32;
+  const int chunks = std::max(1, std::min(n / 64, 1024 / column_blocks));
+  return (n + chunks - 1) / chunks;
 }
 
 }  // namespace cohort::models::cuda

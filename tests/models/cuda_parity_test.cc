@@ -56,7 +56,7 @@ class CudaParity : public ::testing::Test {
 };
 
 TEST_F(CudaParity, RmsNormForwardAndBackward) {
-  const int n = 37, dim = 300;
+  const int n = 300, dim = 300;  // several row chunks in the weight gradient
   auto x = testing::random_vector(n * dim, 1), w = testing::random_vector(dim, 2);
   auto dout = testing::random_vector(n * dim, 3);
   std::vector<float> out(n * dim), rstd(n), dx(n * dim, 0.5f), dw(dim, 0.5f);
@@ -72,7 +72,7 @@ TEST_F(CudaParity, RmsNormForwardAndBackward) {
 }
 
 TEST_F(CudaParity, LinearWithBiasForwardAndBackward) {
-  const int n = 64, in = 96, out_dim = 80;
+  const int n = 200, in = 96, out_dim = 80;  // several row chunks for the bias
   auto x = testing::random_vector(n * in, 1), w = testing::random_vector(out_dim * in, 2);
   auto b = testing::random_vector(out_dim, 3), dy = testing::random_vector(n * out_dim, 4);
   std::vector<float> y(n * out_dim), dx(n * in), dw(out_dim * in), db(out_dim);
