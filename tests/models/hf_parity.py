@@ -58,8 +58,12 @@ def main():
                     p.normal_(0.0, 0.1)
             ids = torch.tensor([prompt])
             hf_logits = model(ids).logits[0].numpy()
+            # No EOS: cohort's dump decodes exactly new_tokens greedily, and
+            # min_new_tokens would instead mask the EOS logit.
+            model.generation_config.eos_token_id = None
+            model.generation_config.pad_token_id = 0
             hf_greedy = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False,
-                                       min_new_tokens=args.new_tokens)[0, len(prompt):].tolist()
+                                       attention_mask=torch.ones_like(ids))[0, len(prompt):].tolist()
         with tempfile.TemporaryDirectory() as d:
             model.save_pretrained(d, safe_serialization=True)
             out = subprocess.run([args.bin, d, ",".join(map(str, prompt)), str(args.new_tokens),
