@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       add_logs_command(app),
       add_cancel_command(app),
       add_keygen_command(app),
+      add_export_command(app),
   };
 
   try {

@@ -22,7 +22,7 @@ int report(const cohort::Status& status) {
   std::fprintf(stderr, "cohort-worker%s%s: %s\n", rank ? " rank " : "", rank ? rank : "",
                status.message().c_str());
   // A stop asked for by SIGTERM (preemption, cancel) ends like a terminated process.
-  return status.code() == cohort::StatusCode::kAborted ? 143 : 1;
+  return cohort::runners::stop_requested_by_signal() ? 143 : 1;
 }
 
 }  // namespace

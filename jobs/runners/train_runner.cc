@@ -237,6 +237,8 @@ Status Trainer::run() {
 
 }  // namespace
 
+bool stop_requested_by_signal() { return g_stop_requested; }
+
 Status run_train(const jobs::JobSpec& spec) {
   struct sigaction action {};
   action.sa_handler = on_sigterm;

@@ -12,6 +12,9 @@ namespace cohort::runners {
 
 // kind = "train": jobs/runners/train_runner.cc.
 Status run_train(const jobs::JobSpec& spec);
+// True once the worker was asked to stop by SIGTERM (preemption, cancel):
+// run_train then checkpoints and returns an error saying so.
+bool stop_requested_by_signal();
 // kind = "infer": jobs/runners/infer_runner.cc.
 Status run_infer(const jobs::JobSpec& spec);
 

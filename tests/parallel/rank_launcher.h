@@ -21,11 +21,15 @@ inline int pick_port() {
   return next++;
 }
 
-// Returns "" when every rank exited 0, else what went wrong.
-inline std::string run_ranks(const std::string& program, const std::vector<std::string>& args, int world,
-                             std::chrono::seconds deadline = std::chrono::seconds(120)) {
-  int port = pick_port();
+// Ranks started by start_ranks, until wait_ranks reaps them.
+struct RankGroup {
   std::vector<pid_t> pids;
+};
+
+inline RankGroup start_ranks(const std::string& program, const std::vector<std::string>& args, int world,
+                             const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  int port = pick_port();
+  RankGroup group;
   for (int rank = 0; rank < world; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
@@ -37,7 +41,9 @@ inline std::string run_ranks(const std::string& program, const std::vector<std::
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("OMP_NUM_THREADS", "1", 1);
       ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+      ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
       ::unsetenv("COHORT_STORE");
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
       std::vector<char*> argv;
       argv.push_back(const_cast<char*>(program.c_str()));
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -45,34 +51,52 @@ inline std::string run_ranks(const std::string& program, const std::vector<std::
       ::execv(program.c_str(), argv.data());
       ::_exit(127);
     }
-    pids.push_back(pid);
+    group.pids.push_back(pid);
   }
+  return group;
+}
+
+// Returns "" when every rank exited 0, else what went wrong. With
+// `expect_failure`, a failing rank does not kill the others: they are left to
+// notice by themselves (a dead peer must make them fail, not hang).
+inline std::string wait_ranks(RankGroup& group, std::chrono::seconds deadline = std::chrono::seconds(120),
+                              bool expect_failure = false) {
+  int world = int(group.pids.size());
   std::string problem;
   auto end = std::chrono::steady_clock::now() + deadline;
   size_t done = 0;
   std::vector<bool> finished(world, false);
-  while (done < pids.size()) {
+  bool timed_out = false;
+  while (done < group.pids.size()) {
     for (int r = 0; r < world; ++r) {
       if (finished[r]) continue;
       int status = 0;
-      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+      if (::waitpid(group.pids[r], &status, WNOHANG) == group.pids[r]) {
         finished[r] = true;
         ++done;
         if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && problem.empty())
           problem = "rank " + std::to_string(r) + " ended with status " + std::to_string(status);
       }
     }
-    if (!problem.empty() || std::chrono::steady_clock::now() > end) {
-      if (problem.empty()) problem = "ranks did not finish within the deadline";
+    timed_out = std::chrono::steady_clock::now() > end;
+    if ((!problem.empty() && !expect_failure) || timed_out) {
+      if (timed_out) problem = "ranks did not finish within the deadline";
       for (int r = 0; r < world; ++r)
-        if (!finished[r]) ::kill(pids[r], SIGKILL);
+        if (!finished[r]) ::kill(group.pids[r], SIGKILL);
       for (int r = 0; r < world; ++r)
-        if (!finished[r]) ::waitpid(pids[r], nullptr, 0);
+        if (!finished[r]) ::waitpid(group.pids[r], nullptr, 0);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  group.pids.clear();
   return problem;
+}
+
+inline std::string run_ranks(const std::string& program, const std::vector<std::string>& args, int world,
+                             std::chrono::seconds deadline = std::chrono::seconds(120)) {
+  RankGroup group = start_ranks(program, args, world);
+  return wait_ranks(group, deadline);
 }
 
 }  // namespace cohort::testing

@@ -1,0 +1,53 @@
+// `cohort export CHECKPOINT --to DIR`: a consolidated Hugging Face folder
+// (config.json + safetensors) from a sharded checkpoint. The work needs the
+// model libraries, which the control-plane binary does not link, so this
+// runs `cohort-worker export` from beside the `cohort` binary.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace cohort::cli {
+namespace {
+
+struct ExportArgs {
+  std::string checkpoint, to;
+};
+
+int run_export(const ExportArgs& args) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string worker = ec ? "cohort-worker" : (self.parent_path() / "cohort-worker").string();
+  if (!ec && !std::filesystem::exists(worker)) {
+    std::fprintf(stderr, "cohort export: %s is missing (build the worker: scripts/build.sh)\n", worker.c_str());
+    return kExitUsage;
+  }
+  std::string checkpoint = args.checkpoint;
+  // A run's output folder names its latest checkpoint.
+  auto latest = std::filesystem::path(checkpoint) / "checkpoints" / "latest";
+  if (std::filesystem::exists(latest)) {
+    FILE* f = std::fopen(latest.c_str(), "r");
+    char name[256] = {0};
+    if (f && std::fscanf(f, "%255s", name) == 1) checkpoint = (latest.parent_path() / name).string();
+    if (f) std::fclose(f);
+  }
+  const char* argv[] = {worker.c_str(), "export", checkpoint.c_str(), "--to", args.to.c_str(), nullptr};
+  ::execvp(argv[0], const_cast<char* const*>(argv));
+  std::perror(("cohort export: cannot run " + worker).c_str());
+  return kExitUsage;
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& root) {
+  auto args = std::make_shared<ExportArgs>();
+  auto* app = root.add_subcommand("export", "Write a Hugging Face folder (config.json + safetensors) from a checkpoint");
+  app->add_option("checkpoint", args->checkpoint, "A checkpoint folder, or a run's output_dir (its latest)")->required();
+  app->add_option("--to", args->to, "The folder to write")->required();
+  return Command{app, [args] { return run_export(*args); }};
+}
+
+}  // namespace cohort::cli
