@@ -80,6 +80,7 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
 // On entry acts_->dres holds d loss / d res[l+1]; on exit d loss / d res[l].
 void Model::backward_block(int l) {
   const int g = layout_.block_group(l);
+  COHORT_CHECK_MSG(grads_[g] != nullptr, "group {} has no gradient buffer", g);
   const BlockTensors w = layout_.block_tensors(params_[g]);
   const BlockTensors dw = layout_.block_tensors(grads_[g]);
   block_mlp_backward(l, w, dw);

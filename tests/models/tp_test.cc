@@ -77,25 +77,26 @@ TEST_P(TensorParallel, ShardsReproduceTheFullModel) {
     for (int i = 0; i < c.vocab_size; ++i) ASSERT_NEAR(logits[r][i], full_logits[i], 1e-4);
   }
   // Gradients: each shard's slice equals the full gradient's slice, after
-  // summing partial (replicated) gradients over the ranks holding them.
+  // summing partial gradients over the ranks holding the same slice (all
+  // ranks for q_norm/k_norm; the ranks sharing a replicated KV head).
   for (int g = 0; g < full->num_groups(); ++g) {
     for (const ParamSpec& fp : full->layout().groups[g].params) {
-      std::vector<float> sum;
       for (int r = 0; r < tc.tp; ++r) {
         const ParamSpec* lp = shards[r]->layout().groups[g].find(fp.name);
         ASSERT_NE(lp, nullptr) << fp.name;
-        const float* lg = shards[r]->grads(g) + lp->offset;
-        std::vector<float> want = slice_of(fp, full->grads(g), *lp);
+        std::vector<float> got(shards[r]->grads(g) + lp->offset,
+                               shards[r]->grads(g) + lp->offset + lp->numel);
         if (lp->tp_partial_grad) {
-          if (sum.empty()) sum.assign(lp->numel, 0.0f);
-          for (size_t i = 0; i < lp->numel; ++i) sum[i] += lg[i];
-          // Ranks sharing a replicated KV head each hold part of its gradient.
-          if (lp->shard_dim == ShardDim::kRows) continue;
-          if (r + 1 < tc.tp) continue;
-          lg = sum.data();
+          got.assign(lp->numel, 0.0f);
+          for (int o = 0; o < tc.tp; ++o) {
+            const ParamSpec* op = shards[o]->layout().groups[g].find(fp.name);
+            if (op->shard_begin != lp->shard_begin) continue;
+            for (size_t i = 0; i < lp->numel; ++i) got[i] += shards[o]->grads(g)[op->offset + i];
+          }
         }
+        const std::vector<float> want = slice_of(fp, full->grads(g), *lp);
         for (size_t i = 0; i < lp->numel; ++i) {
-          ASSERT_NEAR(lg[i], want[i], 2e-5 + 1e-3 * std::abs(want[i])) << fp.name << " " << i;
+          ASSERT_NEAR(got[i], want[i], 2e-5 + 1e-3 * std::abs(want[i])) << fp.name << " " << i;
         }
       }
     }
