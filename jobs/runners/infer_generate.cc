@@ -1,0 +1,131 @@
+// Continuous batching over an InferenceEngine (see infer_generate.h).
+#include "jobs/runners/infer_generate.h"
+
+#include <chrono>
+#include <deque>
+
+namespace cohort::runners {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Running {
+  int prompt = -1;  // index into prompts / outputs; -1: slot free
+  int32_t next = 0; // the last sampled token, fed to the next decode step
+  Clock::time_point first_token;
+};
+
+}  // namespace
+
+Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
+                                                 const std::vector<Prompt>& prompts,
+                                                 const StopCondition& stop,
+                                                 const GenerateOptions& options,
+                                                 GenerateStats* stats) {
+  const int V = engine.vocab_size();
+  for (const Prompt& p : prompts) {
+    if (static_cast<int>(p.tokens.size()) + options.max_new_tokens > engine.capacity()) {
+      return invalid_argument("prompt " + std::to_string(p.index) + " has " +
+                              std::to_string(p.tokens.size()) + " tokens; with max_new_tokens " +
+                              std::to_string(options.max_new_tokens) + " it needs " +
+                              std::to_string(p.tokens.size() + options.max_new_tokens) +
+                              " positions but the model holds " + std::to_string(engine.capacity()) +
+                              " (raise [model] max_seq or lower infer.max_new_tokens)");
+    }
+  }
+  if (options.max_new_tokens < 1) return invalid_argument("infer.max_new_tokens must be at least 1");
+  const bool greedy_only = options.sampling.temperature <= 0 && !options.on_logits;
+  std::vector<SequenceOutput> out(prompts.size());
+  std::vector<models::TokenSampler> samplers;
+  for (const Prompt& p : prompts) {
+    samplers.emplace_back(options.sampling, static_cast<uint64_t>(p.index));
+  }
+  std::vector<Running> slots(engine.slots());
+  std::deque<int> queue;
+  for (size_t i = 0; i < prompts.size(); ++i) queue.push_back(static_cast<int>(i));
+  std::vector<float> logits(static_cast<size_t>(engine.slots()) * V);
+  std::vector<int32_t> greedy(engine.slots());
+  GenerateStats st;
+  const auto start = Clock::now();
+
+  // Records token `t` for prompt i; false when the sequence is finished.
+  auto emit = [&](int i, int32_t t) {
+    SequenceOutput& o = out[i];
+    o.tokens.push_back(t);
+    if (stop.is_stop_token(t) || stop.hits_stop_string(o.tokens)) {
+      o.finish_reason = "stop";
+      return false;
+    }
+    if (static_cast<int>(o.tokens.size()) >= options.max_new_tokens) {
+      o.finish_reason = "length";
+      return false;
+    }
+    return true;
+  };
+  auto pick = [&](int i, const float* row, int32_t device_greedy) {
+    if (greedy_only) return device_greedy;
+    if (options.on_logits) options.on_logits(prompts[i].index, row, V);
+    return samplers[i].sample(row, V);
+  };
+
+  std::vector<int> step_slots;
+  std::vector<int32_t> step_tokens;
+  while (true) {
+    for (int s = 0; s < engine.slots(); ++s) {
+      // A sequence may finish on its first token; the slot then takes the next prompt.
+      while (slots[s].prompt < 0 && !queue.empty()) {
+        const int i = queue.front();
+        queue.pop_front();
+        const Prompt& p = prompts[i];
+        out[i].index = p.index;
+        out[i].prompt_tokens = static_cast<int>(p.tokens.size());
+        const auto t0 = Clock::now();
+        engine.prefill(s, p.tokens.data(), static_cast<int>(p.tokens.size()),
+                       greedy_only ? nullptr : logits.data(), greedy.data());
+        const int32_t t = pick(i, logits.data(), greedy[0]);
+        const auto t1 = Clock::now();
+        out[i].ttft_s = seconds(t0, t1);
+        st.prefill_s += seconds(t0, t1);
+        st.prompt_tokens += static_cast<int64_t>(p.tokens.size());
+        if (emit(i, t)) slots[s] = Running{i, t, t1};
+      }
+    }
+    step_slots.clear();
+    step_tokens.clear();
+    for (int s = 0; s < engine.slots(); ++s) {
+      if (slots[s].prompt < 0) continue;
+      step_slots.push_back(s);
+      step_tokens.push_back(slots[s].next);
+    }
+    if (step_slots.empty()) break;
+    const int B = static_cast<int>(step_slots.size());
+    const auto t0 = Clock::now();
+    engine.decode(step_slots.data(), step_tokens.data(), B, greedy_only ? nullptr : logits.data(),
+                  greedy.data());
+    for (int b = 0; b < B; ++b) {
+      Running& r = slots[step_slots[b]];
+      r.next = pick(r.prompt, logits.data() + static_cast<size_t>(b) * V, greedy[b]);
+    }
+    const auto t1 = Clock::now();
+    st.decode_s += seconds(t0, t1);
+    st.decode_steps += 1;
+    st.decode_tokens += B;
+    for (int b = 0; b < B; ++b) {
+      Running& r = slots[step_slots[b]];
+      if (!emit(r.prompt, r.next)) {
+        out[r.prompt].decode_s = seconds(r.first_token, t1);
+        r.prompt = -1;
+      }
+    }
+  }
+  for (const SequenceOutput& o : out) st.output_tokens += static_cast<int64_t>(o.tokens.size());
+  st.wall_s = seconds(start, Clock::now());
+  if (stats) *stats = st;
+  return out;
+}
+
+}  // namespace cohort::runners

@@ -1,0 +1,62 @@
+// The generation loop of inference jobs: continuous batching over an
+// InferenceEngine's slots.
+//
+// Prompts queue in input order. While a slot is free and prompts wait, the
+// next prompt is prefilled into it (its first token comes from the prefill);
+// then every running sequence decodes one token in a single batched step.
+// A sequence ends on a stop token, a stop string or max_new_tokens, freeing its
+// slot for the next prompt. Each sequence samples with its own generator
+// seeded by (seed, prompt index), so its tokens do not depend on batch size,
+// on which prompts share its batch, or on the data-parallel split; all ranks
+// of a tensor-parallel group see the same logits and so make the same choices.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "jobs/runners/infer_engine.h"
+#include "jobs/runners/infer_inputs.h"
+#include "models/generate.h"
+
+namespace cohort::runners {
+
+struct GenerateOptions {
+  int max_new_tokens = 64;
+  models::SamplingParams sampling;
+  // Called with the full logits each token of prompt `index` was sampled from,
+  // in order (tests compare them across tensor-parallel degrees). Setting it
+  // makes the engine return logits even when decoding greedily.
+  std::function<void(int index, const float* logits, int vocab)> on_logits;
+};
+
+struct SequenceOutput {
+  int index = 0;
+  int prompt_tokens = 0;
+  std::vector<int32_t> tokens;  // generated ids, stop token included
+  std::string finish_reason;    // "stop" (token or string) or "length"
+  double ttft_s = 0;            // prefill start to first token
+  double decode_s = 0;          // first token to last token
+};
+
+struct GenerateStats {
+  double wall_s = 0;            // whole loop
+  double prefill_s = 0;         // summed prefill time
+  double decode_s = 0;          // summed batched decode-step time
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;    // tokens produced by decode steps (not prefills)
+};
+
+// Outputs in the order of `prompts`. Errors when a prompt plus max_new_tokens
+// does not fit the engine's capacity.
+Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
+                                                 const std::vector<Prompt>& prompts,
+                                                 const StopCondition& stop,
+                                                 const GenerateOptions& options,
+                                                 GenerateStats* stats);
+
+}  // namespace cohort::runners

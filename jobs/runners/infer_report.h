@@ -1,0 +1,40 @@
+// Results of an inference job: each data-parallel replica's outputs gathered
+// to rank 0, which writes `<output_dir>/outputs.jsonl` (one line per prompt,
+// in input order) and `<output_dir>/summary.json` (time to first token,
+// output tokens/s, the mesh and the engine), and logs the headline figures.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "collective/communicator.h"
+#include "jobs/runners/infer_generate.h"
+#include "jobs/runners/infer_inputs.h"
+
+namespace cohort::runners {
+
+// What one replica contributes; `texts` is empty when there is no tokenizer.
+struct ReplicaResults {
+  std::vector<SequenceOutput> outputs;
+  std::vector<std::string> texts;
+  GenerateStats stats;
+};
+
+struct RunFacts {
+  std::string output_dir;
+  std::string model;   // model_source()
+  std::string engine;  // InferenceEngine::describe()
+  int world = 1, tp = 1, dp = 1;
+  int batch_size = 1;
+  int max_new_tokens = 0;
+  double load_s = 0;   // model build and weight load
+};
+
+// Collective over `world` (every rank calls it). Ranks that are not their
+// replica's reporter (tp rank != 0) pass `reporter` false and contribute
+// nothing. Rank 0 writes the files; every rank returns the same status.
+Status gather_and_write_results(collective::Communicator& world, bool reporter,
+                                const ReplicaResults& mine, const RunFacts& facts);
+
+}  // namespace cohort::runners

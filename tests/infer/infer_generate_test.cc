@@ -1,0 +1,108 @@
+// Continuous batching over ModelEngine: a sequence's tokens do not depend on
+// the batch size or its neighbours, and greedy decoding matches models'
+// own generate().
+#include <gtest/gtest.h>
+
+#include "jobs/runners/infer_generate.h"
+#include "models/generate.h"
+
+namespace cohort::runners {
+namespace {
+
+std::unique_ptr<ModelEngine> tiny_engine(int slots) {
+  auto config = models::preset_config("tiny");
+  auto backend = models::make_cpu_backend();
+  auto model = models::Model::create(*config, {0, 1}, backend.get());
+  EXPECT_TRUE(model.is_ok());
+  (*model)->init_weights(5, 0.2f);
+  auto engine = ModelEngine::create(std::move(backend), std::move(*model), slots, 64);
+  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
+  return std::move(*engine);
+}
+
+std::vector<Prompt> prompts() {
+  std::vector<Prompt> out;
+  const std::vector<std::vector<int32_t>> raw = {
+      {1, 2, 3}, {40, 41}, {100, 7, 9, 200, 3}, {5}, {17, 18, 19, 20}};
+  for (size_t i = 0; i < raw.size(); ++i) out.push_back(Prompt{static_cast<int>(i), raw[i]});
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run(int slots, const GenerateOptions& options,
+                                      const StopCondition& stop) {
+  auto engine = tiny_engine(slots);
+  GenerateStats stats;
+  auto out = generate_all(*engine, prompts(), stop, options, &stats);
+  EXPECT_TRUE(out.is_ok()) << out.status().message();
+  std::vector<std::vector<int32_t>> tokens;
+  for (const auto& o : *out) tokens.push_back(o.tokens);
+  EXPECT_EQ(stats.prompt_tokens, 15);
+  return tokens;
+}
+
+TEST(InferGenerate, TokensDoNotDependOnBatchSize) {
+  GenerateOptions options;
+  options.max_new_tokens = 10;
+  StopCondition none = *StopCondition::create({}, nullptr);
+  const auto one = run(1, options, none);
+  EXPECT_EQ(run(2, options, none), one);
+  EXPECT_EQ(run(5, options, none), one);
+  options.sampling.temperature = 1.0f;
+  options.sampling.top_k = 50;
+  options.sampling.seed = 3;
+  const auto sampled = run(1, options, none);
+  EXPECT_EQ(run(3, options, none), sampled);
+  EXPECT_NE(sampled, one);
+}
+
+TEST(InferGenerate, GreedyMatchesModelsGenerate) {
+  GenerateOptions options;
+  options.max_new_tokens = 9;
+  StopCondition none = *StopCondition::create({}, nullptr);
+  const auto mine = run(3, options, none);
+  auto config = models::preset_config("tiny");
+  auto backend = models::make_cpu_backend();
+  auto model = models::Model::create(*config, {0, 1}, backend.get());
+  (*model)->init_weights(5, 0.2f);
+  auto cache = models::KvCache::create(**model, 5, 64);
+  std::vector<std::vector<int32_t>> raw;
+  for (const Prompt& p : prompts()) raw.push_back(p.tokens);
+  models::GenerationOptions reference;
+  reference.max_new_tokens = 9;
+  auto want = models::generate(**model, *cache, raw, reference);
+  ASSERT_TRUE(want.is_ok());
+  for (size_t i = 0; i < raw.size(); ++i) EXPECT_EQ(mine[i], (*want)[i].tokens) << i;
+}
+
+TEST(InferGenerate, FinishedSequencesFreeTheirSlotForTheNextPrompt) {
+  GenerateOptions options;
+  options.max_new_tokens = 6;
+  StopCondition none = *StopCondition::create({}, nullptr);
+  const auto ref = run(5, options, none);
+  jobs::InferSection infer;
+  infer.stop_tokens = {ref[0][1]};  // prompt 0 now ends after two tokens (or at once)
+  auto stop = *StopCondition::create(infer, nullptr);
+  auto engine = tiny_engine(2);
+  auto out = generate_all(*engine, prompts(), stop, options, nullptr);
+  ASSERT_TRUE(out.is_ok());
+  for (const auto& o : *out) {
+    const auto& r = ref[o.index];
+    const size_t end = std::find(r.begin(), r.end(), infer.stop_tokens[0]) - r.begin();
+    const size_t expect = std::min(end + 1, r.size());
+    EXPECT_EQ(o.tokens, std::vector<int32_t>(r.begin(), r.begin() + expect)) << o.index;
+    EXPECT_EQ(o.finish_reason, end < r.size() ? "stop" : "length") << o.index;
+  }
+}
+
+TEST(InferGenerate, PromptThatDoesNotFitTheCacheIsAnError) {
+  auto engine = tiny_engine(1);
+  GenerateOptions options;
+  options.max_new_tokens = 60;
+  StopCondition none = *StopCondition::create({}, nullptr);
+  auto out = generate_all(*engine, {Prompt{0, std::vector<int32_t>(10, 1)}}, none, options, nullptr);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("prompt 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::runners

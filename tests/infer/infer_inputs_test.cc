@@ -1,0 +1,82 @@
+// Prompts JSONL parsing, tokenizer choice and stop conditions.
+#include <gtest/gtest.h>
+
+#include "jobs/runners/infer_inputs.h"
+
+namespace cohort::runners {
+namespace {
+
+TEST(InferPrompts, ReadsTokensAndTextSkippingBlankLines) {
+  models::ByteTokenizer bytes;
+  auto prompts = parse_prompts("{\"prompt\": \"Hi\"}\n\n{\"tokens\": [1, 2, 3]}\n", "p.jsonl",
+                               &bytes, 256);
+  ASSERT_TRUE(prompts.is_ok()) << prompts.status().message();
+  ASSERT_EQ(prompts->size(), 2u);
+  EXPECT_EQ((*prompts)[0].tokens, (std::vector<int32_t>{'H', 'i'}));
+  EXPECT_EQ((*prompts)[1].index, 1);
+  EXPECT_EQ((*prompts)[1].tokens, (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST(InferPrompts, ErrorsNameTheFileAndLine) {
+  models::ByteTokenizer bytes;
+  auto bad_id = parse_prompts("{\"tokens\": [1]}\n{\"tokens\": [300]}\n", "p.jsonl", &bytes, 256);
+  ASSERT_FALSE(bad_id.is_ok());
+  EXPECT_NE(bad_id.status().message().find("p.jsonl:2:"), std::string::npos);
+  EXPECT_NE(bad_id.status().message().find("300"), std::string::npos);
+  auto not_json = parse_prompts("{\"tokens\": [1]}\n\nnope\n", "p.jsonl", &bytes, 256);
+  ASSERT_FALSE(not_json.is_ok());
+  EXPECT_NE(not_json.status().message().find("p.jsonl:3:"), std::string::npos);
+  auto empty = parse_prompts("{\"prompt\": \"\"}\n", "p.jsonl", &bytes, 256);
+  EXPECT_FALSE(empty.is_ok());
+  auto wrong_key = parse_prompts("{\"text\": \"x\"}\n", "p.jsonl", &bytes, 256);
+  EXPECT_FALSE(wrong_key.is_ok());
+  EXPECT_FALSE(parse_prompts("\n", "p.jsonl", &bytes, 256).is_ok());
+}
+
+TEST(InferPrompts, TextNeedsATokenizer) {
+  auto prompts = parse_prompts("{\"prompt\": \"Hi\"}\n", "p.jsonl", nullptr, 1000);
+  ASSERT_FALSE(prompts.is_ok());
+  EXPECT_NE(prompts.status().message().find("tokens"), std::string::npos);
+}
+
+TEST(InferTokenizer, ByteVocabularyModelsGetTheByteTokenizerOthersNone) {
+  jobs::ModelSection model;
+  model.preset = "tiny";
+  models::ModelConfig config;
+  config.vocab_size = 256;
+  auto bytes = open_tokenizer(model, config);
+  ASSERT_TRUE(bytes.is_ok());
+  EXPECT_NE(bytes->get(), nullptr);
+  config.vocab_size = 512;
+  auto none = open_tokenizer(model, config);
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(none->get(), nullptr);
+}
+
+TEST(InferStop, StopStringsCutTheTextAndEndTheSequence) {
+  models::ByteTokenizer bytes;
+  jobs::InferSection infer;
+  infer.stop_strings = {"\n\n", "END"};
+  infer.stop_tokens = {7};
+  auto stop = StopCondition::create(infer, &bytes);
+  ASSERT_TRUE(stop.is_ok());
+  EXPECT_TRUE(stop->is_stop_token(7));
+  EXPECT_FALSE(stop->is_stop_token(8));
+  std::vector<int32_t> seq;
+  for (char c : std::string("ab EN")) seq.push_back(c);
+  EXPECT_FALSE(stop->hits_stop_string(seq));
+  seq.push_back('D');
+  EXPECT_TRUE(stop->hits_stop_string(seq));
+  EXPECT_EQ(stop->final_text(seq), "ab ");
+}
+
+TEST(InferStop, StopStringsWithoutATokenizerAreAnError) {
+  jobs::InferSection infer;
+  infer.stop_strings = {"x"};
+  EXPECT_FALSE(StopCondition::create(infer, nullptr).is_ok());
+  infer.stop_strings.clear();
+  EXPECT_TRUE(StopCondition::create(infer, nullptr).is_ok());
+}
+
+}  // namespace
+}  // namespace cohort::runners

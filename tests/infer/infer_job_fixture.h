@@ -1,0 +1,43 @@
+// Running an inference job as real ranks (infer_test_worker under the
+// torchrun-style launcher) and reading back what rank 0 wrote.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cohort::testing {
+
+struct InferRun {
+  std::string error;                           // "" when every rank exited 0
+  std::vector<nlohmann::json> outputs;         // outputs.jsonl, in file order
+  nlohmann::json summary;                      // summary.json
+  std::map<int, std::vector<float>> logits;    // logits/<index>.f32
+};
+
+struct InferJob {
+  std::string name;           // also the output folder's name
+  int world = 1;
+  int tensor_parallel = 0;    // 0: all ranks
+  std::string model_lines;    // the [model] section's body, e.g. preset = "tiny"
+  std::string infer_lines;    // extra [infer] keys
+  std::string prompts_path;
+  int max_new_tokens = 8;
+  int batch_size = 2;
+  std::string device = "cpu"; // COHORT_INFER_DEVICE
+  std::string engine;         // COHORT_INFER_ENGINE ("": the default)
+};
+
+// A fresh folder under the system temp dir, unique to this test process.
+std::filesystem::path scratch_dir(const std::string& name);
+
+// {"tokens": [...]} per prompt.
+std::string write_token_prompts(const std::filesystem::path& path,
+                                const std::vector<std::vector<int>>& prompts);
+
+InferRun run_infer_job(const InferJob& job);
+
+}  // namespace cohort::testing

@@ -1,0 +1,183 @@
+// Tensor-parallel and data-parallel inference as real ranks over Gloo: tp =
+// 1, 2 and 4 (and dp replicas) give identical greedy tokens and logits within
+// 1e-5, for the tiny preset and for Hugging Face folders written by cohort.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "models/backend.h"
+#include "models/hf.h"
+#include "models/model.h"
+#include "tests/infer/infer_job_fixture.h"
+
+namespace cohort::testing {
+namespace {
+
+std::vector<std::vector<int>> random_prompts(int count, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int>> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int> p(3 + static_cast<int>(rng() % 17));
+    for (int& t : p) t = static_cast<int>(rng() % static_cast<uint32_t>(vocab));
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+// Same tokens for every prompt; logits within 1e-5 where both have them.
+void expect_same_generation(const InferRun& want, const InferRun& got, const std::string& what) {
+  ASSERT_EQ(got.error, "") << what;
+  ASSERT_EQ(got.outputs.size(), want.outputs.size()) << what;
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    EXPECT_EQ(got.outputs[i].at("index"), static_cast<int>(i)) << what;
+    EXPECT_EQ(got.outputs[i].at("tokens"), want.outputs[i].at("tokens")) << what << ", prompt " << i;
+  }
+  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+  for (const auto& [index, values] : want.logits) {
+    ASSERT_EQ(got.logits.at(index).size(), values.size()) << what << ", prompt " << index;
+    EXPECT_LE(max_abs_diff(got.logits.at(index), values), 1e-5f) << what << ", prompt " << index;
+  }
+}
+
+InferJob tiny_job(const std::string& name, int world, int tp) {
+  InferJob job;
+  job.name = name;
+  job.world = world;
+  job.tensor_parallel = tp;
+  job.model_lines = "preset = \"tiny\"";
+  job.prompts_path =
+      write_token_prompts(scratch_dir("prompts") / "tiny.jsonl", random_prompts(5, 256, 7));
+  job.max_new_tokens = 12;
+  return job;
+}
+
+TEST(InferRanks, TinyPresetGivesTheSameTokensAndLogitsAtTp1_2_4) {
+  const InferRun one = run_infer_job(tiny_job("tiny_tp1", 1, 1));
+  ASSERT_EQ(one.error, "");
+  ASSERT_EQ(one.outputs.size(), 5u);
+  for (const auto& o : one.outputs) EXPECT_EQ(o.at("tokens").size(), 12u);
+  EXPECT_EQ(one.summary.at("tensor_parallel"), 1);
+  EXPECT_GT(one.summary.at("output_tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(one.logits.size(), 5u);
+  expect_same_generation(one, run_infer_job(tiny_job("tiny_tp2", 2, 2)), "tp 2");
+  expect_same_generation(one, run_infer_job(tiny_job("tiny_tp4", 4, 0)), "tp 4 (all ranks)");
+}
+
+TEST(InferRanks, DataParallelReplicasServeTheirShareAndRank0WritesInInputOrder) {
+  const InferRun one = run_infer_job(tiny_job("dp_ref", 1, 1));
+  ASSERT_EQ(one.error, "");
+  const InferRun dp2 = run_infer_job(tiny_job("dp2_tp2", 4, 2));
+  expect_same_generation(one, dp2, "tp 2 x dp 2");
+  EXPECT_EQ(dp2.summary.at("data_parallel"), 2);
+}
+
+TEST(InferRanks, SampledTokensAreIdenticalAcrossTensorParallelDegrees) {
+  InferJob job = tiny_job("sample_tp1", 1, 1);
+  job.infer_lines = "temperature = 0.8\ntop_k = 40\ntop_p = 0.9\nseed = 99\n";
+  const InferRun one = run_infer_job(job);
+  job.name = "sample_tp2", job.world = 2, job.tensor_parallel = 2;
+  expect_same_generation(one, run_infer_job(job), "sampled, tp 2");
+}
+
+TEST(InferRanks, StopTokenEndsOnlyTheSequenceThatProducedIt) {
+  InferJob job = tiny_job("stop_ref", 1, 1);
+  const InferRun ref = run_infer_job(job);
+  ASSERT_EQ(ref.error, "");
+  const auto tokens = ref.outputs[0].at("tokens").get<std::vector<int>>();
+  const int stop = tokens[3];
+  const size_t first = std::find(tokens.begin(), tokens.end(), stop) - tokens.begin();
+  job.name = "stop_tp2", job.world = 2, job.tensor_parallel = 2;
+  job.infer_lines = "stop = [" + std::to_string(stop) + "]\n";
+  const InferRun stopped = run_infer_job(job);
+  ASSERT_EQ(stopped.error, "");
+  const auto got = stopped.outputs[0].at("tokens").get<std::vector<int>>();
+  EXPECT_EQ(got, std::vector<int>(tokens.begin(), tokens.begin() + first + 1));
+  EXPECT_EQ(stopped.outputs[0].at("finish_reason"), "stop");
+}
+
+TEST(InferRanks, TextPromptsGoThroughTheByteTokenizer) {
+  InferJob job = tiny_job("text", 2, 2);
+  const auto path = scratch_dir("prompts") / "text.jsonl";
+  std::ofstream(path) << "{\"prompt\": \"The \"}\n\n{\"tokens\": [84, 104, 101, 32]}\n";
+  job.prompts_path = path.string();
+  const InferRun run = run_infer_job(job);
+  ASSERT_EQ(run.error, "");
+  ASSERT_EQ(run.outputs.size(), 2u);
+  // "The " and its byte ids are the same prompt.
+  EXPECT_EQ(run.outputs[0].at("tokens"), run.outputs[1].at("tokens"));
+  const auto tokens = run.outputs[0].at("tokens").get<std::vector<int>>();
+  ASSERT_TRUE(run.outputs[0].at("text").is_string());
+  if (std::all_of(tokens.begin(), tokens.end(), [](int t) { return t < 128; })) {
+    EXPECT_EQ(run.outputs[0].at("text"), std::string(tokens.begin(), tokens.end()));
+  }
+}
+
+TEST(InferRanks, APromptTooLongForTheModelFailsEveryRankWithItsIndex) {
+  InferJob job = tiny_job("too_long", 2, 2);
+  job.prompts_path = write_token_prompts(scratch_dir("prompts") / "long.jsonl",
+                                         {{1, 2, 3}, std::vector<int>(120, 5)});
+  job.max_new_tokens = 16;  // 120 + 16 > the tiny preset's 128 positions
+  EXPECT_NE(run_infer_job(job).error, "");
+}
+
+// A Hugging Face folder written by cohort (sharded safetensors), loaded back
+// by 1, 2 and 4 ranks each reading its own slices.
+std::string write_hf_folder(const std::string& name, const models::ModelConfig& config) {
+  auto backend = models::make_cpu_backend();
+  auto model = models::Model::create(config, {0, 1}, backend.get());
+  EXPECT_TRUE(model.is_ok()) << model.status().message();
+  (*model)->init_weights(11, 0.2f);
+  const auto dir = scratch_dir(name);
+  const Status saved = models::save_hf(**model, dir.string(), models::DType::kF32, 64 << 10);
+  EXPECT_TRUE(saved.is_ok()) << saved.message();
+  return dir.string();
+}
+
+void expect_hf_folder_equivalent(const std::string& name, const models::ModelConfig& config) {
+  const std::string dir = write_hf_folder(name + "_hf", config);
+  InferJob job;
+  job.model_lines = "hf_dir = \"" + dir + "\"";
+  job.prompts_path = write_token_prompts(scratch_dir("prompts") / (name + ".jsonl"),
+                                         random_prompts(4, config.vocab_size, 3));
+  job.max_new_tokens = 10;
+  job.batch_size = 3;
+  job.name = name + "_tp1", job.world = 1, job.tensor_parallel = 1;
+  const InferRun one = run_infer_job(job);
+  ASSERT_EQ(one.error, "");
+  ASSERT_EQ(one.outputs.size(), 4u);
+  EXPECT_FALSE(one.outputs[0].contains("text"));  // no tokenizer.json, not byte-level
+  job.name = name + "_tp2", job.world = 2, job.tensor_parallel = 2;
+  expect_same_generation(one, run_infer_job(job), name + " tp 2");
+  job.name = name + "_tp4", job.world = 4, job.tensor_parallel = 4;
+  expect_same_generation(one, run_infer_job(job), name + " tp 4");
+}
+
+TEST(InferRanks, Qwen3FolderWithTiedEmbeddingsAndReplicatedKvHeadsAgreesAtTp1_2_4) {
+  models::ModelConfig c;
+  c.model_type = "qwen3";
+  c.vocab_size = 512, c.hidden = 64, c.layers = 2, c.heads = 8, c.kv_heads = 2, c.head_dim = 16;
+  c.intermediate = 96, c.tie_embeddings = true, c.qk_norm = true, c.max_seq = 64;
+  expect_hf_folder_equivalent("qwen3", c);
+}
+
+TEST(InferRanks, LlamaFolderWithLlama3RopeScalingAgreesAtTp1_2_4) {
+  models::ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 320, c.hidden = 64, c.layers = 2, c.heads = 4, c.kv_heads = 4, c.head_dim = 16;
+  c.intermediate = 128, c.tie_embeddings = false, c.qk_norm = false, c.max_seq = 64;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 32};
+  expect_hf_folder_equivalent("llama", c);
+}
+
+}  // namespace
+}  // namespace cohort::testing

@@ -1,0 +1,27 @@
+// What cohort-worker does for kind = "infer", and nothing else: load the job
+// file, run run_infer. The tests launch it as real ranks so that they do not
+// depend on the rest of the worker binary.
+#include <cstdio>
+
+#include "base/log.h"
+#include "jobs/load.h"
+#include "jobs/runners/worker.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: infer_test_worker JOB.toml\n");
+    return 2;
+  }
+  (void)cohort::init_logging("warn", "");
+  auto loaded = cohort::jobs::load_job_file(argv[1]);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s", loaded.error_text().c_str());
+    return 2;
+  }
+  cohort::Status status = cohort::runners::run_infer(loaded.spec);
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "infer_test_worker: %s\n", status.message().c_str());
+    return 1;
+  }
+  return 0;
+}
