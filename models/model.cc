@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "base/check.h"
 #include "models/activations.h"
@@ -26,13 +27,15 @@ uint64_t hash_name(const std::string& s) {
 }
 
 // A standard normal that depends only on (stream, index): counter-based, so
-// any shard of a tensor can be generated without the rest.
+// any shard of a tensor can be generated without the rest. Box-Muller on one
+// 64-bit hash per index pair; even indices take the cosine, odd the sine.
 float counter_normal(uint64_t stream, uint64_t index) {
-  const uint64_t a = splitmix64(stream ^ splitmix64(2 * index));
-  const uint64_t b = splitmix64(stream ^ splitmix64(2 * index + 1));
-  const double u1 = (static_cast<double>(a >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
-  const double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  const uint64_t h = splitmix64(stream ^ ((index >> 1) * 0xd1b54a32d192ed03ull));
+  const float u1 = static_cast<float>((h >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
+  const float u2 = static_cast<float>((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+  const float r = std::sqrt(-2.0f * std::log(u1));
+  const float angle = 6.2831853071795865f * u2;
+  return (index & 1) ? r * std::sin(angle) : r * std::cos(angle);
 }
 
 // Index of local element i of p in the global (unsharded) tensor.
@@ -44,6 +47,23 @@ uint64_t global_index(const ParamSpec& p, size_t i) {
   if (p.shard_dim == ShardDim::kRows) r += p.shard_begin;
   if (p.shard_dim == ShardDim::kCols) c += p.shard_begin;
   return r * gcols + c;
+}
+
+// Counter-based, so threads can fill disjoint chunks (a Qwen3-0.6B embedding
+// alone is 155M draws).
+void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev) {
+  auto fill = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) dst[i] = stddev * counter_normal(stream, global_index(p, i));
+  };
+  const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                          p.numel / (1 << 20) + 1);
+  if (threads == 1) return fill(0, p.numel);
+  std::vector<std::thread> pool;
+  const size_t chunk = (p.numel + threads - 1) / threads;
+  for (size_t t = 0; t < threads; ++t) {
+    pool.emplace_back(fill, t * chunk, std::min(p.numel, (t + 1) * chunk));
+  }
+  for (auto& th : pool) th.join();
 }
 
 bool is_norm(const std::string& name) {
@@ -112,10 +132,7 @@ void Model::init_weights(uint64_t seed, float stddev) {
       if (is_norm(p.name)) {
         std::fill(dst, dst + p.numel, 1.0f);
       } else if (p.shape.size() == 2) {
-        const uint64_t stream = splitmix64(seed) ^ hash_name(p.name);
-        for (size_t i = 0; i < p.numel; ++i) {
-          dst[i] = stddev * counter_normal(stream, global_index(p, i));
-        }
+        fill_normal(dst, p, splitmix64(seed) ^ hash_name(p.name), stddev);
       }  // biases stay zero, as in HF
     }
     backend_->copy_from_host(params_[g], host.data(), host.size() * sizeof(float));
