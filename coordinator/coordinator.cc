@@ -151,6 +151,7 @@ void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
     return;
   }
   for (const auto& w : m.running) reconcile_worker(m.node, w);
+  reconcile_missing(m.node, m.running);
   check_recovery();
 }
 

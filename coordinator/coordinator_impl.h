@@ -68,6 +68,9 @@ class CoordinatorImpl final : public Coordinator {
   void maybe_scale_up();
   // A worker its agent says is running: confirms it, or orders it stopped.
   void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);
+  // Ranks the coordinator thinks run on `node` that its agent no longer
+  // lists (a lost launch order or exit report) count as gone.
+  void reconcile_missing(const std::string& node, const std::vector<protocol::RunningWorker>& running);
   void check_recovery();
   void persist(const Job& job);
   Status recover_from_db();

@@ -117,6 +117,7 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
     for (int g = 0; g < a.gpus_per_node; ++g) a.ranks.push_back({p.node});
   }
   a.master_port = pick_master_port(job, a.nodes.front());
+  a.launched_at = clock_.now();
   job.state = JobState::kRunning;
   job.next_attempt_counts = true;
   job.message.clear();
@@ -152,6 +153,7 @@ void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string&
   Attempt* a = job.current();
   if (!a || a->state != AttemptState::kRunning) return;
   a->state = AttemptState::kStopping;
+  a->stop_began = clock_.now();
   a->stop_intent = intent;
   a->reason = reason;
   job.state = JobState::kStopping;
@@ -308,6 +310,41 @@ void CoordinatorImpl::reconcile_worker(const std::string& node, const RunningWor
     return;
   }
   if (a->ranks[w.rank].state == RankState::kUnconfirmed) a->ranks[w.rank].state = RankState::kRunning;
+}
+
+void CoordinatorImpl::reconcile_missing(const std::string& node,
+                                        const std::vector<RunningWorker>& running) {
+  // Exits travel before heartbeats on the agent's one connection, so a rank
+  // missing from a heartbeat well after its launch (or stop) order is gone.
+  auto grace = std::max<Clock::Duration>(std::chrono::seconds(2), 4 * options_.heartbeat_interval);
+  auto now = clock_.now();
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  for (const auto& id : ids) {
+    Job& job = jobs_.at(id);
+    Attempt* a = job.current();
+    if (!a || !a->active() || !a->gpus.count(node)) continue;
+    auto since = a->state == AttemptState::kStopping ? a->stop_began : a->launched_at;
+    if (now - since < grace) continue;
+    for (int r = 0; r < a->world_size(); ++r) {
+      if (a->ranks[r].node != node || a->ranks[r].state != RankState::kRunning) continue;
+      bool listed = std::any_of(running.begin(), running.end(), [&](const RunningWorker& w) {
+        return w.job_id == id && w.attempt == a->number && w.rank == r;
+      });
+      if (listed) continue;
+      WorkerExit gone;
+      gone.job_id = id;
+      gone.attempt = a->number;
+      gone.node = node;
+      gone.rank = r;
+      gone.stopped = a->state == AttemptState::kStopping;
+      gone.failure = "the agent on " + node + " no longer runs rank " + std::to_string(r) +
+                     " (its exit report was lost)";
+      rank_exited(job, r, gone);
+      a = job.current();
+      if (!a || !a->active()) break;
+    }
+  }
 }
 
 void CoordinatorImpl::check_recovery() {

@@ -70,6 +70,8 @@ struct Attempt {
   protocol::RootCause root_cause;
   std::vector<RankRecord> ranks;  // by global rank
   Clock::TimePoint recovery_deadline{};  // while ranks are unconfirmed
+  Clock::TimePoint launched_at{};
+  Clock::TimePoint stop_began{};
 
   int world_size() const { return int(ranks.size()); }
   bool active() const { return state == AttemptState::kRunning || state == AttemptState::kStopping; }

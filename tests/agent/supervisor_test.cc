@@ -1,0 +1,211 @@
+// The supervisor with a FakeProcessLauncher and a ManualClock: what it
+// spawns, what it reports, how it stops, and how it detects hangs.
+#include <sys/stat.h>
+#include <utime.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include "agent/fake_process_launcher.h"
+#include "agent/supervisor.h"
+
+namespace cohort::agent {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cohort-sup-XXXXXX";
+    dir_ = ::mkdtemp(templ);
+    make_supervisor(false, "");
+  }
+  void TearDown() override {
+    supervisor_.reset();
+    fs::remove_all(dir_);
+  }
+  void make_supervisor(bool cpu_slots, const std::string& worker_binary) {
+    SupervisorOptions options{"node-x", worker_binary, cpu_slots, "127.0.0.1"};
+    // The store is not exercised here: requests fail at once.
+    StoreForward forward = [](protocol::StoreRequest, std::function<void(Result<protocol::StoreReply>)> done) {
+      done(unavailable("no coordinator in this test"));
+    };
+    SupervisorSink sink{[this](const std::string&, protocol::LogLine l) { lines_.push_back(l); },
+                        [this](protocol::WorkerExit e) { exits_.push_back(e); }};
+    supervisor_ = std::make_unique<Supervisor>(io_, launcher_, clock_, options, forward, sink);
+  }
+  protocol::LaunchOrder order(const std::string& kind = "command") {
+    protocol::LaunchOrder o;
+    o.job_id = "job-1";
+    o.attempt = 0;
+    o.node_rank = 1;
+    o.num_nodes = 2;
+    o.world_size = 4;
+    o.gpu_indices = {2, 3};
+    o.master_addr = "10.0.0.1";
+    o.master_port = 29500;
+    o.job.name = "t";
+    o.job.kind = kind;
+    o.job.gpus_per_node = 2;
+    o.job.devices = "own";
+    o.job.output_dir = dir_ + "/out";
+    o.job.working_dir = dir_;
+    o.job.stop_grace_s = 1.5;
+    o.job.argv = {"python3", "train.py"};
+    o.job.env = {{"MY_VAR", "42"}};
+    return o;
+  }
+  void pump() {
+    io_.restart();
+    io_.poll();
+  }
+
+  std::string dir_;
+  boost::asio::io_context io_;
+  FakeProcessLauncher launcher_;
+  ManualClock clock_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::vector<protocol::LogLine> lines_;
+  std::vector<protocol::WorkerExit> exits_;
+};
+
+TEST_F(SupervisorTest, EachLocalRankGetsItsRankGpuAndTheJobsEnvironment) {
+  supervisor_->launch(order());
+  ASSERT_EQ(launcher_.spawn_count(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    auto r = launcher_.record(i);
+    EXPECT_EQ(r.options.argv, (std::vector<std::string>{"python3", "train.py"}));
+    EXPECT_EQ(r.options.working_dir, dir_);
+    auto& env = r.options.env;
+    EXPECT_EQ(env["RANK"], std::to_string(2 + i));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(i));
+    EXPECT_EQ(env["GROUP_RANK"], "1");
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], std::to_string(2 + i));
+    EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.1");
+    EXPECT_EQ(env["MY_VAR"], "42");
+    EXPECT_EQ(env["COHORT_STORE"].rfind("tcp://127.0.0.1:", 0), 0u) << env["COHORT_STORE"];
+    EXPECT_FALSE(env["COHORT_PROGRESS_FILE"].empty());
+  }
+  auto running = supervisor_->running();
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_EQ(running[0].rank, 2);
+  // A repeated order starts nothing new.
+  supervisor_->launch(order());
+  EXPECT_EQ(launcher_.spawn_count(), 2u);
+}
+
+TEST_F(SupervisorTest, CpuSlotsHideEveryGpu) {
+  make_supervisor(true, "");
+  supervisor_->launch(order());
+  ASSERT_EQ(launcher_.spawn_count(), 2u);
+  EXPECT_EQ(launcher_.record(0).options.env["CUDA_VISIBLE_DEVICES"], "");
+}
+
+TEST_F(SupervisorTest, ExitsAreReportedWithTheirLastLinesAndLogFiles) {
+  supervisor_->launch(order());
+  launcher_.emit_line(1, OutputStream::kStderr, "Traceback: it broke");
+  launcher_.exit(1, ExitStatus::exited(3));
+  pump();
+  ASSERT_EQ(exits_.size(), 1u);
+  EXPECT_EQ(exits_[0].rank, 3);
+  EXPECT_EQ(exits_[0].node, "node-x");
+  EXPECT_EQ(exits_[0].exit_code, 3);
+  EXPECT_FALSE(exits_[0].stopped);
+  EXPECT_EQ(exits_[0].last_lines, std::vector<std::string>{"Traceback: it broke"});
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_EQ(lines_[0].rank, 3);
+  std::ifstream log(dir_ + "/out/logs/attempt-0/rank-3.log");
+  std::string line;
+  std::getline(log, line);
+  EXPECT_EQ(line, "[rank 3] Traceback: it broke");
+  EXPECT_EQ(supervisor_->running().size(), 1u);
+  launcher_.exit(0, ExitStatus::exited(0));
+  pump();
+  EXPECT_TRUE(supervisor_->running().empty());
+}
+
+TEST_F(SupervisorTest, StopGivesEachWorkerItsGraceAndReportsItStopped) {
+  supervisor_->launch(order());
+  supervisor_->stop("job-1", 0, "cancelled");
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(launcher_.record(i).stops, std::vector<std::chrono::milliseconds>{1500ms});
+    launcher_.exit(i, ExitStatus::killed(SIGTERM));
+  }
+  pump();
+  ASSERT_EQ(exits_.size(), 2u);
+  EXPECT_TRUE(exits_[0].stopped);
+  EXPECT_EQ(exits_[0].signal, SIGTERM);
+  // Stopping another attempt touches nothing.
+  supervisor_->launch(order());
+  supervisor_->stop("job-1", 5, "old attempt");
+  EXPECT_TRUE(launcher_.record(2).stops.empty());
+}
+
+TEST_F(SupervisorTest, ARankWithoutProgressForHangTimeoutIsStoppedAsHung) {
+  auto o = order();
+  o.job.hang_timeout_s = 5;
+  supervisor_->launch(o);
+  std::string progress = launcher_.record(0).options.env["COHORT_PROGRESS_FILE"];
+  clock_.advance(4s);
+  supervisor_->check_progress();
+  EXPECT_TRUE(launcher_.record(0).stops.empty());
+  // Rank 2 reports progress (a new mtime); rank 3 does not.
+  std::ofstream(progress) << "step 1";
+  supervisor_->check_progress();
+  clock_.advance(2s);
+  supervisor_->check_progress();
+  EXPECT_TRUE(launcher_.record(0).stops.empty());
+  EXPECT_EQ(launcher_.record(1).stops.size(), 1u);
+  launcher_.exit(1, ExitStatus::killed(SIGTERM));
+  pump();
+  ASSERT_EQ(exits_.size(), 1u);
+  EXPECT_FALSE(exits_[0].stopped);
+  EXPECT_NE(exits_[0].failure.find("hung"), std::string::npos) << exits_[0].failure;
+}
+
+TEST_F(SupervisorTest, ATrainJobWithoutCohortWorkerFailsWithAClearMessage) {
+  make_supervisor(false, dir_ + "/bin/cohort-worker");
+  supervisor_->launch(order("train"));
+  EXPECT_EQ(launcher_.spawn_count(), 0u);
+  ASSERT_EQ(exits_.size(), 2u);
+  EXPECT_NE(exits_[0].failure.find("cohort-worker, which is not built"), std::string::npos)
+      << exits_[0].failure;
+  EXPECT_NE(exits_[0].failure.find(dir_ + "/bin/cohort-worker"), std::string::npos);
+}
+
+TEST_F(SupervisorTest, ATrainJobRunsCohortWorkerOnTheResolvedJobFile) {
+  fs::create_directories(dir_ + "/bin");
+  std::string worker = dir_ + "/bin/cohort-worker";
+  std::ofstream(worker) << "#!/bin/sh\n";
+  fs::permissions(worker, fs::perms::owner_all);
+  make_supervisor(false, worker);
+  auto o = order("train");
+  o.job.job_toml = "[job]\nname = \"t\"\n";
+  supervisor_->launch(o);
+  ASSERT_EQ(launcher_.spawn_count(), 2u);
+  auto argv = launcher_.record(0).options.argv;
+  ASSERT_EQ(argv.size(), 2u);
+  EXPECT_EQ(argv[0], worker);
+  std::ifstream toml(argv[1]);
+  std::string first;
+  std::getline(toml, first);
+  EXPECT_EQ(first, "[job]");
+}
+
+TEST_F(SupervisorTest, ASpawnFailureIsReportedNamingTheProgram) {
+  launcher_.fail_next_spawn(not_found("cannot run 'python3': not found in PATH"));
+  supervisor_->launch(order());
+  ASSERT_EQ(exits_.size(), 1u);
+  EXPECT_EQ(exits_[0].rank, 2);
+  EXPECT_NE(exits_[0].failure.find("python3"), std::string::npos);
+  EXPECT_EQ(launcher_.spawn_count(), 1u);  // rank 3 still started
+}
+
+}  // namespace
+}  // namespace cohort::agent
