@@ -124,6 +124,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<store::Store> store, int rank
       options_(std::move(options)),
       device_(std::move(device)),
       context_(std::move(context)),
+      failure_(std::make_shared<GlooFailure>()),
       queue_(std::make_unique<GlooOpQueue>()),
       self_(std::make_unique<GlooSelfMailbox>()) {}
 
@@ -133,13 +134,13 @@ GlooCommunicator::~GlooCommunicator() {
 
 std::shared_ptr<Work> GlooCommunicator::enqueue(std::string op, Milliseconds timeout,
                                                 std::function<void()> body) {
-  GlooOpQueue* queue = queue_.get();
-  return queue_->push([this, queue, op = std::move(op), timeout, body = std::move(body)]() {
-    Status broken = queue->broken();
+  // `this` outlives the task: the destructor stops the queue first.
+  return queue_->push([this, op = std::move(op), timeout, body = std::move(body)]() {
+    Status broken = failure_->get();
     if (!broken.is_ok()) return op_error(op, timeout, broken);
     Status s = gloo_call(body);
     if (s.is_ok()) return s;
-    queue->mark_broken(op_error(op, timeout, s));
+    failure_->mark(op_error(op, timeout, s));
     return op_error(op, timeout, s);
   });
 }
@@ -307,6 +308,17 @@ class GlooP2pWork final : public Work {
 
 }  // namespace
 
+std::function<Status(const Status&)> GlooCommunicator::p2p_error(const std::string& op,
+                                                                 Milliseconds timeout) {
+  // Text and the shared failure flag only: the Work may outlive `this`.
+  std::string prefix = op_error(op, timeout, internal_error("")).message();
+  return [prefix, failure = failure_](const Status& cause) {
+    Status s(cause.code(), prefix + cause.message());
+    failure->mark(s);
+    return s;
+  };
+}
+
 std::shared_ptr<Work> GlooCommunicator::send_async(const void* buf, size_t count, DType dtype,
                                                    int peer, const SendRecvOptions& options) {
   std::string op = "send to rank " + std::to_string(peer);
@@ -320,7 +332,7 @@ std::shared_ptr<Work> GlooCommunicator::send_async(const void* buf, size_t count
                        op_error(op, timeout, timeout_error("no matching recv on this rank")));
     return work;
   }
-  Status broken = queue_->broken();
+  Status broken = failure_->get();
   if (!broken.is_ok()) return completed_work(op_error(op, timeout, broken));
   std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
   s = gloo_call([&] {
@@ -328,12 +340,7 @@ std::shared_ptr<Work> GlooCommunicator::send_async(const void* buf, size_t count
     buffer->send(peer, kP2pSlotPrefix | options.tag);
   });
   if (!s.is_ok()) return completed_work(op_error(op, timeout, s));
-  GlooOpQueue* queue = queue_.get();
-  return std::make_shared<GlooP2pWork>(std::move(buffer), true, timeout,
-                                       [this, queue, op, timeout](const Status& e) {
-                                         queue->mark_broken(op_error(op, timeout, e));
-                                         return op_error(op, timeout, e);
-                                       });
+  return std::make_shared<GlooP2pWork>(std::move(buffer), true, timeout, p2p_error(op, timeout));
 }
 
 std::shared_ptr<Work> GlooCommunicator::recv_async(void* buf, size_t count, DType dtype, int peer,
@@ -349,7 +356,7 @@ std::shared_ptr<Work> GlooCommunicator::recv_async(void* buf, size_t count, DTyp
                        op_error(op, timeout, timeout_error("no matching send on this rank")));
     return work;
   }
-  Status broken = queue_->broken();
+  Status broken = failure_->get();
   if (!broken.is_ok()) return completed_work(op_error(op, timeout, broken));
   std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
   s = gloo_call([&] {
@@ -357,12 +364,7 @@ std::shared_ptr<Work> GlooCommunicator::recv_async(void* buf, size_t count, DTyp
     buffer->recv(peer, kP2pSlotPrefix | options.tag);
   });
   if (!s.is_ok()) return completed_work(op_error(op, timeout, s));
-  GlooOpQueue* queue = queue_.get();
-  return std::make_shared<GlooP2pWork>(std::move(buffer), false, timeout,
-                                       [this, queue, op, timeout](const Status& e) {
-                                         queue->mark_broken(op_error(op, timeout, e));
-                                         return op_error(op, timeout, e);
-                                       });
+  return std::make_shared<GlooP2pWork>(std::move(buffer), false, timeout, p2p_error(op, timeout));
 }
 
 Result<std::unique_ptr<Communicator>> GlooCommunicator::split(const std::vector<int>& ranks,

@@ -42,6 +42,7 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";
 };
 
+class GlooFailure;
 class GlooOpQueue;
 class GlooSelfMailbox;
 
@@ -87,6 +88,8 @@ class GlooCommunicator final : public Communicator {
   static Result<std::unique_ptr<GlooCommunicator>> connect(
       std::shared_ptr<store::Store> store, int rank, int size, const GlooOptions& options,
       std::shared_ptr<::gloo::transport::Device> device);  // null: a new device
+  // How a failed send/recv reports itself and breaks the communicator.
+  std::function<Status(const Status&)> p2p_error(const std::string& op, Milliseconds timeout);
   // Queues `body` (which may throw Gloo's exceptions) as operation `op`.
   std::shared_ptr<Work> enqueue(std::string op, Milliseconds timeout, std::function<void()> body);
 
@@ -96,6 +99,7 @@ class GlooCommunicator final : public Communicator {
   GlooOptions options_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;
+  std::shared_ptr<GlooFailure> failure_;
   std::unique_ptr<GlooOpQueue> queue_;
   std::unique_ptr<GlooSelfMailbox> self_;
   std::map<std::vector<int>, int> split_counts_;  // issuing thread only

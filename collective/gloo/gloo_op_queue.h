@@ -1,9 +1,9 @@
 // GlooOpQueue: the thread that runs a GlooCommunicator's collectives in
 // issue order, and the Work handles it completes.
 //
-// It also remembers the first failure: after a timeout or a lost peer, Gloo's
-// pairs are in an unknown state, so every later operation fails at once
-// instead of waiting out another timeout.
+// GlooFailure remembers the first failure: after a timeout or a lost peer,
+// Gloo's pairs are in an unknown state, so every later operation fails at
+// once instead of waiting out another timeout.
 #pragma once
 
 #include <condition_variable>
@@ -64,6 +64,26 @@ class GlooWork final : public Work {
   Status on_timeout_;                               // GUARDED_BY(mu_)
 };
 
+// Shared by a communicator, its queue and its pending send/recv Work (which
+// may outlive the communicator).
+class GlooFailure {
+ public:
+  Status get() {
+    std::lock_guard lock(mu_);
+    return first_;
+  }
+  void mark(const Status& why) {
+    std::lock_guard lock(mu_);
+    if (first_.is_ok()) {
+      first_ = aborted("communicator is broken since an earlier failure: " + why.message());
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  Status first_;  // GUARDED_BY(mu_)
+};
+
 class GlooOpQueue {
  public:
   // `run` returns the operation's Status; the queue completes its Work.
@@ -87,17 +107,6 @@ class GlooOpQueue {
     }
     cv_.notify_all();
     return work;
-  }
-
-  // The first failure, or ok.
-  Status broken() {
-    std::lock_guard lock(mu_);
-    return broken_;
-  }
-  void mark_broken(const Status& why) {
-    std::lock_guard lock(mu_);
-    if (broken_.is_ok())
-      broken_ = aborted("communicator is broken since an earlier failure: " + why.message());
   }
 
  private:
@@ -124,7 +133,6 @@ class GlooOpQueue {
   std::condition_variable cv_;
   std::deque<std::pair<Task, std::shared_ptr<GlooWork>>> tasks_;  // GUARDED_BY(mu_)
   bool stopping_ = false;                                         // GUARDED_BY(mu_)
-  Status broken_;                                                 // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

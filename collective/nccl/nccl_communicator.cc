@@ -204,15 +204,18 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   auto state = std::make_shared<State>();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a missing peer cannot hang init past the timeout
-  COHORT_NCCL_CHECK(ncclCommInitRankConfig(&state->comm, size, id, rank, &config));
-  Status ready = state->wait_ready(deadline, "ncclCommInitRankConfig");
+  ncclResult_t init = ncclCommInitRankConfig(&state->comm, size, id, rank, &config);
+  Status ready = init == ncclSuccess || init == ncclInProgress
+                     ? state->wait_ready(deadline, "ncclCommInitRankConfig")
+                     : nccl_error(init, "ncclCommInitRankConfig", __FILE__, __LINE__);
   if (!ready.is_ok()) {
     state->abort(ready);
     return Status(ready.code(), where + ": " + ready.message());
   }
-  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+  // From here the destructor releases whatever was made.
   auto comm = std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(std::move(bootstrap), state, rank, size, device, options));
+  COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
   COHORT_CUDA_CHECK(cudaMalloc(&comm->barrier_buffer_, sizeof(int)));
   COHORT_CUDA_CHECK(cudaMemset(comm->barrier_buffer_, 0, sizeof(int)));
   return comm;
