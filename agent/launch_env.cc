@@ -1,6 +1,8 @@
 // build_worker_env: the launch contract, in one place (see launch_env.h).
 #include "agent/launch_env.h"
 
+#include "jobs/launch_contract.h"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -44,27 +46,7 @@ std::string join_indices(const std::vector<int>& indices) {
 }  // namespace
 
 const std::vector<std::string>& reserved_worker_env_keys() {
-  static const std::vector<std::string> kKeys = {"RANK",
-                                                 "WORLD_SIZE",
-                                                 "LOCAL_RANK",
-                                                 "LOCAL_WORLD_SIZE",
-                                                 "GROUP_RANK",
-                                                 "GROUP_WORLD_SIZE",
-                                                 "ROLE_RANK",
-                                                 "ROLE_WORLD_SIZE",
-                                                 "ROLE_NAME",
-                                                 "MASTER_ADDR",
-                                                 "MASTER_PORT",
-                                                 "TORCHELASTIC_RESTART_COUNT",
-                                                 "TORCHELASTIC_MAX_RESTARTS",
-                                                 "TORCHELASTIC_RUN_ID",
-                                                 "CUDA_DEVICE_ORDER",
-                                                 "CUDA_VISIBLE_DEVICES",
-                                                 "COHORT_JOB_ID",
-                                                 "COHORT_ATTEMPT",
-                                                 "COHORT_STORE",
-                                                 "COHORT_PROGRESS_FILE"};
-  return kKeys;
+  return cohort::jobs::launch_contract_variables();
 }
 
 bool is_reserved_worker_env_key(std::string_view key) {

@@ -13,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "jobs/launch_contract.h"
 #include "jobs/load_context.h"
 #include "jobs/schema.h"
 
@@ -220,7 +221,11 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
       bool ok = true;
       for (const auto& [k, v] : *table) {
         std::string sub = path + "." + std::string(k.str());
-        if (v.is_string()) out[std::string(k.str())] = *v.value<std::string>();
+        if (is_launch_contract_variable(k.str())) {
+          ctx.error_at(sub, sub + ": " + std::string(k.str()) +
+                                " is set by cohort for every worker (the launch contract) and cannot be overridden");
+          ok = false;
+        } else if (v.is_string()) out[std::string(k.str())] = *v.value<std::string>();
         else if (v.is_integer()) out[std::string(k.str())] = std::to_string(*v.value<int64_t>());
         else if (v.is_boolean()) out[std::string(k.str())] = *v.value<bool>() ? "1" : "0";
         else if (v.is_floating_point()) {

@@ -109,6 +109,14 @@ TEST(JobFileErrors, InvalidKindDoesNotCascade) {
   error_with(r, "did you mean \"train\"?");
 }
 
+TEST(JobFileErrors, EnvMayNotOverrideTheLaunchContract) {
+  auto r = load("[job]\nname = \"x\"\nkind = \"command\"\n[job.env]\nFOO = \"1\"\nRANK = \"3\"\n"
+                "[command]\nargv = [\"true\"]\n");
+  auto e = error_with(r, "job.env.RANK: RANK is set by cohort for every worker");
+  EXPECT_EQ(e.line, 6);
+  EXPECT_EQ(e.column, 8);
+}
+
 TEST(JobFileErrors, MissingFileIsAnError) {
   auto r = load_job_file("/nonexistent/job.toml");
   ASSERT_EQ(r.errors.size(), 1u);
