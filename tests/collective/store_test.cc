@@ -78,6 +78,31 @@ TEST(TcpStore, BlockingGetIsAnsweredWhenAnotherClientSets) {
   EXPECT_EQ(*v, "nccl-unique-id");
 }
 
+TEST(TcpStore, ConcurrentAddsFromManyClientsAreAtomic) {
+  auto server = TcpStoreServer::start(std::make_shared<MemoryStoreBackend>(), {});
+  ASSERT_TRUE(server.is_ok());
+  constexpr int kClients = 8, kAdds = 50;
+  std::vector<std::future<bool>> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.push_back(std::async(std::launch::async, [&, c] {
+      auto client = TcpStoreClient::connect("127.0.0.1", (*server)->port());
+      if (!client.is_ok()) return false;
+      for (int i = 0; i < kAdds; ++i) {
+        if (!(*client)->add("counter", 1).is_ok()) return false;
+      }
+      // Everyone waits for the last add: a barrier through the store.
+      if (!(*client)->set("done/" + std::to_string(c), "").is_ok()) return false;
+      std::vector<std::string> keys;
+      for (int k = 0; k < kClients; ++k) keys.push_back("done/" + std::to_string(k));
+      return (*client)->wait(keys, 10s).is_ok();
+    }));
+  }
+  for (auto& c : clients) EXPECT_TRUE(c.get());
+  auto client = TcpStoreClient::connect("127.0.0.1", (*server)->port());
+  ASSERT_TRUE(client.is_ok());
+  EXPECT_EQ(*(*client)->get("counter", 1s), std::to_string(kClients * kAdds));
+}
+
 TEST(TcpStore, ClientRetriesUntilTheServerListens) {
   int port = 0;
   {
