@@ -62,7 +62,8 @@ Result<ModelConfig> preset_config(const std::string& name) {
     c.rms_eps = 1e-6f;
     c.tie_embeddings = true;
     c.qk_norm = true;
-    c.max_seq = 4096;  // HF: max_position_embeddings 40960
+    c.max_seq = 4096;
+    c.max_position_embeddings = 40960;
     return c;
   }
   if (name == "llama-3.2-1b") {
@@ -78,7 +79,8 @@ Result<ModelConfig> preset_config(const std::string& name) {
     c.rms_eps = 1e-5f;
     c.tie_embeddings = true;
     c.qk_norm = false;
-    c.max_seq = 4096;  // HF: max_position_embeddings 131072
+    c.max_seq = 4096;
+    c.max_position_embeddings = 131072;
     c.rope_scaling = RopeScaling{true, 32.0f, 1.0f, 4.0f, 8192};
     return c;
   }

@@ -43,6 +43,7 @@ struct ModelConfig {
   bool qk_norm = true;          // Qwen3: per-head RMSNorm on q and k before RoPE
   bool attention_bias = false;  // Qwen2: biases on q/k/v projections
   int max_seq = 128;            // positions the RoPE table (and KV cache) cover
+  int max_position_embeddings = 0;  // HF's value when loaded from HF (0: max_seq), written back
   RopeScaling rope_scaling;
 
   int q_dim() const { return heads * head_dim; }

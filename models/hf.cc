@@ -62,7 +62,9 @@ Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
     c.tie_embeddings = j.value("tie_word_embeddings", false);
     c.qk_norm = c.model_type == "qwen3";
     c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
-    c.max_seq = std::min(j.value("max_position_embeddings", max_seq_cap), max_seq_cap);
+    c.max_position_embeddings = j.value("max_position_embeddings", 0);
+    c.max_seq = c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, max_seq_cap)
+                                              : max_seq_cap;
     COHORT_RETURN_IF_ERROR(parse_rope_scaling(j, &c));
   } catch (const json::exception& e) {
     return invalid_argument(std::string("config.json: ") + e.what());
@@ -99,7 +101,8 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
             {"rope_theta", c.rope_theta},
             {"rms_norm_eps", c.rms_eps},
             {"tie_word_embeddings", c.tie_embeddings},
-            {"max_position_embeddings", c.max_seq},
+            {"max_position_embeddings",
+             c.max_position_embeddings > 0 ? c.max_position_embeddings : c.max_seq},
             {"hidden_act", "silu"},
             {"attention_bias", c.attention_bias},
             {"torch_dtype", dtype == DType::kF32 ? "float32"

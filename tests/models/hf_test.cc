@@ -178,6 +178,8 @@ TEST(HfConfig, ParsesQwen3AndLlamaConfigsAsPublished) {
   auto again = parse_hf_config(hf_config_json(*l), 4096);
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(again->rope_scaling.factor, 32.0f);
+  EXPECT_EQ(again->max_position_embeddings, 131072);
+  EXPECT_EQ(again->max_seq, 4096);
 }
 
 TEST(HfConfig, RejectsUnsupportedModelsWithTheField) {
