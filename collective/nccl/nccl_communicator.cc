@@ -2,74 +2,17 @@
 // poll for asynchronous errors, and ncclCommAbort past the timeout.
 #include "collective/nccl/nccl_communicator.h"
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include "collective/nccl/nccl_checks.h"
 
 namespace cohort::collective {
 
 namespace {
-
-Status cuda_error(cudaError_t e, const char* call, const char* file, int line) {
-  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                        ": " + cudaGetErrorString(e));
-}
-Status nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
-  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                        ": " + ncclGetErrorString(r));
-}
-
-#define COHORT_CUDA_CHECK(call)                                     \
-  do {                                                              \
-    cudaError_t cohort_cuda_e_ = (call);                            \
-    if (cohort_cuda_e_ != cudaSuccess)                              \
-      return cuda_error(cohort_cuda_e_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-// ncclInProgress is not a failure on a non-blocking communicator: the call
-// finishes in the background and wait_ready() waits for it.
-#define COHORT_NCCL_CHECK(call)                                            \
-  do {                                                                     \
-    ncclResult_t cohort_nccl_r_ = (call);                                  \
-    if (cohort_nccl_r_ != ncclSuccess && cohort_nccl_r_ != ncclInProgress) \
-      return nccl_error(cohort_nccl_r_, #call, __FILE__, __LINE__);        \
-  } while (0)
-
-ncclDataType_t nccl_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return ncclFloat32;
-    case DType::kBF16:
-      return ncclBfloat16;
-    case DType::kF16:
-      return ncclFloat16;
-    case DType::kI32:
-      return ncclInt32;
-    case DType::kI64:
-      return ncclInt64;
-    case DType::kU8:
-      return ncclUint8;
-  }
-  return ncclUint8;
-}
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kAvg:
-      return ncclAvg;
-    case ReduceOp::kMax:
-      return ncclMax;
-    case ReduceOp::kMin:
-      return ncclMin;
-  }
-  return ncclSum;
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -80,6 +23,34 @@ struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;  // GUARDED_BY(mu); null once aborted
   Status broken;              // GUARDED_BY(mu)
   cudaStream_t stream = nullptr;
+
+  // Events are recycled: creating two per operation costs more host time
+  // than the launch itself. Re-recording an event is safe once every
+  // cudaStreamWaitEvent on it was issued (a wait captures the event's state
+  // at the time of the call).
+  std::mutex events_mu;
+  std::vector<cudaEvent_t> free_events;  // GUARDED_BY(events_mu)
+
+  ~State() {
+    for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+  }
+  Result<cudaEvent_t> take_event() {
+    {
+      std::lock_guard lock(events_mu);
+      if (!free_events.empty()) {
+        cudaEvent_t e = free_events.back();
+        free_events.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void give_event(cudaEvent_t e) {
+    std::lock_guard lock(events_mu);
+    free_events.push_back(e);
+  }
 
   // Polls until the communicator has no call in progress.
   Status wait_ready(Clock::time_point deadline, const char* what) {
@@ -118,22 +89,23 @@ namespace {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done,
-           Clock::time_point deadline, Status on_timeout,
-           std::function<Status(const Status&)> context)
+           Clock::time_point deadline, std::string prefix)
       : state_(std::move(state)),
         done_event_(done),
         deadline_(deadline),
-        on_timeout_(std::move(on_timeout)),
-        context_(std::move(context)) {}
-  ~NcclWork() override { cudaEventDestroy(done_event_); }
+        prefix_(std::move(prefix)) {}
+  ~NcclWork() override { state_->give_event(done_event_); }
 
   Status wait() override {
     std::lock_guard lock(mu_);
     while (!finished_) {
       if (poll_locked()) break;
       if (Clock::now() >= deadline_) {
-        state_->abort(on_timeout_);
-        finish_locked(on_timeout_);
+        Status timed_out = context(timeout_error(
+            "not complete on the GPU within the timeout: a peer died, hangs, or called a "
+            "different operation; ncclCommAbort was called"));
+        state_->abort(timed_out);
+        finish_locked(timed_out);
         break;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -150,19 +122,23 @@ class NcclWork final : public Work {
     cudaError_t e = cudaEventQuery(done_event_);
     if (e == cudaSuccess) return finish_locked(Status::ok());
     if (e != cudaErrorNotReady)
-      return finish_locked(context_(cuda_error(e, "cudaEventQuery", __FILE__, __LINE__)));
+      return finish_locked(context(cuda_error(e, "cudaEventQuery", __FILE__, __LINE__)));
     ncclResult_t r = ncclSuccess;
     {
       std::lock_guard lock(state_->mu);
-      if (state_->comm == nullptr) return finish_locked(context_(state_->broken));
+      if (state_->comm == nullptr) return finish_locked(context(state_->broken));
       ncclCommGetAsyncError(state_->comm, &r);
     }
     if (r != ncclSuccess && r != ncclInProgress) {
-      Status s = context_(nccl_error(r, "ncclCommGetAsyncError", __FILE__, __LINE__));
+      Status s = context(nccl_error(r, "ncclCommGetAsyncError", __FILE__, __LINE__));
       state_->abort(s);
       return finish_locked(s);
     }
     return false;
+  }
+  // "<op> on group ... failed: " + cause, built only on failure.
+  Status context(const Status& cause) const {
+    return Status(cause.code(), prefix_ + cause.message());
   }
   bool finish_locked(Status s) {
     status_ = std::move(s);
@@ -174,8 +150,7 @@ class NcclWork final : public Work {
   std::shared_ptr<NcclCommunicator::State> state_;
   cudaEvent_t done_event_;
   Clock::time_point deadline_;
-  Status on_timeout_;
-  std::function<Status(const Status&)> context_;
+  std::string prefix_;
   bool finished_ = false;  // GUARDED_BY(mu_)
   Status status_;          // GUARDED_BY(mu_)
 };
@@ -266,182 +241,52 @@ void NcclCommunicator::abort(const Status& why) {
   state_->abort(why);
 }
 
-template <typename Body>
 std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op,
                                                Milliseconds requested_timeout, void* stream,
-                                               Body&& body) {
+                                               const LaunchBody& body) {
   auto timeout = effective_timeout(requested_timeout);
-  // Captures text, not `this`: a Work may outlive its communicator.
+  // Text, not `this`: a Work may outlive its communicator.
   std::string prefix = op_error(op, timeout, internal_error("")).message();
-  auto context = [prefix](const Status& s) { return Status(s.code(), prefix + s.message()); };
-  auto fail = [&](const Status& s) {
+  auto fail = [&](const Status& cause) {
+    Status s(cause.code(), prefix + cause.message());
     state_->abort(s);
-    return completed_work(context(s));
+    return completed_work(s);
   };
   Status broken = state_->get_broken();
-  if (!broken.is_ok()) return completed_work(context(broken));
+  if (!broken.is_ok()) return completed_work(Status(broken.code(), prefix + broken.message()));
   auto deadline = Clock::now() + timeout;
   auto caller = static_cast<cudaStream_t>(stream);
-  cudaEvent_t ready = nullptr, done = nullptr;
+  // On the communication stream itself there is nothing to order against.
+  bool cross_stream = caller != state_->stream;
+  cudaEvent_t done = nullptr;
   auto order = [&]() -> Status {
     COHORT_CUDA_CHECK(cudaSetDevice(device_));
-    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    COHORT_CUDA_CHECK(cudaEventRecord(ready, caller));
-    COHORT_CUDA_CHECK(cudaStreamWaitEvent(state_->stream, ready, 0));
+    if (cross_stream) {
+      COHORT_ASSIGN_OR_RETURN(cudaEvent_t ready, state_->take_event());
+      cudaError_t recorded = cudaEventRecord(ready, caller);
+      cudaError_t waited =
+          recorded == cudaSuccess ? cudaStreamWaitEvent(state_->stream, ready, 0) : recorded;
+      state_->give_event(ready);  // the wait above already captured it
+      if (waited != cudaSuccess)
+        return cuda_error(waited, "ordering after the caller's stream", __FILE__, __LINE__);
+    }
     {
       std::lock_guard lock(state_->mu);
       if (state_->comm == nullptr) return state_->broken;
       COHORT_RETURN_IF_ERROR(body(state_->comm, state_->stream));
     }
     COHORT_RETURN_IF_ERROR(state_->wait_ready(deadline, op.c_str()));
+    COHORT_ASSIGN_OR_RETURN(done, state_->take_event());
     COHORT_CUDA_CHECK(cudaEventRecord(done, state_->stream));
-    COHORT_CUDA_CHECK(cudaStreamWaitEvent(caller, done, 0));
+    if (cross_stream) COHORT_CUDA_CHECK(cudaStreamWaitEvent(caller, done, 0));
     return Status::ok();
   };
   Status s = order();
-  if (ready != nullptr) cudaEventDestroy(ready);  // safe: destroyed once the GPU is past it
   if (!s.is_ok()) {
-    if (done != nullptr) cudaEventDestroy(done);
+    if (done != nullptr) state_->give_event(done);
     return fail(s);
   }
-  Status on_timeout = context(timeout_error(
-      "not complete on the GPU within the timeout: a peer died, hangs, or called a different "
-      "operation; ncclCommAbort was called"));
-  return std::make_shared<NcclWork>(state_, done, deadline, std::move(on_timeout), context);
-}
-
-std::shared_ptr<Work> NcclCommunicator::all_reduce_async(const void* send, void* recv, size_t count,
-                                                         DType dtype,
-                                                         const AllReduceOptions& options) {
-  Status s = check_buffers("all_reduce", send, recv, count);
-  if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch(
-      "all_reduce", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-        COHORT_NCCL_CHECK(
-            ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(options.op), comm, stream));
-        return Status::ok();
-      });
-}
-
-std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
-                                                             size_t recv_count, DType dtype,
-                                                             const ReduceScatterOptions& options) {
-  Status s = check_buffers("reduce_scatter", send, recv, recv_count);
-  if (!s.is_ok() || recv_count == 0) return completed_work(s);
-  return launch("reduce_scatter", options.timeout, options.stream,
-                [&](ncclComm_t comm, cudaStream_t stream) {
-                  COHORT_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype),
-                                                      nccl_op(options.op), comm, stream));
-                  return Status::ok();
-                });
-}
-
-std::shared_ptr<Work> NcclCommunicator::all_gather_async(const void* send, void* recv,
-                                                         size_t send_count, DType dtype,
-                                                         const AllGatherOptions& options) {
-  Status s = check_buffers("all_gather", send, recv, send_count);
-  if (!s.is_ok() || send_count == 0) return completed_work(s);
-  return launch(
-      "all_gather", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-        COHORT_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm, stream));
-        return Status::ok();
-      });
-}
-
-std::shared_ptr<Work> NcclCommunicator::all_gather_v_async(const void* send, void* recv,
-                                                           const std::vector<size_t>& counts,
-                                                           DType dtype,
-                                                           const AllGatherOptions& options) {
-  Status s = check_counts("all_gather_v", counts);
-  size_t total = 0;
-  for (size_t c : counts) total += c;
-  if (s.is_ok()) s = check_buffers("all_gather_v", counts[rank_] > 0 ? send : recv, recv, total);
-  if (!s.is_ok() || total == 0) return completed_work(s);
-  return launch(
-      "all_gather_v", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-        size_t esize = dtype_size(dtype);
-        char* out = static_cast<char*>(recv);
-        COHORT_NCCL_CHECK(ncclGroupStart());
-        size_t offset = 0;
-        for (int r = 0; r < size_; ++r) {
-          if (counts[r] > 0) {
-            const void* src = r == rank_ ? send : out + offset;
-            COHORT_NCCL_CHECK(
-                ncclBroadcast(src, out + offset, counts[r], nccl_type(dtype), r, comm, stream));
-          }
-          offset += counts[r] * esize;
-        }
-        COHORT_NCCL_CHECK(ncclGroupEnd());
-        return Status::ok();
-      });
-}
-
-std::shared_ptr<Work> NcclCommunicator::broadcast_async(void* buf, size_t count, DType dtype,
-                                                        const BroadcastOptions& options) {
-  Status s = check_peer("broadcast", options.root);
-  if (s.is_ok()) s = check_buffers("broadcast", buf, buf, count);
-  if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch("broadcast", options.timeout, options.stream,
-                [&](ncclComm_t comm, cudaStream_t stream) {
-                  COHORT_NCCL_CHECK(
-                      ncclBroadcast(buf, buf, count, nccl_type(dtype), options.root, comm, stream));
-                  return Status::ok();
-                });
-}
-
-std::shared_ptr<Work> NcclCommunicator::send_async(const void* buf, size_t count, DType dtype,
-                                                   int peer, const SendRecvOptions& options) {
-  std::string op = "send to rank " + std::to_string(peer);
-  Status s = check_peer(op, peer);
-  if (s.is_ok()) s = check_buffers(op, buf, buf, count);
-  if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclSend(buf, count, nccl_type(dtype), peer, comm, stream));
-    return Status::ok();
-  });
-}
-
-std::shared_ptr<Work> NcclCommunicator::recv_async(void* buf, size_t count, DType dtype, int peer,
-                                                   const SendRecvOptions& options) {
-  std::string op = "recv from rank " + std::to_string(peer);
-  Status s = check_peer(op, peer);
-  if (s.is_ok()) s = check_buffers(op, buf, buf, count);
-  if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclRecv(buf, count, nccl_type(dtype), peer, comm, stream));
-    return Status::ok();
-  });
-}
-
-std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t send_count,
-                                                        int dst, void* recv, size_t recv_count,
-                                                        int src, DType dtype,
-                                                        const SendRecvOptions& options) {
-  std::string op =
-      "send_recv (to rank " + std::to_string(dst) + ", from rank " + std::to_string(src) + ")";
-  Status s = check_peer(op, dst);
-  if (s.is_ok()) s = check_peer(op, src);
-  if (s.is_ok()) s = check_buffers(op, send, send, send_count);
-  if (s.is_ok()) s = check_buffers(op, recv, recv, recv_count);
-  if (!s.is_ok() || (send_count == 0 && recv_count == 0)) return completed_work(s);
-  return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(ncclGroupStart());
-    if (send_count > 0)
-      COHORT_NCCL_CHECK(ncclSend(send, send_count, nccl_type(dtype), dst, comm, stream));
-    if (recv_count > 0)
-      COHORT_NCCL_CHECK(ncclRecv(recv, recv_count, nccl_type(dtype), src, comm, stream));
-    COHORT_NCCL_CHECK(ncclGroupEnd());
-    return Status::ok();
-  });
-}
-
-std::shared_ptr<Work> NcclCommunicator::barrier_async(const BarrierOptions& options) {
-  return launch("barrier", options.timeout, nullptr, [&](ncclComm_t comm, cudaStream_t stream) {
-    COHORT_NCCL_CHECK(
-        ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32, ncclSum, comm, stream));
-    return Status::ok();
-  });
+  return std::make_shared<NcclWork>(state_, done, deadline, std::move(prefix));
 }
 
 Result<std::unique_ptr<Communicator>> NcclCommunicator::split(const std::vector<int>& ranks,

@@ -20,6 +20,7 @@
 // NCCL, issue from one thread; wait() from any.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,10 @@
 
 #include "collective/bootstrap.h"
 #include "collective/communicator.h"
+
+// ncclComm_t and cudaStream_t, without NCCL's and CUDA's headers.
+struct ncclComm;
+struct CUstream_st;
 
 namespace cohort::collective {
 
@@ -49,7 +54,8 @@ class NcclCommunicator final : public Communicator {
   Device device() const override { return Device::kCuda; }
   Milliseconds timeout() const override { return options_.timeout; }
   int cuda_device() const { return device_; }
-  // The communication stream (a cudaStream_t).
+  // The communication stream (a cudaStream_t). An operation issued with
+  // options.stream == stream() runs there with no cross-stream events.
   void* stream() const;
 
   std::shared_ptr<Work> all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
@@ -91,9 +97,9 @@ class NcclCommunicator final : public Communicator {
                    int size, int device, NcclOptions options);
   // Orders `body` (which enqueues NCCL calls on the communication stream)
   // between the caller's stream and a completion event.
-  template <typename Body>
+  using LaunchBody = std::function<Status(ncclComm* comm, CUstream_st* stream)>;
   std::shared_ptr<Work> launch(const std::string& op, Milliseconds requested_timeout, void* stream,
-                               Body&& body);
+                               const LaunchBody& body);
 
   std::shared_ptr<Communicator> bootstrap_;
   std::shared_ptr<State> state_;
