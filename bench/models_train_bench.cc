@@ -68,11 +68,12 @@ int main(int argc, char** argv) {
   const double flops_per_token = 6.0 * static_cast<double>(config->num_parameters()) +
                                  12.0 * config->layers * T * config->q_dim();
   const double peak = device == "cuda" ? 989e12 : 0.0;  // H100/H200 dense bf16
-  std::printf("{\"preset\": \"%s\", \"device\": \"%s\", \"batch\": %d, \"seq\": %d, "
-              "\"steps\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
-              "\"loss\": %.4f",
-              preset.c_str(), device.c_str(), B, T, steps, 1e3 * seconds / steps, tokens_per_s,
-              peak > 0 ? tokens_per_s * flops_per_token / peak : 0.0, loss);
+  std::printf(
+      "{\"preset\": \"%s\", \"device\": \"%s\", \"batch\": %d, \"seq\": %d, "
+      "\"steps\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
+      "\"loss\": %.4f",
+      preset.c_str(), device.c_str(), B, T, steps, 1e3 * seconds / steps, tokens_per_s,
+      peak > 0 ? tokens_per_s * flops_per_token / peak : 0.0, loss);
 #ifdef COHORT_HAVE_CUDA
   if (cuda) {
     std::printf(", \"device_reserved_gib\": %.2f",

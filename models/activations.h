@@ -17,8 +17,8 @@ struct Activations {
   std::vector<int32_t> host_targets;
   // Saved per layer for backward. res[l] is the input of block l, res[layers]
   // the output of the last block.
-  std::vector<float*> res, xn1, rstd1, q, k, v, rstd_q, rstd_k, qr, kr, probs, y, x2, xn2, rstd2,
-      g, u, h;
+  std::vector<float*> res, xn1, rstd1, q, k, v, rstd_q, rstd_k, qr, kr, probs, y, x2, xn2, rstd2, g,
+      u, h;
   float *xnf = nullptr, *rstdf = nullptr, *logits = nullptr, *losses = nullptr,
         *ce_scratch = nullptr;
   // Backward scratch, reused by every block.
@@ -30,10 +30,9 @@ struct Activations {
   // Incremental inference scratch (separate capacity, allocated on demand).
   int infer_tokens = 0, infer_rows = 0, infer_context = 0;
   int32_t *infer_ids = nullptr, *infer_pos = nullptr;
-  float *ix = nullptr, *ixn = nullptr, *iq = nullptr, *ik = nullptr, *iv = nullptr,
-        *iy = nullptr, *itmp = nullptr, *ig = nullptr, *iu = nullptr, *ih = nullptr,
-        *irstd = nullptr, *ilast = nullptr, *ilogits = nullptr, *igathered = nullptr,
-        *iscores = nullptr;
+  float *ix = nullptr, *ixn = nullptr, *iq = nullptr, *ik = nullptr, *iv = nullptr, *iy = nullptr,
+        *itmp = nullptr, *ig = nullptr, *iu = nullptr, *ih = nullptr, *irstd = nullptr,
+        *ilast = nullptr, *ilogits = nullptr, *igathered = nullptr, *iscores = nullptr;
 
   std::vector<void*> training_allocations, infer_allocations;
   size_t training_bytes = 0, infer_bytes = 0;

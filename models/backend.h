@@ -30,14 +30,14 @@ class Backend {
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* ptr) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;          // same device
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // same device
   virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;  // synchronises
   float* alloc_floats(size_t n) { return static_cast<float*>(alloc(n * sizeof(float))); }
 
   // Ops (see the matching models/ops/*.h for layouts and numerics).
-  virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int n,
-                                 int dim, int vocab_begin, int rows) = 0;
+  virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
+                                 int vocab_begin, int rows) = 0;
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n,
                                   int dim, int vocab_begin, int rows) = 0;
   virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int n,
@@ -55,15 +55,15 @@ class Backend {
   virtual void attention_forward(float* y, float* probs, const float* q, const float* k,
                                  const float* v, int B, int T, int heads, int kv_heads,
                                  int head_dim) = 0;
-  virtual void attention_backward(float* dq, float* dk, float* dv, float* scratch,
-                                  const float* dy, const float* q, const float* k, const float* v,
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
+                                  const float* q, const float* k, const float* v,
                                   const float* probs, int B, int T, int heads, int kv_heads,
                                   int head_dim) = 0;
   virtual void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                               int kv_heads, int head_dim) = 0;
   virtual void attention_cached(float* y, float* scratch, const float* q, const float* kcache,
-                                const float* vcache, int m, int first_pos, int capacity,
-                                int heads, int kv_heads, int head_dim) = 0;
+                                const float* vcache, int m, int first_pos, int capacity, int heads,
+                                int kv_heads, int head_dim) = 0;
   virtual void swiglu_forward(float* h, const float* g, const float* u, size_t n) = 0;
   virtual void swiglu_backward(float* dg, float* du, const float* dh, const float* g,
                                const float* u, size_t n) = 0;

@@ -62,8 +62,8 @@ class CpuBackend final : public Backend {
                        const float* w, int n, int in, int out) override {
     cpu::linear_backward(dx, dw, db, dy, x, w, n, in, out);
   }
-  void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim,
-                    const float* cos, const float* sin) override {
+  void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
+                    const float* sin) override {
     cpu::rope_forward(x, pos, n, heads, head_dim, cos, sin);
   }
   void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
@@ -75,8 +75,8 @@ class CpuBackend final : public Backend {
     cpu::attention_forward(y, probs, q, k, v, B, T, heads, kv_heads, head_dim);
   }
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                          const float* q, const float* k, const float* v, const float* probs,
-                          int B, int T, int heads, int kv_heads, int head_dim) override {
+                          const float* q, const float* k, const float* v, const float* probs, int B,
+                          int T, int heads, int kv_heads, int head_dim) override {
     cpu::attention_backward(dq, dk, dv, scratch, dy, q, k, v, probs, B, T, heads, kv_heads,
                             head_dim);
   }

@@ -88,8 +88,12 @@ Result<ModelConfig> preset_config(const std::string& name) {
                           "' (known: tiny, qwen3-0.6b, qwen3-1.7b, llama-3.2-1b)");
 }
 
-int LocalDims::q_dim() const { return heads * head_dim; }
-int LocalDims::kv_dim() const { return kv_heads * head_dim; }
+int LocalDims::q_dim() const {
+  return heads * head_dim;
+}
+int LocalDims::kv_dim() const {
+  return kv_heads * head_dim;
+}
 
 Result<LocalDims> local_dims(const ModelConfig& c, const ShardSpec& shard) {
   COHORT_RETURN_IF_ERROR(c.validate());
@@ -112,8 +116,8 @@ Result<LocalDims> local_dims(const ModelConfig& c, const ShardSpec& shard) {
   } else {
     // More ranks than KV heads: each rank's query heads must share one KV head.
     const int group = c.heads / c.kv_heads;
-    COHORT_RETURN_IF_ERROR(divides("query heads per KV head", group, "query heads per rank",
-                                   d.heads));
+    COHORT_RETURN_IF_ERROR(
+        divides("query heads per KV head", group, "query heads per rank", d.heads));
     d.kv_heads = 1;
     d.kv_head_begin = d.head_begin / group;
     d.kv_replicated = true;

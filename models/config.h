@@ -40,9 +40,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float rms_eps = 1e-6f;
   bool tie_embeddings = false;
-  bool qk_norm = true;          // Qwen3: per-head RMSNorm on q and k before RoPE
-  bool attention_bias = false;  // Qwen2: biases on q/k/v projections
-  int max_seq = 128;            // positions the RoPE table (and KV cache) cover
+  bool qk_norm = true;              // Qwen3: per-head RMSNorm on q and k before RoPE
+  bool attention_bias = false;      // Qwen2: biases on q/k/v projections
+  int max_seq = 128;                // positions the RoPE table (and KV cache) cover
   int max_position_embeddings = 0;  // HF's value when loaded from HF (0: max_seq), written back
   RopeScaling rope_scaling;
 
@@ -66,10 +66,10 @@ struct ShardSpec {
 
 // Per-rank sizes for a config under a shard.
 struct LocalDims {
-  int heads = 0;          // query heads on this rank
-  int kv_heads = 0;       // KV heads on this rank
-  int head_begin = 0;     // first global query head
-  int kv_head_begin = 0;  // first global KV head
+  int heads = 0;               // query heads on this rank
+  int kv_heads = 0;            // KV heads on this rank
+  int head_begin = 0;          // first global query head
+  int kv_head_begin = 0;       // first global KV head
   bool kv_replicated = false;  // true when tp_size > kv_heads
   int intermediate = 0;
   int intermediate_begin = 0;

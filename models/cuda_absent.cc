@@ -3,6 +3,8 @@
 
 namespace cohort::models {
 
-int cuda_device_count() { return 0; }
+int cuda_device_count() {
+  return 0;
+}
 
 }  // namespace cohort::models

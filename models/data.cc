@@ -60,7 +60,8 @@ Result<std::vector<int32_t>> read_token_file(const std::string& path, TokenForma
   for (size_t i = 0; i < out.size(); ++i) {
     uint32_t v = 0;
     for (size_t k = 0; k < width; ++k) v |= static_cast<uint32_t>(b[i * width + k]) << (8 * k);
-    if (v > 0x7fffffffu) return invalid_argument(path + ": token " + std::to_string(v) + " too large");
+    if (v > 0x7fffffffu)
+      return invalid_argument(path + ": token " + std::to_string(v) + " too large");
     out[i] = static_cast<int32_t>(v);
   }
   return out;
@@ -79,7 +80,8 @@ Status write_token_file(const std::string& path, const std::vector<int32_t>& tok
     for (size_t k = 0; k < width; ++k) bytes[i * width + k] = (v >> (8 * k)) & 0xff;
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   if (!out) return errno_error("writing " + path);
   return Status::ok();
 }
@@ -111,9 +113,9 @@ Result<BatchSampler> BatchSampler::create(const std::vector<int32_t>* tokens,
     return invalid_argument("sampler: seq_len and global_batch must be >= 1");
   }
   if (tokens->size() < static_cast<size_t>(options.seq_len) + 1) {
-    return invalid_argument("sampler: " + std::to_string(tokens->size()) +
-                            " tokens are fewer than seq_len + 1 = " +
-                            std::to_string(options.seq_len + 1));
+    return invalid_argument(
+        "sampler: " + std::to_string(tokens->size()) +
+        " tokens are fewer than seq_len + 1 = " + std::to_string(options.seq_len + 1));
   }
   return BatchSampler(tokens, options);
 }

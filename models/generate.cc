@@ -81,11 +81,10 @@ Result<std::vector<GenerationResult>> generate(Model& model, KvCache& cache,
   for (int i = 0; i < n; ++i) {
     if (prompts[i].empty() ||
         prompts[i].size() + options.max_new_tokens > static_cast<size_t>(cache.capacity())) {
-      return invalid_argument("generate: prompt " + std::to_string(i) + " (" +
-                              std::to_string(prompts[i].size()) + " tokens) plus " +
-                              std::to_string(options.max_new_tokens) +
-                              " new tokens does not fit the cache capacity " +
-                              std::to_string(cache.capacity()));
+      return invalid_argument(
+          "generate: prompt " + std::to_string(i) + " (" + std::to_string(prompts[i].size()) +
+          " tokens) plus " + std::to_string(options.max_new_tokens) +
+          " new tokens does not fit the cache capacity " + std::to_string(cache.capacity()));
     }
   }
   const int V = model.config().vocab_size;
@@ -98,8 +97,7 @@ Result<std::vector<GenerationResult>> generate(Model& model, KvCache& cache,
     samplers.emplace_back(options.sampling, static_cast<uint64_t>(i));
     const auto t0 = std::chrono::steady_clock::now();
     cache.reset(i);
-    model.prefill(cache, i, prompts[i].data(), static_cast<int>(prompts[i].size()),
-                  logits.data());
+    model.prefill(cache, i, prompts[i].data(), static_cast<int>(prompts[i].size()), logits.data());
     next[i] = samplers[i].sample(logits.data(), V);
     results[i].prefill_seconds = seconds_since(t0);
     if (options.max_new_tokens > 0) active.push_back(i);

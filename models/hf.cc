@@ -46,8 +46,9 @@ Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
     }
     if (j.value("mlp_bias", false)) return invalid_argument("config.json: mlp_bias unsupported");
     if (j.value("use_sliding_window", false)) {
-      return invalid_argument("config.json: use_sliding_window is true; sliding-window attention "
-                              "is not supported");
+      return invalid_argument(
+          "config.json: use_sliding_window is true; sliding-window attention "
+          "is not supported");
     }
     c.vocab_size = j.at("vocab_size").get<int>();
     c.hidden = j.at("hidden_size").get<int>();
@@ -105,15 +106,16 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
              c.max_position_embeddings > 0 ? c.max_position_embeddings : c.max_seq},
             {"hidden_act", "silu"},
             {"attention_bias", c.attention_bias},
-            {"torch_dtype", dtype == DType::kF32 ? "float32"
-                            : dtype == DType::kF16 ? "float16" : "bfloat16"}};
+            {"torch_dtype", dtype == DType::kF32   ? "float32"
+                            : dtype == DType::kF16 ? "float16"
+                                                   : "bfloat16"}};
   if (c.rope_scaling.enabled) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope_scaling.factor},
-                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings",
-                          c.rope_scaling.original_max_position}};
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope_scaling.factor},
+        {"low_freq_factor", c.rope_scaling.low_freq_factor},
+        {"high_freq_factor", c.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
   }
   return j.dump(2) + "\n";
 }
@@ -134,12 +136,16 @@ Status load_hf_weights(Model& model, const std::string& dir) {
       float* dst = host.data() + p.offset;
       const int64_t len = p.shape[p.shard_dim == ShardDim::kCols ? 1 : 0];
       switch (p.shard_dim) {
-        case ShardDim::kReplicated: COHORT_RETURN_IF_ERROR(file->read_f32(p.name, dst)); break;
+        case ShardDim::kReplicated:
+          COHORT_RETURN_IF_ERROR(file->read_f32(p.name, dst));
+          break;
         case ShardDim::kRows:
-          COHORT_RETURN_IF_ERROR(file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
+          COHORT_RETURN_IF_ERROR(
+              file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
           break;
         case ShardDim::kCols:
-          COHORT_RETURN_IF_ERROR(file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
+          COHORT_RETURN_IF_ERROR(
+              file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
           break;
       }
     }

@@ -53,10 +53,11 @@ uint64_t global_index(const ParamSpec& p, size_t i) {
 // alone is 155M draws).
 void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev) {
   auto fill = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) dst[i] = stddev * counter_normal(stream, global_index(p, i));
+    for (size_t i = begin; i < end; ++i)
+      dst[i] = stddev * counter_normal(stream, global_index(p, i));
   };
-  const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                          p.numel / (1 << 20) + 1);
+  const size_t threads =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), p.numel / (1 << 20) + 1);
   if (threads == 1) return fill(0, p.numel);
   std::vector<std::thread> pool;
   const size_t chunk = (p.numel + threads - 1) / threads;
@@ -87,8 +88,13 @@ Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const Sh
 
 Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,
              ParamLayout layout, Backend* backend, TensorParallelComm tp)
-    : config_(config), shard_(shard), dims_(dims), layout_(std::move(layout)), backend_(backend),
-      tp_(std::move(tp)), acts_(std::make_unique<Activations>()) {
+    : config_(config),
+      shard_(shard),
+      dims_(dims),
+      layout_(std::move(layout)),
+      backend_(backend),
+      tp_(std::move(tp)),
+      acts_(std::make_unique<Activations>()) {
   for (const ParamGroup& g : layout_.groups) {
     params_.push_back(backend_->alloc_floats(g.numel));
     grads_.push_back(backend_->alloc_floats(g.numel));
@@ -151,7 +157,9 @@ float* Model::lm_head_grad() const {
   return grads_[head] + layout_.groups[head].find("lm_head.weight")->offset;
 }
 
-const float* Model::logits() const { return acts_->logits; }
+const float* Model::logits() const {
+  return acts_->logits;
+}
 
 void Model::tp_sum(float* data, size_t n) {
   if (shard_.tp_size > 1) tp_.all_reduce_sum(data, n);
@@ -208,8 +216,9 @@ void Model::forward_embedding(const int32_t* tokens, const int32_t* targets, int
   backend_->copy_from_host(a.tokens, tokens, N * sizeof(int32_t));
   if (targets) {
     for (int i = 0; i < N; ++i) {
-      COHORT_CHECK_MSG(targets[i] == kIgnoreIndex || (targets[i] >= 0 && targets[i] < config_.vocab_size),
-                       "target {} out of vocab", targets[i]);
+      COHORT_CHECK_MSG(
+          targets[i] == kIgnoreIndex || (targets[i] >= 0 && targets[i] < config_.vocab_size),
+          "target {} out of vocab", targets[i]);
     }
     a.host_targets.assign(targets, targets + N);
     backend_->copy_from_host(a.targets, targets, N * sizeof(int32_t));

@@ -113,8 +113,7 @@ class Model {
   // full-vocabulary logits of each sequence's last token to host memory:
   // [vocab] for prefill, [B, vocab] for decode.
   void prefill(KvCache& cache, int slot, const int32_t* tokens, int n, float* logits_host);
-  void decode(KvCache& cache, const int* slots, const int32_t* tokens, int B,
-              float* logits_host);
+  void decode(KvCache& cache, const int* slots, const int32_t* tokens, int B, float* logits_host);
 
  private:
   Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,

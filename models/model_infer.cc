@@ -32,8 +32,13 @@ Result<KvCache> KvCache::create(const Model& model, int slots, int capacity) {
 }
 
 KvCache::KvCache(KvCache&& o) noexcept
-    : backend_(o.backend_), slots_(o.slots_), capacity_(o.capacity_), layers_(o.layers_),
-      slot_stride_(o.slot_stride_), k_(std::move(o.k_)), v_(std::move(o.v_)),
+    : backend_(o.backend_),
+      slots_(o.slots_),
+      capacity_(o.capacity_),
+      layers_(o.layers_),
+      slot_stride_(o.slot_stride_),
+      k_(std::move(o.k_)),
+      v_(std::move(o.v_)),
       lengths_(std::move(o.lengths_)) {
   o.k_.clear();
   o.v_.clear();
@@ -44,10 +49,18 @@ KvCache::~KvCache() {
   for (float* p : v_) backend_->free(p);
 }
 
-void KvCache::reset_all() { std::fill(lengths_.begin(), lengths_.end(), 0); }
-float* KvCache::keys(int layer, int slot) const { return k_.at(layer) + slot * slot_stride_; }
-float* KvCache::values(int layer, int slot) const { return v_.at(layer) + slot * slot_stride_; }
-size_t KvCache::bytes() const { return 2 * slot_stride_ * slots_ * layers_ * sizeof(float); }
+void KvCache::reset_all() {
+  std::fill(lengths_.begin(), lengths_.end(), 0);
+}
+float* KvCache::keys(int layer, int slot) const {
+  return k_.at(layer) + slot * slot_stride_;
+}
+float* KvCache::values(int layer, int slot) const {
+  return v_.at(layer) + slot * slot_stride_;
+}
+size_t KvCache::bytes() const {
+  return 2 * slot_stride_ * slots_ * layers_ * sizeof(float);
+}
 
 void Model::prefill(KvCache& cache, int slot, const int32_t* tokens, int n, float* logits_host) {
   COHORT_CHECK(n >= 1);
@@ -113,8 +126,7 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
   const int H = config_.hidden;
   be.copy_from_host(a.infer_ids, tokens, N * sizeof(int32_t));
   be.copy_from_host(a.infer_pos, host_pos_.data(), N * sizeof(int32_t));
-  be.embedding_forward(a.ix, a.infer_ids, embedding_table(), N, H, dims_.vocab_begin,
-                       dims_.vocab);
+  be.embedding_forward(a.ix, a.infer_ids, embedding_table(), N, H, dims_.vocab_begin, dims_.vocab);
   tp_sum(a.ix, static_cast<size_t>(N) * H);
   for (int l = 0; l < config_.layers; ++l) incremental_block(cache, segments, N, l);
   int off = 0, row = 0;
@@ -133,8 +145,7 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
 
 // One block over N packed new tokens: writes their K/V into the cache, then
 // each segment attends over its slot's cached prefix.
-void Model::incremental_block(KvCache& cache, const std::vector<Segment>& segments, int N,
-                              int l) {
+void Model::incremental_block(KvCache& cache, const std::vector<Segment>& segments, int N, int l) {
   Activations& a = *acts_;
   Backend& be = *backend_;
   const int H = config_.hidden, D = config_.head_dim, I = dims_.intermediate;

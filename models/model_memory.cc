@@ -43,8 +43,8 @@ void Model::ensure_activations(int B, int T) {
   for (void* p : a.training_allocations) backend_->free(p);
   a.training_allocations.clear();
   const size_t n = static_cast<size_t>(N), H = config_.hidden, L = config_.layers;
-  const size_t Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate,
-               V = dims_.vocab, hq = dims_.heads, hkv = dims_.kv_heads;
+  const size_t Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate, V = dims_.vocab,
+               hq = dims_.heads, hkv = dims_.kv_heads;
   const size_t probs = static_cast<size_t>(B) * hq * T * T;
   Arena arena(backend_);
   auto plan = [&] {
@@ -79,6 +79,8 @@ void Model::ensure_activations(int B, int T) {
   a.capacity_seq = T;
 }
 
-size_t Model::activation_bytes() const { return acts_->training_bytes + acts_->infer_bytes; }
+size_t Model::activation_bytes() const {
+  return acts_->training_bytes + acts_->infer_bytes;
+}
 
 }  // namespace cohort::models

@@ -53,8 +53,8 @@ void AdamW::step() {
   ++step_;
   for (int g = 0; g < model_.num_groups(); ++g) {
     const ParamGroup& group = model_.layout().groups[g];
-    adamw_update_range(model_.backend(), group, 0, group.numel, model_.params(g),
-                       model_.grads(g), m_[g], v_[g], config_, step_);
+    adamw_update_range(model_.backend(), group, 0, group.numel, model_.params(g), model_.grads(g),
+                       m_[g], v_[g], config_, step_);
   }
 }
 

@@ -52,14 +52,14 @@ ParamGroup block_group(const ModelConfig& c, const LocalDims& d, int tp, int lay
   off->k = g.add(pre + "self_attn.k_proj.weight", {kvl, H}, {c.kv_dim(), H}, ShardDim::kRows, kv0,
                  kv_partial);
   if (c.attention_bias) {
-    off->k_bias = g.add(pre + "self_attn.k_proj.bias", {kvl}, {c.kv_dim()}, ShardDim::kRows, kv0,
-                        kv_partial);
+    off->k_bias =
+        g.add(pre + "self_attn.k_proj.bias", {kvl}, {c.kv_dim()}, ShardDim::kRows, kv0, kv_partial);
   }
   off->v = g.add(pre + "self_attn.v_proj.weight", {kvl, H}, {c.kv_dim(), H}, ShardDim::kRows, kv0,
                  kv_partial);
   if (c.attention_bias) {
-    off->v_bias = g.add(pre + "self_attn.v_proj.bias", {kvl}, {c.kv_dim()}, ShardDim::kRows, kv0,
-                        kv_partial);
+    off->v_bias =
+        g.add(pre + "self_attn.v_proj.bias", {kvl}, {c.kv_dim()}, ShardDim::kRows, kv0, kv_partial);
   }
   off->o = g.add(pre + "self_attn.o_proj.weight", {H, ql}, {H, c.q_dim()}, ShardDim::kCols, q0);
   if (c.qk_norm) {
@@ -68,9 +68,11 @@ ParamGroup block_group(const ModelConfig& c, const LocalDims& d, int tp, int lay
   }
   off->mlp_norm = g.replicated(pre + "post_attention_layernorm.weight", H);
   const int64_t i0 = d.intermediate_begin;
-  off->gate = g.add(pre + "mlp.gate_proj.weight", {Il, H}, {c.intermediate, H}, ShardDim::kRows, i0);
+  off->gate =
+      g.add(pre + "mlp.gate_proj.weight", {Il, H}, {c.intermediate, H}, ShardDim::kRows, i0);
   off->up = g.add(pre + "mlp.up_proj.weight", {Il, H}, {c.intermediate, H}, ShardDim::kRows, i0);
-  off->down = g.add(pre + "mlp.down_proj.weight", {H, Il}, {H, c.intermediate}, ShardDim::kCols, i0);
+  off->down =
+      g.add(pre + "mlp.down_proj.weight", {H, Il}, {H, c.intermediate}, ShardDim::kCols, i0);
   return g.take();
 }
 
@@ -91,10 +93,10 @@ size_t ParamLayout::total_numel() const {
 
 BlockTensors ParamLayout::block_tensors(float* base) const {
   auto at = [base](size_t off) { return off == BlockOffsets::kAbsent ? nullptr : base + off; };
-  return BlockTensors{at(block.attn_norm), at(block.q),      at(block.q_bias), at(block.k),
-                      at(block.k_bias),    at(block.v),      at(block.v_bias), at(block.o),
-                      at(block.q_norm),    at(block.k_norm), at(block.mlp_norm),
-                      at(block.gate),      at(block.up),     at(block.down)};
+  return BlockTensors{at(block.attn_norm), at(block.q),      at(block.q_bias),   at(block.k),
+                      at(block.k_bias),    at(block.v),      at(block.v_bias),   at(block.o),
+                      at(block.q_norm),    at(block.k_norm), at(block.mlp_norm), at(block.gate),
+                      at(block.up),        at(block.down)};
 }
 
 Result<ParamLayout> make_param_layout(const ModelConfig& c, const ShardSpec& shard) {

@@ -62,8 +62,8 @@ struct BlockOffsets {
 
 // Pointers into one block's params (or grads) buffer: the llm.c pointer table.
 struct BlockTensors {
-  float *attn_norm, *q, *q_bias, *k, *k_bias, *v, *v_bias, *o, *q_norm, *k_norm, *mlp_norm,
-      *gate, *up, *down;
+  float *attn_norm, *q, *q_bias, *k, *k_bias, *v, *v_bias, *o, *q_norm, *k_norm, *mlp_norm, *gate,
+      *up, *down;
 };
 
 struct ParamLayout {

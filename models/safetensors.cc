@@ -102,8 +102,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   if (header_len > size - 8) return bad_file(path, "header length exceeds the file");
   file->data_ = file->map_ + 8 + header_len;
   COHORT_RETURN_IF_ERROR(parse_header(path, std::string(file->map_ + 8, header_len),
-                                      size - 8 - header_len, &file->tensors_,
-                                      &file->metadata_));
+                                      size - 8 - header_len, &file->tensors_, &file->metadata_));
   return file;
 }
 
@@ -142,8 +141,8 @@ Status SafetensorsFile::read_rows_f32(const std::string& name, int64_t begin, in
                             std::to_string(end) + ") outside " + name + " " +
                             shape_string(info->shape));
   }
-  const size_t row = (info->end - info->begin) / dtype_size(info->dtype) /
-                     static_cast<size_t>(info->shape[0]);
+  const size_t row =
+      (info->end - info->begin) / dtype_size(info->dtype) / static_cast<size_t>(info->shape[0]);
   const size_t es = dtype_size(info->dtype);
   convert_to_f32(out, data_ + info->begin + begin * row * es, info->dtype, (end - begin) * row);
   return Status::ok();
@@ -153,8 +152,8 @@ Status SafetensorsFile::read_cols_f32(const std::string& name, int64_t begin, in
                                       float* out) const {
   COHORT_ASSIGN_OR_RETURN(const SafetensorsInfo* info, lookup(name));
   if (info->shape.size() != 2 || begin < 0 || begin > end || end > info->shape[1]) {
-    return invalid_argument("safetensors " + path_ + ": columns [" + std::to_string(begin) +
-                            ", " + std::to_string(end) + ") outside " + name + " " +
+    return invalid_argument("safetensors " + path_ + ": columns [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") outside " + name + " " +
                             shape_string(info->shape));
   }
   const size_t es = dtype_size(info->dtype), cols = info->shape[1], width = end - begin;

@@ -9,20 +9,28 @@ namespace cohort::models {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
   }
   return "?";
 }
@@ -100,7 +108,9 @@ float f16_to_f32(uint16_t bits) {
 
 void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n) {
   switch (src_dtype) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
@@ -121,7 +131,9 @@ void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n) {
 
 void convert_from_f32(void* dst, DType dst_dtype, const float* src, size_t n) {
   switch (dst_dtype) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);

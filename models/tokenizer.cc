@@ -85,8 +85,7 @@ PretokenizerKind detect_kind(const json& pre) {
 
 // The special tokens a TemplateProcessing post-processor puts before and
 // after the text ("single" template), looked up in its special_tokens table.
-void template_tokens(const json& post, std::vector<int32_t>* prefix,
-                     std::vector<int32_t>* suffix) {
+void template_tokens(const json& post, std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
   if (post.is_null()) return;
   if (post.value("type", "") == "Sequence" && post.contains("processors")) {
     for (const auto& p : post["processors"]) template_tokens(p, prefix, suffix);
@@ -125,8 +124,9 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const std::string&
     }
     int rank = 0;
     for (const auto& m : model.at("merges")) {
-      const std::string key = m.is_string() ? m.get<std::string>()
-                                            : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>();
+      const std::string key = m.is_string()
+                                  ? m.get<std::string>()
+                                  : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>();
       t->merge_rank_.emplace(key, rank++);
     }
     if (j.contains("added_tokens")) {

@@ -86,7 +86,7 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size_ = 0;
   std::unordered_map<std::string, int32_t> vocab_;
   std::unordered_map<int32_t, std::string> id_to_token_;
-  std::unordered_map<std::string, int> merge_rank_;  // "left right" -> rank
+  std::unordered_map<std::string, int> merge_rank_;     // "left right" -> rank
   std::vector<std::pair<std::string, int32_t>> added_;  // longest first
   std::unordered_map<int32_t, std::string> added_by_id_;
   std::unordered_map<std::string, std::vector<int32_t>> cache_;

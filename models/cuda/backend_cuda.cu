@@ -42,14 +42,13 @@ class CudaBackendImpl final : public CudaBackend {
     // The decode kernel keeps a sequence's scores in dynamic shared memory:
     // allow all the device offers beyond the kernel's static reduction slots.
     int optin = 0;
-    COHORT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                             device_));
+    COHORT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
     cudaFuncAttributes attrs;
     COHORT_CUDA_CHECK(cudaFuncGetAttributes(&attrs, cuda::attention_cached_kernel));
     max_shared_ = optin - static_cast<int>(attrs.sharedSizeBytes);
-    COHORT_CUDA_CHECK(cudaFuncSetAttribute(cuda::attention_cached_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           max_shared_));
+    COHORT_CUDA_CHECK(cudaFuncSetAttribute(
+        cuda::attention_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_));
     partial_sums_ = static_cast<double*>(pool_.allocate(kSumBlocks * sizeof(double)));
     host_partials_.resize(kSumBlocks);
   }
@@ -93,8 +92,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                          int vocab_begin, int rows) override {
-    cuda::embedding_forward_kernel<<<n, kNormBlock, 0, stream_>>>(out, ids, table, dim,
-                                                                  vocab_begin, rows);
+    cuda::embedding_forward_kernel<<<n, kNormBlock, 0, stream_>>>(out, ids, table, dim, vocab_begin,
+                                                                  rows);
     check_launch();
   }
   void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n, int dim,
@@ -110,8 +109,8 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                         const float* rstd, int n, int dim) override {
-    cuda::rmsnorm_backward_input_kernel<<<n, norm_threads(dim), 0, stream_>>>(dx, dout, x, w,
-                                                                              rstd, dim);
+    cuda::rmsnorm_backward_input_kernel<<<n, norm_threads(dim), 0, stream_>>>(dx, dout, x, w, rstd,
+                                                                              dim);
     const int rows = cuda::weight_grad_rows_per_chunk(n, dim);
     const dim3 grid((dim + 31) / 32, (n + rows - 1) / rows);
     cuda::rmsnorm_backward_weight_kernel<<<grid, dim3(32, 8), 0, stream_>>>(dw, dout, x, rstd, n,
@@ -128,11 +127,11 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::linear_backward(cublas_, stream_, dx, dw, db, dy, x, w, n, in, out);
     check_launch();
   }
-  void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim,
-                    const float* cos, const float* sin) override {
+  void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
+                    const float* sin) override {
     const size_t pairs = static_cast<size_t>(n) * heads * (head_dim / 2);
-    cuda::rope_kernel<<<cuda::grid_for(pairs), cuda::kThreads, 0, stream_>>>(x, pos, n, heads,
-                                                                            head_dim, cos, sin, 1.0f);
+    cuda::rope_kernel<<<cuda::grid_for(pairs), cuda::kThreads, 0, stream_>>>(
+        x, pos, n, heads, head_dim, cos, sin, 1.0f);
     check_launch();
   }
   void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
@@ -148,8 +147,8 @@ class CudaBackendImpl final : public CudaBackend {
     check_launch();
   }
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                          const float* q, const float* k, const float* v, const float* probs,
-                          int B, int T, int heads, int kv_heads, int head_dim) override {
+                          const float* q, const float* k, const float* v, const float* probs, int B,
+                          int T, int heads, int kv_heads, int head_dim) override {
     cuda::attention_backward(cublas_, stream_, dq, dk, dv, scratch, dy, q, k, v, probs,
                              {B, T, heads, kv_heads, head_dim});
     check_launch();
@@ -179,7 +178,7 @@ class CudaBackendImpl final : public CudaBackend {
   void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
                        size_t n) override {
     cuda::swiglu_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dg, du, dh, g,
-                                                                                   u, n);
+                                                                                    u, n);
     check_launch();
   }
   void residual_forward(float* out, const float* a, const float* b, size_t n) override {

@@ -11,18 +11,18 @@
 
 #include "base/check.h"
 
-#define COHORT_CUDA_CHECK(expr)                                                        \
-  do {                                                                                 \
-    cudaError_t cohort_err_ = (expr);                                                  \
-    COHORT_CHECK_MSG(cohort_err_ == cudaSuccess, "{}: {}", #expr,                      \
-                     cudaGetErrorString(cohort_err_));                                 \
+#define COHORT_CUDA_CHECK(expr)                                   \
+  do {                                                            \
+    cudaError_t cohort_err_ = (expr);                             \
+    COHORT_CHECK_MSG(cohort_err_ == cudaSuccess, "{}: {}", #expr, \
+                     cudaGetErrorString(cohort_err_));            \
   } while (0)
 
-#define COHORT_CUBLAS_CHECK(expr)                                                      \
-  do {                                                                                 \
-    cublasStatus_t cohort_st_ = (expr);                                                \
+#define COHORT_CUBLAS_CHECK(expr)                                                        \
+  do {                                                                                   \
+    cublasStatus_t cohort_st_ = (expr);                                                  \
     COHORT_CHECK_MSG(cohort_st_ == CUBLAS_STATUS_SUCCESS, "{}: cublas status {}", #expr, \
-                     static_cast<int>(cohort_st_));                                    \
+                     static_cast<int>(cohort_st_));                                      \
   } while (0)
 
 namespace cohort::models::cuda {

@@ -44,8 +44,8 @@ void attention_forward(float* y, float* probs, const float* q, const float* k, c
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, ldq, kh, ldk, 0.0f,
                   p, T);
       causal_softmax(p, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p, T, vh, ldk, 0.0f,
-                  yh, ldq);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p, T, vh, ldk, 0.0f, yh,
+                  ldq);
     }
   }
 }
@@ -53,8 +53,8 @@ void attention_forward(float* y, float* probs, const float* q, const float* k, c
 // dP = dY V^T; dV += P^T dY; dS = P * (dP - rowsum(P * dP));
 // dQ += scale * dS K; dK += scale * dS^T Q.
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                        const float* q, const float* k, const float* v, const float* probs,
-                        int B, int T, int heads, int kv_heads, int D) {
+                        const float* q, const float* k, const float* v, const float* probs, int B,
+                        int T, int heads, int kv_heads, int D) {
   const int ldq = heads * D, ldk = kv_heads * D, group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int b = 0; b < B; ++b) {
@@ -63,8 +63,8 @@ void attention_backward(float* dq, float* dk, float* dv, float* scratch, const f
       const size_t koff = static_cast<size_t>(b) * T * ldk + (h / group) * D;
       const float* p = probs + (static_cast<size_t>(b) * heads + h) * T * T;
       float* ds = scratch;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dy + qoff, ldq,
-                  v + koff, ldk, 0.0f, ds, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dy + qoff, ldq, v + koff,
+                  ldk, 0.0f, ds, T);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, p, T, dy + qoff, ldq,
                   1.0f, dv + koff, ldk);
       for (int i = 0; i < T; ++i) {

@@ -65,14 +65,15 @@ inline void attention_forward(cublasHandle_t h, cudaStream_t stream, float* y, f
                    static_cast<long long>(G) * D, 0.0f, pb, T, G * TT, s.kv_heads);
     }
   }
-  causal_softmax_kernel<<<static_cast<unsigned>(s.B * s.heads * T), kThreads, 0, stream>>>(probs, T);
+  causal_softmax_kernel<<<static_cast<unsigned>(s.B * s.heads * T), kThreads, 0, stream>>>(probs,
+                                                                                           T);
   for (int b = 0; b < s.B; ++b) {
     for (int g = 0; g < G; ++g) {
       const float* vb = v + static_cast<size_t>(b) * T * ldk;
       const float* pb = probs + (static_cast<size_t>(b) * s.heads + g) * TT;
       float* yb = y + static_cast<size_t>(b) * T * ldq + g * D;
-      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, 1.0f, vb, ldk, D, pb, T, G * TT, 0.0f,
-                   yb, ldq, static_cast<long long>(G) * D, s.kv_heads);
+      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, 1.0f, vb, ldk, D, pb, T, G * TT, 0.0f, yb,
+                   ldq, static_cast<long long>(G) * D, s.kv_heads);
     }
   }
 }
@@ -89,16 +90,16 @@ inline void attention_backward(cublasHandle_t h, cudaStream_t stream, float* dq,
     const size_t qoff = static_cast<size_t>(b) * T * ldq, koff = static_cast<size_t>(b) * T * ldk;
     const float* pbase = probs + static_cast<size_t>(b) * s.heads * TT;
     for (int g = 0; g < G; ++g) {  // dP = dY V^T, then dV += P^T dY
-      gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, D, 1.0f, v + koff, ldk, D,
-                   dy + qoff + g * D, ldq, qs, 0.0f, scratch + g * TT, T, G * TT, s.kv_heads);
+      gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, D, 1.0f, v + koff, ldk, D, dy + qoff + g * D,
+                   ldq, qs, 0.0f, scratch + g * TT, T, G * TT, s.kv_heads);
       gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_T, D, T, T, 1.0f, dy + qoff + g * D, ldq, qs,
                    pbase + g * TT, T, G * TT, 1.0f, dv + koff, ldk, D, s.kv_heads);
     }
-    softmax_backward_kernel<<<static_cast<unsigned>(s.heads * T), kThreads, 0, stream>>>(
-        scratch, pbase, T);
+    softmax_backward_kernel<<<static_cast<unsigned>(s.heads * T), kThreads, 0, stream>>>(scratch,
+                                                                                         pbase, T);
     for (int g = 0; g < G; ++g) {  // dQ += scale dS K, dK += scale dS^T Q
-      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, scale, k + koff, ldk, D,
-                   scratch + g * TT, T, G * TT, 1.0f, dq + qoff + g * D, ldq, qs, s.kv_heads);
+      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, scale, k + koff, ldk, D, scratch + g * TT,
+                   T, G * TT, 1.0f, dq + qoff + g * D, ldq, qs, s.kv_heads);
       gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_T, D, T, T, scale, q + qoff + g * D, ldq, qs,
                    scratch + g * TT, T, G * TT, 1.0f, dk + koff, ldk, D, s.kv_heads);
     }
@@ -119,8 +120,8 @@ __global__ void kv_cache_write_kernel(float* cache, const float* src, int m, int
 
 // Block (token t, head h); dynamic shared memory holds first_pos + m scores.
 __global__ void attention_cached_kernel(float* y, const float* q, const float* kcache,
-                                        const float* vcache, int first_pos, int capacity,
-                                        int heads, int kv_heads, int D) {
+                                        const float* vcache, int first_pos, int capacity, int heads,
+                                        int kv_heads, int D) {
   extern __shared__ float scores[];
   const int t = blockIdx.x, h = blockIdx.y, len = first_pos + t + 1;
   const int kvh = h / (heads / kv_heads);

@@ -19,8 +19,8 @@ namespace cohort::models::cpu {
 void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
                        int B, int T, int heads, int kv_heads, int head_dim);
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                        const float* q, const float* k, const float* v, const float* probs,
-                        int B, int T, int heads, int kv_heads, int head_dim);
+                        const float* q, const float* k, const float* v, const float* probs, int B,
+                        int T, int heads, int kv_heads, int head_dim);
 
 // y [m, heads*D] for m new tokens at positions first_pos .. first_pos+m-1;
 // kcache/vcache point at one sequence's [kv_heads, capacity, D] block.

@@ -8,11 +8,10 @@
 namespace cohort::models::cpu {
 
 void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
-                                    const int32_t* targets, int n, int vocab_local,
-                                    int vocab_begin, float grad_scale,
-                                    const TensorParallelComm* tp) {
+                                    const int32_t* targets, int n, int vocab_local, int vocab_begin,
+                                    float grad_scale, const TensorParallelComm* tp) {
   float* row_max = scratch;
-  float* sum_exp = scratch + n;     // sum_exp and target_logit are adjacent so
+  float* sum_exp = scratch + n;           // sum_exp and target_logit are adjacent so
   float* target_logit = scratch + 2 * n;  // one all-reduce completes both
   for (int i = 0; i < n; ++i) {
     const float* row = logits + static_cast<size_t>(i) * vocab_local;

@@ -19,8 +19,7 @@ __global__ void ce_max_kernel(float* row_max, const float* logits, int V) {
 }
 
 __global__ void ce_sum_kernel(float* sum_exp, float* target_logit, const float* row_max,
-                              const float* logits, const int32_t* targets, int V,
-                              int vocab_begin) {
+                              const float* logits, const int32_t* targets, int V, int vocab_begin) {
   const size_t row = blockIdx.x;
   const float* r = logits + row * V;
   float s = 0;
@@ -35,8 +34,7 @@ __global__ void ce_sum_kernel(float* sum_exp, float* target_logit, const float* 
 
 __global__ void ce_finish_kernel(float* losses, float* logits, const float* row_max,
                                  const float* sum_exp, const float* target_logit,
-                                 const int32_t* targets, int V, int vocab_begin,
-                                 float grad_scale) {
+                                 const int32_t* targets, int V, int vocab_begin, float grad_scale) {
   const size_t row = blockIdx.x;
   const bool ignored = targets[row] == kIgnoreIndex;
   if (threadIdx.x == 0) {

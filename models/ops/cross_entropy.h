@@ -24,8 +24,7 @@ inline constexpr int32_t kIgnoreIndex = -100;
 namespace cohort::models::cpu {
 
 void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
-                                    const int32_t* targets, int n, int vocab_local,
-                                    int vocab_begin, float grad_scale,
-                                    const TensorParallelComm* tp);
+                                    const int32_t* targets, int n, int vocab_local, int vocab_begin,
+                                    float grad_scale, const TensorParallelComm* tp);
 
 }  // namespace cohort::models::cpu

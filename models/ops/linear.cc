@@ -21,8 +21,8 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int n, int in, int out) {
   if (dx) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
-                1.0f, dx, in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 1.0f,
+                dx, in);
   }
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
               in);

@@ -12,18 +12,18 @@
 
 namespace cohort::models::cuda {
 
-inline void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                 int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+inline void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                 float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                  float* c, int ldc) {
   COHORT_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F,
                                    ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
                                    CUBLAS_GEMM_DEFAULT));
 }
 
-inline void gemm_strided(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                         int n, int k, float alpha, const float* a, int lda, long long sa,
-                         const float* b, int ldb, long long sb, float beta, float* c, int ldc,
-                         long long sc, int batch) {
+inline void gemm_strided(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                         int k, float alpha, const float* a, int lda, long long sa, const float* b,
+                         int ldb, long long sb, float beta, float* c, int ldc, long long sc,
+                         int batch) {
   COHORT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       h, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb, sb, &beta, c,
       CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
@@ -56,12 +56,13 @@ __global__ void bias_backward_kernel(float* db, const float* dy, int n, int out,
 inline void linear_forward(cublasHandle_t h, cudaStream_t stream, float* y, const float* x,
                            const float* w, const float* b, int n, int in, int out) {
   gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.0f, w, in, x, in, 0.0f, y, out);
-  if (b) add_bias_kernel<<<grid_for(static_cast<size_t>(n) * out), kThreads, 0, stream>>>(y, b, n, out);
+  if (b)
+    add_bias_kernel<<<grid_for(static_cast<size_t>(n) * out), kThreads, 0, stream>>>(y, b, n, out);
 }
 
-inline void linear_backward(cublasHandle_t h, cudaStream_t stream, float* dx, float* dw,
-                            float* db, const float* dy, const float* x, const float* w, int n,
-                            int in, int out) {
+inline void linear_backward(cublasHandle_t h, cudaStream_t stream, float* dx, float* dw, float* db,
+                            const float* dy, const float* x, const float* w, int n, int in,
+                            int out) {
   if (dx) gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
   gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, in);
   if (db) {

@@ -79,8 +79,8 @@ void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, 
   rotate(x, pos, n, heads, head_dim, cos, sin, 1.0f);
 }
 
-void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
-                   const float* cos, const float* sin) {
+void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
+                   const float* sin) {
   rotate(dx, pos, n, heads, head_dim, cos, sin, -1.0f);
 }
 

@@ -32,7 +32,7 @@ namespace cohort::models::cpu {
 
 void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
                   const float* sin);
-void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
-                   const float* cos, const float* sin);
+void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
+                   const float* sin);
 
 }  // namespace cohort::models::cpu

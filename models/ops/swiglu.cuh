@@ -6,7 +6,7 @@
 
 namespace cohort::models::cuda {
 
-#define COHORT_GRID_STRIDE(i, n)                                                 \
+#define COHORT_GRID_STRIDE(i, n)                                                       \
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
 
@@ -27,15 +27,21 @@ __global__ void swiglu_backward_kernel(float* dg, float* du, const float* dh, co
 }
 
 __global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
-  COHORT_GRID_STRIDE(i, n) { out[i] = a[i] + b[i]; }
+  COHORT_GRID_STRIDE(i, n) {
+    out[i] = a[i] + b[i];
+  }
 }
 
 __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {
-  COHORT_GRID_STRIDE(i, n) { dst[i] += src[i]; }
+  COHORT_GRID_STRIDE(i, n) {
+    dst[i] += src[i];
+  }
 }
 
 __global__ void scale_kernel(float* x, size_t n, float factor) {
-  COHORT_GRID_STRIDE(i, n) { x[i] *= factor; }
+  COHORT_GRID_STRIDE(i, n) {
+    x[i] *= factor;
+  }
 }
 
 }  // namespace cohort::models::cuda

@@ -76,7 +76,8 @@ TEST(AdamW, RangeUpdatesEqualTheWholeGroupUpdate) {
   const ParamLayout layout = *make_param_layout(c, {});
   const ParamGroup& g = layout.groups[1];
   std::vector<float> p(g.numel), grad(g.numel), m(g.numel), v(g.numel);
-  for (size_t i = 0; i < g.numel; ++i) p[i] = 0.01f * (i % 97), grad[i] = 0.001f * (i % 13) - 0.006f;
+  for (size_t i = 0; i < g.numel; ++i)
+    p[i] = 0.01f * (i % 97), grad[i] = 0.001f * (i % 13) - 0.006f;
   auto p2 = p, m2 = m, v2 = v;
   auto backend = make_cpu_backend();
   AdamWConfig config;

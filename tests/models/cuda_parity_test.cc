@@ -92,7 +92,8 @@ TEST_F(CudaParity, LinearWithBiasForwardAndBackward) {
 
 TEST_F(CudaParity, GroupedQueryAttentionForwardBackwardAndDecode) {
   const int B = 2, T = 33, hq = 8, hkv = 2, D = 16;
-  auto q = testing::random_vector(B * T * hq * D, 1), k = testing::random_vector(B * T * hkv * D, 2);
+  auto q = testing::random_vector(B * T * hq * D, 1),
+       k = testing::random_vector(B * T * hkv * D, 2);
   auto v = testing::random_vector(B * T * hkv * D, 3), dy = testing::random_vector(q.size(), 4);
   std::vector<float> y(q.size()), probs(B * hq * T * T), scratch(hq * T * T);
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
@@ -114,8 +115,8 @@ TEST_F(CudaParity, GroupedQueryAttentionForwardBackwardAndDecode) {
   std::vector<float> kc(hkv * cap * D), vc(kc.size()), yc(3 * hq * D), sc(cap);
   cpu::kv_cache_write(kc.data(), k.data(), T, 0, cap, hkv, D);
   cpu::kv_cache_write(vc.data(), v.data(), T, 0, cap, hkv, D);
-  cpu::attention_cached(yc.data(), sc.data(), q.data() + (T - 3) * hq * D, kc.data(), vc.data(),
-                        3, T - 3, cap, hq, hkv, D);
+  cpu::attention_cached(yc.data(), sc.data(), q.data() + (T - 3) * hq * D, kc.data(), vc.data(), 3,
+                        T - 3, cap, hq, hkv, D);
   float *gkc = up(std::vector<float>(kc.size())), *gvc = up(std::vector<float>(vc.size()));
   float* gyc = up(std::vector<float>(yc.size()));
   gpu_->kv_cache_write(gkc, gk, T, 0, cap, hkv, D);

@@ -2,8 +2,8 @@
 // folders, tensor-parallel slice loading, config.json parsing and errors.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "models/hf.h"
@@ -67,7 +67,8 @@ TEST_F(HfFolder, ShardedFolderWritesAnIndexAndLoads) {
   ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kF16, 40000).is_ok());
   EXPECT_TRUE(fs::exists(dir_ / "model.safetensors.index.json"));
   int shards = 0;
-  for (const auto& e : fs::directory_iterator(dir_)) shards += e.path().extension() == ".safetensors";
+  for (const auto& e : fs::directory_iterator(dir_))
+    shards += e.path().extension() == ".safetensors";
   EXPECT_GT(shards, 1);
   EXPECT_FALSE(fs::exists(dir_ / "model.safetensors"));
   auto ckpt = SafetensorsCheckpoint::open(dir_.string());
@@ -119,9 +120,8 @@ TEST_F(HfFolder, ReadsColumnsOfATensor) {
 TEST_F(HfFolder, OtherDtypesAreListedButNotRead) {
   fs::create_directories(dir_);
   // A header with an I64 buffer beside an F32 weight, written by hand.
-  const std::string header =
-      R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
-      R"("w":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})";
+  const std::string header = R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+                             R"("w":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})";
   std::string bytes(8, '\0');
   const uint64_t len = header.size();
   std::memcpy(bytes.data(), &len, 8);

@@ -112,7 +112,7 @@ TEST(Model, HooksRunAroundEveryGroupInOrder) {
   model->forward(tokens.data(), tokens.data(), 1, 8);
   model->backward(1.0f);
   const std::vector<std::pair<char, int>> want = {{'f', 0}, {'f', 1}, {'f', 2}, {'f', 3},
-                                                   {'b', 3}, {'b', 2}, {'b', 1}, {'b', 0}};
+                                                  {'b', 3}, {'b', 2}, {'b', 1}, {'b', 0}};
   EXPECT_EQ(events, want);
   EXPECT_GT(model->activation_bytes(), 8u * 64 * 2 * sizeof(float));
 }

@@ -115,8 +115,7 @@ TEST(OpsGrad, GroupedQueryAttentionMatchesFiniteDifferences) {
   auto v = random_vector(B * T * hkv * D, 3), r = random_vector(B * T * hq * D, 4);
   std::vector<float> y(q.size()), probs(B * hq * T * T), scratch(T * T);
   auto loss = [&] {
-    cpu::attention_forward(y.data(), probs.data(), q.data(), k.data(), v.data(), B, T, hq, hkv,
-                           D);
+    cpu::attention_forward(y.data(), probs.data(), q.data(), k.data(), v.data(), B, T, hq, hkv, D);
     return weighted_sum(y.data(), r);
   };
   loss();
@@ -179,8 +178,8 @@ TEST(OpsGrad, CrossEntropyMatchesFiniteDifferencesAndIgnoresIndex) {
   std::vector<float> losses(n), scratch(3 * n), work;
   auto loss = [&] {
     work = logits;
-    cpu::cross_entropy_forward_backward(losses.data(), work.data(), scratch.data(),
-                                        targets.data(), n, V, 0, 0.0f, nullptr);
+    cpu::cross_entropy_forward_backward(losses.data(), work.data(), scratch.data(), targets.data(),
+                                        n, V, 0, 0.0f, nullptr);
     double s = 0;
     for (float l : losses) s += l;
     return s * 0.5;
@@ -188,8 +187,8 @@ TEST(OpsGrad, CrossEntropyMatchesFiniteDifferencesAndIgnoresIndex) {
   loss();
   EXPECT_EQ(losses[1], 0.0f);
   work = logits;
-  cpu::cross_entropy_forward_backward(losses.data(), work.data(), scratch.data(), targets.data(),
-                                      n, V, 0, 0.5f, nullptr);
+  cpu::cross_entropy_forward_backward(losses.data(), work.data(), scratch.data(), targets.data(), n,
+                                      V, 0, 0.5f, nullptr);
   for (int j = 0; j < V; ++j) EXPECT_EQ(work[V + j], 0.0f);
   EXPECT_LT(relative_error(numeric_gradient(logits, loss), testing::pick(work, {})), kTol);
 }

@@ -37,7 +37,8 @@ class Reference {
     for (int l = 0; l < c_.layers; ++l) layer(x, "model.layers." + std::to_string(l) + ".");
     const float* head = c_.tie_embeddings ? w("model.embed_tokens.weight") : w("lm_head.weight");
     std::vector<Vec> logits;
-    for (int t = 0; t < T; ++t) logits.push_back(matvec(head, c_.vocab_size, H, norm(x[t], w("model.norm.weight"))));
+    for (int t = 0; t < T; ++t)
+      logits.push_back(matvec(head, c_.vocab_size, H, norm(x[t], w("model.norm.weight"))));
     return logits;
   }
 
@@ -94,9 +95,12 @@ class Reference {
     std::vector<Vec> q(T), k(T), v(T);
     for (int t = 0; t < T; ++t) {
       const Vec h = norm(x[t], w(p + "input_layernorm.weight"));
-      q[t] = matvec(w(p + "self_attn.q_proj.weight"), hq * D, H, h, maybe(p + "self_attn.q_proj.bias"));
-      k[t] = matvec(w(p + "self_attn.k_proj.weight"), hkv * D, H, h, maybe(p + "self_attn.k_proj.bias"));
-      v[t] = matvec(w(p + "self_attn.v_proj.weight"), hkv * D, H, h, maybe(p + "self_attn.v_proj.bias"));
+      q[t] = matvec(w(p + "self_attn.q_proj.weight"), hq * D, H, h,
+                    maybe(p + "self_attn.q_proj.bias"));
+      k[t] = matvec(w(p + "self_attn.k_proj.weight"), hkv * D, H, h,
+                    maybe(p + "self_attn.k_proj.bias"));
+      v[t] = matvec(w(p + "self_attn.v_proj.weight"), hkv * D, H, h,
+                    maybe(p + "self_attn.v_proj.bias"));
       if (c_.qk_norm) {
         head_norm(q[t], hq, w(p + "self_attn.q_norm.weight"));
         head_norm(k[t], hkv, w(p + "self_attn.k_norm.weight"));

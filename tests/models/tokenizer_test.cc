@@ -12,9 +12,9 @@ namespace {
 using Pieces = std::vector<std::string>;
 
 TEST(Pretokenize, Llama3GroupsDigitsByThreeAndKeepsSpacesBeforeWords) {
-  EXPECT_EQ(pretokenize("Hello, world! 123 4567\n\n  x's", PretokenizerKind::kLlama3),
-            (Pieces{"Hello", ",", " world", "!", " ", "123", " ", "456", "7", "\n\n", " ", " x",
-                    "'s"}));
+  EXPECT_EQ(
+      pretokenize("Hello, world! 123 4567\n\n  x's", PretokenizerKind::kLlama3),
+      (Pieces{"Hello", ",", " world", "!", " ", "123", " ", "456", "7", "\n\n", " ", " x", "'s"}));
 }
 
 TEST(Pretokenize, Qwen2SplitsEveryDigit) {
@@ -43,21 +43,23 @@ std::string tiny_tokenizer_json() {
     append_utf8(byte_to_unicode()[b], &s);
     vocab[s] = b;
   }
-  const std::vector<std::string> merged = {"he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "ld",
-                                           "Ġworld"};
+  const std::vector<std::string> merged = {"he", "ll",   "hell", "hello", "Ġw",
+                                           "or", "Ġwor", "ld",   "Ġworld"};
   for (size_t i = 0; i < merged.size(); ++i) vocab[merged[i]] = 256 + static_cast<int>(i);
   nlohmann::json j;
-  j["model"] = {{"type", "BPE"},
-                {"vocab", vocab},
-                {"merges", {"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d",
-                            "Ġwor ld"}}};
+  j["model"] = {
+      {"type", "BPE"},
+      {"vocab", vocab},
+      {"merges", {"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld"}}};
   j["added_tokens"] = {{{"id", 265}, {"content", "<|endoftext|>"}, {"special", true}}};
   j["pre_tokenizer"] = {
       {"type", "Sequence"},
       {"pretokenizers",
        {{{"type", "Split"},
-         {"pattern", {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}}},
+         {"pattern",
+          {{"Regex",
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+            "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
   return j.dump();
 }

@@ -43,7 +43,8 @@ class ThreadTpGroup {
     barrier_.arrive_and_wait();
     std::vector<float> out(ptrs_[0], ptrs_[0] + n);
     for (int r = 1; r < size_; ++r) {
-      for (size_t i = 0; i < n; ++i) out[i] = max ? std::max(out[i], ptrs_[r][i]) : out[i] + ptrs_[r][i];
+      for (size_t i = 0; i < n; ++i)
+        out[i] = max ? std::max(out[i], ptrs_[r][i]) : out[i] + ptrs_[r][i];
     }
     barrier_.arrive_and_wait();  // everyone has read before anyone writes
     std::copy(out.begin(), out.end(), data);
