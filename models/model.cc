@@ -122,6 +122,23 @@ void Model::set_group_buffers(int group, float* params, float* grads) {
   grads_[group] = grads;
 }
 
+Result<Tensor> Model::view(const std::string& name, const std::vector<float*>& buffers) const {
+  for (int g = 0; g < num_groups(); ++g) {
+    const ParamSpec* p = layout_.groups[g].find(name);
+    if (!p) continue;
+    if (!buffers[g]) return failed_precondition("group of " + name + " has no buffer");
+    return Tensor{buffers[g] + p->offset, p->shape, DType::kF32, backend_->device()};
+  }
+  return not_found("model has no parameter " + name + " on this rank");
+}
+
+Result<Tensor> Model::param_view(const std::string& name) const {
+  return view(name, params_);
+}
+Result<Tensor> Model::grad_view(const std::string& name) const {
+  return view(name, grads_);
+}
+
 void Model::zero_grads() {
   for (int g = 0; g < num_groups(); ++g) {
     backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));

@@ -85,6 +85,10 @@ class Model {
   float* params(int group) const { return params_[group]; }
   float* grads(int group) const { return grads_[group]; }
   void set_group_buffers(int group, float* params, float* grads);
+  // A view (local shape, backend device) of one parameter or its gradient by
+  // HF name; NotFound for names this rank's layout does not hold.
+  Result<Tensor> param_view(const std::string& name) const;
+  Result<Tensor> grad_view(const std::string& name) const;
   void zero_grads();
   void init_weights(uint64_t seed, float stddev = 0.02f);
 
@@ -122,6 +126,7 @@ class Model {
   void tp_sum(float* data, size_t n);
   void block_attention_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
   void block_mlp_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
+  Result<Tensor> view(const std::string& name, const std::vector<float*>& buffers) const;
   float* embedding_table() const { return params_[ParamLayout::kEmbedGroup]; }
   float* lm_head_weight() const;
   float* lm_head_grad() const;

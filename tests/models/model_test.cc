@@ -98,6 +98,19 @@ TEST(Model, MicroBatchesAccumulateToTheFullBatchGradient) {
   }
 }
 
+TEST(Model, ParameterViewsAreTypedSlicesOfTheFlatBuffers) {
+  const ModelConfig c = variant_config({"q", true, false, false});
+  auto backend = make_cpu_backend();
+  auto model = std::move(Model::create(c, {}, backend.get()).value());
+  auto q = model->param_view("model.layers.1.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.is_ok());
+  EXPECT_EQ(q->shape, (std::vector<int64_t>{c.q_dim(), c.hidden}));
+  const ParamSpec* spec = model->layout().groups[2].find("model.layers.1.self_attn.q_proj.weight");
+  EXPECT_EQ(q->f32(), model->params(2) + spec->offset);
+  EXPECT_EQ(model->grad_view("lm_head.weight")->numel(), int64_t{c.vocab_size} * c.hidden);
+  EXPECT_EQ(model->param_view("nope").status().code(), StatusCode::kNotFound);
+}
+
 TEST(Model, HooksRunAroundEveryGroupInOrder) {
   const ModelConfig c = variant_config({"q", true, true, false});
   auto backend = make_cpu_backend();
