@@ -206,6 +206,7 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int32_t>* 
     }
   }
   out->insert(out->end(), ids.begin(), ids.end());
+  if (cache_.size() >= 100000) cache_.clear();  // bounded for long-running servers
   cache_.emplace(piece, std::move(ids));
 }
 
