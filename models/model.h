@@ -34,7 +34,9 @@
 //
 // Memory. Activations for a (B, T) are allocated on first use and reused; a
 // larger B*T reallocates (warm-up). No allocation happens after that.
-// Errors: shapes and indices are invariants (COHORT_CHECK).
+// Errors: shapes and indices are invariants (COHORT_CHECK); Status comes from
+// create() (config or shard that does not split). Threading: one thread at a
+// time per Model; the backend must outlive it.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 // {dtype, shape, data_offsets: [begin, end)} (plus optional "__metadata__"),
 // then the raw little-endian data. Readers convert F32/BF16/F16 to f32.
 // All functions return Status errors naming the file and tensor at fault.
+// An open file is read-only and its const methods may be called from several
+// threads; it unmaps on destruction.
 #pragma once
 
 #include <map>
