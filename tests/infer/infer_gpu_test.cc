@@ -4,6 +4,7 @@
 // reference. Skips, saying why, without enough GPUs.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include <gtest/gtest.h>
 
@@ -51,11 +52,15 @@ InferJob gpu_job(const std::string& name, const std::string& dir, int world) {
   return job;
 }
 
-float max_abs_diff(const InferRun& a, const InferRun& b) {
+// Largest logit difference; with first_step_only, over each prompt's first
+// generated token (later steps may follow different tokens).
+float max_abs_diff(const InferRun& a, const InferRun& b, bool first_step_only = false) {
   float worst = 0;
   for (const auto& [i, v] : a.logits) {
     const auto& w = b.logits.at(i);
-    for (size_t k = 0; k < std::min(v.size(), w.size()); ++k) worst = std::max(worst, std::fabs(v[k] - w[k]));
+    size_t n = std::min(v.size(), w.size());
+    if (first_step_only) n = std::min(n, v.size() / a.outputs.at(i).at("tokens").size());
+    for (size_t k = 0; k < n; ++k) worst = std::max(worst, std::fabs(v[k] - w[k]));
   }
   return worst;
 }
@@ -69,6 +74,33 @@ void expect_same_tokens(const InferRun& a, const InferRun& b, const std::string&
   }
 }
 
+// Tokens agree, except that where two runs of different numerics (bf16 vs
+// fp32, or another summation order) part ways, the reference must have seen
+// a near tie there: its logits for the two choices within `tie`.
+void expect_tokens_agree_up_to_ties(const InferRun& ref, const InferRun& got, float tie,
+                                    const std::string& what) {
+  ASSERT_EQ(ref.error, "") << what;
+  ASSERT_EQ(got.error, "") << what;
+  ASSERT_EQ(ref.outputs.size(), got.outputs.size()) << what;
+  int diverged = 0;
+  for (size_t i = 0; i < ref.outputs.size(); ++i) {
+    const auto a = ref.outputs[i].at("tokens").get<std::vector<int>>();
+    const auto b = got.outputs[i].at("tokens").get<std::vector<int>>();
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    if (k == a.size() && k == b.size()) continue;
+    ASSERT_TRUE(k < a.size() && k < b.size()) << what << ", prompt " << i << ": lengths differ";
+    ++diverged;
+    const auto& logits = ref.logits.at(static_cast<int>(i));
+    const size_t V = logits.size() / a.size();
+    const float gap = logits[k * V + a[k]] - logits[k * V + b[k]];
+    EXPECT_LE(gap, tie) << what << ", prompt " << i << " step " << k << ": " << a[k] << " vs "
+                        << b[k] << " is not a near tie";
+  }
+  std::printf("%s: %d of %zu prompts parted at a near tie\n", what.c_str(), diverged,
+              ref.outputs.size());
+}
+
 TEST(InferGpu, TensorParallelOnTwoGpusGivesTheTokensOfOne) {
   if (models::cuda_device_count() < 2) {
     GTEST_SKIP() << "needs 2 GPUs, found " << models::cuda_device_count()
@@ -77,8 +109,8 @@ TEST(InferGpu, TensorParallelOnTwoGpusGivesTheTokensOfOne) {
   const std::string dir = gpu_model_dir();
   const InferRun one = run_infer_job(gpu_job("gpu_tp1", dir, 1));
   const InferRun two = run_infer_job(gpu_job("gpu_tp2", dir, 2));
-  expect_same_tokens(one, two, "graphs, tp 2 vs tp 1");
-  EXPECT_LE(max_abs_diff(one, two), 0.1f);
+  expect_tokens_agree_up_to_ties(one, two, 0.05f, "graphs, tp 2 vs tp 1");
+  EXPECT_LE(max_abs_diff(one, two, true), 0.1f);
   EXPECT_NE(one.summary.at("engine").get<std::string>().find("graph"), std::string::npos);
 }
 
@@ -100,10 +132,11 @@ TEST(InferGpu, GraphReplayEqualsEagerAndTheFp32EngineMatchesTheCpu) {
   InferJob fp32_job = gpu_job("gpu_fp32", dir, 1);
   fp32_job.engine = "model";
   const InferRun fp32 = run_infer_job(fp32_job);
-  expect_same_tokens(cpu, fp32, "fp32 CUDA models engine vs CPU");
+  expect_tokens_agree_up_to_ties(cpu, fp32, 0.1f, "fp32 CUDA models engine vs CPU");
   // The models CUDA backend multiplies on bf16 tensor cores (fp32 accumulate).
-  EXPECT_LE(max_abs_diff(cpu, fp32), 0.1f);
-  expect_same_tokens(cpu, graphs, "bf16 graph engine vs CPU");
+  EXPECT_LE(max_abs_diff(cpu, fp32, true), 0.1f);
+  EXPECT_LE(max_abs_diff(cpu, graphs, true), 0.25f);
+  expect_tokens_agree_up_to_ties(cpu, graphs, 0.15f, "bf16 graph engine vs CPU");
 }
 
 }  // namespace
