@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Decode throughput of cohort-worker (kind = "infer") beside transformers' generate.
+
+For the GPU machine. Builds a Qwen3-0.6B-shaped model with random bf16
+weights (transformers, saved as a Hugging Face folder), then for batch 1 and
+64 and tensor-parallel 1 and 2 (2 only with two GPUs) runs cohort-worker on
+it and transformers' generate on the same weights (one GPU), and prints decode
+tokens/s next to the HBM bandwidth bound:
+
+  bound = batch * HBM bandwidth / (bytes read per decode step)
+  bytes per step = bf16 weights (the tied embedding read once, by the LM head)
+                   + the KV cache read by attention (mean context), per GPU
+
+Decode tokens/s excludes prefill: cohort reports decode-step tokens over
+decode-step time (summary.json); for transformers it is
+batch * (N - 1) / (time of generate(N) - time of generate(1)).
+
+  python3 bench/infer_bench.py --worker build/bin/cohort-worker [--new 256] [--json out.json]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "infer"))
+from hf_generate_parity import run_cohort  # noqa: E402
+
+
+def qwen3_06b_config():
+    return transformers.Qwen3Config(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)
+
+
+def transformers_decode_rate(model, batch, prompt_len, new, vocab):
+    ids = torch.randint(0, vocab, (batch, prompt_len), device="cuda")
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+
+    def timed(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    timed(4)  # warm-up
+    t1, tn = timed(1), timed(new)
+    return batch * (new - 1) / (tn - t1)
+
+
+def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s):
+    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
+    step_bytes = (2 * params + batch * context * kv_per_token) / tp
+    return batch * hbm_bytes_per_s / step_bytes
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", default="build/bin/cohort-worker")
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
+    config = qwen3_06b_config()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    params = sum(p.numel() for p in model.parameters())
+    model_dir = os.path.join(work, "qwen3-0.6b-random")
+    model.save_pretrained(model_dir, safe_serialization=True)
+    model = model.cuda().eval()
+    gpus = torch.cuda.device_count()
+    batches = [int(b) for b in args.batches.split(",")]
+    context = args.prompt_len + args.new / 2
+    rows = []
+    for batch in batches:
+        hf = transformers_decode_rate(model, batch, args.prompt_len, args.new, config.vocab_size)
+        gen = torch.Generator().manual_seed(batch)
+        prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len), generator=gen).tolist()
+        for tp in [t for t in (1, 2) if t <= gpus]:
+            _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
+                                    f"b{batch}-tp{tp}", tp, args.new, batch)
+            bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12)
+            rows.append({"batch": batch, "tp": tp, "cohort_decode_tok_s": summary["decode_tokens_per_s"],
+                         "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"],
+                         "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
+                         "hbm_bound_tok_s": bound})
+    print(f"\nQwen3-0.6B shape, random bf16 weights, prompt {args.prompt_len}, {args.new} new tokens, "
+          f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
+    print("| batch | tp | cohort decode tok/s | cohort TTFT ms | transformers decode tok/s (1 GPU) | HBM bound tok/s |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['tp']} | {r['cohort_decode_tok_s']:.0f} | {r['cohort_ttft_ms']:.1f} | "
+              f"{r['transformers_decode_tok_s']:.0f} | {r['hbm_bound_tok_s']:.0f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
