@@ -105,7 +105,7 @@ std::vector<FieldDoc> build_schema() {
                     "Steps between checkpoints (0: only at the end and on SIGTERM).", 0, 1e9));
   f.push_back(field("train", "eval_every", T::kInt, "0", "Steps between evaluations (0: none).", 0, 1e9));
   f.push_back(field("train", "eval_batches", T::kInt, "4", "Batches per evaluation.", 1, 1e6));
-  f.push_back(field("train", "log_every", T::kInt, "1", "Steps between metrics rows.", 1, 1e9));
+  f.push_back(field("train", "log_every", T::kInt, "1", "Steps between log lines (metrics.jsonl gets every step).", 1, 1e9));
   f.push_back(field("train", "seed", T::kInt, "1234", "Seed for initialisation and data order.", 0, 9.2e18));
   f.push_back(field("train", "resume", T::kBool, "true",
                     "Start from the latest checkpoint in output_dir when there is one."));

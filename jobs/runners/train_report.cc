@@ -12,10 +12,12 @@ namespace cohort::runners {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-TrainReporter::TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step)
+TrainReporter::TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step,
+                             int log_every)
     : metrics_path_((fs::path(output_dir) / "metrics.jsonl").string()),
       writes_metrics_(writes_metrics),
-      first_step_(resumed_step) {
+      first_step_(resumed_step),
+      log_every_(log_every < 1 ? 1 : log_every) {
   if (const char* p = std::getenv("COHORT_PROGRESS_FILE")) progress_path_ = p;
   if (!writes_metrics_) return;
   std::error_code ec;
@@ -68,7 +70,8 @@ void TrainReporter::step(const StepReport& r) {
   progress["total_steps"] = r.total_steps;
   progress["eta_s"] = eta;
   touch_progress(progress);
-  if (writes_metrics_)
+  bool log_line = r.step % log_every_ == 0 || r.step == r.total_steps || r.step == first_step_ + 1;
+  if (writes_metrics_ && log_line)
     spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} tok/s{} eta {:.0f}s", r.step,
                  r.total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
                  r.mfu ? fmt::format(" mfu {:.1f}%", *r.mfu * 100) : std::string(), eta);

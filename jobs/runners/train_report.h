@@ -30,7 +30,7 @@ class TrainReporter {
  public:
   // metrics.jsonl lives in output_dir; rows past `resumed_step` from an
   // earlier attempt are dropped so the file reads as one run.
-  TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step);
+  TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step, int log_every = 1);
 
   void step(const StepReport& report);
   void eval(int step, double eval_loss);
@@ -45,6 +45,7 @@ class TrainReporter {
   bool writes_metrics_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int first_step_ = 0;
+  int log_every_ = 1;
 };
 
 }  // namespace cohort::runners

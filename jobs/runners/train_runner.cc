@@ -119,7 +119,7 @@ Status Trainer::setup() {
     COHORT_RETURN_IF_ERROR(sampler_->restore({position.data_seed, position.data_step}));
   }
   dp_rank_ = pm_.mesh->dp_rank();
-  reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_);
+  reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every);
   inputs_.resize(size_t(t_.micro_batch) * t_.seq_len);
   targets_.resize(inputs_.size());
   if (ctx_.world.rank == 0)

@@ -8,16 +8,42 @@
 #include <spdlog/spdlog.h>
 
 #include "jobs/runners/checkpoint.h"
+#include "models/cuda_backend.h"
 #include "models/hf.h"
+#ifdef COHORT_HAVE_NCCL
+#include "collective/nccl/nccl_communicator.h"
+#endif
 
 namespace cohort::runners {
 
 Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
   WorkerContext ctx;
   COHORT_ASSIGN_OR_RETURN(ctx.world, collective::init_from_environment());
+  // COHORT_DEVICE=cpu keeps a worker that sees a GPU on the CPU (parity checks).
+  const char* device_env = std::getenv("COHORT_DEVICE");
+  bool cpu_asked = device_env && std::string(device_env) == "cpu";
+  (void)spec;
+  if (models::cuda_device_count() > 0 && !cpu_asked) {
+#if defined(COHORT_HAVE_CUDA) && defined(COHORT_HAVE_NCCL)
+    // NCCL picks this rank's GPU (the only one under "own" visibility,
+    // LOCAL_RANK's under "node"); the model runs on the same device.
+    auto nccl = collective::init_nccl_world(ctx.world);
+    if (!nccl) return nccl.status().with_context("joining the job's NCCL communicator");
+    int device = (*nccl)->cuda_device();
+    auto backend = models::make_cuda_backend(device);
+    if (!backend) return backend.status().with_context(fmt::format("CUDA device {}", device));
+    ctx.stream = (*backend)->stream();
+    ctx.backend = std::move(*backend);
+    ctx.comm = std::shared_ptr<collective::Communicator>(std::move(*nccl));
+    ctx.gpu = true;
+    ctx.device_name = fmt::format("cuda:{}", device);
+    return ctx;
+#else
+    spdlog::warn("this worker sees a GPU but cohort-worker was built without CUDA: running on the CPU");
+#endif
+  }
   ctx.comm = ctx.world.cpu;
   ctx.backend = models::make_cpu_backend();
-  (void)spec;
   return ctx;
 }
 
@@ -67,7 +93,14 @@ std::optional<double> model_flops_utilization(const models::ModelConfig& config,
 
 double memory_in_use_mb(const WorkerContext& ctx, parallel::ParallelModel& pm) {
   (void)pm;
+#ifdef COHORT_HAVE_CUDA
+  if (ctx.gpu) {
+    auto* cuda = static_cast<models::CudaBackend*>(ctx.backend.get());
+    return double(cuda->stats().reserved_bytes) / (1 << 20);
+  }
+#else
   (void)ctx;
+#endif
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return double(usage.ru_maxrss) / 1024.0;

@@ -1,0 +1,78 @@
+// Resharding: a checkpoint saved with zero3 at dp = 4 loads into fsdp2 at
+// dp = 2 and into tensor parallelism at tp = 2 with identical parameters and
+// optimizer moments. Export: the Hugging Face folder cohort export writes
+// loads back through the HF loader with the same logits.
+#include <gtest/gtest.h>
+
+#include "jobs/runners/checkpoint.h"
+#include "models/backend.h"
+#include "models/hf.h"
+#include "models/model.h"
+#include "tests/train/train_fixture.h"
+
+namespace cohort::testing {
+namespace {
+
+std::string zero3_checkpoint() {
+  static std::string dir = [] {
+    fs::path scratch = make_scratch("zero3_source");
+    TrainJob job;
+    job.strategy = "zero3";
+    job.steps = 3;
+    job.micro_batch = 2;
+    fs::path file = write_job(scratch, job);
+    EXPECT_EQ(run_ranks(worker_binary(), {file.string()}, 4), "");
+    return runners::latest_checkpoint((scratch / "out").string());
+  }();
+  return dir;
+}
+
+void expect_reshards_identically(const std::string& strategy, int world, int tp) {
+  std::string source = zero3_checkpoint();
+  ASSERT_FALSE(source.empty());
+  fs::path out = make_scratch("reshard_" + strategy + std::to_string(tp));
+  std::string worker = std::string(COHORT_BINARY_DIR) + "/tests/reshard_worker";
+  ASSERT_EQ(run_ranks(worker, {source, strategy, std::to_string(tp), out.string()}, world), "");
+  auto before = read_checkpoint(source);
+  auto after = read_checkpoint(runners::latest_checkpoint(out.string()));
+  EXPECT_FALSE(before.empty());
+  EXPECT_EQ(max_difference(before, after), 0.0);
+}
+
+TEST(Resharding, Zero3AtFourRanksLoadsIntoFsdp2AtTwo) { expect_reshards_identically("fsdp2", 2, 1); }
+TEST(Resharding, Zero3AtFourRanksLoadsIntoTensorParallelTwo) { expect_reshards_identically("ddp", 2, 2); }
+TEST(Resharding, Zero3AtFourRanksLoadsIntoOneRank) { expect_reshards_identically("zero1", 1, 1); }
+
+std::vector<float> logits_of(models::Model& model) {
+  std::vector<int32_t> tokens = {84, 104, 101, 32, 99, 97, 116, 32};
+  int n = int(tokens.size());
+  model.forward_embedding(tokens.data(), nullptr, 1, n);
+  for (int l = 0; l < model.config().layers; ++l) model.forward_block(l);
+  model.forward_head();
+  const float* logits = model.logits();
+  return std::vector<float>(logits, logits + size_t(n) * model.config().vocab_size);
+}
+
+TEST(Export, HuggingFaceFolderGivesTheSameLogits) {
+  std::string source = zero3_checkpoint();
+  ASSERT_FALSE(source.empty());
+  fs::path hf = make_scratch("export_hf");
+  ASSERT_TRUE(runners::export_checkpoint(source, hf.string()).is_ok());
+  ASSERT_TRUE(fs::exists(hf / "config.json"));
+  auto backend = models::make_cpu_backend();
+  auto config = runners::checkpoint_model_config(source);
+  ASSERT_TRUE(config.is_ok());
+  auto direct = models::Model::create(*config, {}, backend.get());
+  ASSERT_TRUE(direct.is_ok());
+  ASSERT_TRUE(runners::load_checkpoint_params(source, **direct).is_ok());
+  auto exported = models::load_hf_model(hf.string(), {}, backend.get());
+  ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
+  auto a = logits_of(**direct), b = logits_of(**exported);
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  EXPECT_EQ(worst, 0.0);
+}
+
+}  // namespace
+}  // namespace cohort::testing
