@@ -272,3 +272,59 @@ TEST_F(CoordinatorTest, AnAttemptNobodyReportsAfterARestartIsRestartedFree) {
 
 }  // namespace
 }  // namespace cohort::coordinator::testing
+
+namespace cohort::coordinator::testing {
+namespace {
+
+TEST_F(CoordinatorTest, AFixedSizeJobThatLostANodeFailsAfterPlacementTimeout) {
+  start();
+  FakeAgent a(endpoint_, "node-a", 1), b(endpoint_, "node-b", 1);
+  auto spec = command_job("fixed", 2, 1);
+  spec.max_restarts = 3;
+  spec.placement_timeout_s = 5;
+  std::string id = submit(spec);
+  auto la = a.next_as<LaunchOrder>();
+  ASSERT_TRUE(b.next_as<LaunchOrder>() && la);
+  for (int i = 0; i < 2; ++i) {  // node-b goes silent
+    clock_.advance(2s);
+    a.heartbeat({{id, 0, 0, 1}});
+    settle();
+  }
+  ASSERT_TRUE(a.next_as<StopOrder>());
+  a.exit_all(*la, 143, true);
+  EXPECT_TRUE(wait_for_state(id, "queued"));
+  EXPECT_NE(job(id).message.find("waiting for capacity: 1 of 2"), std::string::npos) << job(id).message;
+  for (int i = 0; i < 3; ++i) {
+    clock_.advance(2s);
+    a.heartbeat();
+    settle();
+  }
+  EXPECT_TRUE(wait_for_state(id, "failed"));
+  EXPECT_NE(job(id).message.find("placement_timeout"), std::string::npos) << job(id).message;
+}
+
+TEST_F(CoordinatorTest, AnElasticJobGoesOnWithFewerNodesAndGrowsWhenOneJoins) {
+  start();
+  FakeAgent a(endpoint_, "node-a", 1), b(endpoint_, "node-b", 1);
+  auto spec = command_job("elastic", 1, 1);
+  spec.nodes_max = 3;
+  spec.max_restarts = 0;  // scale-up needs no budget
+  std::string id = submit(spec);
+  auto la = a.next_as<LaunchOrder>();
+  auto lb = b.next_as<LaunchOrder>();
+  ASSERT_TRUE(la && lb);
+  EXPECT_EQ(la->world_size, 2);
+  FakeAgent c(endpoint_, "node-c", 1);
+  ASSERT_TRUE(a.next_as<StopOrder>() && b.next_as<StopOrder>());
+  a.exit_all(*la, 143, true);
+  b.exit_all(*lb, 143, true);
+  auto lc = c.next_as<LaunchOrder>();
+  ASSERT_TRUE(lc);
+  EXPECT_EQ(lc->world_size, 3);
+  EXPECT_EQ(lc->attempt, 1);
+  EXPECT_EQ(lc->restart_count, 0);
+  EXPECT_EQ(job(id).restarts_used, 0);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator::testing

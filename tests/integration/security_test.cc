@@ -1,0 +1,88 @@
+// The security rule with real processes: off loopback the coordinator needs
+// CURVE keys (or an explicit --insecure); with keys, only agents and clients
+// holding an authorized key get in.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "cluster_harness.h"
+
+namespace cohort::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+int free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(Security, ANonLoopbackAddressWithoutKeysIsRefused) {
+  std::string endpoint = "tcp://0.0.0.0:" + std::to_string(free_tcp_port());
+  auto r = run_cohort({"coordinator", "--listen", endpoint}, 20s);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("without CURVE keys"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cohort keygen"), std::string::npos) << r.err;
+}
+
+TEST(Security, InsecureStartsWithAWarning) {
+  Cluster c;
+  std::string endpoint = "tcp://0.0.0.0:" + std::to_string(free_tcp_port());
+  auto p = Process::start({cohort_binary(), "coordinator", "--listen", endpoint, "--insecure"},
+                          c.dir() + "/insecure.log");
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(wait_until([&] { return p->output().find("WITHOUT authentication") != std::string::npos; }, 10s))
+      << p->output();
+  EXPECT_TRUE(p->running());
+}
+
+TEST(Security, WithKeysOnlyAuthorizedAgentsAndClientsGetIn) {
+  Cluster c;
+  std::string keys = c.dir() + "/keys", other = c.dir() + "/other";
+  ASSERT_EQ(run_cohort({"keygen", keys}).exit_code, 0);
+  ASSERT_EQ(run_cohort({"keygen", other}).exit_code, 0);
+  std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  auto coordinator = Process::start({cohort_binary(), "coordinator", "--listen", endpoint, "--keys", keys},
+                                    c.dir() + "/coordinator.log");
+  auto agent = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--keys", keys,
+                               "--name", "secure-node", "--fake-gpus", "1"},
+                              c.dir() + "/agent.log");
+  auto intruder = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--name",
+                                  "intruder", "--fake-gpus", "1"},
+                                 c.dir() + "/intruder.log");
+  auto job = c.write_job("secure", "[job]\nname = \"secure\"\nkind = \"command\"\noutput_dir = \"" +
+                                       c.dir() + "/out\"\n[command]\nargv = [\"echo\", \"inside\"]\n");
+  auto r = run_cohort({"submit", job, "--wait", "--coordinator", endpoint, "--keys", keys}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err << coordinator->output();
+  EXPECT_NE(r.out.find("[rank 0] inside"), std::string::npos) << r.out;
+  auto nodes = run_cohort({"nodes", "--coordinator", endpoint, "--keys", keys}, 30s);
+  EXPECT_NE(nodes.out.find("secure-node"), std::string::npos);
+  EXPECT_EQ(nodes.out.find("intruder"), std::string::npos) << nodes.out;
+  // No keys, or keys the coordinator was never given: no answer (exit 3).
+  EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint}, 30s).exit_code, 3);
+  EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint, "--keys", other}, 30s).exit_code, 3);
+  // The right server key but a client key nobody authorized: refused by name.
+  std::string stranger = c.dir() + "/stranger";
+  std::filesystem::create_directories(stranger);
+  for (const char* f : {"client.public", "client.secret"}) {
+    std::filesystem::copy_file(other + "/" + f, stranger + "/" + f);
+  }
+  std::filesystem::copy_file(keys + "/server.public", stranger + "/server.public");
+  EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint, "--keys", stranger}, 30s).exit_code, 3);
+  EXPECT_TRUE(coordinator->running());
+  EXPECT_NE(coordinator->output().find("not authorized"), std::string::npos) << coordinator->output();
+}
+
+}  // namespace
+}  // namespace cohort::testing
