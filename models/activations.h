@@ -17,14 +17,14 @@ struct Activations {
   std::vector<int32_t> host_targets;
   // Saved per layer for backward. res[l] is the input of block l, res[layers]
   // the output of the last block.
-  std::vector<float*> res, xn1, rstd1, q, k, v, rstd_q, rstd_k, qr, kr, probs, y, x2, xn2, rstd2, g,
+  std::vector<float*> res, xn1, rstd1, q, k, v, rstd_q, rstd_k, qr, kr, lse, y, x2, xn2, rstd2, g,
       u, h;
   float *xnf = nullptr, *rstdf = nullptr, *logits = nullptr, *losses = nullptr,
         *ce_scratch = nullptr;
   // Backward scratch, reused by every block.
   float *dres = nullptr, *dtmp = nullptr, *tmp = nullptr, *dy = nullptr, *dq = nullptr,
         *dk = nullptr, *dv = nullptr, *dk_lin = nullptr, *dg = nullptr, *du = nullptr,
-        *dh = nullptr, *dscores = nullptr;
+        *dh = nullptr, *attn_scratch = nullptr;
   std::vector<float> host_losses;
 
   // Incremental inference scratch (separate capacity, allocated on demand).

@@ -35,7 +35,8 @@ class Backend {
   virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;  // synchronises
   float* alloc_floats(size_t n) { return static_cast<float*>(alloc(n * sizeof(float))); }
 
-  // Ops (see the matching models/ops/*.h for layouts and numerics).
+  // Ops (see the matching models/ops/*.h for layouts and numerics; attention
+  // scratch is attention_scratch_floats(T, heads) floats).
   virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                                  int vocab_begin, int rows) = 0;
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n,
@@ -52,13 +53,12 @@ class Backend {
                             const float* cos, const float* sin) = 0;
   virtual void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
                              const float* cos, const float* sin) = 0;
-  virtual void attention_forward(float* y, float* probs, const float* q, const float* k,
-                                 const float* v, int B, int T, int heads, int kv_heads,
-                                 int head_dim) = 0;
+  virtual void attention_forward(float* y, float* lse, float* scratch, const float* q,
+                                 const float* k, const float* v, int B, int T, int heads,
+                                 int kv_heads, int head_dim) = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                                  const float* q, const float* k, const float* v,
-                                  const float* probs, int B, int T, int heads, int kv_heads,
-                                  int head_dim) = 0;
+                                  const float* q, const float* k, const float* v, const float* lse,
+                                  int B, int T, int heads, int kv_heads, int head_dim) = 0;
   virtual void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                               int kv_heads, int head_dim) = 0;
   virtual void attention_cached(float* y, float* scratch, const float* q, const float* kcache,

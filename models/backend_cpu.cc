@@ -70,15 +70,15 @@ class CpuBackend final : public Backend {
                      const float* cos, const float* sin) override {
     cpu::rope_backward(dx, pos, n, heads, head_dim, cos, sin);
   }
-  void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
-                         int B, int T, int heads, int kv_heads, int head_dim) override {
-    cpu::attention_forward(y, probs, q, k, v, B, T, heads, kv_heads, head_dim);
+  void attention_forward(float* y, float* lse, float* scratch, const float* q, const float* k,
+                         const float* v, int B, int T, int heads, int kv_heads,
+                         int head_dim) override {
+    cpu::attention_forward(y, lse, scratch, q, k, v, B, T, heads, kv_heads, head_dim);
   }
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                          const float* q, const float* k, const float* v, const float* probs, int B,
+                          const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int heads, int kv_heads, int head_dim) override {
-    cpu::attention_backward(dq, dk, dv, scratch, dy, q, k, v, probs, B, T, heads, kv_heads,
-                            head_dim);
+    cpu::attention_backward(dq, dk, dv, scratch, dy, q, k, v, lse, B, T, heads, kv_heads, head_dim);
   }
   void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                       int kv_heads, int head_dim) override {

@@ -269,7 +269,8 @@ void Model::forward_block(int l) {
   }
   be.rope_forward(a.qr[l], a.pos, N, hq, D, rope_cos_, rope_sin_);
   be.rope_forward(a.kr[l], a.pos, N, hkv, D, rope_cos_, rope_sin_);
-  be.attention_forward(a.y[l], a.probs[l], a.qr[l], a.kr[l], a.v[l], a.B, a.T, hq, hkv, D);
+  be.attention_forward(a.y[l], a.lse[l], a.attn_scratch, a.qr[l], a.kr[l], a.v[l], a.B, a.T, hq,
+                       hkv, D);
   be.linear_forward(a.tmp, a.y[l], w.o, nullptr, N, Qd, H);
   tp_sum(a.tmp, static_cast<size_t>(N) * H);
   be.residual_forward(a.x2[l], a.res[l], a.tmp, static_cast<size_t>(N) * H);

@@ -2,6 +2,7 @@
 #include "base/check.h"
 #include "models/activations.h"
 #include "models/model.h"
+#include "models/ops/attention.h"
 
 namespace cohort::models {
 namespace {
@@ -37,7 +38,7 @@ class Arena {
 void Model::ensure_activations(int B, int T) {
   Activations& a = *acts_;
   const int N = B * T;
-  if (N <= a.capacity_tokens && T <= a.capacity_seq) {  // probs B*T*T = N*T fit too
+  if (N <= a.capacity_tokens && T <= a.capacity_seq) {
     return;
   }
   for (void* p : a.training_allocations) backend_->free(p);
@@ -45,7 +46,6 @@ void Model::ensure_activations(int B, int T) {
   const size_t n = static_cast<size_t>(N), H = config_.hidden, L = config_.layers;
   const size_t Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate, V = dims_.vocab,
                hq = dims_.heads, hkv = dims_.kv_heads;
-  const size_t probs = static_cast<size_t>(B) * hq * T * T;
   Arena arena(backend_);
   auto plan = [&] {
     a.tokens = arena.take_i32(n);
@@ -60,7 +60,7 @@ void Model::ensure_activations(int B, int T) {
     per_layer(a.xn1, n * H), per_layer(a.rstd1, n), per_layer(a.q, n * Qd);
     per_layer(a.k, n * KVd), per_layer(a.v, n * KVd), per_layer(a.rstd_q, n * hq);
     per_layer(a.rstd_k, n * hkv), per_layer(a.qr, n * Qd), per_layer(a.kr, n * KVd);
-    per_layer(a.probs, probs), per_layer(a.y, n * Qd), per_layer(a.x2, n * H);
+    per_layer(a.lse, n * hq), per_layer(a.y, n * Qd), per_layer(a.x2, n * H);
     per_layer(a.xn2, n * H), per_layer(a.rstd2, n), per_layer(a.g, n * I);
     per_layer(a.u, n * I), per_layer(a.h, n * I);
     a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(n * V);
@@ -69,7 +69,7 @@ void Model::ensure_activations(int B, int T) {
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
     a.dv = arena.take(n * KVd), a.dk_lin = arena.take(n * KVd), a.dg = arena.take(n * I);
     a.du = arena.take(n * I), a.dh = arena.take(n * I);
-    a.dscores = arena.take(hq * T * T);  // CPU uses T*T; CUDA batches over heads
+    a.attn_scratch = arena.take(attention_scratch_floats(T, static_cast<int>(hq)));
   };
   plan();
   a.training_bytes = arena.bytes();

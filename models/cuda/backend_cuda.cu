@@ -141,15 +141,17 @@ class CudaBackendImpl final : public CudaBackend {
         dx, pos, n, heads, head_dim, cos, sin, -1.0f);
     check_launch();
   }
-  void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
-                         int B, int T, int heads, int kv_heads, int head_dim) override {
-    cuda::attention_forward(cublas_, stream_, y, probs, q, k, v, {B, T, heads, kv_heads, head_dim});
+  void attention_forward(float* y, float* lse, float* scratch, const float* q, const float* k,
+                         const float* v, int B, int T, int heads, int kv_heads,
+                         int head_dim) override {
+    cuda::attention_forward(cublas_, stream_, y, lse, scratch, q, k, v,
+                            {B, T, heads, kv_heads, head_dim});
     check_launch();
   }
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                          const float* q, const float* k, const float* v, const float* probs, int B,
+                          const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int heads, int kv_heads, int head_dim) override {
-    cuda::attention_backward(cublas_, stream_, dq, dk, dv, scratch, dy, q, k, v, probs,
+    cuda::attention_backward(cublas_, stream_, dq, dk, dv, scratch, dy, q, k, v, lse,
                              {B, T, heads, kv_heads, head_dim});
     check_launch();
   }

@@ -11,8 +11,9 @@
 namespace cohort::models::cpu {
 namespace {
 
-// In-place causal softmax of a T x T score matrix; zeroes the upper triangle.
-void causal_softmax(float* p, int T) {
+// In-place causal softmax of a T x T score matrix; zeroes the upper triangle
+// and records each row's log-sum-exp.
+void causal_softmax(float* p, float* lse, int T) {
   for (int i = 0; i < T; ++i) {
     float* row = p + static_cast<size_t>(i) * T;
     float mx = row[0];
@@ -25,44 +26,55 @@ void causal_softmax(float* p, int T) {
     const float inv = static_cast<float>(1.0 / sum);
     for (int j = 0; j <= i; ++j) row[j] *= inv;
     for (int j = i + 1; j < T; ++j) row[j] = 0.0f;
+    lse[i] = mx + static_cast<float>(std::log(sum));
   }
+}
+
+// Scaled scores q_h k_h^T of one (batch, head) into s [T, T].
+void scores(float* s, const float* qh, int ldq, const float* kh, int ldk, int T, int D) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, ldq, kh, ldk, 0.0f, s,
+              T);
 }
 
 }  // namespace
 
-void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
-                       int B, int T, int heads, int kv_heads, int D) {
+void attention_forward(float* y, float* lse, float* scratch, const float* q, const float* k,
+                       const float* v, int B, int T, int heads, int kv_heads, int D) {
   const int ldq = heads * D, ldk = kv_heads * D, group = heads / kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < heads; ++h) {
       const float* qh = q + static_cast<size_t>(b) * T * ldq + h * D;
       const float* kh = k + static_cast<size_t>(b) * T * ldk + (h / group) * D;
       const float* vh = v + static_cast<size_t>(b) * T * ldk + (h / group) * D;
-      float* p = probs + (static_cast<size_t>(b) * heads + h) * T * T;
       float* yh = y + static_cast<size_t>(b) * T * ldq + h * D;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, ldq, kh, ldk, 0.0f,
-                  p, T);
-      causal_softmax(p, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p, T, vh, ldk, 0.0f, yh,
-                  ldq);
+      scores(scratch, qh, ldq, kh, ldk, T, D);
+      causal_softmax(scratch, lse + (static_cast<size_t>(b) * heads + h) * T, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, scratch, T, vh, ldk,
+                  0.0f, yh, ldq);
     }
   }
 }
 
-// dP = dY V^T; dV += P^T dY; dS = P * (dP - rowsum(P * dP));
-// dQ += scale * dS K; dK += scale * dS^T Q.
+// P = exp(scale q k^T - lse) (recomputed); dP = dY V^T; dV += P^T dY;
+// dS = P * (dP - rowsum(P * dP)); dQ += scale dS K; dK += scale dS^T Q.
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                        const float* q, const float* k, const float* v, const float* probs, int B,
+                        const float* q, const float* k, const float* v, const float* lse, int B,
                         int T, int heads, int kv_heads, int D) {
   const int ldq = heads * D, ldk = kv_heads * D, group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  float* p = scratch;
+  float* ds = scratch + static_cast<size_t>(T) * T;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < heads; ++h) {
       const size_t qoff = static_cast<size_t>(b) * T * ldq + h * D;
       const size_t koff = static_cast<size_t>(b) * T * ldk + (h / group) * D;
-      const float* p = probs + (static_cast<size_t>(b) * heads + h) * T * T;
-      float* ds = scratch;
+      const float* row_lse = lse + (static_cast<size_t>(b) * heads + h) * T;
+      scores(p, q + qoff, ldq, k + koff, ldk, T, D);
+      for (int i = 0; i < T; ++i) {
+        float* pi = p + static_cast<size_t>(i) * T;
+        for (int j = 0; j < T; ++j) pi[j] = j <= i ? std::exp(pi[j] - row_lse[i]) : 0.0f;
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dy + qoff, ldq, v + koff,
                   ldk, 0.0f, ds, T);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, p, T, dy + qoff, ldq,

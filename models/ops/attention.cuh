@@ -1,10 +1,12 @@
 // CUDA attention (CPU reference and contract: attention.h).
 //
-// Training: GEMM + softmax with strided-batched cuBLAS calls. For batch b and
-// position g inside a query group, query heads h = kv * group + g (kv = 0 ..
-// kv_heads-1) have uniform strides in q, k, v and probs, so each (b, g) is
-// one batched GEMM over the KV heads and GQA needs no copies. Backward
-// accumulates dK/dV across the group's (b, g) calls in stream order.
+// Training: GEMM + softmax with strided-batched cuBLAS calls, one batch
+// element at a time through a [heads, T, T] scratch (probabilities are not
+// kept: forward saves the log-sum-exp, backward recomputes them). For batch b
+// and position g inside a query group, query heads h = kv * group + g (kv = 0
+// .. kv_heads-1) have uniform strides in q, k, v and the scratch, so each
+// (b, g) is one batched GEMM over the KV heads and GQA needs no copies.
+// Backward accumulates dK/dV across a group's g calls in stream order.
 // Inference: one block per (new token, head) scores the cached keys in shared
 // memory (capacity floats), softmaxes and mixes the values.
 #pragma once
@@ -14,8 +16,9 @@
 
 namespace cohort::models::cuda {
 
-// Row-wise causal softmax of [rows, T] score blocks (row r is query r % T).
-__global__ void causal_softmax_kernel(float* p, int T) {
+// Row-wise causal softmax of [rows, T] score blocks (row r is query r % T),
+// in place; lse[r] receives the row's log-sum-exp.
+__global__ void causal_softmax_kernel(float* p, float* lse, int T) {
   const size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T);
   float* r = p + row * T;
@@ -28,8 +31,19 @@ __global__ void causal_softmax_kernel(float* p, int T) {
     r[j] = e;
     sum += e;
   }
-  const float inv = 1.0f / block_reduce<false>(sum);
+  sum = block_reduce<false>(sum);
+  const float inv = 1.0f / sum;
   for (int j = threadIdx.x; j < T; j += blockDim.x) r[j] = j <= i ? r[j] * inv : 0.0f;
+  if (threadIdx.x == 0) lse[row] = mx + logf(sum);
+}
+
+// Scores -> probabilities again, from the saved log-sum-exp.
+__global__ void probs_from_lse_kernel(float* p, const float* lse, int T) {
+  const size_t row = blockIdx.x;
+  const int i = static_cast<int>(row % T);
+  float* r = p + row * T;
+  const float l = lse[row];
+  for (int j = threadIdx.x; j < T; j += blockDim.x) r[j] = j <= i ? __expf(r[j] - l) : 0.0f;
 }
 
 // dS = P * (dP - rowsum(P * dP)), in place over dP.
@@ -50,58 +64,66 @@ struct AttentionShape {
   int ldk() const { return kv_heads * D; }
 };
 
-inline void attention_forward(cublasHandle_t h, cudaStream_t stream, float* y, float* probs,
-                              const float* q, const float* k, const float* v,
+// scores[h] = scale * q_h k_h^T for every head of batch element b.
+inline void attention_scores(cublasHandle_t h, float* scores, const float* q, const float* k, int b,
+                             const AttentionShape& s) {
+  const int T = s.T, D = s.D, G = s.group(), ldq = s.ldq(), ldk = s.ldk();
+  const long long TT = static_cast<long long>(T) * T;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  for (int g = 0; g < G; ++g) {
+    gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, D, scale, k + static_cast<size_t>(b) * T * ldk,
+                 ldk, D, q + static_cast<size_t>(b) * T * ldq + g * D, ldq,
+                 static_cast<long long>(G) * D, 0.0f, scores + g * TT, T, G * TT, s.kv_heads);
+  }
+}
+
+// scratch: heads * T * T floats.
+inline void attention_forward(cublasHandle_t h, cudaStream_t stream, float* y, float* lse,
+                              float* scratch, const float* q, const float* k, const float* v,
                               const AttentionShape& s) {
   const int T = s.T, D = s.D, G = s.group(), ldq = s.ldq(), ldk = s.ldk();
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const long long TT = static_cast<long long>(T) * T;
+  const unsigned rows = static_cast<unsigned>(s.heads * T);
   for (int b = 0; b < s.B; ++b) {
+    attention_scores(h, scratch, q, k, b, s);
+    causal_softmax_kernel<<<rows, kThreads, 0, stream>>>(scratch,
+                                                         lse + static_cast<size_t>(b) * rows, T);
     for (int g = 0; g < G; ++g) {
-      const float* qb = q + static_cast<size_t>(b) * T * ldq + g * D;
-      const float* kb = k + static_cast<size_t>(b) * T * ldk;
-      float* pb = probs + (static_cast<size_t>(b) * s.heads + g) * TT;
-      gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, D, scale, kb, ldk, D, qb, ldq,
-                   static_cast<long long>(G) * D, 0.0f, pb, T, G * TT, s.kv_heads);
-    }
-  }
-  causal_softmax_kernel<<<static_cast<unsigned>(s.B * s.heads * T), kThreads, 0, stream>>>(probs,
-                                                                                           T);
-  for (int b = 0; b < s.B; ++b) {
-    for (int g = 0; g < G; ++g) {
-      const float* vb = v + static_cast<size_t>(b) * T * ldk;
-      const float* pb = probs + (static_cast<size_t>(b) * s.heads + g) * TT;
-      float* yb = y + static_cast<size_t>(b) * T * ldq + g * D;
-      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, 1.0f, vb, ldk, D, pb, T, G * TT, 0.0f, yb,
-                   ldq, static_cast<long long>(G) * D, s.kv_heads);
+      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, 1.0f, v + static_cast<size_t>(b) * T * ldk,
+                   ldk, D, scratch + g * TT, T, G * TT, 0.0f,
+                   y + static_cast<size_t>(b) * T * ldq + g * D, ldq, static_cast<long long>(G) * D,
+                   s.kv_heads);
     }
   }
 }
 
-// scratch: heads * T * T floats per batch element.
+// scratch: 2 * heads * T * T floats (probabilities, then their gradient).
 inline void attention_backward(cublasHandle_t h, cudaStream_t stream, float* dq, float* dk,
                                float* dv, float* scratch, const float* dy, const float* q,
-                               const float* k, const float* v, const float* probs,
+                               const float* k, const float* v, const float* lse,
                                const AttentionShape& s) {
   const int T = s.T, D = s.D, G = s.group(), ldq = s.ldq(), ldk = s.ldk();
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const long long TT = static_cast<long long>(T) * T, qs = static_cast<long long>(G) * D;
+  const unsigned rows = static_cast<unsigned>(s.heads * T);
+  float* p = scratch;
+  float* ds = scratch + static_cast<size_t>(s.heads) * TT;
   for (int b = 0; b < s.B; ++b) {
     const size_t qoff = static_cast<size_t>(b) * T * ldq, koff = static_cast<size_t>(b) * T * ldk;
-    const float* pbase = probs + static_cast<size_t>(b) * s.heads * TT;
+    attention_scores(h, p, q, k, b, s);
+    probs_from_lse_kernel<<<rows, kThreads, 0, stream>>>(p, lse + static_cast<size_t>(b) * rows, T);
     for (int g = 0; g < G; ++g) {  // dP = dY V^T, then dV += P^T dY
       gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, D, 1.0f, v + koff, ldk, D, dy + qoff + g * D,
-                   ldq, qs, 0.0f, scratch + g * TT, T, G * TT, s.kv_heads);
+                   ldq, qs, 0.0f, ds + g * TT, T, G * TT, s.kv_heads);
       gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_T, D, T, T, 1.0f, dy + qoff + g * D, ldq, qs,
-                   pbase + g * TT, T, G * TT, 1.0f, dv + koff, ldk, D, s.kv_heads);
+                   p + g * TT, T, G * TT, 1.0f, dv + koff, ldk, D, s.kv_heads);
     }
-    softmax_backward_kernel<<<static_cast<unsigned>(s.heads * T), kThreads, 0, stream>>>(scratch,
-                                                                                         pbase, T);
+    softmax_backward_kernel<<<rows, kThreads, 0, stream>>>(ds, p, T);
     for (int g = 0; g < G; ++g) {  // dQ += scale dS K, dK += scale dS^T Q
-      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, scale, k + koff, ldk, D, scratch + g * TT,
-                   T, G * TT, 1.0f, dq + qoff + g * D, ldq, qs, s.kv_heads);
+      gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_N, D, T, T, scale, k + koff, ldk, D, ds + g * TT, T,
+                   G * TT, 1.0f, dq + qoff + g * D, ldq, qs, s.kv_heads);
       gemm_strided(h, CUBLAS_OP_N, CUBLAS_OP_T, D, T, T, scale, q + qoff + g * D, ldq, qs,
-                   scratch + g * TT, T, G * TT, 1.0f, dk + koff, ldk, D, s.kv_heads);
+                   ds + g * TT, T, G * TT, 1.0f, dk + koff, ldk, D, s.kv_heads);
     }
   }
 }

@@ -1,25 +1,37 @@
 // Causal self-attention with grouped-query heads (CPU fp32 reference; CUDA in
-// attention.cuh). The GEMM + softmax formulation: scores and probabilities are
-// materialised per (batch, head), which is simple and exact; a fused
-// flash-style kernel belongs to the performance work.
+// attention.cuh). The GEMM + softmax formulation, without keeping the T x T
+// probabilities: forward saves each query's log-sum-exp of scaled scores, and
+// backward recomputes the probabilities from q, k and it (one extra QK^T
+// GEMM). Saved state per layer is then [B, heads, T] instead of
+// [B, heads, T, T], so long sequences fit; a fused flash-style kernel belongs
+// to the performance work.
 //
 // Layouts (token-major, as the projections produce them):
 //   q, y:  [B*T, heads*D]      k, v: [B*T, kv_heads*D]
-//   probs: [B, heads, T, T]    (saved by forward for backward; zero above the diagonal)
+//   lse:   [B, heads, T]       (saved by forward for backward)
 // Query head h reads KV head h / (heads / kv_heads). Scale is 1/sqrt(D).
-// Backward accumulates (+=) into dq, dk, dv; `scratch` holds heads*T*T floats
-// (the CPU reference uses T*T of it, the CUDA kernels batch over heads).
+// Backward accumulates (+=) into dq, dk, dv. `scratch` holds
+// attention_scratch_floats(T, heads) floats (the CPU reference uses 2*T*T of
+// it; the CUDA kernels batch over heads).
 //
 // attention_cached serves inference: new tokens of one sequence attend to a
 // KV cache [kv_heads, cache_len, D] that already holds their own keys/values.
 #pragma once
 
+#include <cstddef>
+
+namespace cohort::models {
+inline size_t attention_scratch_floats(int T, int heads) {
+  return 2 * static_cast<size_t>(heads) * T * T;
+}
+}  // namespace cohort::models
+
 namespace cohort::models::cpu {
 
-void attention_forward(float* y, float* probs, const float* q, const float* k, const float* v,
-                       int B, int T, int heads, int kv_heads, int head_dim);
+void attention_forward(float* y, float* lse, float* scratch, const float* q, const float* k,
+                       const float* v, int B, int T, int heads, int kv_heads, int head_dim);
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                        const float* q, const float* k, const float* v, const float* probs, int B,
+                        const float* q, const float* k, const float* v, const float* lse, int B,
                         int T, int heads, int kv_heads, int head_dim);
 
 // y [m, heads*D] for m new tokens at positions first_pos .. first_pos+m-1;

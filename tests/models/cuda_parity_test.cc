@@ -95,18 +95,19 @@ TEST_F(CudaParity, GroupedQueryAttentionForwardBackwardAndDecode) {
   auto q = testing::random_vector(B * T * hq * D, 1),
        k = testing::random_vector(B * T * hkv * D, 2);
   auto v = testing::random_vector(B * T * hkv * D, 3), dy = testing::random_vector(q.size(), 4);
-  std::vector<float> y(q.size()), probs(B * hq * T * T), scratch(hq * T * T);
+  std::vector<float> y(q.size()), lse(B * hq * T), scratch(attention_scratch_floats(T, hq));
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
-  cpu::attention_forward(y.data(), probs.data(), q.data(), k.data(), v.data(), B, T, hq, hkv, D);
+  cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T,
+                         hq, hkv, D);
   cpu::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), dy.data(), q.data(),
-                          k.data(), v.data(), probs.data(), B, T, hq, hkv, D);
-  float *gq = up(q), *gk = up(k), *gv = up(v), *gdy = up(dy), *gy = up(y), *gp = up(probs);
+                          k.data(), v.data(), lse.data(), B, T, hq, hkv, D);
+  float *gq = up(q), *gk = up(k), *gv = up(v), *gdy = up(dy), *gy = up(y), *gl = up(lse);
   float *gs = up(scratch), *gdq = up(std::vector<float>(q.size()));
   float *gdk = up(std::vector<float>(k.size())), *gdv = up(std::vector<float>(v.size()));
-  gpu_->attention_forward(gy, gp, gq, gk, gv, B, T, hq, hkv, D);
-  gpu_->attention_backward(gdq, gdk, gdv, gs, gdy, gq, gk, gv, gp, B, T, hq, hkv, D);
+  gpu_->attention_forward(gy, gl, gs, gq, gk, gv, B, T, hq, hkv, D);
+  gpu_->attention_backward(gdq, gdk, gdv, gs, gdy, gq, gk, gv, gl, B, T, hq, hkv, D);
   EXPECT_LT(norm_relative(y, down(gy, y.size())), kGemmTol);
-  EXPECT_LT(norm_relative(probs, down(gp, probs.size())), kGemmTol);
+  EXPECT_LT(norm_relative(lse, down(gl, lse.size())), kGemmTol);
   EXPECT_LT(norm_relative(dq, down(gdq, dq.size())), kGemmTol);
   EXPECT_LT(norm_relative(dk, down(gdk, dk.size())), kGemmTol);
   EXPECT_LT(norm_relative(dv, down(gdv, dv.size())), kGemmTol);

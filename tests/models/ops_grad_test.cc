@@ -113,15 +113,16 @@ TEST(OpsGrad, GroupedQueryAttentionMatchesFiniteDifferences) {
   const int B = 2, T = 5, hq = 4, hkv = 2, D = 4;
   auto q = random_vector(B * T * hq * D, 1), k = random_vector(B * T * hkv * D, 2);
   auto v = random_vector(B * T * hkv * D, 3), r = random_vector(B * T * hq * D, 4);
-  std::vector<float> y(q.size()), probs(B * hq * T * T), scratch(T * T);
+  std::vector<float> y(q.size()), lse(B * hq * T), scratch(attention_scratch_floats(T, hq));
   auto loss = [&] {
-    cpu::attention_forward(y.data(), probs.data(), q.data(), k.data(), v.data(), B, T, hq, hkv, D);
+    cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T,
+                           hq, hkv, D);
     return weighted_sum(y.data(), r);
   };
   loss();
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
   cpu::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), r.data(), q.data(),
-                          k.data(), v.data(), probs.data(), B, T, hq, hkv, D);
+                          k.data(), v.data(), lse.data(), B, T, hq, hkv, D);
   EXPECT_LT(relative_error(numeric_gradient(q, loss), testing::pick(dq, {})), kTol);
   EXPECT_LT(relative_error(numeric_gradient(k, loss), testing::pick(dk, {})), kTol);
   EXPECT_LT(relative_error(numeric_gradient(v, loss), testing::pick(dv, {})), kTol);
@@ -130,12 +131,16 @@ TEST(OpsGrad, GroupedQueryAttentionMatchesFiniteDifferences) {
 TEST(OpsGrad, AttentionIsCausal) {
   const int T = 4, D = 2;
   auto q = random_vector(T * D, 1), k = random_vector(T * D, 2), v = random_vector(T * D, 3);
-  std::vector<float> y(T * D), y2(T * D), probs(T * T);
-  cpu::attention_forward(y.data(), probs.data(), q.data(), k.data(), v.data(), 1, T, 1, 1, D);
+  std::vector<float> y(T * D), y2(T * D), lse(T), scratch(attention_scratch_floats(T, 1));
+  cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), 1, T,
+                         1, 1, D);
   k[3 * D] += 5.0f;  // changing the last key must not change earlier outputs
   v[3 * D] += 5.0f;
-  cpu::attention_forward(y2.data(), probs.data(), q.data(), k.data(), v.data(), 1, T, 1, 1, D);
+  cpu::attention_forward(y2.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), 1, T,
+                         1, 1, D);
   for (int i = 0; i < 3 * D; ++i) EXPECT_FLOAT_EQ(y[i], y2[i]);
+  // The first query sees only the first key: lse = its scaled score.
+  EXPECT_NEAR(lse[0], (q[0] * k[0] + q[1] * k[1]) / std::sqrt(2.0f), 1e-5);
   EXPECT_NE(y[3 * D], y2[3 * D]);
 }
 
@@ -143,9 +148,10 @@ TEST(OpsGrad, CachedAttentionMatchesFullAttention) {
   const int T = 6, hq = 4, hkv = 2, D = 4, cap = 8;
   auto q = random_vector(T * hq * D, 1), k = random_vector(T * hkv * D, 2);
   auto v = random_vector(T * hkv * D, 3);
-  std::vector<float> y(q.size()), probs(hq * T * T);
-  cpu::attention_forward(y.data(), probs.data(), q.data(), k.data(), v.data(), 1, T, hq, hkv, D);
-  std::vector<float> kc(hkv * cap * D), vc(kc.size()), y2(q.size()), scratch(cap);
+  std::vector<float> y(q.size()), lse(hq * T), scratch(attention_scratch_floats(T, hq));
+  cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), 1, T,
+                         hq, hkv, D);
+  std::vector<float> kc(hkv * cap * D), vc(kc.size()), y2(q.size());
   cpu::kv_cache_write(kc.data(), k.data(), 4, 0, cap, hkv, D);  // prefill 4, then 2 more
   cpu::kv_cache_write(vc.data(), v.data(), 4, 0, cap, hkv, D);
   cpu::attention_cached(y2.data(), scratch.data(), q.data(), kc.data(), vc.data(), 4, 0, cap, hq,
