@@ -93,13 +93,19 @@ Result<std::vector<GenerationResult>> generate(Model& model, KvCache& cache,
   std::vector<float> logits(static_cast<size_t>(n) * V);
   std::vector<int> active;
   std::vector<int32_t> next(n);
+  // All prompts prefill in one pass (ragged, no padding).
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> slots(n);
+  for (int i = 0; i < n; ++i) {
+    slots[i] = i;
+    cache.reset(i);
+  }
+  if (n > 0) model.prefill_batch(cache, slots, prompts, logits.data());
+  const double prefill_seconds = seconds_since(t0);
   for (int i = 0; i < n; ++i) {
     samplers.emplace_back(options.sampling, static_cast<uint64_t>(i));
-    const auto t0 = std::chrono::steady_clock::now();
-    cache.reset(i);
-    model.prefill(cache, i, prompts[i].data(), static_cast<int>(prompts[i].size()), logits.data());
-    next[i] = samplers[i].sample(logits.data(), V);
-    results[i].prefill_seconds = seconds_since(t0);
+    next[i] = samplers[i].sample(logits.data() + static_cast<size_t>(i) * V, V);
+    results[i].prefill_seconds = prefill_seconds;
     if (options.max_new_tokens > 0) active.push_back(i);
   }
   auto emit = [&](int i) {  // records next[i]; true when sequence i goes on

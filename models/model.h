@@ -119,6 +119,9 @@ class Model {
   // full-vocabulary logits of each sequence's last token to host memory:
   // [vocab] for prefill, [B, vocab] for decode.
   void prefill(KvCache& cache, int slot, const int32_t* tokens, int n, float* logits_host);
+  // Several prompts in one pass (distinct slots): logits [prompts, vocab].
+  void prefill_batch(KvCache& cache, const std::vector<int>& slots,
+                     const std::vector<std::vector<int32_t>>& prompts, float* logits_host);
   void decode(KvCache& cache, const int* slots, const int32_t* tokens, int B, float* logits_host);
 
  private:

@@ -67,6 +67,20 @@ void Model::prefill(KvCache& cache, int slot, const int32_t* tokens, int n, floa
   forward_incremental(cache, {Segment{slot, cache.length(slot), n}}, tokens, logits_host);
 }
 
+void Model::prefill_batch(KvCache& cache, const std::vector<int>& slots,
+                          const std::vector<std::vector<int32_t>>& prompts, float* logits_host) {
+  COHORT_CHECK(slots.size() == prompts.size() && !prompts.empty());
+  std::vector<Segment> segments;
+  std::vector<int32_t> packed;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    COHORT_CHECK(!prompts[i].empty());
+    segments.push_back(
+        Segment{slots[i], cache.length(slots[i]), static_cast<int>(prompts[i].size())});
+    packed.insert(packed.end(), prompts[i].begin(), prompts[i].end());
+  }
+  forward_incremental(cache, segments, packed.data(), logits_host);
+}
+
 void Model::decode(KvCache& cache, const int* slots, const int32_t* tokens, int B,
                    float* logits_host) {
   std::vector<Segment> segments;

@@ -41,6 +41,23 @@ TEST(Generate, PrefillAndDecodeMatchTheFullForwardPass) {
   EXPECT_FALSE(KvCache::create(*model, 1, 100000).is_ok());
 }
 
+TEST(Generate, BatchedPrefillEqualsSeparatePrefills) {
+  auto cpu = make_cpu_backend();
+  auto model = tiny_model(cpu.get());
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9}, {200, 100, 50}};
+  auto cache = std::move(KvCache::create(*model, 3, 16).value());
+  std::vector<float> batched(3 * 256), single(256);
+  model->prefill_batch(cache, {2, 0, 1}, prompts, batched.data());
+  EXPECT_EQ(cache.length(2), 5);
+  EXPECT_EQ(cache.length(0), 1);
+  auto alone = std::move(KvCache::create(*model, 1, 16).value());
+  for (int i = 0; i < 3; ++i) {
+    alone.reset(0);
+    model->prefill(alone, 0, prompts[i].data(), static_cast<int>(prompts[i].size()), single.data());
+    for (int j = 0; j < 256; ++j) ASSERT_NEAR(batched[i * 256 + j], single[j], 1e-5) << i;
+  }
+}
+
 TEST(Generate, BatchedGenerationEqualsOneAtATime) {
   auto cpu = make_cpu_backend();
   auto model = tiny_model(cpu.get());
