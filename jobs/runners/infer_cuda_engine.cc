@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "collective/types.h"
 #include "jobs/runners/infer_cuda_state.h"
 #include "models/backend.h"
@@ -225,8 +226,17 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
   COHORT_RETURN_IF_ERROR(engine->init_runtime(tp_cpu));
   {
     // This rank's slices in fp32 on the host, from whatever the job names.
+    // It only holds weights; it never runs, so its tensor-parallel callbacks
+    // (required for tp > 1) must never be called.
+    models::TensorParallelComm never;
+    never.all_reduce_sum = [](float*, size_t) { COHORT_CHECK_MSG(false, "weights-only model ran"); };
+    never.all_reduce_max = never.all_reduce_sum;
+    never.all_gather = [](const float*, float*, size_t) {
+      COHORT_CHECK_MSG(false, "weights-only model ran");
+    };
     auto cpu = models::make_cpu_backend();
-    COHORT_ASSIGN_OR_RETURN(auto model, models::Model::create(config, options.shard, cpu.get()));
+    COHORT_ASSIGN_OR_RETURN(auto model,
+                            models::Model::create(config, options.shard, cpu.get(), never));
     COHORT_RETURN_IF_ERROR(load(*model));
     COHORT_RETURN_IF_ERROR(engine->upload_weights(*model));
   }
