@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Training throughput of cohort's strategies on the Qwen3-0.6B shape, beside
+# PyTorch DDP and FSDP2 in the same run (issue 7's and 8's GPU benchmark).
+#   bench/train_bench.sh [GPUS] [STEPS]      (on a machine with GPUs; cohort on PATH)
+# Prints one JSON line per run; rows for bench/RESULTS.md.
+set -uo pipefail
+gpus=${1:-2}
+steps=${2:-20}
+here=$(cd "$(dirname "$0")/.." && pwd)
+work=${BENCH_DIR:-/tmp/cohort-train-bench}
+mkdir -p "$work"
+export NCCL_NVLS_ENABLE=0
+# Random tokens over the Qwen3 vocabulary (the benchmark measures speed, not learning).
+python3 -c "
+import numpy as np
+np.random.default_rng(0).integers(0, 151936, 8_000_000, dtype=np.uint32).tofile('$work/tokens.u32')"
+
+run_cohort() {  # strategy tp gpus micro
+  local s=$1 tp=$2 g=$3 micro=$4 name="bench-$1-tp$2-g$3"
+  rm -rf "$work/$name"
+  cat >"$work/$name.toml" <<TOML
+[job]
+name = "$name"
+kind = "train"
+gpus_per_node = $g
+output_dir = "$work/$name"
+[model]
+preset = "qwen3-0.6b"
+max_seq = 1024
+[parallel]
+strategy = "$s"
+tensor_parallel = $tp
+[train]
+data = "$work/tokens.u32"
+steps = $steps
+micro_batch = $micro
+seq_len = 1024
+precision = "bf16"
+eval_fraction = 0.01
+log_every = 5
+resume = false
+checkpoint_every = 1000000
+TOML
+  cohort run "$work/$name.toml" >"$work/$name.log" 2>&1 || { echo "{\"impl\":\"cohort\",\"strategy\":\"$s\",\"tp\":$tp,\"gpus\":$g,\"error\":\"see $name.log\"}"; tail -5 "$work/$name.log" >&2; return; }
+  python3 - "$work/$name/metrics.jsonl" "$s" "$tp" "$g" "$micro" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+rows = rows[5:] or rows
+tps = statistics.median(r["tokens_per_s"] for r in rows)
+g = int(sys.argv[4])
+print(json.dumps({"impl": "cohort", "strategy": sys.argv[2], "tp": int(sys.argv[3]), "gpus": g,
+                  "micro_batch": int(sys.argv[5]), "tokens_per_s": round(tps), "tokens_per_s_per_gpu": round(tps / g),
+                  "mfu": round(statistics.median(r.get("mfu", 0) for r in rows), 4),
+                  "memory_mb": round(max(r["memory_mb"] for r in rows)), "final_loss": round(rows[-1]["loss"], 3)}))
+PY
+}
+
+micro=${MICRO:-8}
+run_cohort ddp 1 1 "$micro"
+for s in ddp zero1 zero2 zero3 fsdp2; do run_cohort "$s" 1 "$gpus" "$micro"; done
+run_cohort ddp "$gpus" "$gpus" "$micro"
+python3 "$here/bench/torch_train_baseline.py" --strategy single --micro "$micro" --steps "$steps"
+torchrun --nproc_per_node "$gpus" "$here/bench/torch_train_baseline.py" --strategy ddp --micro "$micro" --steps "$steps" 2>/dev/null
+torchrun --nproc_per_node "$gpus" "$here/bench/torch_train_baseline.py" --strategy fsdp2 --micro "$micro" --steps "$steps" 2>/dev/null
