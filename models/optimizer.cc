@@ -9,13 +9,24 @@ namespace cohort::models {
 void adamw_update_range(Backend& backend, const ParamGroup& group, size_t begin, size_t end,
                         float* params, const float* grads, float* m, float* v,
                         const AdamWConfig& config, int64_t step) {
+  // Adjacent parameters with the same decay flag go in one launch.
+  size_t run_begin = begin;
+  bool run_decay = false, in_run = false;
+  auto flush = [&](size_t run_end) {
+    if (!in_run || run_end <= run_begin) return;
+    const size_t at = run_begin - begin;
+    backend.adamw_update(params + at, grads + at, m + at, v + at, run_end - run_begin, config, step,
+                         run_decay);
+  };
   for (const ParamSpec& p : group.params) {
     const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
-    const size_t at = lo - begin;
-    backend.adamw_update(params + at, grads + at, m + at, v + at, hi - lo, config, step,
-                         p.weight_decay);
+    if (!in_run || p.weight_decay != run_decay) {
+      flush(lo);
+      run_begin = lo, run_decay = p.weight_decay, in_run = true;
+    }
   }
+  flush(end);
 }
 
 AdamW::AdamW(Model& model, const AdamWConfig& config) : model_(model), config_(config) {
