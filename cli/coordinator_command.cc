@@ -1,4 +1,7 @@
-// `cohort coordinator [--listen ADDR] [--state-dir DIR] [--keys DIR] [--insecure]`
+// `cohort coordinator [--listen ADDR] [--state-dir DIR] [--keys DIR] [--insecure]
+//                     [--http HOST:PORT] [--http-token TOKEN]`
+#include <cstdlib>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
@@ -15,6 +18,8 @@ struct CoordinatorArgs {
   std::string keys;
   bool insecure = false;
   double heartbeat_timeout_s = 2.5;
+  std::string http;
+  std::string http_token;
 };
 
 int run_coordinator(const CoordinatorArgs& args) {
@@ -22,6 +27,11 @@ int run_coordinator(const CoordinatorArgs& args) {
   options.listen = args.listen;
   options.state_dir = args.state_dir;
   options.insecure = args.insecure;
+  options.http_listen = args.http;
+  options.http_token = args.http_token;
+  if (options.http_token.empty()) {
+    if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
+  }
   options.heartbeat_timeout = std::chrono::milliseconds(int64_t(args.heartbeat_timeout_s * 1000));
   options.heartbeat_interval = std::min(std::chrono::milliseconds(500), options.heartbeat_timeout / 4);
   if (!args.keys.empty()) {
@@ -55,6 +65,10 @@ Command add_coordinator_command(CLI::App& root) {
   app->add_option("--listen", args->listen, "ZeroMQ endpoint to bind")->capture_default_str();
   app->add_option("--state-dir", args->state_dir, "keep jobs and nodes in DIR/coordinator.db (SQLite)");
   app->add_option("--keys", args->keys, "CURVE key directory from `cohort keygen` (required off loopback)");
+  app->add_option("--http", args->http, "serve the HTTP API (web page, JSON, /metrics) on HOST:PORT");
+  app->add_option("--http-token", args->http_token,
+                  "allow POST /api/jobs/<id>/cancel with this bearer token (default: $COHORT_HTTP_TOKEN; "
+                  "none: read-only)");
   app->add_flag("--insecure", args->insecure, "allow a non-loopback address without CURVE keys");
   app->add_option("--heartbeat-timeout", args->heartbeat_timeout_s,
                   "seconds without heartbeats before a node is lost")->capture_default_str();

@@ -40,6 +40,15 @@ Status CoordinatorImpl::open() {
                                     }));
   spdlog::info("coordinator listening on {}{}", router_->endpoint(),
                options_.security.enabled ? " (CURVE)" : "");
+  if (!options_.http_listen.empty()) {
+    HttpSources sources{[this] { return jobs(); }, [this] { return node_infos(); },
+                        [this](const std::string& id) {
+                          std::string text;
+                          return cancel_job(id, &text);
+                        }};
+    COHORT_ASSIGN_OR_RETURN(http_, HttpApi::start(io_, options_.http_listen, std::move(sources),
+                                                  options_.http_token));
+  }
   arm_tick();
   return Status::ok();
 }
@@ -231,8 +240,8 @@ void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
   reply(peer, e.id, list);
 }
 
-void CoordinatorImpl::on_node_query(const std::string& peer, const Envelope& e) {
-  NodeList list;
+std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
+  std::vector<NodeInfo> out;
   auto free = capacity();
   for (const Node* n : registry_.nodes()) {
     NodeInfo info;
@@ -251,17 +260,21 @@ void CoordinatorImpl::on_node_query(const std::string& peer, const Envelope& e) 
         info.jobs.push_back(id);
       }
     }
-    list.nodes.push_back(std::move(info));
+    out.push_back(std::move(info));
   }
-  reply(peer, e.id, list);
+  return out;
 }
 
-void CoordinatorImpl::on_cancel(const std::string& peer, const Envelope& e) {
-  COHORT_PARSE_OR_REPLY(CancelJob, m);
-  Job* job = find_job(m.job_id);
-  if (!job) return reply_error(peer, e.id, not_found("no job '" + m.job_id + "'"));
+void CoordinatorImpl::on_node_query(const std::string& peer, const Envelope& e) {
+  reply(peer, e.id, NodeList{node_infos()});
+}
+
+Status CoordinatorImpl::cancel_job(const std::string& id_or_name, std::string* text) {
+  Job* job = find_job(id_or_name);
+  if (!job) return not_found("no job '" + id_or_name + "'");
   if (is_terminal(job->state)) {
-    return reply(peer, e.id, Ack{"job " + job->id + " already " + to_string(job->state)});
+    *text = "job " + job->id + " already " + to_string(job->state);
+    return Status::ok();
   }
   job->cancel_requested = true;
   job->add_event("cancel requested");
@@ -272,7 +285,16 @@ void CoordinatorImpl::on_cancel(const std::string& peer, const Envelope& e) {
   } else {
     persist(*job);  // a stop is already under way; finish_attempt sees the request
   }
-  reply(peer, e.id, Ack{"cancelling " + job->id});
+  *text = "cancelling " + job->id;
+  return Status::ok();
+}
+
+void CoordinatorImpl::on_cancel(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(CancelJob, m);
+  std::string text;
+  Status s = cancel_job(m.job_id, &text);
+  if (!s) return reply_error(peer, e.id, s);
+  reply(peer, e.id, Ack{text});
 }
 
 void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {

@@ -40,6 +40,8 @@ struct CoordinatorOptions {
   // After a restart, how long agents have to report the workers of running
   // attempts before those attempts are restarted. 0: 2 × heartbeat_timeout.
   std::chrono::milliseconds recovery_grace{0};
+  std::string http_listen;      // "HOST:PORT" for the HTTP API; empty: none
+  std::string http_token;       // empty: the HTTP API is read-only
   const Clock* clock = nullptr;  // null: the system clock
   std::shared_ptr<zmq::context_t> zmq_context;  // null: a new one
 };
@@ -54,6 +56,8 @@ class Coordinator {
   virtual std::string endpoint() const = 0;
   // A snapshot of every job, oldest first (for the embedded runner and tests).
   virtual std::vector<protocol::JobInfo> jobs() const = 0;
+  // The HTTP API's port, 0 when it is off.
+  virtual int http_port() const = 0;
 };
 
 }  // namespace cohort::coordinator

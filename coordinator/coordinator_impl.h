@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/http_api.h"
 #include "coordinator/job_record.h"
 #include "coordinator/log_buffer.h"
 #include "coordinator/node_registry.h"
@@ -26,6 +27,7 @@ class CoordinatorImpl final : public Coordinator {
   Status open();
   std::string endpoint() const override { return router_->endpoint(); }
   std::vector<protocol::JobInfo> jobs() const override;
+  int http_port() const override { return http_ ? http_->port() : 0; }
 
  private:
   // ---- coordinator.cc: transport and handlers ----
@@ -53,6 +55,9 @@ class CoordinatorImpl final : public Coordinator {
   void arm_tick();
   void tick();
   Job* find_job(const std::string& id_or_name);
+  std::vector<protocol::NodeInfo> node_infos() const;
+  // Cancels by id or name; a message for the client in *text.
+  Status cancel_job(const std::string& id_or_name, std::string* text);
 
   // ---- job_lifecycle.cc ----
   void schedule();
@@ -87,6 +92,7 @@ class CoordinatorImpl final : public Coordinator {
   std::map<std::string, Job> jobs_;
   uint64_t next_seq_ = 1;
   boost::asio::steady_timer timer_;
+  std::unique_ptr<HttpApi> http_;
 };
 
 }  // namespace cohort::coordinator

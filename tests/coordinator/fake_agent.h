@@ -104,13 +104,15 @@ class CoordinatorTest : public ::testing::Test {
  protected:
   void TearDown() override { stop(); }
 
-  void start(const std::string& state_dir = "") {
+  void start(const std::string& state_dir = "", const std::string& http_token = "") {
     CoordinatorOptions options;
     options.listen = "tcp://127.0.0.1:0";
     options.clock = &clock_;
     options.heartbeat_timeout = 3s;
     options.tick_interval = 5ms;
     options.state_dir = state_dir;
+    options.http_listen = "127.0.0.1:0";
+    options.http_token = http_token;
     io_ = std::make_unique<boost::asio::io_context>();
     auto c = Coordinator::start(*io_, options);
     ASSERT_TRUE(c) << c.status().message();

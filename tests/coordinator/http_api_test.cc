@@ -1,0 +1,102 @@
+// The HTTP API over a real socket: JSON views, metrics, the read-only rule
+// and the token, and bad requests that leave the server running.
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fake_agent.h"
+
+namespace cohort::coordinator::testing {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+HttpReply http_call(int port, http::verb verb, const std::string& target, const std::string& token = "") {
+  boost::asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), uint16_t(port)));
+  http::request<http::string_body> req(verb, target, 11);
+  req.set(http::field::host, "localhost");
+  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+  req.prepare_payload();
+  http::write(socket, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  beast::error_code ec;
+  http::read(socket, buffer, res, ec);
+  return {int(res.result_int()), res.body()};
+}
+
+class HttpApiTest : public CoordinatorTest {};
+
+TEST_F(HttpApiTest, ServesJobsNodesAndMetrics) {
+  start();
+  FakeAgent a(endpoint_, "node-a", 2);
+  std::string id = submit(command_job("web", 1, 2));
+  ASSERT_TRUE(a.next_as<protocol::LaunchOrder>());
+  int port = coordinator_->http_port();
+  ASSERT_GT(port, 0);
+  auto jobs = http_call(port, http::verb::get, "/api/jobs");
+  EXPECT_EQ(jobs.status, 200);
+  auto j = nlohmann::json::parse(jobs.body);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["state"], "running");
+  auto one = http_call(port, http::verb::get, "/api/jobs/" + id);
+  EXPECT_EQ(nlohmann::json::parse(one.body)["name"], "web");
+  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/job-404").status, 404);
+  auto nodes = nlohmann::json::parse(http_call(port, http::verb::get, "/api/nodes").body);
+  EXPECT_EQ(nodes[0]["gpus_free"], 0);
+  auto metrics = http_call(port, http::verb::get, "/metrics").body;
+  EXPECT_NE(metrics.find("cohort_nodes{state=\"alive\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("cohort_jobs{state=\"running\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("cohort_gpus{state=\"total\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(http_call(port, http::verb::get, "/").body.find("node-a"), std::string::npos);
+}
+
+TEST_F(HttpApiTest, IsReadOnlyWithoutAToken) {
+  start();
+  std::string id = submit(command_job("ro", 1, 1));
+  auto r = http_call(coordinator_->http_port(), http::verb::post, "/api/jobs/" + id + "/cancel", "guess");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(job(id).state, "queued");
+}
+
+TEST_F(HttpApiTest, CancelNeedsTheRightToken) {
+  start("", "s3cret");
+  std::string id = submit(command_job("tok", 1, 1));
+  int port = coordinator_->http_port();
+  EXPECT_EQ(http_call(port, http::verb::post, "/api/jobs/" + id + "/cancel", "wrong").status, 401);
+  EXPECT_EQ(job(id).state, "queued");
+  EXPECT_EQ(http_call(port, http::verb::post, "/api/jobs/" + id + "/cancel", "s3cret").status, 200);
+  EXPECT_EQ(job(id).state, "cancelled");
+}
+
+TEST_F(HttpApiTest, GarbageRequestsGetAnErrorAndTheServerGoesOn) {
+  start();
+  int port = coordinator_->http_port();
+  {
+    boost::asio::io_context io;
+    tcp::socket socket(io);
+    socket.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), uint16_t(port)));
+    std::string junk = "\x16\x03\x01 this is not HTTP\r\n\r\n";
+    boost::asio::write(socket, boost::asio::buffer(junk));
+    char buf[256];
+    boost::system::error_code ec;
+    size_t n = socket.read_some(boost::asio::buffer(buf), ec);
+    EXPECT_NE(std::string(buf, n).find("400"), std::string::npos);
+  }
+  EXPECT_EQ(http_call(port, http::verb::delete_, "/api/jobs").status, 405);
+  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs").status, 200);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator::testing
