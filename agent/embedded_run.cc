@@ -80,6 +80,8 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   }
   protocol::WatchOptions watch;
   watch.interrupt = options.interrupt;
+  watch.on_line = options.on_line;
+  watch.on_poll = options.on_poll;
   auto result = protocol::watch_job(**client, submitted->job_id, watch);
   finish();
   return result;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -19,6 +20,8 @@ struct EmbeddedRunOptions {
   std::string state_dir;  // empty: <output_dir>/.cohort
   std::string worker_binary;  // empty: next to this program
   const std::atomic<bool>* interrupt = nullptr;  // set: stop the job cleanly
+  std::function<void(const protocol::LogLine&)> on_line;  // default: rank-prefixed on stdout
+  std::function<void()> on_poll;                           // e.g. a progress line
 };
 
 // Runs the job to its end, streaming rank-prefixed log lines to stdout.

@@ -5,6 +5,8 @@
 #include "agent/embedded_run.h"
 #include "cli/client_common.h"
 #include "cli/commands.h"
+#include "cli/progress_line.h"
+#include "protocol/job_watch.h"
 
 namespace cohort::cli {
 namespace {
@@ -32,7 +34,17 @@ int run_run(const RunArgs& args) {
   options.cpu_slots = args.cpu_slots;
   options.worker_binary = args.worker_binary;
   options.interrupt = install_interrupt_flag();
+  ProgressLine progress(options.job.output_dir);
+  if (progress.enabled()) {
+    options.on_line = [&progress](const protocol::LogLine& line) {
+      progress.clear();
+      std::printf("%s\n", protocol::format_log_line(line).c_str());
+      std::fflush(stdout);
+    };
+    options.on_poll = [&progress] { progress.refresh(); };
+  }
   auto info = agent::run_embedded(options);
+  progress.clear();
   if (!info) {
     std::fprintf(stderr, "cohort run: %s\n", info.status().message().c_str());
     return kExitJobFailed;

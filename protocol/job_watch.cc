@@ -45,6 +45,7 @@ Result<JobInfo> watch_job(Client& client, const std::string& job_id, const Watch
       }
     }
     std::fflush(stdout);
+    if (options.on_poll) options.on_poll();
     bool more = reply->last_seq > after;
     after = reply->last_seq;
     if (reply->job_finished && !more) break;

@@ -23,6 +23,7 @@ struct WatchOptions {
   // then carries on until the job has stopped.
   const std::atomic<bool>* interrupt = nullptr;
   std::function<void(const LogLine&)> on_line;  // default: "[rank R] text" on stdout
+  std::function<void()> on_poll;                 // after each poll (a progress display)
 };
 
 // Returns the job's final record (or its current one when !follow).
