@@ -280,7 +280,7 @@ Status CoordinatorImpl::cancel_job(const std::string& id_or_name, std::string* t
   job->add_event("cancel requested");
   if (job->state == JobState::kQueued) {
     end_job(*job, JobState::kCancelled, "cancelled while queued");
-  } else if (job->current()->state == AttemptState::kRunning) {
+  } else if (job->current() && job->current()->state == AttemptState::kRunning) {
     begin_stop(*job, StopIntent::kCancel, "cancelled");
   } else {
     persist(*job);  // a stop is already under way; finish_attempt sees the request

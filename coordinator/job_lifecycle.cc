@@ -94,7 +94,7 @@ int CoordinatorImpl::pick_master_port(const Job& job, const std::string& master_
   std::set<int> taken;
   for (const auto& [id, other] : jobs_) {
     if (!other.attempts.empty() && other.attempts.back().active() &&
-        other.attempts.back().nodes.front() == master_node) {
+        !other.attempts.back().nodes.empty() && other.attempts.back().nodes.front() == master_node) {
       taken.insert(other.attempts.back().master_port);
     }
   }

@@ -154,6 +154,9 @@ Result<Job> job_from_json(const nlohmann::json& j) {
       a.reason = ja.at("reason").get<std::string>();
       a.has_root_cause = ja.at("has_root_cause").get<bool>();
       a.root_cause = ja.at("root_cause").get<protocol::RootCause>();
+      if (a.nodes.empty() || a.gpus_per_node < 1) {
+        return invalid_argument("bad job record " + job.id + ": an attempt without nodes");
+      }
       for (const auto& node : a.nodes) {
         for (int g = 0; g < a.gpus_per_node; ++g) {
           RankRecord r;
@@ -163,6 +166,11 @@ Result<Job> job_from_json(const nlohmann::json& j) {
         }
       }
       job.attempts.push_back(std::move(a));
+    }
+    bool needs_attempt = job.state == JobState::kRunning || job.state == JobState::kStopping;
+    if (needs_attempt && (job.attempts.empty() || !job.attempts.back().active())) {
+      // Written mid-transition by an older build: run it again from the queue.
+      job.state = JobState::kQueued;
     }
     return job;
   } catch (const std::exception& e) {

@@ -8,11 +8,18 @@
 //   relaunch   one worker killed (SIGKILL) → every rank of the next attempt spawned
 //   detect     one agent dies (socket closed, heartbeats stop) → node marked lost
 // Workers are FakeProcessLauncher processes (`--launcher fake`), so the
-// figures are the control plane's own; `--launcher posix` runs `true` for
-// each rank and reports placement-to-completion with real fork/exec.
+// figures are the control plane's own. `--launcher posix` runs real
+// processes (`sh` that writes its pid to COHORT_PROGRESS_FILE, then sleeps):
+// "spawned" means every rank has written its file, the killed worker gets a
+// real SIGKILL, and "complete" is cancel → every worker stopped.
 //
 //   control_plane_bench [--nodes 16,64,128] [--launcher fake|posix]
+#include <signal.h>
+#include <sys/stat.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -130,6 +137,42 @@ class SimulatedCluster {
     return n;
   }
 
+  // Ranks of `attempt` that have started and written their pid.
+  static size_t started(const std::string& output_dir, int attempt, size_t ranks) {
+    size_t n = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      std::string path = output_dir + "/progress/attempt-" + std::to_string(attempt) + "/rank-" + std::to_string(r);
+      struct stat st;
+      n += ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
+    }
+    return n;
+  }
+
+  Row measure_posix(protocol::JobControl job, int nodes) {
+    Row row;
+    row.nodes = nodes;
+    size_t ranks = size_t(nodes) * 8;
+    job.argv = {"sh", "-c", "echo $$ > $COHORT_PROGRESS_FILE; exec sleep 600"};
+    auto t0 = Clock::now();
+    auto id = client_->request<protocol::SubmitReply>(protocol::SubmitJob{job}, 10s).value().job_id;
+    wait_for([&] { return started(job.output_dir, 0, ranks) == ranks; });
+    row.placement_ms = ms_since(t0);
+    std::ifstream pid_file(job.output_dir + "/progress/attempt-0/rank-0");
+    pid_t victim = 0;
+    pid_file >> victim;
+    auto t1 = Clock::now();
+    ::kill(victim, SIGKILL);
+    wait_for([&] { return started(job.output_dir, 1, ranks) == ranks; });
+    row.relaunch_ms = ms_since(t1);
+    auto t2 = Clock::now();
+    (void)client_->request<protocol::Ack>(protocol::CancelJob{id}, 10s);
+    wait_for([&] { return job_state(id) == "cancelled"; });
+    row.complete_ms = ms_since(t2);
+    std::error_code ec;
+    std::filesystem::remove_all(job.output_dir, ec);
+    return row;
+  }
+
   Row measure(int nodes) {
     Row row;
     row.nodes = nodes;
@@ -141,18 +184,14 @@ class SimulatedCluster {
     job.gpus_per_node = 8;
     job.max_restarts = 1;
     job.stop_grace_s = 1;
-    job.output_dir = "/tmp/cohort-bench-" + std::to_string(::getpid());
+    job.output_dir = "/tmp/cohort-bench-" + std::to_string(::getpid()) + "-" + std::to_string(nodes);
     job.working_dir = "/tmp";
     job.argv = {"true"};
     size_t ranks = size_t(nodes) * 8;
 
+    if (posix_) return measure_posix(job, nodes);
     auto t0 = Clock::now();
     auto id = client_->request<protocol::SubmitReply>(protocol::SubmitJob{job}, 10s).value().job_id;
-    if (posix_) {
-      wait_for([&] { return job_state(id) == "succeeded"; });
-      row.complete_ms = ms_since(t0);
-      return row;
-    }
     wait_for([&] { return spawned() == ranks; });
     row.placement_ms = ms_since(t0);
 
@@ -211,7 +250,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::warn);
   if (posix) {
-    std::printf("| nodes | ranks | submit → all `true` workers exited, job done (ms) |\n|---|---|---|\n");
+    std::printf("| nodes | ranks | submit → all ranks started (ms) | kill -9 of a worker → all ranks "
+                "restarted (ms) | cancel → all stopped (ms) |\n|---|---|---|---|---|\n");
   } else {
     std::printf("| nodes | ranks | submit → all ranks spawned (ms) | worker SIGKILL → all ranks relaunched (ms) "
                 "| all exit 0 → job done (ms) | agent death → node lost (ms) |\n|---|---|---|---|---|---|\n");
@@ -220,7 +260,8 @@ int main(int argc, char** argv) {
     SimulatedCluster cluster(n, posix);
     Row r = cluster.measure(n);
     if (posix) {
-      std::printf("| %d | %d | %.0f |\n", n, n * 8, r.complete_ms);
+      std::printf("| %d | %d | %.0f | %.0f | %.0f |\n", n, n * 8, r.placement_ms, r.relaunch_ms,
+                  r.complete_ms);
     } else {
       std::printf("| %d | %d | %.1f | %.1f | %.1f | %.0f |\n", n, n * 8, r.placement_ms, r.relaunch_ms,
                   r.complete_ms, r.detect_ms);
