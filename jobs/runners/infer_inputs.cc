@@ -1,6 +1,8 @@
 // Prompts JSONL, tokenizer choice and stop conditions for inference jobs.
 #include "jobs/runners/infer_inputs.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -81,11 +83,34 @@ Result<std::vector<Prompt>> load_prompts(const std::string& path, models::Tokeni
   return parse_prompts(ss.str(), path, tokenizer, vocab_size);
 }
 
+std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model) {
+  const char* ignore = std::getenv("COHORT_INFER_IGNORE_EOS");
+  if (model.hf_dir.empty() || (ignore && std::string(ignore) == "1")) return {};
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    std::ifstream in(std::filesystem::path(model.hf_dir) / file);
+    if (!in) continue;
+    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
+    std::vector<int32_t> ids;
+    const json& eos = j["eos_token_id"];
+    if (eos.is_number_integer()) ids.push_back(eos.get<int32_t>());
+    if (eos.is_array()) {
+      for (const json& id : eos) {
+        if (id.is_number_integer()) ids.push_back(id.get<int32_t>());
+      }
+    }
+    return ids;
+  }
+  return {};
+}
+
 Result<StopCondition> StopCondition::create(const jobs::InferSection& infer,
-                                            const models::Tokenizer* tokenizer) {
+                                            const models::Tokenizer* tokenizer,
+                                            const std::vector<int32_t>& eos) {
   StopCondition stop;
   stop.tokenizer_ = tokenizer;
   for (int64_t id : infer.stop_tokens) stop.stop_tokens_.push_back(static_cast<int32_t>(id));
+  stop.stop_tokens_.insert(stop.stop_tokens_.end(), eos.begin(), eos.end());
   for (const std::string& s : infer.stop_strings) {
     if (s.empty()) continue;
     stop.stop_strings_.push_back(s);

@@ -37,14 +37,22 @@ Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::st
 Result<std::vector<Prompt>> load_prompts(const std::string& path, models::Tokenizer* tokenizer,
                                          int vocab_size);
 
+// The end-of-sequence ids a Hugging Face folder declares (eos_token_id in
+// generation_config.json, else in config.json; a number or a list), which
+// end generation by default as they do in transformers and vLLM. Empty for
+// presets, checkpoints, folders without one, and when COHORT_INFER_IGNORE_EOS=1
+// (for benchmarks and parity runs that must decode max_new_tokens).
+std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model);
+
 // Ends a sequence on a stop token id, or once its decoded text contains a
 // stop string (then the text is cut before the string; the tokens are kept
 // up to and including the one that completed it, as vLLM does).
 class StopCondition {
  public:
-  // Stop strings need a tokenizer; errors otherwise.
+  // Stop strings need a tokenizer; errors otherwise. `eos` joins infer.stop's ids.
   static Result<StopCondition> create(const jobs::InferSection& infer,
-                                      const models::Tokenizer* tokenizer);
+                                      const models::Tokenizer* tokenizer,
+                                      const std::vector<int32_t>& eos = {});
   bool is_stop_token(int32_t id) const;
   // Whether `generated` (this sequence's tokens so far) now contains a stop
   // string that ends in its last token's text.

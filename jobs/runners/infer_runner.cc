@@ -6,6 +6,7 @@
 // so more ranks than the model needs serve more prompts at once. Every rank
 // reads the prompts file and checks it before any collective, so a bad
 // prompt fails all ranks alike. Rank 0 writes the results (infer_report.h).
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -96,7 +97,8 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, infer_model_config(spec.model));
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, config));
   COHORT_ASSIGN_OR_RETURN(auto prompts, load_prompts(infer.prompts, tokenizer.get(), config.vocab_size));
-  COHORT_ASSIGN_OR_RETURN(StopCondition stop, StopCondition::create(infer, tokenizer.get()));
+  const std::vector<int32_t> eos = model_eos_tokens(spec.model);
+  COHORT_ASSIGN_OR_RETURN(StopCondition stop, StopCondition::create(infer, tokenizer.get(), eos));
   COHORT_ASSIGN_OR_RETURN(int capacity, cache_capacity(prompts, infer.max_new_tokens, config));
   std::vector<Prompt> mine;
   for (const Prompt& p : prompts) {
@@ -108,6 +110,10 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                  "batch {}, max_new_tokens {}",
                  model_source(spec.model), config.layers, config.hidden, config.vocab_size,
                  prompts.size(), tp, dp, infer.batch_size, infer.max_new_tokens);
+    if (!eos.empty()) {
+      spdlog::info("infer: sequences also end at the model's end-of-sequence ids [{}] "
+                   "(COHORT_INFER_IGNORE_EOS=1 to decode past them)", fmt::join(eos, ", "));
+    }
   }
   const auto t0 = std::chrono::steady_clock::now();
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,

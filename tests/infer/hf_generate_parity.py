@@ -74,7 +74,8 @@ def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engin
     out_dir = os.path.join(work, f"{name}-out")
     job = os.path.join(work, f"{name}.toml")
     write_job(job, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs)
-    env = {"COHORT_INFER_DEVICE": "cuda"}
+    # transformers runs without EOS here, so cohort decodes past it too.
+    env = {"COHORT_INFER_DEVICE": "cuda", "COHORT_INFER_IGNORE_EOS": "1"}
     if engine == "model":
         env["COHORT_INFER_ENGINE"] = "model"
     launch_ranks(worker, job, tp, env)

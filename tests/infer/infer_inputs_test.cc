@@ -1,4 +1,10 @@
 // Prompts JSONL parsing, tokenizer choice and stop conditions.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "jobs/runners/infer_inputs.h"
@@ -76,6 +82,29 @@ TEST(InferStop, StopStringsWithoutATokenizerAreAnError) {
   EXPECT_FALSE(StopCondition::create(infer, nullptr).is_ok());
   infer.stop_strings.clear();
   EXPECT_TRUE(StopCondition::create(infer, nullptr).is_ok());
+}
+
+TEST(InferStop, HuggingFaceFoldersEndAtTheirEosUnlessIgnored) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("cohort_infer_eos_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  jobs::ModelSection model;
+  model.hf_dir = dir.string();
+  EXPECT_TRUE(model_eos_tokens(model).empty());
+  std::ofstream(dir / "config.json") << "{\"eos_token_id\": 2}";
+  EXPECT_EQ(model_eos_tokens(model), (std::vector<int32_t>{2}));
+  std::ofstream(dir / "generation_config.json") << "{\"eos_token_id\": [151645, 151643]}";
+  EXPECT_EQ(model_eos_tokens(model), (std::vector<int32_t>{151645, 151643}));
+  ::setenv("COHORT_INFER_IGNORE_EOS", "1", 1);
+  EXPECT_TRUE(model_eos_tokens(model).empty());
+  ::unsetenv("COHORT_INFER_IGNORE_EOS");
+  auto stop = StopCondition::create({}, nullptr, model_eos_tokens(model));
+  ASSERT_TRUE(stop.is_ok());
+  EXPECT_TRUE(stop->is_stop_token(151643));
+  jobs::ModelSection preset;
+  preset.preset = "tiny";
+  EXPECT_TRUE(model_eos_tokens(preset).empty());
+  fs::remove_all(dir);
 }
 
 }  // namespace
