@@ -4,6 +4,8 @@
 #include <chrono>
 #include <deque>
 
+#include "jobs/runners/infer_sampler.h"
+
 namespace cohort::runners {
 namespace {
 
@@ -40,7 +42,7 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
   if (options.max_new_tokens < 1) return invalid_argument("infer.max_new_tokens must be at least 1");
   const bool greedy_only = options.sampling.temperature <= 0 && !options.on_logits;
   std::vector<SequenceOutput> out(prompts.size());
-  std::vector<models::TokenSampler> samplers;
+  std::vector<FastSampler> samplers;
   for (const Prompt& p : prompts) {
     samplers.emplace_back(options.sampling, static_cast<uint64_t>(p.index));
   }
