@@ -36,6 +36,17 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   std::unique_ptr<coordinator::Coordinator> coord;
   std::unique_ptr<Agent> agent;
 
+  // One node: a job that needs more GPUs than it has would wait forever.
+  std::shared_ptr<GpuProber> prober = pick_prober(options);
+  COHORT_ASSIGN_OR_RETURN(auto gpus, prober->probe());
+  if (int(gpus.size()) < options.job.gpus_per_node) {
+    return failed_precondition(
+        "the job needs " + std::to_string(options.job.gpus_per_node) + " GPUs per node and this "
+        "machine has " + std::to_string(gpus.size()) + ": use --set job.gpus_per_node=" +
+        std::to_string(gpus.size()) + ", or --cpu-slots " + std::to_string(options.job.gpus_per_node) +
+        " to run on CPU");
+  }
+
   coordinator::CoordinatorOptions co;
   co.listen = "tcp://127.0.0.1:0";
   co.state_dir = options.state_dir.empty() ? options.job.output_dir + "/.cohort" : options.state_dir;
@@ -52,7 +63,7 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   ao.coordinator = coord->endpoint();
   ao.name = "local";
   ao.address = "127.0.0.1";
-  ao.prober = pick_prober(options);
+  ao.prober = prober;
   ao.launcher = make_posix_launcher();
   ao.worker_binary = options.worker_binary;
   COHORT_ASSIGN_OR_RETURN(agent, Agent::start(io, ao));

@@ -1,6 +1,9 @@
 // `cohort run JOB.toml [--set key=value]...`: the embedded cluster (a
 // coordinator and one agent in this process); exits with the job's status.
 #include <cstdio>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
 
 #include "agent/embedded_run.h"
 #include "cli/client_common.h"
@@ -34,6 +37,11 @@ int run_run(const RunArgs& args) {
   options.cpu_slots = args.cpu_slots;
   options.worker_binary = args.worker_binary;
   options.interrupt = install_interrupt_flag();
+  // The embedded daemons' routine lines would drown the workers' output;
+  // COHORT_LOG or --log-level debug/trace still shows them.
+  if (!std::getenv("COHORT_LOG") && spdlog::get_level() == spdlog::level::info) {
+    spdlog::set_level(spdlog::level::warn);
+  }
   ProgressLine progress(options.job.output_dir);
   if (progress.enabled()) {
     options.on_line = [&progress](const protocol::LogLine& line) {
@@ -47,7 +55,8 @@ int run_run(const RunArgs& args) {
   progress.clear();
   if (!info) {
     std::fprintf(stderr, "cohort run: %s\n", info.status().message().c_str());
-    return kExitJobFailed;
+    // A job this machine cannot hold is a usage problem, not a job failure.
+    return info.status().code() == StatusCode::kFailedPrecondition ? kExitUsage : kExitJobFailed;
   }
   std::fflush(stdout);
   std::fprintf(stderr, "cohort: job %s %s%s%s (logs in %s/logs)\n", info->name.c_str(),
