@@ -236,3 +236,35 @@ TEST(ControlPlaneCli, AnInvalidJobFileGivesExitCodeTwo) {
 
 }  // namespace
 }  // namespace cohort::testing
+
+namespace cohort::testing {
+namespace {
+
+TEST(CohortRun, TheCommandExampleShowsEveryRanksEnvironment) {
+  Cluster c;  // only for its temporary directory
+  std::string example = std::string(COHORT_SOURCE_DIR) + "/jobs/examples/print_env.toml";
+  auto r = run_cohort({"run", example, "--fake-gpus", "2", "--set", "job.output_dir=" + c.dir() + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string p = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_NE(r.out.find(p + "RANK=" + std::to_string(rank)), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(p + "LOCAL_RANK=" + std::to_string(rank)), std::string::npos);
+    EXPECT_NE(r.out.find(p + "WORLD_SIZE=2"), std::string::npos);
+    EXPECT_NE(r.out.find(p + "CUDA_VISIBLE_DEVICES=0,1"), std::string::npos);  // devices = node
+    EXPECT_NE(r.out.find(p + "CUDA_DEVICE_ORDER=PCI_BUS_ID"), std::string::npos);
+    EXPECT_NE(r.out.find(p + "COHORT_STORE=tcp://127.0.0.1:"), std::string::npos);
+  }
+  EXPECT_TRUE(std::filesystem::exists(c.dir() + "/run/logs/attempt-0/rank-1.log"));
+}
+
+TEST(CohortRun, ExitsOneWhenTheJobFails) {
+  Cluster c;
+  auto job = c.write_job("fails", "[job]\nname = \"fails\"\nkind = \"command\"\noutput_dir = \"" + c.dir() +
+                                      "/out\"\n[command]\nargv = [\"sh\", \"-c\", \"exit 4\"]\n");
+  auto r = run_cohort({"run", job, "--cpu-slots", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("exited with code 4"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace cohort::testing
