@@ -2,6 +2,17 @@
 // to rank 0, which writes `<output_dir>/outputs.jsonl` (one line per prompt,
 // in input order) and `<output_dir>/summary.json` (time to first token,
 // output tokens/s, the mesh and the engine), and logs the headline figures.
+//
+// outputs.jsonl, one object per prompt: index (its line among the prompts),
+// prompt_tokens, tokens (generated ids, a stop token included), text (when
+// the model has a tokenizer; cut before a stop string; invalid UTF-8 becomes
+// U+FFFD), finish_reason ("stop" or "length"), ttft_s (prefill to first
+// token), decode_s (first to last token), tokens_per_s (this sequence).
+// summary.json: model, engine, world, tensor_parallel, data_parallel,
+// batch_size, max_new_tokens, prompts, prompt_tokens, output_tokens, load_s,
+// generate_s, ttft_s_mean/p50/p90, output_tokens_per_s (all output tokens
+// over the generation wall time, prefills included) and decode_tokens_per_s
+// (decode-step tokens over decode-step time, summed over replicas).
 #pragma once
 
 #include <string>

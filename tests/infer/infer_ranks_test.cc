@@ -80,6 +80,16 @@ TEST(InferRanks, DataParallelReplicasServeTheirShareAndRank0WritesInInputOrder) 
   EXPECT_EQ(dp2.summary.at("data_parallel"), 2);
 }
 
+TEST(InferRanks, ReplicasWithoutPromptsStillJoinTheGather) {
+  InferJob job = tiny_job("idle_replica", 3, 1);  // dp 3, two prompts
+  job.prompts_path = write_token_prompts(scratch_dir("prompts") / "two.jsonl", {{1, 2}, {3}});
+  const InferRun run = run_infer_job(job);
+  ASSERT_EQ(run.error, "");
+  ASSERT_EQ(run.outputs.size(), 2u);
+  EXPECT_EQ(run.outputs[1].at("index"), 1);
+  EXPECT_EQ(run.summary.at("data_parallel"), 3);
+}
+
 TEST(InferRanks, SampledTokensAreIdenticalAcrossTensorParallelDegrees) {
   InferJob job = tiny_job("sample_tp1", 1, 1);
   job.infer_lines = "temperature = 0.8\ntop_k = 40\ntop_p = 0.9\nseed = 99\n";
