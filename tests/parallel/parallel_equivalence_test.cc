@@ -13,6 +13,7 @@
 
 #include "models/config.h"
 #include "models/param_layout.h"
+#include "tests/parallel/param_file.h"
 #include "tests/parallel/rank_launcher.h"
 
 namespace cohort::parallel {
@@ -33,40 +34,6 @@ fs::path scratch(const std::string& name) {
   return dir / name;
 }
 
-// Places each rank's tp slice of every parameter into the global tensor.
-void read_params(const fs::path& file, std::map<std::string, std::vector<float>>* out) {
-  std::ifstream in(file, std::ios::binary);
-  ASSERT_TRUE(in) << file;
-  std::string name;
-  while (in >> name) {
-    int dim, rank_count;
-    int64_t begin;
-    size_t numel;
-    in >> dim >> begin >> rank_count;
-    std::vector<int64_t> shape(rank_count), global(rank_count);
-    for (auto& d : shape) in >> d;
-    for (auto& d : global) in >> d;
-    in >> numel;
-    in.get();
-    std::vector<float> local(numel);
-    in.read(reinterpret_cast<char*>(local.data()), std::streamsize(numel * sizeof(float)));
-    in.get();
-    size_t global_numel = 1;
-    for (auto d : global) global_numel *= size_t(d);
-    auto& dst = (*out)[name];
-    dst.resize(global_numel);
-    size_t cols = rank_count > 1 ? size_t(global[1]) : 1;
-    size_t local_rows = size_t(shape[0]), local_cols = rank_count > 1 ? size_t(shape[1]) : 1;
-    for (size_t r = 0; r < local_rows; ++r)
-      for (size_t c = 0; c < local_cols; ++c) {
-        size_t gr = r, gc = c;
-        if (dim == int(models::ShardDim::kRows)) gr += size_t(begin);
-        if (dim == int(models::ShardDim::kCols)) gc += size_t(begin);
-        dst[gr * cols + gc] = local[r * local_cols + c];
-      }
-  }
-}
-
 RunResult run(const std::string& strategy, int world, int tp, int global_batch, int micro, int steps) {
   std::string prefix = scratch(strategy + "_w" + std::to_string(world) + "_tp" + std::to_string(tp) + "_m" +
                                std::to_string(micro)).string();
@@ -80,7 +47,7 @@ RunResult run(const std::string& strategy, int world, int tp, int global_batch, 
   int step;
   double loss, norm;
   while (losses >> step >> loss >> norm) result.losses.push_back(loss);
-  for (int t = 0; t < tp; ++t) read_params(prefix + ".tp" + std::to_string(t) + ".params", &result.params);
+  for (int t = 0; t < tp; ++t) testing::read_params(prefix + ".tp" + std::to_string(t) + ".params", &result.params);
   return result;
 }
 

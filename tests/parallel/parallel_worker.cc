@@ -14,7 +14,11 @@
 #include "collective/bootstrap.h"
 #include "models/backend.h"
 #include "models/config.h"
+#include "models/cuda_backend.h"
 #include "parallel/parallelize.h"
+#ifdef COHORT_HAVE_NCCL
+#include "collective/nccl/nccl_communicator.h"
+#endif
 
 using namespace cohort;
 
@@ -71,12 +75,32 @@ int main(int argc, char** argv) {
   if (!world) return fail("init", world.status());
   auto config = models::preset_config("tiny");
   if (!config) return fail("config", config.status());
-  auto backend = models::make_cpu_backend();
+  // COHORT_TEST_DEVICE=cuda: the same run on this rank's GPU over NCCL.
+  std::unique_ptr<models::Backend> backend;
+  std::shared_ptr<collective::Communicator> comm = world->cpu;
+  void* stream = nullptr;
+  const char* device = std::getenv("COHORT_TEST_DEVICE");
+  if (device && std::string(device) == "cuda") {
+#if defined(COHORT_HAVE_CUDA) && defined(COHORT_HAVE_NCCL)
+    auto nccl = collective::init_nccl_world(*world);
+    if (!nccl) return fail("nccl", nccl.status());
+    auto cuda = models::make_cuda_backend((*nccl)->cuda_device());
+    if (!cuda) return fail("cuda", cuda.status());
+    stream = (*cuda)->stream();
+    backend = std::move(*cuda);
+    comm = std::shared_ptr<collective::Communicator>(std::move(*nccl));
+#else
+    return fail("device", invalid_argument("built without CUDA"));
+#endif
+  } else {
+    backend = models::make_cpu_backend();
+  }
   parallel::ParallelConfig pc;
+  pc.data_parallel.stream = stream;
   pc.tensor_parallel = tp;
   pc.data_parallel.strategy = *strategy;
   pc.data_parallel.bucket_mb = 0.01;  // several buckets even for the tiny model
-  auto pm = parallel::parallelize(*config, world->cpu.get(), backend.get(), pc,
+  auto pm = parallel::parallelize(*config, comm.get(), backend.get(), pc,
                                   [](models::Model& m) { m.init_weights(42); return Status::ok(); });
   if (!pm) return fail("parallelize", pm.status());
   auto& mesh = *pm->mesh;
@@ -113,7 +137,9 @@ int main(int argc, char** argv) {
     auto norm = pm->data_parallel->finish_step(adamw, 1.0f, step);
     if (!norm) return fail("step", norm.status());
     float total = float(loss_sum);
-    if (dp > 1 && !mesh.dp().all_reduce(&total, 1, collective::DType::kF32).is_ok()) return 4;
+    // The loss is a host value: sum it over the CPU world (tp ranks repeat it).
+    total /= float(mesh.dims().tp);
+    if (world->size > 1 && !world->cpu->all_reduce(&total, 1, collective::DType::kF32).is_ok()) return 4;
     losses << step << ' ' << (double(total) / (global_batch * kSeqLen)) << ' ' << *norm << '\n';
   }
   auto mem = pm->data_parallel->memory();
