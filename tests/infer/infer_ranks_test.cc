@@ -11,6 +11,7 @@
 #include "models/backend.h"
 #include "models/hf.h"
 #include "models/model.h"
+#include "models/tokenizer.h"
 #include "tests/infer/infer_job_fixture.h"
 
 namespace cohort::testing {
@@ -187,6 +188,72 @@ TEST(InferRanks, LlamaFolderWithLlama3RopeScalingAgreesAtTp1_2_4) {
   c.rope_theta = 500000.0f;
   c.rope_scaling = {true, 8.0f, 1.0f, 4.0f, 32};
   expect_hf_folder_equivalent("llama", c);
+}
+
+// A byte-level BPE tokenizer.json: the 256 byte tokens, "hello" and " world"
+// merges, and one special token (id 265).
+std::string tiny_tokenizer_json() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    models::append_utf8(models::byte_to_unicode()[b], &s);
+    vocab[s] = b;
+  }
+  const std::vector<std::string> merged = {"he", "ll", "hell", "hello", "\u0120w",
+                                           "or", "\u0120wor", "ld", "\u0120world"};
+  for (size_t i = 0; i < merged.size(); ++i) vocab[nlohmann::json::parse("\"" + merged[i] + "\"").get<std::string>()] = 256 + static_cast<int>(i);
+  nlohmann::json j;
+  j["model"] = {{"type", "BPE"},
+                {"vocab", vocab},
+                {"merges", nlohmann::json::parse(R"(["h e", "l l", "he ll", "hell o", "\u0120 w",
+                                                     "o r", "\u0120w or", "l d", "\u0120wor ld"])")}};
+  j["added_tokens"] = {{{"id", 265}, {"content", "<|endoftext|>"}, {"special", true}}};
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+  return j.dump();
+}
+
+TEST(InferRanks, HfTokenizerTextAndStopStringsAcrossTensorParallelRanks) {
+  models::ModelConfig c;
+  c.model_type = "qwen3";
+  c.vocab_size = 272, c.hidden = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 16;
+  c.intermediate = 96, c.max_seq = 64;
+  const std::string dir = write_hf_folder("tok_hf", c);
+  std::ofstream(dir + "/tokenizer.json") << tiny_tokenizer_json();
+  auto tokenizer = models::BpeTokenizer::from_json(tiny_tokenizer_json());
+  ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
+  InferJob job;
+  job.model_lines = "hf_dir = \"" + dir + "\"";
+  const auto prompts = scratch_dir("prompts") / "tok.jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"hello world\"}\n{\"prompt\": \"hello\"}\n";
+  job.prompts_path = prompts.string();
+  job.max_new_tokens = 16;
+  job.name = "tok_ref", job.world = 2, job.tensor_parallel = 2;
+  const InferRun ref = run_infer_job(job);
+  ASSERT_EQ(ref.error, "");
+  ASSERT_EQ(ref.outputs.size(), 2u);
+  EXPECT_EQ(ref.outputs[0].at("prompt_tokens"), 2);  // "hello", " world"
+  const auto tokens = ref.outputs[0].at("tokens").get<std::vector<int32_t>>();
+  const std::string text = (*tokenizer)->decode(tokens);
+  // A stop string: the text of one printable ASCII byte token past the first.
+  size_t pick = 1;
+  while (pick < tokens.size() && !(tokens[pick] >= 33 && tokens[pick] < 127)) ++pick;
+  if (pick == tokens.size()) GTEST_SKIP() << "no printable byte token was generated";
+  const std::string stop(1, static_cast<char>(tokens[pick]));
+  size_t k = 1;  // the first prefix whose text contains the stop string
+  while ((*tokenizer)->decode({tokens.begin(), tokens.begin() + k}).find(stop) == std::string::npos) ++k;
+  job.name = "tok_stop";
+  job.infer_lines = "stop = [\"" + stop + "\"]\n";
+  if (stop == "\"" || stop == "\\") job.infer_lines = "stop = ['" + stop + "']\n";
+  const InferRun stopped = run_infer_job(job);
+  ASSERT_EQ(stopped.error, "");
+  EXPECT_EQ(stopped.outputs[0].at("tokens").get<std::vector<int32_t>>(),
+            std::vector<int32_t>(tokens.begin(), tokens.begin() + k));
+  EXPECT_EQ(stopped.outputs[0].at("finish_reason"), "stop");
+  const std::string cut = text.substr(0, text.find(stop));
+  if (nlohmann::json(cut).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) ==
+      nlohmann::json(cut).dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore)) {
+    EXPECT_EQ(stopped.outputs[0].at("text"), cut);
+  }
 }
 
 }  // namespace
