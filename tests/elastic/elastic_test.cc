@@ -72,8 +72,9 @@ TEST(Elastic, ARankThatAlwaysFailsFailsTheJobAfterThreeAttemptsWithItsRootCause)
   c.start_coordinator();
   c.add_agent("node-a", 2);
   auto job = c.write_job("doomed", job_toml(c, "doomed", "gpus_per_node = 2\nmax_restarts = 2\n",
-                                            "if [ $RANK = 1 ]; then echo dying on attempt $COHORT_ATTEMPT; "
-                                            "exit 3; fi; sleep 30"));
+                                            "echo $COHORT_ATTEMPT $WORLD_SIZE $$ >> " + c.dir() +
+                                                "/pids-$RANK; if [ $RANK = 1 ]; then echo dying on "
+                                                "attempt $COHORT_ATTEMPT; exit 3; fi; sleep 30"));
   auto r = c.cli("submit", {job, "--wait"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("root cause: rank 1 on node node-a: exited with code 3"), std::string::npos) << r.err;
@@ -85,6 +86,9 @@ TEST(Elastic, ARankThatAlwaysFailsFailsTheJobAfterThreeAttemptsWithItsRootCause)
   EXPECT_EQ(s["root_cause"]["node"], "node-a");
   auto text = c.cli("status", {first_line(r.out)});
   EXPECT_NE(text.out.find("attempt 2: failed"), std::string::npos) << text.out;
+  auto pids = recorded_pids(c.dir());
+  EXPECT_EQ(pids.size(), 6u);  // 2 ranks x 3 attempts, each stopped or exited
+  for (pid_t p : pids) EXPECT_TRUE(wait_until([&] { return !process_alive(p); }, 5s)) << p;
 }
 
 TEST(Elastic, ALostNodeShrinksTheJobAndAJoiningNodeGrowsItBack) {
@@ -143,7 +147,8 @@ TEST(Elastic, ARankThatStopsReportingProgressIsRestartedAfterHangTimeout) {
   c.start_coordinator();
   c.add_agent("node-a", 1);
   auto job = c.write_job("hang", job_toml(c, "hang", "hang_timeout = 1.0\nmax_restarts = 1\n",
-                                          "touch $COHORT_PROGRESS_FILE; "
+                                          "echo $COHORT_ATTEMPT $WORLD_SIZE $$ >> " + c.dir() +
+                                              "/pids-$RANK; touch $COHORT_PROGRESS_FILE; "
                                           "if [ $COHORT_ATTEMPT = 0 ]; then sleep 300; fi; echo fine"));
   auto started = std::chrono::steady_clock::now();
   auto r = c.cli("submit", {job, "--wait"});
@@ -153,6 +158,9 @@ TEST(Elastic, ARankThatStopsReportingProgressIsRestartedAfterHangTimeout) {
   ASSERT_EQ(s["attempts"].size(), 2u);
   EXPECT_NE(s["attempts"][0]["root_cause"]["reason"].get<std::string>().find("hung"), std::string::npos)
       << s.dump(2);
+  auto pids = recorded_pids(c.dir());
+  EXPECT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) EXPECT_TRUE(wait_until([&] { return !process_alive(p); }, 5s)) << p;
 }
 
 TEST(Elastic, Kill9OfTheCoordinatorLosesNoJob) {
