@@ -16,6 +16,7 @@ decode-step time (summary.json); for transformers it is
 batch * (N - 1) / (time of generate(N) - time of generate(1)).
 
   python3 bench/infer_bench.py --worker build/bin/cohort-worker [--new 256] [--json out.json]
+      [--variants]   (adds tp 1 eager and the fp32 models engine)
 """
 import argparse
 import json
@@ -70,6 +71,8 @@ def main():
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variants", action="store_true",
+                    help="also run tp 1 eagerly (cuda_graphs = false) and with the fp32 models engine")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
     config = qwen3_06b_config()
@@ -95,13 +98,23 @@ def main():
                          "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"],
                          "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
                          "hbm_bound_tok_s": bound})
+        if args.variants:
+            bound = hbm_bound(config, params, batch, context, 1, args.hbm_tbs * 1e12)
+            for engine, graphs in (("graphs", False), ("model", True)):
+                _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
+                                        f"b{batch}-{engine}-{graphs}", 1, args.new, batch,
+                                        engine=engine, graphs=graphs)
+                rows.append({"batch": batch, "tp": 1, "cohort_decode_tok_s": summary["decode_tokens_per_s"],
+                             "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"],
+                             "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
+                             "hbm_bound_tok_s": bound})
     print(f"\nQwen3-0.6B shape, random bf16 weights, prompt {args.prompt_len}, {args.new} new tokens, "
           f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
-    print("| batch | tp | cohort decode tok/s | cohort TTFT ms | transformers decode tok/s (1 GPU) | HBM bound tok/s |")
-    print("|---|---|---|---|---|---|")
+    print("| batch | tp | cohort engine | cohort decode tok/s | cohort TTFT ms | transformers decode tok/s (1 GPU) | HBM bound tok/s |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['batch']} | {r['tp']} | {r['cohort_decode_tok_s']:.0f} | {r['cohort_ttft_ms']:.1f} | "
-              f"{r['transformers_decode_tok_s']:.0f} | {r['hbm_bound_tok_s']:.0f} |")
+        print(f"| {r['batch']} | {r['tp']} | {r['cohort_engine']} | {r['cohort_decode_tok_s']:.0f} | "
+              f"{r['cohort_ttft_ms']:.1f} | {r['transformers_decode_tok_s']:.0f} | {r['hbm_bound_tok_s']:.0f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
