@@ -208,11 +208,15 @@ Status CudaGraphEngine::alloc_buffers() {
   return Status::ok();
 }
 
+bool cuda_graph_engine_supports(const models::ModelConfig& config) {
+  return config.head_dim % 16 == 0 && config.head_dim <= 512;
+}
+
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
                                                                 const CudaEngineOptions& options,
                                                                 collective::Communicator* tp_cpu,
                                                                 const EngineWeightLoader& load) {
-  if (config.head_dim % 16 != 0 || config.head_dim > 512) {
+  if (!cuda_graph_engine_supports(config)) {
     return invalid_argument("the bf16 CUDA engine needs head_dim a multiple of 16 up to 512, not " +
                             std::to_string(config.head_dim) +
                             "; set COHORT_INFER_ENGINE=model to use the models library's engine");

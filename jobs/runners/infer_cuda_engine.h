@@ -42,6 +42,10 @@ struct CudaEngineOptions {
 
 using EngineWeightLoader = std::function<Status(models::Model& model)>;
 
+// Whether the engine's kernels handle this config (head_dim a multiple of 16,
+// at most 512).
+bool cuda_graph_engine_supports(const models::ModelConfig& config);
+
 // `tp_cpu`: the CPU communicator of this rank's tensor-parallel group (size
 // shard.tp_size), used once to share NCCL's unique id.
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,

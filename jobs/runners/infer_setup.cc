@@ -75,7 +75,15 @@ Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::Model
   // launches of tests) show all of the node's, and LOCAL_RANK picks.
   const int device = world.local_rank % models::cuda_device_count();
   bool model_engine_wanted = env_or("COHORT_INFER_ENGINE", "graphs") == "model";
-#ifndef COHORT_HAVE_INFER_CUDA_ENGINE
+#ifdef COHORT_HAVE_INFER_CUDA_ENGINE
+  if (!model_engine_wanted && !cuda_graph_engine_supports(config)) {
+    if (world.rank == 0) {
+      spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (a multiple of 16 up "
+                   "to 512); using the models library's CUDA engine", config.head_dim);
+    }
+    model_engine_wanted = true;
+  }
+#else
   model_engine_wanted = true;
 #endif
   if (model_engine_wanted) {
