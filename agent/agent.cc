@@ -192,9 +192,13 @@ class AgentImpl final : public Agent {
   }
 
   void queue_line(const std::string& job, LogLine line) {
+    // Batches stay far below the coordinator's message cap even when every
+    // line is a maximal 64 KiB one.
+    constexpr size_t kMaxBatchBytes = 1u << 20;
     auto& batch = pending_lines_[job];
+    pending_bytes_[job] += line.text.size() + 32;
     batch.push_back(std::move(line));
-    if (batch.size() >= 500) flush_lines(job);
+    if (batch.size() >= 2000 || pending_bytes_[job] >= kMaxBatchBytes) flush_lines(job);
   }
 
   void flush_lines(const std::string& job) {
@@ -202,6 +206,7 @@ class AgentImpl final : public Agent {
     if (it == pending_lines_.end() || it->second.empty()) return;
     LogBatch batch{job, std::move(it->second)};
     pending_lines_.erase(it);
+    pending_bytes_.erase(job);
     send(encode(batch));
   }
 
@@ -230,6 +235,7 @@ class AgentImpl final : public Agent {
   std::chrono::milliseconds interval_;
   Clock::TimePoint last_register_{};
   std::map<std::string, std::vector<LogLine>> pending_lines_;
+  std::map<std::string, size_t> pending_bytes_;
   std::map<uint64_t, PendingStore> pending_store_;
   uint64_t next_store_id_ = 1;
   std::function<void()> shutdown_done_;

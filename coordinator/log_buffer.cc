@@ -26,10 +26,14 @@ std::vector<protocol::LogLine> LogBuffer::read(const protocol::LogQuery& query,
       lines.begin(), lines.end(), query.after_seq,
       [](uint64_t seq, const protocol::LogLine& line) { return seq < line.seq; });
   size_t limit = query.max_lines > 0 ? size_t(query.max_lines) : lines.size();
-  for (auto l = start; l != lines.end() && out.size() < limit; ++l) {
+  // A reply stays well under the message cap; the client asks again for more.
+  constexpr size_t kMaxReplyBytes = 2u << 20;
+  size_t bytes = 0;
+  for (auto l = start; l != lines.end() && out.size() < limit && bytes < kMaxReplyBytes; ++l) {
     *last_seq = l->seq;
     if (query.rank >= 0 && l->rank != query.rank) continue;
     if (query.attempt >= 0 && l->attempt != query.attempt) continue;
+    bytes += l->text.size() + 32;
     out.push_back(*l);
   }
   return out;

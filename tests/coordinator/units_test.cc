@@ -159,3 +159,49 @@ TEST_F(StoreTest, BadRequestsAreErrors) {
 
 }  // namespace
 }  // namespace cohort::coordinator
+
+#include "coordinator/log_buffer.h"
+
+namespace cohort::coordinator {
+namespace {
+
+TEST(LogBuffer, ReadsFilterByRankAndAttemptAndResumeBySequence) {
+  LogBuffer logs(100);
+  std::vector<protocol::LogLine> lines;
+  for (int i = 0; i < 10; ++i) lines.push_back({0, i / 5, i % 2, "line " + std::to_string(i)});
+  logs.append("j", lines);
+  protocol::LogQuery q;
+  q.job_id = "j";
+  q.rank = 1;
+  q.attempt = 1;
+  uint64_t last = 0;
+  auto got = logs.read(q, &last);
+  ASSERT_EQ(got.size(), 3u);  // lines 5, 7 and 9: attempt 1, rank 1
+  EXPECT_EQ(last, 10u);
+  q.after_seq = last;
+  EXPECT_TRUE(logs.read(q, &last).empty());
+  EXPECT_EQ(logs.tail("j", 0, 0, 2), (std::vector<std::string>{"line 2", "line 4"}));
+}
+
+TEST(LogBuffer, KeepsTheNewestLinesAndCapsReplyBytes) {
+  LogBuffer logs(5);
+  std::vector<protocol::LogLine> lines;
+  for (int i = 0; i < 8; ++i) lines.push_back({0, 0, 0, "l" + std::to_string(i)});
+  logs.append("j", lines);
+  protocol::LogQuery q;
+  q.job_id = "j";
+  uint64_t last = 0;
+  auto got = logs.read(q, &last);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got.front().text, "l3");
+  EXPECT_EQ(got.front().seq, 4u);
+  LogBuffer big(1000);
+  std::vector<protocol::LogLine> fat(100, {0, 0, 0, std::string(64 * 1024, 'x')});
+  big.append("j", fat);
+  got = big.read(q, &last);
+  EXPECT_LT(got.size(), 100u);  // the rest comes with the next read
+  EXPECT_EQ(last, got.back().seq);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

@@ -87,7 +87,8 @@ TEST(Elastic, ARankThatAlwaysFailsFailsTheJobAfterThreeAttemptsWithItsRootCause)
   auto text = c.cli("status", {first_line(r.out)});
   EXPECT_NE(text.out.find("attempt 2: failed"), std::string::npos) << text.out;
   auto pids = recorded_pids(c.dir());
-  EXPECT_EQ(pids.size(), 6u);  // 2 ranks x 3 attempts, each stopped or exited
+  // Rank 1 records itself on each attempt; rank 0 may be stopped before it does.
+  EXPECT_GE(pids.size(), 3u);
   for (pid_t p : pids) EXPECT_TRUE(wait_until([&] { return !process_alive(p); }, 5s)) << p;
 }
 
