@@ -139,6 +139,18 @@ Result<Tensor> Model::grad_view(const std::string& name) const {
   return view(name, grads_);
 }
 
+void Model::release_own_buffers() {
+  std::vector<float*> kept;
+  for (float* p : owned_) {
+    bool in_use = false;
+    for (int g = 0; g < num_groups(); ++g) in_use = in_use || params_[g] == p || grads_[g] == p;
+    bool is_group_buffer = p != rope_cos_ && p != rope_sin_;
+    if (is_group_buffer && !in_use) backend_->free(p);
+    else kept.push_back(p);
+  }
+  owned_ = std::move(kept);
+}
+
 void Model::zero_grads() {
   for (int g = 0; g < num_groups(); ++g) {
     backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));

@@ -87,6 +87,10 @@ class Model {
   float* params(int group) const { return params_[group]; }
   float* grads(int group) const { return grads_[group]; }
   void set_group_buffers(int group, float* params, float* grads);
+  // Frees the parameter and gradient buffers the model allocated itself, once
+  // every group points elsewhere (parallel/ keeps its own, sharded ones);
+  // without this a sharded model would also hold a full unsharded copy.
+  void release_own_buffers();
   // A view (local shape, backend device) of one parameter or its gradient by
   // HF name; NotFound for names this rank's layout does not hold.
   Result<Tensor> param_view(const std::string& name) const;

@@ -129,6 +129,7 @@ Status DataParallel::setup() {
     model_->set_group_buffers(g, s.full_params, s.full_grads);
     groups_.push_back(std::move(state));
   }
+  model_->release_own_buffers();
   spdlog::debug("data parallel {} on {}: {}", strategy_name(options_.strategy), mesh_->dims().to_string(),
                 memory().to_string());
   return Status::ok();

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs cohort's GPU checks and benchmarks on a machine with GPUs, from a
+# bundle of binaries built elsewhere (shared/tools/device-bundle into
+# .device/cohort) or from a local build/.
+#   scripts/gpu_checks.sh tests OUTDIR     GPU tests, the torchrun example, the quickstart, HF parity
+#   scripts/gpu_checks.sh bench OUTDIR     collective, model, training and inference benchmarks
+# Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
+set -u
+phase=${1:?tests or bench}
+out=${2:?output folder}
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# NVLink multicast stays off on shared hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+if [[ -f .device/cohort/env.sh ]]; then
+  source .device/cohort/env.sh
+  # Test binaries find their sources and siblings where they were built
+  # (/work/main, build-gpu/): point those paths at this copy and the bundle.
+  if [[ $root != /work/main && ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
+  mkdir -p build-gpu
+  ln -sfn "$root/.device/cohort/bin" build-gpu/bin
+  ln -sfn "$root/.device/cohort/bin" build-gpu/tests
+  bin=$root/.device/cohort/bin
+  tests=$bin
+else
+  bin=$root/build/bin
+  tests=$root/build/tests
+fi
+
+step() {  # name command...
+  local name=$1; shift
+  local t0=$(date +%s)
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  printf '%-28s rc=%-3s %4ss  %s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$out/$name.log" | cut -c1-120)"
+}
+
+if [[ $phase == tests ]]; then
+  nvidia-smi -L
+  for t in collective_gpu_test models_cuda_parity_test parallel_gpu_test infer_gpu_test; do
+    [[ -x $tests/$t ]] && step "$t" "$tests/$t"
+  done
+  step torchrun_example "$bin/cohort" run jobs/examples/torchrun.toml
+  step quickstart_gpu "$bin/cohort" run jobs/examples/quickstart.toml --set job.output_dir=/tmp/quickstart-gpu
+  [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
+  step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
+  step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
+elif [[ $phase == bench ]]; then
+  step collective_bench "$bin/collective_bench" --fork 2
+  step models_train_bench "$bin/models_train_bench" qwen3-0.6b 4 1024
+  step models_torch_bench python3 bench/models_torch_bench.py --batch 4 --seq 1024
+  PATH=$bin:$PATH step train_bench bench/train_bench.sh 2 20
+  step infer_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker"
+fi
