@@ -90,7 +90,8 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
                        greedy_only ? nullptr : logits.data(), greedy.data());
         const int32_t t = pick(i, logits.data(), greedy[0]);
         const auto t1 = Clock::now();
-        out[i].ttft_s = seconds(t0, t1);
+        out[i].ttft_s = seconds(start, t1);
+        out[i].prefill_s = seconds(t0, t1);
         st.prefill_s += seconds(t0, t1);
         st.prompt_tokens += static_cast<int64_t>(p.tokens.size());
         if (emit(i, t)) slots[s] = Running{i, t, t1};

@@ -37,7 +37,11 @@ struct SequenceOutput {
   int prompt_tokens = 0;
   std::vector<int32_t> tokens;  // generated ids, stop token included
   std::string finish_reason;    // "stop" (token or string) or "length"
-  double ttft_s = 0;            // prefill start to first token
+  // Time to first token from the start of generation, when every prompt of
+  // an offline job has arrived (so it includes waiting for a free slot), and
+  // the prefill itself.
+  double ttft_s = 0;
+  double prefill_s = 0;
   double decode_s = 0;          // first token to last token
 };
 

@@ -24,7 +24,8 @@ json replica_json(const ReplicaResults& r) {
     const SequenceOutput& o = r.outputs[i];
     json s = {{"index", o.index},          {"prompt_tokens", o.prompt_tokens},
               {"tokens", o.tokens},        {"finish_reason", o.finish_reason},
-              {"ttft_s", o.ttft_s},        {"decode_s", o.decode_s}};
+              {"ttft_s", o.ttft_s},        {"prefill_s", o.prefill_s},
+              {"decode_s", o.decode_s}};
     if (!r.texts.empty()) s["text"] = r.texts[i];
     seqs.push_back(std::move(s));
   }
@@ -74,13 +75,14 @@ Status write_text(const std::filesystem::path& path, const std::string& text) {
 Status write_files(const std::vector<json>& replicas, const RunFacts& facts) {
   namespace fs = std::filesystem;
   std::vector<json> seqs;
-  std::vector<double> ttfts;
+  std::vector<double> ttfts, prefills;
   double wall = 0, decode_rate = 0;
   int64_t out_tokens = 0, prompt_tokens = 0, decode_tokens = 0;
   for (const json& r : replicas) {
     for (const json& s : r.at("sequences")) {
       seqs.push_back(s);
       ttfts.push_back(s.at("ttft_s").get<double>());
+      prefills.push_back(s.at("prefill_s").get<double>());
     }
     const json& st = r.at("stats");
     wall = std::max(wall, st.at("wall_s").get<double>());
@@ -103,8 +105,9 @@ Status write_files(const std::vector<json>& replicas, const RunFacts& facts) {
     lines += to_text(s) + "\n";
   }
   COHORT_RETURN_IF_ERROR(write_text(fs::path(facts.output_dir) / "outputs.jsonl", lines));
-  double ttft_mean = 0;
+  double ttft_mean = 0, prefill_mean = 0;
   for (double t : ttfts) ttft_mean += t / static_cast<double>(ttfts.size());
+  for (double t : prefills) prefill_mean += t / static_cast<double>(prefills.size());
   const double out_rate = wall > 0 ? static_cast<double>(out_tokens) / wall : 0;
   json summary = {{"model", facts.model},          {"engine", facts.engine},
                   {"world", facts.world},          {"tensor_parallel", facts.tp},
@@ -115,14 +118,17 @@ Status write_files(const std::vector<json>& replicas, const RunFacts& facts) {
                   {"generate_s", wall},            {"ttft_s_mean", ttft_mean},
                   {"ttft_s_p50", percentile(ttfts, 0.5)},
                   {"ttft_s_p90", percentile(ttfts, 0.9)},
+                  {"prefill_s_mean", prefill_mean},
                   {"output_tokens_per_s", out_rate},
                   {"decode_tokens", decode_tokens},
                   {"decode_tokens_per_s", decode_rate}};
   COHORT_RETURN_IF_ERROR(
       write_text(fs::path(facts.output_dir) / "summary.json", summary.dump(2) + "\n"));
   spdlog::info("infer: {} prompts, {} output tokens in {:.3f} s; time to first token {:.2f} ms "
-               "(mean), {:.1f} output tokens/s, decode {:.1f} tokens/s; {} with tp {} x dp {}",
-               seqs.size(), out_tokens, wall, ttft_mean * 1e3, out_rate, decode_rate,
+               "mean, {:.2f} ms p90 (prefill {:.2f} ms); {:.1f} output tokens/s, decode {:.1f} "
+               "tokens/s; {} with tp {} x dp {}",
+               seqs.size(), out_tokens, wall, ttft_mean * 1e3, percentile(ttfts, 0.9) * 1e3,
+               prefill_mean * 1e3, out_rate, decode_rate,
                facts.engine, facts.tp, facts.dp);
   spdlog::info("infer: wrote {}/outputs.jsonl and summary.json", facts.output_dir);
   return Status::ok();

@@ -6,11 +6,12 @@
 // outputs.jsonl, one object per prompt: index (its line among the prompts),
 // prompt_tokens, tokens (generated ids, a stop token included), text (when
 // the model has a tokenizer; cut before a stop string; invalid UTF-8 becomes
-// U+FFFD), finish_reason ("stop" or "length"), ttft_s (prefill to first
-// token), decode_s (first to last token), tokens_per_s (this sequence).
+// U+FFFD), finish_reason ("stop" or "length"), ttft_s (from the start of
+// generation, slot waits included), prefill_s, decode_s (first to last
+// token), tokens_per_s (this sequence).
 // summary.json: model, engine, world, tensor_parallel, data_parallel,
 // batch_size, max_new_tokens, prompts, prompt_tokens, output_tokens, load_s,
-// generate_s, ttft_s_mean/p50/p90, output_tokens_per_s (all output tokens
+// generate_s, ttft_s_mean/p50/p90, prefill_s_mean, output_tokens_per_s (all output tokens
 // over the generation wall time, prefills included) and decode_tokens_per_s
 // (decode-step tokens over decode-step time, summed over replicas).
 #pragma once
