@@ -62,6 +62,7 @@ CudaGraphEngine::~CudaGraphEngine() {
   for (void* p : allocations_) cudaFree(p);
   if (host_rows_) cudaFreeHost(host_rows_);
   if (host_tokens_) cudaFreeHost(host_tokens_);
+  if (host_head_rows_) cudaFreeHost(host_head_rows_);
   if (cublas_) cublasDestroy(cublas_);
   if (nccl_) ncclCommDestroy(nccl_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -187,17 +188,21 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* pairs_all, take(tp_ * B * 2 * 4));
   COHORT_ASSIGN_OR_RETURN(void* tokens, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
+  COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
+  COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
   buf_ = Buffers{static_cast<float*>(x),      static_cast<cuda::bf16*>(xn),
                  static_cast<float*>(qkv),    static_cast<float*>(q),
                  static_cast<cuda::bf16*>(y), static_cast<float*>(tmp),
                  static_cast<float*>(gu),     static_cast<cuda::bf16*>(h),
                  static_cast<float*>(logits), static_cast<float*>(gathered),
                  static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
-                 static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows)};
+                 static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows),
+                 static_cast<int32_t*>(head_rows), static_cast<cuda::bf16*>(head_x)};
   const int32_t* r = buf_.rows;
   row_index_ = cuda::RowIndex{r, r + R, r + 2 * R};
   COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_rows_, 3 * R * 4), "pinned rows"));
   COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_tokens_, B * 4), "pinned tokens"));
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_head_rows_, B * 4), "pinned head rows"));
   const models::RopeTable rope = models::make_rope_table(config_);
   COHORT_ASSIGN_OR_RETURN(void* cos, take(rope.cos.size() * 4));
   COHORT_ASSIGN_OR_RETURN(void* sin, take(rope.sin.size() * 4));

@@ -235,6 +235,13 @@ __global__ void merge_argmax_kernel(const float* gathered, int tp, int n, int32_
   tokens[r] = index;
 }
 
+__global__ void gather_rows_kernel(const bf16* src, const int32_t* idx, bf16* dst, int hidden) {
+  const bf16* row = src + static_cast<size_t>(idx[blockIdx.x]) * hidden;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+    dst[static_cast<size_t>(blockIdx.x) * hidden + j] = row[j];
+  }
+}
+
 __global__ void to_bf16_kernel(const float* src, bf16* dst, size_t n) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -289,6 +296,11 @@ void row_argmax(const float* logits, int n, int vocab_rows, int vocab_begin, flo
 
 void merge_argmax(const float* gathered, int tp, int n, int32_t* tokens, cudaStream_t stream) {
   merge_argmax_kernel<<<(n + 127) / 128, 128, 0, stream>>>(gathered, tp, n, tokens);
+}
+
+void gather_rows(const bf16* src, const int32_t* idx, bf16* dst, int k, int hidden,
+                 cudaStream_t stream) {
+  gather_rows_kernel<<<k, 256, 0, stream>>>(src, idx, dst, hidden);
 }
 
 void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t stream) {

@@ -63,6 +63,11 @@ void row_argmax(const float* logits, int n, int vocab_rows, int vocab_begin, flo
 // wins ties, as torch.argmax does.
 void merge_argmax(const float* gathered, int tp, int n, int32_t* tokens, cudaStream_t stream);
 
+// dst [k, hidden] = src rows idx[0..k) (the last position of each prompt of
+// a packed prefill, for the LM head).
+void gather_rows(const bf16* src, const int32_t* idx, bf16* dst, int k, int hidden,
+                 cudaStream_t stream);
+
 // fp32 -> bf16, round to nearest even.
 void to_bf16(const float* src, bf16* dst, size_t n, cudaStream_t stream);
 

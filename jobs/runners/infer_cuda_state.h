@@ -35,6 +35,10 @@ class CudaGraphEngine final : public InferenceEngine {
   void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
   void decode(const int* slots, const int32_t* tokens, int B, float* logits,
               int32_t* greedy) override;
+  // Packs the prompts into one forward (several when they exceed the row
+  // buffers); the LM head runs on each prompt's last row, gathered.
+  void prefill_many(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                    float* logits, int32_t* greedy) override;
 
   Status init_runtime(collective::Communicator* tp_cpu);
   Status upload_weights(models::Model& model);
@@ -62,18 +66,24 @@ class CudaGraphEngine final : public InferenceEngine {
     float* pairs_all;    // [tp, B, 2]
     int32_t* tokens;     // [B] greedy picks
     int32_t* rows;       // [3, R] tokens, slots, positions
+    int32_t* head_rows;  // [B] rows the LM head reads in a packed prefill
+    cuda::bf16* head_x;  // [B, H] those rows, gathered
   };
 
   Result<void*> device_alloc(size_t bytes);
   // Enqueues the whole step for `n` rows already in the row buffers; the
-  // head runs on rows [head_first, head_first + head_count).
-  void enqueue_step(int n, int head_first, int head_count);
+  // head runs on rows [0, head_count), or with `gathered` on the head_count
+  // rows listed in buf_.head_rows.
+  void enqueue_step(int n, int head_count, bool gathered);
   void enqueue_layers(int n);
   void gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, int n, int in, int out);
   void all_reduce(float* data, size_t count);
   // Host rows -> device, run (graph or eager), fetch results; synchronises.
-  void run(int n, int head_first, int head_count, int real_rows, bool use_graph, float* logits,
+  void run(int n, int head_count, int real_rows, bool use_graph, bool gathered, float* logits,
            int32_t* greedy);
+  // One packed prefill of prompts [begin, end) into their slots.
+  void prefill_chunk(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                     size_t begin, size_t end, float* logits, int32_t* greedy);
   void fetch_logits(int head_count, int real_rows, float* logits);
 
   models::ModelConfig config_;
@@ -89,6 +99,7 @@ class CudaGraphEngine final : public InferenceEngine {
   cuda::RowIndex row_index_{};
   int32_t* host_rows_ = nullptr;    // pinned [3, R]
   int32_t* host_tokens_ = nullptr;  // pinned [B]
+  int32_t* host_head_rows_ = nullptr;  // pinned [B]
   int max_rows_ = 0, max_batch_ = 0;
   std::vector<int> buckets_;
   std::vector<int> lengths_;        // positions held per slot

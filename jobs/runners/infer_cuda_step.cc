@@ -64,10 +64,15 @@ void CudaGraphEngine::enqueue_layers(int n) {
   }
 }
 
-void CudaGraphEngine::enqueue_step(int n, int head_first, int head_count) {
+void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
   const int H = config_.hidden, V = dims_.vocab;
   enqueue_layers(n);
-  gemm(buf_.logits, buf_.xn + static_cast<size_t>(head_first) * H, lm_head_, head_count, H, V);
+  const cuda::bf16* head_x = buf_.xn;
+  if (gathered) {
+    cuda::gather_rows(buf_.xn, buf_.head_rows, buf_.head_x, head_count, H, stream_);
+    head_x = buf_.head_x;
+  }
+  gemm(buf_.logits, head_x, lm_head_, head_count, H, V);
   cuda::row_argmax(buf_.logits, head_count, V, dims_.vocab_begin, buf_.pairs, stream_);
   const float* pairs = buf_.pairs;
   if (tp_ > 1) {
@@ -104,7 +109,7 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
   }
 }
 
-void CudaGraphEngine::run(int n, int head_first, int head_count, int real_rows, bool use_graph,
+void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
   check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
   for (int part = 0; part < 3; ++part) {
@@ -112,19 +117,24 @@ void CudaGraphEngine::run(int n, int head_first, int head_count, int real_rows, 
                                static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_),
                "rows to the GPU");
   }
+  if (gathered) {
+    check_cuda(cudaMemcpyAsync(buf_.head_rows, host_head_rows_, static_cast<size_t>(head_count) * 4,
+                               cudaMemcpyHostToDevice, stream_),
+               "head rows to the GPU");
+  }
   auto graph = graphs_.find(n);
   if (!use_graph) {
-    enqueue_step(n, head_first, head_count);
+    enqueue_step(n, head_count, gathered);
   } else if (graph != graphs_.end()) {
     check_cuda(cudaGraphLaunch(graph->second, stream_), "graph launch");
   } else if (bucket_runs_[n]++ == 0) {
     // The first step of a size runs eagerly: cuBLAS and NCCL settle their
     // algorithms and lazy state before anything is captured.
-    enqueue_step(n, head_first, head_count);
+    enqueue_step(n, head_count, gathered);
   } else {
     cudaGraph_t captured;
     check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
-    enqueue_step(n, head_first, head_count);
+    enqueue_step(n, head_count, gathered);
     check_cuda(cudaStreamEndCapture(stream_, &captured), "capture");
     cudaGraphExec_t exec;
     check_cuda(cudaGraphInstantiate(&exec, captured, 0), "graph instantiate");
@@ -145,15 +155,49 @@ void CudaGraphEngine::run(int n, int head_first, int head_count, int real_rows, 
 
 void CudaGraphEngine::prefill(int slot, const int32_t* tokens, int n, float* logits,
                               int32_t* greedy) {
-  COHORT_CHECK_MSG(n >= 1 && n <= options_.capacity, "prefill of {} tokens, capacity {}", n,
-                   options_.capacity);
-  for (int i = 0; i < n; ++i) {
-    host_rows_[i] = tokens[i];
-    host_rows_[max_rows_ + i] = slot;
-    host_rows_[2 * max_rows_ + i] = i;
+  const std::vector<int32_t> prompt(tokens, tokens + n);
+  prefill_many(&slot, {&prompt}, logits, greedy);
+}
+
+void CudaGraphEngine::prefill_many(const int* slots,
+                                   const std::vector<const std::vector<int32_t>*>& prompts,
+                                   float* logits, int32_t* greedy) {
+  // Chunks of whole prompts that fit the row buffers (one prompt always
+  // does: the buffers hold `capacity` rows).
+  size_t begin = 0;
+  while (begin < prompts.size()) {
+    size_t end = begin, rows = 0;
+    while (end < prompts.size() && rows + prompts[end]->size() <= static_cast<size_t>(max_rows_)) {
+      rows += prompts[end++]->size();
+    }
+    COHORT_CHECK_MSG(end > begin, "prompt of {} tokens exceeds the row buffers ({})",
+                     prompts[begin]->size(), max_rows_);
+    prefill_chunk(slots, prompts, begin, end, logits, greedy);
+    begin = end;
   }
-  run(n, n - 1, 1, 1, false, logits, greedy);
-  lengths_.at(slot) = n;
+}
+
+void CudaGraphEngine::prefill_chunk(const int* slots,
+                                    const std::vector<const std::vector<int32_t>*>& prompts,
+                                    size_t begin, size_t end, float* logits, int32_t* greedy) {
+  int row = 0;
+  const int k = static_cast<int>(end - begin);
+  COHORT_CHECK(k <= max_batch_);
+  for (size_t j = begin; j < end; ++j) {
+    const std::vector<int32_t>& p = *prompts[j];
+    const int n = static_cast<int>(p.size());
+    COHORT_CHECK_MSG(n >= 1 && n <= options_.capacity, "prefill of {} tokens, capacity {}", n,
+                     options_.capacity);
+    for (int i = 0; i < n; ++i, ++row) {
+      host_rows_[row] = p[i];
+      host_rows_[max_rows_ + row] = slots[j];
+      host_rows_[2 * max_rows_ + row] = i;
+    }
+    host_head_rows_[j - begin] = row - 1;
+    lengths_.at(slots[j]) = n;
+  }
+  const size_t V = static_cast<size_t>(config_.vocab_size);
+  run(row, k, k, false, true, logits ? logits + begin * V : nullptr, greedy + begin);
 }
 
 void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
@@ -167,7 +211,7 @@ void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, flo
     host_rows_[max_rows_ + b] = real ? slots[b] : options_.slots;  // the spare slot
     host_rows_[2 * max_rows_ + b] = pos;
   }
-  run(padded, 0, padded, B, options_.cuda_graphs, logits, greedy);
+  run(padded, padded, B, options_.cuda_graphs, false, logits, greedy);
   for (int b = 0; b < B; ++b) ++lengths_[slots[b]];
 }
 

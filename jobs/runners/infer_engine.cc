@@ -13,6 +13,16 @@ int32_t argmax(const float* logits, int vocab) {
 
 }  // namespace
 
+void InferenceEngine::prefill_many(const int* slots,
+                                   const std::vector<const std::vector<int32_t>*>& prompts,
+                                   float* logits, int32_t* greedy) {
+  const size_t V = static_cast<size_t>(vocab_size());
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    prefill(slots[j], prompts[j]->data(), static_cast<int>(prompts[j]->size()),
+            logits ? logits + j * V : nullptr, greedy + j);
+  }
+}
+
 Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<models::Backend> backend,
                                                          std::unique_ptr<models::Model> model,
                                                          int slots, int capacity) {

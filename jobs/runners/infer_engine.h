@@ -37,6 +37,10 @@ class InferenceEngine {
   // Starts `slot` with n prompt tokens. Writes the last position's logits
   // [vocab] to `logits` when non-null, else its greedy token to *greedy.
   virtual void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) = 0;
+  // Starts k distinct slots at once: logits [k, vocab] or greedy [k]. The
+  // default prefills one by one; an engine that can packs them into one pass.
+  virtual void prefill_many(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                            float* logits, int32_t* greedy);
   // One token for each of B distinct slots: logits [B, vocab], or greedy [B].
   virtual void decode(const int* slots, const int32_t* tokens, int B, float* logits,
                       int32_t* greedy) = 0;

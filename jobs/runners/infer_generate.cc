@@ -74,27 +74,41 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
     return samplers[i].sample(row, V);
   };
 
-  std::vector<int> step_slots;
+  std::vector<int> step_slots, admit_slots, admit_prompts;
   std::vector<int32_t> step_tokens;
+  std::vector<const std::vector<int32_t>*> admit_tokens;
   while (true) {
-    for (int s = 0; s < engine.slots(); ++s) {
-      // A sequence may finish on its first token; the slot then takes the next prompt.
-      while (slots[s].prompt < 0 && !queue.empty()) {
-        const int i = queue.front();
+    // Admit waiting prompts into free slots, all in one prefill; a sequence
+    // that finishes on its first token frees its slot for another round.
+    while (true) {
+      admit_slots.clear();
+      admit_prompts.clear();
+      admit_tokens.clear();
+      for (int s = 0; s < engine.slots() && !queue.empty(); ++s) {
+        if (slots[s].prompt >= 0) continue;
+        admit_slots.push_back(s);
+        admit_prompts.push_back(queue.front());
+        admit_tokens.push_back(&prompts[queue.front()].tokens);
         queue.pop_front();
-        const Prompt& p = prompts[i];
-        out[i].index = p.index;
-        out[i].prompt_tokens = static_cast<int>(p.tokens.size());
-        const auto t0 = Clock::now();
-        engine.prefill(s, p.tokens.data(), static_cast<int>(p.tokens.size()),
-                       greedy_only ? nullptr : logits.data(), greedy.data());
-        const int32_t t = pick(i, logits.data(), greedy[0]);
-        const auto t1 = Clock::now();
+      }
+      if (admit_slots.empty()) break;
+      const auto t0 = Clock::now();
+      engine.prefill_many(admit_slots.data(), admit_tokens, greedy_only ? nullptr : logits.data(),
+                          greedy.data());
+      std::vector<int32_t> first(admit_slots.size());
+      for (size_t j = 0; j < admit_slots.size(); ++j) {
+        first[j] = pick(admit_prompts[j], logits.data() + j * V, greedy[j]);
+      }
+      const auto t1 = Clock::now();
+      st.prefill_s += seconds(t0, t1);
+      for (size_t j = 0; j < admit_slots.size(); ++j) {
+        const int i = admit_prompts[j];
+        out[i].index = prompts[i].index;
+        out[i].prompt_tokens = static_cast<int>(prompts[i].tokens.size());
         out[i].ttft_s = seconds(start, t1);
         out[i].prefill_s = seconds(t0, t1);
-        st.prefill_s += seconds(t0, t1);
-        st.prompt_tokens += static_cast<int64_t>(p.tokens.size());
-        if (emit(i, t)) slots[s] = Running{i, t, t1};
+        st.prompt_tokens += static_cast<int64_t>(prompts[i].tokens.size());
+        if (emit(i, first[j])) slots[admit_slots[j]] = Running{i, first[j], t1};
       }
     }
     step_slots.clear();

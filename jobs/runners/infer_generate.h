@@ -1,9 +1,9 @@
 // The generation loop of inference jobs: continuous batching over an
 // InferenceEngine's slots.
 //
-// Prompts queue in input order. While a slot is free and prompts wait, the
-// next prompt is prefilled into it (its first token comes from the prefill);
-// then every running sequence decodes one token in a single batched step.
+// Prompts queue in input order. Waiting prompts are admitted into the free
+// slots together (one prefill_many, which gives each its first token); then
+// every running sequence decodes one token in a single batched step.
 // A sequence ends on a stop token, a stop string or max_new_tokens, freeing its
 // slot for the next prompt. Each sequence samples with its own generator
 // seeded by (seed, prompt index), so its tokens do not depend on batch size,
