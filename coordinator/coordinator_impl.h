@@ -69,7 +69,8 @@ class CoordinatorImpl final : public Coordinator {
   void finish_attempt(Job& job);
   void requeue(Job& job, bool counts, const std::string& why);
   void end_job(Job& job, JobState state, const std::string& message);
-  void on_node_lost(const std::string& node);
+  // `why` defaults to the heartbeat timeout.
+  void on_node_lost(const std::string& node, const std::string& why = "");
   void maybe_scale_up();
   // A worker its agent says is running: confirms it, or orders it stopped.
   void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);

@@ -146,7 +146,10 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
     if (!send_to_node(attempt.nodes[i], order)) unreachable.push_back(attempt.nodes[i]);
   }
   persist(job);
-  for (const auto& node : unreachable) on_node_lost(node);
+  for (const auto& node : unreachable) {
+    registry_.mark_lost(node);
+    on_node_lost(node, "its agent cannot be reached");
+  }
 }
 
 void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string& reason) {
@@ -256,8 +259,9 @@ void CoordinatorImpl::end_job(Job& job, JobState state, const std::string& messa
   persist(job);
 }
 
-void CoordinatorImpl::on_node_lost(const std::string& node) {
-  spdlog::warn("node {} lost: no heartbeat for {} ms", node, options_.heartbeat_timeout.count());
+void CoordinatorImpl::on_node_lost(const std::string& node, const std::string& why) {
+  std::string cause = why.empty() ? "no heartbeat for " + std::to_string(options_.heartbeat_timeout.count()) + " ms" : why;
+  spdlog::warn("node {} lost: {}", node, cause);
   for (auto& [id, job] : jobs_) {
     Attempt* a = job.current();
     if (!a || !a->active() || !a->gpus.count(node)) continue;
@@ -268,8 +272,7 @@ void CoordinatorImpl::on_node_lost(const std::string& node) {
       a->ranks[r].state = RankState::kExited;
     }
     if (a->state == AttemptState::kRunning) {
-      std::string reason = "node " + node + " lost (no heartbeat for " +
-                           std::to_string(options_.heartbeat_timeout.count()) + " ms)";
+      std::string reason = "node " + node + " lost (" + cause + ")";
       a->has_root_cause = true;
       a->root_cause = RootCause{std::max(first, 0), node, 0, 0, reason, {}};
       begin_stop(job, StopIntent::kFailure, reason);

@@ -39,6 +39,11 @@ bool NodeRegistry::heartbeat(const std::string& name, const std::string& peer) {
   return true;
 }
 
+void NodeRegistry::mark_lost(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it != nodes_.end()) it->second.state = NodeState::kLost;
+}
+
 std::vector<std::string> NodeRegistry::expire() {
   std::vector<std::string> lost;
   auto now = clock_.now();

@@ -3,6 +3,7 @@
 //
 // Node states and their transitions:
 //   (none) --register--> kAlive --silent for heartbeat_timeout--> kLost
+//   kAlive --an order cannot be delivered--> kLost
 //   kLost --register--> kAlive          (an agent that comes back re-registers)
 // A lost node's heartbeats are refused (`heartbeat` returns false) so that
 // its agent registers again and reconciles its workers.
@@ -47,6 +48,8 @@ class NodeRegistry {
                     std::vector<protocol::GpuDesc> gpus);
   // False when the node is unknown or lost: its agent must register again.
   bool heartbeat(const std::string& name, const std::string& peer);
+  // A node whose agent cannot be reached (its connection is gone): lost now.
+  void mark_lost(const std::string& name);
   // Marks alive nodes silent for longer than the timeout as lost and
   // returns their names.
   std::vector<std::string> expire();
