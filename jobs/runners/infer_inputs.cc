@@ -44,6 +44,7 @@ Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::st
     try {
       const json j = json::parse(line);
       if (!j.is_object()) return prompt_error(source, line_no, "expected a JSON object");
+      if (j.contains("id")) p.id_json = j["id"].dump();
       if (j.contains("tokens")) {
         for (const json& t : j.at("tokens")) p.tokens.push_back(t.get<int32_t>());
       } else if (j.contains("prompt")) {

@@ -2,8 +2,8 @@
 // the stop conditions.
 //
 // The prompts file is JSONL, one object per line: {"prompt": "text"} (run
-// through the model's tokenizer) or {"tokens": [ids]}; blank lines are
-// skipped. The tokenizer is the Hugging Face tokenizer.json of an hf_dir
+// through the model's tokenizer) or {"tokens": [ids]}, optionally with an
+// "id" (any JSON value) that outputs.jsonl echoes; blank lines are skipped. The tokenizer is the Hugging Face tokenizer.json of an hf_dir
 // when there is one, else the byte tokenizer for cohort's byte-vocabulary
 // models (vocab_size 256), else none, and then only {"tokens": ...} prompts
 // are accepted. Errors name the file and line at fault.
@@ -24,6 +24,7 @@ namespace cohort::runners {
 struct Prompt {
   int index = 0;                // position in the file (0-based, blank lines skipped)
   std::vector<int32_t> tokens;  // never empty
+  std::string id_json;          // the line's "id" as JSON text; empty when absent
 };
 
 // The tokenizer for a job's model; null when the model has none.

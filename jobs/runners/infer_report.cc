@@ -99,6 +99,10 @@ Status write_files(const std::vector<json>& replicas, const RunFacts& facts) {
   fs::create_directories(facts.output_dir, ec);
   std::string lines;
   for (json& s : seqs) {
+    const size_t index = s.at("index").get<size_t>();
+    if (index < facts.prompt_ids.size() && !facts.prompt_ids[index].empty()) {
+      s["id"] = json::parse(facts.prompt_ids[index]);
+    }
     const double d = s.at("decode_s").get<double>();
     const size_t n = s.at("tokens").size();
     s["tokens_per_s"] = d > 0 && n > 1 ? static_cast<double>(n - 1) / d : 0.0;

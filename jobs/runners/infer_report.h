@@ -4,6 +4,7 @@
 // output tokens/s, the mesh and the engine), and logs the headline figures.
 //
 // outputs.jsonl, one object per prompt: index (its line among the prompts),
+// id (the prompt line's "id", when it has one),
 // prompt_tokens, tokens (generated ids, a stop token included), text (when
 // the model has a tokenizer; cut before a stop string; invalid UTF-8 becomes
 // U+FFFD), finish_reason ("stop" or "length"), ttft_s (from the start of
@@ -41,6 +42,7 @@ struct RunFacts {
   int batch_size = 1;
   int max_new_tokens = 0;
   double load_s = 0;   // model build and weight load
+  std::vector<std::string> prompt_ids;  // Prompt::id_json by prompt index
 };
 
 // Collective over `world` (every rank calls it). Ranks that are not their

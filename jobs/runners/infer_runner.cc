@@ -148,6 +148,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   facts.batch_size = infer.batch_size;
   facts.max_new_tokens = infer.max_new_tokens;
   facts.load_s = load_s;
+  for (const Prompt& p : prompts) facts.prompt_ids.push_back(p.id_json);
   return gather_and_write_results(*world.cpu, reporter, results, facts);
 }
 

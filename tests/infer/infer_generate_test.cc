@@ -24,7 +24,7 @@ std::vector<Prompt> prompts() {
   std::vector<Prompt> out;
   const std::vector<std::vector<int32_t>> raw = {
       {1, 2, 3}, {40, 41}, {100, 7, 9, 200, 3}, {5}, {17, 18, 19, 20}};
-  for (size_t i = 0; i < raw.size(); ++i) out.push_back(Prompt{static_cast<int>(i), raw[i]});
+  for (size_t i = 0; i < raw.size(); ++i) out.push_back(Prompt{static_cast<int>(i), raw[i], ""});
   return out;
 }
 
@@ -99,7 +99,7 @@ TEST(InferGenerate, PromptThatDoesNotFitTheCacheIsAnError) {
   GenerateOptions options;
   options.max_new_tokens = 60;
   StopCondition none = *StopCondition::create({}, nullptr);
-  auto out = generate_all(*engine, {Prompt{0, std::vector<int32_t>(10, 1)}}, none, options, nullptr);
+  auto out = generate_all(*engine, {Prompt{0, std::vector<int32_t>(10, 1), ""}}, none, options, nullptr);
   ASSERT_FALSE(out.is_ok());
   EXPECT_NE(out.status().message().find("prompt 0"), std::string::npos);
 }

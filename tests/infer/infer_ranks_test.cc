@@ -118,11 +118,13 @@ TEST(InferRanks, StopTokenEndsOnlyTheSequenceThatProducedIt) {
 TEST(InferRanks, TextPromptsGoThroughTheByteTokenizer) {
   InferJob job = tiny_job("text", 2, 2);
   const auto path = scratch_dir("prompts") / "text.jsonl";
-  std::ofstream(path) << "{\"prompt\": \"The \"}\n\n{\"tokens\": [84, 104, 101, 32]}\n";
+  std::ofstream(path) << "{\"prompt\": \"The \", \"id\": \"a-1\"}\n\n{\"tokens\": [84, 104, 101, 32]}\n";
   job.prompts_path = path.string();
   const InferRun run = run_infer_job(job);
   ASSERT_EQ(run.error, "");
   ASSERT_EQ(run.outputs.size(), 2u);
+  EXPECT_EQ(run.outputs[0].at("id"), "a-1");
+  EXPECT_FALSE(run.outputs[1].contains("id"));
   // "The " and its byte ids are the same prompt.
   EXPECT_EQ(run.outputs[0].at("tokens"), run.outputs[1].at("tokens"));
   const auto tokens = run.outputs[0].at("tokens").get<std::vector<int>>();
