@@ -268,3 +268,39 @@ TEST(CohortRun, ExitsOneWhenTheJobFails) {
 
 }  // namespace
 }  // namespace cohort::testing
+
+namespace cohort::testing {
+namespace {
+
+TEST(CohortRun, ATrainJobRunsCohortWorkerOnEveryRank) {
+  std::string worker = std::string(COHORT_BINARY_DIR) + "/bin/cohort-worker";
+  if (!std::filesystem::exists(worker)) GTEST_SKIP() << "cohort-worker is not built in this tree";
+  Cluster c;
+  std::string corpus;
+  for (int i = 0; i < 400; ++i) corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  write_file(c.dir() + "/corpus.txt", corpus);
+  std::string example = std::string(COHORT_SOURCE_DIR) + "/jobs/examples/quickstart.toml";
+  auto r = run_cohort({"run", example, "--cpu-slots", "2", "--set", "job.output_dir=" + c.dir() + "/qs",
+                       "--set", "train.data=" + c.dir() + "/corpus.txt", "--set", "train.steps=3",
+                       "--set", "train.warmup_steps=1",
+                       "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0",
+                       "--set", "train.sample_tokens=0", "--set", "train.precision=fp32"},
+                      std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Rank 0 speaks for the job (rank 1 trains silently).
+  EXPECT_NE(r.out.find("[rank 0]"), std::string::npos);
+  EXPECT_NE(r.out.find("world 2"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(c.dir() + "/qs/job.resolved.toml"));
+}
+
+TEST(CohortRun, ATrainJobWithoutCohortWorkerFailsWithAClearMessage) {
+  Cluster c;
+  std::string example = std::string(COHORT_SOURCE_DIR) + "/jobs/examples/quickstart.toml";
+  auto r = run_cohort({"run", example, "--cpu-slots", "2", "--worker-binary", c.dir() + "/no/cohort-worker",
+                       "--set", "job.output_dir=" + c.dir() + "/qs"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cohort-worker, which is not built"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace cohort::testing
