@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -183,6 +184,32 @@ TEST(Elastic, Kill9OfTheCoordinatorLosesNoJob) {
   EXPECT_TRUE(wait_until([&] { return c.job_state(b) == "succeeded"; }, 20s)) << c.job_state(b);
   // The running job carried on: one attempt, not a restart.
   EXPECT_EQ(status_json(c, a)["attempts"].size(), 1u) << status_json(c, a).dump(2);
+}
+
+TEST(Elastic, ARestartedAgentReRegistersAndItsLostWorkersAreRestarted) {
+  Cluster c;
+  c.start_coordinator();
+  c.add_agent("node-a", 1);
+  std::string dir = c.dir();
+  auto job = c.write_job("phoenix", job_toml(c, "phoenix", "max_restarts = 1\n",
+                                             "echo $COHORT_ATTEMPT $WORLD_SIZE $$ >> " + dir +
+                                                 "/pids-$RANK; sleep 300"));
+  std::string id = first_line(c.cli("submit", {job}).out);
+  ASSERT_TRUE(wait_until([&] { return recorded_pids(dir).size() == 1; }, 10s));
+  pid_t first = recorded_pids(dir).front();
+  std::this_thread::sleep_for(2500ms);  // past the launch grace
+  // kill -9 and an immediate restart, faster than the heartbeat timeout.
+  c.agent("node-a").signal(SIGKILL);
+  c.agent("node-a").wait(5s);
+  c.add_agent("node-a", 1);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(first); }, 5s));  // died with its agent
+  ASSERT_TRUE(wait_until([&] { return recorded_pids(dir).size() == 2; }, 15s)) << status_json(c, id).dump(2);
+  auto s = status_json(c, id);
+  EXPECT_EQ(s["attempts"].size(), 2u);
+  EXPECT_EQ(s["attempts"][1]["state"], "running");
+  ASSERT_EQ(c.cli("cancel", {id}).exit_code, 0);
+  EXPECT_TRUE(wait_until([&] { return c.job_state(id) == "cancelled"; }, 10s));
+  for (pid_t p : recorded_pids(dir)) EXPECT_TRUE(wait_until([&] { return !process_alive(p); }, 5s)) << p;
 }
 
 TEST(Elastic, SigtermToCohortRunGivesWorkersSigtermFirst) {

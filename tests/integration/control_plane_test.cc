@@ -221,6 +221,25 @@ TEST(ControlPlaneJobs, LogsServeRanksAndAttemptsAndStatusLists) {
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
 }
 
+TEST(ControlPlaneJobs, LogsFollowPrintsLinesAsTheyComeUntilTheJobEnds) {
+  Cluster c;
+  c.start_coordinator();
+  c.add_agent("node-a", 1);
+  auto job = c.write_job("ticker",
+                         "[job]\nname = \"ticker\"\nkind = \"command\"\n"
+                         "output_dir = \"" + c.dir() + "/out\"\n"
+                         "[command]\nargv = [\"sh\", \"-c\", \"for i in 1 2 3 4 5; do echo tick $i; "
+                         "sleep 0.2; done\"]\n");
+  auto r = c.cli("submit", {job});
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  auto follow = c.cli("logs", {id, "--follow"}, 30s);
+  EXPECT_EQ(follow.exit_code, 0) << follow.err;
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_NE(follow.out.find("[rank 0] tick " + std::to_string(i)), std::string::npos) << follow.out;
+  }
+  EXPECT_EQ(c.job_state(id), "succeeded");
+}
+
 TEST(ControlPlaneCli, AnUnreachableCoordinatorGivesExitCodeThree) {
   Cluster c;  // nothing started
   auto r = run_cohort({"jobs", "--coordinator", c.endpoint()}, 30s);
