@@ -313,6 +313,14 @@ void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {
 void CoordinatorImpl::on_store(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(StoreRequest, m);
   uint64_t id = e.id;
+  // Only a live attempt has a namespace: a straggler of an ended attempt
+  // must neither read the new one's keys nor leave keys nobody drops.
+  auto job = jobs_.find(m.job_id);
+  const Attempt* attempt = job == jobs_.end() ? nullptr : job->second.current();
+  if (!attempt || attempt->number != m.attempt || !attempt->active()) {
+    return reply_error(peer, id, aborted("job " + m.job_id + " attempt " + std::to_string(m.attempt) +
+                                             " is not running"));
+  }
   // The reply may come later (a blocking get); by then this peer may be gone,
   // which send_payload tolerates.
   store_.handle(m, [this, peer, id](Result<StoreReply> result) {

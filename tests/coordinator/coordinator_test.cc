@@ -153,6 +153,32 @@ TEST_F(CoordinatorTest, WorkersOfAnAttemptThatIsNotCurrentAreStopped) {
   EXPECT_EQ(stop->attempt, 3);
 }
 
+TEST_F(CoordinatorTest, TheStoreServesOnlyTheRunningAttempt) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 1);
+  std::string id = submit(command_job("kv", 1, 1));
+  auto l = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l);
+  protocol::StoreRequest set;
+  set.job_id = id;
+  set.op = "set";
+  set.keys = {"k"};
+  set.value = "v";
+  ASSERT_TRUE(client_->request<protocol::StoreReply>(set, 5s));
+  protocol::StoreRequest get = set;
+  get.op = "get";
+  get.timeout_ms = 1000;
+  auto got = client_->request<protocol::StoreReply>(get, 5s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->value, "v");
+  get.attempt = 1;  // no such attempt yet
+  EXPECT_EQ(client_->request<protocol::StoreReply>(get, 5s).status().code(), StatusCode::kAborted);
+  n.exit_all(*l, 0);
+  ASSERT_TRUE(wait_for_state(id, "succeeded"));
+  get.attempt = 0;  // ended
+  EXPECT_EQ(client_->request<protocol::StoreReply>(get, 5s).status().code(), StatusCode::kAborted);
+}
+
 TEST_F(CoordinatorTest, InvalidJobsAreRefusedWithTheField) {
   start();
   auto bad = command_job("bad", 1, 0);
