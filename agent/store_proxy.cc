@@ -13,10 +13,13 @@ namespace cohort::agent {
 class StoreProxy::Backend final : public store::StoreBackend,
                                   public std::enable_shared_from_this<StoreProxy::Backend> {
  public:
-  Backend(std::string job_id, int attempt, StoreForward forward)
-      : job_id_(std::move(job_id)), attempt_(attempt), forward_(std::move(forward)) {}
+  Backend(std::string job_id, int attempt, StoreForward forward,
+          std::function<void(const std::string&)> on_set)
+      : job_id_(std::move(job_id)), attempt_(attempt), forward_(std::move(forward)),
+        on_set_(std::move(on_set)) {}
 
   void set(const std::string& key, std::string value, Done done) override {
+    if (on_set_) on_set_(key);
     auto r = request("set", {key});
     r.value = std::move(value);
     call(std::move(r), [done](Result<protocol::StoreReply> reply) {
@@ -111,6 +114,7 @@ class StoreProxy::Backend final : public store::StoreBackend,
   const std::string job_id_;
   const int attempt_;
   StoreForward forward_;
+  std::function<void(const std::string&)> on_set_;
   std::mutex mu_;
   bool closed_ = false;                      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                     // GUARDED_BY(mu_)
@@ -119,9 +123,10 @@ class StoreProxy::Backend final : public store::StoreBackend,
 
 Result<std::unique_ptr<StoreProxy>> StoreProxy::start(const std::string& job_id, int attempt,
                                                       StoreForward forward,
-                                                      const std::string& host) {
+                                                      const std::string& host,
+                                                      std::function<void(const std::string&)> on_set) {
   std::unique_ptr<StoreProxy> proxy(new StoreProxy());
-  proxy->backend_ = std::make_shared<Backend>(job_id, attempt, std::move(forward));
+  proxy->backend_ = std::make_shared<Backend>(job_id, attempt, std::move(forward), std::move(on_set));
   store::TcpStoreServerOptions options;
   options.host = host;
   options.port = 0;

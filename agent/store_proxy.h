@@ -31,9 +31,12 @@ using StoreForward = std::function<void(protocol::StoreRequest,
 
 class StoreProxy {
  public:
-  static Result<std::unique_ptr<StoreProxy>> start(const std::string& job_id, int attempt,
-                                                   StoreForward forward,
-                                                   const std::string& host = "127.0.0.1");
+  // `on_set`, when given, sees every key a worker sets (from a server
+  // thread), before the set is forwarded: the supervisor's progress hook.
+  static Result<std::unique_ptr<StoreProxy>> start(
+      const std::string& job_id, int attempt, StoreForward forward,
+      const std::string& host = "127.0.0.1",
+      std::function<void(const std::string& key)> on_set = nullptr);
   ~StoreProxy();
   std::string address() const;  // "tcp://127.0.0.1:PORT": COHORT_STORE
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -102,8 +103,17 @@ Status Supervisor::start_group(Group& group) {
   if (ec) return io_error("cannot create output_dir " + order.job.output_dir + ": " + ec.message());
   COHORT_ASSIGN_OR_RETURN(auto logs, WorkerLogWriter::open(order.job.output_dir, order.attempt));
   group.logs = std::move(logs);
+  std::weak_ptr<bool> alive = alive_;
+  auto on_set = [this, alive, job_id = order.job_id, attempt = order.attempt](const std::string& key) {
+    static const std::string kPrefix = "cohort/progress/";
+    if (key.rfind(kPrefix, 0) != 0) return;
+    int rank = std::atoi(key.c_str() + kPrefix.size());
+    boost::asio::post(io_, [this, alive, job_id, attempt, rank] {
+      if (alive.lock()) note_progress(job_id, attempt, rank);
+    });
+  };
   COHORT_ASSIGN_OR_RETURN(group.store, StoreProxy::start(order.job_id, order.attempt, forward_,
-                                                         options_.store_host));
+                                                         options_.store_host, on_set));
   fs::path progress_dir = fs::path(order.job.output_dir) / "progress" /
                           ("attempt-" + std::to_string(order.attempt));
   fs::create_directories(progress_dir, ec);
@@ -277,11 +287,20 @@ void Supervisor::check_progress() {
       }
       if (now - w.last_progress <= limit) continue;
       w.failure = "hung: no progress report for " + std::to_string(int(hang_s)) +
-                  " s (hang_timeout; workers report progress by touching $COHORT_PROGRESS_FILE)";
+                  " s (hang_timeout; workers report progress by touching $COHORT_PROGRESS_FILE "
+                  "or setting the store key cohort/progress/<RANK>)";
       spdlog::warn("job {} attempt {} rank {}: {}", key.first, key.second, w.rank, w.failure);
       (void)group.logs->write_line(w.rank, "cohort: " + w.failure);
       stop_worker(group, w);
     }
+  }
+}
+
+void Supervisor::note_progress(const std::string& job_id, int attempt, int rank) {
+  auto it = groups_.find({job_id, attempt});
+  if (it == groups_.end()) return;
+  for (auto& w : it->second.workers) {
+    if (w.rank == rank) w.last_progress = clock_.now();
   }
 }
 

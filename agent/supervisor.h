@@ -4,7 +4,12 @@
 // proxy, builds each worker's environment (launch_env.h) and spawns one
 // process per local rank through the injected ProcessLauncher. It reports
 // every line (to the log files at once, and to the agent for forwarding) and
-// every exit, and detects hangs through COHORT_PROGRESS_FILE.
+// every exit, and detects hangs.
+//
+// Progress, for jobs with hang_timeout: a worker reports it by touching (or
+// rewriting) the file named in COHORT_PROGRESS_FILE, or by setting the store
+// key "cohort/progress/<RANK>" through COHORT_STORE. A rank with neither for
+// hang_timeout seconds (counted from its start) is hung.
 //
 // Worker states and transitions:
 //   kRunning  --exits on its own-->            kExited  (reported as is)
@@ -62,6 +67,8 @@ class Supervisor {
   void stop_all(const std::string& reason);
   // Hang detection: call periodically.
   void check_progress();
+  // A progress report through the store (see above).
+  void note_progress(const std::string& job_id, int attempt, int rank);
 
   std::vector<protocol::RunningWorker> running() const;
   size_t live_workers() const;

@@ -11,6 +11,7 @@
 
 #include "agent/fake_process_launcher.h"
 #include "agent/supervisor.h"
+#include "collective/store/tcp_store.h"
 
 namespace cohort::agent {
 namespace {
@@ -167,6 +168,26 @@ TEST_F(SupervisorTest, ARankWithoutProgressForHangTimeoutIsStoppedAsHung) {
   ASSERT_EQ(exits_.size(), 1u);
   EXPECT_FALSE(exits_[0].stopped);
   EXPECT_NE(exits_[0].failure.find("hung"), std::string::npos) << exits_[0].failure;
+}
+
+TEST_F(SupervisorTest, AProgressKeySetThroughTheStoreCountsAsProgress) {
+  auto o = order();
+  o.job.hang_timeout_s = 5;
+  supervisor_->launch(o);
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(store::parse_tcp_address(launcher_.record(1).options.env["COHORT_STORE"], &host, &port));
+  auto client = store::TcpStoreClient::connect(host, port);
+  ASSERT_TRUE(client) << client.status().message();
+  clock_.advance(4s);
+  // The coordinator is absent here, so the set itself fails; the agent has
+  // seen the report all the same.
+  (void)(*client)->set("cohort/progress/3", "step 7");
+  pump();
+  clock_.advance(2s);
+  supervisor_->check_progress();
+  EXPECT_EQ(launcher_.record(0).stops.size(), 1u);  // rank 2: silent for 6 s
+  EXPECT_TRUE(launcher_.record(1).stops.empty());   // rank 3: reported 2 s ago
 }
 
 TEST_F(SupervisorTest, ATrainJobWithoutCohortWorkerFailsWithAClearMessage) {
