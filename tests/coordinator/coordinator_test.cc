@@ -107,14 +107,10 @@ TEST_F(CoordinatorTest, ASilentNodeIsLostAndItsJobFails) {
   auto lb = b.next_as<LaunchOrder>();
   ASSERT_TRUE(la && lb);
   clock_.advance(2s);
-  a.heartbeat({{id, 0, 0, 100}});
-  settle();
+  beat(a, {{id, 0, 0, 100}});
   clock_.advance(1500ms);  // b silent for 3.5 s, a for 1.5 s
-  settle();
-  auto nodes = client_->request<protocol::NodeList>(protocol::NodeQuery{}, 5s);
-  ASSERT_TRUE(nodes);
-  EXPECT_EQ(nodes->nodes[0].state, "alive");
-  EXPECT_EQ(nodes->nodes[1].state, "lost");
+  EXPECT_TRUE(wait_until([&] { return node("node-b")->state == "lost"; }));
+  EXPECT_EQ(node("node-a")->state, "alive");
   ASSERT_TRUE(a.next_as<StopOrder>());
   a.exit_all(*la, 143, true);
   EXPECT_TRUE(wait_for_state(id, "failed"));
@@ -258,8 +254,7 @@ TEST_F(CoordinatorTest, ARunningAttemptSurvivesARestartWhenItsAgentReportsIt) {
   n.register_node({{id, 0, 0, 4242}});
   for (int i = 0; i < 5; ++i) {  // past the recovery grace (6 s): confirmed in time
     clock_.advance(2s);
-    n.heartbeat({{id, 0, 0, 4242}});
-    settle();
+    beat(n, {{id, 0, 0, 4242}});
   }
   EXPECT_EQ(job(id).state, "running");
   n.exit_all(order, 0);
@@ -284,8 +279,7 @@ TEST_F(CoordinatorTest, AnAttemptNobodyReportsAfterARestartIsRestartedFree) {
   FakeAgent n(endpoint_, "node-1", 1);  // comes back with no workers
   for (int i = 0; i < 4; ++i) {         // recovery grace is 2 × 3 s
     clock_.advance(2s);
-    n.heartbeat();
-    settle();
+    beat(n);
   }
   auto l = n.next_as<LaunchOrder>();
   ASSERT_TRUE(l);
@@ -313,8 +307,7 @@ TEST_F(CoordinatorTest, AFixedSizeJobThatLostANodeFailsAfterPlacementTimeout) {
   ASSERT_TRUE(b.next_as<LaunchOrder>() && la);
   for (int i = 0; i < 2; ++i) {  // node-b goes silent
     clock_.advance(2s);
-    a.heartbeat({{id, 0, 0, 1}});
-    settle();
+    beat(a, {{id, 0, 0, 1}});
   }
   ASSERT_TRUE(a.next_as<StopOrder>());
   a.exit_all(*la, 143, true);
@@ -322,8 +315,7 @@ TEST_F(CoordinatorTest, AFixedSizeJobThatLostANodeFailsAfterPlacementTimeout) {
   EXPECT_NE(job(id).message.find("waiting for capacity: 1 of 2"), std::string::npos) << job(id).message;
   for (int i = 0; i < 3; ++i) {
     clock_.advance(2s);
-    a.heartbeat();
-    settle();
+    beat(a);
   }
   EXPECT_TRUE(wait_for_state(id, "failed"));
   EXPECT_NE(job(id).message.find("placement_timeout"), std::string::npos) << job(id).message;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -165,8 +166,32 @@ class CoordinatorTest : public ::testing::Test {
     c.argv = {"true"};
     return c;
   }
-  // Lets the coordinator's timer see a clock change.
-  void settle() { std::this_thread::sleep_for(50ms); }
+  static bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (condition()) return true;
+      std::this_thread::sleep_for(2ms);
+    }
+    return condition();
+  }
+  std::optional<protocol::NodeInfo> node(const std::string& name) {
+    auto r = client_->request<protocol::NodeList>(protocol::NodeQuery{}, 5s);
+    if (r) {
+      for (const auto& n : r->nodes) {
+        if (n.name == name) return n;
+      }
+    }
+    return std::nullopt;
+  }
+  // A heartbeat, and the wait until the coordinator has taken it (its age on
+  // the manual clock is then 0), so the next clock advance cannot overtake it.
+  void beat(FakeAgent& agent, std::vector<protocol::RunningWorker> running = {}) {
+    agent.heartbeat(std::move(running));
+    EXPECT_TRUE(wait_until([&] {
+      auto n = node(agent.name());
+      return n && n->state == "alive" && n->heartbeat_age_ms == 0;
+    })) << agent.name() << "'s heartbeat was not taken";
+  }
 
   ManualClock clock_;
   std::unique_ptr<boost::asio::io_context> io_;
