@@ -1,5 +1,7 @@
 // The coordinator over real sockets with fake agents: scheduling, attempts,
 // failures, restarts, node loss (by ManualClock), cancel, and robustness.
+#include <random>
+
 #include "fake_agent.h"
 
 namespace cohort::coordinator::testing {
@@ -342,6 +344,81 @@ TEST_F(CoordinatorTest, AnElasticJobGoesOnWithFewerNodesAndGrowsWhenOneJoins) {
   EXPECT_EQ(lc->attempt, 1);
   EXPECT_EQ(lc->restart_count, 0);
   EXPECT_EQ(job(id).restarts_used, 0);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator::testing
+
+namespace cohort::coordinator::testing {
+namespace {
+
+// Valid messages of every type an agent or client sends, with random bytes
+// flipped, cut short or fields set to odd values: the coordinator answers or
+// ignores each and keeps working.
+TEST_F(CoordinatorTest, SurvivesMutatedMessagesOfEveryType) {
+  start();
+  FakeAgent real(endpoint_, "node-real", 2);
+  std::string id = submit(command_job("victim", 1, 2));
+  auto launch = real.next_as<LaunchOrder>();
+  ASSERT_TRUE(launch);
+
+  protocol::WorkerExit exit;
+  exit.job_id = id;
+  exit.node = "node-real";
+  exit.rank = 1;
+  exit.exit_code = 1;
+  protocol::StoreRequest store;
+  store.job_id = id;
+  store.op = "get";
+  store.keys = {"k"};
+  store.timeout_ms = 10;
+  protocol::LogBatch logs;
+  logs.job_id = id;
+  logs.lines = {{0, 0, 0, "x"}};
+  std::vector<std::string> seeds = {
+      protocol::encode(protocol::RegisterNode{"node-z", "1.2.3.4", {{0, "u", "p", "n", 1}}, {{id, 0, 0, 1}}}, 1),
+      protocol::encode(protocol::Heartbeat{"node-real", {{id, 0, 1, 2}}}, 2),
+      protocol::encode(exit, 3),
+      protocol::encode(logs, 4),
+      protocol::encode(protocol::SubmitJob{command_job("m", 1, 1)}, 5),
+      protocol::encode(protocol::JobQuery{id}, 6),
+      protocol::encode(protocol::CancelJob{"nope"}, 7),
+      protocol::encode(protocol::LogQuery{id, -1, -1, 0, 10}, 8),
+      protocol::encode(store, 9),
+  };
+  // Odd but well-formed values.
+  seeds.push_back(R"({"v":1,"type":"worker_exit","id":10,"body":{"job_id":")" + id +
+                  R"(","attempt":-5,"rank":2147483647,"node":"node-real"}})");
+  seeds.push_back(R"({"v":1,"type":"submit","id":11,"body":{"job":{"name":"h","nodes_min":1,"nodes_max":1,"gpus_per_node":1000000000,"argv":["x"],"output_dir":"/tmp/h"}}})");
+  seeds.push_back(R"({"v":1,"type":"log_query","id":12,"body":{"job_id":")" + id + R"(","max_lines":-7,"after_seq":18446744073709551615}})");
+  seeds.push_back(R"({"v":1,"type":"store","id":13,"body":{"job_id":")" + id + R"(","op":"add","keys":["n"],"delta":9223372036854775807}})");
+  seeds.push_back(R"({"v":1,"type":"heartbeat","id":14,"body":{"node":"node-real","running":[{"job_id":")" + id + R"(","rank":-1}]}})");
+
+  FakeAgent fuzz(endpoint_, "fuzz", 0, false);
+  std::mt19937 rng(1234);
+  for (int round = 0; round < 400; ++round) {
+    std::string m = seeds[rng() % seeds.size()];
+    switch (rng() % 4) {
+      case 0:  // flip a few bytes
+        for (int k = 0; k < 3; ++k) m[rng() % m.size()] = char(rng() % 256);
+        break;
+      case 1:  // cut short
+        m.resize(rng() % m.size());
+        break;
+      case 2:  // duplicate a slice
+        m.insert(rng() % m.size(), m.substr(0, rng() % m.size()));
+        break;
+      default:  // as is
+        break;
+    }
+    fuzz.send_raw(m);
+  }
+  auto list = client_->request<protocol::JobList>(protocol::JobQuery{}, 10s);
+  ASSERT_TRUE(list) << list.status().message();
+  // The real agent is still served.
+  real.exit_all(*launch, 0);
+  auto info = job(id);
+  EXPECT_FALSE(info.id.empty());
 }
 
 }  // namespace
