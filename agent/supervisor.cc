@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -98,6 +99,16 @@ Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchO
 
 Status Supervisor::start_group(Group& group) {
   const auto& order = group.order;
+  if (order.job.gpus_per_node < 1 || order.node_rank < 0 || order.num_nodes < 1 ||
+      order.world_size != order.num_nodes * order.job.gpus_per_node) {
+    return invalid_argument("bad launch order: node rank " + std::to_string(order.node_rank) +
+                            " of " + std::to_string(order.num_nodes) + ", " +
+                            std::to_string(order.job.gpus_per_node) + " workers per node, world size " +
+                            std::to_string(order.world_size));
+  }
+  if (order.job.output_dir.empty() || order.job.output_dir[0] != '/') {
+    return invalid_argument("bad launch order: output_dir '" + order.job.output_dir + "' is not absolute");
+  }
   std::error_code ec;
   fs::create_directories(order.job.output_dir, ec);
   if (ec) return io_error("cannot create output_dir " + order.job.output_dir + ": " + ec.message());
@@ -144,8 +155,10 @@ void Supervisor::launch(const protocol::LaunchOrder& order) {
   if (!started || !argv) {
     std::string why = !started ? started.message() : argv.status().message();
     spdlog::error("job {} attempt {}: cannot launch: {}", order.job_id, order.attempt, why);
-    int first = order.node_rank * order.job.gpus_per_node;
-    for (int l = 0; l < order.job.gpus_per_node; ++l) report_failure(order, first + l, why);
+    // Report each rank this node was given (none for a nonsensical order).
+    int per_node = std::clamp(order.job.gpus_per_node, 0, 1024);
+    int first = std::max(0, order.node_rank) * per_node;
+    for (int l = 0; l < per_node; ++l) report_failure(order, first + l, why);
     groups_.erase(key);
     return;
   }

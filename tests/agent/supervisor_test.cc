@@ -230,3 +230,28 @@ TEST_F(SupervisorTest, ASpawnFailureIsReportedNamingTheProgram) {
 
 }  // namespace
 }  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+TEST_F(SupervisorTest, NonsensicalLaunchOrdersAreReportedNotFatal) {
+  std::vector<protocol::LaunchOrder> bad(6, order());
+  bad[0].job.gpus_per_node = 0;
+  bad[0].gpu_indices.clear();
+  bad[1].node_rank = -3;
+  bad[2].world_size = 0;
+  bad[3].gpu_indices = {0};  // one GPU for two workers
+  bad[4].job.output_dir = "";
+  bad[5].master_port = -1;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    bad[i].attempt = int(i) + 10;
+    supervisor_->launch(bad[i]);
+  }
+  EXPECT_EQ(launcher_.spawn_count(), 0u);
+  EXPECT_GE(exits_.size(), 5u);
+  for (const auto& e : exits_) EXPECT_FALSE(e.failure.empty());
+  EXPECT_TRUE(supervisor_->running().empty());
+}
+
+}  // namespace
+}  // namespace cohort::agent
