@@ -13,9 +13,24 @@ namespace {
 
 using nlohmann::json;
 
+// RoPE settings: transformers 4 writes rope_theta at the top and rope_scaling
+// beside it; transformers 5 writes both inside rope_parameters.
+const json* rope_section(const json& j) {
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (j.contains(key) && j[key].is_object()) return &j[key];
+  return nullptr;
+}
+
+float parse_rope_theta(const json& j) {
+  if (j.contains("rope_theta") && j["rope_theta"].is_number()) return j["rope_theta"].get<float>();
+  if (const json* r = rope_section(j); r && r->contains("rope_theta")) return (*r)["rope_theta"].get<float>();
+  return 10000.0f;
+}
+
 Status parse_rope_scaling(const json& j, ModelConfig* c) {
-  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return Status::ok();
-  const json& r = j["rope_scaling"];
+  const json* section = rope_section(j);
+  if (!section) return Status::ok();
+  const json& r = *section;
   const std::string type = r.value("rope_type", r.value("type", std::string("default")));
   if (type == "default") return Status::ok();
   if (type != "llama3") {
@@ -58,7 +73,7 @@ Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
     c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int>()
                                                                     : c.hidden / c.heads;
     c.intermediate = j.at("intermediate_size").get<int>();
-    c.rope_theta = j.value("rope_theta", 10000.0f);
+    c.rope_theta = parse_rope_theta(j);
     c.rms_eps = j.value("rms_norm_eps", 1e-6f);
     c.tie_embeddings = j.value("tie_word_embeddings", false);
     c.qk_norm = c.model_type == "qwen3";

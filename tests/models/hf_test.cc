@@ -182,6 +182,28 @@ TEST(HfConfig, ParsesQwen3AndLlamaConfigsAsPublished) {
   EXPECT_EQ(again->max_seq, 4096);
 }
 
+TEST(HfConfig, ReadsTransformers5RopeParameters) {
+  // transformers 5 moves rope_theta and the scaling into rope_parameters.
+  const std::string llama = R"({"model_type":"llama","hidden_size":64,"intermediate_size":160,
+    "num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,"head_dim":16,
+    "rms_norm_eps":1e-05,"tie_word_embeddings":false,"vocab_size":512,"max_position_embeddings":256,
+    "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":8.0,"low_freq_factor":1.0,
+    "high_freq_factor":4.0,"original_max_position_embeddings":64}})";
+  auto l = parse_hf_config(llama, 4096);
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l->rope_theta, 500000.0f);
+  EXPECT_TRUE(l->rope_scaling.enabled);
+  EXPECT_EQ(l->rope_scaling.factor, 8.0f);
+  EXPECT_EQ(l->rope_scaling.original_max_position, 64);
+  const std::string qwen3 = R"({"model_type":"qwen3","hidden_size":64,"intermediate_size":160,
+    "num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,"head_dim":32,
+    "vocab_size":512,"rope_parameters":{"rope_type":"default","rope_theta":1000000.0}})";
+  auto q = parse_hf_config(qwen3, 4096);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_EQ(q->rope_theta, 1000000.0f);
+  EXPECT_FALSE(q->rope_scaling.enabled);
+}
+
 TEST(HfConfig, RejectsUnsupportedModelsWithTheField) {
   auto bad = parse_hf_config(R"({"model_type":"gpt2"})");
   ASSERT_FALSE(bad.is_ok());
