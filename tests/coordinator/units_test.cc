@@ -61,6 +61,20 @@ TEST(NodeRegistry, ASilentNodeIsLostAfterTheTimeoutAndComesBackByRegistering) {
   EXPECT_EQ(registry.find("n1")->state, NodeState::kAlive);
 }
 
+TEST(NodeRegistry, ANodeWhoseAgentCannotBeReachedIsLostAtOnce) {
+  ManualClock clock;
+  NodeRegistry registry(clock, 3s);
+  protocol::RegisterNode m;
+  m.node = "n1";
+  registry.register_node(m, "peer-1");
+  registry.mark_lost("n1");
+  registry.mark_lost("unknown");  // no such node: nothing happens
+  EXPECT_EQ(registry.find("n1")->state, NodeState::kLost);
+  EXPECT_TRUE(registry.expire().empty());  // already lost: not reported again
+  EXPECT_FALSE(registry.heartbeat("n1", "peer-1"));
+  EXPECT_EQ(registry.nodes().size(), 1u);
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   protocol::StoreRequest req(const std::string& op, std::vector<std::string> keys, int attempt = 0) {
