@@ -182,7 +182,7 @@ namespace {
 TEST(LogBuffer, ReadsFilterByRankAndAttemptAndResumeBySequence) {
   LogBuffer logs(100);
   std::vector<protocol::LogLine> lines;
-  for (int i = 0; i < 10; ++i) lines.push_back({0, i / 5, i % 2, "line " + std::to_string(i)});
+  for (int i = 0; i < 10; ++i) lines.push_back({0, i / 5, i % 2, std::string("line ").append(std::to_string(i))});
   logs.append("j", lines);
   protocol::LogQuery q;
   q.job_id = "j";
@@ -200,7 +200,7 @@ TEST(LogBuffer, ReadsFilterByRankAndAttemptAndResumeBySequence) {
 TEST(LogBuffer, KeepsTheNewestLinesAndCapsReplyBytes) {
   LogBuffer logs(5);
   std::vector<protocol::LogLine> lines;
-  for (int i = 0; i < 8; ++i) lines.push_back({0, 0, 0, "l" + std::to_string(i)});
+  for (int i = 0; i < 8; ++i) lines.push_back({0, 0, 0, std::string("l").append(std::to_string(i))});
   logs.append("j", lines);
   protocol::LogQuery q;
   q.job_id = "j";
