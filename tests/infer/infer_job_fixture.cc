@@ -1,5 +1,7 @@
 #include "tests/infer/infer_job_fixture.h"
 
+#include "tests/parallel/rank_launcher.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,55 +16,12 @@ namespace cohort::testing {
 namespace fs = std::filesystem;
 namespace {
 
-// Starts `world` ranks of a torchrun-style job (RANK, WORLD_SIZE,
-// MASTER_ADDR/PORT) that inherit this process's environment, GPU visibility
-// included; kills them all when one fails or the deadline passes. Returns ""
-// when every rank exited 0, else what went wrong.
+// Starts `world` ranks of a torchrun-style job (tests/parallel/rank_launcher.h)
+// that keep this process's GPU visibility; kills them all when one fails or
+// the deadline passes. Returns "" when every rank exited 0.
 std::string launch_ranks(const std::string& program, const std::string& job_file, int world) {
-  static int port = 30000 + static_cast<int>((::getpid() * 7919) % 20000);
-  const int my_port = port++;
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(my_port).c_str(), 1);
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-      ::unsetenv("COHORT_STORE");
-      ::execl(program.c_str(), program.c_str(), job_file.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  std::string problem;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-  std::vector<bool> done(world, false);
-  int left = world;
-  while (left > 0) {
-    for (int r = 0; r < world; ++r) {
-      int status = 0;
-      if (done[r] || ::waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
-      done[r] = true;
-      --left;
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && problem.empty()) {
-        problem = "rank " + std::to_string(r) + " ended with status " + std::to_string(status);
-      }
-    }
-    if (left > 0 && (!problem.empty() || std::chrono::steady_clock::now() > end)) {
-      if (problem.empty()) problem = "ranks did not finish within the deadline";
-      for (int r = 0; r < world; ++r) {
-        if (!done[r]) ::kill(pids[r], SIGKILL), ::waitpid(pids[r], nullptr, 0);
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return problem;
+  RankGroup group = start_ranks(program, {job_file}, world);
+  return wait_ranks(group, std::chrono::seconds(240));
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // if any fails or the deadline passes. For multi-process tests.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,10 +18,22 @@
 
 namespace cohort::testing {
 
-// A port unlikely to clash with parallel test processes.
+// A port nobody listens on now: the kernel's pick for port 0, released
+// again. Rank 0 binds it moments later; fixed guesses clashed with ports
+// left in use by earlier tests.
 inline int pick_port() {
-  static int next = 20000 + int((::getpid() * 7919) % 20000);
-  return next++;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
 }
 
 // Ranks started by start_ranks, until wait_ranks reaps them.
@@ -41,7 +56,6 @@ inline RankGroup start_ranks(const std::string& program, const std::vector<std::
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("OMP_NUM_THREADS", "1", 1);
       ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-      ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
       ::unsetenv("COHORT_STORE");
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
       std::vector<char*> argv;

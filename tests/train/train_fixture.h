@@ -63,7 +63,8 @@ inline fs::path write_job(const fs::path& dir, const TrainJob& j) {
 }
 
 inline std::vector<std::pair<std::string, std::string>> worker_env() {
-  return {{"COHORT_COLLECTIVE_TIMEOUT_S", "20"}, {"COHORT_LOG", "warn"}};
+  // The CPU backend even where a GPU is visible: these tests compare fp32 runs exactly.
+  return {{"COHORT_COLLECTIVE_TIMEOUT_S", "20"}, {"COHORT_LOG", "warn"}, {"COHORT_DEVICE", "cpu"}};
 }
 
 // Losses by step from metrics.jsonl.
