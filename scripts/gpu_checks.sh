@@ -38,11 +38,15 @@ step() {  # name command...
 
 if [[ $phase == tests ]]; then
   nvidia-smi -L
-  for t in collective_gpu_test models_cuda_parity_test parallel_gpu_test infer_gpu_test; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
   step torchrun_example "$bin/cohort" run jobs/examples/torchrun.toml
-  step quickstart_gpu "$bin/cohort" run jobs/examples/quickstart.toml --set job.output_dir=/tmp/quickstart-gpu
+  # The quickstart reads Debian's fortunes; a bundle may carry the file instead.
+  data=/usr/share/games/fortunes/cookie
+  [[ -f $data ]] || data=$root/.device/data/cookie
+  step quickstart_gpu "$bin/cohort" run jobs/examples/quickstart.toml --set job.output_dir=/tmp/quickstart-gpu \
+    --set train.data="$data"
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
