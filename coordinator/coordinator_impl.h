@@ -62,6 +62,8 @@ class CoordinatorImpl final : public Coordinator {
   // ---- job_lifecycle.cc ----
   void schedule();
   std::vector<NodeCapacity> capacity() const;
+  // Every alive node's GPUs, as if no job ran.
+  std::vector<NodeCapacity> empty_capacity() const;
   void start_attempt(Job& job, const std::vector<NodeAssignment>& placement);
   void begin_stop(Job& job, StopIntent intent, const std::string& reason);
   void rank_exited(Job& job, int rank, const protocol::WorkerExit& exit);

@@ -58,7 +58,9 @@ void CoordinatorImpl::schedule() {
   }
   // FIFO within priority: higher priority first, then submission order. The
   // queue is strict: a job that does not fit holds back the ones behind it,
-  // so a large job is never starved by a stream of small ones.
+  // so a large job is never starved by a stream of small ones. The exception
+  // is a job the cluster could not hold even empty (it waits for nodes to
+  // join): it holds back nobody, or one oversized job would stall everything.
   std::sort(queued.begin(), queued.end(), [](Job* a, Job* b) {
     if (a->control.priority != b->control.priority) return a->control.priority > b->control.priority;
     return a->seq < b->seq;
@@ -75,10 +77,16 @@ void CoordinatorImpl::schedule() {
     double limit = job->control.placement_timeout_s;
     auto waited = clock_.now() - job->queued_since;
     int fit = count_fitting_nodes(request, cap);
-    std::string why = blocked ? "waiting behind an earlier job"
-                              : "waiting for capacity: " + std::to_string(fit) + " of " +
-                                    std::to_string(request.nodes_min) + " node(s) with " +
-                                    std::to_string(request.gpus_per_node) + " free GPU(s)";
+    int fit_empty = count_fitting_nodes(request, empty_capacity());
+    bool needs_more_nodes = fit_empty < request.nodes_min;
+    std::string why = needs_more_nodes
+                          ? "waiting for nodes: the cluster has " + std::to_string(fit_empty) + " of " +
+                                std::to_string(request.nodes_min) + " node(s) with " +
+                                std::to_string(request.gpus_per_node) + " GPU(s)"
+                      : blocked ? "waiting behind an earlier job"
+                                : "waiting for capacity: " + std::to_string(fit) + " of " +
+                                      std::to_string(request.nodes_min) + " node(s) with " +
+                                      std::to_string(request.gpus_per_node) + " free GPU(s)";
     if (limit > 0 && waited > std::chrono::duration<double>(limit)) {
       end_job(*job, JobState::kFailed,
               "could not be placed within placement_timeout (" + std::to_string(int(limit)) +
@@ -86,8 +94,19 @@ void CoordinatorImpl::schedule() {
       continue;
     }
     job->message = why;
-    blocked = true;
+    if (!needs_more_nodes) blocked = true;
   }
+}
+
+std::vector<NodeCapacity> CoordinatorImpl::empty_capacity() const {
+  std::vector<NodeCapacity> out;
+  for (const Node* n : registry_.nodes()) {
+    if (n->state != NodeState::kAlive) continue;
+    NodeCapacity c{n->name, {}};
+    for (const auto& g : n->gpus) c.free_gpus.push_back(g.index);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 int CoordinatorImpl::pick_master_port(const Job& job, const std::string& master_node) const {

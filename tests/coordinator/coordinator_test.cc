@@ -51,6 +51,27 @@ TEST_F(CoordinatorTest, QueueIsFifoWithinPriority) {
   EXPECT_EQ(order, (std::vector<std::string>{h, l1, l2}));
 }
 
+TEST_F(CoordinatorTest, AJobTheClusterCannotHoldEvenEmptyHoldsBackNobody) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 2);
+  std::string huge = submit(command_job("huge", 1, 4));  // 4 GPUs on a 2-GPU node
+  std::string small = submit(command_job("small", 1, 1));
+  auto l = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->job_id, small);
+  EXPECT_EQ(job(huge).state, "queued");
+  EXPECT_NE(job(huge).message.find("waiting for nodes"), std::string::npos) << job(huge).message;
+  // A job that merely waits for busy GPUs does hold back the ones behind it.
+  std::string both = submit(command_job("both", 1, 2));
+  std::string tail = submit(command_job("tail", 1, 1));
+  EXPECT_EQ(job(both).message.substr(0, 21), "waiting for capacity:");
+  EXPECT_EQ(job(tail).message, "waiting behind an earlier job");
+  n.exit_all(*l, 0);
+  auto next = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->job_id, both);
+}
+
 TEST_F(CoordinatorTest, AFailedRankStopsTheAttemptAndARestartGetsAFreshAttempt) {
   start();
   FakeAgent n(endpoint_, "node-1", 2);
@@ -314,7 +335,7 @@ TEST_F(CoordinatorTest, AFixedSizeJobThatLostANodeFailsAfterPlacementTimeout) {
   ASSERT_TRUE(a.next_as<StopOrder>());
   a.exit_all(*la, 143, true);
   EXPECT_TRUE(wait_for_state(id, "queued"));
-  EXPECT_NE(job(id).message.find("waiting for capacity: 1 of 2"), std::string::npos) << job(id).message;
+  EXPECT_NE(job(id).message.find("waiting for nodes: the cluster has 1 of 2"), std::string::npos) << job(id).message;
   for (int i = 0; i < 3; ++i) {
     clock_.advance(2s);
     beat(a);

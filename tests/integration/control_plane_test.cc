@@ -140,7 +140,7 @@ TEST(ControlPlaneJobs, AJobLargerThanTheClusterWaitsThenStartsWhenAnAgentJoins) 
   std::this_thread::sleep_for(500ms);
   EXPECT_EQ(c.job_state(id), "queued");
   auto jobs = c.cli("jobs", {});
-  EXPECT_NE(jobs.out.find("waiting for capacity: 1 of 2"), std::string::npos) << jobs.out;
+  EXPECT_NE(jobs.out.find("waiting for nodes: the cluster has 1 of 2"), std::string::npos) << jobs.out;
   c.add_agent("node-b", 4);
   EXPECT_TRUE(wait_until([&] { return c.job_state(id) == "succeeded"; }, 20s)) << c.job_state(id);
 }
