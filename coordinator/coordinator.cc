@@ -231,7 +231,10 @@ void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(JobQuery, m);
   JobList list;
   if (m.job_id.empty()) {
+    // The list leaves out event histories (`cohort status JOB` has them), so
+    // a long-lived coordinator's reply stays far below the message cap.
     list.jobs = jobs();
+    for (auto& j : list.jobs) j.events.clear();
   } else {
     Job* job = find_job(m.job_id);
     if (!job) return reply_error(peer, e.id, not_found("no job '" + m.job_id + "'"));
