@@ -176,4 +176,36 @@ std::unique_ptr<GpuProber> make_cpu_slots_prober(int n) {
   return std::make_unique<ListProber>(std::move(slots));
 }
 
+namespace {
+
+class SelectedProber final : public GpuProber {
+ public:
+  SelectedProber(std::shared_ptr<GpuProber> inner, std::vector<int> indices)
+      : inner_(std::move(inner)), indices_(std::move(indices)) {}
+  cohort::Result<std::vector<GpuInfo>> probe() override {
+    COHORT_ASSIGN_OR_RETURN(std::vector<GpuInfo> all, inner_->probe());
+    std::vector<GpuInfo> chosen;
+    for (int index : indices_) {
+      auto it = std::find_if(all.begin(), all.end(), [&](const GpuInfo& g) { return g.index == index; });
+      if (it == all.end())
+        return cohort::invalid_argument(fmt::format("--gpus names GPU {}, which this node does not have ({} found)",
+                                                    index, all.size()));
+      chosen.push_back(*it);
+    }
+    // Index order is PCI bus order, which the launch contract keeps.
+    std::sort(chosen.begin(), chosen.end(), [](const GpuInfo& a, const GpuInfo& b) { return a.index < b.index; });
+    return chosen;
+  }
+
+ private:
+  std::shared_ptr<GpuProber> inner_;
+  std::vector<int> indices_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuProber> make_selected_prober(std::shared_ptr<GpuProber> inner, std::vector<int> indices) {
+  return std::make_unique<SelectedProber>(std::move(inner), std::move(indices));
+}
+
 }  // namespace cohort::agent

@@ -46,6 +46,11 @@ std::unique_ptr<GpuProber> make_fake_prober(int n);
 // `n` CPU slots (is_cpu_slot() true), for `--cpu-slots N`.
 std::unique_ptr<GpuProber> make_cpu_slots_prober(int n);
 
+// Only the GPUs whose nvidia-smi index is in `indices` (`cohort agent --gpus
+// 0,1`): a node that shares its GPUs offers cohort some of them. An index the
+// inner prober does not report is an error at probe time, naming it.
+std::unique_ptr<GpuProber> make_selected_prober(std::shared_ptr<GpuProber> inner, std::vector<int> indices);
+
 // The query the system prober runs when NVML is not usable.
 inline constexpr std::string_view kNvidiaSmiQuery =
     "--query-gpu=index,uuid,pci.bus_id,name,memory.total --format=csv,noheader,nounits";

@@ -20,6 +20,7 @@ struct AgentArgs {
   std::string worker_binary;
   int fake_gpus = 0;
   int cpu_slots = 0;
+  std::vector<int> gpus;
 };
 
 int run_agent(const AgentArgs& args) {
@@ -47,6 +48,7 @@ int run_agent(const AgentArgs& args) {
   } else {
     options.prober = agent::make_system_prober();
   }
+  if (!args.gpus.empty()) options.prober = agent::make_selected_prober(std::move(options.prober), args.gpus);
   options.launcher = agent::make_posix_launcher();
   boost::asio::io_context io;
   auto agent = agent::Agent::start(io, options);
@@ -91,6 +93,9 @@ Command add_agent_command(CLI::App& root) {
                   "cohort-worker for train/infer jobs (default: next to this program)");
   auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
   auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "offer N CPU worker slots instead of GPUs");
+  app->add_option("--gpus", args->gpus, "offer only these GPUs (nvidia-smi indices, e.g. --gpus 0,1)")
+      ->delimiter(',')
+      ->excludes(cpu);
   fake->excludes(cpu);
   return {app, [args] { return run_agent(*args); }};
 }

@@ -168,3 +168,25 @@ TEST(SystemProber, NeverFailsOnThisHost) {
 
 }  // namespace
 }  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+TEST(SelectedProber, OffersOnlyTheNamedGpusInBusOrder) {
+  auto selected = make_selected_prober(make_fake_prober(4), {3, 1});
+  auto gpus = selected->probe();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().to_string();
+  ASSERT_EQ(gpus->size(), 2u);
+  EXPECT_EQ((*gpus)[0].index, 1);
+  EXPECT_EQ((*gpus)[1].index, 3);
+}
+
+TEST(SelectedProber, AnIndexTheNodeLacksIsAnErrorNamingIt) {
+  auto selected = make_selected_prober(make_fake_prober(2), {0, 5});
+  auto gpus = selected->probe();
+  ASSERT_FALSE(gpus.is_ok());
+  EXPECT_NE(gpus.status().message().find("GPU 5"), std::string::npos) << gpus.status().message();
+}
+
+}  // namespace
+}  // namespace cohort::agent
