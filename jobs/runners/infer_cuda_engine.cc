@@ -85,6 +85,7 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
   COHORT_ASSIGN_OR_RETURN(void* workspace, device_alloc(kWorkspace));
   cublasSetWorkspace(cublas_, workspace, kWorkspace);
   if (tp_ == 1) return Status::ok();
+  collective_timeout_ = tp_cpu->timeout();
   ncclUniqueId id;
   if (options_.shard.tp_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
     return internal_error("ncclGetUniqueId failed");

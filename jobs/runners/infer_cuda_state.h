@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -78,6 +79,9 @@ class CudaGraphEngine final : public InferenceEngine {
   void enqueue_layers(int n);
   void gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, int n, int in, int out);
   void all_reduce(float* data, size_t count);
+  // Waits for everything on the stream, at tp > 1 no longer than
+  // collective_timeout_ (then fatal, naming `what`).
+  void wait_step(const char* what);
   // Host rows -> device, run (graph or eager), fetch results; synchronises.
   void run(int n, int head_count, int real_rows, bool use_graph, bool gathered, float* logits,
            int32_t* greedy);
@@ -110,6 +114,9 @@ class CudaGraphEngine final : public InferenceEngine {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   ncclComm_t nccl_ = nullptr;
+  // How long a step may wait on its peers: the tp group's CPU communicator's
+  // timeout (COHORT_COLLECTIVE_TIMEOUT_S, else 10 minutes).
+  collective::Milliseconds collective_timeout_{std::chrono::minutes(10)};
 };
 
 }  // namespace cohort::runners

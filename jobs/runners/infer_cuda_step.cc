@@ -2,6 +2,8 @@
 // LM head on the rows that want a next token, and the greedy pick, all on
 // one stream so a decode step can be captured as a CUDA graph and replayed.
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "base/check.h"
 #include "jobs/runners/infer_cuda_state.h"
@@ -30,6 +32,46 @@ void CudaGraphEngine::gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, i
                    CUBLAS_GEMM_DEFAULT);
   COHORT_CHECK_MSG(st == CUBLAS_STATUS_SUCCESS, "cublasGemmEx [{}x{}]x[{}x{}]: status {}", n, in,
                    out, in, static_cast<int>(st));
+}
+
+// At tp > 1 the stream holds NCCL calls, and a peer that never joins one
+// (it died, hangs, or made a different call) would leave
+// cudaStreamSynchronize blocked for ever; so this polls the stream and NCCL's
+// asynchronous error, and past the group's collective timeout ends the rank
+// (fatal, like every failure mid-step) so that whoever launched it ends the
+// job. No ncclCommAbort first: the process is ending, and an abort can itself
+// block on a stuck peer.
+void CudaGraphEngine::wait_step(const char* what) {
+  if (tp_ == 1) {
+    check_cuda(cudaStreamSynchronize(stream_), what);
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + collective_timeout_;
+  // Spin while a step may still be running (a decode step takes
+  // milliseconds); sleep once it has taken long enough to be suspect.
+  const auto spin_until = start + std::chrono::milliseconds(50);
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream_);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) check_cuda(e, what);
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(nccl_, &async), "asynchronous error query");
+    check_nccl(async, what);
+    const auto now = Clock::now();
+    COHORT_CHECK_MSG(now < deadline,
+                     "tensor-parallel rank {} of {}: {} not done on the GPU within {} s "
+                     "(COHORT_COLLECTIVE_TIMEOUT_S): a peer died, hangs, or made a different "
+                     "call",
+                     options_.shard.tp_rank, tp_, what,
+                     std::chrono::duration_cast<std::chrono::seconds>(collective_timeout_).count());
+    if (now < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
 }
 
 void CudaGraphEngine::all_reduce(float* data, size_t count) {
@@ -86,21 +128,25 @@ void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
 
 void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits) {
   const size_t Vl = dims_.vocab, V = config_.vocab_size;
+  // The copies below go to pageable memory, which blocks the host until the
+  // stream gets there: wait (bounded) for the step and the gather first.
   if (tp_ == 1) {
+    wait_step("step");
     check_cuda(cudaMemcpyAsync(logits, buf_.logits, real_rows * Vl * 4, cudaMemcpyDeviceToHost,
                                stream_),
                "logits to the host");
-    check_cuda(cudaStreamSynchronize(stream_), "step");
+    check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
     return;
   }
   const size_t local = static_cast<size_t>(head_count) * Vl;
   check_nccl(ncclAllGather(buf_.logits, buf_.gathered, local, ncclFloat, nccl_, stream_),
              "logits gather");
+  wait_step("step and logits gather");
   host_gathered_.resize(local * tp_);
   check_cuda(cudaMemcpyAsync(host_gathered_.data(), buf_.gathered, host_gathered_.size() * 4,
                              cudaMemcpyDeviceToHost, stream_),
              "logits to the host");
-  check_cuda(cudaStreamSynchronize(stream_), "step");
+  check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
   for (int k = 0; k < tp_; ++k) {  // rank k holds vocab columns [k * Vl, (k + 1) * Vl)
     for (int r = 0; r < real_rows; ++r) {
       const float* src = host_gathered_.data() + k * local + r * Vl;
@@ -149,7 +195,7 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
   check_cuda(cudaMemcpyAsync(host_tokens_, buf_.tokens, static_cast<size_t>(real_rows) * 4,
                              cudaMemcpyDeviceToHost, stream_),
              "tokens to the host");
-  check_cuda(cudaStreamSynchronize(stream_), "step");
+  wait_step("step");
   std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
 }
 

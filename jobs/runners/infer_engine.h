@@ -10,7 +10,9 @@
 // Slots are sequences: prefill(slot, ...) starts one afresh, decode() appends
 // one token to each listed slot. Logits are full-vocabulary fp32 on the host.
 // When the caller passes no logits buffer it wants greedy tokens only, which an
-// engine may pick on the device without copying the logits out.
+// engine may pick on the device without copying the logits out. Whether a
+// call passes logits must be the same on every rank of the group: gathering
+// them is a collective.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "collective/communicator.h"
 #include "models/backend.h"
 #include "models/kv_cache.h"
 #include "models/model.h"
@@ -69,5 +72,15 @@ class ModelEngine final : public InferenceEngine {
   std::unique_ptr<models::KvCache> cache_;
   std::vector<float> scratch_;  // logits when the caller wants greedy tokens only
 };
+
+// Wraps `engine` so that before each call every rank of the tensor-parallel
+// group `tp` (a CPU communicator) checks, with one small all-gather, that its
+// peers make the same call: kind, slots, tokens, and whether logits are
+// wanted. A mismatch is fatal on every rank, naming the ranks and the call.
+// ModelEngine would survive an asymmetric call sequence (its logits gather
+// runs either way) where the CUDA engine hangs, so the tests run CPU ranks
+// with this (COHORT_INFER_CHECK_LOCKSTEP=1, infer_setup.cc) to catch it.
+std::unique_ptr<InferenceEngine> check_lockstep(std::unique_ptr<InferenceEngine> engine,
+                                                collective::Communicator* tp);
 
 }  // namespace cohort::runners

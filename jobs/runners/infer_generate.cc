@@ -40,7 +40,15 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
     }
   }
   if (options.max_new_tokens < 1) return invalid_argument("infer.max_new_tokens must be at least 1");
-  const bool greedy_only = options.sampling.temperature <= 0 && !options.on_logits;
+  if (options.on_logits && !options.return_logits) {
+    return invalid_argument(
+        "GenerateOptions.on_logits needs return_logits (set it on every rank of the "
+        "tensor-parallel group)");
+  }
+  // Decided from what every rank of the group shares, never from on_logits,
+  // so that all ranks make the same engine calls (the CUDA engine's logits
+  // gather is a collective).
+  const bool greedy_only = options.sampling.temperature <= 0 && !options.return_logits;
   std::vector<SequenceOutput> out(prompts.size());
   std::vector<FastSampler> samplers;
   for (const Prompt& p : prompts) {

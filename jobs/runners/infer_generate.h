@@ -26,9 +26,14 @@ namespace cohort::runners {
 struct GenerateOptions {
   int max_new_tokens = 64;
   models::SamplingParams sampling;
-  // Called with the full logits each token of prompt `index` was sampled from,
-  // in order (tests compare them across tensor-parallel degrees). Setting it
-  // makes the engine return logits even when decoding greedily.
+  // Makes the engine return full logits for every token even when decoding
+  // greedily. Every rank of a tensor-parallel group must set it alike: an
+  // engine gathers the logits with a collective, so a rank that asks for
+  // them alone waits for its peers forever.
+  bool return_logits = false;
+  // Called, with return_logits, with the full logits each token of prompt
+  // `index` was sampled from, in order (tests compare them across
+  // tensor-parallel degrees). May be set on one rank of a group only.
   std::function<void(int index, const float* logits, int vocab)> on_logits;
 };
 

@@ -130,7 +130,11 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     GenerateOptions options;
     options.max_new_tokens = infer.max_new_tokens;
     options.sampling = sampling_params(infer);
-    if (reporter && dump_logits_requested()) {
+    // Every rank asks the engine for logits (the CUDA engine gathers them with
+    // a collective that all ranks of the group must enter); only the reporter
+    // keeps them.
+    options.return_logits = dump_logits_requested();
+    if (reporter && options.return_logits) {
       options.on_logits = [&dump](int i, const float* l, int v) { dump.add(i, l, v); };
     }
     COHORT_ASSIGN_OR_RETURN(results.outputs,

@@ -52,11 +52,9 @@ Result<std::unique_ptr<ModelEngine>> model_engine(const jobs::JobSpec& spec,
   return ModelEngine::create(std::move(backend), std::move(model), slots, capacity);
 }
 
-}  // namespace
-
-Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
-                                  collective::World& world, int tensor_parallel, int slots,
-                                  int capacity) {
+Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::ModelConfig& config,
+                                     collective::World& world, int tensor_parallel, int slots,
+                                     int capacity) {
   COHORT_ASSIGN_OR_RETURN(parallel::ParallelDims dims,
                           parallel::ParallelDims::create(world.size, tensor_parallel));
   COHORT_ASSIGN_OR_RETURN(bool gpu, choose_gpu());
@@ -121,6 +119,25 @@ Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::Model
   return failed_precondition("a GPU is visible but this cohort-worker was built without CUDA; "
                              "set COHORT_INFER_DEVICE=cpu or rebuild with the CUDA toolkit");
 #endif
+}
+
+}  // namespace
+
+Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
+                                  collective::World& world, int tensor_parallel, int slots,
+                                  int capacity) {
+  COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
+                          build_unchecked(spec, config, world, tensor_parallel, slots, capacity));
+  // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
+  // checked against the tp group's (infer_engine.h, check_lockstep). It needs
+  // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.
+  if (bundle.engine && env_or("COHORT_INFER_CHECK_LOCKSTEP", "") == "1") {
+    collective::Communicator& tp = bundle.mesh->tp();
+    if (tp.size() > 1 && tp.device() == collective::Device::kCpu) {
+      bundle.engine = check_lockstep(std::move(bundle.engine), &tp);
+    }
+  }
+  return bundle;
 }
 
 }  // namespace cohort::runners

@@ -104,5 +104,64 @@ TEST(InferGenerate, PromptThatDoesNotFitTheCacheIsAnError) {
   EXPECT_NE(out.status().message().find("prompt 0"), std::string::npos);
 }
 
+// Counts the engine calls that asked for logits and those that did not.
+class LogitsRecorder final : public InferenceEngine {
+ public:
+  explicit LogitsRecorder(std::unique_ptr<InferenceEngine> inner) : inner_(std::move(inner)) {}
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int slots() const override { return inner_->slots(); }
+  int capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return inner_->describe(); }
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    ++(logits ? with_logits : without_logits);
+    inner_->prefill(slot, tokens, n, logits, greedy);
+  }
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits,
+              int32_t* greedy) override {
+    ++(logits ? with_logits : without_logits);
+    inner_->decode(slots, tokens, B, logits, greedy);
+  }
+  int with_logits = 0, without_logits = 0;
+
+ private:
+  std::unique_ptr<InferenceEngine> inner_;
+};
+
+// A tensor-parallel rank that does not keep the logits (no on_logits) must
+// still ask the engine for them when its reporter does: the CUDA engine's
+// logits gather is a collective, and a rank skipping it hung the group.
+TEST(InferGenerate, ReturnLogitsAsksTheEngineForLogitsWithOrWithoutACallback) {
+  StopCondition none = *StopCondition::create({}, nullptr);
+  GenerateOptions options;
+  options.max_new_tokens = 5;
+  options.return_logits = true;
+  LogitsRecorder quiet(tiny_engine(2));
+  ASSERT_TRUE(generate_all(quiet, prompts(), none, options, nullptr).is_ok());
+  int seen = 0;
+  options.on_logits = [&seen](int, const float*, int) { ++seen; };
+  LogitsRecorder reporter(tiny_engine(2));
+  auto out = generate_all(reporter, prompts(), none, options, nullptr);
+  ASSERT_TRUE(out.is_ok());
+  EXPECT_EQ(quiet.without_logits, 0);
+  EXPECT_EQ(reporter.without_logits, 0);
+  EXPECT_EQ(quiet.with_logits, reporter.with_logits);
+  EXPECT_EQ(seen, 5 * static_cast<int>(prompts().size()));
+  // Greedy tokens from the returned logits are the engine's own greedy picks.
+  GenerateOptions greedy;
+  greedy.max_new_tokens = 5;
+  for (const auto& o : *out) EXPECT_EQ(o.tokens, run(2, greedy, none)[o.index]) << o.index;
+}
+
+TEST(InferGenerate, OnLogitsWithoutReturnLogitsIsAnError) {
+  auto engine = tiny_engine(1);
+  GenerateOptions options;
+  options.max_new_tokens = 5;
+  options.on_logits = [](int, const float*, int) {};
+  StopCondition none = *StopCondition::create({}, nullptr);
+  auto out = generate_all(*engine, prompts(), none, options, nullptr);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("return_logits"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cohort::runners

@@ -16,12 +16,42 @@ namespace cohort::testing {
 namespace fs = std::filesystem;
 namespace {
 
+// The last `max_chars` of a rank's log, or a note that it has none.
+std::string log_tail(const fs::path& path, size_t max_chars = 3000) {
+  std::ifstream in(path);
+  if (!in) return "(no log at " + path.string() + ")\n";
+  std::ostringstream all;
+  all << in.rdbuf();
+  std::string text = all.str();
+  if (text.size() > max_chars) text = "..." + text.substr(text.size() - max_chars);
+  return text;
+}
+
 // Starts `world` ranks of a torchrun-style job (tests/parallel/rank_launcher.h)
 // that keep this process's GPU visibility; kills them all when one fails or
-// the deadline passes. Returns "" when every rank exited 0.
-std::string launch_ranks(const std::string& program, const std::string& job_file, int world) {
-  RankGroup group = start_ranks(program, {job_file}, world);
-  return wait_ranks(group, std::chrono::seconds(240));
+// the deadline passes. Each rank's stdout and stderr go to
+// <log_dir>/rank<r>.log (through sh, which execs the worker, so the launcher
+// still holds the worker's pid); on failure the result ends with each rank's
+// tail. Returns "" when every rank exited 0.
+//
+// The ranks fail rather than hang: every collective is bounded by
+// COHORT_COLLECTIVE_TIMEOUT_S (Gloo, NCCL, and the CUDA engine's own NCCL
+// calls), well inside the deadline, and COHORT_INFER_CHECK_LOCKSTEP makes a
+// tensor-parallel group whose ranks call the engine differently fail at once
+// (infer_engine.h, check_lockstep), even on the CPU where it would not hang.
+std::string launch_ranks(const std::string& program, const std::string& job_file, int world,
+                         const fs::path& log_dir) {
+  RankGroup group = start_ranks(
+      "/bin/sh",
+      {"-c", "exec \"$0\" \"$1\" >\"$2/rank$RANK.log\" 2>&1", program, job_file, log_dir.string()},
+      world, {{"COHORT_COLLECTIVE_TIMEOUT_S", "60"}, {"COHORT_INFER_CHECK_LOCKSTEP", "1"}});
+  std::string error = wait_ranks(group, std::chrono::seconds(150));
+  if (error.empty()) return error;
+  for (int r = 0; r < world; ++r) {
+    const fs::path log = log_dir / ("rank" + std::to_string(r) + ".log");
+    error += "\n--- rank " + std::to_string(r) + " (" + log.string() + "):\n" + log_tail(log);
+  }
+  return error;
 }
 
 }  // namespace
@@ -56,7 +86,7 @@ InferRun run_infer_job(const InferJob& job) {
   else ::setenv("COHORT_INFER_ENGINE", job.engine.c_str(), 1);
   InferRun run;
   run.error = launch_ranks(std::string(COHORT_BINARY_DIR) + "/tests/infer_test_worker",
-                           job_file.string(), job.world);
+                           job_file.string(), job.world, dir);
   if (!run.error.empty()) return run;
   std::ifstream outputs(out_dir / "outputs.jsonl");
   std::string line;

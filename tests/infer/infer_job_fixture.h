@@ -12,7 +12,7 @@
 namespace cohort::testing {
 
 struct InferRun {
-  std::string error;                           // "" when every rank exited 0
+  std::string error;  // "" when every rank exited 0, else why not and each rank's log tail
   std::vector<nlohmann::json> outputs;         // outputs.jsonl, in file order
   nlohmann::json summary;                      // summary.json
   std::map<int, std::vector<float>> logits;    // logits/<index>.f32
