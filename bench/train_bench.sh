@@ -56,9 +56,15 @@ PY
 }
 
 micro=${MICRO:-8}
-run_cohort ddp 1 1 "$micro"
-for s in ddp zero1 zero2 zero3 fsdp2; do run_cohort "$s" 1 "$gpus" "$micro"; done
-run_cohort ddp "$gpus" "$gpus" "$micro"
+# STRATEGIES narrows the cohort runs (e.g. "ddp fsdp2"); BASELINES=0 skips PyTorch.
+if [[ -n ${STRATEGIES:-} ]]; then
+  for s in $STRATEGIES; do run_cohort "$s" 1 "$gpus" "$micro"; done
+else
+  run_cohort ddp 1 1 "$micro"
+  for s in ddp zero1 zero2 zero3 fsdp2; do run_cohort "$s" 1 "$gpus" "$micro"; done
+  run_cohort ddp "$gpus" "$gpus" "$micro"
+fi
+[[ ${BASELINES:-1} == 0 ]] && exit 0
 python3 "$here/bench/torch_train_baseline.py" --strategy single --micro "$micro" --steps "$steps"
 torchrun --nproc_per_node "$gpus" "$here/bench/torch_train_baseline.py" --strategy ddp --micro "$micro" --steps "$steps" 2>/dev/null
 torchrun --nproc_per_node "$gpus" "$here/bench/torch_train_baseline.py" --strategy fsdp2 --micro "$micro" --steps "$steps" 2>/dev/null

@@ -28,10 +28,10 @@ else
   tests=$root/build/tests
 fi
 
-step() {  # name command...
+step() {  # name command...   (STEP_TIMEOUT seconds bounds each step; default 300)
   local name=$1; shift
   local t0=$(date +%s)
-  "$@" >"$out/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   printf '%-28s rc=%-3s %4ss  %s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$out/$name.log" | cut -c1-120)"
 }
@@ -50,6 +50,23 @@ if [[ $phase == tests ]]; then
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
+elif [[ $phase == final ]]; then
+  # The closing run: what the issues' GPU checks need, most important first.
+  STEP_TIMEOUT=60 step gpu_check "$bin/cohort" run jobs/examples/command_gpu_check.toml
+  grep -E "rank|GPU|sum" "$out/gpu_check.log" | head -20
+  STEP_TIMEOUT=150 step infer_gpu_test "$tests/infer_gpu_test"
+  STEP_TIMEOUT=120 step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
+  STEP_TIMEOUT=120 step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
+  data=/usr/share/games/fortunes/cookie
+  [[ -f $data ]] || data=$root/.device/data/cookie
+  STEP_TIMEOUT=60 step quickstart_gpu "$bin/cohort" run jobs/examples/quickstart.toml --set job.output_dir=/tmp/quickstart-gpu \
+    --set train.data="$data"
+  STEP_TIMEOUT=60 step export_parity python3 tests/train/export_transformers_parity.py --cohort "$bin/cohort" \
+    --dump "$tests/models_hf_dump" --run-dir /tmp/quickstart-gpu
+  STEP_TIMEOUT=20 step collective_bench "$bin/collective_bench" --fork 2 --min-bytes 8 --max-bytes 1073741824
+  PATH=$bin:$PATH STRATEGIES="ddp fsdp2" BASELINES=0 STEP_TIMEOUT=280 step train_200 bench/train_bench.sh 2 200
+  STEP_TIMEOUT=150 step infer_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker"
+  PATH=$bin:$PATH STEP_TIMEOUT=120 step multinode bench/multinode_gpu.sh qwen3-0.6b 40
 elif [[ $phase == bench ]]; then
   step collective_bench "$bin/collective_bench" --fork 2
   step models_train_bench "$bin/models_train_bench" qwen3-0.6b 4 1024
