@@ -1,6 +1,8 @@
 // CPU element arithmetic for the CPU backends.
 #include "collective/types.h"
 
+#include "base/half_float.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -57,72 +59,10 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-float bf16_to_float(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // stays a quiet NaN
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest, ties to even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float f16_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (mant << 13);
-  } else if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise into f32's range
-      int e = -1;
-      do {
-        mant <<= 1;
-        ++e;
-      } while ((mant & 0x400) == 0);
-      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
-    }
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_f16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  uint32_t abs = bits & 0x7fffffff;
-  if (abs > 0x7f800000) return sign | 0x7e00;   // NaN
-  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to infinity
-  if (abs < 0x38800000) {
-    // Subnormal or zero in f16: shift the full mantissa into place and
-    // round to nearest even on the bits shifted out.
-    if (abs < 0x33000000) return sign;
-    uint32_t e = abs >> 23;
-    uint32_t m = (abs & 0x7fffff) | 0x800000;
-    uint32_t shift = 126 - e;  // value = m * 2^(e-150); f16 subnormal unit = 2^-24
-    uint32_t half = 1u << (shift - 1);
-    uint32_t rest = m & ((1u << shift) - 1);
-    uint32_t out = m >> shift;
-    if (rest > half || (rest == half && (out & 1))) ++out;
-    return static_cast<uint16_t>(sign | out);
-  }
-  uint32_t out = ((abs - 0x38000000) >> 13);
-  uint32_t rest = abs & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (out & 1))) ++out;
-  return static_cast<uint16_t>(sign | out);
-}
+float bf16_to_float(uint16_t h) { return bf16_bits_to_float(h); }
+uint16_t float_to_bf16(float f) { return float_to_bf16_bits(f); }
+float f16_to_float(uint16_t h) { return f16_bits_to_float(h); }
+uint16_t float_to_f16(float f) { return float_to_f16_bits(f); }
 
 namespace {
 

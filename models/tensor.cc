@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/check.h"
+#include "base/half_float.h"
 
 namespace cohort::models {
 
@@ -78,33 +79,10 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-uint16_t f32_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float bf16_to_f32(uint16_t bits) {
-  uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
-
-uint16_t f32_to_f16(float value) {
-  _Float16 h = static_cast<_Float16>(value);  // the compiler rounds to nearest even
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
-
-float f16_to_f32(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
-}
+uint16_t f32_to_bf16(float value) { return float_to_bf16_bits(value); }
+float bf16_to_f32(uint16_t bits) { return bf16_bits_to_float(bits); }
+uint16_t f32_to_f16(float value) { return float_to_f16_bits(value); }
+float f16_to_f32(uint16_t bits) { return f16_bits_to_float(bits); }
 
 void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n) {
   switch (src_dtype) {
