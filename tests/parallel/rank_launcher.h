@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -18,22 +19,25 @@
 
 namespace cohort::testing {
 
-// A port nobody listens on now: the kernel's pick for port 0, released
-// again. Rank 0 binds it moments later; fixed guesses clashed with ports
-// left in use by earlier tests.
+// A port rank 0 can serve the store on: below the kernel's ephemeral range
+// (32768 and up), so no outgoing connection takes it between this check and
+// rank 0's bind, and free on every address, as rank 0 binds them all.
 inline int pick_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  if (fd >= 0) ::close(fd);
-  return port;
+  static unsigned state = unsigned(::getpid()) * 2654435761u ^ unsigned(::time(nullptr));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    state = state * 1664525u + 1013904223u;
+    int port = 20000 + int((state >> 8) % 12000);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) continue;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(uint16_t(port));
+    bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 29500;
 }
 
 // Ranks started by start_ranks, until wait_ranks reaps them.
