@@ -83,6 +83,10 @@ struct Case {
   int world, tp, micro;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.strategy << " world " << c.world << " tp " << c.tp << " micro_batch " << c.micro;
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return c.strategy + "_world" + std::to_string(c.world) + "_tp" + std::to_string(c.tp) +
