@@ -403,15 +403,21 @@ std::shared_ptr<Work> MpiCommunicator::barrier_async(const BarrierOptions& optio
               [](MPI_Comm comm, MPI_Request* req) { return MPI_Ibarrier(comm, req); });
 }
 
+// What a send and a receive check before posting: the peer, the buffer, a
+// count MPI can take, and a tag within MPI's guaranteed range.
+Status MpiCommunicator::check_point_to_point(const std::string& op, int peer, const void* buf,
+                                             size_t count, uint32_t tag) const {
+  COHORT_RETURN_IF_ERROR(check_peer(op, peer));
+  COHORT_RETURN_IF_ERROR(check_buffers(op, buf, buf, count));
+  COHORT_RETURN_IF_ERROR(check_int(op, count));
+  if (tag > 32767) return invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
+  return Status::ok();
+}
+
 std::shared_ptr<Work> MpiCommunicator::send_async(const void* buf, size_t count, DType dtype,
                                                   int peer, const SendRecvOptions& options) {
   std::string op = "send to rank " + std::to_string(peer);
-  Status s = check_peer(op, peer);
-  if (s.is_ok()) s = check_buffers(op, buf, buf, count);
-  if (s.is_ok()) s = check_int(op, count);
-  if (s.is_ok() && options.tag > 32767)
-    s = invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
-  if (!s.is_ok()) return completed_work(s);
+  if (Status s = check_point_to_point(op, peer, buf, count, options.tag); !s.is_ok()) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
   int n = static_cast<int>(count);
   int tag = static_cast<int>(options.tag);
@@ -424,12 +430,7 @@ std::shared_ptr<Work> MpiCommunicator::send_async(const void* buf, size_t count,
 std::shared_ptr<Work> MpiCommunicator::recv_async(void* buf, size_t count, DType dtype, int peer,
                                                   const SendRecvOptions& options) {
   std::string op = "recv from rank " + std::to_string(peer);
-  Status s = check_peer(op, peer);
-  if (s.is_ok()) s = check_buffers(op, buf, buf, count);
-  if (s.is_ok()) s = check_int(op, count);
-  if (s.is_ok() && options.tag > 32767)
-    s = invalid_argument(op + ": tag above 32767 (MPI's guaranteed bound)");
-  if (!s.is_ok()) return completed_work(s);
+  if (Status s = check_point_to_point(op, peer, buf, count, options.tag); !s.is_ok()) return completed_work(s);
   auto timeout = effective_timeout(options.timeout);
   int n = static_cast<int>(count);
   int tag = static_cast<int>(options.tag);

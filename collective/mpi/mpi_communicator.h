@@ -70,6 +70,8 @@ class MpiCommunicator final : public Communicator {
   struct State;  // the MPI_Comm and the broken flag, shared with pending Work
 
  private:
+  Status check_point_to_point(const std::string& op, int peer, const void* buf, size_t count,
+                              uint32_t tag) const;
   MpiCommunicator(std::shared_ptr<State> state, int rank, int size, MpiOptions options)
       : state_(std::move(state)), rank_(rank), size_(size), options_(std::move(options)) {}
 
