@@ -44,7 +44,6 @@ std::string to_toml(const JobSpec& spec) {
                                 {"bucket_mb", spec.parallel.bucket_mb},
                                 {"reshard_after_forward", spec.parallel.reshard_after_forward},
                                 {"prefetch", spec.parallel.prefetch},
-                                {"reduce_dtype", to_string(spec.parallel.reduce_dtype)},
                             });
   }
   if (spec.job.kind == JobKind::kTrain) {

@@ -36,7 +36,6 @@ Strategy parse_strategy(const std::string& s) {
   return Strategy::kDdp;
 }
 Precision parse_precision(const std::string& s) {
-  if (s == "fp16") return Precision::kFp16;
   if (s == "fp32") return Precision::kFp32;
   return Precision::kBf16;
 }
@@ -71,7 +70,6 @@ const std::map<std::string, Setter>& setters() {
       {"parallel.bucket_mb", [](JobSpec& s, const Value& v) { s.parallel.bucket_mb = as<double>(v); }},
       {"parallel.reshard_after_forward", [](JobSpec& s, const Value& v) { s.parallel.reshard_after_forward = as<bool>(v); }},
       {"parallel.prefetch", [](JobSpec& s, const Value& v) { s.parallel.prefetch = as<bool>(v); }},
-      {"parallel.reduce_dtype", [](JobSpec& s, const Value& v) { s.parallel.reduce_dtype = parse_precision(as<std::string>(v)); }},
       {"train.data", [](JobSpec& s, const Value& v) { s.train.data = as<std::string>(v); }},
       {"train.data_format", [](JobSpec& s, const Value& v) { s.train.data_format = as<std::string>(v); }},
       {"train.eval_fraction", [](JobSpec& s, const Value& v) { s.train.eval_fraction = as<double>(v); }},

@@ -77,8 +77,6 @@ std::vector<FieldDoc> build_schema() {
                     "FSDP2/ZeRO-3: free gathered parameters after each block's forward."));
   f.push_back(field("parallel", "prefetch", T::kBool, "true",
                     "FSDP2/ZeRO-3: gather the next block while the current one computes."));
-  f.push_back(choice("parallel", "reduce_dtype", {"fp32", "bf16"}, "\"fp32\"",
-                     "Precision of gradient reduction."));
   // [train]
   f.push_back(field("train", "data", T::kString, "(required)",
                     "Training text (a file or a folder of files, byte tokens) or a token file."));
@@ -99,8 +97,8 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(field("train", "beta1", T::kFloat, "0.9", "AdamW beta1.", 0, 1));
   f.push_back(field("train", "beta2", T::kFloat, "0.95", "AdamW beta2.", 0, 1));
   f.push_back(field("train", "grad_clip", T::kFloat, "1.0", "Global gradient-norm clip (0: off).", 0, 1e6));
-  f.push_back(choice("train", "precision", {"bf16", "fp16", "fp32"}, "\"bf16\"",
-                     "Compute precision on GPU (CPU runs use fp32). fp16 uses loss scaling."));
+  f.push_back(choice("train", "precision", {"bf16", "fp32"}, "\"bf16\"",
+                     "bf16: on GPU, bf16 tensor-core GEMMs over fp32 master weights. fp32: CPU only (a GPU run refuses it). CPU runs compute in fp32 either way."));
   f.push_back(field("train", "checkpoint_every", T::kInt, "0",
                     "Steps between checkpoints (0: only at the end and on SIGTERM).", 0, 1e9));
   f.push_back(field("train", "eval_every", T::kInt, "0", "Steps between evaluations (0: none).", 0, 1e9));

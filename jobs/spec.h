@@ -19,7 +19,7 @@ enum class DeviceVisibility {
   kNode,  // each worker sees the job's GPUs on its node; cuda:LOCAL_RANK is its own
 };
 enum class Strategy { kDdp, kZero1, kZero2, kZero3, kFsdp2 };
-enum class Precision { kBf16, kFp16, kFp32 };
+enum class Precision { kBf16, kFp32 };
 
 const char* to_string(JobKind kind);
 const char* to_string(DeviceVisibility devices);
@@ -62,7 +62,6 @@ struct ParallelSection {
   double bucket_mb = 25.0;
   bool reshard_after_forward = true;
   bool prefetch = true;
-  Precision reduce_dtype = Precision::kFp32;  // gradient reduction precision
 };
 
 struct TrainSection {

@@ -82,6 +82,11 @@ class Trainer {
 
 Status Trainer::setup() {
   COHORT_ASSIGN_OR_RETURN(ctx_, make_worker_context(spec_));
+  // The CUDA backend multiplies on bf16 tensor cores; fp32 GEMMs are not offered there.
+  if (ctx_.gpu && t_.precision != jobs::Precision::kBf16)
+    return invalid_argument(fmt::format("train.precision = \"{}\" runs on CPU only; this worker has {} "
+                                        "(use bf16, or COHORT_DEVICE=cpu)",
+                                        jobs::to_string(t_.precision), ctx_.device_name));
   COHORT_ASSIGN_OR_RETURN(config_, resolve_model_config(spec_));
   if (t_.seq_len > config_.max_seq)
     return invalid_argument(fmt::format("train.seq_len {} is longer than the model's max_seq {} (set model.max_seq)",
