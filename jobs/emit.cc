@@ -44,6 +44,7 @@ std::string to_toml(const JobSpec& spec) {
                                 {"bucket_mb", spec.parallel.bucket_mb},
                                 {"reshard_after_forward", spec.parallel.reshard_after_forward},
                                 {"prefetch", spec.parallel.prefetch},
+                                {"param_dtype", spec.parallel.param_dtype},
                             });
   }
   if (spec.job.kind == JobKind::kTrain) {
@@ -56,6 +57,8 @@ std::string to_toml(const JobSpec& spec) {
                              {"warmup_steps", t.warmup_steps}, {"weight_decay", t.weight_decay},
                              {"beta1", t.beta1}, {"beta2", t.beta2}, {"grad_clip", t.grad_clip},
                              {"precision", to_string(t.precision)},
+                             {"initial_loss_scale", t.initial_loss_scale},
+                             {"loss_scale_window", t.loss_scale_window},
                              {"checkpoint_every", t.checkpoint_every}, {"eval_every", t.eval_every},
                              {"eval_batches", t.eval_batches}, {"log_every", t.log_every},
                              {"seed", t.seed}, {"resume", t.resume},

@@ -37,6 +37,7 @@ Strategy parse_strategy(const std::string& s) {
 }
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::kFp32;
+  if (s == "fp16") return Precision::kFp16;
   return Precision::kBf16;
 }
 
@@ -70,6 +71,7 @@ const std::map<std::string, Setter>& setters() {
       {"parallel.bucket_mb", [](JobSpec& s, const Value& v) { s.parallel.bucket_mb = as<double>(v); }},
       {"parallel.reshard_after_forward", [](JobSpec& s, const Value& v) { s.parallel.reshard_after_forward = as<bool>(v); }},
       {"parallel.prefetch", [](JobSpec& s, const Value& v) { s.parallel.prefetch = as<bool>(v); }},
+      {"parallel.param_dtype", [](JobSpec& s, const Value& v) { s.parallel.param_dtype = as<std::string>(v); }},
       {"train.data", [](JobSpec& s, const Value& v) { s.train.data = as<std::string>(v); }},
       {"train.data_format", [](JobSpec& s, const Value& v) { s.train.data_format = as<std::string>(v); }},
       {"train.eval_fraction", [](JobSpec& s, const Value& v) { s.train.eval_fraction = as<double>(v); }},
@@ -85,6 +87,8 @@ const std::map<std::string, Setter>& setters() {
       {"train.beta2", [](JobSpec& s, const Value& v) { s.train.beta2 = as<double>(v); }},
       {"train.grad_clip", [](JobSpec& s, const Value& v) { s.train.grad_clip = as<double>(v); }},
       {"train.precision", [](JobSpec& s, const Value& v) { s.train.precision = parse_precision(as<std::string>(v)); }},
+      {"train.initial_loss_scale", [](JobSpec& s, const Value& v) { s.train.initial_loss_scale = as<double>(v); }},
+      {"train.loss_scale_window", [](JobSpec& s, const Value& v) { s.train.loss_scale_window = int(as<int64_t>(v)); }},
       {"train.checkpoint_every", [](JobSpec& s, const Value& v) { s.train.checkpoint_every = int(as<int64_t>(v)); }},
       {"train.eval_every", [](JobSpec& s, const Value& v) { s.train.eval_every = int(as<int64_t>(v)); }},
       {"train.eval_batches", [](JobSpec& s, const Value& v) { s.train.eval_batches = int(as<int64_t>(v)); }},

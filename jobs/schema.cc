@@ -77,6 +77,10 @@ std::vector<FieldDoc> build_schema() {
                     "FSDP2/ZeRO-3: free gathered parameters after each block's forward."));
   f.push_back(field("parallel", "prefetch", T::kBool, "true",
                     "FSDP2/ZeRO-3: gather the next block while the current one computes."));
+  f.push_back(choice("parallel", "param_dtype", {"auto", "bf16", "fp16", "fp32"}, "\"auto\"",
+                     "FSDP2/ZeRO-3: dtype of the parameter all-gather (sharded masters stay fp32; "
+                     "gradients are reduced in fp32). auto: the GEMM precision (bf16 or fp16 on GPU; fp32 on CPU "
+                     "unless train.precision is fp16)."));
   // [train]
   f.push_back(field("train", "data", T::kString, "(required)",
                     "Training text (a file or a folder of files, byte tokens) or a token file."));
@@ -97,8 +101,16 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(field("train", "beta1", T::kFloat, "0.9", "AdamW beta1.", 0, 1));
   f.push_back(field("train", "beta2", T::kFloat, "0.95", "AdamW beta2.", 0, 1));
   f.push_back(field("train", "grad_clip", T::kFloat, "1.0", "Global gradient-norm clip (0: off).", 0, 1e6));
-  f.push_back(choice("train", "precision", {"bf16", "fp32"}, "\"bf16\"",
-                     "bf16: on GPU, bf16 tensor-core GEMMs over fp32 master weights. fp32: CPU only (a GPU run refuses it). CPU runs compute in fp32 either way."));
+  f.push_back(choice("train", "precision", {"bf16", "fp16", "fp32"}, "\"bf16\"",
+                     "GEMM operand precision over fp32 master weights, fp32 accumulation. bf16: bf16 tensor cores "
+                     "(CPU runs compute in fp32). fp16: fp16 tensor cores with dynamic loss scaling (CPU rounds "
+                     "linear-layer operands to fp16 the same way). fp32: fp32 GEMMs."));
+  f.push_back(field("train", "initial_loss_scale", T::kFloat, "65536",
+                    "fp16: the loss scale to start from; halved after a step with non-finite gradients "
+                    "(the step is skipped).", 0, 1e30));
+  f.back().min_exclusive = true;
+  f.push_back(field("train", "loss_scale_window", T::kInt, "2000",
+                    "fp16: steps with finite gradients in a row before the loss scale doubles.", 1, 1e9));
   f.push_back(field("train", "checkpoint_every", T::kInt, "0",
                     "Steps between checkpoints (0: only at the end and on SIGTERM).", 0, 1e9));
   f.push_back(field("train", "eval_every", T::kInt, "0", "Steps between evaluations (0: none).", 0, 1e9));

@@ -29,6 +29,7 @@ const char* to_string(Strategy strategy) {
 const char* to_string(Precision precision) {
   switch (precision) {
     case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
     case Precision::kFp32: return "fp32";
   }
   return "?";

@@ -19,7 +19,7 @@ enum class DeviceVisibility {
   kNode,  // each worker sees the job's GPUs on its node; cuda:LOCAL_RANK is its own
 };
 enum class Strategy { kDdp, kZero1, kZero2, kZero3, kFsdp2 };
-enum class Precision { kBf16, kFp32 };
+enum class Precision { kBf16, kFp16, kFp32 };
 
 const char* to_string(JobKind kind);
 const char* to_string(DeviceVisibility devices);
@@ -62,6 +62,7 @@ struct ParallelSection {
   double bucket_mb = 25.0;
   bool reshard_after_forward = true;
   bool prefetch = true;
+  std::string param_dtype = "auto";  // auto | bf16 | fp16 | fp32: zero3/fsdp2 all-gather dtype
 };
 
 struct TrainSection {
@@ -80,6 +81,8 @@ struct TrainSection {
   double beta2 = 0.95;
   double grad_clip = 1.0;      // 0: no clipping
   Precision precision = Precision::kBf16;
+  double initial_loss_scale = 65536.0;  // fp16 only
+  int loss_scale_window = 2000;         // fp16: finite steps before the scale doubles
   int checkpoint_every = 0;    // 0: only at the end and on SIGTERM
   int eval_every = 0;          // 0: no periodic evaluation
   int eval_batches = 4;

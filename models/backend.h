@@ -14,12 +14,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "models/ops/adamw.h"
 #include "models/tensor.h"
 #include "models/tensor_parallel.h"
 
 namespace cohort::models {
+
+// How GEMM operands are rounded before the multiply (products always
+// accumulate in fp32). kFp32 multiplies exactly; kBf16 and kFp16 round
+// every operand to that type, as tensor cores do — kFp16 also overflows to
+// infinity beyond 65504, which is what loss scaling guards against.
+enum class MatmulPrecision { kFp32, kBf16, kFp16 };
+const char* matmul_precision_name(MatmulPrecision precision);
+
+// A range of floats in backend memory.
+struct FloatRange {
+  const float* data = nullptr;
+  size_t n = 0;
+};
 
 class Backend {
  public:
@@ -34,6 +48,15 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* host, size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* src, size_t bytes) = 0;  // synchronises
   float* alloc_floats(size_t n) { return static_cast<float*>(alloc(n * sizeof(float))); }
+  // Conversions between f32 and a half type (kBF16 or kF16), round to
+  // nearest even, as models/tensor.h's scalar conversions.
+  virtual void cast_to_half(void* dst, DType half, const float* src, size_t n) = 0;
+  virtual void cast_from_half(float* dst, const void* src, DType half, size_t n) = 0;
+
+  // GEMM numerics for linear layers and attention (CPU: linear layers only;
+  // its attention stays fp32). Default: the CPU backend kFp32, CUDA kBf16.
+  virtual void set_matmul_precision(MatmulPrecision precision) = 0;
+  virtual MatmulPrecision matmul_precision() const = 0;
 
   // Ops (see the matching models/ops/*.h for layouts and numerics; attention
   // scratch is attention_scratch_floats(T, heads) floats).
@@ -76,6 +99,9 @@ class Backend {
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                             const AdamWConfig& config, int64_t step, bool decay) = 0;
   virtual double sum_of_squares(const float* x, size_t n) = 0;
+  // The total over many ranges with one host round trip (the global norm
+  // over a sharded model's segments); non-finite values make it non-finite.
+  virtual double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) = 0;
   virtual void scale(float* x, size_t n, float factor) = 0;
 };
 

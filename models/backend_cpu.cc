@@ -1,6 +1,14 @@
 // CpuBackend: host memory and the fp32 reference ops in models/ops/*.cc.
+//
+// With a half matmul precision the linear layers' operands are rounded to
+// that type before the fp32 GEMM, reproducing the tensor cores' numerics
+// (and fp16's overflow) so that mixed-precision training, loss scaling
+// included, can be exercised without a GPU.
 #include <cblas.h>
 
+#include <vector>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,6 +21,7 @@
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
+#include "models/tensor.h"
 
 namespace cohort::models {
 namespace {
@@ -37,6 +46,16 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* host, const void* src, size_t bytes) override {
     std::memmove(host, src, bytes);
   }
+  void cast_to_half(void* dst, DType half, const float* src, size_t n) override {
+    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
+    convert_from_f32(dst, half, src, n);
+  }
+  void cast_from_half(float* dst, const void* src, DType half, size_t n) override {
+    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
+    convert_to_f32(dst, src, half, n);
+  }
+  void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
+  MatmulPrecision matmul_precision() const override { return precision_; }
 
   void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                          int vocab_begin, int rows) override {
@@ -56,10 +75,19 @@ class CpuBackend final : public Backend {
   }
   void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
                       int out) override {
+    if (precision_ != MatmulPrecision::kFp32) {
+      x = rounded(x, size_t(n) * in, &scratch_[0]);
+      w = rounded(w, size_t(out) * in, &scratch_[1]);
+    }
     cpu::linear_forward(y, x, w, b, n, in, out);
   }
   void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                        const float* w, int n, int in, int out) override {
+    if (precision_ != MatmulPrecision::kFp32) {
+      x = rounded(x, size_t(n) * in, &scratch_[0]);
+      w = rounded(w, size_t(out) * in, &scratch_[1]);
+      dy = rounded(dy, size_t(n) * out, &scratch_[2]);
+    }
     cpu::linear_backward(dx, dw, db, dy, x, w, n, in, out);
   }
   void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
@@ -115,10 +143,41 @@ class CpuBackend final : public Backend {
     cpu::adamw_update(params, grads, m, v, n, config, step, decay);
   }
   double sum_of_squares(const float* x, size_t n) override { return cpu::sum_of_squares(x, n); }
+  double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) override {
+    double total = 0;
+    for (const auto& r : ranges) total += cpu::sum_of_squares(r.data, r.n);
+    return total;
+  }
   void scale(float* x, size_t n, float factor) override { cpu::scale(x, n, factor); }
+
+ private:
+  // A copy of src[0, n) rounded to the matmul precision, in *scratch (grown
+  // at the first step, reused after).
+  const float* rounded(const float* src, size_t n, std::vector<float>* scratch) const {
+    scratch->resize(std::max(scratch->size(), n));
+    float* out = scratch->data();
+    if (precision_ == MatmulPrecision::kBf16) {
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(src[i]));
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(f32_to_f16(src[i]));
+    }
+    return out;
+  }
+
+  MatmulPrecision precision_ = MatmulPrecision::kFp32;
+  std::vector<float> scratch_[3];
 };
 
 }  // namespace
+
+const char* matmul_precision_name(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kFp32: return "fp32";
+    case MatmulPrecision::kBf16: return "bf16";
+    case MatmulPrecision::kFp16: return "fp16";
+  }
+  return "?";
+}
 
 std::unique_ptr<Backend> make_cpu_backend() {
   // cohort runs one rank per core on CPU; OpenBLAS's own threads would only

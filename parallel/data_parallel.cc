@@ -15,6 +15,14 @@ namespace cohort::parallel {
 
 using collective::DType;
 
+namespace {
+// Floats of pool memory that hold n half-precision values.
+size_t half_floats(size_t n) { return (n + 1) / 2; }
+DType collective_dtype(models::DType dtype) {
+  return dtype == models::DType::kBF16 ? DType::kBF16 : dtype == models::DType::kF16 ? DType::kF16 : DType::kF32;
+}
+}  // namespace
+
 struct DataParallel::Pool {
   std::map<size_t, std::vector<float*>> free;
   std::vector<float*> all;
@@ -44,6 +52,7 @@ DataParallel::~DataParallel() {
     for (auto& w : g->pending_reduce) (void)w->wait();
     if (g->pending_gather) (void)g->pending_gather->wait();
   }
+  for (auto& w : unsettled_gathers_) (void)w->wait();
   for (auto& g : groups_)
     for (float* p : g->persistent) backend_->free(p);
   for (float* p : pool_->all) backend_->free(p);
@@ -56,6 +65,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(models::Model* model,
         "the model is tensor-parallel shard {} of {} but the mesh puts this rank at {} of {}",
         model->shard().tp_rank, model->shard().tp_size, mesh->tp_rank(), mesh->dims().tp));
   if (options.bucket_mb <= 0) return invalid_argument("bucket_mb must be positive");
+  if (options.param_dtype == models::DType::kI32)
+    return invalid_argument("param_dtype must be f32, bf16 or f16");
   std::unique_ptr<DataParallel> dp(new DataParallel(model, mesh, options));
   COHORT_RETURN_IF_ERROR(dp->setup());
   dp->install_hooks();
@@ -115,6 +126,7 @@ Status DataParallel::setup() {
       for (const auto& seg : s.layout.segments(dp_rank))
         backend_->copy(s.shard_params + seg.shard_offset, initial + seg.full_offset,
                        seg.length * sizeof(float));
+      if (half_params()) s.shard_half = s.keep(*backend_, half_floats(S));
     }
     if (!shard_grads_) {
       s.full_grads = s.keep(*backend_, padded);
@@ -130,6 +142,7 @@ Status DataParallel::setup() {
     groups_.push_back(std::move(state));
   }
   model_->release_own_buffers();
+  refresh_half_shards();
   spdlog::debug("data parallel {} on {}: {}", strategy_name(options_.strategy), mesh_->dims().to_string(),
                 memory().to_string());
   return Status::ok();
@@ -166,22 +179,44 @@ void DataParallel::begin_micro_step(int index) {
 
 // ---- parameter gathering (zero3, fsdp2) ----
 
+void DataParallel::refresh_half_shards() {
+  if (!half_params()) return;
+  for (auto& state : groups_)
+    backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->layout.shard_numel());
+}
+
 void DataParallel::start_gather(int group) {
   GroupState& s = *groups_[group];
   if (!shard_params_ || s.gathered || s.pending_gather) return;
   size_t S = s.layout.shard_numel();
-  s.gather_target = pool_take(s.layout.padded_numel());
   collective::AllGatherOptions options;
   options.stream = options_.stream;
-  s.pending_gather = mesh_->dp().all_gather_async(s.shard_params, s.gather_target, S, DType::kF32, options);
+  if (half_params()) {
+    s.gather_half = pool_take(half_floats(s.layout.padded_numel()));
+    s.pending_gather = mesh_->dp().all_gather_async(s.shard_half, s.gather_half, S,
+                                                    collective_dtype(options_.param_dtype), options);
+  } else {
+    s.gather_target = pool_take(s.layout.padded_numel());
+    s.pending_gather = mesh_->dp().all_gather_async(s.shard_params, s.gather_target, S, DType::kF32, options);
+  }
 }
 
 void DataParallel::ensure_gathered(int group) {
   GroupState& s = *groups_[group];
   if (!shard_params_ || s.gathered) return;
   start_gather(group);
-  note(s.pending_gather->wait());
+  // On GPU the compute stream already waits for the gather (communicator.h);
+  // blocking the host too would only stop it queueing the next kernels.
+  if (options_.stream) unsettled_gathers_.push_back(std::move(s.pending_gather));
+  else note(s.pending_gather->wait());
   s.pending_gather.reset();
+  if (s.gather_half) {
+    size_t padded = s.layout.padded_numel();
+    s.gather_target = pool_take(padded);
+    backend_->cast_from_half(s.gather_target, s.gather_half, options_.param_dtype, padded);
+    pool_return(static_cast<float*>(s.gather_half), half_floats(padded));
+    s.gather_half = nullptr;
+  }
   if (s.layout.is_flat()) {
     s.full_params = s.gather_target;  // gathered in place: the group layout with padding after
   } else {

@@ -22,6 +22,21 @@
 // rounding. Tensor-parallel partial gradients (ParamSpec::tp_partial_grad) are
 // summed over the tp group before the data-parallel reduction.
 //
+// Mixed precision (zero3/fsdp2): with param_dtype bf16 or f16 each rank
+// keeps a half copy of its fp32 master shard, refreshed after every update,
+// and the all-gathers move half the bytes; gathered parameters are widened
+// back to fp32 for the model, so the model computes with the half-rounded
+// weights while the optimizer updates the fp32 masters. Gradients are
+// reduced in fp32.
+//
+// Loss scaling: finish_step takes the factor the loss was multiplied by,
+// divides it out of the gradients (folded into the clipping factor), and
+// skips the update when any gradient is not finite.
+//
+// On GPU the compute stream waits for each gather on the device; the host
+// never blocks on one (it checks them at finish_step), so kernel launches
+// run ahead of communication.
+//
 // Memory: the persistent buffers are exactly the table above (flat shards of
 // ceil(numel / dp) floats per group); gathered parameters and full-size
 // gradient scratch are transient, taken from a pool filled during the first
@@ -51,6 +66,14 @@ struct DataParallelOptions {
   bool reshard_after_forward = true;  // zero3/fsdp2: free gathered params after forward
   bool prefetch = true;               // zero3/fsdp2: gather group g+1 during group g
   void* stream = nullptr;             // the model backend's CUDA stream (nullptr on CPU)
+  // zero3/fsdp2: the dtype parameters are all-gathered in (kF32, kBF16 or
+  // kF16); the other strategies keep full fp32 parameters and ignore it.
+  models::DType param_dtype = models::DType::kF32;
+};
+
+struct StepOutcome {
+  double grad_norm = 0;  // of the unscaled gradients, before clipping; non-finite when skipped
+  bool applied = true;   // false: a gradient was not finite and the update was skipped
 };
 
 // Bytes per rank. persistent = params + grads + optimizer; transient buffers
@@ -78,10 +101,12 @@ class DataParallel {
   // Before each micro-step's forward (index counts from 0).
   void begin_micro_step(int index);
   // After the last micro-step's backward: completes the gradient reduction,
-  // computes the global gradient norm (returned, before clipping), clips to
-  // grad_clip (≤ 0: no clipping), applies AdamW to the owned shard, makes the
-  // updated parameters available again, and clears the gradients.
-  Result<double> finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step);
+  // computes the global gradient norm, divides out loss_scale (the factor
+  // the loss was multiplied by), clips to grad_clip (≤ 0: no clipping),
+  // applies AdamW to the owned shard unless a gradient was not finite, makes
+  // the updated parameters available again, and clears the gradients.
+  Result<StepOutcome> finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step,
+                                  double loss_scale = 1.0);
 
   MemoryReport memory() const;
   const ShardLayout& layout(int group) const;
@@ -94,7 +119,8 @@ class DataParallel {
                     std::vector<float>* v);
   Status write_shard(int group, const std::vector<float>& params, const std::vector<float>& m,
                      const std::vector<float>& v);
-  // The whole group's parameters (this rank's tp slice), gathered over dp.
+  // The whole group's fp32 master parameters (this rank's tp slice),
+  // gathered over dp.
   Status gather_group(int group, std::vector<float>* params);
   // Gathers every group and keeps it gathered, for generation after
   // training (the model's inference passes run no hooks).
@@ -113,10 +139,13 @@ class DataParallel {
   void ensure_gathered(int group);
   void start_gather(int group);
   void release_gathered(int group);
+  bool half_params() const { return shard_params_ && options_.param_dtype != models::DType::kF32; }
+  void refresh_half_shards();
   void acquire_grad_scratch(int group);
   void reduce_gradients(int group);
   void sum_tp_partial_grads(int group, float* grads);
   Status wait_reductions();
+  void clear_gradients();
   double owned_sum_of_squares();
   Status all_reduce_scalar(collective::Communicator& comm, double* value);
   size_t pool_bytes() const;
@@ -136,6 +165,8 @@ class DataParallel {
   struct Pool;
   std::unique_ptr<Pool> pool_;
   float* scalar_ = nullptr;
+  // GPU gathers the stream already waits for; checked at the next wait_reductions.
+  std::vector<std::shared_ptr<collective::Work>> unsettled_gathers_;
 };
 
 }  // namespace cohort::parallel

@@ -20,6 +20,10 @@ struct DataParallel::GroupState {
   // The owned shard of parameters: a view into full_params (ddp/zero1/zero2)
   // or its own persistent buffer (zero3/fsdp2).
   float* shard_params = nullptr;
+  // zero3/fsdp2 with a half param_dtype: the owned shard rounded to it
+  // (persistent), and the half gather target while a gather is in flight.
+  void* shard_half = nullptr;
+  void* gather_half = nullptr;
   // Full gradients: persistent for ddp/zero1, a zeroed pool buffer during a
   // group's backward for zero2/zero3/fsdp2.
   float* full_grads = nullptr;

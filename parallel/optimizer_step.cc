@@ -64,6 +64,11 @@ void DataParallel::reduce_gradients(int group) {
 
 Status DataParallel::wait_reductions() {
   Status first;
+  for (auto& w : unsettled_gathers_) {
+    Status st = w->wait();
+    if (!st.is_ok() && first.is_ok()) first = st;
+  }
+  unsettled_gathers_.clear();
   for (auto& state : groups_) {
     GroupState& s = *state;
     for (auto& w : s.pending_reduce) {
@@ -93,7 +98,7 @@ double DataParallel::owned_sum_of_squares() {
   const auto& dims = model_->dims();
   int kv_replicas = dims.kv_replicated ? mesh_->dims().tp / model_->config().kv_heads : 1;
   int layout_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
-  double sum = 0;
+  std::vector<models::FloatRange> ranges;
   for (auto& state : groups_) {
     GroupState& s = *state;
     for (const auto& seg : s.layout.segments(layout_rank)) {
@@ -102,10 +107,10 @@ double DataParallel::owned_sum_of_squares() {
       bool kv_copy = kv_replicas > 1 && p.tp_partial_grad && !replicated;
       if (replicated && tp_rank != 0) continue;
       if (kv_copy && tp_rank % kv_replicas != 0) continue;
-      sum += backend_->sum_of_squares(s.shard_grads + seg.shard_offset, seg.length);
+      ranges.push_back({s.shard_grads + seg.shard_offset, seg.length});
     }
   }
-  return sum;
+  return backend_->sum_of_squares_ranges(ranges);
 }
 
 Status DataParallel::all_reduce_scalar(collective::Communicator& comm, double* value) {
@@ -122,7 +127,8 @@ Status DataParallel::all_reduce_scalar(collective::Communicator& comm, double* v
   return Status::ok();
 }
 
-Result<double> DataParallel::finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step) {
+Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step,
+                                              double loss_scale) {
   note(wait_reductions());
   if (!status_.is_ok()) {
     Status failed = status_;
@@ -130,12 +136,20 @@ Result<double> DataParallel::finish_step(const models::AdamWConfig& adamw, float
     return failed;
   }
   // DDP ranks hold identical full gradients, so only the tp group adds up;
-  // the sharded strategies add over the whole world.
-  double sum = owned_sum_of_squares();
+  // the sharded strategies add over the whole world. The loss scale comes
+  // out before the float all-reduce, so that it cannot overflow a finite norm.
+  double sum = owned_sum_of_squares() / (loss_scale * loss_scale);
   auto& norm_group = options_.strategy == Strategy::kDdp ? mesh_->tp() : mesh_->world();
   if (norm_group.size() > 1) COHORT_RETURN_IF_ERROR(all_reduce_scalar(norm_group, &sum));
-  double norm = std::sqrt(sum);
-  float coefficient = models::clip_coefficient(norm, grad_clip);
+  // Every rank sees the same reduced sum, so all of them skip together.
+  StepOutcome outcome;
+  outcome.grad_norm = std::sqrt(sum);
+  outcome.applied = std::isfinite(outcome.grad_norm);
+  if (!outcome.applied) {
+    clear_gradients();
+    return outcome;
+  }
+  float coefficient = float(models::clip_coefficient(outcome.grad_norm, grad_clip) / loss_scale);
 
   int layout_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
   for (auto& state : groups_) {
@@ -143,11 +157,12 @@ Result<double> DataParallel::finish_step(const models::AdamWConfig& adamw, float
     for (const auto& seg : s.layout.segments(layout_rank)) {
       const auto& p = s.spec->params[seg.param];
       float* g = s.shard_grads + seg.shard_offset;
-      if (coefficient < 1.0f) backend_->scale(g, seg.length, coefficient);
+      if (coefficient != 1.0f) backend_->scale(g, seg.length, coefficient);
       backend_->adamw_update(s.shard_params + seg.shard_offset, g, s.m + seg.shard_offset,
                              s.v + seg.shard_offset, seg.length, adamw, step, p.weight_decay);
     }
   }
+  refresh_half_shards();
   // ZeRO-1/2 keep full parameters: every rank gathers the updated shards in
   // place. ZeRO-3/FSDP2 gather at the next forward; DDP updated everything.
   if (shard_optimizer_ && !shard_params_) {
@@ -160,12 +175,16 @@ Result<double> DataParallel::finish_step(const models::AdamWConfig& adamw, float
                                                     s.full_params, S, DType::kF32, options));
     }
   }
+  clear_gradients();
+  return outcome;
+}
+
+void DataParallel::clear_gradients() {
   for (auto& state : groups_) {
     GroupState& s = *state;
     if (shard_grads_) backend_->zero(s.shard_grads, s.layout.shard_numel() * sizeof(float));
     else backend_->zero(s.full_grads, s.layout.padded_numel() * sizeof(float));
   }
-  return norm;
 }
 
 MemoryReport DataParallel::memory() const {
@@ -174,6 +193,7 @@ MemoryReport DataParallel::memory() const {
     const GroupState& s = *state;
     size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
     r.param_bytes += (shard_params_ ? S : padded) * sizeof(float);
+    if (half_params()) r.param_bytes += S * models::dtype_size(options_.param_dtype);
     r.grad_bytes += (shard_grads_ ? S : padded) * sizeof(float);
     r.optimizer_bytes += 2 * (shard_optimizer_ ? S : padded) * sizeof(float);
   }
@@ -205,6 +225,8 @@ Status DataParallel::write_shard(int group, const std::vector<float>& params, co
   backend_->copy_from_host(s.shard_params, params.data(), n * sizeof(float));
   backend_->copy_from_host(s.m, m.data(), n * sizeof(float));
   backend_->copy_from_host(s.v, v.data(), n * sizeof(float));
+  if (half_params())
+    backend_->cast_to_half(s.shard_half, options_.param_dtype, s.shard_params, s.layout.shard_numel());
   if (shard_optimizer_ && !shard_params_) {
     size_t S = s.layout.shard_numel();
     COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
@@ -216,12 +238,27 @@ Status DataParallel::write_shard(int group, const std::vector<float>& params, co
 Status DataParallel::gather_group(int group, std::vector<float>* params) {
   GroupState& s = *groups_[group];
   params->resize(s.spec->numel);
-  bool was_gathered = s.gathered;
-  ensure_gathered(group);
-  COHORT_RETURN_IF_ERROR(status_);
-  backend_->copy_to_host(params->data(), s.full_params, s.spec->numel * sizeof(float));
-  if (!was_gathered) release_gathered(group);
-  return Status::ok();
+  if (!shard_params_) {
+    backend_->copy_to_host(params->data(), s.full_params, s.spec->numel * sizeof(float));
+    return Status::ok();
+  }
+  // The fp32 masters, whatever dtype the training gathers use.
+  size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
+  float* gathered = pool_take(padded);
+  collective::AllGatherOptions options;
+  options.stream = options_.stream;
+  Status st = mesh_->dp().all_gather(s.shard_params, gathered, S, DType::kF32, options);
+  if (st.is_ok()) {
+    float* full = gathered;
+    if (!s.layout.is_flat()) {
+      full = pool_take(s.layout.full_numel());
+      s.layout.unpack(*backend_, gathered, full);
+    }
+    backend_->copy_to_host(params->data(), full, s.spec->numel * sizeof(float));
+    if (full != gathered) pool_return(full, s.layout.full_numel());
+  }
+  pool_return(gathered, padded);
+  return st;
 }
 
 Status DataParallel::gather_all() {

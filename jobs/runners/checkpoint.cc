@@ -136,6 +136,9 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                   {"tp", pm.mesh->dims().tp},
                   {"config", json::parse(models::hf_config_json(config, models::DType::kF32))},
                   {"params", params}};
+    if (position.loss_scaler)
+      index["loss_scaler"] = {{"scale", position.loss_scaler->scale},
+                              {"finite_steps", position.loss_scaler->finite_steps}};
     std::ofstream(tmp / "index.json") << index.dump(1) << "\n";
     fs::remove_all(final_dir, ec);
     fs::rename(tmp, final_dir, ec);
@@ -172,6 +175,10 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
   position.step = index.at("step").get<int64_t>();
   position.data_seed = index.at("data_seed").get<uint64_t>();
   position.data_step = index.at("data_step").get<int64_t>();
+  if (index.contains("loss_scaler")) {
+    const json& ls = index.at("loss_scaler");
+    position.loss_scaler = models::LossScalerState{ls.at("scale").get<double>(), ls.at("finite_steps").get<int64_t>()};
+  }
   spdlog::info("resumed from {} (step {}, saved by {} at world {} = dp {} × tp {})", dir, position.step,
                index.value("strategy", "?"), index.value("world", 0), index.value("dp", 0), index.value("tp", 0));
   return position;

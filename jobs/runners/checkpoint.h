@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
 #include "models/config.h"
+#include "models/loss_scaler.h"
 #include "models/model.h"
 
 namespace cohort::runners {
@@ -50,6 +52,9 @@ struct TrainPosition {
   int64_t step = 0;            // optimizer steps completed
   uint64_t data_seed = 0;      // the sampler's seed (its RNG state is (seed, step))
   int64_t data_step = 0;       // the sampler's next step
+  // fp16 loss scaling: the scale and its finite-step count (absent in
+  // checkpoints of bf16/fp32 runs; a resumed fp16 run then starts afresh).
+  std::optional<models::LossScalerState> loss_scaler;
 };
 
 // Every rank calls this (collective over `world`): each writes its shards, rank

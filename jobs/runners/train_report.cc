@@ -62,6 +62,8 @@ void TrainReporter::step(const StepReport& r) {
               {"tokens_per_s", r.tokens_per_s}, {"memory_mb", r.memory_mb},
               {"step_seconds", r.step_seconds}};
   if (r.mfu) row["mfu"] = *r.mfu;
+  if (r.loss_scale) row["loss_scale"] = *r.loss_scale;
+  if (r.skipped) row["skipped"] = true;
   append(row);
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   int done = r.step - first_step_;
@@ -70,11 +72,13 @@ void TrainReporter::step(const StepReport& r) {
   progress["total_steps"] = r.total_steps;
   progress["eta_s"] = eta;
   touch_progress(progress);
-  bool log_line = r.step % log_every_ == 0 || r.step == r.total_steps || r.step == first_step_ + 1;
+  bool log_line = r.step % log_every_ == 0 || r.step == r.total_steps || r.step == first_step_ + 1 || r.skipped;
   if (writes_metrics_ && log_line)
-    spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} tok/s{} eta {:.0f}s", r.step,
+    spdlog::info("step {}/{} loss {:.4f} lr {:.2e} grad_norm {:.3f} {:.0f} tok/s{}{}{} eta {:.0f}s", r.step,
                  r.total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
-                 r.mfu ? fmt::format(" mfu {:.1f}%", *r.mfu * 100) : std::string(), eta);
+                 r.mfu ? fmt::format(" mfu {:.1f}%", *r.mfu * 100) : std::string(),
+                 r.loss_scale ? fmt::format(" loss_scale {:g}", *r.loss_scale) : std::string(),
+                 r.skipped ? " (skipped: gradients not finite; loss scale lowered)" : "", eta);
 }
 
 void TrainReporter::eval(int step, double eval_loss) {

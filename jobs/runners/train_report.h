@@ -24,6 +24,8 @@ struct StepReport {
   std::optional<double> mfu;
   double memory_mb = 0;
   double step_seconds = 0;
+  std::optional<double> loss_scale;  // fp16: the scale this step's loss was multiplied by
+  bool skipped = false;              // fp16: non-finite gradients, no update applied
 };
 
 class TrainReporter {

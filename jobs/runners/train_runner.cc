@@ -8,6 +8,11 @@
 // micro-batches. Gradients are scaled by 1/(tokens in the global batch), so
 // the sum over micro-steps and ranks is the global mean and a resumed or
 // rescaled run follows the same curve.
+//
+// Precision: train.precision picks the GEMM numerics (worker_setup.h); fp16
+// adds dynamic loss scaling (models/loss_scaler.h): the loss is multiplied
+// by the scale before backward, finish_step divides it out, and a step whose
+// gradients are not finite is skipped and lowers the scale.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -27,6 +32,7 @@
 #include "models/data.h"
 #include "models/generate.h"
 #include "models/kv_cache.h"
+#include "models/loss_scaler.h"
 #include "models/tokenizer.h"
 
 namespace cohort::runners {
@@ -75,6 +81,7 @@ class Trainer {
   models::TokenSplit split_;
   std::unique_ptr<models::BatchSampler> sampler_, eval_sampler_;
   std::unique_ptr<TrainReporter> reporter_;
+  std::optional<models::LossScaler> scaler_;  // fp16 only
   int dp_ = 1, dp_rank_ = 0, accumulation_ = 1, start_step_ = 0, last_saved_ = -1;
   std::vector<int32_t> inputs_, targets_;
   double last_loss_ = 0;
@@ -82,11 +89,14 @@ class Trainer {
 
 Status Trainer::setup() {
   COHORT_ASSIGN_OR_RETURN(ctx_, make_worker_context(spec_));
-  // The CUDA backend multiplies on bf16 tensor cores; fp32 GEMMs are not offered there.
-  if (ctx_.gpu && t_.precision != jobs::Precision::kBf16)
-    return invalid_argument(fmt::format("train.precision = \"{}\" runs on CPU only; this worker has {} "
-                                        "(use bf16, or COHORT_DEVICE=cpu)",
-                                        jobs::to_string(t_.precision), ctx_.device_name));
+  if (t_.precision == jobs::Precision::kFp16) {
+    models::LossScalerOptions lso;
+    lso.initial_scale = t_.initial_loss_scale;
+    lso.growth_interval = t_.loss_scale_window;
+    auto scaler = models::LossScaler::create(lso);
+    if (!scaler) return scaler.status().with_context("train.initial_loss_scale / train.loss_scale_window");
+    scaler_ = std::move(*scaler);
+  }
   COHORT_ASSIGN_OR_RETURN(config_, resolve_model_config(spec_));
   if (t_.seq_len > config_.max_seq)
     return invalid_argument(fmt::format("train.seq_len {} is longer than the model's max_seq {} (set model.max_seq)",
@@ -122,6 +132,7 @@ Status Trainer::setup() {
     start_step_ = int(position.step);
     last_saved_ = start_step_;
     COHORT_RETURN_IF_ERROR(sampler_->restore({position.data_seed, position.data_step}));
+    if (scaler_ && position.loss_scaler) COHORT_RETURN_IF_ERROR(scaler_->restore(*position.loss_scaler));
   }
   dp_rank_ = pm_.mesh->dp_rank();
   reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every);
@@ -129,9 +140,10 @@ Status Trainer::setup() {
   targets_.resize(inputs_.size());
   if (ctx_.world.rank == 0)
     spdlog::info("training {} ({:.1f}M parameters) on {} ({} × {}): global batch {} = micro {} × dp {} × accumulation {}; "
-                 "memory per rank: {}", spec_.job.name, config_.num_parameters() / 1e6, ctx_.device_name,
+                 "{} GEMMs; memory per rank: {}", spec_.job.name, config_.num_parameters() / 1e6, ctx_.device_name,
                  pm_.mesh->dims().to_string(), jobs::to_string(spec_.parallel.strategy), global, t_.micro_batch, dp_,
-                 accumulation_, pm_.data_parallel->memory().to_string());
+                 accumulation_, models::matmul_precision_name(ctx_.backend->matmul_precision()),
+                 pm_.data_parallel->memory().to_string());
   return Status::ok();
 }
 
@@ -142,7 +154,8 @@ Status Trainer::train_step(int step) {
   double lr = learning_rate(step, t_.steps, t_.warmup_steps, t_.lr, t_.min_lr);
   auto& dp = *pm_.data_parallel;
   dp.begin_step(accumulation_);
-  float scale = 1.0f / float(global * t_.seq_len);
+  double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  float scale = float(loss_scale / double(global * t_.seq_len));
   double loss_sum = 0;
   for (int k = 0; k < accumulation_; ++k) {
     dp.begin_micro_step(k);
@@ -152,7 +165,11 @@ Status Trainer::train_step(int step) {
     pm_.model->backward(scale);
   }
   models::AdamWConfig adamw{float(lr), float(t_.beta1), float(t_.beta2), 1e-8f, float(t_.weight_decay)};
-  COHORT_ASSIGN_OR_RETURN(double norm, dp.finish_step(adamw, float(t_.grad_clip), step + 1));
+  COHORT_ASSIGN_OR_RETURN(parallel::StepOutcome outcome,
+                          dp.finish_step(adamw, float(t_.grad_clip), step + 1, loss_scale));
+  if (scaler_) scaler_->update(outcome.applied);
+  else if (!outcome.applied && ctx_.world.rank == 0)
+    spdlog::warn("step {}: gradients are not finite; the update was skipped", step + 1);
   // Every tp rank of a replica saw the same loss: sum over the world / tp.
   // The second slot carries "stop requested" so that all ranks agree on it.
   float shared[2] = {float(loss_sum / tp()), g_stop_requested ? 1.0f : 0.0f};
@@ -166,7 +183,9 @@ Status Trainer::train_step(int step) {
   r.total_steps = t_.steps;
   r.loss = last_loss_;
   r.lr = lr;
-  r.grad_norm = norm;
+  r.grad_norm = outcome.grad_norm;
+  r.skipped = !outcome.applied;
+  if (scaler_) r.loss_scale = loss_scale;
   r.step_seconds = seconds;
   r.tokens_per_s = double(global * t_.seq_len) / seconds;
   r.mfu = model_flops_utilization(config_, r.tokens_per_s, ctx_);
@@ -190,7 +209,8 @@ Result<double> Trainer::evaluate() {
 }
 
 Status Trainer::checkpoint(int steps_done) {
-  TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step()};
+  TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), std::nullopt};
+  if (scaler_) position.loss_scaler = scaler_->state();
   COHORT_ASSIGN_OR_RETURN(std::string dir, save_checkpoint(spec_.job.output_dir, config_, pm_, position,
                                                            jobs::to_string(spec_.parallel.strategy), *ctx_.world.cpu));
   last_saved_ = steps_done;

@@ -57,6 +57,28 @@ Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec) {
   return config;
 }
 
+models::MatmulPrecision training_matmul_precision(const jobs::JobSpec& spec, bool gpu) {
+  switch (spec.train.precision) {
+    case jobs::Precision::kFp16: return models::MatmulPrecision::kFp16;
+    case jobs::Precision::kBf16: return gpu ? models::MatmulPrecision::kBf16 : models::MatmulPrecision::kFp32;
+    case jobs::Precision::kFp32: return models::MatmulPrecision::kFp32;
+  }
+  return models::MatmulPrecision::kFp32;
+}
+
+models::DType training_param_dtype(const jobs::JobSpec& spec, bool gpu) {
+  const std::string& d = spec.parallel.param_dtype;
+  if (d == "bf16") return models::DType::kBF16;
+  if (d == "fp16") return models::DType::kF16;
+  if (d == "fp32") return models::DType::kF32;
+  switch (training_matmul_precision(spec, gpu)) {
+    case models::MatmulPrecision::kBf16: return models::DType::kBF16;
+    case models::MatmulPrecision::kFp16: return models::DType::kF16;
+    case models::MatmulPrecision::kFp32: return models::DType::kF32;
+  }
+  return models::DType::kF32;
+}
+
 Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                                      WorkerContext& ctx, bool for_training) {
   parallel::ParallelConfig pc;
@@ -68,6 +90,10 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   pc.data_parallel.reshard_after_forward = spec.parallel.reshard_after_forward;
   pc.data_parallel.prefetch = spec.parallel.prefetch;
   pc.data_parallel.stream = ctx.stream;
+  if (for_training) {
+    ctx.backend->set_matmul_precision(training_matmul_precision(spec, ctx.gpu));
+    pc.data_parallel.param_dtype = training_param_dtype(spec, ctx.gpu);
+  }
   uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
   const auto& m = spec.model;
   parallel::WeightLoader loader = [&](models::Model& model) -> Status {

@@ -36,6 +36,14 @@ Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec);
 // config; model.max_seq, when set, overrides.
 Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec);
 
+// The GEMM numerics a training job runs with: train.precision on GPU; on CPU
+// fp32 unless the job asks for fp16 (emulated, so loss scaling can be used
+// and tested without a GPU).
+models::MatmulPrecision training_matmul_precision(const jobs::JobSpec& spec, bool gpu);
+// The zero3/fsdp2 all-gather dtype: parallel.param_dtype, where auto is the
+// GEMM precision's type.
+models::DType training_param_dtype(const jobs::JobSpec& spec, bool gpu);
+
 // The model sharded as [parallel] says, with its initial weights: from
 // hf_dir, from model.checkpoint, or seeded (train.seed / infer.seed).
 Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,

@@ -37,8 +37,8 @@ class CudaBackendImpl final : public CudaBackend {
   explicit CudaBackendImpl(int device) : device_(device), pool_(device) {
     COHORT_CUDA_CHECK(cudaSetDevice(device_));
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    COHORT_CUBLAS_CHECK(cublasCreate(&cublas_));
-    COHORT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    COHORT_CUBLAS_CHECK(cublasCreate(&blas_.handle));
+    COHORT_CUBLAS_CHECK(cublasSetStream(blas_.handle, stream_));
     // The decode kernel keeps a sequence's scores in dynamic shared memory:
     // allow all the device offers beyond the kernel's static reduction slots.
     int optin = 0;
@@ -49,12 +49,11 @@ class CudaBackendImpl final : public CudaBackend {
     max_shared_ = optin - static_cast<int>(attrs.sharedSizeBytes);
     COHORT_CUDA_CHECK(cudaFuncSetAttribute(
         cuda::attention_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_));
-    partial_sums_ = static_cast<double*>(pool_.allocate(kSumBlocks * sizeof(double)));
-    host_partials_.resize(kSumBlocks);
+    ensure_partials(kSumBlocks);
   }
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
-    cublasDestroy(cublas_);
+    cublasDestroy(blas_.handle);
     cudaStreamDestroy(stream_);
   }
 
@@ -90,6 +89,36 @@ class CudaBackendImpl final : public CudaBackend {
     COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  void cast_to_half(void* dst, DType half, const float* src, size_t n) override {
+    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
+    if (half == DType::kBF16) {
+      cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          static_cast<__nv_bfloat16*>(dst), src, n);
+    } else {
+      cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          static_cast<__half*>(dst), src, n);
+    }
+    check_launch();
+  }
+  void cast_from_half(float* dst, const void* src, DType half, size_t n) override {
+    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
+    if (half == DType::kBF16) {
+      cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          dst, static_cast<const __nv_bfloat16*>(src), n);
+    } else {
+      cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          dst, static_cast<const __half*>(src), n);
+    }
+    check_launch();
+  }
+  void set_matmul_precision(MatmulPrecision precision) override {
+    precision_ = precision;
+    blas_.compute = precision == MatmulPrecision::kFp32   ? CUBLAS_COMPUTE_32F
+                    : precision == MatmulPrecision::kFp16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                          : CUBLAS_COMPUTE_32F_FAST_16BF;
+  }
+  MatmulPrecision matmul_precision() const override { return precision_; }
+
   void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                          int vocab_begin, int rows) override {
     cuda::embedding_forward_kernel<<<n, kNormBlock, 0, stream_>>>(out, ids, table, dim, vocab_begin,
@@ -119,12 +148,12 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
                       int out) override {
-    cuda::linear_forward(cublas_, stream_, y, x, w, b, n, in, out);
+    cuda::linear_forward(blas_, stream_, y, x, w, b, n, in, out);
     check_launch();
   }
   void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                        const float* w, int n, int in, int out) override {
-    cuda::linear_backward(cublas_, stream_, dx, dw, db, dy, x, w, n, in, out);
+    cuda::linear_backward(blas_, stream_, dx, dw, db, dy, x, w, n, in, out);
     check_launch();
   }
   void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
@@ -144,14 +173,14 @@ class CudaBackendImpl final : public CudaBackend {
   void attention_forward(float* y, float* lse, float* scratch, const float* q, const float* k,
                          const float* v, int B, int T, int heads, int kv_heads,
                          int head_dim) override {
-    cuda::attention_forward(cublas_, stream_, y, lse, scratch, q, k, v,
+    cuda::attention_forward(blas_, stream_, y, lse, scratch, q, k, v,
                             {B, T, heads, kv_heads, head_dim});
     check_launch();
   }
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
                           const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int heads, int kv_heads, int head_dim) override {
-    cuda::attention_backward(cublas_, stream_, dq, dk, dv, scratch, dy, q, k, v, lse,
+    cuda::attention_backward(blas_, stream_, dq, dk, dv, scratch, dy, q, k, v, lse,
                              {B, T, heads, kv_heads, head_dim});
     check_launch();
   }
@@ -224,6 +253,24 @@ class CudaBackendImpl final : public CudaBackend {
     for (unsigned i = 0; i < blocks; ++i) total += host_partials_[i];
     return total;
   }
+  double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) override {
+    // Each range's blocks write their own slots; one copy brings them all back.
+    constexpr unsigned kBlocksPerRange = 64;
+    ensure_partials(ranges.size() * kBlocksPerRange);
+    size_t slots = 0;
+    for (const auto& r : ranges) {
+      if (r.n == 0) continue;
+      const unsigned blocks = std::min<unsigned>(kBlocksPerRange, cuda::grid_for(r.n));
+      cuda::sum_squares_kernel<<<blocks, cuda::kThreads, 0, stream_>>>(partial_sums_ + slots,
+                                                                        r.data, r.n);
+      slots += blocks;
+    }
+    check_launch();
+    copy_to_host(host_partials_.data(), partial_sums_, slots * sizeof(double));
+    double total = 0;
+    for (size_t i = 0; i < slots; ++i) total += host_partials_[i];
+    return total;
+  }
   void scale(float* x, size_t n, float factor) override {
     cuda::scale_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(x, n, factor);
     check_launch();
@@ -234,11 +281,22 @@ class CudaBackendImpl final : public CudaBackend {
     return dim >= 256 ? kNormBlock : static_cast<unsigned>(std::max(32, (dim + 31) / 32 * 32));
   }
   static void check_launch() { COHORT_CUDA_CHECK(cudaGetLastError()); }
+  // Slots for per-block partial sums; grows at warm-up (the first norm).
+  void ensure_partials(size_t slots) {
+    if (slots <= host_partials_.size()) return;
+    if (partial_sums_) {
+      synchronize();
+      pool_.release(partial_sums_);
+    }
+    partial_sums_ = static_cast<double*>(pool_.allocate(slots * sizeof(double)));
+    host_partials_.resize(slots);
+  }
 
   int device_;
   cuda::MemoryPool pool_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cuda::Blas blas_;
+  MatmulPrecision precision_ = MatmulPrecision::kBf16;
   int max_shared_ = 48 * 1024;
   double* partial_sums_ = nullptr;
   std::vector<double> host_partials_;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,9 +31,26 @@ namespace cohort::models::cuda {
 
 constexpr int kThreads = 256;
 
+// A cuBLAS handle (bound to the backend's stream) and the compute type its
+// GEMMs use (see ops/linear.cuh).
+struct Blas {
+  cublasHandle_t handle = nullptr;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_16BF;
+};
+
 // Grid for a grid-stride loop over n elements.
 inline unsigned grid_for(size_t n) {
   return static_cast<unsigned>(std::clamp<size_t>((n + kThreads - 1) / kThreads, 1, 65536));
+}
+
+// dst[i] = src[i] between f32 and a half type; the half types' conversions
+// from float round to nearest even.
+template <typename To, typename From>
+__global__ void cast_kernel(To* dst, const From* src, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = static_cast<To>(static_cast<float>(src[i]));
+  }
 }
 
 __device__ inline float warp_sum(float v) {

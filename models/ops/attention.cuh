@@ -65,7 +65,7 @@ struct AttentionShape {
 };
 
 // scores[h] = scale * q_h k_h^T for every head of batch element b.
-inline void attention_scores(cublasHandle_t h, float* scores, const float* q, const float* k, int b,
+inline void attention_scores(const Blas& h, float* scores, const float* q, const float* k, int b,
                              const AttentionShape& s) {
   const int T = s.T, D = s.D, G = s.group(), ldq = s.ldq(), ldk = s.ldk();
   const long long TT = static_cast<long long>(T) * T;
@@ -78,7 +78,7 @@ inline void attention_scores(cublasHandle_t h, float* scores, const float* q, co
 }
 
 // scratch: heads * T * T floats.
-inline void attention_forward(cublasHandle_t h, cudaStream_t stream, float* y, float* lse,
+inline void attention_forward(const Blas& h, cudaStream_t stream, float* y, float* lse,
                               float* scratch, const float* q, const float* k, const float* v,
                               const AttentionShape& s) {
   const int T = s.T, D = s.D, G = s.group(), ldq = s.ldq(), ldk = s.ldk();
@@ -98,7 +98,7 @@ inline void attention_forward(cublasHandle_t h, cudaStream_t stream, float* y, f
 }
 
 // scratch: 2 * heads * T * T floats (probabilities, then their gradient).
-inline void attention_backward(cublasHandle_t h, cudaStream_t stream, float* dq, float* dk,
+inline void attention_backward(const Blas& h, cudaStream_t stream, float* dq, float* dk,
                                float* dv, float* scratch, const float* dy, const float* q,
                                const float* k, const float* v, const float* lse,
                                const AttentionShape& s) {

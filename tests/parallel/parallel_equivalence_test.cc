@@ -13,42 +13,15 @@
 
 #include "models/config.h"
 #include "models/param_layout.h"
-#include "tests/parallel/param_file.h"
-#include "tests/parallel/rank_launcher.h"
+#include "tests/parallel/worker_run.h"
 
 namespace cohort::parallel {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct RunResult {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<float>> params;  // global tensors by HF name
-};
-
-std::string worker() { return std::string(COHORT_BINARY_DIR) + "/tests/parallel_worker"; }
-
-fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("cohort_parallel_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
+using RunResult = testing::WorkerRun;
 
 RunResult run(const std::string& strategy, int world, int tp, int global_batch, int micro, int steps) {
-  std::string prefix = scratch(strategy + "_w" + std::to_string(world) + "_tp" + std::to_string(tp) + "_m" +
-                               std::to_string(micro)).string();
-  std::string problem = testing::run_ranks(
-      worker(), {strategy, std::to_string(tp), std::to_string(global_batch), std::to_string(micro),
-                 std::to_string(steps), prefix},
-      world);
-  EXPECT_EQ(problem, "") << strategy << " world " << world;
-  RunResult result;
-  std::ifstream losses(prefix + ".rank0.losses");
-  int step;
-  double loss, norm;
-  while (losses >> step >> loss >> norm) result.losses.push_back(loss);
-  for (int t = 0; t < tp; ++t) testing::read_params(prefix + ".tp" + std::to_string(t) + ".params", &result.params);
-  return result;
+  return testing::run_worker("eq", strategy, world, tp, global_batch, micro, steps);
 }
 
 constexpr int kSteps = 10;
@@ -140,8 +113,8 @@ TEST(ShardedMemory, MatchesTheZeroFormulasExactly) {
       {"zero3", {shards, shards, 2 * shards}},
   };
   for (const auto& [strategy, floats] : want) {
-    std::string prefix = scratch("memory_" + strategy).string();
-    ASSERT_EQ(testing::run_ranks(worker(), {strategy, "1", "8", "2", "1", prefix}, dp), "");
+    std::string prefix = testing::worker_scratch("memory_" + strategy).string();
+    ASSERT_EQ(testing::run_ranks(testing::parallel_worker_path(), {strategy, "1", "8", "2", "1", prefix}, dp), "");
     for (int rank = 0; rank < dp; ++rank) {
       std::ifstream in(prefix + ".rank" + std::to_string(rank) + ".memory");
       size_t params, grads, optimizer;

@@ -1,6 +1,7 @@
 // The equivalence of parallel_equivalence_test on GPUs: 2 ranks, one GPU each,
 // NCCL, the CUDA backend (bf16 tensor-core GEMMs with fp32 accumulation and
-// fp32 storage). Tolerances: per-step losses within 1e-3 relative of the
+// fp32 storage); then the same with bf16 parameter gathers (zero3, fsdp2) and
+// with fp16 GEMMs under a loss scale. Tolerances: per-step losses within 1e-3 relative of the
 // 1-GPU run, final parameters within 2e-3 absolute — bf16 rounding of GEMM
 // inputs is identical across runs, so what differs is fp32 accumulation order
 // over different batch splits, amplified by ten Adam steps.
@@ -13,32 +14,25 @@
 #include <gtest/gtest.h>
 
 #include "models/cuda_backend.h"
-#include "tests/parallel/param_file.h"
-#include "tests/parallel/rank_launcher.h"
+#include "tests/parallel/worker_run.h"
 
 namespace cohort::parallel {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::vector<double> losses_of(const std::string& prefix) {
-  std::vector<double> out;
-  std::ifstream in(prefix + ".rank0.losses");
-  int step;
-  double loss, norm;
-  while (in >> step >> loss >> norm) out.push_back(loss);
-  return out;
+testing::WorkerRun run_gpu(const std::string& tag, const std::string& strategy, int world, int tp, int micro,
+                           testing::Env env = {}) {
+  env.push_back({"COHORT_TEST_DEVICE", "cuda"});
+  env.push_back({"CUDA_VISIBLE_DEVICES", "0,1"});
+  return testing::run_worker("gpu_" + tag, strategy, world, tp, 8, micro, 10, env);
 }
 
-std::string run_gpu(const std::string& strategy, int world, int tp, int micro) {
-  fs::path dir = fs::temp_directory_path() / ("cohort_parallel_gpu_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::string prefix = (dir / (strategy + "_w" + std::to_string(world) + "_tp" + std::to_string(tp))).string();
-  auto group = testing::start_ranks(std::string(COHORT_BINARY_DIR) + "/tests/parallel_worker",
-                                    {strategy, std::to_string(tp), "8", std::to_string(micro), "10", prefix}, world,
-                                    {{"COHORT_TEST_DEVICE", "cuda"}, {"CUDA_VISIBLE_DEVICES", "0,1"}});
-  EXPECT_EQ(testing::wait_ranks(group), "") << strategy;
-  return prefix;
+void expect_close(const testing::WorkerRun& want, const testing::WorkerRun& got, const std::string& what,
+                  double param_tolerance = 2e-3) {
+  EXPECT_LE(testing::max_param_difference(want.params, got.params), param_tolerance) << what;
+  ASSERT_EQ(want.losses.size(), 10u);
+  ASSERT_EQ(got.losses.size(), 10u);
+  for (size_t s = 0; s < got.losses.size(); ++s)
+    EXPECT_NEAR(got.losses[s], want.losses[s], 1e-3 * std::abs(want.losses[s])) << what << " step " << s + 1;
 }
 
 class GpuEquivalence : public ::testing::TestWithParam<std::pair<std::string, int>> {
@@ -51,18 +45,29 @@ class GpuEquivalence : public ::testing::TestWithParam<std::pair<std::string, in
 
 TEST_P(GpuEquivalence, TwoGpusMatchOne) {
   auto [strategy, tp] = GetParam();
-  static std::string reference_prefix = run_gpu("ddp", 1, 1, 8);
-  static std::vector<double> reference = losses_of(reference_prefix);
-  std::string prefix = run_gpu(strategy, 2, tp, tp == 1 ? 4 : 8);
-  auto got = losses_of(prefix);
-  std::map<std::string, std::vector<float>> want_params, got_params;
-  testing::read_params(reference_prefix + ".tp0.params", &want_params);
-  for (int t = 0; t < tp; ++t) testing::read_params(prefix + ".tp" + std::to_string(t) + ".params", &got_params);
-  EXPECT_LE(testing::max_param_difference(want_params, got_params), 2e-3) << strategy;
-  ASSERT_EQ(reference.size(), 10u);
-  ASSERT_EQ(got.size(), 10u);
-  for (size_t s = 0; s < got.size(); ++s)
-    EXPECT_NEAR(got[s], reference[s], 1e-3 * std::abs(reference[s])) << strategy << " step " << s + 1;
+  static testing::WorkerRun reference = run_gpu("fp32_gather", "ddp", 1, 1, 8);
+  expect_close(reference, run_gpu("fp32_gather", strategy, 2, tp, tp == 1 ? 4 : 8), strategy);
+}
+
+// bf16 parameter all-gathers (FSDP2's default mixed-precision policy on GPU):
+// 2 GPUs against 1 GPU gathering the same way.
+TEST_P(GpuEquivalence, Bf16GathersTwoGpusMatchOne) {
+  auto [strategy, tp] = GetParam();
+  if (strategy != "zero3" && strategy != "fsdp2") GTEST_SKIP() << strategy << " keeps full fp32 parameters";
+  testing::Env env = {{"COHORT_TEST_PARAM_DTYPE", "bf16"}};
+  static testing::WorkerRun reference = run_gpu("bf16_gather", "zero3", 1, 1, 8, env);
+  expect_close(reference, run_gpu("bf16_gather", strategy, 2, tp, 4, env), strategy + " bf16 gathers");
+}
+
+// fp16 GEMMs with a loss scale of 2^12 on 2 GPUs against 1 GPU.
+TEST_P(GpuEquivalence, Fp16WithLossScaleTwoGpusMatchOne) {
+  auto [strategy, tp] = GetParam();
+  testing::Env env = {{"COHORT_TEST_MATMUL", "fp16"}, {"COHORT_TEST_LOSS_SCALE", "4096"}};
+  static testing::WorkerRun reference = run_gpu("fp16", "ddp", 1, 1, 8, env);
+  for (bool applied : reference.applied) EXPECT_TRUE(applied);
+  // fp16 operands that round to neighbouring values move Adam steps of
+  // near-zero gradients by up to lr (1e-3): parameters within a few steps.
+  expect_close(reference, run_gpu("fp16", strategy, 2, tp, tp == 1 ? 4 : 8, env), strategy + " fp16", 5e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuEquivalence,

@@ -5,6 +5,14 @@
 // WORLD_SIZE) by parallel_equivalence_test.
 //
 //   parallel_worker STRATEGY TP GLOBAL_BATCH MICRO_BATCH STEPS OUT_PREFIX
+//
+// Mixed precision through the environment: COHORT_TEST_MATMUL (fp32 | bf16 |
+// fp16: the backend's GEMM precision), COHORT_TEST_PARAM_DTYPE (bf16 | fp16:
+// zero3/fsdp2 gather dtype), COHORT_TEST_LOSS_SCALE (the loss is multiplied
+// by it, finish_step divides it out) and COHORT_TEST_POISON_STEP (that
+// step's loss scale is infinite, so its gradients are not finite).
+// Each losses line: step, loss, gradient norm (-1 when skipped), applied.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -33,6 +41,11 @@ int32_t token(int step, int seq, int t, int vocab) {
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
   return int32_t(x % uint64_t(vocab));
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
 }
 
 int fail(const std::string& what, const Status& status) {
@@ -95,7 +108,17 @@ int main(int argc, char** argv) {
   } else {
     backend = models::make_cpu_backend();
   }
+  std::string matmul = env_or("COHORT_TEST_MATMUL", "");
+  if (matmul == "fp32") backend->set_matmul_precision(models::MatmulPrecision::kFp32);
+  if (matmul == "bf16") backend->set_matmul_precision(models::MatmulPrecision::kBf16);
+  if (matmul == "fp16") backend->set_matmul_precision(models::MatmulPrecision::kFp16);
+  double loss_scale = std::atof(env_or("COHORT_TEST_LOSS_SCALE", "1").c_str());
+  int poison_step = std::atoi(env_or("COHORT_TEST_POISON_STEP", "0").c_str());
   parallel::ParallelConfig pc;
+  std::string param_dtype = env_or("COHORT_TEST_PARAM_DTYPE", "fp32");
+  pc.data_parallel.param_dtype = param_dtype == "bf16"   ? models::DType::kBF16
+                                 : param_dtype == "fp16" ? models::DType::kF16
+                                                         : models::DType::kF32;
   pc.data_parallel.stream = stream;
   pc.tensor_parallel = tp;
   pc.data_parallel.strategy = *strategy;
@@ -121,7 +144,8 @@ int main(int argc, char** argv) {
   for (int step = 1; step <= steps; ++step) {
     pm->data_parallel->begin_step(accumulation);
     double loss_sum = 0;
-    float scale = 1.0f / float(global_batch * kSeqLen);
+    double step_scale = step == poison_step ? INFINITY : loss_scale;
+    float scale = float(step_scale / double(global_batch * kSeqLen));
     for (int k = 0; k < accumulation; ++k) {
       pm->data_parallel->begin_micro_step(k);
       int first_seq = dp_rank * (global_batch / dp) + k * micro;
@@ -134,13 +158,14 @@ int main(int argc, char** argv) {
       loss_sum += loss.sum;
       pm->model->backward(scale);
     }
-    auto norm = pm->data_parallel->finish_step(adamw, 1.0f, step);
-    if (!norm) return fail("step", norm.status());
+    auto outcome = pm->data_parallel->finish_step(adamw, 1.0f, step, step == poison_step ? 1.0 : loss_scale);
+    if (!outcome) return fail("step", outcome.status());
     float total = float(loss_sum);
     // The loss is a host value: sum it over the CPU world (tp ranks repeat it).
     total /= float(mesh.dims().tp);
     if (world->size > 1 && !world->cpu->all_reduce(&total, 1, collective::DType::kF32).is_ok()) return 4;
-    losses << step << ' ' << (double(total) / (global_batch * kSeqLen)) << ' ' << *norm << '\n';
+    losses << step << ' ' << (double(total) / (global_batch * kSeqLen)) << ' '
+           << (outcome->applied ? outcome->grad_norm : -1.0) << ' ' << int(outcome->applied) << '\n';
   }
   auto mem = pm->data_parallel->memory();
   std::ofstream(out_prefix + ".rank" + std::to_string(world->rank) + ".memory")

@@ -1,7 +1,9 @@
 // Resume and elastic equivalence: a run whose worker is killed with -9 after a
 // checkpoint, started again, ends with the same per-step losses and the same
 // final parameters as a run that was never interrupted; and a 4-rank run that
-// loses half its ranks carries on at 2 ranks on the same loss curve.
+// loses half its ranks carries on at 2 ranks on the same loss curve; fp16
+// training with dynamic loss scaling skips overflowing steps, recovers, and
+// resumes with its loss scale exactly where it was.
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -84,6 +86,50 @@ TEST(ElasticResume, FourRanksLoseTwoAndStayOnTheCurve) {
   // The same global batches; only the order of sums differs (dp 4 → 2), so the
   // curves agree to float rounding amplified by a few Adam steps: 1e-4 relative.
   expect_same_losses(straight, shrunk, 1e-4);
+}
+
+// fp16 GEMM operands (emulated on CPU, as tensor cores round them) with a
+// loss scale of 2^30: the first steps overflow, are skipped and halve the
+// scale; after loss_scale_window finite steps it doubles again. fsdp2, so
+// the parameter gathers are fp16 too.
+TEST(Fp16LossScaling, SkipsOverflowsTrainsAndResumesWithTheSameScale) {
+  TrainJob job;
+  job.strategy = "fsdp2";
+  job.precision = "fp16";
+  job.steps = 24;
+  job.extra = "initial_loss_scale = 1073741824\nloss_scale_window = 3\n";
+  Outcome straight = uninterrupted("fp16_straight", job, 2);
+  auto rows = read_step_rows(scratch_dir("fp16_straight") / "out");
+  ASSERT_EQ(rows.size(), 24u);
+  int skipped = 0, first_applied = 0;
+  double previous_scale = 0;
+  for (const auto& [step, row] : rows) {
+    ASSERT_TRUE(row.contains("loss_scale")) << row.dump();
+    double scale = row["loss_scale"].get<double>();
+    bool was_skipped = row.value("skipped", false);
+    if (step > 1) {
+      // The scale only halves after a skip, or doubles after a window of finite steps.
+      bool halved = scale == previous_scale / 2, doubled = scale == previous_scale * 2;
+      EXPECT_TRUE(scale == previous_scale || halved || doubled) << "step " << step << ": " << scale;
+      if (halved) {
+        EXPECT_TRUE(rows.at(step - 1).value("skipped", false)) << "step " << step;
+      }
+    }
+    if (was_skipped) ++skipped;
+    else if (!first_applied) first_applied = step;
+    previous_scale = scale;
+  }
+  EXPECT_TRUE(rows.at(1).value("skipped", false)) << "2^30 must overflow fp16 at the first step";
+  EXPECT_GE(skipped, 2);
+  EXPECT_LT(skipped, 16);
+  EXPECT_LT(rows.at(24)["loss"].get<double>(), 0.9 * rows.at(first_applied)["loss"].get<double>());
+
+  Outcome resumed = interrupted("fp16_resumed", job, 2, /*victim=*/1, /*after_step=*/8, 2);
+  expect_same_losses(straight, resumed, 1e-6);
+  EXPECT_LE(max_difference(straight.final_state, resumed.final_state), 1e-6);
+  auto resumed_rows = read_step_rows(scratch_dir("fp16_resumed") / "out");
+  for (const auto& [step, row] : rows)
+    EXPECT_EQ(resumed_rows.at(step)["loss_scale"], row["loss_scale"]) << "step " << step;
 }
 
 }  // namespace

@@ -21,8 +21,13 @@ namespace fs = std::filesystem;
 
 inline std::string worker_binary() { return std::string(COHORT_BINARY_DIR) + "/bin/cohort-worker"; }
 
+inline fs::path scratch_dir(const std::string& name) {
+  return fs::temp_directory_path() / ("cohort_train_" + std::to_string(::getpid())) / name;
+}
+
+// scratch_dir(name), emptied.
 inline fs::path make_scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("cohort_train_" + std::to_string(::getpid())) / name;
+  fs::path dir = scratch_dir(name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -46,6 +51,7 @@ struct TrainJob {
   int micro_batch = 2;
   int global_batch = 8;
   int checkpoint_every = 4;
+  std::string precision = "fp32";
   std::string extra;  // more TOML lines for [train]
 };
 
@@ -57,7 +63,7 @@ inline fs::path write_job(const fs::path& dir, const TrainJob& j) {
                      << "\"\ntensor_parallel = " << j.tp << "\n[train]\ndata = \"" << (dir / "corpus.txt").string()
                      << "\"\nsteps = " << j.steps << "\nmicro_batch = " << j.micro_batch
                      << "\nglobal_batch = " << j.global_batch << "\nseq_len = 64\nlr = 1e-3\nwarmup_steps = 2"
-                     << "\ncheckpoint_every = " << j.checkpoint_every << "\nprecision = \"fp32\"\n"
+                     << "\ncheckpoint_every = " << j.checkpoint_every << "\nprecision = \"" << j.precision << "\"\n"
                      << j.extra;
   return job;
 }
@@ -76,6 +82,17 @@ inline std::map<int, double> read_losses(const fs::path& output_dir) {
     if (row.contains("loss")) losses[row["step"].get<int>()] = row["loss"].get<double>();
   }
   return losses;
+}
+
+// The metrics.jsonl rows of optimizer steps (those with a loss), by step.
+inline std::map<int, nlohmann::json> read_step_rows(const fs::path& output_dir) {
+  std::map<int, nlohmann::json> rows;
+  std::ifstream in(output_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto row = nlohmann::json::parse(line);
+    if (row.contains("loss")) rows[row["step"].get<int>()] = row;
+  }
+  return rows;
 }
 
 // Every tensor of a checkpoint, assembled globally: name/tensor → values.

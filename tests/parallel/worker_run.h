@@ -1,0 +1,65 @@
+// Runs parallel_worker as the ranks of one job and reads back what rank 0
+// recorded: per-step losses, gradient norms and whether each update was
+// applied, and the final parameters as global tensors.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/parallel/param_file.h"
+#include "tests/parallel/rank_launcher.h"
+
+namespace cohort::testing {
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+struct WorkerRun {
+  std::vector<double> losses;
+  std::vector<double> norms;  // -1 where the step was skipped
+  std::vector<bool> applied;
+  std::map<std::string, std::vector<float>> params;  // global tensors by HF name
+};
+
+inline std::filesystem::path worker_scratch(const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("cohort_parallel_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+inline std::string parallel_worker_path() { return std::string(COHORT_BINARY_DIR) + "/tests/parallel_worker"; }
+
+// `tag` names the run's files (runs with different env need different tags).
+inline WorkerRun run_worker(const std::string& tag, const std::string& strategy, int world, int tp, int global_batch,
+                            int micro, int steps, const Env& env = {}) {
+  std::string prefix = worker_scratch(tag + "_" + strategy + "_w" + std::to_string(world) + "_tp" +
+                                      std::to_string(tp) + "_m" + std::to_string(micro))
+                           .string();
+  auto group = start_ranks(parallel_worker_path(),
+                           {strategy, std::to_string(tp), std::to_string(global_batch), std::to_string(micro),
+                            std::to_string(steps), prefix},
+                           world, env);
+  std::string problem = wait_ranks(group);
+  EXPECT_EQ(problem, "") << tag << " " << strategy << " world " << world;
+  WorkerRun result;
+  std::ifstream losses(prefix + ".rank0.losses");
+  int step, applied;
+  double loss, norm;
+  while (losses >> step >> loss >> norm >> applied) {
+    result.losses.push_back(loss);
+    result.norms.push_back(norm);
+    result.applied.push_back(applied != 0);
+  }
+  for (int t = 0; t < tp; ++t) read_params(prefix + ".tp" + std::to_string(t) + ".params", &result.params);
+  return result;
+}
+
+}  // namespace cohort::testing
