@@ -22,7 +22,11 @@
 // host until the operation completed or its timeout passed. On GPU the
 // operation runs on the communicator's own stream, after the work already
 // queued on `stream` (the caller's), and `stream` waits for it: code that
-// stays on its stream needs no host wait.
+// stays on its stream needs no host wait. With `overlap` set (all-reduce,
+// reduce-scatter, all-gather) `stream` does not wait, so the caller's
+// kernels run alongside the operation; the caller then orders what uses the
+// result with `Work::wait()` or, without blocking the host,
+// `Work::wait_on_stream(stream)`.
 //
 // Timeouts: every operation has one (its options' `timeout`, or the
 // communicator's default when zero). A peer that died or never arrived makes
@@ -54,19 +58,23 @@ enum class Device { kCpu, kCuda };
 
 // `stream` is a cudaStream_t for the nccl backend (nullptr: the default
 // stream) and ignored elsewhere. `timeout` 0 means the communicator's own.
+// `overlap`: see Asynchrony above.
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   Milliseconds timeout{0};
   void* stream = nullptr;
+  bool overlap = false;
 };
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
   Milliseconds timeout{0};
   void* stream = nullptr;
+  bool overlap = false;
 };
 struct AllGatherOptions {
   Milliseconds timeout{0};
   void* stream = nullptr;
+  bool overlap = false;
 };
 struct BroadcastOptions {
   int root = 0;
@@ -96,6 +104,13 @@ class Work {
   virtual Status wait() = 0;
   // True once wait() would return without blocking.
   virtual bool is_completed() = 0;
+  // Makes `stream` (a cudaStream_t) wait for the operation without blocking
+  // the host; for operations issued with `overlap`. Backends without
+  // streams block the host instead, as wait() does.
+  virtual Status wait_on_stream(void* stream) {
+    (void)stream;
+    return wait();
+  }
 };
 
 // A Work that is already done: argument errors, empty operations.

@@ -35,6 +35,21 @@ struct FloatRange {
   size_t n = 0;
 };
 
+// One copy of a CopyPlan: n elements from src + src_offset to dst + dst_offset.
+struct CopyRange {
+  size_t dst_offset = 0;
+  size_t src_offset = 0;
+  size_t n = 0;
+};
+
+// A fixed list of copies between two buffers, prepared once and then run as
+// one operation (on CUDA: a table in device memory and a single kernel, where
+// one cudaMemcpy per range would be thousands of launches per step).
+class CopyPlan {
+ public:
+  virtual ~CopyPlan() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -52,6 +67,10 @@ class Backend {
   // nearest even, as models/tensor.h's scalar conversions.
   virtual void cast_to_half(void* dst, DType half, const float* src, size_t n) = 0;
   virtual void cast_from_half(float* dst, const void* src, DType half, size_t n) = 0;
+
+  // Copy plans: dst (f32) ← src (f32, bf16 or f16, converted on the way).
+  virtual std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) = 0;
+  virtual void run_copy_plan(const CopyPlan& plan, float* dst, const void* src, DType src_dtype) = 0;
 
   // GEMM numerics for linear layers and attention (CPU: linear layers only;
   // its attention stays fp32). Default: the CPU backend kFp32, CUDA kBf16.

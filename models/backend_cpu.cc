@@ -26,6 +26,10 @@
 namespace cohort::models {
 namespace {
 
+struct CpuCopyPlan final : CopyPlan {
+  std::vector<CopyRange> ranges;
+};
+
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
@@ -53,6 +57,17 @@ class CpuBackend final : public Backend {
   void cast_from_half(float* dst, const void* src, DType half, size_t n) override {
     COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
     convert_to_f32(dst, src, half, n);
+  }
+  std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) override {
+    auto plan = std::make_unique<CpuCopyPlan>();
+    plan->ranges = ranges;
+    return plan;
+  }
+  void run_copy_plan(const CopyPlan& plan, float* dst, const void* src, DType src_dtype) override {
+    COHORT_CHECK(src_dtype != DType::kI32);
+    const size_t element = dtype_size(src_dtype);
+    for (const auto& r : static_cast<const CpuCopyPlan&>(plan).ranges)
+      convert_to_f32(dst + r.dst_offset, static_cast<const char*>(src) + r.src_offset * element, src_dtype, r.n);
   }
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
   MatmulPrecision matmul_precision() const override { return precision_; }

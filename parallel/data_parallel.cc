@@ -191,6 +191,7 @@ void DataParallel::start_gather(int group) {
   size_t S = s.layout.shard_numel();
   collective::AllGatherOptions options;
   options.stream = options_.stream;
+  options.overlap = true;  // ensure_gathered orders the use
   if (half_params()) {
     s.gather_half = pool_take(half_floats(s.layout.padded_numel()));
     s.pending_gather = mesh_->dp().all_gather_async(s.shard_half, s.gather_half, S,
@@ -205,25 +206,34 @@ void DataParallel::ensure_gathered(int group) {
   GroupState& s = *groups_[group];
   if (!shard_params_ || s.gathered) return;
   start_gather(group);
-  // On GPU the compute stream already waits for the gather (communicator.h);
-  // blocking the host too would only stop it queueing the next kernels.
-  if (options_.stream) unsettled_gathers_.push_back(std::move(s.pending_gather));
-  else note(s.pending_gather->wait());
-  s.pending_gather.reset();
-  if (s.gather_half) {
-    size_t padded = s.layout.padded_numel();
-    s.gather_target = pool_take(padded);
-    backend_->cast_from_half(s.gather_target, s.gather_half, options_.param_dtype, padded);
-    pool_return(static_cast<float*>(s.gather_half), half_floats(padded));
-    s.gather_half = nullptr;
-  }
-  if (s.layout.is_flat()) {
-    s.full_params = s.gather_target;  // gathered in place: the group layout with padding after
+  // On GPU the compute stream waits for the gather on the device; blocking
+  // the host too would only stop it queueing the next kernels. Errors show
+  // at the next wait_reductions.
+  if (options_.stream) {
+    note(s.pending_gather->wait_on_stream(options_.stream));
+    unsettled_gathers_.push_back(std::move(s.pending_gather));
   } else {
-    s.full_params = pool_take(s.layout.full_numel());
-    s.layout.unpack(*backend_, s.gather_target, s.full_params);
-    pool_return(s.gather_target, s.layout.padded_numel());
+    note(s.pending_gather->wait());
   }
+  s.pending_gather.reset();
+  size_t padded = s.layout.padded_numel();
+  if (s.layout.is_flat()) {
+    // Gathered in place: the group layout with padding after (widened from
+    // the half copy first when the gather moved halves).
+    if (s.gather_half) {
+      s.gather_target = pool_take(padded);
+      backend_->cast_from_half(s.gather_target, s.gather_half, options_.param_dtype, padded);
+    }
+    s.full_params = s.gather_target;
+  } else {
+    // Per-parameter shards: reordered (and widened) into the group layout in one pass.
+    s.full_params = pool_take(s.layout.full_numel());
+    if (s.gather_half) s.layout.unpack(*backend_, s.gather_half, options_.param_dtype, s.full_params);
+    else s.layout.unpack(*backend_, s.gather_target, models::DType::kF32, s.full_params);
+    if (s.gather_target) pool_return(s.gather_target, padded);
+  }
+  if (s.gather_half) pool_return(static_cast<float*>(s.gather_half), half_floats(padded));
+  s.gather_half = nullptr;
   s.gather_target = nullptr;
   s.gathered = true;
   s.current_params = s.full_params;

@@ -33,9 +33,11 @@
 // divides it out of the gradients (folded into the clipping factor), and
 // skips the update when any gradient is not finite.
 //
-// On GPU the compute stream waits for each gather on the device; the host
-// never blocks on one (it checks them at finish_step), so kernel launches
-// run ahead of communication.
+// On GPU, collectives run on the communicator's stream alongside the model's
+// kernels (collective `overlap`): the compute stream waits for a gather on
+// the device just before the group needs it, and for reductions only at
+// finish_step; the host never blocks on a gather, so kernel launches run
+// ahead of communication.
 //
 // Memory: the persistent buffers are exactly the table above (flat shards of
 // ceil(numel / dp) floats per group); gathered parameters and full-size

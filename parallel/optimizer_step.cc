@@ -42,6 +42,7 @@ void DataParallel::reduce_gradients(int group) {
     size_t bucket = std::max<size_t>(1, size_t(options_.bucket_mb * (1 << 20) / sizeof(float)));
     collective::AllReduceOptions options;
     options.stream = options_.stream;
+    options.overlap = true;  // the rest of the backward runs alongside; finish_step waits
     for (size_t off = 0; off < s.spec->numel; off += bucket) {
       size_t n = std::min(bucket, s.spec->numel - off);
       s.pending_reduce.push_back(dp.all_reduce_async(s.full_grads + off, s.full_grads + off, n, DType::kF32, options));
@@ -59,6 +60,7 @@ void DataParallel::reduce_gradients(int group) {
   s.reduce_target = pool_take(S);
   collective::ReduceScatterOptions options;
   options.stream = options_.stream;
+  options.overlap = true;
   s.pending_reduce.push_back(dp.reduce_scatter_async(source, s.reduce_target, S, DType::kF32, options));
 }
 
@@ -69,6 +71,12 @@ Status DataParallel::wait_reductions() {
     if (!st.is_ok() && first.is_ok()) first = st;
   }
   unsettled_gathers_.clear();
+  // A prefetched gather nobody used: let it land before its buffers move.
+  for (auto& state : groups_) {
+    if (!state->pending_gather) continue;
+    Status st = state->pending_gather->wait();
+    if (!st.is_ok() && first.is_ok()) first = st;
+  }
   for (auto& state : groups_) {
     GroupState& s = *state;
     for (auto& w : s.pending_reduce) {
@@ -252,7 +260,7 @@ Status DataParallel::gather_group(int group, std::vector<float>* params) {
     float* full = gathered;
     if (!s.layout.is_flat()) {
       full = pool_take(s.layout.full_numel());
-      s.layout.unpack(*backend_, gathered, full);
+      s.layout.unpack(*backend_, gathered, models::DType::kF32, full);
     }
     backend_->copy_to_host(params->data(), full, s.spec->numel * sizeof(float));
     if (full != gathered) pool_return(full, s.layout.full_numel());

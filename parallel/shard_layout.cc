@@ -1,6 +1,7 @@
 #include "parallel/shard_layout.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace cohort::parallel {
 
@@ -49,18 +50,26 @@ ShardLayout ShardLayout::per_param_dim0(const models::ParamGroup& group, int dp)
 
 ShardLayout ShardLayout::replicated(const models::ParamGroup& group) { return flat(group, 1); }
 
-void ShardLayout::unpack(models::Backend& backend, const float* gathered, float* full) const {
+std::vector<models::CopyRange> ShardLayout::unpack_ranges() const {
+  std::vector<models::CopyRange> ranges;
   for (int r = 0; r < dp_; ++r)
     for (const auto& s : segments_[r])
-      backend.copy(full + s.full_offset, gathered + size_t(r) * shard_numel_ + s.shard_offset,
-                   s.length * sizeof(float));
+      ranges.push_back({s.full_offset, size_t(r) * shard_numel_ + s.shard_offset, s.length});
+  return ranges;
+}
+
+void ShardLayout::unpack(models::Backend& backend, const void* gathered, models::DType dtype, float* full) const {
+  if (!unpack_plan_) unpack_plan_ = backend.make_copy_plan(unpack_ranges());
+  backend.run_copy_plan(*unpack_plan_, full, gathered, dtype);
 }
 
 void ShardLayout::pack(models::Backend& backend, const float* full, float* packed) const {
-  for (int r = 0; r < dp_; ++r)
-    for (const auto& s : segments_[r])
-      backend.copy(packed + size_t(r) * shard_numel_ + s.shard_offset, full + s.full_offset,
-                   s.length * sizeof(float));
+  if (!pack_plan_) {
+    auto ranges = unpack_ranges();
+    for (auto& r : ranges) std::swap(r.dst_offset, r.src_offset);
+    pack_plan_ = backend.make_copy_plan(ranges);
+  }
+  backend.run_copy_plan(*pack_plan_, packed, full, models::DType::kF32);
 }
 
 }  // namespace cohort::parallel

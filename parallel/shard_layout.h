@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "models/backend.h"
@@ -44,12 +45,17 @@ class ShardLayout {
   size_t padded_numel() const { return shard_numel_ * size_t(dp_); }
   const std::vector<ShardSegment>& segments(int dp_rank) const { return segments_[dp_rank]; }
 
-  // gathered [dp][S] → group layout; packed ← group layout as [dp][S].
-  // For flat layouts both are the identity and need no call.
-  void unpack(models::Backend& backend, const float* gathered, float* full) const;
+  // gathered [dp][S] → group layout (gathered in f32, bf16 or f16, widened
+  // to f32); packed ← group layout as [dp][S]. For flat layouts both are the
+  // identity and need no call. Each is one CopyPlan on `backend`, made at the
+  // first call (set-up or the first step) and reused.
+  void unpack(models::Backend& backend, const void* gathered, models::DType dtype, float* full) const;
   void pack(models::Backend& backend, const float* full, float* packed) const;
 
  private:
+  std::vector<models::CopyRange> unpack_ranges() const;
+  // Shared between copies of a layout; made lazily, hence mutable.
+  mutable std::shared_ptr<models::CopyPlan> unpack_plan_, pack_plan_;
   bool flat_ = true;
   int dp_ = 1;
   size_t shard_numel_ = 0;

@@ -4,6 +4,9 @@
 # .device/cohort) or from a local build/.
 #   scripts/gpu_checks.sh tests OUTDIR     GPU tests, the torchrun example, the quickstart, HF parity
 #   scripts/gpu_checks.sh bench OUTDIR     collective, model, training and inference benchmarks
+#   scripts/gpu_checks.sh precision OUTDIR mixed-precision tests, fp16/fp32 quickstarts, throughput by precision
+#   scripts/gpu_checks.sh profile OUTDIR   kernel time breakdown of a training step (nsys)
+#   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
 phase=${1:?tests or bench}
@@ -50,6 +53,11 @@ if [[ $phase == tests ]]; then
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
+elif [[ $phase == gpu_tests ]]; then
+  # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test parallel_gpu_test infer_gpu_test}; do
+    [[ -x $tests/$t ]] && step "$t" "$tests/$t"
+  done
 elif [[ $phase == final ]]; then
   # The closing run: what the issues' GPU checks need, most important first.
   STEP_TIMEOUT=60 step gpu_check "$bin/cohort" run jobs/examples/command_gpu_check.toml
@@ -67,6 +75,45 @@ elif [[ $phase == final ]]; then
   PATH=$bin:$PATH STRATEGIES="ddp fsdp2" BASELINES=0 STEP_TIMEOUT=280 step train_200 bench/train_bench.sh 2 200
   STEP_TIMEOUT=150 step infer_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker"
   PATH=$bin:$PATH STEP_TIMEOUT=120 step multinode bench/multinode_gpu.sh qwen3-0.6b 40
+elif [[ $phase == precision ]]; then
+  # Mixed precision: GPU equivalence (bf16 gathers, fp16 with a loss scale),
+  # CUDA parity, the quickstart in fp16 and fp32, and training throughput by
+  # strategy, precision and gather dtype.
+  STEP_TIMEOUT=300 step parallel_gpu_test "$tests/parallel_gpu_test"
+  grep -E "^\[  (PASSED|FAILED|  OK|SKIPPED) |Failure|actual" "$out/parallel_gpu_test.log" | grep -v SKIPPED | head -40
+  STEP_TIMEOUT=120 step models_cuda_parity_test "$tests/models_cuda_parity_test"
+  data=/usr/share/games/fortunes/cookie
+  [[ -f $data ]] || data=$root/.device/data/cookie
+  for p in fp16 fp32; do
+    STEP_TIMEOUT=90 step "quickstart_$p" "$bin/cohort" run jobs/examples/quickstart.toml --set job.output_dir=/tmp/quickstart-$p \
+      --set train.data="$data" --set train.precision=$p --set train.log_every=100
+    grep -E "step (1|100|500|1000)/|skipped|GEMMs" "$out/quickstart_$p.log" | head -8
+  done
+  PATH=$bin:$PATH ONE_GPU=1 STRATEGIES="${PRECISION_STRATEGIES:-ddp zero3 fsdp2 fsdp2:bf16:fp32 ddp:fp16 fsdp2:fp16}" \
+    BASELINES=0 STEP_TIMEOUT=480 step train_precision bench/train_bench.sh 2 20
+  cat "$out/train_precision.log"
+elif [[ $phase == profile ]]; then
+  # Where a training step's GPU time goes: the kernels of models_train_bench
+  # (1 GPU, forward + backward + AdamW) by total time, when nsys is there.
+  STEP_TIMEOUT=120 step models_train_bench "$bin/models_train_bench" qwen3-0.6b 4 1024 10
+  cat "$out/models_train_bench.log"
+  if command -v nsys >/dev/null; then
+    STEP_TIMEOUT=180 step nsys_profile nsys profile --trace=cuda --force-overwrite=true -o /tmp/cohort-prof \
+      "$bin/models_train_bench" qwen3-0.6b 4 1024 4
+    STEP_TIMEOUT=120 step nsys_kernels nsys stats --report cuda_gpu_kern_sum --format csv /tmp/cohort-prof.nsys-rep
+    python3 - "$out/nsys_kernels.log" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 8]
+head, body = rows[0], rows[1:]
+ti, ci, ni = head.index("Total Time (ns)"), head.index("Instances"), head.index("Name")
+total = sum(float(r[ti]) for r in body)
+print(f"GPU kernel time {total/1e6:.1f} ms over the profiled steps")
+for r in sorted(body, key=lambda r: -float(r[ti]))[:25]:
+    print(f"{float(r[ti])/total*100:5.1f}%  {float(r[ti])/1e6:8.1f} ms  {r[ci]:>6}  {r[ni][:110]}")
+PY
+  else
+    echo "nsys not found"; ls /usr/local/cuda/bin | head -50
+  fi
 elif [[ $phase == bench ]]; then
   step collective_bench "$bin/collective_bench" --fork 2
   step models_train_bench "$bin/models_train_bench" qwen3-0.6b 4 1024

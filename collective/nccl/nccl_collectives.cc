@@ -11,7 +11,7 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce_async(const void* send, void*
   Status s = check_buffers("all_reduce", send, recv, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
   return launch(
-      "all_reduce", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+      "all_reduce", options.timeout, options.stream, !options.overlap, [&](ncclComm_t comm, cudaStream_t stream) {
         COHORT_NCCL_CHECK(
             ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(options.op), comm, stream));
         return Status::ok();
@@ -23,7 +23,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(const void* send, v
                                                              const ReduceScatterOptions& options) {
   Status s = check_buffers("reduce_scatter", send, recv, recv_count);
   if (!s.is_ok() || recv_count == 0) return completed_work(s);
-  return launch("reduce_scatter", options.timeout, options.stream,
+  return launch("reduce_scatter", options.timeout, options.stream, !options.overlap,
                 [&](ncclComm_t comm, cudaStream_t stream) {
                   COHORT_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype),
                                                       nccl_op(options.op), comm, stream));
@@ -37,7 +37,7 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_async(const void* send, void*
   Status s = check_buffers("all_gather", send, recv, send_count);
   if (!s.is_ok() || send_count == 0) return completed_work(s);
   return launch(
-      "all_gather", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+      "all_gather", options.timeout, options.stream, !options.overlap, [&](ncclComm_t comm, cudaStream_t stream) {
         COHORT_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(dtype), comm, stream));
         return Status::ok();
       });
@@ -53,7 +53,7 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_v_async(const void* send, voi
   if (s.is_ok()) s = check_buffers("all_gather_v", counts[rank_] > 0 ? send : recv, recv, total);
   if (!s.is_ok() || total == 0) return completed_work(s);
   return launch(
-      "all_gather_v", options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+      "all_gather_v", options.timeout, options.stream, !options.overlap, [&](ncclComm_t comm, cudaStream_t stream) {
         size_t esize = dtype_size(dtype);
         char* out = static_cast<char*>(recv);
         COHORT_NCCL_CHECK(ncclGroupStart());
@@ -76,7 +76,7 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_async(void* buf, size_t count,
   Status s = check_peer("broadcast", options.root);
   if (s.is_ok()) s = check_buffers("broadcast", buf, buf, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch("broadcast", options.timeout, options.stream,
+  return launch("broadcast", options.timeout, options.stream, true,
                 [&](ncclComm_t comm, cudaStream_t stream) {
                   COHORT_NCCL_CHECK(
                       ncclBroadcast(buf, buf, count, nccl_type(dtype), options.root, comm, stream));
@@ -90,7 +90,7 @@ std::shared_ptr<Work> NcclCommunicator::send_async(const void* buf, size_t count
   Status s = check_peer(op, peer);
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+  return launch(op, options.timeout, options.stream, true, [&](ncclComm_t comm, cudaStream_t stream) {
     COHORT_NCCL_CHECK(ncclSend(buf, count, nccl_type(dtype), peer, comm, stream));
     return Status::ok();
   });
@@ -102,7 +102,7 @@ std::shared_ptr<Work> NcclCommunicator::recv_async(void* buf, size_t count, DTyp
   Status s = check_peer(op, peer);
   if (s.is_ok()) s = check_buffers(op, buf, buf, count);
   if (!s.is_ok() || count == 0) return completed_work(s);
-  return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+  return launch(op, options.timeout, options.stream, true, [&](ncclComm_t comm, cudaStream_t stream) {
     COHORT_NCCL_CHECK(ncclRecv(buf, count, nccl_type(dtype), peer, comm, stream));
     return Status::ok();
   });
@@ -119,7 +119,7 @@ std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t
   if (s.is_ok()) s = check_buffers(op, send, send, send_count);
   if (s.is_ok()) s = check_buffers(op, recv, recv, recv_count);
   if (!s.is_ok() || (send_count == 0 && recv_count == 0)) return completed_work(s);
-  return launch(op, options.timeout, options.stream, [&](ncclComm_t comm, cudaStream_t stream) {
+  return launch(op, options.timeout, options.stream, true, [&](ncclComm_t comm, cudaStream_t stream) {
     COHORT_NCCL_CHECK(ncclGroupStart());
     if (send_count > 0)
       COHORT_NCCL_CHECK(ncclSend(send, send_count, nccl_type(dtype), dst, comm, stream));
@@ -131,7 +131,7 @@ std::shared_ptr<Work> NcclCommunicator::send_recv_async(const void* send, size_t
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier_async(const BarrierOptions& options) {
-  return launch("barrier", options.timeout, nullptr, [&](ncclComm_t comm, cudaStream_t stream) {
+  return launch("barrier", options.timeout, nullptr, true, [&](ncclComm_t comm, cudaStream_t stream) {
     COHORT_NCCL_CHECK(
         ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32, ncclSum, comm, stream));
     return Status::ok();

@@ -124,6 +124,13 @@ class NcclWork final : public Work {
     std::lock_guard lock(mu_);
     return finished_ || poll_locked();
   }
+  Status wait_on_stream(void* stream) override {
+    std::lock_guard lock(mu_);
+    if (finished_ && !status_.is_ok()) return status_;
+    cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_event_, 0);
+    if (e != cudaSuccess) return context(cuda_error(e, "cudaStreamWaitEvent", __FILE__, __LINE__));
+    return Status::ok();
+  }
 
  private:
   bool poll_locked() {
@@ -251,7 +258,7 @@ void NcclCommunicator::abort(const Status& why) {
 
 std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op,
                                                Milliseconds requested_timeout, void* stream,
-                                               const LaunchBody& body) {
+                                               bool caller_waits, const LaunchBody& body) {
   auto timeout = effective_timeout(requested_timeout);
   // Text, not `this`: a Work may outlive its communicator.
   std::string prefix = op_error(op, timeout, internal_error("")).message();
@@ -286,7 +293,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op,
     COHORT_RETURN_IF_ERROR(state_->wait_ready(deadline, op.c_str()));
     COHORT_ASSIGN_OR_RETURN(done, state_->take_event());
     COHORT_CUDA_CHECK(cudaEventRecord(done, state_->stream));
-    if (cross_stream) COHORT_CUDA_CHECK(cudaStreamWaitEvent(caller, done, 0));
+    if (cross_stream && caller_waits) COHORT_CUDA_CHECK(cudaStreamWaitEvent(caller, done, 0));
     return Status::ok();
   };
   Status s = order();

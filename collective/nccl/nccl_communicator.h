@@ -96,10 +96,11 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(std::shared_ptr<Communicator> bootstrap, std::shared_ptr<State> state, int rank,
                    int size, int device, NcclOptions options);
   // Orders `body` (which enqueues NCCL calls on the communication stream)
-  // between the caller's stream and a completion event.
+  // after the caller's stream and before a completion event, which the
+  // caller's stream waits for when `caller_waits` (else Work::wait_on_stream).
   using LaunchBody = std::function<Status(ncclComm* comm, CUstream_st* stream)>;
   std::shared_ptr<Work> launch(const std::string& op, Milliseconds requested_timeout, void* stream,
-                               const LaunchBody& body);
+                               bool caller_waits, const LaunchBody& body);
 
   std::shared_ptr<Communicator> bootstrap_;
   std::shared_ptr<State> state_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/cuda/common.cuh"
+#include "models/cuda/copy_plan.cuh"
 #include "models/cuda/memory_pool.h"
 #include "models/cuda_backend.h"
 #include "models/ops/adamw.cuh"
@@ -31,6 +32,16 @@ namespace {
 
 constexpr unsigned kNormBlock = 256;
 constexpr unsigned kSumBlocks = 1024;
+
+// The table is allocated once, when a plan is made (at set-up, not per step).
+struct CudaCopyPlan final : CopyPlan {
+  cuda::DeviceCopyRange* table = nullptr;
+  int count = 0;
+  unsigned long long blocks = 0;
+  ~CudaCopyPlan() override {
+    if (table) cudaFree(table);  // waits for kernels still reading it
+  }
+};
 
 class CudaBackendImpl final : public CudaBackend {
  public:
@@ -108,6 +119,43 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
           dst, static_cast<const __half*>(src), n);
+    }
+    check_launch();
+  }
+  std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) override {
+    auto plan = std::make_unique<CudaCopyPlan>();
+    std::vector<cuda::DeviceCopyRange> table;
+    for (const auto& r : ranges) {
+      if (r.n == 0) continue;
+      table.push_back({r.dst_offset, r.src_offset, r.n, plan->blocks});
+      plan->blocks += (r.n + cuda::kCopyChunk - 1) / cuda::kCopyChunk;
+    }
+    plan->count = static_cast<int>(table.size());
+    if (table.empty()) return plan;
+    const size_t bytes = table.size() * sizeof(table[0]);
+    COHORT_CUDA_CHECK(cudaMalloc(&plan->table, bytes));
+    COHORT_CUDA_CHECK(cudaMemcpy(plan->table, table.data(), bytes, cudaMemcpyHostToDevice));
+    return plan;
+  }
+  void run_copy_plan(const CopyPlan& generic, float* dst, const void* src, DType src_dtype) override {
+    const auto& plan = static_cast<const CudaCopyPlan&>(generic);
+    if (plan.count == 0) return;
+    const auto grid = static_cast<unsigned>(plan.blocks);
+    switch (src_dtype) {
+      case DType::kF32:
+        cuda::copy_plan_kernel<<<grid, cuda::kThreads, 0, stream_>>>(dst, static_cast<const float*>(src),
+                                                                      plan.table, plan.count);
+        break;
+      case DType::kBF16:
+        cuda::copy_plan_kernel<<<grid, cuda::kThreads, 0, stream_>>>(
+            dst, static_cast<const __nv_bfloat16*>(src), plan.table, plan.count);
+        break;
+      case DType::kF16:
+        cuda::copy_plan_kernel<<<grid, cuda::kThreads, 0, stream_>>>(dst, static_cast<const __half*>(src),
+                                                                      plan.table, plan.count);
+        break;
+      case DType::kI32:
+        COHORT_CHECK_MSG(false, "copy plans read f32, bf16 or f16");
     }
     check_launch();
   }

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collective/bootstrap.h"
 #include "tests/collective/collective_check.h"
@@ -128,6 +129,41 @@ class CudaMemory final : public cohort::collective::testing::Memory {
     std::_Exit(1);
   }
 };
+
+// An all-reduce issued with `overlap` on a stream of the caller's: the
+// caller's stream reads the reduced values once wait_on_stream ordered it,
+// without the host having waited.
+int check_overlap(Communicator& comm) {
+  const size_t n = size_t(1) << 24;  // 64 MiB: long enough to still be running when read is queued
+  cudaStream_t stream;
+  float* buffer = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc(reinterpret_cast<void**>(&buffer), n * sizeof(float)) != cudaSuccess) {
+    std::printf("FAIL: overlap: CUDA set-up\n");
+    return 1;
+  }
+  std::vector<float> host(n, float(comm.rank() + 1));
+  cudaMemcpy(buffer, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  AllReduceOptions options;
+  options.stream = stream;
+  options.overlap = true;
+  auto work = comm.all_reduce_async(buffer, buffer, n, DType::kF32, options);
+  cohort::Status ordered = work->wait_on_stream(stream);
+  cudaMemcpyAsync(host.data(), buffer, n * sizeof(float), cudaMemcpyDeviceToHost, stream);
+  cudaStreamSynchronize(stream);
+  const float want = float(comm.size() * (comm.size() + 1) / 2);
+  size_t wrong = 0;
+  for (float v : host) wrong += v != want;
+  cohort::Status done = work->wait();
+  cudaFree(buffer);
+  cudaStreamDestroy(stream);
+  if (!ordered.is_ok() || !done.is_ok() || wrong) {
+    std::printf("FAIL: overlap: %zu of %zu values wrong (%s / %s)\n", wrong, n, ordered.to_string().c_str(),
+                done.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
 #endif
 
 }  // namespace
@@ -168,6 +204,9 @@ int main(int argc, char** argv) {
   Communicator& comm = *chosen;
   if (a.mode == "kill" || a.mode == "hang") return run_fault(comm, a, memory);
   int failures = cohort::collective::testing::run_matrix(comm, a.big, memory, a.backend != "nccl");
+#ifdef COHORT_HAVE_NCCL
+  if (a.backend == "nccl") failures += check_overlap(comm);
+#endif
   std::printf("%s rank %d of %d (%s): %d failures\n", failures ? "FAILED" : "PASSED", comm.rank(),
               comm.size(), launch_name(world->launch), failures);
   std::fflush(stdout);
