@@ -81,5 +81,15 @@ int main(int argc, char** argv) {
   }
 #endif
   std::printf("}\n");
+#ifdef COHORT_HAVE_CUDA
+  // COHORT_CUDA_OP_TIMES=1: where the GPU time went, per op, over all steps.
+  if (cuda) {
+    auto times = cuda->op_times_ms();
+    double total = 0;
+    for (const auto& [name, ms] : times) total += ms;
+    for (const auto& [name, ms] : times)
+      std::printf("%-32s %9.2f ms/step %5.1f%%\n", name.c_str(), ms / (steps + 2), 100 * ms / total);
+  }
+#endif
   return 0;
 }

@@ -11,6 +11,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "models/backend.h"
@@ -32,6 +35,9 @@ class CudaBackend : public Backend {
   virtual void* stream() const = 0;  // cudaStream_t
   virtual CudaBackendStats stats() const = 0;
   virtual void synchronize() = 0;
+  // With COHORT_CUDA_OP_TIMES set: GPU milliseconds per op so far, largest
+  // first (synchronises); empty otherwise.
+  virtual std::vector<std::pair<std::string, double>> op_times_ms() = 0;
 };
 
 // Errors when the device does not exist or cannot be initialised.

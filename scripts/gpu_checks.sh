@@ -5,7 +5,7 @@
 #   scripts/gpu_checks.sh tests OUTDIR     GPU tests, the torchrun example, the quickstart, HF parity
 #   scripts/gpu_checks.sh bench OUTDIR     collective, model, training and inference benchmarks
 #   scripts/gpu_checks.sh precision OUTDIR mixed-precision tests, fp16/fp32 quickstarts, throughput by precision
-#   scripts/gpu_checks.sh profile OUTDIR   kernel time breakdown of a training step (nsys)
+#   scripts/gpu_checks.sh profile OUTDIR   GPU time per op of a training step (COHORT_CUDA_OP_TIMES)
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
@@ -93,27 +93,12 @@ elif [[ $phase == precision ]]; then
     BASELINES=0 STEP_TIMEOUT=480 step train_precision bench/train_bench.sh 2 20
   cat "$out/train_precision.log"
 elif [[ $phase == profile ]]; then
-  # Where a training step's GPU time goes: the kernels of models_train_bench
-  # (1 GPU, forward + backward + AdamW) by total time, when nsys is there.
-  STEP_TIMEOUT=120 step models_train_bench "$bin/models_train_bench" qwen3-0.6b 4 1024 10
-  cat "$out/models_train_bench.log"
-  if command -v nsys >/dev/null; then
-    STEP_TIMEOUT=180 step nsys_profile nsys profile --trace=cuda --force-overwrite=true -o /tmp/cohort-prof \
-      "$bin/models_train_bench" qwen3-0.6b 4 1024 4
-    STEP_TIMEOUT=120 step nsys_kernels nsys stats --report cuda_gpu_kern_sum --format csv /tmp/cohort-prof.nsys-rep
-    python3 - "$out/nsys_kernels.log" <<'PY'
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 8]
-head, body = rows[0], rows[1:]
-ti, ci, ni = head.index("Total Time (ns)"), head.index("Instances"), head.index("Name")
-total = sum(float(r[ti]) for r in body)
-print(f"GPU kernel time {total/1e6:.1f} ms over the profiled steps")
-for r in sorted(body, key=lambda r: -float(r[ti]))[:25]:
-    print(f"{float(r[ti])/total*100:5.1f}%  {float(r[ti])/1e6:8.1f} ms  {r[ci]:>6}  {r[ni][:110]}")
-PY
-  else
-    echo "nsys not found"; ls /usr/local/cuda/bin | head -50
-  fi
+  # Where a training step's GPU time goes: models_train_bench (1 GPU, forward
+  # + backward + AdamW) with the CUDA backend's per-op timers.
+  for batch in ${PROFILE_BATCHES:-4 8}; do
+    COHORT_CUDA_OP_TIMES=1 STEP_TIMEOUT=120 step "op_times_b$batch" "$bin/models_train_bench" qwen3-0.6b "$batch" 1024 5
+    cat "$out/op_times_b$batch.log"
+  done
 elif [[ $phase == bench ]]; then
   step collective_bench "$bin/collective_bench" --fork 2
   step models_train_bench "$bin/models_train_bench" qwen3-0.6b 4 1024

@@ -2,11 +2,13 @@
 // stream, memory from the caching pool. The only translation unit with
 // kernels: it includes each op family's .cuh (beside its CPU reference in
 // models/ops/) so the whole GPU side compiles once.
+#include <cstdlib>
 #include <vector>
 
 #include "models/cuda/common.cuh"
 #include "models/cuda/copy_plan.cuh"
 #include "models/cuda/memory_pool.h"
+#include "models/cuda/op_times.h"
 #include "models/cuda_backend.h"
 #include "models/ops/adamw.cuh"
 #include "models/ops/attention.cuh"
@@ -45,7 +47,8 @@ struct CudaCopyPlan final : CopyPlan {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  explicit CudaBackendImpl(int device) : device_(device), pool_(device) {
+  explicit CudaBackendImpl(int device)
+      : device_(device), pool_(device), op_times_(std::getenv("COHORT_CUDA_OP_TIMES") != nullptr) {
     COHORT_CUDA_CHECK(cudaSetDevice(device_));
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     COHORT_CUBLAS_CHECK(cublasCreate(&blas_.handle));
@@ -71,6 +74,7 @@ class CudaBackendImpl final : public CudaBackend {
   Device device() const override { return Device::kCuda; }
   void* stream() const override { return stream_; }
   void synchronize() override { COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  std::vector<std::pair<std::string, double>> op_times_ms() override { return op_times_.totals(stream_); }
   CudaBackendStats stats() const override {
     return {pool_.reserved_bytes(), pool_.in_use_bytes(), pool_.device_allocations()};
   }
@@ -101,6 +105,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void cast_to_half(void* dst, DType half, const float* src, size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "cast_to_half", stream_);
     COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
     if (half == DType::kBF16) {
       cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
@@ -112,6 +117,7 @@ class CudaBackendImpl final : public CudaBackend {
     check_launch();
   }
   void cast_from_half(float* dst, const void* src, DType half, size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "cast_from_half", stream_);
     COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
     if (half == DType::kBF16) {
       cuda::cast_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
@@ -138,6 +144,7 @@ class CudaBackendImpl final : public CudaBackend {
     return plan;
   }
   void run_copy_plan(const CopyPlan& generic, float* dst, const void* src, DType src_dtype) override {
+    cuda::OpTimes::Scope timed(&op_times_, "run_copy_plan", stream_);
     const auto& plan = static_cast<const CudaCopyPlan&>(generic);
     if (plan.count == 0) return;
     const auto grid = static_cast<unsigned>(plan.blocks);
@@ -161,6 +168,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void set_matmul_precision(MatmulPrecision precision) override {
     precision_ = precision;
+    half_.type = precision == MatmulPrecision::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
     blas_.compute = precision == MatmulPrecision::kFp32   ? CUBLAS_COMPUTE_32F
                     : precision == MatmulPrecision::kFp16 ? CUBLAS_COMPUTE_32F_FAST_16F
                                                           : CUBLAS_COMPUTE_32F_FAST_16BF;
@@ -169,23 +177,27 @@ class CudaBackendImpl final : public CudaBackend {
 
   void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                          int vocab_begin, int rows) override {
+    cuda::OpTimes::Scope timed(&op_times_, "embedding_forward", stream_);
     cuda::embedding_forward_kernel<<<n, kNormBlock, 0, stream_>>>(out, ids, table, dim, vocab_begin,
                                                                   rows);
     check_launch();
   }
   void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n, int dim,
                           int vocab_begin, int rows) override {
+    cuda::OpTimes::Scope timed(&op_times_, "embedding_backward", stream_);
     cuda::embedding_backward_kernel<<<n, kNormBlock, 0, stream_>>>(dtable, dout, ids, dim,
                                                                    vocab_begin, rows);
     check_launch();
   }
   void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int n, int dim,
                        float eps) override {
+    cuda::OpTimes::Scope timed(&op_times_, "rmsnorm_forward", stream_);
     cuda::rmsnorm_forward_kernel<<<n, norm_threads(dim), 0, stream_>>>(out, rstd, x, w, dim, eps);
     check_launch();
   }
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                         const float* rstd, int n, int dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "rmsnorm_backward", stream_);
     cuda::rmsnorm_backward_input_kernel<<<n, norm_threads(dim), 0, stream_>>>(dx, dout, x, w, rstd,
                                                                               dim);
     const int rows = cuda::weight_grad_rows_per_chunk(n, dim);
@@ -196,16 +208,29 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
                       int out) override {
-    cuda::linear_forward(blas_, stream_, y, x, w, b, n, in, out);
+    cuda::OpTimes::Scope timed(&op_times_, "linear_forward", stream_);
+    if (precision_ == MatmulPrecision::kFp32) {
+      cuda::linear_forward(blas_, stream_, y, x, w, b, n, in, out);
+    } else {
+      ensure_half_operands(size_t(n) * in, size_t(out) * in, 0);
+      cuda::linear_forward_half(blas_, stream_, half_, y, x, w, b, n, in, out);
+    }
     check_launch();
   }
   void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                        const float* w, int n, int in, int out) override {
-    cuda::linear_backward(blas_, stream_, dx, dw, db, dy, x, w, n, in, out);
+    cuda::OpTimes::Scope timed(&op_times_, "linear_backward", stream_);
+    if (precision_ == MatmulPrecision::kFp32) {
+      cuda::linear_backward(blas_, stream_, dx, dw, db, dy, x, w, n, in, out);
+    } else {
+      ensure_half_operands(size_t(n) * in, size_t(out) * in, size_t(n) * out);
+      cuda::linear_backward_half(blas_, stream_, half_, dx, dw, db, dy, x, w, n, in, out);
+    }
     check_launch();
   }
   void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
                     const float* sin) override {
+    cuda::OpTimes::Scope timed(&op_times_, "rope_forward", stream_);
     const size_t pairs = static_cast<size_t>(n) * heads * (head_dim / 2);
     cuda::rope_kernel<<<cuda::grid_for(pairs), cuda::kThreads, 0, stream_>>>(
         x, pos, n, heads, head_dim, cos, sin, 1.0f);
@@ -213,6 +238,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim,
                      const float* cos, const float* sin) override {
+    cuda::OpTimes::Scope timed(&op_times_, "rope_backward", stream_);
     const size_t pairs = static_cast<size_t>(n) * heads * (head_dim / 2);
     cuda::rope_kernel<<<cuda::grid_for(pairs), cuda::kThreads, 0, stream_>>>(
         dx, pos, n, heads, head_dim, cos, sin, -1.0f);
@@ -221,6 +247,7 @@ class CudaBackendImpl final : public CudaBackend {
   void attention_forward(float* y, float* lse, float* scratch, const float* q, const float* k,
                          const float* v, int B, int T, int heads, int kv_heads,
                          int head_dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "attention_forward", stream_);
     cuda::attention_forward(blas_, stream_, y, lse, scratch, q, k, v,
                             {B, T, heads, kv_heads, head_dim});
     check_launch();
@@ -228,12 +255,14 @@ class CudaBackendImpl final : public CudaBackend {
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
                           const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int heads, int kv_heads, int head_dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "attention_backward", stream_);
     cuda::attention_backward(blas_, stream_, dq, dk, dv, scratch, dy, q, k, v, lse,
                              {B, T, heads, kv_heads, head_dim});
     check_launch();
   }
   void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                       int kv_heads, int head_dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "kv_cache_write", stream_);
     const size_t n = static_cast<size_t>(m) * kv_heads * head_dim;
     cuda::kv_cache_write_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
         cache, src, m, first_pos, capacity, kv_heads, head_dim);
@@ -242,6 +271,7 @@ class CudaBackendImpl final : public CudaBackend {
   void attention_cached(float* y, float* /*scratch*/, const float* q, const float* kcache,
                         const float* vcache, int m, int first_pos, int capacity, int heads,
                         int kv_heads, int head_dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "attention_cached", stream_);
     const size_t shared = static_cast<size_t>(first_pos + m) * sizeof(float);
     COHORT_CHECK_MSG(shared <= static_cast<size_t>(max_shared_),
                      "context of {} positions exceeds the decode kernel's shared memory",
@@ -251,20 +281,24 @@ class CudaBackendImpl final : public CudaBackend {
     check_launch();
   }
   void swiglu_forward(float* h, const float* g, const float* u, size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "swiglu_forward", stream_);
     cuda::swiglu_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(h, g, u, n);
     check_launch();
   }
   void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
                        size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "swiglu_backward", stream_);
     cuda::swiglu_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dg, du, dh, g,
                                                                                     u, n);
     check_launch();
   }
   void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "residual_forward", stream_);
     cuda::add_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(out, a, b, n);
     check_launch();
   }
   void accumulate(float* dst, const float* src, size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "accumulate", stream_);
     cuda::accumulate_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dst, src, n);
     check_launch();
   }
@@ -272,6 +306,7 @@ class CudaBackendImpl final : public CudaBackend {
                                       const int32_t* targets, int n, int vocab_local,
                                       int vocab_begin, float grad_scale,
                                       const TensorParallelComm* tp) override {
+    cuda::OpTimes::Scope timed(&op_times_, "cross_entropy_forward_backward", stream_);
     float *row_max = scratch, *sum_exp = scratch + n, *target_logit = scratch + 2 * n;
     cuda::ce_max_kernel<<<n, kNormBlock, 0, stream_>>>(row_max, logits, vocab_local);
     if (tp && tp->all_reduce_max) tp->all_reduce_max(row_max, n);
@@ -285,6 +320,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                     const AdamWConfig& c, int64_t step, bool decay) override {
+    cuda::OpTimes::Scope timed(&op_times_, "adamw_update", stream_);
     const float bc1 = 1.0f - std::pow(c.beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(c.beta2, static_cast<float>(step));
     const float decay_factor = decay ? 1.0f - c.lr * c.weight_decay : 1.0f;
@@ -293,6 +329,7 @@ class CudaBackendImpl final : public CudaBackend {
     check_launch();
   }
   double sum_of_squares(const float* x, size_t n) override {
+    cuda::OpTimes::Scope timed(&op_times_, "sum_of_squares", stream_);
     const unsigned blocks = std::min<unsigned>(kSumBlocks, cuda::grid_for(n));
     cuda::sum_squares_kernel<<<blocks, cuda::kThreads, 0, stream_>>>(partial_sums_, x, n);
     check_launch();
@@ -302,6 +339,7 @@ class CudaBackendImpl final : public CudaBackend {
     return total;
   }
   double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) override {
+    cuda::OpTimes::Scope timed(&op_times_, "sum_of_squares_ranges", stream_);
     // Each range's blocks write their own slots; one copy brings them all back.
     constexpr unsigned kBlocksPerRange = 64;
     ensure_partials(ranges.size() * kBlocksPerRange);
@@ -320,6 +358,7 @@ class CudaBackendImpl final : public CudaBackend {
     return total;
   }
   void scale(float* x, size_t n, float factor) override {
+    cuda::OpTimes::Scope timed(&op_times_, "scale", stream_);
     cuda::scale_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(x, n, factor);
     check_launch();
   }
@@ -329,6 +368,22 @@ class CudaBackendImpl final : public CudaBackend {
     return dim >= 256 ? kNormBlock : static_cast<unsigned>(std::max(32, (dim + 31) / 32 * 32));
   }
   static void check_launch() { COHORT_CUDA_CHECK(cudaGetLastError()); }
+  // The linear layers' 16-bit operand copies; each grows to the largest
+  // call's size during the first step and is reused after.
+  void ensure_half_operands(size_t x, size_t w, size_t dy) {
+    grow_half(&half_.x, &half_capacity_[0], x);
+    grow_half(&half_.w, &half_capacity_[1], w);
+    grow_half(&half_.dy, &half_capacity_[2], dy);
+  }
+  void grow_half(void** buffer, size_t* capacity, size_t elements) {
+    if (elements <= *capacity) return;
+    if (*buffer) {
+      synchronize();  // queued GEMMs may still read it
+      pool_.release(*buffer);
+    }
+    *buffer = pool_.allocate(elements * 2);
+    *capacity = elements;
+  }
   // Slots for per-block partial sums; grows at warm-up (the first norm).
   void ensure_partials(size_t slots) {
     if (slots <= host_partials_.size()) return;
@@ -344,9 +399,12 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::MemoryPool pool_;
   cudaStream_t stream_ = nullptr;
   cuda::Blas blas_;
+  cuda::HalfOperands half_;
+  size_t half_capacity_[3] = {0, 0, 0};
   MatmulPrecision precision_ = MatmulPrecision::kBf16;
   int max_shared_ = 48 * 1024;
   double* partial_sums_ = nullptr;
+  cuda::OpTimes op_times_;
   std::vector<double> host_partials_;
 };
 

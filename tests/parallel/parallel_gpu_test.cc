@@ -1,10 +1,13 @@
 // The equivalence of parallel_equivalence_test on GPUs: 2 ranks, one GPU each,
 // NCCL, the CUDA backend (bf16 tensor-core GEMMs with fp32 accumulation and
 // fp32 storage); then the same with bf16 parameter gathers (zero3, fsdp2) and
-// with fp16 GEMMs under a loss scale. Tolerances: per-step losses within 1e-3 relative of the
-// 1-GPU run, final parameters within 2e-3 absolute — bf16 rounding of GEMM
-// inputs is identical across runs, so what differs is fp32 accumulation order
-// over different batch splits, amplified by ten Adam steps.
+// with fp16 GEMMs under a loss scale. Tolerances: per-step losses within 1e-3
+// relative of the 1-GPU run; final parameters within 5e-3 absolute. What
+// differs between the runs is the fp32 accumulation order (other batch
+// splits, tp's split sums); operands a last bit apart can round to
+// neighbouring 16-bit values, and Adam, which normalises gradients, turns
+// that into up to lr (1e-3) per step for gradients near zero — so parameters
+// may differ by a few such steps after ten.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -27,7 +30,7 @@ testing::WorkerRun run_gpu(const std::string& tag, const std::string& strategy, 
 }
 
 void expect_close(const testing::WorkerRun& want, const testing::WorkerRun& got, const std::string& what,
-                  double param_tolerance = 2e-3) {
+                  double param_tolerance = 5e-3) {
   EXPECT_LE(testing::max_param_difference(want.params, got.params), param_tolerance) << what;
   ASSERT_EQ(want.losses.size(), 10u);
   ASSERT_EQ(got.losses.size(), 10u);
@@ -65,9 +68,7 @@ TEST_P(GpuEquivalence, Fp16WithLossScaleTwoGpusMatchOne) {
   testing::Env env = {{"COHORT_TEST_MATMUL", "fp16"}, {"COHORT_TEST_LOSS_SCALE", "4096"}};
   static testing::WorkerRun reference = run_gpu("fp16", "ddp", 1, 1, 8, env);
   for (bool applied : reference.applied) EXPECT_TRUE(applied);
-  // fp16 operands that round to neighbouring values move Adam steps of
-  // near-zero gradients by up to lr (1e-3): parameters within a few steps.
-  expect_close(reference, run_gpu("fp16", strategy, 2, tp, tp == 1 ? 4 : 8, env), strategy + " fp16", 5e-3);
+  expect_close(reference, run_gpu("fp16", strategy, 2, tp, tp == 1 ? 4 : 8, env), strategy + " fp16");
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuEquivalence,
