@@ -102,6 +102,15 @@ void check_train(JobSpec& spec, LoadContext& ctx) {
                                            " is more than train.steps " + std::to_string(t.steps));
   if (ctx.given("train.min_lr") && t.min_lr > t.lr)
     ctx.error_at("train.min_lr", "train.min_lr: larger than train.lr");
+  // Keys that only some settings read: say so rather than ignore them quietly.
+  bool sharded_params = spec.parallel.strategy == Strategy::kZero3 || spec.parallel.strategy == Strategy::kFsdp2;
+  if (ctx.given("parallel.param_dtype") && spec.parallel.param_dtype != "auto" && !sharded_params)
+    ctx.warn(std::string("parallel.param_dtype has no effect with strategy = \"") + to_string(spec.parallel.strategy) +
+             "\" (only zero3 and fsdp2 gather parameters)");
+  for (const char* key : {"train.initial_loss_scale", "train.loss_scale_window"})
+    if (ctx.given(key) && t.precision != Precision::kFp16)
+      ctx.warn(std::string(key) + " has no effect with train.precision = \"" + to_string(t.precision) +
+               "\" (loss scaling is for fp16)");
   if (spec.model.max_seq > 0 && t.seq_len > spec.model.max_seq)
     ctx.error_at("train.seq_len", "train.seq_len: " + std::to_string(t.seq_len) +
                                       " is longer than model.max_seq " + std::to_string(spec.model.max_seq));

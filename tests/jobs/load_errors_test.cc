@@ -144,5 +144,30 @@ TEST(JobFileOverrides, MalformedOverrideIsRejected) {
   EXPECT_TRUE(parse_override("train.lr=3").is_ok());
 }
 
+// Keys that the chosen settings do not read are reported, not silently ignored.
+TEST(JobFileWarnings, MixedPrecisionKeysThatHaveNoEffect) {
+  auto r = load(std::string(testing::kTrainJob) + "initial_loss_scale = 1024\n[parallel]\nparam_dtype = \"bf16\"\n");
+  EXPECT_TRUE(r.errors.empty()) << r.error_text();
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_NE(r.warnings[0].find("parallel.param_dtype has no effect with strategy = \"ddp\""), std::string::npos)
+      << r.warnings[0];
+  EXPECT_NE(r.warnings[1].find("train.initial_loss_scale has no effect with train.precision = \"bf16\""),
+            std::string::npos)
+      << r.warnings[1];
+  auto used = load(std::string(testing::kTrainJob) +
+                   "precision = \"fp16\"\ninitial_loss_scale = 1024\n[parallel]\nstrategy = \"fsdp2\"\n"
+                   "param_dtype = \"fp16\"\n");
+  EXPECT_TRUE(used.errors.empty()) << used.error_text();
+  EXPECT_TRUE(used.warnings.empty()) << used.warnings[0];
+  EXPECT_EQ(used.spec.train.precision, Precision::kFp16);
+  EXPECT_EQ(used.spec.train.initial_loss_scale, 1024.0);
+  EXPECT_EQ(used.spec.parallel.param_dtype, "fp16");
+}
+
+TEST(JobFileErrors, PrecisionOutsideItsChoices) {
+  auto r = load(std::string(testing::kTrainJob) + "precision = \"fp8\"\n");
+  error_with(r, "train.precision");
+}
+
 }  // namespace
 }  // namespace cohort::jobs
