@@ -72,6 +72,15 @@ class Backend {
   virtual std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) = 0;
   virtual void run_copy_plan(const CopyPlan& plan, float* dst, const void* src, DType src_dtype) = 0;
 
+  // Working weights (models/working_weights.h): `working` holds n values of
+  // `half` (kBF16 or kF16) mirroring master[0, n); registered, the linear
+  // layers read it as their weight operand while the matmul precision is
+  // that type, and adamw_update keeps the part it updates current. Whoever
+  // else writes the masters calls refresh_working_weights for what changed.
+  virtual void set_working_weights(const float* master, void* working, size_t n, DType half) = 0;
+  virtual void clear_working_weights(const float* master) = 0;
+  virtual void refresh_working_weights(const float* master, size_t n) = 0;
+
   // GEMM numerics for linear layers and attention (CPU: linear layers only;
   // its attention stays fp32). Default: the CPU backend kFp32, CUDA kBf16.
   virtual void set_matmul_precision(MatmulPrecision precision) = 0;

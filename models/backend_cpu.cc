@@ -22,6 +22,7 @@
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
 #include "models/tensor.h"
+#include "models/working_weights.h"
 
 namespace cohort::models {
 namespace {
@@ -69,6 +70,16 @@ class CpuBackend final : public Backend {
     for (const auto& r : static_cast<const CpuCopyPlan&>(plan).ranges)
       convert_to_f32(dst + r.dst_offset, static_cast<const char*>(src) + r.src_offset * element, src_dtype, r.n);
   }
+  void set_working_weights(const float* master, void* working, size_t n, DType half) override {
+    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
+    working_.add(master, working, n, half);
+    refresh_working_weights(master, n);
+  }
+  void clear_working_weights(const float* master) override { working_.remove(master); }
+  void refresh_working_weights(const float* master, size_t n) override {
+    auto hit = working_.find(master, n);
+    if (hit.working) convert_from_f32(hit.working, hit.dtype, master, n);
+  }
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
   MatmulPrecision matmul_precision() const override { return precision_; }
 
@@ -92,7 +103,7 @@ class CpuBackend final : public Backend {
                       int out) override {
     if (precision_ != MatmulPrecision::kFp32) {
       x = rounded(x, size_t(n) * in, &scratch_[0]);
-      w = rounded(w, size_t(out) * in, &scratch_[1]);
+      w = weight_operand(w, size_t(out) * in, &scratch_[1]);
     }
     cpu::linear_forward(y, x, w, b, n, in, out);
   }
@@ -100,7 +111,7 @@ class CpuBackend final : public Backend {
                        const float* w, int n, int in, int out) override {
     if (precision_ != MatmulPrecision::kFp32) {
       x = rounded(x, size_t(n) * in, &scratch_[0]);
-      w = rounded(w, size_t(out) * in, &scratch_[1]);
+      w = weight_operand(w, size_t(out) * in, &scratch_[1]);
       dy = rounded(dy, size_t(n) * out, &scratch_[2]);
     }
     cpu::linear_backward(dx, dw, db, dy, x, w, n, in, out);
@@ -156,6 +167,7 @@ class CpuBackend final : public Backend {
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                     const AdamWConfig& config, int64_t step, bool decay) override {
     cpu::adamw_update(params, grads, m, v, n, config, step, decay);
+    refresh_working_weights(params, n);
   }
   double sum_of_squares(const float* x, size_t n) override { return cpu::sum_of_squares(x, n); }
   double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) override {
@@ -179,8 +191,20 @@ class CpuBackend final : public Backend {
     return out;
   }
 
+  // A weight operand: its registered working copy widened (what a GPU reads
+  // as 16-bit values), or the master rounded now.
+  const float* weight_operand(const float* w, size_t n, std::vector<float>* scratch) const {
+    auto hit = working_.find(w, n);
+    if (!hit.working || hit.dtype != half_type()) return rounded(w, n, scratch);
+    scratch->resize(std::max(scratch->size(), n));
+    convert_to_f32(scratch->data(), hit.working, hit.dtype, n);
+    return scratch->data();
+  }
+  DType half_type() const { return precision_ == MatmulPrecision::kFp16 ? DType::kF16 : DType::kBF16; }
+
   MatmulPrecision precision_ = MatmulPrecision::kFp32;
   std::vector<float> scratch_[3];
+  WorkingWeights working_;
 };
 
 }  // namespace

@@ -53,8 +53,10 @@ DataParallel::~DataParallel() {
     if (g->pending_gather) (void)g->pending_gather->wait();
   }
   for (auto& w : unsettled_gathers_) (void)w->wait();
-  for (auto& g : groups_)
+  for (auto& g : groups_) {
+    if (g->working) backend_->clear_working_weights(g->full_params);
     for (float* p : g->persistent) backend_->free(p);
+  }
   for (float* p : pool_->all) backend_->free(p);
 }
 
@@ -121,6 +123,10 @@ Status DataParallel::setup() {
       backend_->copy(s.full_params, initial, spec.numel * sizeof(float));
       s.shard_params = s.layout.is_flat() ? s.full_params + own_offset : nullptr;
       s.gathered = true;
+      if (working_dtype() != models::DType::kF32) {
+        s.working = s.keep(*backend_, half_floats(padded));
+        backend_->set_working_weights(s.full_params, s.working, spec.numel, working_dtype());
+      }
     } else {
       s.shard_params = s.keep(*backend_, S);
       for (const auto& seg : s.layout.segments(dp_rank))
@@ -178,6 +184,21 @@ void DataParallel::begin_micro_step(int index) {
 }
 
 // ---- parameter gathering (zero3, fsdp2) ----
+
+models::DType DataParallel::working_dtype() const {
+  if (shard_params_ || !options_.keep_working_weights) return models::DType::kF32;
+  switch (backend_->matmul_precision()) {
+    case models::MatmulPrecision::kBf16: return models::DType::kBF16;
+    case models::MatmulPrecision::kFp16: return models::DType::kF16;
+    case models::MatmulPrecision::kFp32: return models::DType::kF32;
+  }
+  return models::DType::kF32;
+}
+
+void DataParallel::refresh_working(int group) {
+  GroupState& s = *groups_[group];
+  if (s.working) backend_->refresh_working_weights(s.full_params, s.spec->numel);
+}
 
 void DataParallel::refresh_half_shards() {
   if (!half_params()) return;

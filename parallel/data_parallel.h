@@ -71,6 +71,11 @@ struct DataParallelOptions {
   // zero3/fsdp2: the dtype parameters are all-gathered in (kF32, kBF16 or
   // kF16); the other strategies keep full fp32 parameters and ignore it.
   models::DType param_dtype = models::DType::kF32;
+  // ddp/zero1/zero2 with a 16-bit matmul precision: keep a working copy of
+  // the full parameters in that type (2 bytes a parameter), rewritten by the
+  // fused AdamW step, which the GEMMs read instead of casting the fp32
+  // masters on every use.
+  bool keep_working_weights = true;
 };
 
 struct StepOutcome {
@@ -142,6 +147,9 @@ class DataParallel {
   void start_gather(int group);
   void release_gathered(int group);
   bool half_params() const { return shard_params_ && options_.param_dtype != models::DType::kF32; }
+  // The working-copy type, or kF32 when none is kept.
+  models::DType working_dtype() const;
+  void refresh_working(int group);
   void refresh_half_shards();
   void acquire_grad_scratch(int group);
   void reduce_gradients(int group);

@@ -24,6 +24,9 @@ struct DataParallel::GroupState {
   // (persistent), and the half gather target while a gather is in flight.
   void* shard_half = nullptr;
   void* gather_half = nullptr;
+  // ddp/zero1/zero2 under a 16-bit matmul precision: the working copy of
+  // full_params (persistent, registered with the backend), or null.
+  void* working = nullptr;
   // Full gradients: persistent for ddp/zero1, a zeroed pool buffer during a
   // group's backward for zero2/zero3/fsdp2.
   float* full_grads = nullptr;

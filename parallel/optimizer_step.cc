@@ -181,6 +181,7 @@ Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, 
       size_t S = s.layout.shard_numel();
       COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
                                                     s.full_params, S, DType::kF32, options));
+      refresh_working(s.index);  // the other ranks' shards arrived in fp32
     }
   }
   clear_gradients();
@@ -202,6 +203,7 @@ MemoryReport DataParallel::memory() const {
     size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
     r.param_bytes += (shard_params_ ? S : padded) * sizeof(float);
     if (half_params()) r.param_bytes += S * models::dtype_size(options_.param_dtype);
+    if (s.working) r.param_bytes += padded * models::dtype_size(working_dtype());
     r.grad_bytes += (shard_grads_ ? S : padded) * sizeof(float);
     r.optimizer_bytes += 2 * (shard_optimizer_ ? S : padded) * sizeof(float);
   }
@@ -240,6 +242,7 @@ Status DataParallel::write_shard(int group, const std::vector<float>& params, co
     COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
                                                   s.full_params, S, DType::kF32, {}));
   }
+  refresh_working(group);
   return Status::ok();
 }
 

@@ -10,6 +10,7 @@
 #include "models/cuda/memory_pool.h"
 #include "models/cuda/op_times.h"
 #include "models/cuda_backend.h"
+#include "models/working_weights.h"
 #include "models/ops/adamw.cuh"
 #include "models/ops/attention.cuh"
 #include "models/ops/cross_entropy.cuh"
@@ -166,6 +167,16 @@ class CudaBackendImpl final : public CudaBackend {
     }
     check_launch();
   }
+  void set_working_weights(const float* master, void* working, size_t n, DType half) override {
+    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
+    working_.add(master, working, n, half);
+    refresh_working_weights(master, n);
+  }
+  void clear_working_weights(const float* master) override { working_.remove(master); }
+  void refresh_working_weights(const float* master, size_t n) override {
+    const auto hit = working_.find(master, n);
+    if (hit.working) cast_to_half(hit.working, hit.dtype, master, n);
+  }
   void set_matmul_precision(MatmulPrecision precision) override {
     precision_ = precision;
     half_.type = precision == MatmulPrecision::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -212,8 +223,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (precision_ == MatmulPrecision::kFp32) {
       cuda::linear_forward(blas_, stream_, y, x, w, b, n, in, out);
     } else {
-      ensure_half_operands(size_t(n) * in, size_t(out) * in, 0);
-      cuda::linear_forward_half(blas_, stream_, half_, y, x, w, b, n, in, out);
+      const void* working = working_for(w, size_t(out) * in);
+      ensure_half_operands(size_t(n) * in, working ? 0 : size_t(out) * in, 0);
+      cuda::linear_forward_half(blas_, stream_, half_, y, x, w, working, b, n, in, out);
     }
     check_launch();
   }
@@ -223,8 +235,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (precision_ == MatmulPrecision::kFp32) {
       cuda::linear_backward(blas_, stream_, dx, dw, db, dy, x, w, n, in, out);
     } else {
-      ensure_half_operands(size_t(n) * in, size_t(out) * in, size_t(n) * out);
-      cuda::linear_backward_half(blas_, stream_, half_, dx, dw, db, dy, x, w, n, in, out);
+      const void* working = working_for(w, size_t(out) * in);
+      ensure_half_operands(size_t(n) * in, working ? 0 : size_t(out) * in, size_t(n) * out);
+      cuda::linear_backward_half(blas_, stream_, half_, dx, dw, db, dy, x, w, working, n, in, out);
     }
     check_launch();
   }
@@ -324,8 +337,16 @@ class CudaBackendImpl final : public CudaBackend {
     const float bc1 = 1.0f - std::pow(c.beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(c.beta2, static_cast<float>(step));
     const float decay_factor = decay ? 1.0f - c.lr * c.weight_decay : 1.0f;
-    cuda::adamw_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
-        params, grads, m, v, n, c.lr, c.beta1, c.beta2, c.eps, decay_factor, bc1, bc2);
+    const auto hit = working_.find(params, n);
+    if (hit.working && hit.dtype == DType::kF16) {
+      cuda::adamw_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          params, grads, m, v, n, c.lr, c.beta1, c.beta2, c.eps, decay_factor, bc1, bc2,
+          static_cast<__half*>(hit.working));
+    } else {
+      cuda::adamw_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          params, grads, m, v, n, c.lr, c.beta1, c.beta2, c.eps, decay_factor, bc1, bc2,
+          static_cast<__nv_bfloat16*>(hit.working));
+    }
     check_launch();
   }
   double sum_of_squares(const float* x, size_t n) override {
@@ -368,6 +389,13 @@ class CudaBackendImpl final : public CudaBackend {
     return dim >= 256 ? kNormBlock : static_cast<unsigned>(std::max(32, (dim + 31) / 32 * 32));
   }
   static void check_launch() { COHORT_CUDA_CHECK(cudaGetLastError()); }
+  // The registered working copy of a weight operand, when it is in the
+  // type the GEMMs now take.
+  const void* working_for(const float* w, size_t n) const {
+    const auto hit = working_.find(w, n);
+    const DType want = precision_ == MatmulPrecision::kFp16 ? DType::kF16 : DType::kBF16;
+    return hit.working && hit.dtype == want ? hit.working : nullptr;
+  }
   // The linear layers' 16-bit operand copies; each grows to the largest
   // call's size during the first step and is reused after.
   void ensure_half_operands(size_t x, size_t w, size_t dy) {
@@ -400,6 +428,7 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   cuda::Blas blas_;
   cuda::HalfOperands half_;
+  WorkingWeights working_;
   size_t half_capacity_[3] = {0, 0, 0};
   MatmulPrecision precision_ = MatmulPrecision::kBf16;
   int max_shared_ = 48 * 1024;

@@ -7,9 +7,12 @@
 
 namespace cohort::models::cuda {
 
+// `working` (may be null): the 16-bit working copy of p, rewritten in the
+// same pass.
+template <typename Half>
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float lr,
                              float beta1, float beta2, float eps, float decay_factor, float bc1,
-                             float bc2) {
+                             float bc2, Half* working) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float gi = g[i];
@@ -17,7 +20,9 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay_factor - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    const float pi = p[i] * decay_factor - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    p[i] = pi;
+    if (working) working[i] = static_cast<Half>(pi);
   }
 }
 

@@ -89,11 +89,19 @@ inline Operand to_half(const HalfOperands& h, void* dst, const float* src, size_
   return {dst, h.type};
 }
 
+// `w_working`: the weights' registered 16-bit working copy, or null to cast
+// them now.
+inline Operand weight_operand(const HalfOperands& ops, const void* w_working, const float* w,
+                              size_t n, cudaStream_t stream) {
+  if (w_working) return {w_working, ops.type};
+  return to_half(ops, ops.w, w, n, stream);
+}
+
 inline void linear_forward_half(const Blas& h, cudaStream_t stream, const HalfOperands& ops,
-                                float* y, const float* x, const float* w, const float* b, int n,
-                                int in, int out) {
+                                float* y, const float* x, const float* w, const void* w_working,
+                                const float* b, int n, int in, int out) {
   const Operand xh = to_half(ops, ops.x, x, static_cast<size_t>(n) * in, stream);
-  const Operand wh = to_half(ops, ops.w, w, static_cast<size_t>(out) * in, stream);
+  const Operand wh = weight_operand(ops, w_working, w, static_cast<size_t>(out) * in, stream);
   gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.0f, wh, in, xh, in, 0.0f, y, out,
           CUBLAS_COMPUTE_32F);
   if (b)
@@ -102,10 +110,10 @@ inline void linear_forward_half(const Blas& h, cudaStream_t stream, const HalfOp
 
 inline void linear_backward_half(const Blas& h, cudaStream_t stream, const HalfOperands& ops,
                                  float* dx, float* dw, float* db, const float* dy, const float* x,
-                                 const float* w, int n, int in, int out) {
+                                 const float* w, const void* w_working, int n, int in, int out) {
   const Operand dyh = to_half(ops, ops.dy, dy, static_cast<size_t>(n) * out, stream);
   if (dx) {
-    const Operand wh = to_half(ops, ops.w, w, static_cast<size_t>(out) * in, stream);
+    const Operand wh = weight_operand(ops, w_working, w, static_cast<size_t>(out) * in, stream);
     gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, wh, in, dyh, out, 1.0f, dx, in,
             CUBLAS_COMPUTE_32F);
   }

@@ -101,6 +101,40 @@ TEST_F(CudaParity, EveryMatmulPrecisionMatchesTheCpuEmulation) {
   gpu_->set_matmul_precision(MatmulPrecision::kBf16);
 }
 
+// A registered working copy is what the linear layers read (the same values
+// a cast at use would give, so the same outputs), and AdamW rewrites it.
+TEST_F(CudaParity, WorkingWeightsServeTheGemmsAndFollowAdamW) {
+  const int n = 64, in = 128, out_dim = 96;
+  auto x = testing::random_vector(n * in, 21), w = testing::random_vector(out_dim * in, 22);
+  auto dy = testing::random_vector(n * out_dim, 23), g = testing::random_vector(out_dim * in, 24);
+  gpu_->set_matmul_precision(MatmulPrecision::kBf16);
+  float *gx = up(x), *gw = up(w), *gdy = up(dy);
+  auto run = [&] {
+    float *gy = up(std::vector<float>(n * out_dim)), *gdx = up(std::vector<float>(n * in));
+    float* gdw = up(std::vector<float>(out_dim * in));
+    gpu_->linear_forward(gy, gx, gw, nullptr, n, in, out_dim);
+    gpu_->linear_backward(gdx, gdw, nullptr, gdy, gx, gw, n, in, out_dim);
+    return std::vector<std::vector<float>>{down(gy, n * out_dim), down(gdx, n * in), down(gdw, out_dim * in)};
+  };
+  auto cast_at_use = run();
+  auto* working = static_cast<uint16_t*>(gpu_->alloc(w.size() * 2));
+  gpu_->set_working_weights(gw, working, w.size(), DType::kBF16);
+  EXPECT_EQ(run(), cast_at_use);
+  // A stale copy would show: the GEMMs must be reading it.
+  gpu_->zero(working, w.size() * 2);
+  EXPECT_NE(run(), cast_at_use);
+  gpu_->refresh_working_weights(gw, w.size());
+  EXPECT_EQ(run(), cast_at_use);
+  float *gg = up(g), *gm = up(std::vector<float>(w.size())), *gv = up(std::vector<float>(w.size()));
+  gpu_->adamw_update(gw, gg, gm, gv, w.size(), AdamWConfig{}, 1, true);
+  std::vector<uint16_t> got(w.size()), want(w.size());
+  gpu_->copy_to_host(got.data(), working, w.size() * 2);
+  auto updated = down(gw, w.size());
+  for (size_t i = 0; i < w.size(); ++i) want[i] = f32_to_bf16(updated[i]);
+  EXPECT_EQ(got, want);
+  gpu_->clear_working_weights(gw);
+}
+
 TEST_F(CudaParity, HalfCastsMatchTheCpu) {
   auto x = testing::random_vector(1000, 14);
   x[0] = 70000.0f;  // beyond fp16's range

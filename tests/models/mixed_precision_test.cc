@@ -111,6 +111,37 @@ TEST(CpuMatmulPrecision, Fp16OverflowsAndUnderflows) {
   EXPECT_NEAR(dx / 65536.0f, 1e-8f, 1e-11f);
 }
 
+// Registered working weights are what the linear layers read; AdamW keeps
+// them current; a weight outside every registered range is rounded at use.
+TEST(CpuWorkingWeights, ServeTheGemmsAndFollowAdamW) {
+  auto backend = make_cpu_backend();
+  backend->set_matmul_precision(MatmulPrecision::kFp16);
+  const int n = 2, in = 3, out = 2;
+  std::vector<float> x = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  std::vector<float> w = {1.0001f, -2.0002f, 3.0003f, 0.25f, 0.5f, 0.75f};
+  auto forward = [&] {
+    std::vector<float> y(n * out);
+    backend->linear_forward(y.data(), x.data(), w.data(), nullptr, n, in, out);
+    return y;
+  };
+  auto rounded_at_use = forward();
+  std::vector<uint16_t> working(w.size());
+  backend->set_working_weights(w.data(), working.data(), w.size(), DType::kF16);
+  EXPECT_EQ(working[0], f32_to_f16(w[0]));
+  EXPECT_EQ(forward(), rounded_at_use);
+  std::fill(working.begin(), working.end(), 0);  // stale on purpose: the GEMM must read it
+  EXPECT_EQ(forward(), std::vector<float>(n * out, 0.0f));
+  backend->refresh_working_weights(w.data() + 2, 4);  // a part of the range
+  EXPECT_EQ(working[1], 0);
+  EXPECT_EQ(working[2], f32_to_f16(w[2]));
+  std::vector<float> g(w.size(), 0.5f), m(w.size()), v(w.size());
+  backend->adamw_update(w.data(), g.data(), m.data(), v.data(), w.size(), AdamWConfig{}, 1, false);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(working[i], f32_to_f16(w[i])) << i;
+  backend->clear_working_weights(w.data());
+  std::fill(working.begin(), working.end(), 0);
+  EXPECT_NE(forward(), std::vector<float>(n * out, 0.0f));
+}
+
 TEST(BackendCasts, RoundTripThroughHalfTypes) {
   auto backend = make_cpu_backend();
   std::vector<float> src = {0.0f, 1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f, 1e5f};

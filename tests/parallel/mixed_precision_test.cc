@@ -6,7 +6,10 @@
 //  - fp16 GEMMs (emulated on CPU) with a loss scale and fp16 gathers give the
 //    same training on 2 ranks as on 1;
 //  - a step with non-finite gradients is skipped on every rank, training
-//    carries on.
+//    carries on;
+//  - the 16-bit working copies that ddp/zero1/zero2 keep (rewritten by
+//    AdamW, refreshed after gathers) give exactly the training that rounding
+//    the fp32 masters at every use gives.
 #include <cmath>
 #include <string>
 
@@ -93,6 +96,17 @@ TEST(MixedPrecision, NonFiniteGradientsSkipTheStepEverywhere) {
     EXPECT_NE(poisoned.losses[3], clean.losses[3]) << strategy;
     for (const auto& [name, values] : poisoned.params)
       for (float v : values) ASSERT_TRUE(std::isfinite(v)) << strategy << " " << name;
+  }
+}
+
+TEST(MixedPrecision, WorkingWeightsEqualRoundingTheMastersAtEveryUse) {
+  Env fp16 = {{"COHORT_TEST_MATMUL", "fp16"}, {"COHORT_TEST_LOSS_SCALE", "1024"}};
+  Env without = fp16;
+  without.push_back({"COHORT_TEST_NO_WORKING_WEIGHTS", "1"});
+  for (std::string strategy : {"ddp", "zero1", "zero2"}) {
+    WorkerRun kept = run("working", strategy, 2, 2, fp16);
+    WorkerRun rounded = run("rounded", strategy, 2, 2, without);
+    expect_same_training(rounded, kept, 0, 0, strategy + " with working weights");
   }
 }
 

@@ -10,7 +10,8 @@
 // fp16: the backend's GEMM precision), COHORT_TEST_PARAM_DTYPE (bf16 | fp16:
 // zero3/fsdp2 gather dtype), COHORT_TEST_LOSS_SCALE (the loss is multiplied
 // by it, finish_step divides it out) and COHORT_TEST_POISON_STEP (that
-// step's loss scale is infinite, so its gradients are not finite).
+// step's loss scale is infinite, so its gradients are not finite);
+// COHORT_TEST_NO_WORKING_WEIGHTS=1 turns the 16-bit working copies off.
 // Each losses line: step, loss, gradient norm (-1 when skipped), applied.
 #include <cmath>
 #include <cstdio>
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
   pc.data_parallel.param_dtype = param_dtype == "bf16"   ? models::DType::kBF16
                                  : param_dtype == "fp16" ? models::DType::kF16
                                                          : models::DType::kF32;
+  pc.data_parallel.keep_working_weights = env_or("COHORT_TEST_NO_WORKING_WEIGHTS", "0") != "1";
   pc.data_parallel.stream = stream;
   pc.tensor_parallel = tp;
   pc.data_parallel.strategy = *strategy;
