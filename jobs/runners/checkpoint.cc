@@ -130,6 +130,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                   {"step", position.step},
                   {"data_seed", position.data_seed},
                   {"data_step", position.data_step},
+                  {"optimizer_steps", position.optimizer_steps},
                   {"strategy", strategy},
                   {"world", world.size()},
                   {"dp", pm.mesh->dims().dp},
@@ -175,6 +176,7 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
   position.step = index.at("step").get<int64_t>();
   position.data_seed = index.at("data_seed").get<uint64_t>();
   position.data_step = index.at("data_step").get<int64_t>();
+  position.optimizer_steps = index.value("optimizer_steps", position.step);
   if (index.contains("loss_scaler")) {
     const json& ls = index.at("loss_scaler");
     position.loss_scaler = models::LossScalerState{ls.at("scale").get<double>(), ls.at("finite_steps").get<int64_t>()};

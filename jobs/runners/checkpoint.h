@@ -52,6 +52,9 @@ struct TrainPosition {
   int64_t step = 0;            // optimizer steps completed
   uint64_t data_seed = 0;      // the sampler's seed (its RNG state is (seed, step))
   int64_t data_step = 0;       // the sampler's next step
+  // Updates applied (AdamW's bias-correction count): `step` less the steps
+  // skipped for non-finite gradients. Older checkpoints lack it: = step.
+  int64_t optimizer_steps = 0;
   // fp16 loss scaling: the scale and its finite-step count (absent in
   // checkpoints of bf16/fp32 runs; a resumed fp16 run then starts afresh).
   std::optional<models::LossScalerState> loss_scaler;

@@ -83,6 +83,9 @@ class Trainer {
   std::unique_ptr<TrainReporter> reporter_;
   std::optional<models::LossScaler> scaler_;  // fp16 only
   int dp_ = 1, dp_rank_ = 0, accumulation_ = 1, start_step_ = 0, last_saved_ = -1;
+  // Updates applied so far: a skipped step (non-finite gradients) does not
+  // count, so AdamW's bias correction starts at 1 with the first real update.
+  int64_t optimizer_steps_ = 0;
   std::vector<int32_t> inputs_, targets_;
   double last_loss_ = 0;
 };
@@ -130,6 +133,7 @@ Status Trainer::setup() {
   if (!resume_from.empty()) {
     COHORT_ASSIGN_OR_RETURN(TrainPosition position, restore_checkpoint(resume_from, pm_));
     start_step_ = int(position.step);
+    optimizer_steps_ = position.optimizer_steps;
     last_saved_ = start_step_;
     COHORT_RETURN_IF_ERROR(sampler_->restore({position.data_seed, position.data_step}));
     if (scaler_ && position.loss_scaler) COHORT_RETURN_IF_ERROR(scaler_->restore(*position.loss_scaler));
@@ -166,7 +170,8 @@ Status Trainer::train_step(int step) {
   }
   models::AdamWConfig adamw{float(lr), float(t_.beta1), float(t_.beta2), 1e-8f, float(t_.weight_decay)};
   COHORT_ASSIGN_OR_RETURN(parallel::StepOutcome outcome,
-                          dp.finish_step(adamw, float(t_.grad_clip), step + 1, loss_scale));
+                          dp.finish_step(adamw, float(t_.grad_clip), optimizer_steps_ + 1, loss_scale));
+  if (outcome.applied) ++optimizer_steps_;
   if (scaler_) scaler_->update(outcome.applied);
   else if (!outcome.applied && ctx_.world.rank == 0)
     spdlog::warn("step {}: gradients are not finite; the update was skipped", step + 1);
@@ -209,7 +214,7 @@ Result<double> Trainer::evaluate() {
 }
 
 Status Trainer::checkpoint(int steps_done) {
-  TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), std::nullopt};
+  TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), optimizer_steps_, std::nullopt};
   if (scaler_) position.loss_scaler = scaler_->state();
   COHORT_ASSIGN_OR_RETURN(std::string dir, save_checkpoint(spec_.job.output_dir, config_, pm_, position,
                                                            jobs::to_string(spec_.parallel.strategy), *ctx_.world.cpu));

@@ -123,6 +123,12 @@ TEST(Fp16LossScaling, SkipsOverflowsTrainsAndResumesWithTheSameScale) {
   EXPECT_GE(skipped, 2);
   EXPECT_LT(skipped, 16);
   EXPECT_LT(rows.at(24)["loss"].get<double>(), 0.9 * rows.at(first_applied)["loss"].get<double>());
+  // Skipped steps are not optimizer steps: AdamW's bias correction counts updates only.
+  std::ifstream index_file(fs::path(runners::latest_checkpoint((scratch_dir("fp16_straight") / "out").string())) /
+                           "index.json");
+  auto index = nlohmann::json::parse(index_file);
+  EXPECT_EQ(index["step"].get<int>(), 24);
+  EXPECT_EQ(index["optimizer_steps"].get<int>(), 24 - skipped);
 
   Outcome resumed = interrupted("fp16_resumed", job, 2, /*victim=*/1, /*after_step=*/8, 2);
   expect_same_losses(straight, resumed, 1e-6);
