@@ -176,11 +176,13 @@ class Matrix {
         in);
   }
 
-  // Several operations in flight at once, then waited in order.
+  // Several operations in flight at once, then waited in order; the last
+  // issued with `overlap` and ordered through wait_on_stream (the default
+  // stream, which the download follows) instead of a host wait.
   void async_batch(size_t n) {
     DType t = DType::kF32;
-    Buffer a(memory_, t, n), b(memory_, t, n), c(memory_, t, n);
-    for (Buffer* x : {&a, &b, &c}) {
+    Buffer a(memory_, t, n), b(memory_, t, n), c(memory_, t, n), d(memory_, t, n);
+    for (Buffer* x : {&a, &b, &c, &d}) {
       fill(t, x->host.data(), comm_.rank(), n);
       x->push();
     }
@@ -189,11 +191,15 @@ class Matrix {
     auto wa = comm_.all_reduce_async(a.ptr(), a.ptr(), n, t, sum);
     auto wb = comm_.all_reduce_async(b.ptr(), b.ptr(), n, t, mx);
     auto wc = comm_.all_reduce_async(c.ptr(), c.ptr(), n, t, sum);
+    AllReduceOptions overlapped;
+    overlapped.overlap = true;
+    auto wd = comm_.all_reduce_async(d.ptr(), d.ptr(), n, t, overlapped);
     Status s = wa->wait();
     if (s.is_ok()) s = wb->wait();
     if (s.is_ok()) s = wc->wait();
+    if (s.is_ok()) s = wd->wait_on_stream(nullptr);
     if (!run("async batch", t, n, s)) return;
-    for (auto* x : {&a, &b, &c}) x->pull();
+    for (auto* x : {&a, &b, &c, &d}) x->pull();
     check(
         "async batch a", t, n,
         [&](size_t i) { return expected_reduce(t, ReduceOp::kSum, comm_.size(), i); }, a);
@@ -203,6 +209,10 @@ class Matrix {
     check(
         "async batch c", t, n,
         [&](size_t i) { return expected_reduce(t, ReduceOp::kSum, comm_.size(), i); }, c);
+    check(
+        "async batch d (overlap)", t, n,
+        [&](size_t i) { return expected_reduce(t, ReduceOp::kSum, comm_.size(), i); }, d);
+    if (s = wd->wait(); !s.is_ok()) fail("async batch d: wait after wait_on_stream: " + s.to_string());
   }
 
   void barrier() { run("barrier", DType::kU8, 0, comm_.barrier()); }
