@@ -15,6 +15,19 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// Larger weight first, lower id on ties: the order top_k and top_p cut in.
+bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// Sorts the `head` largest of [begin, end) into its front, in order.
+template <typename It>
+void sort_head(It begin, It end, size_t head) {
+  const It mid = begin + static_cast<std::ptrdiff_t>(std::min<size_t>(head, end - begin));
+  if (mid < end) std::nth_element(begin, mid, end, before);
+  std::sort(begin, mid, before);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -32,33 +45,34 @@ int32_t TokenSampler::sample(const float* logits, int vocab) {
   if (params_.temperature <= 0.0f) {
     return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
   }
+  const float inv_t = 1.0f / params_.temperature;
+  const float mx = *std::max_element(logits, logits + vocab) * inv_t;
   candidates_.resize(vocab);
-  for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
+  for (int i = 0; i < vocab; ++i) candidates_[i] = {std::exp(logits[i] * inv_t - mx), i};
   size_t keep = candidates_.size();
+  const auto first = candidates_.begin();
+  bool sorted = false;  // candidates_[0, keep) in `before` order
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
     keep = params_.top_k;
-    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    sort_head(first, candidates_.end(), keep);
+    sorted = true;
   }
-  const float mx = candidates_[0].first;
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    candidates_[i].first = std::exp(candidates_[i].first - mx);
-    total += candidates_[i].first;
-  }
+  for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
   if (params_.top_p < 1.0f) {
-    // Smallest prefix (by probability) whose mass reaches top_p; at least one.
-    double mass = 0;
-    size_t n = 0;
-    while (n < keep) {
-      mass += candidates_[n++].first / total;
-      if (mass >= params_.top_p) break;
+    // The smallest most-likely set holding top_p of the mass: grow a sorted
+    // head until it does (the mass usually sits in a few hundred tokens).
+    const double target = params_.top_p * total;
+    size_t head = sorted ? keep : std::min<size_t>(256, keep), n = 0;
+    while (true) {
+      if (!sorted) sort_head(first, first + static_cast<std::ptrdiff_t>(keep), head);
+      double mass = 0;
+      n = 0;
+      while (n < head && mass < target) mass += candidates_[n++].first;
+      if (mass >= target || head == keep) break;
+      head = std::min(head * 8, keep);
     }
-    keep = n;
+    keep = std::max<size_t>(n, 1);
     total = 0;
     for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
   }

@@ -6,7 +6,10 @@
 // to the smallest set whose probability reaches top_p (1 = all), drawn with a
 // seeded generator. Each sequence has its own generator (seed + sequence
 // index), so a sequence's tokens do not depend on what it is batched with,
-// and tensor-parallel ranks, seeing identical logits, agree.
+// and tensor-parallel ranks, seeing identical logits, agree. It never sorts
+// the whole vocabulary: top_k is a selection, top_p grows a sorted head
+// until it holds the mass, and untruncated sampling walks the ids in order —
+// microseconds rather than milliseconds per token at 152k-token vocabularies.
 //
 // generate() prefills each prompt into its own cache slot, then decodes all
 // unfinished sequences together one token per step.
@@ -36,7 +39,7 @@ class TokenSampler {
  private:
   SamplingParams params_;
   uint64_t state_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // (probability weight, id)
 };
 
 struct GenerationOptions {

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <deque>
 
-#include "jobs/runners/infer_sampler.h"
 
 namespace cohort::runners {
 namespace {
@@ -50,7 +49,7 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
   // gather is a collective).
   const bool greedy_only = options.sampling.temperature <= 0 && !options.return_logits;
   std::vector<SequenceOutput> out(prompts.size());
-  std::vector<FastSampler> samplers;
+  std::vector<models::TokenSampler> samplers;
   for (const Prompt& p : prompts) {
     samplers.emplace_back(options.sampling, static_cast<uint64_t>(p.index));
   }
