@@ -23,16 +23,6 @@ int visible_gpus() {
   return n;
 }
 
-std::string describe(const std::vector<ProcessResult>& results) {
-  std::string out;
-  for (size_t i = 0; i < results.size(); ++i) {
-    out += "--- rank " + std::to_string(i) + " exit " + std::to_string(results[i].exit_code) +
-           " signal " + std::to_string(results[i].signal) +
-           (results[i].timed_out ? " TIMED OUT" : "") + "\n" + results[i].output;
-  }
-  return out;
-}
-
 std::vector<ProcessResult> run_nccl(const std::vector<std::string>& args,
                                     std::chrono::seconds timeout) {
   auto server = store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), {});

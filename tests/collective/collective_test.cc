@@ -18,16 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string describe(const std::vector<ProcessResult>& results) {
-  std::string out;
-  for (size_t i = 0; i < results.size(); ++i) {
-    out += "--- process " + std::to_string(i) + " exit " + std::to_string(results[i].exit_code) +
-           " signal " + std::to_string(results[i].signal) +
-           (results[i].timed_out ? " TIMED OUT" : "") + "\n" + results[i].output;
-  }
-  return out;
-}
-
 // Gloo ranks, bootstrapped as cohort's agent would: COHORT_STORE pointing
 // at a TcpStoreServer this test hosts.
 std::vector<ProcessResult> run_gloo(int world, const std::vector<std::string>& args,

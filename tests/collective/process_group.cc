@@ -100,4 +100,14 @@ std::vector<ProcessResult> run_processes(const std::vector<ProcessSpec>& specs,
   return results;
 }
 
+std::string describe(const std::vector<ProcessResult>& results) {
+  std::string out;
+  for (size_t i = 0; i < results.size(); ++i) {
+    out += "--- process " + std::to_string(i) + " exit " + std::to_string(results[i].exit_code) +
+           " signal " + std::to_string(results[i].signal) +
+           (results[i].timed_out ? " TIMED OUT" : "") + "\n" + results[i].output;
+  }
+  return out;
+}
+
 }  // namespace cohort::collective::testing

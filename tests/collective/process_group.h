@@ -28,6 +28,9 @@ struct ProcessResult {
 std::vector<ProcessResult> run_processes(const std::vector<ProcessSpec>& specs,
                                          std::chrono::seconds timeout);
 
+// Every process's exit, signal and output, for a failing assertion's message.
+std::string describe(const std::vector<ProcessResult>& results);
+
 // The path of a binary built beside the tests.
 std::string test_binary(const std::string& name);
 
