@@ -28,6 +28,8 @@ namespace cohort::models {
 // infinity beyond 65504, which is what loss scaling guards against.
 enum class MatmulPrecision { kFp32, kBf16, kFp16 };
 const char* matmul_precision_name(MatmulPrecision precision);
+// The type GEMM operands are rounded to: kF32, kBF16 or kF16.
+DType matmul_operand_dtype(MatmulPrecision precision);
 
 // A range of floats in backend memory.
 struct FloatRange {

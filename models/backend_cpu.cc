@@ -195,12 +195,11 @@ class CpuBackend final : public Backend {
   // as 16-bit values), or the master rounded now.
   const float* weight_operand(const float* w, size_t n, std::vector<float>* scratch) const {
     auto hit = working_.find(w, n);
-    if (!hit.working || hit.dtype != half_type()) return rounded(w, n, scratch);
+    if (!hit.working || hit.dtype != matmul_operand_dtype(precision_)) return rounded(w, n, scratch);
     scratch->resize(std::max(scratch->size(), n));
     convert_to_f32(scratch->data(), hit.working, hit.dtype, n);
     return scratch->data();
   }
-  DType half_type() const { return precision_ == MatmulPrecision::kFp16 ? DType::kF16 : DType::kBF16; }
 
   MatmulPrecision precision_ = MatmulPrecision::kFp32;
   std::vector<float> scratch_[3];
@@ -216,6 +215,15 @@ const char* matmul_precision_name(MatmulPrecision precision) {
     case MatmulPrecision::kFp16: return "fp16";
   }
   return "?";
+}
+
+DType matmul_operand_dtype(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kFp32: return DType::kF32;
+    case MatmulPrecision::kBf16: return DType::kBF16;
+    case MatmulPrecision::kFp16: return DType::kF16;
+  }
+  return DType::kF32;
 }
 
 std::unique_ptr<Backend> make_cpu_backend() {

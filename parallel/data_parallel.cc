@@ -187,12 +187,7 @@ void DataParallel::begin_micro_step(int index) {
 
 models::DType DataParallel::working_dtype() const {
   if (shard_params_ || !options_.keep_working_weights) return models::DType::kF32;
-  switch (backend_->matmul_precision()) {
-    case models::MatmulPrecision::kBf16: return models::DType::kBF16;
-    case models::MatmulPrecision::kFp16: return models::DType::kF16;
-    case models::MatmulPrecision::kFp32: return models::DType::kF32;
-  }
-  return models::DType::kF32;
+  return models::matmul_operand_dtype(backend_->matmul_precision());
 }
 
 void DataParallel::refresh_working(int group) {

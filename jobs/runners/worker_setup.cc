@@ -71,12 +71,7 @@ models::DType training_param_dtype(const jobs::JobSpec& spec, bool gpu) {
   if (d == "bf16") return models::DType::kBF16;
   if (d == "fp16") return models::DType::kF16;
   if (d == "fp32") return models::DType::kF32;
-  switch (training_matmul_precision(spec, gpu)) {
-    case models::MatmulPrecision::kBf16: return models::DType::kBF16;
-    case models::MatmulPrecision::kFp16: return models::DType::kF16;
-    case models::MatmulPrecision::kFp32: return models::DType::kF32;
-  }
-  return models::DType::kF32;
+  return models::matmul_operand_dtype(training_matmul_precision(spec, gpu));
 }
 
 Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,

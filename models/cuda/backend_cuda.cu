@@ -393,8 +393,7 @@ class CudaBackendImpl final : public CudaBackend {
   // type the GEMMs now take.
   const void* working_for(const float* w, size_t n) const {
     const auto hit = working_.find(w, n);
-    const DType want = precision_ == MatmulPrecision::kFp16 ? DType::kF16 : DType::kBF16;
-    return hit.working && hit.dtype == want ? hit.working : nullptr;
+    return hit.working && hit.dtype == matmul_operand_dtype(precision_) ? hit.working : nullptr;
   }
   // The linear layers' 16-bit operand copies; each grows to the largest
   // call's size during the first step and is reused after.
