@@ -97,6 +97,34 @@ std::string latest_checkpoint(const std::string& output_dir) {
   return fs::exists(dir / "index.json") ? dir.string() : "";
 }
 
+namespace {
+
+// Step, data position, optimizer step count and loss-scaler state; an error
+// names the index file and the field.
+Result<TrainPosition> parse_position(const json& index, const std::string& dir) {
+  const char* field = "step";
+  try {
+    TrainPosition position;
+    position.step = index.at(field).get<int64_t>();
+    field = "data_seed";
+    position.data_seed = index.at(field).get<uint64_t>();
+    field = "data_step";
+    position.data_step = index.at(field).get<int64_t>();
+    field = "optimizer_steps";
+    position.optimizer_steps = index.value(field, position.step);
+    field = "loss_scaler";
+    if (index.contains(field)) {
+      const json& ls = index.at(field);
+      position.loss_scaler = models::LossScalerState{ls.at("scale").get<double>(), ls.at("finite_steps").get<int64_t>()};
+    }
+    return position;
+  } catch (const json::exception& e) {
+    return invalid_argument(fmt::format("{}/index.json: field '{}': {}", dir, field, e.what()));
+  }
+}
+
+}  // namespace
+
 Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoint_dir) {
   COHORT_ASSIGN_OR_RETURN(json index, read_index(checkpoint_dir));
   auto config = models::parse_hf_config(index.at("config").dump(), 1 << 20);
@@ -152,6 +180,8 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
 
 Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::ParallelModel& pm) {
   COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
+  // The position first: a damaged index is refused before any shard is touched.
+  COHORT_ASSIGN_OR_RETURN(TrainPosition position, parse_position(index, dir));
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
   const auto& layout = pm.model->layout();
   for (int g = 0; g < pm.model->num_groups(); ++g) {
@@ -171,15 +201,6 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
       }
     }
     COHORT_RETURN_IF_ERROR(pm.data_parallel->write_shard(g, owned[0], owned[1], owned[2]));
-  }
-  TrainPosition position;
-  position.step = index.at("step").get<int64_t>();
-  position.data_seed = index.at("data_seed").get<uint64_t>();
-  position.data_step = index.at("data_step").get<int64_t>();
-  position.optimizer_steps = index.value("optimizer_steps", position.step);
-  if (index.contains("loss_scaler")) {
-    const json& ls = index.at("loss_scaler");
-    position.loss_scaler = models::LossScalerState{ls.at("scale").get<double>(), ls.at("finite_steps").get<int64_t>()};
   }
   spdlog::info("resumed from {} (step {}, saved by {} at world {} = dp {} × tp {})", dir, position.step,
                index.value("strategy", "?"), index.value("world", 0), index.value("dp", 0), index.value("tp", 0));

@@ -136,7 +136,10 @@ Status Trainer::setup() {
     optimizer_steps_ = position.optimizer_steps;
     last_saved_ = start_step_;
     COHORT_RETURN_IF_ERROR(sampler_->restore({position.data_seed, position.data_step}));
-    if (scaler_ && position.loss_scaler) COHORT_RETURN_IF_ERROR(scaler_->restore(*position.loss_scaler));
+    if (scaler_ && position.loss_scaler) {
+      Status restored = scaler_->restore(*position.loss_scaler);
+      if (!restored.is_ok()) return restored.with_context(resume_from + "/index.json");
+    }
   }
   dp_rank_ = pm_.mesh->dp_rank();
   reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every);

@@ -138,5 +138,46 @@ TEST(Fp16LossScaling, SkipsOverflowsTrainsAndResumesWithTheSameScale) {
     EXPECT_EQ(resumed_rows.at(step)["loss_scale"], row["loss_scale"]) << "step " << step;
 }
 
+// One worker rank, its output captured.
+std::string run_one_rank(const fs::path& job, int* exit_code) {
+  std::string command = "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                        std::to_string(pick_port());
+  for (const auto& [k, v] : worker_env()) command += " " + k + "=" + v;
+  command += " " + worker_binary() + " " + job.string() + " 2>&1";
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  *exit_code = ::pclose(pipe);
+  return output;
+}
+
+// A damaged checkpoint index is refused with the file and field named, before
+// anything is loaded or written: the checkpoint and `latest` stay as they were.
+TEST(ResumeFromDamagedIndex, NamesTheFileAndFieldAndKeepsTheCheckpoint) {
+  TrainJob job;
+  job.precision = "fp16";
+  job.steps = 4;
+  uninterrupted("damaged_index", job, 1);
+  fs::path out = scratch_dir("damaged_index") / "out";
+  fs::path index_path = out / "checkpoints" / "step-4" / "index.json";
+  nlohmann::json index = nlohmann::json::parse(std::ifstream(index_path));
+  ASSERT_TRUE(index.contains("loss_scaler"));
+  index["loss_scaler"]["scale"] = "large";
+  std::ofstream(index_path) << index.dump(1);
+  job.steps = 8;
+  fs::path file = write_job(scratch_dir("damaged_index"), job);
+  int exit_code = 0;
+  std::string output = run_one_rank(file, &exit_code);
+  EXPECT_NE(exit_code, 0) << output;
+  EXPECT_NE(output.find("step-4/index.json: field 'loss_scaler'"), std::string::npos) << output;
+  std::ifstream latest(out / "checkpoints" / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step-4");
+  EXPECT_FALSE(fs::exists(out / "checkpoints" / "step-8"));
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(index_path)), index);
+}
+
 }  // namespace
 }  // namespace cohort::testing
