@@ -22,18 +22,10 @@ namespace {
 
 using testing::Env;
 using testing::WorkerRun;
+using testing::expect_same_training;
 
 constexpr int kSteps = 10;
 constexpr int kGlobalBatch = 8;
-
-void expect_same_training(const WorkerRun& want, const WorkerRun& got, double loss_rel, double param_abs,
-                          const std::string& what) {
-  ASSERT_EQ(want.losses.size(), size_t(kSteps)) << what;
-  ASSERT_EQ(got.losses.size(), size_t(kSteps)) << what;
-  for (int s = 0; s < kSteps; ++s)
-    EXPECT_NEAR(got.losses[s], want.losses[s], loss_rel * std::abs(want.losses[s])) << what << " step " << s + 1;
-  EXPECT_LE(testing::max_param_difference(want.params, got.params), param_abs) << what;
-}
 
 WorkerRun run(const std::string& tag, const std::string& strategy, int world, int micro, const Env& env) {
   return testing::run_worker(tag, strategy, world, 1, kGlobalBatch, micro, kSteps, env);

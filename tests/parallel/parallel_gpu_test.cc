@@ -29,13 +29,9 @@ testing::WorkerRun run_gpu(const std::string& tag, const std::string& strategy, 
   return testing::run_worker("gpu_" + tag, strategy, world, tp, 8, micro, 10, env);
 }
 
-void expect_close(const testing::WorkerRun& want, const testing::WorkerRun& got, const std::string& what,
-                  double param_tolerance = 5e-3) {
-  EXPECT_LE(testing::max_param_difference(want.params, got.params), param_tolerance) << what;
-  ASSERT_EQ(want.losses.size(), 10u);
-  ASSERT_EQ(got.losses.size(), 10u);
-  for (size_t s = 0; s < got.losses.size(); ++s)
-    EXPECT_NEAR(got.losses[s], want.losses[s], 1e-3 * std::abs(want.losses[s])) << what << " step " << s + 1;
+void expect_close(const testing::WorkerRun& want, const testing::WorkerRun& got, const std::string& what) {
+  ASSERT_EQ(want.losses.size(), 10u) << what;
+  testing::expect_same_training(want, got, 1e-3, 5e-3, what);
 }
 
 class GpuEquivalence : public ::testing::TestWithParam<std::pair<std::string, int>> {

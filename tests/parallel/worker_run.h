@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,6 +61,17 @@ inline WorkerRun run_worker(const std::string& tag, const std::string& strategy,
   }
   for (int t = 0; t < tp; ++t) read_params(prefix + ".tp" + std::to_string(t) + ".params", &result.params);
   return result;
+}
+
+// Per-step losses within `loss_relative` and final parameters within
+// `param_absolute` of a reference run of as many steps.
+inline void expect_same_training(const WorkerRun& want, const WorkerRun& got, double loss_relative,
+                                 double param_absolute, const std::string& what) {
+  ASSERT_FALSE(want.losses.empty()) << what;
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s)
+    EXPECT_NEAR(got.losses[s], want.losses[s], loss_relative * std::abs(want.losses[s])) << what << " step " << s + 1;
+  EXPECT_LE(max_param_difference(want.params, got.params), param_absolute) << what;
 }
 
 }  // namespace cohort::testing
