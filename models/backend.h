@@ -19,6 +19,7 @@
 #include "models/ops/adamw.h"
 #include "models/tensor.h"
 #include "models/tensor_parallel.h"
+#include "models/working_weights.h"
 
 namespace cohort::models {
 
@@ -79,9 +80,16 @@ class Backend {
   // layers read it as their weight operand while the matmul precision is
   // that type, and adamw_update keeps the part it updates current. Whoever
   // else writes the masters calls refresh_working_weights for what changed.
-  virtual void set_working_weights(const float* master, void* working, size_t n, DType half) = 0;
-  virtual void clear_working_weights(const float* master) = 0;
-  virtual void refresh_working_weights(const float* master, size_t n) = 0;
+  // The registry is shared by every backend; only the cast is theirs.
+  void set_working_weights(const float* master, void* working, size_t n, DType half) {
+    working_.add(master, working, n, half);
+    refresh_working_weights(master, n);
+  }
+  void clear_working_weights(const float* master) { working_.remove(master); }
+  void refresh_working_weights(const float* master, size_t n) {
+    const auto hit = working_.find(master, n);
+    if (hit.working) cast_to_half(hit.working, hit.dtype, master, n);
+  }
 
   // GEMM numerics for linear layers and attention (CPU: linear layers only;
   // its attention stays fp32). Default: the CPU backend kFp32, CUDA kBf16.
@@ -133,6 +141,12 @@ class Backend {
   // over a sharded model's segments); non-finite values make it non-finite.
   virtual double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) = 0;
   virtual void scale(float* x, size_t n, float factor) = 0;
+
+ protected:
+  const WorkingWeights& working_weights() const { return working_; }
+
+ private:
+  WorkingWeights working_;
 };
 
 // The fp32 CPU reference backend. Sets OpenBLAS to one thread (one rank per

@@ -22,7 +22,6 @@
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
 #include "models/tensor.h"
-#include "models/working_weights.h"
 
 namespace cohort::models {
 namespace {
@@ -69,16 +68,6 @@ class CpuBackend final : public Backend {
     const size_t element = dtype_size(src_dtype);
     for (const auto& r : static_cast<const CpuCopyPlan&>(plan).ranges)
       convert_to_f32(dst + r.dst_offset, static_cast<const char*>(src) + r.src_offset * element, src_dtype, r.n);
-  }
-  void set_working_weights(const float* master, void* working, size_t n, DType half) override {
-    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
-    working_.add(master, working, n, half);
-    refresh_working_weights(master, n);
-  }
-  void clear_working_weights(const float* master) override { working_.remove(master); }
-  void refresh_working_weights(const float* master, size_t n) override {
-    auto hit = working_.find(master, n);
-    if (hit.working) convert_from_f32(hit.working, hit.dtype, master, n);
   }
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
   MatmulPrecision matmul_precision() const override { return precision_; }
@@ -194,7 +183,7 @@ class CpuBackend final : public Backend {
   // A weight operand: its registered working copy widened (what a GPU reads
   // as 16-bit values), or the master rounded now.
   const float* weight_operand(const float* w, size_t n, std::vector<float>* scratch) const {
-    auto hit = working_.find(w, n);
+    auto hit = working_weights().find(w, n);
     if (!hit.working || hit.dtype != matmul_operand_dtype(precision_)) return rounded(w, n, scratch);
     scratch->resize(std::max(scratch->size(), n));
     convert_to_f32(scratch->data(), hit.working, hit.dtype, n);
@@ -203,7 +192,6 @@ class CpuBackend final : public Backend {
 
   MatmulPrecision precision_ = MatmulPrecision::kFp32;
   std::vector<float> scratch_[3];
-  WorkingWeights working_;
 };
 
 }  // namespace

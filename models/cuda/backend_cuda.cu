@@ -10,7 +10,6 @@
 #include "models/cuda/memory_pool.h"
 #include "models/cuda/op_times.h"
 #include "models/cuda_backend.h"
-#include "models/working_weights.h"
 #include "models/ops/adamw.cuh"
 #include "models/ops/attention.cuh"
 #include "models/ops/cross_entropy.cuh"
@@ -166,16 +165,6 @@ class CudaBackendImpl final : public CudaBackend {
         COHORT_CHECK_MSG(false, "copy plans read f32, bf16 or f16");
     }
     check_launch();
-  }
-  void set_working_weights(const float* master, void* working, size_t n, DType half) override {
-    COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
-    working_.add(master, working, n, half);
-    refresh_working_weights(master, n);
-  }
-  void clear_working_weights(const float* master) override { working_.remove(master); }
-  void refresh_working_weights(const float* master, size_t n) override {
-    const auto hit = working_.find(master, n);
-    if (hit.working) cast_to_half(hit.working, hit.dtype, master, n);
   }
   void set_matmul_precision(MatmulPrecision precision) override {
     precision_ = precision;
@@ -337,7 +326,7 @@ class CudaBackendImpl final : public CudaBackend {
     const float bc1 = 1.0f - std::pow(c.beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(c.beta2, static_cast<float>(step));
     const float decay_factor = decay ? 1.0f - c.lr * c.weight_decay : 1.0f;
-    const auto hit = working_.find(params, n);
+    const auto hit = working_weights().find(params, n);
     if (hit.working && hit.dtype == DType::kF16) {
       cuda::adamw_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
           params, grads, m, v, n, c.lr, c.beta1, c.beta2, c.eps, decay_factor, bc1, bc2,
@@ -392,7 +381,7 @@ class CudaBackendImpl final : public CudaBackend {
   // The registered working copy of a weight operand, when it is in the
   // type the GEMMs now take.
   const void* working_for(const float* w, size_t n) const {
-    const auto hit = working_.find(w, n);
+    const auto hit = working_weights().find(w, n);
     return hit.working && hit.dtype == matmul_operand_dtype(precision_) ? hit.working : nullptr;
   }
   // The linear layers' 16-bit operand copies; each grows to the largest
@@ -427,7 +416,6 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   cuda::Blas blas_;
   cuda::HalfOperands half_;
-  WorkingWeights working_;
   size_t half_capacity_[3] = {0, 0, 0};
   MatmulPrecision precision_ = MatmulPrecision::kBf16;
   int max_shared_ = 48 * 1024;
