@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "agent/embedded_run.h"
+#include "cluster/embedded_cluster.h"
 #include "cli/client_common.h"
 #include "cli/commands.h"
 #include "cli/progress_line.h"
@@ -24,7 +24,7 @@ struct RunArgs {
 
 int run_run(const RunArgs& args) {
   int code = kExitOk;
-  agent::EmbeddedRunOptions options;
+  cluster::EmbeddedRunOptions options;
   if (!load_job_control(args.job_file, args.sets, &options.job, &code)) return code;
   if (options.job.nodes_min > 1) {
     std::fprintf(stderr, "cohort run: the job needs %d nodes; `cohort run` is one node. Use "
@@ -51,7 +51,7 @@ int run_run(const RunArgs& args) {
     };
     options.on_poll = [&progress] { progress.refresh(); };
   }
-  auto info = agent::run_embedded(options);
+  auto info = cluster::run_embedded(options);
   progress.clear();
   if (!info) {
     std::fprintf(stderr, "cohort run: %s\n", info.status().message().c_str());

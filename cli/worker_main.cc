@@ -11,8 +11,9 @@
 
 #include "base/log.h"
 #include "jobs/load.h"
-#include "jobs/runners/checkpoint.h"
-#include "jobs/runners/worker.h"
+#include "parallel/checkpoint.h"
+#include "infer/infer_job.h"
+#include "train/train_job.h"
 
 namespace {
 
@@ -22,7 +23,7 @@ int report(const cohort::Status& status) {
   std::fprintf(stderr, "cohort-worker%s%s: %s\n", rank ? " rank " : "", rank ? rank : "",
                status.message().c_str());
   // A stop asked for by SIGTERM (preemption, cancel) ends like a terminated process.
-  return cohort::runners::stop_requested_by_signal() ? 143 : 1;
+  return cohort::train::stop_requested_by_signal() ? 143 : 1;
 }
 
 }  // namespace
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (export_cmd->parsed()) {
-    cohort::Status status = cohort::runners::export_checkpoint(checkpoint, to);
+    cohort::Status status = cohort::parallel::export_checkpoint(checkpoint, to);
     if (status.is_ok()) std::printf("exported %s to %s\n", checkpoint.c_str(), to.c_str());
     return report(status);
   }
@@ -60,8 +61,8 @@ int main(int argc, char** argv) {
   }
   const auto& spec = loaded.spec;
   switch (spec.job.kind) {
-    case cohort::jobs::JobKind::kTrain: return report(cohort::runners::run_train(spec));
-    case cohort::jobs::JobKind::kInfer: return report(cohort::runners::run_infer(spec));
+    case cohort::jobs::JobKind::kTrain: return report(cohort::train::run_train(spec));
+    case cohort::jobs::JobKind::kInfer: return report(cohort::infer::run_infer(spec));
     case cohort::jobs::JobKind::kCommand:
       std::fprintf(stderr, "cohort-worker: %s is a command job; agents run its argv directly\n", job_file.c_str());
       return 2;

@@ -2,7 +2,7 @@
 // models/ops/*.cuh and cuBLAS GEMMs on one stream (see ops/linear.cuh for the
 // bf16-tensor-core / fp32-accumulate numerics). Built only when the toolkit
 // was found (COHORT_HAVE_CUDA); cuda_device_count() exists in every build so
-// tests and runners can ask without #ifdefs.
+// tests and workers can ask without #ifdefs.
 //
 // All work is issued on stream(); copy_to_host synchronises it. A
 // TensorParallelComm given to a model on this backend receives device

@@ -3,10 +3,10 @@
 // own generate().
 #include <gtest/gtest.h>
 
-#include "jobs/runners/infer_generate.h"
+#include "infer/generate.h"
 #include "models/generate.h"
 
-namespace cohort::runners {
+namespace cohort::infer {
 namespace {
 
 std::unique_ptr<ModelEngine> tiny_engine(int slots) {
@@ -164,4 +164,4 @@ TEST(InferGenerate, OnLogitsWithoutReturnLogitsIsAnError) {
 }
 
 }  // namespace
-}  // namespace cohort::runners
+}  // namespace cohort::infer

@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "jobs/runners/infer_inputs.h"
+#include "infer/prompts.h"
 
-namespace cohort::runners {
+namespace cohort::infer {
 namespace {
 
 TEST(InferPrompts, ReadsTokensAndTextSkippingBlankLines) {
@@ -108,4 +108,4 @@ TEST(InferStop, HuggingFaceFoldersEndAtTheirEosUnlessIgnored) {
 }
 
 }  // namespace
-}  // namespace cohort::runners
+}  // namespace cohort::infer

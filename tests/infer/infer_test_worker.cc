@@ -5,7 +5,7 @@
 
 #include "base/log.h"
 #include "jobs/load.h"
-#include "jobs/runners/worker.h"
+#include "infer/infer_job.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", loaded.error_text().c_str());
     return 2;
   }
-  cohort::Status status = cohort::runners::run_infer(loaded.spec);
+  cohort::Status status = cohort::infer::run_infer(loaded.spec);
   if (!status.is_ok()) {
     std::fprintf(stderr, "infer_test_worker: %s\n", status.message().c_str());
     return 1;

@@ -4,7 +4,7 @@
 // loads back through the HF loader with the same logits.
 #include <gtest/gtest.h>
 
-#include "jobs/runners/checkpoint.h"
+#include "parallel/checkpoint.h"
 #include "models/backend.h"
 #include "models/hf.h"
 #include "models/model.h"
@@ -22,7 +22,7 @@ std::string zero3_checkpoint() {
     job.micro_batch = 2;
     fs::path file = write_job(scratch, job);
     EXPECT_EQ(run_ranks(worker_binary(), {file.string()}, 4), "");
-    return runners::latest_checkpoint((scratch / "out").string());
+    return parallel::latest_checkpoint((scratch / "out").string());
   }();
   return dir;
 }
@@ -34,7 +34,7 @@ void expect_reshards_identically(const std::string& strategy, int world, int tp)
   std::string worker = std::string(COHORT_BINARY_DIR) + "/tests/reshard_worker";
   ASSERT_EQ(run_ranks(worker, {source, strategy, std::to_string(tp), out.string()}, world), "");
   auto before = read_checkpoint(source);
-  auto after = read_checkpoint(runners::latest_checkpoint(out.string()));
+  auto after = read_checkpoint(parallel::latest_checkpoint(out.string()));
   EXPECT_FALSE(before.empty());
   EXPECT_EQ(max_difference(before, after), 0.0);
 }
@@ -57,14 +57,14 @@ TEST(Export, HuggingFaceFolderGivesTheSameLogits) {
   std::string source = zero3_checkpoint();
   ASSERT_FALSE(source.empty());
   fs::path hf = make_scratch("export_hf");
-  ASSERT_TRUE(runners::export_checkpoint(source, hf.string()).is_ok());
+  ASSERT_TRUE(parallel::export_checkpoint(source, hf.string()).is_ok());
   ASSERT_TRUE(fs::exists(hf / "config.json"));
   auto backend = models::make_cpu_backend();
-  auto config = runners::checkpoint_model_config(source);
+  auto config = parallel::checkpoint_model_config(source);
   ASSERT_TRUE(config.is_ok());
   auto direct = models::Model::create(*config, {}, backend.get());
   ASSERT_TRUE(direct.is_ok());
-  ASSERT_TRUE(runners::load_checkpoint_params(source, **direct).is_ok());
+  ASSERT_TRUE(parallel::load_checkpoint_params(source, **direct).is_ok());
   auto exported = models::load_hf_model(hf.string(), {}, backend.get());
   ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
   auto a = logits_of(**direct), b = logits_of(**exported);

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "collective/bootstrap.h"
-#include "jobs/runners/checkpoint.h"
+#include "parallel/checkpoint.h"
 #include "parallel/parallelize.h"
 
 using namespace cohort;
@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   if (argc != 5) return 2;
   std::string in = argv[1], out = argv[4];
   auto world = collective::init_from_environment();
-  auto config = runners::checkpoint_model_config(in);
+  auto config = parallel::checkpoint_model_config(in);
   auto strategy = parallel::parse_strategy(argv[2]);
   if (!world || !config || !strategy) return 3;
   auto backend = models::make_cpu_backend();
@@ -27,12 +27,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", pm.status().to_string().c_str());
     return 4;
   }
-  auto position = runners::restore_checkpoint(in, *pm);
+  auto position = parallel::restore_checkpoint(in, *pm);
   if (!position) {
     std::fprintf(stderr, "%s\n", position.status().to_string().c_str());
     return 5;
   }
-  auto saved = runners::save_checkpoint(out, *config, *pm, *position, argv[2], *world->cpu);
+  auto saved = parallel::save_checkpoint(out, *config, *pm, *position, argv[2], *world->cpu);
   if (!saved) {
     std::fprintf(stderr, "%s\n", saved.status().to_string().c_str());
     return 6;

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "jobs/runners/checkpoint.h"
+#include "parallel/checkpoint.h"
 #include "tests/train/train_fixture.h"
 
 namespace cohort::testing {
@@ -24,7 +24,7 @@ Outcome uninterrupted(const std::string& name, const TrainJob& job, int world) {
   fs::path file = write_job(dir, job);
   RankGroup group = start_ranks(worker_binary(), {file.string()}, world, worker_env());
   EXPECT_EQ(wait_ranks(group), "");
-  return {read_losses(dir / "out"), read_checkpoint(runners::latest_checkpoint((dir / "out").string()))};
+  return {read_losses(dir / "out"), read_checkpoint(parallel::latest_checkpoint((dir / "out").string()))};
 }
 
 // Kills rank `victim` with -9 once checkpoint `after_step` exists, waits for
@@ -47,7 +47,7 @@ Outcome interrupted(const std::string& name, const TrainJob& job, int world, int
   EXPECT_NE(survivors, "ranks did not finish within the deadline");
   RankGroup second = start_ranks(worker_binary(), {file.string()}, world_after, worker_env());
   EXPECT_EQ(wait_ranks(second), "");
-  return {read_losses(dir / "out"), read_checkpoint(runners::latest_checkpoint((dir / "out").string()))};
+  return {read_losses(dir / "out"), read_checkpoint(parallel::latest_checkpoint((dir / "out").string()))};
 }
 
 void expect_same_losses(const Outcome& a, const Outcome& b, double relative) {
@@ -124,7 +124,7 @@ TEST(Fp16LossScaling, SkipsOverflowsTrainsAndResumesWithTheSameScale) {
   EXPECT_LT(skipped, 16);
   EXPECT_LT(rows.at(24)["loss"].get<double>(), 0.9 * rows.at(first_applied)["loss"].get<double>());
   // Skipped steps are not optimizer steps: AdamW's bias correction counts updates only.
-  std::ifstream index_file(fs::path(runners::latest_checkpoint((scratch_dir("fp16_straight") / "out").string())) /
+  std::ifstream index_file(fs::path(parallel::latest_checkpoint((scratch_dir("fp16_straight") / "out").string())) /
                            "index.json");
   auto index = nlohmann::json::parse(index_file);
   EXPECT_EQ(index["step"].get<int>(), 24);

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "jobs/runners/checkpoint_format.h"
+#include "parallel/checkpoint_format.h"
 #include "tests/parallel/rank_launcher.h"
 
 namespace cohort::testing {
@@ -98,14 +98,14 @@ inline std::map<int, nlohmann::json> read_step_rows(const fs::path& output_dir) 
 // Every tensor of a checkpoint, assembled globally: name/tensor → values.
 inline std::map<std::string, std::vector<float>> read_checkpoint(const std::string& dir) {
   std::map<std::string, std::vector<float>> out;
-  auto pieces = runners::read_piece_index(dir);
+  auto pieces = parallel::read_piece_index(dir);
   EXPECT_TRUE(pieces.is_ok()) << pieces.status().to_string();
   if (!pieces.is_ok()) return out;
   std::ifstream in(fs::path(dir) / "index.json");
   auto index = nlohmann::json::parse(in);
   for (const auto& [name, shape] : index["params"].items())
     for (int t = 0; t < 3; ++t) {
-      auto values = runners::assemble_global(dir, *pieces, name, runners::PieceTensor(t),
+      auto values = parallel::assemble_global(dir, *pieces, name, parallel::PieceTensor(t),
                                              shape.get<std::vector<int64_t>>());
       EXPECT_TRUE(values.is_ok()) << values.status().to_string();
       if (values.is_ok()) out[name + "#" + std::to_string(t)] = std::move(*values);

@@ -1,0 +1,101 @@
+// run_embedded: coordinator + agent on a background loop, client in front.
+#include "cluster/embedded_cluster.h"
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.h"
+#include "coordinator/coordinator.h"
+#include "protocol/client.h"
+#include "protocol/job_watch.h"
+
+namespace cohort::cluster {
+
+namespace {
+
+std::unique_ptr<agent::GpuProber> pick_prober(const EmbeddedRunOptions& options) {
+  if (options.fake_gpus > 0) return agent::make_fake_prober(options.fake_gpus);
+  if (options.cpu_slots > 0) return agent::make_cpu_slots_prober(options.cpu_slots);
+  auto system = agent::make_system_prober();
+  auto gpus = system->probe();
+  if (gpus && !gpus->empty()) return system;
+  spdlog::info("no GPU found: running {} worker(s) on CPU slots", options.job.gpus_per_node);
+  return agent::make_cpu_slots_prober(options.job.gpus_per_node);
+}
+
+}  // namespace
+
+Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::unique_ptr<coordinator::Coordinator> coord;
+  std::unique_ptr<agent::Agent> agent;
+
+  // One node: a job that needs more GPUs than it has would wait forever.
+  std::shared_ptr<agent::GpuProber> prober = pick_prober(options);
+  COHORT_ASSIGN_OR_RETURN(auto gpus, prober->probe());
+  if (int(gpus.size()) < options.job.gpus_per_node) {
+    return failed_precondition(
+        "the job needs " + std::to_string(options.job.gpus_per_node) + " GPUs per node and this "
+        "machine has " + std::to_string(gpus.size()) + ": use --set job.gpus_per_node=" +
+        std::to_string(gpus.size()) + ", or --cpu-slots " + std::to_string(options.job.gpus_per_node) +
+        " to run on CPU");
+  }
+
+  coordinator::CoordinatorOptions co;
+  co.listen = "tcp://127.0.0.1:0";
+  co.state_dir = options.state_dir.empty() ? options.job.output_dir + "/.cohort" : options.state_dir;
+  co.heartbeat_timeout = std::chrono::seconds(10);  // one process: no node is lost
+  // Each run starts from a clean slate; the database of the last run stays
+  // for inspection until the next one.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    std::filesystem::remove(co.state_dir + "/coordinator.db" + suffix, ec);
+  }
+  COHORT_ASSIGN_OR_RETURN(coord, coordinator::Coordinator::start(io, co));
+
+  agent::AgentOptions ao;
+  ao.coordinator = coord->endpoint();
+  ao.name = "local";
+  ao.address = "127.0.0.1";
+  ao.prober = prober;
+  ao.launcher = agent::make_posix_launcher();
+  ao.worker_binary = options.worker_binary;
+  COHORT_ASSIGN_OR_RETURN(agent, agent::Agent::start(io, ao));
+
+  std::thread loop([&io] { io.run(); });
+  auto finish = [&] {
+    std::promise<void> stopped;
+    boost::asio::post(io, [&] { agent->shutdown([&] { stopped.set_value(); }); });
+    stopped.get_future().wait();
+    work.reset();
+    io.stop();
+    loop.join();
+  };
+
+  auto client = protocol::Client::connect(coord->endpoint(), {});
+  if (!client) {
+    finish();
+    return client.status();
+  }
+  auto submitted = (*client)->request<protocol::SubmitReply>(protocol::SubmitJob{options.job},
+                                                             std::chrono::seconds(10));
+  if (!submitted) {
+    finish();
+    return submitted.status();
+  }
+  protocol::WatchOptions watch;
+  watch.interrupt = options.interrupt;
+  watch.on_line = options.on_line;
+  watch.on_poll = options.on_poll;
+  auto result = protocol::watch_job(**client, submitted->job_id, watch);
+  finish();
+  return result;
+}
+
+}  // namespace cohort::cluster

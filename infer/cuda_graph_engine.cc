@@ -1,0 +1,257 @@
+// CudaGraphEngine (see infer_cuda_engine.h): creation, weights, buffers.
+// The step itself (forward, head, graphs) is in infer_cuda_step.cc.
+#include "infer/cuda_graph_engine.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#include "collective/types.h"
+#include "infer/cuda_graph_state.h"
+#include "models/backend.h"
+#include "models/ops/rope.h"
+
+namespace cohort::infer {
+namespace {
+
+// Host fp32 -> device bf16, through a staging vector.
+Status upload_bf16(cuda::bf16* dst, const std::vector<const float*>& parts,
+                   const std::vector<size_t>& counts) {
+  std::vector<uint16_t> host;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (size_t i = 0; i < counts[p]; ++i) host.push_back(collective::float_to_bf16(parts[p][i]));
+  }
+  return cuda_status(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice),
+                     "weights to the GPU");
+}
+
+Status upload_f32(float* dst, const std::vector<const float*>& parts, const std::vector<size_t>& counts) {
+  std::vector<float> host;
+  for (size_t p = 0; p < parts.size(); ++p) host.insert(host.end(), parts[p], parts[p] + counts[p]);
+  return cuda_status(cudaMemcpy(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+                     "weights to the GPU");
+}
+
+}  // namespace
+
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  return internal_error(std::string("CUDA (") + what + "): " + cudaGetErrorString(err));
+}
+
+std::vector<int> decode_buckets(int slots) {
+  std::vector<int> sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64};
+  while (sizes.back() < slots) sizes.push_back(sizes.back() + 32);
+  while (sizes.size() > 1 && sizes[sizes.size() - 2] >= slots) sizes.pop_back();
+  return sizes;
+}
+
+Result<void*> CudaGraphEngine::device_alloc(size_t bytes) {
+  void* p = nullptr;
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, bytes), "cudaMalloc"));
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaMemset(p, 0, bytes), "cudaMemset"));
+  allocations_.push_back(p);
+  return p;
+}
+
+CudaGraphEngine::~CudaGraphEngine() {
+  cudaSetDevice(options_.device);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (void* p : allocations_) cudaFree(p);
+  if (host_rows_) cudaFreeHost(host_rows_);
+  if (host_tokens_) cudaFreeHost(host_tokens_);
+  if (host_head_rows_) cudaFreeHost(host_head_rows_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (nccl_) ncclCommDestroy(nccl_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaGraphEngine::describe() const {
+  return std::string("cuda bf16, ") +
+         (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)");
+}
+
+Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(options_.device), "cudaSetDevice"));
+  COHORT_RETURN_IF_ERROR(
+      cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return internal_error("cublasCreate failed");
+  cublasSetStream(cublas_, stream_);
+  // Graph capture needs cuBLAS to use a workspace it was given, not one it
+  // allocates on the fly.
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  COHORT_ASSIGN_OR_RETURN(void* workspace, device_alloc(kWorkspace));
+  cublasSetWorkspace(cublas_, workspace, kWorkspace);
+  if (tp_ == 1) return Status::ok();
+  collective_timeout_ = tp_cpu->timeout();
+  ncclUniqueId id;
+  if (options_.shard.tp_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+    return internal_error("ncclGetUniqueId failed");
+  }
+  COHORT_RETURN_IF_ERROR(tp_cpu->broadcast(&id, sizeof(id), collective::DType::kU8));
+  const ncclResult_t r = ncclCommInitRank(&nccl_, tp_, id, options_.shard.tp_rank);
+  if (r != ncclSuccess) {
+    return internal_error(std::string("ncclCommInitRank over the tensor-parallel group: ") +
+                          ncclGetErrorString(r));
+  }
+  return Status::ok();
+}
+
+Status CudaGraphEngine::upload_weights(models::Model& model) {
+  const models::ParamLayout& layout = model.layout();
+  const int H = config_.hidden, D = config_.head_dim, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
+  const size_t I = dims_.intermediate;
+  const size_t vocab_rows = static_cast<size_t>(dims_.vocab) * H;
+  COHORT_ASSIGN_OR_RETURN(void* embed, device_alloc(vocab_rows * 2));
+  embed_ = static_cast<cuda::bf16*>(embed);
+  const float* embed_host = model.params(models::ParamLayout::kEmbedGroup);
+  COHORT_RETURN_IF_ERROR(upload_bf16(embed_, {embed_host}, {vocab_rows}));
+  const float* head = model.params(layout.head_group());
+  const auto& head_group = layout.groups[layout.head_group()];
+  COHORT_ASSIGN_OR_RETURN(void* norm, device_alloc(H * 4));
+  final_norm_ = static_cast<float*>(norm);
+  COHORT_RETURN_IF_ERROR(upload_f32(final_norm_, {head + head_group.find("model.norm.weight")->offset},
+                                    {static_cast<size_t>(H)}));
+  lm_head_ = embed_;
+  if (!config_.tie_embeddings) {
+    COHORT_ASSIGN_OR_RETURN(void* lm, device_alloc(vocab_rows * 2));
+    lm_head_ = static_cast<cuda::bf16*>(lm);
+    COHORT_RETURN_IF_ERROR(
+        upload_bf16(lm_head_, {head + head_group.find("lm_head.weight")->offset}, {vocab_rows}));
+  }
+  for (int l = 0; l < config_.layers; ++l) {
+    const models::BlockTensors w = layout.block_tensors(model.params(layout.block_group(l)));
+    Layer& d = layers_[l];
+    auto bf = [&](cuda::bf16** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
+      size_t total = 0;
+      for (size_t c : counts) total += c;
+      auto p = device_alloc(total * 2);
+      if (!p.is_ok()) return p.status();
+      *dst = static_cast<cuda::bf16*>(*p);
+      return upload_bf16(*dst, parts, counts);
+    };
+    auto f32 = [&](float** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
+      size_t total = 0;
+      for (size_t c : counts) total += c;
+      auto p = device_alloc(total * 4);
+      if (!p.is_ok()) return p.status();
+      *dst = static_cast<float*>(*p);
+      return upload_f32(*dst, parts, counts);
+    };
+    const size_t qh = static_cast<size_t>(Qd) * H, kvh = static_cast<size_t>(KVd) * H;
+    COHORT_RETURN_IF_ERROR(bf(&d.wqkv, {w.q, w.k, w.v}, {qh, kvh, kvh}));
+    COHORT_RETURN_IF_ERROR(bf(&d.wo, {w.o}, {static_cast<size_t>(H) * Qd}));
+    COHORT_RETURN_IF_ERROR(bf(&d.wgu, {w.gate, w.up}, {I * H, I * H}));
+    COHORT_RETURN_IF_ERROR(bf(&d.wdown, {w.down}, {I * H}));
+    COHORT_RETURN_IF_ERROR(f32(&d.attn_norm, {w.attn_norm}, {static_cast<size_t>(H)}));
+    COHORT_RETURN_IF_ERROR(f32(&d.mlp_norm, {w.mlp_norm}, {static_cast<size_t>(H)}));
+    if (config_.qk_norm) {
+      COHORT_RETURN_IF_ERROR(f32(&d.q_norm, {w.q_norm}, {static_cast<size_t>(D)}));
+      COHORT_RETURN_IF_ERROR(f32(&d.k_norm, {w.k_norm}, {static_cast<size_t>(D)}));
+    }
+    if (config_.attention_bias) {
+      COHORT_RETURN_IF_ERROR(f32(&d.qkv_bias, {w.q_bias, w.k_bias, w.v_bias},
+                                 {static_cast<size_t>(Qd), static_cast<size_t>(KVd),
+                                  static_cast<size_t>(KVd)}));
+    }
+  }
+  return Status::ok();
+}
+
+Status CudaGraphEngine::alloc_buffers() {
+  const size_t H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
+  const size_t I = dims_.intermediate, V = dims_.vocab, D = config_.head_dim;
+  buckets_ = decode_buckets(options_.slots);
+  max_batch_ = buckets_.back();
+  max_rows_ = std::max(options_.capacity, max_batch_);
+  const size_t R = max_rows_, B = max_batch_;
+  auto take = [&](size_t bytes) -> Result<void*> { return device_alloc(bytes); };
+  const size_t per_layer =
+      static_cast<size_t>(options_.slots + 1) * dims_.kv_heads * options_.capacity * D;
+  for (Layer& layer : layers_) {
+    COHORT_ASSIGN_OR_RETURN(void* k, take(per_layer * 2));
+    COHORT_ASSIGN_OR_RETURN(void* v, take(per_layer * 2));
+    layer.k_cache = static_cast<cuda::bf16*>(k), layer.v_cache = static_cast<cuda::bf16*>(v);
+  }
+  COHORT_ASSIGN_OR_RETURN(void* x, take(R * H * 4));
+  COHORT_ASSIGN_OR_RETURN(void* xn, take(R * H * 2));
+  COHORT_ASSIGN_OR_RETURN(void* qkv, take(R * (Qd + 2 * KVd) * 4));
+  COHORT_ASSIGN_OR_RETURN(void* q, take(R * Qd * 4));
+  COHORT_ASSIGN_OR_RETURN(void* y, take(R * Qd * 2));
+  COHORT_ASSIGN_OR_RETURN(void* tmp, take(R * H * 4));
+  COHORT_ASSIGN_OR_RETURN(void* gu, take(R * 2 * I * 4));
+  COHORT_ASSIGN_OR_RETURN(void* h, take(R * I * 2));
+  COHORT_ASSIGN_OR_RETURN(void* logits, take(B * V * 4));
+  COHORT_ASSIGN_OR_RETURN(void* gathered, take(tp_ * B * V * 4));
+  COHORT_ASSIGN_OR_RETURN(void* pairs, take(B * 2 * 4));
+  COHORT_ASSIGN_OR_RETURN(void* pairs_all, take(tp_ * B * 2 * 4));
+  COHORT_ASSIGN_OR_RETURN(void* tokens, take(B * 4));
+  COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
+  COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
+  COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
+  buf_ = Buffers{static_cast<float*>(x),      static_cast<cuda::bf16*>(xn),
+                 static_cast<float*>(qkv),    static_cast<float*>(q),
+                 static_cast<cuda::bf16*>(y), static_cast<float*>(tmp),
+                 static_cast<float*>(gu),     static_cast<cuda::bf16*>(h),
+                 static_cast<float*>(logits), static_cast<float*>(gathered),
+                 static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
+                 static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows),
+                 static_cast<int32_t*>(head_rows), static_cast<cuda::bf16*>(head_x)};
+  const int32_t* r = buf_.rows;
+  row_index_ = cuda::RowIndex{r, r + R, r + 2 * R};
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_rows_, 3 * R * 4), "pinned rows"));
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_tokens_, B * 4), "pinned tokens"));
+  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_head_rows_, B * 4), "pinned head rows"));
+  const models::RopeTable rope = models::make_rope_table(config_);
+  COHORT_ASSIGN_OR_RETURN(void* cos, take(rope.cos.size() * 4));
+  COHORT_ASSIGN_OR_RETURN(void* sin, take(rope.sin.size() * 4));
+  rope_cos_ = static_cast<float*>(cos), rope_sin_ = static_cast<float*>(sin);
+  COHORT_RETURN_IF_ERROR(upload_f32(rope_cos_, {rope.cos.data()}, {rope.cos.size()}));
+  COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, {rope.sin.data()}, {rope.sin.size()}));
+  lengths_.assign(options_.slots, 0);
+  return Status::ok();
+}
+
+bool cuda_graph_engine_supports(const models::ModelConfig& config) {
+  return config.head_dim % 16 == 0 && config.head_dim <= 512;
+}
+
+Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
+                                                                const CudaEngineOptions& options,
+                                                                collective::Communicator* tp_cpu,
+                                                                const EngineWeightLoader& load) {
+  if (!cuda_graph_engine_supports(config)) {
+    return invalid_argument("the bf16 CUDA engine needs head_dim a multiple of 16 up to 512, not " +
+                            std::to_string(config.head_dim) +
+                            "; set COHORT_INFER_ENGINE=model to use the models library's engine");
+  }
+  if (options.capacity > config.max_seq) {
+    return invalid_argument("KV cache capacity " + std::to_string(options.capacity) +
+                            " exceeds the model's max_seq " + std::to_string(config.max_seq));
+  }
+  COHORT_ASSIGN_OR_RETURN(models::LocalDims dims, models::local_dims(config, options.shard));
+  std::unique_ptr<CudaGraphEngine> engine(new CudaGraphEngine(config, dims, options));
+  COHORT_RETURN_IF_ERROR(engine->init_runtime(tp_cpu));
+  {
+    // This rank's slices in fp32 on the host, from whatever the job names.
+    // It only holds weights; it never runs, so its tensor-parallel callbacks
+    // (required for tp > 1) must never be called.
+    models::TensorParallelComm never;
+    never.all_reduce_sum = [](float*, size_t) { COHORT_CHECK_MSG(false, "weights-only model ran"); };
+    never.all_reduce_max = never.all_reduce_sum;
+    never.all_gather = [](const float*, float*, size_t) {
+      COHORT_CHECK_MSG(false, "weights-only model ran");
+    };
+    auto cpu = models::make_cpu_backend();
+    COHORT_ASSIGN_OR_RETURN(auto model,
+                            models::Model::create(config, options.shard, cpu.get(), never));
+    COHORT_RETURN_IF_ERROR(load(*model));
+    COHORT_RETURN_IF_ERROR(engine->upload_weights(*model));
+  }
+  COHORT_RETURN_IF_ERROR(engine->alloc_buffers());
+  return std::unique_ptr<InferenceEngine>(std::move(engine));
+}
+
+}  // namespace cohort::infer

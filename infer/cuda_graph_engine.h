@@ -1,0 +1,56 @@
+// CudaGraphEngine: a tensor-parallel rank's share of the model for
+// generation on one GPU, bf16 weights, decode steps replayed as CUDA graphs.
+//
+// Weights are loaded through a models::Model on the CPU (so every source the
+// job accepts works, each rank reading only its slices), then converted to
+// bf16 and fused per layer (q|k|v rows, gate|up rows) on the device; norms
+// and biases stay fp32. GEMMs are cuBLAS bf16 with fp32 accumulation and
+// fp32 outputs; the residual stream is fp32; the KV cache is bf16 with one
+// spare slot that padded graph rows write to. Tensor-parallel sums and the
+// logits gather are NCCL calls on the engine's stream (its own communicator
+// over the tp group, whose unique id travels over the CPU tp group), so they
+// are captured into the graphs with everything else.
+//
+// Decode: the batch is padded up to the next captured size (1, 2, 4, 8, 16,
+// 24, 32, 48, 64, then multiples of 32); a size is run eagerly the first time
+// and captured for later steps. Prefill runs eagerly (its length varies).
+// Greedy picks happen on the device (each rank's argmax, gathered and merged);
+// only when the caller wants logits are they gathered and copied out.
+// Errors at creation: head_dim not a multiple of 16 (or above 512), CUDA,
+// cuBLAS or NCCL failures. Later failures are fatal (COHORT_CHECK): a rank
+// cannot recover halfway through a collective step.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "base/status.h"
+#include "collective/communicator.h"
+#include "infer/engine.h"
+#include "models/config.h"
+#include "models/model.h"
+
+namespace cohort::infer {
+
+struct CudaEngineOptions {
+  int device = 0;
+  int slots = 1;
+  int capacity = 0;         // positions per slot
+  bool cuda_graphs = true;  // false: every decode step runs eagerly
+  models::ShardSpec shard;
+};
+
+using EngineWeightLoader = std::function<Status(models::Model& model)>;
+
+// Whether the engine's kernels handle this config (head_dim a multiple of 16,
+// at most 512).
+bool cuda_graph_engine_supports(const models::ModelConfig& config);
+
+// `tp_cpu`: the CPU communicator of this rank's tensor-parallel group (size
+// shard.tp_size), used once to share NCCL's unique id.
+Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
+                                                                const CudaEngineOptions& options,
+                                                                collective::Communicator* tp_cpu,
+                                                                const EngineWeightLoader& load);
+
+}  // namespace cohort::infer

@@ -1,0 +1,122 @@
+// The CudaGraphEngine class, private to infer_cuda_engine.cc (creation,
+// weights, buffers) and infer_cuda_step.cc (the forward step and its graphs).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "infer/cuda_graph_engine.h"
+#include "infer/cuda_graph_kernels.h"
+
+namespace cohort::infer {
+
+Status cuda_status(cudaError_t err, const char* what);
+// Batch sizes decode steps are padded to (and captured at); the last one
+// holds `slots`.
+std::vector<int> decode_buckets(int slots);
+
+class CudaGraphEngine final : public InferenceEngine {
+ public:
+  CudaGraphEngine(const models::ModelConfig& config, const models::LocalDims& dims,
+                  const CudaEngineOptions& options)
+      : config_(config), dims_(dims), options_(options), tp_(options.shard.tp_size),
+        layers_(config.layers) {}
+  ~CudaGraphEngine() override;
+
+  int vocab_size() const override { return config_.vocab_size; }
+  int slots() const override { return options_.slots; }
+  int capacity() const override { return options_.capacity; }
+  std::string describe() const override;
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits,
+              int32_t* greedy) override;
+  // Packs the prompts into one forward (several when they exceed the row
+  // buffers); the LM head runs on each prompt's last row, gathered.
+  void prefill_many(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                    float* logits, int32_t* greedy) override;
+
+  Status init_runtime(collective::Communicator* tp_cpu);
+  Status upload_weights(models::Model& model);
+  Status alloc_buffers();
+
+ private:
+  struct Layer {
+    cuda::bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
+    float *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    float* qkv_bias = nullptr;
+    cuda::bf16 *k_cache = nullptr, *v_cache = nullptr;
+  };
+  struct Buffers {
+    float* x;            // [R, H] residual stream
+    cuda::bf16* xn;      // [R, H] normalised, GEMM input
+    float* qkv;          // [R, Qd + 2 KVd]
+    float* q;            // [R, Qd] after norm and RoPE
+    cuda::bf16* y;       // [R, Qd] attention output
+    float* tmp;          // [R, H] o_proj / down_proj output
+    float* gate_up;      // [R, 2I]
+    cuda::bf16* h;       // [R, I]
+    float* logits;       // [B, V_local]
+    float* gathered;     // [tp, B, V_local]
+    float* pairs;        // [B, 2] local argmax
+    float* pairs_all;    // [tp, B, 2]
+    int32_t* tokens;     // [B] greedy picks
+    int32_t* rows;       // [3, R] tokens, slots, positions
+    int32_t* head_rows;  // [B] rows the LM head reads in a packed prefill
+    cuda::bf16* head_x;  // [B, H] those rows, gathered
+  };
+
+  Result<void*> device_alloc(size_t bytes);
+  // Enqueues the whole step for `n` rows already in the row buffers; the
+  // head runs on rows [0, head_count), or with `gathered` on the head_count
+  // rows listed in buf_.head_rows.
+  void enqueue_step(int n, int head_count, bool gathered);
+  void enqueue_layers(int n);
+  void gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, int n, int in, int out);
+  void all_reduce(float* data, size_t count);
+  // Waits for everything on the stream, at tp > 1 no longer than
+  // collective_timeout_ (then fatal, naming `what`).
+  void wait_step(const char* what);
+  // Host rows -> device, run (graph or eager), fetch results; synchronises.
+  void run(int n, int head_count, int real_rows, bool use_graph, bool gathered, float* logits,
+           int32_t* greedy);
+  // One packed prefill of prompts [begin, end) into their slots.
+  void prefill_chunk(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                     size_t begin, size_t end, float* logits, int32_t* greedy);
+  void fetch_logits(int head_count, int real_rows, float* logits);
+
+  models::ModelConfig config_;
+  models::LocalDims dims_;
+  CudaEngineOptions options_;
+  int tp_ = 1;
+  std::vector<Layer> layers_;
+  cuda::bf16* embed_ = nullptr;
+  cuda::bf16* lm_head_ = nullptr;  // == embed_ when tied
+  float* final_norm_ = nullptr;
+  float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+  Buffers buf_{};
+  cuda::RowIndex row_index_{};
+  int32_t* host_rows_ = nullptr;    // pinned [3, R]
+  int32_t* host_tokens_ = nullptr;  // pinned [B]
+  int32_t* host_head_rows_ = nullptr;  // pinned [B]
+  int max_rows_ = 0, max_batch_ = 0;
+  std::vector<int> buckets_;
+  std::vector<int> lengths_;        // positions held per slot
+  std::map<int, int> bucket_runs_;  // eager runs so far per padded size
+  std::map<int, cudaGraphExec_t> graphs_;
+  std::vector<float> host_gathered_;
+  std::vector<void*> allocations_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  ncclComm_t nccl_ = nullptr;
+  // How long a step may wait on its peers: the tp group's CPU communicator's
+  // timeout (COHORT_COLLECTIVE_TIMEOUT_S, else 10 minutes).
+  collective::Milliseconds collective_timeout_{std::chrono::minutes(10)};
+};
+
+}  // namespace cohort::infer

@@ -1,0 +1,264 @@
+// CudaGraphEngine's step: one forward over the rows in the row buffers, the
+// LM head on the rows that want a next token, and the greedy pick, all on
+// one stream so a decode step can be captured as a CUDA graph and replayed.
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "base/check.h"
+#include "infer/cuda_graph_state.h"
+
+namespace cohort::infer {
+namespace {
+
+void check_cuda(cudaError_t err, const char* what) {
+  COHORT_CHECK_MSG(err == cudaSuccess, "{}: {}", what, cudaGetErrorString(err));
+}
+
+void check_nccl(ncclResult_t r, const char* what) {
+  COHORT_CHECK_MSG(r == ncclSuccess, "tensor-parallel {}: {}", what, ncclGetErrorString(r));
+}
+
+}  // namespace
+
+// y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation):
+// column-major, that is yᵀ = op(w)ᵀ · xᵀ. bf16 inputs, fp32 accumulate and output.
+void CudaGraphEngine::gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, int n, int in,
+                           int out) {
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st =
+      cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x,
+                   CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+  COHORT_CHECK_MSG(st == CUBLAS_STATUS_SUCCESS, "cublasGemmEx [{}x{}]x[{}x{}]: status {}", n, in,
+                   out, in, static_cast<int>(st));
+}
+
+// At tp > 1 the stream holds NCCL calls, and a peer that never joins one
+// (it died, hangs, or made a different call) would leave
+// cudaStreamSynchronize blocked for ever; so this polls the stream and NCCL's
+// asynchronous error, and past the group's collective timeout ends the rank
+// (fatal, like every failure mid-step) so that whoever launched it ends the
+// job. No ncclCommAbort first: the process is ending, and an abort can itself
+// block on a stuck peer.
+void CudaGraphEngine::wait_step(const char* what) {
+  if (tp_ == 1) {
+    check_cuda(cudaStreamSynchronize(stream_), what);
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + collective_timeout_;
+  // Spin while a step may still be running (a decode step takes
+  // milliseconds); sleep once it has taken long enough to be suspect.
+  const auto spin_until = start + std::chrono::milliseconds(50);
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream_);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) check_cuda(e, what);
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(nccl_, &async), "asynchronous error query");
+    check_nccl(async, what);
+    const auto now = Clock::now();
+    COHORT_CHECK_MSG(now < deadline,
+                     "tensor-parallel rank {} of {}: {} not done on the GPU within {} s "
+                     "(COHORT_COLLECTIVE_TIMEOUT_S): a peer died, hangs, or made a different "
+                     "call",
+                     options_.shard.tp_rank, tp_, what,
+                     std::chrono::duration_cast<std::chrono::seconds>(collective_timeout_).count());
+    if (now < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+void CudaGraphEngine::all_reduce(float* data, size_t count) {
+  if (tp_ == 1) return;
+  check_nccl(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, stream_), "all-reduce");
+}
+
+void CudaGraphEngine::enqueue_layers(int n) {
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  const float eps = config_.rms_eps;
+  const size_t nH = static_cast<size_t>(n) * H;
+  const cuda::QkvShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity, eps};
+  cuda::embed(buf_.x, embed_, row_index_, n, H, dims_.vocab_begin, dims_.vocab, stream_);
+  all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
+  cuda::add_rmsnorm(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
+  for (int l = 0; l < config_.layers; ++l) {
+    const Layer& L = layers_[l];
+    gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
+    cuda::qkv_rope_cache(buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm, rope_cos_, rope_sin_,
+                         row_index_, n, shape, buf_.q, L.k_cache, L.v_cache, stream_);
+    cuda::cached_attention(buf_.q, L.k_cache, L.v_cache, row_index_, n, shape, buf_.y, stream_);
+    gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
+    all_reduce(buf_.tmp, nH);
+    cuda::add_rmsnorm(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
+    gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
+    cuda::swiglu(buf_.gate_up, buf_.h, n, I, stream_);
+    gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
+    all_reduce(buf_.tmp, nH);
+    // The next layer's input norm, or after the last layer the final norm.
+    const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
+    cuda::add_rmsnorm(buf_.x, buf_.tmp, next, buf_.xn, n, H, eps, stream_);
+  }
+}
+
+void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
+  const int H = config_.hidden, V = dims_.vocab;
+  enqueue_layers(n);
+  const cuda::bf16* head_x = buf_.xn;
+  if (gathered) {
+    cuda::gather_rows(buf_.xn, buf_.head_rows, buf_.head_x, head_count, H, stream_);
+    head_x = buf_.head_x;
+  }
+  gemm(buf_.logits, head_x, lm_head_, head_count, H, V);
+  cuda::row_argmax(buf_.logits, head_count, V, dims_.vocab_begin, buf_.pairs, stream_);
+  const float* pairs = buf_.pairs;
+  if (tp_ > 1) {
+    check_nccl(ncclAllGather(buf_.pairs, buf_.pairs_all, 2 * static_cast<size_t>(head_count),
+                             ncclFloat, nccl_, stream_),
+               "argmax gather");
+    pairs = buf_.pairs_all;
+  }
+  cuda::merge_argmax(pairs, tp_, head_count, buf_.tokens, stream_);
+}
+
+void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits) {
+  const size_t Vl = dims_.vocab, V = config_.vocab_size;
+  // The copies below go to pageable memory, which blocks the host until the
+  // stream gets there: wait (bounded) for the step and the gather first.
+  if (tp_ == 1) {
+    wait_step("step");
+    check_cuda(cudaMemcpyAsync(logits, buf_.logits, real_rows * Vl * 4, cudaMemcpyDeviceToHost,
+                               stream_),
+               "logits to the host");
+    check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
+    return;
+  }
+  const size_t local = static_cast<size_t>(head_count) * Vl;
+  check_nccl(ncclAllGather(buf_.logits, buf_.gathered, local, ncclFloat, nccl_, stream_),
+             "logits gather");
+  wait_step("step and logits gather");
+  host_gathered_.resize(local * tp_);
+  check_cuda(cudaMemcpyAsync(host_gathered_.data(), buf_.gathered, host_gathered_.size() * 4,
+                             cudaMemcpyDeviceToHost, stream_),
+             "logits to the host");
+  check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
+  for (int k = 0; k < tp_; ++k) {  // rank k holds vocab columns [k * Vl, (k + 1) * Vl)
+    for (int r = 0; r < real_rows; ++r) {
+      const float* src = host_gathered_.data() + k * local + r * Vl;
+      std::copy(src, src + Vl, logits + r * V + k * Vl);
+    }
+  }
+}
+
+void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
+                          float* logits, int32_t* greedy) {
+  check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
+  for (int part = 0; part < 3; ++part) {
+    check_cuda(cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
+                               static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_),
+               "rows to the GPU");
+  }
+  if (gathered) {
+    check_cuda(cudaMemcpyAsync(buf_.head_rows, host_head_rows_, static_cast<size_t>(head_count) * 4,
+                               cudaMemcpyHostToDevice, stream_),
+               "head rows to the GPU");
+  }
+  auto graph = graphs_.find(n);
+  if (!use_graph) {
+    enqueue_step(n, head_count, gathered);
+  } else if (graph != graphs_.end()) {
+    check_cuda(cudaGraphLaunch(graph->second, stream_), "graph launch");
+  } else if (bucket_runs_[n]++ == 0) {
+    // The first step of a size runs eagerly: cuBLAS and NCCL settle their
+    // algorithms and lazy state before anything is captured.
+    enqueue_step(n, head_count, gathered);
+  } else {
+    cudaGraph_t captured;
+    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+    enqueue_step(n, head_count, gathered);
+    check_cuda(cudaStreamEndCapture(stream_, &captured), "capture");
+    cudaGraphExec_t exec;
+    check_cuda(cudaGraphInstantiate(&exec, captured, 0), "graph instantiate");
+    check_cuda(cudaGraphDestroy(captured), "graph destroy");
+    graphs_[n] = exec;
+    check_cuda(cudaGraphLaunch(exec, stream_), "graph launch");
+  }
+  if (logits) {
+    fetch_logits(head_count, real_rows, logits);
+    return;
+  }
+  check_cuda(cudaMemcpyAsync(host_tokens_, buf_.tokens, static_cast<size_t>(real_rows) * 4,
+                             cudaMemcpyDeviceToHost, stream_),
+             "tokens to the host");
+  wait_step("step");
+  std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
+}
+
+void CudaGraphEngine::prefill(int slot, const int32_t* tokens, int n, float* logits,
+                              int32_t* greedy) {
+  const std::vector<int32_t> prompt(tokens, tokens + n);
+  prefill_many(&slot, {&prompt}, logits, greedy);
+}
+
+void CudaGraphEngine::prefill_many(const int* slots,
+                                   const std::vector<const std::vector<int32_t>*>& prompts,
+                                   float* logits, int32_t* greedy) {
+  // Chunks of whole prompts that fit the row buffers (one prompt always
+  // does: the buffers hold `capacity` rows).
+  size_t begin = 0;
+  while (begin < prompts.size()) {
+    size_t end = begin, rows = 0;
+    while (end < prompts.size() && rows + prompts[end]->size() <= static_cast<size_t>(max_rows_)) {
+      rows += prompts[end++]->size();
+    }
+    COHORT_CHECK_MSG(end > begin, "prompt of {} tokens exceeds the row buffers ({})",
+                     prompts[begin]->size(), max_rows_);
+    prefill_chunk(slots, prompts, begin, end, logits, greedy);
+    begin = end;
+  }
+}
+
+void CudaGraphEngine::prefill_chunk(const int* slots,
+                                    const std::vector<const std::vector<int32_t>*>& prompts,
+                                    size_t begin, size_t end, float* logits, int32_t* greedy) {
+  int row = 0;
+  const int k = static_cast<int>(end - begin);
+  COHORT_CHECK(k <= max_batch_);
+  for (size_t j = begin; j < end; ++j) {
+    const std::vector<int32_t>& p = *prompts[j];
+    const int n = static_cast<int>(p.size());
+    COHORT_CHECK_MSG(n >= 1 && n <= options_.capacity, "prefill of {} tokens, capacity {}", n,
+                     options_.capacity);
+    for (int i = 0; i < n; ++i, ++row) {
+      host_rows_[row] = p[i];
+      host_rows_[max_rows_ + row] = slots[j];
+      host_rows_[2 * max_rows_ + row] = i;
+    }
+    host_head_rows_[j - begin] = row - 1;
+    lengths_.at(slots[j]) = n;
+  }
+  const size_t V = static_cast<size_t>(config_.vocab_size);
+  run(row, k, k, false, true, logits ? logits + begin * V : nullptr, greedy + begin);
+}
+
+void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
+                             int32_t* greedy) {
+  const int padded = *std::lower_bound(buckets_.begin(), buckets_.end(), B);
+  for (int b = 0; b < padded; ++b) {
+    const bool real = b < B;
+    const int pos = real ? lengths_.at(slots[b]) : 0;
+    COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slots[b], pos);
+    host_rows_[b] = real ? tokens[b] : 0;
+    host_rows_[max_rows_ + b] = real ? slots[b] : options_.slots;  // the spare slot
+    host_rows_[2 * max_rows_ + b] = pos;
+  }
+  run(padded, padded, B, options_.cuda_graphs, false, logits, greedy);
+  for (int b = 0; b < B; ++b) ++lengths_[slots[b]];
+}
+
+}  // namespace cohort::infer

@@ -1,0 +1,152 @@
+// ModelEngine: generation over models::Model and its KV cache.
+#include "infer/engine.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include <fmt/ranges.h>
+
+#include "base/check.h"
+
+namespace cohort::infer {
+namespace {
+
+// Lowest index wins ties, as torch.argmax and TokenSampler's greedy path do.
+int32_t argmax(const float* logits, int vocab) {
+  return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+}
+
+}  // namespace
+
+void InferenceEngine::prefill_many(const int* slots,
+                                   const std::vector<const std::vector<int32_t>*>& prompts,
+                                   float* logits, int32_t* greedy) {
+  const size_t V = static_cast<size_t>(vocab_size());
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    prefill(slots[j], prompts[j]->data(), static_cast<int>(prompts[j]->size()),
+            logits ? logits + j * V : nullptr, greedy + j);
+  }
+}
+
+Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<models::Backend> backend,
+                                                         std::unique_ptr<models::Model> model,
+                                                         int slots, int capacity) {
+  COHORT_ASSIGN_OR_RETURN(models::KvCache cache, models::KvCache::create(*model, slots, capacity));
+  std::unique_ptr<ModelEngine> engine(new ModelEngine());
+  engine->backend_ = std::move(backend);
+  engine->model_ = std::move(model);
+  engine->cache_ = std::make_unique<models::KvCache>(std::move(cache));
+  return engine;
+}
+
+ModelEngine::~ModelEngine() {
+  cache_.reset();
+  model_.reset();
+}
+
+std::string ModelEngine::describe() const {
+  return backend_ && backend_->device() == models::Device::kCpu ? "cpu fp32" : "cuda fp32";
+}
+
+void ModelEngine::prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) {
+  const int V = vocab_size();
+  float* out = logits;
+  if (!out) {
+    scratch_.resize(V);
+    out = scratch_.data();
+  }
+  cache_->reset(slot);
+  model_->prefill(*cache_, slot, tokens, n, out);
+  if (!logits) *greedy = argmax(out, V);
+}
+
+void ModelEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
+                         int32_t* greedy) {
+  const int V = vocab_size();
+  float* out = logits;
+  if (!out) {
+    scratch_.resize(static_cast<size_t>(B) * V);
+    out = scratch_.data();
+  }
+  model_->decode(*cache_, slots, tokens, B, out);
+  if (!logits) {
+    for (int b = 0; b < B; ++b) greedy[b] = argmax(out + static_cast<size_t>(b) * V, V);
+  }
+}
+
+namespace {
+
+// See check_lockstep in infer_engine.h.
+class LockstepCheckedEngine final : public InferenceEngine {
+ public:
+  LockstepCheckedEngine(std::unique_ptr<InferenceEngine> inner, collective::Communicator* tp)
+      : inner_(std::move(inner)), tp_(tp) {}
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int slots() const override { return inner_->slots(); }
+  int capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return inner_->describe(); }
+
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    check("prefill", 1, n, logits, [&](uint64_t& h) {
+      mix(h, slot);
+      for (int i = 0; i < n; ++i) mix(h, tokens[i]);
+    });
+    inner_->prefill(slot, tokens, n, logits, greedy);
+  }
+  void prefill_many(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                    float* logits, int32_t* greedy) override {
+    check("prefill_many", 2, static_cast<int64_t>(prompts.size()), logits, [&](uint64_t& h) {
+      for (size_t j = 0; j < prompts.size(); ++j) {
+        mix(h, slots[j]);
+        for (int32_t t : *prompts[j]) mix(h, t);
+      }
+    });
+    inner_->prefill_many(slots, prompts, logits, greedy);
+  }
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits,
+              int32_t* greedy) override {
+    check("decode", 3, B, logits, [&](uint64_t& h) {
+      for (int b = 0; b < B; ++b) mix(h, slots[b]), mix(h, tokens[b]);
+    });
+    inner_->decode(slots, tokens, B, logits, greedy);
+  }
+
+ private:
+  // FNV-1a over the call's inputs.
+  static void mix(uint64_t& h, int64_t v) { h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ULL; }
+
+  template <typename Fill>
+  void check(const char* kind, int64_t code, int64_t count, const float* logits, Fill fill) {
+    ++calls_;
+    uint64_t hash = 14695981039346656037ULL;
+    fill(hash);
+    const std::array<int64_t, 5> mine = {calls_, code, count, logits != nullptr,
+                                         static_cast<int64_t>(hash >> 1)};
+    std::vector<int64_t> all(mine.size() * tp_->size());
+    const Status s = tp_->all_gather(mine.data(), all.data(), mine.size(), collective::DType::kI64);
+    COHORT_CHECK_MSG(s.is_ok(), "lockstep check of {} #{} on {}: {}", kind, calls_, tp_->name(),
+                     s.message());
+    for (int r = 0; r < tp_->size(); ++r) {
+      const int64_t* theirs = all.data() + r * mine.size();
+      COHORT_CHECK_MSG(std::equal(mine.begin(), mine.end(), theirs),
+                       "tensor-parallel ranks make different engine calls: rank {} of {} calls "
+                       "{} [call, kind, count, logits, inputs hash] = [{}], rank {} [{}]",
+                       tp_->rank(), tp_->name(), kind, fmt::join(mine, ", "), r,
+                       fmt::join(theirs, theirs + mine.size(), ", "));
+    }
+  }
+
+  std::unique_ptr<InferenceEngine> inner_;
+  collective::Communicator* tp_;
+  int64_t calls_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<InferenceEngine> check_lockstep(std::unique_ptr<InferenceEngine> engine,
+                                                collective::Communicator* tp) {
+  return std::make_unique<LockstepCheckedEngine>(std::move(engine), tp);
+}
+
+}  // namespace cohort::infer

@@ -1,0 +1,86 @@
+// InferenceEngine: what the generation loop (infer_generate.h) drives, one
+// tensor-parallel rank's share of a model plus its KV cache.
+//
+// Two implementations: ModelEngine (below) runs models::Model on any models
+// backend (the fp32 CPU reference on CPU hosts); CudaGraphEngine
+// (infer_cuda_engine.h, CUDA builds only) keeps bf16 weights and replays decode
+// steps as CUDA graphs. Every rank of a tensor-parallel group makes the same
+// calls in the same order; they synchronise inside.
+//
+// Slots are sequences: prefill(slot, ...) starts one afresh, decode() appends
+// one token to each listed slot. Logits are full-vocabulary fp32 on the host.
+// When the caller passes no logits buffer it wants greedy tokens only, which an
+// engine may pick on the device without copying the logits out. Whether a
+// call passes logits must be the same on every rank of the group: gathering
+// them is a collective.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "collective/communicator.h"
+#include "models/backend.h"
+#include "models/kv_cache.h"
+#include "models/model.h"
+
+namespace cohort::infer {
+
+class InferenceEngine {
+ public:
+  virtual ~InferenceEngine() = default;
+  virtual int vocab_size() const = 0;
+  virtual int slots() const = 0;
+  virtual int capacity() const = 0;  // positions per slot
+  // "cpu fp32", "cuda bf16, decode in CUDA graphs", for logs and the summary.
+  virtual std::string describe() const = 0;
+
+  // Starts `slot` with n prompt tokens. Writes the last position's logits
+  // [vocab] to `logits` when non-null, else its greedy token to *greedy.
+  virtual void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) = 0;
+  // Starts k distinct slots at once: logits [k, vocab] or greedy [k]. The
+  // default prefills one by one; an engine that can packs them into one pass.
+  virtual void prefill_many(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
+                            float* logits, int32_t* greedy);
+  // One token for each of B distinct slots: logits [B, vocab], or greedy [B].
+  virtual void decode(const int* slots, const int32_t* tokens, int B, float* logits,
+                      int32_t* greedy) = 0;
+};
+
+// models::Model with a models::KvCache.
+class ModelEngine final : public InferenceEngine {
+ public:
+  static Result<std::unique_ptr<ModelEngine>> create(std::unique_ptr<models::Backend> backend,
+                                                     std::unique_ptr<models::Model> model,
+                                                     int slots, int capacity);
+  ~ModelEngine() override;
+  int vocab_size() const override { return model_->config().vocab_size; }
+  int slots() const override { return cache_->slots(); }
+  int capacity() const override { return cache_->capacity(); }
+  std::string describe() const override;
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits,
+              int32_t* greedy) override;
+
+ private:
+  ModelEngine() = default;
+  // Declared in destruction order's reverse: the cache and model free into the backend.
+  std::unique_ptr<models::Backend> backend_;
+  std::unique_ptr<models::Model> model_;
+  std::unique_ptr<models::KvCache> cache_;
+  std::vector<float> scratch_;  // logits when the caller wants greedy tokens only
+};
+
+// Wraps `engine` so that before each call every rank of the tensor-parallel
+// group `tp` (a CPU communicator) checks, with one small all-gather, that its
+// peers make the same call: kind, slots, tokens, and whether logits are
+// wanted. A mismatch is fatal on every rank, naming the ranks and the call.
+// ModelEngine would survive an asymmetric call sequence (its logits gather
+// runs either way) where the CUDA engine hangs, so the tests run CPU ranks
+// with this (COHORT_INFER_CHECK_LOCKSTEP=1, infer_setup.cc) to catch it.
+std::unique_ptr<InferenceEngine> check_lockstep(std::unique_ptr<InferenceEngine> engine,
+                                                collective::Communicator* tp);
+
+}  // namespace cohort::infer

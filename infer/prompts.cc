@@ -1,0 +1,154 @@
+// Prompts JSONL, tokenizer choice and stop conditions for inference jobs.
+#include "infer/prompts.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace cohort::infer {
+namespace {
+
+using nlohmann::json;
+
+Status prompt_error(const std::string& source, int line, const std::string& what) {
+  return invalid_argument(source + ":" + std::to_string(line) + ": " + what);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<models::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
+                                                          const models::ModelConfig& config) {
+  if (!model.hf_dir.empty() &&
+      std::filesystem::exists(std::filesystem::path(model.hf_dir) / "tokenizer.json")) {
+    COHORT_ASSIGN_OR_RETURN(auto tokenizer, models::load_tokenizer(model.hf_dir));
+    return tokenizer;
+  }
+  if (config.vocab_size == 256) return std::unique_ptr<models::Tokenizer>(new models::ByteTokenizer());
+  return std::unique_ptr<models::Tokenizer>();
+}
+
+Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::string& source,
+                                          models::Tokenizer* tokenizer, int vocab_size) {
+  std::vector<Prompt> prompts;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Prompt p;
+    p.index = static_cast<int>(prompts.size());
+    try {
+      const json j = json::parse(line);
+      if (!j.is_object()) return prompt_error(source, line_no, "expected a JSON object");
+      if (j.contains("id")) p.id_json = j["id"].dump();
+      if (j.contains("tokens")) {
+        for (const json& t : j.at("tokens")) p.tokens.push_back(t.get<int32_t>());
+      } else if (j.contains("prompt")) {
+        if (!tokenizer) {
+          return prompt_error(source, line_no,
+                              "\"prompt\" needs a tokenizer, and this model has none (no "
+                              "tokenizer.json in hf_dir, vocab_size " + std::to_string(vocab_size) +
+                              " is not byte-level); give {\"tokens\": [...]} instead");
+        }
+        p.tokens = tokenizer->encode(j.at("prompt").get<std::string>());
+      } else {
+        return prompt_error(source, line_no, "expected {\"prompt\": \"text\"} or {\"tokens\": [ids]}");
+      }
+    } catch (const json::exception& e) {
+      return prompt_error(source, line_no, e.what());
+    }
+    if (p.tokens.empty()) return prompt_error(source, line_no, "the prompt has no tokens");
+    for (int32_t id : p.tokens) {
+      if (id < 0 || id >= vocab_size) {
+        return prompt_error(source, line_no, "token id " + std::to_string(id) +
+                                                 " is outside the vocabulary [0, " +
+                                                 std::to_string(vocab_size) + ")");
+      }
+    }
+    prompts.push_back(std::move(p));
+  }
+  if (prompts.empty()) return invalid_argument(source + ": no prompts");
+  return prompts;
+}
+
+Result<std::vector<Prompt>> load_prompts(const std::string& path, models::Tokenizer* tokenizer,
+                                         int vocab_size) {
+  std::ifstream in(path);
+  if (!in) return not_found("infer.prompts: cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_prompts(ss.str(), path, tokenizer, vocab_size);
+}
+
+std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model) {
+  const char* ignore = std::getenv("COHORT_INFER_IGNORE_EOS");
+  if (model.hf_dir.empty() || (ignore && std::string(ignore) == "1")) return {};
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    std::ifstream in(std::filesystem::path(model.hf_dir) / file);
+    if (!in) continue;
+    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
+    std::vector<int32_t> ids;
+    const json& eos = j["eos_token_id"];
+    if (eos.is_number_integer()) ids.push_back(eos.get<int32_t>());
+    if (eos.is_array()) {
+      for (const json& id : eos) {
+        if (id.is_number_integer()) ids.push_back(id.get<int32_t>());
+      }
+    }
+    return ids;
+  }
+  return {};
+}
+
+Result<StopCondition> StopCondition::create(const jobs::InferSection& infer,
+                                            const models::Tokenizer* tokenizer,
+                                            const std::vector<int32_t>& eos) {
+  StopCondition stop;
+  stop.tokenizer_ = tokenizer;
+  for (int64_t id : infer.stop_tokens) stop.stop_tokens_.push_back(static_cast<int32_t>(id));
+  stop.stop_tokens_.insert(stop.stop_tokens_.end(), eos.begin(), eos.end());
+  for (const std::string& s : infer.stop_strings) {
+    if (s.empty()) continue;
+    stop.stop_strings_.push_back(s);
+    stop.longest_stop_ = std::max(stop.longest_stop_, s.size());
+  }
+  if (!stop.stop_strings_.empty() && !tokenizer) {
+    return invalid_argument("infer.stop: stop strings need a tokenizer and this model has none; "
+                            "give stop token ids instead");
+  }
+  return stop;
+}
+
+bool StopCondition::is_stop_token(int32_t id) const {
+  return std::find(stop_tokens_.begin(), stop_tokens_.end(), id) != stop_tokens_.end();
+}
+
+bool StopCondition::hits_stop_string(const std::vector<int32_t>& generated) const {
+  if (stop_strings_.empty() || generated.empty()) return false;
+  // A stop string that ends in the newest token lies within the last
+  // longest_stop_ + 1 tokens (every token decodes to at least one byte, and
+  // earlier matches would have stopped the sequence already).
+  const size_t tail = std::min(generated.size(), longest_stop_ + 1);
+  const std::string text = tokenizer_->decode(
+      std::vector<int32_t>(generated.end() - static_cast<std::ptrdiff_t>(tail), generated.end()));
+  for (const std::string& s : stop_strings_) {
+    if (text.find(s) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string StopCondition::final_text(const std::vector<int32_t>& generated) const {
+  if (!tokenizer_) return {};
+  std::string text = tokenizer_->decode(generated);
+  size_t cut = std::string::npos;
+  for (const std::string& s : stop_strings_) cut = std::min(cut, text.find(s));
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
+}
+
+}  // namespace cohort::infer

@@ -1,0 +1,245 @@
+// Sharded checkpoints: saving each rank's shards, restoring them into any
+// mesh or strategy, filling a model for inference, and exporting to Hugging
+// Face format. The piece format is in checkpoint_format.h.
+#include "parallel/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "collective/communicator.h"
+#include "parallel/checkpoint_format.h"
+#include "models/hf.h"
+#include "models/safetensors.h"
+#include "parallel/parallelize.h"
+
+namespace cohort::parallel {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "cohort-checkpoint/1";
+
+int layout_rank(parallel::ParallelModel& pm) {
+  return pm.data_parallel->strategy() == parallel::Strategy::kDdp ? 0 : pm.mesh->dp_rank();
+}
+
+Result<json> read_index(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "index.json");
+  if (!in) return not_found("checkpoint " + dir + " has no index.json (an unfinished or foreign folder?)");
+  try {
+    json index = json::parse(in);
+    if (index.value("format", "") != kFormat)
+      return invalid_argument(dir + "/index.json: unknown format '" + index.value("format", "") + "'");
+    return index;
+  } catch (const json::exception& e) {
+    return invalid_argument(dir + "/index.json: " + e.what());
+  }
+}
+
+Status write_text_atomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) return errno_error("writing " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return io_error("renaming " + tmp.string() + ": " + ec.message());
+  return Status::ok();
+}
+
+// This rank's shards of every group, appended to rank-<R>.bin.
+Status write_rank_shards(const fs::path& dir, int rank, parallel::ParallelModel& pm) {
+  std::string bin = fmt::format("rank-{}.bin", rank);
+  std::ofstream out(dir / bin, std::ios::binary);
+  std::vector<Piece> pieces;
+  uint64_t offset = 0;
+  const auto& layout = pm.model->layout();
+  std::vector<float> params, m, v;
+  for (int g = 0; g < pm.model->num_groups(); ++g) {
+    COHORT_RETURN_IF_ERROR(pm.data_parallel->read_shard(g, &params, &m, &v));
+    for (const auto& seg : pm.data_parallel->layout(g).segments(layout_rank(pm))) {
+      const auto& spec = layout.groups[g].params[seg.param];
+      const std::vector<float>* tensors[3] = {&params, &m, &v};
+      for (int t = 0; t < 3; ++t) {
+        out.write(reinterpret_cast<const char*>(tensors[t]->data() + seg.shard_offset),
+                  std::streamsize(seg.length * sizeof(float)));
+        pieces.push_back(Piece{spec.name, PieceTensor(t), bin, offset, seg.length, seg.full_offset - spec.offset,
+                               spec.shard_dim, spec.shard_begin, spec.shape});
+        offset += seg.length * sizeof(float);
+      }
+    }
+  }
+  out.close();
+  if (!out) return errno_error("writing " + (dir / bin).string());
+  return write_piece_list((dir / fmt::format("rank-{}.json", rank)).string(), pieces);
+}
+
+Status barrier(collective::Communicator& world, const char* what) {
+  Status s = world.barrier();
+  return s.is_ok() ? s : s.with_context(std::string("checkpoint ") + what);
+}
+
+}  // namespace
+
+std::string latest_checkpoint(const std::string& output_dir) {
+  fs::path root = fs::path(output_dir) / "checkpoints";
+  std::ifstream in(root / "latest");
+  std::string name;
+  if (!(in >> name)) return "";
+  fs::path dir = root / name;
+  return fs::exists(dir / "index.json") ? dir.string() : "";
+}
+
+namespace {
+
+// Step, data position, optimizer step count and loss-scaler state; an error
+// names the index file and the field.
+Result<TrainPosition> parse_position(const json& index, const std::string& dir) {
+  const char* field = "step";
+  try {
+    TrainPosition position;
+    position.step = index.at(field).get<int64_t>();
+    field = "data_seed";
+    position.data_seed = index.at(field).get<uint64_t>();
+    field = "data_step";
+    position.data_step = index.at(field).get<int64_t>();
+    field = "optimizer_steps";
+    position.optimizer_steps = index.value(field, position.step);
+    field = "loss_scaler";
+    if (index.contains(field)) {
+      const json& ls = index.at(field);
+      position.loss_scaler = models::LossScalerState{ls.at("scale").get<double>(), ls.at("finite_steps").get<int64_t>()};
+    }
+    return position;
+  } catch (const json::exception& e) {
+    return invalid_argument(fmt::format("{}/index.json: field '{}': {}", dir, field, e.what()));
+  }
+}
+
+}  // namespace
+
+Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoint_dir) {
+  COHORT_ASSIGN_OR_RETURN(json index, read_index(checkpoint_dir));
+  auto config = models::parse_hf_config(index.at("config").dump(), 1 << 20);
+  if (!config.is_ok()) return config.status().with_context(checkpoint_dir + "/index.json");
+  return config;
+}
+
+Result<std::string> save_checkpoint(const std::string& output_dir, const models::ModelConfig& config,
+                                    parallel::ParallelModel& pm, const TrainPosition& position,
+                                    const std::string& strategy, collective::Communicator& world) {
+  fs::path root = fs::path(output_dir) / "checkpoints";
+  std::string name = fmt::format("step-{}", position.step);
+  fs::path tmp = root / (".tmp-" + name), final_dir = root / name;
+  std::error_code ec;
+  if (world.rank() == 0) {
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) return io_error("cannot create " + tmp.string() + ": " + ec.message());
+  }
+  COHORT_RETURN_IF_ERROR(barrier(world, "start"));
+  // DDP ranks hold identical copies: the first data-parallel replica writes.
+  bool writes = pm.data_parallel->strategy() != parallel::Strategy::kDdp || pm.mesh->dp_rank() == 0;
+  Status written = writes ? write_rank_shards(tmp, world.rank(), pm) : Status::ok();
+  COHORT_RETURN_IF_ERROR(written);
+  COHORT_RETURN_IF_ERROR(barrier(world, "shards"));
+  if (world.rank() == 0) {
+    json params = json::object();
+    for (const auto& group : pm.model->layout().groups)
+      for (const auto& p : group.params) params[p.name] = p.global_shape;
+    json index = {{"format", kFormat},
+                  {"step", position.step},
+                  {"data_seed", position.data_seed},
+                  {"data_step", position.data_step},
+                  {"optimizer_steps", position.optimizer_steps},
+                  {"strategy", strategy},
+                  {"world", world.size()},
+                  {"dp", pm.mesh->dims().dp},
+                  {"tp", pm.mesh->dims().tp},
+                  {"config", json::parse(models::hf_config_json(config, models::DType::kF32))},
+                  {"params", params}};
+    if (position.loss_scaler)
+      index["loss_scaler"] = {{"scale", position.loss_scaler->scale},
+                              {"finite_steps", position.loss_scaler->finite_steps}};
+    std::ofstream(tmp / "index.json") << index.dump(1) << "\n";
+    fs::remove_all(final_dir, ec);
+    fs::rename(tmp, final_dir, ec);
+    if (ec) return io_error("renaming " + tmp.string() + ": " + ec.message());
+    COHORT_RETURN_IF_ERROR(write_text_atomically(root / "latest", name + "\n"));
+  }
+  COHORT_RETURN_IF_ERROR(barrier(world, "finish"));
+  return final_dir.string();
+}
+
+Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::ParallelModel& pm) {
+  COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
+  // The position first: a damaged index is refused before any shard is touched.
+  COHORT_ASSIGN_OR_RETURN(TrainPosition position, parse_position(index, dir));
+  COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
+  const auto& layout = pm.model->layout();
+  for (int g = 0; g < pm.model->num_groups(); ++g) {
+    const auto& shard = pm.data_parallel->layout(g);
+    size_t n = pm.data_parallel->strategy() == parallel::Strategy::kDdp ? shard.padded_numel() : shard.shard_numel();
+    std::vector<float> owned[3] = {std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+    std::vector<float> local;
+    // A parameter has at most one segment in a rank's shard, so each is
+    // assembled once per tensor.
+    for (const auto& seg : shard.segments(layout_rank(pm))) {
+      const auto& spec = layout.groups[g].params[seg.param];
+      for (int t = 0; t < 3; ++t) {
+        COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, spec.name, PieceTensor(t), spec.global_shape));
+        local.resize(spec.numel);
+        slice_local(global, spec, local.data());
+        std::copy_n(local.data() + (seg.full_offset - spec.offset), seg.length, owned[t].data() + seg.shard_offset);
+      }
+    }
+    COHORT_RETURN_IF_ERROR(pm.data_parallel->write_shard(g, owned[0], owned[1], owned[2]));
+  }
+  spdlog::info("resumed from {} (step {}, saved by {} at world {} = dp {} × tp {})", dir, position.step,
+               index.value("strategy", "?"), index.value("world", 0), index.value("dp", 0), index.value("tp", 0));
+  return position;
+}
+
+Status load_checkpoint_params(const std::string& dir, models::Model& model) {
+  COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
+  std::vector<float> local;
+  for (int g = 0; g < model.num_groups(); ++g) {
+    for (const auto& spec : model.layout().groups[g].params) {
+      COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, spec.name, PieceTensor::kParam, spec.global_shape));
+      local.resize(spec.numel);
+      slice_local(global, spec, local.data());
+      model.backend().copy_from_host(model.params(g) + spec.offset, local.data(), spec.numel * sizeof(float));
+    }
+  }
+  return Status::ok();
+}
+
+Status export_checkpoint(const std::string& dir, const std::string& hf_dir) {
+  COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
+  COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, checkpoint_model_config(dir));
+  COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
+  std::vector<std::vector<float>> storage;
+  std::vector<models::TensorToWrite> tensors;
+  storage.reserve(index.at("params").size());
+  for (const auto& [name, shape_json] : index.at("params").items()) {
+    auto shape = shape_json.get<std::vector<int64_t>>();
+    COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, name, PieceTensor::kParam, shape));
+    storage.push_back(std::move(global));
+    tensors.push_back(models::TensorToWrite{name, shape, storage.back().data(), models::DType::kF32});
+  }
+  std::error_code ec;
+  fs::create_directories(hf_dir, ec);
+  if (ec) return io_error("cannot create " + hf_dir + ": " + ec.message());
+  COHORT_RETURN_IF_ERROR(models::write_safetensors_folder(hf_dir, tensors));
+  std::ofstream(fs::path(hf_dir) / "config.json") << models::hf_config_json(config, models::DType::kF32) << "\n";
+  return Status::ok();
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,78 @@
+// Sharded checkpoints: each rank writes its own shards; an index records the
+// global shapes, dtypes, shard layout, step, data position and RNG state.
+// Loading reshards: a checkpoint saved at one world size, dp × tp mesh or
+// strategy loads into any other.
+//
+// Layout of a checkpoint folder `<output_dir>/checkpoints/step-<N>/`:
+//   index.json            model config, step, data position, strategy, mesh,
+//                         and per parameter its global shape and where each
+//                         rank's shard of it lives
+//   rank-<R>.bin          that rank's parameter shard (fp32) and AdamW moments
+// `<output_dir>/checkpoints/latest` names the newest complete one. Writes go to
+// a temporary folder renamed into place, so a crash mid-write never damages
+// the latest good checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "models/config.h"
+#include "models/loss_scaler.h"
+#include "models/model.h"
+
+namespace cohort::parallel {
+
+// The newest complete checkpoint under output_dir/checkpoints, or "" if none.
+std::string latest_checkpoint(const std::string& output_dir);
+
+// The model config a checkpoint was saved with.
+Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoint_dir);
+
+// Fills a freshly created model (any tensor-parallel shard of the same
+// config) with the checkpoint's parameters, reading only the slices this
+// rank holds. For inference and for exports; training resumes through the
+// trainer, which also restores optimizer state and the data position.
+Status load_checkpoint_params(const std::string& checkpoint_dir, models::Model& model);
+
+}  // namespace cohort::parallel
+
+namespace cohort::parallel {
+struct ParallelModel;
+}
+namespace cohort::collective {
+class Communicator;
+}
+
+namespace cohort::parallel {
+
+// What a training checkpoint records besides tensors.
+struct TrainPosition {
+  int64_t step = 0;            // optimizer steps completed
+  uint64_t data_seed = 0;      // the sampler's seed (its RNG state is (seed, step))
+  int64_t data_step = 0;       // the sampler's next step
+  // Updates applied (AdamW's bias-correction count): `step` less the steps
+  // skipped for non-finite gradients. Older checkpoints lack it: = step.
+  int64_t optimizer_steps = 0;
+  // fp16 loss scaling: the scale and its finite-step count (absent in
+  // checkpoints of bf16/fp32 runs; a resumed fp16 run then starts afresh).
+  std::optional<models::LossScalerState> loss_scaler;
+};
+
+// Every rank calls this (collective over `world`): each writes its shards, rank
+// 0 the index, then rank 0 renames the folder into place and moves `latest`.
+// Returns the checkpoint folder.
+Result<std::string> save_checkpoint(const std::string& output_dir, const models::ModelConfig& config,
+                                    parallel::ParallelModel& model, const TrainPosition& position,
+                                    const std::string& strategy, collective::Communicator& world);
+
+// Restores parameters and AdamW moments into this rank's shards, whatever
+// mesh and strategy saved them; returns the training position.
+Result<TrainPosition> restore_checkpoint(const std::string& checkpoint_dir, parallel::ParallelModel& model);
+
+// A consolidated Hugging Face folder (config.json + safetensors) from a
+// checkpoint: what `cohort export` writes.
+Status export_checkpoint(const std::string& checkpoint_dir, const std::string& hf_dir);
+
+}  // namespace cohort::parallel

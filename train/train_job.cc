@@ -1,0 +1,283 @@
+// The training worker: joins the job's collective, builds and shards the
+// model, resumes from the latest checkpoint, and runs the optimizer steps
+// with gradient accumulation, the learning-rate schedule, clipping,
+// evaluation, checkpoints and metrics.
+//
+// The global batch of step s is the same sequences whatever the world size
+// (models/data.h); a data-parallel rank takes its slice and splits it into
+// micro-batches. Gradients are scaled by 1/(tokens in the global batch), so
+// the sum over micro-steps and ranks is the global mean and a resumed or
+// rescaled run follows the same curve.
+//
+// Precision: train.precision picks the GEMM numerics (worker_setup.h); fp16
+// adds dynamic loss scaling (models/loss_scaler.h): the loss is multiplied
+// by the scale before backward, finish_step divides it out, and a step whose
+// gradients are not finite is skipped and lowers the scale.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "collective/bootstrap.h"
+#include "parallel/checkpoint.h"
+#include "train/train_report.h"
+#include "train/lr_schedule.h"
+#include "train/train_job.h"
+#include "worker/worker_context.h"
+#include "data/token_data.h"
+#include "models/generate.h"
+#include "models/kv_cache.h"
+#include "models/loss_scaler.h"
+#include "models/tokenizer.h"
+
+namespace cohort::train {
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+void on_sigterm(int) { g_stop_requested = true; }
+
+Result<std::vector<int32_t>> load_tokens(const jobs::TrainSection& t, int vocab) {
+  std::string format = t.data_format;
+  if (format == "auto") {
+    auto ext = std::filesystem::path(t.data).extension().string();
+    format = ext == ".u16" ? "u16" : (ext == ".u32" || ext == ".bin") ? "u32" : "text";
+  }
+  Result<std::vector<int32_t>> tokens =
+      format == "text" ? data::read_text_bytes(t.data)
+                       : data::read_token_file(t.data, format == "u16" ? data::TokenFormat::kUint16
+                                                                         : data::TokenFormat::kUint32);
+  if (!tokens) return tokens.status().with_context("train.data");
+  for (int32_t id : *tokens)
+    if (id < 0 || id >= vocab)
+      return invalid_argument(fmt::format("train.data {}: token {} is outside the model's vocabulary of {}{}",
+                                          t.data, id, vocab, format == "text" ? " (text is read as bytes)" : ""));
+  return tokens;
+}
+
+class Trainer {
+ public:
+  explicit Trainer(const jobs::JobSpec& spec) : spec_(spec), t_(spec.train) {}
+  Status run();
+
+ private:
+  Status setup();
+  Status train_step(int step);
+  Result<double> evaluate();
+  Status checkpoint(int steps_done);
+  Status print_sample();
+  int tp() const { return spec_.parallel.tensor_parallel; }
+
+  const jobs::JobSpec& spec_;
+  const jobs::TrainSection& t_;
+  worker::WorkerContext ctx_;
+  models::ModelConfig config_;
+  parallel::ParallelModel pm_;
+  std::vector<int32_t> tokens_;
+  data::TokenSplit split_;
+  std::unique_ptr<data::BatchSampler> sampler_, eval_sampler_;
+  std::unique_ptr<TrainReporter> reporter_;
+  std::optional<models::LossScaler> scaler_;  // fp16 only
+  int dp_ = 1, dp_rank_ = 0, accumulation_ = 1, start_step_ = 0, last_saved_ = -1;
+  // Updates applied so far: a skipped step (non-finite gradients) does not
+  // count, so AdamW's bias correction starts at 1 with the first real update.
+  int64_t optimizer_steps_ = 0;
+  std::vector<int32_t> inputs_, targets_;
+  double last_loss_ = 0;
+};
+
+Status Trainer::setup() {
+  COHORT_ASSIGN_OR_RETURN(ctx_, worker::make_worker_context(spec_));
+  if (t_.precision == jobs::Precision::kFp16) {
+    models::LossScalerOptions lso;
+    lso.initial_scale = t_.initial_loss_scale;
+    lso.growth_interval = t_.loss_scale_window;
+    auto scaler = models::LossScaler::create(lso);
+    if (!scaler) return scaler.status().with_context("train.initial_loss_scale / train.loss_scale_window");
+    scaler_ = std::move(*scaler);
+  }
+  COHORT_ASSIGN_OR_RETURN(config_, worker::resolve_model_config(spec_));
+  if (t_.seq_len > config_.max_seq)
+    return invalid_argument(fmt::format("train.seq_len {} is longer than the model's max_seq {} (set model.max_seq)",
+                                        t_.seq_len, config_.max_seq));
+  int world = ctx_.world.size;
+  if (world % tp() != 0)
+    return invalid_argument(fmt::format("parallel.tensor_parallel {} does not divide the world size {}", tp(), world));
+  dp_ = world / tp();
+  int per_step = t_.micro_batch * dp_;
+  int global = t_.global_batch > 0 ? t_.global_batch : per_step;
+  if (global % per_step != 0)
+    return invalid_argument(fmt::format(
+        "train.global_batch {} cannot be split at world size {}: micro_batch {} × data-parallel {} = {} does not divide it",
+        global, world, t_.micro_batch, dp_, per_step));
+  accumulation_ = global / per_step;
+
+  COHORT_ASSIGN_OR_RETURN(tokens_, load_tokens(t_, config_.vocab_size));
+  split_ = data::split_held_out(tokens_, t_.eval_fraction);
+  data::SamplerOptions so{global, t_.seq_len, uint64_t(t_.seed), true};
+  COHORT_ASSIGN_OR_RETURN(auto sampler, data::BatchSampler::create(&split_.train, so));
+  sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
+  if (t_.eval_every > 0 && !split_.held_out.empty()) {
+    data::SamplerOptions eo{int64_t(t_.micro_batch) * dp_, t_.seq_len, uint64_t(t_.seed), false};
+    auto eval = data::BatchSampler::create(&split_.held_out, eo);
+    if (eval) eval_sampler_ = std::make_unique<data::BatchSampler>(std::move(*eval));
+    else spdlog::warn("no evaluation: {}", eval.status().message());
+  }
+
+  std::string resume_from = t_.resume ? parallel::latest_checkpoint(spec_.job.output_dir) : "";
+  COHORT_ASSIGN_OR_RETURN(pm_, worker::build_parallel_model(spec_, config_, ctx_, /*for_training=*/true));
+  if (!resume_from.empty()) {
+    COHORT_ASSIGN_OR_RETURN(parallel::TrainPosition position, parallel::restore_checkpoint(resume_from, pm_));
+    start_step_ = int(position.step);
+    optimizer_steps_ = position.optimizer_steps;
+    last_saved_ = start_step_;
+    COHORT_RETURN_IF_ERROR(sampler_->restore({position.data_seed, position.data_step}));
+    if (scaler_ && position.loss_scaler) {
+      Status restored = scaler_->restore(*position.loss_scaler);
+      if (!restored.is_ok()) return restored.with_context(resume_from + "/index.json");
+    }
+  }
+  dp_rank_ = pm_.mesh->dp_rank();
+  reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every);
+  inputs_.resize(size_t(t_.micro_batch) * t_.seq_len);
+  targets_.resize(inputs_.size());
+  if (ctx_.world.rank == 0)
+    spdlog::info("training {} ({:.1f}M parameters) on {} ({} × {}): global batch {} = micro {} × dp {} × accumulation {}; "
+                 "{} GEMMs; memory per rank: {}", spec_.job.name, config_.num_parameters() / 1e6, ctx_.device_name,
+                 pm_.mesh->dims().to_string(), jobs::to_string(spec_.parallel.strategy), global, t_.micro_batch, dp_,
+                 accumulation_, models::matmul_precision_name(ctx_.backend->matmul_precision()),
+                 pm_.data_parallel->memory().to_string());
+  return Status::ok();
+}
+
+Status Trainer::train_step(int step) {
+  auto started = std::chrono::steady_clock::now();
+  int64_t global = sampler_->options().global_batch;
+  int64_t data_step = sampler_->next_step();
+  double lr = learning_rate(step, t_.steps, t_.warmup_steps, t_.lr, t_.min_lr);
+  auto& dp = *pm_.data_parallel;
+  dp.begin_step(accumulation_);
+  double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  float scale = float(loss_scale / double(global * t_.seq_len));
+  double loss_sum = 0;
+  for (int k = 0; k < accumulation_; ++k) {
+    dp.begin_micro_step(k);
+    int64_t first = int64_t(dp_rank_) * (global / dp_) + int64_t(k) * t_.micro_batch;
+    sampler_->fill(data_step, first, t_.micro_batch, inputs_.data(), targets_.data());
+    loss_sum += pm_.model->forward(inputs_.data(), targets_.data(), t_.micro_batch, t_.seq_len).sum;
+    pm_.model->backward(scale);
+  }
+  models::AdamWConfig adamw{float(lr), float(t_.beta1), float(t_.beta2), 1e-8f, float(t_.weight_decay)};
+  COHORT_ASSIGN_OR_RETURN(parallel::StepOutcome outcome,
+                          dp.finish_step(adamw, float(t_.grad_clip), optimizer_steps_ + 1, loss_scale));
+  if (outcome.applied) ++optimizer_steps_;
+  if (scaler_) scaler_->update(outcome.applied);
+  else if (!outcome.applied && ctx_.world.rank == 0)
+    spdlog::warn("step {}: gradients are not finite; the update was skipped", step + 1);
+  // Every tp rank of a replica saw the same loss: sum over the world / tp.
+  // The second slot carries "stop requested" so that all ranks agree on it.
+  float shared[2] = {float(loss_sum / tp()), g_stop_requested ? 1.0f : 0.0f};
+  COHORT_RETURN_IF_ERROR(ctx_.world.cpu->all_reduce(shared, 2, collective::DType::kF32));
+  last_loss_ = double(shared[0]) / double(global * t_.seq_len);
+  if (shared[1] > 0) g_stop_requested = true;
+
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  StepReport r;
+  r.step = step + 1;
+  r.total_steps = t_.steps;
+  r.loss = last_loss_;
+  r.lr = lr;
+  r.grad_norm = outcome.grad_norm;
+  r.skipped = !outcome.applied;
+  if (scaler_) r.loss_scale = loss_scale;
+  r.step_seconds = seconds;
+  r.tokens_per_s = double(global * t_.seq_len) / seconds;
+  r.mfu = worker::model_flops_utilization(config_, r.tokens_per_s, ctx_);
+  r.memory_mb = worker::memory_in_use_mb(ctx_, pm_);
+  reporter_->step(r);
+  return Status::ok();
+}
+
+Result<double> Trainer::evaluate() {
+  double sum = 0;
+  int64_t batch = eval_sampler_->options().global_batch;
+  int64_t windows_per_step = batch;
+  int batches = int(std::min<int64_t>(t_.eval_batches, std::max<int64_t>(1, eval_sampler_->windows() / windows_per_step)));
+  for (int b = 0; b < batches; ++b) {
+    eval_sampler_->fill(b, int64_t(dp_rank_) * t_.micro_batch, t_.micro_batch, inputs_.data(), targets_.data());
+    sum += pm_.model->forward(inputs_.data(), targets_.data(), t_.micro_batch, t_.seq_len).sum;
+  }
+  float total = float(sum / tp());
+  COHORT_RETURN_IF_ERROR(ctx_.world.cpu->all_reduce(&total, 1, collective::DType::kF32));
+  return double(total) / double(batches * batch * t_.seq_len);
+}
+
+Status Trainer::checkpoint(int steps_done) {
+  parallel::TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), optimizer_steps_, std::nullopt};
+  if (scaler_) position.loss_scaler = scaler_->state();
+  COHORT_ASSIGN_OR_RETURN(std::string dir, parallel::save_checkpoint(spec_.job.output_dir, config_, pm_, position,
+                                                           jobs::to_string(spec_.parallel.strategy), *ctx_.world.cpu));
+  last_saved_ = steps_done;
+  if (ctx_.world.rank == 0) {
+    spdlog::info("checkpoint: {}", dir);
+    reporter_->event({{"step", steps_done}, {"checkpoint", dir}});
+  }
+  return Status::ok();
+}
+
+Status Trainer::print_sample() {
+  COHORT_RETURN_IF_ERROR(pm_.data_parallel->gather_all());
+  models::ByteTokenizer bytes;
+  std::vector<int32_t> prompt = bytes.encode(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
+  int capacity = std::min<int>(config_.max_seq, int(prompt.size()) + t_.sample_tokens);
+  COHORT_ASSIGN_OR_RETURN(auto cache, models::KvCache::create(*pm_.model, 1, capacity));
+  models::GenerationOptions options;
+  options.max_new_tokens = capacity - int(prompt.size());
+  options.sampling.temperature = 0.8f;
+  options.sampling.top_k = 40;
+  options.sampling.seed = uint64_t(t_.seed);
+  COHORT_ASSIGN_OR_RETURN(auto results, models::generate(*pm_.model, cache, {prompt}, options));
+  if (ctx_.world.rank == 0 && config_.vocab_size <= 256) {
+    std::string text = bytes.decode(prompt) + bytes.decode(results[0].tokens);
+    std::printf("---- sample after %d steps ----\n%s\n---- end of sample ----\n", t_.steps, text.c_str());
+    std::fflush(stdout);
+    reporter_->event({{"step", t_.steps}, {"sample", text}});
+  }
+  return Status::ok();
+}
+
+Status Trainer::run() {
+  COHORT_RETURN_IF_ERROR(setup());
+  for (int step = start_step_; step < t_.steps; ++step) {
+    COHORT_RETURN_IF_ERROR(train_step(step));
+    int done = step + 1;
+    if (eval_sampler_ && t_.eval_every > 0 && (done % t_.eval_every == 0 || done == t_.steps)) {
+      COHORT_ASSIGN_OR_RETURN(double eval_loss, evaluate());
+      reporter_->eval(done, eval_loss);
+    }
+    bool periodic = t_.checkpoint_every > 0 && done % t_.checkpoint_every == 0;
+    if (periodic || done == t_.steps || g_stop_requested) COHORT_RETURN_IF_ERROR(checkpoint(done));
+    if (g_stop_requested)
+      return aborted(fmt::format("stopped by SIGTERM after step {} (checkpoint saved)", done));
+  }
+  if (t_.sample_tokens > 0) COHORT_RETURN_IF_ERROR(print_sample());
+  return Status::ok();
+}
+
+}  // namespace
+
+bool stop_requested_by_signal() { return g_stop_requested; }
+
+Status run_train(const jobs::JobSpec& spec) {
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigaction(SIGTERM, &action, nullptr);
+  Trainer trainer(spec);
+  return trainer.run();
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,130 @@
+#include "worker/worker_context.h"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "parallel/checkpoint.h"
+#include "models/cuda_backend.h"
+#include "models/hf.h"
+#ifdef COHORT_HAVE_NCCL
+#include "collective/nccl/nccl_communicator.h"
+#endif
+
+namespace cohort::worker {
+
+Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
+  WorkerContext ctx;
+  COHORT_ASSIGN_OR_RETURN(ctx.world, collective::init_from_environment());
+  // COHORT_DEVICE=cpu keeps a worker that sees a GPU on the CPU (parity checks).
+  const char* device_env = std::getenv("COHORT_DEVICE");
+  bool cpu_asked = device_env && std::string(device_env) == "cpu";
+  (void)spec;
+  if (models::cuda_device_count() > 0 && !cpu_asked) {
+#if defined(COHORT_HAVE_CUDA) && defined(COHORT_HAVE_NCCL)
+    // NCCL picks this rank's GPU (the only one under "own" visibility,
+    // LOCAL_RANK's under "node"); the model runs on the same device.
+    auto nccl = collective::init_nccl_world(ctx.world);
+    if (!nccl) return nccl.status().with_context("joining the job's NCCL communicator");
+    int device = (*nccl)->cuda_device();
+    auto backend = models::make_cuda_backend(device);
+    if (!backend) return backend.status().with_context(fmt::format("CUDA device {}", device));
+    ctx.stream = (*backend)->stream();
+    ctx.backend = std::move(*backend);
+    ctx.comm = std::shared_ptr<collective::Communicator>(std::move(*nccl));
+    ctx.gpu = true;
+    ctx.device_name = fmt::format("cuda:{}", device);
+    return ctx;
+#else
+    spdlog::warn("this worker sees a GPU but cohort-worker was built without CUDA: running on the CPU");
+#endif
+  }
+  ctx.comm = ctx.world.cpu;
+  ctx.backend = models::make_cpu_backend();
+  return ctx;
+}
+
+Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec) {
+  const auto& m = spec.model;
+  Result<models::ModelConfig> config = !m.preset.empty()   ? models::preset_config(m.preset)
+                                       : !m.hf_dir.empty() ? models::load_hf_config(m.hf_dir)
+                                                           : parallel::checkpoint_model_config(m.checkpoint);
+  if (!config) return config.status().with_context("[model]");
+  if (m.max_seq > 0) config->max_seq = m.max_seq;
+  return config;
+}
+
+models::MatmulPrecision training_matmul_precision(const jobs::JobSpec& spec, bool gpu) {
+  switch (spec.train.precision) {
+    case jobs::Precision::kFp16: return models::MatmulPrecision::kFp16;
+    case jobs::Precision::kBf16: return gpu ? models::MatmulPrecision::kBf16 : models::MatmulPrecision::kFp32;
+    case jobs::Precision::kFp32: return models::MatmulPrecision::kFp32;
+  }
+  return models::MatmulPrecision::kFp32;
+}
+
+models::DType training_param_dtype(const jobs::JobSpec& spec, bool gpu) {
+  const std::string& d = spec.parallel.param_dtype;
+  if (d == "bf16") return models::DType::kBF16;
+  if (d == "fp16") return models::DType::kF16;
+  if (d == "fp32") return models::DType::kF32;
+  return models::matmul_operand_dtype(training_matmul_precision(spec, gpu));
+}
+
+Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,
+                                                     WorkerContext& ctx, bool for_training) {
+  parallel::ParallelConfig pc;
+  int tp = spec.parallel.tensor_parallel;
+  if (!for_training) tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : ctx.world.size;
+  pc.tensor_parallel = tp;
+  pc.data_parallel.strategy = parallel::Strategy(int(spec.parallel.strategy));
+  pc.data_parallel.bucket_mb = spec.parallel.bucket_mb;
+  pc.data_parallel.reshard_after_forward = spec.parallel.reshard_after_forward;
+  pc.data_parallel.prefetch = spec.parallel.prefetch;
+  pc.data_parallel.stream = ctx.stream;
+  if (for_training) {
+    ctx.backend->set_matmul_precision(training_matmul_precision(spec, ctx.gpu));
+    pc.data_parallel.param_dtype = training_param_dtype(spec, ctx.gpu);
+  }
+  uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
+  const auto& m = spec.model;
+  parallel::WeightLoader loader = [&](models::Model& model) -> Status {
+    if (!m.hf_dir.empty()) return models::load_hf_weights(model, m.hf_dir);
+    if (!m.checkpoint.empty()) return parallel::load_checkpoint_params(m.checkpoint, model);
+    model.init_weights(seed);
+    return Status::ok();
+  };
+  auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader);
+  if (!pm) return pm.status().with_context("building the model");
+  return pm;
+}
+
+std::optional<double> model_flops_utilization(const models::ModelConfig& config, double tokens_per_s,
+                                              const WorkerContext& ctx) {
+  if (!ctx.gpu) return std::nullopt;
+  double peak = 989e12;
+  if (const char* env = std::getenv("COHORT_PEAK_TFLOPS")) peak = std::atof(env) * 1e12;
+  double flops_per_token = 6.0 * double(config.num_parameters());
+  // Per GPU: the job's tokens/s are spread over world GPUs.
+  return flops_per_token * tokens_per_s / (peak * ctx.world.size);
+}
+
+double memory_in_use_mb(const WorkerContext& ctx, parallel::ParallelModel& pm) {
+  (void)pm;
+#ifdef COHORT_HAVE_CUDA
+  if (ctx.gpu) {
+    auto* cuda = static_cast<models::CudaBackend*>(ctx.backend.get());
+    return double(cuda->stats().reserved_bytes) / (1 << 20);
+  }
+#else
+  (void)ctx;
+#endif
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;
+}
+
+}  // namespace cohort::worker
