@@ -32,21 +32,27 @@ void InferenceEngine::prefill_many(const int* slots,
 Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<models::Backend> backend,
                                                          std::unique_ptr<models::Model> model,
                                                          int slots, int capacity) {
-  COHORT_ASSIGN_OR_RETURN(models::KvCache cache, models::KvCache::create(*model, slots, capacity));
+  COHORT_ASSIGN_OR_RETURN(auto engine, borrow(*model, slots, capacity));
+  engine->owned_backend_ = std::move(backend);
+  engine->owned_model_ = std::move(model);
+  return engine;
+}
+
+Result<std::unique_ptr<ModelEngine>> ModelEngine::borrow(models::Model& model, int slots, int capacity) {
+  COHORT_ASSIGN_OR_RETURN(models::KvCache cache, models::KvCache::create(model, slots, capacity));
   std::unique_ptr<ModelEngine> engine(new ModelEngine());
-  engine->backend_ = std::move(backend);
-  engine->model_ = std::move(model);
+  engine->model_ = &model;
   engine->cache_ = std::make_unique<models::KvCache>(std::move(cache));
   return engine;
 }
 
 ModelEngine::~ModelEngine() {
   cache_.reset();
-  model_.reset();
+  owned_model_.reset();
 }
 
 std::string ModelEngine::describe() const {
-  return backend_ && backend_->device() == models::Device::kCpu ? "cpu fp32" : "cuda fp32";
+  return model_->backend().device() == models::Device::kCpu ? "cpu fp32" : "cuda fp32";
 }
 
 void ModelEngine::prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) {

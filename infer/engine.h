@@ -55,6 +55,9 @@ class ModelEngine final : public InferenceEngine {
   static Result<std::unique_ptr<ModelEngine>> create(std::unique_ptr<models::Backend> backend,
                                                      std::unique_ptr<models::Model> model,
                                                      int slots, int capacity);
+  // Generation over a model someone else owns (the trainer's, for samples):
+  // `model` must outlive the engine; the cache is the engine's own.
+  static Result<std::unique_ptr<ModelEngine>> borrow(models::Model& model, int slots, int capacity);
   ~ModelEngine() override;
   int vocab_size() const override { return model_->config().vocab_size; }
   int slots() const override { return cache_->slots(); }
@@ -67,8 +70,9 @@ class ModelEngine final : public InferenceEngine {
  private:
   ModelEngine() = default;
   // Declared in destruction order's reverse: the cache and model free into the backend.
-  std::unique_ptr<models::Backend> backend_;
-  std::unique_ptr<models::Model> model_;
+  std::unique_ptr<models::Backend> owned_backend_;  // empty when borrowed
+  std::unique_ptr<models::Model> owned_model_;
+  models::Model* model_ = nullptr;
   std::unique_ptr<models::KvCache> cache_;
   std::vector<float> scratch_;  // logits when the caller wants greedy tokens only
 };

@@ -19,7 +19,7 @@
 #include "base/status.h"
 #include "infer/engine.h"
 #include "infer/prompts.h"
-#include "models/generate.h"
+#include "models/token_sampler.h"
 
 namespace cohort::infer {
 

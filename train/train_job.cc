@@ -30,8 +30,7 @@
 #include "train/train_job.h"
 #include "worker/worker_context.h"
 #include "data/token_data.h"
-#include "models/generate.h"
-#include "models/kv_cache.h"
+#include "infer/generate.h"
 #include "models/loss_scaler.h"
 #include "models/tokenizer.h"
 
@@ -234,13 +233,15 @@ Status Trainer::print_sample() {
   models::ByteTokenizer bytes;
   std::vector<int32_t> prompt = bytes.encode(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
   int capacity = std::min<int>(config_.max_seq, int(prompt.size()) + t_.sample_tokens);
-  COHORT_ASSIGN_OR_RETURN(auto cache, models::KvCache::create(*pm_.model, 1, capacity));
-  models::GenerationOptions options;
+  COHORT_ASSIGN_OR_RETURN(auto engine, infer::ModelEngine::borrow(*pm_.model, 1, capacity));
+  infer::GenerateOptions options;
   options.max_new_tokens = capacity - int(prompt.size());
   options.sampling.temperature = 0.8f;
   options.sampling.top_k = 40;
   options.sampling.seed = uint64_t(t_.seed);
-  COHORT_ASSIGN_OR_RETURN(auto results, models::generate(*pm_.model, cache, {prompt}, options));
+  COHORT_ASSIGN_OR_RETURN(auto none, infer::StopCondition::create({}, nullptr));
+  COHORT_ASSIGN_OR_RETURN(auto results, infer::generate_all(*engine, {infer::Prompt{0, prompt, ""}}, none, options,
+                                                            nullptr));
   if (ctx_.world.rank == 0 && config_.vocab_size <= 256) {
     std::string text = bytes.decode(prompt) + bytes.decode(results[0].tokens);
     std::printf("---- sample after %d steps ----\n%s\n---- end of sample ----\n", t_.steps, text.c_str());

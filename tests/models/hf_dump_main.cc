@@ -10,7 +10,7 @@
 #include <string>
 
 #include "models/cuda_backend.h"
-#include "models/generate.h"
+#include "infer/generate.h"
 #include "models/hf.h"
 
 using namespace cohort::models;
@@ -48,14 +48,15 @@ int main(int argc, char** argv) {
   std::ofstream(argv[4], std::ios::binary)
       .write(reinterpret_cast<const char*>(logits.data()),
              static_cast<std::streamsize>(logits.size() * sizeof(float)));
-  auto cache = KvCache::create(m, 1, std::min(m.config().max_seq, T + max_new + 1));
-  if (!cache.is_ok()) {
-    std::fprintf(stderr, "%s\n", cache.status().to_string().c_str());
+  auto engine = cohort::infer::ModelEngine::borrow(m, 1, std::min(m.config().max_seq, T + max_new + 1));
+  if (!engine.is_ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().to_string().c_str());
     return 1;
   }
-  GenerationOptions opt;
+  cohort::infer::GenerateOptions opt;
   opt.max_new_tokens = max_new;
-  auto out = generate(m, *cache, {tokens}, opt);
+  auto none = cohort::infer::StopCondition::create({}, nullptr);
+  auto out = cohort::infer::generate_all(**engine, {cohort::infer::Prompt{0, tokens, ""}}, *none, opt, nullptr);
   if (!out.is_ok()) {
     std::fprintf(stderr, "%s\n", out.status().to_string().c_str());
     return 1;

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "models/generate.h"
+#include "models/token_sampler.h"
 
 namespace cohort::models {
 namespace {

@@ -1,4 +1,4 @@
-// Token sampling and batched generation over a KV cache.
+// Token sampling: the next token from full-vocabulary logits.
 //
 // TokenSampler picks the next token from full-vocabulary logits: greedy when
 // temperature is 0 (lowest id wins ties, as torch.argmax), otherwise softmax
@@ -11,15 +11,13 @@
 // until it holds the mass, and untruncated sampling walks the ids in order —
 // microseconds rather than milliseconds per token at 152k-token vocabularies.
 //
-// generate() prefills each prompt into its own cache slot, then decodes all
-// unfinished sequences together one token per step.
+// The generation loop that uses it (for inference jobs and training samples
+// alike) is infer::generate_all.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "models/kv_cache.h"
-#include "models/model.h"
 
 namespace cohort::models {
 
@@ -41,24 +39,5 @@ class TokenSampler {
   uint64_t state_;
   std::vector<std::pair<float, int32_t>> candidates_;  // (probability weight, id)
 };
-
-struct GenerationOptions {
-  int max_new_tokens = 16;
-  SamplingParams sampling;
-  std::vector<int32_t> stop_tokens;  // generation of a sequence ends after one of these
-};
-
-struct GenerationResult {
-  std::vector<int32_t> tokens;  // generated ids (including the stop token, if hit)
-  bool stopped = false;         // ended on a stop token rather than max_new_tokens
-  double prefill_seconds = 0;   // time to first token
-  double decode_seconds = 0;
-};
-
-// Needs cache.slots() >= prompts.size(); resets the slots it uses. Errors on
-// empty prompts or prompts that do not fit the cache.
-Result<std::vector<GenerationResult>> generate(Model& model, KvCache& cache,
-                                               const std::vector<std::vector<int32_t>>& prompts,
-                                               const GenerationOptions& options);
 
 }  // namespace cohort::models

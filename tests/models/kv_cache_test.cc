@@ -1,11 +1,13 @@
 // Incremental inference and sampling: KV-cache logits equal the full forward
-// pass, batching does not change a sequence, and the samplers follow their
-// definitions.
+// pass, batched prefill equals separate ones, and the sampler follows its
+// definitions. The generation loop itself is tested in tests/infer.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "models/generate.h"
+#include "models/kv_cache.h"
+#include "models/model.h"
+#include "models/token_sampler.h"
 
 namespace cohort::models {
 namespace {
@@ -17,7 +19,7 @@ std::unique_ptr<Model> tiny_model(Backend* backend) {
   return m;
 }
 
-TEST(Generate, PrefillAndDecodeMatchTheFullForwardPass) {
+TEST(KvCache, PrefillAndDecodeMatchTheFullForwardPass) {
   auto cpu = make_cpu_backend();
   auto model = tiny_model(cpu.get());
   const int T = 12, V = 256;
@@ -41,7 +43,7 @@ TEST(Generate, PrefillAndDecodeMatchTheFullForwardPass) {
   EXPECT_FALSE(KvCache::create(*model, 1, 100000).is_ok());
 }
 
-TEST(Generate, BatchedPrefillEqualsSeparatePrefills) {
+TEST(KvCache, BatchedPrefillEqualsSeparatePrefills) {
   auto cpu = make_cpu_backend();
   auto model = tiny_model(cpu.get());
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9}, {200, 100, 50}};
@@ -56,44 +58,6 @@ TEST(Generate, BatchedPrefillEqualsSeparatePrefills) {
     model->prefill(alone, 0, prompts[i].data(), static_cast<int>(prompts[i].size()), single.data());
     for (int j = 0; j < 256; ++j) ASSERT_NEAR(batched[i * 256 + j], single[j], 1e-5) << i;
   }
-}
-
-TEST(Generate, BatchedGenerationEqualsOneAtATime) {
-  auto cpu = make_cpu_backend();
-  auto model = tiny_model(cpu.get());
-  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {200, 100}, {7, 7, 7, 7, 7}};
-  GenerationOptions opt;
-  opt.max_new_tokens = 6;
-  for (float temperature : {0.0f, 1.0f}) {
-    opt.sampling = SamplingParams{temperature, 20, 0.9f, 5};
-    auto cache = std::move(KvCache::create(*model, 3, 16).value());
-    auto batched = generate(*model, cache, prompts, opt);
-    ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ((*batched)[i].tokens.size(), 6u);
-      // Alone, but in the same position of the batch (same per-sequence generator).
-      std::vector<std::vector<int32_t>> only(i + 1, std::vector<int32_t>{1});
-      only[i] = prompts[i];
-      auto single = generate(*model, cache, only, opt);
-      EXPECT_EQ((*single)[i].tokens, (*batched)[i].tokens) << "prompt " << i;
-    }
-  }
-  auto small = std::move(KvCache::create(*model, 1, 8).value());
-  EXPECT_FALSE(generate(*model, small, prompts, opt).is_ok());
-}
-
-TEST(Generate, StopsAfterAStopToken) {
-  auto cpu = make_cpu_backend();
-  auto model = tiny_model(cpu.get());
-  auto cache = std::move(KvCache::create(*model, 1, 32).value());
-  GenerationOptions opt;
-  opt.max_new_tokens = 8;
-  auto free_run = std::move(generate(*model, cache, {{5, 6}}, opt).value());
-  opt.stop_tokens = {free_run[0].tokens[2]};
-  auto stopped = std::move(generate(*model, cache, {{5, 6}}, opt).value());
-  EXPECT_TRUE(stopped[0].stopped);
-  EXPECT_LE(stopped[0].tokens.size(), 3u);
-  EXPECT_EQ(stopped[0].tokens.back(), free_run[0].tokens[2]);
 }
 
 TEST(Sampler, FollowsGreedyTopKAndTopPDefinitions) {

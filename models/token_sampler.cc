@@ -1,0 +1,82 @@
+// Sampling: greedy, temperature, top-k, top-p.
+#include "models/token_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cohort::models {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Larger weight first, lower id on ties: the order top_k and top_p cut in.
+bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// Sorts the `head` largest of [begin, end) into its front, in order.
+template <typename It>
+void sort_head(It begin, It end, size_t head) {
+  const It mid = begin + static_cast<std::ptrdiff_t>(std::min<size_t>(head, end - begin));
+  if (mid < end) std::nth_element(begin, mid, end, before);
+  std::sort(begin, mid, before);
+}
+
+}  // namespace
+
+TokenSampler::TokenSampler(const SamplingParams& params, uint64_t stream)
+    : params_(params), state_(params.seed * 0x2545f4914f6cdd1dull + stream) {}
+
+double TokenSampler::uniform() {
+  return static_cast<double>(splitmix64(state_) >> 11) / 9007199254740992.0;
+}
+
+int32_t TokenSampler::sample(const float* logits, int vocab) {
+  if (params_.temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  }
+  const float inv_t = 1.0f / params_.temperature;
+  const float mx = *std::max_element(logits, logits + vocab) * inv_t;
+  candidates_.resize(vocab);
+  for (int i = 0; i < vocab; ++i) candidates_[i] = {std::exp(logits[i] * inv_t - mx), i};
+  size_t keep = candidates_.size();
+  const auto first = candidates_.begin();
+  bool sorted = false;  // candidates_[0, keep) in `before` order
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+    keep = params_.top_k;
+    sort_head(first, candidates_.end(), keep);
+    sorted = true;
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
+  if (params_.top_p < 1.0f) {
+    // The smallest most-likely set holding top_p of the mass: grow a sorted
+    // head until it does (the mass usually sits in a few hundred tokens).
+    const double target = params_.top_p * total;
+    size_t head = sorted ? keep : std::min<size_t>(256, keep), n = 0;
+    while (true) {
+      if (!sorted) sort_head(first, first + static_cast<std::ptrdiff_t>(keep), head);
+      double mass = 0;
+      n = 0;
+      while (n < head && mass < target) mass += candidates_[n++].first;
+      if (mass >= target || head == keep) break;
+      head = std::min(head * 8, keep);
+    }
+    keep = std::max<size_t>(n, 1);
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
+  }
+  double u = uniform() * total;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= candidates_[i].first;
+    if (u < 0) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+}  // namespace cohort::models
