@@ -1,6 +1,7 @@
 // models_train_bench: forward + backward (+ AdamW) tokens/s of a model preset
 // on one device, for bench/RESULTS.md beside bench/models_torch_bench.py.
 //   models_train_bench [preset=qwen3-0.6b] [batch=4] [seq=1024] [steps=10] [cuda|cpu]
+//                      [attention=auto|flash|math]
 // Prints one JSON line: tokens/s, ms per step, model FLOP utilisation against
 // a stated peak, and device memory.
 #include <chrono>
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   const int T = argc > 3 ? std::stoi(argv[3]) : 1024;
   const int steps = argc > 4 ? std::stoi(argv[4]) : 10;
   const std::string device = argc > 5 ? argv[5] : (cuda_device_count() > 0 ? "cuda" : "cpu");
+  const std::string attention = argc > 6 ? argv[6] : "auto";
   auto config = preset_config(preset);
   if (!config.is_ok()) {
     std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
@@ -39,6 +41,9 @@ int main(int argc, char** argv) {
     backend = std::move(made).value();
   }
 #endif
+  backend->set_attention_backend(attention == "math"    ? AttentionBackend::kMath
+                                 : attention == "flash" ? AttentionBackend::kFlash
+                                                        : AttentionBackend::kAuto);
   auto model = std::move(Model::create(*config, {}, backend.get()).value());
   model->init_weights(1);
   AdamW opt(*model, AdamWConfig{});
@@ -69,10 +74,10 @@ int main(int argc, char** argv) {
                                  12.0 * config->layers * T * config->q_dim();
   const double peak = device == "cuda" ? 989e12 : 0.0;  // H100/H200 dense bf16
   std::printf(
-      "{\"preset\": \"%s\", \"device\": \"%s\", \"batch\": %d, \"seq\": %d, "
+      "{\"preset\": \"%s\", \"device\": \"%s\", \"attention\": \"%s\", \"batch\": %d, \"seq\": %d, "
       "\"steps\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
       "\"loss\": %.4f",
-      preset.c_str(), device.c_str(), B, T, steps, 1e3 * seconds / steps, tokens_per_s,
+      preset.c_str(), device.c_str(), backend->attention_runs_fused(config->head_dim) ? "flash" : "math", B, T, steps, 1e3 * seconds / steps, tokens_per_s,
       peak > 0 ? tokens_per_s * flops_per_token / peak : 0.0, loss);
 #ifdef COHORT_HAVE_CUDA
   if (cuda) {

@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--micro", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--preset", choices=["qwen3-0.6b", "qwen3-1.7b"], default="qwen3-0.6b")
     args = ap.parse_args()
 
     distributed = args.strategy != "single"
@@ -46,8 +48,11 @@ def main():
     from transformers import Qwen3ForCausalLM
     torch.manual_seed(0)
     config = qwen3_06b_config(args.seq)
+    if args.preset == "qwen3-1.7b":
+        config.hidden_size, config.intermediate_size = 2048, 6144
     config._attn_implementation = args.attn
     model = Qwen3ForCausalLM(config).cuda()
+    n_params = sum(p.numel() for p in model.parameters())  # the tied embedding once
     if args.strategy == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
     elif args.strategy == "fsdp2":
@@ -57,6 +62,8 @@ def main():
             fully_shard(layer, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    if args.compile:
+        model = torch.compile(model)
     tokens = torch.randint(0, config.vocab_size, (args.micro, args.seq + 1), device="cuda")
     times = []
     for step in range(args.steps):
@@ -73,11 +80,11 @@ def main():
     step_s = statistics.median(times[5:])
     job_tokens = args.micro * args.seq * world / step_s
     if rank == 0:
-        params = sum(p.numel() for p in model.parameters()) * (world if args.strategy == "fsdp2" else 1)
-        print(json.dumps({"impl": "pytorch", "strategy": args.strategy, "gpus": world, "seq": args.seq,
+        print(json.dumps({"impl": "pytorch" + (" compile" if args.compile else " eager"), "preset": args.preset,
+                          "attn": args.attn, "strategy": args.strategy, "gpus": world, "seq": args.seq,
                           "micro_batch": args.micro, "tokens_per_s": round(job_tokens),
                           "tokens_per_s_per_gpu": round(job_tokens / world),
-                          "mfu": round(6 * 596e6 * job_tokens / world / 989e12, 4),
+                          "mfu": round(6 * n_params * job_tokens / world / 989e12, 4),
                           "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}), flush=True)
     if distributed:
         dist.destroy_process_group()

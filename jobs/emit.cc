@@ -33,7 +33,7 @@ std::string to_toml(const JobSpec& spec) {
   toml::table root{{"job", std::move(job)}};
 
   if (spec.job.kind != JobKind::kCommand) {
-    toml::table model{{"max_seq", spec.model.max_seq}};
+    toml::table model{{"max_seq", spec.model.max_seq}, {"attention", spec.model.attention}};
     if (!spec.model.preset.empty()) model.insert("preset", spec.model.preset);
     if (!spec.model.hf_dir.empty()) model.insert("hf_dir", spec.model.hf_dir);
     if (!spec.model.checkpoint.empty()) model.insert("checkpoint", spec.model.checkpoint);

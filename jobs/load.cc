@@ -66,6 +66,7 @@ const std::map<std::string, Setter>& setters() {
       {"model.hf_dir", [](JobSpec& s, const Value& v) { s.model.hf_dir = as<std::string>(v); }},
       {"model.checkpoint", [](JobSpec& s, const Value& v) { s.model.checkpoint = as<std::string>(v); }},
       {"model.max_seq", [](JobSpec& s, const Value& v) { s.model.max_seq = int(as<int64_t>(v)); }},
+      {"model.attention", [](JobSpec& s, const Value& v) { s.model.attention = as<std::string>(v); }},
       {"parallel.strategy", [](JobSpec& s, const Value& v) { s.parallel.strategy = parse_strategy(as<std::string>(v)); }},
       {"parallel.tensor_parallel", [](JobSpec& s, const Value& v) { s.parallel.tensor_parallel = int(as<int64_t>(v)); }},
       {"parallel.bucket_mb", [](JobSpec& s, const Value& v) { s.parallel.bucket_mb = as<double>(v); }},

@@ -65,6 +65,10 @@ std::vector<FieldDoc> build_schema() {
                     "A cohort checkpoint folder to start from."));
   f.push_back(field("model", "max_seq", T::kInt, "0",
                     "Longest sequence the model supports (0: the preset's or config's own).", 0, 1e7));
+  f.push_back(choice("model", "attention", {"auto", "flash", "math"}, "\"auto\"",
+                     "Training attention, as transformers' attn_implementation. flash: the fused "
+                     "flash-style kernels (GPU, bf16, head_dim 64 or 128); math: GEMM + softmax, the "
+                     "reference; auto: flash where it applies, else math. CPU runs use math."));
   // [parallel]
   f.push_back(choice("parallel", "strategy", {"ddp", "zero1", "zero2", "zero3", "fsdp2"}, "\"ddp\"",
                      "Data-parallel strategy on the data-parallel axis."));

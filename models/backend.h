@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/ops/adamw.h"
+#include "models/ops/attention.h"
 #include "models/tensor.h"
 #include "models/tensor_parallel.h"
 #include "models/working_weights.h"
@@ -95,9 +96,18 @@ class Backend {
   // its attention stays fp32). Default: the CPU backend kFp32, CUDA kBf16.
   virtual void set_matmul_precision(MatmulPrecision precision) = 0;
   virtual MatmulPrecision matmul_precision() const = 0;
+  // Which training attention runs ([model] attention). The CPU backend is
+  // the reference and always runs the math path; CUDA runs the fused kernels
+  // for kAuto and kFlash where attention_supports_flash() holds.
+  void set_attention_backend(AttentionBackend backend) { attention_backend_ = backend; }
+  AttentionBackend attention_backend() const { return attention_backend_; }
+  // True when attention_forward/backward at this head size run the fused
+  // kernels under the current settings.
+  virtual bool attention_runs_fused(int head_dim) const { (void)head_dim; return false; }
 
   // Ops (see the matching models/ops/*.h for layouts and numerics; attention
-  // scratch is attention_scratch_floats(T, heads) floats).
+  // scratch is attention_scratch_floats(T, heads) floats, or B * T * heads
+  // where attention_runs_fused).
   virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                                  int vocab_begin, int rows) = 0;
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n,
@@ -117,9 +127,12 @@ class Backend {
   virtual void attention_forward(float* y, float* lse, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int heads,
                                  int kv_heads, int head_dim) = 0;
+  // y is attention_forward's output (the fused kernels' softmax-backward
+  // term is rowsum(dy * y)).
   virtual void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                                  const float* q, const float* k, const float* v, const float* lse,
-                                  int B, int T, int heads, int kv_heads, int head_dim) = 0;
+                                  const float* y, const float* q, const float* k, const float* v,
+                                  const float* lse, int B, int T, int heads, int kv_heads,
+                                  int head_dim) = 0;
   virtual void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                               int kv_heads, int head_dim) = 0;
   virtual void attention_cached(float* y, float* scratch, const float* q, const float* kcache,
@@ -147,6 +160,7 @@ class Backend {
 
  private:
   WorkingWeights working_;
+  AttentionBackend attention_backend_ = AttentionBackend::kAuto;
 };
 
 // The fp32 CPU reference backend. Sets OpenBLAS to one thread (one rank per

@@ -118,7 +118,7 @@ class CpuBackend final : public Backend {
                          int head_dim) override {
     cpu::attention_forward(y, lse, scratch, q, k, v, B, T, heads, kv_heads, head_dim);
   }
-  void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
+  void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy, const float* /*y*/,
                           const float* q, const float* k, const float* v, const float* lse, int B,
                           int T, int heads, int kv_heads, int head_dim) override {
     cpu::attention_backward(dq, dk, dv, scratch, dy, q, k, v, lse, B, T, heads, kv_heads, head_dim);

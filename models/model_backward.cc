@@ -54,7 +54,7 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
   be.zero(a.dq, nQ * sizeof(float));
   be.zero(a.dk, nKV * sizeof(float));
   be.zero(a.dv, nKV * sizeof(float));
-  be.attention_backward(a.dq, a.dk, a.dv, a.attn_scratch, a.dy, a.qr[l], a.kr[l], a.v[l], a.lse[l],
+  be.attention_backward(a.dq, a.dk, a.dv, a.attn_scratch, a.dy, a.y[l], a.qr[l], a.kr[l], a.v[l], a.lse[l],
                         a.B, a.T, hq, hkv, D);
   be.rope_backward(a.dq, a.pos, N, hq, D, rope_cos_, rope_sin_);
   be.rope_backward(a.dk, a.pos, N, hkv, D, rope_cos_, rope_sin_);

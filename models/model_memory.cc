@@ -69,7 +69,11 @@ void Model::ensure_activations(int B, int T) {
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
     a.dv = arena.take(n * KVd), a.dk_lin = arena.take(n * KVd), a.dg = arena.take(n * I);
     a.du = arena.take(n * I), a.dh = arena.take(n * I);
-    a.attn_scratch = arena.take(attention_scratch_floats(T, static_cast<int>(hq)));
+    // The fused kernels need one float per (token, head); the math path a
+    // [heads, T, T] block pair.
+    a.attn_scratch = arena.take(backend_->attention_runs_fused(config_.head_dim)
+                                    ? n * hq
+                                    : attention_scratch_floats(T, static_cast<int>(hq)));
   };
   plan();
   a.training_bytes = arena.bytes();

@@ -12,6 +12,7 @@
 #include "models/cuda_backend.h"
 #include "models/ops/adamw.cuh"
 #include "models/ops/attention.cuh"
+#include "models/ops/flash_attention.cuh"
 #include "models/ops/cross_entropy.cuh"
 #include "models/ops/embedding.cuh"
 #include "models/ops/linear.cuh"
@@ -63,6 +64,7 @@ class CudaBackendImpl final : public CudaBackend {
     max_shared_ = optin - static_cast<int>(attrs.sharedSizeBytes);
     COHORT_CUDA_CHECK(cudaFuncSetAttribute(
         cuda::attention_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_));
+    COHORT_CUDA_CHECK(cuda::flash_attention_prepare());
     ensure_partials(kSumBlocks);
   }
   ~CudaBackendImpl() override {
@@ -250,17 +252,37 @@ class CudaBackendImpl final : public CudaBackend {
                          const float* v, int B, int T, int heads, int kv_heads,
                          int head_dim) override {
     cuda::OpTimes::Scope timed(&op_times_, "attention_forward", stream_);
-    cuda::attention_forward(blas_, stream_, y, lse, scratch, q, k, v,
-                            {B, T, heads, kv_heads, head_dim});
+    if (attention_runs_fused(head_dim)) {
+      const cuda::flash::Shape sh{T, heads, kv_heads, 1.0f / sqrtf(float(head_dim))};
+      if (head_dim == 64) cuda::flash_forward_launch<64>(stream_, y, lse, q, k, v, B, sh);
+      else cuda::flash_forward_launch<128>(stream_, y, lse, q, k, v, B, sh);
+    } else {
+      cuda::attention_forward(blas_, stream_, y, lse, scratch, q, k, v,
+                              {B, T, heads, kv_heads, head_dim});
+    }
     check_launch();
   }
   void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dy,
-                          const float* q, const float* k, const float* v, const float* lse, int B,
-                          int T, int heads, int kv_heads, int head_dim) override {
+                          const float* y, const float* q, const float* k, const float* v,
+                          const float* lse, int B, int T, int heads, int kv_heads,
+                          int head_dim) override {
     cuda::OpTimes::Scope timed(&op_times_, "attention_backward", stream_);
-    cuda::attention_backward(blas_, stream_, dq, dk, dv, scratch, dy, q, k, v, lse,
-                             {B, T, heads, kv_heads, head_dim});
+    if (attention_runs_fused(head_dim)) {
+      // scratch holds at least B * heads * T floats (attention_scratch_floats).
+      const cuda::flash::Shape sh{T, heads, kv_heads, 1.0f / sqrtf(float(head_dim))};
+      if (head_dim == 64) cuda::flash_backward_launch<64>(stream_, dq, dk, dv, scratch, dy, q, k, v, y, lse, B, sh);
+      else cuda::flash_backward_launch<128>(stream_, dq, dk, dv, scratch, dy, q, k, v, y, lse, B, sh);
+    } else {
+      cuda::attention_backward(blas_, stream_, dq, dk, dv, scratch, dy, q, k, v, lse,
+                               {B, T, heads, kv_heads, head_dim});
+    }
     check_launch();
+  }
+  bool attention_runs_fused(int head_dim) const override {
+    // The fused kernels round operands to bf16: they serve bf16 GEMM
+    // numerics only; fp16 and fp32 keep the math path.
+    return attention_backend() != AttentionBackend::kMath && precision_ == MatmulPrecision::kBf16 &&
+           cuda::flash_attention_supports(head_dim);
   }
   void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                       int kv_heads, int head_dim) override {

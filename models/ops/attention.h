@@ -21,6 +21,10 @@
 #include <cstddef>
 
 namespace cohort::models {
+// [model] attention, as transformers' attn_implementation: kMath is the GEMM
+// + softmax path (the reference), kFlash the fused kernels
+// (flash_attention.cuh), kAuto the fused kernels where they apply.
+enum class AttentionBackend { kAuto, kFlash, kMath };
 inline size_t attention_scratch_floats(int T, int heads) {
   return 2 * static_cast<size_t>(heads) * T * T;
 }

@@ -5,7 +5,10 @@
 // 1e-4. Skips with a message where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "models/cuda_backend.h"
 #include "models/kv_cache.h"
@@ -213,7 +216,7 @@ TEST_F(CudaParity, GroupedQueryAttentionForwardBackwardAndDecode) {
   float *gs = up(scratch), *gdq = up(std::vector<float>(q.size()));
   float *gdk = up(std::vector<float>(k.size())), *gdv = up(std::vector<float>(v.size()));
   gpu_->attention_forward(gy, gl, gs, gq, gk, gv, B, T, hq, hkv, D);
-  gpu_->attention_backward(gdq, gdk, gdv, gs, gdy, gq, gk, gv, gl, B, T, hq, hkv, D);
+  gpu_->attention_backward(gdq, gdk, gdv, gs, gdy, gy, gq, gk, gv, gl, B, T, hq, hkv, D);
   EXPECT_LT(norm_relative(y, down(gy, y.size())), kGemmTol);
   EXPECT_LT(norm_relative(lse, down(gl, lse.size())), kGemmTol);
   EXPECT_LT(norm_relative(dq, down(gdq, dq.size())), kGemmTol);
@@ -232,6 +235,52 @@ TEST_F(CudaParity, GroupedQueryAttentionForwardBackwardAndDecode) {
   gpu_->kv_cache_write(gvc, gv, T, 0, cap, hkv, D);
   gpu_->attention_cached(gyc, nullptr, gq + (T - 3) * hq * D, gkc, gvc, 3, T - 3, cap, hq, hkv, D);
   EXPECT_LT(norm_relative(yc, down(gyc, yc.size())), kFp32Tol);
+}
+
+// The fused kernels (flash_attention.cuh) against the CPU fp32 reference:
+// both head sizes, T not a multiple of the 64-row tiles, grouped-query heads,
+// backward accumulating into gradients that are not zero, every element of
+// every output written (outputs start as NaN).
+TEST_F(CudaParity, FusedAttentionMatchesTheReference) {
+  ASSERT_EQ(gpu_->matmul_precision(), MatmulPrecision::kBf16);
+  for (int D : {64, 128}) {
+    for (auto [B, T, hq, hkv] : {std::array<int, 4>{2, 200, 4, 2}, std::array<int, 4>{1, 64, 2, 2},
+                                 std::array<int, 4>{1, 7, 8, 1}}) {
+      SCOPED_TRACE("D " + std::to_string(D) + " B " + std::to_string(B) + " T " + std::to_string(T) +
+                   " heads " + std::to_string(hq) + "/" + std::to_string(hkv));
+      ASSERT_TRUE(gpu_->attention_runs_fused(D));
+      const size_t nq = size_t(B) * T * hq * D, nk = size_t(B) * T * hkv * D;
+      auto q = testing::random_vector(nq, 11 + D), k = testing::random_vector(nk, 12 + D);
+      auto v = testing::random_vector(nk, 13 + D), dy = testing::random_vector(nq, 14 + D);
+      for (auto* x : {&q, &k}) for (float& e : *x) e *= 2.0f;  // peaked softmax rows
+      auto dq = testing::random_vector(nq, 15), dk = testing::random_vector(nk, 16), dv = testing::random_vector(nk, 17);
+      std::vector<float> y(nq), lse(size_t(B) * hq * T), scratch(attention_scratch_floats(T, hq));
+      const std::vector<float> dq0 = dq, dk0 = dk, dv0 = dv;
+      cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, hq, hkv, D);
+      cpu::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), dy.data(), q.data(), k.data(),
+                              v.data(), lse.data(), B, T, hq, hkv, D);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      float *gq = up(q), *gk = up(k), *gv = up(v), *gdy = up(dy);
+      float *gy = up(std::vector<float>(nq, nan)), *gl = up(std::vector<float>(lse.size(), nan));
+      float* gs = up(std::vector<float>(size_t(B) * T * hq, nan));
+      float *gdq = up(dq0), *gdk = up(dk0), *gdv = up(dv0);
+      gpu_->attention_forward(gy, gl, gs, gq, gk, gv, B, T, hq, hkv, D);
+      gpu_->attention_backward(gdq, gdk, gdv, gs, gdy, gy, gq, gk, gv, gl, B, T, hq, hkv, D);
+      auto subtract = [](std::vector<float> a, const std::vector<float>& b) {
+        for (size_t i = 0; i < a.size(); ++i) a[i] -= b[i];
+        return a;
+      };
+      EXPECT_LT(norm_relative(y, down(gy, nq)), 1e-2);
+      EXPECT_LT(norm_relative(lse, down(gl, lse.size())), 1e-3);
+      // The gradients' own part, not the values they were accumulated onto.
+      EXPECT_LT(norm_relative(subtract(dq, dq0), subtract(down(gdq, nq), dq0)), 1e-2);
+      EXPECT_LT(norm_relative(subtract(dk, dk0), subtract(down(gdk, nk), dk0)), 1e-2);
+      EXPECT_LT(norm_relative(subtract(dv, dv0), subtract(down(gdv, nk), dv0)), 1e-2);
+    }
+  }
+  gpu_->set_attention_backend(AttentionBackend::kMath);
+  EXPECT_FALSE(gpu_->attention_runs_fused(128));
+  gpu_->set_attention_backend(AttentionBackend::kAuto);
 }
 
 TEST_F(CudaParity, ElementwiseOpsRopeAndCrossEntropy) {

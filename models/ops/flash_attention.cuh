@@ -1,0 +1,504 @@
+// Fused causal attention for training, flash-style (CPU reference and the
+// contract: attention.h). No T x T matrix exists in memory: scores live in
+// registers one 64-key tile at a time, with the running max and sum of an
+// online softmax; forward saves only each query's log-sum-exp.
+//
+// Tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation): q, k,
+// v, dy are fp32 in global memory and rounded to bf16 as they are staged in
+// shared memory, as the GEMM path rounds its operands; softmax, the
+// log-sum-exp and every accumulator stay fp32. Probabilities are rounded to
+// bf16 only as operands of the P·V and gradient products.
+//
+// Work split (head_dim D = 64 or 128; any T):
+//   forward   block = (64 queries, head, batch), 4 warps x 16 query rows,
+//             looping over the key tiles up to the diagonal.
+//   dK, dV    block = (64 keys, KV head, batch), 4 warps x 16 keys, looping
+//             over every query head of the group and every 32-query tile at
+//             or after the keys: dV += P^T dO, dK += scale dS^T Q, written
+//             once per block (+=), so no atomics.
+//   dQ        block = (64 queries, head, batch), recomputing P and dP over
+//             the key tiles: dQ += scale dS K. Recomputation costs two extra
+//             products per tile, and buys a backward with no atomics and no
+//             dQ accumulation buffer.
+//   dsum      rowsum(dO * O) per query, the softmax-backward term, first.
+// Operands are read from shared memory with 32-bit loads in the fragment
+// layouts of mma.sync; a tile needed both as [row][d] and as [d][row] is
+// staged in both layouts (row strides padded by 8 bf16 so that the eight
+// rows a fragment load touches fall in distinct banks).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "models/cuda/common.cuh"
+
+namespace cohort::models::cuda {
+namespace flash {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kWarps = 4;
+constexpr int kThreadsPerBlock = 32 * kWarps;
+
+__device__ inline uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ inline uint32_t lds32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// c += a * b for one 16x8x16 tile.
+__device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
+__device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const bf16* p = s + (row0 + g) * ld + k0 + 2 * t;
+  a[0] = lds32(p);
+  a[1] = lds32(p + 8 * ld);
+  a[2] = lds32(p + 8);
+  a[3] = lds32(p + 8 * ld + 8);
+}
+
+// B fragment (16 k x 8 n) of a tile stored [n][k] with stride ld.
+__device__ inline void load_b(uint32_t b[2], const bf16* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const bf16* p = s + (n0 + g) * ld + k0 + 2 * t;
+  b[0] = lds32(p);
+  b[1] = lds32(p + 8);
+}
+
+// The A fragment of k-step j from accumulator tiles 2j and 2j+1 (the
+// accumulator layout of m16n8 is the A layout of m16k16, half by half).
+__device__ inline void accum_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+  a[0] = pack(c0[0], c0[1]);
+  a[1] = pack(c0[2], c0[3]);
+  a[2] = pack(c1[0], c1[1]);
+  a[3] = pack(c1[2], c1[3]);
+}
+
+// Stages rows [row0, row0 + rows) of a [T, ld] fp32 matrix (D columns from
+// src) as bf16: `s` [rows][lds] when non-null, `st` [D][ldt] (transposed)
+// when non-null. Rows at or past T are zeros.
+template <int D>
+__device__ inline void stage(bf16* s, int lds, bf16* st, int ldt, const float* src, int ld,
+                             int row0, int rows, int T) {
+  constexpr int kVec = D / 4;
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row0 + r < T) x = *reinterpret_cast<const float4*>(src + static_cast<size_t>(row0 + r) * ld + c);
+    if (s) {
+      uint2 packed;
+      packed.x = pack(x.x, x.y);
+      packed.y = pack(x.z, x.w);
+      *reinterpret_cast<uint2*>(s + r * lds + c) = packed;
+    }
+    if (st) {
+      st[(c + 0) * ldt + r] = __float2bfloat16_rn(x.x);
+      st[(c + 1) * ldt + r] = __float2bfloat16_rn(x.y);
+      st[(c + 2) * ldt + r] = __float2bfloat16_rn(x.z);
+      st[(c + 3) * ldt + r] = __float2bfloat16_rn(x.w);
+    }
+  }
+}
+
+struct Shape {
+  int T, heads, kv_heads;
+  float scale;  // 1/sqrt(D)
+};
+
+// ---- forward ---------------------------------------------------------------
+
+template <int D>
+struct Forward {
+  static constexpr int kRows = 64, kKeys = 64, kLd = D + 8, kLdT = kKeys + 8;
+  static constexpr size_t kShared = (size_t(kRows) * kLd + size_t(kKeys) * kLd + size_t(D) * kLdT) * sizeof(bf16);
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    forward_kernel(float* y, float* lse, const float* q, const float* k, const float* v, Shape sh) {
+  using F = Forward<D>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  bf16* sQ = reinterpret_cast<bf16*>(shared);
+  bf16* sK = sQ + F::kRows * F::kLd;
+  bf16* sVt = sK + F::kKeys * F::kLd;
+  const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D;
+  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows of keys first
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int q0 = qt * F::kRows;
+  const float* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
+  const float* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
+  const float* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
+  stage<D>(sQ, F::kLd, nullptr, 0, qb, ldq, q0, F::kRows, T);
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, F::kLd, warp * 16, kk * 16);
+
+  const float scale2 = sh.scale * kLog2e;
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int last = min(q0 + F::kRows - 1, T - 1) / F::kKeys;
+  for (int kt = 0; kt <= last; ++kt) {
+    const int key0 = kt * F::kKeys;
+    __syncthreads();
+    stage<D>(sK, F::kLd, sVt, F::kLdT, kb, ldk, key0, F::kKeys, T);
+    __syncthreads();
+    // The KV tile arrives as k [key][d] for the scores and v as [d][key].
+    // Overwrite the transposed stage's unused row copy: v is needed only as [d][key].
+    float s[F::kKeys / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < F::kKeys / 8; ++nt) {
+        uint32_t bf[2];
+        load_b(bf, sK, F::kLd, nt * 8, kk * 16);
+        mma(s[nt], qf[kk], bf);
+      }
+    }
+    const bool masked = key0 + F::kKeys - 1 > q0 + warp * 16;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < F::kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t + (e & 1);
+        float x = s[nt][e] * scale2;
+        if (masked && key > row[e >> 1]) x = -INFINITY;
+        s[nt][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      // Every row has at least one key in every tile it visits (key0 <= row).
+      const float m_new = fmaxf(m[r], mx[r]);
+      const float alpha = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        o[nd][2 * r] *= alpha;
+        o[nd][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < F::kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[nt][e] - m[e >> 1]);
+        s[nt][e] = p;
+        l[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < F::kKeys / 16; ++kk) {
+      uint32_t pa[4];
+      accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        uint32_t bf[2];
+        load_b(bf, sVt, F::kLdT, nd * 8, kk * 16);
+        mma(o[nd], pa, bf);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    if (row[r] >= T) continue;
+    const float inv = 1.0f / l[r];
+    float* yr = y + (static_cast<size_t>(b) * T + row[r]) * ldq + h * D;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      *reinterpret_cast<float2*>(yr + nd * 8 + 2 * t) = make_float2(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+    }
+    if (t == 0) lse[(static_cast<size_t>(b) * sh.heads + h) * T + row[r]] = (m[r] + log2f(l[r])) * kLn2;
+  }
+}
+
+// ---- backward --------------------------------------------------------------
+
+// dsum[b, h, i] = sum_d dy[i, h, d] * y[i, h, d]; one warp per (token, head).
+template <int D>
+__global__ void dsum_kernel(float* dsum, const float* dy, const float* y, int B, Shape sh) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  const int rows = B * sh.T * sh.heads;
+  if (warp >= rows) return;
+  const int h = warp % sh.heads, token = warp / sh.heads;
+  const float* a = dy + static_cast<size_t>(token) * sh.heads * D + h * D;
+  const float* c = y + static_cast<size_t>(token) * sh.heads * D + h * D;
+  float acc = 0.f;
+  for (int d = lane; d < D; d += 32) acc += a[d] * c[d];
+  acc = warp_sum(acc);
+  const int b = token / sh.T, i = token % sh.T;
+  if (lane == 0) dsum[(static_cast<size_t>(b) * sh.heads + h) * sh.T + i] = acc;
+}
+
+template <int D>
+struct BackwardKv {
+  static constexpr int kKeys = 64, kRows = 32, kLd = D + 8, kLdT = kRows + 8;
+  static constexpr size_t kShared =
+      (2 * size_t(kKeys) * kLd + 2 * size_t(kRows) * kLd + 2 * size_t(D) * kLdT) * sizeof(bf16) +
+      2 * kRows * sizeof(float);
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    backward_kv_kernel(float* dk, float* dv, const float* dy, const float* q, const float* k,
+                       const float* v, const float* lse, const float* dsum, Shape sh) {
+  using F = BackwardKv<D>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  bf16* sK = reinterpret_cast<bf16*>(shared);
+  bf16* sV = sK + F::kKeys * F::kLd;
+  bf16* sQ = sV + F::kKeys * F::kLd;
+  bf16* sdO = sQ + F::kRows * F::kLd;
+  bf16* sQt = sdO + F::kRows * F::kLd;
+  bf16* sdOt = sQt + D * F::kLdT;
+  float* sL = reinterpret_cast<float*>(sdOt + D * F::kLdT);
+  float* sDs = sL + F::kRows;
+  const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D, group = sh.heads / sh.kv_heads;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int key0 = kt * F::kKeys;
+  const float scale2 = sh.scale * kLog2e;
+  stage<D>(sK, F::kLd, nullptr, 0, k + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
+  stage<D>(sV, F::kLd, nullptr, 0, v + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
+  const int key[2] = {key0 + warp * 16 + g, key0 + warp * 16 + g + 8};
+  float dK[D / 8][4] = {}, dV[D / 8][4] = {};
+  for (int gi = 0; gi < group; ++gi) {
+    const int h = kvh * group + gi;
+    const float* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
+    const float* dyb = dy + static_cast<size_t>(b) * T * ldq + h * D;
+    const float* lb = lse + (static_cast<size_t>(b) * sh.heads + h) * T;
+    const float* db = dsum + (static_cast<size_t>(b) * sh.heads + h) * T;
+    for (int q0 = key0; q0 < T; q0 += F::kRows) {
+      __syncthreads();
+      stage<D>(sQ, F::kLd, sQt, F::kLdT, qb, ldq, q0, F::kRows, T);
+      stage<D>(sdO, F::kLd, sdOt, F::kLdT, dyb, ldq, q0, F::kRows, T);
+      for (int i = threadIdx.x; i < F::kRows; i += kThreadsPerBlock) {
+        const bool in = q0 + i < T;
+        sL[i] = in ? lb[q0 + i] * kLog2e : INFINITY;  // padding rows get P = 0
+        sDs[i] = in ? db[q0 + i] : 0.f;
+      }
+      __syncthreads();
+      float st[F::kRows / 8][4] = {}, dpt[F::kRows / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        load_a(ka, sK, F::kLd, warp * 16, kk * 16);
+        load_a(va, sV, F::kLd, warp * 16, kk * 16);
+#pragma unroll
+        for (int nt = 0; nt < F::kRows / 8; ++nt) {
+          uint32_t bq[2], bo[2];
+          load_b(bq, sQ, F::kLd, nt * 8, kk * 16);
+          load_b(bo, sdO, F::kLd, nt * 8, kk * 16);
+          mma(st[nt], ka, bq);   // S^T = K Q^T
+          mma(dpt[nt], va, bo);  // dP^T = V dO^T
+        }
+      }
+      const bool masked = q0 < key0 + F::kKeys;
+#pragma unroll
+      for (int nt = 0; nt < F::kRows / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + 2 * t + (e & 1);
+          float p = exp2f(st[nt][e] * scale2 - sL[qi]);
+          if (masked && q0 + qi < key[e >> 1]) p = 0.f;
+          st[nt][e] = p;                           // P^T
+          dpt[nt][e] = p * (dpt[nt][e] - sDs[qi]);  // dS^T
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < F::kRows / 16; ++kk) {
+        uint32_t pa[4], sa[4];
+        accum_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+        accum_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+        for (int nd = 0; nd < D / 8; ++nd) {
+          uint32_t bo[2], bq[2];
+          load_b(bo, sdOt, F::kLdT, nd * 8, kk * 16);
+          load_b(bq, sQt, F::kLdT, nd * 8, kk * 16);
+          mma(dV[nd], pa, bo);  // dV += P^T dO
+          mma(dK[nd], sa, bq);  // dK += dS^T Q
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= T) continue;
+    const size_t off = (static_cast<size_t>(b) * T + key[r]) * ldk + kvh * D;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      float2* pk = reinterpret_cast<float2*>(dk + off + nd * 8 + 2 * t);
+      float2* pv = reinterpret_cast<float2*>(dv + off + nd * 8 + 2 * t);
+      float2 ok = *pk, ov = *pv;
+      ok.x += dK[nd][2 * r] * sh.scale;
+      ok.y += dK[nd][2 * r + 1] * sh.scale;
+      ov.x += dV[nd][2 * r];
+      ov.y += dV[nd][2 * r + 1];
+      *pk = ok;
+      *pv = ov;
+    }
+  }
+}
+
+template <int D>
+struct BackwardQ {
+  static constexpr int kRows = 64, kKeys = 64, kLd = D + 8, kLdT = kKeys + 8;
+  static constexpr size_t kShared =
+      (2 * size_t(kRows) * kLd + 2 * size_t(kKeys) * kLd + size_t(D) * kLdT) * sizeof(bf16);
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    backward_q_kernel(float* dq, const float* dy, const float* q, const float* k, const float* v,
+                      const float* lse, const float* dsum, Shape sh) {
+  using F = BackwardQ<D>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  bf16* sQ = reinterpret_cast<bf16*>(shared);
+  bf16* sdO = sQ + F::kRows * F::kLd;
+  bf16* sK = sdO + F::kRows * F::kLd;
+  bf16* sV = sK + F::kKeys * F::kLd;
+  bf16* sKt = sV + F::kKeys * F::kLd;
+  const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D;
+  const int qt = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int q0 = qt * F::kRows;
+  const float scale2 = sh.scale * kLog2e;
+  const float* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
+  const float* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
+  stage<D>(sQ, F::kLd, nullptr, 0, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+  stage<D>(sdO, F::kLd, nullptr, 0, dy + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float L[2], Ds[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const size_t i = (static_cast<size_t>(b) * sh.heads + h) * T + row[r];
+    L[r] = row[r] < T ? lse[i] * kLog2e : INFINITY;
+    Ds[r] = row[r] < T ? dsum[i] : 0.f;
+  }
+  float dQ[D / 8][4] = {};
+  const int last = min(q0 + F::kRows - 1, T - 1) / F::kKeys;
+  for (int kt = 0; kt <= last; ++kt) {
+    const int key0 = kt * F::kKeys;
+    __syncthreads();
+    stage<D>(sK, F::kLd, sKt, F::kLdT, kb, ldk, key0, F::kKeys, T);
+    stage<D>(sV, F::kLd, nullptr, 0, vb, ldk, key0, F::kKeys, T);
+    __syncthreads();
+    float s[F::kKeys / 8][4] = {}, dp[F::kKeys / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[4], oa[4];
+      load_a(qa, sQ, F::kLd, warp * 16, kk * 16);
+      load_a(oa, sdO, F::kLd, warp * 16, kk * 16);
+#pragma unroll
+      for (int nt = 0; nt < F::kKeys / 8; ++nt) {
+        uint32_t bk[2], bv[2];
+        load_b(bk, sK, F::kLd, nt * 8, kk * 16);
+        load_b(bv, sV, F::kLd, nt * 8, kk * 16);
+        mma(s[nt], qa, bk);   // S = Q K^T
+        mma(dp[nt], oa, bv);  // dP = dO V^T
+      }
+    }
+    const bool masked = key0 + F::kKeys - 1 > q0 + warp * 16;
+#pragma unroll
+    for (int nt = 0; nt < F::kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, key = key0 + nt * 8 + 2 * t + (e & 1);
+        float p = exp2f(s[nt][e] * scale2 - L[r]);
+        if (masked && key > row[r]) p = 0.f;
+        dp[nt][e] = p * (dp[nt][e] - Ds[r]);  // dS
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < F::kKeys / 16; ++kk) {
+      uint32_t sa[4];
+      accum_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        uint32_t bk[2];
+        load_b(bk, sKt, F::kLdT, nd * 8, kk * 16);
+        mma(dQ[nd], sa, bk);  // dQ += dS K
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= T) continue;
+    float* dqr = dq + (static_cast<size_t>(b) * T + row[r]) * ldq + h * D;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      float2* p = reinterpret_cast<float2*>(dqr + nd * 8 + 2 * t);
+      float2 o = *p;
+      o.x += dQ[nd][2 * r] * sh.scale;
+      o.y += dQ[nd][2 * r + 1] * sh.scale;
+      *p = o;
+    }
+  }
+}
+
+}  // namespace flash
+
+// True when the fused kernels handle this head size.
+inline bool flash_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// Raises the kernels' dynamic shared-memory limits; once per device.
+inline cudaError_t flash_attention_prepare() {
+  cudaError_t e = cudaSuccess;
+  auto raise = [&](const void* fn, size_t bytes) {
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  };
+  raise(reinterpret_cast<const void*>(flash::forward_kernel<64>), flash::Forward<64>::kShared);
+  raise(reinterpret_cast<const void*>(flash::forward_kernel<128>), flash::Forward<128>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_kv_kernel<64>), flash::BackwardKv<64>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_kv_kernel<128>), flash::BackwardKv<128>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_q_kernel<64>), flash::BackwardQ<64>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_q_kernel<128>), flash::BackwardQ<128>::kShared);
+  return e;
+}
+
+template <int D>
+void flash_forward_launch(cudaStream_t stream, float* y, float* lse, const float* q, const float* k,
+                          const float* v, int B, const flash::Shape& sh) {
+  using F = flash::Forward<D>;
+  const dim3 grid((sh.T + F::kRows - 1) / F::kRows, sh.heads, B);
+  flash::forward_kernel<D><<<grid, flash::kThreadsPerBlock, F::kShared, stream>>>(y, lse, q, k, v, sh);
+}
+
+// dsum: B * heads * T floats of scratch.
+template <int D>
+void flash_backward_launch(cudaStream_t stream, float* dq, float* dk, float* dv, float* dsum,
+                           const float* dy, const float* q, const float* k, const float* v,
+                           const float* y, const float* lse, int B, const flash::Shape& sh) {
+  const int rows = B * sh.T * sh.heads;
+  flash::dsum_kernel<D><<<(rows + 7) / 8, 256, 0, stream>>>(dsum, dy, y, B, sh);
+  using KV = flash::BackwardKv<D>;
+  const dim3 kv_grid((sh.T + KV::kKeys - 1) / KV::kKeys, sh.kv_heads, B);
+  flash::backward_kv_kernel<D><<<kv_grid, flash::kThreadsPerBlock, KV::kShared, stream>>>(
+      dk, dv, dy, q, k, v, lse, dsum, sh);
+  using Q = flash::BackwardQ<D>;
+  const dim3 q_grid((sh.T + Q::kRows - 1) / Q::kRows, sh.heads, B);
+  flash::backward_q_kernel<D><<<q_grid, flash::kThreadsPerBlock, Q::kShared, stream>>>(
+      dq, dy, q, k, v, lse, dsum, sh);
+}
+
+}  // namespace cohort::models::cuda
