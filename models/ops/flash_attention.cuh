@@ -21,10 +21,10 @@
 //             products per tile, and buys a backward with no atomics and no
 //             dQ accumulation buffer.
 //   dsum      rowsum(dO * O) per query, the softmax-backward term, first.
-// Operands are read from shared memory with 32-bit loads in the fragment
-// layouts of mma.sync; a tile needed both as [row][d] and as [d][row] is
-// staged in both layouts (row strides padded by 8 bf16 so that the eight
-// rows a fragment load touches fall in distinct banks).
+// Tiles are staged row-major ([row][d], rows padded by 8 bf16 so that the
+// eight 16-byte rows one ldmatrix reads fall in distinct banks) and read
+// into fragments with ldmatrix, transposing (.trans) where a product needs
+// the tile as [d][row].
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,8 +47,6 @@ __device__ inline uint32_t pack(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-__device__ inline uint32_t lds32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
 // c += a * b for one 16x8x16 tile.
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   asm volatile(
@@ -58,22 +56,37 @@ __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
-__device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const bf16* p = s + (row0 + g) * ld + k0 + 2 * t;
-  a[0] = lds32(p);
-  a[1] = lds32(p + 8 * ld);
-  a[2] = lds32(p + 8);
-  a[3] = lds32(p + 8 * ld + 8);
+__device__ inline uint32_t shared_address(const bf16* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// B fragment (16 k x 8 n) of a tile stored [n][k] with stride ld.
-__device__ inline void load_b(uint32_t b[2], const bf16* s, int ld, int n0, int k0) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const bf16* p = s + (n0 + g) * ld + k0 + 2 * t;
-  b[0] = lds32(p);
-  b[1] = lds32(p + 8);
+// A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
+__device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  const bf16* p = s + (row0 + (m & 1) * 8 + r) * ld + k0 + (m >> 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(shared_address(p)));
+}
+
+// B fragments (16 k x 8 n) of n-tiles n0 and n0 + 8 from a tile stored
+// [n][k] with stride ld (K for Q K^T: n = key, k = d).
+__device__ inline void load_b2(uint32_t b0[2], uint32_t b1[2], const bf16* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  const bf16* p = s + (n0 + (m >> 1) * 8 + r) * ld + k0 + (m & 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(shared_address(p)));
+}
+
+// The same from a tile stored [k][n] (V for P V: k = key, n = d),
+// transposed on the way.
+__device__ inline void load_b2_trans(uint32_t b0[2], uint32_t b1[2], const bf16* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  const bf16* p = s + (k0 + (m & 1) * 8 + r) * ld + n0 + (m >> 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(shared_address(p)));
 }
 
 // The A fragment of k-step j from accumulator tiles 2j and 2j+1 (the
@@ -86,28 +99,18 @@ __device__ inline void accum_to_a(uint32_t a[4], const float c0[4], const float 
 }
 
 // Stages rows [row0, row0 + rows) of a [T, ld] fp32 matrix (D columns from
-// src) as bf16: `s` [rows][lds] when non-null, `st` [D][ldt] (transposed)
-// when non-null. Rows at or past T are zeros.
+// src) as bf16 into s [rows][lds]. Rows at or past T are zeros.
 template <int D>
-__device__ inline void stage(bf16* s, int lds, bf16* st, int ldt, const float* src, int ld,
-                             int row0, int rows, int T) {
+__device__ inline void stage(bf16* s, int lds, const float* src, int ld, int row0, int rows, int T) {
   constexpr int kVec = D / 4;
   for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
     const int r = i / kVec, c = (i % kVec) * 4;
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row0 + r < T) x = *reinterpret_cast<const float4*>(src + static_cast<size_t>(row0 + r) * ld + c);
-    if (s) {
-      uint2 packed;
-      packed.x = pack(x.x, x.y);
-      packed.y = pack(x.z, x.w);
-      *reinterpret_cast<uint2*>(s + r * lds + c) = packed;
-    }
-    if (st) {
-      st[(c + 0) * ldt + r] = __float2bfloat16_rn(x.x);
-      st[(c + 1) * ldt + r] = __float2bfloat16_rn(x.y);
-      st[(c + 2) * ldt + r] = __float2bfloat16_rn(x.z);
-      st[(c + 3) * ldt + r] = __float2bfloat16_rn(x.w);
-    }
+    uint2 packed;
+    packed.x = pack(x.x, x.y);
+    packed.y = pack(x.z, x.w);
+    *reinterpret_cast<uint2*>(s + r * lds + c) = packed;
   }
 }
 
@@ -120,8 +123,8 @@ struct Shape {
 
 template <int D>
 struct Forward {
-  static constexpr int kRows = 64, kKeys = 64, kLd = D + 8, kLdT = kKeys + 8;
-  static constexpr size_t kShared = (size_t(kRows) * kLd + size_t(kKeys) * kLd + size_t(D) * kLdT) * sizeof(bf16);
+  static constexpr int kRows = 64, kKeys = 64, kLd = D + 8;
+  static constexpr size_t kShared = (size_t(kRows) + 2 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
 template <int D>
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* sQ = reinterpret_cast<bf16*>(shared);
   bf16* sK = sQ + F::kRows * F::kLd;
-  bf16* sVt = sK + F::kKeys * F::kLd;
+  bf16* sV = sK + F::kKeys * F::kLd;
   const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D;
   const int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows of keys first
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const float* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
   const float* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
   const float* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
-  stage<D>(sQ, F::kLd, nullptr, 0, qb, ldq, q0, F::kRows, T);
+  stage<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
@@ -154,18 +157,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   for (int kt = 0; kt <= last; ++kt) {
     const int key0 = kt * F::kKeys;
     __syncthreads();
-    stage<D>(sK, F::kLd, sVt, F::kLdT, kb, ldk, key0, F::kKeys, T);
+    stage<D>(sK, F::kLd, kb, ldk, key0, F::kKeys, T);
+    stage<D>(sV, F::kLd, vb, ldk, key0, F::kKeys, T);
     __syncthreads();
-    // The KV tile arrives as k [key][d] for the scores and v as [d][key].
-    // Overwrite the transposed stage's unused row copy: v is needed only as [d][key].
     float s[F::kKeys / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-      for (int nt = 0; nt < F::kKeys / 8; ++nt) {
-        uint32_t bf[2];
-        load_b(bf, sK, F::kLd, nt * 8, kk * 16);
-        mma(s[nt], qf[kk], bf);
+      for (int nt = 0; nt < F::kKeys / 8; nt += 2) {
+        uint32_t b0[2], b1[2];
+        load_b2(b0, b1, sK, F::kLd, nt * 8, kk * 16);
+        mma(s[nt], qf[kk], b0);
+        mma(s[nt + 1], qf[kk], b1);
       }
     }
     const bool masked = key0 + F::kKeys - 1 > q0 + warp * 16;
@@ -210,10 +213,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       uint32_t pa[4];
       accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        uint32_t bf[2];
-        load_b(bf, sVt, F::kLdT, nd * 8, kk * 16);
-        mma(o[nd], pa, bf);
+      for (int nd = 0; nd < D / 8; nd += 2) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, sV, F::kLd, nd * 8, kk * 16);
+        mma(o[nd], pa, b0);
+        mma(o[nd + 1], pa, b1);
       }
     }
   }
@@ -252,10 +256,9 @@ __global__ void dsum_kernel(float* dsum, const float* dy, const float* y, int B,
 
 template <int D>
 struct BackwardKv {
-  static constexpr int kKeys = 64, kRows = 32, kLd = D + 8, kLdT = kRows + 8;
+  static constexpr int kKeys = 64, kRows = 32, kLd = D + 8;
   static constexpr size_t kShared =
-      (2 * size_t(kKeys) * kLd + 2 * size_t(kRows) * kLd + 2 * size_t(D) * kLdT) * sizeof(bf16) +
-      2 * kRows * sizeof(float);
+      (2 * size_t(kKeys) + 2 * size_t(kRows)) * kLd * sizeof(bf16) + 2 * kRows * sizeof(float);
 };
 
 template <int D>
@@ -268,17 +271,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   bf16* sV = sK + F::kKeys * F::kLd;
   bf16* sQ = sV + F::kKeys * F::kLd;
   bf16* sdO = sQ + F::kRows * F::kLd;
-  bf16* sQt = sdO + F::kRows * F::kLd;
-  bf16* sdOt = sQt + D * F::kLdT;
-  float* sL = reinterpret_cast<float*>(sdOt + D * F::kLdT);
+  float* sL = reinterpret_cast<float*>(sdO + F::kRows * F::kLd);
   float* sDs = sL + F::kRows;
   const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D, group = sh.heads / sh.kv_heads;
   const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int key0 = kt * F::kKeys;
   const float scale2 = sh.scale * kLog2e;
-  stage<D>(sK, F::kLd, nullptr, 0, k + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
-  stage<D>(sV, F::kLd, nullptr, 0, v + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
+  stage<D>(sK, F::kLd, k + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
+  stage<D>(sV, F::kLd, v + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
   const int key[2] = {key0 + warp * 16 + g, key0 + warp * 16 + g + 8};
   float dK[D / 8][4] = {}, dV[D / 8][4] = {};
   for (int gi = 0; gi < group; ++gi) {
@@ -289,8 +290,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const float* db = dsum + (static_cast<size_t>(b) * sh.heads + h) * T;
     for (int q0 = key0; q0 < T; q0 += F::kRows) {
       __syncthreads();
-      stage<D>(sQ, F::kLd, sQt, F::kLdT, qb, ldq, q0, F::kRows, T);
-      stage<D>(sdO, F::kLd, sdOt, F::kLdT, dyb, ldq, q0, F::kRows, T);
+      stage<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
+      stage<D>(sdO, F::kLd, dyb, ldq, q0, F::kRows, T);
       for (int i = threadIdx.x; i < F::kRows; i += kThreadsPerBlock) {
         const bool in = q0 + i < T;
         sL[i] = in ? lb[q0 + i] * kLog2e : INFINITY;  // padding rows get P = 0
@@ -304,12 +305,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         load_a(ka, sK, F::kLd, warp * 16, kk * 16);
         load_a(va, sV, F::kLd, warp * 16, kk * 16);
 #pragma unroll
-        for (int nt = 0; nt < F::kRows / 8; ++nt) {
-          uint32_t bq[2], bo[2];
-          load_b(bq, sQ, F::kLd, nt * 8, kk * 16);
-          load_b(bo, sdO, F::kLd, nt * 8, kk * 16);
-          mma(st[nt], ka, bq);   // S^T = K Q^T
-          mma(dpt[nt], va, bo);  // dP^T = V dO^T
+        for (int nt = 0; nt < F::kRows / 8; nt += 2) {
+          uint32_t bq0[2], bq1[2], bo0[2], bo1[2];
+          load_b2(bq0, bq1, sQ, F::kLd, nt * 8, kk * 16);
+          load_b2(bo0, bo1, sdO, F::kLd, nt * 8, kk * 16);
+          mma(st[nt], ka, bq0);   // S^T = K Q^T
+          mma(st[nt + 1], ka, bq1);
+          mma(dpt[nt], va, bo0);  // dP^T = V dO^T
+          mma(dpt[nt + 1], va, bo1);
         }
       }
       const bool masked = q0 < key0 + F::kKeys;
@@ -330,12 +333,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         accum_to_a(pa, st[2 * kk], st[2 * kk + 1]);
         accum_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
 #pragma unroll
-        for (int nd = 0; nd < D / 8; ++nd) {
-          uint32_t bo[2], bq[2];
-          load_b(bo, sdOt, F::kLdT, nd * 8, kk * 16);
-          load_b(bq, sQt, F::kLdT, nd * 8, kk * 16);
-          mma(dV[nd], pa, bo);  // dV += P^T dO
-          mma(dK[nd], sa, bq);  // dK += dS^T Q
+        for (int nd = 0; nd < D / 8; nd += 2) {
+          uint32_t bo0[2], bo1[2], bq0[2], bq1[2];
+          load_b2_trans(bo0, bo1, sdO, F::kLd, nd * 8, kk * 16);
+          load_b2_trans(bq0, bq1, sQ, F::kLd, nd * 8, kk * 16);
+          mma(dV[nd], pa, bo0);  // dV += P^T dO
+          mma(dV[nd + 1], pa, bo1);
+          mma(dK[nd], sa, bq0);  // dK += dS^T Q
+          mma(dK[nd + 1], sa, bq1);
         }
       }
     }
@@ -361,9 +366,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 template <int D>
 struct BackwardQ {
-  static constexpr int kRows = 64, kKeys = 64, kLd = D + 8, kLdT = kKeys + 8;
-  static constexpr size_t kShared =
-      (2 * size_t(kRows) * kLd + 2 * size_t(kKeys) * kLd + size_t(D) * kLdT) * sizeof(bf16);
+  static constexpr int kRows = 64, kKeys = 64, kLd = D + 8;
+  static constexpr size_t kShared = (2 * size_t(kRows) + 2 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
 template <int D>
@@ -376,7 +380,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   bf16* sdO = sQ + F::kRows * F::kLd;
   bf16* sK = sdO + F::kRows * F::kLd;
   bf16* sV = sK + F::kKeys * F::kLd;
-  bf16* sKt = sV + F::kKeys * F::kLd;
   const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D;
   const int qt = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
@@ -385,8 +388,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const float scale2 = sh.scale * kLog2e;
   const float* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
   const float* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
-  stage<D>(sQ, F::kLd, nullptr, 0, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
-  stage<D>(sdO, F::kLd, nullptr, 0, dy + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+  stage<D>(sQ, F::kLd, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+  stage<D>(sdO, F::kLd, dy + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float L[2], Ds[2];
 #pragma unroll
@@ -400,8 +403,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   for (int kt = 0; kt <= last; ++kt) {
     const int key0 = kt * F::kKeys;
     __syncthreads();
-    stage<D>(sK, F::kLd, sKt, F::kLdT, kb, ldk, key0, F::kKeys, T);
-    stage<D>(sV, F::kLd, nullptr, 0, vb, ldk, key0, F::kKeys, T);
+    stage<D>(sK, F::kLd, kb, ldk, key0, F::kKeys, T);
+    stage<D>(sV, F::kLd, vb, ldk, key0, F::kKeys, T);
     __syncthreads();
     float s[F::kKeys / 8][4] = {}, dp[F::kKeys / 8][4] = {};
 #pragma unroll
@@ -410,12 +413,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       load_a(qa, sQ, F::kLd, warp * 16, kk * 16);
       load_a(oa, sdO, F::kLd, warp * 16, kk * 16);
 #pragma unroll
-      for (int nt = 0; nt < F::kKeys / 8; ++nt) {
-        uint32_t bk[2], bv[2];
-        load_b(bk, sK, F::kLd, nt * 8, kk * 16);
-        load_b(bv, sV, F::kLd, nt * 8, kk * 16);
-        mma(s[nt], qa, bk);   // S = Q K^T
-        mma(dp[nt], oa, bv);  // dP = dO V^T
+      for (int nt = 0; nt < F::kKeys / 8; nt += 2) {
+        uint32_t bk0[2], bk1[2], bv0[2], bv1[2];
+        load_b2(bk0, bk1, sK, F::kLd, nt * 8, kk * 16);
+        load_b2(bv0, bv1, sV, F::kLd, nt * 8, kk * 16);
+        mma(s[nt], qa, bk0);   // S = Q K^T
+        mma(s[nt + 1], qa, bk1);
+        mma(dp[nt], oa, bv0);  // dP = dO V^T
+        mma(dp[nt + 1], oa, bv1);
       }
     }
     const bool masked = key0 + F::kKeys - 1 > q0 + warp * 16;
@@ -434,10 +439,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       uint32_t sa[4];
       accum_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        uint32_t bk[2];
-        load_b(bk, sKt, F::kLdT, nd * 8, kk * 16);
-        mma(dQ[nd], sa, bk);  // dQ += dS K
+      for (int nd = 0; nd < D / 8; nd += 2) {
+        uint32_t bk0[2], bk1[2];
+        load_b2_trans(bk0, bk1, sK, F::kLd, nd * 8, kk * 16);
+        mma(dQ[nd], sa, bk0);  // dQ += dS K
+        mma(dQ[nd + 1], sa, bk1);
       }
     }
   }
