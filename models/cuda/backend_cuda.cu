@@ -1,7 +1,9 @@
 // CudaBackend: every Backend op as a CUDA kernel or cuBLAS call on one
 // stream, memory from the caching pool. The only translation unit with
 // kernels: it includes each op family's .cuh (beside its CPU reference in
-// models/ops/) so the whole GPU side compiles once.
+// models/ops/) so the whole GPU side compiles once — the decode kernels of
+// infer's bf16 graph engine (embed_bf16, add_rmsnorm_bf16, qkv_rope_cache,
+// decode_attention, swiglu_bf16, row_argmax) included.
 #include <cstdlib>
 #include <vector>
 
@@ -11,8 +13,10 @@
 #include "models/cuda/op_times.h"
 #include "models/cuda_backend.h"
 #include "models/ops/adamw.cuh"
+#include "models/ops/argmax.cuh"
 #include "models/ops/attention.cuh"
 #include "models/ops/cross_entropy.cuh"
+#include "models/ops/decode_attention.cuh"
 #include "models/ops/embedding.cuh"
 #include "models/ops/linear.cuh"
 #include "models/ops/rmsnorm.cuh"

@@ -53,6 +53,15 @@ __global__ void cast_kernel(To* dst, const From* src, size_t n) {
   }
 }
 
+// bf16 stored as its bits (Bf16Bits on the host side) <-> fp32; to bf16
+// rounds to nearest even.
+__device__ inline float from_bf16_bits(uint16_t v) {
+  return __bfloat162float(__ushort_as_bfloat16(v));
+}
+__device__ inline uint16_t to_bf16_bits(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
 __device__ inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
