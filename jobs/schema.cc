@@ -3,6 +3,8 @@
 // (`cohort validate --reference`).
 #include "jobs/schema.h"
 
+#include "base/strategy.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -66,7 +68,7 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(field("model", "max_seq", T::kInt, "0",
                     "Longest sequence the model supports (0: the preset's or config's own).", 0, 1e7));
   // [parallel]
-  f.push_back(choice("parallel", "strategy", {"ddp", "zero1", "zero2", "zero3", "fsdp2"}, "\"ddp\"",
+  f.push_back(choice("parallel", "strategy", strategy_names(), "\"ddp\"",
                      "Data-parallel strategy on the data-parallel axis."));
   f.push_back(field("parallel", "tensor_parallel", T::kInt, "1",
                     "Tensor-parallel degree; groups are consecutive ranks inside a node.", 1, 1024));
