@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/cuda_check.h"
 #include "base/half_float.h"
 #include "infer/cuda_graph_state.h"
 #include "models/backend.h"
@@ -22,23 +23,19 @@ Status upload_bf16(Bf16* dst, const std::vector<const float*>& parts,
   for (size_t p = 0; p < parts.size(); ++p) {
     for (size_t i = 0; i < counts[p]; ++i) host.push_back(float_to_bf16_bits(parts[p][i]));
   }
-  return cuda_status(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice),
-                     "weights to the GPU");
+  COHORT_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  return Status::ok();
 }
 
-Status upload_f32(float* dst, const std::vector<const float*>& parts, const std::vector<size_t>& counts) {
+Status upload_f32(float* dst, const std::vector<const float*>& parts,
+                  const std::vector<size_t>& counts) {
   std::vector<float> host;
   for (size_t p = 0; p < parts.size(); ++p) host.insert(host.end(), parts[p], parts[p] + counts[p]);
-  return cuda_status(cudaMemcpy(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
-                     "weights to the GPU");
+  COHORT_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  return Status::ok();
 }
 
 }  // namespace
-
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  return internal_error(std::string("CUDA (") + what + "): " + cudaGetErrorString(err));
-}
 
 std::vector<int> decode_buckets(int slots) {
   std::vector<int> sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64};
@@ -49,8 +46,8 @@ std::vector<int> decode_buckets(int slots) {
 
 Result<void*> CudaGraphEngine::device_alloc(size_t bytes) {
   void* p = nullptr;
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, bytes), "cudaMalloc"));
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMemset(p, 0, bytes), "cudaMemset"));
+  COHORT_CUDA_CHECK(cudaMalloc(&p, bytes));
+  COHORT_CUDA_CHECK(cudaMemset(p, 0, bytes));
   allocations_.push_back(p);
   return p;
 }
@@ -77,7 +74,7 @@ std::string CudaGraphEngine::describe() const {
 }
 
 Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(options_.device), "cudaSetDevice"));
+  COHORT_CUDA_CHECK(cudaSetDevice(options_.device));
   if (tp_ > 1) {
     // The tp group's NCCL communicator; the CPU group carries its unique id.
     // Blocking, so that every NCCL launch happens on this thread (stream
@@ -93,8 +90,7 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
     COHORT_ASSIGN_OR_RETURN(tp_gpu_, collective::NcclCommunicator::create(bootstrap, nccl));
     stream_ = static_cast<cudaStream_t>(tp_gpu_->stream());
   } else {
-    COHORT_RETURN_IF_ERROR(
-        cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return internal_error("cublasCreate failed");
   cublasSetStream(cublas_, stream_);
@@ -119,7 +115,8 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
   const auto& head_group = layout.groups[layout.head_group()];
   COHORT_ASSIGN_OR_RETURN(void* norm, device_alloc(H * 4));
   final_norm_ = static_cast<float*>(norm);
-  COHORT_RETURN_IF_ERROR(upload_f32(final_norm_, {head + head_group.find("model.norm.weight")->offset},
+  COHORT_RETURN_IF_ERROR(upload_f32(final_norm_,
+                                    {head + head_group.find("model.norm.weight")->offset},
                                     {static_cast<size_t>(H)}));
   lm_head_ = embed_;
   if (!config_.tie_embeddings) {
@@ -159,9 +156,9 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
       COHORT_RETURN_IF_ERROR(f32(&d.k_norm, {w.k_norm}, {static_cast<size_t>(D)}));
     }
     if (config_.attention_bias) {
-      COHORT_RETURN_IF_ERROR(f32(&d.qkv_bias, {w.q_bias, w.k_bias, w.v_bias},
-                                 {static_cast<size_t>(Qd), static_cast<size_t>(KVd),
-                                  static_cast<size_t>(KVd)}));
+      COHORT_RETURN_IF_ERROR(
+          f32(&d.qkv_bias, {w.q_bias, w.k_bias, w.v_bias},
+              {static_cast<size_t>(Qd), static_cast<size_t>(KVd), static_cast<size_t>(KVd)}));
     }
   }
   return Status::ok();
@@ -198,19 +195,18 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
-  buf_ = Buffers{static_cast<float*>(x),      static_cast<Bf16*>(xn),
-                 static_cast<float*>(qkv),    static_cast<float*>(q),
-                 static_cast<Bf16*>(y), static_cast<float*>(tmp),
-                 static_cast<float*>(gu),     static_cast<Bf16*>(h),
-                 static_cast<float*>(logits), static_cast<float*>(gathered),
-                 static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
-                 static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows),
-                 static_cast<int32_t*>(head_rows), static_cast<Bf16*>(head_x)};
+  buf_ = Buffers{
+      static_cast<float*>(x),        static_cast<Bf16*>(xn),      static_cast<float*>(qkv),
+      static_cast<float*>(q),        static_cast<Bf16*>(y),       static_cast<float*>(tmp),
+      static_cast<float*>(gu),       static_cast<Bf16*>(h),       static_cast<float*>(logits),
+      static_cast<float*>(gathered), static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
+      static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows), static_cast<int32_t*>(head_rows),
+      static_cast<Bf16*>(head_x)};
   const int32_t* r = buf_.rows;
   row_index_ = models::DecodeRows{r, r + R, r + 2 * R};
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_rows_, 3 * R * 4), "pinned rows"));
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_tokens_, B * 4), "pinned tokens"));
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_head_rows_, B * 4), "pinned head rows"));
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_rows_, 3 * R * 4));
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_tokens_, B * 4));
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_head_rows_, B * 4));
   const models::RopeTable rope = models::make_rope_table(config_);
   COHORT_ASSIGN_OR_RETURN(void* cos, take(rope.cos.size() * 4));
   COHORT_ASSIGN_OR_RETURN(void* sin, take(rope.sin.size() * 4));
@@ -246,7 +242,9 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
     // It only holds weights; it never runs, so its tensor-parallel callbacks
     // (required for tp > 1) must never be called.
     models::TensorParallelComm never;
-    never.all_reduce_sum = [](float*, size_t) { COHORT_CHECK_MSG(false, "weights-only model ran"); };
+    never.all_reduce_sum = [](float*, size_t) {
+      COHORT_CHECK_MSG(false, "weights-only model ran");
+    };
     never.all_reduce_max = never.all_reduce_sum;
     never.all_gather = [](const float*, float*, size_t) {
       COHORT_CHECK_MSG(false, "weights-only model ran");

@@ -24,7 +24,6 @@
 
 namespace cohort::infer {
 
-Status cuda_status(cudaError_t err, const char* what);
 // Batch sizes decode steps are padded to (and captured at); the last one
 // holds `slots`.
 std::vector<int> decode_buckets(int slots);

@@ -6,14 +6,11 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/cuda_check.h"
 #include "infer/cuda_graph_state.h"
 
 namespace cohort::infer {
 namespace {
-
-void check_cuda(cudaError_t err, const char* what) {
-  COHORT_CHECK_MSG(err == cudaSuccess, "{}: {}", what, cudaGetErrorString(err));
-}
 
 void check_tp(const Status& s, const char* what) {
   COHORT_CHECK_MSG(s.is_ok(), "tensor-parallel {}: {}", what, s.message());
@@ -23,13 +20,11 @@ void check_tp(const Status& s, const char* what) {
 
 // y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation):
 // column-major, that is yᵀ = op(w)ᵀ · xᵀ. bf16 inputs, fp32 accumulate and output.
-void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in,
-                           int out) {
+void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out) {
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t st =
-      cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x,
-                   CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t st = cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
+                                         CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F,
+                                         out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   COHORT_CHECK_MSG(st == CUBLAS_STATUS_SUCCESS, "cublasGemmEx [{}x{}]x[{}x{}]: status {}", n, in,
                    out, in, static_cast<int>(st));
 }
@@ -43,7 +38,8 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in
 // on a stuck peer.
 void CudaGraphEngine::wait_step(const char* what) {
   if (tp_ == 1) {
-    check_cuda(cudaStreamSynchronize(stream_), what);
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    COHORT_CHECK_MSG(e == cudaSuccess, "{}: {}", what, cudaGetErrorString(e));
     return;
   }
   using Clock = std::chrono::steady_clock;
@@ -55,7 +51,7 @@ void CudaGraphEngine::wait_step(const char* what) {
   for (;;) {
     const cudaError_t e = cudaStreamQuery(stream_);
     if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) check_cuda(e, what);
+    COHORT_CHECK_MSG(e == cudaErrorNotReady, "{}: {}", what, cudaGetErrorString(e));
     check_tp(tp_gpu_->async_error(), what);
     const auto now = Clock::now();
     COHORT_CHECK_MSG(now < deadline,
@@ -100,7 +96,8 @@ void CudaGraphEngine::enqueue_layers(int n) {
   models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
                            stream_);
   all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
-  models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
+  models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps,
+                                 stream_);
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
     gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
@@ -145,20 +142,19 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
   // stream gets there: wait (bounded) for the step and the gather first.
   if (tp_ == 1) {
     wait_step("step");
-    check_cuda(cudaMemcpyAsync(logits, buf_.logits, real_rows * Vl * 4, cudaMemcpyDeviceToHost,
-                               stream_),
-               "logits to the host");
-    check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
+    COHORT_CUDA_CHECK_FATAL(
+        cudaMemcpyAsync(logits, buf_.logits, real_rows * Vl * 4, cudaMemcpyDeviceToHost, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
     return;
   }
   const size_t local = static_cast<size_t>(head_count) * Vl;
   all_gather(buf_.logits, buf_.gathered, local, "logits gather");
   wait_step("step and logits gather");
   host_gathered_.resize(local * tp_);
-  check_cuda(cudaMemcpyAsync(host_gathered_.data(), buf_.gathered, host_gathered_.size() * 4,
-                             cudaMemcpyDeviceToHost, stream_),
-             "logits to the host");
-  check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(host_gathered_.data(), buf_.gathered,
+                                          host_gathered_.size() * 4, cudaMemcpyDeviceToHost,
+                                          stream_));
+  COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
   for (int k = 0; k < tp_; ++k) {  // rank k holds vocab columns [k * Vl, (k + 1) * Vl)
     for (int r = 0; r < real_rows; ++r) {
       const float* src = host_gathered_.data() + k * local + r * Vl;
@@ -169,44 +165,44 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
 
 void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
-  check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
+  COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
   for (int part = 0; part < 3; ++part) {
-    check_cuda(cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
-                               static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_),
-               "rows to the GPU");
+    COHORT_CUDA_CHECK_FATAL(
+        cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
+                        static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   }
   if (gathered) {
-    check_cuda(cudaMemcpyAsync(buf_.head_rows, host_head_rows_, static_cast<size_t>(head_count) * 4,
-                               cudaMemcpyHostToDevice, stream_),
-               "head rows to the GPU");
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(buf_.head_rows, host_head_rows_,
+                                            static_cast<size_t>(head_count) * 4,
+                                            cudaMemcpyHostToDevice, stream_));
   }
   auto graph = graphs_.find(n);
   if (!use_graph) {
     enqueue_step(n, head_count, gathered);
   } else if (graph != graphs_.end()) {
-    check_cuda(cudaGraphLaunch(graph->second, stream_), "graph launch");
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graph->second, stream_));
   } else if (bucket_runs_[n]++ == 0) {
     // The first step of a size runs eagerly: cuBLAS and NCCL settle their
     // algorithms and lazy state before anything is captured.
     enqueue_step(n, head_count, gathered);
   } else {
     cudaGraph_t captured;
-    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+    COHORT_CUDA_CHECK_FATAL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     enqueue_step(n, head_count, gathered);
-    check_cuda(cudaStreamEndCapture(stream_, &captured), "capture");
+    COHORT_CUDA_CHECK_FATAL(cudaStreamEndCapture(stream_, &captured));
     cudaGraphExec_t exec;
-    check_cuda(cudaGraphInstantiate(&exec, captured, 0), "graph instantiate");
-    check_cuda(cudaGraphDestroy(captured), "graph destroy");
+    COHORT_CUDA_CHECK_FATAL(cudaGraphInstantiate(&exec, captured, 0));
+    COHORT_CUDA_CHECK_FATAL(cudaGraphDestroy(captured));
     graphs_[n] = exec;
-    check_cuda(cudaGraphLaunch(exec, stream_), "graph launch");
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
   }
   if (logits) {
     fetch_logits(head_count, real_rows, logits);
     return;
   }
-  check_cuda(cudaMemcpyAsync(host_tokens_, buf_.tokens, static_cast<size_t>(real_rows) * 4,
-                             cudaMemcpyDeviceToHost, stream_),
-             "tokens to the host");
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(host_tokens_, buf_.tokens,
+                                          static_cast<size_t>(real_rows) * 4,
+                                          cudaMemcpyDeviceToHost, stream_));
   wait_step("step");
   std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
 }

@@ -52,7 +52,10 @@ struct CudaCopyPlan final : CopyPlan {
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device)
-      : device_(device), pool_(device), op_times_(std::getenv("COHORT_CUDA_OP_TIMES") != nullptr) {
+      : device_(device), pool_(device), op_times_(std::getenv("COHORT_CUDA_OP_TIMES") != nullptr) {}
+  // Set-up that can fail (no such device, out of memory): a Status for
+  // make_cuda_backend rather than an abort.
+  Status init() {
     COHORT_CUDA_CHECK(cudaSetDevice(device_));
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     COHORT_CUBLAS_CHECK(cublasCreate(&blas_.handle));
@@ -68,16 +71,17 @@ class CudaBackendImpl final : public CudaBackend {
     COHORT_CUDA_CHECK(cudaFuncSetAttribute(
         cuda::attention_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_));
     ensure_partials(kSumBlocks);
+    return Status::ok();
   }
   ~CudaBackendImpl() override {
-    cudaStreamSynchronize(stream_);
-    cublasDestroy(blas_.handle);
-    cudaStreamDestroy(stream_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (blas_.handle) cublasDestroy(blas_.handle);
+    if (stream_) cudaStreamDestroy(stream_);
   }
 
   Device device() const override { return Device::kCuda; }
   void* stream() const override { return stream_; }
-  void synchronize() override { COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_)); }
   std::vector<std::pair<std::string, double>> op_times_ms() override { return op_times_.totals(stream_); }
   CudaBackendStats stats() const override {
     return {pool_.reserved_bytes(), pool_.in_use_bytes(), pool_.device_allocations()};
@@ -85,27 +89,27 @@ class CudaBackendImpl final : public CudaBackend {
 
   void* alloc(size_t bytes) override {
     void* p = pool_.allocate(bytes);
-    COHORT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
   }
   void free(void* ptr) override {
     // Work queued on the stream may still use the block; wait before reuse.
-    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
     pool_.release(ptr);
   }
   void zero(void* ptr, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(ptr, 0, bytes, stream_));
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   void copy_from_host(void* dst, const void* host, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // host buffer may be reused at once
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // host buffer may be reused at once
   }
   void copy_to_host(void* host, const void* src, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
   }
 
   void cast_to_half(void* dst, DType half, const float* src, size_t n) override {
@@ -143,8 +147,8 @@ class CudaBackendImpl final : public CudaBackend {
     plan->count = static_cast<int>(table.size());
     if (table.empty()) return plan;
     const size_t bytes = table.size() * sizeof(table[0]);
-    COHORT_CUDA_CHECK(cudaMalloc(&plan->table, bytes));
-    COHORT_CUDA_CHECK(cudaMemcpy(plan->table, table.data(), bytes, cudaMemcpyHostToDevice));
+    COHORT_CUDA_CHECK_FATAL(cudaMalloc(&plan->table, bytes));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpy(plan->table, table.data(), bytes, cudaMemcpyHostToDevice));
     return plan;
   }
   void run_copy_plan(const CopyPlan& generic, float* dst, const void* src, DType src_dtype) override {
@@ -381,7 +385,7 @@ class CudaBackendImpl final : public CudaBackend {
   static unsigned norm_threads(int dim) {
     return dim >= 256 ? kNormBlock : static_cast<unsigned>(std::max(32, (dim + 31) / 32 * 32));
   }
-  static void check_launch() { COHORT_CUDA_CHECK(cudaGetLastError()); }
+  static void check_launch() { COHORT_CUDA_CHECK_FATAL(cudaGetLastError()); }
   // The registered working copy of a weight operand, when it is in the
   // type the GEMMs now take.
   const void* working_for(const float* w, size_t n) const {
@@ -436,7 +440,10 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device) {
     return unavailable("CUDA device " + std::to_string(device) + " requested but " +
                        std::to_string(count) + " are visible");
   }
-  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(device));
+  auto backend = std::make_unique<CudaBackendImpl>(device);
+  COHORT_RETURN_IF_ERROR(backend->init().with_context("CUDA backend on device " +
+                                                      std::to_string(device)));
+  return std::unique_ptr<CudaBackend>(std::move(backend));
 }
 
 }  // namespace cohort::models

@@ -1,4 +1,4 @@
-// Shared pieces of the CUDA kernels: error checks, launch sizing and
+// Shared pieces of the CUDA kernels: launch sizing, bf16 bits and
 // warp/block reductions. Included only by models/cuda/backend_cuda.cu (the
 // kernels live in one translation unit to keep compile time down).
 #pragma once
@@ -12,20 +12,9 @@
 #include <cstdint>
 
 #include "base/check.h"
-
-#define COHORT_CUDA_CHECK(expr)                                   \
-  do {                                                            \
-    cudaError_t cohort_err_ = (expr);                             \
-    COHORT_CHECK_MSG(cohort_err_ == cudaSuccess, "{}: {}", #expr, \
-                     cudaGetErrorString(cohort_err_));            \
-  } while (0)
-
-#define COHORT_CUBLAS_CHECK(expr)                                                        \
-  do {                                                                                   \
-    cublasStatus_t cohort_st_ = (expr);                                                  \
-    COHORT_CHECK_MSG(cohort_st_ == CUBLAS_STATUS_SUCCESS, "{}: cublas status {}", #expr, \
-                     static_cast<int>(cohort_st_));                                      \
-  } while (0)
+// COHORT_CUDA_CHECK (Status) in set-up, COHORT_CUDA_CHECK_FATAL in ops and
+// launches, which cannot return one.
+#include "base/cuda_check.h"
 
 namespace cohort::models::cuda {
 
