@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/launch_env.h"
+#include "jobs/rank_plan.h"
 
 namespace cohort::agent {
 
@@ -137,7 +138,7 @@ Status Supervisor::start_group(Group& group) {
   for (int l = 0; l < local; ++l) {
     Worker w;
     w.local_rank = l;
-    w.rank = order.node_rank * order.job.gpus_per_node + l;
+    w.rank = jobs::assign_rank(order.node_rank, l, order.job.gpus_per_node).rank;
     w.progress_file = (progress_dir / ("rank-" + std::to_string(w.rank))).string();
     w.last_progress = clock_.now();
     group.workers.push_back(std::move(w));
@@ -157,8 +158,10 @@ void Supervisor::launch(const protocol::LaunchOrder& order) {
     spdlog::error("job {} attempt {}: cannot launch: {}", order.job_id, order.attempt, why);
     // Report each rank this node was given (none for a nonsensical order).
     int per_node = std::clamp(order.job.gpus_per_node, 0, 1024);
-    int first = std::max(0, order.node_rank) * per_node;
-    for (int l = 0; l < per_node; ++l) report_failure(order, first + l, why);
+    const int node_rank = std::max(0, order.node_rank);
+    for (int l = 0; l < per_node; ++l) {
+      report_failure(order, jobs::assign_rank(node_rank, l, per_node).rank, why);
+    }
     groups_.erase(key);
     return;
   }

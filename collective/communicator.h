@@ -16,7 +16,7 @@
 //    send == recv + rank * send_count; all_gather_v with send at this rank's
 //    offset in recv; broadcast is always in place.
 //  - kAvg divides the sum by the group size once, at the end (integers
-//    truncate, as ncclAvg does).
+//    truncate, as NCCL's average does).
 //
 // Asynchrony: each `*_async` call returns a Work at once; `wait()` blocks the
 // host until the operation completed or its timeout passed. On GPU the

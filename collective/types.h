@@ -32,7 +32,7 @@ uint16_t float_to_f16(float f);
 void reduce_cpu(DType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t count);
 
 // buf[i] /= divisor, rounding like the dtype's own division (integers
-// truncate toward zero, as NCCL's ncclAvg does).
+// truncate toward zero, as NCCL's average does).
 void divide_cpu(DType dtype, void* buf, size_t count, int divisor);
 
 }  // namespace cohort::collective

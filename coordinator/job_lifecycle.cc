@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "coordinator/coordinator_impl.h"
+#include "jobs/rank_plan.h"
 
 namespace cohort::coordinator {
 
@@ -130,10 +131,14 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
   a.gpus_per_node = job.control.gpus_per_node;
   a.counts_as_restart = job.next_attempt_counts;
   a.started_ms = unix_ms_now();
-  for (const auto& p : placement) {
+  a.ranks.resize(placement.size() * size_t(a.gpus_per_node));
+  for (size_t i = 0; i < placement.size(); ++i) {
+    const auto& p = placement[i];
     a.nodes.push_back(p.node);
     a.gpus[p.node] = p.gpu_indices;
-    for (int g = 0; g < a.gpus_per_node; ++g) a.ranks.push_back({p.node});
+    for (int g = 0; g < a.gpus_per_node; ++g) {
+      a.ranks[jobs::assign_rank(int(i), g, a.gpus_per_node).rank].node = p.node;
+    }
   }
   a.master_port = pick_master_port(job, a.nodes.front());
   a.launched_at = clock_.now();

@@ -1,5 +1,5 @@
-// CudaGraphEngine (see infer_cuda_engine.h): creation, weights, buffers.
-// The step itself (forward, head, graphs) is in infer_cuda_step.cc.
+// CudaGraphEngine (see cuda_graph_engine.h): creation, weights, buffers.
+// The step itself (forward, head, graphs) is in cuda_graph_step.cc.
 #include "infer/cuda_graph_engine.h"
 
 #include <cstring>
@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "base/check.h"
-#include "collective/types.h"
+#include "base/cuda_check.h"
+#include "base/half_float.h"
 #include "infer/cuda_graph_state.h"
 #include "models/backend.h"
 #include "models/ops/rope.h"
@@ -16,29 +17,25 @@ namespace cohort::infer {
 namespace {
 
 // Host fp32 -> device bf16, through a staging vector.
-Status upload_bf16(cuda::bf16* dst, const std::vector<const float*>& parts,
+Status upload_bf16(Bf16* dst, const std::vector<const float*>& parts,
                    const std::vector<size_t>& counts) {
   std::vector<uint16_t> host;
   for (size_t p = 0; p < parts.size(); ++p) {
-    for (size_t i = 0; i < counts[p]; ++i) host.push_back(collective::float_to_bf16(parts[p][i]));
+    for (size_t i = 0; i < counts[p]; ++i) host.push_back(float_to_bf16_bits(parts[p][i]));
   }
-  return cuda_status(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice),
-                     "weights to the GPU");
+  COHORT_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  return Status::ok();
 }
 
-Status upload_f32(float* dst, const std::vector<const float*>& parts, const std::vector<size_t>& counts) {
+Status upload_f32(float* dst, const std::vector<const float*>& parts,
+                  const std::vector<size_t>& counts) {
   std::vector<float> host;
   for (size_t p = 0; p < parts.size(); ++p) host.insert(host.end(), parts[p], parts[p] + counts[p]);
-  return cuda_status(cudaMemcpy(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
-                     "weights to the GPU");
+  COHORT_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  return Status::ok();
 }
 
 }  // namespace
-
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  return internal_error(std::string("CUDA (") + what + "): " + cudaGetErrorString(err));
-}
 
 std::vector<int> decode_buckets(int slots) {
   std::vector<int> sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64};
@@ -49,8 +46,8 @@ std::vector<int> decode_buckets(int slots) {
 
 Result<void*> CudaGraphEngine::device_alloc(size_t bytes) {
   void* p = nullptr;
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, bytes), "cudaMalloc"));
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMemset(p, 0, bytes), "cudaMemset"));
+  COHORT_CUDA_CHECK(cudaMalloc(&p, bytes));
+  COHORT_CUDA_CHECK(cudaMemset(p, 0, bytes));
   allocations_.push_back(p);
   return p;
 }
@@ -64,8 +61,11 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (host_tokens_) cudaFreeHost(host_tokens_);
   if (host_head_rows_) cudaFreeHost(host_head_rows_);
   if (cublas_) cublasDestroy(cublas_);
-  if (nccl_) ncclCommDestroy(nccl_);
-  if (stream_) cudaStreamDestroy(stream_);
+  if (tp_gpu_) {
+    tp_gpu_.reset();  // its stream was the engine's
+  } else if (stream_) {
+    cudaStreamDestroy(stream_);
+  }
 }
 
 std::string CudaGraphEngine::describe() const {
@@ -74,9 +74,24 @@ std::string CudaGraphEngine::describe() const {
 }
 
 Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(options_.device), "cudaSetDevice"));
-  COHORT_RETURN_IF_ERROR(
-      cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+  COHORT_CUDA_CHECK(cudaSetDevice(options_.device));
+  if (tp_ > 1) {
+    // The tp group's NCCL communicator; the CPU group carries its unique id.
+    // Blocking, so that every NCCL launch happens on this thread (stream
+    // capture records only the capturing thread's launches).
+    collective_timeout_ = tp_cpu->timeout();
+    collective::NcclOptions nccl;
+    nccl.name = tp_cpu->name() + "/nccl";
+    nccl.timeout = collective_timeout_;
+    nccl.device = options_.device;
+    nccl.blocking = true;
+    // Non-owning: the CPU group outlives the engine (infer/engine_setup.h).
+    std::shared_ptr<collective::Communicator> bootstrap(tp_cpu, [](collective::Communicator*) {});
+    COHORT_ASSIGN_OR_RETURN(tp_gpu_, collective::NcclCommunicator::create(bootstrap, nccl));
+    stream_ = static_cast<cudaStream_t>(tp_gpu_->stream());
+  } else {
+    COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return internal_error("cublasCreate failed");
   cublasSetStream(cublas_, stream_);
   // Graph capture needs cuBLAS to use a workspace it was given, not one it
@@ -84,18 +99,6 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
   constexpr size_t kWorkspace = size_t{32} << 20;
   COHORT_ASSIGN_OR_RETURN(void* workspace, device_alloc(kWorkspace));
   cublasSetWorkspace(cublas_, workspace, kWorkspace);
-  if (tp_ == 1) return Status::ok();
-  collective_timeout_ = tp_cpu->timeout();
-  ncclUniqueId id;
-  if (options_.shard.tp_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
-    return internal_error("ncclGetUniqueId failed");
-  }
-  COHORT_RETURN_IF_ERROR(tp_cpu->broadcast(&id, sizeof(id), collective::DType::kU8));
-  const ncclResult_t r = ncclCommInitRank(&nccl_, tp_, id, options_.shard.tp_rank);
-  if (r != ncclSuccess) {
-    return internal_error(std::string("ncclCommInitRank over the tensor-parallel group: ") +
-                          ncclGetErrorString(r));
-  }
   return Status::ok();
 }
 
@@ -105,31 +108,32 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
   const size_t I = dims_.intermediate;
   const size_t vocab_rows = static_cast<size_t>(dims_.vocab) * H;
   COHORT_ASSIGN_OR_RETURN(void* embed, device_alloc(vocab_rows * 2));
-  embed_ = static_cast<cuda::bf16*>(embed);
+  embed_ = static_cast<Bf16*>(embed);
   const float* embed_host = model.params(models::ParamLayout::kEmbedGroup);
   COHORT_RETURN_IF_ERROR(upload_bf16(embed_, {embed_host}, {vocab_rows}));
   const float* head = model.params(layout.head_group());
   const auto& head_group = layout.groups[layout.head_group()];
   COHORT_ASSIGN_OR_RETURN(void* norm, device_alloc(H * 4));
   final_norm_ = static_cast<float*>(norm);
-  COHORT_RETURN_IF_ERROR(upload_f32(final_norm_, {head + head_group.find("model.norm.weight")->offset},
+  COHORT_RETURN_IF_ERROR(upload_f32(final_norm_,
+                                    {head + head_group.find("model.norm.weight")->offset},
                                     {static_cast<size_t>(H)}));
   lm_head_ = embed_;
   if (!config_.tie_embeddings) {
     COHORT_ASSIGN_OR_RETURN(void* lm, device_alloc(vocab_rows * 2));
-    lm_head_ = static_cast<cuda::bf16*>(lm);
+    lm_head_ = static_cast<Bf16*>(lm);
     COHORT_RETURN_IF_ERROR(
         upload_bf16(lm_head_, {head + head_group.find("lm_head.weight")->offset}, {vocab_rows}));
   }
   for (int l = 0; l < config_.layers; ++l) {
     const models::BlockTensors w = layout.block_tensors(model.params(layout.block_group(l)));
     Layer& d = layers_[l];
-    auto bf = [&](cuda::bf16** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
+    auto bf = [&](Bf16** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
       size_t total = 0;
       for (size_t c : counts) total += c;
       auto p = device_alloc(total * 2);
       if (!p.is_ok()) return p.status();
-      *dst = static_cast<cuda::bf16*>(*p);
+      *dst = static_cast<Bf16*>(*p);
       return upload_bf16(*dst, parts, counts);
     };
     auto f32 = [&](float** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
@@ -152,9 +156,9 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
       COHORT_RETURN_IF_ERROR(f32(&d.k_norm, {w.k_norm}, {static_cast<size_t>(D)}));
     }
     if (config_.attention_bias) {
-      COHORT_RETURN_IF_ERROR(f32(&d.qkv_bias, {w.q_bias, w.k_bias, w.v_bias},
-                                 {static_cast<size_t>(Qd), static_cast<size_t>(KVd),
-                                  static_cast<size_t>(KVd)}));
+      COHORT_RETURN_IF_ERROR(
+          f32(&d.qkv_bias, {w.q_bias, w.k_bias, w.v_bias},
+              {static_cast<size_t>(Qd), static_cast<size_t>(KVd), static_cast<size_t>(KVd)}));
     }
   }
   return Status::ok();
@@ -173,7 +177,7 @@ Status CudaGraphEngine::alloc_buffers() {
   for (Layer& layer : layers_) {
     COHORT_ASSIGN_OR_RETURN(void* k, take(per_layer * 2));
     COHORT_ASSIGN_OR_RETURN(void* v, take(per_layer * 2));
-    layer.k_cache = static_cast<cuda::bf16*>(k), layer.v_cache = static_cast<cuda::bf16*>(v);
+    layer.k_cache = static_cast<Bf16*>(k), layer.v_cache = static_cast<Bf16*>(v);
   }
   COHORT_ASSIGN_OR_RETURN(void* x, take(R * H * 4));
   COHORT_ASSIGN_OR_RETURN(void* xn, take(R * H * 2));
@@ -191,19 +195,18 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
-  buf_ = Buffers{static_cast<float*>(x),      static_cast<cuda::bf16*>(xn),
-                 static_cast<float*>(qkv),    static_cast<float*>(q),
-                 static_cast<cuda::bf16*>(y), static_cast<float*>(tmp),
-                 static_cast<float*>(gu),     static_cast<cuda::bf16*>(h),
-                 static_cast<float*>(logits), static_cast<float*>(gathered),
-                 static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
-                 static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows),
-                 static_cast<int32_t*>(head_rows), static_cast<cuda::bf16*>(head_x)};
+  buf_ = Buffers{
+      static_cast<float*>(x),        static_cast<Bf16*>(xn),      static_cast<float*>(qkv),
+      static_cast<float*>(q),        static_cast<Bf16*>(y),       static_cast<float*>(tmp),
+      static_cast<float*>(gu),       static_cast<Bf16*>(h),       static_cast<float*>(logits),
+      static_cast<float*>(gathered), static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
+      static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows), static_cast<int32_t*>(head_rows),
+      static_cast<Bf16*>(head_x)};
   const int32_t* r = buf_.rows;
-  row_index_ = cuda::RowIndex{r, r + R, r + 2 * R};
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_rows_, 3 * R * 4), "pinned rows"));
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_tokens_, B * 4), "pinned tokens"));
-  COHORT_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&host_head_rows_, B * 4), "pinned head rows"));
+  row_index_ = models::DecodeRows{r, r + R, r + 2 * R};
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_rows_, 3 * R * 4));
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_tokens_, B * 4));
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_head_rows_, B * 4));
   const models::RopeTable rope = models::make_rope_table(config_);
   COHORT_ASSIGN_OR_RETURN(void* cos, take(rope.cos.size() * 4));
   COHORT_ASSIGN_OR_RETURN(void* sin, take(rope.sin.size() * 4));
@@ -239,7 +242,9 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
     // It only holds weights; it never runs, so its tensor-parallel callbacks
     // (required for tp > 1) must never be called.
     models::TensorParallelComm never;
-    never.all_reduce_sum = [](float*, size_t) { COHORT_CHECK_MSG(false, "weights-only model ran"); };
+    never.all_reduce_sum = [](float*, size_t) {
+      COHORT_CHECK_MSG(false, "weights-only model ran");
+    };
     never.all_reduce_max = never.all_reduce_sum;
     never.all_gather = [](const float*, float*, size_t) {
       COHORT_CHECK_MSG(false, "weights-only model ran");

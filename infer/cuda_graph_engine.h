@@ -6,9 +6,12 @@
 // bf16 and fused per layer (q|k|v rows, gate|up rows) on the device; norms
 // and biases stay fp32. GEMMs are cuBLAS bf16 with fp32 accumulation and
 // fp32 outputs; the residual stream is fp32; the KV cache is bf16 with one
-// spare slot that padded graph rows write to. Tensor-parallel sums and the
-// logits gather are NCCL calls on the engine's stream (its own communicator
-// over the tp group, whose unique id travels over the CPU tp group), so they
+// spare slot that padded graph rows write to. The kernels are the models
+// library's decode ops (models/ops/: embedding, rmsnorm, rope,
+// decode_attention, swiglu, argmax), each beside its CPU reference.
+// Tensor-parallel sums and the logits gather go through an
+// NcclCommunicator over the tp group (its unique id travels over the CPU tp
+// group) on that communicator's stream, which the engine runs on, so they
 // are captured into the graphs with everything else.
 //
 // Decode: the batch is padded up to the next captured size (1, 2, 4, 8, 16,
@@ -47,7 +50,8 @@ using EngineWeightLoader = std::function<Status(models::Model& model)>;
 bool cuda_graph_engine_supports(const models::ModelConfig& config);
 
 // `tp_cpu`: the CPU communicator of this rank's tensor-parallel group (size
-// shard.tp_size), used once to share NCCL's unique id.
+// shard.tp_size), the bootstrap of the engine's NCCL group; it must outlive
+// the engine.
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
                                                                 const CudaEngineOptions& options,
                                                                 collective::Communicator* tp_cpu,

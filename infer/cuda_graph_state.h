@@ -1,25 +1,34 @@
-// The CudaGraphEngine class, private to infer_cuda_engine.cc (creation,
-// weights, buffers) and infer_cuda_step.cc (the forward step and its graphs).
+// The CudaGraphEngine class, private to cuda_graph_engine.cc (creation,
+// weights, buffers) and cuda_graph_step.cc (the forward step and its graphs).
+// Its kernels are the models library's decode ops (models/ops/, each beside
+// its CPU reference); its collectives go through collective/.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <chrono>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "collective/nccl/nccl_communicator.h"
 #include "infer/cuda_graph_engine.h"
-#include "infer/cuda_graph_kernels.h"
+#include "models/ops/argmax.h"
+#include "models/ops/decode_attention.h"
+#include "models/ops/decode_rows.h"
+#include "models/ops/embedding.h"
+#include "models/ops/rmsnorm.h"
+#include "models/ops/rope.h"
+#include "models/ops/swiglu.h"
 
 namespace cohort::infer {
 
-Status cuda_status(cudaError_t err, const char* what);
 // Batch sizes decode steps are padded to (and captured at); the last one
 // holds `slots`.
 std::vector<int> decode_buckets(int slots);
+
+using Bf16 = models::Bf16Bits;
 
 class CudaGraphEngine final : public InferenceEngine {
  public:
@@ -47,20 +56,20 @@ class CudaGraphEngine final : public InferenceEngine {
 
  private:
   struct Layer {
-    cuda::bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
+    Bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
     float *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     float* qkv_bias = nullptr;
-    cuda::bf16 *k_cache = nullptr, *v_cache = nullptr;
+    Bf16 *k_cache = nullptr, *v_cache = nullptr;
   };
   struct Buffers {
     float* x;            // [R, H] residual stream
-    cuda::bf16* xn;      // [R, H] normalised, GEMM input
+    Bf16* xn;      // [R, H] normalised, GEMM input
     float* qkv;          // [R, Qd + 2 KVd]
     float* q;            // [R, Qd] after norm and RoPE
-    cuda::bf16* y;       // [R, Qd] attention output
+    Bf16* y;       // [R, Qd] attention output
     float* tmp;          // [R, H] o_proj / down_proj output
     float* gate_up;      // [R, 2I]
-    cuda::bf16* h;       // [R, I]
+    Bf16* h;       // [R, I]
     float* logits;       // [B, V_local]
     float* gathered;     // [tp, B, V_local]
     float* pairs;        // [B, 2] local argmax
@@ -68,7 +77,7 @@ class CudaGraphEngine final : public InferenceEngine {
     int32_t* tokens;     // [B] greedy picks
     int32_t* rows;       // [3, R] tokens, slots, positions
     int32_t* head_rows;  // [B] rows the LM head reads in a packed prefill
-    cuda::bf16* head_x;  // [B, H] those rows, gathered
+    Bf16* head_x;  // [B, H] those rows, gathered
   };
 
   Result<void*> device_alloc(size_t bytes);
@@ -77,8 +86,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // rows listed in buf_.head_rows.
   void enqueue_step(int n, int head_count, bool gathered);
   void enqueue_layers(int n);
-  void gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, int n, int in, int out);
+  void gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out);
   void all_reduce(float* data, size_t count);
+  void all_gather(const float* send, float* recv, size_t count, const char* what);
   // Waits for everything on the stream, at tp > 1 no longer than
   // collective_timeout_ (then fatal, naming `what`).
   void wait_step(const char* what);
@@ -95,12 +105,12 @@ class CudaGraphEngine final : public InferenceEngine {
   CudaEngineOptions options_;
   int tp_ = 1;
   std::vector<Layer> layers_;
-  cuda::bf16* embed_ = nullptr;
-  cuda::bf16* lm_head_ = nullptr;  // == embed_ when tied
+  Bf16* embed_ = nullptr;
+  Bf16* lm_head_ = nullptr;  // == embed_ when tied
   float* final_norm_ = nullptr;
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   Buffers buf_{};
-  cuda::RowIndex row_index_{};
+  models::DecodeRows row_index_{};
   int32_t* host_rows_ = nullptr;    // pinned [3, R]
   int32_t* host_tokens_ = nullptr;  // pinned [B]
   int32_t* host_head_rows_ = nullptr;  // pinned [B]
@@ -111,9 +121,12 @@ class CudaGraphEngine final : public InferenceEngine {
   std::map<int, cudaGraphExec_t> graphs_;
   std::vector<float> host_gathered_;
   std::vector<void*> allocations_;
-  cudaStream_t stream_ = nullptr;
+  // At tp > 1 the tp group's NCCL communicator, whose stream the engine
+  // runs on: its collectives then need no cross-stream events, and a step's
+  // sums are captured into the graphs with its kernels.
+  std::unique_ptr<collective::NcclCommunicator> tp_gpu_;
+  cudaStream_t stream_ = nullptr;  // tp_gpu_'s stream at tp > 1, else the engine's own
   cublasHandle_t cublas_ = nullptr;
-  ncclComm_t nccl_ = nullptr;
   // How long a step may wait on its peers: the tp group's CPU communicator's
   // timeout (COHORT_COLLECTIVE_TIMEOUT_S, else 10 minutes).
   collective::Milliseconds collective_timeout_{std::chrono::minutes(10)};

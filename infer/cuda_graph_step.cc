@@ -6,30 +6,25 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/cuda_check.h"
 #include "infer/cuda_graph_state.h"
 
 namespace cohort::infer {
 namespace {
 
-void check_cuda(cudaError_t err, const char* what) {
-  COHORT_CHECK_MSG(err == cudaSuccess, "{}: {}", what, cudaGetErrorString(err));
-}
-
-void check_nccl(ncclResult_t r, const char* what) {
-  COHORT_CHECK_MSG(r == ncclSuccess, "tensor-parallel {}: {}", what, ncclGetErrorString(r));
+void check_tp(const Status& s, const char* what) {
+  COHORT_CHECK_MSG(s.is_ok(), "tensor-parallel {}: {}", what, s.message());
 }
 
 }  // namespace
 
 // y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation):
 // column-major, that is yᵀ = op(w)ᵀ · xᵀ. bf16 inputs, fp32 accumulate and output.
-void CudaGraphEngine::gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, int n, int in,
-                           int out) {
+void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out) {
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t st =
-      cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x,
-                   CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t st = cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
+                                         CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F,
+                                         out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   COHORT_CHECK_MSG(st == CUBLAS_STATUS_SUCCESS, "cublasGemmEx [{}x{}]x[{}x{}]: status {}", n, in,
                    out, in, static_cast<int>(st));
 }
@@ -39,11 +34,12 @@ void CudaGraphEngine::gemm(float* y, const cuda::bf16* x, const cuda::bf16* w, i
 // cudaStreamSynchronize blocked for ever; so this polls the stream and NCCL's
 // asynchronous error, and past the group's collective timeout ends the rank
 // (fatal, like every failure mid-step) so that whoever launched it ends the
-// job. No ncclCommAbort first: the process is ending, and an abort can itself
-// block on a stuck peer.
+// job. No abort first: the process is ending, and an abort can itself block
+// on a stuck peer.
 void CudaGraphEngine::wait_step(const char* what) {
   if (tp_ == 1) {
-    check_cuda(cudaStreamSynchronize(stream_), what);
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    COHORT_CHECK_MSG(e == cudaSuccess, "{}: {}", what, cudaGetErrorString(e));
     return;
   }
   using Clock = std::chrono::steady_clock;
@@ -55,10 +51,8 @@ void CudaGraphEngine::wait_step(const char* what) {
   for (;;) {
     const cudaError_t e = cudaStreamQuery(stream_);
     if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) check_cuda(e, what);
-    ncclResult_t async = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(nccl_, &async), "asynchronous error query");
-    check_nccl(async, what);
+    COHORT_CHECK_MSG(e == cudaErrorNotReady, "{}: {}", what, cudaGetErrorString(e));
+    check_tp(tp_gpu_->async_error(), what);
     const auto now = Clock::now();
     COHORT_CHECK_MSG(now < deadline,
                      "tensor-parallel rank {} of {}: {} not done on the GPU within {} s "
@@ -74,56 +68,72 @@ void CudaGraphEngine::wait_step(const char* what) {
   }
 }
 
+// Collectives are issued on the communicator's own stream (== stream_) and
+// never waited on the host: the stream orders them, so they can be
+// captured. A launch failure aborts the communicator, which async_error()
+// reports at once.
 void CudaGraphEngine::all_reduce(float* data, size_t count) {
   if (tp_ == 1) return;
-  check_nccl(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, stream_), "all-reduce");
+  collective::AllReduceOptions options;
+  options.stream = stream_;
+  tp_gpu_->all_reduce_async(data, data, count, collective::DType::kF32, options);
+  check_tp(tp_gpu_->async_error(), "all-reduce");
+}
+
+void CudaGraphEngine::all_gather(const float* send, float* recv, size_t count, const char* what) {
+  collective::AllGatherOptions options;
+  options.stream = stream_;
+  tp_gpu_->all_gather_async(send, recv, count, collective::DType::kF32, options);
+  check_tp(tp_gpu_->async_error(), what);
 }
 
 void CudaGraphEngine::enqueue_layers(int n) {
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
   const float eps = config_.rms_eps;
   const size_t nH = static_cast<size_t>(n) * H;
-  const cuda::QkvShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity, eps};
-  cuda::embed(buf_.x, embed_, row_index_, n, H, dims_.vocab_begin, dims_.vocab, stream_);
+  const models::DecodeShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity,
+                                  eps};
+  models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
+                           stream_);
   all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
-  cuda::add_rmsnorm(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
+  models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps,
+                                 stream_);
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
     gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
-    cuda::qkv_rope_cache(buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm, rope_cos_, rope_sin_,
-                         row_index_, n, shape, buf_.q, L.k_cache, L.v_cache, stream_);
-    cuda::cached_attention(buf_.q, L.k_cache, L.v_cache, row_index_, n, shape, buf_.y, stream_);
+    models::cuda::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
+                                 L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+    models::cuda::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
+                                   stream_);
     gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
     all_reduce(buf_.tmp, nH);
-    cuda::add_rmsnorm(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
+    models::cuda::add_rmsnorm_bf16(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
     gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
-    cuda::swiglu(buf_.gate_up, buf_.h, n, I, stream_);
+    models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
     gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
     all_reduce(buf_.tmp, nH);
     // The next layer's input norm, or after the last layer the final norm.
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
-    cuda::add_rmsnorm(buf_.x, buf_.tmp, next, buf_.xn, n, H, eps, stream_);
+    models::cuda::add_rmsnorm_bf16(buf_.x, buf_.tmp, next, buf_.xn, n, H, eps, stream_);
   }
 }
 
 void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
   const int H = config_.hidden, V = dims_.vocab;
   enqueue_layers(n);
-  const cuda::bf16* head_x = buf_.xn;
+  const Bf16* head_x = buf_.xn;
   if (gathered) {
-    cuda::gather_rows(buf_.xn, buf_.head_rows, buf_.head_x, head_count, H, stream_);
+    models::cuda::gather_rows_bf16(buf_.head_x, buf_.xn, buf_.head_rows, head_count, H, stream_);
     head_x = buf_.head_x;
   }
   gemm(buf_.logits, head_x, lm_head_, head_count, H, V);
-  cuda::row_argmax(buf_.logits, head_count, V, dims_.vocab_begin, buf_.pairs, stream_);
+  models::cuda::row_argmax(buf_.pairs, buf_.logits, head_count, V, dims_.vocab_begin, stream_);
   const float* pairs = buf_.pairs;
   if (tp_ > 1) {
-    check_nccl(ncclAllGather(buf_.pairs, buf_.pairs_all, 2 * static_cast<size_t>(head_count),
-                             ncclFloat, nccl_, stream_),
-               "argmax gather");
+    all_gather(buf_.pairs, buf_.pairs_all, 2 * static_cast<size_t>(head_count), "argmax gather");
     pairs = buf_.pairs_all;
   }
-  cuda::merge_argmax(pairs, tp_, head_count, buf_.tokens, stream_);
+  models::cuda::merge_argmax(buf_.tokens, pairs, tp_, head_count, stream_);
 }
 
 void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits) {
@@ -132,21 +142,19 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
   // stream gets there: wait (bounded) for the step and the gather first.
   if (tp_ == 1) {
     wait_step("step");
-    check_cuda(cudaMemcpyAsync(logits, buf_.logits, real_rows * Vl * 4, cudaMemcpyDeviceToHost,
-                               stream_),
-               "logits to the host");
-    check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
+    COHORT_CUDA_CHECK_FATAL(
+        cudaMemcpyAsync(logits, buf_.logits, real_rows * Vl * 4, cudaMemcpyDeviceToHost, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
     return;
   }
   const size_t local = static_cast<size_t>(head_count) * Vl;
-  check_nccl(ncclAllGather(buf_.logits, buf_.gathered, local, ncclFloat, nccl_, stream_),
-             "logits gather");
+  all_gather(buf_.logits, buf_.gathered, local, "logits gather");
   wait_step("step and logits gather");
   host_gathered_.resize(local * tp_);
-  check_cuda(cudaMemcpyAsync(host_gathered_.data(), buf_.gathered, host_gathered_.size() * 4,
-                             cudaMemcpyDeviceToHost, stream_),
-             "logits to the host");
-  check_cuda(cudaStreamSynchronize(stream_), "logits to the host");
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(host_gathered_.data(), buf_.gathered,
+                                          host_gathered_.size() * 4, cudaMemcpyDeviceToHost,
+                                          stream_));
+  COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
   for (int k = 0; k < tp_; ++k) {  // rank k holds vocab columns [k * Vl, (k + 1) * Vl)
     for (int r = 0; r < real_rows; ++r) {
       const float* src = host_gathered_.data() + k * local + r * Vl;
@@ -157,44 +165,44 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
 
 void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
-  check_cuda(cudaSetDevice(options_.device), "cudaSetDevice");
+  COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
   for (int part = 0; part < 3; ++part) {
-    check_cuda(cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
-                               static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_),
-               "rows to the GPU");
+    COHORT_CUDA_CHECK_FATAL(
+        cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
+                        static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   }
   if (gathered) {
-    check_cuda(cudaMemcpyAsync(buf_.head_rows, host_head_rows_, static_cast<size_t>(head_count) * 4,
-                               cudaMemcpyHostToDevice, stream_),
-               "head rows to the GPU");
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(buf_.head_rows, host_head_rows_,
+                                            static_cast<size_t>(head_count) * 4,
+                                            cudaMemcpyHostToDevice, stream_));
   }
   auto graph = graphs_.find(n);
   if (!use_graph) {
     enqueue_step(n, head_count, gathered);
   } else if (graph != graphs_.end()) {
-    check_cuda(cudaGraphLaunch(graph->second, stream_), "graph launch");
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graph->second, stream_));
   } else if (bucket_runs_[n]++ == 0) {
     // The first step of a size runs eagerly: cuBLAS and NCCL settle their
     // algorithms and lazy state before anything is captured.
     enqueue_step(n, head_count, gathered);
   } else {
     cudaGraph_t captured;
-    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+    COHORT_CUDA_CHECK_FATAL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     enqueue_step(n, head_count, gathered);
-    check_cuda(cudaStreamEndCapture(stream_, &captured), "capture");
+    COHORT_CUDA_CHECK_FATAL(cudaStreamEndCapture(stream_, &captured));
     cudaGraphExec_t exec;
-    check_cuda(cudaGraphInstantiate(&exec, captured, 0), "graph instantiate");
-    check_cuda(cudaGraphDestroy(captured), "graph destroy");
+    COHORT_CUDA_CHECK_FATAL(cudaGraphInstantiate(&exec, captured, 0));
+    COHORT_CUDA_CHECK_FATAL(cudaGraphDestroy(captured));
     graphs_[n] = exec;
-    check_cuda(cudaGraphLaunch(exec, stream_), "graph launch");
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
   }
   if (logits) {
     fetch_logits(head_count, real_rows, logits);
     return;
   }
-  check_cuda(cudaMemcpyAsync(host_tokens_, buf_.tokens, static_cast<size_t>(real_rows) * 4,
-                             cudaMemcpyDeviceToHost, stream_),
-             "tokens to the host");
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(host_tokens_, buf_.tokens,
+                                          static_cast<size_t>(real_rows) * 4,
+                                          cudaMemcpyDeviceToHost, stream_));
   wait_step("step");
   std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
 }

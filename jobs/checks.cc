@@ -105,7 +105,7 @@ void check_train(JobSpec& spec, LoadContext& ctx) {
   // Keys that only some settings read: say so rather than ignore them quietly.
   bool sharded_params = spec.parallel.strategy == Strategy::kZero3 || spec.parallel.strategy == Strategy::kFsdp2;
   if (ctx.given("parallel.param_dtype") && spec.parallel.param_dtype != "auto" && !sharded_params)
-    ctx.warn(std::string("parallel.param_dtype has no effect with strategy = \"") + to_string(spec.parallel.strategy) +
+    ctx.warn(std::string("parallel.param_dtype has no effect with strategy = \"") + strategy_name(spec.parallel.strategy) +
              "\" (only zero3 and fsdp2 gather parameters)");
   for (const char* key : {"train.initial_loss_scale", "train.loss_scale_window"})
     if (ctx.given(key) && t.precision != Precision::kFp16)

@@ -39,7 +39,7 @@ std::string to_toml(const JobSpec& spec) {
     if (!spec.model.checkpoint.empty()) model.insert("checkpoint", spec.model.checkpoint);
     root.insert("model", std::move(model));
     root.insert("parallel", toml::table{
-                                {"strategy", to_string(spec.parallel.strategy)},
+                                {"strategy", strategy_name(spec.parallel.strategy)},
                                 {"tensor_parallel", spec.parallel.tensor_parallel},
                                 {"bucket_mb", spec.parallel.bucket_mb},
                                 {"reshard_after_forward", spec.parallel.reshard_after_forward},

@@ -28,13 +28,6 @@ using Setter = std::function<void(JobSpec&, const Value&)>;
 template <typename T>
 const T& as(const Value& v) { return std::get<T>(v); }
 
-Strategy parse_strategy(const std::string& s) {
-  if (s == "zero1") return Strategy::kZero1;
-  if (s == "zero2") return Strategy::kZero2;
-  if (s == "zero3") return Strategy::kZero3;
-  if (s == "fsdp2") return Strategy::kFsdp2;
-  return Strategy::kDdp;
-}
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::kFp32;
   if (s == "fp16") return Precision::kFp16;
@@ -67,7 +60,7 @@ const std::map<std::string, Setter>& setters() {
       {"model.checkpoint", [](JobSpec& s, const Value& v) { s.model.checkpoint = as<std::string>(v); }},
       {"model.max_seq", [](JobSpec& s, const Value& v) { s.model.max_seq = int(as<int64_t>(v)); }},
       {"model.attention", [](JobSpec& s, const Value& v) { s.model.attention = as<std::string>(v); }},
-      {"parallel.strategy", [](JobSpec& s, const Value& v) { s.parallel.strategy = parse_strategy(as<std::string>(v)); }},
+      {"parallel.strategy", [](JobSpec& s, const Value& v) { s.parallel.strategy = parse_strategy(as<std::string>(v)).value(); }},
       {"parallel.tensor_parallel", [](JobSpec& s, const Value& v) { s.parallel.tensor_parallel = int(as<int64_t>(v)); }},
       {"parallel.bucket_mb", [](JobSpec& s, const Value& v) { s.parallel.bucket_mb = as<double>(v); }},
       {"parallel.reshard_after_forward", [](JobSpec& s, const Value& v) { s.parallel.reshard_after_forward = as<bool>(v); }},

@@ -4,13 +4,17 @@
 
 namespace cohort::jobs {
 
+RankAssignment assign_rank(int node_rank, int local_rank, int gpus_per_node, int tensor_parallel) {
+  const int rank = node_rank * gpus_per_node + local_rank;
+  return RankAssignment{rank, node_rank, local_rank, rank / tensor_parallel, rank % tensor_parallel};
+}
+
 std::vector<RankAssignment> plan_ranks(int nodes, int gpus_per_node, int tensor_parallel) {
   std::vector<RankAssignment> plan;
   plan.reserve(size_t(nodes) * size_t(gpus_per_node));
   for (int node = 0; node < nodes; ++node) {
     for (int local = 0; local < gpus_per_node; ++local) {
-      int rank = node * gpus_per_node + local;
-      plan.push_back(RankAssignment{rank, node, local, rank / tensor_parallel, rank % tensor_parallel});
+      plan.push_back(assign_rank(node, local, gpus_per_node, tensor_parallel));
     }
   }
   return plan;

@@ -1,6 +1,9 @@
 // The rank plan: which global rank, data-parallel and tensor-parallel
 // coordinates each worker gets. RANK = node_rank * gpus_per_node + local_rank;
 // tensor-parallel groups are consecutive ranks, so they stay inside a node.
+// assign_rank is the one place that formula lives: the coordinator (which
+// node runs which rank), the agent (RANK of the workers it launches) and
+// `cohort validate` (plan_ranks) all call it.
 #pragma once
 
 #include <string>
@@ -16,7 +19,12 @@ struct RankAssignment {
   int tp_rank = 0;  // coordinate on the tensor-parallel axis
 };
 
-// Requires nodes ≥ 1, gpus_per_node ≥ 1 and tensor_parallel dividing the world
+// The worker at `local_rank` on the node at `node_rank`. tensor_parallel
+// (default 1) only sets the dp/tp coordinates.
+RankAssignment assign_rank(int node_rank, int local_rank, int gpus_per_node,
+                           int tensor_parallel = 1);
+
+// Every rank in order. Requires nodes ≥ 1, gpus_per_node ≥ 1 and tensor_parallel dividing the world
 // size (load_job_file checks all three).
 std::vector<RankAssignment> plan_ranks(int nodes, int gpus_per_node, int tensor_parallel);
 

@@ -3,6 +3,8 @@
 // (`cohort validate --reference`).
 #include "jobs/schema.h"
 
+#include "base/strategy.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -70,7 +72,7 @@ std::vector<FieldDoc> build_schema() {
                      "flash-style kernels (GPU, bf16, head_dim 64 or 128); math: GEMM + softmax, the "
                      "reference; auto: flash where it applies, else math. CPU runs use math."));
   // [parallel]
-  f.push_back(choice("parallel", "strategy", {"ddp", "zero1", "zero2", "zero3", "fsdp2"}, "\"ddp\"",
+  f.push_back(choice("parallel", "strategy", strategy_names(), "\"ddp\"",
                      "Data-parallel strategy on the data-parallel axis."));
   f.push_back(field("parallel", "tensor_parallel", T::kInt, "1",
                     "Tensor-parallel degree; groups are consecutive ranks inside a node.", 1, 1024));

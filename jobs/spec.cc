@@ -15,17 +15,6 @@ const char* to_string(DeviceVisibility devices) {
   return devices == DeviceVisibility::kNode ? "node" : "own";
 }
 
-const char* to_string(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::kDdp: return "ddp";
-    case Strategy::kZero1: return "zero1";
-    case Strategy::kZero2: return "zero2";
-    case Strategy::kZero3: return "zero3";
-    case Strategy::kFsdp2: return "fsdp2";
-  }
-  return "?";
-}
-
 const char* to_string(Precision precision) {
   switch (precision) {
     case Precision::kBf16: return "bf16";

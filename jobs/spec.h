@@ -11,19 +11,21 @@
 #include <string>
 #include <vector>
 
+#include "base/strategy.h"
+
 namespace cohort::jobs {
+
+using cohort::Strategy;  // base/strategy.h: one enum for the job file and parallel/
 
 enum class JobKind { kTrain, kInfer, kCommand };
 enum class DeviceVisibility {
   kOwn,   // each worker sees only its own GPU, as cuda:0
   kNode,  // each worker sees the job's GPUs on its node; cuda:LOCAL_RANK is its own
 };
-enum class Strategy { kDdp, kZero1, kZero2, kZero3, kFsdp2 };
 enum class Precision { kBf16, kFp16, kFp32 };
 
 const char* to_string(JobKind kind);
 const char* to_string(DeviceVisibility devices);
-const char* to_string(Strategy strategy);
 const char* to_string(Precision precision);
 
 // `nodes = 2` is {2, 2}; `nodes = "1:4"` is an elastic job, {1, 4}.

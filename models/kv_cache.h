@@ -30,7 +30,6 @@ class KvCache {
   int capacity() const { return capacity_; }
   int length(int slot) const { return lengths_.at(slot); }
   void reset(int slot) { lengths_.at(slot) = 0; }
-  void reset_all();
 
   // One slot's [kv_heads, capacity, D] block of layer `layer`.
   float* keys(int layer, int slot) const;

@@ -49,9 +49,6 @@ KvCache::~KvCache() {
   for (float* p : v_) backend_->free(p);
 }
 
-void KvCache::reset_all() {
-  std::fill(lengths_.begin(), lengths_.end(), 0);
-}
 float* KvCache::keys(int layer, int slot) const {
   return k_.at(layer) + slot * slot_stride_;
 }

@@ -69,10 +69,6 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   return out;
 }
 
-Tensor view_f32(float* data, std::vector<int64_t> shape, Device device) {
-  return Tensor{data, std::move(shape), DType::kF32, device};
-}
-
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

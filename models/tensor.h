@@ -41,7 +41,6 @@ struct Tensor {
   Tensor rows(int64_t begin, int64_t end) const;
 };
 
-Tensor view_f32(float* data, std::vector<int64_t> shape, Device device = Device::kCpu);
 std::string shape_string(const std::vector<int64_t>& shape);
 
 // Half-precision conversions, round-to-nearest-even as torch does them.

@@ -8,12 +8,14 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/strategy.h"
 
 namespace cohort::parallel {
 
-enum class Strategy { kDdp, kZero1, kZero2, kZero3, kFsdp2 };
-const char* strategy_name(Strategy strategy);
-Result<Strategy> parse_strategy(const std::string& name);
+// The job file's enum (base/strategy.h), with its one parse/name pair.
+using cohort::Strategy;
+using cohort::parse_strategy;
+using cohort::strategy_name;
 
 struct ParallelDims {
   int world = 1;

@@ -147,7 +147,7 @@ Status Trainer::setup() {
   if (ctx_.world.rank == 0)
     spdlog::info("training {} ({:.1f}M parameters) on {} ({} × {}): global batch {} = micro {} × dp {} × accumulation {}; "
                  "{} GEMMs; memory per rank: {}", spec_.job.name, config_.num_parameters() / 1e6, ctx_.device_name,
-                 pm_.mesh->dims().to_string(), jobs::to_string(spec_.parallel.strategy), global, t_.micro_batch, dp_,
+                 pm_.mesh->dims().to_string(), strategy_name(spec_.parallel.strategy), global, t_.micro_batch, dp_,
                  accumulation_, models::matmul_precision_name(ctx_.backend->matmul_precision()),
                  pm_.data_parallel->memory().to_string());
   return Status::ok();
@@ -219,7 +219,7 @@ Status Trainer::checkpoint(int steps_done) {
   parallel::TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), optimizer_steps_, std::nullopt};
   if (scaler_) position.loss_scaler = scaler_->state();
   COHORT_ASSIGN_OR_RETURN(std::string dir, parallel::save_checkpoint(spec_.job.output_dir, config_, pm_, position,
-                                                           jobs::to_string(spec_.parallel.strategy), *ctx_.world.cpu));
+                                                           strategy_name(spec_.parallel.strategy), *ctx_.world.cpu));
   last_saved_ = steps_done;
   if (ctx_.world.rank == 0) {
     spdlog::info("checkpoint: {}", dir);

@@ -80,7 +80,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   int tp = spec.parallel.tensor_parallel;
   if (!for_training) tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : ctx.world.size;
   pc.tensor_parallel = tp;
-  pc.data_parallel.strategy = parallel::Strategy(int(spec.parallel.strategy));
+  pc.data_parallel.strategy = spec.parallel.strategy;
   pc.data_parallel.bucket_mb = spec.parallel.bucket_mb;
   pc.data_parallel.reshard_after_forward = spec.parallel.reshard_after_forward;
   pc.data_parallel.prefetch = spec.parallel.prefetch;

@@ -1,5 +1,6 @@
-// Checked CUDA and NCCL calls for the nccl backend, and the mapping of
-// cohort's dtypes and reductions onto NCCL's. Private to collective/nccl/.
+// Checked NCCL calls for the nccl backend (CUDA calls: base/cuda_check.h,
+// the same Status family), and the mapping of cohort's dtypes and
+// reductions onto NCCL's. Private to collective/nccl/.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,26 +8,16 @@
 
 #include <string>
 
+#include "base/cuda_check.h"
 #include "base/status.h"
 #include "collective/types.h"
 
 namespace cohort::collective {
 
-inline Status cuda_error(cudaError_t e, const char* call, const char* file, int line) {
-  return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                        ": " + cudaGetErrorString(e));
-}
 inline Status nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
   return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
                         ": " + ncclGetErrorString(r));
 }
-
-#define COHORT_CUDA_CHECK(call)                                                           \
-  do {                                                                                    \
-    cudaError_t cohort_cuda_e_ = (call);                                                  \
-    if (cohort_cuda_e_ != cudaSuccess)                                                    \
-      return ::cohort::collective::cuda_error(cohort_cuda_e_, #call, __FILE__, __LINE__); \
-  } while (0)
 
 // ncclInProgress is not a failure on a non-blocking communicator: the call
 // finishes in the background and the caller waits for it.

@@ -193,7 +193,9 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
 
   auto state = std::make_shared<State>();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // so that a missing peer cannot hang init past the timeout
+  // Non-blocking by default, so that a missing peer cannot hang init past
+  // the timeout.
+  config.blocking = options.blocking ? 1 : 0;
   ncclResult_t init = ncclCommInitRankConfig(&state->comm, size, id, rank, &config);
   Status ready = init == ncclSuccess || init == ncclInProgress
                      ? state->wait_ready(deadline, "ncclCommInitRankConfig")
@@ -254,6 +256,16 @@ void* NcclCommunicator::stream() const {
 
 void NcclCommunicator::abort(const Status& why) {
   state_->abort(why);
+}
+
+Status NcclCommunicator::async_error() {
+  std::lock_guard lock(state_->mu);
+  if (state_->comm == nullptr) return state_->broken;
+  ncclResult_t r = ncclSuccess;
+  COHORT_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &r));
+  if (r == ncclSuccess || r == ncclInProgress) return Status::ok();
+  return op_error("asynchronous error query", timeout(),
+                  nccl_error(r, "ncclCommGetAsyncError", __FILE__, __LINE__));
 }
 
 std::shared_ptr<Work> NcclCommunicator::launch(const std::string& op,

@@ -39,6 +39,11 @@ struct NcclOptions {
   std::string name = "world";
   Milliseconds timeout{std::chrono::minutes(10)};
   int device = -1;  // CUDA device; -1: the device current on the calling thread
+  // A blocking NCCL communicator: every call returns once NCCL enqueued its
+  // work, on the calling thread, as CUDA stream capture needs (a
+  // non-blocking one may finish a launch on a helper thread). Init then
+  // cannot be bounded by `timeout`.
+  bool blocking = false;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -89,6 +94,12 @@ class NcclCommunicator final : public Communicator {
 
   // Aborts the NCCL communicator now; every later operation fails.
   void abort(const Status& why);
+
+  // Ok while operations can run: not aborted (a failed launch aborts) and
+  // no asynchronous NCCL error. Makes no CUDA call, so it is safe during
+  // stream capture: for code that issues operations on a stream and never
+  // waits their Work on the host (CUDA graphs), polling this instead.
+  Status async_error();
 
   struct State;  // the ncclComm_t, shared with pending Work
 

@@ -1,7 +1,9 @@
 // CudaBackend: every Backend op as a CUDA kernel or cuBLAS call on one
 // stream, memory from the caching pool. The only translation unit with
 // kernels: it includes each op family's .cuh (beside its CPU reference in
-// models/ops/) so the whole GPU side compiles once.
+// models/ops/) so the whole GPU side compiles once — the decode kernels of
+// infer's bf16 graph engine (embed_bf16, add_rmsnorm_bf16, qkv_rope_cache,
+// decode_attention, swiglu_bf16, row_argmax) included.
 #include <cstdlib>
 #include <vector>
 
@@ -11,9 +13,11 @@
 #include "models/cuda/op_times.h"
 #include "models/cuda_backend.h"
 #include "models/ops/adamw.cuh"
+#include "models/ops/argmax.cuh"
 #include "models/ops/attention.cuh"
 #include "models/ops/flash_attention.cuh"
 #include "models/ops/cross_entropy.cuh"
+#include "models/ops/decode_attention.cuh"
 #include "models/ops/embedding.cuh"
 #include "models/ops/linear.cuh"
 #include "models/ops/rmsnorm.cuh"
@@ -49,7 +53,10 @@ struct CudaCopyPlan final : CopyPlan {
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device)
-      : device_(device), pool_(device), op_times_(std::getenv("COHORT_CUDA_OP_TIMES") != nullptr) {
+      : device_(device), pool_(device), op_times_(std::getenv("COHORT_CUDA_OP_TIMES") != nullptr) {}
+  // Set-up that can fail (no such device, out of memory): a Status for
+  // make_cuda_backend rather than an abort.
+  Status init() {
     COHORT_CUDA_CHECK(cudaSetDevice(device_));
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     COHORT_CUBLAS_CHECK(cublasCreate(&blas_.handle));
@@ -66,16 +73,17 @@ class CudaBackendImpl final : public CudaBackend {
         cuda::attention_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_));
     COHORT_CUDA_CHECK(cuda::flash_attention_prepare());
     ensure_partials(kSumBlocks);
+    return Status::ok();
   }
   ~CudaBackendImpl() override {
-    cudaStreamSynchronize(stream_);
-    cublasDestroy(blas_.handle);
-    cudaStreamDestroy(stream_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (blas_.handle) cublasDestroy(blas_.handle);
+    if (stream_) cudaStreamDestroy(stream_);
   }
 
   Device device() const override { return Device::kCuda; }
   void* stream() const override { return stream_; }
-  void synchronize() override { COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_)); }
   std::vector<std::pair<std::string, double>> op_times_ms() override { return op_times_.totals(stream_); }
   CudaBackendStats stats() const override {
     return {pool_.reserved_bytes(), pool_.in_use_bytes(), pool_.device_allocations()};
@@ -83,27 +91,27 @@ class CudaBackendImpl final : public CudaBackend {
 
   void* alloc(size_t bytes) override {
     void* p = pool_.allocate(bytes);
-    COHORT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
   }
   void free(void* ptr) override {
     // Work queued on the stream may still use the block; wait before reuse.
-    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
     pool_.release(ptr);
   }
   void zero(void* ptr, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(ptr, 0, bytes, stream_));
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   void copy_from_host(void* dst, const void* host, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // host buffer may be reused at once
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // host buffer may be reused at once
   }
   void copy_to_host(void* host, const void* src, size_t bytes) override {
-    COHORT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
   }
 
   void cast_to_half(void* dst, DType half, const float* src, size_t n) override {
@@ -141,8 +149,8 @@ class CudaBackendImpl final : public CudaBackend {
     plan->count = static_cast<int>(table.size());
     if (table.empty()) return plan;
     const size_t bytes = table.size() * sizeof(table[0]);
-    COHORT_CUDA_CHECK(cudaMalloc(&plan->table, bytes));
-    COHORT_CUDA_CHECK(cudaMemcpy(plan->table, table.data(), bytes, cudaMemcpyHostToDevice));
+    COHORT_CUDA_CHECK_FATAL(cudaMalloc(&plan->table, bytes));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpy(plan->table, table.data(), bytes, cudaMemcpyHostToDevice));
     return plan;
   }
   void run_copy_plan(const CopyPlan& generic, float* dst, const void* src, DType src_dtype) override {
@@ -399,7 +407,7 @@ class CudaBackendImpl final : public CudaBackend {
   static unsigned norm_threads(int dim) {
     return dim >= 256 ? kNormBlock : static_cast<unsigned>(std::max(32, (dim + 31) / 32 * 32));
   }
-  static void check_launch() { COHORT_CUDA_CHECK(cudaGetLastError()); }
+  static void check_launch() { COHORT_CUDA_CHECK_FATAL(cudaGetLastError()); }
   // The registered working copy of a weight operand, when it is in the
   // type the GEMMs now take.
   const void* working_for(const float* w, size_t n) const {
@@ -454,7 +462,10 @@ Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device) {
     return unavailable("CUDA device " + std::to_string(device) + " requested but " +
                        std::to_string(count) + " are visible");
   }
-  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(device));
+  auto backend = std::make_unique<CudaBackendImpl>(device);
+  COHORT_RETURN_IF_ERROR(backend->init().with_context("CUDA backend on device " +
+                                                      std::to_string(device)));
+  return std::unique_ptr<CudaBackend>(std::move(backend));
 }
 
 }  // namespace cohort::models

@@ -1,4 +1,4 @@
-// Shared pieces of the CUDA kernels: error checks, launch sizing and
+// Shared pieces of the CUDA kernels: launch sizing, bf16 bits and
 // warp/block reductions. Included only by models/cuda/backend_cuda.cu (the
 // kernels live in one translation unit to keep compile time down).
 #pragma once
@@ -12,20 +12,9 @@
 #include <cstdint>
 
 #include "base/check.h"
-
-#define COHORT_CUDA_CHECK(expr)                                   \
-  do {                                                            \
-    cudaError_t cohort_err_ = (expr);                             \
-    COHORT_CHECK_MSG(cohort_err_ == cudaSuccess, "{}: {}", #expr, \
-                     cudaGetErrorString(cohort_err_));            \
-  } while (0)
-
-#define COHORT_CUBLAS_CHECK(expr)                                                        \
-  do {                                                                                   \
-    cublasStatus_t cohort_st_ = (expr);                                                  \
-    COHORT_CHECK_MSG(cohort_st_ == CUBLAS_STATUS_SUCCESS, "{}: cublas status {}", #expr, \
-                     static_cast<int>(cohort_st_));                                      \
-  } while (0)
+// COHORT_CUDA_CHECK (Status) in set-up, COHORT_CUDA_CHECK_FATAL in ops and
+// launches, which cannot return one.
+#include "base/cuda_check.h"
 
 namespace cohort::models::cuda {
 
@@ -51,6 +40,15 @@ __global__ void cast_kernel(To* dst, const From* src, size_t n) {
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     dst[i] = static_cast<To>(static_cast<float>(src[i]));
   }
+}
+
+// bf16 stored as its bits (Bf16Bits on the host side) <-> fp32; to bf16
+// rounds to nearest even.
+__device__ inline float from_bf16_bits(uint16_t v) {
+  return __bfloat162float(__ushort_as_bfloat16(v));
+}
+__device__ inline uint16_t to_bf16_bits(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
 __device__ inline float warp_sum(float v) {

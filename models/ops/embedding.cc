@@ -29,4 +29,11 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
   }
 }
 
+void gather_rows(float* dst, const float* src, const int32_t* idx, int k, int dim) {
+  for (int i = 0; i < k; ++i) {
+    std::memcpy(dst + static_cast<size_t>(i) * dim, src + static_cast<size_t>(idx[i]) * dim,
+                sizeof(float) * dim);
+  }
+}
+
 }  // namespace cohort::models::cpu

@@ -1,9 +1,12 @@
 // CUDA embedding (CPU reference and contract: embedding.h). Forward: one
 // block per token copies its row (or zeros outside the vocab shard).
 // Backward: fp32 atomicAdd into the table gradient, since tokens repeat.
+// The decode engine's bf16 lookup and row gather have the same shape: one
+// block per output row.
 #pragma once
 
 #include "models/cuda/common.cuh"
+#include "models/ops/embedding.h"
 
 namespace cohort::models::cuda {
 
@@ -26,6 +29,36 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dout, cons
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
     atomicAdd(dtable + static_cast<size_t>(row) * dim + j, dout[static_cast<size_t>(i) * dim + j]);
   }
+}
+
+__global__ void embed_bf16_kernel(float* x, const Bf16Bits* table, const int32_t* tokens,
+                                  int hidden, int vocab_begin, int vocab_rows) {
+  const int r = blockIdx.x;
+  const int row = tokens[r] - vocab_begin;
+  const bool mine = row >= 0 && row < vocab_rows;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+    x[static_cast<size_t>(r) * hidden + j] =
+        mine ? from_bf16_bits(table[static_cast<size_t>(row) * hidden + j]) : 0.0f;
+  }
+}
+
+__global__ void gather_rows_bf16_kernel(Bf16Bits* dst, const Bf16Bits* src, const int32_t* idx,
+                                        int hidden) {
+  const Bf16Bits* row = src + static_cast<size_t>(idx[blockIdx.x]) * hidden;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+    dst[static_cast<size_t>(blockIdx.x) * hidden + j] = row[j];
+  }
+}
+
+void embed_bf16(float* x, const Bf16Bits* table, const int32_t* tokens, int n, int hidden,
+                int vocab_begin, int vocab_rows, CUstream_st* stream) {
+  embed_bf16_kernel<<<n, kThreads, 0, stream>>>(x, table, tokens, hidden, vocab_begin,
+                                                vocab_rows);
+}
+
+void gather_rows_bf16(Bf16Bits* dst, const Bf16Bits* src, const int32_t* idx, int k, int hidden,
+                      CUstream_st* stream) {
+  gather_rows_bf16_kernel<<<k, kThreads, 0, stream>>>(dst, src, idx, hidden);
 }
 
 }  // namespace cohort::models::cuda

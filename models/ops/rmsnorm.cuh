@@ -5,6 +5,7 @@
 #pragma once
 
 #include "models/cuda/common.cuh"
+#include "models/ops/rmsnorm.h"
 
 namespace cohort::models::cuda {
 
@@ -72,6 +73,29 @@ inline int weight_grad_rows_per_chunk(int n, int dim) {
   const int column_blocks = (dim + 31) / 32;
   const int chunks = std::max(1, std::min(n / 64, 1024 / column_blocks));
   return (n + chunks - 1) / chunks;
+}
+
+// The decode engine's fused residual add + norm (rmsnorm.h): each thread
+// adds and squares its own elements, so the in-place update needs no
+// barrier before the reduction.
+__global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const float* w,
+                                        Bf16Bits* out, int hidden, float eps) {
+  const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
+  float ss = 0;
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+    float v = x[base + j];
+    if (delta) x[base + j] = v = v + delta[base + j];
+    ss += v * v;
+  }
+  const float r = rsqrtf(block_reduce<false>(ss) / static_cast<float>(hidden) + eps);
+  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+    out[base + j] = to_bf16_bits(w[j] * (x[base + j] * r));
+  }
+}
+
+void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
+                      int hidden, float eps, CUstream_st* stream) {
+  add_rmsnorm_bf16_kernel<<<n, kThreads, 0, stream>>>(x, delta, w, out, hidden, eps);
 }
 
 }  // namespace cohort::models::cuda

@@ -5,7 +5,13 @@
 // compute it in fp32. The same op is the per-head QK norm of Qwen3: rows are
 // then (token, head) pairs and dim is head_dim. Forward saves rstd [n] for
 // backward; backward accumulates (+=) into dx and dw.
+//
+// The bf16 decode engine fuses the residual add in front of the norm and
+// writes the result in bf16 (the next GEMM's input): add_rmsnorm_bf16. Its
+// reference is residual_forward (swiglu.h) then rmsnorm_forward.
 #pragma once
+
+#include "models/ops/decode_rows.h"
 
 namespace cohort::models::cpu {
 
@@ -15,3 +21,13 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
                       const float* rstd, int n, int dim);
 
 }  // namespace cohort::models::cpu
+
+// CUDA launcher (rmsnorm.cuh): device pointers, on `stream`, no allocation.
+namespace cohort::models::cuda {
+
+// If delta: x += delta (x [n, hidden] fp32, updated in place). Then
+// out [n, hidden] = rmsnorm(x) * w in bf16. One block per row.
+void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
+                      int hidden, float eps, CUstream_st* stream);
+
+}  // namespace cohort::models::cuda

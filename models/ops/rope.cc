@@ -1,8 +1,13 @@
 // RoPE tables (HF-compatible, including rope_type "llama3") and the CPU rotation.
 #include "models/ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
+
+#include "models/ops/attention.h"
+#include "models/ops/rmsnorm.h"
 
 namespace cohort::models {
 
@@ -82,6 +87,32 @@ void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, 
 void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
                    const float* sin) {
   rotate(dx, pos, n, heads, head_dim, cos, sin, -1.0f);
+}
+
+// Row by row: the ops the fused kernel stands for, in its order.
+void qkv_rope_cache(float* q_out, float* k_cache, float* v_cache, const float* qkv,
+                    const float* qkv_bias, const float* q_norm, const float* k_norm,
+                    const float* cos, const float* sin, DecodeRows rows, int n,
+                    const DecodeShape& s) {
+  const int D = s.head_dim, heads = s.hq + 2 * s.hkv;
+  const size_t ld = static_cast<size_t>(heads) * D;
+  const size_t slot_stride = static_cast<size_t>(s.hkv) * s.capacity * D;
+  std::vector<float> row(ld);
+  for (int r = 0; r < n; ++r) {
+    for (size_t j = 0; j < ld; ++j) row[j] = qkv[r * ld + j] + (qkv_bias ? qkv_bias[j] : 0.0f);
+    float* q = row.data();
+    float* k = q + static_cast<size_t>(s.hq) * D;
+    float* v = k + static_cast<size_t>(s.hkv) * D;
+    if (q_norm) rmsnorm_forward(q, nullptr, q, q_norm, s.hq, D, s.eps);
+    if (k_norm) rmsnorm_forward(k, nullptr, k, k_norm, s.hkv, D, s.eps);
+    const int32_t pos = rows.positions[r];
+    rope_forward(q, &pos, 1, s.hq, D, cos, sin);
+    rope_forward(k, &pos, 1, s.hkv, D, cos, sin);
+    std::copy(q, q + static_cast<size_t>(s.hq) * D, q_out + static_cast<size_t>(r) * s.hq * D);
+    const size_t slot = static_cast<size_t>(rows.slots[r]) * slot_stride;
+    kv_cache_write(k_cache + slot, k, 1, pos, s.capacity, s.hkv, D);
+    kv_cache_write(v_cache + slot, v, 1, pos, s.capacity, s.hkv, D);
+  }
 }
 
 }  // namespace cohort::models::cpu

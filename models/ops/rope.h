@@ -7,12 +7,18 @@
 // so logits match transformers closely. Applied in place to q [n, heads*D] or
 // k [n, kv_heads*D]; backward is the inverse rotation, also in place (RoPE is
 // linear and orthogonal, so it needs no saved activations).
+//
+// qkv_rope_cache is the bf16 decode engine's step between the fused q|k|v
+// projection and attention: bias, the per-head q/k RMSNorm (rmsnorm.h),
+// RoPE at each row's position, q out and k, v into the cache (the layout of
+// decode_rows.h). Its CPU reference composes the ops named.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "models/config.h"
+#include "models/ops/decode_rows.h"
 
 namespace cohort::models {
 
@@ -35,4 +41,24 @@ void rope_forward(float* x, const int32_t* pos, int n, int heads, int head_dim, 
 void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim, const float* cos,
                    const float* sin);
 
+// qkv [n, (hq + 2 hkv) * D] from the fused projection; qkv_bias [(hq + 2 hkv)
+// * D] and the norm weights [D] may be null. q_out [n, hq * D]; k_cache and
+// v_cache [slots, hkv, capacity, D], row r written at (slots[r],
+// positions[r]). cos/sin: a RopeTable's.
+void qkv_rope_cache(float* q_out, float* k_cache, float* v_cache, const float* qkv,
+                    const float* qkv_bias, const float* q_norm, const float* k_norm,
+                    const float* cos, const float* sin, DecodeRows rows, int n,
+                    const DecodeShape& shape);
+
 }  // namespace cohort::models::cpu
+
+// CUDA launcher (rope.cuh): device pointers, on `stream`, no allocation;
+// the cache is bf16, q_out fp32.
+namespace cohort::models::cuda {
+
+void qkv_rope_cache(float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
+                    const float* qkv_bias, const float* q_norm, const float* k_norm,
+                    const float* cos, const float* sin, DecodeRows rows, int n,
+                    const DecodeShape& shape, CUstream_st* stream);
+
+}  // namespace cohort::models::cuda

@@ -27,4 +27,12 @@ void residual_forward(float* out, const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void swiglu_fused(float* h, const float* gate_up, int n, int intermediate) {
+  const size_t I = static_cast<size_t>(intermediate);
+  for (int r = 0; r < n; ++r) {
+    const float* g = gate_up + r * 2 * I;
+    swiglu_forward(h + r * I, g, g + I, I);
+  }
+}
+
 }  // namespace cohort::models::cpu

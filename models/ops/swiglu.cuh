@@ -3,6 +3,7 @@
 #pragma once
 
 #include "models/cuda/common.cuh"
+#include "models/ops/swiglu.h"
 
 namespace cohort::models::cuda {
 
@@ -42,6 +43,21 @@ __global__ void scale_kernel(float* x, size_t n, float factor) {
   COHORT_GRID_STRIDE(i, n) {
     x[i] *= factor;
   }
+}
+
+// The decode engine's fused form (swiglu.h): gate_up [n, 2I] -> h [n, I] bf16.
+__global__ void swiglu_bf16_kernel(const float* gate_up, Bf16Bits* h, int n, int I) {
+  const size_t total = static_cast<size_t>(n) * I;
+  COHORT_GRID_STRIDE(e, total) {
+    const size_t r = e / I, i = e % I;
+    const float g = gate_up[r * 2 * I + i], u = gate_up[r * 2 * I + I + i];
+    h[e] = to_bf16_bits(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+void swiglu_bf16(const float* gate_up, Bf16Bits* h, int n, int intermediate, CUstream_st* stream) {
+  const size_t total = static_cast<size_t>(n) * intermediate;
+  swiglu_bf16_kernel<<<grid_for(total), kThreads, 0, stream>>>(gate_up, h, n, intermediate);
 }
 
 }  // namespace cohort::models::cuda

@@ -1,0 +1,32 @@
+// Greedy pick over vocab-sharded logits (CPU reference here and in
+// argmax.cc; CUDA in argmax.cuh), as the bf16 decode engine does it on the
+// device so that only token ids leave the GPU.
+//
+// Each tensor-parallel rank holds the logits of vocab columns [vocab_begin,
+// vocab_begin + vocab_rows). row_argmax gives, per row, the largest value and
+// its global index (the lowest on ties) as a (value, index bits) float pair,
+// so one float all-gather carries both; merge_argmax takes the gathered
+// pairs [tp, n, 2] of every rank (ascending vocab ranges) and keeps, per row,
+// the largest value, the lowest index on ties, as torch.argmax does.
+#pragma once
+
+#include <cstdint>
+
+#include "models/ops/decode_rows.h"
+
+namespace cohort::models::cpu {
+
+// out [n, 2]: (value, index as float bits).
+void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin);
+void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n);
+
+}  // namespace cohort::models::cpu
+
+// Device pointers, on `stream`, no allocation.
+namespace cohort::models::cuda {
+
+void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin,
+                CUstream_st* stream);
+void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n, CUstream_st* stream);
+
+}  // namespace cohort::models::cuda

@@ -1,0 +1,32 @@
+// Attention of decode rows over a bf16 KV cache: the bf16 decode engine's
+// attention (CPU fp32 reference here and in decode_attention.cc; CUDA in
+// decode_attention.cuh).
+//
+// Each row's query q [n, hq * D] attends over its slot's cache positions
+// [0, positions[r]] (grouped-query: head h reads KV head h / (hq / hkv)),
+// scale 1/sqrt(D); y [n, hq * D]. Rows are independent, so a packed prefill
+// (several prompts, each row at its own position) and a decode step are the
+// same call. The reference is attention_cached (attention.h) one row at a
+// time; the kernel keeps an online softmax in fp32 and writes y in bf16.
+// Cache layout: decode_rows.h.
+#pragma once
+
+#include "models/ops/decode_rows.h"
+
+namespace cohort::models::cpu {
+
+// Caches fp32, [slots, hkv, capacity, D].
+void decode_attention(float* y, const float* q, const float* k_cache, const float* v_cache,
+                      DecodeRows rows, int n, const DecodeShape& shape);
+
+}  // namespace cohort::models::cpu
+
+namespace cohort::models::cuda {
+
+// head_dim a multiple of 16, at most 512 (decode_attention_supports).
+// Device pointers, on `stream`, no allocation.
+void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
+                      const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
+                      CUstream_st* stream);
+
+}  // namespace cohort::models::cuda

@@ -1,0 +1,254 @@
+// The bf16 decode engine's kernels (models/ops/: embed_bf16, add_rmsnorm_bf16,
+// qkv_rope_cache, decode_attention, swiglu_bf16, gather_rows_bf16,
+// row_argmax/merge_argmax) against their CPU references, on fresh random
+// inputs. Outputs start as NaN so that an element the kernel never writes
+// fails the comparison; bf16 results must agree to a norm-relative 1e-2.
+// Skips with a message where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/half_float.h"
+#include "models/cuda_backend.h"
+#include "models/ops/argmax.h"
+#include "models/ops/decode_attention.h"
+#include "models/ops/embedding.h"
+#include "models/ops/rmsnorm.h"
+#include "models/ops/rope.h"
+#include "models/ops/swiglu.h"
+#include "tests/models/grad_check.h"
+
+namespace cohort::models {
+namespace {
+
+constexpr double kBf16Tol = 1e-2;
+constexpr uint16_t kBf16NaN = 0x7fc0;
+
+// Norm-relative error; infinite when `got` holds a NaN (an unwritten element).
+double norm_relative(const std::vector<float>& want, const std::vector<float>& got) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();
+    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-20);
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = float_to_bf16_bits(v[i]);
+  return out;
+}
+std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_bits_to_float(v[i]);
+  return out;
+}
+// v rounded through bf16, as a kernel reading a bf16 copy of it sees it.
+std::vector<float> rounded(const std::vector<float>& v) {
+  return from_bf16(to_bf16(v));
+}
+
+class DecodeOpsParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) {
+      GTEST_SKIP() << "no CUDA device visible: decode kernel parity tests run on the GPU machine";
+    }
+    gpu_ = std::move(make_cuda_backend(0).value());
+    stream_ = static_cast<CUstream_st*>(gpu_->stream());
+  }
+  template <typename T>
+  T* up(const std::vector<T>& v) {
+    T* p = static_cast<T*>(gpu_->alloc(v.size() * sizeof(T)));
+    gpu_->copy_from_host(p, v.data(), v.size() * sizeof(T));
+    return p;
+  }
+  std::vector<float> down(const float* p, size_t n) {
+    std::vector<float> v(n);
+    gpu_->copy_to_host(v.data(), p, n * sizeof(float));
+    return v;
+  }
+  std::vector<float> down_bf16(const uint16_t* p, size_t n) {
+    std::vector<uint16_t> v(n);
+    gpu_->copy_to_host(v.data(), p, n * sizeof(uint16_t));
+    return from_bf16(v);
+  }
+  std::unique_ptr<CudaBackend> gpu_;
+  CUstream_st* stream_ = nullptr;
+};
+
+TEST_F(DecodeOpsParity, EmbedBf16MatchesTheEmbeddingOpOnAVocabShard) {
+  const int n = 37, hidden = 320, vocab_begin = 100, rows = 150;
+  const auto table = rounded(testing::random_vector(size_t(rows) * hidden, 11));
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = (i * 53) % 400;  // inside and outside the shard
+  std::vector<float> want(size_t(n) * hidden);
+  cpu::embedding_forward(want.data(), ids.data(), table.data(), n, hidden, vocab_begin, rows);
+  float* x = up(std::vector<float>(want.size(), NAN));
+  cuda::embed_bf16(x, up(to_bf16(table)), up(ids), n, hidden, vocab_begin, rows, stream_);
+  EXPECT_LT(norm_relative(want, down(x, want.size())), kBf16Tol);
+}
+
+TEST_F(DecodeOpsParity, GatherRowsBf16MatchesTheCpuGather) {
+  const int src_rows = 40, k = 9, hidden = 200;
+  const auto src = rounded(testing::random_vector(size_t(src_rows) * hidden, 12));
+  std::vector<int32_t> idx = {39, 0, 7, 7, 12, 30, 1, 25, 38};
+  std::vector<float> want(size_t(k) * hidden);
+  cpu::gather_rows(want.data(), src.data(), idx.data(), k, hidden);
+  uint16_t* dst = up(std::vector<uint16_t>(want.size(), kBf16NaN));
+  cuda::gather_rows_bf16(dst, up(to_bf16(src)), up(idx), k, hidden, stream_);
+  EXPECT_LT(norm_relative(want, down_bf16(dst, want.size())), kBf16Tol);
+}
+
+TEST_F(DecodeOpsParity, AddRmsNormBf16MatchesResidualThenRmsNorm) {
+  const int n = 29, hidden = 896;
+  const auto x = testing::random_vector(size_t(n) * hidden, 13);
+  const auto delta = testing::random_vector(x.size(), 14);
+  const auto w = testing::random_vector(hidden, 15);
+  for (bool with_delta : {false, true}) {
+    SCOPED_TRACE(with_delta ? "with a residual delta" : "norm only");
+    std::vector<float> sum(x.size()), want(x.size());
+    if (with_delta) {
+      cpu::residual_forward(sum.data(), x.data(), delta.data(), sum.size());
+    } else {
+      sum = x;
+    }
+    cpu::rmsnorm_forward(want.data(), nullptr, sum.data(), w.data(), n, hidden, 1e-6f);
+    float* gx = up(x);
+    uint16_t* out = up(std::vector<uint16_t>(x.size(), kBf16NaN));
+    cuda::add_rmsnorm_bf16(gx, with_delta ? up(delta) : nullptr, up(w), out, n, hidden, 1e-6f,
+                           stream_);
+    EXPECT_LT(norm_relative(want, down_bf16(out, want.size())), kBf16Tol);
+    EXPECT_LT(norm_relative(sum, down(gx, sum.size())), 1e-6);  // x updated in place
+  }
+}
+
+TEST_F(DecodeOpsParity, SwigluBf16MatchesTheSwigluOp) {
+  const int n = 23, I = 1000;
+  const auto gate_up = testing::random_vector(size_t(n) * 2 * I, 16, 2.0f);
+  std::vector<float> want(size_t(n) * I);
+  cpu::swiglu_fused(want.data(), gate_up.data(), n, I);
+  uint16_t* h = up(std::vector<uint16_t>(want.size(), kBf16NaN));
+  cuda::swiglu_bf16(up(gate_up), h, n, I, stream_);
+  EXPECT_LT(norm_relative(want, down_bf16(h, want.size())), kBf16Tol);
+}
+
+// A decode batch's rows: distinct slots at various positions, plus a packed
+// prefill's consecutive positions in one slot.
+struct Rows {
+  std::vector<int32_t> tokens, slots, positions;
+};
+Rows decode_rows(int slots, int capacity) {
+  Rows r;
+  for (int s = 0; s < slots; ++s) {
+    r.slots.push_back(s);
+    r.positions.push_back((s * 37 + 5) % capacity);
+  }
+  for (int p = 0; p < 6; ++p) r.slots.push_back(slots), r.positions.push_back(p);
+  r.tokens.assign(r.slots.size(), 0);
+  return r;
+}
+
+class DecodeShapes : public DecodeOpsParity,
+                     public ::testing::WithParamInterface<std::tuple<int, int, int, bool>> {};
+
+TEST_P(DecodeShapes, QkvRopeCacheMatchesBiasNormRopeAndCacheWrite) {
+  const auto [hq, hkv, D, qwen3] = GetParam();
+  const int slots = 5, capacity = 64;
+  const Rows rows = decode_rows(slots, capacity);
+  const int n = static_cast<int>(rows.slots.size());
+  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f};
+  ModelConfig config;
+  config.head_dim = D;
+  config.max_seq = capacity;
+  const RopeTable rope = make_rope_table(config);
+  const size_t ld = size_t(hq + 2 * hkv) * D, cache = size_t(slots + 1) * hkv * capacity * D;
+  const auto qkv = testing::random_vector(n * ld, 17);
+  const auto bias = testing::random_vector(ld, 18, 0.1f);
+  const auto q_norm = testing::random_vector(D, 19), k_norm = testing::random_vector(D, 20);
+  std::vector<float> want_q(size_t(n) * hq * D), want_k(cache, NAN), want_v(cache, NAN);
+  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data()};
+  cpu::qkv_rope_cache(want_q.data(), want_k.data(), want_v.data(), qkv.data(),
+                      qwen3 ? nullptr : bias.data(), qwen3 ? q_norm.data() : nullptr,
+                      qwen3 ? k_norm.data() : nullptr, rope.cos.data(), rope.sin.data(), host, n,
+                      shape);
+  float* q = up(std::vector<float>(want_q.size(), NAN));
+  uint16_t* k = up(std::vector<uint16_t>(cache, kBf16NaN));
+  uint16_t* v = up(std::vector<uint16_t>(cache, kBf16NaN));
+  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions)};
+  cuda::qkv_rope_cache(q, k, v, up(qkv), qwen3 ? nullptr : up(bias), qwen3 ? up(q_norm) : nullptr,
+                       qwen3 ? up(k_norm) : nullptr, up(rope.cos), up(rope.sin), dev, n, shape,
+                       stream_);
+  EXPECT_LT(norm_relative(want_q, down(q, want_q.size())), kBf16Tol);
+  // Only the rows' cache positions are written, and all of each.
+  const auto got_k = down_bf16(k, cache), got_v = down_bf16(v, cache);
+  std::vector<float> wk, gk, wv, gv;
+  for (size_t i = 0; i < cache; ++i) {
+    EXPECT_EQ(std::isnan(want_k[i]), std::isnan(got_k[i])) << "k cache element " << i;
+    EXPECT_EQ(std::isnan(want_v[i]), std::isnan(got_v[i])) << "v cache element " << i;
+    if (!std::isnan(want_k[i])) wk.push_back(want_k[i]), gk.push_back(got_k[i]);
+    if (!std::isnan(want_v[i])) wv.push_back(want_v[i]), gv.push_back(got_v[i]);
+  }
+  EXPECT_EQ(wk.size(), size_t(n) * hkv * D);
+  EXPECT_LT(norm_relative(wk, gk), kBf16Tol);
+  EXPECT_LT(norm_relative(wv, gv), kBf16Tol);
+}
+
+TEST_P(DecodeShapes, DecodeAttentionMatchesCachedAttentionRowByRow) {
+  const auto [hq, hkv, D, qwen3] = GetParam();
+  (void)qwen3;
+  const int slots = 5, capacity = 96;
+  const Rows rows = decode_rows(slots, capacity);
+  const int n = static_cast<int>(rows.slots.size());
+  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f};
+  const size_t cache = size_t(slots + 1) * hkv * capacity * D;
+  const auto k = rounded(testing::random_vector(cache, 21)), v = rounded(testing::random_vector(cache, 22));
+  const auto q = testing::random_vector(size_t(n) * hq * D, 23);
+  std::vector<float> want(q.size());
+  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data()};
+  cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
+  uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
+  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions)};
+  cuda::decode_attention(y, up(q), up(to_bf16(k)), up(to_bf16(v)), dev, n, shape, stream_);
+  EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+}
+
+// (q heads, kv heads, head_dim, Qwen3-style q/k norm instead of a qkv bias)
+INSTANTIATE_TEST_SUITE_P(HeadLayouts, DecodeShapes,
+                         ::testing::Values(std::make_tuple(4, 4, 64, false),
+                                           std::make_tuple(8, 2, 128, true),
+                                           std::make_tuple(16, 8, 32, true),
+                                           std::make_tuple(2, 1, 256, false)));
+
+TEST_F(DecodeOpsParity, RowArgmaxAndMergeMatchTheCpuPickAcrossVocabShards) {
+  const int n = 13, tp = 3, shard = 700;
+  std::vector<std::vector<float>> logits(tp);
+  for (int k = 0; k < tp; ++k) logits[k] = testing::random_vector(size_t(n) * shard, 24 + k);
+  logits[2][5 * shard + 10] = logits[0][5 * shard + 3] = 50.0f;  // a tie across shards
+  logits[1][7 * shard + 20] = logits[1][7 * shard + 600] = 60.0f;  // a tie within one
+  std::vector<float> want_pairs(size_t(tp) * n * 2), got_pairs(want_pairs.size(), NAN);
+  for (int k = 0; k < tp; ++k) {
+    cpu::row_argmax(want_pairs.data() + size_t(k) * n * 2, logits[k].data(), n, shard, k * shard);
+    float* out = up(std::vector<float>(size_t(n) * 2, NAN));
+    cuda::row_argmax(out, up(logits[k]), n, shard, k * shard, stream_);
+    const auto got = down(out, size_t(n) * 2);
+    std::copy(got.begin(), got.end(), got_pairs.begin() + size_t(k) * n * 2);
+  }
+  EXPECT_EQ(0, std::memcmp(want_pairs.data(), got_pairs.data(), want_pairs.size() * 4));
+  std::vector<int32_t> want(n);
+  cpu::merge_argmax(want.data(), want_pairs.data(), tp, n);
+  int32_t* tokens = up(std::vector<int32_t>(n, -1));
+  cuda::merge_argmax(tokens, up(want_pairs), tp, n, stream_);
+  std::vector<int32_t> got(n);
+  gpu_->copy_to_host(got.data(), tokens, n * sizeof(int32_t));
+  EXPECT_EQ(want, got);
+  EXPECT_EQ(want[5], 3);
+  EXPECT_EQ(want[7], shard + 20);
+}
+
+}  // namespace
+}  // namespace cohort::models
