@@ -175,14 +175,15 @@ class Server final : public ServeHttp {
   const ServeHttpOptions& options() const { return options_; }
   GenerationQueue& queue() { return *queue_; }
   ServeMetrics& metrics() { return *metrics_; }
-  int connections = 0;  // io thread only
+  int connections() const override { return open_; }
+  std::atomic<int> open_{0};
 
  private:
   void accept() {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
-        if (connections >= options_.max_connections) {
+        if (open_ >= options_.max_connections) {
           auto s = std::make_shared<tcp::socket>(std::move(socket));
           auto text = std::make_shared<std::string>(
               response_text(503, "application/json",
@@ -214,10 +215,10 @@ class Server final : public ServeHttp {
 };
 
 Connection::Connection(tcp::socket socket, Server& server) : server_(server), stream_(std::move(socket)) {
-  ++server_.connections;
+  ++server_.open_;
 }
 
-Connection::~Connection() { --server_.connections; }
+Connection::~Connection() { --server_.open_; }
 
 void Connection::start() {
   parser_.emplace();

@@ -69,6 +69,9 @@ class ServeHttp {
   virtual void deliver(std::vector<TokenEvent> events) = 0;
   // Accepted requests not yet finished (any thread).
   virtual int live() const = 0;
+  // Open HTTP connections (any thread): after the last request finished,
+  // its final bytes may still be on their way out.
+  virtual int connections() const = 0;
 };
 
 }  // namespace cohort::infer

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "collective/bootstrap.h"
 #include "infer/engine_setup.h"
@@ -199,6 +200,11 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                  setup.context, serve.max_queue);
     http->set_state(ServeState::kReady);
     COHORT_RETURN_IF_ERROR(lead(spec, world, scheduler, queue, *http, setup));
+    // The last responses may still be leaving; give them a moment.
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (http->connections() > 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     spdlog::info("serve: drained; stopping");
     return Status::ok();
   }
