@@ -207,6 +207,7 @@ std::optional<ApiError> parse_fields(const json& body, bool chat, const ApiDefau
   int64_t top = 0;
   if ((e = integer(body, "top_logprobs", 0, 20, &top))) return e;
   if (top > 0) return bad("top_logprobs", "'top_logprobs' above 0 is not supported (the chosen token's logprob is)");
+  if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
   return boolean(body, "return_token_ids", &r->return_token_ids);
 }
 

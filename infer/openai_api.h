@@ -6,8 +6,8 @@
 // type and range, and an error names it (OpenAI's `param`) with the status
 // the API gives (400, or 404 for an unknown model). Fields the server does not
 // use are ignored, as OpenAI's own server ignores unknown ones. Beyond
-// OpenAI: `top_k`, `stop_token_ids` and `return_token_ids` (generated ids in
-// each choice as `token_ids`), named as vLLM names them.
+// OpenAI: `top_k`, `stop_token_ids`, `ignore_eos` and `return_token_ids`
+// (generated ids in each choice as `token_ids`), named as vLLM names them.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,7 @@ struct CompletionRequest {
   bool include_usage = false;     // stream_options.include_usage
   bool logprobs = false;
   bool return_token_ids = false;
+  bool ignore_eos = false;        // decode past the model's end-of-sequence ids (benchmarks)
 };
 
 // `tokenizer` may be null (then only token-id prompts are accepted). It is

@@ -283,10 +283,13 @@ void Connection::completion(bool chat) {
   if (auto e = parse_completion_request(parser_->get().body(), chat, opts.defaults, opts.tokenizer.get(), &req_)) {
     return error(*e);
   }
+  // The model's end-of-sequence ids join the client's stop ids, so that the
+  // other ranks rebuild the same condition from the ids alone.
+  if (!req_.ignore_eos) req_.stop_ids.insert(req_.stop_ids.end(), opts.eos.begin(), opts.eos.end());
   jobs::InferSection stops;
   stops.stop_strings = req_.stop_strings;
   for (int32_t id : req_.stop_ids) stops.stop_tokens.push_back(id);
-  auto stop = StopCondition::create(stops, opts.tokenizer.get(), opts.eos);
+  auto stop = StopCondition::create(stops, opts.tokenizer.get());
   if (!stop.is_ok()) return error({400, stop.status().message(), "invalid_request_error", "stop", ""});
   stop_ = std::make_shared<const StopCondition>(std::move(*stop));
   if (!server_.admit(shared_from_this(), &id_)) {

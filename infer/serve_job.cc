@@ -126,9 +126,9 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     // Draining ends once nothing is in flight: the HTTP side refuses new
     // requests, so live() only falls.
     input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
-    if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), setup.eos));
+    if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     std::vector<TokenEvent> rejected;
-    apply_step_input(input, scheduler, setup.tokenizer.get(), setup.eos, &rejected);
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
     if (input.stop) break;
     std::vector<TokenEvent> events = scheduler.idle() ? std::vector<TokenEvent>{} : scheduler.step();
     if (!events.empty() || !rejected.empty()) {
@@ -146,9 +146,9 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
 Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& setup) {
   while (true) {
     StepInput input;
-    COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), setup.eos));
+    COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     std::vector<TokenEvent> rejected;
-    apply_step_input(input, scheduler, setup.tokenizer.get(), setup.eos, &rejected);
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
     if (input.stop) return Status::ok();
     if (!scheduler.idle()) scheduler.step();
   }
