@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -80,7 +81,9 @@ struct ServeSetup {
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   ServeSetup s;
   COHORT_ASSIGN_OR_RETURN(s.config, infer_model_config(spec.model));
-  s.context = spec.serve.context > 0 ? spec.serve.context : s.config.max_seq;
+  // The cache holds max_running × context positions up front (no paging
+  // yet), so the default stays modest even for 40k-position models.
+  s.context = spec.serve.context > 0 ? spec.serve.context : std::min(s.config.max_seq, 4096);
   if (s.context > s.config.max_seq) {
     return invalid_argument("serve.context: " + std::to_string(s.context) + " is longer than the model's max_seq " +
                             std::to_string(s.config.max_seq) + " (raise [model] max_seq)");
@@ -221,6 +224,7 @@ Status run_serve(const jobs::JobSpec& spec) {
   action.sa_handler = on_sigterm;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);  // Ctrl-C on a worker started by hand drains the same way
   COHORT_ASSIGN_OR_RETURN(collective::World world, collective::init_from_environment());
   Status status = run(spec, world);
   if (!status.is_ok()) return status.with_context("serve (rank " + std::to_string(world.rank) + ")");

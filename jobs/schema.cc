@@ -159,7 +159,8 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(field("serve", "max_body_bytes", T::kInt, "1048576",
                     "Largest request body; larger ones get 413.", 1024, 1e9));
   f.push_back(field("serve", "context", T::kInt, "0",
-                    "Positions per sequence, prompt plus output (0: the model's max_seq).", 0, 1e7));
+                    "Positions per sequence, prompt plus output; the KV cache holds max_running of them "
+                    "(0: the model's max_seq, at most 4096).", 0, 1e7));
   f.push_back(field("serve", "prefill_chunk", T::kInt, "256",
                     "Prompt tokens prefilled per step, so long prompts do not stall running streams "
                     "(0: whole prompts).", 0, 1e7));

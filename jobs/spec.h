@@ -118,7 +118,7 @@ struct ServeSection {
   int max_queue = 64;           // requests waiting for a slot before 429
   int max_connections = 256;    // open HTTP connections before new ones are refused
   int max_body_bytes = 1 << 20; // request bodies above this get 413
-  int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq
+  int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq, at most 4096
   int prefill_chunk = 256;      // prompt tokens prefilled per step
   int max_tokens = 256;         // a request's max_tokens when it gives none
   double temperature = 1.0;     // defaults for requests that give none
