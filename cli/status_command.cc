@@ -1,6 +1,7 @@
 // `cohort status [JOB] [--json]`: one job in detail (attempts, root cause,
 // events), or every job as a table.
 #include <cstdio>
+#include <fstream>
 
 #include "cli/client_common.h"
 #include "cli/commands.h"
@@ -15,6 +16,18 @@ struct StatusArgs {
   bool json = false;
 };
 
+// A server job (kind = "serve") writes its URL to output_dir/endpoint.json;
+// shown when this host can read it (the embedded cluster, a shared file system).
+void print_serve_endpoint(const protocol::JobInfo& job) {
+  if (job.kind != "serve" || job.state != "running") return;
+  std::ifstream in(job.output_dir + "/endpoint.json");
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("url") || !j["url"].is_string()) return;
+  const std::string url = j["url"].get<std::string>();
+  std::printf("endpoint:   %s   (live counters: curl %s/metrics)\n", url.c_str(),
+              url.substr(0, url.size() - 3).c_str());
+}
+
 int run_status(const StatusArgs& args) {
   int code = kExitOk;
   auto client = connect_client(args.client, &code);
@@ -28,6 +41,7 @@ int run_status(const StatusArgs& args) {
     print_job_table(list->jobs);
   } else {
     print_job_detail(list->jobs.front());
+    print_serve_endpoint(list->jobs.front());
   }
   return kExitOk;
 }

@@ -53,6 +53,7 @@ int run_validate(const ValidateArgs& args) {
   int tp = spec.parallel.tensor_parallel;
   if (spec.job.kind == jobs::JobKind::kInfer)
     tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : spec.world_size(spec.job.nodes.max);
+  if (spec.job.kind == jobs::JobKind::kServe) tp = spec.world_size(spec.job.nodes.max);
   if (spec.job.kind == jobs::JobKind::kCommand) tp = 1;
   std::printf("# %s is valid. Resolved job:\n%s\n", args.job_file.c_str(), jobs::to_toml(spec).c_str());
   int nodes = spec.job.nodes.max;

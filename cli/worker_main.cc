@@ -1,7 +1,7 @@
 // `cohort-worker`: the built-in worker. Agents launch it once per rank with
 // the resolved job file; it also runs under mpirun, srun or torchrun.
 //
-//   cohort-worker JOB.toml                      train or infer, as the job's kind says
+//   cohort-worker JOB.toml                      train, infer or serve, as the job's kind says
 //   cohort-worker export CHECKPOINT --to DIR    a Hugging Face folder from a checkpoint
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +13,7 @@
 #include "jobs/load.h"
 #include "parallel/checkpoint.h"
 #include "infer/infer_job.h"
+#include "infer/serve_job.h"
 #include "train/train_job.h"
 
 namespace {
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   switch (spec.job.kind) {
     case cohort::jobs::JobKind::kTrain: return report(cohort::train::run_train(spec));
     case cohort::jobs::JobKind::kInfer: return report(cohort::infer::run_infer(spec));
+    case cohort::jobs::JobKind::kServe: return report(cohort::infer::run_serve(spec));
     case cohort::jobs::JobKind::kCommand:
       std::fprintf(stderr, "cohort-worker: %s is a command job; agents run its argv directly\n", job_file.c_str());
       return 2;

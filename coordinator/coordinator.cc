@@ -194,7 +194,8 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
   if (c.nodes_min < 1 || c.nodes_max < c.nodes_min) problem = "job.nodes must be N or MIN:MAX with 1 <= MIN <= MAX";
   else if (c.gpus_per_node < 1) problem = "job.gpus_per_node must be at least 1";
   else if (c.max_restarts < 0) problem = "job.max_restarts must not be negative";
-  else if (c.kind != "command" && c.kind != "train" && c.kind != "infer") problem = "job.kind must be train, infer or command";
+  else if (c.kind != "command" && c.kind != "train" && c.kind != "infer" && c.kind != "serve")
+    problem = "job.kind must be train, infer, serve or command";
   else if (c.kind == "command" && c.argv.empty()) problem = "a command job needs command.argv";
   else if (c.devices != "own" && c.devices != "node") problem = "job.devices must be own or node";
   else if (c.output_dir.empty()) problem = "job.output_dir is empty";

@@ -29,6 +29,10 @@ void InferenceEngine::prefill_many(const int* slots,
   }
 }
 
+void InferenceEngine::extend(int, const int32_t*, int, float*, int32_t*) {
+  COHORT_CHECK_MSG(false, "{} cannot extend a prefill (can_extend() is false)", describe());
+}
+
 Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<models::Backend> backend,
                                                          std::unique_ptr<models::Model> model,
                                                          int slots, int capacity) {
@@ -64,6 +68,17 @@ void ModelEngine::prefill(int slot, const int32_t* tokens, int n, float* logits,
   }
   cache_->reset(slot);
   model_->prefill(*cache_, slot, tokens, n, out);
+  if (!logits) *greedy = argmax(out, V);
+}
+
+void ModelEngine::extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) {
+  const int V = vocab_size();
+  float* out = logits;
+  if (!out) {
+    scratch_.resize(V);
+    out = scratch_.data();
+  }
+  model_->prefill(*cache_, slot, tokens, n, out);  // appends after the slot's positions
   if (!logits) *greedy = argmax(out, V);
 }
 
@@ -116,6 +131,14 @@ class LockstepCheckedEngine final : public InferenceEngine {
       for (int b = 0; b < B; ++b) mix(h, slots[b]), mix(h, tokens[b]);
     });
     inner_->decode(slots, tokens, B, logits, greedy);
+  }
+  bool can_extend() const override { return inner_->can_extend(); }
+  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    check("extend", 4, n, logits, [&](uint64_t& h) {
+      mix(h, slot);
+      for (int i = 0; i < n; ++i) mix(h, tokens[i]);
+    });
+    inner_->extend(slot, tokens, n, logits, greedy);
   }
 
  private:

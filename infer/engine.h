@@ -47,6 +47,12 @@ class InferenceEngine {
   // One token for each of B distinct slots: logits [B, vocab], or greedy [B].
   virtual void decode(const int* slots, const int32_t* tokens, int B, float* logits,
                       int32_t* greedy) = 0;
+  // Chunked prefill (scheduler.h): extend() appends n more prompt tokens to a
+  // slot that prefill() started, with the last position's logits or greedy
+  // token as prefill gives them. Engines that cannot return false from
+  // can_extend(), and their prompts are prefilled whole.
+  virtual bool can_extend() const { return false; }
+  virtual void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy);
 };
 
 // models::Model with a models::KvCache.
@@ -66,6 +72,8 @@ class ModelEngine final : public InferenceEngine {
   void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
   void decode(const int* slots, const int32_t* tokens, int B, float* logits,
               int32_t* greedy) override;
+  bool can_extend() const override { return true; }
+  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
 
  private:
   ModelEngine() = default;

@@ -1,8 +1,11 @@
-// Continuous batching over an InferenceEngine (see infer_generate.h).
+// The offline loop: every prompt queued up front, then Scheduler steps until
+// all are done (see generate.h, scheduler.h).
 #include "infer/generate.h"
 
 #include <chrono>
-#include <deque>
+#include <memory>
+
+#include "infer/scheduler.h"
 
 
 namespace cohort::infer {
@@ -14,12 +17,6 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-struct Running {
-  int prompt = -1;  // index into prompts / outputs; -1: slot free
-  int32_t next = 0; // the last sampled token, fed to the next decode step
-  Clock::time_point first_token;
-};
-
 }  // namespace
 
 Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
@@ -27,7 +24,6 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
                                                  const StopCondition& stop,
                                                  const GenerateOptions& options,
                                                  GenerateStats* stats) {
-  const int V = engine.vocab_size();
   for (const Prompt& p : prompts) {
     if (static_cast<int>(p.tokens.size()) + options.max_new_tokens > engine.capacity()) {
       return invalid_argument("prompt " + std::to_string(p.index) + " has " +
@@ -44,105 +40,54 @@ Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
         "GenerateOptions.on_logits needs return_logits (set it on every rank of the "
         "tensor-parallel group)");
   }
-  // Decided from what every rank of the group shares, never from on_logits,
-  // so that all ranks make the same engine calls (the CUDA engine's logits
-  // gather is a collective).
-  const bool greedy_only = options.sampling.temperature <= 0 && !options.return_logits;
-  std::vector<SequenceOutput> out(prompts.size());
-  std::vector<models::TokenSampler> samplers;
-  for (const Prompt& p : prompts) {
-    samplers.emplace_back(options.sampling, static_cast<uint64_t>(p.index));
+  // Whole-prompt prefill: the engine sees the calls it always saw. Whether
+  // logits are gathered follows from what every rank shares (the sampling
+  // and return_logits), never from on_logits.
+  SchedulerOptions so;
+  so.return_logits = options.return_logits;
+  if (options.on_logits) {
+    so.on_logits = [&](int64_t id, const float* logits, int vocab) {
+      options.on_logits(prompts[id].index, logits, vocab);
+    };
   }
-  std::vector<Running> slots(engine.slots());
-  std::deque<int> queue;
-  for (size_t i = 0; i < prompts.size(); ++i) queue.push_back(static_cast<int>(i));
-  std::vector<float> logits(static_cast<size_t>(engine.slots()) * V);
-  std::vector<int32_t> greedy(engine.slots());
+  Scheduler scheduler(engine, so);
+  // Not owned: `stop` outlives the loop.
+  const std::shared_ptr<const StopCondition> shared_stop(std::shared_ptr<void>(), &stop);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SequenceRequest r;
+    r.id = static_cast<int64_t>(i);
+    r.prompt = prompts[i].tokens;
+    r.max_new_tokens = options.max_new_tokens;
+    r.sampling = options.sampling;
+    r.sampler_stream = static_cast<uint64_t>(prompts[i].index);
+    r.stop = shared_stop;
+    COHORT_RETURN_IF_ERROR(scheduler.add(std::move(r)));
+  }
+  std::vector<SequenceOutput> out(prompts.size());
+  std::vector<Clock::time_point> first_token(prompts.size());
   GenerateStats st;
   const auto start = Clock::now();
-
-  // Records token `t` for prompt i; false when the sequence is finished.
-  auto emit = [&](int i, int32_t t) {
-    SequenceOutput& o = out[i];
-    o.tokens.push_back(t);
-    if (stop.is_stop_token(t) || stop.hits_stop_string(o.tokens)) {
-      o.finish_reason = "stop";
-      return false;
-    }
-    if (static_cast<int>(o.tokens.size()) >= options.max_new_tokens) {
-      o.finish_reason = "length";
-      return false;
-    }
-    return true;
-  };
-  auto pick = [&](int i, const float* row, int32_t device_greedy) {
-    if (greedy_only) return device_greedy;
-    if (options.on_logits) options.on_logits(prompts[i].index, row, V);
-    return samplers[i].sample(row, V);
-  };
-
-  std::vector<int> step_slots, admit_slots, admit_prompts;
-  std::vector<int32_t> step_tokens;
-  std::vector<const std::vector<int32_t>*> admit_tokens;
-  while (true) {
-    // Admit waiting prompts into free slots, all in one prefill; a sequence
-    // that finishes on its first token frees its slot for another round.
-    while (true) {
-      admit_slots.clear();
-      admit_prompts.clear();
-      admit_tokens.clear();
-      for (int s = 0; s < engine.slots() && !queue.empty(); ++s) {
-        if (slots[s].prompt >= 0) continue;
-        admit_slots.push_back(s);
-        admit_prompts.push_back(queue.front());
-        admit_tokens.push_back(&prompts[queue.front()].tokens);
-        queue.pop_front();
+  while (!scheduler.idle()) {
+    StepStats step;
+    const std::vector<TokenEvent> events = scheduler.step(&step);
+    const auto now = Clock::now();
+    st.prefill_s += step.prefill_s;
+    st.decode_s += step.decode_s;
+    st.prompt_tokens += step.prefill_tokens;
+    if (step.decode_batch > 0) st.decode_steps += 1, st.decode_tokens += step.decode_batch;
+    for (const TokenEvent& e : events) {
+      SequenceOutput& o = out[e.id];
+      if (o.tokens.empty()) {
+        o.index = prompts[e.id].index;
+        o.prompt_tokens = static_cast<int>(prompts[e.id].tokens.size());
+        o.ttft_s = seconds(start, now);
+        o.prefill_s = step.prefill_s;
+        first_token[e.id] = now;
       }
-      if (admit_slots.empty()) break;
-      const auto t0 = Clock::now();
-      engine.prefill_many(admit_slots.data(), admit_tokens, greedy_only ? nullptr : logits.data(),
-                          greedy.data());
-      std::vector<int32_t> first(admit_slots.size());
-      for (size_t j = 0; j < admit_slots.size(); ++j) {
-        first[j] = pick(admit_prompts[j], logits.data() + j * V, greedy[j]);
-      }
-      const auto t1 = Clock::now();
-      st.prefill_s += seconds(t0, t1);
-      for (size_t j = 0; j < admit_slots.size(); ++j) {
-        const int i = admit_prompts[j];
-        out[i].index = prompts[i].index;
-        out[i].prompt_tokens = static_cast<int>(prompts[i].tokens.size());
-        out[i].ttft_s = seconds(start, t1);
-        out[i].prefill_s = seconds(t0, t1);
-        st.prompt_tokens += static_cast<int64_t>(prompts[i].tokens.size());
-        if (emit(i, first[j])) slots[admit_slots[j]] = Running{i, first[j], t1};
-      }
-    }
-    step_slots.clear();
-    step_tokens.clear();
-    for (int s = 0; s < engine.slots(); ++s) {
-      if (slots[s].prompt < 0) continue;
-      step_slots.push_back(s);
-      step_tokens.push_back(slots[s].next);
-    }
-    if (step_slots.empty()) break;
-    const int B = static_cast<int>(step_slots.size());
-    const auto t0 = Clock::now();
-    engine.decode(step_slots.data(), step_tokens.data(), B, greedy_only ? nullptr : logits.data(),
-                  greedy.data());
-    for (int b = 0; b < B; ++b) {
-      Running& r = slots[step_slots[b]];
-      r.next = pick(r.prompt, logits.data() + static_cast<size_t>(b) * V, greedy[b]);
-    }
-    const auto t1 = Clock::now();
-    st.decode_s += seconds(t0, t1);
-    st.decode_steps += 1;
-    st.decode_tokens += B;
-    for (int b = 0; b < B; ++b) {
-      Running& r = slots[step_slots[b]];
-      if (!emit(r.prompt, r.next)) {
-        out[r.prompt].decode_s = seconds(r.first_token, t1);
-        r.prompt = -1;
+      o.tokens.push_back(e.token);
+      if (e.finished) {
+        o.finish_reason = e.finish_reason;
+        o.decode_s = seconds(first_token[e.id], now);
       }
     }
   }

@@ -1,5 +1,6 @@
-// The generation loop of inference jobs: continuous batching over an
-// InferenceEngine's slots.
+// The generation loop of inference jobs and training samples: every prompt
+// queued at once, then Scheduler steps (scheduler.h, the loop the server
+// drives too) until all are done.
 //
 // Prompts queue in input order. Waiting prompts are admitted into the free
 // slots together (one prefill_many, which gives each its first token); then

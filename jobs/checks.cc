@@ -16,7 +16,7 @@ void check_required(JobSpec& spec, LoadContext& ctx) {
   }
   if (!ctx.given("job.name")) ctx.error_at("job", "[job] is missing the required key 'name'");
   if (!ctx.given("job.kind"))
-    ctx.error_at("job", "[job] is missing the required key 'kind' (train, infer or command)");
+    ctx.error_at("job", "[job] is missing the required key 'kind' (train, infer, serve or command)");
   static const std::regex name_re("[A-Za-z0-9._-]+");
   if (ctx.given("job.name") && !std::regex_match(spec.job.name, name_re))
     ctx.error_at("job.name", "job.name: \"" + spec.job.name +
@@ -42,6 +42,8 @@ void check_required(JobSpec& spec, LoadContext& ctx) {
       else if (!ctx.given("infer.prompts"))
         ctx.error_at("infer", "[infer] is missing the required key 'prompts'");
       break;
+    case JobKind::kServe:
+      break;  // [serve] is optional: every key has a default
   }
   if (spec.job.kind != JobKind::kCommand) {
     int sources = int(!spec.model.preset.empty()) + int(!spec.model.hf_dir.empty()) +
@@ -59,6 +61,8 @@ void check_required(JobSpec& spec, LoadContext& ctx) {
     ctx.warn("[train] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
   if (spec.job.kind != JobKind::kInfer && spec.has_infer)
     ctx.warn("[infer] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
+  if (spec.job.kind != JobKind::kServe && spec.has_serve)
+    ctx.warn("[serve] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
 }
 
 // Tensor-parallel groups are consecutive ranks inside one node.
@@ -68,6 +72,10 @@ void check_mesh(JobSpec& spec, LoadContext& ctx) {
   if (spec.job.kind == JobKind::kInfer && spec.infer.tensor_parallel > 0) {
     tp = spec.infer.tensor_parallel;
     tp_key = "infer.tensor_parallel";
+  }
+  if (spec.job.kind == JobKind::kServe) {
+    tp = spec.serve.tensor_parallel > 0 ? spec.serve.tensor_parallel : spec.job.gpus_per_node;
+    tp_key = "serve.tensor_parallel";
   }
   if (spec.job.gpus_per_node % tp != 0) {
     ctx.error_at(tp_key, std::string(tp_key) + ": " + std::to_string(tp) +
@@ -122,6 +130,29 @@ void check_infer(JobSpec& spec, LoadContext& ctx) {
     ctx.error_at("job.nodes", "job.nodes: inference jobs run on a fixed number of nodes");
 }
 
+// The server is one tensor-parallel replica; off loopback it needs a key,
+// the rule the coordinator's HTTP API follows.
+void check_serve(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.valid("job.kind") || spec.job.kind != JobKind::kServe) return;
+  const auto& s = spec.serve;
+  if (spec.job.nodes.elastic())
+    ctx.error_at("job.nodes", "job.nodes: a server runs on a fixed number of nodes");
+  const int world = spec.world_size(spec.job.nodes.max);
+  if (s.tensor_parallel > 0 && s.tensor_parallel != world)
+    ctx.error_at("serve.tensor_parallel",
+                 "serve.tensor_parallel: " + std::to_string(s.tensor_parallel) + " must equal the job's " +
+                     std::to_string(world) + " ranks (one server replica; run more jobs for more replicas)");
+  const bool loopback = s.host == "127.0.0.1" || s.host == "::1" || s.host == "localhost" ||
+                        s.host.rfind("127.", 0) == 0;
+  if (!loopback && s.api_key.empty())
+    ctx.error_at(ctx.given("serve.host") ? "serve.host" : "serve",
+                 "serve.host: \"" + s.host + "\" is not a loopback address, so serve.api_key is required "
+                 "(anyone who reaches the port could use the model)");
+  if (spec.model.max_seq > 0 && s.context > spec.model.max_seq)
+    ctx.error_at("serve.context", "serve.context: " + std::to_string(s.context) +
+                                      " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
+}
+
 std::string absolute(const std::string& path, const std::string& base) {
   if (path.empty()) return path;
   std::filesystem::path p(path);
@@ -136,12 +167,14 @@ void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_mesh(spec, ctx);
   check_train(spec, ctx);
   check_infer(spec, ctx);
+  check_serve(spec, ctx);
 }
 
 void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& base_dir) {
   if (!ctx.given("job.devices"))
     spec.job.devices = spec.job.kind == JobKind::kCommand ? DeviceVisibility::kNode : DeviceVisibility::kOwn;
   if (spec.job.output_dir.empty()) spec.job.output_dir = "runs/" + spec.job.name;
+  if (spec.serve.model_name.empty()) spec.serve.model_name = spec.job.name;
   if (spec.job.working_dir.empty()) spec.job.working_dir = base_dir;
   spec.job.working_dir = absolute(spec.job.working_dir, base_dir);
   spec.job.output_dir = absolute(spec.job.output_dir, base_dir);

@@ -78,6 +78,19 @@ std::string to_toml(const JobSpec& spec) {
                              {"cuda_graphs", i.cuda_graphs},
                          });
   }
+  if (spec.job.kind == JobKind::kServe) {
+    const auto& s = spec.serve;
+    root.insert("serve", toml::table{
+                             {"host", s.host}, {"port", s.port}, {"api_key", s.api_key},
+                             {"model_name", s.model_name}, {"max_running", s.max_running},
+                             {"max_queue", s.max_queue}, {"max_connections", s.max_connections},
+                             {"max_body_bytes", s.max_body_bytes}, {"context", s.context},
+                             {"prefill_chunk", s.prefill_chunk}, {"max_tokens", s.max_tokens},
+                             {"temperature", s.temperature}, {"top_p", s.top_p}, {"top_k", s.top_k},
+                             {"seed", s.seed}, {"tensor_parallel", s.tensor_parallel},
+                             {"cuda_graphs", s.cuda_graphs},
+                         });
+  }
   if (spec.job.kind == JobKind::kCommand) {
     toml::array argv;
     for (const auto& a : spec.command.argv) argv.push_back(a);

@@ -40,7 +40,10 @@ const std::map<std::string, Setter>& setters() {
       {"job.name", [](JobSpec& s, const Value& v) { s.job.name = as<std::string>(v); }},
       {"job.kind", [](JobSpec& s, const Value& v) {
          const auto& k = as<std::string>(v);
-         s.job.kind = k == "train" ? JobKind::kTrain : k == "infer" ? JobKind::kInfer : JobKind::kCommand;
+         s.job.kind = k == "train"   ? JobKind::kTrain
+                      : k == "infer" ? JobKind::kInfer
+                      : k == "serve" ? JobKind::kServe
+                                     : JobKind::kCommand;
        }},
       {"job.nodes", [](JobSpec& s, const Value& v) { s.job.nodes = as<NodeRange>(v); }},
       {"job.gpus_per_node", [](JobSpec& s, const Value& v) { s.job.gpus_per_node = int(as<int64_t>(v)); }},
@@ -109,6 +112,23 @@ const std::map<std::string, Setter>& setters() {
       {"infer.batch_size", [](JobSpec& s, const Value& v) { s.infer.batch_size = int(as<int64_t>(v)); }},
       {"infer.tensor_parallel", [](JobSpec& s, const Value& v) { s.infer.tensor_parallel = int(as<int64_t>(v)); }},
       {"infer.cuda_graphs", [](JobSpec& s, const Value& v) { s.infer.cuda_graphs = as<bool>(v); }},
+      {"serve.host", [](JobSpec& s, const Value& v) { s.serve.host = as<std::string>(v); }},
+      {"serve.port", [](JobSpec& s, const Value& v) { s.serve.port = int(as<int64_t>(v)); }},
+      {"serve.api_key", [](JobSpec& s, const Value& v) { s.serve.api_key = as<std::string>(v); }},
+      {"serve.model_name", [](JobSpec& s, const Value& v) { s.serve.model_name = as<std::string>(v); }},
+      {"serve.max_running", [](JobSpec& s, const Value& v) { s.serve.max_running = int(as<int64_t>(v)); }},
+      {"serve.max_queue", [](JobSpec& s, const Value& v) { s.serve.max_queue = int(as<int64_t>(v)); }},
+      {"serve.max_connections", [](JobSpec& s, const Value& v) { s.serve.max_connections = int(as<int64_t>(v)); }},
+      {"serve.max_body_bytes", [](JobSpec& s, const Value& v) { s.serve.max_body_bytes = int(as<int64_t>(v)); }},
+      {"serve.context", [](JobSpec& s, const Value& v) { s.serve.context = int(as<int64_t>(v)); }},
+      {"serve.prefill_chunk", [](JobSpec& s, const Value& v) { s.serve.prefill_chunk = int(as<int64_t>(v)); }},
+      {"serve.max_tokens", [](JobSpec& s, const Value& v) { s.serve.max_tokens = int(as<int64_t>(v)); }},
+      {"serve.temperature", [](JobSpec& s, const Value& v) { s.serve.temperature = as<double>(v); }},
+      {"serve.top_p", [](JobSpec& s, const Value& v) { s.serve.top_p = as<double>(v); }},
+      {"serve.top_k", [](JobSpec& s, const Value& v) { s.serve.top_k = int(as<int64_t>(v)); }},
+      {"serve.seed", [](JobSpec& s, const Value& v) { s.serve.seed = as<int64_t>(v); }},
+      {"serve.tensor_parallel", [](JobSpec& s, const Value& v) { s.serve.tensor_parallel = int(as<int64_t>(v)); }},
+      {"serve.cuda_graphs", [](JobSpec& s, const Value& v) { s.serve.cuda_graphs = as<bool>(v); }},
       {"command.argv", [](JobSpec& s, const Value& v) { s.command.argv = as<std::vector<std::string>>(v); }},
   };
   return table;
@@ -429,6 +449,7 @@ LoadResult load_job_text(const std::string& text, const std::string& source_name
     if (section == "model") spec.has_model = true;
     if (section == "train") spec.has_train = true;
     if (section == "infer") spec.has_infer = true;
+    if (section == "serve") spec.has_serve = true;
     if (section == "command") spec.has_command = true;
     read_section(spec, section, *table, ctx, override_nodes);
   }

@@ -32,9 +32,9 @@ std::vector<FieldDoc> build_schema() {
   // [job]
   f.push_back(field("job", "name", T::kString, "(required)",
                     "Job name: letters, digits, '.', '_' and '-'."));
-  f.push_back(choice("job", "kind", {"train", "infer", "command"}, "(required)",
-                     "What the workers run: the built-in trainer, the built-in inference "
-                     "server, or any program (`[command]`)."));
+  f.push_back(choice("job", "kind", {"train", "infer", "serve", "command"}, "(required)",
+                     "What the workers run: the built-in trainer, offline inference (`[infer]`), "
+                     "the OpenAI-compatible server (`[serve]`), or any program (`[command]`)."));
   f.push_back(field("job", "nodes", T::kNodeRange, "1",
                     "Number of nodes, or \"MIN:MAX\" for an elastic job."));
   f.push_back(field("job", "gpus_per_node", T::kInt, "1",
@@ -142,6 +142,42 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(field("infer", "tensor_parallel", T::kInt, "0",
                     "Tensor-parallel degree (0: all of the job's ranks).", 0, 1024));
   f.push_back(field("infer", "cuda_graphs", T::kBool, "true", "Capture decode steps in CUDA graphs."));
+  // [serve]
+  f.push_back(field("serve", "host", T::kString, "\"127.0.0.1\"",
+                    "Address rank 0 serves HTTP on; off loopback it needs api_key."));
+  f.push_back(field("serve", "port", T::kInt, "8000",
+                    "TCP port (0: any free port; the URL is logged and written to "
+                    "output_dir/endpoint.json).", 0, 65535));
+  f.push_back(field("serve", "api_key", T::kString, "\"\"",
+                    "Bearer key every /v1 request must carry (required off loopback)."));
+  f.push_back(field("serve", "model_name", T::kString, "(the job's name)",
+                    "The model id /v1/models lists and responses carry."));
+  f.push_back(field("serve", "max_running", T::kInt, "16",
+                    "Sequences decoded together (KV-cache slots).", 1, 1e5));
+  f.push_back(field("serve", "max_queue", T::kInt, "64",
+                    "Requests waiting for a slot; beyond it requests get 429.", 0, 1e6));
+  f.push_back(field("serve", "max_connections", T::kInt, "256",
+                    "Open HTTP connections; more are closed at once.", 1, 1e6));
+  f.push_back(field("serve", "max_body_bytes", T::kInt, "1048576",
+                    "Largest request body; larger ones get 413.", 1024, 1e9));
+  f.push_back(field("serve", "context", T::kInt, "0",
+                    "Positions per sequence, prompt plus output; the KV cache holds max_running of them "
+                    "(0: the model's max_seq, at most 4096).", 0, 1e7));
+  f.push_back(field("serve", "prefill_chunk", T::kInt, "256",
+                    "Prompt tokens prefilled per step, so long prompts do not stall running streams "
+                    "(0: whole prompts).", 0, 1e7));
+  f.push_back(field("serve", "max_tokens", T::kInt, "256",
+                    "max_tokens of a request that gives none.", 1, 1e7));
+  f.push_back(field("serve", "temperature", T::kFloat, "1.0",
+                    "Sampling temperature of a request that gives none (0: greedy).", 0, 100));
+  f.push_back(field("serve", "top_p", T::kFloat, "1.0", "top_p of a request that gives none.", 0, 1));
+  f.back().min_exclusive = true;
+  f.push_back(field("serve", "top_k", T::kInt, "0", "top_k of a request that gives none (0: off).", 0, 1e7));
+  f.push_back(field("serve", "seed", T::kInt, "1234",
+                    "Seed of preset weights and of requests that give none.", 0, 9.2e18));
+  f.push_back(field("serve", "tensor_parallel", T::kInt, "0",
+                    "Tensor-parallel degree (0: all of the job's ranks; one replica).", 0, 1024));
+  f.push_back(field("serve", "cuda_graphs", T::kBool, "true", "Capture decode steps in CUDA graphs."));
   // [command]
   f.push_back(field("command", "argv", T::kStringList, "(required)",
                     "The program and its arguments, run once per rank."));
@@ -161,7 +197,7 @@ const std::vector<FieldDoc>& schema_fields() {
 
 const std::vector<std::string>& schema_sections() {
   static const std::vector<std::string> sections = {"job", "model", "parallel", "train", "infer",
-                                                    "command"};
+                                                    "serve", "command"};
   return sections;
 }
 

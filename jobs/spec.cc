@@ -6,6 +6,7 @@ const char* to_string(JobKind kind) {
   switch (kind) {
     case JobKind::kTrain: return "train";
     case JobKind::kInfer: return "infer";
+    case JobKind::kServe: return "serve";
     case JobKind::kCommand: return "command";
   }
   return "?";

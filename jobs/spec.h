@@ -17,7 +17,7 @@ namespace cohort::jobs {
 
 using cohort::Strategy;  // base/strategy.h: one enum for the job file and parallel/
 
-enum class JobKind { kTrain, kInfer, kCommand };
+enum class JobKind { kTrain, kInfer, kServe, kCommand };
 enum class DeviceVisibility {
   kOwn,   // each worker sees only its own GPU, as cuda:0
   kNode,  // each worker sees the job's GPUs on its node; cuda:LOCAL_RANK is its own
@@ -110,6 +110,27 @@ struct InferSection {
   bool cuda_graphs = true;
 };
 
+// kind = "serve": the OpenAI-compatible HTTP server (infer/serve_job.h).
+struct ServeSection {
+  std::string host = "127.0.0.1";
+  int port = 8000;              // 0: any free port (printed and written to output_dir/endpoint.json)
+  std::string api_key;          // required when host is not loopback
+  std::string model_name;       // the id /v1/models lists; default: the job's name
+  int max_running = 16;         // sequences decoded together (KV-cache slots)
+  int max_queue = 64;           // requests waiting for a slot before 429
+  int max_connections = 256;    // open HTTP connections before new ones are refused
+  int max_body_bytes = 1 << 20; // request bodies above this get 413
+  int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq, at most 4096
+  int prefill_chunk = 256;      // prompt tokens prefilled per step
+  int max_tokens = 256;         // a request's max_tokens when it gives none
+  double temperature = 1.0;     // defaults for requests that give none
+  double top_p = 1.0;
+  int top_k = 0;
+  int64_t seed = 1234;          // preset weights' init, and requests without a seed
+  int tensor_parallel = 0;      // 0: all of the job's ranks
+  bool cuda_graphs = true;
+};
+
 struct CommandSection {
   std::vector<std::string> argv;
 };
@@ -121,11 +142,13 @@ struct JobSpec {
   ParallelSection parallel;
   TrainSection train;
   InferSection infer;
+  ServeSection serve;
   CommandSection command;
 
   bool has_model = false;
   bool has_train = false;
   bool has_infer = false;
+  bool has_serve = false;
   bool has_command = false;
 
   // Data-parallel degree at a given number of nodes.

@@ -4,7 +4,7 @@
 # Idempotent: a second run with nothing changed only re-checks and relinks nothing.
 #
 #   scripts/setup.sh            packages + build
-#   scripts/setup.sh --no-build packages only
+#   scripts/setup.sh --no-build packages (and the tests' npm peers) only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,8 @@ packages=(
   libgtest-dev libgmock-dev       # tests
   fortunes-min fortunes           # English text for the quickstart corpus
   procps psmisc                   # ps/pgrep used by process-leak checks in tests
+  nodejs npm                      # test peers: the OpenAI client (scripts/test-peers.sh)
+  prometheus                      # test peer: scrapes the server's /metrics
 )
 
 missing=()
@@ -39,6 +41,8 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+scripts/test-peers.sh            # npm packages the tests talk to (idempotent)
 
 [[ ${1:-} == --no-build ]] && exit 0
 exec scripts/build.sh

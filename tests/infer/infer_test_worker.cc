@@ -1,11 +1,12 @@
-// What cohort-worker does for kind = "infer", and nothing else: load the job
-// file, run run_infer. The tests launch it as real ranks so that they do not
+// What cohort-worker does for kind = "infer" and "serve", and nothing else:
+// load the job file, run run_infer or run_serve. The tests launch it as real ranks so that they do not
 // depend on the rest of the worker binary.
 #include <cstdio>
 
 #include "base/log.h"
 #include "jobs/load.h"
 #include "infer/infer_job.h"
+#include "infer/serve_job.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -18,7 +19,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", loaded.error_text().c_str());
     return 2;
   }
-  cohort::Status status = cohort::infer::run_infer(loaded.spec);
+  cohort::Status status = loaded.spec.job.kind == cohort::jobs::JobKind::kServe
+                              ? cohort::infer::run_serve(loaded.spec)
+                              : cohort::infer::run_infer(loaded.spec);
   if (!status.is_ok()) {
     std::fprintf(stderr, "infer_test_worker: %s\n", status.message().c_str());
     return 1;

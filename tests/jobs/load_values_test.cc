@@ -82,3 +82,40 @@ TEST(JobFileValues, ResolvedTomlLoadsBackToTheSameSpec) {
 
 }  // namespace
 }  // namespace cohort::jobs
+
+namespace cohort::jobs {
+namespace {
+
+TEST(JobFileValues, ServeKeysLoadWithDefaultsAndRoundTrip) {
+  auto r = testing::load("[job]\nname = \"s\"\nkind = \"serve\"\ngpus_per_node = 2\n[model]\npreset = \"tiny\"\n"
+                         "[serve]\nport = 0\nmax_running = 4\nprefill_chunk = 32\ntemperature = 0.0\n");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  const auto& s = r.spec.serve;
+  EXPECT_EQ(r.spec.job.kind, JobKind::kServe);
+  EXPECT_EQ(s.host, "127.0.0.1");
+  EXPECT_EQ(s.port, 0);
+  EXPECT_EQ(s.max_running, 4);
+  EXPECT_EQ(s.max_queue, 64);
+  EXPECT_EQ(s.model_name, "s");  // the job's name
+  EXPECT_EQ(s.prefill_chunk, 32);
+  auto again = load_job_text(to_toml(r.spec), "resolved.toml", {});
+  ASSERT_TRUE(again.ok()) << again.error_text();
+  EXPECT_EQ(to_toml(again.spec), to_toml(r.spec));
+  EXPECT_EQ(again.spec.serve.max_running, 4);
+}
+
+TEST(JobFileValues, AServerOffLoopbackNeedsAnApiKey) {
+  const std::string job = "[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n[serve]\nhost = \"0.0.0.0\"\n";
+  auto r = testing::load(job);
+  EXPECT_FALSE(r.ok());
+  testing::error_with(r, "serve.api_key is required");
+  EXPECT_TRUE(testing::load(job + "api_key = \"k\"\n").ok());
+  auto tp = testing::load("[job]\nname = \"s\"\nkind = \"serve\"\ngpus_per_node = 2\n[model]\npreset = \"tiny\"\n"
+                          "[serve]\ntensor_parallel = 1\n");
+  testing::error_with(tp, "must equal the job's 2 ranks");
+  auto typo = testing::load("[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n[serve]\nmax_runing = 2\n");
+  testing::error_with(typo, "max_running");
+}
+
+}  // namespace
+}  // namespace cohort::jobs

@@ -1,0 +1,311 @@
+// OpenAI request parsing and response JSON (see openai_api.h).
+#include "infer/openai_api.h"
+
+#include "infer/chat_prompt.h"
+
+namespace cohort::infer {
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return ApiError{400, message, "invalid_request_error", param, ""};
+}
+
+// Reads an optional number field into *out within [lo, hi].
+std::optional<ApiError> number(const json& body, const char* key, double lo, double hi, double* out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const json& v = body[key];
+  if (!v.is_number()) return bad(key, std::string("'") + key + "' must be a number");
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) {
+    return bad(key, std::string("'") + key + "' must lie in [" + json(lo).dump() + ", " +
+                        json(hi).dump() + "], got " + v.dump());
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> integer(const json& body, const char* key, int64_t lo, int64_t hi, int64_t* out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const json& v = body[key];
+  if (!v.is_number_integer()) return bad(key, std::string("'") + key + "' must be an integer");
+  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : v.get<int64_t>();
+  if (x < lo || x > hi) {
+    return bad(key, std::string("'") + key + "' must lie in [" + std::to_string(lo) + ", " +
+                        std::to_string(hi) + "], got " + v.dump());
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> boolean(const json& body, const char* key, bool* out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  if (!body[key].is_boolean()) return bad(key, std::string("'") + key + "' must be a boolean");
+  *out = body[key].get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> token_ids(const json& v, const std::string& param, int vocab,
+                                  std::vector<int32_t>* out) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer()) return bad(param, "'" + param + "' must hold token ids (integers)");
+    const int64_t id = v[i].get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      return bad(param, "'" + param + "' holds token id " + std::to_string(id) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> text_prompt(const std::string& text, const std::string& param,
+                                    models::Tokenizer* tokenizer, std::vector<int32_t>* out) {
+  if (!tokenizer) {
+    return bad(param, "this model has no tokenizer; give '" + param + "' as token ids");
+  }
+  *out = tokenizer->encode(text);
+  return std::nullopt;
+}
+
+// prompt: "text", [ids], ["text"] or [[ids]] (n = 1: one prompt per request).
+std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d,
+                                          models::Tokenizer* tokenizer, std::vector<int32_t>* out) {
+  if (!body.contains("prompt")) return bad("prompt", "'prompt' is required");
+  const json& p = body["prompt"];
+  if (p.is_string()) return text_prompt(p.get<std::string>(), "prompt", tokenizer, out);
+  if (!p.is_array()) return bad("prompt", "'prompt' must be a string or an array of token ids");
+  if (p.size() == 1 && p[0].is_string()) return text_prompt(p[0].get<std::string>(), "prompt", tokenizer, out);
+  if (p.size() == 1 && p[0].is_array()) return token_ids(p[0], "prompt", d.vocab_size, out);
+  if (!p.empty() && (p[0].is_string() || p[0].is_array())) {
+    return bad("prompt", "'prompt' holds several prompts; this server takes one per request");
+  }
+  return token_ids(p, "prompt", d.vocab_size, out);
+}
+
+std::optional<ApiError> chat_prompt(const json& body, models::Tokenizer* tokenizer,
+                                    std::vector<int32_t>* out) {
+  if (!body.contains("messages")) return bad("messages", "'messages' is required");
+  const json& m = body["messages"];
+  if (!m.is_array() || m.empty()) return bad("messages", "'messages' must be a non-empty array");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m[i].is_object()) return bad(at, "'" + at + "' must be an object");
+    if (!m[i].contains("role") || !m[i]["role"].is_string()) {
+      return bad(at + ".role", "'" + at + ".role' must be a string");
+    }
+    const std::string role = m[i]["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer") {
+      return bad(at + ".role", "'" + at + ".role' must be system, user, assistant, tool or developer");
+    }
+    ChatMessage msg{role, ""};
+    const json content = m[i].contains("content") ? m[i]["content"] : json();
+    if (content.is_string()) {
+      msg.content = content.get<std::string>();
+    } else if (content.is_array()) {  // [{"type": "text", "text": "..."}]
+      for (const json& part : content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return bad(at + ".content", "'" + at + ".content' parts must be {\"type\": \"text\", \"text\": ...}");
+        }
+        msg.content += part["text"].get<std::string>();
+      }
+    } else if (!content.is_null()) {
+      return bad(at + ".content", "'" + at + ".content' must be a string or an array of text parts");
+    }
+    messages.push_back(std::move(msg));
+  }
+  return text_prompt(render_chat_prompt(messages), "messages", tokenizer, out);
+}
+
+std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab) {
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      r->stop_strings.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 16) {
+      for (const json& x : s) {
+        if (!x.is_string()) return bad("stop", "'stop' must be a string or an array of strings");
+        r->stop_strings.push_back(x.get<std::string>());
+      }
+    } else {
+      return bad("stop", "'stop' must be a string or an array of at most 16 strings");
+    }
+    for (const std::string& x : r->stop_strings) {
+      if (x.size() > 256) return bad("stop", "'stop' strings are at most 256 bytes");
+    }
+  }
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    const json& s = body["stop_token_ids"];
+    if (!s.is_array() || s.size() > 256) return bad("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    return token_ids(s, "stop_token_ids", vocab, &r->stop_ids);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_fields(const json& body, bool chat, const ApiDefaults& d,
+                                     models::Tokenizer* tokenizer, CompletionRequest* r) {
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) return bad("model", "'model' must be a string");
+    if (body["model"].get<std::string>() != d.model_name) {
+      return ApiError{404, "The model '" + body["model"].get<std::string>() + "' does not exist; this server has '" +
+                               d.model_name + "'", "invalid_request_error", "model", "model_not_found"};
+    }
+  }
+  r->chat = chat;
+  auto e = chat ? chat_prompt(body, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
+  if (e) return e;
+  if (r->prompt.empty()) return bad(chat ? "messages" : "prompt", "the prompt has no tokens");
+  const int64_t room = int64_t(d.context) - int64_t(r->prompt.size());
+  if (room < 1) {
+    return bad(chat ? "messages" : "prompt", "the prompt has " + std::to_string(r->prompt.size()) +
+                                                 " tokens; this server's context is " +
+                                                 std::to_string(d.context) + " tokens");
+  }
+  int64_t n = 1, max_tokens = -1, top_k = d.sampling.top_k, seed = int64_t(d.sampling.seed);
+  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if ((e = integer(body, max_key, 1, INT32_MAX, &max_tokens))) return e;
+  if (max_tokens > room) {
+    return bad(max_key, std::string("'") + max_key + "' is " + std::to_string(max_tokens) + " but the prompt's " +
+                            std::to_string(r->prompt.size()) + " tokens leave " + std::to_string(room) +
+                            " of the context's " + std::to_string(d.context));
+  }
+  r->max_tokens = int(max_tokens > 0 ? max_tokens : std::min<int64_t>(d.max_tokens, room));
+  double temperature = d.sampling.temperature, top_p = d.sampling.top_p;
+  if ((e = number(body, "temperature", 0, 2, &temperature))) return e;
+  if ((e = number(body, "top_p", 0, 1, &top_p))) return e;
+  if (top_p <= 0) return bad("top_p", "'top_p' must be above 0");
+  if (body.contains("top_k") && body["top_k"] == -1) top_k = 0;  // vLLM's "off"
+  else if ((e = integer(body, "top_k", 0, 1 << 30, &top_k))) return e;
+  if ((e = integer(body, "seed", INT64_MIN, INT64_MAX, &seed))) return e;
+  if ((e = integer(body, "n", 1, 1, &n))) return e;
+  r->sampling.temperature = float(temperature);
+  r->sampling.top_p = float(top_p);
+  r->sampling.top_k = int(top_k);
+  r->sampling.seed = uint64_t(seed);
+  if ((e = stops(body, r, d.vocab_size))) return e;
+  if ((e = boolean(body, "stream", &r->stream))) return e;
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    if (!body["stream_options"].is_object()) return bad("stream_options", "'stream_options' must be an object");
+    if ((e = boolean(body["stream_options"], "include_usage", &r->include_usage))) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+  }
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const json& l = body["logprobs"];
+    if (chat && !l.is_boolean()) return bad("logprobs", "'logprobs' must be a boolean");
+    if (!chat && !(l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() <= 20)) {
+      return bad("logprobs", "'logprobs' must be an integer in [0, 20]");
+    }
+    r->logprobs = chat ? l.get<bool>() : true;
+  }
+  int64_t top = 0;
+  if ((e = integer(body, "top_logprobs", 0, 20, &top))) return e;
+  if (top > 0) return bad("top_logprobs", "'top_logprobs' above 0 is not supported (the chosen token's logprob is)");
+  if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
+  return boolean(body, "return_token_ids", &r->return_token_ids);
+}
+
+json logprobs_json(const ChoiceUpdate& c, bool chat) {
+  if (chat) {
+    json content = json::array();
+    for (size_t i = 0; i < c.logprobs.size(); ++i) {
+      const std::string& t = i < c.token_texts.size() ? c.token_texts[i] : std::string();
+      json bytes = json::array();
+      for (unsigned char b : t) bytes.push_back(int(b));
+      content.push_back({{"token", t}, {"logprob", c.logprobs[i]}, {"bytes", bytes}, {"top_logprobs", json::array()}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), lps = json::array();
+  for (size_t i = 0; i < c.logprobs.size(); ++i) {
+    tokens.push_back(i < c.token_texts.size() ? c.token_texts[i] : std::string());
+    lps.push_back(c.logprobs[i]);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", nullptr}, {"text_offset", json::array()}};
+}
+
+json choice_json(const ChoiceUpdate& c, const CompletionRequest& req, bool stream, bool first) {
+  json choice = {{"index", 0}};
+  if (req.chat) {
+    json message = json::object();
+    if (!stream || first) message["role"] = "assistant";
+    if (!stream || !c.text.empty() || !first) message["content"] = c.text;
+    choice[stream ? "delta" : "message"] = message;
+  } else {
+    choice["text"] = c.text;
+  }
+  choice["logprobs"] = req.logprobs ? logprobs_json(c, req.chat) : json(nullptr);
+  choice["finish_reason"] = c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
+  if (req.return_token_ids) choice["token_ids"] = c.token_ids;
+  return choice;
+}
+
+json head_json(const ResponseHead& h, bool stream) {
+  return {{"id", h.id},
+          {"object", h.chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+          {"created", h.created},
+          {"model", h.model}};
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_completion_request(const std::string& body, bool chat,
+                                                 const ApiDefaults& defaults,
+                                                 models::Tokenizer* tokenizer,
+                                                 CompletionRequest* out) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("", "the body is not valid JSON");
+  if (!j.is_object()) return bad("", "the body must be a JSON object");
+  try {
+    return parse_fields(j, chat, defaults, tokenizer, out);
+  } catch (const json::exception& e) {  // a type the checks above missed
+    return bad("", std::string("malformed request: ") + e.what());
+  }
+}
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string error_body(const ApiError& e) {
+  return dump_json({{"error",
+                     {{"message", e.message},
+                      {"type", e.type},
+                      {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                      {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}});
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json completion_json(const ResponseHead& head, const ChoiceUpdate& choice, const CompletionRequest& req,
+                     int64_t prompt_tokens, int64_t completion_tokens) {
+  json j = head_json(head, false);
+  j["choices"] = json::array({choice_json(choice, req, false, false)});
+  j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return j;
+}
+
+std::string stream_chunk(const ResponseHead& head, const ChoiceUpdate& choice,
+                         const CompletionRequest& req, bool first) {
+  json j = head_json(head, true);
+  j["choices"] = json::array({choice_json(choice, req, true, first)});
+  if (req.include_usage) j["usage"] = nullptr;
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+std::string stream_usage_chunk(const ResponseHead& head, int64_t prompt_tokens, int64_t completion_tokens) {
+  json j = head_json(head, true);
+  j["choices"] = json::array();
+  j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace cohort::infer

@@ -1,0 +1,96 @@
+// The OpenAI wire format of the server (serve_http.h): request bodies of
+// /v1/completions and /v1/chat/completions in, typed requests out, and the
+// JSON of responses, stream chunks and errors.
+//
+// Parsing never throws and never trusts the body: each field is checked for
+// type and range, and an error names it (OpenAI's `param`) with the status
+// the API gives (400, or 404 for an unknown model). Fields the server does not
+// use are ignored, as OpenAI's own server ignores unknown ones. Beyond
+// OpenAI: `top_k`, `stop_token_ids`, `ignore_eos` and `return_token_ids`
+// (generated ids in each choice as `token_ids`), named as vLLM names them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/token_sampler.h"
+#include "models/tokenizer.h"
+
+namespace cohort::infer {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" is written as null
+  std::string code;   // "" is written as null
+};
+
+// What the job's [serve] section and model give every request.
+struct ApiDefaults {
+  std::string model_name;
+  int max_tokens = 256;
+  models::SamplingParams sampling;  // temperature, top_p, top_k, seed
+  int context = 0;                  // positions per sequence
+  int vocab_size = 0;
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  std::vector<int32_t> prompt;
+  int max_tokens = 0;
+  models::SamplingParams sampling;
+  std::vector<int32_t> stop_ids;
+  std::vector<std::string> stop_strings;
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool logprobs = false;
+  bool return_token_ids = false;
+  bool ignore_eos = false;        // decode past the model's end-of-sequence ids (benchmarks)
+};
+
+// `tokenizer` may be null (then only token-id prompts are accepted). It is
+// used from one thread at a time (encode keeps a cache).
+std::optional<ApiError> parse_completion_request(const std::string& body, bool chat,
+                                                 const ApiDefaults& defaults,
+                                                 models::Tokenizer* tokenizer,
+                                                 CompletionRequest* out);
+
+// {"error": {"message", "type", "param", "code"}}.
+std::string error_body(const ApiError& error);
+
+struct ChoiceUpdate {
+  std::string text;               // new text (streaming) or all of it
+  std::vector<int32_t> token_ids; // the tokens behind it, with return_token_ids
+  std::vector<float> logprobs;    // one per token, with logprobs
+  std::vector<std::string> token_texts;  // each token's text, with logprobs
+  std::string finish_reason;      // "" while unfinished
+};
+
+struct ResponseHead {
+  std::string id;                 // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;            // unix seconds
+  std::string model;
+  bool chat = false;
+};
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// A whole (non-streaming) response.
+nlohmann::json completion_json(const ResponseHead& head, const ChoiceUpdate& choice,
+                               const CompletionRequest& req, int64_t prompt_tokens,
+                               int64_t completion_tokens);
+// One server-sent event, "data: {...}\n\n". `first` adds the chat role delta.
+std::string stream_chunk(const ResponseHead& head, const ChoiceUpdate& choice,
+                         const CompletionRequest& req, bool first);
+// The final usage chunk (stream_options.include_usage): empty choices.
+std::string stream_usage_chunk(const ResponseHead& head, int64_t prompt_tokens,
+                               int64_t completion_tokens);
+
+// Text JSON can carry: invalid UTF-8 (a random model's bytes) becomes U+FFFD.
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace cohort::infer

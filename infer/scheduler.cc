@@ -1,0 +1,213 @@
+// Continuous batching, one step at a time (see scheduler.h).
+#include "infer/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+
+namespace cohort::infer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// log softmax(row)[t], in double so that long vocabularies do not lose it.
+float log_probability(const float* row, int vocab, int32_t t) {
+  const float top = *std::max_element(row, row + vocab);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - top);
+  return static_cast<float>(double(row[t]) - top - std::log(sum));
+}
+
+}  // namespace
+
+Scheduler::Scheduler(InferenceEngine& engine, SchedulerOptions options)
+    : engine_(engine), options_(std::move(options)), slots_(engine.slots()) {
+  logits_.resize(static_cast<size_t>(engine.slots()) * engine.vocab_size());
+  greedy_.resize(engine.slots());
+}
+
+Status Scheduler::add(SequenceRequest request) {
+  if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
+  if (request.max_new_tokens < 1) return invalid_argument("max_new_tokens must be at least 1");
+  const int64_t need = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  if (need > engine_.capacity()) {
+    return invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +
+                            " tokens; with max_new_tokens " +
+                            std::to_string(request.max_new_tokens) + " it needs " +
+                            std::to_string(need) + " positions but a sequence holds " +
+                            std::to_string(engine_.capacity()));
+  }
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= engine_.vocab_size()) {
+      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                              std::to_string(engine_.vocab_size()) + ")");
+    }
+  }
+  waiting_.push_back(std::move(request));
+  return Status::ok();
+}
+
+void Scheduler::cancel(int64_t id) { cancels_.push_back(id); }
+
+int64_t Scheduler::kv_used() const {
+  int64_t used = 0;
+  for (const Slot& s : slots_) {
+    if (s.busy) used += static_cast<int64_t>(s.prefilled + s.generated.size());
+  }
+  return used;
+}
+
+bool Scheduler::wants_logits(const Slot& s) const {
+  return options_.return_logits || s.req.sampling.temperature > 0 || s.req.logprobs;
+}
+
+void Scheduler::release(int s) {
+  slots_[s].busy = false;
+  slots_[s].generated.clear();
+  --running_;
+}
+
+int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits) {
+  if (!have_logits) return device_greedy;
+  if (options_.on_logits) options_.on_logits(slot.req.id, row, engine_.vocab_size());
+  return slot.sampler.sample(row, engine_.vocab_size());
+}
+
+bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events) {
+  Slot& slot = slots_[s];
+  slot.generated.push_back(t);
+  TokenEvent e;
+  e.id = slot.req.id;
+  e.token = t;
+  if (slot.req.logprobs && row) e.logprob = log_probability(row, engine_.vocab_size(), t);
+  const StopCondition* stop = slot.req.stop.get();
+  if (stop && (stop->is_stop_token(t) || stop->hits_stop_string(slot.generated))) {
+    e.finished = true, e.finish_reason = "stop";
+  } else if (static_cast<int>(slot.generated.size()) >= slot.req.max_new_tokens) {
+    e.finished = true, e.finish_reason = "length";
+  }
+  events.push_back(e);
+  if (e.finished) release(s);
+  return !e.finished;
+}
+
+void Scheduler::drop_cancelled(std::vector<TokenEvent>& events) {
+  for (int64_t id : cancels_) {
+    bool found = false;
+    for (size_t s = 0; s < slots_.size() && !found; ++s) {
+      if (slots_[s].busy && slots_[s].req.id == id) release(static_cast<int>(s)), found = true;
+    }
+    for (auto it = waiting_.begin(); it != waiting_.end() && !found; ++it) {
+      if (it->id == id) waiting_.erase(it), found = true;
+    }
+    if (found) events.push_back(TokenEvent{id, -1, 0, true, "cancelled"});
+  }
+  cancels_.clear();
+}
+
+void Scheduler::prefill(std::vector<TokenEvent>& events, StepStats& st) {
+  const int V = engine_.vocab_size();
+  const int chunk = options_.prefill_chunk;
+  int budget = chunk > 0 ? chunk : INT_MAX;
+  const bool chunked = chunk > 0 && engine_.can_extend();
+  const auto t0 = Clock::now();
+  // Sequences part-way through their prompt go first: they hold a slot.
+  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {
+    Slot& slot = slots_[s];
+    if (!slot.busy || slot.prefilled >= slot.req.prompt.size()) continue;
+    const int n = static_cast<int>(std::min<size_t>(slot.req.prompt.size() - slot.prefilled, budget));
+    const bool last = slot.prefilled + n == slot.req.prompt.size();
+    const bool logits = last && wants_logits(slot);
+    engine_.extend(static_cast<int>(s), slot.req.prompt.data() + slot.prefilled, n,
+                   logits ? logits_.data() : nullptr, greedy_.data());
+    slot.prefilled += n, budget -= n, st.prefill_tokens += n;
+    if (last) emit(static_cast<int>(s), pick(slot, logits_.data(), greedy_[0], logits),
+                   logits ? logits_.data() : nullptr, events);
+  }
+  std::vector<int> admit;
+  std::vector<const std::vector<int32_t>*> prompts;
+  while (budget > 0 && !waiting_.empty()) {
+    admit.clear(), prompts.clear();
+    bool logits = false;
+    for (size_t s = 0; s < slots_.size() && budget > 0 && !waiting_.empty(); ++s) {
+      if (slots_[s].busy) continue;
+      const int size = static_cast<int>(waiting_.front().prompt.size());
+      // An engine that cannot extend takes a long prompt whole, but only in a
+      // step that has spent nothing yet, so one step stays near the budget.
+      if (size > budget && !chunked && budget < chunk) { budget = 0; break; }
+      Slot& slot = slots_[s];
+      slot.req = std::move(waiting_.front());
+      waiting_.pop_front();
+      slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
+      slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
+      ++running_, ++st.admitted;
+      if (size > budget && chunked) {  // the first chunk now, the rest in later steps
+        engine_.prefill(static_cast<int>(s), slot.req.prompt.data(), budget, nullptr, greedy_.data());
+        slot.prefilled = budget, st.prefill_tokens += budget, budget = 0;
+        break;
+      }
+      budget = size >= budget ? 0 : budget - size;
+      admit.push_back(static_cast<int>(s));
+      prompts.push_back(&slot.req.prompt);
+      logits = logits || wants_logits(slot);
+    }
+    if (admit.empty()) break;
+    engine_.prefill_many(admit.data(), prompts, logits ? logits_.data() : nullptr, greedy_.data());
+    std::vector<int32_t> first(admit.size());
+    for (size_t j = 0; j < admit.size(); ++j) {
+      Slot& slot = slots_[admit[j]];
+      first[j] = pick(slot, logits_.data() + j * V, greedy_[j], logits);
+    }
+    for (size_t j = 0; j < admit.size(); ++j) {
+      Slot& slot = slots_[admit[j]];
+      slot.prefilled = slot.req.prompt.size();
+      st.prefill_tokens += static_cast<int64_t>(slot.req.prompt.size());
+      emit(admit[j], first[j], logits ? logits_.data() + j * V : nullptr, events);
+    }
+  }
+  st.prefill_s += seconds_since(t0);
+}
+
+void Scheduler::decode(std::vector<TokenEvent>& events, StepStats& st) {
+  const size_t V = static_cast<size_t>(engine_.vocab_size());
+  std::vector<int> batch;
+  std::vector<int32_t> tokens;
+  bool logits = false;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (!slot.busy || slot.prefilled < slot.req.prompt.size()) continue;
+    batch.push_back(static_cast<int>(s));
+    tokens.push_back(slot.generated.back());
+    logits = logits || wants_logits(slot);
+  }
+  if (batch.empty()) return;
+  const auto t0 = Clock::now();
+  const int B = static_cast<int>(batch.size());
+  engine_.decode(batch.data(), tokens.data(), B, logits ? logits_.data() : nullptr, greedy_.data());
+  std::vector<int32_t> next(batch.size());
+  for (int b = 0; b < B; ++b) {
+    next[b] = pick(slots_[batch[b]], logits_.data() + b * V, greedy_[b], logits);
+  }
+  st.decode_s += seconds_since(t0);
+  st.decode_batch = B;
+  for (int b = 0; b < B; ++b) {
+    emit(batch[b], next[b], logits ? logits_.data() + b * V : nullptr, events);
+  }
+}
+
+std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
+  std::vector<TokenEvent> events;
+  StepStats st;
+  drop_cancelled(events);
+  prefill(events, st);
+  decode(events, st);
+  if (stats) *stats = st;
+  return events;
+}
+
+}  // namespace cohort::infer

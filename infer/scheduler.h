@@ -1,0 +1,129 @@
+// Scheduler: continuous batching over an InferenceEngine's slots, one step
+// at a time. The offline job (generate_all) and the server (serve_job) both
+// drive it; there is no other generation loop.
+//
+// A step, in order:
+//   1. cancelled requests leave (a waiting one is dropped, a running one frees
+//      its slot), each reported once with finish_reason "cancelled";
+//   2. prefill: sequences part-way through their prompt continue, then waiting
+//      requests are admitted into free slots, first come first served, until
+//      the step's prompt-token budget (prefill_chunk) is spent. A prompt
+//      longer than the budget is prefilled in chunks over several steps, so
+//      running streams keep getting a token every step. Requests whose whole
+//      prompt fits go through one prefill_many call; a sequence that ends on
+//      its first token frees its slot for another admission round;
+//   3. decode: every sequence past its prefill gets one token, in one call.
+// With prefill_chunk 0 (the offline job) prompts are prefilled whole, which
+// gives the engine the same calls as before the server existed.
+//
+// Determinism: a sequence samples with its own generator (sampling.seed,
+// stream), so its tokens do not depend on what it is batched with; decisions
+// depend only on what was added and cancelled and in which order. Ranks of a
+// tensor-parallel group that add and cancel the same requests before the same
+// steps therefore make identical engine calls and pick identical tokens
+// (serve_job.cc relies on this to keep followers in lockstep).
+//
+// Threading: none; one thread owns a Scheduler and its engine.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "infer/engine.h"
+#include "infer/prompts.h"
+#include "models/token_sampler.h"
+
+namespace cohort::infer {
+
+struct SequenceRequest {
+  int64_t id = 0;                 // unique among live requests; the caller's key
+  std::vector<int32_t> prompt;    // never empty
+  int max_new_tokens = 16;        // >= 1
+  models::SamplingParams sampling;
+  uint64_t sampler_stream = 0;    // the generator's stream (the offline job: the prompt index)
+  std::shared_ptr<const StopCondition> stop;  // null: only max_new_tokens ends it
+  // What a server's client asked for, behind `stop` (with the model's
+  // end-of-sequence ids): the server sends these to its other ranks.
+  std::vector<int32_t> stop_ids;
+  std::vector<std::string> stop_strings;
+  bool logprobs = false;          // report each chosen token's log-probability
+};
+
+struct TokenEvent {
+  int64_t id = 0;
+  int32_t token = -1;             // -1 for a cancellation
+  float logprob = 0;              // when the request asked for logprobs
+  bool finished = false;
+  const char* finish_reason = ""; // "stop", "length" or "cancelled" when finished
+};
+
+struct StepStats {
+  double prefill_s = 0, decode_s = 0;
+  int64_t prefill_tokens = 0;     // prompt tokens that went through the engine
+  int decode_batch = 0;           // sequences in the decode call (0: none)
+  int admitted = 0;               // requests that took a slot this step
+};
+
+struct SchedulerOptions {
+  int prefill_chunk = 0;          // prompt tokens per step; 0: whole prompts
+  // Full logits for every call even when all sequences decode greedily (for
+  // on_logits); must be alike on every rank of a tensor-parallel group.
+  bool return_logits = false;
+  std::function<void(int64_t id, const float* logits, int vocab)> on_logits;
+};
+
+class Scheduler {
+ public:
+  Scheduler(InferenceEngine& engine, SchedulerOptions options);
+
+  // Queues a request (unbounded: the caller bounds its queue). Errors when
+  // the prompt plus max_new_tokens does not fit a slot, naming the numbers.
+  Status add(SequenceRequest request);
+  // The request leaves at the next step; unknown ids are ignored.
+  void cancel(int64_t id);
+  // One step; the tokens it produced, in slot order.
+  std::vector<TokenEvent> step(StepStats* stats = nullptr);
+
+  bool idle() const { return waiting_.empty() && running_ == 0 && cancels_.empty(); }
+  int running() const { return running_; }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  int slots() const { return engine_.slots(); }
+  // KV positions held by running sequences, and the cache's total.
+  int64_t kv_used() const;
+  int64_t kv_total() const { return int64_t(engine_.slots()) * engine_.capacity(); }
+  int capacity() const { return engine_.capacity(); }
+
+ private:
+  struct Slot {
+    bool busy = false;
+    SequenceRequest req;
+    models::TokenSampler sampler{models::SamplingParams{}, 0};
+    size_t prefilled = 0;          // prompt tokens in the cache
+    std::vector<int32_t> generated;
+  };
+
+  void drop_cancelled(std::vector<TokenEvent>& events);
+  void prefill(std::vector<TokenEvent>& events, StepStats& st);
+  void decode(std::vector<TokenEvent>& events, StepStats& st);
+  bool wants_logits(const Slot& s) const;
+  // Records token t for slot s; false when the sequence ended (slot freed).
+  bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);
+  int32_t pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits);
+  void release(int s);
+
+  InferenceEngine& engine_;
+  SchedulerOptions options_;
+  std::vector<Slot> slots_;
+  std::deque<SequenceRequest> waiting_;
+  std::vector<int64_t> cancels_;
+  int running_ = 0;
+  std::vector<float> logits_;
+  std::vector<int32_t> greedy_;
+};
+
+}  // namespace cohort::infer

@@ -1,0 +1,448 @@
+// The server's HTTP side (see serve_http.h). Every Connection lives on the
+// io thread; requests in flight are found by id in Server::live_.
+#include "infer/serve_http.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace cohort::infer {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Whole HTTP/1.1 response text; every connection closes after its response.
+std::string response_text(int status, const std::string& type, const std::string& body) {
+  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
+         "\r\nServer: cohort\r\nContent-Type: " + type + "\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+std::string chunk(const std::string& data) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+// Bytes at the end of `text` that begin a UTF-8 character not yet complete.
+size_t incomplete_utf8_tail(const std::string& text) {
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+bool same_key(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+class Server;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, Server& server);
+  ~Connection();
+  void start();
+  void on_event(const TokenEvent& e);
+  int64_t id() const { return id_; }
+
+ private:
+  void on_request(beast::error_code ec);
+  void route();
+  void completion(bool chat);
+  void reply(int status, const std::string& type, const std::string& body);
+  void error(const ApiError& e) { reply(e.status, "application/json", error_body(e)); }
+  void send(std::string data);
+  void write_next();
+  void watch_client();
+  void gone();
+  std::string text_so_far(bool finished);
+
+  Server& server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<std::string> out_;
+  bool writing_ = false, closing_ = false, closed_ = false;
+  char probe_[256];
+  // The generation, once accepted.
+  int64_t id_ = -1;
+  bool done_ = false, cancelled_ = false;
+  CompletionRequest req_;
+  ResponseHead head_;
+  std::shared_ptr<const StopCondition> stop_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logprobs_;
+  size_t sent_text_ = 0;
+  size_t sent_tokens_ = 0;
+  Clock::time_point arrived_, last_token_;
+};
+
+class Server final : public ServeHttp {
+ public:
+  Server(ServeHttpOptions options, GenerationQueue* queue, ServeMetrics* metrics)
+      : options_(std::move(options)), queue_(queue), metrics_(metrics),
+        io_(std::make_unique<asio::io_context>(1)), acceptor_(*io_) {}
+
+  ~Server() override {
+    io_->stop();
+    if (thread_.joinable()) thread_.join();
+    live_.clear();
+    io_.reset();  // destroys pending handlers, and with them the connections
+  }
+
+  Status open() {
+    boost::system::error_code ec;
+    auto address = asio::ip::make_address(options_.host, ec);
+    if (ec) return invalid_argument("serve.host: '" + options_.host + "' is not an IP address: " + ec.message());
+    tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return unavailable("cannot serve HTTP on " + options_.host + ":" + std::to_string(options_.port) +
+                         ": " + ec.message());
+    }
+    port_ = acceptor_.local_endpoint().port();
+    accept();
+    thread_ = std::thread([this] { io_->run(); });
+    return Status::ok();
+  }
+
+  int port() const override { return port_; }
+  void set_state(ServeState s) override { state_ = s; }
+  ServeState state() const { return state_; }
+  const char* state_name() const {
+    switch (state_.load()) {
+      case ServeState::kLoading: return "loading";
+      case ServeState::kReady: return "ready";
+      case ServeState::kDraining: return "draining";
+    }
+    return "?";
+  }
+  int live() const override { return live_count_; }
+
+  void deliver(std::vector<TokenEvent> events) override {
+    asio::post(*io_, [this, events = std::move(events)] {
+      for (const TokenEvent& e : events) {
+        auto it = live_.find(e.id);
+        if (it == live_.end()) continue;
+        auto conn = it->second;  // on_event may finish and unregister it
+        conn->on_event(e);
+      }
+    });
+  }
+
+  // Registers an accepted generation; false when the server is full.
+  bool admit(const std::shared_ptr<Connection>& c, int64_t* id) {
+    if (static_cast<int>(live_.size()) >= options_.max_live) return false;
+    *id = next_id_++;
+    live_[*id] = c;
+    live_count_ = static_cast<int>(live_.size());
+    return true;
+  }
+  void unregister(int64_t id) {
+    live_.erase(id);
+    live_count_ = static_cast<int>(live_.size());
+  }
+
+  const ServeHttpOptions& options() const { return options_; }
+  GenerationQueue& queue() { return *queue_; }
+  ServeMetrics& metrics() { return *metrics_; }
+  int connections() const override { return open_; }
+  std::atomic<int> open_{0};
+
+ private:
+  void accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        if (open_ >= options_.max_connections) {
+          auto s = std::make_shared<tcp::socket>(std::move(socket));
+          auto text = std::make_shared<std::string>(
+              response_text(503, "application/json",
+                            error_body({503, "too many connections", "server_error", "", "overloaded"})));
+          asio::async_write(*s, asio::buffer(*text), [s, text](boost::system::error_code, size_t) {
+            boost::system::error_code ignored;
+            s->shutdown(tcp::socket::shutdown_both, ignored);
+          });
+          metrics_->count_response(503);
+        } else {
+          std::make_shared<Connection>(std::move(socket), *this)->start();
+        }
+      }
+      accept();
+    });
+  }
+
+  ServeHttpOptions options_;
+  GenerationQueue* queue_;
+  ServeMetrics* metrics_;
+  std::unique_ptr<asio::io_context> io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<ServeState> state_{ServeState::kLoading};
+  std::unordered_map<int64_t, std::shared_ptr<Connection>> live_;  // io thread only
+  std::atomic<int> live_count_{0};
+  int64_t next_id_ = 1;
+};
+
+Connection::Connection(tcp::socket socket, Server& server) : server_(server), stream_(std::move(socket)) {
+  ++server_.open_;
+}
+
+Connection::~Connection() { --server_.open_; }
+
+void Connection::start() {
+  parser_.emplace();
+  parser_->body_limit(static_cast<uint64_t>(server_.options().max_body_bytes));
+  parser_->header_limit(16 * 1024);
+  stream_.expires_after(std::chrono::seconds(30));
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
+}
+
+void Connection::on_request(beast::error_code ec) {
+  stream_.expires_never();
+  if (ec == http::error::body_limit) {
+    return error({413, "the request body is larger than " +
+                           std::to_string(server_.options().max_body_bytes) + " bytes",
+                  "invalid_request_error", "", "body_too_large"});
+  }
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof) return;
+  if (ec) return error({400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "", ""});
+  route();
+}
+
+void Connection::route() {
+  const auto& req = parser_->get();
+  std::string target(req.target());
+  if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+  const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+  if (target == "/health") {
+    if (!get) return error({405, "use GET", "invalid_request_error", "", ""});
+    const bool ready = server_.state() == ServeState::kReady;
+    return reply(ready ? 200 : 503, "application/json", json({{"status", server_.state_name()}}).dump());
+  }
+  if (target == "/metrics") {
+    if (!get) return error({405, "use GET", "invalid_request_error", "", ""});
+    return reply(200, "text/plain; version=0.0.4",
+                 server_.metrics().render(server_.queue().gauges(), server_.state_name()));
+  }
+  const bool v1 = target == "/v1/models" || target == "/v1/completions" || target == "/v1/chat/completions";
+  if (!v1) return error({404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
+  const std::string& key = server_.options().api_key;
+  if (!key.empty() && !same_key(std::string(req[http::field::authorization]), "Bearer " + key)) {
+    return error({401, "missing or wrong API key (Authorization: Bearer KEY)", "invalid_request_error", "",
+                  "invalid_api_key"});
+  }
+  if (target == "/v1/models") {
+    if (!get) return error({405, "use GET", "invalid_request_error", "", ""});
+    const json model = {{"id", server_.options().defaults.model_name}, {"object", "model"},
+                        {"created", 0}, {"owned_by", "cohort"},
+                        {"max_model_len", server_.options().defaults.context}};
+    return reply(200, "application/json", json({{"object", "list"}, {"data", json::array({model})}}).dump());
+  }
+  if (!post) return error({405, "use POST", "invalid_request_error", "", ""});
+  completion(target == "/v1/chat/completions");
+}
+
+void Connection::completion(bool chat) {
+  if (server_.state() != ServeState::kReady) {
+    return error({503, server_.state() == ServeState::kLoading ? "the model is still loading" : "the server is draining",
+                  "server_error", "", "unavailable"});
+  }
+  const auto& opts = server_.options();
+  if (auto e = parse_completion_request(parser_->get().body(), chat, opts.defaults, opts.tokenizer.get(), &req_)) {
+    return error(*e);
+  }
+  // The model's end-of-sequence ids join the client's stop ids, so that the
+  // other ranks rebuild the same condition from the ids alone.
+  if (!req_.ignore_eos) req_.stop_ids.insert(req_.stop_ids.end(), opts.eos.begin(), opts.eos.end());
+  jobs::InferSection stops;
+  stops.stop_strings = req_.stop_strings;
+  for (int32_t id : req_.stop_ids) stops.stop_tokens.push_back(id);
+  auto stop = StopCondition::create(stops, opts.tokenizer.get());
+  if (!stop.is_ok()) return error({400, stop.status().message(), "invalid_request_error", "stop", ""});
+  stop_ = std::make_shared<const StopCondition>(std::move(*stop));
+  if (!server_.admit(shared_from_this(), &id_)) {
+    return error({429, "the server is full: " + std::to_string(opts.max_live) +
+                           " requests are running or waiting; retry later",
+                  "rate_limit_error", "", "queue_full"});
+  }
+  arrived_ = Clock::now();
+  head_ = ResponseHead{std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(id_),
+                       std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count(),
+                       opts.defaults.model_name, chat};
+  SequenceRequest r;
+  r.id = id_;
+  r.prompt = req_.prompt;
+  r.max_new_tokens = req_.max_tokens;
+  r.sampling = req_.sampling;
+  r.stop = stop_;
+  r.logprobs = req_.logprobs;
+  r.stop_ids = req_.stop_ids;
+  r.stop_strings = req_.stop_strings;
+  server_.metrics().add_tokens(static_cast<int64_t>(req_.prompt.size()), 0);
+  server_.queue().submit(std::move(r));
+  if (req_.stream) {
+    server_.metrics().count_response(200);
+    send("HTTP/1.1 200 OK\r\nServer: cohort\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+  }
+  watch_client();
+}
+
+// The client never sends more after its request; a read that completes means
+// it closed (or misbehaves), and either way its generation is cancelled.
+void Connection::watch_client() {
+  stream_.socket().async_read_some(asio::buffer(probe_), [self = shared_from_this()](beast::error_code, size_t) {
+    if (self->done_ || self->closed_) return;
+    self->gone();  // EOF, a reset, or bytes it should not send
+  });
+}
+
+void Connection::gone() {
+  closed_ = true;
+  if (id_ >= 0 && !done_ && !cancelled_) {
+    cancelled_ = true;
+    server_.queue().cancel(id_);
+  }
+}
+
+std::string Connection::text_so_far(bool finished) {
+  if (!server_.options().tokenizer) return {};
+  if (finished) return stop_->final_text(tokens_);
+  std::string text = server_.options().tokenizer->decode(tokens_);
+  size_t hold = incomplete_utf8_tail(text);
+  // A stop string may be forming at the end: keep back what could be its start.
+  size_t longest = 0;
+  for (const std::string& s : req_.stop_strings) longest = std::max(longest, s.size());
+  if (longest > 1) hold = std::max(hold, longest - 1);
+  text.resize(text.size() > hold ? text.size() - hold : 0);
+  return text;
+}
+
+void Connection::on_event(const TokenEvent& e) {
+  const auto now = Clock::now();
+  if (e.token >= 0) {
+    if (tokens_.empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
+    else server_.metrics().observe_inter_token(seconds(last_token_, now));
+    last_token_ = now;
+    tokens_.push_back(e.token);
+    logprobs_.push_back(e.logprob);
+    server_.metrics().add_tokens(0, 1);
+  }
+  if (e.finished) {
+    done_ = true;
+    server_.unregister(id_);
+    server_.metrics().count_finish(e.finish_reason);
+    server_.metrics().observe_e2e(seconds(arrived_, now));
+  }
+  if (cancelled_ || closed_) return;
+  const std::string reason = e.finished ? e.finish_reason : "";
+  if (reason == "cancelled" || reason == "error") {  // not asked for by this client
+    return req_.stream ? send(chunk("data: [DONE]\n\n") + "0\r\n\r\n")
+                       : error({500, "the request was cancelled", "server_error", "", ""});
+  }
+  if (!req_.stream && !e.finished) return;
+  const std::string text = text_so_far(e.finished);
+  ChoiceUpdate c;
+  c.finish_reason = reason;
+  const size_t from_token = req_.stream ? sent_tokens_ : 0;
+  c.text = req_.stream ? (text.size() > sent_text_ ? text.substr(sent_text_) : "") : text;
+  sent_text_ = std::max(sent_text_, text.size());
+  sent_tokens_ = tokens_.size();
+  if (req_.return_token_ids) c.token_ids.assign(tokens_.begin() + from_token, tokens_.end());
+  if (req_.logprobs) {
+    for (size_t i = from_token; i < tokens_.size(); ++i) {
+      c.logprobs.push_back(logprobs_[i]);
+      c.token_texts.push_back(server_.options().tokenizer ? server_.options().tokenizer->decode({tokens_[i]}) : "");
+    }
+  }
+  const int64_t prompt = static_cast<int64_t>(req_.prompt.size()), generated = static_cast<int64_t>(tokens_.size());
+  if (!req_.stream) {
+    return reply(200, "application/json", dump_json(completion_json(head_, c, req_, prompt, generated)));
+  }
+  std::string data = stream_chunk(head_, c, req_, from_token == 0);
+  if (e.finished) {
+    if (req_.include_usage) data += stream_usage_chunk(head_, prompt, generated);
+    data += "data: [DONE]\n\n";
+    closing_ = true;
+    return send(chunk(data) + "0\r\n\r\n");
+  }
+  send(chunk(data));
+}
+
+void Connection::reply(int status, const std::string& type, const std::string& body) {
+  server_.metrics().count_response(status);
+  closing_ = true;
+  send(response_text(status, type, body));
+}
+
+void Connection::send(std::string data) {
+  out_.push_back(std::move(data));
+  if (!writing_) write_next();
+}
+
+void Connection::write_next() {
+  if (out_.empty()) {
+    writing_ = false;
+    if (closing_) {
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      closed_ = true;
+    }
+    return;
+  }
+  writing_ = true;
+  asio::async_write(stream_.socket(), asio::buffer(out_.front()),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      self->out_.pop_front();
+                      if (ec) {
+                        self->out_.clear();
+                        self->writing_ = false;
+                        return self->gone();
+                      }
+                      self->write_next();
+                    });
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ServeHttp>> ServeHttp::start(ServeHttpOptions options, GenerationQueue* queue,
+                                                    ServeMetrics* metrics) {
+  auto server = std::make_unique<Server>(std::move(options), queue, metrics);
+  COHORT_RETURN_IF_ERROR(server->open());
+  return std::unique_ptr<ServeHttp>(std::move(server));
+}
+
+}  // namespace cohort::infer

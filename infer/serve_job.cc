@@ -1,0 +1,234 @@
+// kind = "serve" (see serve_job.h): set-up, the lockstep generation loop and
+// the drain on SIGTERM.
+#include "infer/serve_job.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "collective/bootstrap.h"
+#include "infer/engine_setup.h"
+#include "infer/model_source.h"
+#include "infer/prompts.h"
+#include "infer/scheduler.h"
+#include "infer/serve_http.h"
+#include "infer/serve_metrics.h"
+#include "infer/serve_step.h"
+
+namespace cohort::infer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_sigterm{false};
+void on_sigterm(int) { g_sigterm = true; }
+
+// Requests and cancellations from the HTTP thread, taken by the loop once a step.
+class LoopQueue final : public GenerationQueue {
+ public:
+  void submit(SequenceRequest request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    input_.arrivals.push_back(std::move(request));
+    cv_.notify_one();
+  }
+  void cancel(int64_t id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    input_.cancels.push_back(id);
+    cv_.notify_one();
+  }
+  LoopGauges gauges() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    LoopGauges g = gauges_;
+    g.waiting += static_cast<int>(input_.arrivals.size());
+    return g;
+  }
+  void set_gauges(const Scheduler& s, int64_t steps) {
+    std::lock_guard<std::mutex> lock(mu_);
+    gauges_ = LoopGauges{s.running(), s.waiting(), s.kv_used(), s.kv_total(), steps};
+  }
+  // What arrived since the last call; waits up to `wait` for something.
+  StepInput take(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (input_.arrivals.empty() && input_.cancels.empty()) cv_.wait_for(lock, wait);
+    StepInput out = std::move(input_);
+    input_ = StepInput{};
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  StepInput input_;     // GUARDED_BY(mu_)
+  LoopGauges gauges_;   // GUARDED_BY(mu_)
+};
+
+struct ServeSetup {
+  models::ModelConfig config;
+  int context = 0;
+  std::shared_ptr<models::Tokenizer> tokenizer;
+  std::vector<int32_t> eos;
+};
+
+Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
+  ServeSetup s;
+  COHORT_ASSIGN_OR_RETURN(s.config, infer_model_config(spec.model));
+  // The cache holds max_running × context positions up front (no paging
+  // yet), so the default stays modest even for 40k-position models.
+  s.context = spec.serve.context > 0 ? spec.serve.context : std::min(s.config.max_seq, 4096);
+  if (s.context > s.config.max_seq) {
+    return invalid_argument("serve.context: " + std::to_string(s.context) + " is longer than the model's max_seq " +
+                            std::to_string(s.config.max_seq) + " (raise [model] max_seq)");
+  }
+  COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, s.config));
+  s.tokenizer = std::move(tokenizer);
+  s.eos = model_eos_tokens(spec.model);
+  return s;
+}
+
+// The URL, logged and written to output_dir/endpoint.json for tests and tools.
+Status announce(const jobs::JobSpec& spec, int port) {
+  const std::string host = spec.serve.host.find(':') != std::string::npos ? "[" + spec.serve.host + "]" : spec.serve.host;
+  const std::string url = "http://" + host + ":" + std::to_string(port);
+  spdlog::info("serve: listening on {}/v1 (model '{}'{})", url, spec.serve.model_name,
+               spec.serve.api_key.empty() ? ", no API key" : ", API key required");
+  std::error_code ec;
+  std::filesystem::create_directories(spec.job.output_dir, ec);
+  const auto path = std::filesystem::path(spec.job.output_dir) / "endpoint.json";
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json({{"url", url + "/v1"}, {"port", port}, {"model", spec.serve.model_name}}).dump() << "\n";
+    if (!out) return io_error("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return io_error("cannot write " + path.string() + ": " + ec.message());
+  return Status::ok();
+}
+
+// Rank 0's loop: take what arrived, share it, step, hand the tokens to HTTP.
+Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& scheduler, LoopQueue& queue,
+            ServeHttp& http, const ServeSetup& setup) {
+  int64_t steps = 0;
+  bool draining = false;
+  while (true) {
+    if (g_sigterm && !draining) {
+      draining = true;
+      http.set_state(ServeState::kDraining);
+      spdlog::info("serve: SIGTERM: draining {} request(s); new ones get 503", http.live());
+    }
+    StepInput input = queue.take(scheduler.idle() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0));
+    // Draining ends once nothing is in flight: the HTTP side refuses new
+    // requests, so live() only falls.
+    input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
+    if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
+    std::vector<TokenEvent> rejected;
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
+    if (input.stop) break;
+    std::vector<TokenEvent> events = scheduler.idle() ? std::vector<TokenEvent>{} : scheduler.step();
+    if (!events.empty() || !rejected.empty()) {
+      events.insert(events.end(), rejected.begin(), rejected.end());
+      ++steps;
+      http.deliver(std::move(events));
+    }
+    queue.set_gauges(scheduler, steps);
+  }
+  (void)spec;
+  return Status::ok();
+}
+
+// Other ranks: the same inputs, the same steps, nothing to hand out.
+Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& setup) {
+  while (true) {
+    StepInput input;
+    COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
+    std::vector<TokenEvent> rejected;
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
+    if (input.stop) return Status::ok();
+    if (!scheduler.idle()) scheduler.step();
+  }
+}
+
+Status run(const jobs::JobSpec& spec, collective::World& world) {
+  const jobs::ServeSection& serve = spec.serve;
+  if (serve.tensor_parallel > 0 && serve.tensor_parallel != world.size) {
+    return invalid_argument("serve.tensor_parallel = " + std::to_string(serve.tensor_parallel) +
+                            " must equal the job's " + std::to_string(world.size) + " ranks");
+  }
+  COHORT_ASSIGN_OR_RETURN(ServeSetup setup, prepare(spec));
+  ServeMetrics metrics;
+  LoopQueue queue;
+  std::unique_ptr<ServeHttp> http;
+  if (world.rank == 0) {
+    ServeHttpOptions o;
+    o.host = serve.host == "localhost" ? "127.0.0.1" : serve.host;
+    o.port = serve.port;
+    o.api_key = serve.api_key;
+    o.max_connections = serve.max_connections;
+    o.max_body_bytes = serve.max_body_bytes;
+    o.max_live = serve.max_running + serve.max_queue;
+    o.defaults.model_name = serve.model_name;
+    o.defaults.max_tokens = serve.max_tokens;
+    o.defaults.sampling = models::SamplingParams{static_cast<float>(serve.temperature), serve.top_k,
+                                                 static_cast<float>(serve.top_p), static_cast<uint64_t>(serve.seed)};
+    o.defaults.context = setup.context;
+    o.defaults.vocab_size = setup.config.vocab_size;
+    o.tokenizer = setup.tokenizer;
+    o.eos = setup.eos;
+    COHORT_ASSIGN_OR_RETURN(http, ServeHttp::start(std::move(o), &queue, &metrics));
+    COHORT_RETURN_IF_ERROR(announce(spec, http->port()));
+  }
+  // The engine as the infer job builds it, with [serve]'s seed and graphs.
+  jobs::JobSpec engine_spec = spec;
+  engine_spec.infer.seed = serve.seed;
+  engine_spec.infer.cuda_graphs = serve.cuda_graphs;
+  const auto t0 = Clock::now();
+  COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
+                          build_engine(engine_spec, setup.config, world, world.size, serve.max_running, setup.context));
+  SchedulerOptions so;
+  so.prefill_chunk = serve.prefill_chunk;
+  Scheduler scheduler(*bundle.engine, so);
+  if (world.rank == 0) {
+    spdlog::info("serve: {} from {} ready in {:.2f} s: tp {}, {} slots of {} positions, queue {}",
+                 bundle.engine->describe(), model_source(spec.model),
+                 std::chrono::duration<double>(Clock::now() - t0).count(), world.size, serve.max_running,
+                 setup.context, serve.max_queue);
+    http->set_state(ServeState::kReady);
+    COHORT_RETURN_IF_ERROR(lead(spec, world, scheduler, queue, *http, setup));
+    // The last responses may still be leaving; give them a moment.
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (http->connections() > 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    spdlog::info("serve: drained; stopping");
+    return Status::ok();
+  }
+  return follow(world, scheduler, setup);
+}
+
+}  // namespace
+
+Status run_serve(const jobs::JobSpec& spec) {
+  if (spec.job.kind != jobs::JobKind::kServe) {
+    return invalid_argument(spec.source_path + ": run_serve needs kind = \"serve\"");
+  }
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);  // Ctrl-C on a worker started by hand drains the same way
+  COHORT_ASSIGN_OR_RETURN(collective::World world, collective::init_from_environment());
+  Status status = run(spec, world);
+  if (!status.is_ok()) return status.with_context("serve (rank " + std::to_string(world.rank) + ")");
+  return status;
+}
+
+}  // namespace cohort::infer

@@ -1,0 +1,41 @@
+// What changes between two steps of the server's loop, and how rank 0 shares
+// it: the requests that arrived (prompt, limits, sampling, the client's stop
+// ids and strings), the ids cancelled, and whether to stop. Every rank
+// applies the same StepInput to its Scheduler before the same step, which
+// keeps a tensor-parallel group's engine calls in lockstep (scheduler.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "collective/communicator.h"
+#include "infer/scheduler.h"
+#include "models/tokenizer.h"
+
+namespace cohort::infer {
+
+struct StepInput {
+  bool stop = false;
+  std::vector<SequenceRequest> arrivals;
+  std::vector<int64_t> cancels;
+};
+
+// Flat int64 form, and back. decode rebuilds each arrival's StopCondition
+// from its stop ids and strings plus `eos`; errors on a malformed buffer.
+std::vector<int64_t> encode_step_input(const StepInput& input);
+Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const models::Tokenizer* tokenizer,
+                                    const std::vector<int32_t>& eos);
+
+// Rank 0's *input goes to every rank of `comm` (two broadcasts: the length,
+// then the data); on the others *input is replaced.
+Status broadcast_step_input(collective::Communicator& comm, StepInput* input, const models::Tokenizer* tokenizer,
+                            const std::vector<int32_t>& eos);
+
+// Cancels, then adds the arrivals in order. An arrival the scheduler refuses
+// becomes a finished event with reason "error" in *rejected (the HTTP side
+// checks the same limits first, so this is a bug guard).
+void apply_step_input(StepInput& input, Scheduler& scheduler, const models::Tokenizer* tokenizer,
+                      const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected);
+
+}  // namespace cohort::infer

@@ -1,0 +1,157 @@
+// Scheduler steps over ModelEngine: chunked prefill gives the tokens of whole
+// prefill, running streams get a token every step while a long prompt is
+// prefilled, a cancelled request frees its slot at the next step, and the
+// server's step input survives its flat encoding.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "infer/scheduler.h"
+#include "infer/serve_step.h"
+
+namespace cohort::infer {
+namespace {
+
+std::unique_ptr<ModelEngine> tiny_engine(int slots, int capacity = 96) {
+  auto config = models::preset_config("tiny");
+  auto backend = models::make_cpu_backend();
+  auto model = models::Model::create(*config, {0, 1}, backend.get());
+  EXPECT_TRUE(model.is_ok());
+  (*model)->init_weights(5, 0.2f);
+  auto engine = ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
+  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
+  return std::move(*engine);
+}
+
+SequenceRequest request(int64_t id, int prompt_len, int max_new) {
+  SequenceRequest r;
+  r.id = id;
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>((id * 31 + i * 7) % 256));
+  r.max_new_tokens = max_new;
+  return r;
+}
+
+// Runs to completion; tokens by id.
+std::map<int64_t, std::vector<int32_t>> drain(Scheduler& s) {
+  std::map<int64_t, std::vector<int32_t>> out;
+  for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+    for (const TokenEvent& e : s.step()) {
+      if (e.token >= 0) out[e.id].push_back(e.token);
+    }
+  }
+  EXPECT_TRUE(s.idle());
+  return out;
+}
+
+TEST(InferScheduler, ChunkedPrefillGivesTheTokensOfWholePrefill) {
+  std::map<int64_t, std::vector<int32_t>> by_chunk[3];
+  const int chunks[3] = {0, 5, 1};
+  for (int c = 0; c < 3; ++c) {
+    auto engine = tiny_engine(2);
+    SchedulerOptions o;
+    o.prefill_chunk = chunks[c];
+    Scheduler s(*engine, o);
+    for (int id = 0; id < 5; ++id) ASSERT_TRUE(s.add(request(id, 3 + 6 * id, 8)).is_ok());
+    by_chunk[c] = drain(s);
+  }
+  EXPECT_EQ(by_chunk[1], by_chunk[0]);
+  EXPECT_EQ(by_chunk[2], by_chunk[0]);
+  for (const auto& [id, tokens] : by_chunk[0]) EXPECT_EQ(tokens.size(), 8u) << id;
+}
+
+TEST(InferScheduler, RunningStreamsGetATokenEveryStepWhileALongPromptPrefills) {
+  auto engine = tiny_engine(2);
+  SchedulerOptions o;
+  o.prefill_chunk = 4;
+  Scheduler s(*engine, o);
+  ASSERT_TRUE(s.add(request(1, 2, 40)).is_ok());
+  s.step();  // request 1 prefilled and decoding
+  ASSERT_TRUE(s.add(request(2, 40, 4)).is_ok());  // 10 steps of prefill at 4 a step
+  int steps_until_first_of_2 = 0;
+  bool got_first = false;
+  while (!got_first) {
+    StepStats st;
+    const auto events = s.step(&st);
+    ++steps_until_first_of_2;
+    EXPECT_LE(st.prefill_tokens, 4);
+    int for_1 = 0;
+    for (const auto& e : events) for_1 += e.id == 1, got_first = got_first || e.id == 2;
+    EXPECT_EQ(for_1, 1) << "request 1 stalled at step " << steps_until_first_of_2;
+    ASSERT_LT(steps_until_first_of_2, 20);
+  }
+  EXPECT_EQ(steps_until_first_of_2, 10);
+}
+
+TEST(InferScheduler, ACancelledRequestFreesItsSlotAtTheNextStep) {
+  auto engine = tiny_engine(1);
+  Scheduler s(*engine, {});
+  ASSERT_TRUE(s.add(request(1, 3, 50)).is_ok());
+  ASSERT_TRUE(s.add(request(2, 3, 5)).is_ok());
+  s.step();
+  EXPECT_EQ(s.running(), 1);
+  EXPECT_EQ(s.waiting(), 1);
+  s.cancel(1);
+  const auto events = s.step();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].id, 1);
+  EXPECT_TRUE(events[0].finished);
+  EXPECT_STREQ(events[0].finish_reason, "cancelled");
+  bool two_started = false;
+  for (const auto& e : events) two_started = two_started || (e.id == 2 && e.token >= 0);
+  EXPECT_TRUE(two_started) << "the freed slot went to the waiting request in the same step";
+  s.cancel(2);
+  s.cancel(99);  // unknown: ignored
+  s.step();
+  EXPECT_TRUE(s.idle());
+  EXPECT_EQ(s.kv_used(), 0);
+}
+
+TEST(InferScheduler, RefusesRequestsThatDoNotFitASlot) {
+  auto engine = tiny_engine(1, 16);
+  Scheduler s(*engine, {});
+  const Status st = s.add(request(1, 10, 7));
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("17 positions"), std::string::npos) << st.message();
+  EXPECT_FALSE(s.add(request(2, 0, 1)).is_ok());
+  auto bad = request(3, 2, 1);
+  bad.prompt[0] = 256;
+  EXPECT_FALSE(s.add(bad).is_ok());
+}
+
+TEST(ServeStep, StepInputSurvivesItsEncoding) {
+  StepInput in;
+  in.stop = true;
+  in.cancels = {4, 9};
+  SequenceRequest r = request(7, 3, 11);
+  r.sampling = models::SamplingParams{0.7f, 5, 0.9f, 42};
+  r.logprobs = true;
+  r.stop_ids = {3};
+  r.stop_strings = {"ab", ""};
+  in.arrivals.push_back(r);
+  models::ByteTokenizer bytes;
+  auto out = decode_step_input(encode_step_input(in), &bytes, {1});
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  EXPECT_TRUE(out->stop);
+  EXPECT_EQ(out->cancels, in.cancels);
+  ASSERT_EQ(out->arrivals.size(), 1u);
+  const SequenceRequest& q = out->arrivals[0];
+  EXPECT_EQ(q.id, 7);
+  EXPECT_EQ(q.prompt, r.prompt);
+  EXPECT_EQ(q.max_new_tokens, 11);
+  EXPECT_FLOAT_EQ(q.sampling.temperature, 0.7f);
+  EXPECT_EQ(q.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(q.sampling.top_p, 0.9f);
+  EXPECT_EQ(q.sampling.seed, 42u);
+  EXPECT_TRUE(q.logprobs);
+  EXPECT_EQ(q.stop_strings, r.stop_strings);
+  ASSERT_TRUE(q.stop);
+  EXPECT_TRUE(q.stop->is_stop_token(3));
+  EXPECT_TRUE(q.stop->is_stop_token(1));  // the model's eos
+  auto truncated = encode_step_input(in);
+  truncated.pop_back();
+  EXPECT_FALSE(decode_step_input(truncated, &bytes, {}).is_ok());
+  EXPECT_FALSE(decode_step_input({0, 5}, &bytes, {}).is_ok());
+}
+
+}  // namespace
+}  // namespace cohort::infer

@@ -1,0 +1,151 @@
+// The OpenAI wire format: requests parse into typed fields, every bad field
+// is named with the status OpenAI gives, and responses have OpenAI's shape.
+#include <gtest/gtest.h>
+
+#include "infer/chat_prompt.h"
+#include "infer/openai_api.h"
+
+namespace cohort::infer {
+namespace {
+
+using nlohmann::json;
+
+ApiDefaults defaults() {
+  ApiDefaults d;
+  d.model_name = "m";
+  d.max_tokens = 16;
+  d.sampling.temperature = 1.0f;
+  d.context = 64;
+  d.vocab_size = 256;
+  return d;
+}
+
+std::optional<ApiError> parse(const std::string& body, bool chat = false, CompletionRequest* out = nullptr) {
+  models::ByteTokenizer bytes;
+  CompletionRequest scratch;
+  return parse_completion_request(body, chat, defaults(), &bytes, out ? out : &scratch);
+}
+
+TEST(OpenAiApi, ParsesACompletionRequest) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"model": "m", "prompt": "hi", "max_tokens": 5, "temperature": 0, "top_p": 0.5,
+                        "top_k": 3, "seed": 9, "stop": ["x"], "stop_token_ids": [7], "stream": true,
+                        "stream_options": {"include_usage": true}, "logprobs": 1, "user": "ignored"})",
+                     false, &r));
+  EXPECT_EQ(r.prompt, (std::vector<int32_t>{'h', 'i'}));
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.seed, 9u);
+  EXPECT_EQ(r.stop_strings, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.stop_ids, std::vector<int32_t>{7});
+  EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
+}
+
+TEST(OpenAiApi, DefaultsFillWhatTheRequestLeavesOut) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"prompt": [1, 2, 3]})", false, &r));
+  EXPECT_EQ(r.prompt.size(), 3u);
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_EQ(r.sampling.temperature, 1.0f);
+  ASSERT_FALSE(parse(R"({"prompt": [[4, 5]]})", false, &r));
+  // Near the end of the context the default shrinks to what is left.
+  ASSERT_FALSE(parse(json({{"prompt", std::string(60, 'a')}}).dump(), false, &r));
+  EXPECT_EQ(r.max_tokens, 4);
+}
+
+TEST(OpenAiApi, BadFieldsAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "temperature": 3})", "temperature"},
+      {R"({"prompt": "x", "top_p": 0})", "top_p"},
+      {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 64})", "max_tokens"},
+      {R"({"prompt": "x", "n": 3})", "n"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "stop": [1]})", "stop"},
+      {R"({"prompt": "x", "stop_token_ids": [300]})", "stop_token_ids"},
+      {R"({"prompt": "x", "seed": 1.5})", "seed"},
+      {R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": 1}})", "stream_options.include_usage"},
+      {R"({"prompt": [1, -1]})", "prompt"},
+      {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": 5})", "prompt"},
+      {R"({"prompt": ""})", "prompt"},
+      {R"({"prompt": ")" + std::string(70, 'a') + R"("})", "prompt"},
+      {R"({})", "prompt"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto e = parse(body);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400) << body;
+    EXPECT_EQ(e->param, param) << body << ": " << e->message;
+  }
+  for (const std::string body : {"{", "[1]", "null", "\"x\"", ""}) {
+    auto e = parse(body);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, "");
+  }
+  auto model = parse(R"({"model": "other", "prompt": "x"})");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 404);
+  EXPECT_EQ(model->code, "model_not_found");
+}
+
+TEST(OpenAiApi, ChatMessagesAreRenderedAndChecked) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                        "max_completion_tokens": 3, "logprobs": true})", true, &r));
+  const std::string want = render_chat_prompt({{"user", "hi"}});
+  EXPECT_EQ(want, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(r.prompt.size(), want.size());
+  EXPECT_EQ(r.max_tokens, 3);
+  EXPECT_TRUE(r.logprobs && r.chat);
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": "hi"})", "messages"},
+           {R"({"messages": [1]})", "messages[0]"},
+           {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+           {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+           {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content"},
+           {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs"}}) {
+    auto e = parse(body, true);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+}
+
+TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
+  CompletionRequest req;
+  req.chat = true;
+  req.include_usage = true;
+  req.return_token_ids = true;
+  ResponseHead head{"chatcmpl-1", 100, "m", true};
+  ChoiceUpdate c;
+  c.text = "hey";
+  c.token_ids = {1, 2};
+  c.finish_reason = "length";
+  const json whole = completion_json(head, c, req, 4, 2);
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "hey");
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(whole["usage"]["total_tokens"], 6);
+  const std::string sse = stream_chunk(head, c, req, true);
+  ASSERT_EQ(sse.rfind("data: ", 0), 0u);
+  ASSERT_EQ(sse.substr(sse.size() - 2), "\n\n");
+  const json chunk = json::parse(sse.substr(6));
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunk["choices"][0]["token_ids"], json({1, 2}));
+  EXPECT_TRUE(chunk["usage"].is_null());
+  const json usage = json::parse(stream_usage_chunk(head, 4, 2).substr(6));
+  EXPECT_TRUE(usage["choices"].empty());
+  const json err = json::parse(error_body({400, "bad", "invalid_request_error", "top_p", ""}));
+  EXPECT_EQ(err["error"]["param"], "top_p");
+  EXPECT_TRUE(err["error"]["code"].is_null());
+  // A random model's bytes are not UTF-8; the JSON stays valid.
+  EXPECT_NO_THROW(json::parse(dump_json(json{{"text", std::string("\xff\xfe")}})));
+}
+
+}  // namespace
+}  // namespace cohort::infer
