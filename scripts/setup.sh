@@ -23,6 +23,7 @@ packages=(
   libgtest-dev libgmock-dev       # tests
   fortunes-min fortunes           # English text for the quickstart corpus
   procps psmisc                   # ps/pgrep used by process-leak checks in tests
+  clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
 )
 
 missing=()
