@@ -146,7 +146,11 @@ class Server final : public HttpApi {
             "application/json");
     };
     auto error = [&](http::status status, const std::string& text) {
-      reply(status, nlohmann::json({{"error", text}}).dump(), "application/json");
+      // The text may echo the request target: invalid UTF-8 there made dump()
+      // throw and took the coordinator down (found by fuzz/http_fuzz).
+      reply(status,
+            nlohmann::json({{"error", text}}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+            "application/json");
     };
     if (req.method() == http::verb::get) {
       if (target == "/" || target == "/index.html") return reply(http::status::ok, index_page(sources_.jobs(), sources_.nodes()), "text/html");
