@@ -12,6 +12,7 @@
 
 #include "agent/supervisor.h"
 #include "protocol/codec.h"
+#include "protocol/input_log.h"
 #include "protocol/transport.h"
 
 namespace cohort::agent {
@@ -124,7 +125,7 @@ class AgentImpl final : public Agent {
 
   void on_message(std::string payload) {
     auto e = decode(payload);
-    if (!e) return spdlog::warn("agent: bad message from the coordinator: {}", e.status().message());
+    if (!e) return (void)warn_bad_input("agent: bad message from the coordinator: " + e.status().message());
     if (e->type == LaunchOrder::kType) {
       auto m = body_as<LaunchOrder>(*e);
       if (!m) return spdlog::warn("agent: {}", m.status().message());
@@ -157,7 +158,9 @@ class AgentImpl final : public Agent {
   void on_error(const Envelope& e) {
     auto m = body_as<ErrorReply>(e);
     if (!m) return;
-    if (m->code == "unknown_node") {
+    // "node_taken": this node's name is held by a connection the coordinator
+    // has not yet declared lost (this agent's previous run): retry, as below.
+    if (m->code == "unknown_node" || m->code == "node_taken") {
       // Re-register at most once a second: queued heartbeats all get this reply.
       if (clock_.now() - last_register_ > std::chrono::seconds(1)) {
         spdlog::info("agent {}: the coordinator does not know this node; registering again",

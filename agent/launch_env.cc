@@ -143,6 +143,11 @@ EnvMap build_worker_env(const LaunchContext& c) {
   set("COHORT_JOB_ID", c.job_id);
   set("COHORT_ATTEMPT", std::to_string(c.attempt));
   set("COHORT_STORE", c.store_endpoint);
+  if (c.store_token.empty()) {
+    env.erase("COHORT_STORE_TOKEN");
+  } else {
+    set("COHORT_STORE_TOKEN", c.store_token);
+  }
   if (c.progress_file.empty()) {
     env.erase("COHORT_PROGRESS_FILE");
   } else {

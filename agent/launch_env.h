@@ -47,6 +47,7 @@ struct LaunchContext {
   std::string master_addr;
   int master_port = 0;
   std::string store_endpoint;  // COHORT_STORE
+  std::string store_token;     // COHORT_STORE_TOKEN: the proxy refuses connections without it
   std::string progress_file;   // COHORT_PROGRESS_FILE; omitted when empty
   // nvidia-smi indices of this node's workers of the job, in local-rank order
   // (gpu_indices[local_rank] is this worker's GPU). Empty for CPU slots. The

@@ -1,9 +1,13 @@
-// fork + exec of one worker, with exec failures reported through a pipe.
+// fork of the keeper (agent/process_keeper.cc), which forks and execs the
+// worker; exec failures come back through a pipe.
 //
-// The child writes {stage, errno} to a CLOEXEC pipe when chdir or exec fails;
-// a successful exec closes the pipe, so the parent reads either nothing (the
-// program runs) or the reason it does not.
+// The worker writes {stage, errno} to a CLOEXEC pipe when chdir or exec
+// fails; a successful exec closes it, so the agent reads either nothing (the
+// program runs) or the reason it does not. The worker's pid comes first, on
+// the report pipe, which later carries its exit.
 #include "agent/posix_fork_exec.h"
+
+#include "agent/process_keeper.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,11 +24,6 @@
 namespace cohort::agent {
 namespace {
 
-enum class ChildStage : int { kChdir = 1, kExec = 2 };
-struct ChildFailure {
-  ChildStage stage;
-  int error;
-};
 
 void close_fd(int& fd) {
   if (fd >= 0) close(fd);
@@ -51,61 +50,27 @@ cohort::Result<std::string> resolve_program(const SpawnOptions& options) {
       fmt::format("cannot run '{}': not found in the worker's PATH ({})", program, path));
 }
 
-// Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void exec_child(pid_t parent, const char* path, char* const* argv, char* const* envp,
-                             const char* working_dir, int stdin_fd, int stdout_fd, int stderr_fd,
-                             int failure_fd) {
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // the agent died before prctl took effect
-  // exec keeps the signal mask and ignored signals; the agent's (blocked
-  // SIGTERM for signalfd, ignored SIGPIPE) must not leak into workers.
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl = {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
-  }
-  dup2(stdin_fd, 0);
-  dup2(stdout_fd, 1);
-  dup2(stderr_fd, 2);
-  // Descriptors other threads opened without O_CLOEXEC (sockets, files)
-  // must not leak into workers; this marks them all close-on-exec.
-  close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
-  ChildFailure failure;
-  if (working_dir[0] != '\0' && chdir(working_dir) != 0) {
-    failure = {ChildStage::kChdir, errno};
-  } else {
-    execve(path, argv, envp);
-    failure = {ChildStage::kExec, errno};
-  }
-  ssize_t ignored = write(failure_fd, &failure, sizeof failure);
-  (void)ignored;
-  _exit(127);
-}
-
-// Blocks until the child has exec'ed (the pipe closes: nullopt) or failed.
-std::optional<ChildFailure> read_child_failure(int fd) {
-  ChildFailure failure;
+// Reads one record; false at end of file (or an error that ends it).
+bool read_record(int fd, KeeperRecord* record) {
   ssize_t n;
   do {
-    n = read(fd, &failure, sizeof failure);
+    n = read(fd, record, sizeof *record);
   } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof failure)) return failure;
-  return std::nullopt;
+  return n == static_cast<ssize_t>(sizeof *record);
 }
 
 cohort::Status describe_failure(const SpawnOptions& options, const std::string& path,
-                                const ChildFailure& failure) {
+                                const KeeperRecord& failure) {
   const std::string& program = options.argv[0];
-  if (failure.stage == ChildStage::kChdir) {
+  if (failure.kind == KeeperRecord::kChdirFailed) {
     return io_error(fmt::format("cannot run '{}': working directory '{}': {}", program,
-                                options.working_dir, strerror(failure.error)));
+                                options.working_dir, strerror(failure.value)));
+  }
+  if (failure.kind == KeeperRecord::kForkFailed) {
+    return io_error(fmt::format("cannot run '{}': fork: {}", program, strerror(failure.value)));
   }
   std::string resolved = path == program ? "" : " (" + path + ")";
-  return io_error(fmt::format("cannot run '{}'{}: {}", program, resolved, strerror(failure.error)));
+  return io_error(fmt::format("cannot run '{}'{}: {}", program, resolved, strerror(failure.value)));
 }
 
 }  // namespace
@@ -125,49 +90,52 @@ cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options) {
   for (auto& entry : env_strings) envp.push_back(entry.data());
   envp.push_back(nullptr);
 
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, failure[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, exec[2] = {-1, -1},
+      lifeline[2] = {-1, -1};
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   auto close_all = [&] {
-    for (int* fd : {&out[0], &out[1], &err[0], &err[1], &failure[0], &failure[1], &devnull}) {
+    for (int* fd : {&out[0], &out[1], &err[0], &err[1], &report[0], &report[1], &exec[0], &exec[1],
+                    &lifeline[0], &lifeline[1], &devnull}) {
       close_fd(*fd);
     }
   };
   if (devnull < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
-      pipe2(failure, O_CLOEXEC) != 0) {
+      pipe2(report, O_CLOEXEC) != 0 || pipe2(exec, O_CLOEXEC) != 0 ||
+      pipe2(lifeline, O_CLOEXEC) != 0) {
     cohort::Status status = errno_error("creating pipes for worker '" + options.argv[0] + "'");
     close_all();
     return status;
   }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
+  KeeperArgs args{getpid(), path.c_str(), argv.data(), envp.data(), options.working_dir.c_str(),
+                  devnull,  out[1],       err[1],      report[1],   lifeline[0], exec[1]};
+  pid_t keeper = fork();
+  if (keeper < 0) {
     cohort::Status status = errno_error("fork for worker '" + options.argv[0] + "'");
     close_all();
     return status;
   }
-  if (pid == 0) {
-    exec_child(parent, path.c_str(), argv.data(), envp.data(), options.working_dir.c_str(), devnull,
-               out[1], err[1], failure[1]);
-  }
-  // Also from the parent, so the group exists before anyone signals it.
-  setpgid(pid, pid);
-  close_fd(out[1]);
-  close_fd(err[1]);
-  close_fd(failure[1]);
-  close_fd(devnull);
+  if (keeper == 0) run_keeper(args);
+  for (int* fd : {&out[1], &err[1], &report[1], &exec[1], &lifeline[0], &devnull}) close_fd(*fd);
 
-  std::optional<ChildFailure> child_failure = read_child_failure(failure[0]);
-  close_fd(failure[0]);
-  if (child_failure) {
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  auto fail = [&](cohort::Status status) {
+    close_fd(lifeline[1]);  // the keeper cleans up and exits
+    int wait_status;
+    while (waitpid(keeper, &wait_status, 0) < 0 && errno == EINTR) {
     }
     close_all();
-    return describe_failure(options, path, *child_failure);
+    return status;
+  };
+  KeeperRecord first{};
+  if (!read_record(report[0], &first) || first.kind != KeeperRecord::kWorkerPid) {
+    if (first.kind == KeeperRecord::kForkFailed) return fail(describe_failure(options, path, first));
+    return fail(io_error("cannot run '" + options.argv[0] + "': its keeper process died at start"));
   }
-  fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
-  fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
-  return StartedProcess{pid, out[0], err[0]};
+  KeeperRecord failure{};
+  bool failed = read_record(exec[0], &failure);  // end of file: exec succeeded
+  close_fd(exec[0]);
+  if (failed) return fail(describe_failure(options, path, failure));
+  for (int fd : {out[0], err[0], report[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return StartedProcess{first.value, keeper, out[0], err[0], report[0], lifeline[1]};
 }
 
 }  // namespace cohort::agent

@@ -1,8 +1,9 @@
-// The POSIX launcher: one event thread forks workers, reads their output and
-// reaps them.
+// The POSIX launcher: one event thread forks workers (each under its keeper,
+// see posix_fork_exec.h), reads their output and exit reports, and reaps the
+// keepers.
 //
-// Forking from this one long-lived thread is what makes PR_SET_PDEATHSIG
-// mean "dies with the agent" (the kernel ties it to the forking thread).
+// The keeper holds the worker's tree; the launcher holds the keeper's
+// lifeline, which dies with the agent whatever kills it.
 // Exits are noticed through pidfds (poll-able, no SIGCHLD handler to fight
 // over with the rest of the daemon), or by polling waitpid every 20 ms where
 // pidfd_open is not available.
@@ -39,16 +40,17 @@ class EventLoop;
 class PosixProcess final : public ProcessHandle {
  public:
   PosixProcess(std::shared_ptr<EventLoop> loop, const StartedProcess& started, SpawnOptions options)
-      : loop_(std::move(loop)), pid_(started.pid), options_(std::move(options)) {
+      : loop_(std::move(loop)), pid_(started.pid), keeper_(started.keeper),
+        report_fd_(started.report_fd), lifeline_fd_(started.lifeline_fd), options_(std::move(options)) {
     streams_[0] = {started.stdout_fd, OutputStream::kStdout, {}};
     streams_[1] = {started.stderr_fd, OutputStream::kStderr, {}};
     // Through syscall(): glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++.
     // -1 on kernels before 5.3: waitpid polling instead.
-    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, keeper_, 0));
   }
   ~PosixProcess() override {
     for (auto& s : streams_) close_stream(s, /*deliver_partial=*/false);
-    if (pidfd_ >= 0) close(pidfd_);
+    for (int* fd : {&pidfd_, &report_fd_, &lifeline_fd_}) close_fd(*fd);
   }
 
   int pid() const override { return pid_; }
@@ -84,16 +86,29 @@ class PosixProcess final : public ProcessHandle {
     if (deliver_partial && !s.partial.empty()) deliver(s, s.partial);
     s.partial.clear();
   }
-  // waitpid without blocking; true when the worker has been reaped now.
+  static void close_fd(int& fd) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  // waitpid on the keeper without blocking; true when it has been reaped now.
   bool try_reap(ExitStatus* status);
+  // Reads the keeper's records; delivers the worker's exit when it came.
+  void read_reports();
+  // Delivers the worker's exit (once): its last output, then on_exit.
   void finish(const ExitStatus& status, bool call_back);
+  // The keeper kills what is left of the tree and exits.
+  void release_keeper() { close_fd(lifeline_fd_); }
 
   std::shared_ptr<EventLoop> loop_;
-  const pid_t pid_;
+  const pid_t pid_;     // the worker, also its process group id
+  const pid_t keeper_;  // its keeper: the launcher's child
+  int report_fd_ = -1;
+  int lifeline_fd_ = -1;
   SpawnOptions options_;
   Stream streams_[2];
   int pidfd_ = -1;
-  bool reaped_ = false;  // event thread only
+  bool reaped_ = false;          // event thread only: the keeper is reaped
+  bool exit_delivered_ = false;  // event thread only
 
   mutable std::mutex mutex_;
   std::condition_variable exited_cv_;
@@ -193,9 +208,28 @@ void PosixProcess::read_stream(Stream& s) {
   }
 }
 
+void PosixProcess::read_reports() {
+  while (report_fd_ >= 0) {
+    KeeperRecord record;
+    ssize_t n = read(report_fd_, &record, sizeof record);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n != static_cast<ssize_t>(sizeof record)) {
+      close_fd(report_fd_);
+      return;
+    }
+    if (record.kind != KeeperRecord::kExited || exit_delivered_) continue;
+    finish(ExitStatus::from_wait_status(record.value), /*call_back=*/true);
+    // A plain exit: whatever the worker left behind goes now. During a stop
+    // it gets the rest of the grace, then the SIGKILL releases the keeper.
+    std::lock_guard lock(mutex_);
+    if (!kill_at_) release_keeper();
+  }
+}
+
 bool PosixProcess::try_reap(ExitStatus* status) {
   int wait_status = 0;
-  pid_t r = waitpid(pid_, &wait_status, WNOHANG);
+  pid_t r = waitpid(keeper_, &wait_status, WNOHANG);
   if (r == 0 || (r < 0 && errno == EINTR)) return false;
   if (r < 0) {
     // ECHILD: someone else reaped it (SIGCHLD set to SIG_IGN, or a stray
@@ -210,11 +244,8 @@ bool PosixProcess::try_reap(ExitStatus* status) {
 }
 
 void PosixProcess::finish(const ExitStatus& status, bool call_back) {
-  reaped_ = true;
-  if (pidfd_ >= 0) {
-    close(pidfd_);
-    pidfd_ = -1;
-  }
+  if (exit_delivered_) return;
+  exit_delivered_ = true;
   // The worker's descriptors closed as it exited, so everything it wrote is
   // in the pipes now: deliver it before the exit.
   for (auto& s : streams_) {
@@ -273,11 +304,20 @@ int EventLoop::poll_timeout_ms(Clock::time_point now) const {
 
 void EventLoop::service(PosixProcess& p, Clock::time_point now) {
   for (auto& s : p.streams_) p.read_stream(s);
+  p.read_reports();
   ExitStatus status;
-  if (!p.reaped_ && p.try_reap(&status)) p.finish(status, /*call_back=*/true);
+  if (!p.reaped_ && p.try_reap(&status)) {
+    p.reaped_ = true;
+    PosixProcess::close_fd(p.pidfd_);
+    p.read_reports();  // the keeper reports before it exits
+    p.finish(status, /*call_back=*/true);  // its status mirrors the worker's
+    PosixProcess::close_fd(p.report_fd_);
+    p.release_keeper();
+  }
   std::lock_guard lock(p.mutex_);
   if (p.kill_at_ && *p.kill_at_ <= now) {
     kill(-p.pid_, SIGKILL);
+    p.release_keeper();  // and everything outside the group, setsid'd ones included
     p.kill_at_.reset();
   }
 }
@@ -289,6 +329,7 @@ void EventLoop::run() {
     fds.push_back({wake_fd_, POLLIN, 0});
     for (const auto& p : processes_) {
       if (p->pidfd_ >= 0) fds.push_back({p->pidfd_, POLLIN, 0});
+      if (p->report_fd_ >= 0) fds.push_back({p->report_fd_, POLLIN, 0});
       for (const auto& s : p->streams_) {
         if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
       }
@@ -332,12 +373,14 @@ void EventLoop::kill_everything() {
   for (auto& p : processes_) {
     std::lock_guard lock(p->mutex_);
     if (!p->group_gone_) kill(-p->pid_, SIGKILL);
+    p->release_keeper();
   }
   for (auto& p : processes_) {
     if (!p->reaped_) {
       int wait_status = 0;
-      while (waitpid(p->pid_, &wait_status, 0) < 0 && errno == EINTR) {
+      while (waitpid(p->keeper_, &wait_status, 0) < 0 && errno == EINTR) {
       }
+      p->reaped_ = true;
       p->finish(ExitStatus::from_wait_status(wait_status), /*call_back=*/false);
     }
     std::lock_guard lock(p->mutex_);

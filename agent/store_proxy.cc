@@ -7,18 +7,27 @@
 
 #include "collective/store/store_backend.h"
 #include "collective/store/tcp_store.h"
+#include "protocol/limits.h"
 
 namespace cohort::agent {
+
+namespace {
+constexpr size_t kMaxProxyConnections = 64;
+}  // namespace
 
 class StoreProxy::Backend final : public store::StoreBackend,
                                   public std::enable_shared_from_this<StoreProxy::Backend> {
  public:
   Backend(std::string job_id, int attempt, StoreForward forward,
-          std::function<void(const std::string&)> on_set)
+          std::function<void(const std::string&)> on_set, std::string token)
       : job_id_(std::move(job_id)), attempt_(attempt), forward_(std::move(forward)),
-        on_set_(std::move(on_set)) {}
+        on_set_(std::move(on_set)), token_(std::move(token)) {}
 
   void set(const std::string& key, std::string value, Done done) override {
+    if (value.size() > protocol::kMaxStoreValueBytes) {
+      return done(invalid_argument("store: a value of " + std::to_string(value.size()) +
+                                   " bytes; at most " + std::to_string(protocol::kMaxStoreValueBytes)));
+    }
     if (on_set_) on_set_(key);
     auto r = request("set", {key});
     r.value = std::move(value);
@@ -79,6 +88,7 @@ class StoreProxy::Backend final : public store::StoreBackend,
     r.attempt = attempt_;
     r.op = op;
     r.keys = std::move(keys);
+    r.token = token_;
     return r;
   }
 
@@ -115,6 +125,7 @@ class StoreProxy::Backend final : public store::StoreBackend,
   const int attempt_;
   StoreForward forward_;
   std::function<void(const std::string&)> on_set_;
+  const std::string token_;
   std::mutex mu_;
   bool closed_ = false;                      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                     // GUARDED_BY(mu_)
@@ -124,12 +135,19 @@ class StoreProxy::Backend final : public store::StoreBackend,
 Result<std::unique_ptr<StoreProxy>> StoreProxy::start(const std::string& job_id, int attempt,
                                                       StoreForward forward,
                                                       const std::string& host,
-                                                      std::function<void(const std::string&)> on_set) {
+                                                      std::function<void(const std::string&)> on_set,
+                                                      const std::string& token) {
   std::unique_ptr<StoreProxy> proxy(new StoreProxy());
-  proxy->backend_ = std::make_shared<Backend>(job_id, attempt, std::move(forward), std::move(on_set));
+  proxy->backend_ =
+      std::make_shared<Backend>(job_id, attempt, std::move(forward), std::move(on_set), token);
   store::TcpStoreServerOptions options;
   options.host = host;
   options.port = 0;
+  options.token = token;
+  // A node's workers need a few connections each; 500 idle ones had made
+  // 507 threads.
+  options.max_connections = kMaxProxyConnections;
+  options.max_frame_bytes = uint32_t(protocol::kMaxStoreValueBytes + (64 << 10));
   COHORT_ASSIGN_OR_RETURN(proxy->server_, store::TcpStoreServer::start(proxy->backend_, options));
   return proxy;
 }

@@ -125,7 +125,8 @@ Status Supervisor::start_group(Group& group) {
     });
   };
   COHORT_ASSIGN_OR_RETURN(group.store, StoreProxy::start(order.job_id, order.attempt, forward_,
-                                                         options_.store_host, on_set));
+                                                         options_.store_host, on_set,
+                                                         order.store_token));
   fs::path progress_dir = fs::path(order.job.output_dir) / "progress" /
                           ("attempt-" + std::to_string(order.attempt));
   fs::create_directories(progress_dir, ec);
@@ -190,6 +191,7 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   ctx.master_addr = order.master_addr;
   ctx.master_port = order.master_port;
   ctx.store_endpoint = group.store->address();
+  ctx.store_token = order.store_token;
   ctx.progress_file = worker.progress_file;
   if (!options_.cpu_slots) ctx.gpu_indices = order.gpu_indices;
   ctx.devices = order.job.devices == "own" ? jobs::DeviceVisibility::kOwn

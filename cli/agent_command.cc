@@ -34,7 +34,7 @@ int run_agent(const AgentArgs& args) {
     if (const char* env = std::getenv("COHORT_KEYS"); env) keys = env;
   }
   if (!keys.empty()) {
-    auto security = protocol::load_client_security(keys);
+    auto security = protocol::load_client_security(keys, protocol::Role::kAgent);
     if (!security) {
       spdlog::error("{}", security.status().message());
       return kExitUsage;

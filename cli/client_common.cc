@@ -25,7 +25,7 @@ std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* 
     if (const char* env = std::getenv("COHORT_KEYS"); env) keys = env;
   }
   if (!keys.empty()) {
-    auto loaded = protocol::load_client_security(keys);
+    auto loaded = protocol::load_client_security(keys, protocol::Role::kClient);
     if (!loaded) {
       std::fprintf(stderr, "cohort: %s\n", loaded.status().message().c_str());
       *exit_code = kExitUsage;
@@ -52,7 +52,7 @@ int report_request_error(const char* command, const Status& status) {
 }
 
 bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
-                      protocol::JobControl* out, int* exit_code) {
+                      protocol::JobControl* out, int* exit_code, bool local) {
   jobs::LoadOptions options;
   for (const auto& s : sets) {
     auto o = jobs::parse_override(s);
@@ -66,6 +66,13 @@ bool load_job_control(const std::string& path, const std::vector<std::string>& s
   auto result = jobs::load_job_file(path, options);
   if (!result.ok()) {
     std::fprintf(stderr, "%s", result.error_text().c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  auto problems = jobs::check_job_paths(result.spec);
+  for (const auto& p : problems)
+    std::fprintf(stderr, "%s: %s%s\n", path.c_str(), local ? "" : "warning: ", p.c_str());
+  if (local && !problems.empty()) {
     *exit_code = kExitUsage;
     return false;
   }

@@ -27,9 +27,10 @@ std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* 
 int report_request_error(const char* command, const Status& status);
 
 // Loads, checks and resolves JOB.toml with --set overrides; prints errors and
-// sets *exit_code = 2 on failure.
+// sets *exit_code = 2 on failure. Path problems (jobs::check_job_paths) are
+// errors when `local` (the job runs on this machine), warnings otherwise.
 bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
-                      protocol::JobControl* out, int* exit_code);
+                      protocol::JobControl* out, int* exit_code, bool local = false);
 
 void print_job_table(const std::vector<protocol::JobInfo>& jobs);
 void print_job_detail(const protocol::JobInfo& job);

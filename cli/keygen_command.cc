@@ -1,4 +1,6 @@
-// `cohort keygen DIR`: CURVE keys for a coordinator and its agents/clients.
+// `cohort keygen DIR [--role agent|client] [--authorize COORD]`: CURVE keys.
+// Without --role: the coordinator's folder (its secret stays on its host).
+// With --role: a key for one agent or client, authorized in COORD's folder.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -7,26 +9,61 @@
 namespace cohort::cli {
 namespace {
 
-int run_keygen(const std::string& dir) {
-  if (auto s = protocol::write_key_directory(dir); !s) {
+struct KeygenArgs {
+  std::string dir;
+  std::string role;
+  std::string authorize;
+};
+
+int run_keygen(const KeygenArgs& args) {
+  const char* d = args.dir.c_str();
+  if (args.role.empty()) {
+    if (!args.authorize.empty()) {
+      std::fprintf(stderr, "cohort keygen: --authorize goes with --role agent|client\n");
+      return kExitUsage;
+    }
+    if (auto s = protocol::write_coordinator_keys(args.dir); !s) {
+      std::fprintf(stderr, "cohort keygen: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+    std::printf("wrote the coordinator's CURVE keys to %s (keep this folder on the coordinator's host)\n"
+                "  coordinator: cohort coordinator --listen tcp://0.0.0.0:7070 --keys %s\n"
+                "  an agent:    cohort keygen NODE_KEYS --role agent --authorize %s, copy NODE_KEYS to the node\n"
+                "  a client:    cohort keygen MY_KEYS --role client --authorize %s\n",
+                d, d, d, d);
+    return kExitOk;
+  }
+  auto role = protocol::parse_role(args.role);
+  if (!role) {
+    std::fprintf(stderr, "cohort keygen: --role: %s\n", role.status().message().c_str());
+    return kExitUsage;
+  }
+  if (auto s = protocol::write_peer_keys(args.dir, *role, args.authorize); !s) {
     std::fprintf(stderr, "cohort keygen: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  std::printf("wrote CURVE keys to %s\n"
-              "  coordinator: cohort coordinator --listen tcp://0.0.0.0:7070 --keys %s\n"
-              "  agents and clients: --keys %s (or COHORT_KEYS=%s); copy the directory to each node\n"
-              "  more clients: append their public key to %s/authorized_keys\n",
-              dir.c_str(), dir.c_str(), dir.c_str(), dir.c_str(), dir.c_str());
+  std::printf("wrote a %s key to %s\n", args.role.c_str(), d);
+  if (args.authorize.empty()) {
+    std::printf("  authorize it: append %s/%s.public to the coordinator's authorized_%ss and copy its "
+                "server.public into %s\n",
+                d, args.role.c_str(), args.role.c_str(), d);
+  } else {
+    std::printf("  authorized in %s/authorized_%ss (restart the coordinator to load it); use --keys %s\n",
+                args.authorize.c_str(), args.role.c_str(), d);
+  }
   return kExitOk;
 }
 
 }  // namespace
 
 Command add_keygen_command(CLI::App& root) {
-  auto dir = std::make_shared<std::string>();
-  CLI::App* app = root.add_subcommand("keygen", "create CURVE keys for the coordinator and its peers");
-  app->add_option("dir", *dir, "directory to create")->required();
-  return {app, [dir] { return run_keygen(*dir); }};
+  auto args = std::make_shared<KeygenArgs>();
+  CLI::App* app = root.add_subcommand("keygen", "create CURVE keys for the coordinator, an agent or a client");
+  app->add_option("dir", args->dir, "directory to create")->required();
+  app->add_option("--role", args->role, "agent or client: a key for one peer (default: the coordinator's keys)");
+  app->add_option("--authorize", args->authorize,
+                  "the coordinator's key folder: copy its server.public and authorize the new key there");
+  return {app, [args] { return run_keygen(*args); }};
 }
 
 }  // namespace cohort::cli

@@ -1,4 +1,5 @@
-// `cohort nodes [--json]`: the cluster's nodes, their GPUs and jobs.
+// `cohort nodes [--json]`: the cluster's nodes, their GPUs and jobs;
+// `cohort nodes rm NODE...` forgets lost ones.
 #include <cstdio>
 
 #include "cli/client_common.h"
@@ -11,7 +12,23 @@ namespace {
 struct NodesArgs {
   ClientFlags client;
   bool json = false;
+  std::vector<std::string> remove;
 };
+
+int run_nodes_rm(const NodesArgs& args) {
+  int code = kExitOk;
+  auto client = connect_client(args.client, &code);
+  if (!client) return code;
+  for (const auto& node : args.remove) {
+    auto ack = client->request<protocol::Ack>(protocol::RemoveNode{node}, std::chrono::seconds(5));
+    if (!ack) {
+      code = report_request_error("nodes rm", ack.status());
+      continue;
+    }
+    std::printf("%s\n", ack->text.c_str());
+  }
+  return code;
+}
 
 int run_nodes(const NodesArgs& args) {
   int code = kExitOk;
@@ -43,7 +60,10 @@ Command add_nodes_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand("nodes", "list nodes");
   app->add_flag("--json", args->json, "print JSON");
   args->client.add_to(app);
-  return {app, [args] { return run_nodes(*args); }};
+  CLI::App* rm = app->add_subcommand("rm", "forget lost nodes (in memory and in the state database)");
+  rm->add_option("node", args->remove, "node names")->required();
+  rm->fallthrough();
+  return {app, [args, rm] { return rm->parsed() ? run_nodes_rm(*args) : run_nodes(*args); }};
 }
 
 }  // namespace cohort::cli

@@ -25,7 +25,7 @@ struct RunArgs {
 int run_run(const RunArgs& args) {
   int code = kExitOk;
   cluster::EmbeddedRunOptions options;
-  if (!load_job_control(args.job_file, args.sets, &options.job, &code)) return code;
+  if (!load_job_control(args.job_file, args.sets, &options.job, &code, /*local=*/true)) return code;
   if (options.job.nodes_min > 1) {
     std::fprintf(stderr, "cohort run: the job needs %d nodes; `cohort run` is one node. Use "
                          "`cohort submit` on a cluster, or --set job.nodes=1\n",

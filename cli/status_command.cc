@@ -32,7 +32,7 @@ int run_status(const StatusArgs& args) {
   int code = kExitOk;
   auto client = connect_client(args.client, &code);
   if (!client) return code;
-  auto list = client->request<protocol::JobList>(protocol::JobQuery{args.job}, std::chrono::seconds(5));
+  auto list = client->request<protocol::JobList>(protocol::JobQuery{args.job, 0, {}}, std::chrono::seconds(5));
   if (!list) return report_request_error("status", list.status());
   if (args.json) {
     nlohmann::json j = args.job.empty() ? nlohmann::json(list->jobs) : nlohmann::json(list->jobs.front());

@@ -50,6 +50,9 @@ int run_validate(const ValidateArgs& args) {
     return kExitUsage;
   }
   const auto& spec = result.spec;
+  auto problems = jobs::check_job_paths(spec);
+  for (const auto& p : problems) std::fprintf(stderr, "%s: %s\n", args.job_file.c_str(), p.c_str());
+  if (!problems.empty()) return kExitUsage;
   int tp = spec.parallel.tensor_parallel;
   if (spec.job.kind == jobs::JobKind::kInfer)
     tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : spec.world_size(spec.job.nodes.max);

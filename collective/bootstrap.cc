@@ -76,6 +76,8 @@ Status connect_gloo(World* world, const std::string& store_host, Milliseconds ti
 Status join_store(World* world, const std::string& host, int port, Milliseconds timeout) {
   store::TcpStoreClientOptions o;
   o.connect_timeout = timeout;
+  // The agent's proxy refuses connections without the attempt's token.
+  if (const char* token = std::getenv("COHORT_STORE_TOKEN")) o.token = token;
   COHORT_ASSIGN_OR_RETURN(auto client, store::TcpStoreClient::connect(host, port, o));
   world->store = std::make_shared<store::PrefixStore>(
       std::shared_ptr<store::Store>(std::move(client)), "collective");

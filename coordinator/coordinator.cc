@@ -2,9 +2,14 @@
 // the store and logs. Job lifecycle decisions live in job_lifecycle.cc.
 #include "coordinator/coordinator_impl.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
+
+#include "coordinator/admission.h"
+#include "protocol/limits.h"
 
 namespace cohort::coordinator {
 
@@ -35,13 +40,30 @@ Status CoordinatorImpl::open() {
   auto context = options_.zmq_context ? options_.zmq_context : make_zmq_context();
   COHORT_ASSIGN_OR_RETURN(
       router_, RouterEndpoint::bind(io_, context, options_.listen, options_.security,
-                                    [this](const std::string& peer, std::string payload) {
-                                      on_message(peer, std::move(payload));
+                                    [this](const std::string& peer, std::string payload, Role role) {
+                                      on_message(peer, std::move(payload), role);
                                     }));
   spdlog::info("coordinator listening on {}{}", router_->endpoint(),
                options_.security.enabled ? " (CURVE)" : "");
   if (!options_.http_listen.empty()) {
-    HttpSources sources{[this] { return jobs(); }, [this] { return node_infos(); },
+    if (options_.http_token.empty() && !is_loopback_endpoint("tcp://" + options_.http_listen)) {
+      return permission_denied("refusing to serve HTTP on " + options_.http_listen +
+                               " without a token: give --http-token, or bind --http to 127.0.0.1");
+    }
+    // Without a token the page is for anyone who can reach it: workers' last
+    // log lines (which may hold secrets they printed) are left out.
+    bool redact = options_.http_token.empty();
+    HttpSources sources{[this, redact] {
+                          auto list = jobs();
+                          if (redact) {
+                            for (auto& j : list) {
+                              j.root_cause.last_lines.clear();
+                              for (auto& a : j.attempts) a.root_cause.last_lines.clear();
+                            }
+                          }
+                          return list;
+                        },
+                        [this] { return node_infos(); },
                         [this](const std::string& id) {
                           std::string text;
                           return cancel_job(id, &text);
@@ -69,38 +91,60 @@ std::vector<JobInfo> CoordinatorImpl::jobs() const {
   return out;
 }
 
-void CoordinatorImpl::on_message(const std::string& peer, std::string payload) {
+void CoordinatorImpl::on_message(const std::string& peer, std::string payload, Role role) {
   auto envelope = decode(payload);
   if (!envelope) {
-    spdlog::warn("bad message from a peer ({} bytes): {}", payload.size(),
-                 envelope.status().message());
+    warn_bad_input("bad message from a peer (" + std::to_string(payload.size()) +
+                   " bytes): " + envelope.status().message());
     reply_error(peer, 0, envelope.status());
     return;
   }
+  role_ = role;
   dispatch(peer, *envelope);
 }
 
 void CoordinatorImpl::dispatch(const std::string& peer, const Envelope& e) {
   using Handler = void (CoordinatorImpl::*)(const std::string&, const Envelope&);
-  static const std::map<std::string, Handler> kHandlers = {
-      {RegisterNode::kType, &CoordinatorImpl::on_register},
-      {Heartbeat::kType, &CoordinatorImpl::on_heartbeat},
-      {WorkerExit::kType, &CoordinatorImpl::on_worker_exit},
-      {LogBatch::kType, &CoordinatorImpl::on_log_batch},
-      {SubmitJob::kType, &CoordinatorImpl::on_submit},
-      {JobQuery::kType, &CoordinatorImpl::on_job_query},
-      {NodeQuery::kType, &CoordinatorImpl::on_node_query},
-      {CancelJob::kType, &CoordinatorImpl::on_cancel},
-      {LogQuery::kType, &CoordinatorImpl::on_log_query},
-      {StoreRequest::kType, &CoordinatorImpl::on_store},
+  // Which role may send what: an agent key reports for its node, a client
+  // key submits and manages jobs; both may ask. Without CURVE every peer is
+  // a trusted local user (kTrusted) and may send anything.
+  enum class From { kAgent, kClient, kAny };
+  struct Route {
+    Handler handler;
+    From from;
+  };
+  static const std::map<std::string, Route> kHandlers = {
+      {RegisterNode::kType, {&CoordinatorImpl::on_register, From::kAgent}},
+      {Heartbeat::kType, {&CoordinatorImpl::on_heartbeat, From::kAgent}},
+      {WorkerExit::kType, {&CoordinatorImpl::on_worker_exit, From::kAgent}},
+      {LogBatch::kType, {&CoordinatorImpl::on_log_batch, From::kAgent}},
+      {StoreRequest::kType, {&CoordinatorImpl::on_store, From::kAgent}},
+      {SubmitJob::kType, {&CoordinatorImpl::on_submit, From::kClient}},
+      {CancelJob::kType, {&CoordinatorImpl::on_cancel, From::kClient}},
+      {RemoveJob::kType, {&CoordinatorImpl::on_remove_job, From::kClient}},
+      {RemoveNode::kType, {&CoordinatorImpl::on_remove_node, From::kClient}},
+      {JobQuery::kType, {&CoordinatorImpl::on_job_query, From::kAny}},
+      {NodeQuery::kType, {&CoordinatorImpl::on_node_query, From::kAny}},
+      {LogQuery::kType, {&CoordinatorImpl::on_log_query, From::kAny}},
   };
   auto it = kHandlers.find(e.type);
   if (it == kHandlers.end()) {
-    spdlog::warn("unknown message type '{}' from a peer", e.type);
-    reply_error(peer, e.id, invalid_argument("unknown message type '" + e.type + "'"));
+    warn_bad_input("unknown message type '" + shorten(e.type, 64) + "' from a peer");
+    reply_error(peer, e.id, invalid_argument("unknown message type '" + shorten(e.type, 64) + "'"));
     return;
   }
-  (this->*(it->second))(peer, e);
+  From from = it->second.from;
+  bool allowed = role_ == Role::kTrusted || from == From::kAny ||
+                 (from == From::kAgent && role_ == Role::kAgent) ||
+                 (from == From::kClient && role_ == Role::kClient);
+  if (!allowed) {
+    warn_bad_input(std::string("refused '") + e.type + "' from a peer with a " + to_string(role_) + " key");
+    return reply_error(peer, e.id,
+                       permission_denied(std::string("'") + e.type + "' needs " +
+                                         (from == From::kAgent ? "an agent" : "a client") +
+                                         " key; this connection holds a " + to_string(role_) + " key"));
+  }
+  (this->*(it->second.handler))(peer, e);
 }
 
 void CoordinatorImpl::reply_error(const std::string& peer, uint64_t id, const Status& status) {
@@ -122,20 +166,37 @@ bool CoordinatorImpl::send_to_node(const std::string& node, const T& message) {
 template bool CoordinatorImpl::send_to_node(const std::string&, const LaunchOrder&);
 template bool CoordinatorImpl::send_to_node(const std::string&, const StopOrder&);
 
-// Every handler parses its body first; a bad body is answered, not fatal.
-#define COHORT_PARSE_OR_REPLY(Type, var)              \
-  auto var##_result = body_as<Type>(e);               \
-  if (!var##_result) {                                \
-    spdlog::warn("{}", var##_result.status().message()); \
-    reply_error(peer, e.id, var##_result.status());   \
-    return;                                           \
-  }                                                   \
-  const Type& var = *var##_result
+const Node* CoordinatorImpl::node_of_peer(const std::string& peer) const {
+  for (const Node* n : registry_.nodes()) {
+    if (n->peer == peer && n->state == NodeState::kAlive) return n;
+  }
+  return nullptr;
+}
 
 void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(RegisterNode, m);
-  if (m.node.empty()) return reply_error(peer, e.id, invalid_argument("register: empty node name"));
+  if (auto s = check_registration(m); !s) {
+    warn_bad_input(s.message());
+    return reply_error(peer, e.id, s);
+  }
   const Node* before = registry_.find(m.node);
+  // A node is bound to the connection that registered it while it is alive:
+  // anyone else claiming its name (a hijack, or its own agent restarted) is
+  // refused until the old connection has been silent for heartbeat_timeout.
+  if (before && before->state == NodeState::kAlive && before->peer != peer) {
+    warn_bad_input("refused a registration as node " + m.node + " from another connection");
+    return reply(peer, e.id, ErrorReply{"node_taken", "node " + m.node +
+                                                          " is registered from another connection; "
+                                                          "it can be taken over once that one is lost"});
+  }
+  if (const Node* mine = node_of_peer(peer); mine && mine->name != m.node) {
+    return reply_error(peer, e.id, failed_precondition("this connection is node " + mine->name +
+                                                           "; one connection registers one node"));
+  }
+  if (!before && registry_.nodes().size() >= kMaxNodes) {
+    return reply_error(peer, e.id, failed_precondition("the coordinator knows " + std::to_string(kMaxNodes) +
+                                                          " nodes already; remove lost ones with `cohort nodes rm`"));
+  }
   bool returning = before && before->state == NodeState::kLost;
   registry_.register_node(m, peer);
   spdlog::info("node {} {} ({} GPUs, {} running workers)", m.node,
@@ -154,6 +215,13 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
 
 void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(Heartbeat, m);
+  if (auto s = check_running(m.running); !s) return reply_error(peer, e.id, s);
+  const Node* n = registry_.find(m.node);
+  if (n && n->state == NodeState::kAlive && n->peer != peer) {
+    // Not the registered connection: never moves the node's peer.
+    warn_bad_input("ignored a heartbeat for node " + m.node + " from another connection");
+    return reply_error(peer, e.id, permission_denied("node " + m.node + " is registered from another connection"));
+  }
   if (!registry_.heartbeat(m.node, peer)) {
     // Unknown (a restarted coordinator) or lost: the agent must register again.
     reply(peer, e.id, ErrorReply{"unknown_node", "node " + m.node + " must register again"});
@@ -166,152 +234,57 @@ void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
 
 void CoordinatorImpl::on_worker_exit(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(WorkerExit, m);
-  reply(peer, e.id, Ack{});
   auto it = jobs_.find(m.job_id);
-  if (it == jobs_.end()) return;
+  if (it == jobs_.end()) return reply(peer, e.id, Ack{});
   Job& job = it->second;
   Attempt* a = job.current();
-  if (!a || a->number != m.attempt || !a->active()) return;  // a stale report
+  if (!a || a->number != m.attempt || !a->active()) return reply(peer, e.id, Ack{});  // a stale report
   if (m.rank < 0 || m.rank >= a->world_size() || a->ranks[m.rank].node != m.node) {
-    spdlog::warn("worker_exit for job {} rank {} from node {} does not match the attempt",
-                 m.job_id, m.rank, m.node);
-    return;
+    warn_bad_input("worker_exit for job " + m.job_id + " rank " + std::to_string(m.rank) +
+                   " from node " + shorten(m.node, 64) + " does not match the attempt");
+    return reply(peer, e.id, Ack{});
   }
-  rank_exited(job, m.rank, m);
+  // Only the node that runs the rank reports its exit.
+  const Node* n = registry_.find(m.node);
+  if (!n || n->peer != peer) {
+    warn_bad_input("refused a worker_exit for job " + m.job_id + " rank " + std::to_string(m.rank) +
+                   ": not sent by node " + m.node + "'s connection");
+    return reply_error(peer, e.id, permission_denied("only node " + m.node + " reports its ranks' exits"));
+  }
+  reply(peer, e.id, Ack{});
+  WorkerExit exit = m;
+  if (exit.last_lines.size() > kMaxLastLines) {
+    exit.last_lines.erase(exit.last_lines.begin(), exit.last_lines.end() - kMaxLastLines);
+  }
+  for (auto& line : exit.last_lines) {
+    if (line.size() > 1024) line = shorten(line, 1024);
+  }
+  exit.failure = shorten(exit.failure, 4096);
+  rank_exited(job, m.rank, exit);
 }
 
-void CoordinatorImpl::on_log_batch(const std::string&, const Envelope& e) {
+void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
   auto m = body_as<LogBatch>(e);
-  if (!m) return spdlog::warn("{}", m.status().message());
-  if (!jobs_.count(m->job_id)) return;
-  logs_.append(m->job_id, std::move(m->lines));
-}
-
-void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
-  COHORT_PARSE_OR_REPLY(SubmitJob, m);
-  const JobControl& c = m.job;
-  std::string problem;
-  if (c.nodes_min < 1 || c.nodes_max < c.nodes_min) problem = "job.nodes must be N or MIN:MAX with 1 <= MIN <= MAX";
-  else if (c.gpus_per_node < 1) problem = "job.gpus_per_node must be at least 1";
-  else if (c.max_restarts < 0) problem = "job.max_restarts must not be negative";
-  else if (c.kind != "command" && c.kind != "train" && c.kind != "infer" && c.kind != "serve")
-    problem = "job.kind must be train, infer, serve or command";
-  else if (c.kind == "command" && c.argv.empty()) problem = "a command job needs command.argv";
-  else if (c.devices != "own" && c.devices != "node") problem = "job.devices must be own or node";
-  else if (c.output_dir.empty()) problem = "job.output_dir is empty";
-  if (!problem.empty()) return reply_error(peer, e.id, invalid_argument(problem));
-  Job job;
-  job.seq = next_seq_++;
-  job.id = "job-" + std::to_string(job.seq);
-  job.control = c;
-  job.submitted_ms = unix_ms_now();
-  job.queued_since = clock_.now();
-  job.add_event("submitted");
-  std::string id = job.id;
-  spdlog::info("job {} ({}) submitted: {} node(s) x {} GPU(s)", id, c.name,
-               c.nodes_min == c.nodes_max ? std::to_string(c.nodes_min)
-                                          : std::to_string(c.nodes_min) + ":" + std::to_string(c.nodes_max),
-               c.gpus_per_node);
-  jobs_.emplace(id, std::move(job));
-  persist(jobs_.at(id));
-  reply(peer, e.id, SubmitReply{id});
-  schedule();
-}
-
-Job* CoordinatorImpl::find_job(const std::string& id_or_name) {
-  auto it = jobs_.find(id_or_name);
-  if (it != jobs_.end()) return &it->second;
-  Job* latest = nullptr;  // by name: the most recent job of that name
-  for (auto& [id, job] : jobs_) {
-    if (job.control.name == id_or_name && (!latest || job.seq > latest->seq)) latest = &job;
+  if (!m) return (void)warn_bad_input(m.status().message());
+  auto it = jobs_.find(m->job_id);
+  if (it == jobs_.end()) return;
+  // Lines are taken only for ranks that ran on the sender's node.
+  const Node* n = node_of_peer(peer);
+  if (!n) return (void)warn_bad_input("log lines for job " + m->job_id + " from a connection that is no node");
+  const Job& job = it->second;
+  std::vector<LogLine> kept;
+  kept.reserve(m->lines.size());
+  for (auto& line : m->lines) {
+    if (line.attempt < 0 || line.attempt >= int(job.attempts.size())) continue;
+    const Attempt& a = job.attempts[line.attempt];
+    if (line.rank < 0 || line.rank >= a.world_size() || a.ranks[line.rank].node != n->name) continue;
+    kept.push_back(std::move(line));
   }
-  return latest;
-}
-
-void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
-  COHORT_PARSE_OR_REPLY(JobQuery, m);
-  JobList list;
-  if (m.job_id.empty()) {
-    // The list leaves out event histories (`cohort status JOB` has them), so
-    // a long-lived coordinator's reply stays far below the message cap.
-    list.jobs = jobs();
-    for (auto& j : list.jobs) j.events.clear();
-  } else {
-    Job* job = find_job(m.job_id);
-    if (!job) return reply_error(peer, e.id, not_found("no job '" + m.job_id + "'"));
-    list.jobs.push_back(job->info());
+  if (kept.size() < m->lines.size()) {
+    warn_bad_input("dropped " + std::to_string(m->lines.size() - kept.size()) + " log lines for job " +
+                   m->job_id + " from node " + n->name + ": not its ranks");
   }
-  reply(peer, e.id, list);
-}
-
-std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
-  std::vector<NodeInfo> out;
-  auto free = capacity();
-  for (const Node* n : registry_.nodes()) {
-    NodeInfo info;
-    info.name = n->name;
-    info.address = n->address;
-    info.state = to_string(n->state);
-    info.gpus = n->gpus;
-    for (const auto& c : free) {
-      if (c.name == n->name) info.gpus_free = int(c.free_gpus.size());
-    }
-    info.heartbeat_age_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - n->last_heartbeat).count();
-    for (const auto& [id, job] : jobs_) {
-      if (!job.attempts.empty() && job.attempts.back().active() &&
-          job.attempts.back().gpus.count(n->name)) {
-        info.jobs.push_back(id);
-      }
-    }
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
-void CoordinatorImpl::on_node_query(const std::string& peer, const Envelope& e) {
-  reply(peer, e.id, NodeList{node_infos()});
-}
-
-Status CoordinatorImpl::cancel_job(const std::string& id_or_name, std::string* text) {
-  Job* job = find_job(id_or_name);
-  if (!job) return not_found("no job '" + id_or_name + "'");
-  if (is_terminal(job->state)) {
-    *text = "job " + job->id + " already " + to_string(job->state);
-    return Status::ok();
-  }
-  job->cancel_requested = true;
-  job->add_event("cancel requested");
-  if (job->state == JobState::kQueued) {
-    end_job(*job, JobState::kCancelled, "cancelled while queued");
-  } else if (job->current() && job->current()->state == AttemptState::kRunning) {
-    begin_stop(*job, StopIntent::kCancel, "cancelled");
-  } else {
-    persist(*job);  // a stop is already under way; finish_attempt sees the request
-  }
-  *text = "cancelling " + job->id;
-  return Status::ok();
-}
-
-void CoordinatorImpl::on_cancel(const std::string& peer, const Envelope& e) {
-  COHORT_PARSE_OR_REPLY(CancelJob, m);
-  std::string text;
-  Status s = cancel_job(m.job_id, &text);
-  if (!s) return reply_error(peer, e.id, s);
-  reply(peer, e.id, Ack{text});
-}
-
-void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {
-  COHORT_PARSE_OR_REPLY(LogQuery, m);
-  Job* job = find_job(m.job_id);
-  if (!job) return reply_error(peer, e.id, not_found("no job '" + m.job_id + "'"));
-  LogQuery query = m;
-  query.job_id = job->id;
-  LogReply out;
-  out.lines = logs_.read(query, &out.last_seq);
-  out.job_finished = is_terminal(job->state);
-  out.job_state = to_string(job->state);
-  reply(peer, e.id, out);
+  if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
 }
 
 void CoordinatorImpl::on_store(const std::string& peer, const Envelope& e) {
@@ -322,8 +295,17 @@ void CoordinatorImpl::on_store(const std::string& peer, const Envelope& e) {
   auto job = jobs_.find(m.job_id);
   const Attempt* attempt = job == jobs_.end() ? nullptr : job->second.current();
   if (!attempt || attempt->number != m.attempt || !attempt->active()) {
-    return reply_error(peer, id, aborted("job " + m.job_id + " attempt " + std::to_string(m.attempt) +
-                                             " is not running"));
+    return reply_error(peer, id, aborted("job " + shorten(m.job_id, 64) + " attempt " +
+                                             std::to_string(m.attempt) + " is not running"));
+  }
+  // The attempt's token (a secret its workers got at launch), and only from
+  // a node the attempt runs on: no other peer reads or writes its keys.
+  const Node* n = node_of_peer(peer);
+  if (attempt->store_token.empty() || m.token != attempt->store_token || !n ||
+      !attempt->gpus.count(n->name)) {
+    warn_bad_input("refused a store request for job " + m.job_id + ": wrong token or not one of its nodes");
+    return reply_error(peer, id, permission_denied("store: wrong store token for job " + m.job_id +
+                                                       " attempt " + std::to_string(m.attempt)));
   }
   // The reply may come later (a blocking get); by then this peer may be gone,
   // which send_payload tolerates.
@@ -347,6 +329,13 @@ void CoordinatorImpl::tick() {
   store_.expire();
   check_recovery();
   schedule();
+  if (clock_.now() - last_trim_ > std::chrono::seconds(10)) {
+    last_trim_ = clock_.now();
+    retire_finished_jobs();
+    // Hands freed buffers back after a flood (glibc keeps them otherwise;
+    // a flooded coordinator stayed at 175 MB after the flood was gone).
+    malloc_trim(0);
+  }
 }
 
 }  // namespace cohort::coordinator

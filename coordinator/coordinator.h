@@ -40,6 +40,10 @@ struct CoordinatorOptions {
   // After a restart, how long agents have to report the workers of running
   // attempts before those attempts are restarted. 0: 2 × heartbeat_timeout.
   std::chrono::milliseconds recovery_grace{0};
+  // Finished jobs stay in memory (and in `cohort jobs`) this long, and at
+  // most this many of them; older ones are only in the state database.
+  std::chrono::milliseconds finished_retention{std::chrono::hours(24)};
+  size_t max_finished_jobs = 1000;
   std::string http_listen;      // "HOST:PORT" for the HTTP API; empty: none
   std::string http_token;       // empty: the HTTP API is read-only
   const Clock* clock = nullptr;  // null: the system clock

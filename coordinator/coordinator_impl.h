@@ -17,9 +17,20 @@
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state_db.h"
 #include "protocol/codec.h"
+#include "protocol/input_log.h"
 #include "protocol/transport.h"
 
 namespace cohort::coordinator {
+
+// Every handler parses its body first; a bad body is answered, not fatal.
+#define COHORT_PARSE_OR_REPLY(Type, var)                       \
+  auto var##_result = protocol::body_as<Type>(e);              \
+  if (!var##_result) {                                         \
+    protocol::warn_bad_input(var##_result.status().message()); \
+    reply_error(peer, e.id, var##_result.status());            \
+    return;                                                    \
+  }                                                            \
+  const Type& var = *var##_result
 
 class CoordinatorImpl final : public Coordinator {
  public:
@@ -31,7 +42,7 @@ class CoordinatorImpl final : public Coordinator {
 
  private:
   // ---- coordinator.cc: transport and handlers ----
-  void on_message(const std::string& peer, std::string payload);
+  void on_message(const std::string& peer, std::string payload, protocol::Role role);
   void dispatch(const std::string& peer, const protocol::Envelope& e);
   template <typename T>
   void reply(const std::string& peer, uint64_t id, const T& message) {
@@ -52,6 +63,13 @@ class CoordinatorImpl final : public Coordinator {
   void on_cancel(const std::string& peer, const protocol::Envelope& e);
   void on_log_query(const std::string& peer, const protocol::Envelope& e);
   void on_store(const std::string& peer, const protocol::Envelope& e);
+  void on_remove_job(const std::string& peer, const protocol::Envelope& e);
+  void on_remove_node(const std::string& peer, const protocol::Envelope& e);
+  // The node whose agent registered from `peer` and is alive; null otherwise.
+  const Node* node_of_peer(const std::string& peer) const;
+  // Finished jobs beyond the retention leave memory (they stay in SQLite).
+  void retire_finished_jobs();
+  static std::string new_store_token();
   void arm_tick();
   void tick();
   Job* find_job(const std::string& id_or_name);
@@ -80,7 +98,9 @@ class CoordinatorImpl final : public Coordinator {
   // lists (a lost launch order or exit report) count as gone.
   void reconcile_missing(const std::string& node, const std::vector<protocol::RunningWorker>& running);
   void check_recovery();
-  void persist(const Job& job);
+  // Saves the job; the error is logged and returned (submit refuses on it).
+  Status save_job(const Job& job);
+  void persist(const Job& job) { (void)save_job(job); }
   Status recover_from_db();
   int pick_master_port(const Job& job, const std::string& master_node) const;
 
@@ -94,6 +114,8 @@ class CoordinatorImpl final : public Coordinator {
   std::unique_ptr<StateDb> db_;
   std::map<std::string, Job> jobs_;
   uint64_t next_seq_ = 1;
+  protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
+  Clock::TimePoint last_trim_{};
   boost::asio::steady_timer timer_;
   std::unique_ptr<HttpApi> http_;
 };

@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include "protocol/codec.h"
@@ -89,7 +90,8 @@ class Server;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, Server& server) : stream_(std::move(socket)), server_(server) {}
+  Session(tcp::socket socket, Server& server);
+  ~Session();
   void start();
 
  private:
@@ -105,7 +107,11 @@ class Session : public std::enable_shared_from_this<Session> {
 class Server final : public HttpApi {
  public:
   Server(asio::io_context& io, HttpSources sources, std::string token)
-      : acceptor_(io), sources_(std::move(sources)), token_(std::move(token)) {}
+      : acceptor_(io), retry_(io), sources_(std::move(sources)), token_(std::move(token)) {}
+
+  // Open connections; beyond kMaxSessions new ones are closed at once.
+  static constexpr int kMaxSessions = 64;
+  int sessions = 0;
 
   Status open(const std::string& listen) {
     auto colon = listen.rfind(':');
@@ -140,7 +146,11 @@ class Server final : public HttpApi {
             "application/json");
     };
     auto error = [&](http::status status, const std::string& text) {
-      reply(status, nlohmann::json({{"error", text}}).dump(), "application/json");
+      // The text may echo the request target: invalid UTF-8 there made dump()
+      // throw and took the coordinator down (found by fuzz/http_fuzz).
+      reply(status,
+            nlohmann::json({{"error", text}}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+            "application/json");
     };
     if (req.method() == http::verb::get) {
       if (target == "/" || target == "/index.html") return reply(http::status::ok, index_page(sources_.jobs(), sources_.nodes()), "text/html");
@@ -182,15 +192,30 @@ class Server final : public HttpApi {
   void accept() {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), *this)->start();
-      accept();
+      if (ec) {
+        // EMFILE and the like: the connection stays queued and accept fails
+        // again at once; wait instead of spinning at 100% CPU.
+        retry_.expires_after(std::chrono::milliseconds(100));
+        retry_.async_wait([this](boost::system::error_code wait_ec) {
+          if (!wait_ec) accept();
+        });
+        return;
+      }
+      if (sessions < kMaxSessions) std::make_shared<Session>(std::move(socket), *this)->start();
+      accept();  // a socket over the cap is closed as it goes out of scope
     });
   }
 
   tcp::acceptor acceptor_;
+  asio::steady_timer retry_;
   HttpSources sources_;
   std::string token_;
 };
+
+Session::Session(tcp::socket socket, Server& server) : stream_(std::move(socket)), server_(server) {
+  ++server_.sessions;
+}
+Session::~Session() { --server_.sessions; }
 
 void Session::start() {
   stream_.expires_after(std::chrono::seconds(10));

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <set>
 
+#include <random>
+
 #include <spdlog/spdlog.h>
 
 #include "coordinator/coordinator_impl.h"
@@ -141,6 +143,7 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
     }
   }
   a.master_port = pick_master_port(job, a.nodes.front());
+  a.store_token = new_store_token();
   a.launched_at = clock_.now();
   job.state = JobState::kRunning;
   job.next_attempt_counts = true;
@@ -167,6 +170,7 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
     order.master_addr = master ? master->address : "127.0.0.1";
     order.master_port = attempt.master_port;
     order.job = job.control;
+    order.store_token = attempt.store_token;
     if (!send_to_node(attempt.nodes[i], order)) unreachable.push_back(attempt.nodes[i]);
   }
   persist(job);
@@ -406,9 +410,18 @@ void CoordinatorImpl::check_recovery() {
   }
 }
 
-void CoordinatorImpl::persist(const Job& job) {
-  if (!db_) return;
-  if (auto s = db_->save_job(job); !s) spdlog::error("cannot save job {}: {}", job.id, s.message());
+Status CoordinatorImpl::save_job(const Job& job) {
+  if (!db_) return Status::ok();
+  Status s = db_->save_job(job);
+  if (!s) spdlog::error("cannot save job {}: {}", job.id, s.message());
+  return s;
+}
+
+std::string CoordinatorImpl::new_store_token() {
+  static std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", uint32_t(random()));
+  return token;
 }
 
 Status CoordinatorImpl::recover_from_db() {

@@ -100,6 +100,7 @@ nlohmann::json job_to_json(const Job& job) {
                         {"gpus", a.gpus},
                         {"gpus_per_node", a.gpus_per_node},
                         {"master_port", a.master_port},
+                        {"store_token", a.store_token},
                         {"counts_as_restart", a.counts_as_restart},
                         {"started_ms", a.started_ms},
                         {"ended_ms", a.ended_ms},
@@ -148,6 +149,7 @@ Result<Job> job_from_json(const nlohmann::json& j) {
       a.gpus = ja.at("gpus").get<std::map<std::string, std::vector<int>>>();
       a.gpus_per_node = ja.at("gpus_per_node").get<int>();
       a.master_port = ja.at("master_port").get<int>();
+      a.store_token = ja.value("store_token", std::string());
       a.counts_as_restart = ja.at("counts_as_restart").get<bool>();
       a.started_ms = ja.at("started_ms").get<int64_t>();
       a.ended_ms = ja.at("ended_ms").get<int64_t>();

@@ -62,6 +62,7 @@ struct Attempt {
   std::map<std::string, std::vector<int>> gpus;  // node → GPU indices
   int gpus_per_node = 1;
   int master_port = 0;
+  std::string store_token;  // COHORT_STORE_TOKEN of this attempt's workers
   bool counts_as_restart = true;
   int64_t started_ms = 0;
   int64_t ended_ms = 0;

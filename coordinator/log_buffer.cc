@@ -5,13 +5,48 @@
 
 namespace cohort::coordinator {
 
+void LogBuffer::pop_oldest(JobLog& log) {
+  size_t c = cost(log.lines.front());
+  log.bytes -= c;
+  total_bytes_ -= c;
+  log.lines.pop_front();
+}
+
 void LogBuffer::append(const std::string& job_id, std::vector<protocol::LogLine> lines) {
   JobLog& log = logs_[job_id];
   for (auto& line : lines) {
+    if (line.text.size() > protocol::kMaxLogLineBytes) {
+      size_t was = line.text.size();
+      line.text.resize(protocol::kMaxLogLineBytes);
+      line.text += "… [line cut: " + std::to_string(was) + " bytes]";
+    }
     line.seq = log.next_seq++;
+    size_t c = cost(line);
+    log.bytes += c;
+    total_bytes_ += c;
     log.lines.push_back(std::move(line));
   }
-  while (log.lines.size() > max_lines_) log.lines.pop_front();
+  while (!log.lines.empty() && log.bytes > max_job_bytes_) pop_oldest(log);
+  while (total_bytes_ > max_total_bytes_) {
+    JobLog* largest = nullptr;
+    for (auto& [id, l] : logs_) {
+      if (!l.lines.empty() && (!largest || l.bytes > largest->bytes)) largest = &l;
+    }
+    if (!largest) break;
+    pop_oldest(*largest);
+  }
+}
+
+void LogBuffer::forget(const std::string& job_id) {
+  auto it = logs_.find(job_id);
+  if (it == logs_.end()) return;
+  total_bytes_ -= it->second.bytes;
+  logs_.erase(it);
+}
+
+size_t LogBuffer::job_bytes(const std::string& job_id) const {
+  auto it = logs_.find(job_id);
+  return it == logs_.end() ? 0 : it->second.bytes;
 }
 
 std::vector<protocol::LogLine> LogBuffer::read(const protocol::LogQuery& query,

@@ -50,6 +50,8 @@ class NodeRegistry {
   bool heartbeat(const std::string& name, const std::string& peer);
   // A node whose agent cannot be reached (its connection is gone): lost now.
   void mark_lost(const std::string& name);
+  // Forgets a node (`cohort nodes rm`).
+  void remove(const std::string& name) { nodes_.erase(name); }
   // Marks alive nodes silent for longer than the timeout as lost and
   // returns their names.
   std::vector<std::string> expire();

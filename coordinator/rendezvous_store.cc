@@ -1,7 +1,10 @@
 // RendezvousStore: namespaced keys and blocked readers.
 #include "coordinator/rendezvous_store.h"
 
+#include <algorithm>
 #include <charconv>
+
+#include "protocol/limits.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -24,6 +27,17 @@ bool RendezvousStore::has_all(const std::map<std::string, std::string>& data,
 
 void RendezvousStore::handle(const protocol::StoreRequest& request, Reply reply) {
   if (request.job_id.empty()) return reply(invalid_argument("store request names no job"));
+  if (request.keys.size() > protocol::kMaxStoreKeysPerRequest)
+    return reply(invalid_argument("store: more than " + std::to_string(protocol::kMaxStoreKeysPerRequest) +
+                                  " keys in one request"));
+  for (const auto& k : request.keys) {
+    if (k.size() > protocol::kMaxStoreKeyBytes)
+      return reply(invalid_argument("store: a key of " + std::to_string(k.size()) + " bytes; at most " +
+                                    std::to_string(protocol::kMaxStoreKeyBytes)));
+  }
+  if (request.value.size() > protocol::kMaxStoreValueBytes)
+    return reply(invalid_argument("store: a value of " + std::to_string(request.value.size()) +
+                                  " bytes; at most " + std::to_string(protocol::kMaxStoreValueBytes)));
   std::string ns = namespace_of(request.job_id, request.attempt);
   auto& data = data_[ns];
   const auto& op = request.op;
@@ -36,7 +50,16 @@ void RendezvousStore::handle(const protocol::StoreRequest& request, Reply reply)
   }
   protocol::StoreReply out;
   if (op == "set") {
-    data[request.keys[0]] = request.value;
+    const std::string& key = request.keys[0];
+    size_t& bytes = bytes_[ns];
+    auto it = data.find(key);
+    size_t old_size = it == data.end() ? 0 : key.size() + it->second.size();
+    size_t new_size = key.size() + request.value.size();
+    if (bytes - old_size + new_size > protocol::kMaxStoreBytesPerAttempt)
+      return reply(invalid_argument("store: the attempt's keys would exceed " +
+                                    std::to_string(protocol::kMaxStoreBytesPerAttempt) + " bytes"));
+    bytes = bytes - old_size + new_size;
+    data[key] = request.value;
     reply(out);
     return wake(ns);
   }
@@ -50,7 +73,10 @@ void RendezvousStore::handle(const protocol::StoreRequest& request, Reply reply)
         return reply(invalid_argument("store key '" + request.keys[0] + "' holds no integer"));
       }
     }
-    current += request.delta;
+    // Overflow is an error, not a wrap (INT64_MAX added twice became negative).
+    if (__builtin_add_overflow(current, request.delta, &current)) {
+      return reply(invalid_argument("store add on '" + request.keys[0] + "' overflows a 64-bit integer"));
+    }
     data[request.keys[0]] = std::to_string(current);
     out.value = std::to_string(current);
     out.found = true;
@@ -62,7 +88,12 @@ void RendezvousStore::handle(const protocol::StoreRequest& request, Reply reply)
     return reply(out);
   }
   if (op == "delete") {
-    out.found = data.erase(request.keys[0]) > 0;
+    auto it = data.find(request.keys[0]);
+    out.found = it != data.end();
+    if (out.found) {
+      bytes_[ns] -= it->first.size() + it->second.size();
+      data.erase(it);
+    }
     return reply(out);
   }
   if (op == "get" || op == "wait") {
@@ -71,9 +102,15 @@ void RendezvousStore::handle(const protocol::StoreRequest& request, Reply reply)
       if (op == "get") out.value = data[request.keys[0]];
       return reply(out);
     }
-    auto timeout = request.timeout_ms > 0 ? std::chrono::milliseconds(request.timeout_ms)
-                                          : std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                default_timeout_);
+    // Clamped, so that now + timeout cannot overflow (INT64_MAX ms timed out at once).
+    constexpr int64_t kMaxTimeoutMs = int64_t(7) * 24 * 3600 * 1000;
+    auto timeout = request.timeout_ms > 0
+                       ? std::chrono::milliseconds(std::min(request.timeout_ms, kMaxTimeoutMs))
+                       : std::chrono::duration_cast<std::chrono::milliseconds>(default_timeout_);
+    size_t blocked = 0;
+    for (const auto& w : waiters_) blocked += w.ns == ns ? 1 : 0;
+    if (blocked >= kMaxWaitersPerNamespace)
+      return reply(invalid_argument("store: " + std::to_string(blocked) + " requests of this attempt are blocked already"));
     waiters_.push_back({ns, request.keys, op == "get", clock_.now() + timeout, std::move(reply)});
     return;
   }
@@ -118,6 +155,7 @@ void RendezvousStore::expire() {
 
 void RendezvousStore::drop_namespace(const std::string& name) {
   data_.erase(name);
+  bytes_.erase(name);
   std::vector<Waiter> dropped;
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->ns == name) {

@@ -6,7 +6,9 @@
 // add (integer as decimal text, like torch's TCPStore), wait (all keys),
 // check (all keys exist, no blocking) and delete. A blocked request keeps its
 // reply callback until a set/add resolves it, expire() times it out, or its
-// namespace is dropped (then it fails with kAborted).
+// namespace is dropped (then it fails with kAborted). Bounded: key and value
+// sizes, keys per request, bytes per namespace and blocked requests per
+// namespace (protocol/limits.h); add refuses to overflow.
 //
 // Not thread-safe: the coordinator's loop owns it. Time from the clock.
 #pragma once
@@ -56,7 +58,9 @@ class RendezvousStore {
 
   const Clock& clock_;
   Clock::Duration default_timeout_;
+  static constexpr size_t kMaxWaitersPerNamespace = 4096;
   std::map<std::string, std::map<std::string, std::string>> data_;
+  std::map<std::string, size_t> bytes_;  // keys + values per namespace, capped
   std::vector<Waiter> waiters_;
 };
 

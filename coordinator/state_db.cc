@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 #include "protocol/codec.h"
@@ -27,6 +28,13 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return io_error("cannot create state directory " + dir + ": " + ec.message());
   std::string path = (std::filesystem::path(dir) / "coordinator.db").string();
+  if (std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec) {
+    // Empty is what a fresh database looks like too, but one that is there
+    // and empty was usually truncated: say so rather than start quietly.
+    spdlog::warn("{} is empty (0 bytes): starting with no jobs and no nodes. If this coordinator "
+                 "had state before, restore the file from a backup before submitting",
+                 path);
+  }
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
     Status s = io_error("cannot open " + path + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
@@ -34,8 +42,12 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
     return s;
   }
   std::unique_ptr<StateDb> state(new StateDb(db));
+  // A damaged file is refused at start: running on would acknowledge jobs
+  // it cannot store (seen: "database disk image is malformed" per submit).
+  COHORT_RETURN_IF_ERROR(state->check_integrity(path));
   COHORT_RETURN_IF_ERROR(state->exec("PRAGMA journal_mode=WAL"));
-  COHORT_RETURN_IF_ERROR(state->exec("PRAGMA synchronous=NORMAL"));
+  // FULL: a job is acknowledged only once its row is on disk, WAL included.
+  COHORT_RETURN_IF_ERROR(state->exec("PRAGMA synchronous=FULL"));
   COHORT_RETURN_IF_ERROR(state->exec(
       "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL)"));
   COHORT_RETURN_IF_ERROR(state->exec(
@@ -44,6 +56,44 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
 }
 
 StateDb::~StateDb() { sqlite3_close(db_); }
+
+Status StateDb::check_integrity(const std::string& path) {
+  Statement s;
+  std::string verdict;
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA integrity_check", -1, &s.stmt, nullptr);
+  if (rc == SQLITE_OK) {
+    while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+      const char* t = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
+      if (verdict.size() < 400) verdict += std::string(verdict.empty() ? "" : "; ") + (t ? t : "");
+    }
+  }
+  if ((rc == SQLITE_DONE && verdict == "ok")) return Status::ok();
+  if (verdict.empty()) verdict = sqlite3_errmsg(db_);
+  return failed_precondition(path + " is damaged (" + verdict +
+                   "). The coordinator will not start on it: restore it from a backup, or move it "
+                   "aside (mv " + path + " " + path + ".damaged) to start with no state; agents "
+                   "re-register and report the workers they still run");
+}
+
+Status StateDb::remove_job(const std::string& id) {
+  Statement s;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM jobs WHERE id = ?", -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "removing job " + id);
+  }
+  sqlite3_bind_text(s.stmt, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "removing job " + id);
+  return Status::ok();
+}
+
+Status StateDb::remove_node(const std::string& name) {
+  Statement s;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM nodes WHERE name = ?", -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "removing node " + name);
+  }
+  sqlite3_bind_text(s.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "removing node " + name);
+  return Status::ok();
+}
 
 Status StateDb::exec(const std::string& sql) {
   char* error = nullptr;

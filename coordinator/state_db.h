@@ -3,8 +3,10 @@
 //
 // Jobs (with their attempts and events) are stored as one JSON document per
 // job, written on every state change; nodes as name, address and GPUs. WAL
-// with synchronous=NORMAL keeps each write to one append, and a crash loses
-// at most the last transaction, never the database.
+// with synchronous=FULL: a write has reached the disk when save_job returns,
+// so an acknowledged job survives a crash. open() runs PRAGMA
+// integrity_check and refuses a damaged file (kFailedPrecondition, with what to do),
+// and warns about a zero-length one.
 //
 // Not thread-safe: the coordinator's loop owns it.
 #pragma once
@@ -28,6 +30,8 @@ class StateDb {
   ~StateDb();
 
   Status save_job(const Job& job);
+  Status remove_job(const std::string& id);
+  Status remove_node(const std::string& name);
   Result<std::vector<Job>> load_jobs();
   Status save_node(const std::string& name, const std::string& address,
                    const std::vector<protocol::GpuDesc>& gpus);
@@ -41,6 +45,7 @@ class StateDb {
  private:
   explicit StateDb(sqlite3* db) : db_(db) {}
   Status exec(const std::string& sql);
+  Status check_integrity(const std::string& path);
   sqlite3* db_;
 };
 

@@ -1,13 +1,34 @@
 // Rules that span fields: what a kind requires, how the world size splits
 // into data- and tensor-parallel degrees, and how batches divide. Run after
 // every key was read, so one pass reports all of them.
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
-#include <regex>
 
 #include "jobs/load_context.h"
 
 namespace cohort::jobs {
 namespace {
+
+// Checked by a loop, not std::regex: libstdc++'s regex recurses per
+// character and a 30,000-character name ran it off the stack.
+bool is_job_name(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// The longest sequence a built-in preset supports when model.max_seq is 0
+// (models/config.cc has the same figures; jobs/ does not link models/).
+int preset_max_seq(const std::string& preset) {
+  if (preset == "tiny") return 128;
+  if (preset.empty()) return 0;
+  return 4096;
+}
 
 void check_required(JobSpec& spec, LoadContext& ctx) {
   if (!ctx.given("job")) {
@@ -17,8 +38,10 @@ void check_required(JobSpec& spec, LoadContext& ctx) {
   if (!ctx.given("job.name")) ctx.error_at("job", "[job] is missing the required key 'name'");
   if (!ctx.given("job.kind"))
     ctx.error_at("job", "[job] is missing the required key 'kind' (train, infer, serve or command)");
-  static const std::regex name_re("[A-Za-z0-9._-]+");
-  if (ctx.given("job.name") && !std::regex_match(spec.job.name, name_re))
+  if (ctx.given("job.name") && spec.job.name.size() > kMaxJobNameBytes)
+    ctx.error_at("job.name", "job.name: " + std::to_string(spec.job.name.size()) +
+                                 " characters long; at most " + std::to_string(kMaxJobNameBytes));
+  else if (ctx.given("job.name") && !is_job_name(spec.job.name))
     ctx.error_at("job.name", "job.name: \"" + spec.job.name +
                                  "\" may use only letters, digits, '.', '_' and '-'");
   if (!ctx.valid("job.kind")) return;
@@ -26,6 +49,8 @@ void check_required(JobSpec& spec, LoadContext& ctx) {
   switch (spec.job.kind) {
     case JobKind::kCommand:
       if (!spec.has_command) ctx.error_at("job.kind", "kind = \"command\" needs a [command] section with argv");
+      else if (ctx.given("command.argv") && !ctx.valid("command.argv"))
+        ;  // its type error is reported already
       else if (spec.command.argv.empty() || spec.command.argv[0].empty())
         ctx.error_at(ctx.given("command.argv") ? "command.argv" : "command",
                      "command.argv: needs at least the program to run");
@@ -77,6 +102,15 @@ void check_mesh(JobSpec& spec, LoadContext& ctx) {
     tp = spec.serve.tensor_parallel > 0 ? spec.serve.tensor_parallel : spec.job.gpus_per_node;
     tp_key = "serve.tensor_parallel";
   }
+  int64_t world = int64_t(spec.job.nodes.max) * spec.job.gpus_per_node;
+  if (world > kMaxWorldSize) {
+    ctx.error_at("job.nodes", "job.nodes: " + std::to_string(spec.job.nodes.max) + " nodes × " +
+                                  std::to_string(spec.job.gpus_per_node) + " GPUs per node = " +
+                                  std::to_string(world) + " ranks; at most " +
+                                  std::to_string(kMaxWorldSize));
+    return;
+  }
+  if (tp < 1) return;  // reported by its range check
   if (spec.job.gpus_per_node % tp != 0) {
     ctx.error_at(tp_key, std::string(tp_key) + ": " + std::to_string(tp) +
                              " does not divide gpus_per_node " + std::to_string(spec.job.gpus_per_node) +
@@ -89,18 +123,27 @@ void check_mesh(JobSpec& spec, LoadContext& ctx) {
 void check_train(JobSpec& spec, LoadContext& ctx) {
   if (!ctx.valid("job.kind") || spec.job.kind != JobKind::kTrain || !spec.has_train) return;
   const auto& t = spec.train;
-  if (spec.job.gpus_per_node % spec.parallel.tensor_parallel != 0) return;  // reported already
-  if (ctx.valid("train.global_batch") && ctx.valid("train.micro_batch") == ctx.given("train.micro_batch") &&
+  if (spec.parallel.tensor_parallel < 1 || spec.job.gpus_per_node % spec.parallel.tensor_parallel != 0) return;
+  if (int64_t(spec.job.nodes.max) * spec.job.gpus_per_node > kMaxWorldSize) return;  // reported already
+  // In 64 bits: micro_batch × dp reaches 10^12 and wrapped to 0 in an int.
+  int64_t per_step_max = int64_t(t.micro_batch) * spec.data_parallel(spec.job.nodes.max);
+  if (per_step_max > kMaxBatch) {
+    ctx.error_at(ctx.given("train.micro_batch") ? "train.micro_batch" : "train",
+                 "train.micro_batch: " + std::to_string(t.micro_batch) + " × data-parallel degree " +
+                     std::to_string(spec.data_parallel(spec.job.nodes.max)) + " = " +
+                     std::to_string(per_step_max) + " sequences per step; at most " +
+                     std::to_string(kMaxBatch));
+  } else if (ctx.valid("train.global_batch") && ctx.valid("train.micro_batch") == ctx.given("train.micro_batch") &&
       t.global_batch > 0) {
     for (int nodes = spec.job.nodes.min; nodes <= spec.job.nodes.max; ++nodes) {
       int dp = spec.data_parallel(nodes);
-      if (t.global_batch % (t.micro_batch * dp) != 0) {
+      if (t.global_batch % (int64_t(t.micro_batch) * dp) != 0) {
         std::string where = spec.job.nodes.elastic() ? " at " + std::to_string(nodes) + " nodes" : "";
         ctx.error_at("train.global_batch",
                      "train.global_batch: " + std::to_string(t.global_batch) +
                          " is not divisible by micro_batch " + std::to_string(t.micro_batch) +
                          " × data-parallel degree " + std::to_string(dp) + where + " (= " +
-                         std::to_string(t.micro_batch * dp) + ")");
+                         std::to_string(int64_t(t.micro_batch) * dp) + ")");
         break;
       }
     }
@@ -119,9 +162,12 @@ void check_train(JobSpec& spec, LoadContext& ctx) {
     if (ctx.given(key) && t.precision != Precision::kFp16)
       ctx.warn(std::string(key) + " has no effect with train.precision = \"" + to_string(t.precision) +
                "\" (loss scaling is for fp16)");
-  if (spec.model.max_seq > 0 && t.seq_len > spec.model.max_seq)
-    ctx.error_at("train.seq_len", "train.seq_len: " + std::to_string(t.seq_len) +
-                                      " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
+  int max_seq = spec.model.max_seq > 0 ? spec.model.max_seq : preset_max_seq(spec.model.preset);
+  if (max_seq > 0 && t.seq_len > max_seq && ctx.given("train.seq_len"))
+    ctx.error_at("train.seq_len", "train.seq_len: " + std::to_string(t.seq_len) + " is longer than " +
+                                      (spec.model.max_seq > 0 ? "model.max_seq "
+                                                              : "preset \"" + spec.model.preset + "\"'s max_seq ") +
+                                      std::to_string(max_seq) + " (set model.max_seq or a shorter seq_len)");
 }
 
 void check_infer(JobSpec& spec, LoadContext& ctx) {
@@ -183,6 +229,23 @@ void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& 
   spec.train.data = absolute(spec.train.data, base_dir);
   spec.infer.prompts = absolute(spec.infer.prompts, base_dir);
   if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
+  // The default sequence length never exceeds what the model supports.
+  int max_seq = spec.model.max_seq > 0 ? spec.model.max_seq : preset_max_seq(spec.model.preset);
+  if (!ctx.given("train.seq_len") && max_seq > 0 && spec.train.seq_len > max_seq) spec.train.seq_len = max_seq;
+}
+
+std::vector<std::string> check_job_paths(const JobSpec& spec) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> problems;
+  std::error_code ec;
+  const std::string& out = spec.job.output_dir;
+  if (!out.empty() && fs::exists(out, ec) && !fs::is_directory(out, ec))
+    problems.push_back("job.output_dir: " + out + " exists and is not a directory");
+  const std::string& wd = spec.job.working_dir;
+  if (!wd.empty() && !fs::is_directory(wd, ec))
+    problems.push_back("job.working_dir: " + wd +
+                       (fs::exists(wd, ec) ? " is not a directory" : " does not exist"));
+  return problems;
 }
 
 }  // namespace cohort::jobs

@@ -3,6 +3,7 @@
 #include "jobs/load.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -140,10 +141,26 @@ const FieldDoc* find_field(const std::string& section, const std::string& key) {
   return nullptr;
 }
 
+// POSIX names: "" and "A=B" would make a broken environment block.
+bool is_env_name(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 std::string describe(const toml::node& node) {
   std::ostringstream out;
   switch (node.type()) {
-    case toml::node_type::string: out << "string \"" << *node.value<std::string>() << "\""; break;
+    case toml::node_type::string: {
+      // A 7 MiB value must not make a 7 MiB error message.
+      std::string text = *node.value<std::string>();
+      if (text.size() > 80) text = text.substr(0, 80) + "…";
+      out << "string \"" << text << "\"";
+      break;
+    }
     case toml::node_type::integer: out << "integer " << *node.value<int64_t>(); break;
     case toml::node_type::floating_point: out << "number " << *node.value<double>(); break;
     case toml::node_type::boolean: out << "boolean " << (*node.value<bool>() ? "true" : "false"); break;
@@ -169,6 +186,10 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
     return std::nullopt;
   };
   auto check_range = [&](double x) {
+    if (std::isnan(x)) {
+      ctx.error_at(path, path + ": nan is not a number (must be " + range_text(f) + ")");
+      return false;
+    }
     if (f.min == f.max) return true;
     bool low = f.min_exclusive ? x <= f.min : x < f.min;
     if (low || x > f.max) {
@@ -237,7 +258,11 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
       bool ok = true;
       for (const auto& [k, v] : *table) {
         std::string sub = path + "." + std::string(k.str());
-        if (is_launch_contract_variable(k.str())) {
+        if (!is_env_name(k.str())) {
+          ctx.error_at(sub, sub + ": \"" + std::string(k.str()) +
+                                "\" is not an environment variable name (letters, digits and '_', not starting with a digit)");
+          ok = false;
+        } else if (is_launch_contract_variable(k.str())) {
           ctx.error_at(sub, sub + ": " + std::string(k.str()) +
                                 " is set by cohort for every worker (the launch contract) and cannot be overridden");
           ok = false;
@@ -260,8 +285,9 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
     case FieldType::kNodeRange: {
       if (node.is_integer()) {
         int64_t n = *node.value<int64_t>();
-        if (n < 1 || n > 100000) {
-          ctx.error_at(path, path + ": " + std::to_string(n) + " is out of range (must be at least 1)");
+        if (n < 1 || n > kMaxNodes) {
+          ctx.error_at(path, path + ": " + std::to_string(n) + " is out of range (must be between 1 and " +
+                                 std::to_string(kMaxNodes) + ")");
           return std::nullopt;
         }
         return Value(NodeRange{int(n), int(n)});
@@ -273,6 +299,12 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
       std::istringstream in(s);
       if (!(in >> lo >> colon >> hi) || colon != ':' || (in >> extra) || lo < 1 || hi < 1) {
         ctx.error_at(path, path + ": \"" + s + "\" is not \"MIN:MAX\" with MIN and MAX at least 1");
+        return std::nullopt;
+      }
+      // The same cap as the integer form: a MAX of 2^31 reserved that many ranks.
+      if (hi > kMaxNodes) {
+        ctx.error_at(path, path + ": MAX " + std::to_string(hi) + " in \"" + s + "\" is out of range (at most " +
+                               std::to_string(kMaxNodes) + " nodes)");
         return std::nullopt;
       }
       if (lo > hi) {
@@ -373,7 +405,9 @@ void LoadContext::error_at(const std::string& path, const std::string& message) 
     if (dot == std::string::npos) break;
     p.resize(dot);
   }
-  errors_.push_back(LoadError{file_, 0, 0, message});
+  // No position to point at (a missing section): the file's first line, so
+  // the error still reads file:line:column like every other.
+  errors_.push_back(LoadError{file_, 1, 1, message});
 }
 
 void LoadContext::error_at(const KeyOrigin& origin, const std::string& message) {

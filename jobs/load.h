@@ -52,6 +52,13 @@ LoadResult load_job_file(const std::string& path, const LoadOptions& options = {
 LoadResult load_job_text(const std::string& text, const std::string& source_name,
                          const LoadOptions& options = {});
 
+// Checks of the loaded spec against this machine's file system, kept apart
+// from loading (which reads no files but the job file): output_dir must not
+// be a file and working_dir must be a directory. One message per problem;
+// `cohort validate` and `cohort run` refuse the job, `cohort submit` warns
+// (the nodes' file systems may differ from the submitting host's).
+std::vector<std::string> check_job_paths(const JobSpec& spec);
+
 // The resolved spec as a complete job file (every key, defaults written out,
 // absolute paths). Loading it again gives the same spec. This is what the
 // coordinator stores and what agents hand to `cohort-worker`.

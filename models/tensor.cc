@@ -85,19 +85,34 @@ void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n) {
     case DType::kF32:
       std::memcpy(dst, src, n * 4);
       return;
+    // Element by element through memcpy: a safetensors data section need not
+    // be aligned (an odd header length), and a misaligned uint16_t load is
+    // undefined behaviour (found by fuzz/safetensors_fuzz).
     case DType::kBF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      const auto* s = static_cast<const char*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, s + 2 * i, 2);
+        dst[i] = bf16_to_f32(v);
+      }
       return;
     }
     case DType::kF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      const auto* s = static_cast<const char*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, s + 2 * i, 2);
+        dst[i] = f16_to_f32(v);
+      }
       return;
     }
     case DType::kI32: {
-      const auto* s = static_cast<const int32_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      const auto* s = static_cast<const char*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        int32_t v;
+        std::memcpy(&v, s + 4 * i, 4);
+        dst[i] = static_cast<float>(v);
+      }
       return;
     }
   }

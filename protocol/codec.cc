@@ -3,6 +3,8 @@
 
 #include <array>
 
+#include "protocol/input_log.h"
+
 namespace cohort::protocol {
 namespace {
 
@@ -58,7 +60,7 @@ bool base64_decode(const std::string& text, std::string* bytes) {
 void to_json(nlohmann::json& j, const StoreRequest& m) {
   j = {{"job_id", m.job_id},         {"attempt", m.attempt}, {"op", m.op},
        {"keys", m.keys},             {"value", base64_encode(m.value)},
-       {"delta", m.delta},           {"timeout_ms", m.timeout_ms}};
+       {"delta", m.delta},           {"timeout_ms", m.timeout_ms}, {"token", m.token}};
 }
 
 void from_json(const nlohmann::json& j, StoreRequest& m) {
@@ -71,6 +73,7 @@ void from_json(const nlohmann::json& j, StoreRequest& m) {
   }
   m.delta = j.value("delta", int64_t{0});
   m.timeout_ms = j.value("timeout_ms", int64_t{0});
+  m.token = j.value("token", std::string());
 }
 
 void to_json(nlohmann::json& j, const StoreReply& m) {
@@ -100,8 +103,9 @@ Result<Envelope> decode(std::string_view bytes, size_t max_bytes) {
   if (!j.is_object()) return invalid_argument("message is not a JSON object");
   auto v = j.find("v");
   if (v == j.end() || !v->is_number_integer()) return invalid_argument("message has no version 'v'");
-  if (v->get<int>() != kProtocolVersion) {
-    return invalid_argument("protocol version " + std::to_string(v->get<int>()) +
+  // Compared as a JSON number: get<int>() truncated 4294967297 to 1.
+  if (*v != kProtocolVersion) {
+    return invalid_argument("protocol version " + shorten(v->dump(), 24) +
                             " is not supported (this build speaks " +
                             std::to_string(kProtocolVersion) + ")");
   }

@@ -52,7 +52,7 @@ Result<JobInfo> watch_job(Client& client, const std::string& job_id, const Watch
     if (!options.follow && !more) break;
     if (!more) std::this_thread::sleep_for(options.poll);
   }
-  auto jobs = client.request<JobList>(JobQuery{job_id}, options.request_timeout);
+  auto jobs = client.request<JobList>(JobQuery{job_id, 0, {}}, options.request_timeout);
   if (!jobs) return jobs.status();
   if (jobs->jobs.empty()) return not_found("no job '" + job_id + "'");
   return jobs->jobs.front();

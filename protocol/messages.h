@@ -176,6 +176,9 @@ struct LaunchOrder {
   std::string master_addr;
   int master_port = 0;
   JobControl job;
+  // A secret of this attempt: workers get it as COHORT_STORE_TOKEN, the
+  // agent's store proxy and the coordinator's store refuse requests without it.
+  std::string store_token;
 };
 
 struct StopOrder {
@@ -198,11 +201,26 @@ struct SubmitReply {
 
 struct JobQuery {
   static constexpr const char* kType = "job_query";
-  std::string job_id;  // empty: every job
+  std::string job_id;  // empty: the list (newest `limit` jobs, oldest first)
+  int limit = 0;       // 0: as many as fit in one reply
+  std::string state;   // only jobs in this state ("running", ...); empty: all
 };
 struct JobList {
   static constexpr const char* kType = "job_list";
   std::vector<JobInfo> jobs;
+  bool more = false;  // older jobs matched but did not fit (ask with a smaller scope)
+  int total = 0;      // jobs that matched the query
+};
+
+// Forgets a finished job (memory and state database). Client role.
+struct RemoveJob {
+  static constexpr const char* kType = "job_remove";
+  std::string job_id;
+};
+// Forgets a lost node (one that runs nothing). Client role.
+struct RemoveNode {
+  static constexpr const char* kType = "node_remove";
+  std::string node;
 };
 
 struct NodeQuery {
@@ -244,6 +262,7 @@ struct StoreRequest {
   std::string value;     // bytes (base64 on the wire)
   int64_t delta = 0;     // add
   int64_t timeout_ms = 0;  // get and wait; 0: the store's default
+  std::string token;       // the attempt's store token (LaunchOrder::store_token)
 };
 struct StoreReply {
   static constexpr const char* kType = "store_reply";

@@ -1,6 +1,8 @@
 // CURVE key generation and loading, and the loopback rule.
 #include "protocol/security.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -47,33 +49,40 @@ Result<KeyPair> generate_key_pair() {
   return KeyPair{pub, sec};
 }
 
-Status write_key_directory(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
-  for (const char* name : {"server.secret", "client.secret"}) {
-    if (fs::exists(fs::path(dir) / name)) {
-      return failed_precondition(dir + " already holds keys; remove it or pick another directory");
-    }
+const char* to_string(Role role) {
+  switch (role) {
+    case Role::kTrusted: return "trusted";
+    case Role::kAgent: return "agent";
+    case Role::kClient: return "client";
   }
-  COHORT_ASSIGN_OR_RETURN(KeyPair server, generate_key_pair());
-  COHORT_ASSIGN_OR_RETURN(KeyPair client, generate_key_pair());
-  fs::path d(dir);
-  COHORT_RETURN_IF_ERROR(write_file(d / "server.public", server.public_key, false));
-  COHORT_RETURN_IF_ERROR(write_file(d / "server.secret", server.secret_key, true));
-  COHORT_RETURN_IF_ERROR(write_file(d / "client.public", client.public_key, false));
-  COHORT_RETURN_IF_ERROR(write_file(d / "client.secret", client.secret_key, true));
-  return write_file(d / "authorized_keys", client.public_key, false);
+  return "unknown";
 }
 
-Result<Security> load_server_security(const std::string& dir) {
-  Security s;
-  s.enabled = true;
-  fs::path d(dir);
-  COHORT_ASSIGN_OR_RETURN(s.own.public_key, read_key(d / "server.public"));
-  COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / "server.secret"));
-  std::ifstream in(d / "authorized_keys");
-  if (!in) return not_found("cannot read " + (d / "authorized_keys").string());
+Result<Role> parse_role(const std::string& text) {
+  if (text == "agent") return Role::kAgent;
+  if (text == "client") return Role::kClient;
+  return invalid_argument("unknown role '" + text + "' (agent or client)");
+}
+
+namespace {
+
+const char* list_name(Role role) {
+  return role == Role::kAgent ? "authorized_agents" : "authorized_clients";
+}
+
+Status refuse_overwrite(const fs::path& d, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (fs::exists(d / name)) {
+      return failed_precondition(d.string() + " already holds keys (" + name +
+                                 "); remove it or pick another directory");
+    }
+  }
+  return Status::ok();
+}
+
+Status read_list(const fs::path& path, Role role, std::map<std::string, Role>* out) {
+  std::ifstream in(path);
+  if (!in) return Status::ok();  // a missing list authorizes nobody
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {
@@ -82,23 +91,92 @@ Result<Security> load_server_security(const std::string& dir) {
     std::string key;
     if (!(words >> key) || key[0] == '#') continue;
     if (key.size() != 40) {
-      return invalid_argument((d / "authorized_keys").string() + ":" + std::to_string(number) +
+      return invalid_argument(path.string() + ":" + std::to_string(number) +
                               ": not a 40-character Z85 public key");
     }
-    s.authorized_keys.push_back(key);
+    if (auto [it, added] = out->emplace(key, role); !added && it->second != role) {
+      return invalid_argument(path.string() + ":" + std::to_string(number) +
+                              ": this key is listed as an agent and as a client; give it one role");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status write_coordinator_keys(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
+  fs::path d(dir);
+  COHORT_RETURN_IF_ERROR(refuse_overwrite(d, {"server.secret"}));
+  COHORT_ASSIGN_OR_RETURN(KeyPair server, generate_key_pair());
+  COHORT_RETURN_IF_ERROR(write_file(d / "server.public", server.public_key, false));
+  COHORT_RETURN_IF_ERROR(write_file(d / "server.secret", server.secret_key, true));
+  for (Role role : {Role::kAgent, Role::kClient}) {
+    if (fs::exists(d / list_name(role))) continue;
+    COHORT_RETURN_IF_ERROR(write_file(d / list_name(role),
+                                      std::string("# ") + to_string(role) +
+                                          " public keys, one a line (cohort keygen DIR --role " +
+                                          to_string(role) + " --authorize " + dir + ")",
+                                      false));
+  }
+  return Status::ok();
+}
+
+Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir) {
+  if (role == Role::kTrusted) return invalid_argument("a key's role is agent or client");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
+  fs::path d(dir);
+  std::string name = to_string(role);
+  COHORT_RETURN_IF_ERROR(refuse_overwrite(d, {(name + ".secret").c_str()}));
+  std::string server_public;
+  if (!authorize_dir.empty()) {
+    COHORT_ASSIGN_OR_RETURN(server_public, read_key(fs::path(authorize_dir) / "server.public"));
+  }
+  COHORT_ASSIGN_OR_RETURN(KeyPair pair, generate_key_pair());
+  COHORT_RETURN_IF_ERROR(write_file(d / (name + ".public"), pair.public_key, false));
+  COHORT_RETURN_IF_ERROR(write_file(d / (name + ".secret"), pair.secret_key, true));
+  if (authorize_dir.empty()) return Status::ok();
+  COHORT_RETURN_IF_ERROR(write_file(d / "server.public", server_public, false));
+  fs::path list = fs::path(authorize_dir) / list_name(role);
+  std::ofstream out(list, std::ios::app);
+  out << pair.public_key << "\n";
+  out.close();
+  if (!out) return errno_error("cannot append to " + list.string());
+  return Status::ok();
+}
+
+Result<Security> load_server_security(const std::string& dir) {
+  Security s;
+  s.enabled = true;
+  fs::path d(dir);
+  COHORT_ASSIGN_OR_RETURN(s.own.public_key, read_key(d / "server.public"));
+  COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / "server.secret"));
+  for (Role role : {Role::kAgent, Role::kClient}) {
+    COHORT_RETURN_IF_ERROR(read_list(d / list_name(role), role, &s.authorized_keys));
   }
   if (s.authorized_keys.empty()) {
-    return invalid_argument((d / "authorized_keys").string() + " lists no client keys");
+    return invalid_argument(dir + " authorizes no agent or client keys: create them with "
+                            "`cohort keygen DIR --role agent --authorize " + dir + "` (and --role client)");
   }
   return s;
 }
 
-Result<Security> load_client_security(const std::string& dir) {
+Result<Security> load_client_security(const std::string& dir, Role role) {
   Security s;
   s.enabled = true;
   fs::path d(dir);
-  COHORT_ASSIGN_OR_RETURN(s.own.public_key, read_key(d / "client.public"));
-  COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / "client.secret"));
+  std::string name = to_string(role);
+  auto pub = read_key(d / (name + ".public"));
+  if (!pub) {
+    return not_found(dir + " holds no " + name + " key (" + name + ".public): create one with "
+                     "`cohort keygen " + dir + " --role " + name + " --authorize COORDINATOR_KEYS`");
+  }
+  s.own.public_key = *pub;
+  COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / (name + ".secret")));
   COHORT_ASSIGN_OR_RETURN(s.server_public_key, read_key(d / "server.public"));
   return s;
 }
@@ -106,10 +184,21 @@ Result<Security> load_client_security(const std::string& dir) {
 bool is_loopback_endpoint(const std::string& endpoint) {
   if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
   if (endpoint.rfind("tcp://", 0) != 0) return false;
-  std::string host = endpoint.substr(6);
-  if (host.rfind("[::1]", 0) == 0) return true;
-  host = host.substr(0, host.rfind(':'));
-  return host == "localhost" || host.rfind("127.", 0) == 0;
+  std::string rest = endpoint.substr(6);
+  auto colon = rest.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = rest.substr(0, colon);
+  // The address is parsed, not matched by prefix: "127.invalid" is no
+  // loopback address and must meet the key rule, not a bind error later.
+  if (host == "localhost") return true;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    in6_addr a6{};
+    return ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) == 1 &&
+           IN6_IS_ADDR_LOOPBACK(&a6);
+  }
+  in_addr a4{};
+  if (::inet_pton(AF_INET, host.c_str(), &a4) != 1) return false;
+  return (ntohl(a4.s_addr) >> 24) == 127;
 }
 
 Status check_bind_allowed(const std::string& endpoint, const Security& security, bool insecure) {

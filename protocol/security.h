@@ -1,17 +1,24 @@
-// ZeroMQ CURVE keys and the rule for when they are required.
+// ZeroMQ CURVE keys with roles, and the rule for when they are required.
 //
 // Submitting a job runs code on every node, so a coordinator bound to anything
-// but a loopback address must authenticate its peers: it holds a server key
-// pair and accepts only the client public keys it was given (agents and CLI
-// clients alike). `cohort keygen DIR` writes a directory that both sides read:
+// but a loopback address must authenticate its peers. Each peer key has a
+// role: an agent key may register a node and report for it; a client key may
+// submit, query and cancel, and can never register a node. Key folders:
 //
-//   DIR/server.public  DIR/server.secret    the coordinator's pair
-//   DIR/client.public  DIR/client.secret    one pair for agents and clients
-//   DIR/authorized_keys                      client public keys, one a line
+//   cohort keygen COORD                       the coordinator's folder, on its host only:
+//     COORD/server.public  COORD/server.secret   its pair (the secret never leaves)
+//     COORD/authorized_agents                    agent public keys, one a line
+//     COORD/authorized_clients                   client public keys, one a line
+//   cohort keygen DIR --role agent|client [--authorize COORD]
+//     DIR/agent.public DIR/agent.secret   (or client.*)   the peer's pair
+//     DIR/server.public                   copied from COORD with --authorize
+//   --authorize COORD also appends the new public key to COORD's list.
 //
-// More clients are admitted by appending their public key to authorized_keys.
+// Without keys (loopback) every peer is trusted: Role::kTrusted, for trusted
+// local users only.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,26 +31,36 @@ struct KeyPair {
   std::string secret_key;
 };
 
+// What an authenticated peer may do. kTrusted: no CURVE (loopback).
+enum class Role { kTrusted, kAgent, kClient };
+const char* to_string(Role role);  // "trusted", "agent", "client"
+// "agent" or "client"; an error naming both otherwise.
+Result<Role> parse_role(const std::string& text);
+
 // What a socket needs to speak CURVE; `enabled == false` means plain TCP.
 struct Security {
   bool enabled = false;
-  KeyPair own;                                // server: its pair; client: its pair
-  std::string server_public_key;              // clients only
-  std::vector<std::string> authorized_keys;   // servers only
+  KeyPair own;                                   // server: its pair; peer: its pair
+  std::string server_public_key;                 // peers only
+  std::map<std::string, Role> authorized_keys;   // servers only: public key → role
 };
 
 Result<KeyPair> generate_key_pair();
 
-// Writes the directory described above; secrets get mode 0600. Refuses to
-// overwrite existing keys.
-Status write_key_directory(const std::string& dir);
+// The coordinator's folder; secrets get mode 0600. Refuses to overwrite keys.
+Status write_coordinator_keys(const std::string& dir);
+// A peer's folder for `role` (kAgent or kClient). With `authorize_dir` (a
+// coordinator's folder): copies its server.public and appends the new public
+// key to its authorized_agents or authorized_clients.
+Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir = "");
 
-// The coordinator's view of DIR (server pair + authorized_keys).
+// The coordinator's view of its folder (server pair + both lists).
 Result<Security> load_server_security(const std::string& dir);
-// An agent's or client's view of DIR (client pair + server public key).
-Result<Security> load_client_security(const std::string& dir);
+// An agent's or client's view of DIR (its role's pair + server public key).
+Result<Security> load_client_security(const std::string& dir, Role role);
 
-// True for tcp://127.x.x.x, tcp://localhost, tcp://[::1], ipc:// and inproc://.
+// True for tcp://127.x.x.x, tcp://localhost, tcp://[::1], ipc:// and inproc://
+// (the host is parsed as an address, not matched by prefix).
 bool is_loopback_endpoint(const std::string& endpoint);
 
 // The start rule: an error naming what to do when `endpoint` is not loopback,

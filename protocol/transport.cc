@@ -5,7 +5,9 @@
 // drained until ZMQ_EVENTS has no POLLIN.
 #include "protocol/transport.h"
 
-#include <set>
+#include <cstdint>
+#include <cstring>
+#include <map>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -14,6 +16,7 @@
 #include <zmq_addon.hpp>
 
 #include "protocol/codec.h"
+#include "protocol/input_log.h"
 
 namespace cohort::protocol {
 namespace {
@@ -74,10 +77,17 @@ class SocketWatcher {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
+// Queues per peer are bounded in messages (ZeroMQ counts no bytes): a peer
+// that never reads gets its replies dropped once kSendQueue are waiting,
+// instead of the daemon buffering them (3,000 unanswered queries had taken
+// 170 MB at a high-water mark of 100,000).
+constexpr int kSendQueue = 256;
+constexpr int kReceiveQueue = 1000;
+
 void apply_common_options(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, 200);
-  s.set(zmq::sockopt::sndhwm, 100000);
-  s.set(zmq::sockopt::rcvhwm, 100000);
+  s.set(zmq::sockopt::sndhwm, kSendQueue);
+  s.set(zmq::sockopt::rcvhwm, kReceiveQueue);
   // A frame far beyond the cap drops the connection before it is buffered;
   // frames between the two limits get an error reply from the decoder.
   s.set(zmq::sockopt::maxmsgsize, int64_t(4 * kMaxMessageBytes));
@@ -86,8 +96,8 @@ void apply_common_options(zmq::socket_t& s) {
 // Answers ZeroMQ's authentication requests (ZAP, RFC 27) for CURVE servers.
 class ZapHandler {
  public:
-  ZapHandler(asio::io_context& io, zmq::context_t& context, std::vector<std::string> keys)
-      : socket_(context, zmq::socket_type::rep), authorized_(keys.begin(), keys.end()) {
+  ZapHandler(asio::io_context& io, zmq::context_t& context, std::map<std::string, Role> keys)
+      : socket_(context, zmq::socket_type::rep), authorized_(std::move(keys)) {
     socket_.bind("inproc://zeromq.zap.01");
     watcher_ = std::make_unique<SocketWatcher>(io, socket_, [this] { return answer_one(); });
     watcher_->start();
@@ -104,16 +114,21 @@ class ZapHandler {
     std::string address = frames.size() > 3 ? frames[3].to_string() : "?";
     bool ok = false;
     std::string key_text;
+    std::string role;
     if (mechanism == "CURVE" && frames.size() >= 7 && frames[6].size() == 32) {
       char z85[41] = {};
       zmq_z85_encode(z85, static_cast<const uint8_t*>(frames[6].data()), 32);
       key_text = z85;
-      ok = authorized_.count(key_text) > 0;
+      auto it = authorized_.find(key_text);
+      ok = it != authorized_.end();
+      if (ok) role = to_string(it->second);
     }
-    if (!ok) spdlog::warn("refused a connection from {}: public key {} is not authorized",
-                          address, key_text.empty() ? "(none)" : key_text);
+    if (!ok) warn_bad_input("refused a connection from " + address + ": public key " +
+                            (key_text.empty() ? "(none)" : key_text) + " is not authorized");
+    // The user id travels with every message of the connection ("User-Id"):
+    // that is how the coordinator knows an agent from a client.
     std::array<std::string, 6> reply = {"1.0", request_id, ok ? "200" : "400",
-                                        ok ? "OK" : "unauthorized key", ok ? key_text : "", ""};
+                                        ok ? "OK" : "unauthorized key", role, ""};
     for (size_t i = 0; i < reply.size(); ++i) {
       socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore
                                                                : zmq::send_flags::none);
@@ -123,7 +138,7 @@ class ZapHandler {
   }
 
   zmq::socket_t socket_;
-  std::set<std::string> authorized_;
+  std::map<std::string, Role> authorized_;
   std::unique_ptr<SocketWatcher> watcher_;
 };
 
@@ -136,6 +151,7 @@ class ZmqRouter final : public RouterEndpoint {
   Status open(asio::io_context& io, const std::string& endpoint, const Security& security) {
     try {
       if (security.enabled) {
+        secure_ = true;
         zap_ = std::make_unique<ZapHandler>(io, *context_, security.authorized_keys);
         socket_.set(zmq::sockopt::curve_server, 1);
         socket_.set(zmq::sockopt::curve_secretkey, security.own.secret_key);
@@ -181,14 +197,24 @@ class ZmqRouter final : public RouterEndpoint {
     if (!got) return false;
     if (frames.size() != 2) {
       // Identity plus exactly one payload frame; anything else is answered.
-      spdlog::warn("dropped a message of {} frames (expected 1 payload frame)", frames.size() - 1);
+      warn_bad_input("dropped a message of " + std::to_string(frames.size() - 1) +
+                     " frames (expected 1 payload frame)");
       if (!frames.empty()) {
         (void)send(frames[0].to_string(),
                    encode_error(invalid_argument("expected exactly one frame per message"), 0));
       }
       return true;
     }
-    handler_(frames[0].to_string(), frames[1].to_string());
+    Role role = Role::kTrusted;
+    if (secure_) {
+      // Set by the ZAP handler for this connection; absent means refused.
+      const char* user = zmq_msg_gets(frames[1].handle(), "User-Id");
+      std::string text = user ? user : "";
+      if (text == "agent") role = Role::kAgent;
+      else if (text == "client") role = Role::kClient;
+      else return true;
+    }
+    handler_(frames[0].to_string(), frames[1].to_string(), role);
     return true;
   }
 
@@ -196,6 +222,7 @@ class ZmqRouter final : public RouterEndpoint {
   zmq::socket_t socket_;
   Handler handler_;
   std::string endpoint_;
+  bool secure_ = false;
   std::unique_ptr<ZapHandler> zap_;
   std::unique_ptr<SocketWatcher> watcher_;
 };
@@ -216,12 +243,22 @@ class ZmqDealer final : public DealerEndpoint {
       apply_common_options(socket_);
       socket_.set(zmq::sockopt::reconnect_ivl, 100);
       socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+      // A refused key shows only as a monitor event: watch for it so the
+      // agent can say so instead of "queue is full".
+      std::string monitor = "inproc://cohort-dealer-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+      zmq_socket_monitor(socket_.handle(), monitor.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+      monitor_.connect(monitor);
+      endpoint_ = endpoint;
       socket_.connect(endpoint);
     } catch (const zmq::error_t& e) {
       return unavailable("cannot connect to " + endpoint + ": " + e.what());
     }
     watcher_ = std::make_unique<SocketWatcher>(io, socket_, [this] { return receive_one(); });
     watcher_->start();
+    monitor_watcher_ = std::make_unique<SocketWatcher>(io, monitor_, [this] { return monitor_event(); });
+    monitor_watcher_->start();
     return Status::ok();
   }
 
@@ -229,7 +266,11 @@ class ZmqDealer final : public DealerEndpoint {
     try {
       auto sent = socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait);
       watcher_->schedule_drain();
-      if (!sent) return unavailable("coordinator queue is full; message dropped");
+      if (!sent) {
+        return unavailable("not connected to the coordinator at " + endpoint_ + " (" +
+                           (handshake_failure_.empty() ? std::string("queue full") : handshake_failure_) +
+                           "); message dropped");
+      }
     } catch (const zmq::error_t& e) {
       watcher_->schedule_drain();
       return unavailable(std::string("cannot send: ") + e.what());
@@ -252,10 +293,37 @@ class ZmqDealer final : public DealerEndpoint {
     return true;
   }
 
+  bool monitor_event() {
+    zmq::message_t head, address;
+    if (!monitor_.recv(head, zmq::recv_flags::dontwait)) return false;
+    if (head.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    if (head.size() < 6) return true;
+    uint16_t event;
+    uint32_t value;
+    std::memcpy(&event, head.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      handshake_failure_.clear();
+      return true;
+    }
+    handshake_failure_ =
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+            ? "the coordinator refused this key (ZAP status " + std::to_string(value) +
+                  "): add it to the coordinator's authorized_agents (cohort keygen DIR --role agent --authorize COORD)"
+            : "CURVE handshake failed (protocol error " + std::to_string(value) +
+                  "): check server.public in --keys, and that the coordinator runs with keys";
+    warn_bad_input("connection to " + endpoint_ + ": " + handshake_failure_);
+    return true;
+  }
+
   std::shared_ptr<zmq::context_t> context_;
   zmq::socket_t socket_;
+  zmq::socket_t monitor_{*context_, zmq::socket_type::pair};
   Handler handler_;
+  std::string endpoint_;
+  std::string handshake_failure_;
   std::unique_ptr<SocketWatcher> watcher_;
+  std::unique_ptr<SocketWatcher> monitor_watcher_;
 };
 
 }  // namespace

@@ -31,7 +31,8 @@ std::shared_ptr<zmq::context_t> make_zmq_context();
 
 class RouterEndpoint {
  public:
-  using Handler = std::function<void(const std::string& peer, std::string payload)>;
+  // `role`: what the peer's CURVE key authorizes (kTrusted without CURVE).
+  using Handler = std::function<void(const std::string& peer, std::string payload, Role role)>;
   virtual ~RouterEndpoint() = default;
 
   // Binds `endpoint` ("tcp://127.0.0.1:7070"; port 0 picks a free one). With

@@ -25,6 +25,7 @@ packages=(
   procps psmisc                   # ps/pgrep used by process-leak checks in tests
   nodejs npm                      # test peers: the OpenAI client (scripts/test-peers.sh)
   prometheus                      # test peer: scrapes the server's /metrics
+  clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
 )
 
 missing=()

@@ -126,7 +126,7 @@ class SimulatedCluster {
   }
 
   std::string job_state(const std::string& id) {
-    auto r = client_->request<protocol::JobList>(protocol::JobQuery{id}, 5s);
+    auto r = client_->request<protocol::JobList>(protocol::JobQuery{id, 0, {}}, 5s);
     return r && !r->jobs.empty() ? r->jobs.front().state : "";
   }
 

@@ -25,12 +25,19 @@
 #include "base/status.h"
 #include "collective/store/store.h"
 #include "collective/store/store_backend.h"
+#include "collective/store/tcp_store_protocol.h"
 
 namespace cohort::store {
 
 struct TcpStoreServerOptions {
   std::string host = "127.0.0.1";  // "0.0.0.0" or "" to listen on all addresses
   int port = 0;                    // 0: pick a free port (see port())
+  // Connections beyond this are closed at once (each has a thread).
+  size_t max_connections = 1024;
+  // Requests larger than this get an error reply and the connection closes.
+  uint32_t max_frame_bytes = wire::kMaxFrameBytes;
+  // When set, each connection's first request must be AUTH with this token.
+  std::string token;
 };
 
 class TcpStoreServer {
@@ -45,10 +52,13 @@ class TcpStoreServer {
   std::string address() const;
 
  private:
-  TcpStoreServer(std::shared_ptr<StoreBackend> backend, std::string host, int listen_fd, int port);
+  TcpStoreServer(std::shared_ptr<StoreBackend> backend, const TcpStoreServerOptions& options,
+                 int listen_fd, int port);
   void accept_loop();
   void serve(int fd);
   std::string handle(const std::string& request);
+
+  TcpStoreServerOptions options_;
 
   std::shared_ptr<StoreBackend> backend_;
   std::string host_;
@@ -70,6 +80,8 @@ struct TcpStoreClientOptions {
   // Extra time allowed on top of a request's own timeout for the reply to
   // arrive, and the whole budget of set/add.
   Milliseconds io_timeout{std::chrono::seconds(60)};
+  // Sent first (AUTH) when not empty: COHORT_STORE_TOKEN under cohort's launch.
+  std::string token;
 };
 
 class TcpStoreClient final : public Store {

@@ -37,8 +37,16 @@ Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(
     const std::string& host, int port, const TcpStoreClientOptions& options) {
   auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   COHORT_ASSIGN_OR_RETURN(int fd, wire::connect_tcp(host, port, deadline));
-  return std::unique_ptr<TcpStoreClient>(
+  std::unique_ptr<TcpStoreClient> client(
       new TcpStoreClient(fd, host + ":" + std::to_string(port), options));
+  if (!options.token.empty()) {
+    wire::Writer w;
+    w.u8(static_cast<uint8_t>(Op::kAuth));
+    w.str(options.token);
+    auto reply = client->call(w.bytes(), Milliseconds(0));
+    if (!reply.is_ok()) return reply.status();
+  }
+  return client;
 }
 
 TcpStoreClient::~TcpStoreClient() {

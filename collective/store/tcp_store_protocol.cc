@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -117,17 +118,24 @@ Status write_frame(int fd, const std::string& body, Deadline deadline) {
   return write_all(fd, body.data(), body.size(), deadline);
 }
 
-Result<std::string> read_frame(int fd, Deadline deadline) {
+Result<std::string> read_frame(int fd, Deadline deadline, uint32_t max_bytes) {
   char header[4];
   COHORT_RETURN_IF_ERROR(read_all(fd, header, 4, deadline));
   uint32_t n = Reader(std::string_view(header, 4)).u32();
-  if (n > kMaxFrameBytes) {
+  if (n > max_bytes) {
     return invalid_argument("store: frame of " + std::to_string(n) + " bytes exceeds the " +
-                            std::to_string(kMaxFrameBytes) +
-                            "-byte limit (not a cohort store peer?)");
+                            std::to_string(max_bytes) +
+                            "-byte limit (not a cohort store peer, or a value too large?)");
   }
-  std::string body(n, '\0');
-  COHORT_RETURN_IF_ERROR(read_all(fd, body.data(), n, deadline));
+  constexpr size_t kChunk = 64 << 10;
+  std::string body;
+  body.reserve(std::min<size_t>(n, kChunk));
+  while (body.size() < n) {
+    size_t have = body.size();
+    size_t step = std::min<size_t>(n - have, kChunk);
+    body.resize(have + step);
+    COHORT_RETURN_IF_ERROR(read_all(fd, body.data() + have, step, deadline));
+  }
   return body;
 }
 

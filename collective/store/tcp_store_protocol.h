@@ -8,6 +8,7 @@
 //   GET  = 2: key, i64 timeout_ms          (server blocks until set or timeout)
 //   ADD  = 3: key, i64 delta
 //   WAIT = 4: u32 n, n keys, i64 timeout_ms
+//   AUTH = 5: token                        (first, when the server has a token)
 // A response body is a u8 StatusCode, then on success the GET value (string)
 // or the ADD sum (i64), and on failure the error message (string).
 #pragma once
@@ -22,7 +23,7 @@
 
 namespace cohort::store::wire {
 
-enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4 };
+enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kAuth = 5 };
 
 // Frames above this size are refused: a peer speaking another protocol (or
 // garbage) gets an error instead of an allocation of gigabytes.
@@ -63,7 +64,10 @@ using Deadline = std::chrono::steady_clock::time_point;
 // Whole-frame socket I/O. Both fail with kTimeout at `deadline`, kUnavailable
 // when the peer closed, kIo on other socket errors.
 Status write_frame(int fd, const std::string& body, Deadline deadline);
-Result<std::string> read_frame(int fd, Deadline deadline);
+// The announced size is checked against `max_bytes` before anything is
+// allocated, and the body grows as bytes arrive: a peer announcing 256 MiB
+// and sending nothing costs nothing (8 such connections had cost 2 GB).
+Result<std::string> read_frame(int fd, Deadline deadline, uint32_t max_bytes = kMaxFrameBytes);
 
 // A connected TCP socket (TCP_NODELAY), retried until `deadline` while the
 // server is not yet listening.

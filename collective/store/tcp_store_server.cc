@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <future>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -17,17 +18,35 @@ namespace cohort::store {
 
 using wire::Op;
 
+namespace {
+
+std::string error_reply(const Status& s) {
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(s.code()));
+  w.str(s.message());
+  return w.bytes();
+}
+
+// Encodes a reply from a Status or a Result.
+std::string ok_reply() {
+  wire::Writer w;
+  w.u8(0);
+  return w.bytes();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(
     std::shared_ptr<StoreBackend> backend, const TcpStoreServerOptions& options) {
   int port = 0;
   COHORT_ASSIGN_OR_RETURN(int fd, wire::listen_tcp(options.host, options.port, &port));
-  return std::unique_ptr<TcpStoreServer>(
-      new TcpStoreServer(std::move(backend), options.host, fd, port));
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(backend), options, fd, port));
 }
 
-TcpStoreServer::TcpStoreServer(std::shared_ptr<StoreBackend> backend, std::string host,
-                               int listen_fd, int port)
-    : backend_(std::move(backend)), host_(std::move(host)), listen_fd_(listen_fd), port_(port) {
+TcpStoreServer::TcpStoreServer(std::shared_ptr<StoreBackend> backend,
+                               const TcpStoreServerOptions& options, int listen_fd, int port)
+    : options_(options), backend_(std::move(backend)), host_(options.host), listen_fd_(listen_fd),
+      port_(port) {
   if (::pipe2(wake_pipe_, O_CLOEXEC) != 0) wake_pipe_[0] = wake_pipe_[1] = -1;
   acceptor_ = std::thread([this] { accept_loop(); });
 }
@@ -67,10 +86,23 @@ void TcpStoreServer::accept_loop() {
     int rc = ::poll(fds, wake_pipe_[0] >= 0 ? 2 : 1, 1000);
     if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors: the connection stays queued and poll says
+      // readable again at once; back off instead of spinning.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      continue;
+    }
     std::vector<std::thread> done;
     {
       std::lock_guard lock(mu_);
+      if (connections_.size() >= options_.max_connections) {
+        // One thread per connection: refuse beyond the cap rather than spawn.
+        ::close(fd);
+        done.swap(finished_);
+        continue;
+      }
       done.swap(finished_);
       connections_.push_back(fd);
       workers_.emplace(fd, std::thread([this, fd] { serve(fd); }));
@@ -80,18 +112,41 @@ void TcpStoreServer::accept_loop() {
 }
 
 void TcpStoreServer::serve(int fd) {
+  bool authed = options_.token.empty();
   while (!stopping_) {
     // No deadline on a request's arrival: an idle worker keeps its
     // connection for the whole job.
-    auto request = wire::read_frame(fd, std::chrono::steady_clock::time_point::max());
+    auto request = wire::read_frame(fd, std::chrono::steady_clock::time_point::max(),
+                                    options_.max_frame_bytes);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     if (!request.is_ok()) {
       if (request.status().code() == StatusCode::kInvalidArgument) {
+        // Said to the peer before closing: a worker's oversized set learns
+        // why at once instead of waiting out its timeout.
+        (void)wire::write_frame(fd, error_reply(request.status()), deadline);
         spdlog::warn("store server: dropping a connection: {}", request.status().message());
       }
       break;
     }
+    wire::Reader r(*request);
+    bool is_auth = !request->empty() && static_cast<Op>(uint8_t((*request)[0])) == Op::kAuth;
+    if (is_auth) {
+      r.u8();
+      std::string token = r.str();
+      bool ok = r.ok() && r.at_end() && (options_.token.empty() || token == options_.token);
+      Status s = ok ? Status::ok() : permission_denied("store: wrong COHORT_STORE_TOKEN");
+      if (!wire::write_frame(fd, s.is_ok() ? ok_reply() : error_reply(s), deadline).is_ok() || !ok) break;
+      authed = true;
+      continue;
+    }
+    if (!authed) {
+      (void)wire::write_frame(
+          fd, error_reply(permission_denied("store: this store needs COHORT_STORE_TOKEN (send AUTH first)")),
+          deadline);
+      break;
+    }
     std::string reply = handle(*request);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     if (!wire::write_frame(fd, reply, deadline).is_ok()) break;
   }
   std::lock_guard lock(mu_);
@@ -105,23 +160,6 @@ void TcpStoreServer::serve(int fd) {
   ::close(fd);
 }
 
-namespace {
-
-std::string error_reply(const Status& s) {
-  wire::Writer w;
-  w.u8(static_cast<uint8_t>(s.code()));
-  w.str(s.message());
-  return w.bytes();
-}
-
-// Encodes a reply from a Status or a Result.
-std::string ok_reply() {
-  wire::Writer w;
-  w.u8(0);
-  return w.bytes();
-}
-
-}  // namespace
 
 std::string TcpStoreServer::handle(const std::string& request) {
   wire::Reader r(request);
@@ -174,6 +212,8 @@ std::string TcpStoreServer::handle(const std::string& request) {
       backend_->wait(std::move(keys), timeout, status_done);
       return future.get();
     }
+    case Op::kAuth:
+      break;  // answered by serve(); here it is out of place
   }
   return error_reply(invalid_argument("store server: malformed request (opcode " +
                                       std::to_string(static_cast<int>(op)) + ")"));

@@ -29,6 +29,7 @@ LaunchContext context_for_rank6() {
   c.master_addr = "10.0.0.1";
   c.master_port = 29500;
   c.store_endpoint = "tcp://127.0.0.1:7071";
+  c.store_token = "0123456789abcdef0123456789abcdef";
   c.progress_file = "/tmp/run/progress/rank-6";
   c.gpu_indices = {4, 5, 6, 7};
   c.devices = DeviceVisibility::kOwn;
@@ -59,6 +60,7 @@ TEST(BuildWorkerEnv, SetsEveryContractVariable) {
       {"COHORT_JOB_ID", "job-42"},
       {"COHORT_ATTEMPT", "3"},
       {"COHORT_STORE", "tcp://127.0.0.1:7071"},
+      {"COHORT_STORE_TOKEN", "0123456789abcdef0123456789abcdef"},
       {"COHORT_PROGRESS_FILE", "/tmp/run/progress/rank-6"},
       {"PATH", "/usr/bin:/bin"},
       {"HOME", "/home/me"},

@@ -80,6 +80,11 @@ bool wait_dead(pid_t pid, std::chrono::milliseconds timeout) {
   return is_dead(pid);
 }
 
+bool wait_until_lines(Capture& capture, size_t n, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(capture.mutex);
+  return capture.cv.wait_for(lock, timeout, [&] { return capture.out.size() >= n; });
+}
+
 class PosixLauncher : public ::testing::Test {
  protected:
   // Orphans (a worker's children, a killed helper's worker) are re-parented
@@ -328,6 +333,48 @@ TEST_F(PosixLauncher, WorkersDieWithTheirAgentEvenOnSigkill) {
   ASSERT_EQ(kill(agent->pid(), SIGKILL), 0);
   ASSERT_TRUE(agent->wait_for_exit(5s));
   EXPECT_TRUE(wait_dead(worker, 5s)) << "worker " << worker << " outlived its agent";
+}
+
+// Containment (issue 19): a grandchild in its own session, which the
+// process group never reaches, dies with its agent's SIGKILL too.
+TEST_F(PosixLauncher, SetsidGrandchildrenDieWithTheirAgentEvenOnSigkill) {
+  Capture capture;
+  auto agent = spawn(capture.options({LAUNCHER_ORPHAN_HELPER, "setsid"}));
+  pid_t grandchild = 0, worker = 0;
+  ASSERT_TRUE(wait_until_lines(capture, 2, 5s)) << "helper said too little";
+  for (const auto& line : capture.out) {
+    if (line.rfind("grandchild ", 0) == 0) grandchild = std::stoi(line.substr(11));
+    if (line.rfind("worker ", 0) == 0) worker = std::stoi(line.substr(7));
+  }
+  ASSERT_GT(grandchild, 0);
+  ASSERT_GT(worker, 0);
+  // `echo $!` may run before the child's setsid(): wait for the new session.
+  for (auto end = Clock::now() + 2s; getsid(grandchild) == getsid(worker) && Clock::now() < end;) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_NE(getsid(grandchild), getsid(worker)) << "the grandchild has its own session";
+  ASSERT_EQ(kill(agent->pid(), SIGKILL), 0);
+  ASSERT_TRUE(agent->wait_for_exit(5s));
+  EXPECT_TRUE(wait_dead(worker, 5s)) << "worker " << worker << " outlived its agent";
+  EXPECT_TRUE(wait_dead(grandchild, 5s)) << "setsid grandchild " << grandchild << " outlived its agent";
+}
+
+TEST_F(PosixLauncher, WhatAWorkerLeavesBehindDiesWhenItExitsSetsidIncluded) {
+  Capture capture;
+  auto worker = spawn(capture.options(sh("setsid sleep 60 & echo $!; exit 3")));
+  pid_t grandchild = std::stoi(capture.first_line());
+  ASSERT_TRUE(worker->wait_for_exit(5s));
+  EXPECT_EQ(worker->exit_status(), ExitStatus::exited(3));
+  EXPECT_TRUE(wait_dead(grandchild, 3s)) << "setsid grandchild " << grandchild << " outlived the worker";
+}
+
+TEST_F(PosixLauncher, StopReachesSetsidGrandchildrenAfterTheGrace) {
+  Capture capture;
+  auto worker = spawn(capture.options(sh("setsid sh -c 'trap \"\" TERM; echo $$; exec sleep 60' & wait")));
+  pid_t grandchild = std::stoi(capture.first_line());
+  worker->stop(300ms);
+  ASSERT_TRUE(worker->wait_for_exit(5s));
+  EXPECT_TRUE(wait_dead(grandchild, 3s)) << "setsid grandchild " << grandchild << " survived the stop";
 }
 
 TEST(ExitStatus, DescribesExitsAndSignals) {

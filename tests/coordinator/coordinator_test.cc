@@ -178,24 +178,29 @@ TEST_F(CoordinatorTest, TheStoreServesOnlyTheRunningAttempt) {
   std::string id = submit(command_job("kv", 1, 1));
   auto l = n.next_as<LaunchOrder>();
   ASSERT_TRUE(l);
-  protocol::StoreRequest set;
-  set.job_id = id;
-  set.op = "set";
-  set.keys = {"k"};
+  EXPECT_EQ(l->store_token.size(), 32u);
+  auto set = store_request(*l, "set", {"k"});
   set.value = "v";
-  ASSERT_TRUE(client_->request<protocol::StoreReply>(set, 5s));
-  protocol::StoreRequest get = set;
-  get.op = "get";
+  n.send(set, 21);
+  ASSERT_TRUE(n.next(protocol::StoreReply::kType));
+  auto get = store_request(*l, "get", {"k"});
   get.timeout_ms = 1000;
-  auto got = client_->request<protocol::StoreReply>(get, 5s);
+  n.send(get, 22);
+  auto got = n.next_as<protocol::StoreReply>();
   ASSERT_TRUE(got);
   EXPECT_EQ(got->value, "v");
   get.attempt = 1;  // no such attempt yet
-  EXPECT_EQ(client_->request<protocol::StoreReply>(get, 5s).status().code(), StatusCode::kAborted);
+  n.send(get, 23);
+  auto err = n.next_as<protocol::ErrorReply>();
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, "aborted");
   n.exit_all(*l, 0);
   ASSERT_TRUE(wait_for_state(id, "succeeded"));
   get.attempt = 0;  // ended
-  EXPECT_EQ(client_->request<protocol::StoreReply>(get, 5s).status().code(), StatusCode::kAborted);
+  n.send(get, 24);
+  err = n.next_as<protocol::ErrorReply>();
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, "aborted");
 }
 
 TEST_F(CoordinatorTest, InvalidJobsAreRefusedWithTheField) {
@@ -402,7 +407,7 @@ TEST_F(CoordinatorTest, SurvivesMutatedMessagesOfEveryType) {
       protocol::encode(exit, 3),
       protocol::encode(logs, 4),
       protocol::encode(protocol::SubmitJob{command_job("m", 1, 1)}, 5),
-      protocol::encode(protocol::JobQuery{id}, 6),
+      protocol::encode(protocol::JobQuery{id, 0, {}}, 6),
       protocol::encode(protocol::CancelJob{"nope"}, 7),
       protocol::encode(protocol::LogQuery{id, -1, -1, 0, 10}, 8),
       protocol::encode(store, 9),

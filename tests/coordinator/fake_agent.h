@@ -114,6 +114,7 @@ class CoordinatorTest : public ::testing::Test {
     options.state_dir = state_dir;
     options.http_listen = "127.0.0.1:0";
     options.http_token = http_token;
+    if (configure_) configure_(options);
     io_ = std::make_unique<boost::asio::io_context>();
     auto c = Coordinator::start(*io_, options);
     ASSERT_TRUE(c) << c.status().message();
@@ -142,7 +143,7 @@ class CoordinatorTest : public ::testing::Test {
     return r ? r->job_id : "";
   }
   protocol::JobInfo job(const std::string& id) {
-    auto r = client_->request<protocol::JobList>(protocol::JobQuery{id}, 5s);
+    auto r = client_->request<protocol::JobList>(protocol::JobQuery{id, 0, {}}, 5s);
     EXPECT_TRUE(r) << r.status().message();
     return r && !r->jobs.empty() ? r->jobs.front() : protocol::JobInfo{};
   }
@@ -193,6 +194,19 @@ class CoordinatorTest : public ::testing::Test {
     })) << agent.name() << "'s heartbeat was not taken";
   }
 
+  // Store requests are taken only from a node of the attempt, with its token.
+  static protocol::StoreRequest store_request(const protocol::LaunchOrder& order, const std::string& op,
+                                              std::vector<std::string> keys) {
+    protocol::StoreRequest r;
+    r.job_id = order.job_id;
+    r.attempt = order.attempt;
+    r.op = op;
+    r.keys = std::move(keys);
+    r.token = order.store_token;
+    return r;
+  }
+
+  std::function<void(CoordinatorOptions&)> configure_;  // set before start()
   ManualClock clock_;
   std::unique_ptr<boost::asio::io_context> io_;
   std::unique_ptr<Coordinator> coordinator_;

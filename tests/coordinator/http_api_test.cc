@@ -98,5 +98,40 @@ TEST_F(HttpApiTest, GarbageRequestsGetAnErrorAndTheServerGoesOn) {
   EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs").status, 200);
 }
 
+// Found by fuzz/http_fuzz: a target with invalid UTF-8 made the error
+// reply's JSON dump throw, and the exception ended the coordinator.
+TEST_F(HttpApiTest, AnInvalidUtf8TargetGetsA404AndTheServerGoesOn) {
+  start();
+  int port = coordinator_->http_port();
+  EXPECT_EQ(http_call(port, http::verb::get, "/\xca" "metrics").status, 404);
+  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs").status, 200);
+}
+
+// Without a token the page is readable by anyone who reaches it: workers'
+// last log lines (a printed password, say) are left out.
+TEST_F(HttpApiTest, WithoutATokenWorkersLastLinesAreNotShown) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 1);
+  std::string id = submit(command_job("leaky", 1, 1));
+  auto l = n.next_as<protocol::LaunchOrder>();
+  ASSERT_TRUE(l);
+  n.exit_all(*l, 3);  // last_lines: "boom from rank 0"
+  ASSERT_TRUE(wait_for_state(id, "failed"));
+  EXPECT_FALSE(job(id).root_cause.last_lines.empty());  // the CLI still has them
+  auto page = http_call(coordinator_->http_port(), http::verb::get, "/api/jobs");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.body.find("boom from rank"), std::string::npos) << page.body.substr(0, 400);
+}
+
+TEST_F(HttpApiTest, OffLoopbackWithoutATokenIsRefused) {
+  CoordinatorOptions options;
+  options.listen = "tcp://127.0.0.1:0";
+  options.http_listen = "0.0.0.0:0";
+  boost::asio::io_context io;
+  auto c = Coordinator::start(io, options);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("without a token"), std::string::npos) << c.status().message();
+}
+
 }  // namespace
 }  // namespace cohort::coordinator::testing

@@ -180,7 +180,7 @@ namespace cohort::coordinator {
 namespace {
 
 TEST(LogBuffer, ReadsFilterByRankAndAttemptAndResumeBySequence) {
-  LogBuffer logs(100);
+  LogBuffer logs(100000);
   std::vector<protocol::LogLine> lines;
   for (int i = 0; i < 10; ++i) lines.push_back({0, i / 5, i % 2, std::string("line ").append(std::to_string(i))});
   logs.append("j", lines);
@@ -198,7 +198,7 @@ TEST(LogBuffer, ReadsFilterByRankAndAttemptAndResumeBySequence) {
 }
 
 TEST(LogBuffer, KeepsTheNewestLinesAndCapsReplyBytes) {
-  LogBuffer logs(5);
+  LogBuffer logs(5 * 50);  // each line costs its bytes + 48
   std::vector<protocol::LogLine> lines;
   for (int i = 0; i < 8; ++i) lines.push_back({0, 0, 0, std::string("l").append(std::to_string(i))});
   logs.append("j", lines);
@@ -209,12 +209,38 @@ TEST(LogBuffer, KeepsTheNewestLinesAndCapsReplyBytes) {
   ASSERT_EQ(got.size(), 5u);
   EXPECT_EQ(got.front().text, "l3");
   EXPECT_EQ(got.front().seq, 4u);
-  LogBuffer big(1000);
+  LogBuffer big(100 << 20);
   std::vector<protocol::LogLine> fat(100, {0, 0, 0, std::string(64 * 1024, 'x')});
   big.append("j", fat);
   got = big.read(q, &last);
   EXPECT_LT(got.size(), 100u);  // the rest comes with the next read
   EXPECT_EQ(last, got.back().seq);
+}
+
+// Issue 19: 60 × 5 MiB log batches took the coordinator from 141 to 383 MB,
+// and one 8 MiB line broke `cohort logs` for good.
+TEST(LogBuffer, IsBoundedInBytesPerJobAndInTotalAndCutsLongLines) {
+  LogBuffer logs(1 << 20, 3 << 20);
+  for (int job = 0; job < 5; ++job) {
+    std::string id = std::string("j").append(std::to_string(job));
+    for (int batch = 0; batch < 20; ++batch) {
+      std::vector<protocol::LogLine> lines(16, {0, 0, 0, std::string(16 << 10, char('a' + job))});
+      logs.append(id, lines);
+    }
+    EXPECT_LE(logs.job_bytes(id), size_t(1 << 20));
+  }
+  EXPECT_LE(logs.total_bytes(), size_t(3 << 20));
+  logs.append("huge", {{0, 0, 0, std::string(8 << 20, 'h')}});
+  protocol::LogQuery q;
+  q.job_id = "huge";
+  uint64_t last = 0;
+  auto got = logs.read(q, &last);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LT(got[0].text.size(), protocol::kMaxLogLineBytes + 100);
+  EXPECT_NE(got[0].text.find("line cut: 8388608 bytes"), std::string::npos);
+  logs.forget("huge");
+  EXPECT_EQ(logs.job_bytes("huge"), 0u);
+  EXPECT_LE(logs.total_bytes(), size_t(3 << 20));
 }
 
 }  // namespace

@@ -49,39 +49,66 @@ TEST(Security, InsecureStartsWithAWarning) {
 
 TEST(Security, WithKeysOnlyAuthorizedAgentsAndClientsGetIn) {
   Cluster c;
-  std::string keys = c.dir() + "/keys", other = c.dir() + "/other";
+  std::string keys = c.dir() + "/keys", node = c.dir() + "/node", me = c.dir() + "/me";
+  std::string other = c.dir() + "/other";
   ASSERT_EQ(run_cohort({"keygen", keys}).exit_code, 0);
+  ASSERT_EQ(run_cohort({"keygen", node, "--role", "agent", "--authorize", keys}).exit_code, 0);
+  ASSERT_EQ(run_cohort({"keygen", me, "--role", "client", "--authorize", keys}).exit_code, 0);
   ASSERT_EQ(run_cohort({"keygen", other}).exit_code, 0);
+  ASSERT_EQ(run_cohort({"keygen", other + "/me", "--role", "client", "--authorize", other}).exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(node + "/server.secret")) << "the server secret stays home";
   std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
   auto coordinator = Process::start({cohort_binary(), "coordinator", "--listen", endpoint, "--keys", keys},
                                     c.dir() + "/coordinator.log");
-  auto agent = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--keys", keys,
+  auto agent = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--keys", node,
                                "--name", "secure-node", "--fake-gpus", "1"},
                               c.dir() + "/agent.log");
   auto intruder = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--name",
                                   "intruder", "--fake-gpus", "1"},
                                  c.dir() + "/intruder.log");
+  // A client key presented by an agent: role confusion, refused.
+  std::string confused = c.dir() + "/confused";
+  std::filesystem::create_directories(confused);
+  std::filesystem::copy_file(me + "/client.public", confused + "/agent.public");
+  std::filesystem::copy_file(me + "/client.secret", confused + "/agent.secret");
+  std::filesystem::copy_file(keys + "/server.public", confused + "/server.public");
+  auto impostor = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--keys", confused,
+                                  "--name", "impostor", "--fake-gpus", "1"},
+                                 c.dir() + "/impostor.log");
   auto job = c.write_job("secure", "[job]\nname = \"secure\"\nkind = \"command\"\noutput_dir = \"" +
                                        c.dir() + "/out\"\n[command]\nargv = [\"echo\", \"inside\"]\n");
-  auto r = run_cohort({"submit", job, "--wait", "--coordinator", endpoint, "--keys", keys}, 30s);
+  auto r = run_cohort({"submit", job, "--wait", "--coordinator", endpoint, "--keys", me}, 30s);
   EXPECT_EQ(r.exit_code, 0) << r.err << coordinator->output();
   EXPECT_NE(r.out.find("[rank 0] inside"), std::string::npos) << r.out;
-  auto nodes = run_cohort({"nodes", "--coordinator", endpoint, "--keys", keys}, 30s);
+  auto nodes = run_cohort({"nodes", "--coordinator", endpoint, "--keys", me}, 30s);
   EXPECT_NE(nodes.out.find("secure-node"), std::string::npos);
   EXPECT_EQ(nodes.out.find("intruder"), std::string::npos) << nodes.out;
-  // No keys, or keys the coordinator was never given: no answer (exit 3).
+  EXPECT_EQ(nodes.out.find("impostor"), std::string::npos) << nodes.out;
+  // An agent key cannot submit.
+  std::string agent_as_client = c.dir() + "/agent-as-client";
+  std::filesystem::create_directories(agent_as_client);
+  std::filesystem::copy_file(node + "/agent.public", agent_as_client + "/client.public");
+  std::filesystem::copy_file(node + "/agent.secret", agent_as_client + "/client.secret");
+  std::filesystem::copy_file(keys + "/server.public", agent_as_client + "/server.public");
+  auto refused = run_cohort({"submit", job, "--coordinator", endpoint, "--keys", agent_as_client}, 30s);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("needs a client key"), std::string::npos) << refused.err;
+  // No keys, or keys of another coordinator: no answer (exit 3).
   EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint}, 30s).exit_code, 3);
-  EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint, "--keys", other}, 30s).exit_code, 3);
-  // The right server key but a client key nobody authorized: refused by name.
+  EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint, "--keys", other + "/me"}, 30s).exit_code, 3);
+  // The right server key but a client key nobody authorized: said so plainly.
   std::string stranger = c.dir() + "/stranger";
   std::filesystem::create_directories(stranger);
   for (const char* f : {"client.public", "client.secret"}) {
-    std::filesystem::copy_file(other + "/" + f, stranger + "/" + f);
+    std::filesystem::copy_file(other + "/me/" + f, stranger + "/" + f);
   }
   std::filesystem::copy_file(keys + "/server.public", stranger + "/server.public");
-  EXPECT_EQ(run_cohort({"jobs", "--coordinator", endpoint, "--keys", stranger}, 30s).exit_code, 3);
+  auto unknown = run_cohort({"jobs", "--coordinator", endpoint, "--keys", stranger}, 30s);
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("refused this client's key"), std::string::npos) << unknown.err;
   EXPECT_TRUE(coordinator->running());
   EXPECT_NE(coordinator->output().find("not authorized"), std::string::npos) << coordinator->output();
+  EXPECT_NE(impostor->output().find("needs an agent key"), std::string::npos) << impostor->output();
 }
 
 }  // namespace

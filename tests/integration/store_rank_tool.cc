@@ -23,7 +23,9 @@ int main() {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
   }
-  auto store = cohort::store::TcpStoreClient::connect(host, port);
+  cohort::store::TcpStoreClientOptions options;
+  if (const char* token = std::getenv("COHORT_STORE_TOKEN")) options.token = token;
+  auto store = cohort::store::TcpStoreClient::connect(host, port, options);
   if (!store) {
     std::fprintf(stderr, "%s\n", store.status().message().c_str());
     return 3;

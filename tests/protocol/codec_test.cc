@@ -106,6 +106,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadMessage{"array", "[1,2,3]", "not a JSON object"},
         BadMessage{"no_version", R"({"type":"submit"})", "no version"},
         BadMessage{"future_version", R"({"v":99,"type":"submit"})", "protocol version 99"},
+        // 2^32 + 1 was read as an int and became version 1.
+        BadMessage{"wrapping_version", R"({"v":4294967297,"type":"submit"})", "protocol version 4294967297"},
+        BadMessage{"negative_version", R"({"v":-4294967295,"type":"submit"})", "protocol version -4294967295"},
         BadMessage{"no_type", R"({"v":1,"id":1})", "no 'type'"},
         BadMessage{"bad_id", R"({"v":1,"type":"x","id":"seven"})", "'id' is not a number"},
         BadMessage{"bad_body", R"({"v":1,"type":"x","body":[1]})", "'body' is not an object"},

@@ -1,5 +1,6 @@
 // ROUTER/DEALER over real loopback sockets on an Asio loop, CURVE
 // authentication, and the rule for when keys are required.
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -22,7 +23,8 @@ class EchoServer {
  public:
   explicit EchoServer(const Security& security = {}) {
     auto router = RouterEndpoint::bind(io_, make_zmq_context(), "tcp://127.0.0.1:0", security,
-                                       [this](const std::string& peer, std::string payload) {
+                                       [this](const std::string& peer, std::string payload, Role role) {
+                                         last_role = role;
                                          auto e = decode(payload);
                                          if (!e) {
                                            (void)router_->send(peer, encode_error(e.status(), 0));
@@ -42,6 +44,7 @@ class EchoServer {
     thread_.join();
   }
   std::string endpoint() const { return router_->endpoint(); }
+  std::atomic<Role> last_role{Role::kTrusted};
 
  private:
   boost::asio::io_context io_;
@@ -93,23 +96,28 @@ class CurveTest : public ::testing::Test {
   void SetUp() override {
     char templ[] = "/tmp/cohort-keys-XXXXXX";
     dir_ = ::mkdtemp(templ);
-    ASSERT_TRUE(write_key_directory(dir_ + "/cluster"));
-    ASSERT_TRUE(write_key_directory(dir_ + "/stranger"));
+    ASSERT_TRUE(write_coordinator_keys(dir_ + "/cluster"));
+    ASSERT_TRUE(write_peer_keys(dir_ + "/client", Role::kClient, dir_ + "/cluster"));
+    ASSERT_TRUE(write_peer_keys(dir_ + "/agent", Role::kAgent, dir_ + "/cluster"));
+    ASSERT_TRUE(write_peer_keys(dir_ + "/stranger", Role::kClient));  // never authorized
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
 };
 
-TEST_F(CurveTest, AnAuthorizedClientIsServed) {
+TEST_F(CurveTest, AnAuthorizedClientIsServedWithItsRole) {
   auto server_security = load_server_security(dir_ + "/cluster");
   ASSERT_TRUE(server_security) << server_security.status().message();
   EchoServer server(*server_security);
-  auto client_security = load_client_security(dir_ + "/cluster");
-  ASSERT_TRUE(client_security);
-  auto client = Client::connect(server.endpoint(), *client_security);
-  ASSERT_TRUE(client);
-  auto ack = (*client)->request<Ack>(NodeQuery{}, 5s);
-  EXPECT_TRUE(ack) << ack.status().message();
+  for (auto [folder, role] : {std::pair{"client", Role::kClient}, std::pair{"agent", Role::kAgent}}) {
+    auto security = load_client_security(dir_ + "/" + folder, role);
+    ASSERT_TRUE(security) << security.status().message();
+    auto client = Client::connect(server.endpoint(), *security);
+    ASSERT_TRUE(client);
+    auto ack = (*client)->request<Ack>(NodeQuery{}, 5s);
+    EXPECT_TRUE(ack) << ack.status().message();
+    EXPECT_EQ(server.last_role.load(), role) << folder;
+  }
 }
 
 TEST_F(CurveTest, UnauthenticatedAndUnknownClientsAreRefused) {
@@ -121,18 +129,31 @@ TEST_F(CurveTest, UnauthenticatedAndUnknownClientsAreRefused) {
   ASSERT_TRUE(plain);
   EXPECT_FALSE((*plain)->request<Ack>(NodeQuery{}, 500ms));
   // A well-formed key pair the coordinator was never given.
-  auto stranger = load_client_security(dir_ + "/stranger");
-  ASSERT_TRUE(stranger);
-  stranger->server_public_key = server_security->own.public_key;
-  auto client = Client::connect(server.endpoint(), *stranger);
+  Security stranger;
+  stranger.enabled = true;
+  auto pair = generate_key_pair();
+  ASSERT_TRUE(pair);
+  stranger.own = *pair;
+  stranger.server_public_key = server_security->own.public_key;
+  auto client = Client::connect(server.endpoint(), stranger);
   ASSERT_TRUE(client);
-  EXPECT_FALSE((*client)->request<Ack>(NodeQuery{}, 500ms));
+  auto refused = (*client)->request<Ack>(NodeQuery{}, 2s);
+  ASSERT_FALSE(refused);
+  // Said plainly, not "is it running?".
+  EXPECT_NE(refused.status().message().find("refused this client's key"), std::string::npos)
+      << refused.status().message();
 }
 
-TEST_F(CurveTest, KeygenRefusesToOverwriteKeys) {
-  auto s = write_key_directory(dir_ + "/cluster");
+TEST_F(CurveTest, KeygenRefusesToOverwriteKeysAndKeepsRolesApart) {
+  auto s = write_coordinator_keys(dir_ + "/cluster");
   EXPECT_FALSE(s);
   EXPECT_NE(s.message().find("already holds keys"), std::string::npos);
+  EXPECT_FALSE(write_peer_keys(dir_ + "/client", Role::kClient, dir_ + "/cluster"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/client/server.secret"));
+  EXPECT_FALSE(load_client_security(dir_ + "/client", Role::kAgent));
+  auto server = load_server_security(dir_ + "/cluster");
+  ASSERT_TRUE(server);
+  EXPECT_EQ(server->authorized_keys.size(), 2u);
 }
 
 TEST(Security, LoopbackNeedsNoKeysAnythingElseDoes) {
@@ -143,6 +164,12 @@ TEST(Security, LoopbackNeedsNoKeysAnythingElseDoes) {
   EXPECT_FALSE(is_loopback_endpoint("tcp://0.0.0.0:7070"));
   EXPECT_FALSE(is_loopback_endpoint("tcp://10.1.2.3:7070"));
   EXPECT_FALSE(is_loopback_endpoint("tcp://*:7070"));
+  // Parsed, not matched by prefix.
+  EXPECT_FALSE(is_loopback_endpoint("tcp://127.invalid:7070"));
+  EXPECT_FALSE(is_loopback_endpoint("tcp://127.0.0.1.example.com:7070"));
+  EXPECT_TRUE(is_loopback_endpoint("tcp://127.1.2.3:7070"));
+  EXPECT_FALSE(is_loopback_endpoint("tcp://[::2]:7070"));
+  EXPECT_FALSE(check_bind_allowed("tcp://127.invalid:7070", {}, false));
   EXPECT_TRUE(check_bind_allowed("tcp://127.0.0.1:7070", {}, false));
   Status refused = check_bind_allowed("tcp://0.0.0.0:7070", {}, false);
   EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied);

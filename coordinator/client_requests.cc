@@ -1,0 +1,241 @@
+// The coordinator's answers to clients: submit, queries (paged and bounded in
+// bytes), cancel, and removing jobs and nodes. Node messages and the store
+// are in coordinator.cc; job lifecycle decisions in job_lifecycle.cc.
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "coordinator/admission.h"
+#include "coordinator/coordinator_impl.h"
+#include "protocol/input_log.h"
+#include "protocol/limits.h"
+
+namespace cohort::coordinator {
+
+using namespace protocol;
+
+namespace {
+
+// What an entry adds to a reply, for keeping replies under kMaxReplyBytes.
+template <typename T>
+size_t encoded_size(const T& value) {
+  return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+}
+
+}  // namespace
+
+void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(SubmitJob, m);
+  const JobControl& c = m.job;
+  if (auto s = check_job_control(c); !s) {
+    warn_bad_input("refused a job: " + s.message());
+    return reply_error(peer, e.id, s);
+  }
+  size_t active = 0;
+  for (const auto& [id, job] : jobs_) active += is_terminal(job.state) ? 0 : 1;
+  if (active >= kMaxActiveJobs) {
+    return reply_error(peer, e.id, failed_precondition(std::to_string(active) +
+                                                          " jobs are queued or running; at most " +
+                                                          std::to_string(kMaxActiveJobs)));
+  }
+  Job job;
+  job.seq = next_seq_++;
+  job.id = "job-" + std::to_string(job.seq);
+  job.control = c;
+  job.submitted_ms = unix_ms_now();
+  job.queued_since = clock_.now();
+  job.add_event("submitted");
+  std::string id = job.id;
+  // Acknowledged only once durable: a job the database did not take is
+  // refused, not reported as submitted and then lost.
+  if (Status s = save_job(job); !s) {
+    return reply_error(peer, e.id, unavailable("the job was not submitted: cannot save it (" +
+                                                   s.message() + ")"));
+  }
+  spdlog::info("job {} ({}) submitted: {} node(s) x {} GPU(s)", id, c.name,
+               c.nodes_min == c.nodes_max ? std::to_string(c.nodes_min)
+                                          : std::to_string(c.nodes_min) + ":" + std::to_string(c.nodes_max),
+               c.gpus_per_node);
+  jobs_.emplace(id, std::move(job));
+  reply(peer, e.id, SubmitReply{id});
+  schedule();
+}
+
+Job* CoordinatorImpl::find_job(const std::string& id_or_name) {
+  auto it = jobs_.find(id_or_name);
+  if (it != jobs_.end()) return &it->second;
+  Job* latest = nullptr;  // by name: the most recent job of that name
+  for (auto& [id, job] : jobs_) {
+    if (job.control.name == id_or_name && (!latest || job.seq > latest->seq)) latest = &job;
+  }
+  return latest;
+}
+
+void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(JobQuery, m);
+  JobList list;
+  if (!m.job_id.empty()) {
+    Job* job = find_job(m.job_id);
+    if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
+    list.jobs.push_back(job->info());
+    list.total = 1;
+    return reply(peer, e.id, list);
+  }
+  // The newest jobs that match, as many as `limit` and the byte cap allow,
+  // sent oldest first. The list leaves out event histories (`cohort status
+  // JOB` has them).
+  std::vector<const Job*> ordered;
+  for (const auto& [id, job] : jobs_) {
+    if (m.state.empty() || m.state == to_string(job.state)) ordered.push_back(&job);
+  }
+  std::sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->seq > b->seq; });
+  list.total = int(ordered.size());
+  size_t bytes = 0;
+  for (const Job* job : ordered) {
+    if (m.limit > 0 && int(list.jobs.size()) >= m.limit) break;
+    JobInfo info = job->info();
+    info.events.clear();
+    size_t size = encoded_size(info);
+    if (bytes + size > kMaxReplyBytes) break;
+    bytes += size;
+    list.jobs.push_back(std::move(info));
+  }
+  list.more = int(list.jobs.size()) < list.total;
+  std::reverse(list.jobs.begin(), list.jobs.end());
+  reply(peer, e.id, list);
+}
+
+std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
+  std::vector<NodeInfo> out;
+  auto free = capacity();
+  size_t bytes = 0;
+  for (const Node* n : registry_.nodes()) {
+    NodeInfo info;
+    info.name = n->name;
+    info.address = n->address;
+    info.state = to_string(n->state);
+    info.gpus = n->gpus;
+    for (const auto& c : free) {
+      if (c.name == n->name) info.gpus_free = int(c.free_gpus.size());
+    }
+    info.heartbeat_age_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - n->last_heartbeat).count();
+    for (const auto& [id, job] : jobs_) {
+      if (!job.attempts.empty() && job.attempts.back().active() &&
+          job.attempts.back().gpus.count(n->name)) {
+        info.jobs.push_back(id);
+      }
+    }
+    // Registrations are capped, so this only bites with thousands of nodes.
+    bytes += encoded_size(info);
+    if (bytes > kMaxReplyBytes) break;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void CoordinatorImpl::on_node_query(const std::string& peer, const Envelope& e) {
+  reply(peer, e.id, NodeList{node_infos()});
+}
+
+Status CoordinatorImpl::cancel_job(const std::string& id_or_name, std::string* text) {
+  Job* job = find_job(id_or_name);
+  if (!job) return not_found("no job '" + shorten(id_or_name, 64) + "'");
+  if (is_terminal(job->state)) {
+    *text = "job " + job->id + " already " + to_string(job->state);
+    return Status::ok();
+  }
+  job->cancel_requested = true;
+  job->add_event("cancel requested");
+  if (job->state == JobState::kQueued) {
+    end_job(*job, JobState::kCancelled, "cancelled while queued");
+  } else if (job->current() && job->current()->state == AttemptState::kRunning) {
+    begin_stop(*job, StopIntent::kCancel, "cancelled");
+  } else {
+    persist(*job);  // a stop is already under way; finish_attempt sees the request
+  }
+  *text = "cancelling " + job->id;
+  return Status::ok();
+}
+
+void CoordinatorImpl::on_cancel(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(CancelJob, m);
+  std::string text;
+  Status s = cancel_job(m.job_id, &text);
+  if (!s) return reply_error(peer, e.id, s);
+  reply(peer, e.id, Ack{text});
+}
+
+void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(LogQuery, m);
+  Job* job = find_job(m.job_id);
+  if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
+  LogQuery query = m;
+  query.job_id = job->id;
+  LogReply out;
+  out.lines = logs_.read(query, &out.last_seq);
+  out.job_finished = is_terminal(job->state);
+  out.job_state = to_string(job->state);
+  reply(peer, e.id, out);
+}
+
+void CoordinatorImpl::on_remove_job(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(RemoveJob, m);
+  Job* job = find_job(m.job_id);
+  if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
+  if (!is_terminal(job->state)) {
+    return reply_error(peer, e.id, failed_precondition("job " + job->id + " is " + to_string(job->state) +
+                                                           "; cancel it first (`cohort cancel " + job->id + "`)"));
+  }
+  std::string id = job->id;
+  if (db_) {
+    if (auto s = db_->remove_job(id); !s) return reply_error(peer, e.id, s);
+  }
+  logs_.forget(id);
+  jobs_.erase(id);
+  spdlog::info("job {} removed", id);
+  reply(peer, e.id, Ack{"removed " + id});
+}
+
+void CoordinatorImpl::on_remove_node(const std::string& peer, const Envelope& e) {
+  COHORT_PARSE_OR_REPLY(RemoveNode, m);
+  const Node* n = registry_.find(m.node);
+  if (!n) return reply_error(peer, e.id, not_found("no node '" + shorten(m.node, 64) + "'"));
+  if (n->state == NodeState::kAlive) {
+    return reply_error(peer, e.id, failed_precondition("node " + m.node +
+                                                           " is alive; stop its agent first (a lost node can be removed)"));
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (!job.attempts.empty() && job.attempts.back().active() && job.attempts.back().gpus.count(m.node)) {
+      return reply_error(peer, e.id, failed_precondition("node " + m.node + " still has job " + id + " stopping"));
+    }
+  }
+  if (db_) {
+    if (auto s = db_->remove_node(m.node); !s) return reply_error(peer, e.id, s);
+  }
+  registry_.remove(m.node);
+  spdlog::info("node {} removed", m.node);
+  reply(peer, e.id, Ack{"removed " + m.node});
+}
+
+void CoordinatorImpl::retire_finished_jobs() {
+  std::vector<const Job*> finished;
+  int64_t now = unix_ms_now();
+  for (const auto& [id, job] : jobs_) {
+    if (is_terminal(job.state)) finished.push_back(&job);
+  }
+  std::sort(finished.begin(), finished.end(), [](auto* a, auto* b) { return a->seq > b->seq; });
+  std::vector<std::string> retire;
+  for (size_t i = 0; i < finished.size(); ++i) {
+    bool old = finished[i]->ended_ms > 0 &&
+               now - finished[i]->ended_ms > options_.finished_retention.count();
+    if (i >= options_.max_finished_jobs || old) retire.push_back(finished[i]->id);
+  }
+  for (const auto& id : retire) {
+    logs_.forget(id);
+    jobs_.erase(id);
+  }
+  if (!retire.empty()) spdlog::debug("{} finished job(s) left memory (kept in the state database)", retire.size());
+}
+
+}  // namespace cohort::coordinator
