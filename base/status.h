@@ -87,6 +87,13 @@ class [[nodiscard]] Result {
   Status status_ = internal_error("Result holds no value and no error");
 };
 
+// The Status of a Result: ok when it holds a value (Result::status() is only
+// meaningful on an error).
+template <typename T>
+Status status_of(const Result<T>& r) {
+  return r.is_ok() ? Status::ok() : r.status();
+}
+
 }  // namespace cohort
 
 // Returns early from the enclosing function when `expr` is not ok.

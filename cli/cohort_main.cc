@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       add_cancel_command(app),
       add_keygen_command(app),
       add_export_command(app),
+      add_tokenize_command(app),
   };
 
   try {

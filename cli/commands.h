@@ -34,5 +34,6 @@ Command add_logs_command(CLI::App& root);
 Command add_cancel_command(CLI::App& root);
 Command add_keygen_command(CLI::App& root);
 Command add_export_command(CLI::App& root);
+Command add_tokenize_command(CLI::App& root);
 
 }  // namespace cohort::cli

@@ -1,5 +1,6 @@
-// `cohort export CHECKPOINT --to DIR`: a consolidated Hugging Face folder
-// (config.json + safetensors) from a sharded checkpoint. The work needs the
+// `cohort export CHECKPOINT --to DIR [--dtype bf16]`: a consolidated Hugging
+// Face folder (config.json, safetensors, the tokenizer files and
+// generation_config.json) from a sharded checkpoint. The work needs the
 // model libraries, which the control-plane binary does not link, so this
 // runs `cohort-worker export` from beside the `cohort` binary.
 #include <unistd.h>
@@ -14,7 +15,7 @@ namespace cohort::cli {
 namespace {
 
 struct ExportArgs {
-  std::string checkpoint, to;
+  std::string checkpoint, to, dtype = "fp32";
 };
 
 int run_export(const ExportArgs& args) {
@@ -34,7 +35,12 @@ int run_export(const ExportArgs& args) {
     if (f && std::fscanf(f, "%255s", name) == 1) checkpoint = (latest.parent_path() / name).string();
     if (f) std::fclose(f);
   }
-  const char* argv[] = {worker.c_str(), "export", checkpoint.c_str(), "--to", args.to.c_str(), nullptr};
+  if (args.dtype != "fp32" && args.dtype != "bf16") {
+    std::fprintf(stderr, "cohort export: --dtype %s: fp32 or bf16\n", args.dtype.c_str());
+    return kExitUsage;
+  }
+  const char* argv[] = {worker.c_str(), "export", checkpoint.c_str(), "--to", args.to.c_str(),
+                        "--dtype", args.dtype.c_str(), nullptr};
   ::execvp(argv[0], const_cast<char* const*>(argv));
   std::perror(("cohort export: cannot run " + worker).c_str());
   return kExitUsage;
@@ -44,9 +50,10 @@ int run_export(const ExportArgs& args) {
 
 Command add_export_command(CLI::App& root) {
   auto args = std::make_shared<ExportArgs>();
-  auto* app = root.add_subcommand("export", "Write a Hugging Face folder (config.json + safetensors) from a checkpoint");
+  auto* app = root.add_subcommand("export", "Write a Hugging Face folder (config.json, safetensors, tokenizer files) from a checkpoint");
   app->add_option("checkpoint", args->checkpoint, "A checkpoint folder, or a run's output_dir (its latest)")->required();
   app->add_option("--to", args->to, "The folder to write")->required();
+  app->add_option("--dtype", args->dtype, "Weights as fp32 (default) or bf16");
   return Command{app, [args] { return run_export(*args); }};
 }
 

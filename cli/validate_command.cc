@@ -1,8 +1,10 @@
 // `cohort validate JOB.toml [--nodes N] [--gpus-per-node G] [--set k=v]...`
-// Checks a job file and prints the resolved job and its rank plan.
+// Checks a job file (and that its training data exists and reads in its
+// format) and prints the resolved job and its rank plan.
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "data/data_format.h"
 #include "jobs/load.h"
 #include "jobs/rank_plan.h"
 #include "jobs/schema.h"
@@ -17,6 +19,23 @@ struct ValidateArgs {
   std::vector<std::string> sets;
   bool reference = false;
 };
+
+// Every train.data source exists and reads in its format (a token file's
+// header, JSONL's first lines): "file:line:column: path: reason" at the key.
+std::string probe_train_data(const jobs::LoadResult& result) {
+  const auto& t = result.spec.train;
+  std::string errors;
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    const auto& src = t.data[i];
+    const std::string key = "train.data[" + std::to_string(i) + "]";
+    auto format = data::parse_format(src.format.empty() ? t.data_format : src.format);
+    auto probed = format ? data::probe_data(src.path, *format, src.text_field.empty() ? t.text_field : src.text_field)
+                         : Result<data::DataFormat>(format.status());
+    if (!probed) errors += result.position(key) + ": " + key + ": " + probed.status().message() + "\n";
+    else std::printf("# %s: %s (%s)\n", key.c_str(), src.path.c_str(), data::format_name(*probed));
+  }
+  return errors;
+}
 
 int run_validate(const ValidateArgs& args) {
   if (args.reference) {
@@ -53,6 +72,13 @@ int run_validate(const ValidateArgs& args) {
   auto problems = jobs::check_job_paths(spec);
   for (const auto& p : problems) std::fprintf(stderr, "%s: %s\n", args.job_file.c_str(), p.c_str());
   if (!problems.empty()) return kExitUsage;
+  if (spec.job.kind == jobs::JobKind::kTrain) {
+    const std::string errors = probe_train_data(result);
+    if (!errors.empty()) {
+      std::fprintf(stderr, "%s", errors.c_str());
+      return kExitUsage;
+    }
+  }
   int tp = spec.parallel.tensor_parallel;
   if (spec.job.kind == jobs::JobKind::kInfer)
     tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : spec.world_size(spec.job.nodes.max);

@@ -2,7 +2,7 @@
 // the resolved job file; it also runs under mpirun, srun or torchrun.
 //
 //   cohort-worker JOB.toml                      train, infer or serve, as the job's kind says
-//   cohort-worker export CHECKPOINT --to DIR    a Hugging Face folder from a checkpoint
+//   cohort-worker export CHECKPOINT --to DIR [--dtype bf16]   a Hugging Face folder from a checkpoint
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -31,12 +31,13 @@ int report(const cohort::Status& status) {
 
 int main(int argc, char** argv) {
   CLI::App app{"cohort-worker: the built-in train and infer worker"};
-  std::string job_file, log_level, checkpoint, to;
+  std::string job_file, log_level, checkpoint, to, dtype = "fp32";
   app.add_option("job", job_file, "The job file (TOML)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   auto* export_cmd = app.add_subcommand("export", "Write a Hugging Face folder from a checkpoint");
   export_cmd->add_option("checkpoint", checkpoint, "The checkpoint folder")->required();
   export_cmd->add_option("--to", to, "The Hugging Face folder to write")->required();
+  export_cmd->add_option("--dtype", dtype, "fp32 or bf16");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,7 +48,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (export_cmd->parsed()) {
-    cohort::Status status = cohort::parallel::export_checkpoint(checkpoint, to);
+    if (dtype != "fp32" && dtype != "bf16") {
+      std::fprintf(stderr, "cohort-worker export: --dtype %s: fp32 or bf16\n", dtype.c_str());
+      return 2;
+    }
+    cohort::Status status = cohort::parallel::export_checkpoint(
+        checkpoint, to, dtype == "bf16" ? cohort::models::DType::kBF16 : cohort::models::DType::kF32);
     if (status.is_ok()) std::printf("exported %s to %s\n", checkpoint.c_str(), to.c_str());
     return report(status);
   }

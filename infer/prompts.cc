@@ -21,8 +21,7 @@ Status prompt_error(const std::string& source, int line, const std::string& what
 
 Result<std::unique_ptr<models::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
                                                           const models::ModelConfig& config) {
-  if (!model.hf_dir.empty() &&
-      std::filesystem::exists(std::filesystem::path(model.hf_dir) / "tokenizer.json")) {
+  if (!model.hf_dir.empty() && models::has_tokenizer_files(model.hf_dir)) {
     COHORT_ASSIGN_OR_RETURN(auto tokenizer, models::load_tokenizer(model.hf_dir));
     return tokenizer;
   }
@@ -54,7 +53,8 @@ Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::st
                               "tokenizer.json in hf_dir, vocab_size " + std::to_string(vocab_size) +
                               " is not byte-level); give {\"tokens\": [...]} instead");
         }
-        p.tokens = tokenizer->encode(j.at("prompt").get<std::string>());
+        // As tokenizer(prompt) in Python: the post-processor's BOS (Llama 3) included.
+        p.tokens = tokenizer->encode_with_special_tokens(j.at("prompt").get<std::string>());
       } else {
         return prompt_error(source, line_no, "expected {\"prompt\": \"text\"} or {\"tokens\": [ids]}");
       }

@@ -2,7 +2,8 @@
 // the stop conditions.
 //
 // The prompts file is JSONL, one object per line: {"prompt": "text"} (run
-// through the model's tokenizer) or {"tokens": [ids]}, optionally with an
+// through the model's tokenizer with its post-processor, so Llama 3 prompts
+// start with <|begin_of_text|> as in transformers) or {"tokens": [ids]}, optionally with an
 // "id" (any JSON value) that outputs.jsonl echoes; blank lines are skipped. The tokenizer is the Hugging Face tokenizer.json of an hf_dir
 // when there is one, else the byte tokenizer for cohort's byte-vocabulary
 // models (vocab_size 256), else none, and then only {"tokens": ...} prompts

@@ -226,7 +226,7 @@ void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& 
   spec.job.output_dir = absolute(spec.job.output_dir, base_dir);
   spec.model.hf_dir = absolute(spec.model.hf_dir, base_dir);
   spec.model.checkpoint = absolute(spec.model.checkpoint, base_dir);
-  spec.train.data = absolute(spec.train.data, base_dir);
+  for (auto& d : spec.train.data) d.path = absolute(d.path, base_dir);
   spec.infer.prompts = absolute(spec.infer.prompts, base_dir);
   if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
   // The default sequence length never exceeds what the model supports.

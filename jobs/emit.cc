@@ -49,8 +49,15 @@ std::string to_toml(const JobSpec& spec) {
   }
   if (spec.job.kind == JobKind::kTrain) {
     const auto& t = spec.train;
+    toml::array data;
+    for (const auto& d : t.data) {
+      toml::table entry{{"path", d.path}, {"weight", d.weight}};
+      if (!d.format.empty()) entry.insert("format", d.format);
+      if (!d.text_field.empty()) entry.insert("text_field", d.text_field);
+      data.push_back(std::move(entry));
+    }
     root.insert("train", toml::table{
-                             {"data", t.data}, {"data_format", t.data_format},
+                             {"data", std::move(data)}, {"data_format", t.data_format}, {"text_field", t.text_field},
                              {"eval_fraction", t.eval_fraction}, {"steps", t.steps},
                              {"micro_batch", t.micro_batch}, {"global_batch", t.global_batch},
                              {"seq_len", t.seq_len}, {"lr", t.lr}, {"min_lr", t.min_lr},

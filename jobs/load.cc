@@ -23,7 +23,7 @@ namespace {
 
 using StringMap = std::map<std::string, std::string>;
 using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>, NodeRange,
-                           StringMap>;
+                           StringMap, std::vector<DataSource>>;
 using Setter = std::function<void(JobSpec&, const Value&)>;
 
 template <typename T>
@@ -70,7 +70,8 @@ const std::map<std::string, Setter>& setters() {
       {"parallel.reshard_after_forward", [](JobSpec& s, const Value& v) { s.parallel.reshard_after_forward = as<bool>(v); }},
       {"parallel.prefetch", [](JobSpec& s, const Value& v) { s.parallel.prefetch = as<bool>(v); }},
       {"parallel.param_dtype", [](JobSpec& s, const Value& v) { s.parallel.param_dtype = as<std::string>(v); }},
-      {"train.data", [](JobSpec& s, const Value& v) { s.train.data = as<std::string>(v); }},
+      {"train.data", [](JobSpec& s, const Value& v) { s.train.data = as<std::vector<DataSource>>(v); }},
+      {"train.text_field", [](JobSpec& s, const Value& v) { s.train.text_field = as<std::string>(v); }},
       {"train.data_format", [](JobSpec& s, const Value& v) { s.train.data_format = as<std::string>(v); }},
       {"train.eval_fraction", [](JobSpec& s, const Value& v) { s.train.eval_fraction = as<double>(v); }},
       {"train.steps", [](JobSpec& s, const Value& v) { s.train.steps = int(as<int64_t>(v)); }},
@@ -178,6 +179,71 @@ std::string range_text(const FieldDoc& f) {
   return out.str();
 }
 
+const FieldDoc* find_field(const std::string& section, const std::string& key);
+
+// train.data: "path", or [ "path", {path = "...", weight = 2.0, format = "...", text_field = "..."} ].
+// Each entry's position is noted as train.data[i] for later checks (cohort validate's data probe).
+std::optional<Value> read_data_sources(const std::string& path, const toml::node& node, LoadContext& ctx) {
+  std::vector<DataSource> out;
+  if (node.is_string()) {
+    DataSource only;
+    only.path = *node.value<std::string>();
+    out.push_back(only);
+    if (node.source().begin.line > 0)
+      ctx.note_key(path + "[0]", KeyOrigin{ctx.file(), int(node.source().begin.line), int(node.source().begin.column)});
+    return Value(out);
+  }
+  const auto* arr = node.as_array();
+  if (!arr || arr->empty()) {
+    ctx.error_at(path, path + ": expected a path or a non-empty array of sources, got " + describe(node));
+    return std::nullopt;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const toml::node& item = *arr->get(i);
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    if (item.source().begin.line > 0)  // (not for --set values, which have no position)
+      ctx.note_key(at, KeyOrigin{ctx.file(), int(item.source().begin.line), int(item.source().begin.column)});
+    DataSource src;
+    if (item.is_string()) {
+      src.path = *item.value<std::string>();
+    } else if (const auto* t = item.as_table()) {
+      for (const auto& [k, v] : *t) {
+        const std::string key(k.str());
+        if (key == "path" && v.is_string()) src.path = *v.value<std::string>();
+        else if (key == "weight" && v.is_number() && *v.value<double>() > 0) src.weight = *v.value<double>();
+        else if (key == "format" && v.is_string()) src.format = *v.value<std::string>();
+        else if (key == "text_field" && v.is_string()) src.text_field = *v.value<std::string>();
+        else {
+          std::string near = nearest_name(key, {"path", "weight", "format", "text_field"});
+          ctx.error_at(at, at + "." + key + ": " +
+                               (key == "weight" ? "expected a positive number" :
+                                (key == "path" || key == "format" || key == "text_field") ? "expected a string" :
+                                "unknown key" + (near.empty() ? std::string() : "; did you mean " + near + "?")));
+          ok = false;
+        }
+      }
+      if (src.path.empty()) {
+        ctx.error_at(at, at + ": a source needs a path");
+        ok = false;
+      }
+      const auto& formats = find_field("train", "data_format")->choices;
+      if (!src.format.empty() && std::find(formats.begin(), formats.end(), src.format) == formats.end()) {
+        std::string list;
+        for (const auto& c : formats) list += (list.empty() ? "" : ", ") + c;
+        ctx.error_at(at, at + ".format: unknown value \"" + src.format + "\" (one of: " + list + ")");
+        ok = false;
+      }
+    } else {
+      ctx.error_at(at, at + ": expected a path or {path = ..., weight = ...}, got " + describe(item));
+      ok = false;
+    }
+    out.push_back(src);
+  }
+  if (!ok) return std::nullopt;
+  return Value(out);
+}
+
 // Converts a node to the field's type; reports and returns nullopt when it cannot.
 std::optional<Value> read_value(const FieldDoc& f, const std::string& path, const toml::node& node,
                                 LoadContext& ctx) {
@@ -282,6 +348,7 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
       if (!ok) return std::nullopt;
       return Value(out);
     }
+    case FieldType::kDataSources: return read_data_sources(path, node, ctx);
     case FieldType::kNodeRange: {
       if (node.is_integer()) {
         int64_t n = *node.value<int64_t>();
@@ -431,6 +498,11 @@ std::string LoadError::to_string() const {
   return out.str();
 }
 
+std::string LoadResult::position(const std::string& key) const {
+  auto it = key_positions.find(key);
+  return it == key_positions.end() ? spec.source_path : it->second;
+}
+
 std::string LoadResult::error_text() const {
   std::string out;
   for (const auto& e : errors) out += e.to_string() + "\n";
@@ -488,6 +560,7 @@ LoadResult load_job_text(const std::string& text, const std::string& source_name
     read_section(spec, section, *table, ctx, override_nodes);
   }
   check_job_rules(spec, ctx);
+  result.key_positions = ctx.positions();
   result.errors = ctx.take_errors();
   result.warnings = ctx.take_warnings();
   if (result.ok()) {

@@ -8,6 +8,7 @@
 // torchrun and srun do), so a loaded spec holds absolute paths only.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct LoadResult {
   JobSpec spec;                   // meaningful only when errors is empty
   std::vector<LoadError> errors;  // in file order, overrides last
   std::vector<std::string> warnings;  // e.g. a section the kind does not use
+  // Where each given key sits, "file:line:column" ("train.data[1]" for the
+  // entries of an array of data sources), for checks made after loading.
+  std::map<std::string, std::string> key_positions;
+  std::string position(const std::string& key) const;  // the file when unknown
   bool ok() const { return errors.empty(); }
   // All errors, one per line; empty when ok.
   std::string error_text() const;

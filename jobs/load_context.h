@@ -36,6 +36,13 @@ class LoadContext {
   void warn(const std::string& message) { warnings_.push_back(message); }
 
   std::vector<LoadError> take_errors();
+  // "file:line:column" (or "--set ...") of every key given.
+  std::map<std::string, std::string> positions() const {
+    std::map<std::string, std::string> out;
+    for (const auto& [k, o] : origins_)
+      out[k] = o.line > 0 ? o.source + ":" + std::to_string(o.line) + ":" + std::to_string(o.column) : o.source;
+    return out;
+  }
   std::vector<std::string> take_warnings() { return std::move(warnings_); }
 
  private:

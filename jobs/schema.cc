@@ -88,10 +88,18 @@ std::vector<FieldDoc> build_schema() {
                      "gradients are reduced in fp32). auto: the GEMM precision (bf16 or fp16 on GPU; fp32 on CPU "
                      "unless train.precision is fp16)."));
   // [train]
-  f.push_back(field("train", "data", T::kString, "(required)",
-                    "Training text (a file or a folder of files, byte tokens) or a token file."));
-  f.push_back(choice("train", "data_format", {"auto", "text", "u16", "u32"}, "\"auto\"",
-                     "`auto`: .u16/.u32/.bin token files by extension, text otherwise."));
+  f.push_back(field("train", "data", T::kDataSources, "(required)",
+                    "Training data: a path (file or folder), or a mixture `[{path = \"a.jsonl\", weight = 3}, "
+                    "\"b.bin\"]` sampled by weight (an entry may set its own `format` and `text_field`). Text and "
+                    "JSONL are tokenized with the model's tokenizer into output_dir/data-cache first."));
+  f.push_back(choice("train", "data_format",
+                     {"auto", "text", "jsonl", "chat", "prompt_completion", "nanogpt", "u16", "u32", "megatron", "cohort"},
+                     "\"auto\"",
+                     "`auto` decides by content: cohort shards and Megatron indexes by their headers, JSONL by its "
+                     "first line (`messages`: chat, loss on assistant turns; `prompt`/`completion`: loss on the "
+                     "completion; else `text_field`), a `.bin` without `.idx` is nanoGPT uint16, other files are text "
+                     "(a file is a document; a folder, one per file)."));
+  f.push_back(field("train", "text_field", T::kString, "\"text\"", "JSONL text data: the field holding each document."));
   f.push_back(field("train", "eval_fraction", T::kFloat, "0.05",
                     "Share of the data held out for evaluation.", 0, 0.9));
   f.push_back(field("train", "steps", T::kInt, "(required)", "Optimizer steps.", 1, 1e9));
@@ -212,6 +220,7 @@ const char* type_name(FieldType type) {
     case FieldType::kNodeRange: return "integer or \"MIN:MAX\"";
     case FieldType::kStopList: return "array of integers and strings";
     case FieldType::kStringTable: return "table of strings";
+    case FieldType::kDataSources: return "path or array of sources";
   }
   return "?";
 }

@@ -20,6 +20,7 @@ enum class FieldType {
   kNodeRange,   // integer, or "MIN:MAX"
   kStopList,    // array of token ids and/or strings
   kStringTable, // a table of string values (job.env)
+  kDataSources, // a path, or an array of paths and {path, weight, format, text_field} tables
 };
 
 struct FieldDoc {

@@ -76,9 +76,19 @@ struct ParallelSection {
   std::string param_dtype = "auto";  // auto | bf16 | fp16 | fp32: zero3/fsdp2 all-gather dtype
 };
 
+// One training data source: `train.data = "path"`, or an entry of
+// `train.data = [{path = "a.jsonl", weight = 3, format = "chat"}, "b.bin"]`.
+struct DataSource {
+  std::string path;
+  double weight = 1.0;        // mixture weight (relative)
+  std::string format;         // "" : train.data_format
+  std::string text_field;     // "" : train.text_field
+};
+
 struct TrainSection {
-  std::string data;            // text file (byte tokens) or .u16/.u32 token file
-  std::string data_format = "auto";  // auto | text | u16 | u32
+  std::vector<DataSource> data;      // at least one when loaded
+  std::string data_format = "auto";  // data/data_format.h's names
+  std::string text_field = "text";   // JSONL: the field holding the text
   double eval_fraction = 0.05;  // held-out share of the data
   int steps = 0;
   int micro_batch = 8;

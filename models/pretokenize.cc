@@ -1,190 +1,253 @@
-// Hand-written equivalents of the byte-level BPE split regexes:
-//   Qwen2 / Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
-//                    | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//                    (Qwen2 uses \p{N} where Llama 3 has \p{N}{1,3})
-//   GPT-2:           's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Alternatives are tried in order at each position, with the backtracking the
-// regex engine would do worked out by hand for each.
-#include <cstdint>
-#include <string>
-#include <vector>
+// Pre-tokenizers of tokenizer.json, and the regex they split with.
+//
+// Split patterns are the file's own strings, compiled by PCRE2 with UTF and
+// UCP so that \p{L}, \p{N}, \s and \w mean what they mean in Oniguruma (the
+// engine HF's tokenizers use). The one difference that matters, U+0085 in
+// \s, is patched into the pattern. Invalid UTF-8 in the input is matched
+// byte by byte (PCRE2_MATCH_INVALID_UTF) so that every byte stays in some
+// piece and byte-level BPE still round-trips it.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "models/tokenizer.h"
+#include "models/tokenizer_pipeline.h"
 
 namespace cohort::models {
 namespace {
 
-struct Range {
-  uint32_t lo, hi;
-};
+using nlohmann::json;
 
-bool in(const Range* ranges, size_t n, uint32_t cp) {
-  for (size_t i = 0; i < n; ++i) {
-    if (cp >= ranges[i].lo && cp <= ranges[i].hi) return true;
-  }
-  return false;
-}
-
-bool is_space(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0d) || cp == 0x20 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
-         cp == 0x205f || cp == 0x3000;
-}
-
-// \p{N}: ASCII digits plus the common non-ASCII digit and number blocks.
-bool is_number(uint32_t cp) {
-  static const Range kNumbers[] = {
-      {0x30, 0x39},     {0xb2, 0xb3},     {0xb9, 0xb9},     {0xbc, 0xbe},     {0x660, 0x669},
-      {0x6f0, 0x6f9},   {0x966, 0x96f},   {0x9e6, 0x9ef},   {0xe50, 0xe59},   {0x2070, 0x2070},
-      {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2150, 0x2189}, {0x2460, 0x249b}, {0x24ea, 0x24ff},
-      {0x2776, 0x2793}, {0x3007, 0x3007}, {0x3021, 0x3029}, {0xff10, 0xff19}};
-  return in(kNumbers, sizeof(kNumbers) / sizeof(Range), cp);
-}
-
-// \p{L}: ASCII letters; beyond ASCII everything that is not a known
-// punctuation, symbol, mark, space or number block.
-bool is_letter(uint32_t cp) {
-  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
-  if (cp == 0xaa || cp == 0xb5 || cp == 0xba) return true;
-  static const Range kNotLetters[] = {
-      {0x80, 0xbf},     {0xd7, 0xd7},       {0xf7, 0xf7},       {0x2c2, 0x2c5},
-      {0x2d2, 0x2df},   {0x300, 0x36f},     {0x37e, 0x37e},     {0x387, 0x387},
-      {0x483, 0x489},   {0x55a, 0x55f},     {0x589, 0x58a},     {0x591, 0x5c7},
-      {0x600, 0x61f},   {0x64b, 0x66d},     {0x6d4, 0x6d4},     {0x900, 0x903},
-      {0x93a, 0x94f},   {0x964, 0x970},     {0xe31, 0xe31},     {0xe34, 0xe3f},
-      {0xe47, 0xe5b},   {0x2000, 0x206f},   {0x2070, 0x209f},   {0x20a0, 0x20ff},
-      {0x2100, 0x2101}, {0x2103, 0x2106},   {0x2108, 0x2109},   {0x2114, 0x2118},
-      {0x211e, 0x2123}, {0x2125, 0x2125},   {0x2127, 0x2127},   {0x2129, 0x2129},
-      {0x212e, 0x212e}, {0x213a, 0x213b},   {0x2140, 0x2144},   {0x214a, 0x214d},
-      {0x214f, 0x2bff}, {0x2e00, 0x2e7f},   {0x3000, 0x3004},   {0x3007, 0x303b},
-      {0x303d, 0x303f}, {0x3099, 0x309c},   {0x30a0, 0x30a0},   {0x30fb, 0x30fb},
-      {0x3200, 0x33ff}, {0x4dc0, 0x4dff},   {0xd800, 0xf8ff},   {0xfe00, 0xfe6f},
-      {0xfeff, 0xfeff}, {0xff00, 0xff20},   {0xff3b, 0xff40},   {0xff5b, 0xff65},
-      {0xffe0, 0xffff}, {0x1d000, 0x1d24f}, {0x1f000, 0x1faff}, {0xe0000, 0x10ffff}};
-  // The letterlike block U+2100.. is listed piecewise so its letters stay letters.
-  if (in(kNotLetters, sizeof(kNotLetters) / sizeof(Range), cp)) return false;
-  return !is_number(cp) && !is_space(cp);
-}
-
-std::vector<uint32_t> decode_utf8(const std::string& s) {
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) {  // invalid byte: keep it as U+FFFD-like raw value
-      out.push_back(0xfffd);
+// \s -> [\s\x{85}] outside classes, \s\x{85} inside; \S -> [^\s\x{85}].
+std::string widen_spaces(const std::string& p) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      const char c = p[i + 1];
+      if (c == 's') out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+      else if (c == 'S' && !in_class) out += "[^\\s\\x{85}]";
+      else out += p.substr(i, 2);
       ++i;
       continue;
     }
-    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
-    for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    out.push_back(cp);
-    i += len;
+    if (p[i] == '[' && !in_class) in_class = true;
+    else if (p[i] == ']' && in_class) in_class = false;
+    out += p[i];
   }
   return out;
 }
 
-class Splitter {
- public:
-  Splitter(const std::string& text, PretokenizerKind kind)
-      : text_(text), kind_(kind), cps_(decode_utf8(text)) {
-    // Byte offset of each code point, so pieces are exact substrings (invalid bytes included).
-    size_t b = 0;
-    for (size_t i = 0; i < cps_.size(); ++i) {
-      offsets_.push_back(b);
-      const auto c = static_cast<unsigned char>(text[b]);
-      int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-      if (cps_[i] == 0xfffd && len > 1 && (b + len > text.size())) len = 1;
-      b += len;
+size_t utf8_length(unsigned char c) {
+  return c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+}
+
+enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+Result<Behavior> parse_behavior(const std::string& s) {
+  if (s == "Removed") return Behavior::kRemoved;
+  if (s == "Isolated") return Behavior::kIsolated;
+  if (s == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
+  if (s == "MergedWithNext") return Behavior::kMergedWithNext;
+  if (s == "Contiguous") return Behavior::kContiguous;
+  return invalid_argument("pre_tokenizer Split: unknown behavior \"" + s + "\"");
+}
+
+// HF's NormalizedString::split: cut `piece` at the regex's matches.
+void split_piece(const Piece& piece, const Regex& re, Behavior behavior, bool invert,
+                 std::vector<Piece>* out) {
+  // (begin, end, is_match) spans covering the whole text.
+  std::vector<std::tuple<size_t, size_t, bool>> spans;
+  size_t last = 0;
+  for (auto [b, e] : re.find_all(piece.text)) {
+    if (b > last) spans.emplace_back(last, b, invert);
+    spans.emplace_back(b, e, !invert);
+    last = e;
+  }
+  if (last < piece.text.size()) spans.emplace_back(last, piece.text.size(), invert);
+  // The folds of HF's SplitDelimiterBehavior, span by span.
+  std::vector<std::pair<size_t, size_t>> cuts;
+  bool previous_match = false;
+  for (auto [b, e, is_match] : spans) {
+    bool extend = false;
+    switch (behavior) {
+      case Behavior::kRemoved:
+        if (is_match) continue;
+        break;
+      case Behavior::kIsolated: break;
+      case Behavior::kMergedWithPrevious: extend = is_match && !previous_match; break;
+      case Behavior::kMergedWithNext: extend = previous_match; break;
+      case Behavior::kContiguous: extend = is_match == previous_match; break;
     }
-    offsets_.push_back(text.size());
+    if (extend && !cuts.empty()) cuts.back().second = e;
+    else cuts.emplace_back(b, e);
+    previous_match = is_match;
   }
+  for (auto [b, e] : cuts) {
+    if (e > b) out->push_back(Piece{piece.text.substr(b, e - b), piece.at_start && b == 0});
+  }
+}
 
-  std::vector<std::string> split() {
-    std::vector<std::string> pieces;
-    size_t i = 0;
-    while (i < cps_.size()) {
-      const size_t end = match(i);
-      pieces.push_back(text_.substr(offsets_[i], offsets_[end] - offsets_[i]));
-      i = end;
+PreTokenizer split_with(std::shared_ptr<const Regex> re, Behavior behavior, bool invert) {
+  return [re, behavior, invert](std::vector<Piece>& pieces) {
+    std::vector<Piece> out;
+    for (const Piece& p : pieces) split_piece(p, *re, behavior, invert, &out);
+    pieces.swap(out);
+  };
+}
+
+const char* kGpt2Pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+void map_bytes(std::string* text) {
+  std::string mapped;
+  for (char c : *text) append_utf8(byte_to_unicode()[static_cast<unsigned char>(c)], &mapped);
+  text->swap(mapped);
+}
+
+Result<PreTokenizer> byte_level(const json& j) {
+  const bool prefix_space = j.value("add_prefix_space", true);
+  const bool use_regex = j.value("use_regex", true);
+  std::shared_ptr<const Regex> re;
+  if (use_regex) { COHORT_ASSIGN_OR_RETURN(re, Regex::compile(kGpt2Pattern)); }
+  return PreTokenizer([=](std::vector<Piece>& pieces) {
+    if (prefix_space) {
+      for (Piece& p : pieces)
+        if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, " ");
     }
-    return pieces;
-  }
+    if (re) split_with(re, Behavior::kIsolated, false)(pieces);
+    for (Piece& p : pieces) map_bytes(&p.text);
+  });
+}
 
- private:
-  uint32_t at(size_t i) const { return i < cps_.size() ? cps_[i] : 0; }
-  bool letter(size_t i) const { return i < cps_.size() && is_letter(cps_[i]); }
-  bool number(size_t i) const { return i < cps_.size() && is_number(cps_[i]); }
-  bool space(size_t i) const { return i < cps_.size() && is_space(cps_[i]); }
-  bool newline(size_t i) const { return at(i) == '\r' || at(i) == '\n'; }
-  bool other(size_t i) const { return i < cps_.size() && !space(i) && !letter(i) && !number(i); }
-  size_t run(size_t i, bool (Splitter::*pred)(size_t) const) const {
-    while ((this->*pred)(i)) ++i;
-    return i;
-  }
-
-  size_t contraction(size_t i) const {
-    if (at(i) != '\'') return 0;
-    auto lower = [&](size_t k) {
-      uint32_t c = at(k);
-      if (kind_ != PretokenizerKind::kGpt2 && c >= 'A' && c <= 'Z') c += 32;
-      return c;
-    };
-    const uint32_t a = lower(i + 1), b = lower(i + 2);
-    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
-    return 0;
-  }
-
-  // Whitespace alternatives shared by all kinds: \s+(?!\S) then \s+.
-  size_t whitespace(size_t i) const {
-    const size_t e = run(i, &Splitter::space);
-    if (e == cps_.size() || e - 1 == i) return e;  // (?!\S) holds at the end; else plain \s+
-    return e - 1;                                  // leave the last space to prefix the next word
-  }
-
-  size_t match(size_t i) const {
-    if (size_t e = contraction(i)) return e;
-    if (kind_ == PretokenizerKind::kGpt2) return match_gpt2(i);
-    // [^\r\n\p{L}\p{N}]?\p{L}+
-    if (letter(i)) return run(i, &Splitter::letter);
-    if (!newline(i) && !number(i) && letter(i + 1)) return run(i + 1, &Splitter::letter);
-    // \p{N}{1,3} (Llama 3) or \p{N} (Qwen2)
-    if (number(i)) {
-      const size_t limit = kind_ == PretokenizerKind::kLlama3 ? 3 : 1;
-      size_t e = i;
-      while (e - i < limit && number(e)) ++e;
-      return e;
+Result<PreTokenizer> metaspace(const json& j) {
+  const std::string replacement = j.value("replacement", "\xe2\x96\x81");
+  std::string scheme = j.value("prepend_scheme", "");
+  if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
+  const bool split = j.value("split", true);
+  auto re = Regex::literal(replacement);
+  return PreTokenizer([=](std::vector<Piece>& pieces) {
+    for (Piece& p : pieces) {
+      std::string t;
+      for (char c : p.text) t += c == ' ' ? replacement : std::string(1, c);
+      const bool starts = t.compare(0, replacement.size(), replacement) == 0;
+      if (!starts && (scheme == "always" || (scheme == "first" && p.at_start))) t = replacement + t;
+      p.text.swap(t);
     }
-    //  ?[^\s\p{L}\p{N}]+[\r\n]*
-    const size_t p = at(i) == ' ' ? i + 1 : i;
-    if (other(p)) return run(run(p, &Splitter::other), &Splitter::newline);
-    // \s*[\r\n]+ : up to and including the last newline of the whitespace run.
-    const size_t e = run(i, &Splitter::space);
-    for (size_t k = e; k > i; --k) {
-      if (newline(k - 1)) return k;
+    if (split) split_with(re, Behavior::kMergedWithNext, false)(pieces);
+  });
+}
+
+Result<PreTokenizer> one_pre_tokenizer(const json& j) {
+  const std::string type = j.value("type", "");
+  if (type == "Split") {
+    const json& pattern = j.at("pattern");
+    std::shared_ptr<const Regex> re;
+    if (pattern.contains("Regex")) {
+      COHORT_ASSIGN_OR_RETURN(re, Regex::compile(pattern["Regex"].get<std::string>()));
+    } else {
+      re = Regex::literal(pattern.at("String").get<std::string>());
     }
-    return whitespace(i);
+    COHORT_ASSIGN_OR_RETURN(Behavior b, parse_behavior(j.value("behavior", "Isolated")));
+    return split_with(re, b, j.value("invert", false));
   }
-
-  size_t match_gpt2(size_t i) const {
-    const size_t p = at(i) == ' ' ? i + 1 : i;
-    if (letter(p)) return run(p, &Splitter::letter);
-    if (number(p)) return run(p, &Splitter::number);
-    if (other(p)) return run(p, &Splitter::other);
-    return whitespace(i);
+  if (type == "ByteLevel") return byte_level(j);
+  if (type == "Metaspace") return metaspace(j);
+  if (type == "Digits") {
+    COHORT_ASSIGN_OR_RETURN(auto re, Regex::compile(j.value("individual_digits", false) ? "\\p{Nd}" : "\\p{Nd}+"));
+    return split_with(re, Behavior::kIsolated, false);
   }
-
-  const std::string& text_;
-  PretokenizerKind kind_;
-  std::vector<uint32_t> cps_;
-  std::vector<size_t> offsets_;
-};
+  if (type == "Whitespace") {
+    COHORT_ASSIGN_OR_RETURN(auto re, Regex::compile("\\w+|[^\\w\\s]+"));
+    return split_with(re, Behavior::kRemoved, true);  // what the pattern does not match goes
+  }
+  if (type == "WhitespaceSplit") {
+    COHORT_ASSIGN_OR_RETURN(auto re, Regex::compile("\\s+"));
+    return split_with(re, Behavior::kRemoved, false);
+  }
+  if (type == "Punctuation") {
+    COHORT_ASSIGN_OR_RETURN(auto re, Regex::compile("\\p{P}"));
+    COHORT_ASSIGN_OR_RETURN(Behavior b, parse_behavior(j.value("behavior", "Isolated")));
+    return split_with(re, b, false);
+  }
+  return invalid_argument("pre_tokenizer type \"" + type + "\" is not supported");
+}
 
 }  // namespace
 
-std::vector<std::string> pretokenize(const std::string& text, PretokenizerKind kind) {
-  return Splitter(text, kind).split();
+Result<std::shared_ptr<const Regex>> Regex::compile(const std::string& hf_pattern) {
+  const std::string pattern = widen_spaces(hf_pattern);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
+                                   &offset, nullptr);
+  if (!code) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    return invalid_argument("regex \"" + hf_pattern + "\" at offset " + std::to_string(offset) +
+                            ": " + reinterpret_cast<const char*>(message));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback
+  std::shared_ptr<Regex> re(new Regex());
+  re->code_ = code;
+  return std::shared_ptr<const Regex>(std::move(re));
+}
+
+std::shared_ptr<const Regex> Regex::literal(const std::string& text) {
+  std::shared_ptr<Regex> re(new Regex());
+  re->literal_ = text;
+  return re;
+}
+
+Regex::~Regex() {
+  if (code_) pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (!code_) {
+    if (literal_.empty()) return out;
+    for (size_t at = text.find(literal_); at != std::string::npos;
+         at = text.find(literal_, at + literal_.size()))
+      out.emplace_back(at, at + literal_.size());
+    return out;
+  }
+  auto* code = static_cast<pcre2_code*>(code_);
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t start = 0;
+  while (start <= text.size()) {
+    const int rc = pcre2_match(code, subject, text.size(), start, 0, md, nullptr);
+    if (rc < 0) break;  // no match (or an error: the rest stays one non-match span)
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    if (ov[1] == ov[0]) {  // empty match: step over one character
+      start = ov[0] + (ov[0] < text.size() ? utf8_length(static_cast<unsigned char>(text[ov[0]])) : 1);
+      continue;
+    }
+    out.emplace_back(ov[0], ov[1]);
+    start = ov[1];
+  }
+  pcre2_match_data_free(md);
+  return out;
+}
+
+Result<PreTokenizer> parse_pre_tokenizer(const json& j) {
+  if (j.is_null()) return PreTokenizer([](std::vector<Piece>&) {});
+  if (j.value("type", "") == "Sequence") {
+    std::vector<PreTokenizer> steps;
+    for (const json& p : j.at("pretokenizers")) {
+      COHORT_ASSIGN_OR_RETURN(PreTokenizer step, parse_pre_tokenizer(p));
+      steps.push_back(std::move(step));
+    }
+    return PreTokenizer([steps](std::vector<Piece>& pieces) {
+      for (const auto& s : steps) s(pieces);
+    });
+  }
+  return one_pre_tokenizer(j);
 }
 
 }  // namespace cohort::models

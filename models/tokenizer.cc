@@ -1,17 +1,29 @@
-// Byte tokenizer and HF byte-level BPE (tokenizer.json).
+// Byte tokenizer, the tokenizer.json front end, UTF-8 helpers, and finding a
+// Hugging Face folder's tokenizer.
 #include "models/tokenizer.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_map>
+
+#include "models/tokenizer_pipeline.h"
 
 namespace cohort::models {
 
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(const std::string& text) {
+  std::vector<int32_t> out = prefix_tokens();
+  const std::vector<int32_t> body = encode(text);
+  out.insert(out.end(), body.begin(), body.end());
+  const std::vector<int32_t> suffix = suffix_tokens();
+  out.insert(out.end(), suffix.begin(), suffix.end());
+  return out;
+}
+
 std::vector<int32_t> ByteTokenizer::encode(const std::string& text) {
   std::vector<int32_t> out;
+  out.reserve(text.size());
   for (char c : text) out.push_back(static_cast<unsigned char>(c));
   return out;
 }
@@ -61,96 +73,56 @@ void append_utf8(uint32_t cp, std::string* out) {
   }
 }
 
-namespace {
-
-using nlohmann::json;
-
-// Finds the split regex among the pre-tokenizers and picks the matching kind.
-PretokenizerKind detect_kind(const json& pre) {
-  if (pre.is_null()) return PretokenizerKind::kGpt2;
-  std::string pattern;
-  std::vector<json> all = {pre};
-  if (pre.contains("pretokenizers")) {
-    for (const auto& p : pre["pretokenizers"]) all.push_back(p);
-  }
-  for (const auto& p : all) {
-    if (p.value("type", "") == "Split" && p.contains("pattern")) {
-      pattern = p["pattern"].value("Regex", p["pattern"].value("String", ""));
-    }
-  }
-  if (pattern.empty()) return PretokenizerKind::kGpt2;  // ByteLevel's own GPT-2 regex
-  if (pattern.find("\\p{N}{1,3}") != std::string::npos) return PretokenizerKind::kLlama3;
-  return PretokenizerKind::kQwen2;
-}
-
-// The special tokens a TemplateProcessing post-processor puts before and
-// after the text ("single" template), looked up in its special_tokens table.
-void template_tokens(const json& post, std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
-  if (post.is_null()) return;
-  if (post.value("type", "") == "Sequence" && post.contains("processors")) {
-    for (const auto& p : post["processors"]) template_tokens(p, prefix, suffix);
-    return;
-  }
-  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single")) return;
-  std::vector<int32_t>* target = prefix;
-  for (const auto& item : post["single"]) {
-    if (item.contains("Sequence")) {
-      target = suffix;
+std::string utf8_lossy(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    if (c < 0x80) {
+      out.push_back(char(c));
+      ++i;
       continue;
     }
-    if (!item.contains("SpecialToken")) continue;
-    const std::string name = item["SpecialToken"].at("id").get<std::string>();
-    const json& ids = post.at("special_tokens").at(name).at("ids");
-    for (const auto& id : ids) target->push_back(id.get<int32_t>());
+    // Length and the allowed range of the second byte (Unicode table 3-7).
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    size_t k = 1;
+    while (len && int(k) < len && i + k < n) {
+      const unsigned char d = b[i + k];
+      const bool ok = k == 1 ? (d >= lo && d <= hi) : (d >= 0x80 && d <= 0xbf);
+      if (!ok) break;
+      ++k;
+    }
+    if (len && int(k) == len) {
+      out.append(s, i, k);
+    } else {
+      out += "\xef\xbf\xbd";  // one replacement per maximal invalid subpart
+    }
+    i += len ? k : 1;
   }
+  return out;
 }
 
-}  // namespace
+struct BpeTokenizer::Cache {
+  std::unordered_map<std::string, std::vector<int32_t>> words;
+};
 
-Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const std::string& text) {
-  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
-  try {
-    const json j = json::parse(text);
-    const json& model = j.at("model");
-    if (model.value("type", "BPE") != "BPE") {
-      return invalid_argument("tokenizer.json: model type " + model.value("type", "") +
-                              " is not supported (BPE is)");
-    }
-    t->ignore_merges_ = model.value("ignore_merges", false);
-    for (auto& [token, id] : model.at("vocab").items()) {
-      t->vocab_[token] = id.get<int32_t>();
-      t->id_to_token_[id.get<int32_t>()] = token;
-      t->vocab_size_ = std::max(t->vocab_size_, id.get<int32_t>() + 1);
-    }
-    int rank = 0;
-    for (const auto& m : model.at("merges")) {
-      const std::string key = m.is_string()
-                                  ? m.get<std::string>()
-                                  : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>();
-      t->merge_rank_.emplace(key, rank++);
-    }
-    if (j.contains("added_tokens")) {
-      for (const auto& a : j["added_tokens"]) {
-        const int32_t id = a.at("id").get<int32_t>();
-        t->added_.emplace_back(a.at("content").get<std::string>(), id);
-        t->added_by_id_[id] = a.at("content").get<std::string>();
-        t->vocab_size_ = std::max(t->vocab_size_, id + 1);
-      }
-    }
-    t->kind_ = detect_kind(j.value("pre_tokenizer", json()));
-    template_tokens(j.value("post_processor", json()), &t->prefix_, &t->suffix_);
-  } catch (const json::exception& e) {
-    return invalid_argument(std::string("tokenizer.json: ") + e.what());
-  }
-  std::sort(t->added_.begin(), t->added_.end(),
-            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  const auto& table = byte_to_unicode();
-  for (int b = 0; b < 256; ++b) t->unicode_to_byte_[table[b]] = static_cast<uint8_t>(b);
-  return t;
+BpeTokenizer::BpeTokenizer(std::shared_ptr<const TokenizerPipeline> pipeline)
+    : pipeline_(std::move(pipeline)), cache_(std::make_unique<Cache>()) {}
+BpeTokenizer::~BpeTokenizer() = default;
+
+Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const std::string& json_text) {
+  COHORT_ASSIGN_OR_RETURN(auto pipeline, TokenizerPipeline::parse(json_text));
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(pipeline)));
 }
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot read " + path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -159,113 +131,46 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   return t;
 }
 
-std::optional<int32_t> BpeTokenizer::token_id(const std::string& token) const {
-  for (const auto& [content, id] : added_) {
-    if (content == token) return id;
-  }
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
-}
-
-// BPE of one pre-token: symbols start as single mapped bytes and the
-// lowest-ranked adjacent pair is merged until no pair has a rank.
-void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int32_t>* out) {
-  auto cached = cache_.find(piece);
-  if (cached != cache_.end()) {
-    out->insert(out->end(), cached->second.begin(), cached->second.end());
-    return;
-  }
-  std::vector<std::string> symbols;
-  std::string mapped;
-  for (char c : piece) {
-    std::string s;
-    append_utf8(byte_to_unicode()[static_cast<unsigned char>(c)], &s);
-    mapped += s;
-    symbols.push_back(std::move(s));
-  }
-  std::vector<int32_t> ids;
-  auto whole = vocab_.find(mapped);
-  if (ignore_merges_ && whole != vocab_.end()) {
-    ids.push_back(whole->second);
-  } else {
-    while (symbols.size() > 1) {
-      int best = std::numeric_limits<int>::max();
-      size_t at = 0;
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        auto r = merge_rank_.find(symbols[i] + " " + symbols[i + 1]);
-        if (r != merge_rank_.end() && r->second < best) best = r->second, at = i;
-      }
-      if (best == std::numeric_limits<int>::max()) break;
-      symbols[at] += symbols[at + 1];
-      symbols.erase(symbols.begin() + at + 1);
-    }
-    for (const std::string& s : symbols) {
-      auto it = vocab_.find(s);
-      if (it != vocab_.end()) ids.push_back(it->second);  // every byte is in a byte-level vocab
-    }
-  }
-  out->insert(out->end(), ids.begin(), ids.end());
-  if (cache_.size() >= 100000) cache_.clear();  // bounded for long-running servers
-  cache_.emplace(piece, std::move(ids));
-}
-
-void BpeTokenizer::encode_span(const std::string& text, std::vector<int32_t>* out) {
-  for (const std::string& piece : pretokenize(text, kind_)) encode_piece(piece, out);
-}
-
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) {
   std::vector<int32_t> out;
-  size_t start = 0, i = 0;
-  while (i < text.size()) {
-    bool matched = false;
-    for (const auto& [content, id] : added_) {
-      if (!content.empty() && text.compare(i, content.size(), content) == 0) {
-        encode_span(text.substr(start, i - start), &out);
-        out.push_back(id);
-        i += content.size();
-        start = i;
-        matched = true;
-        break;
-      }
-    }
-    if (!matched) ++i;
-  }
-  encode_span(text.substr(start), &out);
+  pipeline_->encode(text, &out, &cache_->words);
   return out;
 }
 
-std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string out;
-  for (int32_t id : ids) {
-    auto added = added_by_id_.find(id);
-    if (added != added_by_id_.end()) {
-      out += added->second;
-      continue;
-    }
-    auto it = id_to_token_.find(id);
-    if (it == id_to_token_.end()) continue;
-    const std::string& tok = it->second;
-    for (size_t k = 0; k < tok.size();) {  // token text is UTF-8 of mapped bytes
-      const auto c = static_cast<unsigned char>(tok[k]);
-      const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-      uint32_t cp = len == 1 ? c : c & (0x7f >> len);
-      for (int m = 1; m < len && k + m < tok.size(); ++m) {
-        cp = (cp << 6) | (static_cast<unsigned char>(tok[k + m]) & 0x3f);
-      }
-      auto b = unicode_to_byte_.find(cp);
-      if (b != unicode_to_byte_.end()) out.push_back(static_cast<char>(b->second));
-      k += len;
-    }
-  }
-  return out;
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const { return pipeline_->decode(ids); }
+int BpeTokenizer::vocab_size() const { return pipeline_->vocab_size; }
+std::optional<int32_t> BpeTokenizer::token_id(const std::string& token) const { return pipeline_->token_id(token); }
+std::vector<int32_t> BpeTokenizer::prefix_tokens() const { return pipeline_->prefix; }
+std::vector<int32_t> BpeTokenizer::suffix_tokens() const { return pipeline_->suffix; }
+std::unique_ptr<Tokenizer> BpeTokenizer::clone() const {
+  return std::unique_ptr<Tokenizer>(new BpeTokenizer(pipeline_));
+}
+
+bool has_tokenizer_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / "tokenizer.json", ec) || fs::exists(fs::path(dir) / "tokenizer.model", ec);
 }
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / "tokenizer.json";
-  if (!std::filesystem::exists(path)) return not_found("no tokenizer.json in " + dir);
-  COHORT_ASSIGN_OR_RETURN(auto bpe, BpeTokenizer::load(path.string()));
-  return std::unique_ptr<Tokenizer>(std::move(bpe));
+  namespace fs = std::filesystem;
+  const auto json_path = fs::path(dir) / "tokenizer.json";
+  if (fs::exists(json_path)) {
+    COHORT_ASSIGN_OR_RETURN(auto bpe, BpeTokenizer::load(json_path.string()));
+    return std::unique_ptr<Tokenizer>(std::move(bpe));
+  }
+  const auto sp_path = fs::path(dir) / "tokenizer.model";
+  if (!fs::exists(sp_path)) return not_found("no tokenizer.json or tokenizer.model in " + dir);
+  bool add_bos = true, add_eos = false;  // LlamaTokenizer's defaults
+  std::ifstream config(fs::path(dir) / "tokenizer_config.json");
+  if (config) {
+    const auto j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) add_bos = j["add_bos_token"].get<bool>();
+      if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) add_eos = j["add_eos_token"].get<bool>();
+    }
+  }
+  return load_sentencepiece(sp_path.string(), add_bos, add_eos);
 }
 
 }  // namespace cohort::models

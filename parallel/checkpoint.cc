@@ -12,7 +12,9 @@
 
 #include "collective/communicator.h"
 #include "parallel/checkpoint_format.h"
+#include "models/chat_template.h"
 #include "models/hf.h"
+#include "models/tokenizer.h"
 #include "models/safetensors.h"
 #include "parallel/parallelize.h"
 
@@ -112,6 +114,8 @@ Result<TrainPosition> parse_position(const json& index, const std::string& dir) 
     position.data_step = index.at(field).get<int64_t>();
     field = "optimizer_steps";
     position.optimizer_steps = index.value(field, position.step);
+    field = "tokenizer_dir";
+    position.tokenizer_dir = index.value(field, std::string());
     field = "loss_scaler";
     if (index.contains(field)) {
       const json& ls = index.at(field);
@@ -165,6 +169,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                   {"tp", pm.mesh->dims().tp},
                   {"config", json::parse(models::hf_config_json(config, models::DType::kF32))},
                   {"params", params}};
+    if (!position.tokenizer_dir.empty()) index["tokenizer_dir"] = position.tokenizer_dir;
     if (position.loss_scaler)
       index["loss_scaler"] = {{"scale", position.loss_scaler->scale},
                               {"finite_steps", position.loss_scaler->finite_steps}};
@@ -221,7 +226,44 @@ Status load_checkpoint_params(const std::string& dir, models::Model& model) {
   return Status::ok();
 }
 
-Status export_checkpoint(const std::string& dir, const std::string& hf_dir) {
+std::string checkpoint_tokenizer_dir(const std::string& dir) {
+  auto index = read_index(dir);
+  if (!index) return "";
+  return index->value("tokenizer_dir", std::string());
+}
+
+namespace {
+
+// The tokenizer and generation files of the folder the run trained with.
+Status copy_tokenizer_files(const std::string& from, const std::string& to, const json& index) {
+  std::error_code ec;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                        "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "generation_config.json"}) {
+    if (from.empty() || !fs::exists(fs::path(from) / f)) continue;
+    fs::copy_file(fs::path(from) / f, fs::path(to) / f, fs::copy_options::overwrite_existing, ec);
+    if (ec) return io_error(fmt::format("copying {}/{} to {}: {}", from, f, to, ec.message()));
+  }
+  if (fs::exists(fs::path(to) / "generation_config.json")) return Status::ok();
+  json gen = {{"_from_model_config", true}, {"transformers_version", "4.56.0"}};
+  const json& config = index.at("config");
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (config.contains(key) && !config[key].is_null()) gen[key] = config[key];
+  // Else the tokenizer's own BOS/EOS, so that generation stops where the model learned to.
+  auto special = from.empty() ? Result<models::ChatTemplateSource>(not_found("")) : models::read_chat_template(from);
+  auto tokenizer = from.empty() ? Result<std::unique_ptr<models::Tokenizer>>(not_found("")) : models::load_tokenizer(from);
+  if (special && tokenizer) {
+    if (auto id = (*tokenizer)->token_id(special->eos_token); id && !gen.contains("eos_token_id")) gen["eos_token_id"] = *id;
+    if (auto id = (*tokenizer)->token_id(special->bos_token); id && !gen.contains("bos_token_id")) gen["bos_token_id"] = *id;
+  }
+  std::ofstream(fs::path(to) / "generation_config.json") << gen.dump(2) << "\n";
+  return Status::ok();
+}
+
+}  // namespace
+
+Status export_checkpoint(const std::string& dir, const std::string& hf_dir, models::DType dtype) {
+  if (dtype != models::DType::kF32 && dtype != models::DType::kBF16)
+    return invalid_argument("export: --dtype must be fp32 or bf16");
   COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
   COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, checkpoint_model_config(dir));
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
@@ -232,14 +274,14 @@ Status export_checkpoint(const std::string& dir, const std::string& hf_dir) {
     auto shape = shape_json.get<std::vector<int64_t>>();
     COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, name, PieceTensor::kParam, shape));
     storage.push_back(std::move(global));
-    tensors.push_back(models::TensorToWrite{name, shape, storage.back().data(), models::DType::kF32});
+    tensors.push_back(models::TensorToWrite{name, shape, storage.back().data(), dtype});
   }
   std::error_code ec;
   fs::create_directories(hf_dir, ec);
   if (ec) return io_error("cannot create " + hf_dir + ": " + ec.message());
   COHORT_RETURN_IF_ERROR(models::write_safetensors_folder(hf_dir, tensors));
-  std::ofstream(fs::path(hf_dir) / "config.json") << models::hf_config_json(config, models::DType::kF32) << "\n";
-  return Status::ok();
+  std::ofstream(fs::path(hf_dir) / "config.json") << models::hf_config_json(config, dtype) << "\n";
+  return copy_tokenizer_files(index.value("tokenizer_dir", std::string()), hf_dir, index);
 }
 
 }  // namespace cohort::parallel

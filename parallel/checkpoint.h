@@ -58,6 +58,9 @@ struct TrainPosition {
   // fp16 loss scaling: the scale and its finite-step count (absent in
   // checkpoints of bf16/fp32 runs; a resumed fp16 run then starts afresh).
   std::optional<models::LossScalerState> loss_scaler;
+  // The Hugging Face folder whose tokenizer the run trained with ("" : none),
+  // so that exports carry the tokenizer files along.
+  std::string tokenizer_dir;
 };
 
 // Every rank calls this (collective over `world`): each writes its shards, rank
@@ -71,8 +74,16 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
 // mesh and strategy saved them; returns the training position.
 Result<TrainPosition> restore_checkpoint(const std::string& checkpoint_dir, parallel::ParallelModel& model);
 
-// A consolidated Hugging Face folder (config.json + safetensors) from a
-// checkpoint: what `cohort export` writes.
-Status export_checkpoint(const std::string& checkpoint_dir, const std::string& hf_dir);
+// The tokenizer folder a checkpoint was trained with ("" when none or unknown).
+std::string checkpoint_tokenizer_dir(const std::string& checkpoint_dir);
+
+// A consolidated Hugging Face folder from a checkpoint, what `cohort export`
+// writes: config.json, safetensors in `dtype` (kF32 or kBF16), the
+// tokenizer files of the folder it trained with (tokenizer.json,
+// tokenizer_config.json, special_tokens_map.json, tokenizer.model, vocab.json,
+// merges.txt, chat_template.jinja), and generation_config.json (that
+// folder's, else one with its EOS).
+Status export_checkpoint(const std::string& checkpoint_dir, const std::string& hf_dir,
+                         models::DType dtype = models::DType::kF32);
 
 }  // namespace cohort::parallel

@@ -20,6 +20,9 @@ packages=(
   libopenmpi-dev openmpi-bin      # MPI collective backend, mpirun launch
   libgloo-dev                     # Gloo collective backend (CPU)
   libopenblas-dev                 # CPU matmul
+  libpcre2-dev                    # tokenizer split patterns (Unicode properties)
+  libutf8proc-dev                 # tokenizer normalization (NFC, NFKC, ...)
+  libsentencepiece-dev            # SentencePiece tokenizer.model
   libgtest-dev libgmock-dev       # tests
   fortunes-min fortunes           # English text for the quickstart corpus
   procps psmisc                   # ps/pgrep used by process-leak checks in tests

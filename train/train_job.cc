@@ -4,8 +4,9 @@
 // evaluation, checkpoints and metrics.
 //
 // The global batch of step s is the same sequences whatever the world size
-// (models/data.h); a data-parallel rank takes its slice and splits it into
-// micro-batches. Gradients are scaled by 1/(tokens in the global batch), so
+// (data/batch_sampler.h); a data-parallel rank takes its slice and splits it into
+// micro-batches. Gradients are scaled by 1/(targets that count in the global
+// batch: all of them, less the masked prompt and chat turns), so
 // the sum over micro-steps and ranks is the global mean and a resumed or
 // rescaled run follows the same curve.
 //
@@ -29,7 +30,8 @@
 #include "train/lr_schedule.h"
 #include "train/train_job.h"
 #include "worker/worker_context.h"
-#include "data/token_data.h"
+#include "data/batch_prefetcher.h"
+#include "train/training_data.h"
 #include "infer/generate.h"
 #include "models/loss_scaler.h"
 #include "models/tokenizer.h"
@@ -40,22 +42,12 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 void on_sigterm(int) { g_stop_requested = true; }
 
-Result<std::vector<int32_t>> load_tokens(const jobs::TrainSection& t, int vocab) {
-  std::string format = t.data_format;
-  if (format == "auto") {
-    auto ext = std::filesystem::path(t.data).extension().string();
-    format = ext == ".u16" ? "u16" : (ext == ".u32" || ext == ".bin") ? "u32" : "text";
-  }
-  Result<std::vector<int32_t>> tokens =
-      format == "text" ? data::read_text_bytes(t.data)
-                       : data::read_token_file(t.data, format == "u16" ? data::TokenFormat::kUint16
-                                                                         : data::TokenFormat::kUint32);
-  if (!tokens) return tokens.status().with_context("train.data");
-  for (int32_t id : *tokens)
-    if (id < 0 || id >= vocab)
-      return invalid_argument(fmt::format("train.data {}: token {} is outside the model's vocabulary of {}{}",
-                                          t.data, id, vocab, format == "text" ? " (text is read as bytes)" : ""));
-  return tokens;
+// The folder whose tokenizer the data is tokenized with: hf_dir, or the one a
+// starting checkpoint recorded.
+std::string tokenizer_dir(const jobs::ModelSection& m) {
+  if (!m.hf_dir.empty()) return m.hf_dir;
+  if (!m.checkpoint.empty()) return parallel::checkpoint_tokenizer_dir(m.checkpoint);
+  return "";
 }
 
 class Trainer {
@@ -76,9 +68,9 @@ class Trainer {
   worker::WorkerContext ctx_;
   models::ModelConfig config_;
   parallel::ParallelModel pm_;
-  std::vector<int32_t> tokens_;
-  data::TokenSplit split_;
+  std::string tokenizer_dir_;
   std::unique_ptr<data::BatchSampler> sampler_, eval_sampler_;
+  std::unique_ptr<data::BatchPrefetcher> prefetcher_;
   std::unique_ptr<TrainReporter> reporter_;
   std::optional<models::LossScaler> scaler_;  // fp16 only
   int dp_ = 1, dp_rank_ = 0, accumulation_ = 1, start_step_ = 0, last_saved_ = -1;
@@ -115,17 +107,13 @@ Status Trainer::setup() {
         global, world, t_.micro_batch, dp_, per_step));
   accumulation_ = global / per_step;
 
-  COHORT_ASSIGN_OR_RETURN(tokens_, load_tokens(t_, config_.vocab_size));
-  split_ = data::split_held_out(tokens_, t_.eval_fraction);
-  data::SamplerOptions so{global, t_.seq_len, uint64_t(t_.seed), true};
-  COHORT_ASSIGN_OR_RETURN(auto sampler, data::BatchSampler::create(&split_.train, so));
-  sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
-  if (t_.eval_every > 0 && !split_.held_out.empty()) {
-    data::SamplerOptions eo{int64_t(t_.micro_batch) * dp_, t_.seq_len, uint64_t(t_.seed), false};
-    auto eval = data::BatchSampler::create(&split_.held_out, eo);
-    if (eval) eval_sampler_ = std::make_unique<data::BatchSampler>(std::move(*eval));
-    else spdlog::warn("no evaluation: {}", eval.status().message());
-  }
+  tokenizer_dir_ = tokenizer_dir(spec_.model);
+  TrainingDataOptions data_options{global, int64_t(t_.micro_batch) * dp_, config_.vocab_size, tokenizer_dir_,
+                                   ctx_.world.rank};
+  COHORT_ASSIGN_OR_RETURN(TrainingData data, open_training_data(spec_, data_options, *ctx_.world.cpu));
+  sampler_ = std::move(data.train);
+  eval_sampler_ = std::move(data.eval);
+  if (ctx_.world.rank == 0) spdlog::info("data: {}", data.summary);
 
   std::string resume_from = t_.resume ? parallel::latest_checkpoint(spec_.job.output_dir) : "";
   COHORT_ASSIGN_OR_RETURN(pm_, worker::build_parallel_model(spec_, config_, ctx_, /*for_training=*/true));
@@ -141,6 +129,8 @@ Status Trainer::setup() {
     }
   }
   dp_rank_ = pm_.mesh->dp_rank();
+  prefetcher_ = std::make_unique<data::BatchPrefetcher>(sampler_.get(), int64_t(dp_rank_) * (global / dp_),
+                                                        global / dp_);
   reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every);
   inputs_.resize(size_t(t_.micro_batch) * t_.seq_len);
   targets_.resize(inputs_.size());
@@ -161,13 +151,18 @@ Status Trainer::train_step(int step) {
   auto& dp = *pm_.data_parallel;
   dp.begin_step(accumulation_);
   double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  float scale = float(loss_scale / double(global * t_.seq_len));
+  const data::RankBatch& batch = prefetcher_->take(data_step);
+  if (!batch.status.is_ok()) return batch.status.with_context("train.data");
+  // The loss is the mean over the targets that count (masked chat and
+  // prompt tokens do not), over the whole global batch, as HF averages.
+  const double counted = double(std::max<int64_t>(1, batch.counted_targets));
+  float scale = float(loss_scale / counted);
   double loss_sum = 0;
+  const size_t micro = size_t(t_.micro_batch) * size_t(t_.seq_len);
   for (int k = 0; k < accumulation_; ++k) {
     dp.begin_micro_step(k);
-    int64_t first = int64_t(dp_rank_) * (global / dp_) + int64_t(k) * t_.micro_batch;
-    sampler_->fill(data_step, first, t_.micro_batch, inputs_.data(), targets_.data());
-    loss_sum += pm_.model->forward(inputs_.data(), targets_.data(), t_.micro_batch, t_.seq_len).sum;
+    loss_sum += pm_.model->forward(batch.inputs.data() + k * micro, batch.targets.data() + k * micro,
+                                   t_.micro_batch, t_.seq_len).sum;
     pm_.model->backward(scale);
   }
   models::AdamWConfig adamw{float(lr), float(t_.beta1), float(t_.beta2), 1e-8f, float(t_.weight_decay)};
@@ -181,7 +176,7 @@ Status Trainer::train_step(int step) {
   // The second slot carries "stop requested" so that all ranks agree on it.
   float shared[2] = {float(loss_sum / tp()), g_stop_requested ? 1.0f : 0.0f};
   COHORT_RETURN_IF_ERROR(ctx_.world.cpu->all_reduce(shared, 2, collective::DType::kF32));
-  last_loss_ = double(shared[0]) / double(global * t_.seq_len);
+  last_loss_ = double(shared[0]) / counted;
   if (shared[1] > 0) g_stop_requested = true;
 
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -202,21 +197,23 @@ Status Trainer::train_step(int step) {
 }
 
 Result<double> Trainer::evaluate() {
-  double sum = 0;
+  double sum = 0, counted = 0;
   int64_t batch = eval_sampler_->options().global_batch;
-  int64_t windows_per_step = batch;
-  int batches = int(std::min<int64_t>(t_.eval_batches, std::max<int64_t>(1, eval_sampler_->windows() / windows_per_step)));
+  int batches = int(std::min<int64_t>(t_.eval_batches, std::max<int64_t>(1, eval_sampler_->windows() / batch)));
   for (int b = 0; b < batches; ++b) {
-    eval_sampler_->fill(b, int64_t(dp_rank_) * t_.micro_batch, t_.micro_batch, inputs_.data(), targets_.data());
+    COHORT_RETURN_IF_ERROR(eval_sampler_->fill(b, int64_t(dp_rank_) * t_.micro_batch, t_.micro_batch,
+                                               inputs_.data(), targets_.data()));
     sum += pm_.model->forward(inputs_.data(), targets_.data(), t_.micro_batch, t_.seq_len).sum;
+    counted += double(eval_sampler_->counted_targets(b));
   }
   float total = float(sum / tp());
   COHORT_RETURN_IF_ERROR(ctx_.world.cpu->all_reduce(&total, 1, collective::DType::kF32));
-  return double(total) / double(batches * batch * t_.seq_len);
+  return double(total) / std::max(1.0, counted);
 }
 
 Status Trainer::checkpoint(int steps_done) {
-  parallel::TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), optimizer_steps_, std::nullopt};
+  parallel::TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), optimizer_steps_, std::nullopt,
+                                   tokenizer_dir_};
   if (scaler_) position.loss_scaler = scaler_->state();
   COHORT_ASSIGN_OR_RETURN(std::string dir, parallel::save_checkpoint(spec_.job.output_dir, config_, pm_, position,
                                                            strategy_name(spec_.parallel.strategy), *ctx_.world.cpu));
@@ -230,8 +227,11 @@ Status Trainer::checkpoint(int steps_done) {
 
 Status Trainer::print_sample() {
   COHORT_RETURN_IF_ERROR(pm_.data_parallel->gather_all());
-  models::ByteTokenizer bytes;
-  std::vector<int32_t> prompt = bytes.encode(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
+  std::unique_ptr<models::Tokenizer> tokenizer = std::make_unique<models::ByteTokenizer>();
+  if (!tokenizer_dir_.empty() && models::has_tokenizer_files(tokenizer_dir_)) {
+    COHORT_ASSIGN_OR_RETURN(tokenizer, models::load_tokenizer(tokenizer_dir_));
+  }
+  std::vector<int32_t> prompt = tokenizer->encode_with_special_tokens(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
   int capacity = std::min<int>(config_.max_seq, int(prompt.size()) + t_.sample_tokens);
   COHORT_ASSIGN_OR_RETURN(auto engine, infer::ModelEngine::borrow(*pm_.model, 1, capacity));
   infer::GenerateOptions options;
@@ -242,8 +242,8 @@ Status Trainer::print_sample() {
   COHORT_ASSIGN_OR_RETURN(auto none, infer::StopCondition::create({}, nullptr));
   COHORT_ASSIGN_OR_RETURN(auto results, infer::generate_all(*engine, {infer::Prompt{0, prompt, ""}}, none, options,
                                                             nullptr));
-  if (ctx_.world.rank == 0 && config_.vocab_size <= 256) {
-    std::string text = bytes.decode(prompt) + bytes.decode(results[0].tokens);
+  if (ctx_.world.rank == 0 && tokenizer->vocab_size() <= config_.vocab_size) {
+    std::string text = tokenizer->decode(prompt) + tokenizer->decode(results[0].tokens);
     std::printf("---- sample after %d steps ----\n%s\n---- end of sample ----\n", t_.steps, text.c_str());
     std::fflush(stdout);
     reporter_->event({{"step", t_.steps}, {"sample", text}});

@@ -211,6 +211,7 @@ std::string tiny_tokenizer_json() {
                                                      "o r", "\u0120w or", "l d", "\u0120wor ld"])")}};
   j["added_tokens"] = {{{"id", 265}, {"content", "<|endoftext|>"}, {"special", true}}};
   j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+  j["decoder"] = {{"type", "ByteLevel"}};  // without one, HF joins token strings with spaces
   return j.dump();
 }
 

@@ -16,7 +16,10 @@ TEST(JobFileValues, TrainDefaultsAndResolvedPaths) {
   EXPECT_EQ(s.job.devices, DeviceVisibility::kOwn);
   EXPECT_EQ(s.job.output_dir, "/base/runs/t");
   EXPECT_EQ(s.job.working_dir, "/base");
-  EXPECT_EQ(s.train.data, "/base/corpus.txt");
+  ASSERT_EQ(s.train.data.size(), 1u);
+  EXPECT_EQ(s.train.data[0].path, "/base/corpus.txt");
+  EXPECT_EQ(s.train.data[0].weight, 1.0);
+  EXPECT_EQ(s.train.text_field, "text");
   EXPECT_DOUBLE_EQ(s.train.min_lr, s.train.lr / 10);
   EXPECT_EQ(s.parallel.strategy, Strategy::kDdp);
   EXPECT_EQ(s.effective_global_batch(1), 8 * 4);
@@ -115,6 +118,47 @@ TEST(JobFileValues, AServerOffLoopbackNeedsAnApiKey) {
   testing::error_with(tp, "must equal the job's 2 ranks");
   auto typo = testing::load("[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n[serve]\nmax_runing = 2\n");
   testing::error_with(typo, "max_running");
+}
+
+constexpr const char* kMixtureJob = R"([job]
+name = "m"
+kind = "train"
+[model]
+preset = "tiny"
+[train]
+steps = 3
+text_field = "body"
+data = [
+  "web.bin",
+  {path = "chat.jsonl", weight = 3.0, format = "chat"},
+]
+)";
+
+TEST(JobFileValues, DataMixturesKeepWeightsFormatsAndPositions) {
+  auto r = testing::load(kMixtureJob);
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  const auto& d = r.spec.train.data;
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].path, "/base/web.bin");
+  EXPECT_EQ(d[0].weight, 1.0);
+  EXPECT_EQ(d[1].path, "/base/chat.jsonl");
+  EXPECT_EQ(d[1].weight, 3.0);
+  EXPECT_EQ(d[1].format, "chat");
+  EXPECT_EQ(r.spec.train.text_field, "body");
+  EXPECT_EQ(r.position("train.data[1]"), "job.toml:11:3");
+  auto again = load_job_text(to_toml(r.spec), "resolved.toml", {});
+  ASSERT_TRUE(again.ok()) << again.error_text();
+  EXPECT_EQ(to_toml(again.spec), to_toml(r.spec));
+}
+
+TEST(JobFileErrors, BadDataSourcesAreReportedAtTheirEntry) {
+  auto r = testing::load(std::string(kMixtureJob).replace(std::string(kMixtureJob).find("format = \"chat\""), 15,
+                                                          "format = \"chatt\", wieght = 1"));
+  auto e = testing::error_with(r, "train.data[1].format: unknown value \"chatt\"");
+  EXPECT_EQ(e.line, 11);
+  testing::error_with(r, "train.data[1].wieght: unknown key; did you mean weight?");
+  auto set = testing::load(kMixtureJob, {"train.data=[]"});
+  testing::error_with(set, "train.data: expected a path or a non-empty array of sources");
 }
 
 }  // namespace

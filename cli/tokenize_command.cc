@@ -1,0 +1,75 @@
+// `cohort tokenize INPUT... --model HF_DIR --out DIR [--validate-only]`:
+// text, JSONL and chat files to cohort shards with the model's tokenizer
+// (data/tokenize.h). Runs in this process: data/ and the tokenizers link
+// only CPU libraries.
+#include <cstdio>
+#include <thread>
+
+#include "cli/commands.h"
+#include "data/tokenize.h"
+
+namespace cohort::cli {
+namespace {
+
+struct TokenizeArgs {
+  std::vector<std::string> inputs;
+  std::string model, out, format = "auto", text_field = "text";
+  bool validate_only = false;
+  int threads = 0;
+  double shard_mtokens = 256;
+};
+
+int run_tokenize(const TokenizeArgs& args) {
+  data::TokenizeOptions o;
+  o.inputs = args.inputs;
+  auto format = data::parse_format(args.format);
+  if (!format || data::is_token_format(*format)) {
+    std::fprintf(stderr, "cohort tokenize: --format %s: one of auto, text, jsonl, chat, prompt_completion\n", args.format.c_str());
+    return kExitUsage;
+  }
+  o.format = *format;
+  o.text_field = args.text_field;
+  o.model_dir = args.model;
+  o.out_dir = args.out;
+  o.validate_only = args.validate_only;
+  o.threads = args.threads;
+  o.shard_tokens = int64_t(args.shard_mtokens * 1e6);
+  o.progress = true;
+  if (!o.validate_only && o.out_dir.empty()) {
+    std::fprintf(stderr, "cohort tokenize: --out DIR is required (or --validate-only)\n");
+    return kExitUsage;
+  }
+  auto report = data::tokenize_inputs(o);
+  if (!report) {
+    std::fprintf(stderr, "cohort tokenize: %s\n", report.status().message().c_str());
+    return kExitJobFailed;
+  }
+  for (const auto& e : report->errors) std::fprintf(stderr, "%s\n", e.c_str());
+  if (report->bad_lines > int64_t(report->errors.size()))
+    std::fprintf(stderr, "... and %lld more bad lines\n", (long long)(report->bad_lines - int64_t(report->errors.size())));
+  std::printf("%s%lld documents, %lld tokens (%lld trained on), %lld bad lines, %.1f MB in %.1f s (%d threads)\n",
+              o.validate_only ? "validated: " : "", (long long)report->documents, (long long)report->tokens,
+              (long long)report->trained_tokens, (long long)report->bad_lines, double(report->bytes) / 1e6,
+              report->seconds, o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency()));
+  if (!o.validate_only) std::printf("wrote %zu shard%s and index.json to %s\n", report->shards.size(),
+                                    report->shards.size() == 1 ? "" : "s", o.out_dir.c_str());
+  return report->bad_lines > 0 ? kExitJobFailed : kExitOk;
+}
+
+}  // namespace
+
+Command add_tokenize_command(CLI::App& root) {
+  auto args = std::make_shared<TokenizeArgs>();
+  auto* app = root.add_subcommand("tokenize", "Tokenize text, JSONL or chat files into training shards");
+  app->add_option("inputs", args->inputs, "Files or folders (text, JSONL, chat JSONL)")->required();
+  app->add_option("--model", args->model, "A Hugging Face folder with the model's tokenizer (omit for byte tokens)");
+  app->add_option("--out", args->out, "The folder to write shards and index.json into");
+  app->add_option("--format", args->format, "auto, text, jsonl, chat or prompt_completion (default: auto)");
+  app->add_option("--text-field", args->text_field, "JSONL text data: the field holding each document");
+  app->add_option("--threads", args->threads, "Worker threads (default: all cores)");
+  app->add_option("--shard-mtokens", args->shard_mtokens, "Millions of tokens per shard (default: 256)");
+  app->add_flag("--validate-only", args->validate_only, "Count tokens and report bad lines; write nothing");
+  return Command{app, [args] { return run_tokenize(*args); }};
+}
+
+}  // namespace cohort::cli

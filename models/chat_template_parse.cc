@@ -1,0 +1,589 @@
+// Chat templates, parsed: the template text is cut into text, {{ output }}
+// and {% statement %} tags (whitespace control `-`, and jinja2's
+// trim_blocks / lstrip_blocks, which transformers turns on), expressions are
+// parsed with Jinja's precedence (or < and < not < comparisons < + - < ~ <
+// * / // % < ** < unary < postfix, filters and tests), and statements nest
+// into a tree.
+#include <cctype>
+
+#include "models/chat_template_ast.h"
+
+namespace cohort::models::jinja {
+namespace {
+
+struct Tag {
+  enum Kind { kText, kOutput, kStatement } kind;
+  std::string content;
+  int line;
+};
+
+Status error_at(int line, const std::string& what) {
+  return invalid_argument("chat template line " + std::to_string(line) + ": " + what);
+}
+
+// Where the tag that opens at `from` closes (`closer`), skipping quoted strings.
+size_t find_close(const std::string& s, size_t from, const std::string& closer) {
+  char quote = 0;
+  for (size_t i = from; i + 1 < s.size() + 1; ++i) {
+    const char c = s[i];
+    if (quote) {
+      if (c == '\\') ++i;
+      else if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '\'' || c == '"') quote = c;
+    else if (s.compare(i, closer.size(), closer) == 0) return i;
+  }
+  return std::string::npos;
+}
+
+void rstrip_all(std::string& s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+}
+
+Result<std::vector<Tag>> cut_tags(const std::string& src) {
+  std::vector<Tag> tags;
+  size_t pos = 0;
+  int line = 1;
+  bool strip_next = false, trim_newline = false;
+  auto count_lines = [&](size_t a, size_t b) {
+    for (size_t i = a; i < b && i < src.size(); ++i) line += src[i] == '\n';
+  };
+  while (pos <= src.size()) {
+    size_t open = src.find('{', pos);
+    while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' && src[open + 1] != '%' &&
+           src[open + 1] != '#')
+      open = src.find('{', open + 1);
+    if (open != std::string::npos && open + 1 >= src.size()) open = std::string::npos;
+    std::string text = src.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
+    const int text_line = line;
+    bool line_starting = pos == 0;  // jinja2: the previous tag ended a line
+    count_lines(pos, open == std::string::npos ? src.size() : open);
+    if (strip_next) {
+      size_t k = 0;
+      while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
+      text.erase(0, k);
+    } else if (trim_newline) {
+      if (text.compare(0, 1, "\n") == 0) text.erase(0, 1), line_starting = true;
+      else if (text.compare(0, 2, "\r\n") == 0) text.erase(0, 2), line_starting = true;
+    }
+    strip_next = trim_newline = false;
+    if (open == std::string::npos) {
+      if (!text.empty()) tags.push_back({Tag::kText, text, text_line});
+      break;
+    }
+    const char type = src[open + 1];
+    const bool minus = open + 2 < src.size() && src[open + 2] == '-';
+    const bool plus = open + 2 < src.size() && src[open + 2] == '+';
+    if (minus) {
+      rstrip_all(text);
+    } else if (type != '{' && !plus) {
+      // lstrip_blocks, as jinja2's lexer does it: spaces and tabs between
+      // the start of the tag's line and the tag go.
+      const size_t l_pos = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      if ((l_pos > 0 || line_starting) && text.find_first_not_of(" \t", l_pos) == std::string::npos)
+        text.resize(l_pos);
+    }
+    if (!text.empty()) tags.push_back({Tag::kText, text, text_line});
+    const std::string closer = type == '{' ? "}}" : type == '%' ? "%}" : "#}";
+    const size_t body = open + 2 + (minus || plus ? 1 : 0);
+    const size_t close = type == '#' ? src.find(closer, body) : find_close(src, body, closer);
+    if (close == std::string::npos) return error_at(line, "a tag is not closed (" + closer + " missing)");
+    std::string content = src.substr(body, close - body);
+    const bool close_minus = !content.empty() && content.back() == '-';
+    if (close_minus) content.pop_back();
+    if (type != '#') tags.push_back({type == '{' ? Tag::kOutput : Tag::kStatement, content, line});
+    count_lines(open, close + 2);
+    pos = close + 2;
+    strip_next = close_minus;
+    trim_newline = type != '{';
+  }
+  return tags;
+}
+
+// ---- expressions ----
+
+struct Tok {
+  enum Kind { kName, kString, kInt, kFloat, kOp, kEnd } kind;
+  std::string text;
+};
+
+Result<std::vector<Tok>> lex(const std::string& s, int line) {
+  std::vector<Tok> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    if (std::isspace(c)) { ++i; continue; }
+    if (std::isalpha(c) || c == '_') {
+      size_t j = i;
+      while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      out.push_back({Tok::kName, s.substr(i, j - i)});
+      i = j;
+    } else if (std::isdigit(c)) {
+      size_t j = i;
+      bool is_float = false;
+      while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '.' || s[j] == '_')) {
+        if (s[j] == '.') {
+          if (j + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[j + 1]))) break;
+          is_float = true;
+        }
+        ++j;
+      }
+      out.push_back({is_float ? Tok::kFloat : Tok::kInt, s.substr(i, j - i)});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string v;
+      size_t j = i + 1;
+      for (; j < s.size() && s[j] != char(c); ++j) {
+        if (s[j] != '\\' || j + 1 >= s.size()) { v.push_back(s[j]); continue; }
+        const char e = s[++j];
+        v += e == 'n' ? "\n" : e == 't' ? "\t" : e == 'r' ? "\r" : e == '0' ? std::string(1, '\0') : std::string(1, e);
+      }
+      if (j >= s.size()) return error_at(line, "a string is not closed");
+      out.push_back({Tok::kString, v});
+      i = j + 1;
+    } else {
+      static const char* ops[] = {"==", "!=", "<=", ">=", "//", "**", "(", ")", "[", "]", "{", "}", ",", ":",
+                                  ".", "|", "~", "+", "-", "*", "/", "%", "<", ">", "="};
+      bool found = false;
+      for (const char* op : ops) {
+        if (s.compare(i, std::strlen(op), op) == 0) {
+          out.push_back({Tok::kOp, op});
+          i += std::strlen(op);
+          found = true;
+          break;
+        }
+      }
+      if (!found) return error_at(line, std::string("unexpected character '") + char(c) + "'");
+    }
+  }
+  out.push_back({Tok::kEnd, ""});
+  return out;
+}
+
+class ExprParser {
+ public:
+  ExprParser(std::vector<Tok> toks, int line) : t_(std::move(toks)), line_(line) {}
+
+  Result<ExprPtr> parse_all() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr e, expression());
+    if (peek().kind != Tok::kEnd) return error_at(line_, "unexpected '" + peek().text + "'");
+    return e;
+  }
+  Result<ExprPtr> expression() { return conditional(); }
+  const Tok& peek(size_t ahead = 0) const { return t_[std::min(p_ + ahead, t_.size() - 1)]; }
+  bool accept_op(const char* op) {
+    if (peek().kind == Tok::kOp && peek().text == op) return ++p_, true;
+    return false;
+  }
+  bool accept_name(const char* name) {
+    if (peek().kind == Tok::kName && peek().text == name) return ++p_, true;
+    return false;
+  }
+  Status expect_op(const char* op) {
+    if (accept_op(op)) return Status::ok();
+    return error_at(line_, std::string("expected '") + op + "', found '" + peek().text + "'");
+  }
+  Result<std::string> name() {
+    if (peek().kind != Tok::kName) return error_at(line_, "expected a name, found '" + peek().text + "'");
+    return t_[p_++].text;
+  }
+  bool at_end() const { return peek().kind == Tok::kEnd; }
+
+ private:
+  ExprPtr node(Expr::Kind kind, std::string name, std::vector<ExprPtr> args) const {
+    auto e = std::make_shared<Expr>();
+    e->kind = kind;
+    e->line = line_;
+    e->name = std::move(name);
+    e->args = std::move(args);
+    return e;
+  }
+
+  Result<ExprPtr> conditional() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr value, binary_or());
+    while (accept_name("if")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr cond, binary_or());
+      ExprPtr otherwise;
+      if (accept_name("else")) { COHORT_ASSIGN_OR_RETURN(otherwise, conditional()); }
+      else otherwise = node(Expr::kLiteral, "", {});
+      value = node(Expr::kConditional, "", {cond, value, otherwise});
+    }
+    return value;
+  }
+  Result<ExprPtr> binary_or() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, binary_and());
+    while (accept_name("or")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, binary_and());
+      left = node(Expr::kBinary, "or", {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> binary_and() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, unary_not());
+    while (accept_name("and")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, unary_not());
+      left = node(Expr::kBinary, "and", {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> unary_not() {
+    if (accept_name("not")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr e, unary_not());
+      return node(Expr::kUnary, "not", {e});
+    }
+    return compare();
+  }
+  Result<ExprPtr> compare() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, math1());
+    for (;;) {
+      std::string op;
+      if (peek().kind == Tok::kOp && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                       peek().text == ">" || peek().text == "<=" || peek().text == ">="))
+        op = t_[p_++].text;
+      else if (accept_name("in")) op = "in";
+      else if (peek().kind == Tok::kName && peek().text == "not" && peek(1).kind == Tok::kName && peek(1).text == "in")
+        p_ += 2, op = "not in";
+      else break;
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, math1());
+      left = node(Expr::kBinary, op, {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> math1() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, concat());
+    while (peek().kind == Tok::kOp && (peek().text == "+" || peek().text == "-")) {
+      std::string op = t_[p_++].text;
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, concat());
+      left = node(Expr::kBinary, op, {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> concat() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, math2());
+    while (accept_op("~")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, math2());
+      left = node(Expr::kBinary, "~", {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> math2() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, power());
+    while (peek().kind == Tok::kOp && (peek().text == "*" || peek().text == "/" || peek().text == "//" || peek().text == "%")) {
+      std::string op = t_[p_++].text;
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, power());
+      left = node(Expr::kBinary, op, {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> power() {
+    COHORT_ASSIGN_OR_RETURN(ExprPtr left, unary(true));
+    while (accept_op("**")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr right, unary(true));
+      left = node(Expr::kBinary, "**", {left, right});
+    }
+    return left;
+  }
+  Result<ExprPtr> unary(bool with_filter) {
+    ExprPtr e;
+    if (accept_op("-")) {
+      COHORT_ASSIGN_OR_RETURN(ExprPtr operand, unary(false));
+      e = node(Expr::kUnary, "-", {operand});
+    } else if (accept_op("+")) {
+      COHORT_ASSIGN_OR_RETURN(e, unary(false));
+    } else {
+      COHORT_ASSIGN_OR_RETURN(e, primary());
+      COHORT_ASSIGN_OR_RETURN(e, postfix(e));
+    }
+    if (with_filter) { COHORT_ASSIGN_OR_RETURN(e, filters_and_tests(e)); }
+    return e;
+  }
+  Status call_args(Expr& call) {
+    while (!accept_op(")")) {
+      if (!call.args.empty() || !call.kwargs.empty()) COHORT_RETURN_IF_ERROR(expect_op(","));
+      if (accept_op(")")) break;
+      if (peek().kind == Tok::kName && peek(1).kind == Tok::kOp && peek(1).text == "=") {
+        std::string key = t_[p_].text;
+        p_ += 2;
+        COHORT_ASSIGN_OR_RETURN(ExprPtr v, expression());
+        call.kwargs.emplace_back(key, v);
+      } else {
+        COHORT_ASSIGN_OR_RETURN(ExprPtr v, expression());
+        call.args.push_back(v);
+      }
+    }
+    return Status::ok();
+  }
+  Result<ExprPtr> postfix(ExprPtr e) {
+    for (;;) {
+      if (accept_op(".")) {
+        COHORT_ASSIGN_OR_RETURN(std::string attr, name());
+        e = node(Expr::kAttr, attr, {e});
+      } else if (accept_op("[")) {
+        ExprPtr parts[3];
+        bool slice = false;
+        for (int k = 0; k < 3; ++k) {
+          if (!(peek().kind == Tok::kOp && (peek().text == ":" || peek().text == "]")))
+            { COHORT_ASSIGN_OR_RETURN(parts[k], expression()); }
+          if (k < 2 && accept_op(":")) slice = true;
+          else break;
+        }
+        COHORT_RETURN_IF_ERROR(expect_op("]"));
+        auto n = std::make_shared<Expr>();
+        n->kind = slice ? Expr::kSlice : Expr::kIndex;
+        n->line = line_;
+        n->args = {e, parts[0], parts[1], parts[2]};
+        e = n;
+      } else if (accept_op("(")) {
+        auto call = std::make_shared<Expr>();
+        call->kind = Expr::kCall;
+        call->line = line_;
+        COHORT_RETURN_IF_ERROR(call_args(*call));
+        call->args.insert(call->args.begin(), e);
+        e = call;
+      } else {
+        return e;
+      }
+    }
+  }
+  Result<ExprPtr> filters_and_tests(ExprPtr e) {
+    for (;;) {
+      if (accept_op("|")) {
+        COHORT_ASSIGN_OR_RETURN(std::string f, name());
+        auto n = std::make_shared<Expr>();
+        n->kind = Expr::kFilter;
+        n->line = line_;
+        n->name = f;
+        if (accept_op("(")) COHORT_RETURN_IF_ERROR(call_args(*n));
+        n->args.insert(n->args.begin(), e);
+        e = n;
+      } else if (accept_name("is")) {
+        auto n = std::make_shared<Expr>();
+        n->kind = Expr::kTest;
+        n->line = line_;
+        n->negated = accept_name("not");
+        COHORT_ASSIGN_OR_RETURN(n->name, name());
+        if (accept_op("(")) COHORT_RETURN_IF_ERROR(call_args(*n));
+        else if (peek().kind == Tok::kString || peek().kind == Tok::kInt || peek().kind == Tok::kFloat) {
+          COHORT_ASSIGN_OR_RETURN(ExprPtr arg, primary());
+          n->args.push_back(arg);
+        }
+        n->args.insert(n->args.begin(), e);
+        e = n;
+      } else {
+        return e;
+      }
+    }
+  }
+  Result<ExprPtr> primary() {
+    const Tok tok = peek();
+    auto lit = [&](Value v) {
+      auto n = std::make_shared<Expr>();
+      n->kind = Expr::kLiteral;
+      n->line = line_;
+      n->literal = std::move(v);
+      return ExprPtr(n);
+    };
+    switch (tok.kind) {
+      case Tok::kString: {
+        ++p_;
+        std::string s = tok.text;
+        while (peek().kind == Tok::kString) s += t_[p_++].text;  // adjacent literals join
+        return lit(Value::string(s));
+      }
+      case Tok::kInt: ++p_; return lit(Value::integer(std::stoll(tok.text)));
+      case Tok::kFloat: ++p_; return lit(Value::number(std::stod(tok.text)));
+      case Tok::kName: {
+        ++p_;
+        if (tok.text == "true" || tok.text == "True") return lit(Value::boolean(true));
+        if (tok.text == "false" || tok.text == "False") return lit(Value::boolean(false));
+        if (tok.text == "none" || tok.text == "None") return lit(Value::none());
+        return node(Expr::kName, tok.text, {});
+      }
+      case Tok::kOp:
+        if (accept_op("(")) {
+          COHORT_ASSIGN_OR_RETURN(ExprPtr first, expression());
+          if (accept_op(")")) return first;
+          std::vector<ExprPtr> items{first};  // a tuple: taken as a list
+          while (accept_op(",")) {
+            if (peek().kind == Tok::kOp && peek().text == ")") break;
+            COHORT_ASSIGN_OR_RETURN(ExprPtr item, expression());
+            items.push_back(item);
+          }
+          COHORT_RETURN_IF_ERROR(expect_op(")"));
+          return node(Expr::kList, "", items);
+        }
+        if (accept_op("[")) {
+          std::vector<ExprPtr> items;
+          while (!accept_op("]")) {
+            if (!items.empty()) COHORT_RETURN_IF_ERROR(expect_op(","));
+            if (accept_op("]")) break;
+            COHORT_ASSIGN_OR_RETURN(ExprPtr item, expression());
+            items.push_back(item);
+          }
+          return node(Expr::kList, "", items);
+        }
+        if (accept_op("{")) {
+          std::vector<ExprPtr> items;  // key, value, key, value...
+          while (!accept_op("}")) {
+            if (!items.empty()) COHORT_RETURN_IF_ERROR(expect_op(","));
+            if (accept_op("}")) break;
+            COHORT_ASSIGN_OR_RETURN(ExprPtr key, expression());
+            COHORT_RETURN_IF_ERROR(expect_op(":"));
+            COHORT_ASSIGN_OR_RETURN(ExprPtr value, expression());
+            items.push_back(key);
+            items.push_back(value);
+          }
+          return node(Expr::kDict, "", items);
+        }
+        [[fallthrough]];
+      default: return error_at(line_, "unexpected '" + tok.text + "' in an expression");
+    }
+  }
+
+  std::vector<Tok> t_;
+  size_t p_ = 0;
+  int line_;
+};
+
+// ---- statements ----
+
+using Nodes = std::vector<NodePtr>;
+
+class TreeBuilder {
+ public:
+  explicit TreeBuilder(std::vector<Tag> tags) : tags_(std::move(tags)) {}
+
+  // Parses nodes until a statement whose keyword is in `stops`; returns it.
+  Result<std::string> block(Nodes* out, const std::vector<std::string>& stops, ExprParser** stop_parser) {
+    while (i_ < tags_.size()) {
+      const Tag& tag = tags_[i_++];
+      if (tag.kind == Tag::kText) {
+        auto n = std::make_shared<ChatTemplateNode>();
+        n->kind = ChatTemplateNode::kText;
+        n->text = tag.content;
+        out->push_back(n);
+        continue;
+      }
+      COHORT_ASSIGN_OR_RETURN(auto toks, lex(tag.content, tag.line));
+      parsers_.push_back(std::make_unique<ExprParser>(std::move(toks), tag.line));
+      ExprParser& p = *parsers_.back();
+      auto n = std::make_shared<ChatTemplateNode>();
+      n->line = tag.line;
+      if (tag.kind == Tag::kOutput) {
+        n->kind = ChatTemplateNode::kOutput;
+        COHORT_ASSIGN_OR_RETURN(n->expr, p.parse_all());
+        out->push_back(n);
+        continue;
+      }
+      COHORT_ASSIGN_OR_RETURN(std::string keyword, p.name());
+      for (const auto& s : stops) {
+        if (keyword == s) {
+          *stop_parser = &p;
+          return keyword;
+        }
+      }
+      COHORT_RETURN_IF_ERROR(statement(keyword, p, n.get(), tag.line));
+      out->push_back(n);
+    }
+    if (!stops.empty()) return error_at(tags_.empty() ? 0 : tags_.back().line, "missing {% " + stops.back() + " %}");
+    return std::string();
+  }
+
+ private:
+  Status statement(const std::string& keyword, ExprParser& p, ChatTemplateNode* n, int line) {
+    ExprParser* stop = nullptr;
+    if (keyword == "if") {
+      n->kind = ChatTemplateNode::kIf;
+      COHORT_ASSIGN_OR_RETURN(ExprPtr cond, p.parse_all());
+      for (;;) {
+        Nodes body;
+        COHORT_ASSIGN_OR_RETURN(std::string end, block(&body, {"elif", "else", "endif"}, &stop));
+        n->branches.emplace_back(cond, std::move(body));
+        if (end == "endif") break;
+        if (end == "else") {
+          cond = nullptr;
+          Nodes last;
+          COHORT_ASSIGN_OR_RETURN(end, block(&last, {"endif"}, &stop));
+          n->branches.emplace_back(nullptr, std::move(last));
+          break;
+        }
+        COHORT_ASSIGN_OR_RETURN(cond, stop->parse_all());
+      }
+      return Status::ok();
+    }
+    if (keyword == "for") {
+      n->kind = ChatTemplateNode::kFor;
+      do {
+        COHORT_ASSIGN_OR_RETURN(std::string target, p.name());
+        n->targets.push_back(target);
+      } while (p.accept_op(","));
+      if (!p.accept_name("in")) return error_at(line, "expected 'in' in a for loop");
+      COHORT_ASSIGN_OR_RETURN(n->expr, p.expression());
+      if (p.accept_name("if")) { COHORT_ASSIGN_OR_RETURN(n->filter, p.expression()); }
+      p.accept_name("recursive");
+      if (!p.at_end()) return error_at(line, "unexpected text after the for loop's iterable");
+      COHORT_ASSIGN_OR_RETURN(std::string end, block(&n->body, {"else", "endfor"}, &stop));
+      if (end == "else") COHORT_RETURN_IF_ERROR(status_of(block(&n->else_body, {"endfor"}, &stop)));
+      return Status::ok();
+    }
+    if (keyword == "set") {
+      COHORT_ASSIGN_OR_RETURN(std::string target, p.name());
+      if (p.accept_op(".")) {
+        COHORT_ASSIGN_OR_RETURN(std::string attr, p.name());
+        target += "." + attr;
+      }
+      n->targets.push_back(target);
+      while (p.accept_op(",")) {
+        COHORT_ASSIGN_OR_RETURN(std::string more, p.name());
+        n->targets.push_back(more);
+      }
+      if (p.accept_op("=")) {
+        n->kind = ChatTemplateNode::kSet;
+        COHORT_ASSIGN_OR_RETURN(n->expr, p.parse_all());
+        return Status::ok();
+      }
+      n->kind = ChatTemplateNode::kSetBlock;
+      return status_of(block(&n->body, {"endset"}, &stop));
+    }
+    if (keyword == "macro") {
+      n->kind = ChatTemplateNode::kMacro;
+      COHORT_ASSIGN_OR_RETURN(std::string name, p.name());
+      n->targets.push_back(name);
+      COHORT_RETURN_IF_ERROR(p.expect_op("("));
+      while (!p.accept_op(")")) {
+        if (!n->params.empty()) COHORT_RETURN_IF_ERROR(p.expect_op(","));
+        COHORT_ASSIGN_OR_RETURN(std::string param, p.name());
+        ExprPtr def;
+        if (p.accept_op("=")) { COHORT_ASSIGN_OR_RETURN(def, p.expression()); }
+        n->params.emplace_back(param, def);
+      }
+      return status_of(block(&n->body, {"endmacro"}, &stop));
+    }
+    if (keyword == "generation") {
+      n->kind = ChatTemplateNode::kGeneration;
+      return status_of(block(&n->body, {"endgeneration"}, &stop));
+    }
+    if (keyword == "break") return n->kind = ChatTemplateNode::kBreak, Status::ok();
+    if (keyword == "continue") return n->kind = ChatTemplateNode::kContinue, Status::ok();
+    return error_at(line, "{% " + keyword + " %} is not supported");
+  }
+
+  std::vector<Tag> tags_;
+  size_t i_ = 0;
+  std::vector<std::unique_ptr<ExprParser>> parsers_;
+};
+
+}  // namespace
+
+Result<NodePtr> parse_template(const std::string& source) {
+  COHORT_ASSIGN_OR_RETURN(std::vector<Tag> tags, cut_tags(source));
+  TreeBuilder builder(std::move(tags));
+  auto root = std::make_shared<ChatTemplateNode>();
+  root->kind = ChatTemplateNode::kBody;
+  ExprParser* stop = nullptr;
+  COHORT_ASSIGN_OR_RETURN(std::string end, builder.block(&root->body, {}, &stop));
+  (void)end;
+  return NodePtr(root);
+}
+
+}  // namespace cohort::models::jinja

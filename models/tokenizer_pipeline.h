@@ -1,0 +1,108 @@
+// Private to models/: the stages of a Hugging Face tokenizer.json, as its
+// Rust library runs them (normalizer, pre-tokenizers, BPE model, decoders,
+// post-processor), built once from the file and then immutable, so several
+// BpeTokenizer instances on several threads share one pipeline.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/status.h"
+
+namespace cohort::models {
+
+// A compiled PCRE2 pattern (UTF, UCP: \p{L}, \s and \w are Unicode-aware).
+// Matching is const and thread-safe (match data is per call).
+class Regex {
+ public:
+  // `hf_pattern` is a pattern as tokenizer.json writes it (Oniguruma syntax);
+  // \s and \S are widened to include U+0085 as Oniguruma's do.
+  static Result<std::shared_ptr<const Regex>> compile(const std::string& hf_pattern);
+  static std::shared_ptr<const Regex> literal(const std::string& text);
+  ~Regex();
+  // Non-overlapping matches, left to right, as [begin, end) byte offsets.
+  std::vector<std::pair<size_t, size_t>> find_all(const std::string& text) const;
+
+ private:
+  Regex() = default;
+  void* code_ = nullptr;  // pcre2_code_8*
+  std::string literal_;   // used when code_ is null
+};
+
+// One span being pre-tokenized; `at_start`: it begins at offset 0 of the
+// input (Metaspace's prepend_scheme "first" asks).
+struct Piece {
+  std::string text;
+  bool at_start = false;
+};
+
+using Normalizer = std::function<std::string(const std::string&)>;
+using PreTokenizer = std::function<void(std::vector<Piece>&)>;
+// Decoders work on the token strings, as HF's decode_chain does.
+using Decoder = std::function<void(std::vector<std::string>&)>;
+
+Result<Normalizer> parse_normalizer(const nlohmann::json& j);
+Result<PreTokenizer> parse_pre_tokenizer(const nlohmann::json& j);
+Result<Decoder> parse_decoder(const nlohmann::json& j);
+
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false;
+  bool lstrip = false;  // absorbs whitespace on its left
+  bool rstrip = false;  // absorbs whitespace on its right
+};
+
+// The BPE model: merges by rank over the word's characters (byte-level
+// alphabets or byte fallback for characters outside the vocabulary).
+class BpeModel {
+ public:
+  static Result<BpeModel> parse(const nlohmann::json& model);
+  void encode_word(const std::string& word, std::vector<int32_t>* out) const;
+  const std::string* token(int32_t id) const;
+  std::optional<int32_t> id(const std::string& token) const;
+  int32_t max_id() const { return int32_t(id_to_token_.size()) - 1; }
+
+ private:
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  // (left id << 32 | right id) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
+  bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
+  int32_t unk_id_ = -1;
+  int32_t byte_ids_[256];
+};
+
+class TokenizerPipeline {
+ public:
+  static Result<std::shared_ptr<const TokenizerPipeline>> parse(const std::string& json_text);
+
+  // `cache` maps a pre-token to its ids (owned by the calling instance).
+  void encode(const std::string& text, std::vector<int32_t>* out,
+              std::unordered_map<std::string, std::vector<int32_t>>* cache) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::optional<int32_t> token_id(const std::string& token) const;
+
+  int vocab_size = 0;
+  std::vector<int32_t> prefix, suffix;  // TemplateProcessing "single"
+
+ private:
+  void encode_span(const std::string& text, bool at_start, std::vector<int32_t>* out,
+                   std::unordered_map<std::string, std::vector<int32_t>>* cache) const;
+  std::vector<AddedToken> added_;  // longest first
+  std::unordered_map<int32_t, size_t> added_by_id_;
+  bool added_first_byte_[256] = {};
+  Normalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  BpeModel model_;
+  Decoder decoder_;
+};
+
+}  // namespace cohort::models
