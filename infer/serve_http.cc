@@ -89,6 +89,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> out_;
   bool writing_ = false, closing_ = false, closed_ = false;
+  bool responding_ = false;  // counted in Server::responding_
   char probe_[256];
   // The generation, once accepted.
   int64_t id_ = -1;
@@ -159,6 +160,12 @@ class Server final : public ServeHttp {
     });
   }
 
+  void cancel_all() override {
+    asio::post(*io_, [this] {
+      for (const auto& entry : live_) queue_->cancel(entry.first);
+    });
+  }
+
   // Registers an accepted generation; false when the server is full.
   bool admit(const std::shared_ptr<Connection>& c, int64_t* id) {
     if (static_cast<int>(live_.size()) >= options_.max_live) return false;
@@ -175,8 +182,8 @@ class Server final : public ServeHttp {
   const ServeHttpOptions& options() const { return options_; }
   GenerationQueue& queue() { return *queue_; }
   ServeMetrics& metrics() { return *metrics_; }
-  int connections() const override { return open_; }
-  std::atomic<int> open_{0};
+  int responding() const override { return responding_; }
+  std::atomic<int> open_{0}, responding_{0};
 
  private:
   void accept() {
@@ -218,7 +225,10 @@ Connection::Connection(tcp::socket socket, Server& server) : server_(server), st
   ++server_.open_;
 }
 
-Connection::~Connection() { --server_.open_; }
+Connection::~Connection() {
+  --server_.open_;
+  if (responding_) --server_.responding_;
+}
 
 void Connection::start() {
   parser_.emplace();
@@ -362,6 +372,7 @@ void Connection::on_event(const TokenEvent& e) {
     server_.metrics().add_tokens(0, 1);
   }
   if (e.finished) {
+    spdlog::debug("serve: request {} finished ({}) after {} tokens", id_, e.finish_reason, tokens_.size());
     done_ = true;
     server_.unregister(id_);
     server_.metrics().count_finish(e.finish_reason);
@@ -370,8 +381,9 @@ void Connection::on_event(const TokenEvent& e) {
   if (cancelled_ || closed_) return;
   const std::string reason = e.finished ? e.finish_reason : "";
   if (reason == "cancelled" || reason == "error") {  // not asked for by this client
-    return req_.stream ? send(chunk("data: [DONE]\n\n") + "0\r\n\r\n")
-                       : error({500, "the request was cancelled", "server_error", "", ""});
+    if (!req_.stream) return error({500, "the request was cancelled", "server_error", "", ""});
+    closing_ = true;
+    return send(chunk("data: [DONE]\n\n") + "0\r\n\r\n");
   }
   if (!req_.stream && !e.finished) return;
   const std::string text = text_so_far(e.finished);
@@ -409,6 +421,7 @@ void Connection::reply(int status, const std::string& type, const std::string& b
 }
 
 void Connection::send(std::string data) {
+  if (!responding_) responding_ = true, ++server_.responding_;
   out_.push_back(std::move(data));
   if (!writing_) write_next();
 }

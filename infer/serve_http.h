@@ -69,9 +69,14 @@ class ServeHttp {
   virtual void deliver(std::vector<TokenEvent> events) = 0;
   // Accepted requests not yet finished (any thread).
   virtual int live() const = 0;
-  // Open HTTP connections (any thread): after the last request finished,
-  // its final bytes may still be on their way out.
-  virtual int connections() const = 0;
+  // Cancels every accepted request (any thread): the end of a drain that
+  // ran out of time. Streams end with [DONE], others get 500.
+  virtual void cancel_all() = 0;
+  // Connections with a response under way (any thread): after the last
+  // request finished, its final bytes may still be on their way out. Idle
+  // connections (no request yet, or a client's spare keep-alive socket) do
+  // not count.
+  virtual int responding() const = 0;
 };
 
 }  // namespace cohort::infer

@@ -118,12 +118,24 @@ Status announce(const jobs::JobSpec& spec, int port) {
 Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& scheduler, LoopQueue& queue,
             ServeHttp& http, const ServeSetup& setup) {
   int64_t steps = 0;
-  bool draining = false;
+  bool draining = false, cut_short = false;
+  // A drain ends a second before the agent's SIGKILL, so that the job still
+  // exits by itself (and says what it cut short).
+  const auto grace = std::chrono::duration<double>(std::max(0.5, spec.job.stop_grace_s - 1.0));
+  Clock::time_point deadline;
   while (true) {
     if (g_sigterm && !draining) {
       draining = true;
+      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace);
       http.set_state(ServeState::kDraining);
-      spdlog::info("serve: SIGTERM: draining {} request(s); new ones get 503", http.live());
+      spdlog::info("serve: stop requested: draining {} request(s) within {:.1f} s; new ones get 503",
+                   http.live(), grace.count());
+    }
+    if (draining && !cut_short && Clock::now() > deadline) {
+      cut_short = true;
+      spdlog::warn("serve: {} request(s) still running after {:.1f} s of draining; cancelling them",
+                   http.live(), grace.count());
+      http.cancel_all();
     }
     StepInput input = queue.take(scheduler.idle() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0));
     // Draining ends once nothing is in flight: the HTTP side refuses new
@@ -141,7 +153,6 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     }
     queue.set_gauges(scheduler, steps);
   }
-  (void)spec;
   return Status::ok();
 }
 
@@ -205,8 +216,11 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     COHORT_RETURN_IF_ERROR(lead(spec, world, scheduler, queue, *http, setup));
     // The last responses may still be leaving; give them a moment.
     const auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (http->connections() > 0 && Clock::now() < deadline) {
+    while (http->responding() > 0 && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (http->responding() > 0) {
+      spdlog::warn("serve: {} response(s) still being sent after the drain; closing them", http->responding());
     }
     spdlog::info("serve: drained; stopping");
     return Status::ok();

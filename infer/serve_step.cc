@@ -119,7 +119,10 @@ Status broadcast_step_input(collective::Communicator& comm, StepInput* input, co
 
 void apply_step_input(StepInput& input, Scheduler& scheduler, const models::Tokenizer* tokenizer,
                       const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected) {
-  for (int64_t id : input.cancels) scheduler.cancel(id);
+  for (int64_t id : input.cancels) {
+    spdlog::debug("serve: cancelling request {}", id);
+    scheduler.cancel(id);
+  }
   for (SequenceRequest& r : input.arrivals) {
     const int64_t id = r.id;
     Status status = Status::ok();

@@ -22,7 +22,9 @@ struct StepInput {
 };
 
 // Flat int64 form, and back. decode rebuilds each arrival's StopCondition
-// from its stop ids and strings plus `eos`; errors on a malformed buffer.
+// from its stop ids and strings plus `eos` (the server passes none: rank 0
+// puts the model's end-of-sequence ids among each request's stop ids);
+// errors on a malformed buffer.
 std::vector<int64_t> encode_step_input(const StepInput& input);
 Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const models::Tokenizer* tokenizer,
                                     const std::vector<int32_t>& eos);

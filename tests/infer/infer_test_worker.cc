@@ -2,6 +2,7 @@
 // load the job file, run run_infer or run_serve. The tests launch it as real ranks so that they do not
 // depend on the rest of the worker binary.
 #include <cstdio>
+#include <cstdlib>
 
 #include "base/log.h"
 #include "jobs/load.h"
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: infer_test_worker JOB.toml\n");
     return 2;
   }
-  (void)cohort::init_logging("warn", "");
+  (void)cohort::init_logging(std::getenv("COHORT_LOG") ? std::getenv("COHORT_LOG") : "warn", "");
   auto loaded = cohort::jobs::load_job_file(argv[1]);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s", loaded.error_text().c_str());

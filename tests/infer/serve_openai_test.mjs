@@ -60,17 +60,18 @@ async function until(what, fn, ms = 20000) {
 }
 
 const MODEL = `preset = "tiny"\nmax_seq = 4096`;
-function jobFile(name, kind, body) {
+function jobFile(name, kind, body, jobLines = "") {
   const dir = path.join(root, name);
   fs.mkdirSync(dir, { recursive: true });
   const file = path.join(dir, "job.toml");
-  fs.writeFileSync(file, `[job]\nname = "${name}"\nkind = "${kind}"\noutput_dir = "${dir}/out"\n\n[model]\n${MODEL}\n\n${body}\n`);
+  fs.writeFileSync(file, `[job]\nname = "${name}"\nkind = "${kind}"\noutput_dir = "${dir}/out"\n${jobLines}\n` +
+                         `[model]\n${MODEL}\n\n${body}\n`);
   return { dir, file };
 }
 
 // Starts a server of `ranks` processes; resolves with its URL once /health is 200.
-async function startServer(name, serveLines, ranks = 1) {
-  const { dir, file } = jobFile(name, "serve", `[serve]\nport = 0\nmax_tokens = 16\n${serveLines}`);
+async function startServer(name, serveLines, ranks = 1, jobLines = "") {
+  const { dir, file } = jobFile(name, "serve", `[serve]\nport = 0\nmax_tokens = 16\n${serveLines}`, jobLines);
   const master = await freePort();
   const procs = [];
   for (let r = 0; r < ranks; r++) {
@@ -275,7 +276,8 @@ async function main() {
     check(exit.code === 0, `the server exited ${JSON.stringify(exit)}`);
   });
 
-  const B = await startServer("b", `max_running = 1\nmax_queue = 1\napi_key = "sekrit"\nmax_body_bytes = 4096`);
+  const B = await startServer("b", `max_running = 1\nmax_queue = 1\napi_key = "sekrit"\nmax_body_bytes = 4096`, 1,
+                              "stop_grace = 1.5");
   await step("without the API key: 401; with it: 200", async () => {
     const r = await fetch(`${B.url}/models`);
     check(r.status === 401 && (await r.json()).error.code === "invalid_api_key", `got ${r.status}`);
@@ -299,8 +301,22 @@ async function main() {
     check(third.status === 429 && third.code === "queue_full", `the third request got ${third.status}`);
     for (const s of [running, queued]) try { for await (const _ of s); } catch {}
   });
-  B.procs[0].kill("SIGTERM");
-  await B.procs[0].exited;
+  await step("a drain that outlasts stop_grace cancels what is left and still exits 0", async () => {
+    const b = new OpenAI({ baseURL: B.url, apiKey: "sekrit", maxRetries: 0 });
+    const s = await b.completions.create({ prompt: [7], max_tokens: 4000, stream: true, return_token_ids: true });
+    const it = s[Symbol.asyncIterator]();
+    await it.next();
+    const t0 = Date.now();
+    B.procs[0].kill("SIGTERM");
+    let n = 1;
+    try { for (let x = await it.next(); !x.done; x = await it.next()) n += x.value.choices.length; } catch {}
+    const streamEnd = Date.now() - t0;
+    const exit = await B.procs[0].exited;
+    console.log(`     (stream ended after ${streamEnd} ms with ${n} chunks; exit after ${Date.now() - t0} ms)`);
+    // The grace is 1.5 - 1 = 0.5 s; the exit must not wait for the client.
+    check(exit.code === 0 && Date.now() - t0 < 2500, `exit ${JSON.stringify(exit)} after ${Date.now() - t0} ms`);
+    if (n >= 4000) console.log("     (the stream finished within the grace; nothing was left to cut)");
+  });
 
   const T = await startServer("tp2", `max_running = 4\nmax_queue = 16`, 2);
   const tp = new OpenAI({ baseURL: T.url, apiKey: "unused", maxRetries: 0 });
