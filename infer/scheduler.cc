@@ -111,12 +111,16 @@ void Scheduler::drop_cancelled(std::vector<TokenEvent>& events) {
 }
 
 void Scheduler::prefill(std::vector<TokenEvent>& events, StepStats& st) {
-  const int V = engine_.vocab_size();
-  const int chunk = options_.prefill_chunk;
-  int budget = chunk > 0 ? chunk : INT_MAX;
-  const bool chunked = chunk > 0 && engine_.can_extend();
   const auto t0 = Clock::now();
-  // Sequences part-way through their prompt go first: they hold a slot.
+  int budget = options_.prefill_chunk > 0 ? options_.prefill_chunk : INT_MAX;
+  continue_prefills(events, st, budget);  // they hold a slot: they go first
+  while (budget > 0 && !waiting_.empty()) {
+    if (!admit_round(events, st, budget)) break;
+  }
+  st.prefill_s += seconds_since(t0);
+}
+
+void Scheduler::continue_prefills(std::vector<TokenEvent>& events, StepStats& st, int& budget) {
   for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {
     Slot& slot = slots_[s];
     if (!slot.busy || slot.prefilled >= slot.req.prompt.size()) continue;
@@ -129,48 +133,54 @@ void Scheduler::prefill(std::vector<TokenEvent>& events, StepStats& st) {
     if (last) emit(static_cast<int>(s), pick(slot, logits_.data(), greedy_[0], logits),
                    logits ? logits_.data() : nullptr, events);
   }
+}
+
+bool Scheduler::admit_round(std::vector<TokenEvent>& events, StepStats& st, int& budget) {
+  const size_t V = static_cast<size_t>(engine_.vocab_size());
+  const int chunk = options_.prefill_chunk;
+  const bool chunked = chunk > 0 && engine_.can_extend();
   std::vector<int> admit;
   std::vector<const std::vector<int32_t>*> prompts;
-  while (budget > 0 && !waiting_.empty()) {
-    admit.clear(), prompts.clear();
-    bool logits = false;
-    for (size_t s = 0; s < slots_.size() && budget > 0 && !waiting_.empty(); ++s) {
-      if (slots_[s].busy) continue;
-      const int size = static_cast<int>(waiting_.front().prompt.size());
-      // An engine that cannot extend takes a long prompt whole, but only in a
-      // step that has spent nothing yet, so one step stays near the budget.
-      if (size > budget && !chunked && budget < chunk) { budget = 0; break; }
-      Slot& slot = slots_[s];
-      slot.req = std::move(waiting_.front());
-      waiting_.pop_front();
-      slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
-      slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
-      ++running_, ++st.admitted;
-      if (size > budget && chunked) {  // the first chunk now, the rest in later steps
-        engine_.prefill(static_cast<int>(s), slot.req.prompt.data(), budget, nullptr, greedy_.data());
-        slot.prefilled = budget, st.prefill_tokens += budget, budget = 0;
-        break;
-      }
-      budget = size >= budget ? 0 : budget - size;
-      admit.push_back(static_cast<int>(s));
-      prompts.push_back(&slot.req.prompt);
-      logits = logits || wants_logits(slot);
+  bool logits = false;
+  for (size_t s = 0; s < slots_.size() && budget > 0 && !waiting_.empty(); ++s) {
+    if (slots_[s].busy) continue;
+    const int size = static_cast<int>(waiting_.front().prompt.size());
+    // An engine that cannot extend takes a long prompt whole, but only in a
+    // step that has spent nothing yet, so one step stays near the budget.
+    if (size > budget && !chunked && budget < chunk) {
+      budget = 0;
+      break;
     }
-    if (admit.empty()) break;
-    engine_.prefill_many(admit.data(), prompts, logits ? logits_.data() : nullptr, greedy_.data());
-    std::vector<int32_t> first(admit.size());
-    for (size_t j = 0; j < admit.size(); ++j) {
-      Slot& slot = slots_[admit[j]];
-      first[j] = pick(slot, logits_.data() + j * V, greedy_[j], logits);
+    Slot& slot = slots_[s];
+    slot.req = std::move(waiting_.front());
+    waiting_.pop_front();
+    slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
+    slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
+    ++running_, ++st.admitted;
+    if (size > budget && chunked) {  // the first chunk now, the rest in later steps
+      engine_.prefill(static_cast<int>(s), slot.req.prompt.data(), budget, nullptr, greedy_.data());
+      slot.prefilled = budget, st.prefill_tokens += budget, budget = 0;
+      break;
     }
-    for (size_t j = 0; j < admit.size(); ++j) {
-      Slot& slot = slots_[admit[j]];
-      slot.prefilled = slot.req.prompt.size();
-      st.prefill_tokens += static_cast<int64_t>(slot.req.prompt.size());
-      emit(admit[j], first[j], logits ? logits_.data() + j * V : nullptr, events);
-    }
+    budget = size >= budget ? 0 : budget - size;
+    admit.push_back(static_cast<int>(s));
+    prompts.push_back(&slot.req.prompt);
+    logits = logits || wants_logits(slot);
   }
-  st.prefill_s += seconds_since(t0);
+  if (admit.empty()) return false;
+  engine_.prefill_many(admit.data(), prompts, logits ? logits_.data() : nullptr, greedy_.data());
+  std::vector<int32_t> first(admit.size());
+  for (size_t j = 0; j < admit.size(); ++j) {
+    first[j] = pick(slots_[admit[j]], logits_.data() + j * V, greedy_[j], logits);
+  }
+  // A sequence that ends on its first token frees its slot for the next round.
+  for (size_t j = 0; j < admit.size(); ++j) {
+    Slot& slot = slots_[admit[j]];
+    slot.prefilled = slot.req.prompt.size();
+    st.prefill_tokens += static_cast<int64_t>(slot.req.prompt.size());
+    emit(admit[j], first[j], logits ? logits_.data() + j * V : nullptr, events);
+  }
+  return true;
 }
 
 void Scheduler::decode(std::vector<TokenEvent>& events, StepStats& st) {

@@ -109,6 +109,10 @@ class Scheduler {
 
   void drop_cancelled(std::vector<TokenEvent>& events);
   void prefill(std::vector<TokenEvent>& events, StepStats& st);
+  // Both spend from `budget` (prompt tokens left this step).
+  void continue_prefills(std::vector<TokenEvent>& events, StepStats& st, int& budget);
+  // Admits waiting requests into free slots, one prefill_many; false when none was.
+  bool admit_round(std::vector<TokenEvent>& events, StepStats& st, int& budget);
   void decode(std::vector<TokenEvent>& events, StepStats& st);
   bool wants_logits(const Slot& s) const;
   // Records token t for slot s; false when the sequence ended (slot freed).

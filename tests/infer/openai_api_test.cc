@@ -147,5 +147,31 @@ TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   EXPECT_NO_THROW(json::parse(dump_json(json{{"text", std::string("\xff\xfe")}})));
 }
 
+TEST(OpenAiApi, MangledBodiesNeverThrowAndGetA4xx) {
+  const std::string valid = R"({"model": "m", "prompt": [1, 2], "max_tokens": 4, "stop": ["a"],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+      "stream_options": {"include_usage": true}, "logprobs": 2, "top_k": -1, "seed": 18446744073709551615})";
+  uint64_t state = 88172645463325252ULL;
+  auto next = [&] { return state ^= state << 13, state ^= state >> 7, state ^= state << 17; };
+  for (int i = 0; i < 4000; ++i) {
+    std::string body = valid;
+    for (int m = 0, n = 1 + int(next() % 4); m < n; ++m) {
+      const size_t at = next() % body.size();
+      switch (next() % 3) {
+        case 0: body[at] = static_cast<char>(next()); break;
+        case 1: body.erase(at, 1 + next() % 8); break;
+        default: body.insert(at, 1, "{}[]\",:0-e\\"[next() % 10]);
+      }
+      if (body.empty()) body = "{";
+    }
+    for (bool chat : {false, true}) {
+      CompletionRequest r;
+      std::optional<ApiError> e;
+      ASSERT_NO_THROW(e = parse(body, chat, &r)) << body;
+      if (e) EXPECT_TRUE(e->status == 400 || e->status == 404) << body;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cohort::infer
