@@ -81,7 +81,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_next();
   void watch_client();
   void gone();
-  std::string text_so_far(bool finished);
+  // The text not yet sent; advances sent_text_.
+  std::string new_text(bool finished);
 
   Server& server_;
   beast::tcp_stream stream_;
@@ -98,6 +99,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ResponseHead head_;
   std::shared_ptr<const StopCondition> stop_;
   std::vector<int32_t> tokens_;
+  std::string text_;  // streams: the decoded text so far
   std::vector<float> logprobs_;
   size_t sent_text_ = 0;
   size_t sent_tokens_ = 0;
@@ -348,17 +350,24 @@ void Connection::gone() {
   }
 }
 
-std::string Connection::text_so_far(bool finished) {
+std::string Connection::new_text(bool finished) {
   if (!server_.options().tokenizer) return {};
-  if (finished) return stop_->final_text(tokens_);
-  std::string text = server_.options().tokenizer->decode(tokens_);
-  size_t hold = incomplete_utf8_tail(text);
+  if (finished) {  // the whole text once, cut before a stop string
+    const std::string all = stop_->final_text(tokens_);
+    const std::string out = all.size() > sent_text_ ? all.substr(sent_text_) : "";
+    sent_text_ = std::max(sent_text_, all.size());
+    return out;
+  }
+  size_t hold = incomplete_utf8_tail(text_);
   // A stop string may be forming at the end: keep back what could be its start.
   size_t longest = 0;
   for (const std::string& s : req_.stop_strings) longest = std::max(longest, s.size());
   if (longest > 1) hold = std::max(hold, longest - 1);
-  text.resize(text.size() > hold ? text.size() - hold : 0);
-  return text;
+  const size_t visible = text_.size() > hold ? text_.size() - hold : 0;
+  if (visible <= sent_text_) return {};
+  std::string out = text_.substr(sent_text_, visible - sent_text_);
+  sent_text_ = visible;
+  return out;
 }
 
 void Connection::on_event(const TokenEvent& e) {
@@ -369,6 +378,9 @@ void Connection::on_event(const TokenEvent& e) {
     last_token_ = now;
     tokens_.push_back(e.token);
     logprobs_.push_back(e.logprob);
+    // Byte-level tokenizers decode token by token, so the text grows by
+    // appending (no re-decoding of the whole sequence per token).
+    if (req_.stream && server_.options().tokenizer) text_ += server_.options().tokenizer->decode({e.token});
     server_.metrics().add_tokens(0, 1);
   }
   if (e.finished) {
@@ -386,12 +398,10 @@ void Connection::on_event(const TokenEvent& e) {
     return send(chunk("data: [DONE]\n\n") + "0\r\n\r\n");
   }
   if (!req_.stream && !e.finished) return;
-  const std::string text = text_so_far(e.finished);
   ChoiceUpdate c;
   c.finish_reason = reason;
   const size_t from_token = req_.stream ? sent_tokens_ : 0;
-  c.text = req_.stream ? (text.size() > sent_text_ ? text.substr(sent_text_) : "") : text;
-  sent_text_ = std::max(sent_text_, text.size());
+  c.text = new_text(e.finished);
   sent_tokens_ = tokens_.size();
   if (req_.return_token_ids) c.token_ids.assign(tokens_.begin() + from_token, tokens_.end());
   if (req_.logprobs) {
