@@ -62,7 +62,7 @@ Result<std::shared_ptr<const TokenizerPipeline>> TokenizerPipeline::parse(const 
       for (const auto& a : j["added_tokens"]) {
         AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false),
                      a.value("lstrip", false), a.value("rstrip", false)};
-        if (t.content.empty() || t.id < 0 || t.id > (1 << 26))
+        if (t.content.empty() || t.id < 0 || t.id > (1 << 21))
           return invalid_argument("tokenizer.json added_tokens: token id " + std::to_string(t.id) + " is unusable");
         p->vocab_size = std::max(p->vocab_size, t.id + 1);
         p->added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;

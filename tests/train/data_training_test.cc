@@ -102,7 +102,11 @@ std::map<int, double> run_job(const fs::path& dir, std::string* error = nullptr)
   return read_losses(dir / "out");
 }
 
-std::string quoted(const fs::path& p) { return "\"" + p.string() + "\""; }
+std::string quoted(const fs::path& p) {
+  std::string out(1, '"');
+  out.append(p.string()).push_back('"');
+  return out;
+}
 
 struct FormatCase {
   const char* name;
