@@ -80,14 +80,14 @@ void Supervisor::report_failure(const protocol::LaunchOrder& order, int rank,
 
 Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchOrder& order) const {
   const auto& job = order.job;
-  if (job.kind == "command") {
+  if (job.kind == jobs::JobKind::kCommand) {
     if (job.argv.empty()) return invalid_argument("the command job has an empty command.argv");
     return job.argv;
   }
   const std::string& binary = options_.worker_binary;
   if (binary.empty() || ::access(binary.c_str(), X_OK) != 0) {
     return failed_precondition(
-        "kind = \"" + job.kind + "\" runs the built-in worker cohort-worker, which is not built" +
+        "kind = \"" + std::string(jobs::to_string(job.kind)) + "\" runs the built-in worker cohort-worker, which is not built" +
         (binary.empty() ? std::string() : " (looked for " + binary + ")") +
         ": build it with `cmake --build build --target cohort-worker`, or run your own program "
         "with kind = \"command\"");
@@ -194,8 +194,7 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   ctx.store_token = order.store_token;
   ctx.progress_file = worker.progress_file;
   if (!options_.cpu_slots) ctx.gpu_indices = order.gpu_indices;
-  ctx.devices = order.job.devices == "own" ? jobs::DeviceVisibility::kOwn
-                                           : jobs::DeviceVisibility::kNode;
+  ctx.devices = order.job.devices;
   ctx.job_env = order.job.env;
   ctx.inherited_env = current_environment();
   if (auto s = validate_launch_context(ctx); !s) {

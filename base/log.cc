@@ -1,4 +1,5 @@
 #include "base/log.h"
+#include "base/env_knobs.h"
 
 #include <cstdlib>
 
@@ -10,7 +11,7 @@ namespace cohort {
 Status init_logging(const std::string& level, const std::string& component) {
   std::string chosen = level;
   if (chosen.empty()) {
-    const char* env = std::getenv("COHORT_LOG");
+    const char* env = read_env_knob(EnvKnob::kLog);
     chosen = env ? env : "info";
   }
   std::string name = component.empty() ? "cohort" : component;

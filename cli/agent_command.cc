@@ -5,6 +5,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/env_knobs.h"
 #include "agent/agent.h"
 #include "cli/commands.h"
 #include "protocol/client.h"
@@ -31,7 +32,7 @@ int run_agent(const AgentArgs& args) {
   options.worker_binary = args.worker_binary;
   std::string keys = args.keys;
   if (keys.empty()) {
-    if (const char* env = std::getenv("COHORT_KEYS"); env) keys = env;
+    if (const char* env = read_env_knob(EnvKnob::kKeys)) keys = env;
   }
   if (!keys.empty()) {
     auto security = protocol::load_client_security(keys, protocol::Role::kAgent);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "base/env_knobs.h"
 #include "cli/commands.h"
 #include "jobs/load.h"
 #include "protocol/job_control.h"
@@ -22,7 +23,7 @@ std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* 
   protocol::Security security;
   std::string keys = flags.keys;
   if (keys.empty()) {
-    if (const char* env = std::getenv("COHORT_KEYS"); env) keys = env;
+    if (const char* env = read_env_knob(EnvKnob::kKeys)) keys = env;
   }
   if (!keys.empty()) {
     auto loaded = protocol::load_client_security(keys, protocol::Role::kClient);

@@ -6,6 +6,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/env_knobs.h"
 #include "cli/commands.h"
 #include "coordinator/coordinator.h"
 
@@ -30,7 +31,7 @@ int run_coordinator(const CoordinatorArgs& args) {
   options.http_listen = args.http;
   options.http_token = args.http_token;
   if (options.http_token.empty()) {
-    if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
+    if (const char* env = read_env_knob(EnvKnob::kHttpToken)) options.http_token = env;
   }
   options.heartbeat_timeout = std::chrono::milliseconds(int64_t(args.heartbeat_timeout_s * 1000));
   options.heartbeat_interval = std::min(std::chrono::milliseconds(500), options.heartbeat_timeout / 4);

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/env_knobs.h"
 #include "cluster/embedded_cluster.h"
 #include "cli/client_common.h"
 #include "cli/commands.h"
@@ -39,7 +40,7 @@ int run_run(const RunArgs& args) {
   options.interrupt = install_interrupt_flag();
   // The embedded daemons' routine lines would drown the workers' output;
   // COHORT_LOG or --log-level debug/trace still shows them.
-  if (!std::getenv("COHORT_LOG") && spdlog::get_level() == spdlog::level::info) {
+  if (!read_env_knob(EnvKnob::kLog) && spdlog::get_level() == spdlog::level::info) {
     spdlog::set_level(spdlog::level::warn);
   }
   ProgressLine progress(options.job.output_dir);

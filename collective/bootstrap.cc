@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "base/env_knobs.h"
 #include "collective/gloo/gloo_communicator.h"
 #include "collective/mpi/mpi_communicator.h"
 
@@ -17,13 +18,8 @@ const char* env(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-Result<int> env_int(const char* name, int fallback, bool required) {
-  const char* v = env(name);
-  if (v == nullptr) {
-    if (required)
-      return invalid_argument(std::string(name) + " is not set; the launcher must set it");
-    return fallback;
-  }
+// A non-negative integer from variable `name`'s value `v`.
+Result<int> parse_int(const char* name, const char* v) {
   try {
     size_t used = 0;
     int x = std::stoi(v, &used);
@@ -31,6 +27,16 @@ Result<int> env_int(const char* name, int fallback, bool required) {
   } catch (const std::exception&) {
   }
   return invalid_argument(std::string(name) + "='" + v + "' is not a non-negative integer");
+}
+
+Result<int> env_int(const char* name, int fallback, bool required) {
+  const char* v = env(name);
+  if (v == nullptr) {
+    if (required)
+      return invalid_argument(std::string(name) + " is not set; the launcher must set it");
+    return fallback;
+  }
+  return parse_int(name, v);
 }
 
 bool is_loopback(const std::string& host) {
@@ -42,7 +48,7 @@ GlooOptions gloo_options(const std::string& store_host, Milliseconds timeout) {
   o.timeout = timeout;
   if (const char* iface = env("GLOO_SOCKET_IFNAME")) {
     o.iface = iface;
-  } else if (const char* host = env("COHORT_GLOO_HOSTNAME")) {
+  } else if (const char* host = read_env_knob(EnvKnob::kGlooHostname)) {
     o.hostname = host;
   } else if (is_loopback(store_host)) {
     o.hostname = "127.0.0.1";
@@ -77,7 +83,7 @@ Status join_store(World* world, const std::string& host, int port, Milliseconds 
   store::TcpStoreClientOptions o;
   o.connect_timeout = timeout;
   // The agent's proxy refuses connections without the attempt's token.
-  if (const char* token = std::getenv("COHORT_STORE_TOKEN")) o.token = token;
+  if (const char* token = read_env_knob(EnvKnob::kStoreToken)) o.token = token;
   COHORT_ASSIGN_OR_RETURN(auto client, store::TcpStoreClient::connect(host, port, o));
   world->store = std::make_shared<store::PrefixStore>(
       std::shared_ptr<store::Store>(std::move(client)), "collective");
@@ -102,13 +108,13 @@ const char* launch_name(Launch launch) {
 
 Result<World> init_from_environment(const WorldOptions& options) {
   Milliseconds timeout = options.timeout;
-  if (env("COHORT_COLLECTIVE_TIMEOUT_S") != nullptr) {
-    COHORT_ASSIGN_OR_RETURN(int s, env_int("COHORT_COLLECTIVE_TIMEOUT_S", 0, true));
+  if (const char* v = read_env_knob(EnvKnob::kCollectiveTimeoutS)) {
+    COHORT_ASSIGN_OR_RETURN(int s, parse_int(env_knob_name(EnvKnob::kCollectiveTimeoutS), v));
     timeout = std::chrono::seconds(s);
   }
   World world;
   bool mpi_env = launched_by_mpi();
-  const char* cohort_store = env("COHORT_STORE");
+  const char* cohort_store = read_env_knob(EnvKnob::kStore);
   const char* master_addr = env("MASTER_ADDR");
   if (options.backend == CpuBackend::kMpi || (options.backend == CpuBackend::kAuto && mpi_env &&
                                               cohort_store == nullptr && master_addr == nullptr)) {

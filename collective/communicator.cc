@@ -106,12 +106,16 @@ Status Communicator::check_buffers(const std::string& op, const void* a, const v
   return Status::ok();
 }
 
-Status Communicator::check_counts(const std::string& op, const std::vector<size_t>& counts) const {
+Status Communicator::check_all_gather_v(const void* send, const void* recv,
+                                        const std::vector<size_t>& counts, size_t* total) const {
+  *total = 0;
   if (counts.size() != static_cast<size_t>(size())) {
-    return invalid_argument(op + " on group '" + name() + "': " + std::to_string(counts.size()) +
-                            " counts given for a group of " + std::to_string(size()) + " ranks");
+    return invalid_argument("all_gather_v on group '" + name() + "': " +
+                            std::to_string(counts.size()) + " counts given for a group of " +
+                            std::to_string(size()) + " ranks");
   }
-  return Status::ok();
+  for (size_t c : counts) *total += c;
+  return check_buffers("all_gather_v", counts[rank()] > 0 ? send : recv, recv, *total);
 }
 
 Status Communicator::check_split(const std::vector<int>& ranks, int* new_rank) const {

@@ -192,7 +192,10 @@ class Communicator {
   // Checks shared by every backend; ok or kInvalidArgument naming the op.
   Status check_peer(const std::string& op, int peer) const;
   Status check_buffers(const std::string& op, const void* a, const void* b, size_t count) const;
-  Status check_counts(const std::string& op, const std::vector<size_t>& counts) const;
+  // all_gather_v's arguments: one count per rank, buffers for them; sets
+  // *total to the sum of the counts.
+  Status check_all_gather_v(const void* send, const void* recv, const std::vector<size_t>& counts,
+                            size_t* total) const;
   Status check_split(const std::vector<int>& ranks, int* new_rank) const;
   // The name a split gets when SplitOptions::name is empty.
   std::string split_name(const std::vector<int>& ranks, const SplitOptions& options) const;

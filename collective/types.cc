@@ -59,11 +59,6 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-float bf16_to_float(uint16_t h) { return bf16_bits_to_float(h); }
-uint16_t float_to_bf16(float f) { return float_to_bf16_bits(f); }
-float f16_to_float(uint16_t h) { return f16_bits_to_float(h); }
-uint16_t float_to_f16(float f) { return float_to_f16_bits(f); }
-
 namespace {
 
 template <typename T>
@@ -113,9 +108,9 @@ void reduce_cpu(DType dtype, ReduceOp op, void* out, const void* a, const void* 
     case DType::kF32:
       return reduce_typed<float>(op, out, a, b, n);
     case DType::kBF16:
-      return reduce_half<bf16_to_float, float_to_bf16>(op, out, a, b, n);
+      return reduce_half<bf16_bits_to_float, float_to_bf16_bits>(op, out, a, b, n);
     case DType::kF16:
-      return reduce_half<f16_to_float, float_to_f16>(op, out, a, b, n);
+      return reduce_half<f16_bits_to_float, float_to_f16_bits>(op, out, a, b, n);
     case DType::kI32:
       return reduce_typed<int32_t>(op, out, a, b, n);
     case DType::kI64:
@@ -130,9 +125,9 @@ void divide_cpu(DType dtype, void* buf, size_t n, int d) {
     case DType::kF32:
       return divide_typed<float>(buf, n, d);
     case DType::kBF16:
-      return divide_half<bf16_to_float, float_to_bf16>(buf, n, d);
+      return divide_half<bf16_bits_to_float, float_to_bf16_bits>(buf, n, d);
     case DType::kF16:
-      return divide_half<f16_to_float, float_to_f16>(buf, n, d);
+      return divide_half<f16_bits_to_float, float_to_f16_bits>(buf, n, d);
     case DType::kI32:
       return divide_typed<int32_t>(buf, n, d);
     case DType::kI64:

@@ -21,11 +21,7 @@ size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 const char* reduce_op_name(ReduceOp op);
 
-// Half-precision conversions (round to nearest even; NaN stays NaN).
-float bf16_to_float(uint16_t h);
-uint16_t float_to_bf16(float f);
-float f16_to_float(uint16_t h);
-uint16_t float_to_f16(float f);
+// Half-precision conversions: base/half_float.h (the one definition).
 
 // out[i] = op(a[i], b[i]) for `count` elements; out may alias a or b. kAvg
 // reduces like kSum (the division happens once, at the end).

@@ -59,10 +59,9 @@ Status check_job_control(const JobControl& c) {
     return invalid_argument("job.nodes × job.gpus_per_node is more than " + std::to_string(kMaxRanksPerJob) + " ranks");
   if (c.max_restarts < 0 || c.max_restarts > 1000000) return invalid_argument("job.max_restarts must be from 0 to 1000000");
   if (c.priority < -1000000 || c.priority > 1000000) return invalid_argument("job.priority must be from -1000000 to 1000000");
-  if (c.kind != "command" && c.kind != "train" && c.kind != "infer" && c.kind != "serve")
-    return invalid_argument("job.kind must be train, infer, serve or command");
-  if (c.kind == "command" && (c.argv.empty() || c.argv[0].empty())) return invalid_argument("a command job needs command.argv");
-  if (c.devices != "own" && c.devices != "node") return invalid_argument("job.devices must be own or node");
+  // kind and devices are enums: a message naming anything else did not decode.
+  if (c.kind == jobs::JobKind::kCommand && (c.argv.empty() || c.argv[0].empty()))
+    return invalid_argument("a command job needs command.argv");
   if (c.output_dir.empty()) return invalid_argument("job.output_dir is empty");
   COHORT_RETURN_IF_ERROR(check_seconds("job.stop_grace", c.stop_grace_s, 86400));
   COHORT_RETURN_IF_ERROR(check_seconds("job.hang_timeout", c.hang_timeout_s, 1e7));

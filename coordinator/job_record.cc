@@ -58,7 +58,7 @@ protocol::JobInfo Job::info() const {
   protocol::JobInfo out;
   out.id = id;
   out.name = control.name;
-  out.kind = control.kind;
+  out.kind = jobs::to_string(control.kind);
   out.state = to_string(state);
   out.priority = control.priority;
   out.nodes_min = control.nodes_min;

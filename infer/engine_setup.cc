@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "base/env_knobs.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
 #include "parallel/parallelize.h"
@@ -20,13 +21,13 @@
 namespace cohort::infer {
 namespace {
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
+std::string env_or(EnvKnob knob, const std::string& fallback) {
+  const char* v = read_env_knob(knob);
+  return v ? std::string(v) : fallback;
 }
 
 Result<bool> choose_gpu() {
-  const std::string device = env_or("COHORT_INFER_DEVICE", "");
+  const std::string device = env_or(EnvKnob::kInferDevice, "");
   const int gpus = models::cuda_device_count();
   if (device == "cpu") return false;
   if (device == "cuda") {
@@ -72,7 +73,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   // "own" devices show each worker one GPU; "node" (and torchrun-style
   // launches of tests) show all of the node's, and LOCAL_RANK picks.
   const int device = world.local_rank % models::cuda_device_count();
-  bool model_engine_wanted = env_or("COHORT_INFER_ENGINE", "graphs") == "model";
+  bool model_engine_wanted = env_or(EnvKnob::kInferEngine, "graphs") == "model";
 #ifdef COHORT_HAVE_INFER_CUDA_ENGINE
   if (!model_engine_wanted && !cuda_graph_engine_supports(config)) {
     if (world.rank == 0) {
@@ -131,7 +132,7 @@ Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::Model
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
   // checked against the tp group's (infer_engine.h, check_lockstep). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.
-  if (bundle.engine && env_or("COHORT_INFER_CHECK_LOCKSTEP", "") == "1") {
+  if (bundle.engine && env_knob_on(EnvKnob::kInferCheckLockstep)) {
     collective::Communicator& tp = bundle.mesh->tp();
     if (tp.size() > 1 && tp.device() == collective::Device::kCpu) {
       bundle.engine = check_lockstep(std::move(bundle.engine), &tp);

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 
+#include "base/env_knobs.h"
 #include "collective/bootstrap.h"
 #include "infer/generate.h"
 #include "infer/prompts.h"
@@ -32,8 +33,7 @@ namespace fs = std::filesystem;
 // (the fp32 logits every generated token was sampled from, back to back), so
 // tests can compare tensor-parallel degrees to the last bit that matters.
 bool dump_logits_requested() {
-  const char* v = std::getenv("COHORT_INFER_DUMP_LOGITS");
-  return v && std::string(v) == "1";
+  return env_knob_on(EnvKnob::kInferDumpLogits);
 }
 
 struct LogitsDump {

@@ -1,5 +1,6 @@
 // Prompts JSONL, tokenizer choice and stop conditions for inference jobs.
 #include "infer/prompts.h"
+#include "base/env_knobs.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -85,8 +86,7 @@ Result<std::vector<Prompt>> load_prompts(const std::string& path, models::Tokeni
 }
 
 std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model) {
-  const char* ignore = std::getenv("COHORT_INFER_IGNORE_EOS");
-  if (model.hf_dir.empty() || (ignore && std::string(ignore) == "1")) return {};
+  if (model.hf_dir.empty() || env_knob_on(EnvKnob::kInferIgnoreEos)) return {};
   for (const char* file : {"generation_config.json", "config.json"}) {
     std::ifstream in(std::filesystem::path(model.hf_dir) / file);
     if (!in) continue;

@@ -39,22 +39,14 @@ Precision parse_precision(const std::string& s) {
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
       {"job.name", [](JobSpec& s, const Value& v) { s.job.name = as<std::string>(v); }},
-      {"job.kind", [](JobSpec& s, const Value& v) {
-         const auto& k = as<std::string>(v);
-         s.job.kind = k == "train"   ? JobKind::kTrain
-                      : k == "infer" ? JobKind::kInfer
-                      : k == "serve" ? JobKind::kServe
-                                     : JobKind::kCommand;
-       }},
+      {"job.kind", [](JobSpec& s, const Value& v) { parse_job_kind(as<std::string>(v), &s.job.kind); }},
       {"job.nodes", [](JobSpec& s, const Value& v) { s.job.nodes = as<NodeRange>(v); }},
       {"job.gpus_per_node", [](JobSpec& s, const Value& v) { s.job.gpus_per_node = int(as<int64_t>(v)); }},
       {"job.max_restarts", [](JobSpec& s, const Value& v) { s.job.max_restarts = int(as<int64_t>(v)); }},
       {"job.priority", [](JobSpec& s, const Value& v) { s.job.priority = int(as<int64_t>(v)); }},
       {"job.output_dir", [](JobSpec& s, const Value& v) { s.job.output_dir = as<std::string>(v); }},
       {"job.working_dir", [](JobSpec& s, const Value& v) { s.job.working_dir = as<std::string>(v); }},
-      {"job.devices", [](JobSpec& s, const Value& v) {
-         s.job.devices = as<std::string>(v) == "node" ? DeviceVisibility::kNode : DeviceVisibility::kOwn;
-       }},
+      {"job.devices", [](JobSpec& s, const Value& v) { parse_devices(as<std::string>(v), &s.job.devices); }},
       {"job.stop_grace", [](JobSpec& s, const Value& v) { s.job.stop_grace_s = as<double>(v); }},
       {"job.hang_timeout", [](JobSpec& s, const Value& v) { s.job.hang_timeout_s = as<double>(v); }},
       {"job.placement_timeout", [](JobSpec& s, const Value& v) { s.job.placement_timeout_s = as<double>(v); }},

@@ -16,6 +16,20 @@ const char* to_string(DeviceVisibility devices) {
   return devices == DeviceVisibility::kNode ? "node" : "own";
 }
 
+bool parse_job_kind(std::string_view name, JobKind* kind) {
+  for (JobKind k : {JobKind::kTrain, JobKind::kInfer, JobKind::kServe, JobKind::kCommand}) {
+    if (name == to_string(k)) return *kind = k, true;
+  }
+  return false;
+}
+
+bool parse_devices(std::string_view name, DeviceVisibility* devices) {
+  for (DeviceVisibility d : {DeviceVisibility::kOwn, DeviceVisibility::kNode}) {
+    if (name == to_string(d)) return *devices = d, true;
+  }
+  return false;
+}
+
 const char* to_string(Precision precision) {
   switch (precision) {
     case Precision::kBf16: return "bf16";

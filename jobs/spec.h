@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/strategy.h"
@@ -34,6 +35,10 @@ inline constexpr int64_t kMaxBatch = 1000000000;   // sequences per optimizer st
 
 const char* to_string(JobKind kind);
 const char* to_string(DeviceVisibility devices);
+// The inverses of the two above (the job file's and the wire's spelling);
+// false for anything else.
+bool parse_job_kind(std::string_view name, JobKind* kind);
+bool parse_devices(std::string_view name, DeviceVisibility* devices);
 const char* to_string(Precision precision);
 
 // `nodes = 2` is {2, 2}; `nodes = "1:4"` is an elastic job, {1, 4}.

@@ -222,7 +222,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
     size_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
     const size_t bytes = numel * dtype_size(t.dtype);
-    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;

@@ -25,6 +25,20 @@ size_t dtype_size(DType dtype) {
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
+  }
+  return "?";
+}
+
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
       return "F32";
     case DType::kBF16:
       return "BF16";

@@ -21,7 +21,11 @@ enum class DType { kF32, kBF16, kF16, kI32 };
 enum class Device { kCpu, kCuda };
 
 size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // safetensors spelling: "F32", "BF16", "F16", "I32"
+// The one dtype vocabulary, as collective/types.h spells it: "f32", "bf16",
+// "f16", "i32". The safetensors format's own spelling ("F32", ...) is used
+// only in those files' headers.
+const char* dtype_name(DType dtype);
+const char* safetensors_dtype_name(DType dtype);
 Result<DType> parse_dtype(const std::string& name);  // accepts the safetensors and torch spellings
 
 // A non-owning view: `data` points at element [0, 0, ...] of a row-major,

@@ -1,5 +1,6 @@
 // The blocking client: one DEALER socket, zmq_poll with a deadline.
 #include "protocol/client.h"
+#include "base/env_knobs.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -128,7 +129,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& endpoint,
 
 std::string default_coordinator(const std::string& flag) {
   if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("COHORT_COORDINATOR"); env && *env) return env;
+  if (const char* env = read_env_knob(EnvKnob::kCoordinator)) return env;
   return "tcp://127.0.0.1:7070";
 }
 

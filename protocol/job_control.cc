@@ -11,7 +11,7 @@ JobControl job_control_from_spec(const jobs::JobSpec& spec) {
   namespace fs = std::filesystem;
   JobControl c;
   c.name = spec.job.name;
-  c.kind = jobs::to_string(spec.job.kind);
+  c.kind = spec.job.kind;
   c.nodes_min = spec.job.nodes.min;
   c.nodes_max = spec.job.nodes.max;
   c.gpus_per_node = spec.job.gpus_per_node;
@@ -21,7 +21,7 @@ JobControl job_control_from_spec(const jobs::JobSpec& spec) {
   c.working_dir = spec.job.working_dir.empty()
                       ? fs::current_path().string()
                       : fs::absolute(spec.job.working_dir).lexically_normal().string();
-  c.devices = jobs::to_string(spec.job.devices);
+  c.devices = spec.job.devices;
   c.stop_grace_s = spec.job.stop_grace_s;
   c.hang_timeout_s = spec.job.hang_timeout_s;
   c.placement_timeout_s = spec.job.placement_timeout_s;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "jobs/spec.h"
+
 namespace cohort::protocol {
 
 // ---- shared pieces -------------------------------------------------------
@@ -29,7 +31,7 @@ struct GpuDesc {
 // and its agents work with any job the client could load.
 struct JobControl {
   std::string name;
-  std::string kind = "command";  // train | infer | command
+  jobs::JobKind kind = jobs::JobKind::kCommand;  // "train" | "infer" | "serve" | "command" on the wire
   int nodes_min = 1;
   int nodes_max = 1;
   int gpus_per_node = 1;
@@ -37,7 +39,7 @@ struct JobControl {
   int priority = 0;
   std::string output_dir;   // absolute
   std::string working_dir;  // absolute
-  std::string devices = "node";  // own | node
+  jobs::DeviceVisibility devices = jobs::DeviceVisibility::kNode;  // "own" | "node" on the wire
   double stop_grace_s = 10.0;
   double hang_timeout_s = 0.0;
   double placement_timeout_s = 0.0;

@@ -8,7 +8,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include <stdexcept>
+#include <string>
+
 #include "protocol/messages.h"
+
+// The job file's enums travel as the job file spells them; any other string
+// is a bad message (an error reply), never a silent default.
+namespace cohort::jobs {
+inline void to_json(nlohmann::json& j, JobKind kind) { j = to_string(kind); }
+inline void from_json(const nlohmann::json& j, JobKind& kind) {
+  if (!parse_job_kind(j.get<std::string>(), &kind)) {
+    throw std::invalid_argument("job kind \"" + j.get<std::string>() +
+                                "\" is not train, infer, serve or command");
+  }
+}
+inline void to_json(nlohmann::json& j, DeviceVisibility devices) { j = to_string(devices); }
+inline void from_json(const nlohmann::json& j, DeviceVisibility& devices) {
+  if (!parse_devices(j.get<std::string>(), &devices)) {
+    throw std::invalid_argument("job devices \"" + j.get<std::string>() + "\" is not own or node");
+  }
+}
+}  // namespace cohort::jobs
 
 namespace cohort::protocol {
 

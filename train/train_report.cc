@@ -1,4 +1,5 @@
 #include "train/train_report.h"
+#include "base/env_knobs.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -18,7 +19,7 @@ TrainReporter::TrainReporter(const std::string& output_dir, bool writes_metrics,
       writes_metrics_(writes_metrics),
       first_step_(resumed_step),
       log_every_(log_every < 1 ? 1 : log_every) {
-  if (const char* p = std::getenv("COHORT_PROGRESS_FILE")) progress_path_ = p;
+  if (const char* p = read_env_knob(EnvKnob::kProgressFile)) progress_path_ = p;
   if (!writes_metrics_) return;
   std::error_code ec;
   fs::create_directories(output_dir, ec);

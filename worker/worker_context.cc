@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/env_knobs.h"
 #include "parallel/checkpoint.h"
 #include "models/cuda_backend.h"
 #include "models/hf.h"
@@ -20,7 +21,7 @@ Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
   WorkerContext ctx;
   COHORT_ASSIGN_OR_RETURN(ctx.world, collective::init_from_environment());
   // COHORT_DEVICE=cpu keeps a worker that sees a GPU on the CPU (parity checks).
-  const char* device_env = std::getenv("COHORT_DEVICE");
+  const char* device_env = read_env_knob(EnvKnob::kDevice);
   bool cpu_asked = device_env && std::string(device_env) == "cpu";
   (void)spec;
   if (models::cuda_device_count() > 0 && !cpu_asked) {
@@ -115,7 +116,7 @@ std::optional<double> model_flops_utilization(const models::ModelConfig& config,
                                               const WorkerContext& ctx) {
   if (!ctx.gpu) return std::nullopt;
   double peak = 989e12;
-  if (const char* env = std::getenv("COHORT_PEAK_TFLOPS")) peak = std::atof(env) * 1e12;
+  if (const char* env = read_env_knob(EnvKnob::kPeakTflops)) peak = std::atof(env) * 1e12;
   double flops_per_token = 6.0 * double(config.num_parameters());
   // Per GPU: the job's tokens/s are spread over world GPUs.
   return flops_per_token * tokens_per_s / (peak * ctx.world.size);

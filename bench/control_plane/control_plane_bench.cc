@@ -179,7 +179,7 @@ class SimulatedCluster {
     wait_for([&] { return alive_nodes() == nodes; });
     protocol::JobControl job;
     job.name = "bench";
-    job.kind = "command";
+    job.kind = jobs::JobKind::kCommand;
     job.nodes_min = job.nodes_max = nodes;
     job.gpus_per_node = 8;
     job.max_restarts = 1;

@@ -47,10 +47,8 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_v_async(const void* send, voi
                                                            const std::vector<size_t>& counts,
                                                            DType dtype,
                                                            const AllGatherOptions& options) {
-  Status s = check_counts("all_gather_v", counts);
   size_t total = 0;
-  for (size_t c : counts) total += c;
-  if (s.is_ok()) s = check_buffers("all_gather_v", counts[rank_] > 0 ? send : recv, recv, total);
+  Status s = check_all_gather_v(send, recv, counts, &total);
   if (!s.is_ok() || total == 0) return completed_work(s);
   return launch(
       "all_gather_v", options.timeout, options.stream, !options.overlap, [&](ncclComm_t comm, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/env_knobs.h"
 #include "models/cuda/common.cuh"
 #include "models/cuda/copy_plan.cuh"
 #include "models/cuda/memory_pool.h"
@@ -53,7 +54,7 @@ struct CudaCopyPlan final : CopyPlan {
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device)
-      : device_(device), pool_(device), op_times_(std::getenv("COHORT_CUDA_OP_TIMES") != nullptr) {}
+      : device_(device), pool_(device), op_times_(read_env_knob(EnvKnob::kCudaOpTimes) != nullptr) {}
   // Set-up that can fail (no such device, out of memory): a Status for
   // make_cuda_backend rather than an abort.
   Status init() {

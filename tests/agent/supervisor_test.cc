@@ -40,7 +40,7 @@ class SupervisorTest : public ::testing::Test {
                         [this](protocol::WorkerExit e) { exits_.push_back(e); }};
     supervisor_ = std::make_unique<Supervisor>(io_, launcher_, clock_, options, forward, sink);
   }
-  protocol::LaunchOrder order(const std::string& kind = "command") {
+  protocol::LaunchOrder order(jobs::JobKind kind = jobs::JobKind::kCommand) {
     protocol::LaunchOrder o;
     o.job_id = "job-1";
     o.attempt = 0;
@@ -53,7 +53,7 @@ class SupervisorTest : public ::testing::Test {
     o.job.name = "t";
     o.job.kind = kind;
     o.job.gpus_per_node = 2;
-    o.job.devices = "own";
+    o.job.devices = jobs::DeviceVisibility::kOwn;
     o.job.output_dir = dir_ + "/out";
     o.job.working_dir = dir_;
     o.job.stop_grace_s = 1.5;
@@ -192,7 +192,7 @@ TEST_F(SupervisorTest, AProgressKeySetThroughTheStoreCountsAsProgress) {
 
 TEST_F(SupervisorTest, ATrainJobWithoutCohortWorkerFailsWithAClearMessage) {
   make_supervisor(false, dir_ + "/bin/cohort-worker");
-  supervisor_->launch(order("train"));
+  supervisor_->launch(order(jobs::JobKind::kTrain));
   EXPECT_EQ(launcher_.spawn_count(), 0u);
   ASSERT_EQ(exits_.size(), 2u);
   EXPECT_NE(exits_[0].failure.find("cohort-worker, which is not built"), std::string::npos)
@@ -206,7 +206,7 @@ TEST_F(SupervisorTest, ATrainJobRunsCohortWorkerOnTheResolvedJobFile) {
   std::ofstream(worker) << "#!/bin/sh\n";
   fs::permissions(worker, fs::perms::owner_all);
   make_supervisor(false, worker);
-  auto o = order("train");
+  auto o = order(jobs::JobKind::kTrain);
   o.job.job_toml = "[job]\nname = \"t\"\n";
   supervisor_->launch(o);
   ASSERT_EQ(launcher_.spawn_count(), 2u);

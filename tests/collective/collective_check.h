@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/half_float.h"
 #include "collective/types.h"
 
 namespace cohort::collective::testing {
@@ -42,10 +43,10 @@ inline void store_value(DType t, void* base, size_t i, double v) {
       static_cast<float*>(base)[i] = static_cast<float>(v);
       break;
     case DType::kBF16:
-      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v));
+      static_cast<uint16_t*>(base)[i] = float_to_bf16_bits(static_cast<float>(v));
       break;
     case DType::kF16:
-      static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v));
+      static_cast<uint16_t*>(base)[i] = float_to_f16_bits(static_cast<float>(v));
       break;
     case DType::kI32:
       static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
@@ -64,9 +65,9 @@ inline double load_value(DType t, const void* base, size_t i) {
     case DType::kF32:
       return static_cast<const float*>(base)[i];
     case DType::kBF16:
-      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
     case DType::kF16:
-      return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+      return f16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
     case DType::kI32:
       return static_cast<const int32_t*>(base)[i];
     case DType::kI64:

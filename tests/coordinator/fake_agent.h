@@ -159,7 +159,7 @@ class CoordinatorTest : public ::testing::Test {
   static protocol::JobControl command_job(const std::string& name, int nodes, int gpus) {
     protocol::JobControl c;
     c.name = name;
-    c.kind = "command";
+    c.kind = jobs::JobKind::kCommand;
     c.nodes_min = c.nodes_max = nodes;
     c.gpus_per_node = gpus;
     c.output_dir = "/tmp/" + name;

@@ -123,6 +123,25 @@ TEST(Codec, AFieldOfTheWrongTypeIsAnErrorNamingTheType) {
   EXPECT_NE(m.status().message().find("submit"), std::string::npos);
 }
 
+TEST(Codec, JobKindAndDevicesTravelAsTheJobFileSpellsThemAndNothingElse) {
+  SubmitJob m;
+  m.job.kind = jobs::JobKind::kInfer;
+  m.job.devices = jobs::DeviceVisibility::kOwn;
+  const std::string wire = encode(m, 3);
+  EXPECT_NE(wire.find(R"("kind":"infer")"), std::string::npos) << wire;
+  EXPECT_NE(wire.find(R"("devices":"own")"), std::string::npos) << wire;
+  auto back = body_as<SubmitJob>(*decode(wire));
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->job.kind, jobs::JobKind::kInfer);
+  EXPECT_EQ(back->job.devices, jobs::DeviceVisibility::kOwn);
+  for (const char* body : {R"({"job":{"kind":"sweep"}})", R"({"job":{"devices":"all"}})"}) {
+    auto bad = body_as<SubmitJob>(
+        *decode(std::string(R"({"v":1,"type":"submit","id":1,"body":)") + body + "}"));
+    ASSERT_FALSE(bad) << body;
+    EXPECT_NE(bad.status().message().find("is not"), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(Codec, ErrorRepliesKeepTheirStatusCode) {
   auto e = decode(encode_error(not_found("no job 'x'"), 9));
   ASSERT_TRUE(e);

@@ -1,0 +1,84 @@
+// The COHORT_* table. Adding a variable: an EnvKnob, a row here (in enum
+// order), the README row (the test prints it), and read_env_knob at the use.
+#include "base/env_knobs.h"
+
+#include <cstdlib>
+
+#include "base/check.h"
+
+namespace cohort {
+
+const std::vector<EnvKnobDoc>& env_knobs() {
+  using K = EnvKnob;
+  static const std::vector<EnvKnobDoc> table = {
+      {K::kLog, "COHORT_LOG", "base",
+       "Log level (trace, debug, info, warn, error, off) when `--log-level` is not given.", false},
+      {K::kCoordinator, "COHORT_COORDINATOR", "protocol",
+       "The coordinator's address for client commands (default tcp://127.0.0.1:7070).", false},
+      {K::kKeys, "COHORT_KEYS", "cli", "Folder of CURVE keys when `--keys` is not given.", false},
+      {K::kHttpToken, "COHORT_HTTP_TOKEN", "cli",
+       "The coordinator's HTTP API token when `--http-token` is not given.", false},
+      {K::kStore, "COHORT_STORE", "collective",
+       "Set by the agent (launch contract): the rendezvous store a worker bootstraps from.", false},
+      {K::kStoreToken, "COHORT_STORE_TOKEN", "collective",
+       "Set by the agent (launch contract): the attempt's token, presented to the store.", false},
+      {K::kProgressFile, "COHORT_PROGRESS_FILE", "train",
+       "Set by the agent (launch contract): touched to report progress for hang detection.", false},
+      {K::kCollectiveTimeoutS, "COHORT_COLLECTIVE_TIMEOUT_S", "collective",
+       "Seconds a collective may wait for its peers before failing (default 600).", false},
+      {K::kGlooHostname, "COHORT_GLOO_HOSTNAME", "collective",
+       "The address Gloo binds to when GLOO_SOCKET_IFNAME is not set.", false},
+      {K::kDevice, "COHORT_DEVICE", "worker",
+       "`cpu` keeps a built-in worker on the CPU although it sees a GPU (parity checks).", true},
+      {K::kPeakTflops, "COHORT_PEAK_TFLOPS", "worker",
+       "Peak TFLOP/s per GPU for the MFU figure in metrics.jsonl (default 989, an H100's bf16).",
+       false},
+      {K::kCudaOpTimes, "COHORT_CUDA_OP_TIMES", "models",
+       "Any value: the CUDA backend times every op (models_train_bench prints the totals).", true},
+      {K::kInferDevice, "COHORT_INFER_DEVICE", "infer",
+       "`cpu` or `cuda` forces an inference job's device (default: the GPU when one is visible).",
+       true},
+      {K::kInferEngine, "COHORT_INFER_ENGINE", "infer",
+       "`model` serves inference with the models library's fp32 CUDA engine instead of the bf16 "
+       "graph engine (the reference it is compared with).",
+       true},
+      {K::kInferCheckLockstep, "COHORT_INFER_CHECK_LOCKSTEP", "infer",
+       "`1`: every engine call is checked to be the same on all tensor-parallel ranks (tests).",
+       true},
+      {K::kInferDumpLogits, "COHORT_INFER_DUMP_LOGITS", "infer",
+       "`1`: writes output_dir/logits/<prompt>.f32, the logits of every generated token (tests).",
+       true},
+      {K::kInferIgnoreEos, "COHORT_INFER_IGNORE_EOS", "infer",
+       "`1`: generation ignores the model's end-of-sequence tokens (fixed-length benchmarks).",
+       true},
+  };
+  return table;
+}
+
+const char* env_knob_name(EnvKnob knob) {
+  const auto& table = env_knobs();
+  const size_t i = static_cast<size_t>(knob);
+  COHORT_CHECK(i < table.size() && table[i].knob == knob);
+  return table[i].name;
+}
+
+const char* read_env_knob(EnvKnob knob) {
+  const char* v = std::getenv(env_knob_name(knob));
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+bool env_knob_on(EnvKnob knob) {
+  const char* v = read_env_knob(knob);
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
+
+std::string env_knobs_markdown() {
+  std::string out = "| variable | read by | what it does |\n|---|---|---|\n";
+  for (const auto& k : env_knobs()) {
+    out += std::string("| `") + k.name + "` | " + k.read_by + " | " +
+           (k.debug ? "*Debugging switch.* " : "") + k.meaning + " |\n";
+  }
+  return out;
+}
+
+}  // namespace cohort
