@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-#include "jobs/runners/checkpoint_format.h"
+#include "parallel/checkpoint_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = "/dev/shm/cohort-fuzz-checkpoint-" + std::to_string(::getpid());
@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!f) return 0;
   std::fwrite(data, 1, size, f);
   std::fclose(f);
-  auto index = cohort::runners::read_piece_index(dir);
+  auto index = cohort::parallel::read_piece_index(dir);
   (void)index;
   return 0;
 }
