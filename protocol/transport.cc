@@ -81,16 +81,20 @@ class SocketWatcher {
 // that never reads gets its replies dropped once kSendQueue are waiting,
 // instead of the daemon buffering them (3,000 unanswered queries had taken
 // 170 MB at a high-water mark of 100,000).
-constexpr int kSendQueue = 256;
+constexpr int kSendQueue = 64;
 constexpr int kReceiveQueue = 1000;
+// What the coordinator buffers from one peer before reading it: 16 messages
+// of at most the cap + 1 MiB, so a flooding connection holds ~150 MB at
+// worst, not rcvhwm × 32 MiB (a flood of 8 MB messages had peaked at 316 MB).
+constexpr int kRouterReceiveQueue = 16;
 
-void apply_common_options(zmq::socket_t& s) {
+void apply_common_options(zmq::socket_t& s, int receive_queue = kReceiveQueue) {
   s.set(zmq::sockopt::linger, 200);
   s.set(zmq::sockopt::sndhwm, kSendQueue);
-  s.set(zmq::sockopt::rcvhwm, kReceiveQueue);
-  // A frame far beyond the cap drops the connection before it is buffered;
-  // frames between the two limits get an error reply from the decoder.
-  s.set(zmq::sockopt::maxmsgsize, int64_t(4 * kMaxMessageBytes));
+  s.set(zmq::sockopt::rcvhwm, receive_queue);
+  // A frame beyond the cap + 1 MiB drops the connection before it is
+  // buffered; frames just over the cap get an error reply from the decoder.
+  s.set(zmq::sockopt::maxmsgsize, int64_t(kMaxMessageBytes + (1 << 20)));
 }
 
 // Answers ZeroMQ's authentication requests (ZAP, RFC 27) for CURVE servers.
@@ -157,7 +161,7 @@ class ZmqRouter final : public RouterEndpoint {
         socket_.set(zmq::sockopt::curve_secretkey, security.own.secret_key);
         socket_.set(zmq::sockopt::zap_domain, "cohort");
       }
-      apply_common_options(socket_);
+      apply_common_options(socket_, kRouterReceiveQueue);
       socket_.set(zmq::sockopt::router_mandatory, 1);
       socket_.bind(endpoint);
       endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
