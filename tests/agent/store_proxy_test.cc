@@ -33,7 +33,7 @@ StoreForward echo_forward(std::atomic<int>* forwarded, std::string* last_token =
     if (last_token) *last_token = r.token;
     protocol::StoreReply reply;
     reply.found = true;
-    reply.value = r.op == "add" ? "1" : "v";
+    reply.value.assign(1, r.op == "add" ? '1' : 'v');
     done(reply);
   };
 }
