@@ -137,8 +137,13 @@ TEST(TcpStore, OversizedFrameGetsTheConnectionDroppedNotTheServer) {
   ASSERT_TRUE(fd.is_ok());
   const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
   ASSERT_EQ(::send(*fd, huge, 4, MSG_NOSIGNAL), 4);
+  // The server says why, then closes (a worker's oversized set learns at once).
   auto reply = wire::read_frame(*fd, std::chrono::steady_clock::now() + 5s);
-  EXPECT_EQ(reply.status().code(), StatusCode::kUnavailable);  // closed by the server
+  ASSERT_TRUE(reply.is_ok()) << reply.status().message();
+  wire::Reader r(*reply);
+  EXPECT_EQ(StatusCode(r.u8()), StatusCode::kInvalidArgument);
+  auto after = wire::read_frame(*fd, std::chrono::steady_clock::now() + 5s);
+  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);  // closed by the server
   ::close(*fd);
   auto client = TcpStoreClient::connect("127.0.0.1", (*server)->port());
   ASSERT_TRUE(client.is_ok());
