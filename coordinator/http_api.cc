@@ -159,6 +159,12 @@ class Server final : public HttpApi {
     boost::system::error_code ec;
     auto address = asio::ip::make_address(listen.substr(0, colon), ec);
     if (ec) return invalid_argument("--http: bad address in '" + listen + "': " + ec.message());
+    // Anyone who can reach the page sees every job's logs; off loopback the
+    // operator must have chosen a token (DESIGN §4).
+    if (!address.is_loopback() && token_.empty()) {
+      return invalid_argument("--http " + listen + " is not a loopback address: give --http-token (or "
+                              "COHORT_HTTP_TOKEN) to serve the web page there");
+    }
     int port = std::atoi(listen.substr(colon + 1).c_str());
     tcp::endpoint endpoint(address, uint16_t(port));
     acceptor_.open(endpoint.protocol(), ec);
