@@ -178,7 +178,7 @@ std::string log_tail(const JobView& j, const protocol::LogReply& tail, const Job
   out += fmt::format("<pre id=log data-job=\"{}\" data-rank=\"{}\" data-after=\"{}\" data-finished=\"{}\">",
                      escape(j.info.id), o.log_rank, tail.last_seq, tail.job_finished ? 1 : 0);
   for (const auto& l : tail.lines) out += escape(fmt::format("[rank {}] {}", l.rank, l.text)) + "\n";
-  if (tail.lines.empty()) out += "<span class=muted>no log lines yet</span>\n";
+  if (tail.lines.empty()) out += "<span class=muted>no log lines yet</span>";
   return out + "</pre>";
 }
 

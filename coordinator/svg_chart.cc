@@ -50,7 +50,7 @@ std::string clock_label(double unix_s) {
 std::string value_label(double v, const std::string& unit) {
   double a = std::abs(v);
   std::string s = a >= 1e6 ? fmt::format("{:.3g}M", v / 1e6)
-                  : a >= 1e4 ? fmt::format("{:.3g}k", v / 1e3)
+                  : a >= 1e3 ? fmt::format("{:.3g}k", v / 1e3)
                              : fmt::format("{:.3g}", v);
   return s + unit;
 }
