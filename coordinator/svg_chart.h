@@ -23,7 +23,7 @@ struct ChartOptions {
   std::string x_label = "step";
   double y_scale = 1;      // values are multiplied by this for display (100: a percentage)
   std::string y_unit;      // appended to the y labels ("%")
-  int width = 540;
+  int width = 520;
   int height = 220;
 };
 
