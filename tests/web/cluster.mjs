@@ -15,7 +15,7 @@ export function skip(why) {
 }
 
 export function binDir() {
-  return process.env.COHORT_BIN_DIR || path.resolve(import.meta.dirname, '../../build/bin');
+  return path.resolve(process.env.COHORT_BIN_DIR || path.join(import.meta.dirname, '../../build/bin'));
 }
 
 export async function freePort() {
