@@ -356,7 +356,17 @@ void Session::respond() {
   response_.version(request_.version());
   response_.keep_alive(false);
   response_.set(http::field::server, "cohort");
-  server_.handle(request_, response_);
+  try {
+    server_.handle(request_, response_);
+  } catch (const std::exception& e) {
+    // A page must never take the coordinator down with it.
+    spdlog::error("HTTP: {} {}: {}", std::string(request_.method_string()), std::string(request_.target()), e.what());
+    response_ = {};
+    response_.version(request_.version());
+    response_.keep_alive(false);
+    response_.result(http::status::internal_server_error);
+    response_.body() = "internal error\n";
+  }
   response_.prepare_payload();
   http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code, size_t) {
     beast::error_code ignored;

@@ -145,6 +145,10 @@ TEST_F(DashboardTest, PagesEscapeWhatJobsAreCalledAndUnknownPagesAre404) {
   EXPECT_EQ(http_call(port, http::verb::get, "/jobs/" + id + "/nothing").status, 404);
   EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/" + id + "/nothing").status, 404);
   EXPECT_EQ(http_call(port, http::verb::get, "/jobs/%zz%").status, 404);
+  EXPECT_EQ(http_call(port, http::verb::get, "/no/%ff%fe").status, 404) << "a path that is not UTF-8";
+  EXPECT_EQ(http_call(port, http::verb::get, "/jobs/%ff?rank=%fe").status, 404);
+  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/%c3/logs").status, 404);
+  EXPECT_EQ(http_call(port, http::verb::get, "/").status, 200) << "the server goes on";
 }
 
 TEST(HttpApiStart, RefusesANonLoopbackAddressWithoutAToken) {

@@ -116,6 +116,7 @@ export const failingJob = (outputDir) => `[job]
 name = "doomed"
 kind = "command"
 gpus_per_node = 1
+max_restarts = 1
 output_dir = "${outputDir}"
 [command]
 argv = ["sh", "-c", "echo loading shards; sleep 1; echo 'fatal: shard 7 is truncated' >&2; exit 3"]

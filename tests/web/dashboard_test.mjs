@@ -84,6 +84,10 @@ try {
   const rc = await page.textContent('#rootcause').catch(() => '');
   check(/rank 0/.test(rc) && /node-b/.test(rc) && /exit code 3/.test(rc), `the root cause names rank, node and exit: ${rc.slice(0, 80)}`);
   check(rc.includes('fatal: shard 7 is truncated'), 'the root cause shows the last log lines');
+  const attempts = await page.$$eval('#attempts tr', (rows) => rows.slice(1).map((r) => r.textContent));
+  check(attempts.length === 2 && attempts.every((a) => a.includes('exited with code 3')) && attempts[1].includes('counted'),
+        `the attempts table has the restart and why each attempt ended (${attempts.length} attempts)`);
+  check((await page.$$('#timeline rect')).length === 2, 'the timeline has a bar per attempt');
   await page.screenshot({ path: shot('dashboard-failed.png'), fullPage: true });
 
   // Without JavaScript the tables are all there.
