@@ -64,7 +64,9 @@ scrape_configs:
   const ranks = await series(`cohort_job_ranks{job="${train}"}`);
   check(ranks[0].metric.node === 'node-a' && ranks[0].value[1] === '2', 'cohort_job_ranks has the job on node-a, 2 ranks');
   const hist = await series(`cohort_job_attempt_duration_seconds_count{job="${failed}"}`);
-  check(hist[0].value[1] === '1', 'the failed job\'s attempt is in the duration histogram');
+  check(hist[0].value[1] === '2', `the failed job's two attempts are in the duration histogram (${hist[0].value[1]})`);
+  const restarts = await series(`cohort_job_restarts_total{job="${failed}"}`);
+  check(restarts[0].value[1] === '1', 'cohort_job_restarts_total counts the failed job\'s restart');
   const q = await series(`histogram_quantile(0.5, cohort_job_attempt_duration_seconds_bucket{job="${failed}"})`);
   check(Number(q[0].value[1]) > 0, `histogram_quantile over the attempt durations works (${q[0].value[1]} s)`);
   const util = await series('cohort_gpu_utilization_ratio{node="node-b"}');
