@@ -68,7 +68,7 @@ TEST_F(DashboardTest, TrainingFiguresFromRankZerosNodeReachTheJsonThePageAndMetr
 }
 
 TEST_F(DashboardTest, TheLogApiServesTheNewestLinesPerRankAndResumesAfterASeq) {
-  start();
+  start("", "t0k");  // without a token the page shows no worker output
   FakeAgent a(endpoint_, "node-a", 2);
   std::string id = submit(command_job("logs", 1, 2));
   ASSERT_TRUE(a.next_as<protocol::LaunchOrder>());
@@ -149,6 +149,20 @@ TEST_F(DashboardTest, PagesEscapeWhatJobsAreCalledAndUnknownPagesAre404) {
   EXPECT_EQ(http_call(port, http::verb::get, "/jobs/%ff?rank=%fe").status, 404);
   EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/%c3/logs").status, 404);
   EXPECT_EQ(http_call(port, http::verb::get, "/").status, 200) << "the server goes on";
+}
+
+TEST_F(DashboardTest, WithoutATokenTheLogTailIsNotShown) {
+  start();
+  FakeAgent a(endpoint_, "node-a", 1);
+  std::string id = submit(command_job("quiet", 1, 1));
+  ASSERT_TRUE(a.next_as<protocol::LaunchOrder>());
+  a.send(protocol::LogBatch{id, {{0, 0, 0, "password=hunter2"}}});
+  int port = coordinator_->http_port();
+  ASSERT_TRUE(wait_until([&] { return !job(id).attempts.empty(); }));
+  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/" + id + "/logs?tail=10").status, 403);
+  std::string page = http_call(port, http::verb::get, "/jobs/" + id).body;
+  EXPECT_EQ(page.find("hunter2"), std::string::npos);
+  EXPECT_NE(page.find("id=log-hidden"), std::string::npos);
 }
 
 TEST(HttpApiStart, RefusesANonLoopbackAddressWithoutAToken) {
