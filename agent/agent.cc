@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/metrics_tail.h"
 #include "agent/supervisor.h"
 #include "protocol/codec.h"
 #include "protocol/input_log.h"
@@ -112,6 +113,8 @@ class AgentImpl final : public Agent {
       if (ec || !*alive) return;
       flush_all_lines();
       supervisor_->check_progress();
+      forward_metrics();
+      report_gpus();
       expire_store_requests();
       if (shutdown_done_ && supervisor_->live_workers() == 0) {
         auto done = std::move(shutdown_done_);
@@ -130,6 +133,10 @@ class AgentImpl final : public Agent {
       auto m = body_as<LaunchOrder>(*e);
       if (!m) return spdlog::warn("agent: {}", m.status().message());
       supervisor_->launch(*m);
+      // Rank 0's node forwards the training figures (metrics_tail.h).
+      if (m->job.kind == jobs::JobKind::kTrain && m->node_rank == 0 && supervisor_->runs(m->job_id, m->attempt)) {
+        metric_tails_.try_emplace({m->job_id, m->attempt}, m->job.output_dir, m->attempt);
+      }
     } else if (e->type == StopOrder::kType) {
       auto m = body_as<StopOrder>(*e);
       if (!m) return spdlog::warn("agent: {}", m.status().message());
@@ -217,6 +224,31 @@ class AgentImpl final : public Agent {
     while (!pending_lines_.empty()) flush_lines(pending_lines_.begin()->first);
   }
 
+  // New metrics.jsonl rows of the attempts whose rank 0 runs here; a tail
+  // whose attempt has ended is read once more, then dropped.
+  void forward_metrics() {
+    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (auto it = metric_tails_.begin(); it != metric_tails_.end();) {
+      const auto& [job, attempt] = it->first;
+      bool running = supervisor_->runs(job, attempt);
+      constexpr size_t kMaxRows = 500;  // a batch stays far below the message cap
+      MetricBatch batch{job, attempt, options_.name, it->second.read(now, kMaxRows), 0, -1};
+      batch.total_steps = it->second.total_steps();
+      batch.eta_s = it->second.eta_s();
+      bool more = batch.rows.size() == kMaxRows;
+      if (!batch.rows.empty()) send(encode(batch));
+      it = running || more ? std::next(it) : metric_tails_.erase(it);
+    }
+  }
+
+  void report_gpus() {
+    if (clock_.now() - last_gpu_report_ < std::chrono::seconds(2)) return;
+    last_gpu_report_ = clock_.now();
+    GpuReport report{options_.name, {}};
+    for (const auto& u : options_.prober->sample()) report.samples.push_back({u.index, u.utilization, u.memory_used_bytes});
+    if (!report.samples.empty()) send(encode(report));
+  }
+
   void send_exit(WorkerExit exit) {
     flush_lines(exit.job_id);  // the lines come before the exit they explain
     send(encode(exit));
@@ -240,6 +272,8 @@ class AgentImpl final : public Agent {
   std::map<std::string, std::vector<LogLine>> pending_lines_;
   std::map<std::string, size_t> pending_bytes_;
   std::map<uint64_t, PendingStore> pending_store_;
+  std::map<std::pair<std::string, int>, MetricsTail> metric_tails_;  // (job, attempt)
+  Clock::TimePoint last_gpu_report_{};
   uint64_t next_store_id_ = 1;
   std::function<void()> shutdown_done_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

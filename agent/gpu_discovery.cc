@@ -115,15 +115,26 @@ class SystemProber final : public GpuProber {
     if (!gpus.is_ok()) return gpus.status().with_context("probing GPUs with nvidia-smi");
     return gpus;
   }
+  std::vector<GpuUsage> sample() override { return sampler_.sample(); }
+
+ private:
+  NvmlSampler sampler_;
 };
 
 class ListProber final : public GpuProber {
  public:
-  explicit ListProber(std::vector<GpuInfo> gpus) : gpus_(std::move(gpus)) {}
+  ListProber(std::vector<GpuInfo> gpus, bool fixed_samples) : gpus_(std::move(gpus)), fixed_samples_(fixed_samples) {}
   cohort::Result<std::vector<GpuInfo>> probe() override { return gpus_; }
+  std::vector<GpuUsage> sample() override {
+    std::vector<GpuUsage> out;
+    if (!fixed_samples_) return out;
+    for (const auto& g : gpus_) out.push_back({g.index, double((10 * g.index + 5) % 100) / 100, uint64_t(g.index + 1) << 30});
+    return out;
+  }
 
  private:
   std::vector<GpuInfo> gpus_;
+  bool fixed_samples_ = false;
 };
 
 }  // namespace
@@ -167,13 +178,13 @@ std::unique_ptr<GpuProber> make_fake_prober(int n) {
                     fmt::format("00000000:{:02X}:00.0", 0x18 + i), "Fake GPU",
                     80ull * 1024 * kMiB});
   }
-  return std::make_unique<ListProber>(std::move(gpus));
+  return std::make_unique<ListProber>(std::move(gpus), true);
 }
 
 std::unique_ptr<GpuProber> make_cpu_slots_prober(int n) {
   std::vector<GpuInfo> slots;
   for (int i = 0; i < n; ++i) slots.push_back({i, fmt::format("cpu-slot-{}", i), "", "cpu", 0});
-  return std::make_unique<ListProber>(std::move(slots));
+  return std::make_unique<ListProber>(std::move(slots), false);
 }
 
 namespace {
@@ -195,6 +206,13 @@ class SelectedProber final : public GpuProber {
     // Index order is PCI bus order, which the launch contract keeps.
     std::sort(chosen.begin(), chosen.end(), [](const GpuInfo& a, const GpuInfo& b) { return a.index < b.index; });
     return chosen;
+  }
+  std::vector<GpuUsage> sample() override {
+    std::vector<GpuUsage> out;
+    for (const auto& s : inner_->sample()) {
+      if (std::find(indices_.begin(), indices_.end(), s.index) != indices_.end()) out.push_back(s);
+    }
+    return out;
   }
 
  private:

@@ -25,6 +25,14 @@ struct GpuInfo {
   uint64_t memory_bytes = 0;
 };
 
+// What a GPU is doing: the agent reports it to the coordinator every few
+// seconds (the web page's GPU table, /metrics).
+struct GpuUsage {
+  int index = 0;
+  double utilization = 0;  // share of the last sample period a kernel ran, 0..1
+  uint64_t memory_used_bytes = 0;
+};
+
 // True for the entries of make_cpu_slots_prober(): workers on them get no GPU.
 bool is_cpu_slot(const GpuInfo& gpu);
 
@@ -36,12 +44,18 @@ class GpuProber {
   // nvidia-smi, or a driver that does not answer) gives an empty list, not an
   // error; an error means the tools answered something that makes no sense.
   virtual cohort::Result<std::vector<GpuInfo>> probe() = 0;
+  // The GPUs' utilisation and memory now, by index. Empty where that cannot
+  // be known (no NVML, CPU slots); a failing query is logged, not returned,
+  // because nothing the agent does depends on it.
+  virtual std::vector<GpuUsage> sample() { return {}; }
 };
 
 // NVML (libnvidia-ml.so.1, loaded with dlopen at probe time so the control
 // plane links no NVIDIA library), else `nvidia-smi`'s CSV output.
 std::unique_ptr<GpuProber> make_system_prober();
 // `n` GPUs with distinct UUIDs and PCI bus ids, for tests and `--fake-gpus N`.
+// Their samples are fixed test values: GPU i is (10·i + 5) % 100 percent busy
+// with (i + 1) GiB in use.
 std::unique_ptr<GpuProber> make_fake_prober(int n);
 // `n` CPU slots (is_cpu_slot() true), for `--cpu-slots N`.
 std::unique_ptr<GpuProber> make_cpu_slots_prober(int n);

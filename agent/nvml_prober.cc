@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +27,9 @@ struct nvmlPciInfo_t {  // the _v3 layout; v1/v2 share the first 36 bytes
 };
 struct nvmlMemory_t {
   unsigned long long total, free, used;
+};
+struct nvmlUtilization_t {
+  unsigned int gpu, memory;  // percent of the last sample period
 };
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr unsigned kUuidBufferSize = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
@@ -142,6 +146,57 @@ std::optional<cohort::Result<std::vector<GpuInfo>>> probe_with_nvml() {
   api.shutdown();
   if (!status.is_ok()) return cohort::Result<std::vector<GpuInfo>>(status);
   return cohort::Result<std::vector<GpuInfo>>(std::move(gpus));
+}
+
+struct NvmlSampler::Session {
+  LibraryHandle handle;
+  nvmlReturn_t (*shutdown)() = nullptr;
+  nvmlReturn_t (*get_count)(unsigned*) = nullptr;
+  nvmlReturn_t (*get_handle)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*get_utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+  nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+};
+
+NvmlSampler::~NvmlSampler() {
+  if (session_) {
+    session_->shutdown();
+    delete session_;
+  }
+}
+
+std::vector<GpuUsage> NvmlSampler::sample() {
+  if (!tried_) {
+    tried_ = true;
+    auto s = std::make_unique<Session>();
+    s->handle.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!s->handle.lib) return {};
+    nvmlReturn_t (*init)() = nullptr;
+    void* lib = s->handle.lib;
+    bool complete = resolve(lib, "nvmlInit_v2", &init) && resolve(lib, "nvmlShutdown", &s->shutdown) &&
+                    resolve(lib, "nvmlDeviceGetCount_v2", &s->get_count) &&
+                    resolve(lib, "nvmlDeviceGetHandleByIndex_v2", &s->get_handle) &&
+                    resolve(lib, "nvmlDeviceGetUtilizationRates", &s->get_utilization) &&
+                    resolve(lib, "nvmlDeviceGetMemoryInfo", &s->get_memory);
+    if (!complete || init() != kNvmlSuccess) return {};
+    session_ = s.release();
+  }
+  std::vector<GpuUsage> out;
+  if (!session_) return out;
+  unsigned count = 0;
+  if (session_->get_count(&count) != kNvmlSuccess) return out;
+  for (unsigned i = 0; i < count && i < 1024; ++i) {
+    nvmlDevice_t device = nullptr;
+    nvmlUtilization_t util = {};
+    nvmlMemory_t memory = {};
+    if (session_->get_handle(i, &device) != kNvmlSuccess || session_->get_utilization(device, &util) != kNvmlSuccess ||
+        session_->get_memory(device, &memory) != kNvmlSuccess) {
+      if (!warned_) spdlog::warn("NVML: cannot sample GPU {}; its utilisation is not reported", i);
+      warned_ = true;
+      continue;
+    }
+    out.push_back({int(i), std::min(util.gpu, 100u) / 100.0, memory.used});
+  }
+  return out;
 }
 
 }  // namespace cohort::agent

@@ -13,4 +13,22 @@ namespace cohort::agent {
 // falls back to nvidia-smi. An error when NVML is up but a device query fails.
 std::optional<cohort::Result<std::vector<GpuInfo>>> probe_with_nvml();
 
+// Utilisation and memory in use through NVML, kept open between samples
+// (nvmlInit costs far more than a query). Empty without NVML; a device that
+// fails a query is left out, logged once.
+class NvmlSampler {
+ public:
+  NvmlSampler() = default;
+  ~NvmlSampler();
+  NvmlSampler(const NvmlSampler&) = delete;
+  NvmlSampler& operator=(const NvmlSampler&) = delete;
+  std::vector<GpuUsage> sample();
+
+ private:
+  struct Session;
+  Session* session_ = nullptr;
+  bool tried_ = false;
+  bool warned_ = false;
+};
+
 }  // namespace cohort::agent

@@ -71,6 +71,8 @@ class Supervisor {
   void note_progress(const std::string& job_id, int attempt, int rank);
 
   std::vector<protocol::RunningWorker> running() const;
+  // True while any worker of the attempt has not exited.
+  bool runs(const std::string& job_id, int attempt) const { return groups_.count({job_id, attempt}) > 0; }
   size_t live_workers() const;
 
  private:

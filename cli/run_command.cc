@@ -21,6 +21,8 @@ struct RunArgs {
   int fake_gpus = 0;
   int cpu_slots = 0;
   std::string worker_binary;
+  std::string http;
+  std::string http_token;
 };
 
 int run_run(const RunArgs& args) {
@@ -37,6 +39,11 @@ int run_run(const RunArgs& args) {
   options.fake_gpus = args.fake_gpus;
   options.cpu_slots = args.cpu_slots;
   options.worker_binary = args.worker_binary;
+  options.http_listen = args.http;
+  options.http_token = args.http_token;
+  if (options.http_token.empty()) {
+    if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
+  }
   options.interrupt = install_interrupt_flag();
   // The embedded daemons' routine lines would drown the workers' output;
   // COHORT_LOG or --log-level debug/trace still shows them.
@@ -78,6 +85,9 @@ Command add_run_command(CLI::App& root) {
   auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "run on N CPU slots instead of GPUs");
   fake->excludes(cpu);
   app->add_option("--worker-binary", args->worker_binary, "cohort-worker (default: next to this program)");
+  app->add_option("--http", args->http, "serve the web page (live plots, logs) and /metrics on HOST:PORT");
+  app->add_option("--http-token", args->http_token,
+                  "token that allows cancelling from the web page (default: $COHORT_HTTP_TOKEN)");
   return {app, [args] { return run_run(*args); }};
 }
 

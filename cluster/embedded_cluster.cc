@@ -1,6 +1,7 @@
 // run_embedded: coordinator + agent on a background loop, client in front.
 #include "cluster/embedded_cluster.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <thread>
@@ -51,6 +52,8 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   co.listen = "tcp://127.0.0.1:0";
   co.state_dir = options.state_dir.empty() ? options.job.output_dir + "/.cohort" : options.state_dir;
   co.heartbeat_timeout = std::chrono::seconds(10);  // one process: no node is lost
+  co.http_listen = options.http_listen;
+  co.http_token = options.http_token;
   // Each run starts from a clean slate; the database of the last run stays
   // for inspection until the next one.
   for (const char* suffix : {"", "-wal", "-shm"}) {
@@ -58,6 +61,12 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
     std::filesystem::remove(co.state_dir + "/coordinator.db" + suffix, ec);
   }
   COHORT_ASSIGN_OR_RETURN(coord, coordinator::Coordinator::start(io, co));
+  if (int port = coord->http_port(); port > 0) {
+    // Said whatever the log level: with port 0 this is the only way to learn it.
+    auto host = co.http_listen.substr(0, co.http_listen.rfind(':'));
+    std::fprintf(stderr, "cohort: web page on http://%s:%d/ (%s)\n", host.c_str(), port,
+                 co.http_token.empty() ? "read-only" : "cancel allowed with the token");
+  }
 
   agent::AgentOptions ao;
   ao.coordinator = coord->endpoint();

@@ -22,6 +22,8 @@ struct EmbeddedRunOptions {
   const std::atomic<bool>* interrupt = nullptr;  // set: stop the job cleanly
   std::function<void(const protocol::LogLine&)> on_line;  // default: rank-prefixed on stdout
   std::function<void()> on_poll;                           // e.g. a progress line
+  std::string http_listen;  // "HOST:PORT": serve the web page and /metrics there; empty: none
+  std::string http_token;   // empty: the web page is read-only
 };
 
 // Runs the job to its end, streaming rank-prefixed log lines to stdout.

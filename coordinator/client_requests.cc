@@ -115,6 +115,9 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     info.address = n->address;
     info.state = to_string(n->state);
     info.gpus = n->gpus;
+    if (auto s = gpu_samples_.find(n->name); s != gpu_samples_.end() && n->state == NodeState::kAlive) {
+      info.gpu_samples = s->second;
+    }
     for (const auto& c : free) {
       if (c.name == n->name) info.gpus_free = int(c.free_gpus.size());
     }

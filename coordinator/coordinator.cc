@@ -50,25 +50,7 @@ Status CoordinatorImpl::open() {
       return permission_denied("refusing to serve HTTP on " + options_.http_listen +
                                " without a token: give --http-token, or bind --http to 127.0.0.1");
     }
-    // Without a token the page is for anyone who can reach it: workers' last
-    // log lines (which may hold secrets they printed) are left out.
-    bool redact = options_.http_token.empty();
-    HttpSources sources{[this, redact] {
-                          auto list = jobs();
-                          if (redact) {
-                            for (auto& j : list) {
-                              j.root_cause.last_lines.clear();
-                              for (auto& a : j.attempts) a.root_cause.last_lines.clear();
-                            }
-                          }
-                          return list;
-                        },
-                        [this] { return node_infos(); },
-                        [this](const std::string& id) {
-                          std::string text;
-                          return cancel_job(id, &text);
-                        }};
-    COHORT_ASSIGN_OR_RETURN(http_, HttpApi::start(io_, options_.http_listen, std::move(sources),
+    COHORT_ASSIGN_OR_RETURN(http_, HttpApi::start(io_, options_.http_listen, http_sources(),
                                                   options_.http_token));
   }
   arm_tick();
@@ -118,6 +100,8 @@ void CoordinatorImpl::dispatch(const std::string& peer, const Envelope& e) {
       {Heartbeat::kType, {&CoordinatorImpl::on_heartbeat, From::kAgent}},
       {WorkerExit::kType, {&CoordinatorImpl::on_worker_exit, From::kAgent}},
       {LogBatch::kType, {&CoordinatorImpl::on_log_batch, From::kAgent}},
+      {MetricBatch::kType, {&CoordinatorImpl::on_metric_batch, From::kAgent}},
+      {GpuReport::kType, {&CoordinatorImpl::on_gpu_report, From::kAgent}},
       {StoreRequest::kType, {&CoordinatorImpl::on_store, From::kAgent}},
       {SubmitJob::kType, {&CoordinatorImpl::on_submit, From::kClient}},
       {CancelJob::kType, {&CoordinatorImpl::on_cancel, From::kClient}},
@@ -285,6 +269,34 @@ void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
                    m->job_id + " from node " + n->name + ": not its ranks");
   }
   if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
+}
+
+void CoordinatorImpl::on_metric_batch(const std::string& peer, const Envelope& e) {
+  auto m = body_as<MetricBatch>(e);
+  if (!m) return (void)warn_bad_input(m.status().message());
+  auto it = jobs_.find(m->job_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  const Attempt* a = job.current();
+  // Only the connection of the node that runs rank 0 of the live attempt
+  // speaks for the job's figures.
+  const Node* sender = node_of_peer(peer);
+  if (!a || a->number != m->attempt || a->nodes.empty() || !sender || a->nodes.front() != sender->name ||
+      sender->name != m->node) {
+    return;
+  }
+  for (const auto& row : m->rows) job.training.add(row);
+  if (m->total_steps > 0) job.total_steps = m->total_steps;
+}
+
+void CoordinatorImpl::on_gpu_report(const std::string& peer, const Envelope& e) {
+  auto m = body_as<GpuReport>(e);
+  if (!m) return (void)warn_bad_input(m.status().message());
+  const Node* n = node_of_peer(peer);
+  if (!n || n->name != m->node) return;  // only from the connection that registered it
+  auto& samples = gpu_samples_[n->name];
+  samples = std::move(m->samples);
+  if (samples.size() > n->gpus.size()) samples.resize(n->gpus.size());
 }
 
 void CoordinatorImpl::on_store(const std::string& peer, const Envelope& e) {

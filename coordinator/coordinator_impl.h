@@ -57,6 +57,8 @@ class CoordinatorImpl final : public Coordinator {
   void on_heartbeat(const std::string& peer, const protocol::Envelope& e);
   void on_worker_exit(const std::string& peer, const protocol::Envelope& e);
   void on_log_batch(const std::string& peer, const protocol::Envelope& e);
+  void on_metric_batch(const std::string& peer, const protocol::Envelope& e);
+  void on_gpu_report(const std::string& peer, const protocol::Envelope& e);
   void on_submit(const std::string& peer, const protocol::Envelope& e);
   void on_job_query(const std::string& peer, const protocol::Envelope& e);
   void on_node_query(const std::string& peer, const protocol::Envelope& e);
@@ -74,6 +76,8 @@ class CoordinatorImpl final : public Coordinator {
   void tick();
   Job* find_job(const std::string& id_or_name);
   std::vector<protocol::NodeInfo> node_infos() const;
+  // The web page's and /metrics' sources (http_api.h).
+  HttpSources http_sources();
   // Cancels by id or name; a message for the client in *text.
   Status cancel_job(const std::string& id_or_name, std::string* text);
 
@@ -113,6 +117,8 @@ class CoordinatorImpl final : public Coordinator {
   LogBuffer logs_;
   std::unique_ptr<StateDb> db_;
   std::map<std::string, Job> jobs_;
+  // Each node's newest GPU figures (GpuReport), at most one per GPU it has.
+  std::map<std::string, std::vector<protocol::GpuSample>> gpu_samples_;
   uint64_t next_seq_ = 1;
   protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
   Clock::TimePoint last_trim_{};

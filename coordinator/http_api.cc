@@ -2,7 +2,10 @@
 // snapshots the coordinator hands over.
 #include "coordinator/http_api.h"
 
+#include <cctype>
+#include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -10,6 +13,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "coordinator/dashboard_page.h"
+#include "coordinator/job_record.h"
+#include "coordinator/prometheus_text.h"
 #include "protocol/codec.h"
 
 namespace cohort::coordinator {
@@ -20,70 +26,104 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-std::string html_escape(const std::string& s) {
+// "/jobs/job-3?rank=1&x=time" → path and decoded query parameters.
+struct Target {
+  std::string path;
+  std::map<std::string, std::string> query;
+  std::string param(const std::string& key, const std::string& fallback = "") const {
+    auto it = query.find(key);
+    return it == query.end() ? fallback : it->second;
+  }
+  // An integer parameter; `fallback` when absent or not a number.
+  int64_t number(const std::string& key, int64_t fallback) const {
+    auto it = query.find(key);
+    if (it == query.end() || it->second.empty()) return fallback;
+    char* end = nullptr;
+    long long v = std::strtoll(it->second.c_str(), &end, 10);
+    return *end == '\0' ? int64_t(v) : fallback;
+  }
+};
+
+std::string url_decode(std::string_view s) {
   std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(uint8_t(s[i + 1])) && std::isxdigit(uint8_t(s[i + 2]))) {
+      out += char(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
     }
   }
   return out;
 }
 
-std::string metrics_text(const std::vector<protocol::JobInfo>& jobs,
-                         const std::vector<protocol::NodeInfo>& nodes) {
-  std::map<std::string, int> node_states{{"alive", 0}, {"lost", 0}};
-  int gpus = 0, free = 0;
-  for (const auto& n : nodes) {
-    ++node_states[n.state];
-    if (n.state == "alive") {
-      gpus += int(n.gpus.size());
-      free += n.gpus_free;
-    }
+Target parse_target(std::string_view target) {
+  Target t;
+  auto q = target.find('?');
+  t.path = url_decode(target.substr(0, q));
+  if (q == std::string_view::npos) return t;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty() && t.query.size() < 32) {
+    auto amp = rest.find('&');
+    std::string_view pair = rest.substr(0, amp);
+    auto eq = pair.find('=');
+    t.query[url_decode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : url_decode(pair.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    rest = rest.substr(amp + 1);
   }
-  std::map<std::string, int> job_states{{"queued", 0},    {"running", 0}, {"stopping", 0},
-                                        {"succeeded", 0}, {"failed", 0},  {"cancelled", 0}};
-  int restarts = 0;
-  for (const auto& j : jobs) {
-    ++job_states[j.state];
-    restarts += j.restarts_used;
-  }
-  std::string out;
-  out += "# HELP cohort_nodes Nodes known to the coordinator, by state.\n# TYPE cohort_nodes gauge\n";
-  for (const auto& [s, n] : node_states) out += "cohort_nodes{state=\"" + s + "\"} " + std::to_string(n) + "\n";
-  out += "# HELP cohort_gpus GPUs on alive nodes.\n# TYPE cohort_gpus gauge\n";
-  out += "cohort_gpus{state=\"total\"} " + std::to_string(gpus) + "\n";
-  out += "cohort_gpus{state=\"free\"} " + std::to_string(free) + "\n";
-  out += "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n";
-  for (const auto& [s, n] : job_states) out += "cohort_jobs{state=\"" + s + "\"} " + std::to_string(n) + "\n";
-  out += "# HELP cohort_job_restarts_total Failure restarts used, over all jobs.\n"
-         "# TYPE cohort_job_restarts_total counter\n";
-  out += "cohort_job_restarts_total " + std::to_string(restarts) + "\n";
-  return out;
+  return t;
 }
 
-std::string index_page(const std::vector<protocol::JobInfo>& jobs,
-                       const std::vector<protocol::NodeInfo>& nodes) {
-  std::string out = "<!doctype html><meta charset=utf-8><title>cohort</title>"
-                    "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}</style>"
-                    "<h1>cohort</h1><h2>Nodes</h2><table><tr><th>node<th>state<th>GPUs free<th>jobs";
-  for (const auto& n : nodes) {
-    std::string js;
-    for (const auto& j : n.jobs) js += (js.empty() ? "" : ", ") + j;
-    out += "<tr><td>" + html_escape(n.name) + "<td>" + n.state + "<td>" + std::to_string(n.gpus_free) +
-           " of " + std::to_string(n.gpus.size()) + "<td>" + html_escape(js);
+// "/jobs/job-3/cancel" with prefix "/jobs/" → {"job-3", "cancel"}.
+std::pair<std::string, std::string> split_job_path(const std::string& path, const std::string& prefix) {
+  std::string rest = path.substr(prefix.size());
+  auto slash = rest.find('/');
+  if (slash == std::string::npos) return {rest, ""};
+  return {rest.substr(0, slash), rest.substr(slash + 1)};
+}
+
+std::string cookie_value(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    auto semi = header.find(';');
+    std::string_view part = header.substr(0, semi);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    if (part.size() > name.size() && part.substr(0, name.size()) == name && part[name.size()] == '=') {
+      return std::string(part.substr(name.size() + 1));
+    }
+    if (semi == std::string_view::npos) break;
+    header.remove_prefix(semi + 1);
   }
-  out += "</table><h2>Jobs</h2><table><tr><th>job<th>name<th>state<th>attempts<th>message";
-  for (const auto& j : jobs) {
-    out += "<tr><td><a href=\"/api/jobs/" + html_escape(j.id) + "\">" + html_escape(j.id) + "</a><td>" +
-           html_escape(j.name) + "<td>" + j.state + "<td>" + std::to_string(j.attempts.size()) + "<td>" +
-           html_escape(j.message);
-  }
-  return out + "</table>";
+  return "";
+}
+
+// Equal-time comparison, so the token cannot be guessed byte by byte.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+nlohmann::json series_json(const JobView& view) {
+  auto points = [](const std::vector<TrainingPoint>& ps, std::initializer_list<Figure> figures) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& p : ps) {
+      nlohmann::json row = {{"step", p.step}, {"time", p.time}};
+      for (Figure f : figures) {
+        if (p.has(f)) row[row_key(f)] = p.get(f);
+      }
+      out.push_back(std::move(row));
+    }
+    return out;
+  };
+  const auto& t = *view.training;
+  return {{"job", view.info.id},
+          {"total_steps", view.total_steps},
+          {"training", points(t.training(), {Figure::kLoss, Figure::kLearningRate, Figure::kTokensPerSecond,
+                                             Figure::kMfu, Figure::kGradNorm})},
+          {"evaluation", points(t.evaluation(), {Figure::kEvalLoss})}};
 }
 
 class Server;
@@ -119,6 +159,12 @@ class Server final : public HttpApi {
     boost::system::error_code ec;
     auto address = asio::ip::make_address(listen.substr(0, colon), ec);
     if (ec) return invalid_argument("--http: bad address in '" + listen + "': " + ec.message());
+    // Anyone who can reach the page sees every job's logs; off loopback the
+    // operator must have chosen a token (DESIGN §4).
+    if (!address.is_loopback() && token_.empty()) {
+      return invalid_argument("--http " + listen + " is not a loopback address: give --http-token (or "
+                              "COHORT_HTTP_TOKEN) to serve the web page there");
+    }
     int port = std::atoi(listen.substr(colon + 1).c_str());
     tcp::endpoint endpoint(address, uint16_t(port));
     acceptor_.open(endpoint.protocol(), ec);
@@ -135,10 +181,11 @@ class Server final : public HttpApi {
   int port() const override { return acceptor_.local_endpoint().port(); }
 
   void handle(const http::request<http::string_body>& req, http::response<http::string_body>& res) {
-    std::string target(req.target());
+    Target target = parse_target(std::string_view(req.target().data(), req.target().size()));
     auto reply = [&](http::status status, std::string body, const char* type) {
       res.result(status);
       res.set(http::field::content_type, type);
+      res.set(http::field::cache_control, "no-store");
       res.body() = std::move(body);
     };
     auto json = [&](const nlohmann::json& j) {
@@ -152,43 +199,109 @@ class Server final : public HttpApi {
             nlohmann::json({{"error", text}}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
             "application/json");
     };
+    auto redirect = [&](const std::string& to) {
+      res.result(http::status::see_other);
+      res.set(http::field::location, to);
+    };
+    bool has_cookie = !token_.empty() && same_secret(cookie_value(std::string(req[http::field::cookie]), "cohort_token"), token_);
     if (req.method() == http::verb::get) {
-      if (target == "/" || target == "/index.html") return reply(http::status::ok, index_page(sources_.jobs(), sources_.nodes()), "text/html");
-      if (target == "/metrics") {
-        return reply(http::status::ok, metrics_text(sources_.jobs(), sources_.nodes()),
+      // A browser hands over the token once; the cookie carries it from then on.
+      if (target.query.count("token")) {
+        if (token_.empty() || !same_secret(target.param("token"), token_)) {
+          return error(http::status::unauthorized, "wrong token");
+        }
+        res.set(http::field::set_cookie, "cohort_token=" + token_ + "; Path=/; HttpOnly; SameSite=Strict");
+        return redirect(target.path);
+      }
+      PageContext context{unix_ms_now(), has_cookie};
+      const std::string& path = target.path;
+      if (path == "/" || path == "/index.html") {
+        return reply(http::status::ok, cluster_page(sources_.jobs(), sources_.nodes(), context), "text/html; charset=utf-8");
+      }
+      if (path == "/metrics") {
+        return reply(http::status::ok, prometheus_text(sources_.jobs(), sources_.nodes(), context.now_ms),
                      "text/plain; version=0.0.4");
       }
-      if (target == "/api/jobs") return json(sources_.jobs());
-      if (target == "/api/nodes") return json(sources_.nodes());
-      const std::string prefix = "/api/jobs/";
-      if (target.rfind(prefix, 0) == 0) {
-        std::string id = target.substr(prefix.size());
-        for (const auto& j : sources_.jobs()) {
-          if (j.id == id) return json(j);
-        }
-        return error(http::status::not_found, "no job '" + id + "'");
+      if (path == "/api/jobs") {
+        std::vector<protocol::JobInfo> infos;
+        for (auto& v : sources_.jobs()) infos.push_back(std::move(v.info));
+        return json(infos);
       }
-      return error(http::status::not_found, "no such page: " + target);
+      if (path == "/api/nodes") return json(sources_.nodes());
+      if (path.rfind("/api/jobs/", 0) == 0) return api_job(target, json, error);
+      if (path.rfind("/jobs/", 0) == 0) {
+        auto [id, rest] = split_job_path(path, "/jobs/");
+        auto view = sources_.job(id);
+        if (!view || !rest.empty()) return error(http::status::not_found, "no job '" + id + "'");
+        JobPageOptions options;
+        options.log_rank = int(std::clamp<int64_t>(target.number("rank", -1), -1, 1 << 20));
+        options.x_time = target.param("x") == "time";
+        protocol::LogQuery q;
+        q.job_id = view->info.id;
+        q.rank = options.log_rank;
+        auto log = sources_.logs(q, kPageLogLines);
+        if (!log) options.log_hidden = log.status().message();
+        return reply(http::status::ok, job_page(*view, log ? *log : protocol::LogReply{}, options, context),
+                     "text/html; charset=utf-8");
+      }
+      return error(http::status::not_found, "no such page: " + path);
     }
     if (req.method() == http::verb::post) {
       if (token_.empty()) return error(http::status::forbidden, "the HTTP API is read-only (no --http-token)");
-      if (req[http::field::authorization] != "Bearer " + token_) {
+      bool bearer = same_secret(std::string(req[http::field::authorization]), "Bearer " + token_);
+      const std::string& path = target.path;
+      bool from_page = path.rfind("/jobs/", 0) == 0;
+      if (!(bearer || (from_page && has_cookie))) {
         return error(http::status::unauthorized, "missing or wrong bearer token");
       }
-      const std::string prefix = "/api/jobs/", suffix = "/cancel";
-      if (target.rfind(prefix, 0) == 0 && target.size() > prefix.size() + suffix.size() &&
-          target.compare(target.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        std::string id = target.substr(prefix.size(), target.size() - prefix.size() - suffix.size());
+      auto [id, action] = split_job_path(path, from_page ? "/jobs/" : "/api/jobs/");
+      if ((from_page || path.rfind("/api/jobs/", 0) == 0) && action == "cancel" && !id.empty()) {
         Status s = sources_.cancel(id);
         if (!s) return error(s.code() == StatusCode::kNotFound ? http::status::not_found : http::status::bad_request, s.message());
+        if (from_page) return redirect("/jobs/" + id);
         return json({{"cancelling", id}});
       }
-      return error(http::status::not_found, "no such action: " + target);
+      return error(http::status::not_found, "no such action: " + path);
     }
     error(http::status::method_not_allowed, "GET or POST only");
   }
 
  private:
+  static constexpr size_t kPageLogLines = 200;
+  static constexpr size_t kMaxApiLogLines = 5000;
+
+  template <typename Json, typename Error>
+  void api_job(const Target& target, const Json& json, const Error& error) {
+    auto [id, rest] = split_job_path(target.path, "/api/jobs/");
+    if (rest.empty()) {
+      auto view = sources_.job(id);
+      if (!view) return error(http::status::not_found, "no job '" + id + "'");
+      return json(view->info);
+    }
+    if (rest == "metrics") {
+      auto view = sources_.job(id);
+      if (!view) return error(http::status::not_found, "no job '" + id + "'");
+      return json(series_json(*view));
+    }
+    if (rest == "logs") {
+      protocol::LogQuery q;
+      q.job_id = id;
+      q.rank = int(std::clamp<int64_t>(target.number("rank", -1), -1, 1 << 20));
+      q.attempt = int(std::clamp<int64_t>(target.number("attempt", -1), -1, 1 << 20));
+      q.after_seq = uint64_t(std::max<int64_t>(0, target.number("after", 0)));
+      int64_t tail = std::clamp<int64_t>(target.number("tail", 0), 0, kMaxApiLogLines);
+      q.max_lines = int(std::clamp<int64_t>(target.number("limit", 1000), 1, kMaxApiLogLines));
+      auto reply = sources_.logs(q, size_t(tail));
+      if (!reply) {
+        return error(reply.status().code() == StatusCode::kPermissionDenied ? http::status::forbidden
+                                                                             : http::status::not_found,
+                     reply.status().message());
+      }
+      return json(*reply);
+    }
+    error(http::status::not_found, "no such page: " + target.path);
+  }
+
   void accept() {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
@@ -243,7 +356,17 @@ void Session::respond() {
   response_.version(request_.version());
   response_.keep_alive(false);
   response_.set(http::field::server, "cohort");
-  server_.handle(request_, response_);
+  try {
+    server_.handle(request_, response_);
+  } catch (const std::exception& e) {
+    // A page must never take the coordinator down with it.
+    spdlog::error("HTTP: {} {}: {}", std::string(request_.method_string()), std::string(request_.target()), e.what());
+    response_ = {};
+    response_.version(request_.version());
+    response_.keep_alive(false);
+    response_.result(http::status::internal_server_error);
+    response_.body() = "internal error\n";
+  }
   response_.prepare_payload();
   http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code, size_t) {
     beast::error_code ignored;

@@ -27,6 +27,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "coordinator/training_series.h"
 #include "protocol/messages.h"
 
 namespace cohort::coordinator {
@@ -95,6 +96,10 @@ struct Job {
   protocol::RootCause root_cause;
   std::vector<Attempt> attempts;
   std::vector<protocol::EventInfo> events;
+  // The figures of a training job (metrics.jsonl rows from rank 0's node);
+  // in memory only: a restarted coordinator plots from its restart on.
+  TrainingSeries training;
+  int64_t total_steps = 0;  // from the rows, when they say
 
   Attempt* current() { return attempts.empty() ? nullptr : &attempts.back(); }
   void add_event(const std::string& text);

@@ -74,6 +74,23 @@ std::vector<protocol::LogLine> LogBuffer::read(const protocol::LogQuery& query,
   return out;
 }
 
+std::vector<protocol::LogLine> LogBuffer::newest(const protocol::LogQuery& query, size_t n,
+                                                 uint64_t* last_seq) const {
+  std::vector<protocol::LogLine> out;
+  *last_seq = query.after_seq;
+  auto it = logs_.find(query.job_id);
+  if (it == logs_.end() || it->second.lines.empty()) return out;
+  const auto& lines = it->second.lines;
+  *last_seq = std::max(query.after_seq, lines.back().seq);
+  for (auto l = lines.rbegin(); l != lines.rend() && out.size() < n && l->seq > query.after_seq; ++l) {
+    if (query.rank >= 0 && l->rank != query.rank) continue;
+    if (query.attempt >= 0 && l->attempt != query.attempt) continue;
+    out.push_back(*l);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::string> LogBuffer::tail(const std::string& job_id, int attempt, int rank,
                                          size_t n) const {
   std::vector<std::string> out;

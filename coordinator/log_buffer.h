@@ -34,6 +34,10 @@ class LogBuffer {
   size_t job_bytes(const std::string& job_id) const;
   // Lines with seq > after_seq, filtered; *last_seq is where to resume.
   std::vector<protocol::LogLine> read(const protocol::LogQuery& query, uint64_t* last_seq) const;
+  // The newest `n` lines that pass the query's filters and come after its
+  // after_seq, oldest first (the web page's log tail); *last_seq is the
+  // job's newest seq, where the tail resumes.
+  std::vector<protocol::LogLine> newest(const protocol::LogQuery& query, size_t n, uint64_t* last_seq) const;
   // The last `n` lines of one rank in one attempt (root-cause reports).
   std::vector<std::string> tail(const std::string& job_id, int attempt, int rank, size_t n) const;
 

@@ -70,6 +70,7 @@ std::string to_toml(const JobSpec& spec) {
                              {"eval_batches", t.eval_batches}, {"log_every", t.log_every},
                              {"seed", t.seed}, {"resume", t.resume},
                              {"sample_tokens", t.sample_tokens}, {"sample_prompt", t.sample_prompt},
+                             {"tensorboard", t.tensorboard},
                          });
   }
   if (spec.job.kind == JobKind::kInfer) {

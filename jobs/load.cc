@@ -88,6 +88,7 @@ const std::map<std::string, Setter>& setters() {
       {"train.resume", [](JobSpec& s, const Value& v) { s.train.resume = as<bool>(v); }},
       {"train.sample_tokens", [](JobSpec& s, const Value& v) { s.train.sample_tokens = int(as<int64_t>(v)); }},
       {"train.sample_prompt", [](JobSpec& s, const Value& v) { s.train.sample_prompt = as<std::string>(v); }},
+      {"train.tensorboard", [](JobSpec& s, const Value& v) { s.train.tensorboard = as<bool>(v); }},
       {"infer.prompts", [](JobSpec& s, const Value& v) { s.infer.prompts = as<std::string>(v); }},
       {"infer.max_new_tokens", [](JobSpec& s, const Value& v) { s.infer.max_new_tokens = int(as<int64_t>(v)); }},
       {"infer.temperature", [](JobSpec& s, const Value& v) { s.infer.temperature = as<double>(v); }},

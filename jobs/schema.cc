@@ -136,6 +136,9 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(field("train", "sample_tokens", T::kInt, "0",
                     "Tokens of text to generate and print at the end (0: none).", 0, 1e6));
   f.push_back(field("train", "sample_prompt", T::kString, "\"\"", "Prompt for that sample."));
+  f.push_back(field("train", "tensorboard", T::kBool, "false",
+                    "Also write TensorBoard event files (loss, lr, grad norm, tokens/s, MFU, eval loss) under "
+                    "output_dir/tensorboard."));
   // [infer]
   f.push_back(field("infer", "prompts", T::kString, "(required)",
                     "JSONL file: {\"prompt\": \"text\"} or {\"tokens\": [ids]} per line."));

@@ -117,6 +117,7 @@ struct TrainSection {
   bool resume = true;          // start from output_dir's latest checkpoint
   int sample_tokens = 0;       // >0: print a generated sample at the end
   std::string sample_prompt;
+  bool tensorboard = false;    // event files under output_dir/tensorboard (rank 0)
 };
 
 struct InferSection {

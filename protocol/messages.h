@@ -98,11 +98,30 @@ struct JobInfo {
   std::vector<EventInfo> events;
 };
 
+// What a GPU is doing now, from NVML where the node has it (GpuReport;
+// nodes without NVML and CPU slots send none, fake GPUs fixed test values).
+struct GpuSample {
+  int index = 0;                 // as in GpuDesc
+  double utilization = 0;        // busy share of the last sample period, 0..1
+  uint64_t memory_used_bytes = 0;
+};
+
+// One row of a training job's metrics.jsonl as the agent on rank 0's node
+// forwards it. `values` holds the figures the row has (loss, lr,
+// tokens_per_s, mfu, grad_norm, eval_loss, ...); the coordinator keeps the
+// ones it knows and ignores the rest.
+struct MetricRow {
+  int64_t step = 0;
+  double time = 0;  // unix seconds: the row's own `time`, else when the agent read it
+  std::map<std::string, double> values;
+};
+
 struct NodeInfo {
   std::string name;
   std::string address;
   std::string state;
   std::vector<GpuDesc> gpus;
+  std::vector<GpuSample> gpu_samples;
   int gpus_free = 0;
   int64_t heartbeat_age_ms = 0;
   std::vector<std::string> jobs;
@@ -140,6 +159,13 @@ struct Heartbeat {
   std::vector<RunningWorker> running;
 };
 
+// The node's GPU figures, every few seconds from agents that have NVML.
+struct GpuReport {
+  static constexpr const char* kType = "gpu_report";
+  std::string node;
+  std::vector<GpuSample> samples;
+};
+
 struct WorkerExit {
   static constexpr const char* kType = "worker_exit";
   std::string job_id;
@@ -157,6 +183,17 @@ struct LogBatch {
   static constexpr const char* kType = "log_batch";
   std::string job_id;
   std::vector<LogLine> lines;  // seq unset
+};
+
+// New rows of a training job's metrics.jsonl, from the agent of node rank 0.
+struct MetricBatch {
+  static constexpr const char* kType = "metric_batch";
+  std::string job_id;
+  int attempt = 0;
+  std::string node;
+  std::vector<MetricRow> rows;
+  int64_t total_steps = 0;  // from rank 0's progress file; 0: unknown
+  double eta_s = -1;        // likewise; -1: unknown
 };
 
 // ---- coordinator → agent -------------------------------------------------

@@ -29,6 +29,7 @@ packages=(
   nodejs npm                      # test peers: the OpenAI client (scripts/test-peers.sh)
   prometheus                      # test peer: scrapes the server's /metrics
   clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
+  chromium                        # test peer: Playwright drives it through the web page
 )
 
 missing=()

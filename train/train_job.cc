@@ -131,7 +131,8 @@ Status Trainer::setup() {
   dp_rank_ = pm_.mesh->dp_rank();
   prefetcher_ = std::make_unique<data::BatchPrefetcher>(sampler_.get(), int64_t(dp_rank_) * (global / dp_),
                                                         global / dp_);
-  reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every);
+  reporter_ = std::make_unique<TrainReporter>(spec_.job.output_dir, ctx_.world.rank == 0, start_step_, t_.log_every,
+                                              t_.tensorboard);
   inputs_.resize(size_t(t_.micro_batch) * t_.seq_len);
   targets_.resize(inputs_.size());
   if (ctx_.world.rank == 0)

@@ -13,8 +13,16 @@ namespace cohort::train {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
 TrainReporter::TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step,
-                             int log_every)
+                             int log_every, bool tensorboard)
     : metrics_path_((fs::path(output_dir) / "metrics.jsonl").string()),
       writes_metrics_(writes_metrics),
       first_step_(resumed_step),
@@ -36,12 +44,33 @@ TrainReporter::TrainReporter(const std::string& output_dir, bool writes_metrics,
   in.close();
   std::ofstream out(metrics_path_, std::ios::trunc);
   for (const auto& line : kept) out << line << "\n";
+  if (tensorboard) {
+    auto writer = TensorBoardWriter::open((fs::path(output_dir) / "tensorboard").string(), unix_seconds());
+    if (writer) {
+      tensorboard_ = std::move(*writer);
+    } else {
+      spdlog::warn("train.tensorboard: {}; going on without event files", writer.status().message());
+    }
+  }
 }
 
 void TrainReporter::append(const json& row) {
   if (!writes_metrics_) return;
+  json stamped = row;
+  stamped["time"] = unix_seconds();
   std::ofstream out(metrics_path_, std::ios::app);
-  out << row.dump() << "\n";
+  out << stamped.dump() << "\n";
+  if (!tensorboard_) return;
+  // Every numeric figure of the row but its step and time, under the same name.
+  std::vector<std::pair<std::string, float>> scalars;
+  for (auto it = row.begin(); it != row.end(); ++it) {
+    if (it->is_number() && !it->is_boolean() && it.key() != "step") scalars.push_back({it.key(), it->get<float>()});
+  }
+  if (scalars.empty()) return;
+  if (auto s = tensorboard_->add_scalars(stamped["time"].get<double>(), row.value("step", 0), scalars); !s) {
+    spdlog::warn("train.tensorboard: {}; no more event files this attempt", s.message());
+    tensorboard_.reset();
+  }
 }
 
 void TrainReporter::touch_progress(const json& row) {

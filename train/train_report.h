@@ -1,16 +1,19 @@
 // What the trainer tells the outside world each step: metrics.jsonl rows
-// (rank 0), the progress file the agent watches for hang detection and
-// `cohort run`'s progress line, and the log line.
+// (rank 0; each with `time`, unix seconds, so runs plot against time), the
+// progress file the agent watches for hang detection and `cohort run`'s
+// progress line, the log line, and TensorBoard scalars when asked for.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "train/tensorboard_writer.h"
 
 namespace cohort::train {
 
@@ -32,7 +35,10 @@ class TrainReporter {
  public:
   // metrics.jsonl lives in output_dir; rows past `resumed_step` from an
   // earlier attempt are dropped so the file reads as one run.
-  TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step, int log_every = 1);
+  // `tensorboard`: rank 0 also writes event files under output_dir/tensorboard
+  // (a file it cannot create is logged and training goes on without it).
+  TrainReporter(const std::string& output_dir, bool writes_metrics, int resumed_step, int log_every = 1,
+                bool tensorboard = false);
 
   void step(const StepReport& report);
   void eval(int step, double eval_loss);
@@ -42,6 +48,7 @@ class TrainReporter {
   void append(const nlohmann::json& row);
   void touch_progress(const nlohmann::json& row);
 
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::string metrics_path_;
   std::string progress_path_;
   bool writes_metrics_ = false;

@@ -1,40 +1,13 @@
 // The HTTP API over a real socket: JSON views, metrics, the read-only rule
 // and the token, and bad requests that leave the server running.
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include "fake_agent.h"
+#include "http_client.h"
 
 namespace cohort::coordinator::testing {
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = boost::asio::ip::tcp;
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-
-HttpReply http_call(int port, http::verb verb, const std::string& target, const std::string& token = "") {
-  boost::asio::io_context io;
-  tcp::socket socket(io);
-  socket.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), uint16_t(port)));
-  http::request<http::string_body> req(verb, target, 11);
-  req.set(http::field::host, "localhost");
-  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
-  req.prepare_payload();
-  http::write(socket, req);
-  beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  beast::error_code ec;
-  http::read(socket, buffer, res, ec);
-  return {int(res.result_int()), res.body()};
-}
 
 class HttpApiTest : public CoordinatorTest {};
 
