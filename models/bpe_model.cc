@@ -22,7 +22,7 @@ Result<BpeModel> BpeModel::parse(const json& model) {
   m.fuse_unk_ = model.value("fuse_unk", false);
   m.ignore_merges_ = model.value("ignore_merges", false);
   for (auto& [token, id_json] : model.at("vocab").items()) {
-    const int32_t id = id_json.get<int32_t>();
+    const int32_t id = token_id_from_json(id_json);
     if (id < 0 || id > (1 << 21)) return invalid_argument("model.vocab: id " + std::to_string(id) + " is out of range (0 to 2097152)");
     m.vocab_[token] = id;
     if (size_t(id) >= m.id_to_token_.size()) m.id_to_token_.resize(size_t(id) + 1);

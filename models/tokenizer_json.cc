@@ -31,7 +31,7 @@ void template_tokens(const json& post, std::vector<int32_t>* prefix, std::vector
     }
     if (!item.contains("SpecialToken")) continue;
     const std::string name = item["SpecialToken"].at("id").get<std::string>();
-    for (const auto& id : post.at("special_tokens").at(name).at("ids")) target->push_back(id.get<int32_t>());
+    for (const auto& id : post.at("special_tokens").at(name).at("ids")) target->push_back(token_id_from_json(id));
   }
 }
 
@@ -60,7 +60,7 @@ Result<std::shared_ptr<const TokenizerPipeline>> TokenizerPipeline::parse(const 
     p->vocab_size = p->model_.max_id() + 1;
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
       for (const auto& a : j["added_tokens"]) {
-        AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("special", false),
+        AddedToken t{a.at("content").get<std::string>(), token_id_from_json(a.at("id")), a.value("special", false),
                      a.value("lstrip", false), a.value("rstrip", false)};
         if (t.content.empty() || t.id < 0 || t.id > (1 << 21))
           return invalid_argument("tokenizer.json added_tokens: token id " + std::to_string(t.id) + " is unusable");

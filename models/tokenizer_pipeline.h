@@ -4,6 +4,8 @@
 // BpeTokenizer instances on several threads share one pipeline.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +19,16 @@
 #include "base/status.h"
 
 namespace cohort::models {
+
+// A token id from tokenizer.json: an integer from 0 to 2^21. Anything else
+// (a float, 6.7e58) throws a json error before it is converted, since the
+// conversion itself would be undefined behaviour.
+inline int32_t token_id_from_json(const nlohmann::json& value) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > (int64_t(1) << 21))
+    throw nlohmann::json::other_error::create(501, "token id " + value.dump() + " is not an integer from 0 to 2097152",
+                                              &value);
+  return static_cast<int32_t>(value.get<int64_t>());
+}
 
 // A compiled PCRE2 pattern (UTF, UCP: \p{L}, \s and \w are Unicode-aware).
 // Matching is const and thread-safe (match data is per call).
