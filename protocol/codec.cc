@@ -93,6 +93,21 @@ std::string encode_envelope(const Envelope& e) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+bool has_number_beyond_int64(const nlohmann::json& j, int depth = 0) {
+  if (depth > 64) return true;  // deeper than any message: refused as well
+  if (j.is_number_float()) {
+    const double x = j.get<double>();
+    return !(x > -9.2e18 && x < 9.2e18);
+  }
+  if (j.is_structured())
+    for (const auto& item : j) if (has_number_beyond_int64(item, depth + 1)) return true;
+  return false;
+}
+
+}  // namespace
+
 Result<Envelope> decode(std::string_view bytes, size_t max_bytes) {
   if (bytes.size() > max_bytes) {
     return invalid_argument("message of " + std::to_string(bytes.size()) +
@@ -101,6 +116,10 @@ Result<Envelope> decode(std::string_view bytes, size_t max_bytes) {
   nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("message is not valid JSON");
   if (!j.is_object()) return invalid_argument("message is not a JSON object");
+  // An integer field given as a float beyond int64's range would convert
+  // with undefined behaviour (a fuzzer sent "delta": 4.4e51); no field of any
+  // message legitimately holds such a number.
+  if (has_number_beyond_int64(j)) return invalid_argument("message holds a number out of range");
   auto v = j.find("v");
   if (v == j.end() || !v->is_number_integer()) return invalid_argument("message has no version 'v'");
   // Compared as a JSON number: get<int>() truncated 4294967297 to 1.
