@@ -26,7 +26,6 @@ packages=(
   libgtest-dev libgmock-dev       # tests
   fortunes-min fortunes           # English text for the quickstart corpus
   procps psmisc                   # ps/pgrep used by process-leak checks in tests
-  nodejs npm                      # test peers: the OpenAI client (scripts/test-peers.sh)
   prometheus                      # test peer: scrapes the server's /metrics
   clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
   chromium                        # test peer: Playwright drives it through the web page
@@ -36,6 +35,10 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node and npm for the test peers (scripts/test-peers.sh: the OpenAI client,
+# Playwright): Debian's packages only where no npm is on PATH, since a Node
+# build that bundles npm conflicts with Debian's npm package.
+command -v npm >/dev/null || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=()
