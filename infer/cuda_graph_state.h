@@ -18,6 +18,7 @@
 #include "models/ops/decode_attention.h"
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
+#include "models/ops/gemv.h"
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
@@ -53,6 +54,12 @@ class CudaGraphEngine final : public InferenceEngine {
   Status init_runtime(collective::Communicator* tp_cpu);
   Status upload_weights(models::Model& model);
   Status alloc_buffers();
+  // Runs every step shape once before the first request, into the spare
+  // slot: a few prefill sizes eagerly, and each decode bucket (eager, then
+  // captured when graphs are on). The first use of a shape otherwise pays
+  // for CUDA's lazy kernel loading, cuBLAS's algorithm choice and the
+  // capture inside a request's time to first token.
+  void warm_up();
 
  private:
   struct Layer {

@@ -18,9 +18,15 @@ void check_tp(const Status& s, const char* what) {
 
 }  // namespace
 
-// y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation):
-// column-major, that is yᵀ = op(w)ᵀ · xᵀ. bf16 inputs, fp32 accumulate and output.
+// y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation).
+// bf16 inputs, fp32 accumulate and output. Decode steps of up to 8 rows take
+// the bandwidth-bound GEMV (models/ops/gemv.h); the rest go to cuBLAS,
+// column-major, that is yᵀ = op(w)ᵀ · xᵀ.
 void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out) {
+  if (models::cuda::gemv_supported(n, in)) {
+    models::cuda::gemv_bf16(y, x, w, n, in, out, stream_);
+    return;
+  }
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st = cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
                                          CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F,
@@ -108,8 +114,12 @@ void CudaGraphEngine::enqueue_layers(int n) {
     gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
     all_reduce(buf_.tmp, nH);
     models::cuda::add_rmsnorm_bf16(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
-    gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
-    models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+    if (models::cuda::gemv_supported(n, H)) {
+      models::cuda::gemv_swiglu_bf16(buf_.h, buf_.xn, L.wgu, n, H, I, stream_);
+    } else {
+      gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
+      models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+    }
     gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
     all_reduce(buf_.tmp, nH);
     // The next layer's input norm, or after the last layer the final norm.
@@ -267,6 +277,30 @@ void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, flo
   }
   run(padded, padded, B, options_.cuda_graphs, false, logits, greedy);
   for (int b = 0; b < B; ++b) ++lengths_[slots[b]];
+}
+
+void CudaGraphEngine::warm_up() {
+  const int spare = options_.slots;  // the KV slot padding rows write to
+  int32_t unused = 0;
+  auto fill_rows = [&](int n, bool positions) {
+    for (int i = 0; i < n; ++i) {
+      host_rows_[i] = 0;
+      host_rows_[max_rows_ + i] = spare;
+      host_rows_[2 * max_rows_ + i] = positions ? i : 0;
+    }
+  };
+  for (int n : {1, 32, 128, 512}) {
+    if (n > std::min(max_rows_, options_.capacity)) break;
+    fill_rows(n, true);
+    host_head_rows_[0] = n - 1;
+    run(n, 1, 0, false, true, nullptr, &unused);
+  }
+  for (int b : buckets_) {
+    fill_rows(b, false);
+    run(b, b, 0, options_.cuda_graphs, false, nullptr, &unused);
+    // With graphs the first run of a size is eager and the second captures.
+    if (options_.cuda_graphs) run(b, b, 0, true, false, nullptr, &unused);
+  }
 }
 
 }  // namespace cohort::infer

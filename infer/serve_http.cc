@@ -110,13 +110,17 @@ class Server final : public ServeHttp {
  public:
   Server(ServeHttpOptions options, GenerationQueue* queue, ServeMetrics* metrics)
       : options_(std::move(options)), queue_(queue), metrics_(metrics),
-        io_(std::make_unique<asio::io_context>(1)), acceptor_(*io_) {}
+        io_(std::make_unique<asio::io_context>(1)), acceptor_(std::in_place, *io_) {}
 
   ~Server() override {
     io_->stop();
     if (thread_.joinable()) thread_.join();
     live_.clear();
-    io_.reset();  // destroys pending handlers, and with them the connections
+    // The acceptor and the connections deregister from the io_context's
+    // reactor as they close, so they go first; destroying io_ then destroys
+    // the pending handlers, and with them the connections they hold.
+    acceptor_.reset();
+    io_.reset();
   }
 
   Status open() {
@@ -124,15 +128,15 @@ class Server final : public ServeHttp {
     auto address = asio::ip::make_address(options_.host, ec);
     if (ec) return invalid_argument("serve.host: '" + options_.host + "' is not an IP address: " + ec.message());
     tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    acceptor_->open(endpoint.protocol(), ec);
+    if (!ec) acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_->bind(endpoint, ec);
+    if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
       return unavailable("cannot serve HTTP on " + options_.host + ":" + std::to_string(options_.port) +
                          ": " + ec.message());
     }
-    port_ = acceptor_.local_endpoint().port();
+    port_ = acceptor_->local_endpoint().port();
     accept();
     thread_ = std::thread([this] { io_->run(); });
     return Status::ok();
@@ -189,7 +193,7 @@ class Server final : public ServeHttp {
 
  private:
   void accept() {
-    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    acceptor_->async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
         if (open_ >= options_.max_connections) {
@@ -214,7 +218,7 @@ class Server final : public ServeHttp {
   GenerationQueue* queue_;
   ServeMetrics* metrics_;
   std::unique_ptr<asio::io_context> io_;
-  tcp::acceptor acceptor_;
+  std::optional<tcp::acceptor> acceptor_;  // reset before io_ (see ~Server)
   std::thread thread_;
   int port_ = 0;
   std::atomic<ServeState> state_{ServeState::kLoading};

@@ -1,7 +1,8 @@
 // CUDA greedy pick (CPU reference and contract: argmax.h). row_argmax: one
-// block of 256 threads per row, a strided scan (each thread keeps its first
-// maximum) then a tree reduction preferring the lower index on ties, so the
-// result does not depend on scheduling. merge_argmax: one thread per row.
+// block of 1024 threads per row, a strided scan (each thread keeps its first
+// maximum) then warp-shuffle reductions preferring the lower index on ties,
+// so the result does not depend on scheduling. merge_argmax: one thread per
+// row.
 #pragma once
 
 #include <cfloat>
@@ -11,32 +12,57 @@
 
 namespace cohort::models::cuda {
 
-constexpr int kArgmaxThreads = 256;
+constexpr int kArgmaxThreads = 1024;
 
+// (value, index) that wins: the larger value, the lower index on ties.
+__device__ __forceinline__ void argmax_keep(float& bv, int& bi, float ov, int oi) {
+  if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+}
+
+// One block per row: a whole 151,936-entry row read by one multiprocessor in
+// 16-byte loads (4 in flight per thread) takes a few microseconds; a decode
+// step at batch 1 has no other work to overlap it with.
 __global__ void row_argmax_kernel(const float* logits, int V, int vocab_begin, float* out) {
-  __shared__ float best_v[kArgmaxThreads];
-  __shared__ int best_i[kArgmaxThreads];
+  __shared__ float warp_v[kArgmaxThreads / 32];
+  __shared__ int warp_i[kArgmaxThreads / 32];
   const float* row = logits + static_cast<size_t>(blockIdx.x) * V;
   float bv = -FLT_MAX;
   int bi = 0x7fffffff;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    if (row[j] > bv) bv = row[j], bi = j;  // strided ascending: first max kept
-  }
-  best_v[threadIdx.x] = bv, best_i[threadIdx.x] = bi;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) {
-      const float ov = best_v[threadIdx.x + stride];
-      const int oi = best_i[threadIdx.x + stride];
-      if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x])) {
-        best_v[threadIdx.x] = ov, best_i[threadIdx.x] = oi;
-      }
+  // Each thread scans ascending indices and keeps its first maximum (>).
+  if (V % 4 == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int V4 = V / 4;
+    for (int j = threadIdx.x; j < V4; j += blockDim.x) {
+      const float4 v = __ldg(row4 + j);
+      if (v.x > bv) bv = v.x, bi = 4 * j;
+      if (v.y > bv) bv = v.y, bi = 4 * j + 1;
+      if (v.z > bv) bv = v.z, bi = 4 * j + 2;
+      if (v.w > bv) bv = v.w, bi = 4 * j + 3;
     }
-    __syncthreads();
+  } else {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      if (row[j] > bv) bv = row[j], bi = j;
+    }
   }
-  if (threadIdx.x == 0) {
-    out[2 * blockIdx.x] = best_v[0];
-    out[2 * blockIdx.x + 1] = __int_as_float(best_i[0] + vocab_begin);
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    argmax_keep(bv, bi, __shfl_xor_sync(0xffffffffu, bv, offset),
+                __shfl_xor_sync(0xffffffffu, bi, offset));
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_v[warp] = bv, warp_i[warp] = bi;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    bv = lane < warps ? warp_v[lane] : -FLT_MAX;
+    bi = lane < warps ? warp_i[lane] : 0x7fffffff;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      argmax_keep(bv, bi, __shfl_xor_sync(0xffffffffu, bv, offset),
+                  __shfl_xor_sync(0xffffffffu, bi, offset));
+    }
+    if (lane == 0) {
+      out[2 * blockIdx.x] = bv;
+      out[2 * blockIdx.x + 1] = __int_as_float(bi + vocab_begin);
+    }
   }
 }
 

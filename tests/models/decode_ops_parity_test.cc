@@ -1,6 +1,6 @@
 // The bf16 decode engine's kernels (models/ops/: embed_bf16, add_rmsnorm_bf16,
 // qkv_rope_cache, decode_attention, swiglu_bf16, gather_rows_bf16,
-// row_argmax/merge_argmax) against their CPU references, on fresh random
+// row_argmax/merge_argmax, gemv_bf16/gemv_swiglu_bf16) against their CPU references, on fresh random
 // inputs. Outputs start as NaN so that an element the kernel never writes
 // fails the comparison; bf16 results must agree to a norm-relative 1e-2.
 // Skips with a message where no GPU is visible.
@@ -15,6 +15,7 @@
 #include "models/ops/argmax.h"
 #include "models/ops/decode_attention.h"
 #include "models/ops/embedding.h"
+#include "models/ops/gemv.h"
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
@@ -248,6 +249,63 @@ TEST_F(DecodeOpsParity, RowArgmaxAndMergeMatchTheCpuPickAcrossVocabShards) {
   EXPECT_EQ(want, got);
   EXPECT_EQ(want[5], 3);
   EXPECT_EQ(want[7], shard + 20);
+}
+
+// Every row count the decode buckets use, a width that is a whole number of
+// the kernel's 256-element strides and one that is not, and an output count
+// that does not fill the last block.
+TEST_F(DecodeOpsParity, GemvBf16MatchesTheCpuProjectionForEachRowCount) {
+  for (int in : {1024, 3072, 136}) {
+    const int out = 37;
+    const auto w = to_bf16(testing::random_vector(size_t(out) * in, 71 + in));
+    for (int n = 1; n <= cuda::kGemvMaxRows; ++n) {
+      ASSERT_TRUE(cuda::gemv_supported(n, in));
+      const auto x = to_bf16(testing::random_vector(size_t(n) * in, 90 + n));
+      std::vector<float> want(size_t(n) * out);
+      cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+      float* y = up(std::vector<float>(want.size(), NAN));
+      cuda::gemv_bf16(y, up(x), up(w), n, in, out, stream_);
+      EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5) << "n " << n << " in " << in;
+    }
+  }
+  EXPECT_FALSE(cuda::gemv_supported(9, 1024));
+  EXPECT_FALSE(cuda::gemv_supported(1, 1020));
+}
+
+TEST_F(DecodeOpsParity, GemvSwigluBf16MatchesProjectionThenSwiglu) {
+  const int in = 1024, I = 300;
+  const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 33));
+  for (int n : {1, 3, 8}) {
+    const auto x = to_bf16(testing::random_vector(size_t(n) * in, 40 + n));
+    std::vector<float> gate_up(size_t(n) * 2 * I), want(size_t(n) * I);
+    cpu::gemv_bf16(gate_up.data(), x.data(), w.data(), n, in, 2 * I);
+    cpu::swiglu_fused(want.data(), gate_up.data(), n, I);
+    std::vector<uint16_t> nan_bits(size_t(n) * I, kBf16NaN);
+    uint16_t* h = up(nan_bits);
+    cuda::gemv_swiglu_bf16(h, up(x), up(w), n, in, I, stream_);
+    EXPECT_LT(norm_relative(want, down_bf16(h, want.size())), kBf16Tol) << "n " << n;
+  }
+}
+
+// Rows as wide as a real vocabulary take the 16-byte path; ties keep the
+// lowest index wherever the copies fall.
+TEST_F(DecodeOpsParity, RowArgmaxOverAFullVocabularyKeepsTheFirstMaximum) {
+  const int n = 4, V = 151936;
+  auto logits = testing::random_vector(size_t(n) * V, 12);
+  logits[0 * size_t(V) + 151935] = 30.0f;
+  logits[1 * size_t(V) + 7] = logits[1 * size_t(V) + 150001] = 40.0f;
+  logits[2 * size_t(V) + 1026] = logits[2 * size_t(V) + 1027] = 41.0f;  // one 16-byte piece
+  std::vector<float> want(size_t(n) * 2);
+  cpu::row_argmax(want.data(), logits.data(), n, V, 0);
+  float* out = up(std::vector<float>(want.size(), NAN));
+  cuda::row_argmax(out, up(logits), n, V, 0, stream_);
+  const auto got = down(out, want.size());
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+  int32_t index = 0;
+  std::memcpy(&index, &got[3], 4);
+  EXPECT_EQ(index, 7);
+  std::memcpy(&index, &got[5], 4);
+  EXPECT_EQ(index, 1026);
 }
 
 }  // namespace

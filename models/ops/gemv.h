@@ -1,0 +1,40 @@
+// Small-batch projections of the bf16 decode engine (CPU reference here and
+// in gemv.cc; CUDA in gemv.cuh):
+//   gemv_bf16:        y [n, out] (fp32) = x [n, in] · wᵀ
+//   gemv_swiglu_bf16: h [n, I] (bf16) = silu(x · w_gateᵀ) * (x · w_upᵀ), with
+//                     w = [w_gate; w_up] of [2I, in] (gate rows first), the
+//                     MLP's fused gate/up projection and its SwiGLU in one pass
+// where w is bf16 row-major [out, in] (Hugging Face's orientation), x bf16,
+// accumulation fp32. gemv_swiglu_bf16 equals gemv_bf16 into an fp32 gate_up
+// followed by swiglu_bf16 (swiglu.h), up to the order of the sums.
+//
+// Why not cuBLAS here: at decode batch 1 to 8 a projection reads each weight
+// once for n multiply-adds, so it is bound by memory bandwidth, and cuBLAS's
+// tiled kernels launch too few blocks at these shapes to keep HBM busy
+// (bench/RESULTS.md has the per-kernel times). The CUDA kernels take a warp
+// per output row, all of its 16-byte weight loads in flight at once.
+#pragma once
+
+#include "models/ops/decode_rows.h"
+
+namespace cohort::models::cpu {
+
+void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out);
+void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
+                      int intermediate);
+
+}  // namespace cohort::models::cpu
+
+// Device pointers, on `stream`, no allocation. Only for shapes where
+// gemv_supported holds: 1 <= n <= kGemvMaxRows, `in` a multiple of 8 (rows
+// start on 16-byte boundaries) and pointers 16-byte aligned.
+namespace cohort::models::cuda {
+
+constexpr int kGemvMaxRows = 8;
+bool gemv_supported(int n, int in);
+void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
+               CUstream_st* stream);
+void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
+                      int intermediate, CUstream_st* stream);
+
+}  // namespace cohort::models::cuda
