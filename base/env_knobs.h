@@ -32,6 +32,7 @@ enum class EnvKnob {
   kInferCheckLockstep,
   kInferDumpLogits,
   kInferIgnoreEos,
+  kTrainDumpBatches,
 };
 
 struct EnvKnobDoc {

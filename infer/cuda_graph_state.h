@@ -4,7 +4,6 @@
 // its CPU reference); its collectives go through collective/.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 
 #include "collective/nccl/nccl_communicator.h"
 #include "infer/cuda_graph_engine.h"
+#include "infer/cuda_tuned_gemm.h"
 #include "models/ops/argmax.h"
 #include "models/ops/decode_attention.h"
 #include "models/ops/decode_rows.h"
@@ -133,7 +133,7 @@ class CudaGraphEngine final : public InferenceEngine {
   // sums are captured into the graphs with its kernels.
   std::unique_ptr<collective::NcclCommunicator> tp_gpu_;
   cudaStream_t stream_ = nullptr;  // tp_gpu_'s stream at tp > 1, else the engine's own
-  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<TunedGemm> lt_;  // projections above the GEMV's rows
   // How long a step may wait on its peers: the tp group's CPU communicator's
   // timeout (COHORT_COLLECTIVE_TIMEOUT_S, else 10 minutes).
   collective::Milliseconds collective_timeout_{std::chrono::minutes(10)};

@@ -20,19 +20,15 @@ void check_tp(const Status& s, const char* what) {
 
 // y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation).
 // bf16 inputs, fp32 accumulate and output. Decode steps of up to 8 rows take
-// the bandwidth-bound GEMV (models/ops/gemv.h); the rest go to cuBLAS,
-// column-major, that is yᵀ = op(w)ᵀ · xᵀ.
+// the bandwidth-bound GEMV (models/ops/gemv.h); the rest go to cuBLASLt with
+// the algorithm tuned per decode bucket at warm-up (cuda_tuned_gemm.h).
 void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out) {
   if (models::cuda::gemv_supported(n, in)) {
     models::cuda::gemv_bf16(y, x, w, n, in, out, stream_);
     return;
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t st = cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
-                                         CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F,
-                                         out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  COHORT_CHECK_MSG(st == CUBLAS_STATUS_SUCCESS, "cublasGemmEx [{}x{}]x[{}x{}]: status {}", n, in,
-                   out, in, static_cast<int>(st));
+  const Status s = lt_->run(y, x, w, n, in, out);
+  COHORT_CHECK_MSG(s.is_ok(), "[{}x{}]x[{}x{}]: {}", n, in, out, in, s.message());
 }
 
 // At tp > 1 the stream holds NCCL calls, and a peer that never joins one
@@ -294,6 +290,21 @@ void CudaGraphEngine::warm_up() {
     fill_rows(n, true);
     host_head_rows_[0] = n - 1;
     run(n, 1, 0, false, true, nullptr, &unused);
+  }
+  // The projections of the buckets above the GEMV's rows, timed on the
+  // engine's own buffers (their contents do not matter here).
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  for (int b : buckets_) {
+    if (models::cuda::gemv_supported(b, H)) continue;
+    const Layer& L = layers_[0];
+    const struct { float* y; const Bf16* x; const Bf16* w; int in, out; } shapes[] = {
+        {buf_.qkv, buf_.xn, L.wqkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, L.wo, Qd, H},
+        {buf_.gate_up, buf_.xn, L.wgu, H, 2 * I},    {buf_.tmp, buf_.h, L.wdown, I, H},
+        {buf_.logits, buf_.xn, lm_head_, H, dims_.vocab}};
+    for (const auto& g : shapes) {
+      const Status s = lt_->tune(g.y, g.x, g.w, b, g.in, g.out);
+      COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());
+    }
   }
   for (int b : buckets_) {
     fill_rows(b, false);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/parallel_for.h"
 #include "models/safetensors.h"
 
 namespace cohort::models {
@@ -135,36 +136,42 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
   return j.dump(2) + "\n";
 }
 
+// Each parameter is read (and converted to fp32) on its own thread: the
+// files are mapped, so the reads share nothing but the page cache. On the
+// CPU backend the reads land in the model's buffers directly.
 Status load_hf_weights(Model& model, const std::string& dir) {
   COHORT_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::open(dir));
+  const bool direct = model.backend().device() == Device::kCpu;
   std::vector<float> host;
   for (int g = 0; g < model.num_groups(); ++g) {
     const ParamGroup& group = model.layout().groups[g];
-    host.assign(group.numel, 0.0f);
-    for (const ParamSpec& p : group.params) {
-      COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
-      const SafetensorsInfo* info = file->find(p.name);
-      if (info->shape != p.global_shape) {
-        return invalid_argument(dir + ": " + p.name + " has shape " + shape_string(info->shape) +
-                                ", config.json implies " + shape_string(p.global_shape));
-      }
-      float* dst = host.data() + p.offset;
-      const int64_t len = p.shape[p.shard_dim == ShardDim::kCols ? 1 : 0];
-      switch (p.shard_dim) {
-        case ShardDim::kReplicated:
-          COHORT_RETURN_IF_ERROR(file->read_f32(p.name, dst));
-          break;
-        case ShardDim::kRows:
-          COHORT_RETURN_IF_ERROR(
-              file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
-          break;
-        case ShardDim::kCols:
-          COHORT_RETURN_IF_ERROR(
-              file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + len, dst));
-          break;
-      }
-    }
-    model.backend().copy_from_host(model.params(g), host.data(), host.size() * sizeof(float));
+    if (!direct) host.resize(group.numel);
+    float* base = direct ? model.params(g) : host.data();
+    std::vector<Status> results(group.params.size(), Status::ok());
+    parallel_for(group.params.size(), [&](size_t i) {
+      const ParamSpec& p = group.params[i];
+      results[i] = [&]() -> Status {
+        COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
+        const SafetensorsInfo* info = file->find(p.name);
+        if (info->shape != p.global_shape) {
+          return invalid_argument(dir + ": " + p.name + " has shape " + shape_string(info->shape) +
+                                  ", config.json implies " + shape_string(p.global_shape));
+        }
+        float* dst = base + p.offset;
+        const int64_t len = p.shape[p.shard_dim == ShardDim::kCols ? 1 : 0];
+        switch (p.shard_dim) {
+          case ShardDim::kReplicated:
+            return file->read_f32(p.name, dst);
+          case ShardDim::kRows:
+            return file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + len, dst);
+          case ShardDim::kCols:
+            return file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + len, dst);
+        }
+        return Status::ok();
+      }();
+    });
+    for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);
+    if (!direct) model.backend().copy_from_host(model.params(g), host.data(), host.size() * sizeof(float));
   }
   return Status::ok();
 }

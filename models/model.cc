@@ -74,7 +74,8 @@ bool is_norm(const std::string& name) {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const ShardSpec& shard,
-                                             Backend* backend, TensorParallelComm tp) {
+                                             Backend* backend, TensorParallelComm tp,
+                                             Buffers buffers) {
   COHORT_CHECK(backend != nullptr);
   COHORT_ASSIGN_OR_RETURN(LocalDims dims, local_dims(config, shard));
   COHORT_ASSIGN_OR_RETURN(ParamLayout layout, make_param_layout(config, shard));
@@ -83,11 +84,11 @@ Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const Sh
                             " needs all_reduce_sum, all_reduce_max and all_gather callbacks");
   }
   return std::unique_ptr<Model>(
-      new Model(config, shard, dims, std::move(layout), backend, std::move(tp)));
+      new Model(config, shard, dims, std::move(layout), backend, std::move(tp), buffers));
 }
 
 Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,
-             ParamLayout layout, Backend* backend, TensorParallelComm tp)
+             ParamLayout layout, Backend* backend, TensorParallelComm tp, Buffers buffers)
     : config_(config),
       shard_(shard),
       dims_(dims),
@@ -97,8 +98,12 @@ Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims&
       acts_(std::make_unique<Activations>()) {
   for (const ParamGroup& g : layout_.groups) {
     params_.push_back(backend_->alloc_floats(g.numel));
-    grads_.push_back(backend_->alloc_floats(g.numel));
     owned_.push_back(params_.back());
+    if (buffers == Buffers::kParamsOnly) {
+      grads_.push_back(nullptr);
+      continue;
+    }
+    grads_.push_back(backend_->alloc_floats(g.numel));
     owned_.push_back(grads_.back());
   }
   const RopeTable table = make_rope_table(config_);

@@ -70,8 +70,14 @@ struct Activations;
 
 class Model {
  public:
+  // kParamsOnly holds weights and nothing to train them with: no gradient
+  // buffers (a weights holder that another engine copies from; backward and
+  // zero_grads must not be called on it). Gradient buffers of a 0.6B model
+  // are 2.4 GB of host memory to zero.
+  enum class Buffers { kParamsAndGrads, kParamsOnly };
   static Result<std::unique_ptr<Model>> create(const ModelConfig& config, const ShardSpec& shard,
-                                               Backend* backend, TensorParallelComm tp = {});
+                                               Backend* backend, TensorParallelComm tp = {},
+                                               Buffers buffers = Buffers::kParamsAndGrads);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -130,7 +136,7 @@ class Model {
 
  private:
   Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,
-        ParamLayout layout, Backend* backend, TensorParallelComm tp);
+        ParamLayout layout, Backend* backend, TensorParallelComm tp, Buffers buffers);
   void ensure_activations(int B, int T);
   void tp_sum(float* data, size_t n);
   void block_attention_backward(int layer, const BlockTensors& w, const BlockTensors& dw);

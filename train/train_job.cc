@@ -19,11 +19,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/env_knobs.h"
 #include "collective/bootstrap.h"
 #include "parallel/checkpoint.h"
 #include "train/train_report.h"
@@ -58,6 +60,7 @@ class Trainer {
  private:
   Status setup();
   Status train_step(int step);
+  Status dump_batch(const data::RankBatch& batch);
   Result<double> evaluate();
   Status checkpoint(int steps_done);
   Status print_sample();
@@ -144,6 +147,19 @@ Status Trainer::setup() {
   return Status::ok();
 }
 
+// COHORT_TRAIN_DUMP_BATCHES: rank 0's slice of the step (the whole global
+// batch in a one-rank run), inputs then targets, appended in native int32.
+Status Trainer::dump_batch(const data::RankBatch& batch) {
+  const std::string path = (std::filesystem::path(spec_.job.output_dir) / "batches.i32").string();
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (!f) return internal_error(fmt::format("COHORT_TRAIN_DUMP_BATCHES: cannot open {}", path));
+  const bool written = std::fwrite(batch.inputs.data(), 4, batch.inputs.size(), f) == batch.inputs.size() &&
+                       std::fwrite(batch.targets.data(), 4, batch.targets.size(), f) == batch.targets.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) return internal_error(fmt::format("COHORT_TRAIN_DUMP_BATCHES: writing {} failed", path));
+  return Status::ok();
+}
+
 Status Trainer::train_step(int step) {
   auto started = std::chrono::steady_clock::now();
   int64_t global = sampler_->options().global_batch;
@@ -154,6 +170,9 @@ Status Trainer::train_step(int step) {
   double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   const data::RankBatch& batch = prefetcher_->take(data_step);
   if (!batch.status.is_ok()) return batch.status.with_context("train.data");
+  if (ctx_.world.rank == 0 && env_knob_on(EnvKnob::kTrainDumpBatches)) {
+    COHORT_RETURN_IF_ERROR(dump_batch(batch));
+  }
   // The loss is the mean over the targets that count (masked chat and
   // prompt tokens do not), over the whole global batch, as HF averages.
   const double counted = double(std::max<int64_t>(1, batch.counted_targets));

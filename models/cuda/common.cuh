@@ -3,6 +3,8 @@
 // kernels live in one translation unit to keep compile time down).
 #pragma once
 
+#include <utility>
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,6 +51,35 @@ __device__ inline float from_bf16_bits(uint16_t v) {
 }
 __device__ inline uint16_t to_bf16_bits(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// Programmatic dependent launch (sm_90): launch_dependent starts a kernel
+// while its predecessor on the stream is still finishing, so that the gap of
+// a launch between two short kernels (a decode step is ~250 of them) is
+// hidden. A kernel so launched calls begin_dependent() first: it waits until
+// the predecessor has completed and its writes are visible, then lets its
+// own successor start launching. Launched the ordinary way, both are no-ops.
+__device__ __forceinline__ void begin_dependent() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 __device__ inline float warp_sum(float v) {

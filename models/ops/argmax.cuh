@@ -23,6 +23,7 @@ __device__ __forceinline__ void argmax_keep(float& bv, int& bi, float ov, int oi
 // 16-byte loads (4 in flight per thread) takes a few microseconds; a decode
 // step at batch 1 has no other work to overlap it with.
 __global__ void row_argmax_kernel(const float* logits, int V, int vocab_begin, float* out) {
+  begin_dependent();
   __shared__ float warp_v[kArgmaxThreads / 32];
   __shared__ int warp_i[kArgmaxThreads / 32];
   const float* row = logits + static_cast<size_t>(blockIdx.x) * V;
@@ -67,6 +68,7 @@ __global__ void row_argmax_kernel(const float* logits, int V, int vocab_begin, f
 }
 
 __global__ void merge_argmax_kernel(const float* gathered, int tp, int n, int32_t* tokens) {
+  begin_dependent();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= n) return;
   float best = -FLT_MAX;
@@ -80,11 +82,11 @@ __global__ void merge_argmax_kernel(const float* gathered, int tp, int n, int32_
 
 void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin,
                 CUstream_st* stream) {
-  row_argmax_kernel<<<n, kArgmaxThreads, 0, stream>>>(logits, vocab_rows, vocab_begin, out);
+  launch_dependent(row_argmax_kernel, n, kArgmaxThreads, 0, stream, logits, vocab_rows, vocab_begin, out);
 }
 
 void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n, CUstream_st* stream) {
-  merge_argmax_kernel<<<(n + 127) / 128, 128, 0, stream>>>(gathered, tp, n, tokens);
+  launch_dependent(merge_argmax_kernel, (n + 127) / 128, 128, 0, stream, gathered, tp, n, tokens);
 }
 
 }  // namespace cohort::models::cuda

@@ -41,6 +41,7 @@ __device__ inline void merge_softmax_state(float& m, float& l, float* acc, float
 __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
                                         const Bf16Bits* v_cache, DecodeRows rows, DecodeShape s,
                                         Bf16Bits* y) {
+  begin_dependent();
   const int r = blockIdx.x, h = blockIdx.y, D = s.head_dim;
   const int lanes = D / kDecodeDimsPerLane, per_warp = 32 / lanes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -49,6 +50,7 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
   const size_t head_base = (static_cast<size_t>(rows.slots[r]) * s.hkv + kv) * s.capacity * D;
   const float scale = rsqrtf(static_cast<float>(D));
   float qv[kDecodeDimsPerLane], acc[kDecodeDimsPerLane], kvv[kDecodeDimsPerLane];
+  float vv[kDecodeDimsPerLane];
   const float* qrow = q + (static_cast<size_t>(r) * s.hq + h) * D + sub * kDecodeDimsPerLane;
   for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = qrow[k] * scale, acc[k] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
@@ -57,16 +59,19 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
     const bool valid = t <= pos;
     float dot = 0.0f;
     if (valid) {
-      load16_bf16(k_cache + head_base + static_cast<size_t>(t) * D + sub * kDecodeDimsPerLane, kvv);
+      // K and V of the position load together: one memory round trip per
+      // step instead of two.
+      const size_t at = head_base + static_cast<size_t>(t) * D + sub * kDecodeDimsPerLane;
+      load16_bf16(k_cache + at, kvv);
+      load16_bf16(v_cache + at, vv);
       for (int k = 0; k < kDecodeDimsPerLane; ++k) dot += qv[k] * kvv[k];
     }
     for (int o = lanes / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     if (valid) {
       const float M = fmaxf(m, dot);
       const float corr = __expf(m - M), p = __expf(dot - M);
-      load16_bf16(v_cache + head_base + static_cast<size_t>(t) * D + sub * kDecodeDimsPerLane, kvv);
       l = l * corr + p;
-      for (int k = 0; k < kDecodeDimsPerLane; ++k) acc[k] = acc[k] * corr + p * kvv[k];
+      for (int k = 0; k < kDecodeDimsPerLane; ++k) acc[k] = acc[k] * corr + p * vv[k];
       m = M;
     }
   }
@@ -105,7 +110,7 @@ void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       CUstream_st* stream) {
   const dim3 grid(n, shape.hq);
   const size_t smem = sizeof(float) * kDecodeAttnWarps * (shape.head_dim + 2);
-  decode_attention_kernel<<<grid, kDecodeAttnWarps * 32, smem, stream>>>(q, k_cache, v_cache,
+  launch_dependent(decode_attention_kernel, grid, kDecodeAttnWarps * 32, smem, stream, q, k_cache, v_cache,
                                                                          rows, shape, y);
 }
 

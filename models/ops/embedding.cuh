@@ -33,6 +33,7 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dout, cons
 
 __global__ void embed_bf16_kernel(float* x, const Bf16Bits* table, const int32_t* tokens,
                                   int hidden, int vocab_begin, int vocab_rows) {
+  begin_dependent();
   const int r = blockIdx.x;
   const int row = tokens[r] - vocab_begin;
   const bool mine = row >= 0 && row < vocab_rows;
@@ -44,6 +45,7 @@ __global__ void embed_bf16_kernel(float* x, const Bf16Bits* table, const int32_t
 
 __global__ void gather_rows_bf16_kernel(Bf16Bits* dst, const Bf16Bits* src, const int32_t* idx,
                                         int hidden) {
+  begin_dependent();
   const Bf16Bits* row = src + static_cast<size_t>(idx[blockIdx.x]) * hidden;
   for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
     dst[static_cast<size_t>(blockIdx.x) * hidden + j] = row[j];
@@ -52,13 +54,13 @@ __global__ void gather_rows_bf16_kernel(Bf16Bits* dst, const Bf16Bits* src, cons
 
 void embed_bf16(float* x, const Bf16Bits* table, const int32_t* tokens, int n, int hidden,
                 int vocab_begin, int vocab_rows, CUstream_st* stream) {
-  embed_bf16_kernel<<<n, kThreads, 0, stream>>>(x, table, tokens, hidden, vocab_begin,
+  launch_dependent(embed_bf16_kernel, n, kThreads, 0, stream, x, table, tokens, hidden, vocab_begin,
                                                 vocab_rows);
 }
 
 void gather_rows_bf16(Bf16Bits* dst, const Bf16Bits* src, const int32_t* idx, int k, int hidden,
                       CUstream_st* stream) {
-  gather_rows_bf16_kernel<<<k, kThreads, 0, stream>>>(dst, src, idx, hidden);
+  launch_dependent(gather_rows_bf16_kernel, k, kThreads, 0, stream, dst, src, idx, hidden);
 }
 
 }  // namespace cohort::models::cuda

@@ -70,6 +70,7 @@ template <int N>
 __global__ void __launch_bounds__(32 * kGemvWarps) gemv_bf16_kernel(float* y, const Bf16Bits* x,
                                                                     const Bf16Bits* w, int in,
                                                                     int out) {
+  begin_dependent();
   const int o = blockIdx.x * kGemvWarps + threadIdx.x / 32;
   if (o >= out) return;
   float sum[N];
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_swiglu_bf16_kernel(Bf16B
                                                                            const Bf16Bits* x,
                                                                            const Bf16Bits* w,
                                                                            int in, int I) {
+  begin_dependent();
   const int i = blockIdx.x * kGemvWarps + threadIdx.x / 32;
   if (i >= I) return;
   float g[N], u[N];
@@ -120,7 +122,7 @@ void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, in
                CUstream_st* stream) {
   const unsigned blocks = (out + kGemvWarps - 1) / kGemvWarps;
   with_rows(n, [&](auto rows) {
-    gemv_bf16_kernel<decltype(rows)::value><<<blocks, 32 * kGemvWarps, 0, stream>>>(y, x, w, in, out);
+    launch_dependent(gemv_bf16_kernel<decltype(rows)::value>, blocks, 32 * kGemvWarps, 0, stream, y, x, w, in, out);
   });
 }
 
@@ -128,8 +130,7 @@ void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, 
                       int intermediate, CUstream_st* stream) {
   const unsigned blocks = (intermediate + kGemvWarps - 1) / kGemvWarps;
   with_rows(n, [&](auto rows) {
-    gemv_swiglu_bf16_kernel<decltype(rows)::value>
-        <<<blocks, 32 * kGemvWarps, 0, stream>>>(h, x, w, in, intermediate);
+    launch_dependent(gemv_swiglu_bf16_kernel<decltype(rows)::value>, blocks, 32 * kGemvWarps, 0, stream, h, x, w, in, intermediate);
   });
 }
 

@@ -80,6 +80,7 @@ inline int weight_grad_rows_per_chunk(int n, int dim) {
 // barrier before the reduction.
 __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const float* w,
                                         Bf16Bits* out, int hidden, float eps) {
+  begin_dependent();
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   float ss = 0;
   for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
@@ -95,7 +96,7 @@ __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const floa
 
 void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
                       int hidden, float eps, CUstream_st* stream) {
-  add_rmsnorm_bf16_kernel<<<n, kThreads, 0, stream>>>(x, delta, w, out, hidden, eps);
+  launch_dependent(add_rmsnorm_bf16_kernel, n, kThreads, 0, stream, x, delta, w, out, hidden, eps);
 }
 
 }  // namespace cohort::models::cuda

@@ -31,6 +31,7 @@ __global__ void qkv_rope_cache_kernel(const float* qkv, const float* bias, const
                                       const float* k_norm, const float* rope_cos,
                                       const float* rope_sin, DecodeRows rows, DecodeShape s,
                                       float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache) {
+  begin_dependent();
   const int r = blockIdx.x, head = blockIdx.y, D = s.head_dim, half = D / 2;
   const int i = threadIdx.x;
   const bool active = i < half;
@@ -70,7 +71,7 @@ void qkv_rope_cache(float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache, const fl
                     const DecodeShape& shape, CUstream_st* stream) {
   const dim3 grid(n, shape.hq + 2 * shape.hkv);
   const int threads = ((shape.head_dim / 2 + 31) / 32) * 32;
-  qkv_rope_cache_kernel<<<grid, threads, 0, stream>>>(qkv, qkv_bias, q_norm, k_norm, cos, sin,
+  launch_dependent(qkv_rope_cache_kernel, grid, threads, 0, stream, qkv, qkv_bias, q_norm, k_norm, cos, sin,
                                                       rows, shape, q_out, k_cache, v_cache);
 }
 

@@ -47,6 +47,7 @@ __global__ void scale_kernel(float* x, size_t n, float factor) {
 
 // The decode engine's fused form (swiglu.h): gate_up [n, 2I] -> h [n, I] bf16.
 __global__ void swiglu_bf16_kernel(const float* gate_up, Bf16Bits* h, int n, int I) {
+  begin_dependent();
   const size_t total = static_cast<size_t>(n) * I;
   COHORT_GRID_STRIDE(e, total) {
     const size_t r = e / I, i = e % I;
@@ -57,7 +58,7 @@ __global__ void swiglu_bf16_kernel(const float* gate_up, Bf16Bits* h, int n, int
 
 void swiglu_bf16(const float* gate_up, Bf16Bits* h, int n, int intermediate, CUstream_st* stream) {
   const size_t total = static_cast<size_t>(n) * intermediate;
-  swiglu_bf16_kernel<<<grid_for(total), kThreads, 0, stream>>>(gate_up, h, n, intermediate);
+  launch_dependent(swiglu_bf16_kernel, grid_for(total), kThreads, 0, stream, gate_up, h, n, intermediate);
 }
 
 }  // namespace cohort::models::cuda
