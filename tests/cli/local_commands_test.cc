@@ -1,0 +1,143 @@
+// Commands that need no coordinator, as a user runs them: --version, "did
+// you mean", the exit codes of bad usage and invalid files, and --json of
+// validate, keygen, export and tokenize.
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "cli_test_util.h"
+
+namespace cohort::testing {
+namespace {
+
+using nlohmann::json;
+
+std::string worker_binary() { return std::filesystem::path(cohort_binary()).parent_path() / "cohort-worker"; }
+
+// The commit the source tree is at ("" outside git).
+std::string source_commit() {
+  auto r = run_program({"git", "-C", COHORT_SOURCE_DIR, "rev-parse", "--short=12", "HEAD"});
+  return r.exit_code == 0 ? r.out.substr(0, r.out.find('\n')) : "";
+}
+
+TEST(CliVersion, PrintsTheProjectVersionAndTheCommitBuilt) {
+  const std::regex form("(cohort|cohort-worker) ([0-9]+\\.[0-9]+\\.[0-9]+)( \\(commit ([0-9a-f]{12})(-dirty)?\\))?\n");
+  std::vector<std::vector<std::string>> commands = {{cohort_binary(), "--version"},
+                                                    {cohort_binary(), "status", "--version"}};
+  if (std::filesystem::exists(worker_binary())) commands.push_back({worker_binary(), "--version"});
+  for (const auto& argv : commands) {
+    auto r = run_program(argv);
+    EXPECT_EQ(r.exit_code, 0) << argv[0] << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(r.out, m, form)) << r.out;
+    EXPECT_EQ(m[2], COHORT_PROJECT_VERSION);
+    if (!source_commit().empty()) {
+      EXPECT_EQ(m[4], source_commit()) << "rebuild after committing";
+    }
+  }
+}
+
+TEST(CliUsage, AMistypedSubcommandOrFlagExitsTwoWithDidYouMean) {
+  auto sub = run_cohort({"sumbit", "job.toml"});
+  EXPECT_EQ(sub.exit_code, 2);
+  EXPECT_NE(sub.err.find("did you mean 'submit'?"), std::string::npos) << sub.err;
+  auto flag = run_cohort({"jobs", "--stat", "running"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.err.find("unknown flag --stat; did you mean --state?"), std::string::npos) << flag.err;
+  auto none = run_cohort({});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("a command is required"), std::string::npos) << none.err;
+}
+
+TEST(CliUsage, JsonOnACommandThatPrintsNoneIsRefused) {
+  for (const char* command : {"agent", "coordinator"}) {
+    auto r = run_cohort({"--json", command});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(std::string("cohort ") + command + ": --json: this command prints no JSON"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+TEST(CliExitCodes, BadAddressesAndMissingFilesAreUsageErrorsNotUnreachable) {
+  EXPECT_EQ(run_cohort({"jobs", "--coordinator", "10.0.0.1"}).exit_code, 2);
+  EXPECT_EQ(run_program({cohort_binary(), "status"}, {{"COHORT_COORDINATOR", "http://h:1"}}).exit_code, 2);
+  EXPECT_EQ(run_cohort({"coordinator", "--listen", "localhost"}).exit_code, 2);
+  auto missing = run_cohort({"export", "nope", "--to", "/tmp/cohort-export-never"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nope: no such folder"), std::string::npos) << missing.err;
+  Cluster c;  // for its folder
+  auto empty = run_cohort({"export", c.dir(), "--to", c.dir() + "/hf"});
+  if (std::filesystem::exists(worker_binary())) {
+    EXPECT_EQ(empty.exit_code, 2) << "a folder without index.json is not a checkpoint: " << empty.err;
+    EXPECT_NE(empty.err.find("has no index.json"), std::string::npos) << empty.err;
+  }
+  auto tokenize = run_cohort({"tokenize", c.dir() + "/absent.txt", "--out", c.dir() + "/shards"});
+  EXPECT_EQ(tokenize.exit_code, 2) << tokenize.err;
+}
+
+TEST(CliValidate, JsonDescribesAValidFileAndItsRankPlan) {
+  const std::string example = std::string(COHORT_SOURCE_DIR) + "/jobs/examples/print_env.toml";
+  auto r = run_cohort({"validate", example, "--nodes", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json_of(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["valid"], true);
+  EXPECT_EQ(j["nodes"], 2);
+  EXPECT_EQ(j["world_size"], 4);
+  ASSERT_EQ(j["rank_plan"].size(), 4u);
+  EXPECT_EQ(j["rank_plan"][3]["node_rank"], 1);
+  EXPECT_EQ(j["rank_plan"][3]["local_rank"], 1);
+  EXPECT_NE(j["resolved_toml"].get<std::string>().find("name = \"print-env\""), std::string::npos);
+}
+
+TEST(CliValidate, JsonListsEachErrorWithItsLineAndColumn) {
+  Cluster c;
+  auto file = c.write_job("bad", "[job]\nname = \"bad\"\nkind = \"command\"\nnodez = 2\n[command]\nargv = [\"true\"]\n");
+  auto r = run_cohort({"--json", "validate", file});
+  EXPECT_EQ(r.exit_code, 2);
+  auto j = json_of(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["valid"], false);
+  ASSERT_EQ(j["errors"].size(), 1u) << j;
+  EXPECT_EQ(j["errors"][0]["line"], 4);
+  EXPECT_EQ(j["errors"][0]["column"], 1);
+  EXPECT_NE(j["errors"][0]["message"].get<std::string>().find("did you mean nodes?"), std::string::npos) << j;
+}
+
+TEST(CliKeygen, JsonNamesTheKeyFileAndWhereItIsAuthorized) {
+  Cluster c;
+  auto server = json_of(run_cohort({"keygen", c.dir() + "/coord", "--json"}));
+  ASSERT_TRUE(server.is_object()) << server;
+  EXPECT_EQ(server["role"], "coordinator");
+  EXPECT_EQ(server["public_key"].get<std::string>().size(), 40u) << "a Z85 CURVE key";
+  EXPECT_TRUE(server["authorized_in"].is_null());
+  auto client = json_of(run_cohort({"keygen", c.dir() + "/me", "--role", "client", "--authorize", c.dir() + "/coord",
+                                    "--json"}));
+  ASSERT_TRUE(client.is_object()) << client;
+  EXPECT_EQ(client["role"], "client");
+  EXPECT_EQ(client["public_key_file"], c.dir() + "/me/client.public");
+  EXPECT_EQ(client["authorized_in"], c.dir() + "/coord");
+  EXPECT_NE(read_file(c.dir() + "/coord/authorized_clients").find(client["public_key"].get<std::string>()),
+            std::string::npos);
+}
+
+TEST(CliTokenize, JsonCountsTheDocumentsAndNamesTheShards) {
+  Cluster c;
+  write_file(c.dir() + "/a.txt", "one small document\n");
+  write_file(c.dir() + "/b.txt", "and another one\n");
+  auto r = run_cohort({"tokenize", c.dir() + "/a.txt", c.dir() + "/b.txt", "--out", c.dir() + "/shards", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json_of(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["documents"], 2);
+  EXPECT_GT(j["tokens"].get<int64_t>(), 20);
+  EXPECT_EQ(j["bad_lines"], 0);
+  EXPECT_FALSE(j["shards"].empty());
+  EXPECT_EQ(j["out"], c.dir() + "/shards");
+}
+
+}  // namespace
+}  // namespace cohort::testing
