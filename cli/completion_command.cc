@@ -6,6 +6,7 @@
 //
 //   source <(cohort completion bash)      # or save it under bash-completion's completions/cohort
 //   source <(cohort completion zsh)       # after compinit; or save it as _cohort on $fpath
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -58,10 +59,14 @@ void collect(const CLI::App& app, const std::string& path, std::vector<Node>* ou
     for (const CLI::Option* opt : a->get_options()) {
       if (opt->get_positional()) continue;
       for (const auto& l : opt->get_lnames()) {
+        // A command's own --json or --coordinator shadows the global one.
+        if (std::find(node.flags.begin(), node.flags.end(), "--" + l) != node.flags.end()) continue;
         node.flags.push_back("--" + l);
         if (opt->get_expected_min() > 0) node.value_flags.push_back("--" + l);
       }
-      for (const auto& s : opt->get_snames()) node.flags.push_back("-" + s);
+      for (const auto& s : opt->get_snames()) {
+        if (std::find(node.flags.begin(), node.flags.end(), "-" + s) == node.flags.end()) node.flags.push_back("-" + s);
+      }
     }
   }
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
@@ -151,7 +156,7 @@ const char* kZshDriver = R"SH(_cohort() {
   if [[ $cur == -* ]]; then compadd -- ${=$(_cohort_flags "$cpath")}; return; fi
   local -a _cohort_described
   _cohort_descriptions "$cpath"
-  if (( ${#_cohort_described} )); then _describe -t commands 'cohort command' _cohort_described; [[ -n $cpath ]] || return; fi
+  if (( ${#_cohort_described} )); then _describe -t commands 'cohort command' _cohort_described; [[ -n $cpath ]] || return 0; fi
   case "$(_cohort_positional "$cpath")" in
     jobs) compadd -- ${(f)"$(_cohort_ask "${words[1]}" jobs)"} ;;
     nodes) compadd -- ${(f)"$(_cohort_ask "${words[1]}" nodes)"} ;;

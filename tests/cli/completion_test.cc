@@ -1,5 +1,6 @@
 // `cohort completion bash`, sourced in a real bash: what compgen offers for
 // subcommands, flags, flag values, job ids from a live coordinator and files.
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -70,16 +71,48 @@ TEST(CliCompletion, TheBashScriptRegistersForCohort) {
   EXPECT_EQ(r.out, "complete -F _cohort cohort\n");
 }
 
-TEST(CliCompletion, TheZshScriptIsValidZsh) {
-  auto zsh = run_program({"sh", "-c", "command -v zsh"});
+// zsh's completion builtins exist only inside a completion widget, so these
+// stand-ins print what the script hands them (compadd and _describe filter
+// by the typed prefix themselves: the lists are whole).
+Words complete_zsh(const Cluster& c, const Words& words) {
+  write_file(c.dir() + "/_cohort", run_cohort({"completion", "zsh"}).out);
+  std::string line = "words=(";
+  for (const auto& w : words) line += "'" + w + "' ";
+  write_file(c.dir() + "/complete.zsh",
+             "compadd() { while [[ $# -gt 0 && $1 != -- ]]; do shift; done; shift; print -l -- \"$@\"; }\n"
+             "_describe() { local a; for a in \"${(@P)4}\"; do print -- \"${a%%:*}\"; done; }\n"
+             "_files() { print -- '(files)'; }\n"
+             "source " + c.dir() + "/_cohort\n" + line + ")\nCURRENT=${#words}\n_cohort\n");
+  auto r = run_program({"zsh", "-f", c.dir() + "/complete.zsh"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  Words out;
+  std::istringstream in(r.out);
+  for (std::string w; std::getline(in, w);) out.push_back(w);
+  return out;
+}
+
+bool has(const Words& words, const std::string& w) { return std::find(words.begin(), words.end(), w) != words.end(); }
+
+TEST(CliCompletion, TheZshScriptOffersSubcommandsFlagsValuesAndFiles) {
   Cluster c;
   auto r = run_cohort({"completion", "zsh"});
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out.rfind("#compdef cohort\n", 0), 0u);
-  if (zsh.exit_code != 0) GTEST_SKIP() << "zsh is not installed; checked only the script's header";
+  if (run_program({"sh", "-c", "command -v zsh"}).exit_code != 0) {
+    GTEST_SKIP() << "zsh is not installed (scripts/setup.sh installs it); checked only the script's header";
+  }
   write_file(c.dir() + "/_cohort", r.out);
-  auto check = run_program({"zsh", "-n", c.dir() + "/_cohort"});
-  EXPECT_EQ(check.exit_code, 0) << check.err;
+  auto syntax = run_program({"zsh", "-n", c.dir() + "/_cohort"});
+  EXPECT_EQ(syntax.exit_code, 0) << syntax.err;
+  const std::string self = cohort_binary();
+  auto commands = complete_zsh(c, {self, "su"});
+  EXPECT_TRUE(has(commands, "submit") && has(commands, "completion") && has(commands, "status")) << commands.size();
+  EXPECT_EQ(complete_zsh(c, {self, "jobs", ""}), Words{"rm"});
+  auto flags = complete_zsh(c, {self, "--coordinator", "tcp://x:1", "jobs", "--st"});
+  EXPECT_TRUE(has(flags, "--state") && has(flags, "--json") && has(flags, "--log-level"));
+  EXPECT_EQ(std::count(flags.begin(), flags.end(), "--json"), 1);
+  EXPECT_EQ(complete_zsh(c, {self, "keygen", "k", "--role", ""}), (Words{"agent", "client"}));
+  EXPECT_EQ(complete_zsh(c, {self, "run", ""}), Words{"(files)"});
 }
 
 }  // namespace
