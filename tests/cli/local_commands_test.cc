@@ -1,6 +1,7 @@
 // Commands that need no coordinator, as a user runs them: --version, "did
 // you mean", the exit codes of bad usage and invalid files, and --json of
 // validate, keygen, export and tokenize.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -127,6 +128,38 @@ TEST(CliKeygen, JsonNamesTheKeyFileAndWhereItIsAuthorized) {
   EXPECT_EQ(client["authorized_in"], c.dir() + "/coord");
   EXPECT_NE(read_file(c.dir() + "/coord/authorized_clients").find(client["public_key"].get<std::string>()),
             std::string::npos);
+}
+
+TEST(CliRunAndExport, JsonGivesTheFinishedJobThenTheExportedFiles) {
+  if (!std::filesystem::exists(worker_binary())) GTEST_SKIP() << "cohort-worker is not built in this tree";
+  Cluster c;
+  std::string corpus;
+  for (int i = 0; i < 200; ++i) corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  write_file(c.dir() + "/corpus.txt", corpus);
+  const std::string out = c.dir() + "/qs";
+  auto run = run_cohort({"run", std::string(COHORT_SOURCE_DIR) + "/jobs/examples/quickstart.toml", "--json",
+                         "--cpu-slots", "2", "--set", "job.output_dir=" + out, "--set",
+                         "train.data=" + c.dir() + "/corpus.txt", "--set", "train.steps=2", "--set",
+                         "train.warmup_steps=1", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=2",
+                         "--set", "train.sample_tokens=0", "--set", "train.precision=fp32"},
+                        std::chrono::seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto job = json_of(run);
+  ASSERT_TRUE(job.is_object()) << "stdout must be one document:\n" << run.out;
+  EXPECT_EQ(job["state"], "succeeded");
+  EXPECT_EQ(job["kind"], "train");
+  EXPECT_GT(job["gpu_hours"].get<double>(), 0);
+  EXPECT_NE(run.err.find("[rank 0]"), std::string::npos) << "the worker's lines go to stderr";
+
+  auto exported = run_cohort({"export", out, "--to", c.dir() + "/hf", "--json"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  auto e = json_of(exported);
+  ASSERT_TRUE(e.is_object()) << exported.out;
+  EXPECT_EQ(e["to"], c.dir() + "/hf");
+  EXPECT_EQ(e["dtype"], "fp32");
+  const auto files = e["files"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(files.begin(), files.end(), "config.json"), files.end()) << e;
+  EXPECT_NE(std::find(files.begin(), files.end(), "model.safetensors"), files.end()) << e;
 }
 
 TEST(CliTokenize, JsonCountsTheDocumentsAndNamesTheShards) {
