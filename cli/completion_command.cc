@@ -32,7 +32,7 @@ const std::map<std::string, std::string>& flag_choices() {
 // What a command's positional argument names, where it is not a file.
 const char* positional_kind(const std::string& path) {
   static const std::map<std::string, const char*> kinds = {
-      {"status", "jobs"}, {"cancel", "jobs"},   {"logs", "jobs"},   {"jobs rm", "jobs"},
+      {"status", "jobs"},    {"cancel", "jobs"}, {"logs", "jobs"},         {"jobs rm", "jobs"},
       {"nodes rm", "nodes"}, {"drain", "nodes"}, {"completion", "shells"},
   };
   auto it = kinds.find(path);
@@ -46,7 +46,7 @@ std::string quoted(const std::string& text) {
 }
 
 struct Node {
-  std::string path;  // "" for the root, "jobs rm"
+  std::string path;                                              // "" for the root, "jobs rm"
   std::vector<std::pair<std::string, std::string>> subcommands;  // name, description
   std::vector<std::string> flags, value_flags;
 };
@@ -65,14 +65,17 @@ void collect(const CLI::App& app, const std::string& path, std::vector<Node>* ou
         if (opt->get_expected_min() > 0) node.value_flags.push_back("--" + l);
       }
       for (const auto& s : opt->get_snames()) {
-        if (std::find(node.flags.begin(), node.flags.end(), "-" + s) == node.flags.end()) node.flags.push_back("-" + s);
+        if (std::find(node.flags.begin(), node.flags.end(), "-" + s) == node.flags.end())
+          node.flags.push_back("-" + s);
       }
     }
   }
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
-  for (const CLI::App* sub : subs) node.subcommands.push_back({sub->get_name(), sub->get_description()});
+  for (const CLI::App* sub : subs)
+    node.subcommands.push_back({sub->get_name(), sub->get_description()});
   out->push_back(node);
-  for (const CLI::App* sub : subs) collect(*sub, path.empty() ? sub->get_name() : path + " " + sub->get_name(), out);
+  for (const CLI::App* sub : subs)
+    collect(*sub, path.empty() ? sub->get_name() : path + " " + sub->get_name(), out);
 }
 
 std::string words(const std::vector<std::string>& list) {
@@ -99,19 +102,22 @@ std::string tables(const std::vector<Node>& nodes) {
     if (!n.path.empty()) kinds += "    " + label + ") echo " + positional_kind(n.path) + " ;;\n";
   }
   std::string choices;
-  for (const auto& [flag, list] : flag_choices()) choices += "    " + flag + ") echo " + quoted(list) + " ;;\n";
+  for (const auto& [flag, list] : flag_choices())
+    choices += "    " + flag + ") echo " + quoted(list) + " ;;\n";
   return "_cohort_subcommands() {\n  case \"$1\" in\n" + subs + "  esac\n}\n" +
-         "_cohort_descriptions() {\n  _cohort_described=()\n  case \"$1\" in\n" + descs + "  esac\n}\n" +
-         "_cohort_flags() {\n  case \"$1\" in\n" + flags + "  esac\n}\n" +
+         "_cohort_descriptions() {\n  _cohort_described=()\n  case \"$1\" in\n" + descs +
+         "  esac\n}\n" + "_cohort_flags() {\n  case \"$1\" in\n" + flags + "  esac\n}\n" +
          "_cohort_value_flags() {\n  case \"$1\" in\n" + values + "  esac\n}\n" +
-         "_cohort_positional() {\n  case \"$1\" in\n" + kinds + "    *) echo files ;;\n  esac\n}\n" +
-         "_cohort_choices() {\n  case \"$1\" in\n" + choices + "  esac\n}\n" +
+         "_cohort_positional() {\n  case \"$1\" in\n" + kinds +
+         "    *) echo files ;;\n  esac\n}\n" + "_cohort_choices() {\n  case \"$1\" in\n" + choices +
+         "  esac\n}\n" +
          // The command path: the words before the cursor that name subcommands.
          "_cohort_path() {  # words before the cursor, without the program\n"
          "  local cpath= w\n"
          "  for w in \"$@\"; do\n"
          "    case \"$w\" in -*) continue ;; esac\n"
-         "    case \" $(_cohort_subcommands \"$cpath\") \" in *\" $w \"*) cpath=\"${cpath:+$cpath }$w\" ;; esac\n"
+         "    case \" $(_cohort_subcommands \"$cpath\") \" in *\" $w \"*) cpath=\"${cpath:+$cpath "
+         "}$w\" ;; esac\n"
          "  done\n"
          "  echo \"$cpath\"\n"
          "}\n"
@@ -186,8 +192,11 @@ int run_completion(const CLI::App& root, const CompletionArgs& args) {
 
 Command add_completion_command(CLI::App& root) {
   auto args = std::make_shared<CompletionArgs>();
-  CLI::App* app = root.add_subcommand("completion", "print a shell completion script (bash or zsh)");
-  app->add_option("shell", args->shell, "bash or zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  CLI::App* app =
+      root.add_subcommand("completion", "print a shell completion script (bash or zsh)");
+  app->add_option("shell", args->shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
   const CLI::App* top = &root;
   return {app, [args, top] { return run_completion(*top, *args); }};
 }

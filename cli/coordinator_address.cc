@@ -22,7 +22,8 @@ bool is_host_port(const std::string& s) {
   const auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || s.find('/') != std::string::npos) return false;
   const std::string host = s.substr(0, colon), port = s.substr(colon + 1);
-  if (host.find(':') != std::string::npos && (host.front() != '[' || host.back() != ']')) return false;
+  if (host.find(':') != std::string::npos && (host.front() != '[' || host.back() != ']'))
+    return false;
   if (port == "*") return true;
   return all_digits(port) && port.size() <= 5 && std::stoi(port) <= 65535;
 }
@@ -43,12 +44,14 @@ Result<std::string> normalize_endpoint(const std::string& text, const std::strin
   }
   const std::string scheme = text.substr(0, scheme_end), rest = text.substr(scheme_end + 3);
   if (scheme == "ipc" || scheme == "inproc") {
-    if (rest.empty()) return invalid_argument(what + " '" + text + "': " + scheme + ":// needs a name");
+    if (rest.empty())
+      return invalid_argument(what + " '" + text + "': " + scheme + ":// needs a name");
     return text;
   }
   if (scheme != "tcp") {
-    return invalid_argument(what + " '" + text + "': cohort speaks tcp:// (or ipc:// on one host), not " +
-                            scheme + "://; write " + example);
+    return invalid_argument(what + " '" + text +
+                            "': cohort speaks tcp:// (or ipc:// on one host), not " + scheme +
+                            "://; write " + example);
   }
   if (!is_host_port(rest)) return invalid_argument(what + " '" + text + "' is not " + example);
   return text;

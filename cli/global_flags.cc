@@ -8,7 +8,9 @@ namespace {
 GlobalFlags g_flags;
 }  // namespace
 
-const GlobalFlags& global_flags() { return g_flags; }
+const GlobalFlags& global_flags() {
+  return g_flags;
+}
 
 const char* global_flags_footer() {
   return "Global flags (before or after the subcommand): --log-level LEVEL, --coordinator ADDR, "
@@ -18,11 +20,14 @@ const char* global_flags_footer() {
 void add_global_flags(CLI::App& root) {
   root.add_option("--log-level", g_flags.log_level,
                   "trace, debug, info, warn, error or off (default: $COHORT_LOG or info)");
-  root.add_option("--coordinator", g_flags.coordinator,
-                  "coordinator address, tcp://HOST:PORT or HOST:PORT (default: $COHORT_COORDINATOR or "
-                  "tcp://127.0.0.1:7070)");
-  root.add_option("--keys", g_flags.keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
-  root.add_flag("--json", g_flags.json, "print one JSON document on stdout (commands that print results)");
+  root.add_option(
+      "--coordinator", g_flags.coordinator,
+      "coordinator address, tcp://HOST:PORT or HOST:PORT (default: $COHORT_COORDINATOR or "
+      "tcp://127.0.0.1:7070)");
+  root.add_option("--keys", g_flags.keys,
+                  "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
+  root.add_flag("--json", g_flags.json,
+                "print one JSON document on stdout (commands that print results)");
   root.fallthrough();
 }
 

@@ -74,20 +74,23 @@ std::string usage_hint(const CLI::App& root) {
   const auto left = root.remaining(true);
   if (left.empty()) {
     if (&command != &root || !root.get_subcommands().empty()) return "";
-    return "cohort: a command is required: " + join(subcommand_names(root)) + " (cohort --help says what each does)";
+    return "cohort: a command is required: " + join(subcommand_names(root)) +
+           " (cohort --help says what each does)";
   }
   const std::string& word = left.front();
   if (word.size() > 1 && word[0] == '-') {
     const std::string near = jobs::nearest_name(flag_name(word), flag_names(command));
     return path + ": unknown flag " + word.substr(0, word.find('=')) +
-           (near.empty() ? "" : "; did you mean --" + near + "?") + " (" + path + " --help lists its flags)";
+           (near.empty() ? "" : "; did you mean --" + near + "?") + " (" + path +
+           " --help lists its flags)";
   }
   // A word where a subcommand goes (the root, or `jobs` before `rm`).
   const auto subs = subcommand_names(command);
   if (subs.empty()) return "";
   const std::string near = jobs::nearest_name(word, subs);
   return path + ": '" + word + "' is not a " + (&command == &root ? "command" : "subcommand") +
-         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (" + path + " --help lists them)";
+         (near.empty() ? "" : "; did you mean '" + near + "'?") + " (" + path +
+         " --help lists them)";
 }
 
 }  // namespace cohort::cli

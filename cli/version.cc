@@ -7,8 +7,12 @@
 
 namespace cohort::cli {
 
-const char* version_number() { return COHORT_VERSION; }
-const char* git_commit() { return COHORT_GIT_COMMIT; }
+const char* version_number() {
+  return COHORT_VERSION;
+}
+const char* git_commit() {
+  return COHORT_GIT_COMMIT;
+}
 
 std::string version_text(const std::string& program) {
   std::string text = program + " " + version_number();

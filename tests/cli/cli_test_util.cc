@@ -7,20 +7,25 @@
 
 namespace cohort::testing {
 
-std::string command_job(const Cluster& c, const std::string& name, int gpus, const std::string& script) {
+std::string command_job(const Cluster& c, const std::string& name, int gpus,
+                        const std::string& script) {
   std::string escaped;
-  for (char ch : script) escaped += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
-  return "[job]\nname = \"" + name + "\"\nkind = \"command\"\nnodes = 1\ngpus_per_node = " + std::to_string(gpus) +
-         "\nstop_grace = 2.0\noutput_dir = \"" + c.dir() + "/out-" + name + "\"\n[command]\nargv = [\"sh\", \"-c\", \"" +
-         escaped + "\"]\n";
+  for (char ch : script)
+    escaped += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+  return "[job]\nname = \"" + name +
+         "\"\nkind = \"command\"\nnodes = 1\ngpus_per_node = " + std::to_string(gpus) +
+         "\nstop_grace = 2.0\noutput_dir = \"" + c.dir() + "/out-" + name +
+         "\"\n[command]\nargv = [\"sh\", \"-c\", \"" + escaped + "\"]\n";
 }
 
-CommandResult run_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+CommandResult run_program(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env,
                           std::chrono::milliseconds timeout) {
   static int counter = 0;
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            ("cohort-cli-prog-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
-                               .string();
+  const std::string base =
+      (std::filesystem::temp_directory_path() /
+       ("cohort-cli-prog-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
+          .string();
   std::string cmd = "exec";
   for (const auto& a : argv) {
     std::string quoted;
@@ -40,8 +45,12 @@ CommandResult run_program(const std::vector<std::string>& argv, const std::map<s
   return result;
 }
 
-nlohmann::json json_of(const CommandResult& r) { return nlohmann::json::parse(r.out, nullptr, false); }
+nlohmann::json json_of(const CommandResult& r) {
+  return nlohmann::json::parse(r.out, nullptr, false);
+}
 
-std::string submitted_id(const CommandResult& r) { return r.out.substr(0, r.out.find('\n')); }
+std::string submitted_id(const CommandResult& r) {
+  return r.out.substr(0, r.out.find('\n'));
+}
 
 }  // namespace cohort::testing

@@ -14,7 +14,8 @@
 namespace cohort::testing {
 
 // A command job of `gpus` ranks on one node running `sh -c script`.
-std::string command_job(const Cluster& c, const std::string& name, int gpus, const std::string& script);
+std::string command_job(const Cluster& c, const std::string& name, int gpus,
+                        const std::string& script);
 
 // Any program (not only `cohort`) run to its end: exit code, stdout, stderr.
 CommandResult run_program(const std::vector<std::string>& argv,

@@ -28,7 +28,8 @@ class CliCluster : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return submitted_id(r);
   }
-  bool wait_state(const std::string& id, const std::string& state, std::chrono::milliseconds t = 20s) {
+  bool wait_state(const std::string& id, const std::string& state,
+                  std::chrono::milliseconds t = 20s) {
     return wait_until([&] { return c_.job_state(id) == state; }, t);
   }
   Cluster c_;
@@ -97,14 +98,16 @@ TEST_F(CliCluster, StatusShowsElapsedTimeAndGpuHoursOfTheAttempts) {
   EXPECT_NEAR(j["gpu_hours"].get<double>(), 2.0 * double(elapsed) / 3.6e6, 2.0 * 200 / 3.6e6);
   EXPECT_FALSE(j["has_progress"].get<bool>()) << "a command job reports no training progress";
   auto text = c_.cli("status", {id});
-  EXPECT_TRUE(std::regex_search(text.out, std::regex("elapsed [0-9]+s, 0\\.00 GPU-hours"))) << text.out;
+  EXPECT_TRUE(std::regex_search(text.out, std::regex("elapsed [0-9]+s, 0\\.00 GPU-hours")))
+      << text.out;
   auto table = c_.cli("jobs", {});
   EXPECT_NE(table.out.find("ELAPSED"), std::string::npos) << table.out;
   EXPECT_TRUE(std::regex_search(table.out, std::regex(id + " .* [0-9]+s "))) << table.out;
 }
 
 TEST_F(CliCluster, SubmitJsonPrintsTheIdAndWithWaitTheFinalRecordWhileLogsGoToStderr) {
-  const std::string file = c_.write_job("hello", command_job(c_, "hello", 1, "echo hello from the job"));
+  const std::string file =
+      c_.write_job("hello", command_job(c_, "hello", 1, "echo hello from the job"));
   auto r = c_.cli("submit", {file, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = json_of(r);
@@ -147,11 +150,16 @@ std::string fake_trainer(const Cluster& c, const std::string& output_dir) {
   write_file(path,
              "#!/bin/sh\n"
              "[ \"$RANK\" = 0 ] || exec sleep 60\n"
-             "mkdir -p " + output_dir + "\n"
-             "for s in 1 2 3; do echo \"{\\\"step\\\": $s, \\\"loss\\\": 3.5, \\\"tokens_per_s\\\": 1234.0}\" >> " +
-                 output_dir + "/metrics.jsonl; done\n"
-             "echo '{\"step\": 3, \"total_steps\": 10, \"eta_s\": 70, \"loss\": 3.5}' > \"$COHORT_PROGRESS_FILE\"\n"
-             "exec sleep 60\n");
+             "mkdir -p " +
+                 output_dir +
+                 "\n"
+                 "for s in 1 2 3; do echo \"{\\\"step\\\": $s, \\\"loss\\\": 3.5, "
+                 "\\\"tokens_per_s\\\": 1234.0}\" >> " +
+                 output_dir +
+                 "/metrics.jsonl; done\n"
+                 "echo '{\"step\": 3, \"total_steps\": 10, \"eta_s\": 70, \"loss\": 3.5}' > "
+                 "\"$COHORT_PROGRESS_FILE\"\n"
+                 "exec sleep 60\n");
   std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   return path;
 }
@@ -163,9 +171,12 @@ TEST(CliStatusProgress, ARunningTrainJobShowsStepLossTokensPerSecondAndEta) {
   c.add_agent("node-a", 2, {"--worker-binary", fake_trainer(c, out)});
   ASSERT_TRUE(c.wait_for_alive_nodes(1, 10s));
   write_file(c.dir() + "/corpus.txt", "the data the fake trainer never reads\n");
-  auto job = c.write_job("train", "[job]\nname = \"train\"\nkind = \"train\"\ngpus_per_node = 2\nstop_grace = 2.0\n"
-                                  "output_dir = \"" + out + "\"\n[model]\npreset = \"tiny\"\n[train]\ndata = \"" +
-                                  c.dir() + "/corpus.txt\"\nsteps = 10\n");
+  auto job =
+      c.write_job("train",
+                  "[job]\nname = \"train\"\nkind = \"train\"\ngpus_per_node = 2\nstop_grace = 2.0\n"
+                  "output_dir = \"" +
+                      out + "\"\n[model]\npreset = \"tiny\"\n[train]\ndata = \"" + c.dir() +
+                      "/corpus.txt\"\nsteps = 10\n");
   auto r = c.cli("submit", {job});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string id = submitted_id(r);
@@ -185,20 +196,27 @@ TEST(CliStatusProgress, ARunningTrainJobShowsStepLossTokensPerSecondAndEta) {
   EXPECT_GT(p["eta_s"].get<double>(), 0);
   EXPECT_LE(p["eta_s"].get<double>(), 70);
   auto text = c.cli("status", {id});
-  EXPECT_TRUE(std::regex_search(
-      text.out, std::regex("progress: step 3/10 \\(30%\\), loss 3\\.5000, 1234 tok/s, ETA [0-9m]+s \\([0-9]+s ago\\)")))
+  EXPECT_TRUE(
+      std::regex_search(text.out, std::regex("progress: step 3/10 \\(30%\\), loss 3\\.5000, 1234 "
+                                             "tok/s, ETA [0-9m]+s \\([0-9]+s ago\\)")))
       << text.out;
   c.cli("cancel", {id});
 }
 
 TEST(CliAddresses, ABareHostAndPortReachesATcpCoordinator) {
   Cluster c;  // for its folder
-  auto coordinator = Process::start({cohort_binary(), "coordinator", "--listen", "127.0.0.1:0"}, c.dir() + "/tcp.log");
+  auto coordinator = Process::start({cohort_binary(), "coordinator", "--listen", "127.0.0.1:0"},
+                                    c.dir() + "/tcp.log");
   ASSERT_TRUE(coordinator);
   std::smatch m;
   const std::regex listening("listening on tcp://(127\\.0\\.0\\.1:[0-9]+)");
   std::string log;
-  ASSERT_TRUE(wait_until([&] { log = coordinator->output(); return std::regex_search(log, m, listening); }, 10s))
+  ASSERT_TRUE(wait_until(
+      [&] {
+        log = coordinator->output();
+        return std::regex_search(log, m, listening);
+      },
+      10s))
       << log;
   const std::string address = m[1];
   auto r = run_cohort({"jobs", "--json", "--coordinator", address});
@@ -206,7 +224,8 @@ TEST(CliAddresses, ABareHostAndPortReachesATcpCoordinator) {
   EXPECT_TRUE(json_of(r).is_array()) << r.out;
   auto no_port = run_cohort({"jobs", "--coordinator", "127.0.0.1"});
   EXPECT_EQ(no_port.exit_code, 2);
-  EXPECT_NE(no_port.err.find("has no port; write tcp://HOST:PORT"), std::string::npos) << no_port.err;
+  EXPECT_NE(no_port.err.find("has no port; write tcp://HOST:PORT"), std::string::npos)
+      << no_port.err;
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ using namespace std::chrono_literals;
 using Words = std::vector<std::string>;
 
 // What bash offers for `words` (the last one being completed), one per line.
-Words complete(const Cluster& c, const Words& words, const std::map<std::string, std::string>& env = {}) {
+Words complete(const Cluster& c, const Words& words,
+               const std::map<std::string, std::string>& env = {}) {
   std::string line = "COMP_WORDS=(";
   for (const auto& w : words) line += "'" + w + "' ";
   line += ")\nCOMP_CWORD=" + std::to_string(words.size() - 1) + "\n";
@@ -58,14 +59,17 @@ TEST(CliCompletion, BashCompletesJobFilesFromDiskAndJobIdsFromTheCoordinator) {
   ASSERT_TRUE(c.wait_for_alive_nodes(1, 10s));
   auto a = submitted_id(c.cli("submit", {file, "--wait"}));
   auto b = submitted_id(c.cli("submit", {file, "--wait"}));
-  EXPECT_EQ(complete(c, {self, "status", ""}, {{"COHORT_COORDINATOR", c.endpoint()}}), (Words{a, b}));
+  EXPECT_EQ(complete(c, {self, "status", ""}, {{"COHORT_COORDINATOR", c.endpoint()}}),
+            (Words{a, b}));
   EXPECT_EQ(complete(c, {self, "jobs", "rm", a}, {{"COHORT_COORDINATOR", c.endpoint()}}), Words{a});
-  EXPECT_EQ(complete(c, {self, "nodes", "rm", ""}, {{"COHORT_COORDINATOR", c.endpoint()}}), Words{"node-a"});
+  EXPECT_EQ(complete(c, {self, "nodes", "rm", ""}, {{"COHORT_COORDINATOR", c.endpoint()}}),
+            Words{"node-a"});
 }
 
 TEST(CliCompletion, TheBashScriptRegistersForCohort) {
   Cluster c;
-  write_file(c.dir() + "/register.sh", "source <('" + cohort_binary() + "' completion bash)\ncomplete -p cohort\n");
+  write_file(c.dir() + "/register.sh",
+             "source <('" + cohort_binary() + "' completion bash)\ncomplete -p cohort\n");
   auto r = run_program({"bash", "--norc", c.dir() + "/register.sh"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "complete -F _cohort cohort\n");
@@ -78,11 +82,13 @@ Words complete_zsh(const Cluster& c, const Words& words) {
   write_file(c.dir() + "/_cohort", run_cohort({"completion", "zsh"}).out);
   std::string line = "words=(";
   for (const auto& w : words) line += "'" + w + "' ";
-  write_file(c.dir() + "/complete.zsh",
-             "compadd() { while [[ $# -gt 0 && $1 != -- ]]; do shift; done; shift; print -l -- \"$@\"; }\n"
-             "_describe() { local a; for a in \"${(@P)4}\"; do print -- \"${a%%:*}\"; done; }\n"
-             "_files() { print -- '(files)'; }\n"
-             "source " + c.dir() + "/_cohort\n" + line + ")\nCURRENT=${#words}\n_cohort\n");
+  write_file(
+      c.dir() + "/complete.zsh",
+      "compadd() { while [[ $# -gt 0 && $1 != -- ]]; do shift; done; shift; print -l -- \"$@\"; }\n"
+      "_describe() { local a; for a in \"${(@P)4}\"; do print -- \"${a%%:*}\"; done; }\n"
+      "_files() { print -- '(files)'; }\n"
+      "source " +
+          c.dir() + "/_cohort\n" + line + ")\nCURRENT=${#words}\n_cohort\n");
   auto r = run_program({"zsh", "-f", c.dir() + "/complete.zsh"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   Words out;
@@ -91,7 +97,9 @@ Words complete_zsh(const Cluster& c, const Words& words) {
   return out;
 }
 
-bool has(const Words& words, const std::string& w) { return std::find(words.begin(), words.end(), w) != words.end(); }
+bool has(const Words& words, const std::string& w) {
+  return std::find(words.begin(), words.end(), w) != words.end();
+}
 
 TEST(CliCompletion, TheZshScriptOffersSubcommandsFlagsValuesAndFiles) {
   Cluster c;
@@ -99,14 +107,16 @@ TEST(CliCompletion, TheZshScriptOffersSubcommandsFlagsValuesAndFiles) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out.rfind("#compdef cohort\n", 0), 0u);
   if (run_program({"sh", "-c", "command -v zsh"}).exit_code != 0) {
-    GTEST_SKIP() << "zsh is not installed (scripts/setup.sh installs it); checked only the script's header";
+    GTEST_SKIP()
+        << "zsh is not installed (scripts/setup.sh installs it); checked only the script's header";
   }
   write_file(c.dir() + "/_cohort", r.out);
   auto syntax = run_program({"zsh", "-n", c.dir() + "/_cohort"});
   EXPECT_EQ(syntax.exit_code, 0) << syntax.err;
   const std::string self = cohort_binary();
   auto commands = complete_zsh(c, {self, "su"});
-  EXPECT_TRUE(has(commands, "submit") && has(commands, "completion") && has(commands, "status")) << commands.size();
+  EXPECT_TRUE(has(commands, "submit") && has(commands, "completion") && has(commands, "status"))
+      << commands.size();
   EXPECT_EQ(complete_zsh(c, {self, "jobs", ""}), Words{"rm"});
   auto flags = complete_zsh(c, {self, "--coordinator", "tcp://x:1", "jobs", "--st"});
   EXPECT_TRUE(has(flags, "--state") && has(flags, "--json") && has(flags, "--log-level"));

@@ -30,9 +30,11 @@ TEST(CoordinatorAddress, WellFormedEndpointsPassUnchanged) {
 
 TEST(CoordinatorAddress, AMissingPortIsRefusedWithTheFormToUse) {
   EXPECT_EQ(normalized("10.0.0.1"),
-            "error: --coordinator '10.0.0.1' has no port; write tcp://HOST:PORT, e.g. tcp://10.0.0.1:7070");
-  EXPECT_EQ(normalized("tcp://10.0.0.1"),
-            "error: --coordinator 'tcp://10.0.0.1' is not tcp://HOST:PORT, e.g. tcp://10.0.0.1:7070");
+            "error: --coordinator '10.0.0.1' has no port; write tcp://HOST:PORT, e.g. "
+            "tcp://10.0.0.1:7070");
+  EXPECT_EQ(
+      normalized("tcp://10.0.0.1"),
+      "error: --coordinator 'tcp://10.0.0.1' is not tcp://HOST:PORT, e.g. tcp://10.0.0.1:7070");
   EXPECT_NE(normalized("tcp://h:99999").find("is not tcp://HOST:PORT"), std::string::npos);
   EXPECT_NE(normalized("h:70a0").find("has no port"), std::string::npos);
 }
@@ -55,7 +57,8 @@ TEST(CoordinatorAddress, TheEnvironmentIsCheckedAndNamedWhenTheFlagIsAbsent) {
   ::setenv("COHORT_COORDINATOR", "nohost", 1);
   auto bad = coordinator_endpoint("");
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.status().message().find("$COHORT_COORDINATOR 'nohost' has no port"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("$COHORT_COORDINATOR 'nohost' has no port"),
+            std::string::npos);
   ::unsetenv("COHORT_COORDINATOR");
   auto fallback = coordinator_endpoint("");
   ASSERT_TRUE(fallback);

@@ -20,7 +20,8 @@ TEST(CliInterrupt, CtrlCDuringSubmitWaitCancelsTheJobAndExits130) {
   auto p = Process::start({cohort_binary(), "submit", job, "--wait", "--coordinator", c.endpoint()},
                           c.dir() + "/submit.out");
   ASSERT_TRUE(p);
-  ASSERT_TRUE(wait_until([&] { return p->output().find("[rank 0] started") != std::string::npos; }, 20s))
+  ASSERT_TRUE(
+      wait_until([&] { return p->output().find("[rank 0] started") != std::string::npos; }, 20s))
       << p->output();
   const std::string id = p->output().substr(0, p->output().find('\n'));
   p->signal(SIGINT);
@@ -34,7 +35,8 @@ TEST(CliInterrupt, CtrlCDuringRunStopsTheWorkersAndExits130) {
   auto job = c.write_job("long", command_job(c, "long", 1, "echo started; exec sleep 60"));
   auto p = Process::start({cohort_binary(), "run", job, "--cpu-slots", "1"}, c.dir() + "/run.out");
   ASSERT_TRUE(p);
-  ASSERT_TRUE(wait_until([&] { return p->output().find("[rank 0] started") != std::string::npos; }, 20s))
+  ASSERT_TRUE(
+      wait_until([&] { return p->output().find("[rank 0] started") != std::string::npos; }, 20s))
       << p->output();
   p->signal(SIGINT);
   EXPECT_EQ(p->wait(30s), 130) << p->output();

@@ -15,7 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string worker_binary() { return std::filesystem::path(cohort_binary()).parent_path() / "cohort-worker"; }
+std::string worker_binary() {
+  return std::filesystem::path(cohort_binary()).parent_path() / "cohort-worker";
+}
 
 bool in_git_checkout() {
   return run_program({"git", "-C", COHORT_SOURCE_DIR, "rev-parse", "HEAD"}).exit_code == 0;
@@ -24,11 +26,15 @@ bool in_git_checkout() {
 // True when `commit` is HEAD or one of its ancestors: the build's commit is
 // real and of this history (HEAD may have moved on since the last build).
 bool is_commit_of_this_history(const std::string& commit) {
-  return run_program({"git", "-C", COHORT_SOURCE_DIR, "merge-base", "--is-ancestor", commit, "HEAD"}).exit_code == 0;
+  return run_program(
+             {"git", "-C", COHORT_SOURCE_DIR, "merge-base", "--is-ancestor", commit, "HEAD"})
+             .exit_code == 0;
 }
 
 TEST(CliVersion, PrintsTheProjectVersionAndTheCommitBuilt) {
-  const std::regex form("(cohort|cohort-worker) ([0-9]+\\.[0-9]+\\.[0-9]+)( \\(commit ([0-9a-f]{12})(-dirty)?\\))?\n");
+  const std::regex form(
+      "(cohort|cohort-worker) ([0-9]+\\.[0-9]+\\.[0-9]+)( \\(commit "
+      "([0-9a-f]{12})(-dirty)?\\))?\n");
   std::vector<std::vector<std::string>> commands = {{cohort_binary(), "--version"},
                                                     {cohort_binary(), "status", "--version"}};
   if (std::filesystem::exists(worker_binary())) commands.push_back({worker_binary(), "--version"});
@@ -39,7 +45,8 @@ TEST(CliVersion, PrintsTheProjectVersionAndTheCommitBuilt) {
     ASSERT_TRUE(std::regex_match(r.out, m, form)) << r.out;
     EXPECT_EQ(m[2], COHORT_PROJECT_VERSION);
     if (in_git_checkout()) {
-      ASSERT_TRUE(m[4].matched) << "built in a git checkout, the version names the commit: " << r.out;
+      ASSERT_TRUE(m[4].matched) << "built in a git checkout, the version names the commit: "
+                                << r.out;
       EXPECT_TRUE(is_commit_of_this_history(m[4])) << m[4] << " is not HEAD or an ancestor of it";
     }
   }
@@ -51,7 +58,8 @@ TEST(CliUsage, AMistypedSubcommandOrFlagExitsTwoWithDidYouMean) {
   EXPECT_NE(sub.err.find("did you mean 'submit'?"), std::string::npos) << sub.err;
   auto flag = run_cohort({"jobs", "--stat", "running"});
   EXPECT_EQ(flag.exit_code, 2);
-  EXPECT_NE(flag.err.find("unknown flag --stat; did you mean --state?"), std::string::npos) << flag.err;
+  EXPECT_NE(flag.err.find("unknown flag --stat; did you mean --state?"), std::string::npos)
+      << flag.err;
   auto none = run_cohort({});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("a command is required"), std::string::npos) << none.err;
@@ -61,15 +69,18 @@ TEST(CliUsage, JsonOnACommandThatPrintsNoneIsRefused) {
   for (const char* command : {"agent", "coordinator"}) {
     auto r = run_cohort({"--json", command});
     EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.err.find(std::string("cohort ") + command + ": --json: this command prints no JSON"),
-              std::string::npos)
+    EXPECT_NE(
+        r.err.find(std::string("cohort ") + command + ": --json: this command prints no JSON"),
+        std::string::npos)
         << r.err;
   }
 }
 
 TEST(CliExitCodes, BadAddressesAndMissingFilesAreUsageErrorsNotUnreachable) {
   EXPECT_EQ(run_cohort({"jobs", "--coordinator", "10.0.0.1"}).exit_code, 2);
-  EXPECT_EQ(run_program({cohort_binary(), "status"}, {{"COHORT_COORDINATOR", "http://h:1"}}).exit_code, 2);
+  EXPECT_EQ(
+      run_program({cohort_binary(), "status"}, {{"COHORT_COORDINATOR", "http://h:1"}}).exit_code,
+      2);
   EXPECT_EQ(run_cohort({"coordinator", "--listen", "localhost"}).exit_code, 2);
   auto missing = run_cohort({"export", "nope", "--to", "/tmp/cohort-export-never"});
   EXPECT_EQ(missing.exit_code, 2);
@@ -77,7 +88,8 @@ TEST(CliExitCodes, BadAddressesAndMissingFilesAreUsageErrorsNotUnreachable) {
   Cluster c;  // for its folder
   auto empty = run_cohort({"export", c.dir(), "--to", c.dir() + "/hf"});
   if (std::filesystem::exists(worker_binary())) {
-    EXPECT_EQ(empty.exit_code, 2) << "a folder without index.json is not a checkpoint: " << empty.err;
+    EXPECT_EQ(empty.exit_code, 2) << "a folder without index.json is not a checkpoint: "
+                                  << empty.err;
     EXPECT_NE(empty.err.find("has no index.json"), std::string::npos) << empty.err;
   }
   auto tokenize = run_cohort({"tokenize", c.dir() + "/absent.txt", "--out", c.dir() + "/shards"});
@@ -101,7 +113,9 @@ TEST(CliValidate, JsonDescribesAValidFileAndItsRankPlan) {
 
 TEST(CliValidate, JsonListsEachErrorWithItsLineAndColumn) {
   Cluster c;
-  auto file = c.write_job("bad", "[job]\nname = \"bad\"\nkind = \"command\"\nnodez = 2\n[command]\nargv = [\"true\"]\n");
+  auto file = c.write_job(
+      "bad",
+      "[job]\nname = \"bad\"\nkind = \"command\"\nnodez = 2\n[command]\nargv = [\"true\"]\n");
   auto r = run_cohort({"--json", "validate", file});
   EXPECT_EQ(r.exit_code, 2);
   auto j = json_of(r);
@@ -110,7 +124,9 @@ TEST(CliValidate, JsonListsEachErrorWithItsLineAndColumn) {
   ASSERT_EQ(j["errors"].size(), 1u) << j;
   EXPECT_EQ(j["errors"][0]["line"], 4);
   EXPECT_EQ(j["errors"][0]["column"], 1);
-  EXPECT_NE(j["errors"][0]["message"].get<std::string>().find("did you mean nodes?"), std::string::npos) << j;
+  EXPECT_NE(j["errors"][0]["message"].get<std::string>().find("did you mean nodes?"),
+            std::string::npos)
+      << j;
 }
 
 TEST(CliKeygen, JsonNamesTheKeyFileAndWhereItIsAuthorized) {
@@ -120,28 +136,47 @@ TEST(CliKeygen, JsonNamesTheKeyFileAndWhereItIsAuthorized) {
   EXPECT_EQ(server["role"], "coordinator");
   EXPECT_EQ(server["public_key"].get<std::string>().size(), 40u) << "a Z85 CURVE key";
   EXPECT_TRUE(server["authorized_in"].is_null());
-  auto client = json_of(run_cohort({"keygen", c.dir() + "/me", "--role", "client", "--authorize", c.dir() + "/coord",
-                                    "--json"}));
+  auto client = json_of(run_cohort({"keygen", c.dir() + "/me", "--role", "client", "--authorize",
+                                    c.dir() + "/coord", "--json"}));
   ASSERT_TRUE(client.is_object()) << client;
   EXPECT_EQ(client["role"], "client");
   EXPECT_EQ(client["public_key_file"], c.dir() + "/me/client.public");
   EXPECT_EQ(client["authorized_in"], c.dir() + "/coord");
-  EXPECT_NE(read_file(c.dir() + "/coord/authorized_clients").find(client["public_key"].get<std::string>()),
+  EXPECT_NE(read_file(c.dir() + "/coord/authorized_clients")
+                .find(client["public_key"].get<std::string>()),
             std::string::npos);
 }
 
 TEST(CliRunAndExport, JsonGivesTheFinishedJobThenTheExportedFiles) {
-  if (!std::filesystem::exists(worker_binary())) GTEST_SKIP() << "cohort-worker is not built in this tree";
+  if (!std::filesystem::exists(worker_binary()))
+    GTEST_SKIP() << "cohort-worker is not built in this tree";
   Cluster c;
   std::string corpus;
-  for (int i = 0; i < 200; ++i) corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  for (int i = 0; i < 200; ++i)
+    corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   write_file(c.dir() + "/corpus.txt", corpus);
   const std::string out = c.dir() + "/qs";
-  auto run = run_cohort({"run", std::string(COHORT_SOURCE_DIR) + "/jobs/examples/quickstart.toml", "--json",
-                         "--cpu-slots", "2", "--set", "job.output_dir=" + out, "--set",
-                         "train.data=" + c.dir() + "/corpus.txt", "--set", "train.steps=2", "--set",
-                         "train.warmup_steps=1", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=2",
-                         "--set", "train.sample_tokens=0", "--set", "train.precision=fp32"},
+  auto run = run_cohort({"run",
+                         std::string(COHORT_SOURCE_DIR) + "/jobs/examples/quickstart.toml",
+                         "--json",
+                         "--cpu-slots",
+                         "2",
+                         "--set",
+                         "job.output_dir=" + out,
+                         "--set",
+                         "train.data=" + c.dir() + "/corpus.txt",
+                         "--set",
+                         "train.steps=2",
+                         "--set",
+                         "train.warmup_steps=1",
+                         "--set",
+                         "train.eval_every=0",
+                         "--set",
+                         "train.checkpoint_every=2",
+                         "--set",
+                         "train.sample_tokens=0",
+                         "--set",
+                         "train.precision=fp32"},
                         std::chrono::seconds(120));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   auto job = json_of(run);
@@ -166,7 +201,8 @@ TEST(CliTokenize, JsonCountsTheDocumentsAndNamesTheShards) {
   Cluster c;
   write_file(c.dir() + "/a.txt", "one small document\n");
   write_file(c.dir() + "/b.txt", "and another one\n");
-  auto r = run_cohort({"tokenize", c.dir() + "/a.txt", c.dir() + "/b.txt", "--out", c.dir() + "/shards", "--json"});
+  auto r = run_cohort(
+      {"tokenize", c.dir() + "/a.txt", c.dir() + "/b.txt", "--out", c.dir() + "/shards", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = json_of(r);
   ASSERT_TRUE(j.is_object()) << r.out;

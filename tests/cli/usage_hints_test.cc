@@ -54,26 +54,33 @@ class UsageHints : public ::testing::Test {
 TEST_F(UsageHints, AMistypedSubcommandGetsTheNearestOne) {
   EXPECT_EQ(hint({"sumbit", "job.toml"}),
             "cohort: 'sumbit' is not a command; did you mean 'submit'? (cohort --help lists them)");
-  EXPECT_EQ(hint({"jobs", "rn", "job-1"}),
-            "cohort jobs: 'rn' is not a subcommand; did you mean 'rm'? (cohort jobs --help lists them)");
+  EXPECT_EQ(
+      hint({"jobs", "rn", "job-1"}),
+      "cohort jobs: 'rn' is not a subcommand; did you mean 'rm'? (cohort jobs --help lists them)");
 }
 
 TEST_F(UsageHints, AWordFarFromEveryCommandIsNamedWithoutAGuess) {
-  EXPECT_EQ(hint({"frobnicate"}), "cohort: 'frobnicate' is not a command (cohort --help lists them)");
+  EXPECT_EQ(hint({"frobnicate"}),
+            "cohort: 'frobnicate' is not a command (cohort --help lists them)");
 }
 
 TEST_F(UsageHints, NoSubcommandListsThem) {
-  EXPECT_EQ(hint({}).rfind("cohort: a command is required: status, submit, jobs, agent", 0), 0u) << hint({});
+  EXPECT_EQ(hint({}).rfind("cohort: a command is required: status, submit, jobs, agent", 0), 0u)
+      << hint({});
 }
 
 TEST_F(UsageHints, AMistypedFlagGetsTheNearestFlagOfItsCommandOrAGlobalOne) {
   EXPECT_EQ(hint({"status", "--jsno"}),
-            "cohort status: unknown flag --jsno; did you mean --json? (cohort status --help lists its flags)");
+            "cohort status: unknown flag --jsno; did you mean --json? (cohort status --help lists "
+            "its flags)");
   EXPECT_NE(hint({"submit", "job.toml", "--wiat"}).find("did you mean --wait?"), std::string::npos);
-  EXPECT_NE(hint({"jobs", "--limt=3"}).find("unknown flag --limt; did you mean --limit?"), std::string::npos);
+  EXPECT_NE(hint({"jobs", "--limt=3"}).find("unknown flag --limt; did you mean --limit?"),
+            std::string::npos);
   // A global flag is a candidate everywhere.
-  EXPECT_NE(hint({"agent", "--coordinatr", "x"}).find("did you mean --coordinator?"), std::string::npos);
-  EXPECT_NE(hint({"status", "--log-levl", "debug"}).find("did you mean --log-level?"), std::string::npos);
+  EXPECT_NE(hint({"agent", "--coordinatr", "x"}).find("did you mean --coordinator?"),
+            std::string::npos);
+  EXPECT_NE(hint({"status", "--log-levl", "debug"}).find("did you mean --log-level?"),
+            std::string::npos);
 }
 
 TEST_F(UsageHints, GlobalFlagsWorkBeforeAndAfterTheSubcommand) {

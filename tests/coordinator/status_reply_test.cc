@@ -19,8 +19,8 @@ class StatusReplyTest : public CoordinatorTest {
     c.argv.clear();
     return c;
   }
-  static protocol::MetricBatch batch(const protocol::LaunchOrder& order, const std::string& node, int64_t step,
-                                     double time) {
+  static protocol::MetricBatch batch(const protocol::LaunchOrder& order, const std::string& node,
+                                     int64_t step, double time) {
     protocol::MetricBatch b;
     b.job_id = order.job_id;
     b.attempt = order.attempt;
