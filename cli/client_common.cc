@@ -19,7 +19,8 @@ namespace cohort::cli {
 
 void ClientFlags::add_to(CLI::App* app) {
   app->add_option("--coordinator", coordinator,
-                  "coordinator address (default: $COHORT_COORDINATOR or tcp://127.0.0.1:7070)");
+                  "coordinator address, tcp://HOST:PORT or HOST:PORT (default: $COHORT_COORDINATOR or "
+                  "tcp://127.0.0.1:7070)");
   app->add_option("--keys", keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
 }
 

@@ -29,7 +29,7 @@ struct ClientFlags {
 
 // Connects; on failure prints the reason and sets *exit_code (3 or 2).
 std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* exit_code);
-// kExitUnreachable for kUnavailable, else kExitJobFailed; prints the error.
+// Prints "cohort COMMAND: message" and returns exit_code_for(status).
 int report_request_error(const char* command, const Status& status);
 
 // One request per item (cancel JOB..., jobs rm, nodes rm): the reply's text

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/usage_hints.h"
 
 namespace cohort::cli {
 namespace {
@@ -59,7 +60,9 @@ void collect(const CLI::App& app, const std::string& path, std::vector<Node>* ou
     for (const CLI::Option* opt : a->get_options()) {
       if (opt->get_positional()) continue;
       for (const auto& l : opt->get_lnames()) {
-        // A command's own --json or --coordinator shadows the global one.
+        // The global --json only where the command prints JSON (the root
+        // offers it for any); a command's own flag shadows the global one.
+        if (l == "json" && app.get_parent() && !prints_json(app)) continue;
         if (std::find(node.flags.begin(), node.flags.end(), "--" + l) != node.flags.end()) continue;
         node.flags.push_back("--" + l);
         if (opt->get_expected_min() > 0) node.value_flags.push_back("--" + l);

@@ -42,6 +42,7 @@ TEST(CliCompletion, BashCompletesSubcommandsFlagsAndTheirValues) {
   EXPECT_EQ(complete(c, {self, "jobs", "--state", "r"}), Words{"running"});
   EXPECT_EQ(complete(c, {self, "--log-level", "d"}), Words{"debug"});
   EXPECT_EQ(complete(c, {self, "status", "--js"}), Words{"--json"});
+  EXPECT_EQ(complete(c, {self, "agent", "--js"}), Words{}) << "the agent prints no JSON";
   // The global flags are offered after a subcommand too.
   EXPECT_EQ(complete(c, {self, "cancel", "--coord"}), Words{"--coordinator"});
   EXPECT_EQ(complete(c, {self, "jobs", ""}), Words{"rm"});
