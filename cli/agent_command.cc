@@ -8,6 +8,8 @@
 #include "base/env_knobs.h"
 #include "agent/agent.h"
 #include "cli/commands.h"
+#include "cli/coordinator_address.h"
+#include "cli/global_flags.h"
 #include "protocol/client.h"
 
 namespace cohort::cli {
@@ -26,11 +28,16 @@ struct AgentArgs {
 
 int run_agent(const AgentArgs& args) {
   agent::AgentOptions options;
-  options.coordinator = protocol::default_coordinator(args.coordinator);
+  auto endpoint = coordinator_endpoint(args.coordinator.empty() ? global_flags().coordinator : args.coordinator);
+  if (!endpoint) {
+    spdlog::error("{}", endpoint.status().message());
+    return kExitUsage;
+  }
+  options.coordinator = *endpoint;
   options.name = args.name;
   options.address = args.address;
   options.worker_binary = args.worker_binary;
-  std::string keys = args.keys;
+  std::string keys = args.keys.empty() ? global_flags().keys : args.keys;
   if (keys.empty()) {
     if (const char* env = read_env_knob(EnvKnob::kKeys)) keys = env;
   }
@@ -84,7 +91,8 @@ Command add_agent_command(CLI::App& root) {
   auto args = std::make_shared<AgentArgs>();
   CLI::App* app = root.add_subcommand("agent", "run a node agent");
   app->add_option("--coordinator", args->coordinator,
-                  "coordinator address (default: $COHORT_COORDINATOR or tcp://127.0.0.1:7070)");
+                  "coordinator address, tcp://HOST:PORT or HOST:PORT (default: $COHORT_COORDINATOR or "
+                  "tcp://127.0.0.1:7070)");
   app->add_option("--name", args->name, "node name (default: the host name)");
   app->add_option("--address", args->address,
                   "address other nodes reach this one at (MASTER_ADDR; default: host name, or "

@@ -1,4 +1,7 @@
-// `cohort cancel JOB`: workers get SIGTERM, then SIGKILL after stop_grace.
+// `cohort cancel JOB... [--json]`: workers get SIGTERM, then SIGKILL after
+// stop_grace. One result per job; the exit code is 0 when every job was
+// found, 2 when one was not, 3 when the coordinator stopped answering (the
+// remaining jobs are not tried).
 #include <cstdio>
 
 #include "cli/client_common.h"
@@ -9,25 +12,26 @@ namespace {
 
 struct CancelArgs {
   ClientFlags client;
-  std::string job;
+  JsonFlag json;
+  std::vector<std::string> jobs;
 };
 
 int run_cancel(const CancelArgs& args) {
   int code = kExitOk;
   auto client = connect_client(args.client, &code);
   if (!client) return code;
-  auto ack = client->request<protocol::Ack>(protocol::CancelJob{args.job}, std::chrono::seconds(5));
-  if (!ack) return report_request_error("cancel", ack.status());
-  std::printf("%s\n", ack->text.c_str());
-  return kExitOk;
+  return request_each("cancel", "job", args.jobs, args.json.on(), [&](const std::string& id) {
+    return client->request<protocol::Ack>(protocol::CancelJob{id}, std::chrono::seconds(5));
+  });
 }
 
 }  // namespace
 
 Command add_cancel_command(CLI::App& root) {
   auto args = std::make_shared<CancelArgs>();
-  CLI::App* app = root.add_subcommand("cancel", "cancel a job");
-  app->add_option("job", args->job, "job id or name")->required();
+  CLI::App* app = root.add_subcommand("cancel", "cancel jobs");
+  app->add_option("job", args->jobs, "job ids or names")->required();
+  args->json.add_to(app);
   args->client.add_to(app);
   return {app, [args] { return run_cancel(*args); }};
 }

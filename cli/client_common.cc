@@ -6,8 +6,12 @@
 #include <cstdlib>
 #include <ctime>
 
+#include <fmt/format.h>
+
 #include "base/env_knobs.h"
 #include "cli/commands.h"
+#include "cli/coordinator_address.h"
+#include "cli/progress_line.h"
 #include "jobs/load.h"
 #include "protocol/job_control.h"
 
@@ -15,16 +19,31 @@ namespace cohort::cli {
 
 void ClientFlags::add_to(CLI::App* app) {
   app->add_option("--coordinator", coordinator,
-                  "coordinator address (default: $COHORT_COORDINATOR or tcp://127.0.0.1:7070)");
+                  "coordinator address, tcp://HOST:PORT or HOST:PORT (default: $COHORT_COORDINATOR or "
+                  "tcp://127.0.0.1:7070)");
   app->add_option("--keys", keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
 }
 
+std::string ClientFlags::coordinator_flag() const {
+  return coordinator.empty() ? global_flags().coordinator : coordinator;
+}
+
+std::string ClientFlags::keys_dir() const {
+  if (!keys.empty()) return keys;
+  if (!global_flags().keys.empty()) return global_flags().keys;
+  const char* env = read_env_knob(EnvKnob::kKeys);
+  return env ? env : "";
+}
+
 std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* exit_code) {
-  protocol::Security security;
-  std::string keys = flags.keys;
-  if (keys.empty()) {
-    if (const char* env = read_env_knob(EnvKnob::kKeys)) keys = env;
+  auto endpoint = coordinator_endpoint(flags.coordinator_flag());
+  if (!endpoint) {
+    std::fprintf(stderr, "cohort: %s\n", endpoint.status().message().c_str());
+    *exit_code = kExitUsage;
+    return nullptr;
   }
+  protocol::Security security;
+  const std::string keys = flags.keys_dir();
   if (!keys.empty()) {
     auto loaded = protocol::load_client_security(keys, protocol::Role::kClient);
     if (!loaded) {
@@ -34,7 +53,7 @@ std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* 
     }
     security = *loaded;
   }
-  auto client = protocol::Client::connect(protocol::default_coordinator(flags.coordinator), security);
+  auto client = protocol::Client::connect(*endpoint, security);
   if (!client) {
     std::fprintf(stderr, "cohort: %s\n", client.status().message().c_str());
     *exit_code = kExitUnreachable;
@@ -45,11 +64,27 @@ std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* 
 
 int report_request_error(const char* command, const Status& status) {
   std::fprintf(stderr, "cohort %s: %s\n", command, status.message().c_str());
-  if (status.code() == StatusCode::kUnavailable) return kExitUnreachable;
-  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound) {
-    return kExitUsage;
+  return exit_code_for(status);
+}
+
+int request_each(const char* command, const char* key, const std::vector<std::string>& items, bool json,
+                 const std::function<Result<protocol::Ack>(const std::string&)>& send) {
+  int code = kExitOk;
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& item : items) {
+    auto ack = send(item);
+    if (ack) {
+      if (!json) std::printf("%s\n", ack->text.c_str());
+      results.push_back({{key, item}, {"ok", true}, {"message", ack->text}});
+      continue;
+    }
+    const int failed = report_request_error(command, ack.status());
+    results.push_back({{key, item}, {"ok", false}, {"message", ack.status().message()}});
+    code = std::max(code, failed);
+    if (failed == kExitUnreachable) break;
   }
-  return kExitJobFailed;
+  if (json) print_json(results);
+  return code;
 }
 
 bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
@@ -98,15 +133,32 @@ std::string nodes_text(const protocol::JobInfo& j) {
                                     : std::to_string(j.nodes_min) + ":" + std::to_string(j.nodes_max);
 }
 
+std::string elapsed_text(const protocol::JobInfo& j) {
+  return j.elapsed_ms > 0 ? format_duration(double(j.elapsed_ms) / 1000) : "-";
+}
+
+// "step 120/500 (24%), loss 3.2100, 45000 tok/s, ETA 4m10s (2s ago)"
+std::string progress_text(const protocol::TrainingProgress& p) {
+  std::string text = "step " + std::to_string(p.step);
+  if (p.total_steps > 0) {
+    text += "/" + std::to_string(p.total_steps) + " (" + std::to_string(p.step * 100 / p.total_steps) + "%)";
+  }
+  text += fmt::format(", loss {:.4f}", p.loss);
+  if (p.tokens_per_s > 0) text += fmt::format(", {:.0f} tok/s", p.tokens_per_s);
+  if (p.eta_s >= 0) text += ", ETA " + format_duration(p.eta_s);
+  return text + " (" + format_duration(double(p.age_ms) / 1000) + " ago)";
+}
+
 }  // namespace
 
 void print_job_table(const std::vector<protocol::JobInfo>& jobs) {
-  std::printf("%-10s %-20s %-8s %-10s %-6s %-5s %-8s %-9s %s\n", "JOB", "NAME", "KIND", "STATE",
-              "NODES", "GPUS", "ATTEMPT", "SUBMITTED", "MESSAGE");
+  std::printf("%-10s %-20s %-8s %-10s %-6s %-5s %-8s %-9s %-8s %s\n", "JOB", "NAME", "KIND", "STATE",
+              "NODES", "GPUS", "ATTEMPT", "SUBMITTED", "ELAPSED", "MESSAGE");
   for (const auto& j : jobs) {
-    std::printf("%-10s %-20s %-8s %-10s %-6s %-5d %-8zu %-9s %s\n", j.id.c_str(), j.name.c_str(),
+    std::printf("%-10s %-20s %-8s %-10s %-6s %-5d %-8zu %-9s %-8s %s\n", j.id.c_str(), j.name.c_str(),
                 j.kind.c_str(), j.state.c_str(), nodes_text(j).c_str(), j.gpus_per_node,
-                j.attempts.size(), clock_time(j.submitted_ms).c_str(), j.message.c_str());
+                j.attempts.size(), clock_time(j.submitted_ms).c_str(), elapsed_text(j).c_str(),
+                j.message.c_str());
   }
 }
 
@@ -124,6 +176,10 @@ void print_job_detail(const protocol::JobInfo& j) {
   std::printf("  kind %s, nodes %s x %d GPU(s), priority %d, restarts %d of %d\n", j.kind.c_str(),
               nodes_text(j).c_str(), j.gpus_per_node, j.priority, j.restarts_used, j.max_restarts);
   std::printf("  output %s\n", j.output_dir.c_str());
+  if (j.elapsed_ms > 0) {
+    std::printf("  elapsed %s, %.2f GPU-hours\n", elapsed_text(j).c_str(), j.gpu_hours);
+  }
+  if (j.has_progress) std::printf("  progress: %s\n", progress_text(j.progress).c_str());
   if (!j.message.empty()) std::printf("  %s\n", j.message.c_str());
   if (j.has_root_cause) print_root_cause(j.root_cause, "  ");
   for (const auto& a : j.attempts) {

@@ -4,27 +4,40 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "cli/global_flags.h"
 #include "protocol/client.h"
 #include "protocol/messages.h"
 
 namespace cohort::cli {
 
+// The subcommand's own --coordinator/--keys; when not given, the global
+// flags' (cli/global_flags.h), then the environment.
 struct ClientFlags {
-  std::string coordinator;  // empty: $COHORT_COORDINATOR or tcp://127.0.0.1:7070
-  std::string keys;         // empty: $COHORT_KEYS or none
+  std::string coordinator;  // empty: global --coordinator, $COHORT_COORDINATOR or tcp://127.0.0.1:7070
+  std::string keys;         // empty: global --keys, $COHORT_KEYS or none
   void add_to(CLI::App* app);
+  std::string coordinator_flag() const;  // this command's or the global flag; "" when neither
+  std::string keys_dir() const;          // "" for none
 };
 
 // Connects; on failure prints the reason and sets *exit_code (3 or 2).
 std::unique_ptr<protocol::Client> connect_client(const ClientFlags& flags, int* exit_code);
-// kExitUnreachable for kUnavailable, else kExitJobFailed; prints the error.
+// Prints "cohort COMMAND: message" and returns exit_code_for(status).
 int report_request_error(const char* command, const Status& status);
+
+// One request per item (cancel JOB..., jobs rm, nodes rm): the reply's text
+// on stdout per item, errors on stderr; with `json`, one array of
+// {"<key>": item, "ok": bool, "message": text} instead. Returns the worst exit
+// code (0 all done, 1, 2 an unknown item, 3 unreachable: the rest not tried).
+int request_each(const char* command, const char* key, const std::vector<std::string>& items, bool json,
+                 const std::function<Result<protocol::Ack>(const std::string&)>& send);
 
 // Loads, checks and resolves JOB.toml with --set overrides; prints errors and
 // sets *exit_code = 2 on failure. Path problems (jobs::check_job_paths) are

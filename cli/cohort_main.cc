@@ -1,17 +1,33 @@
 // `cohort`: parses the command line and hands over to the chosen subcommand.
+// Global flags go anywhere (cli/global_flags.h); a refused command line gets
+// a "did you mean" where one is close (cli/usage_hints.h) and exit code 2.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/global_flags.h"
+#include "cli/usage_hints.h"
+#include "cli/version.h"
+
+namespace {
+
+void add_footers(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    sub->footer(cohort::cli::global_flags_footer());
+    add_footers(*sub);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace cohort::cli;
   CLI::App app{"cohort: distributed GPU training and sharded inference"};
   app.require_subcommand(1);
-  std::string log_level;
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (default: $COHORT_LOG or info)");
+  app.set_version_flag("--version", version_text("cohort"));
+  add_global_flags(app);  // before the subcommands, which inherit its fallthrough
 
   std::vector<Command> commands = {
       add_validate_command(app),
@@ -27,15 +43,27 @@ int main(int argc, char** argv) {
       add_keygen_command(app),
       add_export_command(app),
       add_tokenize_command(app),
+      add_completion_command(app),
   };
+  add_footers(app);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (const std::string hint = usage_hint(app); !hint.empty()) {
+      std::fprintf(stderr, "%s\n", hint.c_str());
+      return kExitUsage;
+    }
+    app.exit(e);
+    return kExitUsage;
   }
-  if (auto status = cohort::init_logging(log_level, ""); !status) {
+  const CLI::App* command = parsed_command(app);
+  if (global_flags().json && !prints_json(*command)) {
+    std::fprintf(stderr, "%s: --json: this command prints no JSON\n", command_path(*command).c_str());
+    return kExitUsage;
+  }
+  if (auto status = cohort::init_logging(global_flags().log_level, ""); !status) {
     std::fprintf(stderr, "cohort: %s\n", status.message().c_str());
     return kExitUsage;
   }

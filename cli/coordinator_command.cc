@@ -8,6 +8,8 @@
 
 #include "base/env_knobs.h"
 #include "cli/commands.h"
+#include "cli/coordinator_address.h"
+#include "cli/global_flags.h"
 #include "coordinator/coordinator.h"
 
 namespace cohort::cli {
@@ -25,7 +27,12 @@ struct CoordinatorArgs {
 
 int run_coordinator(const CoordinatorArgs& args) {
   coordinator::CoordinatorOptions options;
-  options.listen = args.listen;
+  auto listen = normalize_endpoint(args.listen, "--listen");
+  if (!listen) {
+    spdlog::error("{}", listen.status().message());
+    return kExitUsage;
+  }
+  options.listen = *listen;
   options.state_dir = args.state_dir;
   options.insecure = args.insecure;
   options.http_listen = args.http;
@@ -35,8 +42,9 @@ int run_coordinator(const CoordinatorArgs& args) {
   }
   options.heartbeat_timeout = std::chrono::milliseconds(int64_t(args.heartbeat_timeout_s * 1000));
   options.heartbeat_interval = std::min(std::chrono::milliseconds(500), options.heartbeat_timeout / 4);
-  if (!args.keys.empty()) {
-    auto security = protocol::load_server_security(args.keys);
+  const std::string keys = args.keys.empty() ? global_flags().keys : args.keys;
+  if (!keys.empty()) {
+    auto security = protocol::load_server_security(keys);
     if (!security) {
       spdlog::error("{}", security.status().message());
       return kExitUsage;
@@ -63,7 +71,8 @@ int run_coordinator(const CoordinatorArgs& args) {
 Command add_coordinator_command(CLI::App& root) {
   auto args = std::make_shared<CoordinatorArgs>();
   CLI::App* app = root.add_subcommand("coordinator", "run the coordinator daemon");
-  app->add_option("--listen", args->listen, "ZeroMQ endpoint to bind")->capture_default_str();
+  app->add_option("--listen", args->listen, "address to bind: tcp://HOST:PORT, HOST:PORT or ipc://PATH")
+      ->capture_default_str();
   app->add_option("--state-dir", args->state_dir, "keep jobs and nodes in DIR/coordinator.db (SQLite)");
   app->add_option("--keys", args->keys, "CURVE key directory from `cohort keygen` (required off loopback)");
   app->add_option("--http", args->http, "serve the HTTP API (web page, JSON, /metrics) on HOST:PORT");

@@ -2,7 +2,9 @@
 // Face folder (config.json, safetensors, the tokenizer files and
 // generation_config.json) from a sharded checkpoint. The work needs the
 // model libraries, which the control-plane binary does not link, so this
-// runs `cohort-worker export` from beside the `cohort` binary.
+// runs `cohort-worker export` from beside the `cohort` binary, whose exit
+// code it keeps (2 for a missing or invalid checkpoint). With --json:
+// {"checkpoint", "to", "dtype", "files"}.
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,16 +12,23 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/global_flags.h"
 
 namespace cohort::cli {
 namespace {
 
 struct ExportArgs {
   std::string checkpoint, to, dtype = "fp32";
+  JsonFlag json;
 };
 
 int run_export(const ExportArgs& args) {
   std::error_code ec;
+  if (!std::filesystem::exists(args.checkpoint, ec)) {
+    std::fprintf(stderr, "cohort export: %s: no such folder (give a checkpoint folder or a run's output_dir)\n",
+                 args.checkpoint.c_str());
+    return kExitUsage;
+  }
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   std::string worker = ec ? "cohort-worker" : (self.parent_path() / "cohort-worker").string();
   if (!ec && !std::filesystem::exists(worker)) {
@@ -40,7 +49,7 @@ int run_export(const ExportArgs& args) {
     return kExitUsage;
   }
   const char* argv[] = {worker.c_str(), "export", checkpoint.c_str(), "--to", args.to.c_str(),
-                        "--dtype", args.dtype.c_str(), nullptr};
+                        "--dtype", args.dtype.c_str(), args.json.on() ? "--json" : nullptr, nullptr};
   ::execvp(argv[0], const_cast<char* const*>(argv));
   std::perror(("cohort export: cannot run " + worker).c_str());
   return kExitUsage;
@@ -54,6 +63,7 @@ Command add_export_command(CLI::App& root) {
   app->add_option("checkpoint", args->checkpoint, "A checkpoint folder, or a run's output_dir (its latest)")->required();
   app->add_option("--to", args->to, "The folder to write")->required();
   app->add_option("--dtype", args->dtype, "Weights as fp32 (default) or bf16");
+  args->json.add_to(app);
   return Command{app, [args] { return run_export(*args); }};
 }
 

@@ -1,9 +1,14 @@
 // `cohort keygen DIR [--role agent|client] [--authorize COORD]`: CURVE keys.
 // Without --role: the coordinator's folder (its secret stays on its host).
 // With --role: a key for one agent or client, authorized in COORD's folder.
+// With --json: {"dir", "role" (coordinator|agent|client), "public_key_file",
+// "public_key", "authorized_in" (the folder, or null)} instead of the advice.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "cli/commands.h"
+#include "cli/global_flags.h"
 #include "protocol/security.h"
 
 namespace cohort::cli {
@@ -13,7 +18,23 @@ struct KeygenArgs {
   std::string dir;
   std::string role;
   std::string authorize;
+  JsonFlag json;
 };
+
+// The document --json prints once the keys are written.
+void print_keygen_json(const KeygenArgs& args) {
+  const std::string role = args.role.empty() ? "coordinator" : args.role;
+  const std::string file =
+      (std::filesystem::path(args.dir) / ((args.role.empty() ? "server" : args.role) + ".public")).string();
+  std::ifstream in(file);
+  std::string key;
+  std::getline(in, key);
+  print_json({{"dir", args.dir},
+              {"role", role},
+              {"public_key_file", file},
+              {"public_key", key},
+              {"authorized_in", args.authorize.empty() ? nlohmann::json() : nlohmann::json(args.authorize)}});
+}
 
 int run_keygen(const KeygenArgs& args) {
   const char* d = args.dir.c_str();
@@ -25,6 +46,10 @@ int run_keygen(const KeygenArgs& args) {
     if (auto s = protocol::write_coordinator_keys(args.dir); !s) {
       std::fprintf(stderr, "cohort keygen: %s\n", s.message().c_str());
       return kExitUsage;
+    }
+    if (args.json.on()) {
+      print_keygen_json(args);
+      return kExitOk;
     }
     std::printf("wrote the coordinator's CURVE keys to %s (keep this folder on the coordinator's host)\n"
                 "  coordinator: cohort coordinator --listen tcp://0.0.0.0:7070 --keys %s\n"
@@ -41,6 +66,10 @@ int run_keygen(const KeygenArgs& args) {
   if (auto s = protocol::write_peer_keys(args.dir, *role, args.authorize); !s) {
     std::fprintf(stderr, "cohort keygen: %s\n", s.message().c_str());
     return kExitUsage;
+  }
+  if (args.json.on()) {
+    print_keygen_json(args);
+    return kExitOk;
   }
   std::printf("wrote a %s key to %s\n", args.role.c_str(), d);
   if (args.authorize.empty()) {
@@ -63,6 +92,7 @@ Command add_keygen_command(CLI::App& root) {
   app->add_option("--role", args->role, "agent or client: a key for one peer (default: the coordinator's keys)");
   app->add_option("--authorize", args->authorize,
                   "the coordinator's key folder: copy its server.public and authorize the new key there");
+  args->json.add_to(app);
   return {app, [args] { return run_keygen(*args); }};
 }
 

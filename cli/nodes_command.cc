@@ -1,4 +1,4 @@
-// `cohort nodes [--json]`: the cluster's nodes, their GPUs and jobs;
+// `cohort nodes [--json | --quiet]`: the cluster's nodes, their GPUs and jobs;
 // `cohort nodes rm NODE...` forgets lost ones.
 #include <cstdio>
 
@@ -11,7 +11,8 @@ namespace {
 
 struct NodesArgs {
   ClientFlags client;
-  bool json = false;
+  JsonFlag json;
+  bool quiet = false;
   std::vector<std::string> remove;
 };
 
@@ -19,15 +20,9 @@ int run_nodes_rm(const NodesArgs& args) {
   int code = kExitOk;
   auto client = connect_client(args.client, &code);
   if (!client) return code;
-  for (const auto& node : args.remove) {
-    auto ack = client->request<protocol::Ack>(protocol::RemoveNode{node}, std::chrono::seconds(5));
-    if (!ack) {
-      code = report_request_error("nodes rm", ack.status());
-      continue;
-    }
-    std::printf("%s\n", ack->text.c_str());
-  }
-  return code;
+  return request_each("nodes rm", "node", args.remove, args.json.on(), [&](const std::string& node) {
+    return client->request<protocol::Ack>(protocol::RemoveNode{node}, std::chrono::seconds(5));
+  });
 }
 
 int run_nodes(const NodesArgs& args) {
@@ -36,8 +31,12 @@ int run_nodes(const NodesArgs& args) {
   if (!client) return code;
   auto list = client->request<protocol::NodeList>(protocol::NodeQuery{}, std::chrono::seconds(5));
   if (!list) return report_request_error("nodes", list.status());
-  if (args.json) {
-    std::printf("%s\n", nlohmann::json(list->nodes).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  if (args.json.on()) {
+    print_json(nlohmann::json(list->nodes));
+    return kExitOk;
+  }
+  if (args.quiet) {
+    for (const auto& n : list->nodes) std::printf("%s\n", n.name.c_str());
     return kExitOk;
   }
   std::printf("%-20s %-16s %-6s %-9s %-14s %-12s %s\n", "NODE", "ADDRESS", "STATE", "GPUS FREE",
@@ -58,11 +57,11 @@ int run_nodes(const NodesArgs& args) {
 Command add_nodes_command(CLI::App& root) {
   auto args = std::make_shared<NodesArgs>();
   CLI::App* app = root.add_subcommand("nodes", "list nodes");
-  app->add_flag("--json", args->json, "print JSON");
+  args->json.add_to(app);
+  app->add_flag("--quiet,-q", args->quiet, "print only the node names, one per line");
   args->client.add_to(app);
   CLI::App* rm = app->add_subcommand("rm", "forget lost nodes (in memory and in the state database)");
   rm->add_option("node", args->remove, "node names")->required();
-  rm->fallthrough();
   return {app, [args, rm] { return rm->parsed() ? run_nodes_rm(*args) : run_nodes(*args); }};
 }
 

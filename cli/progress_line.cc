@@ -21,14 +21,14 @@ void ProgressLine::clear() {
   shown_ = false;
 }
 
-namespace {
-
-std::string duration(double seconds) {
+std::string format_duration(double seconds) {
   int s = int(seconds + 0.5);
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
   if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
   return fmt::format("{}s", s);
 }
+
+namespace {
 
 // The rank-0 progress file of the newest attempt.
 fs::path newest_progress_file(const fs::path& dir) {
@@ -63,7 +63,7 @@ void ProgressLine::refresh() {
   if (!row.contains("step") || !row.contains("total_steps")) return;
   std::string text = fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}", row.value("step", 0),
                                  row.value("total_steps", 0), row.value("loss", 0.0), row.value("tokens_per_s", 0.0),
-                                 duration(row.value("eta_s", 0.0)));
+                                 format_duration(row.value("eta_s", 0.0)));
   std::fprintf(stderr, "\r\033[K%s", text.c_str());
   std::fflush(stderr);
   shown_ = true;

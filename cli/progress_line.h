@@ -8,6 +8,9 @@
 
 namespace cohort::cli {
 
+// "42s", "3m05s", "2h10m": the durations the CLI prints.
+std::string format_duration(double seconds);
+
 class ProgressLine {
  public:
   explicit ProgressLine(std::string output_dir);

@@ -1,5 +1,7 @@
-// `cohort run JOB.toml [--set key=value]...`: the embedded cluster (a
-// coordinator and one agent in this process); exits with the job's status.
+// `cohort run JOB.toml [--set key=value]... [--json]`: the embedded cluster
+// (a coordinator and one agent in this process); exits with the job's status,
+// 130 when Ctrl-C stopped it. With --json the workers' lines go to stderr and
+// the job's final record (as `cohort status JOB --json`) to stdout.
 #include <cstdio>
 #include <cstdlib>
 
@@ -10,12 +12,14 @@
 #include "cli/client_common.h"
 #include "cli/commands.h"
 #include "cli/progress_line.h"
+#include "protocol/codec.h"
 #include "protocol/job_watch.h"
 
 namespace cohort::cli {
 namespace {
 
 struct RunArgs {
+  JsonFlag json;
   std::string job_file;
   std::vector<std::string> sets;
   int fake_gpus = 0;
@@ -44,21 +48,23 @@ int run_run(const RunArgs& args) {
   if (options.http_token.empty()) {
     if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
   }
-  options.interrupt = install_interrupt_flag();
+  const auto* interrupted = install_interrupt_flag();
+  options.interrupt = interrupted;
   // The embedded daemons' routine lines would drown the workers' output;
   // COHORT_LOG or --log-level debug/trace still shows them.
   if (!read_env_knob(EnvKnob::kLog) && spdlog::get_level() == spdlog::level::info) {
     spdlog::set_level(spdlog::level::warn);
   }
   ProgressLine progress(options.job.output_dir);
-  if (progress.enabled()) {
-    options.on_line = [&progress](const protocol::LogLine& line) {
+  FILE* lines_out = args.json.on() ? stderr : stdout;
+  if (progress.enabled() || args.json.on()) {
+    options.on_line = [&progress, lines_out](const protocol::LogLine& line) {
       progress.clear();
-      std::printf("%s\n", protocol::format_log_line(line).c_str());
-      std::fflush(stdout);
+      std::fprintf(lines_out, "%s\n", protocol::format_log_line(line).c_str());
+      std::fflush(lines_out);
     };
-    options.on_poll = [&progress] { progress.refresh(); };
   }
+  if (progress.enabled()) options.on_poll = [&progress] { progress.refresh(); };
   auto info = cluster::run_embedded(options);
   progress.clear();
   if (!info) {
@@ -71,7 +77,8 @@ int run_run(const RunArgs& args) {
                info->state.c_str(), info->message.empty() ? "" : ": ", info->message.c_str(),
                info->output_dir.c_str());
   if (info->has_root_cause) print_root_cause(info->root_cause, "", stderr);
-  return job_exit_code(*info);
+  if (args.json.on()) print_json(*info);
+  return interrupted->load() ? kExitInterrupted : job_exit_code(*info);
 }
 
 }  // namespace
@@ -81,6 +88,7 @@ Command add_run_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand("run", "run a job on this machine (coordinator + agent in one process)");
   app->add_option("job", args->job_file, "job file (TOML)")->required();
   app->add_option("--set", args->sets, "override a key: --set train.lr=1e-3");
+  args->json.add_to(app);
   auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
   auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "run on N CPU slots instead of GPUs");
   fake->excludes(cpu);

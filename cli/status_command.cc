@@ -13,7 +13,7 @@ namespace {
 struct StatusArgs {
   ClientFlags client;
   std::string job;
-  bool json = false;
+  JsonFlag json;
 };
 
 // A server job (kind = "serve") writes its URL to output_dir/endpoint.json;
@@ -34,9 +34,9 @@ int run_status(const StatusArgs& args) {
   if (!client) return code;
   auto list = client->request<protocol::JobList>(protocol::JobQuery{args.job, 0, {}}, std::chrono::seconds(5));
   if (!list) return report_request_error("status", list.status());
-  if (args.json) {
+  if (args.json.on()) {
     nlohmann::json j = args.job.empty() ? nlohmann::json(list->jobs) : nlohmann::json(list->jobs.front());
-    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    print_json(j);
   } else if (args.job.empty()) {
     print_job_table(list->jobs);
   } else {
@@ -52,7 +52,7 @@ Command add_status_command(CLI::App& root) {
   auto args = std::make_shared<StatusArgs>();
   CLI::App* app = root.add_subcommand("status", "show a job (attempts, root cause, events) or all jobs");
   app->add_option("job", args->job, "job id or name");
-  app->add_flag("--json", args->json, "print JSON");
+  args->json.add_to(app);
   args->client.add_to(app);
   return {app, [args] { return run_status(*args); }};
 }

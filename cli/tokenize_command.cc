@@ -1,11 +1,14 @@
 // `cohort tokenize INPUT... --model HF_DIR --out DIR [--validate-only]`:
 // text, JSONL and chat files to cohort shards with the model's tokenizer
 // (data/tokenize.h). Runs in this process: data/ and the tokenizers link
-// only CPU libraries.
+// only CPU libraries. Exit code 2 for a missing or invalid input (bad lines
+// included). With --json: {"validate_only", "documents", "tokens", "trained_tokens",
+// "bad_lines", "errors", "bytes", "seconds", "threads", "out", "shards"}.
 #include <cstdio>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/global_flags.h"
 #include "data/tokenize.h"
 
 namespace cohort::cli {
@@ -17,6 +20,7 @@ struct TokenizeArgs {
   bool validate_only = false;
   int threads = 0;
   double shard_mtokens = 256;
+  JsonFlag json;
 };
 
 int run_tokenize(const TokenizeArgs& args) {
@@ -42,18 +46,30 @@ int run_tokenize(const TokenizeArgs& args) {
   auto report = data::tokenize_inputs(o);
   if (!report) {
     std::fprintf(stderr, "cohort tokenize: %s\n", report.status().message().c_str());
-    return kExitJobFailed;
+    return exit_code_for(report.status());
   }
   for (const auto& e : report->errors) std::fprintf(stderr, "%s\n", e.c_str());
   if (report->bad_lines > int64_t(report->errors.size()))
     std::fprintf(stderr, "... and %lld more bad lines\n", (long long)(report->bad_lines - int64_t(report->errors.size())));
+  const int threads = o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency());
+  // Bad lines make the input invalid: exit code 2, as for a bad job file.
+  const int code = report->bad_lines > 0 ? kExitUsage : kExitOk;
+  if (args.json.on()) {
+    print_json({{"validate_only", o.validate_only}, {"documents", report->documents},
+                {"tokens", report->tokens},         {"trained_tokens", report->trained_tokens},
+                {"bad_lines", report->bad_lines},   {"errors", report->errors},
+                {"bytes", report->bytes},           {"seconds", report->seconds},
+                {"threads", threads},               {"out", o.validate_only ? "" : o.out_dir},
+                {"shards", report->shards}});
+    return code;
+  }
   std::printf("%s%lld documents, %lld tokens (%lld trained on), %lld bad lines, %.1f MB in %.1f s (%d threads)\n",
               o.validate_only ? "validated: " : "", (long long)report->documents, (long long)report->tokens,
               (long long)report->trained_tokens, (long long)report->bad_lines, double(report->bytes) / 1e6,
-              report->seconds, o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency()));
+              report->seconds, threads);
   if (!o.validate_only) std::printf("wrote %zu shard%s and index.json to %s\n", report->shards.size(),
                                     report->shards.size() == 1 ? "" : "s", o.out_dir.c_str());
-  return report->bad_lines > 0 ? kExitJobFailed : kExitOk;
+  return code;
 }
 
 }  // namespace
@@ -69,6 +85,7 @@ Command add_tokenize_command(CLI::App& root) {
   app->add_option("--threads", args->threads, "Worker threads (default: all cores)");
   app->add_option("--shard-mtokens", args->shard_mtokens, "Millions of tokens per shard (default: 256)");
   app->add_flag("--validate-only", args->validate_only, "Count tokens and report bad lines; write nothing");
+  args->json.add_to(app);
   return Command{app, [args] { return run_tokenize(*args); }};
 }
 

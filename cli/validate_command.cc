@@ -1,9 +1,13 @@
-// `cohort validate JOB.toml [--nodes N] [--gpus-per-node G] [--set k=v]...`
+// `cohort validate JOB.toml [--nodes N] [--gpus-per-node G] [--set k=v]... [--json]`
 // Checks a job file (and that its training data exists and reads in its
-// format) and prints the resolved job and its rank plan.
+// format) and prints the resolved job and its rank plan. With --json, one
+// document: {"file", "valid", "errors": [{"source", "line", "column",
+// "message"}], "warnings", and when valid "resolved_toml", "data",
+// "nodes", "world_size", "tensor_parallel", "rank_plan", "global_batch"}.
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/global_flags.h"
 #include "data/data_format.h"
 #include "jobs/load.h"
 #include "jobs/rank_plan.h"
@@ -18,23 +22,60 @@ struct ValidateArgs {
   int gpus_per_node = 0;
   std::vector<std::string> sets;
   bool reference = false;
+  JsonFlag json;
 };
 
+nlohmann::json error_json(const std::string& source, int line, int column, const std::string& message) {
+  return {{"source", source}, {"line", line}, {"column", column}, {"message", message}};
+}
+
 // Every train.data source exists and reads in its format (a token file's
-// header, JSONL's first lines): "file:line:column: path: reason" at the key.
-std::string probe_train_data(const jobs::LoadResult& result) {
+// header, JSONL's first lines). Text errors read "file:line:column: key:
+// reason" at the key.
+struct DataProbe {
+  nlohmann::json sources = nlohmann::json::array();  // {"key", "path", "format"}
+  nlohmann::json errors = nlohmann::json::array();
+  std::string error_text;
+};
+
+DataProbe probe_train_data(const jobs::LoadResult& result) {
   const auto& t = result.spec.train;
-  std::string errors;
+  DataProbe probe;
   for (size_t i = 0; i < t.data.size(); ++i) {
     const auto& src = t.data[i];
     const std::string key = "train.data[" + std::to_string(i) + "]";
     auto format = data::parse_format(src.format.empty() ? t.data_format : src.format);
     auto probed = format ? data::probe_data(src.path, *format, src.text_field.empty() ? t.text_field : src.text_field)
                          : Result<data::DataFormat>(format.status());
-    if (!probed) errors += result.position(key) + ": " + key + ": " + probed.status().message() + "\n";
-    else std::printf("# %s: %s (%s)\n", key.c_str(), src.path.c_str(), data::format_name(*probed));
+    if (!probed) {
+      const std::string message = key + ": " + probed.status().message();
+      probe.error_text += result.position(key) + ": " + message + "\n";
+      probe.errors.push_back(error_json(result.position(key), 0, 0, message));
+    } else {
+      probe.sources.push_back({{"key", key}, {"path", src.path}, {"format", data::format_name(*probed)}});
+    }
   }
-  return errors;
+  return probe;
+}
+
+// An invalid file: the errors as text on stderr (already printed) or as the
+// JSON document on stdout; exit code 2.
+int invalid(const ValidateArgs& args, const nlohmann::json& errors, const nlohmann::json& warnings) {
+  if (args.json.on()) {
+    print_json({{"file", args.job_file}, {"valid", false}, {"errors", errors}, {"warnings", warnings}});
+  }
+  return kExitUsage;
+}
+
+int tensor_parallel_of(const jobs::JobSpec& spec) {
+  switch (spec.job.kind) {
+    case jobs::JobKind::kInfer:
+      return spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : spec.world_size(spec.job.nodes.max);
+    case jobs::JobKind::kServe: return spec.world_size(spec.job.nodes.max);
+    case jobs::JobKind::kCommand: return 1;
+    case jobs::JobKind::kTrain: break;
+  }
+  return spec.parallel.tensor_parallel;
 }
 
 int run_validate(const ValidateArgs& args) {
@@ -42,6 +83,7 @@ int run_validate(const ValidateArgs& args) {
     std::printf("%s", jobs::job_file_reference_markdown().c_str());
     return kExitOk;
   }
+  const bool json = args.json.on();
   if (args.job_file.empty()) {
     std::fprintf(stderr, "cohort validate: a job file is required\n");
     return kExitUsage;
@@ -51,7 +93,7 @@ int run_validate(const ValidateArgs& args) {
     auto o = jobs::parse_override(s);
     if (!o) {
       std::fprintf(stderr, "%s\n", o.status().message().c_str());
-      return kExitUsage;
+      return invalid(args, {error_json("--set " + s, 0, 0, o.status().message())}, nlohmann::json::array());
     }
     options.overrides.push_back(*o);
   }
@@ -62,33 +104,62 @@ int run_validate(const ValidateArgs& args) {
 
   auto result = jobs::load_job_file(args.job_file, options);
   for (const auto& w : result.warnings) std::fprintf(stderr, "%s: warning: %s\n", args.job_file.c_str(), w.c_str());
+  const nlohmann::json warnings = result.warnings;
   if (!result.ok()) {
     std::fprintf(stderr, "%s", result.error_text().c_str());
     std::fprintf(stderr, "%s: %zu error%s\n", args.job_file.c_str(), result.errors.size(),
                  result.errors.size() == 1 ? "" : "s");
-    return kExitUsage;
+    nlohmann::json errors = nlohmann::json::array();
+    for (const auto& e : result.errors) errors.push_back(error_json(e.source, e.line, e.column, e.message));
+    return invalid(args, errors, warnings);
   }
   const auto& spec = result.spec;
   auto problems = jobs::check_job_paths(spec);
   for (const auto& p : problems) std::fprintf(stderr, "%s: %s\n", args.job_file.c_str(), p.c_str());
-  if (!problems.empty()) return kExitUsage;
+  if (!problems.empty()) {
+    nlohmann::json errors = nlohmann::json::array();
+    for (const auto& p : problems) errors.push_back(error_json(args.job_file, 0, 0, p));
+    return invalid(args, errors, warnings);
+  }
+  DataProbe probe;
   if (spec.job.kind == jobs::JobKind::kTrain) {
-    const std::string errors = probe_train_data(result);
-    if (!errors.empty()) {
-      std::fprintf(stderr, "%s", errors.c_str());
-      return kExitUsage;
+    probe = probe_train_data(result);
+    if (!probe.errors.empty()) {
+      std::fprintf(stderr, "%s", probe.error_text.c_str());
+      return invalid(args, probe.errors, warnings);
     }
   }
-  int tp = spec.parallel.tensor_parallel;
-  if (spec.job.kind == jobs::JobKind::kInfer)
-    tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : spec.world_size(spec.job.nodes.max);
-  if (spec.job.kind == jobs::JobKind::kServe) tp = spec.world_size(spec.job.nodes.max);
-  if (spec.job.kind == jobs::JobKind::kCommand) tp = 1;
+  const int tp = tensor_parallel_of(spec);
+  const int nodes = spec.job.nodes.max;
+  const auto plan = jobs::plan_ranks(nodes, spec.job.gpus_per_node, tp);
+  if (json) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& r : plan) {
+      ranks.push_back({{"rank", r.rank}, {"node_rank", r.node_rank}, {"local_rank", r.local_rank},
+                       {"dp_rank", r.dp_rank}, {"tp_rank", r.tp_rank}});
+    }
+    nlohmann::json doc = {{"file", args.job_file},      {"valid", true},
+                          {"errors", nlohmann::json::array()}, {"warnings", warnings},
+                          {"resolved_toml", jobs::to_toml(spec)}, {"data", probe.sources},
+                          {"nodes", nodes},              {"world_size", spec.world_size(nodes)},
+                          {"tensor_parallel", tp},       {"rank_plan", ranks}};
+    if (spec.job.kind == jobs::JobKind::kTrain) {
+      doc["global_batch"] = {{"global_batch", spec.effective_global_batch(nodes)},
+                             {"micro_batch", spec.train.micro_batch},
+                             {"data_parallel", spec.data_parallel(nodes)},
+                             {"accumulation", spec.accumulation_steps(nodes)}};
+    }
+    print_json(doc);
+    return kExitOk;
+  }
+  for (const auto& s : probe.sources) {
+    std::printf("# %s: %s (%s)\n", s["key"].get<std::string>().c_str(), s["path"].get<std::string>().c_str(),
+                s["format"].get<std::string>().c_str());
+  }
   std::printf("# %s is valid. Resolved job:\n%s\n", args.job_file.c_str(), jobs::to_toml(spec).c_str());
-  int nodes = spec.job.nodes.max;
   if (spec.job.nodes.elastic())
     std::printf("# elastic: %d to %d nodes; plan shown at %d\n", spec.job.nodes.min, nodes, nodes);
-  std::printf("%s", jobs::format_rank_plan(jobs::plan_ranks(nodes, spec.job.gpus_per_node, tp), tp).c_str());
+  std::printf("%s", jobs::format_rank_plan(plan, tp).c_str());
   if (spec.job.kind == jobs::JobKind::kTrain) {
     std::printf("global batch %d = micro_batch %d × data-parallel %d × accumulation %d\n",
                 spec.effective_global_batch(nodes), spec.train.micro_batch, spec.data_parallel(nodes),
@@ -108,6 +179,7 @@ Command add_validate_command(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   app->add_option("--set", args->sets, "Override a key: section.key=value (repeatable)");
   app->add_flag("--reference", args->reference, "Print the job file reference (Markdown) and exit");
+  args->json.add_to(app);
   return Command{app, [args] { return run_validate(*args); }};
 }
 

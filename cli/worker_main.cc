@@ -2,14 +2,22 @@
 // the resolved job file; it also runs under mpirun, srun or torchrun.
 //
 //   cohort-worker JOB.toml                      train, infer or serve, as the job's kind says
-//   cohort-worker export CHECKPOINT --to DIR [--dtype bf16]   a Hugging Face folder from a checkpoint
+//   cohort-worker export CHECKPOINT --to DIR [--dtype bf16] [--json]   a Hugging Face folder from a checkpoint
+//   cohort-worker --version
+// Exit codes as `cohort`'s (DESIGN §5): 2 for bad usage or an invalid job
+// file or checkpoint; 143 for a stop asked by SIGTERM.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "cli/version.h"
 #include "jobs/load.h"
 #include "parallel/checkpoint.h"
 #include "infer/infer_job.h"
@@ -27,17 +35,42 @@ int report(const cohort::Status& status) {
   return cohort::train::stop_requested_by_signal() ? 143 : 1;
 }
 
+// `cohort-worker export`: 2 for a checkpoint that is missing or not one.
+int report_export(const cohort::Status& status, const std::string& checkpoint, const std::string& to,
+                  const std::string& dtype, bool json) {
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "cohort-worker export: %s\n", status.message().c_str());
+    const auto code = status.code();
+    return code == cohort::StatusCode::kNotFound || code == cohort::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!json) {
+    std::printf("exported %s to %s\n", checkpoint.c_str(), to.c_str());
+    return 0;
+  }
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(to, ec)) files.push_back(entry.path().filename());
+  std::sort(files.begin(), files.end());
+  nlohmann::json doc = {{"checkpoint", checkpoint}, {"to", to}, {"dtype", dtype}, {"files", files}};
+  std::printf("%s\n", doc.dump(2).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"cohort-worker: the built-in train and infer worker"};
   std::string job_file, log_level, checkpoint, to, dtype = "fp32";
+  bool json = false;
+  app.set_version_flag("--version", cohort::cli::version_text("cohort-worker"));
   app.add_option("job", job_file, "The job file (TOML)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   auto* export_cmd = app.add_subcommand("export", "Write a Hugging Face folder from a checkpoint");
   export_cmd->add_option("checkpoint", checkpoint, "The checkpoint folder")->required();
   export_cmd->add_option("--to", to, "The Hugging Face folder to write")->required();
   export_cmd->add_option("--dtype", dtype, "fp32 or bf16");
+  export_cmd->add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  export_cmd->add_flag("--json", json, "print {\"checkpoint\", \"to\", \"dtype\", \"files\"} on stdout");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -54,8 +87,7 @@ int main(int argc, char** argv) {
     }
     cohort::Status status = cohort::parallel::export_checkpoint(
         checkpoint, to, dtype == "bf16" ? cohort::models::DType::kBF16 : cohort::models::DType::kF32);
-    if (status.is_ok()) std::printf("exported %s to %s\n", checkpoint.c_str(), to.c_str());
-    return report(status);
+    return report_export(status, checkpoint, to, dtype, json);
   }
   if (job_file.empty()) {
     std::fprintf(stderr, "cohort-worker: a job file is required\n");

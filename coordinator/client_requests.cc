@@ -22,6 +22,34 @@ size_t encoded_size(const T& value) {
   return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
 }
 
+// What the record implies at `now_ms` (unix ms): elapsed time, GPU-hours
+// and, for a running train job, its newest step. Computed here rather than
+// by the client so that a client's clock never skews them.
+void add_usage(const Job& job, int64_t now_ms, JobInfo* info) {
+  const int64_t job_end = job.ended_ms > 0 ? job.ended_ms : now_ms;
+  int64_t first_start = 0;
+  double gpu_ms = 0;
+  for (const auto& a : job.attempts) {
+    if (a.started_ms <= 0) continue;
+    if (first_start == 0) first_start = a.started_ms;
+    const int64_t end = a.ended_ms > 0 ? a.ended_ms : job_end;
+    gpu_ms += double(a.world_size()) * double(std::max<int64_t>(0, end - a.started_ms));
+  }
+  info->elapsed_ms = first_start > 0 ? std::max<int64_t>(0, job_end - first_start) : 0;
+  info->gpu_hours = gpu_ms / 3.6e6;
+  const auto latest = job.training.latest();
+  if (job.state != JobState::kRunning || job.control.kind != jobs::JobKind::kTrain || !latest) return;
+  TrainingProgress& p = info->progress;
+  p.step = latest->step;
+  p.total_steps = job.total_steps;
+  if (latest->has(Figure::kLoss)) p.loss = latest->get(Figure::kLoss);
+  if (latest->has(Figure::kTokensPerSecond)) p.tokens_per_s = latest->get(Figure::kTokensPerSecond);
+  // Row times come from the worker's host; a clock ahead of ours reads as fresh.
+  p.age_ms = std::max<int64_t>(0, now_ms - int64_t(latest->time * 1000));
+  if (job.eta_s >= 0) p.eta_s = std::max(0.0, job.eta_s - double(p.age_ms) / 1000);
+  info->has_progress = true;
+}
+
 }  // namespace
 
 void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
@@ -78,6 +106,7 @@ void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
     Job* job = find_job(m.job_id);
     if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
     list.jobs.push_back(job->info());
+    add_usage(*job, unix_ms_now(), &list.jobs.back());
     list.total = 1;
     return reply(peer, e.id, list);
   }
@@ -91,10 +120,12 @@ void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
   std::sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->seq > b->seq; });
   list.total = int(ordered.size());
   size_t bytes = 0;
+  const int64_t now_ms = unix_ms_now();
   for (const Job* job : ordered) {
     if (m.limit > 0 && int(list.jobs.size()) >= m.limit) break;
     JobInfo info = job->info();
     info.events.clear();
+    add_usage(*job, now_ms, &info);
     size_t size = encoded_size(info);
     if (bytes + size > kMaxReplyBytes) break;
     bytes += size;

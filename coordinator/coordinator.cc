@@ -287,6 +287,7 @@ void CoordinatorImpl::on_metric_batch(const std::string& peer, const Envelope& e
   }
   for (const auto& row : m->rows) job.training.add(row);
   if (m->total_steps > 0) job.total_steps = m->total_steps;
+  if (!m->rows.empty()) job.eta_s = m->eta_s;
 }
 
 void CoordinatorImpl::on_gpu_report(const std::string& peer, const Envelope& e) {

@@ -100,6 +100,7 @@ struct Job {
   // in memory only: a restarted coordinator plots from its restart on.
   TrainingSeries training;
   int64_t total_steps = 0;  // from the rows, when they say
+  double eta_s = -1;        // rank 0's estimate with its newest rows; -1: unknown
 
   Attempt* current() { return attempts.empty() ? nullptr : &attempts.back(); }
   void add_event(const std::string& text);

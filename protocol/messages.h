@@ -77,6 +77,17 @@ struct EventInfo {
   std::string text;
 };
 
+// A running training job's newest figures, from the metrics rank 0's node
+// forwards (MetricBatch): what `cohort status JOB` shows as live progress.
+struct TrainingProgress {
+  int64_t step = 0;
+  int64_t total_steps = 0;   // 0: unknown
+  double loss = 0;
+  double tokens_per_s = 0;   // 0: unknown
+  double eta_s = -1;         // -1: unknown; counted down to the reply's time
+  int64_t age_ms = 0;        // how old the newest row is at the reply's time
+};
+
 struct JobInfo {
   std::string id;
   std::string name;
@@ -96,6 +107,13 @@ struct JobInfo {
   RootCause root_cause;
   std::vector<AttemptInfo> attempts;
   std::vector<EventInfo> events;
+  // Filled by the coordinator's job replies (status, jobs). elapsed_ms: from
+  // the first attempt's start to the job's end (or the reply), 0 before it
+  // started; gpu_hours: Σ over attempts of world size × the attempt's wall time.
+  int64_t elapsed_ms = 0;
+  double gpu_hours = 0;
+  bool has_progress = false;  // a running train job that has reported a step
+  TrainingProgress progress;
 };
 
 // What a GPU is doing now, from NVML where the node has it (GpuReport;

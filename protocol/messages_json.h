@@ -49,11 +49,14 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptInfo, number, state, node
                                                 started_ms, ended_ms, reason, has_root_cause,
                                                 root_cause, counts_as_restart)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EventInfo, time_ms, text)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainingProgress, step, total_steps, loss,
+                                                tokens_per_s, eta_s, age_ms)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobInfo, id, name, kind, state, priority, nodes_min,
                                                 nodes_max, gpus_per_node, max_restarts,
                                                 restarts_used, output_dir, submitted_ms, ended_ms,
                                                 message, has_root_cause, root_cause, attempts,
-                                                events)
+                                                events, elapsed_ms, gpu_hours, has_progress,
+                                                progress)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuSample, index, utilization, memory_used_bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MetricRow, step, time, values)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, name, address, state, gpus, gpu_samples,

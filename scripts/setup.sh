@@ -30,6 +30,7 @@ packages=(
   prometheus                      # test peer: scrapes the server's /metrics
   clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
   chromium                        # test peer: Playwright drives it through the web page
+  zsh                             # test peer: loads `cohort completion zsh` (tests/cli)
 )
 
 missing=()
