@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decode throughput of cohort-worker (kind = "infer") beside transformers' generate.
 
-For the GPU machine. Builds a Qwen3-0.6B-shaped model with random bf16
+For the GPU machine. Builds a Qwen3-shaped model (--shape, default 0.6B) with random bf16
 weights (transformers, saved as a Hugging Face folder), then for batch 1 and
 64 and tensor-parallel 1 and 2 (2 only with two GPUs) runs cohort-worker on
 it and transformers' generate on the same weights (one GPU), and prints decode
@@ -32,11 +32,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from hf_generate_parity import run_cohort  # noqa: E402
 
 
-def qwen3_06b_config():
-    return transformers.Qwen3Config(
-        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
-        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)
+SHAPES = {  # Qwen3's published shapes
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, tie_word_embeddings=False),
+}
+
+
+def qwen3_config(shape):
+    return transformers.Qwen3Config(vocab_size=151936, head_dim=128, max_position_embeddings=4096,
+                                    rope_theta=1000000.0, rms_norm_eps=1e-6, **SHAPES[shape])
 
 
 def transformers_decode_rate(model, batch, prompt_len, new, vocab):
@@ -68,6 +76,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b")
+    ap.add_argument("--no-transformers", action="store_true", help="cohort only (large shapes: saves minutes)")
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
@@ -75,11 +85,11 @@ def main():
                     help="also run tp 1 eagerly (cuda_graphs = false) and with the fp32 models engine")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
-    config = qwen3_06b_config()
+    config = qwen3_config(args.shape)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
-    model_dir = os.path.join(work, "qwen3-0.6b-random")
+    model_dir = os.path.join(work, f"{args.shape}-random")
     model.save_pretrained(model_dir, safe_serialization=True)
     model = model.cuda().eval()
     gpus = torch.cuda.device_count()
@@ -87,7 +97,8 @@ def main():
     context = args.prompt_len + args.new / 2
     rows = []
     for batch in batches:
-        hf = transformers_decode_rate(model, batch, args.prompt_len, args.new, config.vocab_size)
+        hf = float("nan") if args.no_transformers else \
+            transformers_decode_rate(model, batch, args.prompt_len, args.new, config.vocab_size)
         gen = torch.Generator().manual_seed(batch)
         prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len), generator=gen).tolist()
         for tp in [t for t in (1, 2) if t <= gpus]:
@@ -108,7 +119,7 @@ def main():
                              "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"],
                              "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
                              "hbm_bound_tok_s": bound})
-    print(f"\nQwen3-0.6B shape, random bf16 weights, prompt {args.prompt_len}, {args.new} new tokens, "
+    print(f"\n{args.shape} shape, random bf16 weights, prompt {args.prompt_len}, {args.new} new tokens, "
           f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
     print("| batch | tp | cohort engine | cohort decode tok/s | cohort TTFT ms | transformers decode tok/s (1 GPU) | HBM bound tok/s |")
     print("|---|---|---|---|---|---|---|")

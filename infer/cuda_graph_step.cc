@@ -294,13 +294,16 @@ void CudaGraphEngine::warm_up() {
   // The projections of the buckets above the GEMV's rows, timed on the
   // engine's own buffers (their contents do not matter here).
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  std::vector<const Bf16*> qkv, o, gu, down;
+  for (const Layer& L : layers_) {
+    qkv.push_back(L.wqkv), o.push_back(L.wo), gu.push_back(L.wgu), down.push_back(L.wdown);
+  }
   for (int b : buckets_) {
     if (models::cuda::gemv_supported(b, H)) continue;
-    const Layer& L = layers_[0];
-    const struct { float* y; const Bf16* x; const Bf16* w; int in, out; } shapes[] = {
-        {buf_.qkv, buf_.xn, L.wqkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, L.wo, Qd, H},
-        {buf_.gate_up, buf_.xn, L.wgu, H, 2 * I},    {buf_.tmp, buf_.h, L.wdown, I, H},
-        {buf_.logits, buf_.xn, lm_head_, H, dims_.vocab}};
+    const struct { float* y; const Bf16* x; const std::vector<const Bf16*> w; int in, out; } shapes[] = {
+        {buf_.qkv, buf_.xn, qkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, o, Qd, H},
+        {buf_.gate_up, buf_.xn, gu, H, 2 * I},    {buf_.tmp, buf_.h, down, I, H},
+        {buf_.logits, buf_.xn, {lm_head_}, H, dims_.vocab}};
     for (const auto& g : shapes) {
       const Status s = lt_->tune(g.y, g.x, g.w, b, g.in, g.out);
       COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());

@@ -11,7 +11,7 @@ namespace cohort::infer {
 namespace {
 
 constexpr int kCandidates = 8;
-constexpr int kTimedRuns = 10;
+constexpr int kTimedRuns = 20;
 
 Status lt_check(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::ok();
@@ -93,8 +93,8 @@ Status TunedGemm::run(float* y, const models::Bf16Bits* x, const models::Bf16Bit
   return enqueue(it->second, it->second.algo, y, x, w);
 }
 
-Status TunedGemm::tune(float* y, const models::Bf16Bits* x, const models::Bf16Bits* w, int n,
-                       int in, int out) {
+Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
+                       const std::vector<const models::Bf16Bits*>& weights, int n, int in, int out) {
   auto old = plans_.find({n, in, out});
   if (old != plans_.end()) {
     destroy(old->second);
@@ -112,9 +112,12 @@ Status TunedGemm::tune(float* y, const models::Bf16Bits* x, const models::Bf16Bi
   COHORT_CUDA_CHECK(cudaEventCreate(&stop));
   float best_ms = -1;
   for (int i = 0; i < *found; ++i) {
-    if (!enqueue(plan, results[i].algo, y, x, w).is_ok()) continue;  // warm, and a candidate may refuse
+    // Warm (and a candidate may refuse the shape), then time.
+    if (!enqueue(plan, results[i].algo, y, x, weights[0]).is_ok()) continue;
     cudaEventRecord(start, stream_);
-    for (int r = 0; r < kTimedRuns; ++r) (void)enqueue(plan, results[i].algo, y, x, w);
+    for (int r = 0; r < kTimedRuns; ++r) {
+      (void)enqueue(plan, results[i].algo, y, x, weights[(r + 1) % weights.size()]);
+    }
     cudaEventRecord(stop, stream_);
     COHORT_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;

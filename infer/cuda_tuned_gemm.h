@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "base/status.h"
 #include "models/ops/decode_rows.h"
@@ -33,10 +34,12 @@ class TunedGemm {
 
   Status run(float* y, const models::Bf16Bits* x, const models::Bf16Bits* w, int n, int in,
              int out);
-  // Times the candidates on these buffers (synchronising the stream) and
-  // keeps the fastest plan for (n, in, out). Not while capturing.
-  Status tune(float* y, const models::Bf16Bits* x, const models::Bf16Bits* w, int n, int in,
-              int out);
+  // Times the candidates (synchronising the stream) and keeps the fastest
+  // plan for (n, in, out). Each timed run takes the next of `weights` (the
+  // layers' copies of this projection), so that, as in a real step, the
+  // weights come from HBM and not from L2. Not while capturing.
+  Status tune(float* y, const models::Bf16Bits* x, const std::vector<const models::Bf16Bits*>& weights,
+              int n, int in, int out);
 
  private:
   struct Plan {
