@@ -29,6 +29,7 @@ packages=(
   prometheus                      # test peer: scrapes the server's /metrics
   clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
   chromium                        # test peer: Playwright drives it through the web page
+  systemd shellcheck              # tests/deploy: systemd-analyze verify of the units, the sbatch script
 )
 
 missing=()
