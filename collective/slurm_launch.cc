@@ -53,7 +53,7 @@ Result<int> master_port(const EnvLookup& env) {
   if (const char* step = env("SLURM_STEP_ID")) {
     COHORT_ASSIGN_OR_RETURN(step_id, parse_count("SLURM_STEP_ID", step, ~0u));
   }
-  return int(20000 + (job_id * 16 + step_id) % 12000);
+  return int(20000 + (job_id * 16 + step_id) % 9500);
 }
 
 }  // namespace

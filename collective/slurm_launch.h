@@ -13,8 +13,10 @@
 //                     SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), where
 //                     srun places task 0, else SLURM_LAUNCH_NODE_IPADDR
 //   MASTER_PORT       MASTER_PORT if set, else 20000 + (job id × 16 + step
-//                     id) mod 12000: below Linux's ephemeral range, distinct
-//                     for the steps of a job and for most concurrent jobs
+//                     id) mod 9500: below the MASTER_PORTs a cohort
+//                     coordinator hands out (29500-31499) and Linux's
+//                     ephemeral range, distinct for the steps of a job and for
+//                     most concurrent jobs
 //
 // The launch node's address is the last resort, not the first: srun may run
 // on a login node outside the step, where rank 0 is not.

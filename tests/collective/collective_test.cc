@@ -158,7 +158,7 @@ TEST(CollectiveBootstrap, SrunTasksWithoutMpiJoinThroughTaskZero) {
   int job_id = 0;
   for (int candidate = 7001 + ::getpid() % 5000; job_id == 0; ++candidate) {
     store::TcpStoreServerOptions so;
-    so.port = 20000 + (candidate * 16 + 2) % 12000;
+    so.port = 20000 + (candidate * 16 + 2) % 9500;
     if (store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so).is_ok())
       job_id = candidate;
   }

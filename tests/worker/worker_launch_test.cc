@@ -71,7 +71,7 @@ TEST_F(WorkerLaunch, SrunTasksTrainAsOneWorld) {
   int job_id = 0;
   for (int candidate = 9001 + ::getpid() % 5000; job_id == 0; ++candidate) {
     store::TcpStoreServerOptions so;
-    so.port = 20000 + (candidate * 16 + 0) % 12000;
+    so.port = 20000 + (candidate * 16 + 0) % 9500;
     if (store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so))
       job_id = candidate;
   }
