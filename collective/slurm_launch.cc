@@ -53,7 +53,7 @@ Result<int> master_port(const EnvLookup& env) {
   if (const char* step = env("SLURM_STEP_ID")) {
     COHORT_ASSIGN_OR_RETURN(step_id, parse_count("SLURM_STEP_ID", step, ~0u));
   }
-  return int(20000 + (job_id * 16 + step_id) % 9500);
+  return slurm_default_master_port(job_id, step_id);
 }
 
 }  // namespace
@@ -63,6 +63,10 @@ EnvLookup process_environment() {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' ? v : nullptr;
   };
+}
+
+int slurm_default_master_port(unsigned long long job_id, unsigned long long step_id) {
+  return int(20000 + (job_id * 16 + step_id) % 9500);
 }
 
 bool in_slurm_step(const EnvLookup& env) {

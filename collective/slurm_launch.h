@@ -56,6 +56,9 @@ Result<SlurmTask> read_slurm_task(const EnvLookup& env);
 // "rack[1-2]-n[01-04]" → "rack1-n01", "a,b" → "a".
 Result<std::string> first_slurm_host(const std::string& nodelist);
 
+// The MASTER_PORT a step gets when none is set (the formula above).
+int slurm_default_master_port(unsigned long long job_id, unsigned long long step_id);
+
 // Node `node`'s task count in a compressed tasks-per-node list such as
 // "4(x2),3" (nodes 0 and 1 have 4 tasks, node 2 has 3).
 Result<int> slurm_tasks_on_node(const std::string& tasks_per_node, int node);

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 
+#include "collective/slurm_launch.h"
 #include "collective/store/tcp_store.h"
 #include "tests/collective/process_group.h"
 
@@ -154,11 +155,11 @@ TEST(CollectiveBootstrap, TorchrunStyleRankZeroServesTheStore) {
 // `srun -n 3` without MPI: ranks from SLURM_*, the master is the step's first
 // host and the port comes from the job and step ids (no MASTER_* given).
 TEST(CollectiveBootstrap, SrunTasksWithoutMpiJoinThroughTaskZero) {
-  // A job id whose derived port is free now (slurm_launch.h's formula).
+  // A job id whose derived port is free now.
   int job_id = 0;
   for (int candidate = 7001 + ::getpid() % 5000; job_id == 0; ++candidate) {
     store::TcpStoreServerOptions so;
-    so.port = 20000 + (candidate * 16 + 2) % 9500;
+    so.port = slurm_default_master_port(candidate, 2);
     if (store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so).is_ok())
       job_id = candidate;
   }

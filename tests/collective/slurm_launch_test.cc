@@ -47,6 +47,7 @@ TEST(SlurmTask, RanksComeFromTheTaskVariables) {
   EXPECT_EQ(t->node_rank, 1);
   EXPECT_EQ(t->master_addr, "gpu07");  // where srun places task 0
   EXPECT_EQ(t->master_port, 20000 + (4242 * 16 + 3) % 9500);
+  EXPECT_EQ(t->master_port, slurm_default_master_port(4242, 3));
 }
 
 TEST(SlurmTask, MasterAddrAndPortSetByTheUserWin) {

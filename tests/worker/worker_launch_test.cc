@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cluster_harness.h"
+#include "collective/slurm_launch.h"
 #include "collective/store/tcp_store.h"
 
 namespace store = cohort::store;
@@ -71,7 +72,7 @@ TEST_F(WorkerLaunch, SrunTasksTrainAsOneWorld) {
   int job_id = 0;
   for (int candidate = 9001 + ::getpid() % 5000; job_id == 0; ++candidate) {
     store::TcpStoreServerOptions so;
-    so.port = 20000 + (candidate * 16 + 0) % 9500;
+    so.port = collective::slurm_default_master_port(candidate, 0);
     if (store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so))
       job_id = candidate;
   }
