@@ -3,6 +3,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <filesystem>
 #include <map>
 
@@ -42,7 +45,7 @@ class AgentImpl final : public Agent {
     if (options_.address.empty()) {
       options_.address = is_loopback_endpoint(options_.coordinator) ? "127.0.0.1" : host_name();
     }
-    if (options_.worker_binary.empty()) options_.worker_binary = default_worker_binary();
+    COHORT_RETURN_IF_ERROR(resolve_worker_binary(&options_.worker_binary));
     COHORT_ASSIGN_OR_RETURN(auto gpus, options_.prober->probe());
     if (gpus.empty()) {
       return failed_precondition("no GPU found on this node (no NVML, no nvidia-smi answer): "
@@ -288,6 +291,24 @@ Result<std::unique_ptr<Agent>> Agent::start(asio::io_context& io, AgentOptions o
   auto agent = std::make_unique<AgentImpl>(io, std::move(options));
   COHORT_RETURN_IF_ERROR(agent->open());
   return std::unique_ptr<Agent>(std::move(agent));
+}
+
+Status resolve_worker_binary(std::string* path) {
+  if (path->empty()) {
+    *path = default_worker_binary();
+    if (path->empty()) {
+      // Command jobs still run; train, infer and serve jobs fail at launch
+      // with the same advice.
+      spdlog::info("agent: no cohort-worker beside this program; train, infer and serve jobs need "
+                   "--worker-binary PATH on this node");
+      return Status::ok();
+    }
+  } else if (::access(path->c_str(), X_OK) != 0) {
+    return failed_precondition("--worker-binary " + *path + ": " + std::strerror(errno) +
+                               " (the path of cohort-worker on this node)");
+  }
+  spdlog::info("agent: built-in worker {}", *path);
+  return Status::ok();
 }
 
 std::string default_worker_binary() {

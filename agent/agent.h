@@ -61,5 +61,9 @@ class Agent {
 // The cohort-worker next to the running program (/proc/self/exe's folder),
 // or "" when there is none.
 std::string default_worker_binary();
+// An empty *path becomes default_worker_binary() (still empty when there is
+// none: only command jobs can run then); a given one must be executable,
+// else an error naming it. Logs the worker used.
+Status resolve_worker_binary(std::string* path);
 
 }  // namespace cohort::agent

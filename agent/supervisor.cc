@@ -89,8 +89,8 @@ Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchO
     return failed_precondition(
         "kind = \"" + std::string(jobs::to_string(job.kind)) + "\" runs the built-in worker cohort-worker, which is not built" +
         (binary.empty() ? std::string() : " (looked for " + binary + ")") +
-        ": build it with `cmake --build build --target cohort-worker`, or run your own program "
-        "with kind = \"command\"");
+        ": install it beside `cohort` or give the agent --worker-binary PATH (from a source tree: "
+        "`cmake --build build --target cohort-worker`), or run your own program with kind = \"command\"");
   }
   // The resolved job file: what every rank of every attempt reads.
   fs::path path = fs::path(job.output_dir) / "job.resolved.toml";

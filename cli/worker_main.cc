@@ -1,7 +1,8 @@
 // `cohort-worker`: the built-in worker. Agents launch it once per rank with
-// the resolved job file; it also runs under mpirun, srun or torchrun.
+// the resolved job file; it also runs under mpirun, srun or torchrun, which
+// is where --set (the same overrides as `cohort run`) is for.
 //
-//   cohort-worker JOB.toml                      train, infer or serve, as the job's kind says
+//   cohort-worker JOB.toml [--set key=value]...  train, infer or serve, as the job's kind says
 //   cohort-worker export CHECKPOINT --to DIR [--dtype bf16] [--json]   a Hugging Face folder from a checkpoint
 //   cohort-worker --version
 // Exit codes as `cohort`'s (DESIGN §5): 2 for bad usage or an invalid job
@@ -63,7 +64,9 @@ int main(int argc, char** argv) {
   std::string job_file, log_level, checkpoint, to, dtype = "fp32";
   bool json = false;
   app.set_version_flag("--version", cohort::cli::version_text("cohort-worker"));
+  std::vector<std::string> sets;
   app.add_option("job", job_file, "The job file (TOML)");
+  app.add_option("--set", sets, "override a key: --set train.lr=1e-3 (repeatable)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   auto* export_cmd = app.add_subcommand("export", "Write a Hugging Face folder from a checkpoint");
   export_cmd->add_option("checkpoint", checkpoint, "The checkpoint folder")->required();
@@ -93,7 +96,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cohort-worker: a job file is required\n");
     return 2;
   }
-  auto loaded = cohort::jobs::load_job_file(job_file);
+  cohort::jobs::LoadOptions load_options;
+  for (const auto& set : sets) {
+    auto o = cohort::jobs::parse_override(set);
+    if (!o) {
+      std::fprintf(stderr, "cohort-worker: %s\n", o.status().message().c_str());
+      return 2;
+    }
+    load_options.overrides.push_back(*o);
+  }
+  auto loaded = cohort::jobs::load_job_file(job_file, load_options);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s", loaded.error_text().c_str());
     return 2;

@@ -8,15 +8,13 @@
 #include "base/env_knobs.h"
 #include "collective/gloo/gloo_communicator.h"
 #include "collective/mpi/mpi_communicator.h"
+#include "collective/slurm_launch.h"
 
 namespace cohort::collective {
 
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
+const char* env(const char* name) { return process_environment()(name); }
 
 // A non-negative integer from variable `name`'s value `v`.
 Result<int> parse_int(const char* name, const char* v) {
@@ -90,6 +88,41 @@ Status join_store(World* world, const std::string& host, int port, Milliseconds 
   return Status::ok();
 }
 
+// torchrun's rendezvous: rank 0 serves the store on `port` on all
+// addresses (the others reach it by `master_addr`); every rank joins it.
+Status join_master(World* world, const std::string& master_addr, int port, Milliseconds timeout) {
+  if (world->rank == 0) {
+    store::TcpStoreServerOptions so;
+    so.host = "";
+    so.port = port;
+    COHORT_ASSIGN_OR_RETURN(world->server, store::TcpStoreServer::start(
+                                              std::make_shared<store::MemoryStoreBackend>(), so));
+  }
+  COHORT_RETURN_IF_ERROR(join_store(world, master_addr, port, timeout));
+  return connect_gloo(world, master_addr, timeout);
+}
+
+// Where MPI gives no local size: srun's tasks-per-node list.
+Status mpi_local_size(World* world) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (env(var) == nullptr) continue;
+    COHORT_ASSIGN_OR_RETURN(world->local_size, env_int(var, 1, true));
+    return Status::ok();
+  }
+  auto penv = process_environment();
+  if (!in_slurm_step(penv)) return Status::ok();
+  for (const char* var : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const char* list = env(var);
+    if (list == nullptr) continue;
+    COHORT_ASSIGN_OR_RETURN(int node, env_int("SLURM_NODEID", 0, true));
+    auto n = slurm_tasks_on_node(list, node);
+    if (!n) return n.status().with_context(var);
+    world->local_size = *n;
+    return Status::ok();
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* launch_name(Launch launch) {
@@ -102,6 +135,8 @@ const char* launch_name(Launch launch) {
       return "torchrun-style";
     case Launch::kMpi:
       return "mpi";
+    case Launch::kSlurm:
+      return "slurm";
   }
   return "?";
 }
@@ -130,11 +165,7 @@ Result<World> init_from_environment(const WorldOptions& options) {
       COHORT_ASSIGN_OR_RETURN(world.local_rank, env_int(var, 0, true));
       break;
     }
-    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-      if (env(var) == nullptr) continue;
-      COHORT_ASSIGN_OR_RETURN(world.local_size, env_int(var, 1, true));
-      break;
-    }
+    COHORT_RETURN_IF_ERROR(mpi_local_size(&world));
     world.cpu = std::move(comm);
     return world;
   }
@@ -149,19 +180,25 @@ Result<World> init_from_environment(const WorldOptions& options) {
     COHORT_RETURN_IF_ERROR(connect_gloo(&world, host, timeout));
     return world;
   }
+  // An srun step without MPI: Slurm's variables, unless torchrun's are there
+  // (a torchrun started by srun sets RANK for its own workers).
+  auto process_env = process_environment();
+  if (in_slurm_step(process_env) && env("RANK") == nullptr) {
+    auto task = read_slurm_task(process_env);
+    if (!task) return task.status().with_context("an srun task");
+    world.launch = Launch::kSlurm;
+    world.rank = task->rank;
+    world.size = task->size;
+    world.local_rank = task->local_rank;
+    world.local_size = task->local_size;
+    COHORT_RETURN_IF_ERROR(join_master(&world, task->master_addr, task->master_port, timeout));
+    return world;
+  }
   if (master_addr != nullptr) {
     world.launch = Launch::kTorchrun;
     COHORT_RETURN_IF_ERROR(read_ranks(&world));
     COHORT_ASSIGN_OR_RETURN(int port, env_int("MASTER_PORT", 0, true));
-    if (world.rank == 0) {
-      store::TcpStoreServerOptions so;
-      so.host = "";  // all addresses: the others reach rank 0 by MASTER_ADDR
-      so.port = port;
-      COHORT_ASSIGN_OR_RETURN(world.server, store::TcpStoreServer::start(
-                                                std::make_shared<store::MemoryStoreBackend>(), so));
-    }
-    COHORT_RETURN_IF_ERROR(join_store(&world, master_addr, port, timeout));
-    COHORT_RETURN_IF_ERROR(connect_gloo(&world, master_addr, timeout));
+    COHORT_RETURN_IF_ERROR(join_master(&world, master_addr, port, timeout));
     return world;
   }
   if (options.backend == CpuBackend::kGloo && mpi_env) {

@@ -12,9 +12,12 @@
 //     serves a TcpStoreServer on MASTER_PORT itself (as torch's TCPStore
 //     does) on all addresses; every rank, 0 included, connects to
 //     MASTER_ADDR:MASTER_PORT. Gloo.
-//  3. mpirun / srun (OMPI_COMM_WORLD_*, PMI_*, PMIX_*, SLURM_* of a step):
-//     ranks from MPI. MPI.
-//  4. nothing: a world of one (in-memory store, Gloo).
+//  3. mpirun, or srun with MPI's process management (OMPI_COMM_WORLD_*,
+//     PMI_*, PMIX_*): ranks from MPI. MPI.
+//  4. srun without MPI (SLURM_PROCID, SLURM_NTASKS of a step, no RANK):
+//     ranks from Slurm's variables, then as 2 with MASTER_ADDR/MASTER_PORT
+//     taken from the step (collective/slurm_launch.h). Gloo.
+//  5. nothing: a world of one (in-memory store, Gloo).
 // WorldOptions::backend = kMpi forces MPI; kGloo refuses an MPI launch that
 // has no store.
 //
@@ -34,7 +37,7 @@
 namespace cohort::collective {
 
 enum class CpuBackend { kAuto, kGloo, kMpi };
-enum class Launch { kSingle, kCohort, kTorchrun, kMpi };
+enum class Launch { kSingle, kCohort, kTorchrun, kMpi, kSlurm };
 
 const char* launch_name(Launch launch);
 

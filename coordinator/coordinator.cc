@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "coordinator/admission.h"
+#include "coordinator/open_files_limit.h"
 #include "protocol/limits.h"
 
 namespace cohort::coordinator {
@@ -25,9 +26,31 @@ CoordinatorImpl::CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions
   if (options_.recovery_grace.count() == 0) options_.recovery_grace = 2 * options_.heartbeat_timeout;
 }
 
+namespace {
+
+// Every connected agent and client costs the coordinator descriptors; a
+// soft limit of 1,024 would stop a large cluster at "Too many open files".
+void log_open_files_limit() {
+  auto limit = raise_open_files_limit();
+  if (!limit) {
+    spdlog::warn("open files: could not raise the soft limit: {}", limit.status().message());
+    return;
+  }
+  std::string hard = limit->hard == UINT64_MAX ? "unlimited" : std::to_string(limit->hard);
+  if (limit->after > limit->before) {
+    spdlog::info("open files: soft limit raised from {} to {} (hard limit {})", limit->before,
+                 limit->after, hard);
+  } else {
+    spdlog::info("open files: soft limit {} (hard limit {})", limit->after, hard);
+  }
+}
+
+}  // namespace
+
 Status CoordinatorImpl::open() {
   COHORT_RETURN_IF_ERROR(
       check_bind_allowed(options_.listen, options_.security, options_.insecure));
+  log_open_files_limit();
   if (!is_loopback_endpoint(options_.listen) && !options_.security.enabled) {
     spdlog::warn("listening on {} WITHOUT authentication (--insecure): anyone who can reach "
                  "this address can run programs on every node",

@@ -31,6 +31,7 @@ packages=(
   clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
   chromium                        # test peer: Playwright drives it through the web page
   zsh                             # test peer: loads `cohort completion zsh` (tests/cli)
+  systemd shellcheck              # tests/deploy: systemd-analyze verify of the units, the sbatch script
 )
 
 missing=()

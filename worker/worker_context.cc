@@ -20,6 +20,12 @@ namespace cohort::worker {
 Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
   WorkerContext ctx;
   COHORT_ASSIGN_OR_RETURN(ctx.world, collective::init_from_environment());
+  // Says how the ranks were found (cohort, torchrun, mpi, slurm): the first
+  // thing to check when a launch by hand gives the wrong world.
+  if (ctx.world.rank == 0) {
+    spdlog::info("joined a world of {} ranks, {} per node ({} launch)", ctx.world.size, ctx.world.local_size,
+                 collective::launch_name(ctx.world.launch));
+  }
   // COHORT_DEVICE=cpu keeps a worker that sees a GPU on the CPU (parity checks).
   const char* device_env = read_env_knob(EnvKnob::kDevice);
   bool cpu_asked = device_env && std::string(device_env) == "cpu";

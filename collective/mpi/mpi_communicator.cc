@@ -204,9 +204,9 @@ bool launched_by_mpi() {
        {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS"}) {
     if (std::getenv(var) != nullptr) return true;
   }
-  // srun sets SLURM_PROCID per task; a batch script alone has no step tasks.
-  return std::getenv("SLURM_PROCID") != nullptr && std::getenv("SLURM_STEP_ID") != nullptr &&
-         std::getenv("SLURM_NTASKS") != nullptr;
+  // A bare srun step (no PMI) is not MPI's: MPI_Init there fails or makes
+  // every task a world of one. bootstrap.cc reads Slurm's variables instead.
+  return false;
 }
 
 Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create_world(const MpiOptions& options) {

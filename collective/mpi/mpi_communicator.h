@@ -28,8 +28,8 @@ struct MpiOptions {
   Milliseconds timeout{std::chrono::minutes(10)};
 };
 
-// True when the environment looks like an MPI launch (Open MPI, PMI/PMIx,
-// or srun).
+// True when the environment looks like an MPI launch (Open MPI's mpirun,
+// or PMI/PMIx, which srun --mpi=pmix/pmi2 provides).
 bool launched_by_mpi();
 
 class MpiCommunicator final : public Communicator {

@@ -21,7 +21,9 @@ class Environment : public ::testing::Test {
   void SetUp() override {
     for (const char* v : {"COHORT_STORE", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                           "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                          "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "COHORT_COLLECTIVE_TIMEOUT_S"}) {
+                          "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "SLURM_STEP_ID", "SLURM_NTASKS",
+                          "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST",
+                          "COHORT_COLLECTIVE_TIMEOUT_S"}) {
       ::unsetenv(v);
     }
   }
@@ -52,6 +54,20 @@ TEST_F(Environment, MissingRankIsNamed) {
   auto world = init_from_environment();
   ASSERT_FALSE(world.is_ok());
   EXPECT_NE(world.status().message().find("RANK is not set"), std::string::npos)
+      << world.status().to_string();
+}
+
+// srun without MPI: Slurm's variables are read, and a bad one is named.
+TEST_F(Environment, AnSrunTaskWithABadVariableIsNamed) {
+  ::setenv("SLURM_PROCID", "0", 1);
+  ::setenv("SLURM_STEP_ID", "0", 1);
+  ::setenv("SLURM_NTASKS", "2", 1);
+  ::setenv("SLURM_NODEID", "0", 1);
+  ::setenv("SLURM_LOCALID", "-1", 1);
+  auto world = init_from_environment();
+  ASSERT_FALSE(world.is_ok());
+  EXPECT_NE(world.status().message().find("an srun task"), std::string::npos) << world.status().to_string();
+  EXPECT_NE(world.status().message().find("SLURM_LOCALID='-1'"), std::string::npos)
       << world.status().to_string();
 }
 

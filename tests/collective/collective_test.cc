@@ -5,11 +5,14 @@
 // The 1<<20-element cases run only for world sizes up to 4 and for a subset
 // (f32, bf16, i32 × all_reduce sum, reduce_scatter sum, all_gather): eight
 // ranks on a two-core CI machine would otherwise take minutes.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <tuple>
 
+#include "collective/slurm_launch.h"
 #include "collective/store/tcp_store.h"
 #include "tests/collective/process_group.h"
 
@@ -146,6 +149,39 @@ TEST(CollectiveBootstrap, TorchrunStyleRankZeroServesTheStore) {
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << describe(results);
     EXPECT_NE(r.output.find("(torchrun-style)"), std::string::npos) << describe(results);
+  }
+}
+
+// `srun -n 3` without MPI: ranks from SLURM_*, the master is the step's first
+// host and the port comes from the job and step ids (no MASTER_* given).
+TEST(CollectiveBootstrap, SrunTasksWithoutMpiJoinThroughTaskZero) {
+  // A job id whose derived port is free now.
+  int job_id = 0;
+  for (int candidate = 7001 + ::getpid() % 5000; job_id == 0; ++candidate) {
+    store::TcpStoreServerOptions so;
+    so.port = slurm_default_master_port(candidate, 2);
+    if (store::TcpStoreServer::start(std::make_shared<store::MemoryStoreBackend>(), so).is_ok())
+      job_id = candidate;
+  }
+  std::vector<ProcessSpec> specs;
+  for (int r = 0; r < 3; ++r) {
+    ProcessSpec spec;
+    spec.argv = {
+        test_binary("collective_worker"), "--backend", "gloo", "--mode", "matrix", "--big", "0"};
+    spec.env = {{"SLURM_JOB_ID", std::to_string(job_id)},
+                {"SLURM_STEP_ID", "2"},
+                {"SLURM_PROCID", std::to_string(r)},
+                {"SLURM_NTASKS", "3"},
+                {"SLURM_LOCALID", std::to_string(r)},
+                {"SLURM_NODEID", "0"},
+                {"SLURM_STEP_TASKS_PER_NODE", "3"},
+                {"SLURM_STEP_NODELIST", "localhost"}};
+    specs.push_back(spec);
+  }
+  auto results = run_processes(specs, 120s);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << describe(results);
+    EXPECT_NE(r.output.find("(slurm)"), std::string::npos) << describe(results);
   }
 }
 

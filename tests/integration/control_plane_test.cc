@@ -312,13 +312,15 @@ TEST(CohortRun, ATrainJobRunsCohortWorkerOnEveryRank) {
   EXPECT_TRUE(std::filesystem::exists(c.dir() + "/qs/job.resolved.toml"));
 }
 
-TEST(CohortRun, ATrainJobWithoutCohortWorkerFailsWithAClearMessage) {
+TEST(CohortRun, AWorkerBinaryThatIsNotThereIsRefusedAtStart) {
   Cluster c;
   std::string example = std::string(COHORT_SOURCE_DIR) + "/jobs/examples/quickstart.toml";
   auto r = run_cohort({"run", example, "--cpu-slots", "2", "--worker-binary", c.dir() + "/no/cohort-worker",
                        "--set", "job.output_dir=" + c.dir() + "/qs"});
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("cohort-worker, which is not built"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--worker-binary " + c.dir() + "/no/cohort-worker: No such file or directory"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace
