@@ -155,7 +155,7 @@ Result<NodeAddress> choose_node_address(const std::string& coordinator_endpoint,
   } else {
     chosen.address = *local;
     chosen.interface = interface_of(*local);
-    chosen.how = "the route to the coordinator (" + host + ")";
+    chosen.how = "the route to the coordinator at " + host;
     return chosen;
   }
   if (const InterfaceAddress* a = first_routable(all)) {
