@@ -223,14 +223,14 @@ class AgentImpl final : public Agent {
     ContactState before = contact_.state();
     if (!contact_.answered(id)) return;
     // Said only where the silence was: a warning, or workers stopped.
-    if ((before == ContactState::kSilent && !last_logged_silence_.empty()) || before == ContactState::kFenced) {
+    if ((before == ContactState::kSilent && !last_logged_cause_.empty()) || before == ContactState::kFenced) {
       double s = std::chrono::duration<double>(contact_.last_outage()).count();
       spdlog::info("agent {}: the coordinator answers again after {:.1f} s{}", options_.name, s,
                    before == ContactState::kFenced ? "; this node had stopped its workers (self-fencing)" : "");
       fenced_.clear();  // if it never lost this node, the workers' exits said why
       fence_reason_.clear();
     }
-    last_logged_silence_.clear();
+    last_logged_cause_.clear();
   }
 
   // Time-driven: silence, the lease, probes of the coordinator's port.
@@ -249,13 +249,16 @@ class AgentImpl final : public Agent {
   void on_probe(const Probe& probe) {
     if (probe.result == ProbeResult::kRefused) contact_.coordinator_gone();
     if (contact_.state() == ContactState::kInContact) return;  // it answered meanwhile
-    last_silence_ = describe_silence(options_.coordinator, probe, dealer_->handshake_problem());
-    // Said once per cause, again every 30 s while it lasts; a normal start
-    // takes well under the 2 s before the first word.
+    std::string handshake = dealer_->handshake_problem();
+    last_silence_ = describe_silence(options_.coordinator, probe, handshake);
+    // Said once per cause (not per OS wording: a timeout and "no route"
+    // alternate), again every 30 s while it lasts; a normal start takes well
+    // under the 2 s before the first word.
     auto now = clock_.now();
     if (contact_.silence() < std::chrono::seconds(2)) return;
-    if (last_silence_ == last_logged_silence_ && now - last_silence_log_ < std::chrono::seconds(30)) return;
-    last_logged_silence_ = last_silence_;
+    std::string cause = std::string(to_string(probe.result)) + "|" + handshake;
+    if (cause == last_logged_cause_ && now - last_silence_log_ < std::chrono::seconds(30)) return;
+    last_logged_cause_ = cause;
     last_silence_log_ = now;
     double silent_s = std::chrono::duration<double>(contact_.silence()).count();
     std::string consequence;
@@ -389,7 +392,7 @@ class AgentImpl final : public Agent {
   bool probing_ = false;
   Clock::TimePoint last_probe_{};
   std::string last_silence_;         // what the last probe said, for the fencing reason
-  std::string last_logged_silence_;  // and what was last logged
+  std::string last_logged_cause_;  // the cause last logged (probe result and handshake problem)
   Clock::TimePoint last_silence_log_{};
   std::vector<RunningWorker> fenced_;  // stopped while cut off, for the next registration
   std::string fence_reason_;
