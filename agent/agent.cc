@@ -79,7 +79,9 @@ class AgentImpl final : public Agent {
                                                              [this](std::string payload) {
                                                                on_message(std::move(payload));
                                                              }));
-    dealer_->set_disconnect_handler([this] { contact_.coordinator_gone(); });
+    dealer_->set_disconnect_handler([this, alive = std::weak_ptr<bool>(alive_)] {
+      if (auto a = alive.lock(); a && *a) contact_.coordinator_gone();
+    });
     spdlog::info("agent {} ({} {}) connecting to {}; address {}{} ({})", options_.name, gpus_.size(),
                  cpu ? "CPU slots" : "GPUs", options_.coordinator, address_.address,
                  address_.interface.empty() ? "" : " on " + address_.interface, address_.how);

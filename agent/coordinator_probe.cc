@@ -33,27 +33,31 @@ class TcpProbe : public std::enable_shared_from_this<TcpProbe> {
     timer_.async_wait([self, timeout](const boost::system::error_code& ec) {
       if (ec) return;
       auto ms = std::to_string(timeout.count()) + " ms";
-      if (self->resolving_) return self->finish({ProbeResult::kUnresolvable, "no answer from DNS within " + ms});
+      if (self->resolving_)
+        return self->finish({ProbeResult::kUnresolvable, "no answer from DNS within " + ms});
       self->finish({ProbeResult::kUnreachable, "no answer within " + ms});
     });
-    resolver_.async_resolve(host, std::to_string(port),
-                            [self](const boost::system::error_code& ec, tcp::resolver::results_type found) {
-                              self->resolving_ = false;
-                              if (self->finished_) return;
-                              if (ec) return self->finish({ProbeResult::kUnresolvable, ec.message()});
-                              self->connect(found);
-                            });
+    resolver_.async_resolve(
+        host, std::to_string(port),
+        [self](const boost::system::error_code& ec, tcp::resolver::results_type found) {
+          self->resolving_ = false;
+          if (self->finished_) return;
+          if (ec) return self->finish({ProbeResult::kUnresolvable, ec.message()});
+          self->connect(found);
+        });
   }
 
  private:
   void connect(const tcp::resolver::results_type& found) {
     auto self = shared_from_this();
-    asio::async_connect(socket_, found, [self](const boost::system::error_code& ec, const tcp::endpoint&) {
-      if (self->finished_) return;
-      if (!ec) return self->finish({ProbeResult::kAccepted, ""});
-      if (ec == asio::error::connection_refused) return self->finish({ProbeResult::kRefused, ec.message()});
-      self->finish({ProbeResult::kUnreachable, ec.message()});
-    });
+    asio::async_connect(socket_, found,
+                        [self](const boost::system::error_code& ec, const tcp::endpoint&) {
+                          if (self->finished_) return;
+                          if (!ec) return self->finish({ProbeResult::kAccepted, ""});
+                          if (ec == asio::error::connection_refused)
+                            return self->finish({ProbeResult::kRefused, ec.message()});
+                          self->finish({ProbeResult::kUnreachable, ec.message()});
+                        });
   }
 
   void finish(Probe probe) {
@@ -78,7 +82,8 @@ class TcpProbe : public std::enable_shared_from_this<TcpProbe> {
 Probe probe_ipc(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof addr.sun_path) return {ProbeResult::kNotProbed, "path too long"};
+  if (path.empty() || path.size() >= sizeof addr.sun_path)
+    return {ProbeResult::kNotProbed, "path too long"};
   std::memcpy(addr.sun_path, path.data(), path.size());
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return {ProbeResult::kNotProbed, std::strerror(errno)};
@@ -86,7 +91,8 @@ Probe probe_ipc(const std::string& path) {
   int error = errno;
   ::close(fd);
   if (rc == 0) return {ProbeResult::kAccepted, ""};
-  if (error == ECONNREFUSED || error == ENOENT) return {ProbeResult::kRefused, std::strerror(error)};
+  if (error == ECONNREFUSED || error == ENOENT)
+    return {ProbeResult::kRefused, std::strerror(error)};
   return {ProbeResult::kUnreachable, std::strerror(error)};
 }
 
@@ -94,11 +100,16 @@ Probe probe_ipc(const std::string& path) {
 
 const char* to_string(ProbeResult result) {
   switch (result) {
-    case ProbeResult::kAccepted: return "accepted";
-    case ProbeResult::kRefused: return "refused";
-    case ProbeResult::kUnreachable: return "unreachable";
-    case ProbeResult::kUnresolvable: return "unresolvable";
-    case ProbeResult::kNotProbed: return "not probed";
+    case ProbeResult::kAccepted:
+      return "accepted";
+    case ProbeResult::kRefused:
+      return "refused";
+    case ProbeResult::kUnreachable:
+      return "unreachable";
+    case ProbeResult::kUnresolvable:
+      return "unresolvable";
+    case ProbeResult::kNotProbed:
+      return "not probed";
   }
   return "unknown";
 }
@@ -129,8 +140,10 @@ std::string describe_silence(const std::string& endpoint, const Probe& probe,
       return "the host of " + endpoint + " does not resolve" + detail;
     case ProbeResult::kAccepted:
       if (!handshake_problem.empty()) return handshake_problem;
-      return endpoint + " accepts connections but the coordinator does not answer: check that --keys "
-             "holds this coordinator's server.public and that the coordinator authorizes this agent's "
+      return endpoint +
+             " accepts connections but the coordinator does not answer: check that --keys "
+             "holds this coordinator's server.public and that the coordinator authorizes this "
+             "agent's "
              "key (its log names refused keys), or the coordinator is overloaded";
     case ProbeResult::kNotProbed:
       break;

@@ -93,7 +93,8 @@ std::vector<InterfaceAddress> interface_addresses() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return out;
   for (ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+      continue;
     InterfaceAddress a;
     a.interface = i->ifa_name;
     a.address = ntop(i->ifa_addr);
@@ -101,7 +102,8 @@ std::vector<InterfaceAddress> interface_addresses() {
     a.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
     a.up = (i->ifa_flags & IFF_UP) != 0;
     // Link-local IPv6 addresses need a scope to be dialled: useless to peers.
-    if (a.ipv6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr)) continue;
+    if (a.ipv6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+      continue;
     out.push_back(std::move(a));
   }
   ::freeifaddrs(list);
@@ -109,7 +111,8 @@ std::vector<InterfaceAddress> interface_addresses() {
 }
 
 Result<NodeAddress> choose_node_address(const std::string& coordinator_endpoint,
-                                        const std::string& advertise, const std::string& interface) {
+                                        const std::string& advertise,
+                                        const std::string& interface) {
   auto all = interface_addresses();
   NodeAddress chosen;
   chosen.named = !advertise.empty() || !interface.empty();
@@ -121,7 +124,8 @@ Result<NodeAddress> choose_node_address(const std::string& coordinator_endpoint,
       }
     }
     if (!first) {
-      return invalid_argument("--interface " + interface + ": no such interface with an address on this host (" +
+      return invalid_argument("--interface " + interface +
+                              ": no such interface with an address on this host (" +
                               interface_names(all) + ")");
     }
     chosen.interface = first->loopback ? "" : interface;

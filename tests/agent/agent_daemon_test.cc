@@ -4,19 +4,19 @@
 // coordinator process is gone, and the report at the next registration. And
 // with the real clock: what an agent says within 3 s when it cannot reach
 // the coordinator or its key is refused.
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -53,7 +53,8 @@ class LogCapture {
 // The coordinator's side of the wire, played message by message.
 class ScriptedCoordinator {
  public:
-  explicit ScriptedCoordinator(const std::string& endpoint) : socket_(context_, zmq::socket_type::router) {
+  explicit ScriptedCoordinator(const std::string& endpoint)
+      : socket_(context_, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::linger, 0);
     socket_.bind(endpoint);
   }
@@ -153,7 +154,8 @@ class AgentDaemonTest : public ::testing::Test {
   std::unique_ptr<Agent> agent_;
 };
 
-TEST_F(AgentDaemonTest, UnansweredHeartbeatsStopTheWorkersWhenTheLeaseEndsAndTheNextRegistrationSaysSo) {
+TEST_F(AgentDaemonTest,
+       UnansweredHeartbeatsStopTheWorkersWhenTheLeaseEndsAndTheNextRegistrationSaysSo) {
   LogCapture log;
   ScriptedCoordinator c(endpoint_);
   start_agent();
@@ -162,7 +164,7 @@ TEST_F(AgentDaemonTest, UnansweredHeartbeatsStopTheWorkersWhenTheLeaseEndsAndThe
   ASSERT_TRUE(pump_until([&] { return launcher_->spawn_count() == 1; }));
   auto beat = c.next(io_, protocol::Heartbeat::kType);
   ASSERT_TRUE(beat);
-  c.send(peer, protocol::Ack{}, beat->envelope.id);  // the lease runs from this heartbeat
+  c.send(peer, protocol::Ack{}, beat->envelope.id);      // the lease runs from this heartbeat
   ASSERT_TRUE(c.next(io_, protocol::Heartbeat::kType));  // unanswered from here on
 
   clock_.advance(2400ms);  // within the 2.5 s lease: the worker runs on
@@ -187,7 +189,8 @@ TEST_F(AgentDaemonTest, UnansweredHeartbeatsStopTheWorkersWhenTheLeaseEndsAndThe
   // Contact again: the coordinator had declared the node lost.
   beat = c.next(io_, protocol::Heartbeat::kType);
   ASSERT_TRUE(beat);
-  c.send(peer, protocol::ErrorReply{"unknown_node", "node node-a must register again"}, beat->envelope.id);
+  c.send(peer, protocol::ErrorReply{"unknown_node", "node node-a must register again"},
+         beat->envelope.id);
   auto again = c.next(io_, protocol::RegisterNode::kType);
   ASSERT_TRUE(again);
   auto reg = protocol::body_as<protocol::RegisterNode>(again->envelope);
@@ -251,7 +254,8 @@ TEST(AgentContact, AnAgentThatCannotReachTheCoordinatorSaysWhyWithinThreeSeconds
   ASSERT_TRUE(agent) << agent.status().message();
   io.run_for(3s);
   EXPECT_NE(log.text().find("no answer from the coordinator"), std::string::npos) << log.text();
-  EXPECT_NE(log.text().find("nothing listens at " + o.coordinator), std::string::npos) << log.text();
+  EXPECT_NE(log.text().find("nothing listens at " + o.coordinator), std::string::npos)
+      << log.text();
 }
 
 TEST(AgentContact, AnAgentWhoseKeyTheCoordinatorRefusesSaysSoWithinThreeSeconds) {
@@ -261,7 +265,8 @@ TEST(AgentContact, AnAgentWhoseKeyTheCoordinatorRefusesSaysSoWithinThreeSeconds)
   ASSERT_TRUE(protocol::write_coordinator_keys(dir + "/coord"));
   ASSERT_TRUE(protocol::write_peer_keys(dir + "/agent", protocol::Role::kAgent, dir + "/coord"));
   std::ofstream(dir + "/coord/authorized_agents", std::ios::trunc);  // revoked before the start,
-  ASSERT_TRUE(protocol::write_peer_keys(dir + "/other", protocol::Role::kAgent, dir + "/coord"));  // another kept
+  ASSERT_TRUE(protocol::write_peer_keys(dir + "/other", protocol::Role::kAgent,
+                                        dir + "/coord"));  // another kept
   auto server = protocol::load_server_security(dir + "/coord");
   ASSERT_TRUE(server) << server.status().message();
 

@@ -18,7 +18,8 @@ std::optional<InterfaceAddress> routable_address() {
 }
 
 TEST(NodeAddress, ALoopbackCoordinatorMeansOneHost) {
-  for (const char* endpoint : {"tcp://127.0.0.1:7070", "tcp://localhost:7070", "ipc:///tmp/c.sock"}) {
+  for (const char* endpoint :
+       {"tcp://127.0.0.1:7070", "tcp://localhost:7070", "ipc:///tmp/c.sock"}) {
     auto chosen = choose_node_address(endpoint, "", "");
     ASSERT_TRUE(chosen) << chosen.status().message();
     EXPECT_EQ(chosen->address, "127.0.0.1") << endpoint;
@@ -44,8 +45,10 @@ TEST(NodeAddress, AnAdvertisedAddressIsKeptAndTheInterfaceHoldingItFound) {
 TEST(NodeAddress, AnInterfaceGivesItsAddressAndAnUnknownOneIsAnErrorListingTheKnownOnes) {
   auto bad = choose_node_address("tcp://10.1.2.3:7070", "", "no-such-if0");
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.status().message().find("--interface no-such-if0"), std::string::npos) << bad.status().message();
-  EXPECT_NE(bad.status().message().find("lo 127.0.0.1"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("--interface no-such-if0"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("lo 127.0.0.1"), std::string::npos)
+      << bad.status().message();
   auto a = routable_address();
   if (!a) GTEST_SKIP() << "this host has no non-loopback IPv4 address";
   auto chosen = choose_node_address("tcp://10.1.2.3:7070", "", a->interface);

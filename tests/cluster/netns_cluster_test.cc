@@ -6,6 +6,7 @@
 // agent, and the job grows back when the link heals without using restart
 // budget); a coordinator killed and restarted while the agents are across
 // the network. Skips where namespaces cannot be made (not root, no `ip`).
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -35,7 +36,8 @@ class NetworkCluster : public ::testing::Test {
     dir_ = ::mkdtemp(templ);
     endpoint_ = "tcp://" + net_->address("coord") + ":7070";
     keygen({dir_ + "/keys/coord"});
-    for (const auto& n : kNodes) keygen({dir_ + "/keys/" + n, "--role", "agent", "--authorize", dir_ + "/keys/coord"});
+    for (const auto& n : kNodes)
+      keygen({dir_ + "/keys/" + n, "--role", "agent", "--authorize", dir_ + "/keys/coord"});
     keygen({dir_ + "/keys/client", "--role", "client", "--authorize", dir_ + "/keys/coord"});
     start_coordinator();
     for (const auto& n : kNodes) start_agent(n);
@@ -62,19 +64,21 @@ class NetworkCluster : public ::testing::Test {
     return full;
   }
   void start_coordinator() {
-    coordinator_ = Process::start(in("coord", {"coordinator", "--listen", endpoint_, "--keys", dir_ + "/keys/coord",
-                                               "--state-dir", dir_ + "/state"}),
-                                  dir_ + "/coordinator-" + std::to_string(coordinator_starts_++) + ".log");
+    coordinator_ =
+        Process::start(in("coord", {"coordinator", "--listen", endpoint_, "--keys",
+                                    dir_ + "/keys/coord", "--state-dir", dir_ + "/state"}),
+                       dir_ + "/coordinator-" + std::to_string(coordinator_starts_++) + ".log");
     ASSERT_TRUE(coordinator_);
   }
   // No --advertise-address: each agent finds its address on the route to the coordinator.
   void start_agent(const std::string& n) {
-    agents_[n] = Process::start(in(n, {"agent", "--coordinator", endpoint_, "--name", n, "--cpu-slots", "1",
-                                       "--keys", dir_ + "/keys/" + n}),
+    agents_[n] = Process::start(in(n, {"agent", "--coordinator", endpoint_, "--name", n,
+                                       "--cpu-slots", "1", "--keys", dir_ + "/keys/" + n}),
                                 dir_ + "/agent-" + n + ".log");
     ASSERT_TRUE(agents_[n]);
   }
-  CommandResult cli(const std::string& command, std::vector<std::string> args, std::chrono::milliseconds timeout = 30s) {
+  CommandResult cli(const std::string& command, std::vector<std::string> args,
+                    std::chrono::milliseconds timeout = 30s) {
     args.insert(args.begin(), command);
     args.insert(args.end(), {"--coordinator", endpoint_, "--keys", dir_ + "/keys/client"});
     return run_command(in("coord", args), timeout);
@@ -101,7 +105,8 @@ class NetworkCluster : public ::testing::Test {
   }
   std::string write_job(const std::string& name, const std::string& body) {
     std::string path = dir_ + "/" + name + ".toml";
-    write_file(path, "[job]\nname = \"" + name + "\"\noutput_dir = \"" + dir_ + "/out-" + name + "\"\n" + body);
+    write_file(path, "[job]\nname = \"" + name + "\"\noutput_dir = \"" + dir_ + "/out-" + name +
+                         "\"\n" + body);
     return path;
   }
   std::string submit(const std::string& job) {
@@ -120,8 +125,8 @@ class NetworkCluster : public ::testing::Test {
         vars.insert(env.substr(at, end - at));
         at = end == std::string::npos ? env.size() : end + 1;
       }
-      if (vars.count("COHORT_JOB_ID=" + job) && vars.count("COHORT_ATTEMPT=" + std::to_string(attempt)) &&
-          process_alive(pid)) {
+      if (vars.count("COHORT_JOB_ID=" + job) &&
+          vars.count("COHORT_ATTEMPT=" + std::to_string(attempt)) && process_alive(pid)) {
         out.push_back(pid);
       }
     }
@@ -130,7 +135,8 @@ class NetworkCluster : public ::testing::Test {
   std::string logs() {
     std::string out;
     for (const auto& e : fs::directory_iterator(dir_)) {
-      if (e.path().extension() == ".log") out += "--- " + e.path().filename().string() + "\n" + read_file(e.path());
+      if (e.path().extension() == ".log")
+        out += "--- " + e.path().filename().string() + "\n" + read_file(e.path());
     }
     return out;
   }
@@ -148,9 +154,11 @@ TEST_F(NetworkCluster, NodesRegisterTheirOwnAddressesAndThreeTrainOverGloo) {
     EXPECT_EQ(node.value("address", ""), net_->address(node.value("name", ""))) << node.dump();
   }
   // Every rank's network: rank 0's node is MASTER_ADDR, each listens on its own.
-  auto env = write_job("env", "kind = \"command\"\nnodes = 3\ngpus_per_node = 1\n[command]\nargv = [\"/bin/sh\", "
-                              "\"-c\", \"echo addr $RANK $MASTER_ADDR $COHORT_GLOO_HOSTNAME $GLOO_SOCKET_IFNAME "
-                              "$NCCL_SOCKET_IFNAME\"]\n");
+  auto env =
+      write_job("env",
+                "kind = \"command\"\nnodes = 3\ngpus_per_node = 1\n[command]\nargv = [\"/bin/sh\", "
+                "\"-c\", \"echo addr $RANK $MASTER_ADDR $COHORT_GLOO_HOSTNAME $GLOO_SOCKET_IFNAME "
+                "$NCCL_SOCKET_IFNAME\"]\n");
   auto r = cli("submit", {env, "--wait"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err << logs();
   std::string id = r.out.substr(0, r.out.find('\n'));
@@ -164,13 +172,18 @@ TEST_F(NetworkCluster, NodesRegisterTheirOwnAddressesAndThreeTrainOverGloo) {
   std::string worker = fs::path(cohort_binary()).parent_path() / "cohort-worker";
   if (!fs::exists(worker)) GTEST_SKIP() << "cohort-worker is not built in this tree";
   std::string corpus;
-  for (int i = 0; i < 400; ++i) corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  for (int i = 0; i < 400; ++i)
+    corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   write_file(dir_ + "/corpus.txt", corpus);
-  auto train = write_job("train", "kind = \"train\"\nnodes = 3\ngpus_per_node = 1\n[model]\npreset = \"tiny\"\n"
-                                  "[parallel]\nstrategy = \"ddp\"\n[train]\ndata = \"" + dir_ + "/corpus.txt\"\n"
-                                  "steps = 4\nmicro_batch = 2\nglobal_batch = 6\nseq_len = 32\nlr = 3e-3\n"
-                                  "warmup_steps = 1\nlog_every = 1\neval_every = 0\ncheckpoint_every = 0\n"
-                                  "sample_tokens = 0\nprecision = \"fp32\"\n");
+  auto train =
+      write_job("train",
+                "kind = \"train\"\nnodes = 3\ngpus_per_node = 1\n[model]\npreset = \"tiny\"\n"
+                "[parallel]\nstrategy = \"ddp\"\n[train]\ndata = \"" +
+                    dir_ +
+                    "/corpus.txt\"\n"
+                    "steps = 4\nmicro_batch = 2\nglobal_batch = 6\nseq_len = 32\nlr = 3e-3\n"
+                    "warmup_steps = 1\nlog_every = 1\neval_every = 0\ncheckpoint_every = 0\n"
+                    "sample_tokens = 0\nprecision = \"fp32\"\n");
   r = cli("submit", {train, "--wait"}, 90s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err << logs();
   EXPECT_NE(r.out.find("world 3"), std::string::npos) << r.out;
@@ -179,18 +192,22 @@ TEST_F(NetworkCluster, NodesRegisterTheirOwnAddressesAndThreeTrainOverGloo) {
 
 TEST_F(NetworkCluster, APartitionedNodeStopsItsWorkersTheJobShrinksAndGrowsBackWhenTheLinkHeals) {
   // Attempts 0 and 1 run until stopped; attempt 2 (grown back) finishes.
-  auto job = write_job("elastic", "kind = \"command\"\nnodes = \"2:3\"\ngpus_per_node = 1\nmax_restarts = 1\n"
-                                  "[command]\nargv = [\"/bin/sh\", \"-c\", \"if [ $COHORT_ATTEMPT -ge 2 ]; then "
-                                  "sleep 1; exit 0; fi; while true; do sleep 0.1; done\"]\n");
+  auto job =
+      write_job("elastic",
+                "kind = \"command\"\nnodes = \"2:3\"\ngpus_per_node = 1\nmax_restarts = 1\n"
+                "[command]\nargv = [\"/bin/sh\", \"-c\", \"if [ $COHORT_ATTEMPT -ge 2 ]; then "
+                "sleep 1; exit 0; fi; while true; do sleep 0.1; done\"]\n");
   std::string id = submit(job);
   ASSERT_TRUE(wait_until([&] { return workers_of("n3", id, 0).size() > 0; }, 10s)) << logs();
   auto cut = std::chrono::steady_clock::now();
   ASSERT_EQ(net_->partition("n3"), "");
 
   ASSERT_TRUE(wait_until([&] { return node_state("n3") == "lost"; }, 10s)) << logs();
-  auto noticed = std::chrono::steady_clock::now() - cut;
-  EXPECT_LT(noticed, 3s) << "the partition was noticed after "
-                         << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms";
+  auto noticed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - cut);
+  std::printf("the partition of n3 was noticed after %lld ms\n",
+              static_cast<long long>(noticed.count()));
+  EXPECT_LT(noticed, 3s);
   ASSERT_TRUE(wait_until(
       [&] {
         auto s = json_of("status", {id});
@@ -201,11 +218,13 @@ TEST_F(NetworkCluster, APartitionedNodeStopsItsWorkersTheJobShrinksAndGrowsBackW
   EXPECT_EQ(json_of("status", {id})["attempts"][1].value("world_size", 0), 2);
   // Self-fencing: n3's agent stopped attempt 0 on its own, cut off as it is.
   EXPECT_TRUE(wait_until([&] { return workers_of("n3", id, 0).empty(); }, 1s))
-      << "attempt 0 still runs on the partitioned node\n" << logs();
+      << "attempt 0 still runs on the partitioned node\n"
+      << logs();
   EXPECT_NE(read_file(dir_ + "/agent-n3.log").find("self-fencing"), std::string::npos) << logs();
 
   ASSERT_EQ(net_->heal("n3"), "");
-  ASSERT_TRUE(wait_until([&] { return json_of("status", {id}).value("state", "") == "succeeded"; }, 30s))
+  ASSERT_TRUE(
+      wait_until([&] { return json_of("status", {id}).value("state", "") == "succeeded"; }, 30s))
       << json_of("status", {id}).dump(2) << logs();
   auto s = json_of("status", {id});
   ASSERT_EQ(s["attempts"].size(), 3u) << s.dump(2);
@@ -214,34 +233,43 @@ TEST_F(NetworkCluster, APartitionedNodeStopsItsWorkersTheJobShrinksAndGrowsBackW
   EXPECT_EQ(s.value("restarts_used", -1), 1) << s.dump(2);  // the shrink only
   bool reported = false;
   for (const auto& e : s["events"]) {
-    reported = reported || e.value("text", "").find("node n3 stopped rank(s) 2 of attempt 0 itself") != std::string::npos;
+    reported =
+        reported || e.value("text", "").find("node n3 stopped rank(s) 2 of attempt 0 itself") !=
+                        std::string::npos;
   }
   EXPECT_TRUE(reported) << s.dump(2);
 }
 
 TEST_F(NetworkCluster, ACoordinatorRestartedAcrossTheNetworkGetsItsNodesAndJobsBack) {
-  auto job = write_job("long", "kind = \"command\"\nnodes = 3\ngpus_per_node = 1\n"
-                               "[command]\nargv = [\"/bin/sh\", \"-c\", \"sleep 7; echo carried on\"]\n");
+  auto job = write_job("long",
+                       "kind = \"command\"\nnodes = 3\ngpus_per_node = 1\n"
+                       "[command]\nargv = [\"/bin/sh\", \"-c\", \"sleep 7; echo carried on\"]\n");
   std::string id = submit(job);
-  ASSERT_TRUE(wait_until([&] { return workers_of("n1", id, 0).size() > 0 && workers_of("n3", id, 0).size() > 0; },
-                         10s))
+  ASSERT_TRUE(wait_until(
+      [&] { return workers_of("n1", id, 0).size() > 0 && workers_of("n3", id, 0).size() > 0; },
+      10s))
       << logs();
   coordinator_->signal(SIGKILL);
   coordinator_->wait(5s);
-  std::this_thread::sleep_for(3s);  // down longer than heartbeat_timeout: the agents keep their workers
+  std::this_thread::sleep_for(
+      3s);  // down longer than heartbeat_timeout: the agents keep their workers
   start_coordinator();
   EXPECT_TRUE(wait_for_alive(3, 10s)) << logs();
   for (const auto& node : json_of("nodes", {})) {
     EXPECT_EQ(node.value("address", ""), net_->address(node.value("name", ""))) << node.dump();
   }
-  ASSERT_TRUE(wait_until([&] { return json_of("status", {id}).value("state", "") == "succeeded"; }, 20s))
+  ASSERT_TRUE(
+      wait_until([&] { return json_of("status", {id}).value("state", "") == "succeeded"; }, 20s))
       << json_of("status", {id}).dump(2) << logs();
-  EXPECT_EQ(json_of("status", {id})["attempts"].size(), 1u) << "the job carried on without a restart";
+  EXPECT_EQ(json_of("status", {id})["attempts"].size(), 1u)
+      << "the job carried on without a restart";
   for (const auto& n : kNodes) {
-    EXPECT_EQ(read_file(dir_ + "/agent-" + n + ".log").find("self-fencing"), std::string::npos) << logs();
+    EXPECT_EQ(read_file(dir_ + "/agent-" + n + ".log").find("self-fencing"), std::string::npos)
+        << logs();
   }
   // And it takes new work.
-  auto after = write_job("after", "kind = \"command\"\nnodes = 3\ngpus_per_node = 1\n[command]\nargv = [\"true\"]\n");
+  auto after = write_job(
+      "after", "kind = \"command\"\nnodes = 3\ngpus_per_node = 1\n[command]\nargv = [\"true\"]\n");
   auto r = cli("submit", {after, "--wait"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err << logs();
 }

@@ -65,7 +65,8 @@ void remove_stale(const std::string& binary) {
 
 }  // namespace
 
-std::unique_ptr<NetnsNetwork> NetnsNetwork::create(const std::vector<std::string>& hosts, std::string* why_not) {
+std::unique_ptr<NetnsNetwork> NetnsNetwork::create(const std::vector<std::string>& hosts,
+                                                   std::string* why_not) {
   if (::geteuid() != 0) {
     *why_not = "not root: network namespaces need root (run the suite as root, as CI does)";
     return nullptr;
@@ -93,8 +94,8 @@ std::unique_ptr<NetnsNetwork> NetnsNetwork::create(const std::vector<std::string
     Host h{prefix + hosts[i], kSubnet + std::to_string(i + 1), "p" + std::to_string(i + 1)};
     step({"netns", "add", h.ns});
     if (why_not->empty()) net->created_.push_back(h.ns);
-    step({"link", "add", "eth0", "netns", h.ns, "type", "veth", "peer", "name", h.switch_port, "netns",
-          net->switch_ns_});
+    step({"link", "add", "eth0", "netns", h.ns, "type", "veth", "peer", "name", h.switch_port,
+          "netns", net->switch_ns_});
     step({"-n", net->switch_ns_, "link", "set", h.switch_port, "master", "br0"});
     step({"-n", net->switch_ns_, "link", "set", h.switch_port, "up"});
     step({"-n", h.ns, "link", "set", "lo", "up"});

@@ -25,7 +25,8 @@ class NetnsNetwork {
  public:
   // Hosts get addresses 10.211.7.1, .2, … in the order given. Null, with
   // `why_not` set, where namespaces cannot be made here.
-  static std::unique_ptr<NetnsNetwork> create(const std::vector<std::string>& hosts, std::string* why_not);
+  static std::unique_ptr<NetnsNetwork> create(const std::vector<std::string>& hosts,
+                                              std::string* why_not);
   ~NetnsNetwork();
 
   const std::string& address(const std::string& host) const { return hosts_.at(host).address; }

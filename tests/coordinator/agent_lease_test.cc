@@ -29,7 +29,10 @@ TEST_F(CoordinatorTest, HeartbeatsTakenAreAnsweredWithTheirIdAndALostNodesAreNot
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, 77u);
   clock_.advance(4s);  // past the 3 s timeout: lost
-  ASSERT_TRUE(wait_until([&] { auto n = node("n1"); return n && n->state == "lost"; }));
+  ASSERT_TRUE(wait_until([&] {
+    auto n = node("n1");
+    return n && n->state == "lost";
+  }));
   a.send(protocol::Heartbeat{"n1", {}}, 78);
   auto refused = a.next(protocol::ErrorReply::kType);
   ASSERT_TRUE(refused);
@@ -43,15 +46,17 @@ TEST_F(CoordinatorTest, RanksAnAgentStoppedWhileCutOffAreNotedInTheJobsEvents) {
   std::string id = submit(command_job("fenced", 1, 2));
   auto order = a.next_as<protocol::LaunchOrder>();
   ASSERT_TRUE(order);
-  protocol::RegisterNode again{"n1", "10.0.0.1", {{0, "u0", "", "fake", 0}, {1, "u1", "", "fake", 0}}, {}};
+  protocol::RegisterNode again{
+      "n1", "10.0.0.1", {{0, "u0", "", "fake", 0}, {1, "u1", "", "fake", 0}}, {}};
   again.fenced = {{id, order->attempt, 0, 500}, {id, order->attempt, 1, 501}};
   again.fence_reason = "no answer from the coordinator for 3.0 s (self-fencing)";
   a.send(again, 9);
   ASSERT_TRUE(a.next(protocol::RegisterAck::kType));
   bool noted = false;
   for (const auto& ev : job(id).events) {
-    noted = noted || ev.text.find("node n1 stopped rank(s) 0, 1 of attempt 0 itself: no answer from the "
-                                  "coordinator for 3.0 s (self-fencing)") != std::string::npos;
+    noted = noted || ev.text.find(
+                         "node n1 stopped rank(s) 0, 1 of attempt 0 itself: no answer from the "
+                         "coordinator for 3.0 s (self-fencing)") != std::string::npos;
   }
   EXPECT_TRUE(noted);
 }
