@@ -277,11 +277,12 @@ class AgentImpl final : public Agent {
   }
 
   void fence() {
-    double timeout_s = std::chrono::duration<double>(contact_.heartbeat_timeout()).count();
+    using Seconds = std::chrono::duration<double>;
     std::string reason = fmt::format(
-        "no answer from the coordinator at {} for {:.1f} s (its heartbeat_timeout){}: workers stopped so that "
-        "an attempt the coordinator has replaced never runs twice (self-fencing)",
-        options_.coordinator, timeout_s, last_silence_.empty() ? "" : "; " + last_silence_);
+        "no answer from the coordinator at {} for {:.1f} s (its heartbeat_timeout is {:.1f} s){}: workers "
+        "stopped so that an attempt the coordinator has replaced never runs twice (self-fencing)",
+        options_.coordinator, Seconds(contact_.silence()).count(), Seconds(contact_.heartbeat_timeout()).count(),
+        last_silence_.empty() ? "" : "; " + last_silence_);
     auto stopped = supervisor_->fence(reason);
     if (stopped.empty()) return;
     spdlog::error("agent {}: stopping {} worker(s): {}", options_.name, stopped.size(), reason);
