@@ -11,9 +11,13 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/coordinator_contact.h"
+#include "agent/coordinator_probe.h"
 #include "agent/metrics_tail.h"
+#include "agent/node_address.h"
 #include "agent/supervisor.h"
 #include "protocol/codec.h"
 #include "protocol/input_log.h"
@@ -36,15 +40,14 @@ class AgentImpl final : public Agent {
   AgentImpl(asio::io_context& io, AgentOptions options)
       : io_(io), options_(std::move(options)),
         clock_(options_.clock ? *options_.clock : SystemClock::instance()),
-        heartbeat_timer_(io), poll_timer_(io), interval_(options_.heartbeat_interval) {}
+        heartbeat_timer_(io), poll_timer_(io), interval_(options_.heartbeat_interval), contact_(clock_) {}
 
   ~AgentImpl() override { *alive_ = false; }
 
   Status open() {
     if (options_.name.empty()) options_.name = host_name();
-    if (options_.address.empty()) {
-      options_.address = is_loopback_endpoint(options_.coordinator) ? "127.0.0.1" : host_name();
-    }
+    COHORT_ASSIGN_OR_RETURN(address_, choose_node_address(options_.coordinator, options_.address,
+                                                          options_.interface));
     COHORT_RETURN_IF_ERROR(resolve_worker_binary(&options_.worker_binary));
     COHORT_ASSIGN_OR_RETURN(auto gpus, options_.prober->probe());
     if (gpus.empty()) {
@@ -57,6 +60,11 @@ class AgentImpl final : public Agent {
       cpu = cpu && is_cpu_slot(g);
     }
     SupervisorOptions so{options_.name, options_.worker_binary, cpu, "127.0.0.1"};
+    if (!is_loopback_address(address_.address)) {
+      so.node_address = address_.address;
+      so.node_interface = address_.interface;
+      so.node_network_named = address_.named;
+    }
     std::weak_ptr<bool> alive = alive_;
     auto forward = [this, alive](StoreRequest r, std::function<void(Result<StoreReply>)> done) {
       asio::post(io_, [this, alive, r = std::move(r), done = std::move(done)]() mutable {
@@ -74,8 +82,12 @@ class AgentImpl final : public Agent {
                                                              [this](std::string payload) {
                                                                on_message(std::move(payload));
                                                              }));
-    spdlog::info("agent {} ({} {}) connecting to {}", options_.name, gpus_.size(),
-                 cpu ? "CPU slots" : "GPUs", options_.coordinator);
+    dealer_->set_disconnect_handler([this, alive = std::weak_ptr<bool>(alive_)] {
+      if (auto a = alive.lock(); a && *a) contact_.coordinator_gone();
+    });
+    spdlog::info("agent {} ({} {}) connecting to {}; address {}{} ({})", options_.name, gpus_.size(),
+                 cpu ? "CPU slots" : "GPUs", options_.coordinator, address_.address,
+                 address_.interface.empty() ? "" : " on " + address_.interface, address_.how);
     send_register();
     arm_heartbeat();
     arm_poll();
@@ -83,6 +95,7 @@ class AgentImpl final : public Agent {
   }
 
   const std::string& name() const override { return options_.name; }
+  const std::string& address() const override { return address_.address; }
   size_t live_workers() const override { return supervisor_->live_workers(); }
 
   void shutdown(std::function<void()> done) override {
@@ -91,21 +104,31 @@ class AgentImpl final : public Agent {
   }
 
  private:
-  void send(const std::string& payload) {
-    if (auto s = dealer_->send(payload); !s) spdlog::warn("agent: {}", s.message());
+  bool send(const std::string& payload) {
+    auto s = dealer_->send(payload);
+    // While the coordinator is silent, watch_contact() says why, once.
+    if (!s && contact_.state() == ContactState::kInContact) spdlog::warn("agent: {}", s.message());
+    return s.is_ok();
+  }
+
+  // Registrations and heartbeats carry an id: their answers renew the lease.
+  void send_tracked(const std::string& payload, uint64_t id) {
+    if (send(payload)) contact_.sent(id);
   }
 
   void send_register() {
-    RegisterNode m{options_.name, options_.address, gpus_, supervisor_->running()};
+    RegisterNode m{options_.name, address_.address, gpus_, supervisor_->running(), fenced_, fence_reason_};
     last_register_ = clock_.now();
-    send(encode(m));
+    uint64_t id = next_id_++;
+    send_tracked(encode(m, id), id);
   }
 
   void arm_heartbeat() {
     heartbeat_timer_.expires_after(interval_);
     heartbeat_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
       if (ec || !*alive) return;
-      send(encode(Heartbeat{options_.name, supervisor_->running()}));
+      uint64_t id = next_id_++;
+      send_tracked(encode(Heartbeat{options_.name, supervisor_->running()}, id), id);
       arm_heartbeat();
     });
   }
@@ -114,6 +137,7 @@ class AgentImpl final : public Agent {
     poll_timer_.expires_after(options_.poll_interval);
     poll_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
       if (ec || !*alive) return;
+      watch_contact();
       flush_all_lines();
       supervisor_->check_progress();
       forward_metrics();
@@ -135,6 +159,12 @@ class AgentImpl final : public Agent {
     if (e->type == LaunchOrder::kType) {
       auto m = body_as<LaunchOrder>(*e);
       if (!m) return spdlog::warn("agent: {}", m.status().message());
+      if (contact_.state() == ContactState::kFenced) {
+        // Sent before the cut-off, perhaps for an attempt replaced since.
+        return spdlog::warn("agent {}: ignored the launch of job {} attempt {}: this node stopped its "
+                            "workers when the coordinator fell silent, and takes orders once it answers",
+                            options_.name, m->job_id, m->attempt);
+      }
       supervisor_->launch(*m);
       // Rank 0's node forwards the training figures (metrics_tail.h).
       if (m->job.kind == jobs::JobKind::kTrain && m->node_rank == 0 && supervisor_->runs(m->job_id, m->attempt)) {
@@ -146,8 +176,20 @@ class AgentImpl final : public Agent {
       supervisor_->stop(m->job_id, m->attempt, m->reason);
     } else if (e->type == RegisterAck::kType) {
       auto m = body_as<RegisterAck>(*e);
-      if (m && m->heartbeat_interval_ms > 0) interval_ = std::chrono::milliseconds(m->heartbeat_interval_ms);
-      spdlog::info("agent {} registered with the coordinator", options_.name);
+      if (!m) return spdlog::warn("agent: {}", m.status().message());
+      if (m->heartbeat_interval_ms > 0) interval_ = std::chrono::milliseconds(m->heartbeat_interval_ms);
+      if (options_.fence) {
+        contact_.set_lease(interval_, std::chrono::milliseconds(std::max<int64_t>(0, m->heartbeat_timeout_ms)),
+                           std::chrono::milliseconds(std::max<int64_t>(0, m->recovery_grace_ms)));
+      }
+      bool back = contact_.state() != ContactState::kConnecting;
+      on_answer(e->id);
+      fenced_.clear();
+      fence_reason_.clear();
+      spdlog::info("agent {} {} with the coordinator as {}", options_.name,
+                   back ? "registered again" : "registered", address_.address);
+    } else if (e->type == Ack::kType) {
+      on_answer(e->id);
     } else if (e->type == StoreReply::kType || e->type == ErrorReply::kType) {
       auto it = pending_store_.find(e->id);
       if (it != pending_store_.end()) {
@@ -162,7 +204,6 @@ class AgentImpl final : public Agent {
       }
       if (e->type == ErrorReply::kType) on_error(*e);
     }
-    // Acks need no action.
   }
 
   void on_error(const Envelope& e) {
@@ -182,8 +223,81 @@ class AgentImpl final : public Agent {
     spdlog::warn("agent: coordinator says: {}: {}", m->code, m->message);
   }
 
+  // An Ack or RegisterAck: the coordinator answered request `id`.
+  void on_answer(uint64_t id) {
+    ContactState before = contact_.state();
+    if (!contact_.answered(id)) return;
+    // Said only where the silence was: a warning, or workers stopped.
+    if ((before == ContactState::kSilent && !last_logged_cause_.empty()) || before == ContactState::kFenced) {
+      double s = std::chrono::duration<double>(contact_.last_outage()).count();
+      spdlog::info("agent {}: the coordinator answers again after {:.1f} s{}", options_.name, s,
+                   before == ContactState::kFenced ? "; this node had stopped its workers (self-fencing)" : "");
+      fenced_.clear();  // if it never lost this node, the workers' exits said why
+      fence_reason_.clear();
+    }
+    last_logged_cause_.clear();
+  }
+
+  // Time-driven: silence, the lease, probes of the coordinator's port.
+  void watch_contact() {
+    if (contact_.update() && contact_.state() == ContactState::kFenced) fence();
+    if (probing_ || !contact_.probe_due(last_probe_)) return;
+    probing_ = true;
+    last_probe_ = clock_.now();
+    probe_coordinator(io_, options_.coordinator, options_.probe_timeout, [this, alive = std::weak_ptr<bool>(alive_)](Probe p) {
+      if (!alive.lock()) return;
+      probing_ = false;
+      on_probe(p);
+    });
+  }
+
+  void on_probe(const Probe& probe) {
+    if (probe.result == ProbeResult::kRefused) contact_.coordinator_gone();
+    if (contact_.state() == ContactState::kInContact) return;  // it answered meanwhile
+    std::string handshake = dealer_->handshake_problem();
+    last_silence_ = describe_silence(options_.coordinator, probe, handshake);
+    // Said once per cause (not per OS wording: a timeout and "no route"
+    // alternate), again every 30 s while it lasts; a normal start takes well
+    // under the 2 s before the first word.
+    auto now = clock_.now();
+    if (contact_.silence() < std::chrono::seconds(2)) return;
+    std::string cause = std::string(to_string(probe.result)) + "|" + handshake;
+    if (cause == last_logged_cause_ && now - last_silence_log_ < std::chrono::seconds(30)) return;
+    last_logged_cause_ = cause;
+    last_silence_log_ = now;
+    double silent_s = std::chrono::duration<double>(contact_.silence()).count();
+    std::string consequence;
+    if (contact_.state() == ContactState::kSilent && supervisor_->live_workers() > 0) {
+      auto left = contact_.lease_left();
+      if (left != Clock::Duration::max()) {
+        consequence = fmt::format("; its {} worker(s) stop in {:.1f} s unless the coordinator answers",
+                                  supervisor_->live_workers(),
+                                  std::max(0.0, std::chrono::duration<double>(left).count()));
+      }
+    }
+    spdlog::warn("agent {}: no answer from the coordinator for {:.1f} s: {}{}", options_.name, silent_s,
+                 last_silence_, consequence);
+  }
+
+  void fence() {
+    using Seconds = std::chrono::duration<double>;
+    std::string reason = fmt::format(
+        "no answer from the coordinator at {} for {:.1f} s (its heartbeat_timeout is {:.1f} s){}: workers "
+        "stopped so that an attempt the coordinator has replaced never runs twice (self-fencing)",
+        options_.coordinator, Seconds(contact_.silence()).count(), Seconds(contact_.heartbeat_timeout()).count(),
+        last_silence_.empty() ? "" : "; " + last_silence_);
+    auto stopped = supervisor_->fence(reason);
+    if (stopped.empty()) return;
+    spdlog::error("agent {}: stopping {} worker(s): {}", options_.name, stopped.size(), reason);
+    constexpr size_t kMaxFenced = 1024;  // reported at the next registration
+    for (auto& w : stopped) {
+      if (fenced_.size() < kMaxFenced) fenced_.push_back(std::move(w));
+    }
+    fence_reason_ = reason;
+  }
+
   void forward_store(StoreRequest r, std::function<void(Result<StoreReply>)> done) {
-    uint64_t id = next_store_id_++;
+    uint64_t id = next_id_++;
     // The coordinator answers blocking requests itself when they time out;
     // this deadline only covers a coordinator that never answers.
     auto budget = std::chrono::milliseconds(std::max<int64_t>(r.timeout_ms, 300000)) + std::chrono::seconds(30);
@@ -267,6 +381,7 @@ class AgentImpl final : public Agent {
   const Clock& clock_;
   std::vector<GpuDesc> gpus_;
   std::unique_ptr<Supervisor> supervisor_;
+  NodeAddress address_;
   std::unique_ptr<DealerEndpoint> dealer_;
   asio::steady_timer heartbeat_timer_;
   asio::steady_timer poll_timer_;
@@ -277,8 +392,16 @@ class AgentImpl final : public Agent {
   std::map<uint64_t, PendingStore> pending_store_;
   std::map<std::pair<std::string, int>, MetricsTail> metric_tails_;  // (job, attempt)
   Clock::TimePoint last_gpu_report_{};
-  uint64_t next_store_id_ = 1;
+  uint64_t next_id_ = 1;  // envelope ids of store requests, heartbeats and registrations
   std::function<void()> shutdown_done_;
+  CoordinatorContact contact_;
+  bool probing_ = false;
+  Clock::TimePoint last_probe_{};
+  std::string last_silence_;         // what the last probe said, for the fencing reason
+  std::string last_logged_cause_;  // the cause last logged (probe result and handshake problem)
+  Clock::TimePoint last_silence_log_{};
+  std::vector<RunningWorker> fenced_;  // stopped while cut off, for the next registration
+  std::string fence_reason_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -7,6 +7,13 @@
 // declared this node lost) the agent registers again, listing the workers
 // it still runs so the coordinator can keep or stop them.
 //
+// While the coordinator is silent the agent probes its port once a second
+// and logs why (nothing listening, unreachable, a refused key) within a few
+// seconds. Once heartbeat_timeout has passed since its last answered
+// heartbeat it stops its workers (self-fencing, coordinator_contact.h), takes
+// no launch order until the coordinator answers again, and reports what it
+// stopped when it registers again.
+//
 // Threading: everything runs on the io_context given to start(); create,
 // use and destroy the agent on that thread (or before/after it runs).
 #pragma once
@@ -33,14 +40,19 @@ namespace cohort::agent {
 struct AgentOptions {
   std::string coordinator = "tcp://127.0.0.1:7070";
   std::string name;     // empty: the host name
-  std::string address;  // MASTER_ADDR for jobs whose rank 0 is here; empty: see agent.cc
+  std::string address;    // --advertise-address; empty: chosen (node_address.h)
+  std::string interface;  // --interface; empty: the one holding the address
   protocol::Security security;
   std::shared_ptr<GpuProber> prober;          // required
   std::shared_ptr<ProcessLauncher> launcher;  // required
   const Clock* clock = nullptr;               // null: the system clock
   std::string worker_binary;                  // cohort-worker; empty: next to this program
   std::chrono::milliseconds heartbeat_interval{500};  // until the coordinator says otherwise
-  std::chrono::milliseconds poll_interval{100};       // log flushing, hang checks
+  std::chrono::milliseconds poll_interval{100};       // log flushing, hang and contact checks
+  std::chrono::milliseconds probe_timeout{1000};      // a probe of a silent coordinator's port
+  // Stop the workers when the coordinator has been silent for its
+  // heartbeat_timeout (off for the embedded cluster: one process).
+  bool fence = true;
   std::shared_ptr<zmq::context_t> zmq_context;        // null: a new one
 };
 
@@ -56,6 +68,9 @@ class Agent {
   // reports their exits, then calls `done` on the loop.
   virtual void shutdown(std::function<void()> done) = 0;
   virtual size_t live_workers() const = 0;
+  // The address registered with the coordinator (MASTER_ADDR for jobs
+  // whose rank 0 runs here).
+  virtual const std::string& address() const = 0;
 };
 
 // The cohort-worker next to the running program (/proc/self/exe's folder),

@@ -43,6 +43,17 @@ std::string join_indices(const std::vector<int>& indices) {
   return out;
 }
 
+EnvMap node_network_env(const LaunchContext& c) {
+  EnvMap out;
+  if (c.node_address.empty()) return out;
+  out["COHORT_GLOO_HOSTNAME"] = c.node_address;
+  if (!c.node_interface.empty()) {
+    out["GLOO_SOCKET_IFNAME"] = c.node_interface;
+    out["NCCL_SOCKET_IFNAME"] = "=" + c.node_interface;
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& reserved_worker_env_keys() {
@@ -95,6 +106,9 @@ EnvMap build_worker_env(const LaunchContext& c) {
   EnvMap env;
   for (const auto& [key, value] : c.inherited_env) {
     if (!is_foreign_rank_key(key)) env[key] = value;
+  }
+  for (const auto& [key, value] : node_network_env(c)) {
+    if (c.node_network_named || !env.contains(key)) env.insert_or_assign(key, value);
   }
   for (const auto& [key, value] : c.job_env) env[key] = value;
 

@@ -9,13 +9,23 @@
 //      of any launcher the agent itself runs under (TORCHELASTIC_*, Slurm's
 //      SLURM_PROCID/LOCALID/NODEID, Open MPI's OMPI_COMM_WORLD_*, PMI_*), which
 //      would contradict cohort's ranks in a worker that looks for them;
-//   2. the job's `env` table, which overrides anything inherited;
-//   3. cohort's contract variables (is_reserved_worker_env_key), which nothing
+//   2. the node's network (below), over the inherited environment when the
+//      user named it (`cohort agent --advertise-address/--interface`), else
+//      only where the inherited environment does not set it;
+//   3. the job's `env` table, which overrides anything inherited;
+//   4. cohort's contract variables (is_reserved_worker_env_key), which nothing
 //      overrides: a job that could set RANK or CUDA_VISIBLE_DEVICES could make
 //      two ranks collide or two jobs share a GPU. Job loaders should reject
 //      such keys with a clear error; build_worker_env enforces it regardless.
 // Defaults that are only filled when neither the job nor the inherited
 // environment sets them: OMP_NUM_THREADS and PYTHONUNBUFFERED (see launch_env.cc).
+//
+// The node's network: where this node's collectives listen, so that peers on
+// other nodes can reach them. COHORT_GLOO_HOSTNAME is the node's address (the
+// one MASTER_ADDR names when rank 0 runs here); with a known interface,
+// GLOO_SOCKET_IFNAME=IF and NCCL_SOCKET_IFNAME==IF (NCCL's '=' means exactly
+// IF, not every name starting with it), which torch's Gloo and NCCL read too.
+// The agent passes no address when it is a loopback one: one host needs none.
 #pragma once
 
 #include <map>
@@ -57,6 +67,9 @@ struct LaunchContext {
   EnvMap job_env;        // the job file's [job.env]
   EnvMap inherited_env;  // the agent's own environment (see current_environment)
   int cpu_count = 0;     // cores for OMP_NUM_THREADS; 0: the agent's CPU affinity
+  std::string node_address;         // agent/node_address.h; "" (a loopback one): no network variables
+  std::string node_interface;       // "": none known
+  bool node_network_named = false;  // the user chose it: overrides inherited variables
 };
 
 // Checks what build_worker_env relies on (ranks in range, one GPU per local

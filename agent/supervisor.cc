@@ -197,6 +197,9 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   ctx.devices = order.job.devices;
   ctx.job_env = order.job.env;
   ctx.inherited_env = current_environment();
+  ctx.node_address = options_.node_address;
+  ctx.node_interface = options_.node_interface;
+  ctx.node_network_named = options_.node_network_named;
   if (auto s = validate_launch_context(ctx); !s) {
     worker.state = WorkerState::kExited;
     return report_failure(order, worker.rank, "bad launch order: " + s.message());
@@ -286,6 +289,20 @@ void Supervisor::stop_all(const std::string& reason) {
   std::vector<Key> keys;
   for (const auto& [key, group] : groups_) keys.push_back(key);
   for (const auto& key : keys) stop(key.first, key.second, reason);
+}
+
+std::vector<protocol::RunningWorker> Supervisor::fence(const std::string& reason) {
+  std::vector<protocol::RunningWorker> stopped;
+  for (auto& [key, group] : groups_) {
+    for (auto& w : group.workers) {
+      if (w.state != WorkerState::kRunning || !w.handle) continue;
+      w.failure = reason;
+      (void)group.logs->write_line(w.rank, "cohort: " + reason);
+      stopped.push_back({key.first, key.second, w.rank, w.handle->pid()});
+      stop_worker(group, w);
+    }
+  }
+  return stopped;
 }
 
 void Supervisor::check_progress() {

@@ -13,10 +13,11 @@
 //
 // Worker states and transitions:
 //   kRunning  --exits on its own-->            kExited  (reported as is)
-//   kRunning  --stop order / hang / shutdown--> kStopping (SIGTERM to its
+//   kRunning  --stop order / hang / fence / shutdown--> kStopping (SIGTERM to its
 //             group, SIGKILL after stop_grace) --exits--> kExited
-// A worker that hung is reported as failed ("no progress for …") even though
-// the supervisor stopped it; one stopped on order is reported as stopped.
+// A worker that hung, or was fenced (the agent lost the coordinator), is
+// reported as failed with that reason even though the supervisor stopped
+// it; one stopped on order is reported as stopped.
 //
 // Threading: every method runs on the agent's io_context thread; launcher
 // callbacks are posted there. Reports (Sink) are called on that thread.
@@ -46,6 +47,10 @@ struct SupervisorOptions {
   std::string worker_binary;  // cohort-worker, for train and infer jobs
   bool cpu_slots = false;     // the node's "GPUs" are CPU slots: no CUDA_VISIBLE_DEVICES
   std::string store_host = "127.0.0.1";
+  // The node's network for its workers' collectives (launch_env.h).
+  std::string node_address{};
+  std::string node_interface{};
+  bool node_network_named = false;
 };
 
 struct SupervisorSink {
@@ -65,6 +70,9 @@ class Supervisor {
   // Stops the workers of one attempt (attempt -1: every attempt of the job).
   void stop(const std::string& job_id, int attempt, const std::string& reason);
   void stop_all(const std::string& reason);
+  // Self-fencing: stops every running worker as failed for `reason` (their
+  // exits carry it) and returns them.
+  std::vector<protocol::RunningWorker> fence(const std::string& reason);
   // Hang detection: call periodically.
   void check_progress();
   // A progress report through the store (see above).

@@ -1,4 +1,5 @@
-// `cohort agent [--coordinator ADDR] [--name NODE] [--fake-gpus N | --cpu-slots N]`
+// `cohort agent [--coordinator ADDR] [--name NODE] [--advertise-address ADDR] [--interface IF]
+//               [--fake-gpus N | --cpu-slots N]`
 #include <cstdlib>
 
 #include <boost/asio/io_context.hpp>
@@ -19,6 +20,7 @@ struct AgentArgs {
   std::string coordinator;
   std::string name;
   std::string address;
+  std::string interface;
   std::string keys;
   std::string worker_binary;
   int fake_gpus = 0;
@@ -36,6 +38,7 @@ int run_agent(const AgentArgs& args) {
   options.coordinator = *endpoint;
   options.name = args.name;
   options.address = args.address;
+  options.interface = args.interface;
   options.worker_binary = args.worker_binary;
   std::string keys = args.keys.empty() ? global_flags().keys : args.keys;
   if (keys.empty()) {
@@ -94,9 +97,13 @@ Command add_agent_command(CLI::App& root) {
                   "coordinator address, tcp://HOST:PORT or HOST:PORT (default: $COHORT_COORDINATOR or "
                   "tcp://127.0.0.1:7070)");
   app->add_option("--name", args->name, "node name (default: the host name)");
-  app->add_option("--address", args->address,
-                  "address other nodes reach this one at (MASTER_ADDR; default: host name, or "
-                  "127.0.0.1 for a loopback coordinator)");
+  app->add_option("--advertise-address,--address", args->address,
+                  "address other nodes reach this one at: registered with the coordinator, MASTER_ADDR "
+                  "when rank 0 runs here, where Gloo listens (default: this host's address on the route "
+                  "to the coordinator; 127.0.0.1 for a loopback coordinator)");
+  app->add_option("--interface", args->interface,
+                  "network interface for the workers' collectives (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) "
+                  "and, without --advertise-address, its address (default: the one holding the address)");
   app->add_option("--keys", args->keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
   app->add_option("--worker-binary", args->worker_binary,
                   "cohort-worker for train/infer jobs (default: next to this program)");

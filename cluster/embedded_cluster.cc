@@ -72,6 +72,7 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   ao.coordinator = coord->endpoint();
   ao.name = "local";
   ao.address = "127.0.0.1";
+  ao.fence = false;  // coordinator and agent share one loop: never cut off
   ao.prober = prober;
   ao.launcher = agent::make_posix_launcher();
   ao.worker_binary = options.worker_binary;

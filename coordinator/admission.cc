@@ -104,6 +104,8 @@ Status check_registration(const RegisterNode& m) {
       if (f->size() > kMaxGpuFieldBytes) return too_long("register: a GPU field", f->size(), kMaxGpuFieldBytes);
     }
   }
+  if (m.fence_reason.size() > 1024) return too_long("register: fence_reason", m.fence_reason.size(), 1024);
+  COHORT_RETURN_IF_ERROR(check_running(m.fenced));
   return check_running(m.running);
 }
 

@@ -211,8 +211,12 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   if (db_) {
     if (auto s = db_->save_node(m.node, m.address, m.gpus); !s) spdlog::error("{}", s.message());
   }
+  if (!m.fenced.empty()) note_fencing(m);
   RegisterAck ack;
   ack.heartbeat_interval_ms = options_.heartbeat_interval.count();
+  using std::chrono::duration_cast, std::chrono::milliseconds;
+  ack.heartbeat_timeout_ms = duration_cast<milliseconds>(options_.heartbeat_timeout).count();
+  ack.recovery_grace_ms = duration_cast<milliseconds>(options_.recovery_grace).count();
   reply(peer, e.id, ack);
   for (const auto& w : m.running) reconcile_worker(m.node, w);
   check_recovery();
@@ -234,9 +238,28 @@ void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
     reply(peer, e.id, ErrorReply{"unknown_node", "node " + m.node + " must register again"});
     return;
   }
+  // The answer renews the agent's fencing lease (agent/coordinator_contact.h).
+  reply(peer, e.id, Ack{});
   for (const auto& w : m.running) reconcile_worker(m.node, w);
   reconcile_missing(m.node, m.running);
   check_recovery();
+}
+
+void CoordinatorImpl::note_fencing(const RegisterNode& m) {
+  spdlog::warn("node {} stopped {} worker(s) on its own while cut off: {}", m.node, m.fenced.size(),
+               shorten(m.fence_reason, 1024));
+  std::map<std::pair<std::string, int>, std::string> ranks;  // (job, attempt) -> "2, 3"
+  for (const auto& w : m.fenced) {
+    auto& list = ranks[{w.job_id, w.attempt}];
+    list += (list.empty() ? "" : ", ") + std::to_string(w.rank);
+  }
+  for (const auto& [key, list] : ranks) {
+    auto it = jobs_.find(key.first);
+    if (it == jobs_.end()) continue;
+    it->second.add_event("node " + m.node + " stopped rank(s) " + list + " of attempt " +
+                         std::to_string(key.second) + " itself: " + shorten(m.fence_reason, 1024));
+    (void)save_job(it->second);
+  }
 }
 
 void CoordinatorImpl::on_worker_exit(const std::string& peer, const Envelope& e) {

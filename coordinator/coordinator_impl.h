@@ -55,6 +55,8 @@ class CoordinatorImpl final : public Coordinator {
 
   void on_register(const std::string& peer, const protocol::Envelope& e);
   void on_heartbeat(const std::string& peer, const protocol::Envelope& e);
+  // A registering agent's report of the workers it stopped while cut off.
+  void note_fencing(const protocol::RegisterNode& m);
   void on_worker_exit(const std::string& peer, const protocol::Envelope& e);
   void on_log_batch(const std::string& peer, const protocol::Envelope& e);
   void on_metric_batch(const std::string& peer, const protocol::Envelope& e);

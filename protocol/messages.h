@@ -169,8 +169,16 @@ struct RegisterNode {
   std::string address;  // where this node's workers are reachable (MASTER_ADDR)
   std::vector<GpuDesc> gpus;
   std::vector<RunningWorker> running;
+  // Workers the agent stopped on its own since it last registered, because
+  // the coordinator had not answered for heartbeat_timeout (self-fencing),
+  // and why: the coordinator notes it in those jobs' events.
+  std::vector<RunningWorker> fenced{};
+  std::string fence_reason{};
 };
 
+// Answered with an Ack of the same id: the agent's fencing lease
+// (agent/coordinator_contact.h) runs from the send time of the last
+// heartbeat answered.
 struct Heartbeat {
   static constexpr const char* kType = "heartbeat";
   std::string node;
@@ -219,6 +227,14 @@ struct MetricBatch {
 struct RegisterAck {
   static constexpr const char* kType = "register_ack";
   int64_t heartbeat_interval_ms = 500;
+  // How long the coordinator waits for a heartbeat before it declares the
+  // node lost; the agent stops its workers when this long has passed since
+  // its last answered heartbeat. 0 (an older coordinator): no fencing.
+  int64_t heartbeat_timeout_ms = 0;
+  // How long a restarted coordinator waits for its agents before it
+  // restarts their attempts: the agent keeps its workers this long after
+  // finding the coordinator's port closed.
+  int64_t recovery_grace_ms = 0;
 };
 
 struct LaunchOrder {

@@ -63,7 +63,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, name, address, state, 
                                                 gpus_free, heartbeat_age_ms, jobs)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogLine, seq, attempt, rank, text)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunningWorker, job_id, attempt, rank, pid)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterNode, node, address, gpus, running)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterNode, node, address, gpus, running, fenced,
+                                                fence_reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Heartbeat, node, running)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuReport, node, samples)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WorkerExit, job_id, attempt, node, rank, exit_code,
@@ -71,7 +72,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WorkerExit, job_id, attempt, nod
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogBatch, job_id, lines)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MetricBatch, job_id, attempt, node, rows,
                                                 total_steps, eta_s)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterAck, heartbeat_interval_ms)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterAck, heartbeat_interval_ms, heartbeat_timeout_ms,
+                                                recovery_grace_ms)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LaunchOrder, job_id, attempt, restart_count,
                                                 node_rank, num_nodes, world_size, gpu_indices,
                                                 master_addr, master_port, job, store_token)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -252,7 +253,7 @@ class ZmqDealer final : public DealerEndpoint {
       std::string monitor = "inproc://cohort-dealer-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
       zmq_socket_monitor(socket_.handle(), monitor.c_str(),
                          ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
       monitor_.connect(monitor);
       endpoint_ = endpoint;
       socket_.connect(endpoint);
@@ -282,6 +283,9 @@ class ZmqDealer final : public DealerEndpoint {
     return Status::ok();
   }
 
+  std::string handshake_problem() const override { return handshake_failure_; }
+  void set_disconnect_handler(std::function<void()> handler) override { on_disconnect_ = std::move(handler); }
+
  private:
   bool receive_one() {
     zmq::message_t message;
@@ -308,6 +312,14 @@ class ZmqDealer final : public DealerEndpoint {
     std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       handshake_failure_.clear();
+      established_ = true;
+      return true;
+    }
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      // Only a connection that got through its handshake: a refused key
+      // also ends in a disconnect, and says nothing about the coordinator.
+      bool was_established = std::exchange(established_, false);
+      if (was_established && on_disconnect_) on_disconnect_();
       return true;
     }
     handshake_failure_ =
@@ -326,6 +338,8 @@ class ZmqDealer final : public DealerEndpoint {
   Handler handler_;
   std::string endpoint_;
   std::string handshake_failure_;
+  bool established_ = false;  // the current connection completed its handshake
+  std::function<void()> on_disconnect_;
   std::unique_ptr<SocketWatcher> watcher_;
   std::unique_ptr<SocketWatcher> monitor_watcher_;
 };

@@ -62,6 +62,14 @@ class DealerEndpoint {
                                                          Handler handler);
 
   virtual Status send(const std::string& payload) = 0;
+  // Why the last handshake with the coordinator failed (a refused CURVE
+  // key, a mechanism mismatch); "" when the last one succeeded or none
+  // failed.
+  virtual std::string handshake_problem() const = 0;
+  // Called on the loop when the coordinator's side closed a connection that
+  // had completed its handshake: the coordinator process went away (a
+  // partition closes nothing). Null: not watched.
+  virtual void set_disconnect_handler(std::function<void()> handler) = 0;
 };
 
 }  // namespace cohort::protocol

@@ -27,6 +27,7 @@ packages=(
   fortunes-min fortunes           # English text for the quickstart corpus
   procps psmisc                   # ps/pgrep used by process-leak checks in tests
   valgrind                        # memcheck of the server start/stop test (tests/infer)
+  iproute2                        # ip netns: the multi-node tests over a real network (tests/cluster)
   prometheus                      # test peer: scrapes the server's /metrics
   clang libclang-rt-14-dev        # libFuzzer + sanitizers for scripts/fuzz.sh (fuzz/)
   chromium                        # test peer: Playwright drives it through the web page

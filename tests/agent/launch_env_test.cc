@@ -173,6 +173,37 @@ TEST(BuildWorkerEnv, DropsRanksOfALauncherTheAgentRunsUnder) {
   EXPECT_EQ(build_worker_env(c).at("TORCHELASTIC_ERROR_FILE"), "/tmp/mine");
 }
 
+TEST(BuildWorkerEnv, TheNodesAddressAndInterfaceReachGlooAndNccl) {
+  LaunchContext c = context_for_rank6();
+  c.node_address = "10.0.0.2";
+  c.node_interface = "eth1";
+  EnvMap env = build_worker_env(c);
+  EXPECT_EQ(env["COHORT_GLOO_HOSTNAME"], "10.0.0.2");
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "=eth1");  // exactly eth1, not eth10
+  c.node_interface = "";  // an address that is a name, or no interface holds it
+  env = build_worker_env(c);
+  EXPECT_EQ(env["COHORT_GLOO_HOSTNAME"], "10.0.0.2");
+  EXPECT_FALSE(env.contains("GLOO_SOCKET_IFNAME"));
+  EXPECT_FALSE(env.contains("NCCL_SOCKET_IFNAME"));
+  c.node_address = "";  // a loopback node: nothing, as before
+  env = build_worker_env(c);
+  EXPECT_FALSE(env.contains("COHORT_GLOO_HOSTNAME"));
+}
+
+TEST(BuildWorkerEnv, ANamedNetworkOverridesTheAgentsEnvironmentADeducedOneDoesNotAndTheJobWinsBoth) {
+  LaunchContext c = context_for_rank6();
+  c.node_address = "10.0.0.2";
+  c.node_interface = "eth1";
+  c.inherited_env["NCCL_SOCKET_IFNAME"] = "ib0";
+  c.node_network_named = false;  // deduced from the route: the agent's own setting stays
+  EXPECT_EQ(build_worker_env(c)["NCCL_SOCKET_IFNAME"], "ib0");
+  c.node_network_named = true;  // --interface eth1 said otherwise
+  EXPECT_EQ(build_worker_env(c)["NCCL_SOCKET_IFNAME"], "=eth1");
+  c.job_env["NCCL_SOCKET_IFNAME"] = "bond0";
+  EXPECT_EQ(build_worker_env(c)["NCCL_SOCKET_IFNAME"], "bond0");
+}
+
 TEST(ValidateLaunchContext, AcceptsAGoodContext) {
   EXPECT_TRUE(validate_launch_context(context_for_rank6()).is_ok());
   LaunchContext cpu = context_for_rank6();

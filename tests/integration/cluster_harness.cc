@@ -102,12 +102,18 @@ bool Process::running() { return wait(std::chrono::milliseconds(0)) == -1; }
 std::string Process::output() const { return read_file(output_path_); }
 
 CommandResult run_cohort(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv = {cohort_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, timeout);
+}
+
+CommandResult run_command(const std::vector<std::string>& command, std::chrono::milliseconds timeout) {
   static int counter = 0;
   std::string base = fs::temp_directory_path() / ("cohort-cli-" + std::to_string(::getpid()) + "-" +
                                                  std::to_string(counter++));
   std::vector<std::string> argv = {"/bin/sh", "-c", ""};
-  std::string cmd = "exec '" + cohort_binary() + "'";
-  for (const auto& a : args) {
+  std::string cmd = "exec";
+  for (const auto& a : command) {
     std::string quoted;
     for (char c : a) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
     cmd += " '" + quoted + "'";

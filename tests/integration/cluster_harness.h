@@ -47,6 +47,9 @@ struct CommandResult {
 // Runs `cohort args...` to completion (killed after `timeout`).
 CommandResult run_cohort(const std::vector<std::string>& args,
                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+// Runs any program (argv[0] looked up in PATH) the same way.
+CommandResult run_command(const std::vector<std::string>& argv,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
