@@ -54,6 +54,34 @@ std::string why_no_cgroups() {
   return c ? "" : c.status().message();
 }
 
+// Moves this test process (and so every agent and run it starts) into a
+// cgroup of its own for the test's length: other tests' agents, started at
+// the same time under ctest -j, would otherwise clean up this test's
+// leftovers before it looks at them.
+class PrivateCgroup {
+ public:
+  PrivateCgroup() {
+    auto own = agent::own_cgroup_dir();
+    if (!own) return;
+    home_ = *own;
+    dir_ = home_ + "/test-containment-" + std::to_string(::getpid());
+    std::error_code ec;
+    fs::create_directory(dir_, ec);
+    std::ofstream(dir_ + "/cgroup.procs") << "0" << std::flush;
+  }
+  ~PrivateCgroup() {
+    if (dir_.empty()) return;
+    std::ofstream(home_ + "/cgroup.procs") << "0" << std::flush;
+    (void)agent::CgroupContainment::open({dir_, "cleanup", true});  // what the test's processes left
+    for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0 && errno != ENOENT; ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+ private:
+  std::string home_, dir_;
+};
+
 // A worker that leaves a grandchild in a new session and records the
 // grandchild's pid, then its own.
 std::string job_leaving_a_setsid_grandchild(Cluster& c, const std::string& name) {
@@ -68,11 +96,13 @@ class Containment : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "cgroup") {
+      cgroup_ = std::make_unique<PrivateCgroup>();
       std::string why = why_no_cgroups();
       if (!why.empty()) GTEST_SKIP() << "no cgroup containment here (" << why << "); the subreaper cases still run";
     }
   }
   std::vector<std::string> flag() const { return {"--containment", GetParam()}; }
+  std::unique_ptr<PrivateCgroup> cgroup_;
   // The killed instance's (emptied) cgroups stay until the next instance on
   // the host starts, which removes them.
   static void expect_next_instance_removes(const std::string& name) {
@@ -125,6 +155,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, Containment, ::testing::Values("cgroup", "subrea
 // agent's process group, or an OOM kill of both, would): the subreaper is gone, the orphan lives on
 // in its cgroup, and the node's next agent kills it at start.
 TEST(ContainmentCgroup, TheNextAgentKillsWhatAKilledAgentAndKeeperLeft) {
+  PrivateCgroup isolated;
   if (std::string why = why_no_cgroups(); !why.empty()) GTEST_SKIP() << "no cgroup containment here: " << why;
   Cluster c;
   c.start_coordinator();
@@ -159,6 +190,7 @@ TEST(ContainmentCgroup, TheNextAgentKillsWhatAKilledAgentAndKeeperLeft) {
 
 // The same for `cohort run`: the next run on the host cleans up.
 TEST(ContainmentCgroup, TheNextCohortRunKillsWhatAKilledRunAndKeeperLeft) {
+  PrivateCgroup isolated;
   if (std::string why = why_no_cgroups(); !why.empty()) GTEST_SKIP() << "no cgroup containment here: " << why;
   Cluster c;
   auto job = job_leaving_a_setsid_grandchild(c, "run-leftover");
