@@ -144,12 +144,17 @@ Status kill_cgroup(const std::string& path, bool use_kill_file) {
 // Forks a child that moves itself into `probe` and exits: the one way to
 // know that this process may move processes there, which delegation decides
 // (root in a container may create cgroups it cannot move anything into).
-Status probe_moving_into(const std::string& probe) {
+// The child closes `lock_fd` first: a copy of it would hold the instance's
+// lock past the instance's death.
+Status probe_moving_into(const std::string& probe, int lock_fd) {
   std::string procs = probe + "/cgroup.procs";
   int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return errno_error("opening " + procs);
   pid_t child = ::fork();
-  if (child == 0) _exit(::write(fd, "0", 1) == 1 ? 0 : (errno & 0x7f));  // async-signal-safe only
+  if (child == 0) {  // async-signal-safe calls only
+    ::close(lock_fd);
+    _exit(::write(fd, "0", 1) == 1 ? 0 : (errno & 0x7f));
+  }
   ::close(fd);
   if (child < 0) return errno_error("fork");
   int status = 0;
@@ -232,7 +237,7 @@ Result<std::unique_ptr<CgroupContainment>> CgroupContainment::open(const CgroupO
       // A probe worker cgroup: creating one and moving a process there.
       COHORT_ASSIGN_OR_RETURN(WorkerCgroup probe, c->create("probe", "probe"));
       ::close(probe.procs_fd);
-      Status moved = probe_moving_into(probe.path);
+      Status moved = probe_moving_into(probe.path, fd);
       (void)c->remove(probe.path);
       if (!moved) return moved;
       return c;

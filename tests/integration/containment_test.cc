@@ -72,8 +72,11 @@ class PrivateCgroup {
   ~PrivateCgroup() {
     if (dir_.empty()) return;
     std::ofstream(home_ + "/cgroup.procs") << "0" << std::flush;
-    (void)agent::CgroupContainment::open({dir_, "cleanup", true});  // what the test's processes left
-    for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0 && errno != ENOENT; ++i) {
+    // What the test's processes left; again while a just-killed agent's
+    // last child may still hold its lock.
+    for (int i = 0; i < 100; ++i) {
+      (void)agent::CgroupContainment::open({dir_, "cleanup", true});
+      if (::rmdir(dir_.c_str()) == 0 || errno == ENOENT) break;
       std::this_thread::sleep_for(20ms);
     }
   }
