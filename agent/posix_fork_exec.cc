@@ -60,8 +60,12 @@ bool read_record(int fd, KeeperRecord* record) {
 }
 
 cohort::Status describe_failure(const SpawnOptions& options, const std::string& path,
-                                const KeeperRecord& failure) {
+                                const WorkerCgroup* cgroup, const KeeperRecord& failure) {
   const std::string& program = options.argv[0];
+  if (failure.kind == KeeperRecord::kCgroupFailed) {
+    return io_error(fmt::format("cannot run '{}': cannot move it into the cgroup {}: {}", program,
+                                cgroup ? cgroup->path : "?", strerror(failure.value)));
+  }
   if (failure.kind == KeeperRecord::kChdirFailed) {
     return io_error(fmt::format("cannot run '{}': working directory '{}': {}", program,
                                 options.working_dir, strerror(failure.value)));
@@ -75,7 +79,7 @@ cohort::Status describe_failure(const SpawnOptions& options, const std::string& 
 
 }  // namespace
 
-cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options) {
+cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options, const WorkerCgroup* cgroup) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return invalid_argument("cannot start a worker: the command (argv) is empty");
   }
@@ -107,7 +111,8 @@ cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options) {
     return status;
   }
   KeeperArgs args{getpid(), path.c_str(), argv.data(), envp.data(), options.working_dir.c_str(),
-                  devnull,  out[1],       err[1],      report[1],   lifeline[0], exec[1]};
+                  devnull,  out[1],       err[1],      report[1],   lifeline[0], exec[1],
+                  cgroup ? cgroup->procs_fd : -1};
   pid_t keeper = fork();
   if (keeper < 0) {
     cohort::Status status = errno_error("fork for worker '" + options.argv[0] + "'");
@@ -127,13 +132,13 @@ cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options) {
   };
   KeeperRecord first{};
   if (!read_record(report[0], &first) || first.kind != KeeperRecord::kWorkerPid) {
-    if (first.kind == KeeperRecord::kForkFailed) return fail(describe_failure(options, path, first));
+    if (first.kind == KeeperRecord::kForkFailed) return fail(describe_failure(options, path, cgroup, first));
     return fail(io_error("cannot run '" + options.argv[0] + "': its keeper process died at start"));
   }
   KeeperRecord failure{};
   bool failed = read_record(exec[0], &failure);  // end of file: exec succeeded
   close_fd(exec[0]);
-  if (failed) return fail(describe_failure(options, path, failure));
+  if (failed) return fail(describe_failure(options, path, cgroup, failure));
   for (int fd : {out[0], err[0], report[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   return StartedProcess{first.value, keeper, out[0], err[0], report[0], lifeline[1]};
 }

@@ -13,18 +13,21 @@
 // grace during a stop, and also when the agent dies (even by SIGKILL: the
 // kernel closes its descriptors). The worker has PR_SET_PDEATHSIG(SIGKILL)
 // towards the keeper. What escapes: a process that someone else (not the
-// job) reparents, and any descendant once the keeper itself is SIGKILLed.
+// job) reparents, and any descendant once the keeper itself is SIGKILLed;
+// where the host delegates cgroup v2, the worker's cgroup catches those too
+// (cgroup_containment.h).
 #pragma once
 
 #include <sys/types.h>
 
+#include "agent/cgroup_containment.h"
 #include "agent/process_launcher.h"
 
 namespace cohort::agent {
 
 // What the keeper writes on the report pipe, one record per write (atomic).
 struct KeeperRecord {
-  enum Kind : int { kWorkerPid = 0, kChdirFailed = 1, kExecFailed = 2, kForkFailed = 3, kExited = 4 };
+  enum Kind : int { kWorkerPid = 0, kChdirFailed = 1, kExecFailed = 2, kForkFailed = 3, kExited = 4, kCgroupFailed = 5 };
   int kind;
   int value;  // the worker's pid, errno, or the wait status for kExited
 };
@@ -40,8 +43,10 @@ struct StartedProcess {
 
 // Forks the keeper, which forks and execs `options.argv` in a new process
 // group with PDEATHSIG SIGKILL, default signal dispositions and mask, stdin
-// from /dev/null. Returns once exec has succeeded; a failed exec (or chdir)
-// comes back as an error naming the program, its keeper already reaped.
-cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options);
+// from /dev/null, inside `cgroup` when given (the worker moves itself there
+// before exec). Returns once exec has succeeded; a failed exec (or chdir, or
+// cgroup move) comes back as an error naming the program, its keeper
+// already reaped.
+cohort::Result<StartedProcess> fork_exec_worker(const SpawnOptions& options, const WorkerCgroup* cgroup);
 
 }  // namespace cohort::agent

@@ -3,7 +3,9 @@
 // keepers.
 //
 // The keeper holds the worker's tree; the launcher holds the keeper's
-// lifeline, which dies with the agent whatever kills it.
+// lifeline, which dies with the agent whatever kills it. Under cgroup
+// containment the worker's cgroup is killed whenever the keeper is released
+// (and removed once empty), so what the keeper missed goes too.
 // Exits are noticed through pidfds (poll-able, no SIGCHLD handler to fight
 // over with the rest of the daemon), or by polling waitpid every 20 ms where
 // pidfd_open is not available.
@@ -24,6 +26,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent/cgroup_containment.h"
 #include "agent/posix_fork_exec.h"
 #include "agent/process_launcher.h"
 
@@ -32,6 +35,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kWaitpidPollInterval = std::chrono::milliseconds(20);
+// How long an emptied worker's cgroup may take to lose its last process
+// before the launcher stops trying to remove it (the instance's clean-up at
+// shutdown, or the next agent's, still does).
+constexpr auto kCgroupRemovalPatience = std::chrono::seconds(10);
 
 class EventLoop;
 
@@ -39,9 +46,11 @@ class EventLoop;
 // rest is guarded by mutex_.
 class PosixProcess final : public ProcessHandle {
  public:
-  PosixProcess(std::shared_ptr<EventLoop> loop, const StartedProcess& started, SpawnOptions options)
+  PosixProcess(std::shared_ptr<EventLoop> loop, const StartedProcess& started, SpawnOptions options,
+               const CgroupContainment* containment, std::string cgroup)
       : loop_(std::move(loop)), pid_(started.pid), keeper_(started.keeper),
-        report_fd_(started.report_fd), lifeline_fd_(started.lifeline_fd), options_(std::move(options)) {
+        report_fd_(started.report_fd), lifeline_fd_(started.lifeline_fd), options_(std::move(options)),
+        containment_(containment), cgroup_(std::move(cgroup)) {
     streams_[0] = {started.stdout_fd, OutputStream::kStdout, {}};
     streams_[1] = {started.stderr_fd, OutputStream::kStderr, {}};
     // Through syscall(): glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++.
@@ -96,8 +105,15 @@ class PosixProcess final : public ProcessHandle {
   void read_reports();
   // Delivers the worker's exit (once): its last output, then on_exit.
   void finish(const ExitStatus& status, bool call_back);
-  // The keeper kills what is left of the tree and exits.
-  void release_keeper() { close_fd(lifeline_fd_); }
+  // The keeper kills what is left of the tree and exits; the cgroup, if
+  // any, is killed whole.
+  void release_keeper() {
+    close_fd(lifeline_fd_);
+    if (containment_ && !cgroup_removed_) (void)containment_->kill(cgroup_);
+  }
+  // Event thread: removes the emptied cgroup; true once it is gone (or
+  // there is none, or removing it was given up).
+  bool cgroup_gone(Clock::time_point now);
 
   std::shared_ptr<EventLoop> loop_;
   const pid_t pid_;     // the worker, also its process group id
@@ -107,6 +123,10 @@ class PosixProcess final : public ProcessHandle {
   SpawnOptions options_;
   Stream streams_[2];
   int pidfd_ = -1;
+  const CgroupContainment* containment_;  // null: no cgroup; owned by the loop
+  const std::string cgroup_;
+  bool cgroup_removed_ = false;              // event thread only
+  std::optional<Clock::time_point> removal_since_;  // event thread only
   bool reaped_ = false;          // event thread only: the keeper is reaped
   bool exit_delivered_ = false;  // event thread only
 
@@ -119,7 +139,8 @@ class PosixProcess final : public ProcessHandle {
 
 class EventLoop : public std::enable_shared_from_this<EventLoop> {
  public:
-  EventLoop() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  explicit EventLoop(std::unique_ptr<CgroupContainment> containment)
+      : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), containment_(std::move(containment)) {}
   ~EventLoop() { close(wake_fd_); }
 
   void start() {
@@ -156,6 +177,7 @@ class EventLoop : public std::enable_shared_from_this<EventLoop> {
 
   const int wake_fd_;
   std::thread thread_;
+  std::unique_ptr<CgroupContainment> containment_;      // event thread only; null: subreaper only
   std::list<std::shared_ptr<PosixProcess>> processes_;  // event thread only
 
   std::mutex mutex_;
@@ -267,6 +289,23 @@ void PosixProcess::finish(const ExitStatus& status, bool call_back) {
   exited_cv_.notify_all();
 }
 
+bool PosixProcess::cgroup_gone(Clock::time_point now) {
+  if (!containment_ || cgroup_removed_) return true;
+  if (containment_->remove(cgroup_)) {
+    cgroup_removed_ = true;
+    removal_since_.reset();
+    return true;
+  }
+  // Killed processes take a moment to leave; anything new is killed again.
+  (void)containment_->kill(cgroup_);
+  if (!removal_since_) removal_since_ = now;
+  if (now - *removal_since_ < kCgroupRemovalPatience) return false;
+  spdlog::warn("worker {}: its cgroup {} still has processes; leaving it to the launcher's clean-up", pid_, cgroup_);
+  cgroup_removed_ = true;
+  removal_since_.reset();
+  return true;
+}
+
 cohort::Result<std::shared_ptr<ProcessHandle>> EventLoop::spawn(SpawnOptions options) {
   if (std::this_thread::get_id() == thread_.get_id()) return spawn_here(std::move(options));
   std::future<cohort::Result<std::shared_ptr<ProcessHandle>>> result;
@@ -281,8 +320,22 @@ cohort::Result<std::shared_ptr<ProcessHandle>> EventLoop::spawn(SpawnOptions opt
 }
 
 cohort::Result<std::shared_ptr<ProcessHandle>> EventLoop::spawn_here(SpawnOptions options) {
-  COHORT_ASSIGN_OR_RETURN(StartedProcess started, fork_exec_worker(options));
-  auto process = std::make_shared<PosixProcess>(shared_from_this(), started, std::move(options));
+  std::optional<WorkerCgroup> cgroup;
+  if (containment_) {
+    auto created = containment_->create(options.group, options.name);
+    if (!created) {
+      return created.status().with_context("cannot run '" + (options.argv.empty() ? "" : options.argv[0]) + "'");
+    }
+    cgroup = *created;
+  }
+  auto started = fork_exec_worker(options, cgroup ? &*cgroup : nullptr);
+  if (cgroup) {
+    ::close(cgroup->procs_fd);
+    if (!started) (void)containment_->remove(cgroup->path);
+  }
+  if (!started) return started.status();
+  auto process = std::make_shared<PosixProcess>(shared_from_this(), *started, std::move(options),
+                                                containment_.get(), cgroup ? cgroup->path : "");
   processes_.push_back(process);
   return std::shared_ptr<ProcessHandle>(process);
 }
@@ -293,7 +346,7 @@ int EventLoop::poll_timeout_ms(Clock::time_point now) const {
     if (!wait || d < *wait) wait = std::max(d, Clock::duration::zero());
   };
   for (const auto& p : processes_) {
-    if (!p->reaped_ && p->pidfd_ < 0) consider(kWaitpidPollInterval);
+    if ((!p->reaped_ && p->pidfd_ < 0) || p->removal_since_) consider(kWaitpidPollInterval);
     std::lock_guard lock(p->mutex_);
     if (p->kill_at_) consider(*p->kill_at_ - now);
   }
@@ -364,6 +417,7 @@ void EventLoop::run() {
         done = done && !p.kill_at_;
         if (done) p.group_gone_ = true;  // untracked from here: never signal that id again
       }
+      done = done && p.cgroup_gone(now);
       it = done ? processes_.erase(it) : std::next(it);
     }
   }
@@ -388,11 +442,15 @@ void EventLoop::kill_everything() {
     p->kill_at_.reset();
   }
   processes_.clear();
+  containment_.reset();  // kills and removes every cgroup of this launcher
 }
 
 class PosixLauncher final : public ProcessLauncher {
  public:
-  PosixLauncher() : loop_(std::make_shared<EventLoop>()) { loop_->start(); }
+  explicit PosixLauncher(std::unique_ptr<CgroupContainment> containment)
+      : loop_(std::make_shared<EventLoop>(std::move(containment))) {
+    loop_->start();
+  }
   ~PosixLauncher() override { loop_->shutdown(); }
   cohort::Result<std::shared_ptr<ProcessHandle>> spawn(SpawnOptions options) override {
     return loop_->spawn(std::move(options));
@@ -404,8 +462,40 @@ class PosixLauncher final : public ProcessLauncher {
 
 }  // namespace
 
+const char* to_string(Containment containment) {
+  switch (containment) {
+    case Containment::kAuto: return "auto";
+    case Containment::kCgroup: return "cgroup";
+    case Containment::kSubreaper: return "subreaper";
+  }
+  return "?";
+}
+
+cohort::Result<Containment> parse_containment(const std::string& text) {
+  for (Containment c : {Containment::kAuto, Containment::kCgroup, Containment::kSubreaper}) {
+    if (text == to_string(c)) return c;
+  }
+  return invalid_argument("containment '" + text + "': give auto, cgroup or subreaper");
+}
+
+cohort::Result<std::unique_ptr<ProcessLauncher>> make_posix_launcher(const LauncherOptions& options) {
+  std::unique_ptr<CgroupContainment> containment;
+  if (options.containment != Containment::kSubreaper) {
+    auto opened = CgroupContainment::open({options.cgroup_parent, options.owner, options.use_kill_file});
+    if (opened) {
+      containment = std::move(*opened);
+      spdlog::info("workers are contained in cgroups under {}", containment->dir());
+    } else if (options.containment == Containment::kCgroup) {
+      return opened.status().with_context("cgroup containment");
+    } else {
+      spdlog::info("workers are contained by a child subreaper only; no cgroup: {}", opened.status().message());
+    }
+  }
+  return std::unique_ptr<ProcessLauncher>(std::make_unique<PosixLauncher>(std::move(containment)));
+}
+
 std::unique_ptr<ProcessLauncher> make_posix_launcher() {
-  return std::make_unique<PosixLauncher>();
+  return std::make_unique<PosixLauncher>(nullptr);
 }
 
 }  // namespace cohort::agent

@@ -3,7 +3,8 @@
 //
 // Descriptors, fixed so both sides know them: 0-2 the worker's stdio,
 // 3 the lifeline (read end), 4 the report pipe (write end), 5 the exec pipe
-// (write end, handed to the worker; it closes at a successful exec).
+// (write end, handed to the worker; it closes at a successful exec), 6 the
+// worker's cgroup.procs where it has a cgroup (cgroup_containment.h).
 #include "agent/process_keeper.h"
 
 #include <fcntl.h>
@@ -26,6 +27,7 @@ namespace {
 constexpr int kLifelineFd = 3;
 constexpr int kReportFd = 4;
 constexpr int kExecFd = 5;
+constexpr int kCgroupFd = 6;
 
 void put(int fd, int kind, int value) {
   KeeperRecord r{kind, value};
@@ -116,6 +118,16 @@ void kill_tree(pid_t worker, bool* worker_done, int* worker_status) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != keeper) _exit(127);  // the keeper died before prctl took effect
+  // Into its cgroup before anything else, so all it starts is in there too.
+  // The keeper stays outside: it reports the exit even when the cgroup is
+  // killed.
+  if (a.cgroup_fd >= 0) {
+    if (write(kCgroupFd, "0", 1) != 1) {
+      put(kExecFd, KeeperRecord::kCgroupFailed, errno);
+      _exit(127);
+    }
+    close(kCgroupFd);
+  }
   // exec keeps the signal mask and ignored signals; the agent's and the
   // keeper's must not leak into workers.
   sigset_t none;
@@ -138,14 +150,20 @@ void kill_tree(pid_t worker, bool* worker_done, int* worker_status) {
   _exit(127);
 }
 
-// Puts the six descriptors at 0..5 and closes everything else: other
-// workers' lifelines inherited through fork would keep them open forever.
+// Puts the descriptors at 0..6 and closes everything else: other workers'
+// lifelines inherited through fork would keep them open forever.
 void arrange_descriptors(const KeeperArgs& a) {
-  int from[6] = {a.stdin_fd, a.stdout_fd, a.stderr_fd, a.lifeline_fd, a.report_fd, a.exec_fd};
-  int high[6];
-  for (int i = 0; i < 6; ++i) high[i] = fcntl(from[i], F_DUPFD, 16);
-  for (int i = 0; i < 6; ++i) dup2(high[i], i);
-  close_range(6, ~0u, 0);
+  int from[7] = {a.stdin_fd, a.stdout_fd, a.stderr_fd, a.lifeline_fd, a.report_fd, a.exec_fd, a.cgroup_fd};
+  int high[7];
+  for (int i = 0; i < 7; ++i) high[i] = from[i] >= 0 ? fcntl(from[i], F_DUPFD, 16) : -1;
+  for (int i = 0; i < 7; ++i) {
+    if (high[i] >= 0) {
+      dup2(high[i], i);
+    } else {
+      close(i);
+    }
+  }
+  close_range(7, ~0u, 0);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ struct KeeperArgs {
   int report_fd;    // write end: KeeperRecords
   int lifeline_fd;  // read end: POLLHUP once the agent closes (or loses) its end
   int exec_fd;      // write end, for the worker: closes at exec, or carries why exec failed
+  int cgroup_fd;    // the worker's cgroup.procs, written by the worker before exec; -1: none
 };
 
 // Forks the worker, reports its pid and exit, kills the tree when the

@@ -55,6 +55,10 @@ struct SpawnOptions {
   // Called exactly once, after every line the process itself wrote has been
   // delivered. (Children it left running in the group may deliver more.)
   std::function<void(const ExitStatus&)> on_exit;
+  // Under cgroup containment the worker's cgroup is <instance>/<group>/<name>
+  // (the supervisor passes the attempt, "job-3-0", and "rank-1").
+  std::string group = "workers";
+  std::string name = "worker";
 };
 
 inline constexpr size_t kMaxLineBytes = 64 * 1024;
@@ -91,12 +95,35 @@ class ProcessLauncher {
   virtual cohort::Result<std::shared_ptr<ProcessHandle>> spawn(SpawnOptions options) = 0;
 };
 
+// How a launcher keeps a worker's processes from outliving it.
+//   kSubreaper: each worker under a keeper process that is its child
+//     subreaper and kills the whole tree, setsid'd processes included, when
+//     the worker ends or the agent dies (posix_fork_exec.h). What escapes:
+//     processes of a keeper that was itself SIGKILLed.
+//   kCgroup: that, and each worker in a cgroup v2 of its own, killed whole
+//     (cgroup_containment.h); what a dead agent left in its cgroups is killed
+//     when the next agent or `cohort run` on the host starts.
+//   kAuto: kCgroup where the host delegates a writable cgroup v2, else
+//     kSubreaper (the reason is logged).
+enum class Containment { kAuto, kCgroup, kSubreaper };
+const char* to_string(Containment containment);
+Result<Containment> parse_containment(const std::string& text);
+
+struct LauncherOptions {
+  Containment containment = Containment::kAuto;
+  std::string owner = "agent";  // names the instance's cgroup: cohort-<owner>-<pid>
+  std::string cgroup_parent;    // empty: the cgroup this process is in
+  bool use_kill_file = true;    // false: freeze and SIGKILL, as before Linux 5.14
+};
+
 // fork + exec on Linux. Workers get PR_SET_PDEATHSIG(SIGKILL), so they die
 // with the agent even on `kill -9`; fork happens on the launcher's own
 // long-lived thread because the kernel sends that signal when the *thread*
-// that forked exits. (Processes a worker starts itself do not inherit it; a
-// clean agent shutdown still reaches them by destroying the launcher, which
-// SIGKILLs every group it started and reaps the workers.)
+// that forked exits. Destroying the launcher SIGKILLs every worker's tree
+// (and cgroup) and reaps the workers.
+// kCgroup fails where cgroups cannot be used, saying why.
+Result<std::unique_ptr<ProcessLauncher>> make_posix_launcher(const LauncherOptions& options);
+// Child subreaper containment only (tests and tools).
 std::unique_ptr<ProcessLauncher> make_posix_launcher();
 
 }  // namespace cohort::agent

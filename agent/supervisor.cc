@@ -208,6 +208,8 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   spawn.argv = argv;
   spawn.env = build_worker_env(ctx);
   spawn.working_dir = order.job.working_dir;
+  spawn.group = order.job_id + "-" + std::to_string(order.attempt);
+  spawn.name = "rank-" + std::to_string(worker.rank);
   std::weak_ptr<bool> alive = alive_;
   auto logs = group.logs;
   int rank = worker.rank;

@@ -26,6 +26,7 @@ struct AgentArgs {
   int fake_gpus = 0;
   int cpu_slots = 0;
   std::vector<int> gpus;
+  std::string containment = "auto";
 };
 
 int run_agent(const AgentArgs& args) {
@@ -60,7 +61,17 @@ int run_agent(const AgentArgs& args) {
     options.prober = agent::make_system_prober();
   }
   if (!args.gpus.empty()) options.prober = agent::make_selected_prober(std::move(options.prober), args.gpus);
-  options.launcher = agent::make_posix_launcher();
+  agent::LauncherOptions lo;
+  lo.owner = args.name.empty() ? "agent" : args.name;
+  auto containment = agent::parse_containment(args.containment);
+  if (containment) lo.containment = *containment;
+  auto launcher = containment ? agent::make_posix_launcher(lo)
+                              : Result<std::unique_ptr<agent::ProcessLauncher>>(containment.status());
+  if (!launcher) {
+    spdlog::error("--containment: {}", launcher.status().message());
+    return kExitUsage;
+  }
+  options.launcher = std::move(*launcher);
   boost::asio::io_context io;
   auto agent = agent::Agent::start(io, options);
   if (!agent) {
@@ -113,6 +124,9 @@ Command add_agent_command(CLI::App& root) {
       ->delimiter(',')
       ->excludes(cpu);
   fake->excludes(cpu);
+  app->add_option("--containment", args->containment,
+                  "how workers are kept from outliving their job: auto (cgroup v2 where the host delegates "
+                  "it, else subreaper), cgroup (fail without it), subreaper");
   return {app, [args] { return run_agent(*args); }};
 }
 

@@ -27,6 +27,7 @@ struct RunArgs {
   std::string worker_binary;
   std::string http;
   std::string http_token;
+  std::string containment = "auto";
 };
 
 int run_run(const RunArgs& args) {
@@ -45,6 +46,12 @@ int run_run(const RunArgs& args) {
   options.worker_binary = args.worker_binary;
   options.http_listen = args.http;
   options.http_token = args.http_token;
+  auto containment = agent::parse_containment(args.containment);
+  if (!containment) {
+    std::fprintf(stderr, "cohort run: --containment: %s\n", containment.status().message().c_str());
+    return kExitUsage;
+  }
+  options.containment = *containment;
   if (options.http_token.empty()) {
     if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
   }
@@ -93,6 +100,8 @@ Command add_run_command(CLI::App& root) {
   auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "run on N CPU slots instead of GPUs");
   fake->excludes(cpu);
   app->add_option("--worker-binary", args->worker_binary, "cohort-worker (default: next to this program)");
+  app->add_option("--containment", args->containment,
+                  "auto (cgroup v2 where the host delegates it, else subreaper), cgroup, or subreaper");
   app->add_option("--http", args->http, "serve the web page (live plots, logs) and /metrics on HOST:PORT");
   app->add_option("--http-token", args->http_token,
                   "token that allows cancelling from the web page (default: $COHORT_HTTP_TOKEN)");

@@ -74,7 +74,10 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   ao.address = "127.0.0.1";
   ao.fence = false;  // coordinator and agent share one loop: never cut off
   ao.prober = prober;
-  ao.launcher = agent::make_posix_launcher();
+  agent::LauncherOptions lo;
+  lo.containment = options.containment;
+  lo.owner = "run";
+  COHORT_ASSIGN_OR_RETURN(ao.launcher, agent::make_posix_launcher(lo));
   ao.worker_binary = options.worker_binary;
   COHORT_ASSIGN_OR_RETURN(agent, agent::Agent::start(io, ao));
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "agent/process_launcher.h"
 #include "base/status.h"
 #include "protocol/messages.h"
 
@@ -24,6 +25,7 @@ struct EmbeddedRunOptions {
   std::function<void()> on_poll;                           // e.g. a progress line
   std::string http_listen;  // "HOST:PORT": serve the web page and /metrics there; empty: none
   std::string http_token;   // empty: the web page is read-only
+  agent::Containment containment = agent::Containment::kAuto;  // of the workers (process_launcher.h)
 };
 
 // Runs the job to its end, streaming rank-prefixed log lines to stdout.

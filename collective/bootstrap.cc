@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "base/env_knobs.h"
+#include "base/host_address.h"
 #include "collective/gloo/gloo_communicator.h"
 #include "collective/mpi/mpi_communicator.h"
 #include "collective/slurm_launch.h"
@@ -37,10 +38,6 @@ Result<int> env_int(const char* name, int fallback, bool required) {
   return parse_int(name, v);
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 GlooOptions gloo_options(const std::string& store_host, Milliseconds timeout) {
   GlooOptions o;
   o.timeout = timeout;
@@ -48,7 +45,7 @@ GlooOptions gloo_options(const std::string& store_host, Milliseconds timeout) {
     o.iface = iface;
   } else if (const char* host = read_env_knob(EnvKnob::kGlooHostname)) {
     o.hostname = host;
-  } else if (is_loopback(store_host)) {
+  } else if (is_loopback_host(store_host)) {
     o.hostname = "127.0.0.1";
   } else {
     char name[256] = {};

@@ -3,10 +3,12 @@
 // are in coordinator.cc; job lifecycle decisions in job_lifecycle.cc.
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "coordinator/admission.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/dashboard_html.h"
 #include "protocol/input_log.h"
 #include "protocol/limits.h"
 
@@ -104,7 +106,7 @@ void CoordinatorImpl::on_job_query(const std::string& peer, const Envelope& e) {
   JobList list;
   if (!m.job_id.empty()) {
     Job* job = find_job(m.job_id);
-    if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
+    if (!job) return reply_error(peer, e.id, missing_job(m.job_id));
     list.jobs.push_back(job->info());
     add_usage(*job, unix_ms_now(), &list.jobs.back());
     list.total = 1;
@@ -174,7 +176,7 @@ void CoordinatorImpl::on_node_query(const std::string& peer, const Envelope& e) 
 
 Status CoordinatorImpl::cancel_job(const std::string& id_or_name, std::string* text) {
   Job* job = find_job(id_or_name);
-  if (!job) return not_found("no job '" + shorten(id_or_name, 64) + "'");
+  if (!job) return missing_job(id_or_name);
   if (is_terminal(job->state)) {
     *text = "job " + job->id + " already " + to_string(job->state);
     return Status::ok();
@@ -203,7 +205,7 @@ void CoordinatorImpl::on_cancel(const std::string& peer, const Envelope& e) {
 void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(LogQuery, m);
   Job* job = find_job(m.job_id);
-  if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
+  if (!job) return reply_error(peer, e.id, missing_job(m.job_id));
   LogQuery query = m;
   query.job_id = job->id;
   LogReply out;
@@ -216,7 +218,18 @@ void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {
 void CoordinatorImpl::on_remove_job(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(RemoveJob, m);
   Job* job = find_job(m.job_id);
-  if (!job) return reply_error(peer, e.id, not_found("no job '" + shorten(m.job_id, 64) + "'"));
+  if (!job) {
+    // A retired job is only in the database (and retired_): remove it there.
+    auto it = std::find_if(retired_.begin(), retired_.end(), [&](const RetiredJob& r) { return r.id == m.job_id; });
+    if (it == retired_.end()) return reply_error(peer, e.id, missing_job(m.job_id));
+    if (db_) {
+      if (auto s = db_->remove_job(it->id); !s) return reply_error(peer, e.id, s);
+    }
+    std::string id = it->id;
+    retired_.erase(it);
+    spdlog::info("job {} removed (it had been retired from memory)", id);
+    return reply(peer, e.id, Ack{"removed " + id});
+  }
   if (!is_terminal(job->state)) {
     return reply_error(peer, e.id, failed_precondition("job " + job->id + " is " + to_string(job->state) +
                                                            "; cancel it first (`cohort cancel " + job->id + "`)"));
@@ -266,10 +279,32 @@ void CoordinatorImpl::retire_finished_jobs() {
     if (i >= options_.max_finished_jobs || old) retire.push_back(finished[i]->id);
   }
   for (const auto& id : retire) {
+    const Job& job = jobs_.at(id);
+    retired_.push_back({job.id, job.control.name, to_string(job.state), job.ended_ms, now});
+    if (retired_.size() > kMaxRetiredJobs) retired_.pop_front();
     logs_.forget(id);
     jobs_.erase(id);
   }
   if (!retire.empty()) spdlog::debug("{} finished job(s) left memory (kept in the state database)", retire.size());
+}
+
+Status CoordinatorImpl::missing_job(const std::string& id_or_name) const {
+  // By id, else the newest of that name, as find_job does.
+  const RetiredJob* found = nullptr;
+  for (auto it = retired_.rbegin(); it != retired_.rend() && !found; ++it) {
+    if (it->id == id_or_name) found = &*it;
+  }
+  for (auto it = retired_.rbegin(); it != retired_.rend() && !found; ++it) {
+    if (it->name == id_or_name) found = &*it;
+  }
+  if (!found) return not_found("no job '" + shorten(id_or_name, 64) + "'");
+  std::string ended = found->ended_ms > 0 ? " at " + html::clock(found->ended_ms) + " UTC" : "";
+  return not_found(fmt::format(
+      "job {} ({}) finished ({}{}) and was retired from the coordinator's memory at {} UTC: finished jobs "
+      "stay {} and at most {} of them. Its logs are gone{}",
+      found->id, shorten(found->name, 64), found->state, ended, html::clock(found->retired_ms),
+      html::duration(options_.finished_retention.count()), options_.max_finished_jobs,
+      db_ ? "; its record is in the state database (`cohort jobs rm " + found->id + "` deletes it)" : ""));
 }
 
 }  // namespace cohort::coordinator

@@ -3,6 +3,7 @@
 // failures, restarts, recovery).
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 
@@ -71,8 +72,12 @@ class CoordinatorImpl final : public Coordinator {
   void on_remove_node(const std::string& peer, const protocol::Envelope& e);
   // The node whose agent registered from `peer` and is alive; null otherwise.
   const Node* node_of_peer(const std::string& peer) const;
-  // Finished jobs beyond the retention leave memory (they stay in SQLite).
+  // Finished jobs beyond the retention leave memory (they stay in SQLite);
+  // what became of them is kept in retired_.
   void retire_finished_jobs();
+  // The not-found answer for a job that is not in memory: for a retired one
+  // it says how it ended and when it was retired.
+  Status missing_job(const std::string& id_or_name) const;
   static std::string new_store_token();
   void arm_tick();
   void tick();
@@ -119,6 +124,14 @@ class CoordinatorImpl final : public Coordinator {
   LogBuffer logs_;
   std::unique_ptr<StateDb> db_;
   std::map<std::string, Job> jobs_;
+  // The newest kMaxRetiredJobs jobs retired from memory, oldest first
+  // (about 100 bytes each).
+  struct RetiredJob {
+    std::string id, name, state;
+    int64_t ended_ms = 0, retired_ms = 0;
+  };
+  static constexpr size_t kMaxRetiredJobs = 10000;
+  std::deque<RetiredJob> retired_;
   // Each node's newest GPU figures (GpuReport), at most one per GPU it has.
   std::map<std::string, std::vector<protocol::GpuSample>> gpu_samples_;
   uint64_t next_seq_ = 1;

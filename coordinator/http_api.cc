@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/host_address.h"
 #include "coordinator/dashboard_page.h"
 #include "coordinator/job_record.h"
 #include "coordinator/prometheus_text.h"
@@ -161,7 +162,7 @@ class Server final : public HttpApi {
     if (ec) return invalid_argument("--http: bad address in '" + listen + "': " + ec.message());
     // Anyone who can reach the page sees every job's logs; off loopback the
     // operator must have chosen a token (DESIGN §4).
-    if (!address.is_loopback() && token_.empty()) {
+    if (!is_loopback_host(listen.substr(0, colon)) && token_.empty()) {
       return invalid_argument("--http " + listen + " is not a loopback address: give --http-token (or "
                               "COHORT_HTTP_TOKEN) to serve the web page there");
     }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "base/host_address.h"
 #include "jobs/load_context.h"
 
 namespace cohort::jobs {
@@ -188,10 +189,14 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
     ctx.error_at("serve.tensor_parallel",
                  "serve.tensor_parallel: " + std::to_string(s.tensor_parallel) + " must equal the job's " +
                      std::to_string(world) + " ranks (one server replica; run more jobs for more replicas)");
-  const bool loopback = s.host == "127.0.0.1" || s.host == "::1" || s.host == "localhost" ||
-                        s.host.rfind("127.", 0) == 0;
-  if (!loopback && s.api_key.empty())
-    ctx.error_at(ctx.given("serve.host") ? "serve.host" : "serve",
+  const HostKind host = classify_host(s.host);
+  const std::string host_field = ctx.given("serve.host") ? "serve.host" : "serve";
+  if (host == HostKind::kName)
+    ctx.error_at(host_field, "serve.host: \"" + s.host + "\" is not an IP address; the server binds an address: "
+                 "127.0.0.1 (or localhost) for this node only, 0.0.0.0 or one of the node's own addresses "
+                 "for others (with serve.api_key)");
+  if (host == HostKind::kOtherAddress && s.api_key.empty())
+    ctx.error_at(host_field,
                  "serve.host: \"" + s.host + "\" is not a loopback address, so serve.api_key is required "
                  "(anyone who reaches the port could use the model)");
   if (spec.model.max_seq > 0 && s.context > spec.model.max_seq)

@@ -1,8 +1,6 @@
 // CURVE key generation and loading, and the loopback rule.
 #include "protocol/security.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -10,6 +8,8 @@
 #include <sstream>
 
 #include <zmq.h>
+
+#include "base/host_address.h"
 
 namespace cohort::protocol {
 namespace {
@@ -187,18 +187,9 @@ bool is_loopback_endpoint(const std::string& endpoint) {
   std::string rest = endpoint.substr(6);
   auto colon = rest.rfind(':');
   if (colon == std::string::npos) return false;
-  std::string host = rest.substr(0, colon);
-  // The address is parsed, not matched by prefix: "127.invalid" is no
-  // loopback address and must meet the key rule, not a bind error later.
-  if (host == "localhost") return true;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    in6_addr a6{};
-    return ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) == 1 &&
-           IN6_IS_ADDR_LOOPBACK(&a6);
-  }
-  in_addr a4{};
-  if (::inet_pton(AF_INET, host.c_str(), &a4) != 1) return false;
-  return (ntohl(a4.s_addr) >> 24) == 127;
+  std::string_view host(rest.data(), colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return is_loopback_host(host);
 }
 
 Status check_bind_allowed(const std::string& endpoint, const Security& security, bool insecure) {

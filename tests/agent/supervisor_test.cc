@@ -82,6 +82,8 @@ TEST_F(SupervisorTest, EachLocalRankGetsItsRankGpuAndTheJobsEnvironment) {
     auto r = launcher_.record(i);
     EXPECT_EQ(r.options.argv, (std::vector<std::string>{"python3", "train.py"}));
     EXPECT_EQ(r.options.working_dir, dir_);
+    EXPECT_EQ(r.options.group, "job-1-0") << "the attempt's cgroup, under cgroup containment";
+    EXPECT_EQ(r.options.name, "rank-" + std::to_string(2 + i));
     auto& env = r.options.env;
     EXPECT_EQ(env["RANK"], std::to_string(2 + i));
     EXPECT_EQ(env["LOCAL_RANK"], std::to_string(i));

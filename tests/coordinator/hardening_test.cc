@@ -2,6 +2,9 @@
 // hijack, forged exits and log lines, the store without its token, fields
 // without byte caps, unpaged lists, no way to forget jobs and nodes, and
 // finished jobs kept forever.
+#include <cstdlib>
+#include <filesystem>
+
 #include "fake_agent.h"
 
 namespace cohort::coordinator::testing {
@@ -210,6 +213,48 @@ TEST_F(CoordinatorTest, FinishedJobsLeaveMemoryBeyondTheRetention) {
   }));
   auto all = client_->request<protocol::JobList>(protocol::JobQuery{}, 5s);
   EXPECT_EQ(all->jobs.front().id, ids[3]);
+  // `cohort status` of a retired job says what became of it, by id and by name.
+  for (const std::string& key : {ids[0], std::string("r1")}) {
+    auto gone = client_->request<protocol::JobList>(protocol::JobQuery{key, 0, {}}, 5s);
+    ASSERT_FALSE(gone);
+    EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
+    const std::string& text = gone.status().message();
+    EXPECT_NE(text.find("finished (cancelled at 20"), std::string::npos) << text;
+    EXPECT_NE(text.find("retired from the coordinator's memory at 20"), std::string::npos) << text;
+    EXPECT_NE(text.find("at most 3"), std::string::npos) << text;
+  }
+  auto logs = client_->request<protocol::LogReply>(protocol::LogQuery{ids[2]}, 5s);
+  ASSERT_FALSE(logs);
+  EXPECT_NE(logs.status().message().find("job " + ids[2] + " (r2) finished"), std::string::npos);
+  auto never = client_->request<protocol::JobList>(protocol::JobQuery{"job-999", 0, {}}, 5s);
+  EXPECT_EQ(never.status().message(), "no job 'job-999'");
+}
+
+TEST_F(CoordinatorTest, ARetiredJobCanBeRemovedFromTheDatabase) {
+  char dir[] = "/tmp/cohort-retired-XXXXXX";
+  ASSERT_TRUE(::mkdtemp(dir));
+  configure_ = [](CoordinatorOptions& o) { o.max_finished_jobs = 1; };
+  start(dir);
+  std::string old = submit(command_job("old", 1, 1));
+  EXPECT_TRUE(client_->request<protocol::Ack>(protocol::CancelJob{old}, 5s));
+  std::string newer = submit(command_job("newer", 1, 1));
+  EXPECT_TRUE(client_->request<protocol::Ack>(protocol::CancelJob{newer}, 5s));
+  clock_.advance(11s);
+  ASSERT_TRUE(wait_until([&] { return !client_->request<protocol::JobList>(protocol::JobQuery{old, 0, {}}, 5s); }));
+  auto status = client_->request<protocol::JobList>(protocol::JobQuery{old, 0, {}}, 5s);
+  EXPECT_NE(status.status().message().find("its record is in the state database"), std::string::npos)
+      << status.status().message();
+  auto removed = client_->request<protocol::Ack>(protocol::RemoveJob{old}, 5s);
+  ASSERT_TRUE(removed) << removed.status().message();
+  // Gone from the database too: after a restart nothing is retired again.
+  stop();
+  start(dir);
+  clock_.advance(11s);
+  auto again = client_->request<protocol::JobList>(protocol::JobQuery{old, 0, {}}, 5s);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.status().message(), "no job '" + old + "'");
+  EXPECT_EQ(job(newer).id, newer);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

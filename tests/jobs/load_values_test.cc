@@ -107,6 +107,25 @@ TEST(JobFileValues, ServeKeysLoadWithDefaultsAndRoundTrip) {
   EXPECT_EQ(again.spec.serve.max_running, 4);
 }
 
+TEST(JobFileValues, TheServeHostIsParsedAsAnAddressNotMatchedByPrefix) {
+  auto serve = [](const std::string& host) {
+    return testing::load("[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n[serve]\nhost = \"" +
+                         host + "\"\n");
+  };
+  for (const char* loopback : {"127.0.0.1", "127.3.2.1", "::1", "localhost", "::ffff:127.0.0.1"}) {
+    auto r = serve(loopback);
+    EXPECT_TRUE(r.ok()) << loopback << ": " << r.error_text();
+  }
+  // Names are refused before any bind: the server binds addresses only.
+  for (const char* name : {"127.invalid", "127.0.0.1.example.com", "[::1]", "node-1"}) {
+    auto r = serve(name);
+    EXPECT_FALSE(r.ok()) << name;
+    testing::error_with(r, "is not an IP address");
+  }
+  testing::error_with(serve("10.0.0.5"), "serve.api_key is required");
+  testing::error_with(serve("::"), "serve.api_key is required");
+}
+
 TEST(JobFileValues, AServerOffLoopbackNeedsAnApiKey) {
   const std::string job = "[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n[serve]\nhost = \"0.0.0.0\"\n";
   auto r = testing::load(job);
