@@ -125,10 +125,13 @@ Result<Decoder> one_decoder(const json& j) {
     const std::string replacement = j.value("replacement", "\xe2\x96\x81");
     std::string scheme = j.value("prepend_scheme", "");
     if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
+    // As HF's decode_chain: the replacement becomes a space, except that in
+    // the first token (unless the scheme is "never") every replacement is
+    // dropped, not only a leading one: with split = false one token can
+    // span several words, and HF then joins them.
     return Decoder([=](Tokens& t) {
       for (size_t i = 0; i < t.size(); ++i) {
-        t[i] = replace_all(t[i], replacement, " ");
-        if (i == 0 && scheme != "never" && !t[i].empty() && t[i][0] == ' ') t[i].erase(0, 1);
+        t[i] = replace_all(t[i], replacement, i == 0 && scheme != "never" ? "" : " ");
       }
     });
   }

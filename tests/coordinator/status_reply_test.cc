@@ -72,11 +72,13 @@ TEST_F(StatusReplyTest, ACommandJobReportsNoProgress) {
 
 TEST_F(StatusReplyTest, ElapsedTimeAndGpuHoursCoverEveryAttemptAndStopAtTheEnd) {
   start();
-  FakeAgent a(endpoint_, "node-a", 2);
   auto control = command_job("usage", 1, 2);
   control.max_restarts = 1;
+  // Submitted before any node exists, so it waits and nothing has run yet
+  // (with a node registered it would be placed, and start, at once).
   const std::string id = submit(control);
   EXPECT_EQ(job(id).elapsed_ms, 0) << "nothing ran yet";
+  FakeAgent a(endpoint_, "node-a", 2);
   auto first = a.next_as<protocol::LaunchOrder>();
   ASSERT_TRUE(first);
   std::this_thread::sleep_for(150ms);

@@ -148,6 +148,28 @@ TEST(BpeTokenizer, MetaspaceWithByteFallback) {
   EXPECT_EQ(t->decode(t->encode("hi \xc3\xa9")), "hi \xc3\xa9");
 }
 
+// HF's Metaspace decoder drops every replacement character of the first
+// token, not only a leading one: with split = false a token can span words
+// ("▁hi▁h"), and HF decodes it as "hih". Later tokens get spaces.
+TEST(BpeTokenizer, MetaspaceDecoderDropsEveryReplacementOfTheFirstTokenAsHfDoes) {
+  const std::string m = "\xe2\x96\x81";
+  nlohmann::json vocab = {{"<unk>", 0}, {m, 1}, {"h", 2}, {"i", 3}, {m + "h", 4}, {m + "hi", 5},
+                          {m + "hi" + m, 6}, {m + "hi" + m + "h", 7}};
+  nlohmann::json j;
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab},
+                {"merges", {m + " h", m + "h i", m + "hi " + m, m + "hi" + m + " h"}},
+                {"unk_token", "<unk>"}};
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", false}};
+  auto t = std::move(BpeTokenizer::from_json(j.dump()).value());
+  EXPECT_EQ(t->encode("hi h hi"), (std::vector<int32_t>{7, 5}));
+  EXPECT_EQ(t->decode({7, 5}), "hih hi");
+  EXPECT_EQ(t->decode({5, 7}), "hi hi h");
+  j["decoder"]["prepend_scheme"] = "never";
+  auto never = std::move(BpeTokenizer::from_json(j.dump()).value());
+  EXPECT_EQ(never->decode({7, 5}), " hi h hi");
+}
+
 TEST(BpeTokenizer, RejectsMalformedJson) {
   EXPECT_FALSE(BpeTokenizer::from_json("{").is_ok());
   EXPECT_FALSE(BpeTokenizer::from_json(R"({"model":{"type":"Unigram"}})").is_ok());
