@@ -86,7 +86,7 @@ std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d
   return token_ids(p, "prompt", d.vocab_size, out);
 }
 
-std::optional<ApiError> chat_prompt(const json& body, models::Tokenizer* tokenizer,
+std::optional<ApiError> chat_prompt(const json& body, const ApiDefaults& d, models::Tokenizer* tokenizer,
                                     std::vector<int32_t>* out) {
   if (!body.contains("messages")) return bad("messages", "'messages' is required");
   const json& m = body["messages"];
@@ -119,7 +119,9 @@ std::optional<ApiError> chat_prompt(const json& body, models::Tokenizer* tokeniz
     }
     messages.push_back(std::move(msg));
   }
-  return text_prompt(render_chat_prompt(messages), "messages", tokenizer, out);
+  auto text = render_chat_prompt(messages, d.chat.get());
+  if (!text) return bad("messages", "the model's chat template refused the messages: " + text.status().message());
+  return text_prompt(*text, "messages", tokenizer, out);
 }
 
 std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab) {
@@ -157,7 +159,7 @@ std::optional<ApiError> parse_fields(const json& body, bool chat, const ApiDefau
     }
   }
   r->chat = chat;
-  auto e = chat ? chat_prompt(body, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
+  auto e = chat ? chat_prompt(body, d, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
   if (e) return e;
   if (r->prompt.empty()) return bad(chat ? "messages" : "prompt", "the prompt has no tokens");
   const int64_t room = int64_t(d.context) - int64_t(r->prompt.size());

@@ -11,12 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "infer/chat_prompt.h"
 #include "models/token_sampler.h"
 #include "models/tokenizer.h"
 
@@ -37,6 +39,7 @@ struct ApiDefaults {
   models::SamplingParams sampling;  // temperature, top_p, top_k, seed
   int context = 0;                  // positions per sequence
   int vocab_size = 0;
+  std::shared_ptr<const ChatFormat> chat;  // the model's chat template; null: ChatML
 };
 
 struct CompletionRequest {

@@ -76,6 +76,7 @@ struct ServeSetup {
   int context = 0;
   std::shared_ptr<models::Tokenizer> tokenizer;
   std::vector<int32_t> eos;
+  std::shared_ptr<const ChatFormat> chat;  // null: ChatML
 };
 
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
@@ -91,6 +92,9 @@ Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, s.config));
   s.tokenizer = std::move(tokenizer);
   s.eos = model_eos_tokens(spec.model);
+  if (!spec.model.hf_dir.empty()) {
+    COHORT_ASSIGN_OR_RETURN(s.chat, load_chat_format(spec.model.hf_dir));
+  }
   return s;
 }
 
@@ -192,6 +196,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                                                  static_cast<float>(serve.top_p), static_cast<uint64_t>(serve.seed)};
     o.defaults.context = setup.context;
     o.defaults.vocab_size = setup.config.vocab_size;
+    o.defaults.chat = setup.chat;
     o.tokenizer = setup.tokenizer;
     o.eos = setup.eos;
     COHORT_ASSIGN_OR_RETURN(http, ServeHttp::start(std::move(o), &queue, &metrics));

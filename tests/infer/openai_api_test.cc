@@ -93,11 +93,41 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
   EXPECT_EQ(model->code, "model_not_found");
 }
 
+// A model with its own template (Llama 3's shape) is prompted through it,
+// bos_token included; a template that raises refuses the request, naming
+// 'messages' and the template's message.
+TEST(OpenAiApi, ChatUsesTheModelsTemplateWhereItHasOne) {
+  auto parsed = models::ChatTemplate::parse(
+      "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
+      "{{ raise_exception('no system turns') }}{% endif %}"
+      "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>"
+      "{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}");
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
+  ApiDefaults d = defaults();
+  d.context = 512;  // the rendered prompt is ~110 byte tokens
+  d.chat = std::make_shared<const ChatFormat>(ChatFormat{std::move(*parsed), "<|begin_of_text|>", "<|eot_id|>"});
+  models::ByteTokenizer bytes;
+  CompletionRequest r;
+  ASSERT_FALSE(parse_completion_request(R"({"messages": [{"role": "user", "content": " hi "}], "max_tokens": 2})",
+                                        true, d, &bytes, &r));
+  const std::string want =
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(r.prompt, bytes.encode(want));
+  EXPECT_EQ(render_chat_prompt({{"user", " hi "}}, d.chat.get()).value(), want);
+  const auto refused = parse_completion_request(
+      R"({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})", true, d, &bytes, &r);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_EQ(refused->param, "messages");
+  EXPECT_NE(refused->message.find("no system turns"), std::string::npos) << refused->message;
+}
+
 TEST(OpenAiApi, ChatMessagesAreRenderedAndChecked) {
   CompletionRequest r;
   ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
                         "max_completion_tokens": 3, "logprobs": true})", true, &r));
-  const std::string want = render_chat_prompt({{"user", "hi"}});
+  const std::string want = render_chat_prompt({{"user", "hi"}}).value();
   EXPECT_EQ(want, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(r.prompt.size(), want.size());
   EXPECT_EQ(r.max_tokens, 3);
