@@ -53,7 +53,7 @@ class AgentImpl final : public Agent {
       gpus_.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_bytes});
       cpu = cpu && is_cpu_slot(g);
     }
-    SupervisorOptions so{options_.name, options_.worker_binary, cpu, "127.0.0.1"};
+    SupervisorOptions so{options_.name, options_.worker_binary, cpu, "127.0.0.1", options_.port_range};
     std::weak_ptr<bool> alive = alive_;
     auto forward = [this, alive](StoreRequest r, std::function<void(Result<StoreReply>)> done) {
       asio::post(io_, [this, alive, r = std::move(r), done = std::move(done)]() mutable {
@@ -63,7 +63,8 @@ class AgentImpl final : public Agent {
     };
     SupervisorSink sink{
         [this](const std::string& job, LogLine line) { queue_line(job, std::move(line)); },
-        [this](WorkerExit exit) { send_exit(std::move(exit)); }};
+        [this](WorkerExit exit) { send_exit(std::move(exit)); },
+        [this](WorkersStarted started) { send(encode(started)); }};
     supervisor_ = std::make_unique<Supervisor>(io_, *options_.launcher, clock_, so, forward, sink);
     auto context = options_.zmq_context ? options_.zmq_context : make_zmq_context();
     COHORT_ASSIGN_OR_RETURN(dealer_, DealerEndpoint::connect(io_, context, options_.coordinator,

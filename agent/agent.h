@@ -22,6 +22,7 @@
 #include "agent/process_launcher.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "jobs/spec.h"
 #include "protocol/security.h"
 
 namespace zmq {
@@ -39,6 +40,7 @@ struct AgentOptions {
   std::shared_ptr<ProcessLauncher> launcher;  // required
   const Clock* clock = nullptr;               // null: the system clock
   std::string worker_binary;                  // cohort-worker; empty: next to this program
+  jobs::PortRange port_range;                 // MASTER_PORT candidates; empty: the job's, else 29500-30499
   std::chrono::milliseconds heartbeat_interval{500};  // until the coordinator says otherwise
   std::chrono::milliseconds poll_interval{100};       // log flushing, hang checks
   std::shared_ptr<zmq::context_t> zmq_context;        // null: a new one

@@ -147,12 +147,22 @@ Status Supervisor::start_group(Group& group) {
   return Status::ok();
 }
 
+Status Supervisor::claim_master_port(Group& group) {
+  if (group.order.master_port != 0) return Status::ok();
+  COHORT_ASSIGN_OR_RETURN(jobs::PortRange range, effective_port_range(group.order.job.port_range, options_.port_range));
+  COHORT_ASSIGN_OR_RETURN(PortClaim claim, PortClaim::claim(range, random_));
+  group.order.master_port = claim.port();
+  group.port = std::move(claim);
+  return Status::ok();
+}
+
 void Supervisor::launch(const protocol::LaunchOrder& order) {
   Key key{order.job_id, order.attempt};
   if (groups_.count(key)) return;
   Group& group = groups_[key];
   group.order = order;
   Status started = start_group(group);
+  if (started) started = claim_master_port(group);
   auto argv = worker_argv(order);
   if (!started || !argv) {
     std::string why = !started ? started.message() : argv.status().message();
@@ -170,6 +180,9 @@ void Supervisor::launch(const protocol::LaunchOrder& order) {
                order.attempt, group.workers.front().rank, group.workers.back().rank,
                order.node_rank);
   for (auto& worker : group.workers) spawn_worker(key, group, worker, *argv);
+  if (group.port && sink_.started) {
+    sink_.started(protocol::WorkersStarted{order.job_id, order.attempt, options_.node, group.port->port()});
+  }
   drop_if_done(key);
 }
 

@@ -100,6 +100,7 @@ void CoordinatorImpl::dispatch(const std::string& peer, const Envelope& e) {
       {Heartbeat::kType, {&CoordinatorImpl::on_heartbeat, From::kAgent}},
       {WorkerExit::kType, {&CoordinatorImpl::on_worker_exit, From::kAgent}},
       {LogBatch::kType, {&CoordinatorImpl::on_log_batch, From::kAgent}},
+      {WorkersStarted::kType, {&CoordinatorImpl::on_workers_started, From::kAgent}},
       {MetricBatch::kType, {&CoordinatorImpl::on_metric_batch, From::kAgent}},
       {GpuReport::kType, {&CoordinatorImpl::on_gpu_report, From::kAgent}},
       {StoreRequest::kType, {&CoordinatorImpl::on_store, From::kAgent}},
@@ -269,6 +270,26 @@ void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
                    m->job_id + " from node " + n->name + ": not its ranks");
   }
   if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
+}
+
+void CoordinatorImpl::on_workers_started(const std::string& peer, const Envelope& e) {
+  auto m = body_as<WorkersStarted>(e);
+  if (!m) return (void)warn_bad_input(m.status().message());
+  auto it = jobs_.find(m->job_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  Attempt* a = job.current();
+  // Only the connection of rank 0's node picks the port, once per attempt.
+  const Node* sender = node_of_peer(peer);
+  if (!a || a->number != m->attempt || a->state != AttemptState::kRunning || a->master_port != 0 ||
+      !sender || sender->name != a->nodes.front() || sender->name != m->node) {
+    return;
+  }
+  if (m->master_port < 1 || m->master_port > 65535) {
+    return (void)warn_bad_input("workers_started for job " + m->job_id + " names port " +
+                                std::to_string(m->master_port));
+  }
+  release_held_nodes(job, m->master_port);
 }
 
 void CoordinatorImpl::on_metric_batch(const std::string& peer, const Envelope& e) {

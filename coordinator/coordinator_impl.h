@@ -57,6 +57,7 @@ class CoordinatorImpl final : public Coordinator {
   void on_heartbeat(const std::string& peer, const protocol::Envelope& e);
   void on_worker_exit(const std::string& peer, const protocol::Envelope& e);
   void on_log_batch(const std::string& peer, const protocol::Envelope& e);
+  void on_workers_started(const std::string& peer, const protocol::Envelope& e);
   void on_metric_batch(const std::string& peer, const protocol::Envelope& e);
   void on_gpu_report(const std::string& peer, const protocol::Envelope& e);
   void on_submit(const std::string& peer, const protocol::Envelope& e);
@@ -87,6 +88,11 @@ class CoordinatorImpl final : public Coordinator {
   // Every alive node's GPUs, as if no job ran.
   std::vector<NodeCapacity> empty_capacity() const;
   void start_attempt(Job& job, const std::vector<NodeAssignment>& placement);
+  // The launch order of the attempt's node `node_rank`; false when its agent
+  // cannot be reached.
+  bool send_launch(const Job& job, const Attempt& attempt, int node_rank);
+  // Rank 0's node picked MASTER_PORT: the held nodes get their orders.
+  void release_held_nodes(Job& job, int master_port);
   void begin_stop(Job& job, StopIntent intent, const std::string& reason);
   void rank_exited(Job& job, int rank, const protocol::WorkerExit& exit);
   void check_attempt_done(Job& job);
@@ -106,7 +112,6 @@ class CoordinatorImpl final : public Coordinator {
   Status save_job(const Job& job);
   void persist(const Job& job) { (void)save_job(job); }
   Status recover_from_db();
-  int pick_master_port(const Job& job, const std::string& master_node) const;
 
   boost::asio::io_context& io_;
   CoordinatorOptions options_;

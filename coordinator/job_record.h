@@ -42,6 +42,7 @@ const char* to_string(AttemptState state);
 bool is_terminal(JobState state);
 
 enum class RankState {
+  kHeld,       // its node's launch order waits for MASTER_PORT from rank 0's node
   kRunning,    // launched (or confirmed by its agent after a coordinator restart)
   kUnconfirmed,  // after a coordinator restart, until its agent reports it
   kExited,
@@ -62,7 +63,7 @@ struct Attempt {
   std::vector<std::string> nodes;               // node-rank order
   std::map<std::string, std::vector<int>> gpus;  // node → GPU indices
   int gpus_per_node = 1;
-  int master_port = 0;
+  int master_port = 0;  // 0 until rank 0's node has picked it (WorkersStarted)
   std::string store_token;  // COHORT_STORE_TOKEN of this attempt's workers
   bool counts_as_restart = true;
   int64_t started_ms = 0;

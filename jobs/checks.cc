@@ -199,6 +199,13 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
                                       " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
 }
 
+void check_ports(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.valid("job.port_range")) return;
+  PortRange range;
+  std::string why;
+  if (!parse_port_range(spec.job.port_range, &range, &why)) ctx.error_at("job.port_range", "job.port_range: " + why);
+}
+
 std::string absolute(const std::string& path, const std::string& base) {
   if (path.empty()) return path;
   std::filesystem::path p(path);
@@ -210,6 +217,7 @@ std::string absolute(const std::string& path, const std::string& base) {
 
 void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_required(spec, ctx);
+  check_ports(spec, ctx);
   check_mesh(spec, ctx);
   check_train(spec, ctx);
   check_infer(spec, ctx);

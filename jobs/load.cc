@@ -50,6 +50,7 @@ const std::map<std::string, Setter>& setters() {
       {"job.stop_grace", [](JobSpec& s, const Value& v) { s.job.stop_grace_s = as<double>(v); }},
       {"job.hang_timeout", [](JobSpec& s, const Value& v) { s.job.hang_timeout_s = as<double>(v); }},
       {"job.placement_timeout", [](JobSpec& s, const Value& v) { s.job.placement_timeout_s = as<double>(v); }},
+      {"job.port_range", [](JobSpec& s, const Value& v) { s.job.port_range = as<std::string>(v); }},
       {"job.env", [](JobSpec& s, const Value& v) { s.job.env = as<StringMap>(v); }},
       {"model.preset", [](JobSpec& s, const Value& v) { s.model.preset = as<std::string>(v); }},
       {"model.hf_dir", [](JobSpec& s, const Value& v) { s.model.hf_dir = as<std::string>(v); }},

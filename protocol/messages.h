@@ -43,6 +43,7 @@ struct JobControl {
   double stop_grace_s = 10.0;
   double hang_timeout_s = 0.0;
   double placement_timeout_s = 0.0;
+  std::string port_range;  // "LO-HI" for MASTER_PORT, or "" (the agent's range)
   std::map<std::string, std::string> env;
   std::vector<std::string> argv;  // command jobs
   std::string job_toml;           // the resolved job file, for cohort-worker
@@ -185,6 +186,17 @@ struct LogBatch {
   std::vector<LogLine> lines;  // seq unset
 };
 
+// The agent of node rank 0 has started its workers on `master_port`, the
+// free port it chose (a launch order with master_port 0 asks it to); the
+// coordinator then sends the other nodes their orders with that port.
+struct WorkersStarted {
+  static constexpr const char* kType = "workers_started";
+  std::string job_id;
+  int attempt = 0;
+  std::string node;
+  int master_port = 0;
+};
+
 // New rows of a training job's metrics.jsonl, from the agent of node rank 0.
 struct MetricBatch {
   static constexpr const char* kType = "metric_batch";
@@ -213,6 +225,8 @@ struct LaunchOrder {
   int world_size = 1;
   std::vector<int> gpu_indices;  // this node's GPUs for the job, local-rank order
   std::string master_addr;
+  // 0: this node runs rank 0 and picks a free port itself (reported in
+  // WorkersStarted); otherwise the port rank 0's node picked.
   int master_port = 0;
   JobControl job;
   // A secret of this attempt: workers get it as COHORT_STORE_TOKEN, the
