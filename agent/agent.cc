@@ -83,8 +83,19 @@ class AgentImpl final : public Agent {
   const std::string& name() const override { return options_.name; }
   size_t live_workers() const override { return supervisor_->live_workers(); }
 
+  // Leaving is a drain, not a failure: the coordinator hears it first (on
+  // the same connection, so before any of the exits it causes), stops the
+  // attempts running here and places nothing more on this node; launch
+  // orders that cross on the way are refused; once the workers are gone the
+  // node is reported as left.
   void shutdown(std::function<void()> done) override {
-    supervisor_->stop_all("the agent is shutting down");
+    if (!leaving_) {
+      leaving_ = true;
+      spdlog::info("agent {}: leaving the cluster: stopping {} worker(s), taking no new work",
+                   options_.name, supervisor_->live_workers());
+      send(encode(NodeLeaving{options_.name, "its agent is shutting down"}));
+      supervisor_->stop_all("the agent is shutting down");
+    }
     shutdown_done_ = std::move(done);
   }
 
@@ -118,6 +129,9 @@ class AgentImpl final : public Agent {
       report_gpus();
       expire_store_requests();
       if (shutdown_done_ && supervisor_->live_workers() == 0) {
+        flush_all_lines();
+        send(encode(NodeLeft{options_.name}));
+        spdlog::info("agent {}: every worker has stopped; left the cluster", options_.name);
         auto done = std::move(shutdown_done_);
         shutdown_done_ = nullptr;
         done();
@@ -133,6 +147,11 @@ class AgentImpl final : public Agent {
     if (e->type == LaunchOrder::kType) {
       auto m = body_as<LaunchOrder>(*e);
       if (!m) return spdlog::warn("agent: {}", m.status().message());
+      if (leaving_) {
+        spdlog::info("agent {}: not starting job {} attempt {}: the agent is leaving", options_.name, m->job_id,
+                     m->attempt);
+        return supervisor_->refuse(*m, "not started: the agent on " + options_.name + " is leaving the cluster");
+      }
       supervisor_->launch(*m);
       // Rank 0's node forwards the training figures (metrics_tail.h).
       if (m->job.kind == jobs::JobKind::kTrain && m->node_rank == 0 && supervisor_->runs(m->job_id, m->attempt)) {
@@ -277,6 +296,7 @@ class AgentImpl final : public Agent {
   Clock::TimePoint last_gpu_report_{};
   uint64_t next_store_id_ = 1;
   std::function<void()> shutdown_done_;
+  bool leaving_ = false;  // shutdown() was called: no new work
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -54,8 +54,11 @@ class Agent {
   virtual ~Agent() = default;
 
   virtual const std::string& name() const = 0;
-  // Stops every worker (SIGTERM, then SIGKILL after each job's stop_grace),
-  // reports their exits, then calls `done` on the loop.
+  // Leaves the cluster: tells the coordinator (which drains the node: the
+  // attempts here stop without counting as failures), refuses new launch
+  // orders, stops every worker (SIGTERM, then SIGKILL after each job's
+  // stop_grace), reports their exits and that the node has left, then calls
+  // `done` on the loop.
   virtual void shutdown(std::function<void()> done) = 0;
   virtual size_t live_workers() const = 0;
 };

@@ -78,6 +78,20 @@ void Supervisor::report_failure(const protocol::LaunchOrder& order, int rank,
   sink_.exit(std::move(exit));
 }
 
+void Supervisor::refuse(const protocol::LaunchOrder& order, const std::string& why) {
+  int per_node = std::clamp(order.job.gpus_per_node, 0, 1024);
+  for (int l = 0; l < per_node; ++l) {
+    protocol::WorkerExit exit;
+    exit.job_id = order.job_id;
+    exit.attempt = order.attempt;
+    exit.node = options_.node;
+    exit.rank = jobs::assign_rank(std::max(0, order.node_rank), l, per_node).rank;
+    exit.stopped = true;
+    exit.last_lines = {why};
+    sink_.exit(std::move(exit));
+  }
+}
+
 Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchOrder& order) const {
   const auto& job = order.job;
   if (job.kind == jobs::JobKind::kCommand) {

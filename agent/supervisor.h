@@ -72,6 +72,9 @@ class Supervisor {
   // Sink::started. Failures are reported as worker exits naming the cause,
   // never returned.
   void launch(const protocol::LaunchOrder& order);
+  // Starts nothing and reports each of the order's ranks as stopped, `why`
+  // as its last line (the agent is leaving).
+  void refuse(const protocol::LaunchOrder& order, const std::string& why);
   // Stops the workers of one attempt (attempt -1: every attempt of the job).
   void stop(const std::string& job_id, int attempt, const std::string& reason);
   void stop_all(const std::string& reason);

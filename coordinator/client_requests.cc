@@ -115,7 +115,7 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     info.address = n->address;
     info.state = to_string(n->state);
     info.gpus = n->gpus;
-    if (auto s = gpu_samples_.find(n->name); s != gpu_samples_.end() && n->state == NodeState::kAlive) {
+    if (auto s = gpu_samples_.find(n->name); s != gpu_samples_.end() && is_connected(n->state)) {
       info.gpu_samples = s->second;
     }
     for (const auto& c : free) {
@@ -123,12 +123,9 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     }
     info.heartbeat_age_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - n->last_heartbeat).count();
-    for (const auto& [id, job] : jobs_) {
-      if (!job.attempts.empty() && job.attempts.back().active() &&
-          job.attempts.back().gpus.count(n->name)) {
-        info.jobs.push_back(id);
-      }
-    }
+    info.jobs = jobs_on(n->name);
+    // A drained node with nothing left on it is done draining.
+    if (n->state == NodeState::kDraining && !n->leaving && info.jobs.empty()) info.state = "drained";
     // Registrations are capped, so this only bites with thousands of nodes.
     bytes += encoded_size(info);
     if (bytes > kMaxReplyBytes) break;
@@ -204,14 +201,12 @@ void CoordinatorImpl::on_remove_node(const std::string& peer, const Envelope& e)
   COHORT_PARSE_OR_REPLY(RemoveNode, m);
   const Node* n = registry_.find(m.node);
   if (!n) return reply_error(peer, e.id, not_found("no node '" + shorten(m.node, 64) + "'"));
-  if (n->state == NodeState::kAlive) {
-    return reply_error(peer, e.id, failed_precondition("node " + m.node +
-                                                           " is alive; stop its agent first (a lost node can be removed)"));
+  if (is_connected(n->state)) {
+    return reply_error(peer, e.id, failed_precondition("node " + m.node + " is " + to_string(n->state) +
+                                                           "; stop its agent first (a lost or left node can be removed)"));
   }
-  for (const auto& [id, job] : jobs_) {
-    if (!job.attempts.empty() && job.attempts.back().active() && job.attempts.back().gpus.count(m.node)) {
-      return reply_error(peer, e.id, failed_precondition("node " + m.node + " still has job " + id + " stopping"));
-    }
+  if (auto running = jobs_on(m.node); !running.empty()) {
+    return reply_error(peer, e.id, failed_precondition("node " + m.node + " still has job " + running.front() + " stopping"));
   }
   if (db_) {
     if (auto s = db_->remove_node(m.node); !s) return reply_error(peer, e.id, s);

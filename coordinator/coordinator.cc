@@ -103,11 +103,15 @@ void CoordinatorImpl::dispatch(const std::string& peer, const Envelope& e) {
       {WorkersStarted::kType, {&CoordinatorImpl::on_workers_started, From::kAgent}},
       {MetricBatch::kType, {&CoordinatorImpl::on_metric_batch, From::kAgent}},
       {GpuReport::kType, {&CoordinatorImpl::on_gpu_report, From::kAgent}},
+      {NodeLeaving::kType, {&CoordinatorImpl::on_node_leaving, From::kAgent}},
+      {NodeLeft::kType, {&CoordinatorImpl::on_node_left, From::kAgent}},
       {StoreRequest::kType, {&CoordinatorImpl::on_store, From::kAgent}},
       {SubmitJob::kType, {&CoordinatorImpl::on_submit, From::kClient}},
       {CancelJob::kType, {&CoordinatorImpl::on_cancel, From::kClient}},
       {RemoveJob::kType, {&CoordinatorImpl::on_remove_job, From::kClient}},
       {RemoveNode::kType, {&CoordinatorImpl::on_remove_node, From::kClient}},
+      {DrainNode::kType, {&CoordinatorImpl::on_drain, From::kClient}},
+      {UndrainNode::kType, {&CoordinatorImpl::on_undrain, From::kClient}},
       {JobQuery::kType, {&CoordinatorImpl::on_job_query, From::kAny}},
       {NodeQuery::kType, {&CoordinatorImpl::on_node_query, From::kAny}},
       {LogQuery::kType, {&CoordinatorImpl::on_log_query, From::kAny}},
@@ -143,7 +147,7 @@ void CoordinatorImpl::send_payload(const std::string& peer, const std::string& p
 template <typename T>
 bool CoordinatorImpl::send_to_node(const std::string& node, const T& message) {
   const Node* n = registry_.find(node);
-  if (!n || n->state != NodeState::kAlive) return false;
+  if (!n || !is_connected(n->state)) return false;
   auto s = router_->send(n->peer, encode(message));
   if (!s) spdlog::warn("cannot send '{}' to node {}: {}", T::kType, node, s.message());
   return s.is_ok();
@@ -153,7 +157,7 @@ template bool CoordinatorImpl::send_to_node(const std::string&, const StopOrder&
 
 const Node* CoordinatorImpl::node_of_peer(const std::string& peer) const {
   for (const Node* n : registry_.nodes()) {
-    if (n->peer == peer && n->state == NodeState::kAlive) return n;
+    if (n->peer == peer && is_connected(n->state)) return n;
   }
   return nullptr;
 }
@@ -168,7 +172,7 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   // A node is bound to the connection that registered it while it is alive:
   // anyone else claiming its name (a hijack, or its own agent restarted) is
   // refused until the old connection has been silent for heartbeat_timeout.
-  if (before && before->state == NodeState::kAlive && before->peer != peer) {
+  if (before && is_connected(before->state) && before->peer != peer) {
     warn_bad_input("refused a registration as node " + m.node + " from another connection");
     return reply(peer, e.id, ErrorReply{"node_taken", "node " + m.node +
                                                           " is registered from another connection; "
@@ -182,13 +186,11 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
     return reply_error(peer, e.id, failed_precondition("the coordinator knows " + std::to_string(kMaxNodes) +
                                                           " nodes already; remove lost ones with `cohort nodes rm`"));
   }
-  bool returning = before && before->state == NodeState::kLost;
+  bool returning = before && !is_connected(before->state);
   registry_.register_node(m, peer);
   spdlog::info("node {} {} ({} GPUs, {} running workers)", m.node,
                returning ? "re-registered" : "registered", m.gpus.size(), m.running.size());
-  if (db_) {
-    if (auto s = db_->save_node(m.node, m.address, m.gpus); !s) spdlog::error("{}", s.message());
-  }
+  save_node(m.node);
   RegisterAck ack;
   ack.heartbeat_interval_ms = options_.heartbeat_interval.count();
   reply(peer, e.id, ack);
@@ -202,7 +204,7 @@ void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(Heartbeat, m);
   if (auto s = check_running(m.running); !s) return reply_error(peer, e.id, s);
   const Node* n = registry_.find(m.node);
-  if (n && n->state == NodeState::kAlive && n->peer != peer) {
+  if (n && is_connected(n->state) && n->peer != peer) {
     // Not the registered connection: never moves the node's peer.
     warn_bad_input("ignored a heartbeat for node " + m.node + " from another connection");
     return reply_error(peer, e.id, permission_denied("node " + m.node + " is registered from another connection"));

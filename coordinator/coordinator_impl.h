@@ -68,6 +68,17 @@ class CoordinatorImpl final : public Coordinator {
   void on_store(const std::string& peer, const protocol::Envelope& e);
   void on_remove_job(const std::string& peer, const protocol::Envelope& e);
   void on_remove_node(const std::string& peer, const protocol::Envelope& e);
+
+  // ---- node_drain.cc ----
+  void on_drain(const std::string& peer, const protocol::Envelope& e);
+  void on_undrain(const std::string& peer, const protocol::Envelope& e);
+  void on_node_leaving(const std::string& peer, const protocol::Envelope& e);
+  void on_node_left(const std::string& peer, const protocol::Envelope& e);
+  // Ids of the jobs whose current attempt is active on `node`.
+  std::vector<std::string> jobs_on(const std::string& node) const;
+  // Stops (StopIntent::kDrain) the running attempts on `node`; how many.
+  int stop_work_on(const std::string& node, const std::string& reason);
+  void save_node(const std::string& name);
   // The node whose agent registered from `peer` and is alive; null otherwise.
   const Node* node_of_peer(const std::string& peer) const;
   // Finished jobs beyond the retention leave memory (they stay in SQLite).

@@ -14,8 +14,9 @@
 //   kRunning --all ranks exit 0--> kSucceeded
 //   kRunning --stop begins-->      kStopping --all ranks gone--> kFailed | kStopped
 // An attempt "fails" when a rank failed or a node was lost; it is "stopped"
-// when it was ended on purpose (cancel, scale-up, recovery after a
-// coordinator restart).
+// when it was ended on purpose (cancel, scale-up, a drained or leaving node,
+// recovery after a coordinator restart). A stopped attempt's restart uses no
+// budget.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,7 @@ namespace cohort::coordinator {
 enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
 enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
 // Why an attempt is being stopped; decides what happens once it has stopped.
-enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery };
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain };
 
 const char* to_string(JobState state);
 const char* to_string(AttemptState state);

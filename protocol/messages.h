@@ -120,7 +120,7 @@ struct MetricRow {
 struct NodeInfo {
   std::string name;
   std::string address;
-  std::string state;
+  std::string state;  // alive | draining | drained (draining, nothing left on it) | left | lost
   std::vector<GpuDesc> gpus;
   std::vector<GpuSample> gpu_samples;
   int gpus_free = 0;
@@ -158,6 +158,20 @@ struct Heartbeat {
   static constexpr const char* kType = "heartbeat";
   std::string node;
   std::vector<RunningWorker> running;
+};
+
+// The agent is leaving the cluster (it got SIGTERM): the coordinator puts the
+// node in draining, stops the attempts running there (a drain, not a
+// failure) and places nothing more on it. Then, once its workers are gone:
+struct NodeLeaving {
+  static constexpr const char* kType = "node_leaving";
+  std::string node;
+  std::string reason;  // "the agent got SIGTERM"
+};
+// ... the node has left: not lost, not a failure; its agent exits.
+struct NodeLeft {
+  static constexpr const char* kType = "node_left";
+  std::string node;
 };
 
 // The node's GPU figures, every few seconds from agents that have NVML.
@@ -273,6 +287,19 @@ struct RemoveJob {
 // Forgets a lost node (one that runs nothing). Client role.
 struct RemoveNode {
   static constexpr const char* kType = "node_remove";
+  std::string node;
+};
+
+// `cohort drain NODE`: no new work on the node until `cohort undrain`;
+// with stop_running its running attempts stop now (elastic jobs shrink off
+// it, others wait for room elsewhere; neither uses restart budget).
+struct DrainNode {
+  static constexpr const char* kType = "node_drain";
+  std::string node;
+  bool stop_running = false;
+};
+struct UndrainNode {
+  static constexpr const char* kType = "node_undrain";
   std::string node;
 };
 

@@ -301,6 +301,19 @@ TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit
   EXPECT_EQ(started_[2].master_port, port);
 }
 
+TEST_F(SupervisorTest, ARefusedOrderStartsNothingAndReportsItsRanksStopped) {
+  supervisor_->refuse(order(), "not started: the agent on node-x is leaving the cluster");
+  EXPECT_EQ(launcher_.spawn_count(), 0u);
+  ASSERT_EQ(exits_.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(exits_[i].rank, int(2 + i));
+    EXPECT_TRUE(exits_[i].stopped);  // a drain, not a failure
+    EXPECT_TRUE(exits_[i].failure.empty());
+    EXPECT_EQ(exits_[i].last_lines, std::vector<std::string>{"not started: the agent on node-x is leaving the cluster"});
+  }
+  EXPECT_TRUE(supervisor_->running().empty());
+}
+
 TEST_F(SupervisorTest, OtherNodesUseTheMasterPortTheirOrderNames) {
   supervisor_->launch(order());  // node rank 1, master_port 29500
   EXPECT_TRUE(started_.empty());
