@@ -21,6 +21,7 @@ CoordinatorImpl::CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions
       clock_(options_.clock ? *options_.clock : SystemClock::instance()),
       registry_(clock_, options_.heartbeat_timeout),
       store_(clock_, options_.store_timeout),
+      logs_(options_.log_bytes_per_job, options_.log_bytes_total),
       timer_(io) {
   if (options_.recovery_grace.count() == 0) options_.recovery_grace = 2 * options_.heartbeat_timeout;
 }
@@ -272,6 +273,21 @@ void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
                    m->job_id + " from node " + n->name + ": not its ranks");
   }
   if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
+  // A flood is written at once rather than held for the next tick.
+  if (logs_.unsaved_bytes() > (4u << 20)) flush_logs();
+}
+
+void CoordinatorImpl::flush_logs() {
+  last_log_flush_ = clock_.now();
+  auto changes = logs_.take_changes();
+  if (!db_ || changes.empty()) return;
+  if (auto s = db_->save_logs(changes); !s) spdlog::error("cannot save log lines: {}", s.message());
+}
+
+void CoordinatorImpl::forget_logs(const std::string& job_id) {
+  logs_.forget(job_id);
+  if (!db_) return;
+  if (auto s = db_->remove_logs(job_id); !s) spdlog::error("{}", s.message());
 }
 
 void CoordinatorImpl::on_workers_started(const std::string& peer, const Envelope& e) {
@@ -364,6 +380,7 @@ void CoordinatorImpl::tick() {
   store_.expire();
   check_recovery();
   schedule();
+  if (clock_.now() - last_log_flush_ >= options_.log_flush_interval) flush_logs();
   if (clock_.now() - last_trim_ > std::chrono::seconds(10)) {
     last_trim_ = clock_.now();
     retire_finished_jobs();

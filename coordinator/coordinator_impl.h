@@ -35,6 +35,7 @@ namespace cohort::coordinator {
 class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions options);
+  ~CoordinatorImpl() override { flush_logs(); }
   Status open();
   std::string endpoint() const override { return router_->endpoint(); }
   std::vector<protocol::JobInfo> jobs() const override;
@@ -90,6 +91,12 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<protocol::NodeInfo> node_infos() const;
   // The web page's and /metrics' sources (http_api.h).
   HttpSources http_sources();
+  // Log lines not yet in the state database go there (once a second, and
+  // when many are waiting); a removed or retired job's lines leave it.
+  void flush_logs();
+  void forget_logs(const std::string& job_id);
+  // For LogReply::note: where the lines a query misses are.
+  std::string logs_note(const Job& job, const protocol::LogQuery& query) const;
   // Cancels by id or name; a message for the client in *text.
   Status cancel_job(const std::string& id_or_name, std::string* text);
 
@@ -138,6 +145,7 @@ class CoordinatorImpl final : public Coordinator {
   uint64_t next_seq_ = 1;
   protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
   Clock::TimePoint last_trim_{};
+  Clock::TimePoint last_log_flush_{};
   boost::asio::steady_timer timer_;
   std::unique_ptr<HttpApi> http_;
 };

@@ -455,8 +455,14 @@ Status CoordinatorImpl::recover_from_db() {
     std::string id = job.id;
     jobs_.emplace(id, std::move(job));
   }
-  spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s)",
-               options_.state_dir, jobs_.size(), active, nodes.size());
+  COHORT_ASSIGN_OR_RETURN(auto logs, db_->load_logs());
+  size_t lines = 0;
+  for (auto& job_lines : logs) {
+    lines += job_lines.lines.size();
+    if (jobs_.count(job_lines.job_id)) logs_.restore(job_lines.job_id, std::move(job_lines.lines));
+  }
+  spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s), {} log line(s)",
+               options_.state_dir, jobs_.size(), active, nodes.size(), lines);
   return Status::ok();
 }
 

@@ -4,24 +4,11 @@
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
-#include <sqlite3.h>
 
+#include "coordinator/sqlite_statement.h"
 #include "protocol/codec.h"
 
 namespace cohort::coordinator {
-namespace {
-
-// Finalizes a prepared statement on every path.
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
-Status sqlite_error(sqlite3* db, const std::string& what) {
-  return io_error(what + ": " + sqlite3_errmsg(db));
-}
-
-}  // namespace
 
 Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
   std::error_code ec;
@@ -54,6 +41,7 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
       "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, address TEXT, gpus TEXT)"));
   COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "drained", "INTEGER NOT NULL DEFAULT 0"));
   COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "left_cluster", "INTEGER NOT NULL DEFAULT 0"));
+  COHORT_RETURN_IF_ERROR(state->create_log_table());
   return state;
 }
 

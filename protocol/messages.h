@@ -323,6 +323,7 @@ struct LogQuery {
   int attempt = -1;   // -1: every attempt
   uint64_t after_seq = 0;  // lines with seq > after_seq
   int max_lines = 10000;
+  int tail = 0;            // > 0: only the newest `tail` lines (after after_seq)
 };
 struct LogReply {
   static constexpr const char* kType = "log_reply";
@@ -330,6 +331,9 @@ struct LogReply {
   uint64_t last_seq = 0;     // resume from here
   bool job_finished = false; // no more lines will come
   std::string job_state;
+  // Set when lines the query asks for are not here but only in the per-rank
+  // files on the nodes (dropped for the byte caps, or never received): where.
+  std::string note;
 };
 
 // Rendezvous store: one namespace per job attempt.
