@@ -37,6 +37,17 @@ std::string probe_train_data(const jobs::LoadResult& result) {
   return errors;
 }
 
+// Each path as the workers will see it, and where it came from: relative
+// ones in the file are the job file's folder's, --set ones the current
+// directory's (jobs/load.h).
+void print_paths(const jobs::LoadResult& result) {
+  std::printf("# paths (relative ones in the file are from its folder, --set ones from the current directory):\n");
+  for (const auto& p : jobs::job_paths(result)) {
+    std::string shown = p.path.empty() ? p.given + " (not on PATH)" : p.path;
+    std::printf("#   %-18s %s  (%s)\n", p.key.c_str(), shown.c_str(), p.origin.c_str());
+  }
+}
+
 int run_validate(const ValidateArgs& args) {
   if (args.reference) {
     std::printf("%s", jobs::job_file_reference_markdown().c_str());
@@ -69,8 +80,8 @@ int run_validate(const ValidateArgs& args) {
     return kExitUsage;
   }
   const auto& spec = result.spec;
-  auto problems = jobs::check_job_paths(spec);
-  for (const auto& p : problems) std::fprintf(stderr, "%s: %s\n", args.job_file.c_str(), p.c_str());
+  auto problems = jobs::check_job_paths(result);
+  for (const auto& p : problems) std::fprintf(stderr, "%s\n", p.c_str());
   if (!problems.empty()) return kExitUsage;
   if (spec.job.kind == jobs::JobKind::kTrain) {
     const std::string errors = probe_train_data(result);
@@ -85,6 +96,7 @@ int run_validate(const ValidateArgs& args) {
   if (spec.job.kind == jobs::JobKind::kServe) tp = spec.world_size(spec.job.nodes.max);
   if (spec.job.kind == jobs::JobKind::kCommand) tp = 1;
   std::printf("# %s is valid. Resolved job:\n%s\n", args.job_file.c_str(), jobs::to_toml(spec).c_str());
+  print_paths(result);
   int nodes = spec.job.nodes.max;
   if (spec.job.nodes.elastic())
     std::printf("# elastic: %d to %d nodes; plan shown at %d\n", spec.job.nodes.min, nodes, nodes);
