@@ -59,7 +59,7 @@ class AgentImpl final : public Agent {
       gpus_.push_back({g.index, g.uuid, g.pci_bus_id, g.name, g.memory_bytes});
       cpu = cpu && is_cpu_slot(g);
     }
-    SupervisorOptions so{options_.name, options_.worker_binary, cpu, "127.0.0.1"};
+    SupervisorOptions so{options_.name, options_.worker_binary, cpu, "127.0.0.1", options_.port_range};
     if (!is_loopback_address(address_.address)) {
       so.node_address = address_.address;
       so.node_interface = address_.interface;
@@ -74,7 +74,8 @@ class AgentImpl final : public Agent {
     };
     SupervisorSink sink{
         [this](const std::string& job, LogLine line) { queue_line(job, std::move(line)); },
-        [this](WorkerExit exit) { send_exit(std::move(exit)); }};
+        [this](WorkerExit exit) { send_exit(std::move(exit)); },
+        [this](WorkersStarted started) { send(encode(started)); }};
     supervisor_ = std::make_unique<Supervisor>(io_, *options_.launcher, clock_, so, forward, sink);
     auto context = options_.zmq_context ? options_.zmq_context : make_zmq_context();
     COHORT_ASSIGN_OR_RETURN(dealer_, DealerEndpoint::connect(io_, context, options_.coordinator,
@@ -98,8 +99,19 @@ class AgentImpl final : public Agent {
   const std::string& address() const override { return address_.address; }
   size_t live_workers() const override { return supervisor_->live_workers(); }
 
+  // Leaving is a drain, not a failure: the coordinator hears it first (on
+  // the same connection, so before any of the exits it causes), stops the
+  // attempts running here and places nothing more on this node; launch
+  // orders that cross on the way are refused; once the workers are gone the
+  // node is reported as left.
   void shutdown(std::function<void()> done) override {
-    supervisor_->stop_all("the agent is shutting down");
+    if (!leaving_) {
+      leaving_ = true;
+      spdlog::info("agent {}: leaving the cluster: stopping {} worker(s), taking no new work",
+                   options_.name, supervisor_->live_workers());
+      send(encode(NodeLeaving{options_.name, "its agent is shutting down"}));
+      supervisor_->stop_all("the agent is shutting down");
+    }
     shutdown_done_ = std::move(done);
   }
 
@@ -144,6 +156,9 @@ class AgentImpl final : public Agent {
       report_gpus();
       expire_store_requests();
       if (shutdown_done_ && supervisor_->live_workers() == 0) {
+        flush_all_lines();
+        send(encode(NodeLeft{options_.name}));
+        spdlog::info("agent {}: every worker has stopped; left the cluster", options_.name);
         auto done = std::move(shutdown_done_);
         shutdown_done_ = nullptr;
         done();
@@ -164,6 +179,11 @@ class AgentImpl final : public Agent {
         return spdlog::warn("agent {}: ignored the launch of job {} attempt {}: this node stopped its "
                             "workers when the coordinator fell silent, and takes orders once it answers",
                             options_.name, m->job_id, m->attempt);
+      }
+      if (leaving_) {
+        spdlog::info("agent {}: not starting job {} attempt {}: the agent is leaving", options_.name, m->job_id,
+                     m->attempt);
+        return supervisor_->refuse(*m, "not started: the agent on " + options_.name + " is leaving the cluster");
       }
       supervisor_->launch(*m);
       // Rank 0's node forwards the training figures (metrics_tail.h).
@@ -402,6 +422,7 @@ class AgentImpl final : public Agent {
   Clock::TimePoint last_silence_log_{};
   std::vector<RunningWorker> fenced_;  // stopped while cut off, for the next registration
   std::string fence_reason_;
+  bool leaving_ = false;  // shutdown() was called: no new work
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

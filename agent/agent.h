@@ -29,6 +29,7 @@
 #include "agent/process_launcher.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "jobs/spec.h"
 #include "protocol/security.h"
 
 namespace zmq {
@@ -47,6 +48,7 @@ struct AgentOptions {
   std::shared_ptr<ProcessLauncher> launcher;  // required
   const Clock* clock = nullptr;               // null: the system clock
   std::string worker_binary;                  // cohort-worker; empty: next to this program
+  jobs::PortRange port_range;                 // MASTER_PORT candidates; empty: the job's, else 29500-30499
   std::chrono::milliseconds heartbeat_interval{500};  // until the coordinator says otherwise
   std::chrono::milliseconds poll_interval{100};       // log flushing, hang and contact checks
   std::chrono::milliseconds probe_timeout{1000};      // a probe of a silent coordinator's port
@@ -64,8 +66,11 @@ class Agent {
   virtual ~Agent() = default;
 
   virtual const std::string& name() const = 0;
-  // Stops every worker (SIGTERM, then SIGKILL after each job's stop_grace),
-  // reports their exits, then calls `done` on the loop.
+  // Leaves the cluster: tells the coordinator (which drains the node: the
+  // attempts here stop without counting as failures), refuses new launch
+  // orders, stops every worker (SIGTERM, then SIGKILL after each job's
+  // stop_grace), reports their exits and that the node has left, then calls
+  // `done` on the loop.
   virtual void shutdown(std::function<void()> done) = 0;
   virtual size_t live_workers() const = 0;
   // The address registered with the coordinator (MASTER_ADDR for jobs

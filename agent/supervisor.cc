@@ -78,6 +78,20 @@ void Supervisor::report_failure(const protocol::LaunchOrder& order, int rank,
   sink_.exit(std::move(exit));
 }
 
+void Supervisor::refuse(const protocol::LaunchOrder& order, const std::string& why) {
+  int per_node = std::clamp(order.job.gpus_per_node, 0, 1024);
+  for (int l = 0; l < per_node; ++l) {
+    protocol::WorkerExit exit;
+    exit.job_id = order.job_id;
+    exit.attempt = order.attempt;
+    exit.node = options_.node;
+    exit.rank = jobs::assign_rank(std::max(0, order.node_rank), l, per_node).rank;
+    exit.stopped = true;
+    exit.last_lines = {why};
+    sink_.exit(std::move(exit));
+  }
+}
+
 Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchOrder& order) const {
   const auto& job = order.job;
   if (job.kind == jobs::JobKind::kCommand) {
@@ -147,12 +161,22 @@ Status Supervisor::start_group(Group& group) {
   return Status::ok();
 }
 
+Status Supervisor::claim_master_port(Group& group) {
+  if (group.order.master_port != 0) return Status::ok();
+  COHORT_ASSIGN_OR_RETURN(jobs::PortRange range, effective_port_range(group.order.job.port_range, options_.port_range));
+  COHORT_ASSIGN_OR_RETURN(PortClaim claim, PortClaim::claim(range, random_));
+  group.order.master_port = claim.port();
+  group.port = std::move(claim);
+  return Status::ok();
+}
+
 void Supervisor::launch(const protocol::LaunchOrder& order) {
   Key key{order.job_id, order.attempt};
   if (groups_.count(key)) return;
   Group& group = groups_[key];
   group.order = order;
   Status started = start_group(group);
+  if (started) started = claim_master_port(group);
   auto argv = worker_argv(order);
   if (!started || !argv) {
     std::string why = !started ? started.message() : argv.status().message();
@@ -170,6 +194,9 @@ void Supervisor::launch(const protocol::LaunchOrder& order) {
                order.attempt, group.workers.front().rank, group.workers.back().rank,
                order.node_rank);
   for (auto& worker : group.workers) spawn_worker(key, group, worker, *argv);
+  if (group.port && sink_.started) {
+    sink_.started(protocol::WorkersStarted{order.job_id, order.attempt, options_.node, group.port->port()});
+  }
   drop_if_done(key);
 }
 

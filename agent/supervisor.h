@@ -25,12 +25,15 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 
+#include "agent/port_claim.h"
 #include "agent/process_launcher.h"
 #include "agent/store_proxy.h"
 #include "agent/worker_logs.h"
@@ -47,6 +50,7 @@ struct SupervisorOptions {
   std::string worker_binary;  // cohort-worker, for train and infer jobs
   bool cpu_slots = false;     // the node's "GPUs" are CPU slots: no CUDA_VISIBLE_DEVICES
   std::string store_host = "127.0.0.1";
+  jobs::PortRange port_range;  // --port-range: MASTER_PORT candidates (empty: any job range, else the default)
   // The node's network for its workers' collectives (launch_env.h).
   std::string node_address{};
   std::string node_interface{};
@@ -56,6 +60,9 @@ struct SupervisorOptions {
 struct SupervisorSink {
   std::function<void(const std::string& job_id, protocol::LogLine line)> line;
   std::function<void(protocol::WorkerExit exit)> exit;
+  // This node runs rank 0 and chose MASTER_PORT (the order said 0): the
+  // coordinator needs it for the other nodes' orders.
+  std::function<void(protocol::WorkersStarted started)> started;
 };
 
 class Supervisor {
@@ -64,9 +71,15 @@ class Supervisor {
              SupervisorOptions options, StoreForward forward, SupervisorSink sink);
   ~Supervisor();
 
-  // Starts the order's workers (a repeated order is ignored). Failures are
-  // reported as worker exits naming the cause, never returned.
+  // Starts the order's workers (a repeated order is ignored). An order with
+  // master_port 0 gets a free port of the job's range claimed here (held
+  // until the attempt's last worker here exits) and reported through
+  // Sink::started. Failures are reported as worker exits naming the cause,
+  // never returned.
   void launch(const protocol::LaunchOrder& order);
+  // Starts nothing and reports each of the order's ranks as stopped, `why`
+  // as its last line (the agent is leaving).
+  void refuse(const protocol::LaunchOrder& order, const std::string& why);
   // Stops the workers of one attempt (attempt -1: every attempt of the job).
   void stop(const std::string& job_id, int attempt, const std::string& reason);
   void stop_all(const std::string& reason);
@@ -99,10 +112,12 @@ class Supervisor {
     std::shared_ptr<WorkerLogWriter> logs;
     std::unique_ptr<StoreProxy> store;
     std::vector<Worker> workers;
+    std::optional<PortClaim> port;  // MASTER_PORT, when this node picked it
   };
   using Key = std::pair<std::string, int>;  // job id, attempt
 
   Status start_group(Group& group);
+  Status claim_master_port(Group& group);
   Result<std::vector<std::string>> worker_argv(const protocol::LaunchOrder& order) const;
   void spawn_worker(const Key& key, Group& group, Worker& worker, const std::vector<std::string>& argv);
   void on_exit(const Key& key, int rank, ExitStatus status);
@@ -117,6 +132,7 @@ class Supervisor {
   StoreForward forward_;
   SupervisorSink sink_;
   std::map<Key, Group> groups_;
+  std::mt19937_64 random_{std::random_device{}()};
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -23,6 +23,7 @@ struct AgentArgs {
   std::string interface;
   std::string keys;
   std::string worker_binary;
+  std::string port_range;
   int fake_gpus = 0;
   int cpu_slots = 0;
   std::vector<int> gpus;
@@ -41,6 +42,13 @@ int run_agent(const AgentArgs& args) {
   options.address = args.address;
   options.interface = args.interface;
   options.worker_binary = args.worker_binary;
+  if (!args.port_range.empty()) {
+    std::string why;
+    if (!jobs::parse_port_range(args.port_range, &options.port_range, &why)) {
+      spdlog::error("--port-range: {}", why);
+      return kExitUsage;
+    }
+  }
   std::string keys = args.keys.empty() ? global_flags().keys : args.keys;
   if (keys.empty()) {
     if (const char* env = read_env_knob(EnvKnob::kKeys)) keys = env;
@@ -118,6 +126,9 @@ Command add_agent_command(CLI::App& root) {
   app->add_option("--keys", args->keys, "CURVE key directory from `cohort keygen` (default: $COHORT_KEYS)");
   app->add_option("--worker-binary", args->worker_binary,
                   "cohort-worker for train/infer jobs (default: next to this program)");
+  app->add_option("--port-range", args->port_range,
+                  "LO-HI: the ports MASTER_PORT is chosen from for jobs whose rank 0 runs here (default "
+                  "29500-30499; a job's port_range is narrowed to it)");
   auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
   auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "offer N CPU worker slots instead of GPUs");
   app->add_option("--gpus", args->gpus, "offer only these GPUs (nvidia-smi indices, e.g. --gpus 0,1)")

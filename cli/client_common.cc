@@ -105,9 +105,8 @@ bool load_job_control(const std::string& path, const std::vector<std::string>& s
     *exit_code = kExitUsage;
     return false;
   }
-  auto problems = jobs::check_job_paths(result.spec);
-  for (const auto& p : problems)
-    std::fprintf(stderr, "%s: %s%s\n", path.c_str(), local ? "" : "warning: ", p.c_str());
+  auto problems = jobs::check_job_paths(result);
+  for (const auto& p : problems) std::fprintf(stderr, "%s%s\n", local ? "" : "warning: ", p.c_str());
   if (local && !problems.empty()) {
     *exit_code = kExitUsage;
     return false;

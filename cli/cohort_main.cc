@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
       add_nodes_command(app),
       add_logs_command(app),
       add_cancel_command(app),
+      add_drain_command(app),
+      add_undrain_command(app),
       add_keygen_command(app),
       add_export_command(app),
       add_tokenize_command(app),

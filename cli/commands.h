@@ -46,6 +46,8 @@ Command add_jobs_command(CLI::App& root);
 Command add_nodes_command(CLI::App& root);
 Command add_logs_command(CLI::App& root);
 Command add_cancel_command(CLI::App& root);
+Command add_drain_command(CLI::App& root);    // cli/drain_command.cc
+Command add_undrain_command(CLI::App& root);
 Command add_keygen_command(CLI::App& root);
 Command add_export_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);

@@ -1,5 +1,7 @@
-// `cohort logs JOB [--rank R] [--attempt A] [--follow]`: worker output as the
-// coordinator received it, each line prefixed with its rank.
+// `cohort logs JOB [--rank R] [--attempt A] [--follow] [--tail N]`: worker
+// output as the coordinator keeps it (its last 16 MiB per job, also after
+// a restart), each line prefixed with its rank. When lines asked for are
+// only in the per-rank files on the nodes, stderr says where.
 #include <cstdio>
 
 #include "cli/client_common.h"
@@ -14,6 +16,7 @@ struct LogsArgs {
   std::string job;
   int rank = -1;
   int attempt = -1;
+  int tail = 0;
   bool follow = false;
 };
 
@@ -25,6 +28,8 @@ int run_logs(const LogsArgs& args) {
   watch.rank = args.rank;
   watch.attempt = args.attempt;
   watch.follow = args.follow;
+  watch.tail = args.tail;
+  watch.on_note = [](const std::string& note) { std::fprintf(stderr, "cohort logs: %s\n", note.c_str()); };
   auto info = protocol::watch_job(*client, args.job, watch);
   if (!info) return report_request_error("logs", info.status());
   return kExitOk;
@@ -38,6 +43,8 @@ Command add_logs_command(CLI::App& root) {
   app->add_option("job", args->job, "job id or name")->required();
   app->add_option("--rank", args->rank, "only this rank");
   app->add_option("--attempt", args->attempt, "only this attempt");
+  app->add_option("--tail,-n", args->tail, "only the last N lines (then, with --follow, new ones)")
+      ->check(CLI::Range(1, 100000));
   app->add_flag("--follow,-f", args->follow, "keep printing until the job ends");
   args->client.add_to(app);
   return {app, [args] { return run_logs(*args); }};

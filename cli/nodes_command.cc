@@ -39,13 +39,13 @@ int run_nodes(const NodesArgs& args) {
     for (const auto& n : list->nodes) std::printf("%s\n", n.name.c_str());
     return kExitOk;
   }
-  std::printf("%-20s %-16s %-6s %-9s %-14s %-12s %s\n", "NODE", "ADDRESS", "STATE", "GPUS FREE",
+  std::printf("%-20s %-16s %-8s %-9s %-14s %-12s %s\n", "NODE", "ADDRESS", "STATE", "GPUS FREE",
               "GPU", "HEARTBEAT", "JOBS");
   for (const auto& n : list->nodes) {
     std::string jobs;
     for (const auto& j : n.jobs) jobs += (jobs.empty() ? "" : ",") + j;
     std::string gpu = n.gpus.empty() ? "-" : n.gpus.front().name;
-    std::printf("%-20s %-16s %-6s %3d of %-3zu %-14s %-12s %s\n", n.name.c_str(), n.address.c_str(),
+    std::printf("%-20s %-16s %-8s %3d of %-3zu %-14s %-12s %s\n", n.name.c_str(), n.address.c_str(),
                 n.state.c_str(), n.gpus_free, n.gpus.size(), gpu.c_str(),
                 (std::to_string(n.heartbeat_age_ms) + " ms ago").c_str(), jobs.c_str());
   }

@@ -78,6 +78,17 @@ int tensor_parallel_of(const jobs::JobSpec& spec) {
   return spec.parallel.tensor_parallel;
 }
 
+// Each path as the workers will see it, and where it came from: relative
+// ones in the file are the job file's folder's, --set ones the current
+// directory's (jobs/load.h).
+void print_paths(const jobs::LoadResult& result) {
+  std::printf("# paths (relative ones in the file are from its folder, --set ones from the current directory):\n");
+  for (const auto& p : jobs::job_paths(result)) {
+    std::string shown = p.path.empty() ? p.given + " (not on PATH)" : p.path;
+    std::printf("#   %-18s %s  (%s)\n", p.key.c_str(), shown.c_str(), p.origin.c_str());
+  }
+}
+
 int run_validate(const ValidateArgs& args) {
   if (args.reference) {
     std::printf("%s", jobs::job_file_reference_markdown().c_str());
@@ -114,8 +125,8 @@ int run_validate(const ValidateArgs& args) {
     return invalid(args, errors, warnings);
   }
   const auto& spec = result.spec;
-  auto problems = jobs::check_job_paths(spec);
-  for (const auto& p : problems) std::fprintf(stderr, "%s: %s\n", args.job_file.c_str(), p.c_str());
+  auto problems = jobs::check_job_paths(result);
+  for (const auto& p : problems) std::fprintf(stderr, "%s\n", p.c_str());
   if (!problems.empty()) {
     nlohmann::json errors = nlohmann::json::array();
     for (const auto& p : problems) errors.push_back(error_json(args.job_file, 0, 0, p));
@@ -157,6 +168,7 @@ int run_validate(const ValidateArgs& args) {
                 s["format"].get<std::string>().c_str());
   }
   std::printf("# %s is valid. Resolved job:\n%s\n", args.job_file.c_str(), jobs::to_toml(spec).c_str());
+  print_paths(result);
   if (spec.job.nodes.elastic())
     std::printf("# elastic: %d to %d nodes; plan shown at %d\n", spec.job.nodes.min, nodes, nodes);
   std::printf("%s", jobs::format_rank_plan(plan, tp).c_str());

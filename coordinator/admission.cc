@@ -66,6 +66,11 @@ Status check_job_control(const JobControl& c) {
   COHORT_RETURN_IF_ERROR(check_seconds("job.stop_grace", c.stop_grace_s, 86400));
   COHORT_RETURN_IF_ERROR(check_seconds("job.hang_timeout", c.hang_timeout_s, 1e7));
   COHORT_RETURN_IF_ERROR(check_seconds("job.placement_timeout", c.placement_timeout_s, 1e9));
+  if (!c.port_range.empty()) {
+    jobs::PortRange range;
+    std::string why;
+    if (!jobs::parse_port_range(c.port_range, &range, &why)) return invalid_argument("job.port_range: " + why);
+  }
   for (const auto* path : {&c.output_dir, &c.working_dir, &c.source_path}) {
     if (path->size() > kMaxPathBytes) return too_long("a path of the job", path->size(), kMaxPathBytes);
   }

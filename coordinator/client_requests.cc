@@ -148,7 +148,7 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     info.address = n->address;
     info.state = to_string(n->state);
     info.gpus = n->gpus;
-    if (auto s = gpu_samples_.find(n->name); s != gpu_samples_.end() && n->state == NodeState::kAlive) {
+    if (auto s = gpu_samples_.find(n->name); s != gpu_samples_.end() && is_connected(n->state)) {
       info.gpu_samples = s->second;
     }
     for (const auto& c : free) {
@@ -156,12 +156,9 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     }
     info.heartbeat_age_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - n->last_heartbeat).count();
-    for (const auto& [id, job] : jobs_) {
-      if (!job.attempts.empty() && job.attempts.back().active() &&
-          job.attempts.back().gpus.count(n->name)) {
-        info.jobs.push_back(id);
-      }
-    }
+    info.jobs = jobs_on(n->name);
+    // A drained node with nothing left on it is done draining.
+    if (n->state == NodeState::kDraining && !n->leaving && info.jobs.empty()) info.state = "drained";
     // Registrations are capped, so this only bites with thousands of nodes.
     bytes += encoded_size(info);
     if (bytes > kMaxReplyBytes) break;
@@ -209,10 +206,42 @@ void CoordinatorImpl::on_log_query(const std::string& peer, const Envelope& e) {
   LogQuery query = m;
   query.job_id = job->id;
   LogReply out;
-  out.lines = logs_.read(query, &out.last_seq);
+  if (query.tail > 0) {
+    out.lines = logs_.newest(query, size_t(std::min(query.tail, 100000)), &out.last_seq);
+  } else {
+    out.lines = logs_.read(query, &out.last_seq);
+  }
+  out.note = logs_note(*job, query);
   out.job_finished = is_terminal(job->state);
   out.job_state = to_string(job->state);
   reply(peer, e.id, out);
+}
+
+std::string CoordinatorImpl::logs_note(const Job& job, const LogQuery& query) const {
+  // Only a read from the start misses lines; a follow-up read resumes.
+  if (query.after_seq > 0 || job.attempts.empty()) return "";
+  uint64_t received = logs_.lines_received(job.id), dropped = logs_.lines_dropped(job.id);
+  if (received > 0 && dropped == 0) return "";
+  int attempt = query.attempt >= 0 && query.attempt < int(job.attempts.size()) ? query.attempt
+                                                                                : int(job.attempts.size()) - 1;
+  const Attempt& a = job.attempts[size_t(attempt)];
+  // Where each rank's file is: rank ranges per node, the first few nodes.
+  std::string where;
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    if (i == 8) {
+      where += ", and " + std::to_string(a.nodes.size() - 8) + " more node(s)";
+      break;
+    }
+    int first = int(i) * a.gpus_per_node, last = first + a.gpus_per_node - 1;
+    where += (i ? ", " : "") + a.nodes[i] + " (rank" + (first == last ? " " + std::to_string(first)
+                                                                     : "s " + std::to_string(first) + "-" +
+                                                                           std::to_string(last)) + ")";
+  }
+  std::string files = "the complete logs are the per-rank files " + job.control.output_dir + "/logs/attempt-" +
+                      std::to_string(attempt) + "/rank-<R>.log on each rank's node: " + where;
+  if (received == 0) return "no output of job " + job.id + " has reached the coordinator; " + files;
+  return std::to_string(dropped) + " older line(s) are no longer kept by the coordinator (it keeps the last " +
+         std::to_string(options_.log_bytes_per_job >> 20) + " MiB of each job); " + files;
 }
 
 void CoordinatorImpl::on_remove_job(const std::string& peer, const Envelope& e) {
@@ -238,7 +267,7 @@ void CoordinatorImpl::on_remove_job(const std::string& peer, const Envelope& e) 
   if (db_) {
     if (auto s = db_->remove_job(id); !s) return reply_error(peer, e.id, s);
   }
-  logs_.forget(id);
+  forget_logs(id);
   jobs_.erase(id);
   spdlog::info("job {} removed", id);
   reply(peer, e.id, Ack{"removed " + id});
@@ -248,14 +277,12 @@ void CoordinatorImpl::on_remove_node(const std::string& peer, const Envelope& e)
   COHORT_PARSE_OR_REPLY(RemoveNode, m);
   const Node* n = registry_.find(m.node);
   if (!n) return reply_error(peer, e.id, not_found("no node '" + shorten(m.node, 64) + "'"));
-  if (n->state == NodeState::kAlive) {
-    return reply_error(peer, e.id, failed_precondition("node " + m.node +
-                                                           " is alive; stop its agent first (a lost node can be removed)"));
+  if (is_connected(n->state)) {
+    return reply_error(peer, e.id, failed_precondition("node " + m.node + " is " + to_string(n->state) +
+                                                           "; stop its agent first (a lost or left node can be removed)"));
   }
-  for (const auto& [id, job] : jobs_) {
-    if (!job.attempts.empty() && job.attempts.back().active() && job.attempts.back().gpus.count(m.node)) {
-      return reply_error(peer, e.id, failed_precondition("node " + m.node + " still has job " + id + " stopping"));
-    }
+  if (auto running = jobs_on(m.node); !running.empty()) {
+    return reply_error(peer, e.id, failed_precondition("node " + m.node + " still has job " + running.front() + " stopping"));
   }
   if (db_) {
     if (auto s = db_->remove_node(m.node); !s) return reply_error(peer, e.id, s);
@@ -282,7 +309,7 @@ void CoordinatorImpl::retire_finished_jobs() {
     const Job& job = jobs_.at(id);
     retired_.push_back({job.id, job.control.name, to_string(job.state), job.ended_ms, now});
     if (retired_.size() > kMaxRetiredJobs) retired_.pop_front();
-    logs_.forget(id);
+    forget_logs(id);
     jobs_.erase(id);
   }
   if (!retire.empty()) spdlog::debug("{} finished job(s) left memory (kept in the state database)", retire.size());

@@ -22,6 +22,7 @@ CoordinatorImpl::CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions
       clock_(options_.clock ? *options_.clock : SystemClock::instance()),
       registry_(clock_, options_.heartbeat_timeout),
       store_(clock_, options_.store_timeout),
+      logs_(options_.log_bytes_per_job, options_.log_bytes_total),
       timer_(io) {
   if (options_.recovery_grace.count() == 0) options_.recovery_grace = 2 * options_.heartbeat_timeout;
 }
@@ -123,13 +124,18 @@ void CoordinatorImpl::dispatch(const std::string& peer, const Envelope& e) {
       {Heartbeat::kType, {&CoordinatorImpl::on_heartbeat, From::kAgent}},
       {WorkerExit::kType, {&CoordinatorImpl::on_worker_exit, From::kAgent}},
       {LogBatch::kType, {&CoordinatorImpl::on_log_batch, From::kAgent}},
+      {WorkersStarted::kType, {&CoordinatorImpl::on_workers_started, From::kAgent}},
       {MetricBatch::kType, {&CoordinatorImpl::on_metric_batch, From::kAgent}},
       {GpuReport::kType, {&CoordinatorImpl::on_gpu_report, From::kAgent}},
+      {NodeLeaving::kType, {&CoordinatorImpl::on_node_leaving, From::kAgent}},
+      {NodeLeft::kType, {&CoordinatorImpl::on_node_left, From::kAgent}},
       {StoreRequest::kType, {&CoordinatorImpl::on_store, From::kAgent}},
       {SubmitJob::kType, {&CoordinatorImpl::on_submit, From::kClient}},
       {CancelJob::kType, {&CoordinatorImpl::on_cancel, From::kClient}},
       {RemoveJob::kType, {&CoordinatorImpl::on_remove_job, From::kClient}},
       {RemoveNode::kType, {&CoordinatorImpl::on_remove_node, From::kClient}},
+      {DrainNode::kType, {&CoordinatorImpl::on_drain, From::kClient}},
+      {UndrainNode::kType, {&CoordinatorImpl::on_undrain, From::kClient}},
       {JobQuery::kType, {&CoordinatorImpl::on_job_query, From::kAny}},
       {NodeQuery::kType, {&CoordinatorImpl::on_node_query, From::kAny}},
       {LogQuery::kType, {&CoordinatorImpl::on_log_query, From::kAny}},
@@ -165,7 +171,7 @@ void CoordinatorImpl::send_payload(const std::string& peer, const std::string& p
 template <typename T>
 bool CoordinatorImpl::send_to_node(const std::string& node, const T& message) {
   const Node* n = registry_.find(node);
-  if (!n || n->state != NodeState::kAlive) return false;
+  if (!n || !is_connected(n->state)) return false;
   auto s = router_->send(n->peer, encode(message));
   if (!s) spdlog::warn("cannot send '{}' to node {}: {}", T::kType, node, s.message());
   return s.is_ok();
@@ -175,7 +181,7 @@ template bool CoordinatorImpl::send_to_node(const std::string&, const StopOrder&
 
 const Node* CoordinatorImpl::node_of_peer(const std::string& peer) const {
   for (const Node* n : registry_.nodes()) {
-    if (n->peer == peer && n->state == NodeState::kAlive) return n;
+    if (n->peer == peer && is_connected(n->state)) return n;
   }
   return nullptr;
 }
@@ -190,7 +196,7 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   // A node is bound to the connection that registered it while it is alive:
   // anyone else claiming its name (a hijack, or its own agent restarted) is
   // refused until the old connection has been silent for heartbeat_timeout.
-  if (before && before->state == NodeState::kAlive && before->peer != peer) {
+  if (before && is_connected(before->state) && before->peer != peer) {
     warn_bad_input("refused a registration as node " + m.node + " from another connection");
     return reply(peer, e.id, ErrorReply{"node_taken", "node " + m.node +
                                                           " is registered from another connection; "
@@ -204,13 +210,11 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
     return reply_error(peer, e.id, failed_precondition("the coordinator knows " + std::to_string(kMaxNodes) +
                                                           " nodes already; remove lost ones with `cohort nodes rm`"));
   }
-  bool returning = before && before->state == NodeState::kLost;
+  bool returning = before && !is_connected(before->state);
   registry_.register_node(m, peer);
   spdlog::info("node {} {} ({} GPUs, {} running workers)", m.node,
                returning ? "re-registered" : "registered", m.gpus.size(), m.running.size());
-  if (db_) {
-    if (auto s = db_->save_node(m.node, m.address, m.gpus); !s) spdlog::error("{}", s.message());
-  }
+  save_node(m.node);
   if (!m.fenced.empty()) note_fencing(m);
   RegisterAck ack;
   ack.heartbeat_interval_ms = options_.heartbeat_interval.count();
@@ -228,7 +232,7 @@ void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(Heartbeat, m);
   if (auto s = check_running(m.running); !s) return reply_error(peer, e.id, s);
   const Node* n = registry_.find(m.node);
-  if (n && n->state == NodeState::kAlive && n->peer != peer) {
+  if (n && is_connected(n->state) && n->peer != peer) {
     // Not the registered connection: never moves the node's peer.
     warn_bad_input("ignored a heartbeat for node " + m.node + " from another connection");
     return reply_error(peer, e.id, permission_denied("node " + m.node + " is registered from another connection"));
@@ -315,6 +319,41 @@ void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
                    m->job_id + " from node " + n->name + ": not its ranks");
   }
   if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
+  // A flood is written at once rather than held for the next tick.
+  if (logs_.unsaved_bytes() > (4u << 20)) flush_logs();
+}
+
+void CoordinatorImpl::flush_logs() {
+  last_log_flush_ = clock_.now();
+  auto changes = logs_.take_changes();
+  if (!db_ || changes.empty()) return;
+  if (auto s = db_->save_logs(changes); !s) spdlog::error("cannot save log lines: {}", s.message());
+}
+
+void CoordinatorImpl::forget_logs(const std::string& job_id) {
+  logs_.forget(job_id);
+  if (!db_) return;
+  if (auto s = db_->remove_logs(job_id); !s) spdlog::error("{}", s.message());
+}
+
+void CoordinatorImpl::on_workers_started(const std::string& peer, const Envelope& e) {
+  auto m = body_as<WorkersStarted>(e);
+  if (!m) return (void)warn_bad_input(m.status().message());
+  auto it = jobs_.find(m->job_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  Attempt* a = job.current();
+  // Only the connection of rank 0's node picks the port, once per attempt.
+  const Node* sender = node_of_peer(peer);
+  if (!a || a->number != m->attempt || a->state != AttemptState::kRunning || a->master_port != 0 ||
+      !sender || sender->name != a->nodes.front() || sender->name != m->node) {
+    return;
+  }
+  if (m->master_port < 1 || m->master_port > 65535) {
+    return (void)warn_bad_input("workers_started for job " + m->job_id + " names port " +
+                                std::to_string(m->master_port));
+  }
+  release_held_nodes(job, m->master_port);
 }
 
 void CoordinatorImpl::on_metric_batch(const std::string& peer, const Envelope& e) {
@@ -388,6 +427,7 @@ void CoordinatorImpl::tick() {
   store_.expire();
   check_recovery();
   schedule();
+  if (clock_.now() - last_log_flush_ >= options_.log_flush_interval) flush_logs();
   if (clock_.now() - last_trim_ > std::chrono::seconds(10)) {
     last_trim_ = clock_.now();
     retire_finished_jobs();

@@ -44,6 +44,11 @@ struct CoordinatorOptions {
   // most this many of them; older ones are only in the state database.
   std::chrono::milliseconds finished_retention{std::chrono::hours(24)};
   size_t max_finished_jobs = 1000;
+  // Worker output kept per job and in all (the oldest lines go first), in
+  // memory and in the state database, which gets new lines this often.
+  size_t log_bytes_per_job = 16 << 20;
+  size_t log_bytes_total = 256 << 20;
+  std::chrono::milliseconds log_flush_interval{1000};
   std::string http_listen;      // "HOST:PORT" for the HTTP API; empty: none
   std::string http_token;       // empty: the HTTP API is read-only
   const Clock* clock = nullptr;  // null: the system clock

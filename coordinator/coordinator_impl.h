@@ -36,6 +36,7 @@ namespace cohort::coordinator {
 class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions options);
+  ~CoordinatorImpl() override { flush_logs(); }
   Status open();
   std::string endpoint() const override { return router_->endpoint(); }
   std::vector<protocol::JobInfo> jobs() const override;
@@ -60,6 +61,7 @@ class CoordinatorImpl final : public Coordinator {
   void note_fencing(const protocol::RegisterNode& m);
   void on_worker_exit(const std::string& peer, const protocol::Envelope& e);
   void on_log_batch(const std::string& peer, const protocol::Envelope& e);
+  void on_workers_started(const std::string& peer, const protocol::Envelope& e);
   void on_metric_batch(const std::string& peer, const protocol::Envelope& e);
   void on_gpu_report(const std::string& peer, const protocol::Envelope& e);
   void on_submit(const std::string& peer, const protocol::Envelope& e);
@@ -70,6 +72,17 @@ class CoordinatorImpl final : public Coordinator {
   void on_store(const std::string& peer, const protocol::Envelope& e);
   void on_remove_job(const std::string& peer, const protocol::Envelope& e);
   void on_remove_node(const std::string& peer, const protocol::Envelope& e);
+
+  // ---- node_drain.cc ----
+  void on_drain(const std::string& peer, const protocol::Envelope& e);
+  void on_undrain(const std::string& peer, const protocol::Envelope& e);
+  void on_node_leaving(const std::string& peer, const protocol::Envelope& e);
+  void on_node_left(const std::string& peer, const protocol::Envelope& e);
+  // Ids of the jobs whose current attempt is active on `node`.
+  std::vector<std::string> jobs_on(const std::string& node) const;
+  // Stops (StopIntent::kDrain) the running attempts on `node`; how many.
+  int stop_work_on(const std::string& node, const std::string& reason);
+  void save_node(const std::string& name);
   // The node whose agent registered from `peer` and is alive; null otherwise.
   const Node* node_of_peer(const std::string& peer) const;
   // Finished jobs beyond the retention leave memory (they stay in SQLite);
@@ -85,6 +98,12 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<protocol::NodeInfo> node_infos() const;
   // The web page's and /metrics' sources (http_api.h).
   HttpSources http_sources();
+  // Log lines not yet in the state database go there (once a second, and
+  // when many are waiting); a removed or retired job's lines leave it.
+  void flush_logs();
+  void forget_logs(const std::string& job_id);
+  // For LogReply::note: where the lines a query misses are.
+  std::string logs_note(const Job& job, const protocol::LogQuery& query) const;
   // Cancels by id or name; a message for the client in *text.
   Status cancel_job(const std::string& id_or_name, std::string* text);
 
@@ -94,6 +113,11 @@ class CoordinatorImpl final : public Coordinator {
   // Every alive node's GPUs, as if no job ran.
   std::vector<NodeCapacity> empty_capacity() const;
   void start_attempt(Job& job, const std::vector<NodeAssignment>& placement);
+  // The launch order of the attempt's node `node_rank`; false when its agent
+  // cannot be reached.
+  bool send_launch(const Job& job, const Attempt& attempt, int node_rank);
+  // Rank 0's node picked MASTER_PORT: the held nodes get their orders.
+  void release_held_nodes(Job& job, int master_port);
   void begin_stop(Job& job, StopIntent intent, const std::string& reason);
   void rank_exited(Job& job, int rank, const protocol::WorkerExit& exit);
   void check_attempt_done(Job& job);
@@ -113,7 +137,6 @@ class CoordinatorImpl final : public Coordinator {
   Status save_job(const Job& job);
   void persist(const Job& job) { (void)save_job(job); }
   Status recover_from_db();
-  int pick_master_port(const Job& job, const std::string& master_node) const;
 
   boost::asio::io_context& io_;
   CoordinatorOptions options_;
@@ -137,6 +160,7 @@ class CoordinatorImpl final : public Coordinator {
   uint64_t next_seq_ = 1;
   protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
   Clock::TimePoint last_trim_{};
+  Clock::TimePoint last_log_flush_{};
   boost::asio::steady_timer timer_;
   std::unique_ptr<HttpApi> http_;
 };

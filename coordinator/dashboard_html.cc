@@ -54,9 +54,9 @@ th,td{padding:4px 10px;text-align:left;border-bottom:1px solid #eaeef2;vertical-
 th{background:#f6f8fa;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 a{color:#0969da}
 .badge{display:inline-block;padding:0 8px;border-radius:10px;font-size:12px;font-weight:600;background:#eaeef2}
-.running,.alive{background:#dafbe1;color:#1a7f37}.queued,.stopping,.unconfirmed{background:#fff8c5;color:#9a6700}
+.running,.alive{background:#dafbe1;color:#1a7f37}.queued,.stopping,.unconfirmed,.draining,.starting{background:#fff8c5;color:#9a6700}
 .failed,.lost{background:#ffebe9;color:#cf222e}.succeeded,.exited{background:#ddf4ff;color:#0969da}
-.cancelled,.stopped{background:#eaeef2;color:#57606a}
+.cancelled,.stopped,.drained,.left{background:#eaeef2;color:#57606a}
 .rootcause{background:#fff;border:1px solid #cf222e;border-left:4px solid #cf222e;padding:8px 12px;max-width:900px}
 pre{background:#0d1117;color:#e6edf3;padding:8px 10px;font-size:12px;overflow:auto;max-height:360px;margin:0}
 .rootcause pre{max-height:200px}

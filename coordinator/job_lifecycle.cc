@@ -112,21 +112,6 @@ std::vector<NodeCapacity> CoordinatorImpl::empty_capacity() const {
   return out;
 }
 
-int CoordinatorImpl::pick_master_port(const Job& job, const std::string& master_node) const {
-  std::set<int> taken;
-  for (const auto& [id, other] : jobs_) {
-    if (!other.attempts.empty() && other.attempts.back().active() &&
-        !other.attempts.back().nodes.empty() && other.attempts.back().nodes.front() == master_node) {
-      taken.insert(other.attempts.back().master_port);
-    }
-  }
-  // Spread over 29500-31499 so that a port a previous attempt left in
-  // TIME_WAIT is not reused at once.
-  int port = 29500 + int((job.seq * 37 + job.attempts.size() * 11) % 2000);
-  while (taken.count(port)) port = 29500 + (port - 29500 + 1) % 2000;
-  return port;
-}
-
 void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>& placement) {
   Attempt a;
   a.number = int(job.attempts.size());
@@ -142,7 +127,12 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
       a.ranks[jobs::assign_rank(int(i), g, a.gpus_per_node).rank].node = p.node;
     }
   }
-  a.master_port = pick_master_port(job, a.nodes.front());
+  // Rank 0's node picks MASTER_PORT (a port free there and claimed from
+  // every other job on that host); the other nodes' orders wait for it.
+  a.master_port = 0;
+  for (auto& r : a.ranks) {
+    if (r.node != a.nodes.front()) r.state = RankState::kHeld;
+  }
   a.store_token = new_store_token();
   a.launched_at = clock_.now();
   job.state = JobState::kRunning;
@@ -155,23 +145,43 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
   spdlog::info("job {} attempt {} placed on {} (world size {})", job.id, a.number, node_list,
                a.world_size());
   job.attempts.push_back(std::move(a));
-  Attempt& attempt = job.attempts.back();
+  const Attempt& attempt = job.attempts.back();
+  bool reached = send_launch(job, attempt, 0);
+  persist(job);
+  if (!reached) {
+    registry_.mark_lost(attempt.nodes.front());
+    on_node_lost(attempt.nodes.front(), "its agent cannot be reached");
+  }
+}
+
+bool CoordinatorImpl::send_launch(const Job& job, const Attempt& attempt, int node_rank) {
+  const std::string& node = attempt.nodes[size_t(node_rank)];
   const Node* master = registry_.find(attempt.nodes.front());
+  LaunchOrder order;
+  order.job_id = job.id;
+  order.attempt = attempt.number;
+  order.restart_count = job.restarts_used;
+  order.node_rank = node_rank;
+  order.num_nodes = int(attempt.nodes.size());
+  order.world_size = attempt.world_size();
+  order.gpu_indices = attempt.gpus.at(node);
+  order.master_addr = master ? master->address : "127.0.0.1";
+  order.master_port = node_rank == 0 ? 0 : attempt.master_port;
+  order.job = job.control;
+  order.store_token = attempt.store_token;
+  return send_to_node(node, order);
+}
+
+void CoordinatorImpl::release_held_nodes(Job& job, int master_port) {
+  Attempt& a = *job.current();
+  a.master_port = master_port;
+  a.launched_at = clock_.now();
   std::vector<std::string> unreachable;
-  for (size_t i = 0; i < attempt.nodes.size(); ++i) {
-    LaunchOrder order;
-    order.job_id = job.id;
-    order.attempt = attempt.number;
-    order.restart_count = job.restarts_used;
-    order.node_rank = int(i);
-    order.num_nodes = int(attempt.nodes.size());
-    order.world_size = attempt.world_size();
-    order.gpu_indices = attempt.gpus[attempt.nodes[i]];
-    order.master_addr = master ? master->address : "127.0.0.1";
-    order.master_port = attempt.master_port;
-    order.job = job.control;
-    order.store_token = attempt.store_token;
-    if (!send_to_node(attempt.nodes[i], order)) unreachable.push_back(attempt.nodes[i]);
+  for (size_t i = 1; i < a.nodes.size(); ++i) {
+    for (auto& r : a.ranks) {
+      if (r.node == a.nodes[i] && r.state == RankState::kHeld) r.state = RankState::kRunning;
+    }
+    if (!send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
   }
   persist(job);
   for (const auto& node : unreachable) {
@@ -188,6 +198,10 @@ void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string&
   a->stop_intent = intent;
   a->reason = reason;
   job.state = JobState::kStopping;
+  // Ranks still waiting for MASTER_PORT were never launched: nothing to stop.
+  for (auto& r : a->ranks) {
+    if (r.state == RankState::kHeld) r.state = RankState::kExited;
+  }
   job.add_event("stopping attempt " + std::to_string(a->number) + ": " + reason);
   spdlog::info("job {} attempt {}: stopping ({})", job.id, a->number, reason);
   for (const auto& node : a->nodes) {
@@ -426,7 +440,7 @@ std::string CoordinatorImpl::new_store_token() {
 
 Status CoordinatorImpl::recover_from_db() {
   COHORT_ASSIGN_OR_RETURN(auto nodes, db_->load_nodes());
-  for (auto& n : nodes) registry_.restore_node(n.name, n.address, std::move(n.gpus));
+  for (auto& n : nodes) registry_.restore_node(n.name, n.address, std::move(n.gpus), n.drained, n.left);
   COHORT_ASSIGN_OR_RETURN(auto jobs, db_->load_jobs());
   auto deadline = clock_.now() + options_.recovery_grace;
   int active = 0;
@@ -441,8 +455,14 @@ Status CoordinatorImpl::recover_from_db() {
     std::string id = job.id;
     jobs_.emplace(id, std::move(job));
   }
-  spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s)",
-               options_.state_dir, jobs_.size(), active, nodes.size());
+  COHORT_ASSIGN_OR_RETURN(auto logs, db_->load_logs());
+  size_t lines = 0;
+  for (auto& job_lines : logs) {
+    lines += job_lines.lines.size();
+    if (jobs_.count(job_lines.job_id)) logs_.restore(job_lines.job_id, std::move(job_lines.lines));
+  }
+  spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s), {} log line(s)",
+               options_.state_dir, jobs_.size(), active, nodes.size(), lines);
   return Status::ok();
 }
 

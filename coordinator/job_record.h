@@ -14,8 +14,9 @@
 //   kRunning --all ranks exit 0--> kSucceeded
 //   kRunning --stop begins-->      kStopping --all ranks gone--> kFailed | kStopped
 // An attempt "fails" when a rank failed or a node was lost; it is "stopped"
-// when it was ended on purpose (cancel, scale-up, recovery after a
-// coordinator restart).
+// when it was ended on purpose (cancel, scale-up, a drained or leaving node,
+// recovery after a coordinator restart). A stopped attempt's restart uses no
+// budget.
 #pragma once
 
 #include <cstdint>
@@ -35,13 +36,14 @@ namespace cohort::coordinator {
 enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
 enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
 // Why an attempt is being stopped; decides what happens once it has stopped.
-enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery };
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain };
 
 const char* to_string(JobState state);
 const char* to_string(AttemptState state);
 bool is_terminal(JobState state);
 
 enum class RankState {
+  kHeld,       // its node's launch order waits for MASTER_PORT from rank 0's node
   kRunning,    // launched (or confirmed by its agent after a coordinator restart)
   kUnconfirmed,  // after a coordinator restart, until its agent reports it
   kExited,
@@ -62,7 +64,7 @@ struct Attempt {
   std::vector<std::string> nodes;               // node-rank order
   std::map<std::string, std::vector<int>> gpus;  // node → GPU indices
   int gpus_per_node = 1;
-  int master_port = 0;
+  int master_port = 0;  // 0 until rank 0's node has picked it (WorkersStarted)
   std::string store_token;  // COHORT_STORE_TOKEN of this attempt's workers
   bool counts_as_restart = true;
   int64_t started_ms = 0;

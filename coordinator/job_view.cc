@@ -18,6 +18,7 @@ std::string describe_exit(const RankRecord& r) {
 
 const char* to_string(RankState state) {
   switch (state) {
+    case RankState::kHeld: return "starting";
     case RankState::kRunning: return "running";
     case RankState::kUnconfirmed: return "unconfirmed";
     case RankState::kExited: return "exited";

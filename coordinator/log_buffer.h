@@ -6,13 +6,19 @@
 // lines longer than kMaxLogLineBytes are cut, so no log flood grows the
 // coordinator and one huge line cannot make `cohort logs` replies exceed the
 // transport cap. The complete logs stay in the per-rank files under the
-// job's output_dir on each node. In memory only: a restarted coordinator
-// serves the lines that arrive after it started.
+// job's output_dir on each node.
+//
+// Durable through the state database: take_changes() hands over the lines
+// not saved yet and where each job's kept lines now begin (the coordinator
+// writes them once a second, state_db.h), and restore() puts them back after
+// a restart with their sequence numbers, so `cohort logs --follow` carries
+// on where it was.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +34,9 @@ class LogBuffer {
       : max_job_bytes_(max_bytes_per_job), max_total_bytes_(max_bytes_total) {}
 
   void append(const std::string& job_id, std::vector<protocol::LogLine> lines);
+  // Lines of one job from the state database, seq set, oldest first; the
+  // job's numbering continues after the last.
+  void restore(const std::string& job_id, std::vector<protocol::LogLine> lines);
   // Drops a job's lines (the job was removed or retired).
   void forget(const std::string& job_id);
   size_t total_bytes() const { return total_bytes_; }
@@ -40,10 +49,25 @@ class LogBuffer {
   std::vector<protocol::LogLine> newest(const protocol::LogQuery& query, size_t n, uint64_t* last_seq) const;
   // The last `n` lines of one rank in one attempt (root-cause reports).
   std::vector<std::string> tail(const std::string& job_id, int attempt, int rank, size_t n) const;
+  // Lines a job has been sent in all (its numbering), and how many of the
+  // oldest were dropped for the byte caps.
+  uint64_t lines_received(const std::string& job_id) const;
+  uint64_t lines_dropped(const std::string& job_id) const;
+
+  // What changed since the last call, per job: the lines not handed over
+  // yet, and the seq of its oldest kept line (older ones can go).
+  struct Changes {
+    std::string job_id;
+    std::vector<protocol::LogLine> lines;
+    uint64_t first_kept = 1;
+  };
+  std::vector<Changes> take_changes();
+  size_t unsaved_bytes() const { return unsaved_bytes_; }
 
  private:
   struct JobLog {
     uint64_t next_seq = 1;
+    uint64_t saved_seq = 0;  // lines up to here were handed to take_changes
     size_t bytes = 0;
     std::deque<protocol::LogLine> lines;
   };
@@ -52,7 +76,9 @@ class LogBuffer {
   size_t max_job_bytes_;
   size_t max_total_bytes_;
   size_t total_bytes_ = 0;
+  size_t unsaved_bytes_ = 0;
   std::map<std::string, JobLog> logs_;
+  std::set<std::string> changed_;  // jobs with lines added or dropped since take_changes
 };
 
 }  // namespace cohort::coordinator

@@ -6,10 +6,14 @@ namespace cohort::coordinator {
 const char* to_string(NodeState state) {
   switch (state) {
     case NodeState::kAlive: return "alive";
+    case NodeState::kDraining: return "draining";
+    case NodeState::kLeft: return "left";
     case NodeState::kLost: return "lost";
   }
   return "unknown";
 }
+
+bool is_connected(NodeState state) { return state == NodeState::kAlive || state == NodeState::kDraining; }
 
 void NodeRegistry::register_node(const protocol::RegisterNode& message, const std::string& peer) {
   Node& node = nodes_[message.node];
@@ -17,23 +21,49 @@ void NodeRegistry::register_node(const protocol::RegisterNode& message, const st
   node.address = message.address;
   node.peer = peer;
   node.gpus = message.gpus;
-  node.state = NodeState::kAlive;
+  node.leaving = false;
+  node.state = node.drained ? NodeState::kDraining : NodeState::kAlive;
   node.last_heartbeat = clock_.now();
 }
 
 void NodeRegistry::restore_node(const std::string& name, const std::string& address,
-                                std::vector<protocol::GpuDesc> gpus) {
+                                std::vector<protocol::GpuDesc> gpus, bool drained, bool left) {
   Node& node = nodes_[name];
   node.name = name;
   node.address = address;
   node.gpus = std::move(gpus);
-  node.state = NodeState::kLost;
+  node.drained = drained;
+  node.state = left ? NodeState::kLeft : NodeState::kLost;
   node.last_heartbeat = clock_.now();
+}
+
+bool NodeRegistry::set_drained(const std::string& name, bool drained) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return false;
+  Node& node = it->second;
+  node.drained = drained;
+  if (drained && node.state == NodeState::kAlive) node.state = NodeState::kDraining;
+  if (!drained && node.state == NodeState::kDraining && !node.leaving) node.state = NodeState::kAlive;
+  return true;
+}
+
+void NodeRegistry::mark_leaving(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end() || !is_connected(it->second.state)) return;
+  it->second.leaving = true;
+  it->second.state = NodeState::kDraining;
+}
+
+void NodeRegistry::mark_left(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  it->second.leaving = false;
+  it->second.state = NodeState::kLeft;
 }
 
 bool NodeRegistry::heartbeat(const std::string& name, const std::string& peer) {
   auto it = nodes_.find(name);
-  if (it == nodes_.end() || it->second.state != NodeState::kAlive) return false;
+  if (it == nodes_.end() || !is_connected(it->second.state)) return false;
   it->second.peer = peer;
   it->second.last_heartbeat = clock_.now();
   return true;
@@ -48,7 +78,7 @@ std::vector<std::string> NodeRegistry::expire() {
   std::vector<std::string> lost;
   auto now = clock_.now();
   for (auto& [name, node] : nodes_) {
-    if (node.state == NodeState::kAlive && now - node.last_heartbeat > heartbeat_timeout_) {
+    if (is_connected(node.state) && now - node.last_heartbeat > heartbeat_timeout_) {
       node.state = NodeState::kLost;
       lost.push_back(name);
     }

@@ -51,7 +51,7 @@ class Exposition {
 };
 
 void cluster_series(Exposition& e, const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes) {
-  std::map<std::string, int> node_states{{"alive", 0}, {"lost", 0}};
+  std::map<std::string, int> node_states{{"alive", 0}, {"draining", 0}, {"drained", 0}, {"left", 0}, {"lost", 0}};
   int gpus = 0, free = 0;
   for (const auto& n : nodes) {
     ++node_states[n.state];

@@ -4,24 +4,11 @@
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
-#include <sqlite3.h>
 
+#include "coordinator/sqlite_statement.h"
 #include "protocol/codec.h"
 
 namespace cohort::coordinator {
-namespace {
-
-// Finalizes a prepared statement on every path.
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
-Status sqlite_error(sqlite3* db, const std::string& what) {
-  return io_error(what + ": " + sqlite3_errmsg(db));
-}
-
-}  // namespace
 
 Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
   std::error_code ec;
@@ -52,6 +39,9 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
       "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER, doc TEXT NOT NULL)"));
   COHORT_RETURN_IF_ERROR(state->exec(
       "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, address TEXT, gpus TEXT)"));
+  COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "drained", "INTEGER NOT NULL DEFAULT 0"));
+  COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "left_cluster", "INTEGER NOT NULL DEFAULT 0"));
+  COHORT_RETURN_IF_ERROR(state->create_log_table());
   return state;
 }
 
@@ -93,6 +83,20 @@ Status StateDb::remove_node(const std::string& name) {
   sqlite3_bind_text(s.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "removing node " + name);
   return Status::ok();
+}
+
+Status StateDb::add_column_if_missing(const std::string& table, const std::string& column,
+                                     const std::string& decl) {
+  Statement s;
+  std::string sql = "PRAGMA table_info(" + table + ")";
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "reading the columns of " + table);
+  }
+  while (sqlite3_step(s.stmt) == SQLITE_ROW) {
+    const char* name = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 1));
+    if (name && column == name) return Status::ok();
+  }
+  return exec("ALTER TABLE " + table + " ADD COLUMN " + column + " " + decl);
 }
 
 Status StateDb::exec(const std::string& sql) {
@@ -138,25 +142,27 @@ Result<std::vector<Job>> StateDb::load_jobs() {
   return jobs;
 }
 
-Status StateDb::save_node(const std::string& name, const std::string& address,
-                          const std::vector<protocol::GpuDesc>& gpus) {
+Status StateDb::save_node(const Node& node) {
   Statement s;
-  const char* sql = "INSERT OR REPLACE INTO nodes (name, address, gpus) VALUES (?, ?, ?)";
+  const char* sql =
+      "INSERT OR REPLACE INTO nodes (name, address, gpus, drained, left_cluster) VALUES (?, ?, ?, ?, ?)";
   if (sqlite3_prepare_v2(db_, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
-    return sqlite_error(db_, "saving node " + name);
+    return sqlite_error(db_, "saving node " + node.name);
   }
-  std::string doc = nlohmann::json(gpus).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  sqlite3_bind_text(s.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(s.stmt, 2, address.c_str(), -1, SQLITE_TRANSIENT);
+  std::string doc = nlohmann::json(node.gpus).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  sqlite3_bind_text(s.stmt, 1, node.name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.stmt, 2, node.address.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s.stmt, 3, doc.c_str(), int(doc.size()), SQLITE_TRANSIENT);
-  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "saving node " + name);
+  sqlite3_bind_int(s.stmt, 4, node.drained ? 1 : 0);
+  sqlite3_bind_int(s.stmt, 5, node.state == NodeState::kLeft ? 1 : 0);
+  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "saving node " + node.name);
   return Status::ok();
 }
 
 Result<std::vector<StateDb::NodeRow>> StateDb::load_nodes() {
   Statement s;
-  if (sqlite3_prepare_v2(db_, "SELECT name, address, gpus FROM nodes ORDER BY name", -1, &s.stmt,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "SELECT name, address, gpus, drained, left_cluster FROM nodes ORDER BY name", -1,
+                         &s.stmt, nullptr) != SQLITE_OK) {
     return sqlite_error(db_, "loading nodes");
   }
   std::vector<NodeRow> rows;
@@ -169,6 +175,8 @@ Result<std::vector<StateDb::NodeRow>> StateDb::load_nodes() {
     };
     row.name = column(0);
     row.address = column(1);
+    row.drained = sqlite3_column_int(s.stmt, 3) != 0;
+    row.left = sqlite3_column_int(s.stmt, 4) != 0;
     auto j = nlohmann::json::parse(column(2), nullptr, false);
     if (j.is_array()) {
       try {

@@ -2,6 +2,7 @@
 // into data- and tensor-parallel degrees, and how batches divide. Run after
 // every key was read, so one pass reports all of them.
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 
@@ -204,53 +205,56 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
                                       " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
 }
 
-std::string absolute(const std::string& path, const std::string& base) {
-  if (path.empty()) return path;
-  std::filesystem::path p(path);
-  if (p.is_absolute()) return p.lexically_normal().string();
-  return (std::filesystem::path(base) / p).lexically_normal().string();
+void check_ports(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.valid("job.port_range")) return;
+  PortRange range;
+  std::string why;
+  if (!parse_port_range(spec.job.port_range, &range, &why)) ctx.error_at("job.port_range", "job.port_range: " + why);
+}
+
+// "~" and "~/x" name the home folder, as a shell would have made them.
+std::string expand_home(const std::string& path) {
+  if (path != "~" && path.rfind("~/", 0) != 0) return path;
+  const char* home = std::getenv("HOME");
+  return home && *home ? std::string(home) + path.substr(1) : path;
+}
+
+std::string absolute(const std::string& given, const std::string& base) {
+  if (given.empty()) return given;
+  std::filesystem::path p(expand_home(given));
+  std::string out = (p.is_absolute() ? p : std::filesystem::path(base) / p).lexically_normal().string();
+  if (out.size() > 1 && out.back() == '/') out.pop_back();  // "dir/." normalizes to "dir/"
+  return out;
 }
 
 }  // namespace
 
 void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_required(spec, ctx);
+  check_ports(spec, ctx);
   check_mesh(spec, ctx);
   check_train(spec, ctx);
   check_infer(spec, ctx);
   check_serve(spec, ctx);
 }
 
-void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& base_dir) {
+void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& cwd, const std::string& file_dir) {
+  auto base = [&](const char* key) { return ctx.from_override(key) ? cwd : file_dir; };
   if (!ctx.given("job.devices"))
     spec.job.devices = spec.job.kind == JobKind::kCommand ? DeviceVisibility::kNode : DeviceVisibility::kOwn;
   if (spec.job.output_dir.empty()) spec.job.output_dir = "runs/" + spec.job.name;
   if (spec.serve.model_name.empty()) spec.serve.model_name = spec.job.name;
-  if (spec.job.working_dir.empty()) spec.job.working_dir = base_dir;
-  spec.job.working_dir = absolute(spec.job.working_dir, base_dir);
-  spec.job.output_dir = absolute(spec.job.output_dir, base_dir);
-  spec.model.hf_dir = absolute(spec.model.hf_dir, base_dir);
-  spec.model.checkpoint = absolute(spec.model.checkpoint, base_dir);
-  for (auto& d : spec.train.data) d.path = absolute(d.path, base_dir);
-  spec.infer.prompts = absolute(spec.infer.prompts, base_dir);
+  if (spec.job.working_dir.empty()) spec.job.working_dir.assign(1, '.');  // not = ".": a GCC 12 -Wrestrict false positive
+  spec.job.working_dir = absolute(spec.job.working_dir, base("job.working_dir"));
+  spec.job.output_dir = absolute(spec.job.output_dir, base("job.output_dir"));
+  spec.model.hf_dir = absolute(spec.model.hf_dir, base("model.hf_dir"));
+  spec.model.checkpoint = absolute(spec.model.checkpoint, base("model.checkpoint"));
+  for (auto& d : spec.train.data) d.path = absolute(d.path, base("train.data"));
+  spec.infer.prompts = absolute(spec.infer.prompts, base("infer.prompts"));
   if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
   // The default sequence length never exceeds what the model supports.
   int max_seq = spec.model.max_seq > 0 ? spec.model.max_seq : preset_max_seq(spec.model.preset);
   if (!ctx.given("train.seq_len") && max_seq > 0 && spec.train.seq_len > max_seq) spec.train.seq_len = max_seq;
-}
-
-std::vector<std::string> check_job_paths(const JobSpec& spec) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> problems;
-  std::error_code ec;
-  const std::string& out = spec.job.output_dir;
-  if (!out.empty() && fs::exists(out, ec) && !fs::is_directory(out, ec))
-    problems.push_back("job.output_dir: " + out + " exists and is not a directory");
-  const std::string& wd = spec.job.working_dir;
-  if (!wd.empty() && !fs::is_directory(wd, ec))
-    problems.push_back("job.working_dir: " + wd +
-                       (fs::exists(wd, ec) ? " is not a directory" : " does not exist"));
-  return problems;
 }
 
 }  // namespace cohort::jobs

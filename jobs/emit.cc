@@ -23,6 +23,7 @@ std::string to_toml(const JobSpec& spec) {
       {"hang_timeout", spec.job.hang_timeout_s},
       {"placement_timeout", spec.job.placement_timeout_s},
   };
+  if (!spec.job.port_range.empty()) job.insert("port_range", spec.job.port_range);
   if (spec.job.nodes.elastic())
     job.insert("nodes", std::to_string(spec.job.nodes.min) + ":" + std::to_string(spec.job.nodes.max));
   else

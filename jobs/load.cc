@@ -50,6 +50,7 @@ const std::map<std::string, Setter>& setters() {
       {"job.stop_grace", [](JobSpec& s, const Value& v) { s.job.stop_grace_s = as<double>(v); }},
       {"job.hang_timeout", [](JobSpec& s, const Value& v) { s.job.hang_timeout_s = as<double>(v); }},
       {"job.placement_timeout", [](JobSpec& s, const Value& v) { s.job.placement_timeout_s = as<double>(v); }},
+      {"job.port_range", [](JobSpec& s, const Value& v) { s.job.port_range = as<std::string>(v); }},
       {"job.env", [](JobSpec& s, const Value& v) { s.job.env = as<StringMap>(v); }},
       {"model.preset", [](JobSpec& s, const Value& v) { s.model.preset = as<std::string>(v); }},
       {"model.hf_dir", [](JobSpec& s, const Value& v) { s.model.hf_dir = as<std::string>(v); }},
@@ -415,6 +416,14 @@ void read_section(JobSpec& spec, const std::string& section, const toml::table& 
       ctx.error_at(at, "unknown key '" + key + "' in [" + section + "]" + hint);
       continue;
     }
+    if (field->type == FieldType::kStringList) {
+      // Each entry's own position: a missing script in argv points at itself.
+      KeyOrigin whole = origin_of(node, ctx, overrides);
+      if (const auto* array = node.as_array())
+        for (size_t i = 0; i < array->size(); ++i)
+          ctx.note_key(path + "[" + std::to_string(i) + "]",
+                       whole.from_override ? whole : origin_of(*array->get(i), ctx, overrides));
+    }
     if (field->type == FieldType::kStringTable) {
       if (const auto* env = node.as_table())
         for (const auto& [ek, ev] : *env)
@@ -557,8 +566,8 @@ LoadResult load_job_text(const std::string& text, const std::string& source_name
   result.errors = ctx.take_errors();
   result.warnings = ctx.take_warnings();
   if (result.ok()) {
-    std::string base = options.base_dir.empty() ? std::filesystem::current_path().string() : options.base_dir;
-    resolve_defaults(spec, ctx, base);
+    std::string cwd = options.base_dir.empty() ? std::filesystem::current_path().string() : options.base_dir;
+    resolve_defaults(spec, ctx, cwd, options.file_dir.empty() ? cwd : options.file_dir);
   }
   return result;
 }
@@ -573,7 +582,13 @@ LoadResult load_job_file(const std::string& path, const LoadOptions& options) {
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return load_job_text(buffer.str(), path, options);
+  LoadOptions with_dir = options;
+  if (with_dir.file_dir.empty()) {
+    std::error_code ec;
+    auto file = std::filesystem::absolute(path, ec);
+    if (!ec) with_dir.file_dir = file.parent_path().lexically_normal().string();
+  }
+  return load_job_text(buffer.str(), path, with_dir);
 }
 
 }  // namespace cohort::jobs

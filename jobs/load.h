@@ -3,9 +3,14 @@
 // Every problem is collected, not just the first: wrong types, out-of-range
 // values, unknown keys (with the nearest known key suggested), keys a kind
 // requires, and rules that span fields. Each error carries the file (or the
-// `--set` override it came from), line and column. Relative paths in the file
-// are resolved against `base_dir` (the directory cohort was started in, as
-// torchrun and srun do), so a loaded spec holds absolute paths only.
+// `--set` override it came from), line and column.
+//
+// Paths: a relative path of the job file (written in it, or a default:
+// output_dir "runs/<name>", working_dir ".") resolves against the job file's
+// folder, wherever cohort is started, so a job file and what it names move
+// together; a path given with `--set` resolves against the current
+// directory, like any other command-line argument. "~/" is the home folder.
+// A loaded spec holds absolute paths only.
 #pragma once
 
 #include <map>
@@ -37,7 +42,8 @@ struct LoadError {
 
 struct LoadOptions {
   std::vector<Override> overrides;
-  std::string base_dir;  // empty: the current directory
+  std::string base_dir;  // what --set paths are relative to; empty: the current directory
+  std::string file_dir;  // what the file's paths are relative to; empty: base_dir (load_job_file: the file's folder)
 };
 
 struct LoadResult {
@@ -57,12 +63,32 @@ LoadResult load_job_file(const std::string& path, const LoadOptions& options = {
 LoadResult load_job_text(const std::string& text, const std::string& source_name,
                          const LoadOptions& options = {});
 
-// Checks of the loaded spec against this machine's file system, kept apart
-// from loading (which reads no files but the job file): output_dir must not
-// be a file and working_dir must be a directory. One message per problem;
-// `cohort validate` and `cohort run` refuse the job, `cohort submit` warns
-// (the nodes' file systems may differ from the submitting host's).
-std::vector<std::string> check_job_paths(const JobSpec& spec);
+// Every path a loaded job names, resolved, with the key and where it was
+// given: what `cohort validate` prints and check_job_paths checks.
+struct JobPath {
+  enum class Use {
+    kOutput,     // job.output_dir: created if missing, must not be a file
+    kDirectory,  // job.working_dir: must be a directory
+    kInput,      // data, model folders, checkpoint, prompts: must exist
+    kProgram,    // command.argv[0]: a file, or found on PATH
+    kScript,     // the script an interpreter in command.argv runs (python3 x.py)
+  };
+  std::string key;     // "train.data[0]", "command.argv[1]"
+  std::string path;    // absolute ("" for a program not found on PATH)
+  std::string origin;  // "job.toml:8:8", "--set job.output_dir=x", or "default"
+  Use use = Use::kInput;
+  std::string given;   // as written (a program's name)
+};
+std::vector<JobPath> job_paths(const LoadResult& result);
+
+// Checks of the loaded job's paths against this machine's file system, kept
+// apart from loading (which reads no files but the job file): output_dir is
+// not a file, working_dir is a directory, inputs exist, the command's
+// program and script are there. One message per problem, "origin: key:
+// problem"; `cohort validate` and `cohort run` refuse the job, `cohort
+// submit` warns (the nodes' file systems may differ from the submitting
+// host's).
+std::vector<std::string> check_job_paths(const LoadResult& result);
 
 // The resolved spec as a complete job file (every key, defaults written out,
 // absolute paths). Loading it again gives the same spec. This is what the

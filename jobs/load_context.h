@@ -26,6 +26,10 @@ class LoadContext {
   const std::string& file() const { return file_; }
   void note_key(const std::string& path, KeyOrigin origin) { origins_[path] = std::move(origin); }
   bool given(const std::string& path) const { return origins_.count(path) > 0; }
+  bool from_override(const std::string& path) const {
+    auto it = origins_.find(path);
+    return it != origins_.end() && it->second.from_override;
+  }
   // A given key whose value was rejected; rules that depend on it stay quiet.
   void mark_invalid(const std::string& path) { invalid_.insert(path); }
   bool valid(const std::string& path) const { return given(path) && !invalid_.count(path); }
@@ -55,7 +59,8 @@ class LoadContext {
 
 // Cross-field rules, run after every key was read (checks.cc).
 void check_job_rules(JobSpec& spec, LoadContext& ctx);
-// Fills the defaults that depend on other fields and makes paths absolute.
-void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& base_dir);
+// Fills the defaults that depend on other fields and makes paths absolute:
+// `--set` ones against `cwd`, the file's and the defaults against `file_dir`.
+void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& cwd, const std::string& file_dir);
 
 }  // namespace cohort::jobs

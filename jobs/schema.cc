@@ -56,6 +56,9 @@ std::vector<FieldDoc> build_schema() {
                     "Seconds without a progress report before a rank counts as hung (0: off).", 0, 1e7));
   f.push_back(field("job", "placement_timeout", T::kFloat, "0",
                     "Seconds a job waits for capacity before failing (0: wait forever).", 0, 1e9));
+  f.push_back(field("job", "port_range", T::kString, "(the agent's `--port-range`, else 29500-30499)",
+                    "\"LO-HI\": the TCP ports MASTER_PORT is chosen from on rank 0's node (a free one, never "
+                    "one another job holds); for firewalled clusters."));
   f.push_back(field("job.env", "", T::kStringTable, "{}",
                     "Extra environment variables for every worker (`[job.env]` table)."));
   // [model]

@@ -1,5 +1,7 @@
 #include "jobs/spec.h"
 
+#include <charconv>
+
 namespace cohort::jobs {
 
 const char* to_string(JobKind kind) {
@@ -37,6 +39,37 @@ const char* to_string(Precision precision) {
     case Precision::kFp32: return "fp32";
   }
   return "?";
+}
+
+bool parse_port_range(std::string_view text, PortRange* range, std::string* why) {
+  auto number = [](std::string_view s, int* out) {
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+  };
+  // Built by append: `"\"" + std::string` trips a GCC 12 -Wrestrict false positive.
+  std::string shown;
+  shown.append(1, '"').append(text).append(1, '"');
+  auto dash = text.find('-');
+  int first = 0, last = 0;
+  bool ok = dash == std::string_view::npos ? number(text, &first) && (last = first, true)
+                                           : number(text.substr(0, dash), &first) &&
+                                                 number(text.substr(dash + 1), &last);
+  if (!ok) {
+    *why = shown + " is not a port range like \"29500-29999\"";
+    return false;
+  }
+  // Below 1024 a port needs privileges no worker has.
+  if (first < 1024 || last > 65535 || first > last) {
+    *why = shown + " must be LO-HI with 1024 <= LO <= HI <= 65535";
+    return false;
+  }
+  *range = PortRange{first, last};
+  return true;
+}
+
+std::string to_string(const PortRange& range) {
+  if (range.empty()) return "";
+  return std::to_string(range.first) + "-" + std::to_string(range.last);
 }
 
 int JobSpec::effective_global_batch(int nodes) const {

@@ -48,6 +48,19 @@ struct NodeRange {
   bool elastic() const { return min != max; }
 };
 
+// A range of TCP ports, both ends included (`job.port_range = "29500-29999"`,
+// `cohort agent --port-range`). Empty ({0, 0}): no constraint.
+struct PortRange {
+  int first = 0;
+  int last = 0;
+  bool empty() const { return first == 0; }
+  int size() const { return empty() ? 0 : last - first + 1; }
+};
+// "LO-HI" with 1024 <= LO <= HI <= 65535 (or a single port "P"); false and
+// *why set for anything else.
+bool parse_port_range(std::string_view text, PortRange* range, std::string* why);
+std::string to_string(const PortRange& range);  // "LO-HI", "" when empty
+
 struct JobSection {
   std::string name;
   JobKind kind = JobKind::kCommand;
@@ -61,6 +74,7 @@ struct JobSection {
   double stop_grace_s = 10.0;       // SIGTERM, then SIGKILL after this
   double hang_timeout_s = 0.0;      // 0: no hang detection
   double placement_timeout_s = 0.0; // 0: wait for capacity forever
+  std::string port_range;           // "LO-HI" for MASTER_PORT; "": the agent's range
   std::map<std::string, std::string> env;
 };
 

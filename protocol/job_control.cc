@@ -25,6 +25,7 @@ JobControl job_control_from_spec(const jobs::JobSpec& spec) {
   c.stop_grace_s = spec.job.stop_grace_s;
   c.hang_timeout_s = spec.job.hang_timeout_s;
   c.placement_timeout_s = spec.job.placement_timeout_s;
+  c.port_range = spec.job.port_range;
   c.env = spec.job.env;
   c.argv = spec.command.argv;
   c.job_toml = jobs::to_toml(spec);

@@ -13,6 +13,7 @@ std::string format_log_line(const LogLine& line) {
 Result<JobInfo> watch_job(Client& client, const std::string& job_id, const WatchOptions& options) {
   uint64_t after = 0;
   bool cancel_sent = false;
+  bool first = true;
   int failures = 0;
   while (true) {
     if (options.interrupt && options.interrupt->load() && !cancel_sent) {
@@ -27,6 +28,7 @@ Result<JobInfo> watch_job(Client& client, const std::string& job_id, const Watch
     query.rank = options.rank;
     query.attempt = options.attempt;
     query.after_seq = after;
+    if (first) query.tail = options.tail;
     auto reply = client.request<LogReply>(query, options.request_timeout);
     if (!reply) {
       // A coordinator restarting under us: retry for a while before giving up.
@@ -34,7 +36,9 @@ Result<JobInfo> watch_job(Client& client, const std::string& job_id, const Watch
       return reply.status();
     }
     failures = 0;
-    // A restarted coordinator numbers its lines afresh.
+    if (first && !reply->note.empty() && options.on_note) options.on_note(reply->note);
+    first = false;
+    // A restarted coordinator without its state numbers its lines afresh.
     if (reply->last_seq < after) after = 0;
     for (const auto& line : reply->lines) {
       if (!options.print_logs) continue;

@@ -17,6 +17,9 @@ struct WatchOptions {
   int attempt = -1;  // -1: every attempt
   bool print_logs = true;
   bool follow = true;  // false: print what is there and return
+  int tail = 0;        // > 0: start from the newest `tail` lines
+  // LogReply::note (lines only on the nodes, and where); default: not shown.
+  std::function<void(const std::string&)> on_note;
   std::chrono::milliseconds poll{200};
   std::chrono::milliseconds request_timeout{5000};
   // Set (from a signal handler) to ask for the job's cancellation; the watch

@@ -43,6 +43,7 @@ struct JobControl {
   double stop_grace_s = 10.0;
   double hang_timeout_s = 0.0;
   double placement_timeout_s = 0.0;
+  std::string port_range;  // "LO-HI" for MASTER_PORT, or "" (the agent's range)
   std::map<std::string, std::string> env;
   std::vector<std::string> argv;  // command jobs
   std::string job_toml;           // the resolved job file, for cohort-worker
@@ -137,7 +138,7 @@ struct MetricRow {
 struct NodeInfo {
   std::string name;
   std::string address;
-  std::string state;
+  std::string state;  // alive | draining | drained (draining, nothing left on it) | left | lost
   std::vector<GpuDesc> gpus;
   std::vector<GpuSample> gpu_samples;
   int gpus_free = 0;
@@ -185,6 +186,20 @@ struct Heartbeat {
   std::vector<RunningWorker> running;
 };
 
+// The agent is leaving the cluster (it got SIGTERM): the coordinator puts the
+// node in draining, stops the attempts running there (a drain, not a
+// failure) and places nothing more on it. Then, once its workers are gone:
+struct NodeLeaving {
+  static constexpr const char* kType = "node_leaving";
+  std::string node;
+  std::string reason;  // "the agent got SIGTERM"
+};
+// ... the node has left: not lost, not a failure; its agent exits.
+struct NodeLeft {
+  static constexpr const char* kType = "node_left";
+  std::string node;
+};
+
 // The node's GPU figures, every few seconds from agents that have NVML.
 struct GpuReport {
   static constexpr const char* kType = "gpu_report";
@@ -209,6 +224,17 @@ struct LogBatch {
   static constexpr const char* kType = "log_batch";
   std::string job_id;
   std::vector<LogLine> lines;  // seq unset
+};
+
+// The agent of node rank 0 has started its workers on `master_port`, the
+// free port it chose (a launch order with master_port 0 asks it to); the
+// coordinator then sends the other nodes their orders with that port.
+struct WorkersStarted {
+  static constexpr const char* kType = "workers_started";
+  std::string job_id;
+  int attempt = 0;
+  std::string node;
+  int master_port = 0;
 };
 
 // New rows of a training job's metrics.jsonl, from the agent of node rank 0.
@@ -247,6 +273,8 @@ struct LaunchOrder {
   int world_size = 1;
   std::vector<int> gpu_indices;  // this node's GPUs for the job, local-rank order
   std::string master_addr;
+  // 0: this node runs rank 0 and picks a free port itself (reported in
+  // WorkersStarted); otherwise the port rank 0's node picked.
   int master_port = 0;
   JobControl job;
   // A secret of this attempt: workers get it as COHORT_STORE_TOKEN, the
@@ -296,6 +324,19 @@ struct RemoveNode {
   std::string node;
 };
 
+// `cohort drain NODE`: no new work on the node until `cohort undrain`;
+// with stop_running its running attempts stop now (elastic jobs shrink off
+// it, others wait for room elsewhere; neither uses restart budget).
+struct DrainNode {
+  static constexpr const char* kType = "node_drain";
+  std::string node;
+  bool stop_running = false;
+};
+struct UndrainNode {
+  static constexpr const char* kType = "node_undrain";
+  std::string node;
+};
+
 struct NodeQuery {
   static constexpr const char* kType = "node_query";
 };
@@ -316,6 +357,7 @@ struct LogQuery {
   int attempt = -1;   // -1: every attempt
   uint64_t after_seq = 0;  // lines with seq > after_seq
   int max_lines = 10000;
+  int tail = 0;            // > 0: only the newest `tail` lines (after after_seq)
 };
 struct LogReply {
   static constexpr const char* kType = "log_reply";
@@ -323,6 +365,9 @@ struct LogReply {
   uint64_t last_seq = 0;     // resume from here
   bool job_finished = false; // no more lines will come
   std::string job_state;
+  // Set when lines the query asks for are not here but only in the per-rank
+  // files on the nodes (dropped for the byte caps, or never received): where.
+  std::string note;
 };
 
 // Rendezvous store: one namespace per job attempt.

@@ -41,7 +41,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuDesc, index, uuid, pci_bus_id
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobControl, name, kind, nodes_min, nodes_max,
                                                 gpus_per_node, max_restarts, priority, output_dir,
                                                 working_dir, devices, stop_grace_s, hang_timeout_s,
-                                                placement_timeout_s, env, argv, job_toml,
+                                                placement_timeout_s, port_range, env, argv, job_toml,
                                                 source_path)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RootCause, rank, node, exit_code, signal, reason,
                                                 last_lines)
@@ -67,9 +67,14 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterNode, node, address, gpu
                                                 fence_reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Heartbeat, node, running)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuReport, node, samples)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeLeaving, node, reason)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeLeft, node)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DrainNode, node, stop_running)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(UndrainNode, node)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WorkerExit, job_id, attempt, node, rank, exit_code,
                                                 signal, stopped, failure, last_lines)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogBatch, job_id, lines)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WorkersStarted, job_id, attempt, node, master_port)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MetricBatch, job_id, attempt, node, rows,
                                                 total_steps, eta_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterAck, heartbeat_interval_ms, heartbeat_timeout_ms,
@@ -89,8 +94,8 @@ inline void from_json(const nlohmann::json&, NodeQuery&) {}
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeList, nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CancelJob, job_id)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogQuery, job_id, rank, attempt, after_seq,
-                                                max_lines)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogReply, lines, last_seq, job_finished, job_state)
+                                                max_lines, tail)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogReply, lines, last_seq, job_finished, job_state, note)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Ack, text)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ErrorReply, code, message)
 

@@ -30,14 +30,15 @@ class SupervisorTest : public ::testing::Test {
     supervisor_.reset();
     fs::remove_all(dir_);
   }
-  void make_supervisor(bool cpu_slots, const std::string& worker_binary) {
-    SupervisorOptions options{"node-x", worker_binary, cpu_slots, "127.0.0.1"};
+  void make_supervisor(bool cpu_slots, const std::string& worker_binary, jobs::PortRange ports = {}) {
+    SupervisorOptions options{"node-x", worker_binary, cpu_slots, "127.0.0.1", ports};
     // The store is not exercised here: requests fail at once.
     StoreForward forward = [](protocol::StoreRequest, std::function<void(Result<protocol::StoreReply>)> done) {
       done(unavailable("no coordinator in this test"));
     };
     SupervisorSink sink{[this](const std::string&, protocol::LogLine l) { lines_.push_back(l); },
-                        [this](protocol::WorkerExit e) { exits_.push_back(e); }};
+                        [this](protocol::WorkerExit e) { exits_.push_back(e); },
+                        [this](protocol::WorkersStarted s) { started_.push_back(s); }};
     supervisor_ = std::make_unique<Supervisor>(io_, launcher_, clock_, options, forward, sink);
   }
   protocol::LaunchOrder order(jobs::JobKind kind = jobs::JobKind::kCommand) {
@@ -73,6 +74,7 @@ class SupervisorTest : public ::testing::Test {
   std::unique_ptr<Supervisor> supervisor_;
   std::vector<protocol::LogLine> lines_;
   std::vector<protocol::WorkerExit> exits_;
+  std::vector<protocol::WorkersStarted> started_;
 };
 
 TEST_F(SupervisorTest, EachLocalRankGetsItsRankGpuAndTheJobsEnvironment) {
@@ -253,6 +255,71 @@ TEST_F(SupervisorTest, NonsensicalLaunchOrdersAreReportedNotFatal) {
   EXPECT_GE(exits_.size(), 5u);
   for (const auto& e : exits_) EXPECT_FALSE(e.failure.empty());
   EXPECT_TRUE(supervisor_->running().empty());
+}
+
+}  // namespace
+}  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit) {
+  // The agent's range, narrowed by the job's: one port left for each of two jobs.
+  make_supervisor(false, "", jobs::PortRange{43170, 43171});
+  auto first = order();
+  first.node_rank = 0;
+  first.master_port = 0;  // the coordinator leaves it to this node
+  first.job.port_range = "43100-43171";
+  supervisor_->launch(first);
+  ASSERT_EQ(started_.size(), 1u);
+  int port = started_[0].master_port;
+  EXPECT_TRUE(port == 43170 || port == 43171) << port;
+  EXPECT_EQ(started_[0].job_id, "job-1");
+  EXPECT_EQ(started_[0].node, "node-x");
+  EXPECT_EQ(launcher_.record(0).options.env["MASTER_PORT"], std::to_string(port));
+  EXPECT_EQ(launcher_.record(1).options.env["MASTER_PORT"], std::to_string(port));
+  // A second job on this node while the first runs gets the other port.
+  auto second = first;
+  second.job_id = "job-2";
+  supervisor_->launch(second);
+  ASSERT_EQ(started_.size(), 2u);
+  EXPECT_EQ(started_[1].master_port, port == 43170 ? 43171 : 43170);
+  // A third finds none free and says so as the ranks' failure.
+  auto third = first;
+  third.job_id = "job-3";
+  supervisor_->launch(third);
+  EXPECT_EQ(started_.size(), 2u);
+  ASSERT_EQ(exits_.size(), 2u);
+  EXPECT_NE(exits_[0].failure.find("no free port for MASTER_PORT in 43170-43171"), std::string::npos)
+      << exits_[0].failure;
+  // Once job-1's workers are gone its port is free for the next job.
+  launcher_.exit(0, ExitStatus::exited(0));
+  launcher_.exit(1, ExitStatus::exited(0));
+  pump();
+  auto fourth = first;
+  fourth.job_id = "job-4";
+  supervisor_->launch(fourth);
+  ASSERT_EQ(started_.size(), 3u);
+  EXPECT_EQ(started_[2].master_port, port);
+}
+
+TEST_F(SupervisorTest, ARefusedOrderStartsNothingAndReportsItsRanksStopped) {
+  supervisor_->refuse(order(), "not started: the agent on node-x is leaving the cluster");
+  EXPECT_EQ(launcher_.spawn_count(), 0u);
+  ASSERT_EQ(exits_.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(exits_[i].rank, int(2 + i));
+    EXPECT_TRUE(exits_[i].stopped);  // a drain, not a failure
+    EXPECT_TRUE(exits_[i].failure.empty());
+    EXPECT_EQ(exits_[i].last_lines, std::vector<std::string>{"not started: the agent on node-x is leaving the cluster"});
+  }
+  EXPECT_TRUE(supervisor_->running().empty());
+}
+
+TEST_F(SupervisorTest, OtherNodesUseTheMasterPortTheirOrderNames) {
+  supervisor_->launch(order());  // node rank 1, master_port 29500
+  EXPECT_TRUE(started_.empty());
+  EXPECT_EQ(launcher_.record(0).options.env["MASTER_PORT"], "29500");
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ TEST_F(CoordinatorTest, GangPlacementUsesNameOrderAndOneMaster) {
   EXPECT_EQ(la->gpu_indices, (std::vector<int>{0, 1}));
   EXPECT_EQ(la->master_addr, "10.0.0.a");
   EXPECT_EQ(lb->master_addr, "10.0.0.a");
-  EXPECT_EQ(la->master_port, lb->master_port);
+  // Rank 0's node picks MASTER_PORT; the others learn it in their orders.
+  EXPECT_EQ(la->master_port, 0);
+  EXPECT_EQ(lb->master_port, a.master_port_to_report);
   EXPECT_EQ(job(id).state, "running");
   a.exit_all(*la, 0);
   b.exit_all(*lb, 0);
@@ -364,8 +366,12 @@ TEST_F(CoordinatorTest, AnElasticJobGoesOnWithFewerNodesAndGrowsWhenOneJoins) {
   ASSERT_TRUE(a.next_as<StopOrder>() && b.next_as<StopOrder>());
   a.exit_all(*la, 143, true);
   b.exit_all(*lb, 143, true);
+  // node-a (rank 0) picks MASTER_PORT when it reads its order; then c gets its own.
+  auto la1 = a.next_as<LaunchOrder>();
+  ASSERT_TRUE(la1);
   auto lc = c.next_as<LaunchOrder>();
   ASSERT_TRUE(lc);
+  EXPECT_EQ(lc->master_port, a.master_port_to_report);
   EXPECT_EQ(lc->world_size, 3);
   EXPECT_EQ(lc->attempt, 1);
   EXPECT_EQ(lc->restart_count, 0);

@@ -64,6 +64,7 @@ class FakeAgent {
       zmq::message_t m;
       if (!socket_.recv(m, zmq::recv_flags::dontwait)) continue;
       auto e = protocol::decode(std::string(static_cast<const char*>(m.data()), m.size()));
+      if (e && e->type == protocol::LaunchOrder::kType) answer_port_request(*e);
       if (e && e->type == type) return *e;
     }
     return std::nullopt;
@@ -76,6 +77,10 @@ class FakeAgent {
     if (!m) return std::nullopt;
     return *m;
   }
+  // The port this agent reports when a launch order leaves MASTER_PORT to it
+  // (node rank 0), as a real agent does once its workers run; 0: it stays silent.
+  int master_port_to_report = 29611;
+
   // Reports every local rank of `order` as exited with `code`.
   void exit_all(const protocol::LaunchOrder& order, int code, bool stopped = false) {
     for (size_t l = 0; l < order.gpu_indices.size(); ++l) {
@@ -95,6 +100,12 @@ class FakeAgent {
   }
 
  private:
+  void answer_port_request(const protocol::Envelope& e) {
+    auto order = protocol::body_as<protocol::LaunchOrder>(e);
+    if (!order || order->master_port != 0 || master_port_to_report == 0) return;
+    send(protocol::WorkersStarted{order->job_id, order->attempt, name_, master_port_to_report});
+  }
+
   std::string name_;
   std::vector<protocol::GpuDesc> gpus_;
   zmq::context_t context_{1};

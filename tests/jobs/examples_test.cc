@@ -22,7 +22,7 @@ TEST(JobExamples, EveryExampleIsValid) {
   for (const auto& entry : fs::directory_iterator(fs::path(COHORT_SOURCE_DIR) / "jobs/examples")) {
     if (entry.path().extension() != ".toml") continue;
     ++count;
-    auto r = load_job_file(entry.path().string(), LoadOptions{{}, COHORT_SOURCE_DIR});
+    auto r = load_job_file(entry.path().string(), LoadOptions{{}, COHORT_SOURCE_DIR, ""});
     EXPECT_TRUE(r.ok()) << entry.path() << ":\n" << r.error_text();
     EXPECT_TRUE(r.warnings.empty()) << entry.path();
   }

@@ -55,6 +55,18 @@ TEST(JobFileErrors, UnknownEnumValueListsChoices) {
   EXPECT_EQ(e.column, 12);
 }
 
+TEST(JobFileErrors, APortRangeMustBeLoToHiAboveTheReservedPorts) {
+  auto r = load("[job]\nname = \"x\"\nkind = \"command\"\nport_range = \"900-1000\"\n[command]\nargv = [\"true\"]\n");
+  auto e = error_with(r, "job.port_range: \"900-1000\" must be LO-HI with 1024 <= LO <= HI <= 65535");
+  EXPECT_EQ(e.line, 4);
+  EXPECT_EQ(e.column, 14);
+  error_with(load("[job]\nname = \"x\"\nkind = \"command\"\nport_range = \"30000:30010\"\n[command]\nargv = [\"true\"]\n"),
+             "is not a port range like \"29500-29999\"");
+  auto ok = load("[job]\nname = \"x\"\nkind = \"command\"\nport_range = \"30000-30010\"\n[command]\nargv = [\"true\"]\n");
+  EXPECT_TRUE(ok.ok()) << ok.error_text();
+  EXPECT_EQ(ok.spec.job.port_range, "30000-30010");
+}
+
 TEST(JobFileErrors, MissingKeysRequiredByKind) {
   auto r = load("[job]\nname = \"x\"\nkind = \"train\"\n[train]\nsteps = 5\n");
   error_with(r, "[train] is missing the required key 'data'");

@@ -100,16 +100,18 @@ TEST(JobFilePaths, OutputDirThatIsAFileAndMissingWorkingDirAreReported) {
   fs::path dir = fs::temp_directory_path() / ("cohort-paths-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "file") << "x";
-  JobSpec spec;
-  spec.job.output_dir = (dir / "file").string();
-  spec.job.working_dir = (dir / "missing").string();
-  auto problems = check_job_paths(spec);
+  LoadResult r;
+  r.spec.source_path = "job.toml";
+  r.spec.job.output_dir = (dir / "file").string();
+  r.spec.job.working_dir = (dir / "missing").string();
+  r.key_positions["job.output_dir"] = "job.toml:3:14";
+  auto problems = check_job_paths(r);
   ASSERT_EQ(problems.size(), 2u);
-  EXPECT_NE(problems[0].find("exists and is not a directory"), std::string::npos) << problems[0];
-  EXPECT_NE(problems[1].find("does not exist"), std::string::npos) << problems[1];
-  spec.job.output_dir = (dir / "out").string();
-  spec.job.working_dir = dir.string();
-  EXPECT_TRUE(check_job_paths(spec).empty());
+  EXPECT_EQ(problems[0], "job.toml:3:14: job.output_dir: " + (dir / "file").string() + " exists and is not a directory");
+  EXPECT_EQ(problems[1], "job.toml: job.working_dir: " + (dir / "missing").string() + " does not exist");
+  r.spec.job.output_dir = (dir / "out").string();
+  r.spec.job.working_dir = dir.string();
+  EXPECT_TRUE(check_job_paths(r).empty());
   fs::remove_all(dir);
 }
 

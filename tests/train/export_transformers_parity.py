@@ -2,7 +2,7 @@
 the logits cohort gives (issue 8, on the GPU machine where transformers is).
 
   python3 tests/train/export_transformers_parity.py --cohort build/bin/cohort \
-      --dump build/tests/models_hf_dump --run-dir runs/quickstart
+      --dump build/tests/models_hf_dump --run-dir jobs/examples/runs/quickstart
 
 Exports the run's latest checkpoint with `cohort export`, loads the folder with
 transformers (fp32, CPU) and with cohort's own loader (models_hf_dump, CPU
