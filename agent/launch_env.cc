@@ -156,6 +156,7 @@ EnvMap build_worker_env(const LaunchContext& c) {
   }
   set("COHORT_JOB_ID", c.job_id);
   set("COHORT_ATTEMPT", std::to_string(c.attempt));
+  set("COHORT_NODE", c.node);
   set("COHORT_STORE", c.store_endpoint);
   if (c.store_token.empty()) {
     env.erase("COHORT_STORE_TOKEN");

@@ -44,6 +44,7 @@ using EnvMap = std::map<std::string, std::string>;
 // it from a launch order and its own state.
 struct LaunchContext {
   std::string job_id;
+  std::string node;       // COHORT_NODE: the agent's node name
   int attempt = 0;        // COHORT_ATTEMPT
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT (failure restarts so far)
   int max_restarts = 0;   // TORCHELASTIC_MAX_RESTARTS

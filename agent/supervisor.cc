@@ -205,6 +205,7 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   const auto& order = group.order;
   LaunchContext ctx;
   ctx.job_id = order.job_id;
+  ctx.node = options_.node;
   ctx.attempt = order.attempt;
   ctx.restart_count = order.restart_count;
   ctx.max_restarts = order.job.max_restarts;

@@ -24,6 +24,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "Set by the agent (launch contract): the attempt's token, presented to the store.", false},
       {K::kProgressFile, "COHORT_PROGRESS_FILE", "train",
        "Set by the agent (launch contract): touched to report progress for hang detection.", false},
+      {K::kNode, "COHORT_NODE", "train",
+       "Set by the agent (launch contract): the node's name, for the shared-storage check and node-local "
+       "checkpoints (else the host name).",
+       false},
       {K::kCollectiveTimeoutS, "COHORT_COLLECTIVE_TIMEOUT_S", "collective",
        "Seconds a collective may wait for its peers before failing (default 600).", false},
       {K::kGlooHostname, "COHORT_GLOO_HOSTNAME", "collective",

@@ -22,6 +22,7 @@ enum class EnvKnob {
   kStore,
   kStoreToken,
   kProgressFile,
+  kNode,
   kCollectiveTimeoutS,
   kGlooHostname,
   kDevice,

@@ -82,6 +82,7 @@ const std::map<std::string, Setter>& setters() {
       {"train.initial_loss_scale", [](JobSpec& s, const Value& v) { s.train.initial_loss_scale = as<double>(v); }},
       {"train.loss_scale_window", [](JobSpec& s, const Value& v) { s.train.loss_scale_window = int(as<int64_t>(v)); }},
       {"train.checkpoint_every", [](JobSpec& s, const Value& v) { s.train.checkpoint_every = int(as<int64_t>(v)); }},
+      {"train.checkpoint_storage", [](JobSpec& s, const Value& v) { s.train.checkpoint_storage = as<std::string>(v); }},
       {"train.eval_every", [](JobSpec& s, const Value& v) { s.train.eval_every = int(as<int64_t>(v)); }},
       {"train.eval_batches", [](JobSpec& s, const Value& v) { s.train.eval_batches = int(as<int64_t>(v)); }},
       {"train.log_every", [](JobSpec& s, const Value& v) { s.train.log_every = int(as<int64_t>(v)); }},

@@ -130,6 +130,11 @@ std::vector<FieldDoc> build_schema() {
                     "fp16: steps with finite gradients in a row before the loss scale doubles.", 1, 1e9));
   f.push_back(field("train", "checkpoint_every", T::kInt, "0",
                     "Steps between checkpoints (0: only at the end and on SIGTERM).", 0, 1e9));
+  f.push_back(choice("train", "checkpoint_storage", {"shared", "node-local"}, "\"shared\"",
+                     "`shared`: output_dir is one filesystem every node mounts at the same path (checked at start: "
+                     "every rank must see a marker rank 0 writes there). `node-local`: each node keeps its own ranks' "
+                     "shards under output_dir/checkpoints/<node>; a resume then needs the same nodes, and is refused "
+                     "with the node lists otherwise."));
   f.push_back(field("train", "eval_every", T::kInt, "0", "Steps between evaluations (0: none).", 0, 1e9));
   f.push_back(field("train", "eval_batches", T::kInt, "4", "Batches per evaluation.", 1, 1e6));
   f.push_back(field("train", "log_every", T::kInt, "1", "Steps between log lines (metrics.jsonl gets every step).", 1, 1e9));

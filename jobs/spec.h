@@ -124,6 +124,10 @@ struct TrainSection {
   double initial_loss_scale = 65536.0;  // fp16 only
   int loss_scale_window = 2000;         // fp16: finite steps before the scale doubles
   int checkpoint_every = 0;    // 0: only at the end and on SIGTERM
+  // "shared": output_dir is the same storage on every node (checked at
+  // start); "node-local": each node keeps its ranks' shards on its own disk
+  // and a resume needs the same nodes.
+  std::string checkpoint_storage = "shared";
   int eval_every = 0;          // 0: no periodic evaluation
   int eval_batches = 4;
   int log_every = 1;

@@ -83,6 +83,20 @@ Status write_rank_shards(const fs::path& dir, int rank, parallel::ParallelModel&
   return write_piece_list((dir / fmt::format("rank-{}.json", rank)).string(), pieces);
 }
 
+// Node-local resume: the elements [first, first + length) of this rank's
+// local slice of `spec` must be in the pieces this node holds.
+Status check_segment_covered(const std::string& dir, const models::ParamSpec& spec, const std::vector<char>& covered,
+                             size_t first, size_t length) {
+  std::vector<float> mask(covered.begin(), covered.end()), local(spec.numel);
+  slice_local(mask, spec, local.data());
+  for (size_t i = first; i < first + length; ++i) {
+    if (local[i] == 0.0f)
+      return failed_precondition(dir + " does not hold this rank's shard of " + spec.name +
+                                 " (node-local checkpoints resume only with the ranks on the nodes that wrote them)");
+  }
+  return Status::ok();
+}
+
 Status barrier(collective::Communicator& world, const char* what) {
   Status s = world.barrier();
   return s.is_ok() ? s : s.with_context(std::string("checkpoint ") + what);
@@ -91,7 +105,16 @@ Status barrier(collective::Communicator& world, const char* what) {
 }  // namespace
 
 std::string latest_checkpoint(const std::string& output_dir) {
+  return latest_checkpoint_in((fs::path(output_dir) / "checkpoints").string());
+}
+
+std::string checkpoint_root(const std::string& output_dir, const CheckpointStorage& storage) {
   fs::path root = fs::path(output_dir) / "checkpoints";
+  return (storage.node_local ? root / storage.node : root).string();
+}
+
+std::string latest_checkpoint_in(const std::string& root_dir) {
+  fs::path root(root_dir);
   std::ifstream in(root / "latest");
   std::string name;
   if (!(in >> name)) return "";
@@ -138,23 +161,29 @@ Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoin
 
 Result<std::string> save_checkpoint(const std::string& output_dir, const models::ModelConfig& config,
                                     parallel::ParallelModel& pm, const TrainPosition& position,
-                                    const std::string& strategy, collective::Communicator& world) {
-  fs::path root = fs::path(output_dir) / "checkpoints";
+                                    const std::string& strategy, collective::Communicator& world,
+                                    const CheckpointStorage& storage) {
+  fs::path root = checkpoint_root(output_dir, storage);
   std::string name = fmt::format("step-{}", position.step);
   fs::path tmp = root / (".tmp-" + name), final_dir = root / name;
   std::error_code ec;
-  if (world.rank() == 0) {
+  // The rank that creates the folder, writes the index and moves `latest`.
+  const bool lead = storage.node_local ? storage.local_rank == 0 : world.rank() == 0;
+  if (lead) {
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp, ec);
     if (ec) return io_error("cannot create " + tmp.string() + ": " + ec.message());
   }
   COHORT_RETURN_IF_ERROR(barrier(world, "start"));
-  // DDP ranks hold identical copies: the first data-parallel replica writes.
-  bool writes = pm.data_parallel->strategy() != parallel::Strategy::kDdp || pm.mesh->dp_rank() == 0;
+  // DDP ranks hold identical copies: the first data-parallel replica writes
+  // (node-local: each node's first one, its first tp ranks, so that every
+  // node holds a whole copy).
+  bool first_replica = storage.node_local ? storage.local_rank < pm.mesh->dims().tp : pm.mesh->dp_rank() == 0;
+  bool writes = pm.data_parallel->strategy() != parallel::Strategy::kDdp || first_replica;
   Status written = writes ? write_rank_shards(tmp, world.rank(), pm) : Status::ok();
   COHORT_RETURN_IF_ERROR(written);
   COHORT_RETURN_IF_ERROR(barrier(world, "shards"));
-  if (world.rank() == 0) {
+  if (lead) {
     json params = json::object();
     for (const auto& group : pm.model->layout().groups)
       for (const auto& p : group.params) params[p.name] = p.global_shape;
@@ -170,6 +199,11 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                   {"config", json::parse(models::hf_config_json(config, models::DType::kF32))},
                   {"params", params}};
     if (!position.tokenizer_dir.empty()) index["tokenizer_dir"] = position.tokenizer_dir;
+    if (storage.node_local) {
+      index["storage"] = "node-local";
+      index["node"] = storage.node;
+      index["rank_nodes"] = storage.rank_nodes;
+    }
     if (position.loss_scaler)
       index["loss_scaler"] = {{"scale", position.loss_scaler->scale},
                               {"finite_steps", position.loss_scaler->finite_steps}};
@@ -183,7 +217,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
   return final_dir.string();
 }
 
-Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::ParallelModel& pm) {
+Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::ParallelModel& pm, bool own_shards) {
   COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
   // The position first: a damaged index is refused before any shard is touched.
   COHORT_ASSIGN_OR_RETURN(TrainPosition position, parse_position(index, dir));
@@ -199,10 +233,14 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
     for (const auto& seg : shard.segments(layout_rank(pm))) {
       const auto& spec = layout.groups[g].params[seg.param];
       for (int t = 0; t < 3; ++t) {
-        COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, spec.name, PieceTensor(t), spec.global_shape));
+        std::vector<char> covered;
+        COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, spec.name, PieceTensor(t), spec.global_shape,
+                                                             own_shards ? &covered : nullptr));
         local.resize(spec.numel);
         slice_local(global, spec, local.data());
-        std::copy_n(local.data() + (seg.full_offset - spec.offset), seg.length, owned[t].data() + seg.shard_offset);
+        const size_t first = seg.full_offset - spec.offset;
+        if (own_shards) COHORT_RETURN_IF_ERROR(check_segment_covered(dir, spec, covered, first, seg.length));
+        std::copy_n(local.data() + first, seg.length, owned[t].data() + seg.shard_offset);
       }
     }
     COHORT_RETURN_IF_ERROR(pm.data_parallel->write_shard(g, owned[0], owned[1], owned[2]));

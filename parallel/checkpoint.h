@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "models/config.h"
@@ -26,6 +27,23 @@ namespace cohort::parallel {
 
 // The newest complete checkpoint under output_dir/checkpoints, or "" if none.
 std::string latest_checkpoint(const std::string& output_dir);
+
+// Where a training run keeps its checkpoints (train.checkpoint_storage).
+// Shared (the default): one folder, output_dir/checkpoints, that every rank
+// sees; rank 0 writes the index. Node-local: each node's own
+// output_dir/checkpoints/<node>, holding the shards of its ranks (under DDP
+// the node's first replica writes), an index written by its first rank that
+// records every rank's node, and its own `latest`.
+struct CheckpointStorage {
+  bool node_local = false;
+  std::string node;                     // this rank's node
+  int local_rank = 0;                   // this rank on its node
+  std::vector<std::string> rank_nodes;  // every rank's node, in rank order
+};
+// output_dir/checkpoints, or output_dir/checkpoints/<node> when node-local.
+std::string checkpoint_root(const std::string& output_dir, const CheckpointStorage& storage);
+// The newest complete checkpoint in a root folder ("" if none).
+std::string latest_checkpoint_in(const std::string& root);
 
 // The model config a checkpoint was saved with.
 Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoint_dir);
@@ -64,15 +82,20 @@ struct TrainPosition {
 };
 
 // Every rank calls this (collective over `world`): each writes its shards, rank
-// 0 the index, then rank 0 renames the folder into place and moves `latest`.
-// Returns the checkpoint folder.
+// 0 the index, then rank 0 renames the folder into place and moves `latest`
+// (node-local: each node's first rank does so in the node's own folder).
+// Returns this rank's checkpoint folder.
 Result<std::string> save_checkpoint(const std::string& output_dir, const models::ModelConfig& config,
                                     parallel::ParallelModel& model, const TrainPosition& position,
-                                    const std::string& strategy, collective::Communicator& world);
+                                    const std::string& strategy, collective::Communicator& world,
+                                    const CheckpointStorage& storage = {});
 
 // Restores parameters and AdamW moments into this rank's shards, whatever
-// mesh and strategy saved them; returns the training position.
-Result<TrainPosition> restore_checkpoint(const std::string& checkpoint_dir, parallel::ParallelModel& model);
+// mesh and strategy saved them; returns the training position. `own_shards`
+// (node-local checkpoints, same mesh): the folder may hold only this node's
+// pieces; only the elements this rank takes must be there.
+Result<TrainPosition> restore_checkpoint(const std::string& checkpoint_dir, parallel::ParallelModel& model,
+                                         bool own_shards = false);
 
 // The tokenizer folder a checkpoint was trained with ("" when none or unknown).
 std::string checkpoint_tokenizer_dir(const std::string& checkpoint_dir);

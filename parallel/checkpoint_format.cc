@@ -66,7 +66,8 @@ size_t numel_of(const std::vector<int64_t>& shape) {
 
 Result<std::vector<float>> assemble_global(const std::string& checkpoint_dir, const PieceIndex& index,
                                            const std::string& param, PieceTensor tensor,
-                                           const std::vector<int64_t>& global_shape) {
+                                           const std::vector<int64_t>& global_shape,
+                                           std::vector<char>* covered_out) {
   auto it = index.find(param);
   if (it == index.end()) return not_found("checkpoint " + checkpoint_dir + " has no parameter " + param);
   size_t total = numel_of(global_shape);
@@ -94,6 +95,10 @@ Result<std::vector<float>> assemble_global(const std::string& checkpoint_dir, co
       global[g] = buffer[i];
       covered[g] = 1;
     }
+  }
+  if (covered_out) {
+    *covered_out = std::move(covered);
+    return global;
   }
   for (size_t g = 0; g < total; ++g)
     if (!covered[g])

@@ -41,10 +41,12 @@ Status write_piece_list(const std::string& path, const std::vector<Piece>& piece
 Result<PieceIndex> read_piece_index(const std::string& checkpoint_dir);
 
 // Assembles the global tensor of `param` (global_shape) from its pieces.
-// Errors when some element is not covered by any piece.
+// Errors when some element is not covered by any piece, unless `covered` is
+// given: it then gets 1 for each element a piece held, 0 elsewhere (zeros).
 Result<std::vector<float>> assemble_global(const std::string& checkpoint_dir, const PieceIndex& index,
                                            const std::string& param, PieceTensor tensor,
-                                           const std::vector<int64_t>& global_shape);
+                                           const std::vector<int64_t>& global_shape,
+                                           std::vector<char>* covered = nullptr);
 
 // Cuts this rank's slice (as `spec` describes it) out of a global tensor.
 void slice_local(const std::vector<float>& global, const models::ParamSpec& spec, float* local);

@@ -28,6 +28,7 @@
 #include "base/env_knobs.h"
 #include "collective/bootstrap.h"
 #include "parallel/checkpoint.h"
+#include "train/checkpoint_storage.h"
 #include "train/train_report.h"
 #include "train/lr_schedule.h"
 #include "train/train_job.h"
@@ -72,6 +73,7 @@ class Trainer {
   models::ModelConfig config_;
   parallel::ParallelModel pm_;
   std::string tokenizer_dir_;
+  parallel::CheckpointStorage storage_;  // where checkpoints go (train.checkpoint_storage)
   std::unique_ptr<data::BatchSampler> sampler_, eval_sampler_;
   std::unique_ptr<data::BatchPrefetcher> prefetcher_;
   std::unique_ptr<TrainReporter> reporter_;
@@ -110,18 +112,31 @@ Status Trainer::setup() {
         global, world, t_.micro_batch, dp_, per_step));
   accumulation_ = global / per_step;
 
+  // Before anything is written: checkpoints (and the data cache) on storage
+  // that is not what the job says it is would fail much later, at a resume
+  // on other nodes.
+  COHORT_ASSIGN_OR_RETURN(storage_, describe_storage(spec_, ctx_.world));
+  if (!storage_.node_local) {
+    COHORT_RETURN_IF_ERROR(check_shared_output_dir(spec_.job.output_dir, storage_, *ctx_.world.cpu));
+  }
   tokenizer_dir_ = tokenizer_dir(spec_.model);
   TrainingDataOptions data_options{global, int64_t(t_.micro_batch) * dp_, config_.vocab_size, tokenizer_dir_,
-                                   ctx_.world.rank};
+                                   ctx_.world.rank,
+                                   storage_.node_local ? storage_.local_rank == 0 : ctx_.world.rank == 0,
+                                   storage_.node_local ? storage_.node : std::string()};
   COHORT_ASSIGN_OR_RETURN(TrainingData data, open_training_data(spec_, data_options, *ctx_.world.cpu));
   sampler_ = std::move(data.train);
   eval_sampler_ = std::move(data.eval);
   if (ctx_.world.rank == 0) spdlog::info("data: {}", data.summary);
 
-  std::string resume_from = t_.resume ? parallel::latest_checkpoint(spec_.job.output_dir) : "";
+  std::string resume_from;
+  if (t_.resume) {
+    COHORT_ASSIGN_OR_RETURN(resume_from, resume_checkpoint(spec_.job.output_dir, storage_, *ctx_.world.cpu));
+  }
   COHORT_ASSIGN_OR_RETURN(pm_, worker::build_parallel_model(spec_, config_, ctx_, /*for_training=*/true));
   if (!resume_from.empty()) {
-    COHORT_ASSIGN_OR_RETURN(parallel::TrainPosition position, parallel::restore_checkpoint(resume_from, pm_));
+    COHORT_ASSIGN_OR_RETURN(parallel::TrainPosition position,
+                            parallel::restore_checkpoint(resume_from, pm_, /*own_shards=*/storage_.node_local));
     start_step_ = int(position.step);
     optimizer_steps_ = position.optimizer_steps;
     last_saved_ = start_step_;
@@ -236,7 +251,8 @@ Status Trainer::checkpoint(int steps_done) {
                                    tokenizer_dir_};
   if (scaler_) position.loss_scaler = scaler_->state();
   COHORT_ASSIGN_OR_RETURN(std::string dir, parallel::save_checkpoint(spec_.job.output_dir, config_, pm_, position,
-                                                           strategy_name(spec_.parallel.strategy), *ctx_.world.cpu));
+                                                           strategy_name(spec_.parallel.strategy), *ctx_.world.cpu,
+                                                           storage_));
   last_saved_ = steps_done;
   if (ctx_.world.rank == 0) {
     spdlog::info("checkpoint: {}", dir);

@@ -48,7 +48,9 @@ std::string cache_dir(const jobs::JobSpec& spec, const jobs::DataSource& src, da
   h = fnv(h, std::to_string(o.vocab_size));
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
     if (!o.tokenizer_dir.empty() && fs::exists(fs::path(o.tokenizer_dir) / f)) h = stamp(h, (fs::path(o.tokenizer_dir) / f).string());
-  return (fs::path(spec.job.output_dir) / "data-cache" / fmt::format("{}-{:016x}", fs::path(src.path).filename().string(), h)).string();
+  fs::path root = fs::path(spec.job.output_dir) / "data-cache";
+  if (!o.cache_node.empty()) root /= o.cache_node;
+  return (root / fmt::format("{}-{:016x}", fs::path(src.path).filename().string(), h)).string();
 }
 
 struct Opened {
@@ -79,7 +81,7 @@ Result<Opened> open_source(const jobs::JobSpec& spec, const jobs::DataSource& sr
     return Opened{tokens, fmt::format("{} ({}, {} tokens)", src.path, data::format_name(format), tokens->size())};
   }
   const std::string dir = cache_dir(spec, src, format, text_field, o);
-  if (o.rank == 0 && !fs::exists(fs::path(dir) / "index.json")) {
+  if (o.tokenizes && !fs::exists(fs::path(dir) / "index.json")) {
     data::TokenizeOptions t;
     t.inputs = {src.path};
     t.format = format;
@@ -98,7 +100,8 @@ Result<Opened> open_source(const jobs::JobSpec& spec, const jobs::DataSource& sr
   }
   COHORT_RETURN_IF_ERROR(world.barrier());
   if (!fs::exists(fs::path(dir) / "index.json"))
-    return failed_precondition(src.path + ": rank 0 could not tokenize it (see its log)");
+    return failed_precondition(src.path + ": could not be tokenized into " + dir + " (see the log of rank 0, or with "
+                               "node-local storage of this node's first rank)");
   COHORT_ASSIGN_OR_RETURN(auto tokens, data::open_cohort_shards(dir));
   return Opened{tokens, fmt::format("{} ({}, {} tokens, cached in {})", src.path, data::format_name(format),
                                     tokens->size(), dir)};

@@ -27,6 +27,11 @@ struct TrainingDataOptions {
   int vocab_size = 0;
   std::string tokenizer_dir;  // the model's Hugging Face folder ("" : none)
   int rank = 0;
+  // Text is tokenized once into output_dir/data-cache by one rank: rank 0 on
+  // shared storage; with node-local storage each node's first rank, into
+  // data-cache/<cache_node>, since no other node sees that folder.
+  bool tokenizes = false;
+  std::string cache_node;
 };
 
 // Collective over `world` (a barrier while rank 0 tokenizes). Errors name

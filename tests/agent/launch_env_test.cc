@@ -16,6 +16,7 @@ using cohort::jobs::DeviceVisibility;
 LaunchContext context_for_rank6() {
   LaunchContext c;
   c.job_id = "job-42";
+  c.node = "node-b";
   c.attempt = 3;
   c.restart_count = 2;
   c.max_restarts = 5;
@@ -59,6 +60,7 @@ TEST(BuildWorkerEnv, SetsEveryContractVariable) {
       {"OMP_NUM_THREADS", "8"},
       {"COHORT_JOB_ID", "job-42"},
       {"COHORT_ATTEMPT", "3"},
+      {"COHORT_NODE", "node-b"},
       {"COHORT_STORE", "tcp://127.0.0.1:7071"},
       {"COHORT_STORE_TOKEN", "0123456789abcdef0123456789abcdef"},
       {"COHORT_PROGRESS_FILE", "/tmp/run/progress/rank-6"},

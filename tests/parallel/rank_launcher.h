@@ -4,6 +4,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,11 +47,20 @@ struct RankGroup {
   std::vector<pid_t> pids;
 };
 
-inline RankGroup start_ranks(const std::string& program, const std::vector<std::string>& args, int world,
-                             const std::vector<std::pair<std::string, std::string>>& env = {}) {
+// Each rank's own arguments, environment (applied last) and output file ("":
+// this process's stdout and stderr), for ranks that stand for different nodes.
+struct RankSetup {
+  std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string output;
+};
+
+inline RankGroup start_ranks_each(const std::string& program, int world,
+                                  const std::function<RankSetup(int rank)>& setup_of) {
   int port = pick_port();
   RankGroup group;
   for (int rank = 0; rank < world; ++rank) {
+    RankSetup setup = setup_of(rank);
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -61,10 +72,18 @@ inline RankGroup start_ranks(const std::string& program, const std::vector<std::
       ::setenv("OMP_NUM_THREADS", "1", 1);
       ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
       ::unsetenv("COHORT_STORE");
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      for (const auto& [k, v] : setup.env) ::setenv(k.c_str(), v.c_str(), 1);
+      if (!setup.output.empty()) {
+        int fd = ::open(setup.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+          ::dup2(fd, 1);
+          ::dup2(fd, 2);
+          ::close(fd);
+        }
+      }
       std::vector<char*> argv;
       argv.push_back(const_cast<char*>(program.c_str()));
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      for (const auto& a : setup.args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       ::execv(program.c_str(), argv.data());
       ::_exit(127);
@@ -72,6 +91,11 @@ inline RankGroup start_ranks(const std::string& program, const std::vector<std::
     group.pids.push_back(pid);
   }
   return group;
+}
+
+inline RankGroup start_ranks(const std::string& program, const std::vector<std::string>& args, int world,
+                             const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  return start_ranks_each(program, world, [&](int) { return RankSetup{args, env, ""}; });
 }
 
 // Returns "" when every rank exited 0, else what went wrong. With

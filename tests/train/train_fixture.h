@@ -33,6 +33,11 @@ inline fs::path make_scratch(const std::string& name) {
   return dir;
 }
 
+inline std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // A deterministic corpus of short sentences: enough structure to learn from.
 inline void write_corpus(const fs::path& path) {
   const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "see", "it"};
