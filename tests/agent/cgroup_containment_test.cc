@@ -261,7 +261,16 @@ TEST_P(CgroupTest, KillReachesEveryProcessBelowAndRemoveWaitsForThemToGo) {
     pids.push_back(pid);
   }
   close(cg->procs_fd);
-  for (auto end = Clock::now() + 2s; !(*c)->populated(cg->path) && Clock::now() < end;) std::this_thread::sleep_for(5ms);
+  // Every child has moved itself in (populated() turns true with the first
+  // one; a child still on its way in when the kill lands would escape it).
+  auto members = [&] {
+    std::ifstream in(cg->path + "/cgroup.procs");
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += !line.empty();
+    return n;
+  };
+  for (auto end = Clock::now() + 2s; members() < 3 && Clock::now() < end;) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(members(), 3);
   EXPECT_TRUE((*c)->populated(cg->path));
   EXPECT_FALSE((*c)->remove(cg->path)) << "a cgroup with processes stays";
   ASSERT_TRUE((*c)->kill(cg->path));
