@@ -178,10 +178,14 @@ void CoordinatorImpl::release_held_nodes(Job& job, int master_port) {
   a.launched_at = clock_.now();
   std::vector<std::string> unreachable;
   for (size_t i = 1; i < a.nodes.size(); ++i) {
+    bool held = false;
     for (auto& r : a.ranks) {
-      if (r.node == a.nodes[i] && r.state == RankState::kHeld) r.state = RankState::kRunning;
+      if (r.node != a.nodes[i] || r.state != RankState::kHeld) continue;
+      r.state = RankState::kRunning;
+      held = true;
     }
-    if (!send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
+    // Only orders still waiting go out (none after a coordinator restart).
+    if (held && !send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
   }
   persist(job);
   for (const auto& node : unreachable) {
