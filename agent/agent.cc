@@ -108,6 +108,8 @@ class AgentImpl final : public Agent {
     RegisterNode m{options_.name, options_.address, gpus_, supervisor_->running()};
     last_register_ = clock_.now();
     send(encode(m));
+    // A coordinator that restarted meanwhile hears again that this node is leaving.
+    if (leaving_) send(encode(NodeLeaving{options_.name, "its agent is shutting down"}));
   }
 
   void arm_heartbeat() {

@@ -463,7 +463,11 @@ Status CoordinatorImpl::recover_from_db() {
   size_t lines = 0;
   for (auto& job_lines : logs) {
     lines += job_lines.lines.size();
-    if (jobs_.count(job_lines.job_id)) logs_.restore(job_lines.job_id, std::move(job_lines.lines));
+    if (jobs_.count(job_lines.job_id)) {
+      logs_.restore(job_lines.job_id, std::move(job_lines.lines));
+    } else if (auto s = db_->remove_logs(job_lines.job_id); !s) {  // its job was removed before the lines
+      spdlog::error("{}", s.message());
+    }
   }
   spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s), {} log line(s)",
                options_.state_dir, jobs_.size(), active, nodes.size(), lines);
