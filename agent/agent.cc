@@ -133,6 +133,8 @@ class AgentImpl final : public Agent {
     last_register_ = clock_.now();
     uint64_t id = next_id_++;
     send_tracked(encode(m, id), id);
+    // A coordinator that restarted meanwhile hears again that this node is leaving.
+    if (leaving_) send(encode(NodeLeaving{options_.name, "its agent is shutting down"}));
   }
 
   void arm_heartbeat() {

@@ -33,10 +33,13 @@ int lock_port(int port) {
   return fd;
 }
 
-// True when a listener could bind `port` on every address right now.
-bool port_is_free(int port) {
+// True when a listener could bind `port` on every address right now (with
+// `reuse`, as one that sets SO_REUSEADDR could: TIME_WAIT does not count).
+bool port_is_free(int port, bool reuse) {
+  int on = 1;
   int v4 = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (v4 < 0) return false;
+  if (reuse) ::setsockopt(v4, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   sockaddr_in a4{};
   a4.sin_family = AF_INET;
   a4.sin_port = htons(uint16_t(port));
@@ -49,8 +52,8 @@ bool port_is_free(int port) {
   // without IPv6 has nothing to test.
   int v6 = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (v6 < 0) return true;
-  int only = 1;
-  ::setsockopt(v6, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only);
+  ::setsockopt(v6, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  if (reuse) ::setsockopt(v6, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   sockaddr_in6 a6{};
   a6.sin6_family = AF_INET6;
   a6.sin6_port = htons(uint16_t(port));
@@ -66,12 +69,14 @@ Result<PortClaim> PortClaim::claim(const jobs::PortRange& range, std::mt19937_64
   if (range.empty()) return invalid_argument("no port range to claim MASTER_PORT from");
   const int size = range.size();
   const int start = int(random() % uint64_t(size));
-  for (int i = 0; i < size; ++i) {
-    int port = range.first + (start + i) % size;
-    int fd = lock_port(port);
-    if (fd < 0) continue;  // another agent of this host handed it out
-    if (port_is_free(port)) return PortClaim(port, fd);
-    ::close(fd);
+  for (bool reuse : {false, true}) {
+    for (int i = 0; i < size; ++i) {
+      int port = range.first + (start + i) % size;
+      int fd = lock_port(port);
+      if (fd < 0) continue;  // another agent of this host handed it out
+      if (port_is_free(port, reuse)) return PortClaim(port, fd);
+      ::close(fd);
+    }
   }
   return unavailable("no free port for MASTER_PORT in " + jobs::to_string(range) +
                      ": every one is in use or held by another job on this host (widen job.port_range or "

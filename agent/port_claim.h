@@ -1,8 +1,10 @@
 // PortClaim: a TCP port this host hands to one job attempt as MASTER_PORT.
 //
 // Two things make a port safe to hand out: nothing listens on it now (a
-// test bind on 0.0.0.0 and [::], without SO_REUSEADDR, so a port in
-// TIME_WAIT is passed over too), and no other cohort agent on this host
+// test bind on 0.0.0.0 and [::]; ports with connections of an earlier job
+// still in TIME_WAIT are passed over while the range has others, and taken
+// after that, as the stores that bind MASTER_PORT set SO_REUSEADDR: torch's
+// TCPStore and cohort's own), and no other cohort agent on this host
 // (another `cohort run`, another agent) has handed it out and is waiting for
 // its worker to bind it. The second is a host-wide lock without files: the
 // claim binds the abstract Unix socket "@cohort-port-<P>", which the kernel

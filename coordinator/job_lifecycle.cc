@@ -178,10 +178,14 @@ void CoordinatorImpl::release_held_nodes(Job& job, int master_port) {
   a.launched_at = clock_.now();
   std::vector<std::string> unreachable;
   for (size_t i = 1; i < a.nodes.size(); ++i) {
+    bool held = false;
     for (auto& r : a.ranks) {
-      if (r.node == a.nodes[i] && r.state == RankState::kHeld) r.state = RankState::kRunning;
+      if (r.node != a.nodes[i] || r.state != RankState::kHeld) continue;
+      r.state = RankState::kRunning;
+      held = true;
     }
-    if (!send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
+    // Only orders still waiting go out (none after a coordinator restart).
+    if (held && !send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
   }
   persist(job);
   for (const auto& node : unreachable) {
@@ -459,7 +463,11 @@ Status CoordinatorImpl::recover_from_db() {
   size_t lines = 0;
   for (auto& job_lines : logs) {
     lines += job_lines.lines.size();
-    if (jobs_.count(job_lines.job_id)) logs_.restore(job_lines.job_id, std::move(job_lines.lines));
+    if (jobs_.count(job_lines.job_id)) {
+      logs_.restore(job_lines.job_id, std::move(job_lines.lines));
+    } else if (auto s = db_->remove_logs(job_lines.job_id); !s) {  // its job was removed before the lines
+      spdlog::error("{}", s.message());
+    }
   }
   spdlog::info("state restored from {}: {} job(s), {} with a running attempt, {} node(s), {} log line(s)",
                options_.state_dir, jobs_.size(), active, nodes.size(), lines);

@@ -26,6 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   body<Heartbeat>(*e);
   body<WorkerExit>(*e);
   body<LogBatch>(*e);
+  body<WorkersStarted>(*e);
+  body<NodeLeaving>(*e);
+  body<NodeLeft>(*e);
+  body<DrainNode>(*e);
+  body<UndrainNode>(*e);
   body<LaunchOrder>(*e);
   body<StopOrder>(*e);
   body<SubmitJob>(*e);

@@ -13,9 +13,12 @@
 namespace cohort::agent {
 namespace {
 
-// A listener on 0.0.0.0:port for the test's lifetime (-1 when it cannot bind).
-int listen_on(int port) {
+// A listener on 0.0.0.0:port for the test's lifetime (-1 when it cannot
+// bind); `reuse`: with SO_REUSEADDR, as rendezvous stores listen.
+int listen_on(int port, bool reuse = false) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int on = 1;
+  if (reuse) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
@@ -75,6 +78,39 @@ TEST(PortClaim, AClaimedPortIsStillFreeForTheWorkerToBind) {
   int worker = listen_on(claim->port());
   EXPECT_GE(worker, 0) << "the claim must not keep the TCP port itself";
   if (worker >= 0) ::close(worker);
+}
+
+// The port of an earlier job's store, its connections closed by the server:
+// TIME_WAIT on that port for a minute. Stores bind with SO_REUSEADDR (and
+// their connections inherit it), so a one-port range must still hand it out.
+TEST(PortClaim, APortInTimeWaitIsStillHandedOutWhenTheRangeHasNoOther) {
+  std::mt19937_64 random(13);
+  jobs::PortRange range = free_range(random);
+  ASSERT_FALSE(range.empty());
+  const int port = range.first;
+  int server = listen_on(port, /*reuse=*/true);
+  ASSERT_GE(server, 0);
+  int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int accepted = ::accept(server, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  ::close(accepted);  // the server side closes first: its end goes to TIME_WAIT
+  ::close(server);
+  char byte;
+  (void)::read(client, &byte, 1);
+  ::close(client);
+  int strict = listen_on(port);
+  if (strict >= 0) {
+    ::close(strict);
+    GTEST_SKIP() << "no TIME_WAIT on port " << port << " (the kernel reused it)";
+  }
+  auto claim = PortClaim::claim(jobs::PortRange{port, port}, random);
+  ASSERT_TRUE(claim) << claim.status().message();
+  EXPECT_EQ(claim->port(), port);
 }
 
 TEST(PortClaim, TheJobsRangeIsNarrowedToTheAgents) {

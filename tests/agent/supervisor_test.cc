@@ -264,16 +264,18 @@ namespace cohort::agent {
 namespace {
 
 TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit) {
-  // The agent's range, narrowed by the job's: one port left for each of two jobs.
-  make_supervisor(false, "", jobs::PortRange{43170, 43171});
+  // The agent's range, narrowed by the job's: one port left for each of two jobs. Below the
+  // kernel's ephemeral ports (32768+), so no outgoing connection of a test running beside this
+  // one can be holding either.
+  make_supervisor(false, "", jobs::PortRange{31170, 31171});
   auto first = order();
   first.node_rank = 0;
   first.master_port = 0;  // the coordinator leaves it to this node
-  first.job.port_range = "43100-43171";
+  first.job.port_range = "31100-31171";
   supervisor_->launch(first);
   ASSERT_EQ(started_.size(), 1u);
   int port = started_[0].master_port;
-  EXPECT_TRUE(port == 43170 || port == 43171) << port;
+  EXPECT_TRUE(port == 31170 || port == 31171) << port;
   EXPECT_EQ(started_[0].job_id, "job-1");
   EXPECT_EQ(started_[0].node, "node-x");
   EXPECT_EQ(launcher_.record(0).options.env["MASTER_PORT"], std::to_string(port));
@@ -283,14 +285,14 @@ TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit
   second.job_id = "job-2";
   supervisor_->launch(second);
   ASSERT_EQ(started_.size(), 2u);
-  EXPECT_EQ(started_[1].master_port, port == 43170 ? 43171 : 43170);
+  EXPECT_EQ(started_[1].master_port, port == 31170 ? 31171 : 31170);
   // A third finds none free and says so as the ranks' failure.
   auto third = first;
   third.job_id = "job-3";
   supervisor_->launch(third);
   EXPECT_EQ(started_.size(), 2u);
   ASSERT_EQ(exits_.size(), 2u);
-  EXPECT_NE(exits_[0].failure.find("no free port for MASTER_PORT in 43170-43171"), std::string::npos)
+  EXPECT_NE(exits_[0].failure.find("no free port for MASTER_PORT in 31170-31171"), std::string::npos)
       << exits_[0].failure;
   // Once job-1's workers are gone its port is free for the next job.
   launcher_.exit(0, ExitStatus::exited(0));

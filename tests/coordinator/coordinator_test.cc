@@ -417,6 +417,12 @@ TEST_F(CoordinatorTest, SurvivesMutatedMessagesOfEveryType) {
       protocol::encode(protocol::CancelJob{"nope"}, 7),
       protocol::encode(protocol::LogQuery{id, -1, -1, 0, 10}, 8),
       protocol::encode(store, 9),
+      protocol::encode(protocol::WorkersStarted{id, 0, "node-real", 29600}, 15),
+      protocol::encode(protocol::NodeLeaving{"node-real", "spoofed"}, 16),
+      protocol::encode(protocol::NodeLeft{"node-real"}, 17),
+      protocol::encode(protocol::DrainNode{"nope", true}, 18),
+      protocol::encode(protocol::UndrainNode{"nope"}, 19),
+      protocol::encode(protocol::LogQuery{id, -1, -1, 0, 10, 5}, 20),
   };
   // Odd but well-formed values.
   seeds.push_back(R"({"v":1,"type":"worker_exit","id":10,"body":{"job_id":")" + id +
