@@ -1,114 +1,133 @@
-// to_toml: the resolved spec written back as a complete job file. The
-// coordinator stores it and agents hand it to cohort-worker, so it must load
-// back into the same spec (tests check the round trip).
+// to_toml: the resolved spec written back as a complete job file, row by row
+// of the schema. The coordinator stores it and agents hand it to
+// cohort-worker, so it must load back into the same spec (tests check the
+// round trip).
+#include <charconv>
 #include <sstream>
 
 #include <toml++/toml.h>
 
 #include "jobs/load.h"
+#include "jobs/schema.h"
 
 namespace cohort::jobs {
+namespace {
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+toml::array string_array(const std::vector<std::string>& items) {
+  toml::array out;
+  for (const auto& s : items) out.push_back(s);
+  return out;
+}
+
+// Inserts `value` as `key` of `table`, in the form the loader reads back.
+void insert(toml::table& table, const std::string& key, const FieldValue& value) {
+  std::visit(Overloaded{
+                 [&](const std::string& v) { table.insert_or_assign(key, v); },
+                 [&](int64_t v) { table.insert_or_assign(key, v); },
+                 [&](double v) { table.insert_or_assign(key, v); },
+                 [&](bool v) { table.insert_or_assign(key, v); },
+                 [&](const std::vector<std::string>& v) { table.insert_or_assign(key, string_array(v)); },
+                 [&](const NodeRange& v) {
+                   if (v.elastic()) table.insert_or_assign(key, std::to_string(v.min) + ":" + std::to_string(v.max));
+                   else table.insert_or_assign(key, int64_t(v.min));
+                 },
+                 [&](const std::map<std::string, std::string>& v) {
+                   toml::table t;
+                   for (const auto& [k, x] : v) t.insert(k, x);
+                   table.insert_or_assign(key, std::move(t));
+                 },
+                 [&](const std::vector<DataSource>& v) {
+                   toml::array out;
+                   for (const auto& d : v) {
+                     toml::table entry{{"path", d.path}, {"weight", d.weight}};
+                     if (!d.format.empty()) entry.insert("format", d.format);
+                     if (!d.text_field.empty()) entry.insert("text_field", d.text_field);
+                     out.push_back(std::move(entry));
+                   }
+                   table.insert_or_assign(key, std::move(out));
+                 },
+                 [&](const std::vector<StopEntry>& v) {
+                   toml::array out;
+                   for (const auto& e : v) std::visit([&](const auto& x) { out.push_back(x); }, e);
+                   table.insert_or_assign(key, std::move(out));
+                 },
+             },
+             value);
+}
+
+// The table at a dotted path ("job", "job.env"), created on the way.
+toml::table& table_at(toml::table& root, const std::string& dotted) {
+  toml::table* table = &root;
+  std::stringstream parts(dotted);
+  for (std::string part; std::getline(parts, part, '.');) {
+    toml::node* next = table->get(part);
+    if (!next || !next->is_table()) next = &table->insert_or_assign(part, toml::table{}).first->second;
+    table = next->as_table();
+  }
+  return *table;
+}
+
+}  // namespace
 
 std::string to_toml(const JobSpec& spec) {
-  toml::table job{
-      {"name", spec.job.name},
-      {"kind", to_string(spec.job.kind)},
-      {"gpus_per_node", spec.job.gpus_per_node},
-      {"max_restarts", spec.job.max_restarts},
-      {"priority", spec.job.priority},
-      {"output_dir", spec.job.output_dir},
-      {"working_dir", spec.job.working_dir},
-      {"devices", to_string(spec.job.devices)},
-      {"stop_grace", spec.job.stop_grace_s},
-      {"hang_timeout", spec.job.hang_timeout_s},
-      {"placement_timeout", spec.job.placement_timeout_s},
-  };
-  if (!spec.job.port_range.empty()) job.insert("port_range", spec.job.port_range);
-  if (spec.job.nodes.elastic())
-    job.insert("nodes", std::to_string(spec.job.nodes.min) + ":" + std::to_string(spec.job.nodes.max));
-  else
-    job.insert("nodes", spec.job.nodes.min);
-  toml::table env;
-  for (const auto& [k, v] : spec.job.env) env.insert(k, v);
-  job.insert("env", std::move(env));
-  toml::table root{{"job", std::move(job)}};
-
-  if (spec.job.kind != JobKind::kCommand) {
-    toml::table model{{"max_seq", spec.model.max_seq}, {"attention", spec.model.attention}};
-    if (!spec.model.preset.empty()) model.insert("preset", spec.model.preset);
-    if (!spec.model.hf_dir.empty()) model.insert("hf_dir", spec.model.hf_dir);
-    if (!spec.model.checkpoint.empty()) model.insert("checkpoint", spec.model.checkpoint);
-    root.insert("model", std::move(model));
-    root.insert("parallel", toml::table{
-                                {"strategy", strategy_name(spec.parallel.strategy)},
-                                {"tensor_parallel", spec.parallel.tensor_parallel},
-                                {"bucket_mb", spec.parallel.bucket_mb},
-                                {"reshard_after_forward", spec.parallel.reshard_after_forward},
-                                {"prefetch", spec.parallel.prefetch},
-                                {"param_dtype", spec.parallel.param_dtype},
-                            });
-  }
-  if (spec.job.kind == JobKind::kTrain) {
-    const auto& t = spec.train;
-    toml::array data;
-    for (const auto& d : t.data) {
-      toml::table entry{{"path", d.path}, {"weight", d.weight}};
-      if (!d.format.empty()) entry.insert("format", d.format);
-      if (!d.text_field.empty()) entry.insert("text_field", d.text_field);
-      data.push_back(std::move(entry));
+  toml::table root;
+  for (const auto& field : schema_fields()) {
+    const std::string top = field.section.substr(0, field.section.find('.'));
+    if (!section_applies(spec.job.kind, top)) continue;
+    auto value = field.get(spec);
+    if (!value) continue;
+    if (field.key.empty()) {
+      // A table documented as a whole ("job.env"): its parent holds it.
+      auto dot = field.section.rfind('.');
+      insert(table_at(root, field.section.substr(0, dot)), field.section.substr(dot + 1), *value);
+    } else {
+      insert(table_at(root, field.section), field.key, *value);
     }
-    root.insert("train", toml::table{
-                             {"data", std::move(data)}, {"data_format", t.data_format}, {"text_field", t.text_field},
-                             {"eval_fraction", t.eval_fraction}, {"steps", t.steps},
-                             {"micro_batch", t.micro_batch}, {"global_batch", t.global_batch},
-                             {"seq_len", t.seq_len}, {"lr", t.lr}, {"min_lr", t.min_lr},
-                             {"warmup_steps", t.warmup_steps}, {"weight_decay", t.weight_decay},
-                             {"beta1", t.beta1}, {"beta2", t.beta2}, {"grad_clip", t.grad_clip},
-                             {"precision", to_string(t.precision)},
-                             {"initial_loss_scale", t.initial_loss_scale},
-                             {"loss_scale_window", t.loss_scale_window},
-                             {"checkpoint_every", t.checkpoint_every},
-                             {"checkpoint_storage", t.checkpoint_storage}, {"eval_every", t.eval_every},
-                             {"eval_batches", t.eval_batches}, {"log_every", t.log_every},
-                             {"seed", t.seed}, {"resume", t.resume},
-                             {"sample_tokens", t.sample_tokens}, {"sample_prompt", t.sample_prompt},
-                             {"tensorboard", t.tensorboard},
-                         });
-  }
-  if (spec.job.kind == JobKind::kInfer) {
-    const auto& i = spec.infer;
-    toml::array stop;
-    for (auto id : i.stop_tokens) stop.push_back(id);
-    for (const auto& s : i.stop_strings) stop.push_back(s);
-    root.insert("infer", toml::table{
-                             {"prompts", i.prompts}, {"max_new_tokens", i.max_new_tokens},
-                             {"temperature", i.temperature}, {"top_k", i.top_k}, {"top_p", i.top_p},
-                             {"seed", i.seed}, {"stop", std::move(stop)},
-                             {"batch_size", i.batch_size}, {"tensor_parallel", i.tensor_parallel},
-                             {"cuda_graphs", i.cuda_graphs},
-                         });
-  }
-  if (spec.job.kind == JobKind::kServe) {
-    const auto& s = spec.serve;
-    root.insert("serve", toml::table{
-                             {"host", s.host}, {"port", s.port}, {"api_key", s.api_key},
-                             {"model_name", s.model_name}, {"max_running", s.max_running},
-                             {"max_queue", s.max_queue}, {"max_connections", s.max_connections},
-                             {"max_body_bytes", s.max_body_bytes}, {"context", s.context},
-                             {"prefill_chunk", s.prefill_chunk}, {"max_tokens", s.max_tokens},
-                             {"temperature", s.temperature}, {"top_p", s.top_p}, {"top_k", s.top_k},
-                             {"seed", s.seed}, {"tensor_parallel", s.tensor_parallel},
-                             {"cuda_graphs", s.cuda_graphs},
-                         });
-  }
-  if (spec.job.kind == JobKind::kCommand) {
-    toml::array argv;
-    for (const auto& a : spec.command.argv) argv.push_back(a);
-    root.insert("command", toml::table{{"argv", std::move(argv)}});
   }
   std::ostringstream out;
   out << root << "\n";
   return out.str();
+}
+
+std::string toml_text(const FieldValue& value) {
+  if (const auto* text = std::get_if<std::string>(&value)) {
+    // A basic (double-quoted) string, as the examples write them; toml++
+    // would print a literal ('single-quoted') one.
+    std::string out = "\"";
+    for (char c : *text) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+  if (const auto* table = std::get_if<std::map<std::string, std::string>>(&value)) {
+    // Inline: as a holder's entry it would print as a [v] section.
+    std::string text = "{";
+    for (const auto& [k, v] : *table) text += (text.size() > 1 ? ", " : " ") + k + " = " + toml_text(v);
+    return text + (table->empty() ? "}" : " }");
+  }
+  if (const auto* number = std::get_if<double>(&value)) {
+    // The shortest form that reads back the same (toml++ prints 17 digits).
+    char buffer[32];
+    auto end = std::to_chars(buffer, buffer + sizeof buffer, *number).ptr;
+    std::string out(buffer, end);
+    if (out.find_first_of(".en") == std::string::npos) out += ".0";  // still a float
+    return out;
+  }
+  toml::table holder;
+  insert(holder, "v", value);
+  std::ostringstream out;
+  out << holder;
+  std::string text = out.str();
+  auto eq = text.find("= ");
+  text = eq == std::string::npos ? text : text.substr(eq + 2);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
 }
 
 }  // namespace cohort::jobs

@@ -22,120 +22,7 @@ namespace cohort::jobs {
 namespace {
 
 using StringMap = std::map<std::string, std::string>;
-using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>, NodeRange,
-                           StringMap, std::vector<DataSource>>;
-using Setter = std::function<void(JobSpec&, const Value&)>;
-
-template <typename T>
-const T& as(const Value& v) { return std::get<T>(v); }
-
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::kFp32;
-  if (s == "fp16") return Precision::kFp16;
-  return Precision::kBf16;
-}
-
-// One setter per schema key; the schema table says the type, this says where it goes.
-const std::map<std::string, Setter>& setters() {
-  static const std::map<std::string, Setter> table = {
-      {"job.name", [](JobSpec& s, const Value& v) { s.job.name = as<std::string>(v); }},
-      {"job.kind", [](JobSpec& s, const Value& v) { parse_job_kind(as<std::string>(v), &s.job.kind); }},
-      {"job.nodes", [](JobSpec& s, const Value& v) { s.job.nodes = as<NodeRange>(v); }},
-      {"job.gpus_per_node", [](JobSpec& s, const Value& v) { s.job.gpus_per_node = int(as<int64_t>(v)); }},
-      {"job.max_restarts", [](JobSpec& s, const Value& v) { s.job.max_restarts = int(as<int64_t>(v)); }},
-      {"job.priority", [](JobSpec& s, const Value& v) { s.job.priority = int(as<int64_t>(v)); }},
-      {"job.output_dir", [](JobSpec& s, const Value& v) { s.job.output_dir = as<std::string>(v); }},
-      {"job.working_dir", [](JobSpec& s, const Value& v) { s.job.working_dir = as<std::string>(v); }},
-      {"job.devices", [](JobSpec& s, const Value& v) { parse_devices(as<std::string>(v), &s.job.devices); }},
-      {"job.stop_grace", [](JobSpec& s, const Value& v) { s.job.stop_grace_s = as<double>(v); }},
-      {"job.hang_timeout", [](JobSpec& s, const Value& v) { s.job.hang_timeout_s = as<double>(v); }},
-      {"job.placement_timeout", [](JobSpec& s, const Value& v) { s.job.placement_timeout_s = as<double>(v); }},
-      {"job.port_range", [](JobSpec& s, const Value& v) { s.job.port_range = as<std::string>(v); }},
-      {"job.env", [](JobSpec& s, const Value& v) { s.job.env = as<StringMap>(v); }},
-      {"model.preset", [](JobSpec& s, const Value& v) { s.model.preset = as<std::string>(v); }},
-      {"model.hf_dir", [](JobSpec& s, const Value& v) { s.model.hf_dir = as<std::string>(v); }},
-      {"model.checkpoint", [](JobSpec& s, const Value& v) { s.model.checkpoint = as<std::string>(v); }},
-      {"model.max_seq", [](JobSpec& s, const Value& v) { s.model.max_seq = int(as<int64_t>(v)); }},
-      {"model.attention", [](JobSpec& s, const Value& v) { s.model.attention = as<std::string>(v); }},
-      {"parallel.strategy", [](JobSpec& s, const Value& v) { s.parallel.strategy = parse_strategy(as<std::string>(v)).value(); }},
-      {"parallel.tensor_parallel", [](JobSpec& s, const Value& v) { s.parallel.tensor_parallel = int(as<int64_t>(v)); }},
-      {"parallel.bucket_mb", [](JobSpec& s, const Value& v) { s.parallel.bucket_mb = as<double>(v); }},
-      {"parallel.reshard_after_forward", [](JobSpec& s, const Value& v) { s.parallel.reshard_after_forward = as<bool>(v); }},
-      {"parallel.prefetch", [](JobSpec& s, const Value& v) { s.parallel.prefetch = as<bool>(v); }},
-      {"parallel.param_dtype", [](JobSpec& s, const Value& v) { s.parallel.param_dtype = as<std::string>(v); }},
-      {"train.data", [](JobSpec& s, const Value& v) { s.train.data = as<std::vector<DataSource>>(v); }},
-      {"train.text_field", [](JobSpec& s, const Value& v) { s.train.text_field = as<std::string>(v); }},
-      {"train.data_format", [](JobSpec& s, const Value& v) { s.train.data_format = as<std::string>(v); }},
-      {"train.eval_fraction", [](JobSpec& s, const Value& v) { s.train.eval_fraction = as<double>(v); }},
-      {"train.steps", [](JobSpec& s, const Value& v) { s.train.steps = int(as<int64_t>(v)); }},
-      {"train.micro_batch", [](JobSpec& s, const Value& v) { s.train.micro_batch = int(as<int64_t>(v)); }},
-      {"train.global_batch", [](JobSpec& s, const Value& v) { s.train.global_batch = int(as<int64_t>(v)); }},
-      {"train.seq_len", [](JobSpec& s, const Value& v) { s.train.seq_len = int(as<int64_t>(v)); }},
-      {"train.lr", [](JobSpec& s, const Value& v) { s.train.lr = as<double>(v); }},
-      {"train.min_lr", [](JobSpec& s, const Value& v) { s.train.min_lr = as<double>(v); }},
-      {"train.warmup_steps", [](JobSpec& s, const Value& v) { s.train.warmup_steps = int(as<int64_t>(v)); }},
-      {"train.weight_decay", [](JobSpec& s, const Value& v) { s.train.weight_decay = as<double>(v); }},
-      {"train.beta1", [](JobSpec& s, const Value& v) { s.train.beta1 = as<double>(v); }},
-      {"train.beta2", [](JobSpec& s, const Value& v) { s.train.beta2 = as<double>(v); }},
-      {"train.grad_clip", [](JobSpec& s, const Value& v) { s.train.grad_clip = as<double>(v); }},
-      {"train.precision", [](JobSpec& s, const Value& v) { s.train.precision = parse_precision(as<std::string>(v)); }},
-      {"train.initial_loss_scale", [](JobSpec& s, const Value& v) { s.train.initial_loss_scale = as<double>(v); }},
-      {"train.loss_scale_window", [](JobSpec& s, const Value& v) { s.train.loss_scale_window = int(as<int64_t>(v)); }},
-      {"train.checkpoint_every", [](JobSpec& s, const Value& v) { s.train.checkpoint_every = int(as<int64_t>(v)); }},
-      {"train.checkpoint_storage", [](JobSpec& s, const Value& v) { s.train.checkpoint_storage = as<std::string>(v); }},
-      {"train.eval_every", [](JobSpec& s, const Value& v) { s.train.eval_every = int(as<int64_t>(v)); }},
-      {"train.eval_batches", [](JobSpec& s, const Value& v) { s.train.eval_batches = int(as<int64_t>(v)); }},
-      {"train.log_every", [](JobSpec& s, const Value& v) { s.train.log_every = int(as<int64_t>(v)); }},
-      {"train.seed", [](JobSpec& s, const Value& v) { s.train.seed = as<int64_t>(v); }},
-      {"train.resume", [](JobSpec& s, const Value& v) { s.train.resume = as<bool>(v); }},
-      {"train.sample_tokens", [](JobSpec& s, const Value& v) { s.train.sample_tokens = int(as<int64_t>(v)); }},
-      {"train.sample_prompt", [](JobSpec& s, const Value& v) { s.train.sample_prompt = as<std::string>(v); }},
-      {"train.tensorboard", [](JobSpec& s, const Value& v) { s.train.tensorboard = as<bool>(v); }},
-      {"infer.prompts", [](JobSpec& s, const Value& v) { s.infer.prompts = as<std::string>(v); }},
-      {"infer.max_new_tokens", [](JobSpec& s, const Value& v) { s.infer.max_new_tokens = int(as<int64_t>(v)); }},
-      {"infer.temperature", [](JobSpec& s, const Value& v) { s.infer.temperature = as<double>(v); }},
-      {"infer.top_k", [](JobSpec& s, const Value& v) { s.infer.top_k = int(as<int64_t>(v)); }},
-      {"infer.top_p", [](JobSpec& s, const Value& v) { s.infer.top_p = as<double>(v); }},
-      {"infer.seed", [](JobSpec& s, const Value& v) { s.infer.seed = as<int64_t>(v); }},
-      {"infer.stop", [](JobSpec& s, const Value& v) {
-         // Stop entries arrive as strings; token ids are marked with a leading '#'.
-         s.infer.stop_tokens.clear();
-         s.infer.stop_strings.clear();
-         for (const auto& item : as<std::vector<std::string>>(v)) {
-           if (!item.empty() && item[0] == '#') s.infer.stop_tokens.push_back(std::stoll(item.substr(1)));
-           else s.infer.stop_strings.push_back(item.substr(1));
-         }
-       }},
-      {"infer.batch_size", [](JobSpec& s, const Value& v) { s.infer.batch_size = int(as<int64_t>(v)); }},
-      {"infer.tensor_parallel", [](JobSpec& s, const Value& v) { s.infer.tensor_parallel = int(as<int64_t>(v)); }},
-      {"infer.cuda_graphs", [](JobSpec& s, const Value& v) { s.infer.cuda_graphs = as<bool>(v); }},
-      {"serve.host", [](JobSpec& s, const Value& v) { s.serve.host = as<std::string>(v); }},
-      {"serve.port", [](JobSpec& s, const Value& v) { s.serve.port = int(as<int64_t>(v)); }},
-      {"serve.api_key", [](JobSpec& s, const Value& v) { s.serve.api_key = as<std::string>(v); }},
-      {"serve.model_name", [](JobSpec& s, const Value& v) { s.serve.model_name = as<std::string>(v); }},
-      {"serve.max_running", [](JobSpec& s, const Value& v) { s.serve.max_running = int(as<int64_t>(v)); }},
-      {"serve.max_queue", [](JobSpec& s, const Value& v) { s.serve.max_queue = int(as<int64_t>(v)); }},
-      {"serve.max_connections", [](JobSpec& s, const Value& v) { s.serve.max_connections = int(as<int64_t>(v)); }},
-      {"serve.max_body_bytes", [](JobSpec& s, const Value& v) { s.serve.max_body_bytes = int(as<int64_t>(v)); }},
-      {"serve.context", [](JobSpec& s, const Value& v) { s.serve.context = int(as<int64_t>(v)); }},
-      {"serve.prefill_chunk", [](JobSpec& s, const Value& v) { s.serve.prefill_chunk = int(as<int64_t>(v)); }},
-      {"serve.max_tokens", [](JobSpec& s, const Value& v) { s.serve.max_tokens = int(as<int64_t>(v)); }},
-      {"serve.temperature", [](JobSpec& s, const Value& v) { s.serve.temperature = as<double>(v); }},
-      {"serve.top_p", [](JobSpec& s, const Value& v) { s.serve.top_p = as<double>(v); }},
-      {"serve.top_k", [](JobSpec& s, const Value& v) { s.serve.top_k = int(as<int64_t>(v)); }},
-      {"serve.seed", [](JobSpec& s, const Value& v) { s.serve.seed = as<int64_t>(v); }},
-      {"serve.tensor_parallel", [](JobSpec& s, const Value& v) { s.serve.tensor_parallel = int(as<int64_t>(v)); }},
-      {"serve.cuda_graphs", [](JobSpec& s, const Value& v) { s.serve.cuda_graphs = as<bool>(v); }},
-      {"command.argv", [](JobSpec& s, const Value& v) { s.command.argv = as<std::vector<std::string>>(v); }},
-  };
-  return table;
-}
-
-const FieldDoc* find_field(const std::string& section, const std::string& key) {
-  for (const auto& f : schema_fields())
-    if (f.section == section && (f.key == key || (f.key.empty() && key.empty()))) return &f;
-  return nullptr;
-}
+using Value = FieldValue;
 
 // POSIX names: "" and "A=B" would make a broken environment block.
 bool is_env_name(std::string_view name) {
@@ -173,8 +60,6 @@ std::string range_text(const FieldDoc& f) {
   if (f.max < 1e11) out << " and at most " << f.max;
   return out.str();
 }
-
-const FieldDoc* find_field(const std::string& section, const std::string& key);
 
 // train.data: "path", or [ "path", {path = "...", weight = 2.0, format = "...", text_field = "..."} ].
 // Each entry's position is noted as train.data[i] for later checks (cohort validate's data probe).
@@ -304,10 +189,10 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
     case FieldType::kStopList: {
       const auto* arr = node.as_array();
       if (!arr) return wrong("an array of token ids and strings");
-      std::vector<std::string> out;
+      std::vector<StopEntry> out;
       for (const auto& item : *arr) {
-        if (item.is_integer()) out.push_back(std::string("#").append(std::to_string(*item.value<int64_t>())));
-        else if (item.is_string()) out.push_back(std::string("$").append(*item.value<std::string>()));
+        if (item.is_integer()) out.emplace_back(*item.value<int64_t>());
+        else if (item.is_string()) out.emplace_back(*item.value<std::string>());
         else return wrong("an array of token ids and strings");
       }
       return Value(out);
@@ -431,7 +316,7 @@ void read_section(JobSpec& spec, const std::string& section, const toml::table& 
           ctx.note_key(path + "." + std::string(ek.str()), origin_of(ev, ctx, overrides));
     }
     auto value = read_value(*field, path, node, ctx);
-    if (value) setters().at(field->section == "job.env" ? "job.env" : path)(spec, *value);
+    if (value) field->set(spec, *value);
     else ctx.mark_invalid(path);
   }
 }

@@ -41,6 +41,13 @@ const char* to_string(Precision precision) {
   return "?";
 }
 
+bool parse_precision(std::string_view name, Precision* precision) {
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32}) {
+    if (name == to_string(p)) return *precision = p, true;
+  }
+  return false;
+}
+
 bool parse_port_range(std::string_view text, PortRange* range, std::string* why) {
   auto number = [](std::string_view s, int* out) {
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);

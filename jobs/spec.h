@@ -40,6 +40,7 @@ const char* to_string(DeviceVisibility devices);
 bool parse_job_kind(std::string_view name, JobKind* kind);
 bool parse_devices(std::string_view name, DeviceVisibility* devices);
 const char* to_string(Precision precision);
+bool parse_precision(std::string_view name, Precision* precision);
 
 // `nodes = 2` is {2, 2}; `nodes = "1:4"` is an elastic job, {1, 4}.
 struct NodeRange {
