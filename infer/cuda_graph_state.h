@@ -50,6 +50,11 @@ class CudaGraphEngine final : public InferenceEngine {
   // buffers); the LM head runs on each prompt's last row, gathered.
   void prefill_many(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
                     float* logits, int32_t* greedy) override;
+  // Chunked prefill: rows are independent (each at its own slot and
+  // position, attending over the cache), so a chunk is a prefill whose
+  // positions start at the slot's length.
+  bool can_extend() const override { return true; }
+  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
 
   Status init_runtime(collective::Communicator* tp_cpu);
   Status upload_weights(models::Model& model);

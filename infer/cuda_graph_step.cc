@@ -260,6 +260,23 @@ void CudaGraphEngine::prefill_chunk(const int* slots,
   run(row, k, k, false, true, logits ? logits + begin * V : nullptr, greedy + begin);
 }
 
+void CudaGraphEngine::extend(int slot, const int32_t* tokens, int n, float* logits,
+                             int32_t* greedy) {
+  const int start = lengths_.at(slot);
+  COHORT_CHECK_MSG(n >= 1 && n <= max_rows_ && start + n <= options_.capacity,
+                   "extend of slot {} by {} tokens at {} (capacity {}, rows {})", slot, n, start,
+                   options_.capacity, max_rows_);
+  for (int i = 0; i < n; ++i) {
+    host_rows_[i] = tokens[i];
+    host_rows_[max_rows_ + i] = slot;
+    host_rows_[2 * max_rows_ + i] = start + i;
+  }
+  host_head_rows_[0] = n - 1;
+  lengths_[slot] = start + n;
+  int32_t unused = 0;
+  run(n, 1, 1, false, true, logits, greedy ? greedy : &unused);
+}
+
 void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
                              int32_t* greedy) {
   const int padded = *std::lower_bound(buckets_.begin(), buckets_.end(), B);

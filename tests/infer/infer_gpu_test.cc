@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include <gtest/gtest.h>
 
+#ifdef COHORT_HAVE_INFER_CUDA_ENGINE
+#include "infer/cuda_graph_engine.h"
+#endif
+#include "infer/scheduler.h"
 #include "models/backend.h"
 #include "models/cuda_backend.h"
 #include "models/hf.h"
@@ -137,6 +142,55 @@ TEST(InferGpu, GraphReplayEqualsEagerAndTheFp32EngineMatchesTheCpu) {
   EXPECT_LE(max_abs_diff(cpu, fp32, true), 0.1f);
   EXPECT_LE(max_abs_diff(cpu, graphs, true), 0.25f);
   expect_tokens_agree_up_to_ties(cpu, graphs, 0.15f, "bf16 graph engine vs CPU");
+}
+
+// The serve path's chunked prefill on the bf16 engine: prompts prefilled in
+// chunks of 7 (interleaved with other streams' decode steps) give the greedy
+// tokens of prompts prefilled whole, as on the CPU engine
+// (infer_scheduler_test.cc).
+TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
+#ifndef COHORT_HAVE_INFER_CUDA_ENGINE
+  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
+#else
+  if (models::cuda_device_count() < 1) {
+    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
+  }
+  const std::string dir = gpu_model_dir();
+  auto config = models::load_hf_config(dir + "/config.json");
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  std::map<int64_t, std::vector<int32_t>> by_chunk[2];
+  const int chunks[2] = {0, 7};
+  for (int c = 0; c < 2; ++c) {
+    infer::CudaEngineOptions options;
+    options.slots = 3;
+    options.capacity = 128;
+    auto engine = infer::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
+      return models::load_hf_weights(m, dir);
+    });
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    infer::SchedulerOptions o;
+    o.prefill_chunk = chunks[c];
+    infer::Scheduler s(**engine, o);
+    for (int id = 0; id < 6; ++id) {
+      infer::SequenceRequest r;
+      r.id = id;
+      for (int t = 0; t < 4 + 9 * id; ++t) r.prompt.push_back((37 * id + 11 * t) % 1024);
+      r.max_new_tokens = 12;
+      ASSERT_TRUE(s.add(std::move(r)).is_ok());
+    }
+    for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+      for (const infer::TokenEvent& e : s.step()) {
+        if (e.token >= 0) by_chunk[c][e.id].push_back(e.token);
+      }
+    }
+    ASSERT_TRUE(s.idle());
+  }
+  ASSERT_EQ(by_chunk[0].size(), 6u);
+  for (const auto& [id, tokens] : by_chunk[0]) {
+    EXPECT_EQ(tokens.size(), 12u) << id;
+    EXPECT_EQ(by_chunk[1].at(id), tokens) << "request " << id;
+  }
+#endif
 }
 
 }  // namespace
