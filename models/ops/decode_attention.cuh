@@ -47,7 +47,10 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane / lanes, sub = lane % lanes;
   const int kv = h / (s.hq / s.hkv), pos = rows.positions[r];
-  const size_t head_base = (static_cast<size_t>(rows.slots[r]) * s.hkv + kv) * s.capacity * D;
+  const int slot = rows.slots[r];
+  const bool paged = rows.block_table != nullptr;
+  // Contiguous: the slot's head is one run of positions.
+  const size_t head_base = paged ? 0 : cache_offset(rows, s, slot, kv, 0);
   const float scale = rsqrtf(static_cast<float>(D));
   float qv[kDecodeDimsPerLane], acc[kDecodeDimsPerLane], kvv[kDecodeDimsPerLane];
   float vv[kDecodeDimsPerLane];
@@ -61,7 +64,8 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
     if (valid) {
       // K and V of the position load together: one memory round trip per
       // step instead of two.
-      const size_t at = head_base + static_cast<size_t>(t) * D + sub * kDecodeDimsPerLane;
+      const size_t at = (paged ? cache_offset(rows, s, slot, kv, t) : head_base + static_cast<size_t>(t) * D) +
+                        sub * kDecodeDimsPerLane;
       load16_bf16(k_cache + at, kvv);
       load16_bf16(v_cache + at, vv);
       for (int k = 0; k < kDecodeDimsPerLane; ++k) dot += qv[k] * kvv[k];

@@ -15,7 +15,7 @@
 
 namespace cohort::models::cpu {
 
-// Caches fp32, [slots, hkv, capacity, D].
+// Caches fp32, in either layout of decode_rows.h.
 void decode_attention(float* y, const float* q, const float* k_cache, const float* v_cache,
                       DecodeRows rows, int n, const DecodeShape& shape);
 

@@ -96,7 +96,6 @@ void qkv_rope_cache(float* q_out, float* k_cache, float* v_cache, const float* q
                     const DecodeShape& s) {
   const int D = s.head_dim, heads = s.hq + 2 * s.hkv;
   const size_t ld = static_cast<size_t>(heads) * D;
-  const size_t slot_stride = static_cast<size_t>(s.hkv) * s.capacity * D;
   std::vector<float> row(ld);
   for (int r = 0; r < n; ++r) {
     for (size_t j = 0; j < ld; ++j) row[j] = qkv[r * ld + j] + (qkv_bias ? qkv_bias[j] : 0.0f);
@@ -109,9 +108,11 @@ void qkv_rope_cache(float* q_out, float* k_cache, float* v_cache, const float* q
     rope_forward(q, &pos, 1, s.hq, D, cos, sin);
     rope_forward(k, &pos, 1, s.hkv, D, cos, sin);
     std::copy(q, q + static_cast<size_t>(s.hq) * D, q_out + static_cast<size_t>(r) * s.hq * D);
-    const size_t slot = static_cast<size_t>(rows.slots[r]) * slot_stride;
-    kv_cache_write(k_cache + slot, k, 1, pos, s.capacity, s.hkv, D);
-    kv_cache_write(v_cache + slot, v, 1, pos, s.capacity, s.hkv, D);
+    for (int h = 0; h < s.hkv; ++h) {
+      const size_t at = cache_offset(rows, s, rows.slots[r], h, pos);
+      std::copy(k + static_cast<size_t>(h) * D, k + static_cast<size_t>(h + 1) * D, k_cache + at);
+      std::copy(v + static_cast<size_t>(h) * D, v + static_cast<size_t>(h + 1) * D, v_cache + at);
+    }
   }
 }
 

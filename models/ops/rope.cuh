@@ -61,7 +61,7 @@ __global__ void qkv_rope_cache_kernel(const float* qkv, const float* bias, const
   }
   const int kv = is_k ? head - s.hq : head - s.hq - s.hkv;
   Bf16Bits* cache = is_k ? k_cache : v_cache;
-  Bf16Bits* dst = cache + ((static_cast<size_t>(slot) * s.hkv + kv) * s.capacity + pos) * D;
+  Bf16Bits* dst = cache + cache_offset(rows, s, slot, kv, pos);
   dst[i] = to_bf16_bits(a), dst[i + half] = to_bf16_bits(b);
 }
 

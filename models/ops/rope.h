@@ -43,7 +43,7 @@ void rope_backward(float* dx, const int32_t* pos, int n, int heads, int head_dim
 
 // qkv [n, (hq + 2 hkv) * D] from the fused projection; qkv_bias [(hq + 2 hkv)
 // * D] and the norm weights [D] may be null. q_out [n, hq * D]; k_cache and
-// v_cache [slots, hkv, capacity, D], row r written at (slots[r],
+// v_cache in either layout of decode_rows.h, row r written at (slots[r],
 // positions[r]). cos/sin: a RopeTable's.
 void qkv_rope_cache(float* q_out, float* k_cache, float* v_cache, const float* qkv,
                     const float* qkv_bias, const float* q_norm, const float* k_norm,

@@ -6,9 +6,11 @@
 // Skips with a message where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 
 #include "base/half_float.h"
 #include "models/cuda_backend.h"
@@ -154,15 +156,37 @@ Rows decode_rows(int slots, int capacity) {
   return r;
 }
 
+// The paged layout (decode_rows.h) with 16-position blocks handed out in a
+// shuffled order, so that no slot's blocks are adjacent or in order; the
+// cache holds as many positions as the contiguous one.
+struct CacheLayout {
+  int block_shift = 0;
+  std::vector<int32_t> table;  // [slots, blocks_per_slot]; empty: contiguous
+};
+CacheLayout cache_layout(bool paged, int slots, int capacity) {
+  CacheLayout layout;
+  if (!paged) return layout;
+  layout.block_shift = 4;
+  const int per_slot = (capacity + 15) / 16;
+  layout.table.resize(size_t(slots) * per_slot);
+  for (size_t i = 0; i < layout.table.size(); ++i) layout.table[i] = int32_t(i);
+  std::mt19937 shuffle(7);
+  std::shuffle(layout.table.begin(), layout.table.end(), shuffle);
+  return layout;
+}
+
 class DecodeShapes : public DecodeOpsParity,
                      public ::testing::WithParamInterface<std::tuple<int, int, int, bool>> {};
 
 TEST_P(DecodeShapes, QkvRopeCacheMatchesBiasNormRopeAndCacheWrite) {
   const auto [hq, hkv, D, qwen3] = GetParam();
+  for (bool paged : {false, true}) {
+  SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
   const int slots = 5, capacity = 64;
   const Rows rows = decode_rows(slots, capacity);
   const int n = static_cast<int>(rows.slots.size());
-  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f};
+  const CacheLayout layout = cache_layout(paged, slots + 1, capacity);
+  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
   ModelConfig config;
   config.head_dim = D;
   config.max_seq = capacity;
@@ -172,7 +196,8 @@ TEST_P(DecodeShapes, QkvRopeCacheMatchesBiasNormRopeAndCacheWrite) {
   const auto bias = testing::random_vector(ld, 18, 0.1f);
   const auto q_norm = testing::random_vector(D, 19), k_norm = testing::random_vector(D, 20);
   std::vector<float> want_q(size_t(n) * hq * D), want_k(cache, NAN), want_v(cache, NAN);
-  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data()};
+  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data(),
+                        paged ? layout.table.data() : nullptr};
   cpu::qkv_rope_cache(want_q.data(), want_k.data(), want_v.data(), qkv.data(),
                       qwen3 ? nullptr : bias.data(), qwen3 ? q_norm.data() : nullptr,
                       qwen3 ? k_norm.data() : nullptr, rope.cos.data(), rope.sin.data(), host, n,
@@ -180,7 +205,7 @@ TEST_P(DecodeShapes, QkvRopeCacheMatchesBiasNormRopeAndCacheWrite) {
   float* q = up(std::vector<float>(want_q.size(), NAN));
   uint16_t* k = up(std::vector<uint16_t>(cache, kBf16NaN));
   uint16_t* v = up(std::vector<uint16_t>(cache, kBf16NaN));
-  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions)};
+  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
   cuda::qkv_rope_cache(q, k, v, up(qkv), qwen3 ? nullptr : up(bias), qwen3 ? up(q_norm) : nullptr,
                        qwen3 ? up(k_norm) : nullptr, up(rope.cos), up(rope.sin), dev, n, shape,
                        stream_);
@@ -197,25 +222,63 @@ TEST_P(DecodeShapes, QkvRopeCacheMatchesBiasNormRopeAndCacheWrite) {
   EXPECT_EQ(wk.size(), size_t(n) * hkv * D);
   EXPECT_LT(norm_relative(wk, gk), kBf16Tol);
   EXPECT_LT(norm_relative(wv, gv), kBf16Tol);
+  }
 }
 
 TEST_P(DecodeShapes, DecodeAttentionMatchesCachedAttentionRowByRow) {
   const auto [hq, hkv, D, qwen3] = GetParam();
   (void)qwen3;
+  for (bool paged : {false, true}) {
+  SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
   const int slots = 5, capacity = 96;
   const Rows rows = decode_rows(slots, capacity);
   const int n = static_cast<int>(rows.slots.size());
-  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f};
+  const CacheLayout layout = cache_layout(paged, slots + 1, capacity);
+  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
   const size_t cache = size_t(slots + 1) * hkv * capacity * D;
   const auto k = rounded(testing::random_vector(cache, 21)), v = rounded(testing::random_vector(cache, 22));
   const auto q = testing::random_vector(size_t(n) * hq * D, 23);
   std::vector<float> want(q.size());
-  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data()};
+  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data(),
+                        paged ? layout.table.data() : nullptr};
   cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
   uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
-  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions)};
+  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
   cuda::decode_attention(y, up(q), up(to_bf16(k)), up(to_bf16(v)), dev, n, shape, stream_);
   EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  }
+}
+
+// The CPU references agree between the layouts (this runs everywhere):
+// rows written through a shuffled block table and attended through it give
+// exactly what the contiguous cache gives.
+TEST(DecodeCacheLayouts, ThePagedCpuReferenceEqualsTheContiguousOne) {
+  const int hq = 8, hkv = 2, D = 32, slots = 3, capacity = 48;
+  Rows rows;
+  for (int s = 0; s < slots; ++s) {
+    for (int p = 0; p < 20 + 9 * s; ++p) rows.slots.push_back(s), rows.positions.push_back(p);
+  }
+  rows.tokens.assign(rows.slots.size(), 0);
+  const int n = static_cast<int>(rows.slots.size());
+  ModelConfig config;
+  config.head_dim = D;
+  config.max_seq = capacity;
+  const RopeTable rope = make_rope_table(config);
+  const size_t ld = size_t(hq + 2 * hkv) * D, cache = size_t(slots) * hkv * capacity * D;
+  const auto qkv = testing::random_vector(n * ld, 31);
+  std::vector<float> y[2];
+  for (int paged = 0; paged < 2; ++paged) {
+    const CacheLayout layout = cache_layout(paged, slots, capacity);
+    const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
+    const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data(),
+                          paged ? layout.table.data() : nullptr};
+    std::vector<float> q(size_t(n) * hq * D), k(cache, NAN), v(cache, NAN);
+    cpu::qkv_rope_cache(q.data(), k.data(), v.data(), qkv.data(), nullptr, nullptr, nullptr, rope.cos.data(),
+                        rope.sin.data(), host, n, shape);
+    y[paged].resize(q.size());
+    cpu::decode_attention(y[paged].data(), q.data(), k.data(), v.data(), host, n, shape);
+  }
+  EXPECT_EQ(y[0], y[1]);
 }
 
 // (q heads, kv heads, head_dim, Qwen3-style q/k norm instead of a qkv bias)
