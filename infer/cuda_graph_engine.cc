@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -83,6 +84,7 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (host_rows_) cudaFreeHost(host_rows_);
   if (host_tokens_) cudaFreeHost(host_tokens_);
   if (host_head_rows_) cudaFreeHost(host_head_rows_);
+  if (host_table_) cudaFreeHost(host_table_);
   lt_.reset();
   if (tp_gpu_) {
     tp_gpu_.reset();  // its stream was the engine's
@@ -93,7 +95,8 @@ CudaGraphEngine::~CudaGraphEngine() {
 
 std::string CudaGraphEngine::describe() const {
   return std::string("cuda bf16, ") +
-         (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)");
+         (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)") +
+         ", paged KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
 }
 
 Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
@@ -193,8 +196,12 @@ Status CudaGraphEngine::alloc_buffers() {
   max_rows_ = std::max(options_.capacity, max_batch_);
   const size_t R = max_rows_, B = max_batch_;
   auto take = [&](size_t bytes) -> Result<void*> { return device_alloc(bytes); };
-  const size_t per_layer =
-      static_cast<size_t>(options_.slots + 1) * dims_.kv_heads * options_.capacity * D;
+  // Paged: blocks of kKvBlockSize positions plus the spare block.
+  const int per_slot = (options_.capacity + kKvBlockSize - 1) / kKvBlockSize;
+  const int64_t blocks = options_.kv_blocks > 0 ? options_.kv_blocks : int64_t(options_.slots) * per_slot;
+  if (blocks > INT32_MAX - 1) return invalid_argument("KV cache of " + std::to_string(blocks) + " blocks");
+  pool_ = std::make_unique<KvBlockPool>(static_cast<int>(blocks), kKvBlockSize, options_.slots, per_slot);
+  const size_t per_layer = static_cast<size_t>(blocks + 1) * dims_.kv_heads * kKvBlockSize * D;
   for (Layer& layer : layers_) {
     COHORT_ASSIGN_OR_RETURN(void* k, take(per_layer * 2));
     COHORT_ASSIGN_OR_RETURN(void* v, take(per_layer * 2));
@@ -224,7 +231,11 @@ Status CudaGraphEngine::alloc_buffers() {
       static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows), static_cast<int32_t*>(head_rows),
       static_cast<Bf16*>(head_x)};
   const int32_t* r = buf_.rows;
-  row_index_ = models::DecodeRows{r, r + R, r + 2 * R};
+  const size_t table_bytes = pool_->table().size() * 4;
+  COHORT_ASSIGN_OR_RETURN(void* table, take(table_bytes));
+  block_table_ = static_cast<int32_t*>(table);
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_table_, table_bytes));
+  row_index_ = models::DecodeRows{r, r + R, r + 2 * R, block_table_};
   COHORT_CUDA_CHECK(cudaMallocHost(&host_rows_, 3 * R * 4));
   COHORT_CUDA_CHECK(cudaMallocHost(&host_tokens_, B * 4));
   COHORT_CUDA_CHECK(cudaMallocHost(&host_head_rows_, B * 4));

@@ -5,8 +5,10 @@
 // job accepts works, each rank reading only its slices), then converted to
 // bf16 and fused per layer (q|k|v rows, gate|up rows) on the device; norms
 // and biases stay fp32. GEMMs are cuBLAS bf16 with fp32 accumulation and
-// fp32 outputs; the residual stream is fp32; the KV cache is bf16 with one
-// spare slot that padded graph rows write to. The kernels are the models
+// fp32 outputs; the residual stream is fp32; the KV cache is bf16 and paged
+// (blocks of 16 positions handed to slots as their sequences grow, through a
+// block table the kernels read), with a spare slot and block that padded
+// graph rows write to. The kernels are the models
 // library's decode ops (models/ops/: embedding, rmsnorm, rope,
 // decode_attention, swiglu, argmax), each beside its CPU reference.
 // Tensor-parallel sums and the logits gather go through an
@@ -41,7 +43,13 @@ struct CudaEngineOptions {
   int capacity = 0;         // positions per slot
   bool cuda_graphs = true;  // false: every decode step runs eagerly
   models::ShardSpec shard;
+  // The paged KV cache's blocks of kKvBlockSize positions, shared by the
+  // slots by need (kv_blocks.h); 0: enough for every slot to reach capacity.
+  int64_t kv_blocks = 0;
 };
+
+inline constexpr int kKvBlockShift = 4;
+inline constexpr int kKvBlockSize = 1 << kKvBlockShift;
 
 using EngineWeightLoader = std::function<Status(models::Model& model)>;
 

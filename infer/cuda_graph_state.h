@@ -15,6 +15,7 @@
 #include "infer/cuda_graph_engine.h"
 #include "infer/cuda_tuned_gemm.h"
 #include "models/ops/argmax.h"
+#include "infer/kv_blocks.h"
 #include "models/ops/decode_attention.h"
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
@@ -55,6 +56,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // positions start at the slot's length.
   bool can_extend() const override { return true; }
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
+  int kv_block_size() const override { return kKvBlockSize; }
+  int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
+  void release(int slot) override;
 
   Status init_runtime(collective::Communicator* tp_cpu);
   Status upload_weights(models::Model& model);
@@ -129,6 +133,11 @@ class CudaGraphEngine final : public InferenceEngine {
   int max_rows_ = 0, max_batch_ = 0;
   std::vector<int> buckets_;
   std::vector<int> lengths_;        // positions held per slot
+  std::unique_ptr<KvBlockPool> pool_;  // which cache blocks each slot holds
+  int32_t* host_table_ = nullptr;   // pinned copy of pool_->table()
+  int32_t* block_table_ = nullptr;  // device [slots + 1, blocks per slot]
+  // Makes `slot` hold blocks for `positions` (within its reservation).
+  void hold(int slot, int positions);
   std::map<int, int> bucket_runs_;  // eager runs so far per padded size
   std::map<int, cudaGraphExec_t> graphs_;
   std::vector<float> host_gathered_;

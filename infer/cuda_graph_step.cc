@@ -94,7 +94,7 @@ void CudaGraphEngine::enqueue_layers(int n) {
   const float eps = config_.rms_eps;
   const size_t nH = static_cast<size_t>(n) * H;
   const models::DecodeShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity,
-                                  eps};
+                                  eps, kKvBlockShift};
   models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
                            stream_);
   all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
@@ -172,6 +172,14 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
 void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
   COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
+  if (pool_->take_changed()) {
+    // The previous step has finished (run() waits for every step), so its
+    // copy of the table is no longer being read.
+    const std::vector<int32_t>& table = pool_->table();
+    std::copy(table.begin(), table.end(), host_table_);
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(block_table_, host_table_, table.size() * 4,
+                                            cudaMemcpyHostToDevice, stream_));
+  }
   for (int part = 0; part < 3; ++part) {
     COHORT_CUDA_CHECK_FATAL(
         cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
@@ -254,6 +262,8 @@ void CudaGraphEngine::prefill_chunk(const int* slots,
       host_rows_[2 * max_rows_ + row] = i;
     }
     host_head_rows_[j - begin] = row - 1;
+    pool_->release(slots[j]);  // a prefill starts the slot afresh
+    hold(slots[j], n);
     lengths_.at(slots[j]) = n;
   }
   const size_t V = static_cast<size_t>(config_.vocab_size);
@@ -272,9 +282,22 @@ void CudaGraphEngine::extend(int slot, const int32_t* tokens, int n, float* logi
     host_rows_[2 * max_rows_ + i] = start + i;
   }
   host_head_rows_[0] = n - 1;
+  hold(slot, start + n);
   lengths_[slot] = start + n;
   int32_t unused = 0;
   run(n, 1, 1, false, true, logits, greedy ? greedy : &unused);
+}
+
+void CudaGraphEngine::hold(int slot, int positions) {
+  COHORT_CHECK_MSG(pool_->grow(slot, positions),
+                   "slot {} needs {} KV blocks for {} positions but {} are free: the caller admitted "
+                   "more than the cache holds (Scheduler reserves whole lengths)",
+                   slot, pool_->blocks_for(positions) - pool_->held(slot), positions, pool_->free());
+}
+
+void CudaGraphEngine::release(int slot) {
+  pool_->release(slot);
+  lengths_.at(slot) = 0;
 }
 
 void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
@@ -284,6 +307,7 @@ void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, flo
     const bool real = b < B;
     const int pos = real ? lengths_.at(slots[b]) : 0;
     COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slots[b], pos);
+    if (real) hold(slots[b], pos + 1);
     host_rows_[b] = real ? tokens[b] : 0;
     host_rows_[max_rows_ + b] = real ? slots[b] : options_.slots;  // the spare slot
     host_rows_[2 * max_rows_ + b] = pos;

@@ -133,6 +133,9 @@ class LockstepCheckedEngine final : public InferenceEngine {
     inner_->decode(slots, tokens, B, logits, greedy);
   }
   bool can_extend() const override { return inner_->can_extend(); }
+  int kv_block_size() const override { return inner_->kv_block_size(); }
+  int64_t kv_blocks() const override { return inner_->kv_blocks(); }
+  void release(int slot) override { inner_->release(slot); }
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
     check("extend", 4, n, logits, [&](uint64_t& h) {
       mix(h, slot);

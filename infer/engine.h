@@ -53,6 +53,16 @@ class InferenceEngine {
   // can_extend(), and their prompts are prefilled whole.
   virtual bool can_extend() const { return false; }
   virtual void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy);
+
+  // The KV cache in blocks of kv_block_size() positions: a sequence of p
+  // positions holds ceil(p / kv_block_size()) of the kv_blocks(). A paged
+  // engine shares its blocks among slots by need (kv_blocks.h); one whose
+  // slots own their rows has a block of capacity() per slot, the defaults.
+  virtual int kv_block_size() const { return capacity(); }
+  virtual int64_t kv_blocks() const { return slots(); }
+  // The scheduler is done with `slot` (its sequence ended or left): a paged
+  // engine takes its blocks back. prefill() on a slot also starts it afresh.
+  virtual void release(int slot) { (void)slot; }
 };
 
 // models::Model with a models::KvCache.

@@ -55,7 +55,8 @@ Result<std::unique_ptr<ModelEngine>> model_engine(const jobs::JobSpec& spec,
 
 Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                      collective::World& world, int tensor_parallel, int slots,
-                                     int capacity) {
+                                     int capacity, int64_t kv_positions) {
+  (void)kv_positions;  // only the bf16 CUDA engine's cache is paged
   COHORT_ASSIGN_OR_RETURN(parallel::ParallelDims dims,
                           parallel::ParallelDims::create(world.size, tensor_parallel));
   COHORT_ASSIGN_OR_RETURN(bool gpu, choose_gpu());
@@ -110,6 +111,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   options.slots = slots;
   options.capacity = capacity;
   options.cuda_graphs = spec.infer.cuda_graphs;
+  options.kv_blocks = (kv_positions + kKvBlockSize - 1) / kKvBlockSize;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
   auto load = [&spec](models::Model& m) { return load_infer_weights(spec.model, spec.infer.seed, m); };
   COHORT_ASSIGN_OR_RETURN(bundle.engine,
@@ -126,9 +128,9 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 
 Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                   collective::World& world, int tensor_parallel, int slots,
-                                  int capacity) {
+                                  int capacity, int64_t kv_positions) {
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
-                          build_unchecked(spec, config, world, tensor_parallel, slots, capacity));
+                          build_unchecked(spec, config, world, tensor_parallel, slots, capacity, kv_positions));
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
   // checked against the tp group's (infer_engine.h, check_lockstep). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.

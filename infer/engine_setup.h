@@ -32,8 +32,10 @@ struct EngineBundle {
 };
 
 // `slots` 0 builds the mesh only (a data-parallel replica with no prompts).
+// `kv_positions`: the positions a paged engine's cache holds for all slots
+// together (0: slots × capacity); engines whose slots own their rows ignore it.
 Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                   collective::World& world, int tensor_parallel, int slots,
-                                  int capacity);
+                                  int capacity, int64_t kv_positions = 0);
 
 }  // namespace cohort::infer

@@ -42,6 +42,12 @@ Status Scheduler::add(SequenceRequest request) {
                             std::to_string(need) + " positions but a sequence holds " +
                             std::to_string(engine_.capacity()));
   }
+  if (blocks_needed(request) > engine_.kv_blocks()) {
+    return invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +
+                            " tokens; with max_new_tokens " + std::to_string(request.max_new_tokens) +
+                            " it needs " + std::to_string(need) + " positions but the KV cache holds " +
+                            std::to_string(kv_total()));
+  }
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= engine_.vocab_size()) {
       return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
@@ -50,6 +56,12 @@ Status Scheduler::add(SequenceRequest request) {
   }
   waiting_.push_back(std::move(request));
   return Status::ok();
+}
+
+int64_t Scheduler::blocks_needed(const SequenceRequest& r) const {
+  const int64_t positions = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  const int64_t block = engine_.kv_block_size();
+  return (positions + block - 1) / block;
 }
 
 void Scheduler::cancel(int64_t id) { cancels_.push_back(id); }
@@ -69,7 +81,10 @@ bool Scheduler::wants_logits(const Slot& s) const {
 void Scheduler::release(int s) {
   slots_[s].busy = false;
   slots_[s].generated.clear();
+  reserved_blocks_ -= slots_[s].reserved;
+  slots_[s].reserved = 0;
   --running_;
+  engine_.release(s);
 }
 
 int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits) {
@@ -151,10 +166,13 @@ bool Scheduler::admit_round(std::vector<TokenEvent>& events, StepStats& st, int&
       budget = 0;
       break;
     }
+    const int64_t need = blocks_needed(waiting_.front());
+    if (reserved_blocks_ + need > engine_.kv_blocks()) break;  // until blocks come back
     Slot& slot = slots_[s];
     slot.req = std::move(waiting_.front());
     waiting_.pop_front();
     slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
+    slot.reserved = need, reserved_blocks_ += need;
     slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
     ++running_, ++st.admitted;
     if (size > budget && chunked) {  // the first chunk now, the rest in later steps

@@ -7,7 +7,12 @@
 //      its slot), each reported once with finish_reason "cancelled";
 //   2. prefill: sequences part-way through their prompt continue, then waiting
 //      requests are admitted into free slots, first come first served, until
-//      the step's prompt-token budget (prefill_chunk) is spent. A prompt
+//      the step's prompt-token budget (prefill_chunk) is spent or the KV
+//      cache's free blocks are: a request is admitted only when the blocks
+//      not reserved by running sequences hold its whole length (prompt plus
+//      max_new_tokens), so a running sequence never runs out of cache and
+//      none is ever preempted; the queue's head waits for blocks to come
+//      back rather than be overtaken. A prompt
 //      longer than the budget is prefilled in chunks over several steps, so
 //      running streams keep getting a token every step. Requests whose whole
 //      prompt fits go through one prefill_many call; a sequence that ends on
@@ -95,7 +100,9 @@ class Scheduler {
   int slots() const { return engine_.slots(); }
   // KV positions held by running sequences, and the cache's total.
   int64_t kv_used() const;
-  int64_t kv_total() const { return int64_t(engine_.slots()) * engine_.capacity(); }
+  int64_t kv_total() const { return engine_.kv_blocks() * engine_.kv_block_size(); }
+  // KV blocks reserved for the running sequences' whole lengths.
+  int64_t kv_reserved_blocks() const { return reserved_blocks_; }
   int capacity() const { return engine_.capacity(); }
 
  private:
@@ -105,7 +112,9 @@ class Scheduler {
     models::TokenSampler sampler{models::SamplingParams{}, 0};
     size_t prefilled = 0;          // prompt tokens in the cache
     std::vector<int32_t> generated;
+    int64_t reserved = 0;          // KV blocks set aside for its whole length
   };
+  int64_t blocks_needed(const SequenceRequest& r) const;
 
   void drop_cancelled(std::vector<TokenEvent>& events);
   void prefill(std::vector<TokenEvent>& events, StepStats& st);
@@ -126,6 +135,7 @@ class Scheduler {
   std::deque<SequenceRequest> waiting_;
   std::vector<int64_t> cancels_;
   int running_ = 0;
+  int64_t reserved_blocks_ = 0;
   std::vector<float> logits_;
   std::vector<int32_t> greedy_;
 };

@@ -82,8 +82,9 @@ struct ServeSetup {
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   ServeSetup s;
   COHORT_ASSIGN_OR_RETURN(s.config, infer_model_config(spec.model));
-  // The cache holds max_running × context positions up front (no paging
-  // yet), so the default stays modest even for 40k-position models.
+  // A slot's context caps one sequence; by default the cache holds
+  // max_running of them, so the default stays modest even for 40k-position
+  // models.
   s.context = spec.serve.context > 0 ? spec.serve.context : std::min(s.config.max_seq, 4096);
   if (s.context > s.config.max_seq) {
     return invalid_argument("serve.context: " + std::to_string(s.context) + " is longer than the model's max_seq " +
@@ -208,15 +209,17 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   engine_spec.infer.cuda_graphs = serve.cuda_graphs;
   const auto t0 = Clock::now();
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
-                          build_engine(engine_spec, setup.config, world, world.size, serve.max_running, setup.context));
+                          build_engine(engine_spec, setup.config, world, world.size, serve.max_running, setup.context,
+                                       serve.kv_cache_tokens));
   SchedulerOptions so;
   so.prefill_chunk = serve.prefill_chunk;
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
-    spdlog::info("serve: {} from {} ready in {:.2f} s: tp {}, {} slots of {} positions, queue {}",
+    spdlog::info("serve: {} from {} ready in {:.2f} s: tp {}, {} slots of {} positions, KV cache of {} "
+                 "positions, queue {}",
                  bundle.engine->describe(), model_source(spec.model),
                  std::chrono::duration<double>(Clock::now() - t0).count(), world.size, serve.max_running,
-                 setup.context, serve.max_queue);
+                 setup.context, scheduler.kv_total(), serve.max_queue);
     http->set_state(ServeState::kReady);
     COHORT_RETURN_IF_ERROR(lead(spec, world, scheduler, queue, *http, setup));
     // The last responses may still be leaving; give them a moment.

@@ -246,6 +246,13 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "Prompt tokens prefilled per step, so long prompts do not stall running streams "
                             "(0: whole prompts).",
                     .min = 0, .max = 1e7}));
+  f.push_back(bind("serve", "kv_cache_tokens", &J::serve, &ServeSection::kv_cache_tokens,
+                   {.text = "Positions the KV cache holds for all running sequences together, in blocks of 16 "
+                            "handed out as sequences grow; a request waits until its prompt plus max_tokens fits "
+                            "beside the running ones (0: max_running × context, so every slot can fill its "
+                            "context). The bf16 CUDA engine shares them; the CPU engine gives each slot its "
+                            "context.",
+                    .min = 0, .max = 1e12}));
   f.push_back(bind("serve", "max_tokens", &J::serve, &ServeSection::max_tokens,
                    {.text = "max_tokens of a request that gives none.", .min = 1, .max = 1e7}));
   f.push_back(bind("serve", "temperature", &J::serve, &ServeSection::temperature,

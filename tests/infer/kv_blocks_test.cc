@@ -1,0 +1,177 @@
+// The paged KV cache's bookkeeping (KvBlockPool) and the scheduler's
+// admission by free blocks: a request waits until its whole length fits
+// beside the running sequences' reservations, the queue's head is not
+// overtaken, and what is generated does not depend on how many wait.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "infer/kv_blocks.h"
+#include "infer/scheduler.h"
+
+namespace cohort::infer {
+namespace {
+
+TEST(KvBlockPool, SlotsGrowByBlocksAndGiveThemBack) {
+  KvBlockPool pool(6, 16, 3, 4);  // 6 blocks of 16, 3 slots of up to 64 positions
+  EXPECT_EQ(pool.blocks_for(0), 0);
+  EXPECT_EQ(pool.blocks_for(16), 1);
+  EXPECT_EQ(pool.blocks_for(17), 2);
+  ASSERT_TRUE(pool.grow(0, 17));
+  ASSERT_TRUE(pool.grow(1, 48));
+  EXPECT_EQ(pool.held(0), 2);
+  EXPECT_EQ(pool.free(), 1);
+  EXPECT_TRUE(pool.grow(0, 20));   // within its blocks: nothing taken
+  EXPECT_EQ(pool.free(), 1);
+  EXPECT_FALSE(pool.grow(2, 33));  // needs 3, 1 free: nothing changes
+  EXPECT_EQ(pool.held(2), 0);
+  EXPECT_EQ(pool.free(), 1);
+  EXPECT_FALSE(pool.grow(2, 65));  // beyond a slot's row
+  // Every held block is distinct and in range; entries not held, and the
+  // spare slot's row, point at the spare.
+  std::set<int32_t> seen;
+  const auto& t = pool.table();
+  ASSERT_EQ(t.size(), 4u * 4u);
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < 4; ++i) {
+      const int32_t b = t[s * 4 + i];
+      if (s < 3 && i < pool.held(s)) {
+        EXPECT_TRUE(b >= 0 && b < 6 && seen.insert(b).second) << "slot " << s << " entry " << i;
+      } else {
+        EXPECT_EQ(b, pool.spare()) << "slot " << s << " entry " << i;
+      }
+    }
+  }
+  EXPECT_TRUE(pool.take_changed());
+  EXPECT_FALSE(pool.take_changed());
+  pool.release(1);
+  EXPECT_TRUE(pool.take_changed());
+  EXPECT_EQ(pool.free(), 4);
+  EXPECT_TRUE(pool.grow(2, 64));
+  EXPECT_EQ(pool.free(), 0);
+}
+
+std::unique_ptr<ModelEngine> tiny_model_engine(int slots, int capacity) {
+  auto config = models::preset_config("tiny");
+  auto backend = models::make_cpu_backend();
+  auto model = models::Model::create(*config, {0, 1}, backend.get());
+  EXPECT_TRUE(model.is_ok());
+  (*model)->init_weights(5, 0.2f);
+  auto engine = ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
+  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
+  return std::move(*engine);
+}
+
+// The CPU engine with a paged engine's accounting: `blocks` blocks of 8
+// positions for all its slots, and a check that no slot is ever asked for
+// more than the pool the scheduler reserved from (as the CUDA engine's
+// KvBlockPool would refuse).
+class BlockAccountedEngine final : public InferenceEngine {
+ public:
+  BlockAccountedEngine(std::unique_ptr<ModelEngine> inner, int blocks)
+      : inner_(std::move(inner)), pool_(blocks, 8, inner_->slots(), (inner_->capacity() + 7) / 8),
+        length_(inner_->slots(), 0) {}
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int slots() const override { return inner_->slots(); }
+  int capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return "block-accounted " + inner_->describe(); }
+  int kv_block_size() const override { return 8; }
+  int64_t kv_blocks() const override { return pool_.total(); }
+  void release(int slot) override { pool_.release(slot), length_[slot] = 0; }
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    pool_.release(slot);
+    hold(slot, n);
+    inner_->prefill(slot, tokens, n, logits, greedy);
+  }
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
+    for (int b = 0; b < B; ++b) hold(slots[b], length_[slots[b]] + 1);
+    inner_->decode(slots, tokens, B, logits, greedy);
+  }
+  bool can_extend() const override { return true; }
+  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    hold(slot, length_[slot] + n);
+    inner_->extend(slot, tokens, n, logits, greedy);
+  }
+  int most_held = 0;
+
+ private:
+  void hold(int slot, int positions) {
+    ASSERT_TRUE(pool_.grow(slot, positions)) << "slot " << slot << " ran out of KV blocks at " << positions;
+    length_[slot] = positions;
+    most_held = std::max(most_held, pool_.total() - pool_.free());
+  }
+  std::unique_ptr<ModelEngine> inner_;
+  KvBlockPool pool_;
+  std::vector<int> length_;
+};
+
+SequenceRequest request(int64_t id, int prompt_len, int max_new) {
+  SequenceRequest r;
+  r.id = id;
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>((id * 29 + i * 5) % 256));
+  r.max_new_tokens = max_new;
+  return r;
+}
+
+TEST(KvAdmission, RequestsWaitForFreeBlocksAndGiveTheTokensOfAnAmpleCache) {
+  std::map<int64_t, std::vector<int32_t>> tokens[2];
+  int most_running[2] = {0, 0};
+  for (int limited = 0; limited < 2; ++limited) {
+    // 6 slots; limited: 7 blocks of 8 = 56 positions, while each request
+    // needs 3 blocks (10 + 12 = 22 positions), so two run at a time.
+    BlockAccountedEngine engine(tiny_model_engine(6, 64), limited ? 7 : 48);
+    SchedulerOptions o;
+    o.prefill_chunk = 6;
+    Scheduler s(engine, o);
+    for (int id = 0; id < 6; ++id) ASSERT_TRUE(s.add(request(id, 10, 12)).is_ok());
+    for (int guard = 0; !s.idle() && guard < 1000; ++guard) {
+      for (const TokenEvent& e : s.step()) {
+        if (e.token >= 0) tokens[limited][e.id].push_back(e.token);
+      }
+      most_running[limited] = std::max(most_running[limited], s.running());
+      EXPECT_LE(s.kv_reserved_blocks(), engine.kv_blocks());
+    }
+    ASSERT_TRUE(s.idle());
+    EXPECT_EQ(s.kv_reserved_blocks(), 0);
+    if (limited) {
+      EXPECT_LE(engine.most_held, 6);
+    }
+  }
+  EXPECT_EQ(most_running[0], 6);
+  EXPECT_EQ(most_running[1], 2);
+  EXPECT_EQ(tokens[1], tokens[0]);
+  for (const auto& [id, t] : tokens[0]) EXPECT_EQ(t.size(), 12u) << id;
+}
+
+TEST(KvAdmission, TheQueuesHeadIsNotOvertakenByASmallerRequest) {
+  BlockAccountedEngine engine(tiny_model_engine(4, 64), 8);  // 64 positions in all
+  Scheduler s(engine, {});
+  ASSERT_TRUE(s.add(request(1, 20, 20)).is_ok());  // 5 blocks
+  ASSERT_TRUE(s.add(request(2, 20, 20)).is_ok());  // 5 more: must wait for 1
+  ASSERT_TRUE(s.add(request(3, 4, 4)).is_ok());    // 1 block would fit, but comes after 2
+  s.step();
+  EXPECT_EQ(s.running(), 1);
+  EXPECT_EQ(s.waiting(), 2);
+  std::vector<int64_t> first_token_order;
+  for (int guard = 0; !s.idle() && guard < 1000; ++guard) {
+    for (const TokenEvent& e : s.step()) {
+      if (e.token >= 0 && std::find(first_token_order.begin(), first_token_order.end(), e.id) ==
+                              first_token_order.end()) {
+        first_token_order.push_back(e.id);
+      }
+    }
+  }
+  EXPECT_EQ(first_token_order, (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(KvAdmission, ARequestLongerThanTheWholeCacheIsRefusedNamingBoth) {
+  BlockAccountedEngine engine(tiny_model_engine(2, 64), 4);  // 32 positions
+  Scheduler s(engine, {});
+  const Status st = s.add(request(1, 20, 20));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("40 positions but the KV cache holds 32"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace cohort::infer
