@@ -147,7 +147,9 @@ TEST(InferGpu, GraphReplayEqualsEagerAndTheFp32EngineMatchesTheCpu) {
 // The serve path's chunked prefill on the bf16 engine: prompts prefilled in
 // chunks of 7 (interleaved with other streams' decode steps) give the greedy
 // tokens of prompts prefilled whole, as on the CPU engine
-// (infer_scheduler_test.cc).
+// (infer_scheduler_test.cc). A chunk's projections run with other row
+// counts, so their bf16 sums may round differently: where the two part
+// ways, whole prefill's logits must show a near tie.
 TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
 #ifndef COHORT_HAVE_INFER_CUDA_ENGINE
   GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
@@ -159,6 +161,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
   auto config = models::load_hf_config(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
   std::map<int64_t, std::vector<int32_t>> by_chunk[2];
+  std::map<int64_t, std::vector<std::vector<float>>> whole_logits;
   const int chunks[2] = {0, 7};
   for (int c = 0; c < 2; ++c) {
     infer::CudaEngineOptions options;
@@ -170,6 +173,10 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     infer::SchedulerOptions o;
     o.prefill_chunk = chunks[c];
+    o.return_logits = true;
+    o.on_logits = [&, c](int64_t id, const float* row, int vocab) {
+      if (c == 0) whole_logits[id].emplace_back(row, row + vocab);
+    };
     infer::Scheduler s(**engine, o);
     for (int id = 0; id < 6; ++id) {
       infer::SequenceRequest r;
@@ -186,10 +193,20 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     ASSERT_TRUE(s.idle());
   }
   ASSERT_EQ(by_chunk[0].size(), 6u);
-  for (const auto& [id, tokens] : by_chunk[0]) {
-    EXPECT_EQ(tokens.size(), 12u) << id;
-    EXPECT_EQ(by_chunk[1].at(id), tokens) << "request " << id;
+  int parted = 0;
+  for (const auto& [id, want] : by_chunk[0]) {
+    const std::vector<int32_t>& got = by_chunk[1].at(id);
+    ASSERT_EQ(want.size(), 12u) << id;
+    ASSERT_EQ(got.size(), 12u) << id;
+    size_t k = 0;
+    while (k < want.size() && want[k] == got[k]) ++k;
+    if (k == want.size()) continue;
+    ++parted;
+    const std::vector<float>& row = whole_logits.at(id).at(k);
+    EXPECT_LE(row[want[k]] - row[got[k]], 0.15f)
+        << "request " << id << " step " << k << ": " << want[k] << " vs " << got[k] << " is not a near tie";
   }
+  std::printf("chunked vs whole prefill: %d of 6 requests parted at a near tie\n", parted);
 #endif
 }
 
