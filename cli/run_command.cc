@@ -3,7 +3,6 @@
 // 130 when Ctrl-C stopped it. With --json the workers' lines go to stderr and
 // the job's final record (as `cohort status JOB --json`) to stdout.
 #include <cstdio>
-#include <cstdlib>
 
 #include <spdlog/spdlog.h>
 
@@ -53,7 +52,7 @@ int run_run(const RunArgs& args) {
   }
   options.containment = *containment;
   if (options.http_token.empty()) {
-    if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
+    if (const char* env = read_env_knob(EnvKnob::kHttpToken)) options.http_token = env;
   }
   const auto* interrupted = install_interrupt_flag();
   options.interrupt = interrupted;
