@@ -189,8 +189,9 @@ class AgentImpl final : public Agent {
       }
       supervisor_->launch(*m);
       // Rank 0's node forwards the training figures (metrics_tail.h).
-      if (m->job.kind == jobs::JobKind::kTrain && m->node_rank == 0 && supervisor_->runs(m->job_id, m->attempt)) {
-        metric_tails_.try_emplace({m->job_id, m->attempt}, m->job.output_dir, m->attempt);
+      const protocol::JobControl* job = supervisor_->job_of(m->job_id, m->attempt);
+      if (job && job->kind == jobs::JobKind::kTrain && m->node_rank == 0) {
+        metric_tails_.try_emplace({m->job_id, m->attempt}, job->output_dir, m->attempt);
       }
     } else if (e->type == StopOrder::kType) {
       auto m = body_as<StopOrder>(*e);

@@ -32,6 +32,12 @@ namespace {
 
 constexpr size_t kRootCauseLines = 20;
 
+// The ranks a launch order gives this node: one per GPU it names (the job's
+// gpus_per_node in every order the coordinator sends).
+int ranks_here(const protocol::LaunchOrder& order) {
+  return int(std::min<size_t>(order.gpu_indices.size(), 1024));
+}
+
 std::chrono::milliseconds grace_of(const protocol::JobControl& job) {
   return std::chrono::milliseconds(int64_t(std::max(0.0, job.stop_grace_s) * 1000));
 }
@@ -79,7 +85,7 @@ void Supervisor::report_failure(const protocol::LaunchOrder& order, int rank,
 }
 
 void Supervisor::refuse(const protocol::LaunchOrder& order, const std::string& why) {
-  int per_node = std::clamp(order.job.gpus_per_node, 0, 1024);
+  const int per_node = ranks_here(order);
   for (int l = 0; l < per_node; ++l) {
     protocol::WorkerExit exit;
     exit.job_id = order.job_id;
@@ -92,8 +98,8 @@ void Supervisor::refuse(const protocol::LaunchOrder& order, const std::string& w
   }
 }
 
-Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchOrder& order) const {
-  const auto& job = order.job;
+Result<std::vector<std::string>> Supervisor::worker_argv(const Group& group) const {
+  const auto& job = group.job;
   if (job.kind == jobs::JobKind::kCommand) {
     if (job.argv.empty()) return invalid_argument("the command job has an empty command.argv");
     return job.argv;
@@ -108,26 +114,31 @@ Result<std::vector<std::string>> Supervisor::worker_argv(const protocol::LaunchO
   }
   // The resolved job file: what every rank of every attempt reads.
   fs::path path = fs::path(job.output_dir) / "job.resolved.toml";
-  COHORT_RETURN_IF_ERROR(write_file_atomically(path, job.job_toml));
+  COHORT_RETURN_IF_ERROR(write_file_atomically(path, group.order.job_toml));
   return std::vector<std::string>{binary, path.string()};
 }
 
 Status Supervisor::start_group(Group& group) {
   const auto& order = group.order;
-  if (order.job.gpus_per_node < 1 || order.node_rank < 0 || order.num_nodes < 1 ||
-      order.world_size != order.num_nodes * order.job.gpus_per_node) {
+  auto job = protocol::job_control_from_toml(order.job_toml);
+  if (!job) return invalid_argument("bad launch order: " + job.status().message());
+  group.job = std::move(*job);
+  const int per_node = group.job.gpus_per_node;
+  if (per_node < 1 || order.node_rank < 0 || order.num_nodes < 1 ||
+      order.world_size != order.num_nodes * per_node) {
     return invalid_argument("bad launch order: node rank " + std::to_string(order.node_rank) +
                             " of " + std::to_string(order.num_nodes) + ", " +
-                            std::to_string(order.job.gpus_per_node) + " workers per node, world size " +
+                            std::to_string(per_node) + " workers per node, world size " +
                             std::to_string(order.world_size));
   }
-  if (order.job.output_dir.empty() || order.job.output_dir[0] != '/') {
-    return invalid_argument("bad launch order: output_dir '" + order.job.output_dir + "' is not absolute");
+  const std::string& output_dir = group.job.output_dir;
+  if (output_dir.empty() || output_dir[0] != '/') {
+    return invalid_argument("bad launch order: output_dir '" + output_dir + "' is not absolute");
   }
   std::error_code ec;
-  fs::create_directories(order.job.output_dir, ec);
-  if (ec) return io_error("cannot create output_dir " + order.job.output_dir + ": " + ec.message());
-  COHORT_ASSIGN_OR_RETURN(auto logs, WorkerLogWriter::open(order.job.output_dir, order.attempt));
+  fs::create_directories(output_dir, ec);
+  if (ec) return io_error("cannot create output_dir " + output_dir + ": " + ec.message());
+  COHORT_ASSIGN_OR_RETURN(auto logs, WorkerLogWriter::open(output_dir, order.attempt));
   group.logs = std::move(logs);
   std::weak_ptr<bool> alive = alive_;
   auto on_set = [this, alive, job_id = order.job_id, attempt = order.attempt](const std::string& key) {
@@ -141,19 +152,19 @@ Status Supervisor::start_group(Group& group) {
   COHORT_ASSIGN_OR_RETURN(group.store, StoreProxy::start(order.job_id, order.attempt, forward_,
                                                          options_.store_host, on_set,
                                                          order.store_token));
-  fs::path progress_dir = fs::path(order.job.output_dir) / "progress" /
-                          ("attempt-" + std::to_string(order.attempt));
+  fs::path progress_dir =
+      fs::path(output_dir) / "progress" / ("attempt-" + std::to_string(order.attempt));
   fs::create_directories(progress_dir, ec);
   if (ec) return io_error("cannot create " + progress_dir.string() + ": " + ec.message());
   int local = int(order.gpu_indices.size());
-  if (local != order.job.gpus_per_node) {
+  if (local != per_node) {
     return invalid_argument("launch order gives " + std::to_string(local) + " GPUs for " +
-                            std::to_string(order.job.gpus_per_node) + " workers per node");
+                            std::to_string(per_node) + " workers per node");
   }
   for (int l = 0; l < local; ++l) {
     Worker w;
     w.local_rank = l;
-    w.rank = jobs::assign_rank(order.node_rank, l, order.job.gpus_per_node).rank;
+    w.rank = jobs::assign_rank(order.node_rank, l, per_node).rank;
     w.progress_file = (progress_dir / ("rank-" + std::to_string(w.rank))).string();
     w.last_progress = clock_.now();
     group.workers.push_back(std::move(w));
@@ -163,7 +174,8 @@ Status Supervisor::start_group(Group& group) {
 
 Status Supervisor::claim_master_port(Group& group) {
   if (group.order.master_port != 0) return Status::ok();
-  COHORT_ASSIGN_OR_RETURN(jobs::PortRange range, effective_port_range(group.order.job.port_range, options_.port_range));
+  COHORT_ASSIGN_OR_RETURN(jobs::PortRange range,
+                          effective_port_range(group.job.port_range, options_.port_range));
   COHORT_ASSIGN_OR_RETURN(PortClaim claim, PortClaim::claim(range, random_));
   group.order.master_port = claim.port();
   group.port = std::move(claim);
@@ -177,12 +189,12 @@ void Supervisor::launch(const protocol::LaunchOrder& order) {
   group.order = order;
   Status started = start_group(group);
   if (started) started = claim_master_port(group);
-  auto argv = worker_argv(order);
-  if (!started || !argv) {
-    std::string why = !started ? started.message() : argv.status().message();
+  auto argv = started ? worker_argv(group) : Result<std::vector<std::string>>(started);
+  if (!argv) {
+    const std::string why = argv.status().message();
     spdlog::error("job {} attempt {}: cannot launch: {}", order.job_id, order.attempt, why);
     // Report each rank this node was given (none for a nonsensical order).
-    int per_node = std::clamp(order.job.gpus_per_node, 0, 1024);
+    const int per_node = ranks_here(order);
     const int node_rank = std::max(0, order.node_rank);
     for (int l = 0; l < per_node; ++l) {
       report_failure(order, jobs::assign_rank(node_rank, l, per_node).rank, why);
@@ -203,17 +215,18 @@ void Supervisor::launch(const protocol::LaunchOrder& order) {
 void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
                               const std::vector<std::string>& argv) {
   const auto& order = group.order;
+  const auto& job = group.job;
   LaunchContext ctx;
   ctx.job_id = order.job_id;
   ctx.node = options_.node;
   ctx.attempt = order.attempt;
   ctx.restart_count = order.restart_count;
-  ctx.max_restarts = order.job.max_restarts;
+  ctx.max_restarts = job.max_restarts;
   ctx.run_id = order.job_id;
   ctx.rank = worker.rank;
   ctx.world_size = order.world_size;
   ctx.local_rank = worker.local_rank;
-  ctx.local_world_size = order.job.gpus_per_node;
+  ctx.local_world_size = job.gpus_per_node;
   ctx.node_rank = order.node_rank;
   ctx.num_nodes = order.num_nodes;
   ctx.master_addr = order.master_addr;
@@ -222,8 +235,8 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   ctx.store_token = order.store_token;
   ctx.progress_file = worker.progress_file;
   if (!options_.cpu_slots) ctx.gpu_indices = order.gpu_indices;
-  ctx.devices = order.job.devices;
-  ctx.job_env = order.job.env;
+  ctx.devices = job.devices;
+  ctx.job_env = job.env;
   ctx.inherited_env = current_environment();
   ctx.node_address = options_.node_address;
   ctx.node_interface = options_.node_interface;
@@ -235,7 +248,7 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   SpawnOptions spawn;
   spawn.argv = argv;
   spawn.env = build_worker_env(ctx);
-  spawn.working_dir = order.job.working_dir;
+  spawn.working_dir = job.working_dir;
   spawn.group = order.job_id + "-" + std::to_string(order.attempt);
   spawn.name = "rank-" + std::to_string(worker.rank);
   std::weak_ptr<bool> alive = alive_;
@@ -302,7 +315,7 @@ void Supervisor::drop_if_done(const Key& key) {
 void Supervisor::stop_worker(const Group& group, Worker& worker) {
   if (worker.state == WorkerState::kExited || !worker.handle) return;
   worker.state = WorkerState::kStopping;
-  worker.handle->stop(grace_of(group.order.job));
+  worker.handle->stop(grace_of(group.job));
 }
 
 void Supervisor::stop(const std::string& job_id, int attempt, const std::string& reason) {
@@ -338,7 +351,7 @@ std::vector<protocol::RunningWorker> Supervisor::fence(const std::string& reason
 void Supervisor::check_progress() {
   auto now = clock_.now();
   for (auto& [key, group] : groups_) {
-    double hang_s = group.order.job.hang_timeout_s;
+    double hang_s = group.job.hang_timeout_s;
     if (hang_s <= 0) continue;
     auto limit = std::chrono::duration<double>(hang_s);
     for (auto& w : group.workers) {
@@ -381,5 +394,10 @@ std::vector<protocol::RunningWorker> Supervisor::running() const {
 }
 
 size_t Supervisor::live_workers() const { return running().size(); }
+
+const protocol::JobControl* Supervisor::job_of(const std::string& job_id, int attempt) const {
+  auto it = groups_.find({job_id, attempt});
+  return it == groups_.end() ? nullptr : &it->second.job;
+}
 
 }  // namespace cohort::agent

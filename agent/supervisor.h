@@ -38,6 +38,7 @@
 #include "agent/store_proxy.h"
 #include "agent/worker_logs.h"
 #include "base/clock.h"
+#include "protocol/job_control.h"
 #include "protocol/messages.h"
 
 namespace cohort::agent {
@@ -71,11 +72,13 @@ class Supervisor {
              SupervisorOptions options, StoreForward forward, SupervisorSink sink);
   ~Supervisor();
 
-  // Starts the order's workers (a repeated order is ignored). An order with
-  // master_port 0 gets a free port of the job's range claimed here (held
-  // until the attempt's last worker here exits) and reported through
-  // Sink::started. Failures are reported as worker exits naming the cause,
-  // never returned.
+  // Starts the order's workers (a repeated order is ignored): reads the
+  // job's JobControl from the order's job file (job_control_from_toml) and
+  // writes that file for cohort-worker. An order with master_port 0 gets a
+  // free port of the job's range claimed here (held until the attempt's last
+  // worker here exits) and reported through Sink::started. Failures, a job
+  // file that does not load among them, are reported as exits of the order's
+  // ranks (one per entry of gpu_indices) naming the cause, never returned.
   void launch(const protocol::LaunchOrder& order);
   // Starts nothing and reports each of the order's ranks as stopped, `why`
   // as its last line (the agent is leaving).
@@ -94,6 +97,9 @@ class Supervisor {
   std::vector<protocol::RunningWorker> running() const;
   // True while any worker of the attempt has not exited.
   bool runs(const std::string& job_id, int attempt) const { return groups_.count({job_id, attempt}) > 0; }
+  // The job of an attempt this node runs, as read from its launch order;
+  // nullptr when it runs none of it. Valid until the next call in.
+  const protocol::JobControl* job_of(const std::string& job_id, int attempt) const;
   size_t live_workers() const;
 
  private:
@@ -109,6 +115,7 @@ class Supervisor {
   };
   struct Group {
     protocol::LaunchOrder order;
+    protocol::JobControl job;  // read from order.job_toml
     std::shared_ptr<WorkerLogWriter> logs;
     std::unique_ptr<StoreProxy> store;
     std::vector<Worker> workers;
@@ -118,7 +125,7 @@ class Supervisor {
 
   Status start_group(Group& group);
   Status claim_master_port(Group& group);
-  Result<std::vector<std::string>> worker_argv(const protocol::LaunchOrder& order) const;
+  Result<std::vector<std::string>> worker_argv(const Group& group) const;
   void spawn_worker(const Key& key, Group& group, Worker& worker, const std::vector<std::string>& argv);
   void on_exit(const Key& key, int rank, ExitStatus status);
   void report_failure(const protocol::LaunchOrder& order, int rank, const std::string& why);

@@ -17,7 +17,9 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "The coordinator's address for client commands (default tcp://127.0.0.1:7070).", false},
       {K::kKeys, "COHORT_KEYS", "cli", "Folder of CURVE keys when `--keys` is not given.", false},
       {K::kHttpToken, "COHORT_HTTP_TOKEN", "cli",
-       "The coordinator's HTTP API token when `--http-token` is not given.", false},
+       "The HTTP API token of `cohort coordinator` and `cohort run` when `--http-token` is not "
+       "given.",
+       false},
       {K::kStore, "COHORT_STORE", "collective",
        "Set by the agent (launch contract): the rendezvous store a worker bootstraps from.", false},
       {K::kStoreToken, "COHORT_STORE_TOKEN", "collective",

@@ -1,7 +1,8 @@
 // collective_bench: nccl-tests-style bandwidth of all_reduce, all_gather and
 // reduce_scatter (f32, sum) from 8 B to 1 GiB, measured in one run both by
-// calling NCCL directly and through cohort's NcclCommunicator, so the two
-// columns are comparable (DESIGN §9: cohort ≥ 0.98× raw NCCL at ≥ 64 MB).
+// calling NCCL directly (collective/nccl/nccl_baseline.h) and through
+// cohort's NcclCommunicator, so the two columns are comparable (DESIGN §9:
+// cohort ≥ 0.98× raw NCCL at ≥ 64 MB).
 //
 // Launch, one process per GPU:
 //   collective_bench --fork 2                       forks 2 ranks itself (GPU = rank)
@@ -13,8 +14,7 @@
 // output, reduce_scatter: the input); algbw = size / time; busbw = algbw ×
 // 2(n-1)/n for all_reduce and (n-1)/n for the others. Time is rank 0's mean
 // per operation over `iters` back-to-back launches on one stream.
-#include <cuda_runtime_api.h>
-#include <nccl.h>
+#include <cuda_runtime.h>  // cudaMalloc(T**)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "collective/bootstrap.h"
+#include "collective/nccl/nccl_baseline.h"
 #include "collective/nccl/nccl_communicator.h"
 
 using namespace cohort::collective;
@@ -42,7 +43,11 @@ namespace {
     }                                                                       \
   } while (0)
 #define CUDA_OK(call) BENCH_CHECK((call) == cudaSuccess, "%s failed", #call)
-#define NCCL_OK(call) BENCH_CHECK((call) == ncclSuccess, "%s failed", #call)
+#define STATUS_OK(expr)                                                          \
+  do {                                                                           \
+    const ::cohort::Status bench_status_ = (expr);                               \
+    BENCH_CHECK(bench_status_.is_ok(), "%s", bench_status_.to_string().c_str()); \
+  } while (0)
 
 struct Args {
   size_t min_bytes = 8;
@@ -65,17 +70,18 @@ struct Buffers {
 };
 
 // Launches one operation of `bytes` (nccl-tests' size) on `stream`.
-void raw_nccl(Op op, size_t bytes, int n, ncclComm_t comm, cudaStream_t stream, const Buffers& b) {
+void raw_nccl(Op op, size_t bytes, int n, NcclBaseline& comm, cudaStream_t stream,
+              const Buffers& b) {
   size_t count = bytes / sizeof(float);
   switch (op) {
     case Op::kAllReduce:
-      NCCL_OK(ncclAllReduce(b.send, b.recv, count, ncclFloat32, ncclSum, comm, stream));
+      STATUS_OK(comm.all_reduce(b.send, b.recv, count, DType::kF32, stream));
       break;
     case Op::kAllGather:
-      NCCL_OK(ncclAllGather(b.send, b.recv, count / n, ncclFloat32, comm, stream));
+      STATUS_OK(comm.all_gather(b.send, b.recv, count / n, DType::kF32, stream));
       break;
     case Op::kReduceScatter:
-      NCCL_OK(ncclReduceScatter(b.send, b.recv, count / n, ncclFloat32, ncclSum, comm, stream));
+      STATUS_OK(comm.reduce_scatter(b.send, b.recv, count / n, DType::kF32, stream));
       break;
   }
 }
@@ -126,11 +132,8 @@ int run(const Args& a, World& world) {
   CUDA_OK(cudaSetDevice((*cohort_comm)->cuda_device()));
 
   // The raw communicator, with its id sent the same way.
-  ncclUniqueId id;
-  if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
-  BENCH_CHECK(world.cpu->broadcast(&id, sizeof(id), DType::kU8).is_ok(), "id broadcast failed");
-  ncclComm_t raw;
-  NCCL_OK(ncclCommInitRank(&raw, n, id, rank));
+  auto raw = NcclBaseline::create(*world.cpu);
+  BENCH_CHECK(raw.is_ok(), "%s", raw.status().to_string().c_str());
 
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -151,7 +154,7 @@ int run(const Args& a, World& world) {
     for (size_t bytes = a.min_bytes; bytes <= max_bytes; bytes *= 2) {
       if ((bytes / sizeof(float)) % n != 0 || bytes < sizeof(float) * n) continue;
       double t_raw = time_us(
-          a.warmup, a.iters, [&] { raw_nccl(op, bytes, n, raw, stream, b); },
+          a.warmup, a.iters, [&] { raw_nccl(op, bytes, n, **raw, stream, b); },
           [&] { CUDA_OK(cudaStreamSynchronize(stream)); }, *world.cpu);
       std::shared_ptr<Work> last;
       double t_cohort = time_us(
@@ -170,7 +173,7 @@ int run(const Args& a, World& world) {
       }
     }
   }
-  NCCL_OK(ncclCommDestroy(raw));
+  raw->reset();
   CUDA_OK(cudaFree(b.send));
   CUDA_OK(cudaFree(b.recv));
   return 0;

@@ -13,7 +13,6 @@
 #include "cli/coordinator_address.h"
 #include "cli/progress_line.h"
 #include "jobs/load.h"
-#include "protocol/job_control.h"
 
 namespace cohort::cli {
 
@@ -87,8 +86,8 @@ int request_each(const char* command, const char* key, const std::vector<std::st
   return code;
 }
 
-bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
-                      protocol::JobControl* out, int* exit_code, bool local) {
+bool load_job_spec(const std::string& path, const std::vector<std::string>& sets,
+                   jobs::JobSpec* out, int* exit_code, bool local) {
   jobs::LoadOptions options;
   for (const auto& s : sets) {
     auto o = jobs::parse_override(s);
@@ -111,7 +110,7 @@ bool load_job_control(const std::string& path, const std::vector<std::string>& s
     *exit_code = kExitUsage;
     return false;
   }
-  *out = protocol::job_control_from_spec(result.spec);
+  *out = std::move(result.spec);
   return true;
 }
 

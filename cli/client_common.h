@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/global_flags.h"
+#include "jobs/spec.h"
 #include "protocol/client.h"
 #include "protocol/messages.h"
 
@@ -42,8 +43,9 @@ int request_each(const char* command, const char* key, const std::vector<std::st
 // Loads, checks and resolves JOB.toml with --set overrides; prints errors and
 // sets *exit_code = 2 on failure. Path problems (jobs::check_job_paths) are
 // errors when `local` (the job runs on this machine), warnings otherwise.
-bool load_job_control(const std::string& path, const std::vector<std::string>& sets,
-                      protocol::JobControl* out, int* exit_code, bool local = false);
+// What a job submission sends is jobs::to_toml(*out).
+bool load_job_spec(const std::string& path, const std::vector<std::string>& sets,
+                   jobs::JobSpec* out, int* exit_code, bool local = false);
 
 void print_job_table(const std::vector<protocol::JobInfo>& jobs);
 void print_job_detail(const protocol::JobInfo& job);

@@ -3,7 +3,6 @@
 // 130 when Ctrl-C stopped it. With --json the workers' lines go to stderr and
 // the job's final record (as `cohort status JOB --json`) to stdout.
 #include <cstdio>
-#include <cstdlib>
 
 #include <spdlog/spdlog.h>
 
@@ -33,14 +32,15 @@ struct RunArgs {
 int run_run(const RunArgs& args) {
   int code = kExitOk;
   cluster::EmbeddedRunOptions options;
-  if (!load_job_control(args.job_file, args.sets, &options.job, &code, /*local=*/true)) return code;
-  if (options.job.nodes_min > 1) {
+  if (!load_job_spec(args.job_file, args.sets, &options.spec, &code, /*local=*/true)) return code;
+  jobs::NodeRange& nodes = options.spec.job.nodes;
+  if (nodes.min > 1) {
     std::fprintf(stderr, "cohort run: the job needs %d nodes; `cohort run` is one node. Use "
                          "`cohort submit` on a cluster, or --set job.nodes=1\n",
-                 options.job.nodes_min);
+                 nodes.min);
     return kExitUsage;
   }
-  options.job.nodes_max = 1;
+  nodes.max = 1;  // an elastic job runs at its minimum, one node
   options.fake_gpus = args.fake_gpus;
   options.cpu_slots = args.cpu_slots;
   options.worker_binary = args.worker_binary;
@@ -53,7 +53,7 @@ int run_run(const RunArgs& args) {
   }
   options.containment = *containment;
   if (options.http_token.empty()) {
-    if (const char* env = std::getenv("COHORT_HTTP_TOKEN"); env) options.http_token = env;
+    if (const char* env = read_env_knob(EnvKnob::kHttpToken)) options.http_token = env;
   }
   const auto* interrupted = install_interrupt_flag();
   options.interrupt = interrupted;
@@ -62,7 +62,7 @@ int run_run(const RunArgs& args) {
   if (!read_env_knob(EnvKnob::kLog) && spdlog::get_level() == spdlog::level::info) {
     spdlog::set_level(spdlog::level::warn);
   }
-  ProgressLine progress(options.job.output_dir);
+  ProgressLine progress(options.spec.job.output_dir);
   FILE* lines_out = args.json.on() ? stderr : stdout;
   if (progress.enabled() || args.json.on()) {
     options.on_line = [&progress, lines_out](const protocol::LogLine& line) {

@@ -7,6 +7,7 @@
 
 #include "cli/client_common.h"
 #include "cli/commands.h"
+#include "jobs/load.h"
 #include "protocol/codec.h"
 #include "protocol/job_watch.h"
 
@@ -23,11 +24,12 @@ struct SubmitArgs {
 
 int run_submit(const SubmitArgs& args) {
   int code = kExitOk;
-  protocol::JobControl job;
-  if (!load_job_control(args.job_file, args.sets, &job, &code)) return code;
+  jobs::JobSpec spec;
+  if (!load_job_spec(args.job_file, args.sets, &spec, &code)) return code;
   auto client = connect_client(args.client, &code);
   if (!client) return code;
-  auto reply = client->request<protocol::SubmitReply>(protocol::SubmitJob{job}, std::chrono::seconds(10));
+  auto reply = client->request<protocol::SubmitReply>(protocol::SubmitJob{jobs::to_toml(spec)},
+                                                      std::chrono::seconds(10));
   if (!reply) return report_request_error("submit", reply.status());
   nlohmann::json out = {{"job_id", reply->job_id}};
   if (!args.wait) {

@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "coordinator/coordinator.h"
+#include "jobs/load.h"
 #include "protocol/client.h"
 #include "protocol/job_watch.h"
 
@@ -25,8 +26,8 @@ std::unique_ptr<agent::GpuProber> pick_prober(const EmbeddedRunOptions& options)
   auto system = agent::make_system_prober();
   auto gpus = system->probe();
   if (gpus && !gpus->empty()) return system;
-  spdlog::info("no GPU found: running {} worker(s) on CPU slots", options.job.gpus_per_node);
-  return agent::make_cpu_slots_prober(options.job.gpus_per_node);
+  spdlog::info("no GPU found: running {} worker(s) on CPU slots", options.spec.job.gpus_per_node);
+  return agent::make_cpu_slots_prober(options.spec.job.gpus_per_node);
 }
 
 }  // namespace
@@ -40,17 +41,18 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
   // One node: a job that needs more GPUs than it has would wait forever.
   std::shared_ptr<agent::GpuProber> prober = pick_prober(options);
   COHORT_ASSIGN_OR_RETURN(auto gpus, prober->probe());
-  if (int(gpus.size()) < options.job.gpus_per_node) {
+  const int per_node = options.spec.job.gpus_per_node;
+  if (int(gpus.size()) < per_node) {
     return failed_precondition(
-        "the job needs " + std::to_string(options.job.gpus_per_node) + " GPUs per node and this "
-        "machine has " + std::to_string(gpus.size()) + ": use --set job.gpus_per_node=" +
-        std::to_string(gpus.size()) + ", or --cpu-slots " + std::to_string(options.job.gpus_per_node) +
-        " to run on CPU");
+        "the job needs " + std::to_string(per_node) + " GPUs per node and this machine has " +
+        std::to_string(gpus.size()) + ": use --set job.gpus_per_node=" + std::to_string(gpus.size()) +
+        ", or --cpu-slots " + std::to_string(per_node) + " to run on CPU");
   }
 
   coordinator::CoordinatorOptions co;
   co.listen = "tcp://127.0.0.1:0";
-  co.state_dir = options.state_dir.empty() ? options.job.output_dir + "/.cohort" : options.state_dir;
+  co.state_dir =
+      options.state_dir.empty() ? options.spec.job.output_dir + "/.cohort" : options.state_dir;
   co.heartbeat_timeout = std::chrono::seconds(10);  // one process: no node is lost
   co.http_listen = options.http_listen;
   co.http_token = options.http_token;
@@ -96,8 +98,8 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
     finish();
     return client.status();
   }
-  auto submitted = (*client)->request<protocol::SubmitReply>(protocol::SubmitJob{options.job},
-                                                             std::chrono::seconds(10));
+  auto submitted = (*client)->request<protocol::SubmitReply>(
+      protocol::SubmitJob{jobs::to_toml(options.spec)}, std::chrono::seconds(10));
   if (!submitted) {
     finish();
     return submitted.status();

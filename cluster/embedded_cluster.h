@@ -10,12 +10,13 @@
 
 #include "agent/process_launcher.h"
 #include "base/status.h"
+#include "jobs/spec.h"
 #include "protocol/messages.h"
 
 namespace cohort::cluster {
 
 struct EmbeddedRunOptions {
-  protocol::JobControl job;
+  jobs::JobSpec spec;  // loaded and resolved (jobs/load.h); submitted as jobs::to_toml's file
   int fake_gpus = 0;  // >0: pretend this many GPUs (tests)
   int cpu_slots = 0;  // >0: this many CPU slots; 0: the GPUs, else gpus_per_node slots
   std::string state_dir;  // empty: <output_dir>/.cohort

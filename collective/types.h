@@ -1,4 +1,4 @@
-// Element types and reductions shared by every backend, and the CPU
+// Reductions shared by every backend (element types: base/dtype.h), and the CPU
 // arithmetic the CPU backends need where their libraries lack it (Gloo and
 // MPI know nothing of bf16; Gloo's f16 is not ours).
 //
@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <string>
 
+#include "base/dtype.h"
+
 namespace cohort::collective {
 
-enum class DType { kF32, kBF16, kF16, kI32, kI64, kU8 };
+using cohort::DType;  // base/dtype.h: one enum for collective/ and models/; all six move and reduce
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);
 const char* reduce_op_name(ReduceOp op);
 
 // Half-precision conversions: base/half_float.h (the one definition).

@@ -59,7 +59,7 @@ Status check_job_control(const JobControl& c) {
     return invalid_argument("job.nodes × job.gpus_per_node is more than " + std::to_string(kMaxRanksPerJob) + " ranks");
   if (c.max_restarts < 0 || c.max_restarts > 1000000) return invalid_argument("job.max_restarts must be from 0 to 1000000");
   if (c.priority < -1000000 || c.priority > 1000000) return invalid_argument("job.priority must be from -1000000 to 1000000");
-  // kind and devices are enums: a message naming anything else did not decode.
+  // kind and devices are enums: a file naming anything else did not load.
   if (c.kind == jobs::JobKind::kCommand && (c.argv.empty() || c.argv[0].empty()))
     return invalid_argument("a command job needs command.argv");
   if (c.output_dir.empty()) return invalid_argument("job.output_dir is empty");
@@ -71,7 +71,7 @@ Status check_job_control(const JobControl& c) {
     std::string why;
     if (!jobs::parse_port_range(c.port_range, &range, &why)) return invalid_argument("job.port_range: " + why);
   }
-  for (const auto* path : {&c.output_dir, &c.working_dir, &c.source_path}) {
+  for (const auto* path : {&c.output_dir, &c.working_dir}) {
     if (path->size() > kMaxPathBytes) return too_long("a path of the job", path->size(), kMaxPathBytes);
   }
   if (c.argv.size() > kMaxArgs) return invalid_argument("command.argv has more than " + std::to_string(kMaxArgs) + " entries");
@@ -83,7 +83,6 @@ Status check_job_control(const JobControl& c) {
     bytes += k.size() + v.size() + 2;
   }
   if (bytes > kMaxArgvEnvBytes) return too_long("command.argv and job.env together", bytes, kMaxArgvEnvBytes);
-  if (c.job_toml.size() > kMaxJobTomlBytes) return too_long("the resolved job file", c.job_toml.size(), kMaxJobTomlBytes);
   return Status::ok();
 }
 

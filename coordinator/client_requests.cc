@@ -56,11 +56,13 @@ void add_usage(const Job& job, int64_t now_ms, JobInfo* info) {
 
 void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
   COHORT_PARSE_OR_REPLY(SubmitJob, m);
-  const JobControl& c = m.job;
-  if (auto s = check_job_control(c); !s) {
-    warn_bad_input("refused a job: " + s.message());
-    return reply_error(peer, e.id, s);
+  auto control = job_control_from_toml(m.job_toml);
+  Status admitted = control ? check_job_control(*control) : control.status();
+  if (!admitted) {
+    warn_bad_input("refused a job: " + admitted.message());
+    return reply_error(peer, e.id, admitted);
   }
+  const JobControl& c = *control;
   size_t active = 0;
   for (const auto& [id, job] : jobs_) active += is_terminal(job.state) ? 0 : 1;
   if (active >= kMaxActiveJobs) {
@@ -71,6 +73,7 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
   Job job;
   job.seq = next_seq_++;
   job.id = "job-" + std::to_string(job.seq);
+  job.job_toml = m.job_toml;
   job.control = c;
   job.submitted_ms = unix_ms_now();
   job.queued_since = clock_.now();

@@ -167,7 +167,7 @@ bool CoordinatorImpl::send_launch(const Job& job, const Attempt& attempt, int no
   order.gpu_indices = attempt.gpus.at(node);
   order.master_addr = master ? master->address : "127.0.0.1";
   order.master_port = node_rank == 0 ? 0 : attempt.master_port;
-  order.job = job.control;
+  order.job_toml = job.job_toml;
   order.store_token = attempt.store_token;
   return send_to_node(node, order);
 }

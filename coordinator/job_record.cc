@@ -90,6 +90,28 @@ protocol::JobInfo Job::info() const {
   return out;
 }
 
+namespace {
+
+// What to do about a record this build cannot read.
+std::string unreadable(const std::string& id, const std::string& why) {
+  return "job record " + id + " cannot be read: " + why +
+         "; start the coordinator with another --state-dir, or remove the record "
+         "(sqlite3 coordinator.db \"DELETE FROM jobs WHERE id='" + id + "'\")";
+}
+
+// The record's job file: "job_toml", or in a record of the format before it,
+// the file its "control" object carried beside the fields read from it.
+Result<std::string> stored_job_file(const nlohmann::json& j, const std::string& id) {
+  if (auto file = j.find("job_toml"); file != j.end()) return file->get<std::string>();
+  auto old = j.find("control");
+  if (old != j.end() && old->is_object() && old->contains("job_toml")) {
+    return old->at("job_toml").get<std::string>();
+  }
+  return invalid_argument(unreadable(id, "it holds no job file (\"job_toml\")"));
+}
+
+}  // namespace
+
 nlohmann::json job_to_json(const Job& job) {
   nlohmann::json attempts = nlohmann::json::array();
   for (const auto& a : job.attempts) {
@@ -110,7 +132,7 @@ nlohmann::json job_to_json(const Job& job) {
   }
   return {{"id", job.id},
           {"seq", job.seq},
-          {"control", job.control},
+          {"job_toml", job.job_toml},
           {"state", int(job.state)},
           {"restarts_used", job.restarts_used},
           {"next_attempt_counts", job.next_attempt_counts},
@@ -129,7 +151,10 @@ Result<Job> job_from_json(const nlohmann::json& j) {
     Job job;
     job.id = j.at("id").get<std::string>();
     job.seq = j.at("seq").get<uint64_t>();
-    job.control = j.at("control").get<protocol::JobControl>();
+    COHORT_ASSIGN_OR_RETURN(job.job_toml, stored_job_file(j, job.id));
+    auto control = protocol::job_control_from_toml(job.job_toml);
+    if (!control) return invalid_argument(unreadable(job.id, control.status().message()));
+    job.control = std::move(*control);
     job.state = JobState(j.at("state").get<int>());
     job.restarts_used = j.at("restarts_used").get<int>();
     job.next_attempt_counts = j.at("next_attempt_counts").get<bool>();

@@ -29,6 +29,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "coordinator/training_series.h"
+#include "protocol/job_control.h"
 #include "protocol/messages.h"
 
 namespace cohort::coordinator {
@@ -85,6 +86,9 @@ struct Attempt {
 struct Job {
   std::string id;
   uint64_t seq = 0;  // submission order: FIFO within a priority
+  // The resolved job file as submitted: what is stored, and what every
+  // launch order carries. `control` is read from it (job_control_from_toml).
+  std::string job_toml;
   protocol::JobControl control;
   JobState state = JobState::kQueued;
   int restarts_used = 0;
@@ -112,7 +116,10 @@ struct Job {
 int64_t unix_ms_now();
 
 // Durable form (state_db): everything but per-rank runtime detail, which a
-// restarted coordinator learns again from its agents.
+// restarted coordinator learns again from its agents. The job itself is its
+// resolved file ("job_toml"); `control` is read from it again on load. A
+// record of the format before it ("control": the fields and the file
+// together) loads through the file it holds.
 nlohmann::json job_to_json(const Job& job);
 Result<Job> job_from_json(const nlohmann::json& j);
 

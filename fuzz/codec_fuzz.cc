@@ -1,10 +1,13 @@
 // libFuzzer: the control-plane envelope decoder and every message body, as
-// a daemon receives them from a peer (protocol/codec.h).
+// a daemon receives them from a peer (protocol/codec.h); the job file a
+// submit or a launch order carries is read as the coordinator and the agent
+// read it (protocol/job_control.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "protocol/codec.h"
+#include "protocol/job_control.h"
 
 namespace {
 
@@ -13,7 +16,9 @@ void body(const cohort::protocol::Envelope& e) {
   cohort::protocol::Envelope copy = e;
   copy.type = T::kType;
   auto m = cohort::protocol::body_as<T>(copy);
-  if (m) (void)cohort::protocol::encode(*m, copy.id);  // and back, as replies do
+  if (!m) return;
+  (void)cohort::protocol::encode(*m, copy.id);  // and back, as replies do
+  if constexpr (requires { m->job_toml; }) (void)cohort::protocol::job_control_from_toml(m->job_toml);
 }
 
 }  // namespace

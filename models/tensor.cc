@@ -8,34 +8,6 @@
 
 namespace cohort::models {
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kBF16:
-      return 2;
-    case DType::kF16:
-      return 2;
-    case DType::kI32:
-      return 4;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "f32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF16:
-      return "f16";
-    case DType::kI32:
-      return "i32";
-  }
-  return "?";
-}
-
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -46,6 +18,10 @@ const char* safetensors_dtype_name(DType dtype) {
       return "F16";
     case DType::kI32:
       return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
@@ -129,7 +105,11 @@ void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n) {
       }
       return;
     }
+    case DType::kI64:
+    case DType::kU8:
+      break;
   }
+  COHORT_CHECK_MSG(false, "model tensors hold f32, bf16, f16 or i32");
 }
 
 void convert_from_f32(void* dst, DType dst_dtype, const float* src, size_t n) {
@@ -152,7 +132,11 @@ void convert_from_f32(void* dst, DType dst_dtype, const float* src, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(std::lround(src[i]));
       return;
     }
+    case DType::kI64:
+    case DType::kU8:
+      break;
   }
+  COHORT_CHECK_MSG(false, "model tensors hold f32, bf16, f16 or i32");
 }
 
 }  // namespace cohort::models

@@ -13,20 +13,23 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/status.h"
 
 namespace cohort::models {
 
-enum class DType { kF32, kBF16, kF16, kI32 };
+// base/dtype.h: one enum for models/ and collective/. Model tensors hold
+// f32, bf16, f16 or i32; i64 and u8 are collective-only.
+using cohort::DType;
 enum class Device { kCpu, kCuda };
 
-size_t dtype_size(DType dtype);
-// The one dtype vocabulary, as collective/types.h spells it: "f32", "bf16",
-// "f16", "i32". The safetensors format's own spelling ("F32", ...) is used
-// only in those files' headers.
-const char* dtype_name(DType dtype);
+// The safetensors format's own spelling ("F32", "BF16", "I64", ...), used
+// only in those files' headers; cohort prints dtype_name's ("f32").
 const char* safetensors_dtype_name(DType dtype);
-Result<DType> parse_dtype(const std::string& name);  // accepts the safetensors and torch spellings
+// A model tensor's dtype from the safetensors or torch spelling ("BF16",
+// "bfloat16", "bf16"); kInvalidArgument for anything but the four a model
+// tensor holds.
+Result<DType> parse_dtype(const std::string& name);
 
 // A non-owning view: `data` points at element [0, 0, ...] of a row-major,
 // contiguous tensor of `shape`.
@@ -53,7 +56,7 @@ float bf16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float value);
 float f16_to_f32(uint16_t bits);
 
-// Converts `n` elements of `src` (any float dtype or i32) into f32.
+// Converts `n` elements of `src` (f32, bf16, f16 or i32) into f32.
 void convert_to_f32(float* dst, const void* src, DType src_dtype, size_t n);
 // Converts `n` f32 values into `dst_dtype` (f32, bf16 or f16).
 void convert_from_f32(void* dst, DType dst_dtype, const float* src, size_t n);

@@ -18,9 +18,6 @@ using collective::DType;
 namespace {
 // Floats of pool memory that hold n half-precision values.
 size_t half_floats(size_t n) { return (n + 1) / 2; }
-DType collective_dtype(models::DType dtype) {
-  return dtype == models::DType::kBF16 ? DType::kBF16 : dtype == models::DType::kF16 ? DType::kF16 : DType::kF32;
-}
 }  // namespace
 
 struct DataParallel::Pool {
@@ -67,7 +64,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(models::Model* model,
         "the model is tensor-parallel shard {} of {} but the mesh puts this rank at {} of {}",
         model->shard().tp_rank, model->shard().tp_size, mesh->tp_rank(), mesh->dims().tp));
   if (options.bucket_mb <= 0) return invalid_argument("bucket_mb must be positive");
-  if (options.param_dtype == models::DType::kI32)
+  if (options.param_dtype != DType::kF32 && options.param_dtype != DType::kBF16 &&
+      options.param_dtype != DType::kF16)
     return invalid_argument("param_dtype must be f32, bf16 or f16");
   std::unique_ptr<DataParallel> dp(new DataParallel(model, mesh, options));
   COHORT_RETURN_IF_ERROR(dp->setup());
@@ -211,7 +209,7 @@ void DataParallel::start_gather(int group) {
   if (half_params()) {
     s.gather_half = pool_take(half_floats(s.layout.padded_numel()));
     s.pending_gather = mesh_->dp().all_gather_async(s.shard_half, s.gather_half, S,
-                                                    collective_dtype(options_.param_dtype), options);
+                                                    options_.param_dtype, options);
   } else {
     s.gather_target = pool_take(s.layout.padded_numel());
     s.pending_gather = mesh_->dp().all_gather_async(s.shard_params, s.gather_target, S, DType::kF32, options);

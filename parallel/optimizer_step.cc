@@ -202,8 +202,8 @@ MemoryReport DataParallel::memory() const {
     const GroupState& s = *state;
     size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
     r.param_bytes += (shard_params_ ? S : padded) * sizeof(float);
-    if (half_params()) r.param_bytes += S * models::dtype_size(options_.param_dtype);
-    if (s.working) r.param_bytes += padded * models::dtype_size(working_dtype());
+    if (half_params()) r.param_bytes += S * dtype_size(options_.param_dtype);
+    if (s.working) r.param_bytes += padded * dtype_size(working_dtype());
     r.grad_bytes += (shard_grads_ ? S : padded) * sizeof(float);
     r.optimizer_bytes += 2 * (shard_optimizer_ ? S : padded) * sizeof(float);
   }

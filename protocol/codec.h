@@ -7,10 +7,13 @@
 // a packet capture and mixing protocol versions straightforward. A binary
 // schema would save bytes nobody is short of and add a code generator.
 //
-//   {"v": 1, "type": "submit", "id": 7, "body": {...}}
+//   {"v": 2, "type": "submit", "id": 7, "body": {...}}
 //
 // `v` is the protocol version: a peer rejects any other major version with an
 // error reply. `id` pairs a reply with its request (0 for one-way messages).
+// Fields added with a default keep the version; a change an older peer
+// would misread raises it. Version 2: a job travels once, as its resolved
+// file (SubmitJob and LaunchOrder `job_toml`), no longer also as fields.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@
 
 namespace cohort::protocol {
 
-constexpr int kProtocolVersion = 1;
+constexpr int kProtocolVersion = 2;
 // Largest message a daemon accepts. A job's resolved TOML and a batch of log
 // lines fit with room to spare; anything larger is refused with an error.
 constexpr size_t kMaxMessageBytes = 8u << 20;

@@ -1,14 +1,16 @@
-// JobSpec → JobControl.
+// job_control_from_toml: the resolved job file → what the daemons use.
 #include "protocol/job_control.h"
 
-#include <filesystem>
-
 #include "jobs/load.h"
+#include "protocol/limits.h"
 
 namespace cohort::protocol {
+namespace {
 
-JobControl job_control_from_spec(const jobs::JobSpec& spec) {
-  namespace fs = std::filesystem;
+// Load errors quoted in a reply or a log line; the rest are counted.
+constexpr size_t kQuotedErrors = 3;
+
+JobControl control_of(const jobs::JobSpec& spec) {
   JobControl c;
   c.name = spec.job.name;
   c.kind = spec.job.kind;
@@ -17,10 +19,8 @@ JobControl job_control_from_spec(const jobs::JobSpec& spec) {
   c.gpus_per_node = spec.job.gpus_per_node;
   c.max_restarts = spec.job.max_restarts;
   c.priority = spec.job.priority;
-  c.output_dir = fs::absolute(spec.job.output_dir).lexically_normal().string();
-  c.working_dir = spec.job.working_dir.empty()
-                      ? fs::current_path().string()
-                      : fs::absolute(spec.job.working_dir).lexically_normal().string();
+  c.output_dir = spec.job.output_dir;
+  c.working_dir = spec.job.working_dir;
   c.devices = spec.job.devices;
   c.stop_grace_s = spec.job.stop_grace_s;
   c.hang_timeout_s = spec.job.hang_timeout_s;
@@ -28,9 +28,29 @@ JobControl job_control_from_spec(const jobs::JobSpec& spec) {
   c.port_range = spec.job.port_range;
   c.env = spec.job.env;
   c.argv = spec.command.argv;
-  c.job_toml = jobs::to_toml(spec);
-  c.source_path = spec.source_path;
   return c;
+}
+
+}  // namespace
+
+Result<JobControl> job_control_from_toml(const std::string& job_toml) {
+  if (job_toml.empty()) return invalid_argument("the job carries no job file (job_toml is empty)");
+  if (job_toml.size() > kMaxJobTomlBytes) {
+    return invalid_argument("the resolved job file is " + std::to_string(job_toml.size()) +
+                            " bytes; at most " + std::to_string(kMaxJobTomlBytes));
+  }
+  const jobs::LoadOptions options{.overrides = {}, .base_dir = "/", .file_dir = "/"};
+  const jobs::LoadResult loaded = jobs::load_job_text(job_toml, "job.resolved.toml", options);
+  if (!loaded.ok()) {
+    std::string text = "the resolved job file does not load: ";
+    for (size_t i = 0; i < loaded.errors.size() && i < kQuotedErrors; ++i) {
+      text += (i ? "; " : "") + loaded.errors[i].to_string().substr(0, 512);
+    }
+    if (loaded.errors.size() > kQuotedErrors)
+      text += " (and " + std::to_string(loaded.errors.size() - kQuotedErrors) + " more)";
+    return invalid_argument(text);
+  }
+  return control_of(loaded.spec);
 }
 
 }  // namespace cohort::protocol

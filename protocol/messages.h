@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "jobs/spec.h"
-
 namespace cohort::protocol {
 
 // ---- shared pieces -------------------------------------------------------
@@ -24,30 +22,6 @@ struct GpuDesc {
   std::string pci_bus_id;
   std::string name;
   uint64_t memory_bytes = 0;
-};
-
-// What the control plane needs from a job file. The CLI resolves the file
-// (jobs/load.h) and fills this; daemons never parse TOML, so a coordinator
-// and its agents work with any job the client could load.
-struct JobControl {
-  std::string name;
-  jobs::JobKind kind = jobs::JobKind::kCommand;  // "train" | "infer" | "serve" | "command" on the wire
-  int nodes_min = 1;
-  int nodes_max = 1;
-  int gpus_per_node = 1;
-  int max_restarts = 0;
-  int priority = 0;
-  std::string output_dir;   // absolute
-  std::string working_dir;  // absolute
-  jobs::DeviceVisibility devices = jobs::DeviceVisibility::kNode;  // "own" | "node" on the wire
-  double stop_grace_s = 10.0;
-  double hang_timeout_s = 0.0;
-  double placement_timeout_s = 0.0;
-  std::string port_range;  // "LO-HI" for MASTER_PORT, or "" (the agent's range)
-  std::map<std::string, std::string> env;
-  std::vector<std::string> argv;  // command jobs
-  std::string job_toml;           // the resolved job file, for cohort-worker
-  std::string source_path;
 };
 
 // The first failing rank of an attempt: what `cohort status` shows.
@@ -276,7 +250,10 @@ struct LaunchOrder {
   // 0: this node runs rank 0 and picks a free port itself (reported in
   // WorkersStarted); otherwise the port rank 0's node picked.
   int master_port = 0;
-  JobControl job;
+  // The job's resolved file, as submitted (SubmitJob::job_toml): the agent
+  // reads its JobControl from it (protocol/job_control.h) and hands it to
+  // cohort-worker.
+  std::string job_toml;
   // A secret of this attempt: workers get it as COHORT_STORE_TOKEN, the
   // agent's store proxy and the coordinator's store refuse requests without it.
   std::string store_token;
@@ -291,9 +268,12 @@ struct StopOrder {
 
 // ---- client ↔ coordinator ------------------------------------------------
 
+// The job is its resolved file and nothing else (jobs::to_toml of the
+// loaded JOB.toml: every key written out, paths absolute); the coordinator
+// reads what it schedules by from it (protocol/job_control.h).
 struct SubmitJob {
   static constexpr const char* kType = "submit";
-  JobControl job;
+  std::string job_toml;
 };
 struct SubmitReply {
   static constexpr const char* kType = "submit_reply";

@@ -13,24 +13,6 @@
 
 #include "protocol/messages.h"
 
-// The job file's enums travel as the job file spells them; any other string
-// is a bad message (an error reply), never a silent default.
-namespace cohort::jobs {
-inline void to_json(nlohmann::json& j, JobKind kind) { j = to_string(kind); }
-inline void from_json(const nlohmann::json& j, JobKind& kind) {
-  if (!parse_job_kind(j.get<std::string>(), &kind)) {
-    throw std::invalid_argument("job kind \"" + j.get<std::string>() +
-                                "\" is not train, infer, serve or command");
-  }
-}
-inline void to_json(nlohmann::json& j, DeviceVisibility devices) { j = to_string(devices); }
-inline void from_json(const nlohmann::json& j, DeviceVisibility& devices) {
-  if (!parse_devices(j.get<std::string>(), &devices)) {
-    throw std::invalid_argument("job devices \"" + j.get<std::string>() + "\" is not own or node");
-  }
-}
-}  // namespace cohort::jobs
-
 namespace cohort::protocol {
 
 std::string base64_encode(const std::string& bytes);
@@ -38,11 +20,6 @@ std::string base64_encode(const std::string& bytes);
 bool base64_decode(const std::string& text, std::string* bytes);
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuDesc, index, uuid, pci_bus_id, name, memory_bytes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobControl, name, kind, nodes_min, nodes_max,
-                                                gpus_per_node, max_restarts, priority, output_dir,
-                                                working_dir, devices, stop_grace_s, hang_timeout_s,
-                                                placement_timeout_s, port_range, env, argv, job_toml,
-                                                source_path)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RootCause, rank, node, exit_code, signal, reason,
                                                 last_lines)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptInfo, number, state, nodes, world_size,
@@ -81,9 +58,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterAck, heartbeat_interval_
                                                 recovery_grace_ms)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LaunchOrder, job_id, attempt, restart_count,
                                                 node_rank, num_nodes, world_size, gpu_indices,
-                                                master_addr, master_port, job, store_token)
+                                                master_addr, master_port, job_toml, store_token)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StopOrder, job_id, attempt, reason)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SubmitJob, job)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SubmitJob, job_toml)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SubmitReply, job_id)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobQuery, job_id, limit, state)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobList, jobs, more, total)

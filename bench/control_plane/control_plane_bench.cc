@@ -50,6 +50,7 @@
 #include "agent/fake_process_launcher.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/open_files_limit.h"
+#include "jobs/load.h"
 #include "protocol/client.h"
 #include "protocol/transport.h"
 
@@ -229,13 +230,16 @@ class SimulatedCluster {
     return n;
   }
 
-  Row measure_posix(protocol::JobControl job, int nodes) {
+  Row measure_posix(jobs::JobSpec spec, int nodes) {
     Row row;
     row.nodes = nodes;
     size_t ranks = size_t(nodes) * 8;
-    job.argv = {"sh", "-c", "echo $$ > $COHORT_PROGRESS_FILE; exec sleep 600"};
+    spec.command.argv = {"sh", "-c", "echo $$ > $COHORT_PROGRESS_FILE; exec sleep 600"};
+    const jobs::JobSection& job = spec.job;
     auto t0 = Clock::now();
-    auto id = client_->request<protocol::SubmitReply>(protocol::SubmitJob{job}, 10s).value().job_id;
+    auto id = client_->request<protocol::SubmitReply>(protocol::SubmitJob{jobs::to_toml(spec)}, 10s)
+                  .value()
+                  .job_id;
     wait_for([&] { return started(job.output_dir, 0, ranks) == ranks; });
     row.placement_ms = ms_since(t0);
     row.coordinator_fds = open_fds(coordinator_pid_);
@@ -273,21 +277,25 @@ class SimulatedCluster {
   Row measure_job(int nodes) {
     Row row;
     row.nodes = nodes;
-    protocol::JobControl job;
+    jobs::JobSpec spec;
+    jobs::JobSection& job = spec.job;
     job.name = "bench";
     job.kind = jobs::JobKind::kCommand;
-    job.nodes_min = job.nodes_max = nodes;
+    job.devices = jobs::DeviceVisibility::kNode;
+    job.nodes = {nodes, nodes};
     job.gpus_per_node = 8;
     job.max_restarts = 1;
     job.stop_grace_s = 1;
     job.output_dir = "/tmp/cohort-bench-" + std::to_string(::getpid()) + "-" + std::to_string(nodes);
     job.working_dir = "/tmp";
-    job.argv = {"true"};
+    spec.command.argv = {"true"};
     size_t ranks = size_t(nodes) * 8;
 
-    if (posix_) return measure_posix(job, nodes);
+    if (posix_) return measure_posix(spec, nodes);
     auto t0 = Clock::now();
-    auto id = client_->request<protocol::SubmitReply>(protocol::SubmitJob{job}, 10s).value().job_id;
+    auto id = client_->request<protocol::SubmitReply>(protocol::SubmitJob{jobs::to_toml(spec)}, 10s)
+                  .value()
+                  .job_id;
     wait_for([&] { return spawned() == ranks; });
     row.placement_ms = ms_since(t0);
     row.coordinator_fds = open_fds(coordinator_pid_);

@@ -85,8 +85,10 @@ Sample sample(const std::string& when, pid_t coordinator, pid_t agent) {
           status_field(agent, "Threads:")};
 }
 
+// Written by hand, as a hostile peer would; "v" is protocol/codec.h's kProtocolVersion.
 std::string envelope(const std::string& type, const std::string& body, int id = 0) {
-  return R"({"v":1,"type":")" + type + R"(","id":)" + std::to_string(id) + R"(,"body":)" + body + "}";
+  return R"({"v":2,"type":")" + type + R"(","id":)" + std::to_string(id) + R"(,"body":)" + body +
+         "}";
 }
 
 zmq::socket_t dealer(zmq::context_t& ctx, const std::string& endpoint) {

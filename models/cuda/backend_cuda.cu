@@ -174,6 +174,8 @@ class CudaBackendImpl final : public CudaBackend {
                                                                       plan.table, plan.count);
         break;
       case DType::kI32:
+      case DType::kI64:
+      case DType::kU8:
         COHORT_CHECK_MSG(false, "copy plans read f32, bf16 or f16");
     }
     check_launch();

@@ -24,6 +24,7 @@
 #include "agent/fake_process_launcher.h"
 #include "coordinator/coordinator.h"
 #include "protocol/codec.h"
+#include "tests/jobs/job_files.h"
 
 namespace cohort::agent {
 namespace {
@@ -129,12 +130,11 @@ class AgentDaemonTest : public ::testing::Test {
     o.gpu_indices = {0};
     o.master_addr = "10.0.0.1";
     o.master_port = 29500;
-    o.job.name = "t";
-    o.job.kind = jobs::JobKind::kCommand;
-    o.job.gpus_per_node = 1;
-    o.job.output_dir = dir_ + "/out";
-    o.job.working_dir = dir_;
-    o.job.argv = {"sleep", "300"};
+    jobs::JobSpec job = jobs::testing::command_job("t", 1, 1);
+    job.job.output_dir = dir_ + "/out";
+    job.job.working_dir = dir_;
+    job.command.argv = {"sleep", "300"};
+    o.job_toml = jobs::to_toml(job);
     return o;
   }
   bool pump_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {

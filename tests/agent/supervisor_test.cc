@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include "agent/fake_process_launcher.h"
 #include "agent/supervisor.h"
 #include "collective/store/tcp_store.h"
+#include "tests/jobs/job_files.h"
 
 namespace cohort::agent {
 namespace {
@@ -41,7 +43,19 @@ class SupervisorTest : public ::testing::Test {
                         [this](protocol::WorkersStarted s) { started_.push_back(s); }};
     supervisor_ = std::make_unique<Supervisor>(io_, launcher_, clock_, options, forward, sink);
   }
-  protocol::LaunchOrder order(jobs::JobKind kind = jobs::JobKind::kCommand) {
+  // The job of the orders below: two ranks per node, node rank 1 of 2.
+  jobs::JobSpec spec(jobs::JobKind kind = jobs::JobKind::kCommand) {
+    jobs::JobSpec s = kind == jobs::JobKind::kTrain ? jobs::testing::train_job("t", 2, 2)
+                                                    : jobs::testing::command_job("t", 2, 2);
+    s.job.devices = jobs::DeviceVisibility::kOwn;
+    s.job.output_dir = dir_ + "/out";
+    s.job.working_dir = dir_;
+    s.job.stop_grace_s = 1.5;
+    if (kind == jobs::JobKind::kCommand) s.command.argv = {"python3", "train.py"};
+    s.job.env = {{"MY_VAR", "42"}};
+    return s;
+  }
+  protocol::LaunchOrder order(const jobs::JobSpec& job) {
     protocol::LaunchOrder o;
     o.job_id = "job-1";
     o.attempt = 0;
@@ -51,17 +65,10 @@ class SupervisorTest : public ::testing::Test {
     o.gpu_indices = {2, 3};
     o.master_addr = "10.0.0.1";
     o.master_port = 29500;
-    o.job.name = "t";
-    o.job.kind = kind;
-    o.job.gpus_per_node = 2;
-    o.job.devices = jobs::DeviceVisibility::kOwn;
-    o.job.output_dir = dir_ + "/out";
-    o.job.working_dir = dir_;
-    o.job.stop_grace_s = 1.5;
-    o.job.argv = {"python3", "train.py"};
-    o.job.env = {{"MY_VAR", "42"}};
+    o.job_toml = jobs::to_toml(job);
     return o;
   }
+  protocol::LaunchOrder order(jobs::JobKind kind = jobs::JobKind::kCommand) { return order(spec(kind)); }
   void pump() {
     io_.restart();
     io_.poll();
@@ -153,9 +160,9 @@ TEST_F(SupervisorTest, StopGivesEachWorkerItsGraceAndReportsItStopped) {
 }
 
 TEST_F(SupervisorTest, ARankWithoutProgressForHangTimeoutIsStoppedAsHung) {
-  auto o = order();
-  o.job.hang_timeout_s = 5;
-  supervisor_->launch(o);
+  auto job = spec();
+  job.job.hang_timeout_s = 5;
+  supervisor_->launch(order(job));
   std::string progress = launcher_.record(0).options.env["COHORT_PROGRESS_FILE"];
   clock_.advance(4s);
   supervisor_->check_progress();
@@ -175,9 +182,9 @@ TEST_F(SupervisorTest, ARankWithoutProgressForHangTimeoutIsStoppedAsHung) {
 }
 
 TEST_F(SupervisorTest, AProgressKeySetThroughTheStoreCountsAsProgress) {
-  auto o = order();
-  o.job.hang_timeout_s = 5;
-  supervisor_->launch(o);
+  auto job = spec();
+  job.job.hang_timeout_s = 5;
+  supervisor_->launch(order(job));
   std::string host;
   int port = 0;
   ASSERT_TRUE(store::parse_tcp_address(launcher_.record(1).options.env["COHORT_STORE"], &host, &port));
@@ -211,16 +218,16 @@ TEST_F(SupervisorTest, ATrainJobRunsCohortWorkerOnTheResolvedJobFile) {
   fs::permissions(worker, fs::perms::owner_all);
   make_supervisor(false, worker);
   auto o = order(jobs::JobKind::kTrain);
-  o.job.job_toml = "[job]\nname = \"t\"\n";
   supervisor_->launch(o);
   ASSERT_EQ(launcher_.spawn_count(), 2u);
   auto argv = launcher_.record(0).options.argv;
   ASSERT_EQ(argv.size(), 2u);
   EXPECT_EQ(argv[0], worker);
+  EXPECT_EQ(argv[1], dir_ + "/out/job.resolved.toml");
   std::ifstream toml(argv[1]);
-  std::string first;
-  std::getline(toml, first);
-  EXPECT_EQ(first, "[job]");
+  std::stringstream text;
+  text << toml.rdbuf();
+  EXPECT_EQ(text.str(), o.job_toml) << "cohort-worker reads the file as submitted";
 }
 
 TEST_F(SupervisorTest, ASpawnFailureIsReportedNamingTheProgram) {
@@ -239,21 +246,29 @@ namespace cohort::agent {
 namespace {
 
 TEST_F(SupervisorTest, NonsensicalLaunchOrdersAreReportedNotFatal) {
-  std::vector<protocol::LaunchOrder> bad(6, order());
-  bad[0].job.gpus_per_node = 0;
+  std::vector<protocol::LaunchOrder> bad(8, order());
+  auto no_gpus = spec();
+  no_gpus.job.gpus_per_node = 0;
+  bad[0] = order(no_gpus);
   bad[0].gpu_indices.clear();
   bad[1].node_rank = -3;
   bad[2].world_size = 0;
   bad[3].gpu_indices = {0};  // one GPU for two workers
-  bad[4].job.output_dir = "";
+  bad[4].job_toml = "[job\nname = ";
   bad[5].master_port = -1;
+  bad[6].job_toml.clear();
+  bad[7].job_toml = std::string(2 << 20, '#');
   for (size_t i = 0; i < bad.size(); ++i) {
     bad[i].attempt = int(i) + 10;
     supervisor_->launch(bad[i]);
   }
   EXPECT_EQ(launcher_.spawn_count(), 0u);
-  EXPECT_GE(exits_.size(), 5u);
+  EXPECT_GE(exits_.size(), 11u);  // two ranks each, but for the order that names no GPU
   for (const auto& e : exits_) EXPECT_FALSE(e.failure.empty());
+  // A job file that does not load is named as the cause.
+  bool named = false;
+  for (const auto& e : exits_) named |= e.attempt == 14 && e.failure.find("job.resolved.toml:") != std::string::npos;
+  EXPECT_TRUE(named);
   EXPECT_TRUE(supervisor_->running().empty());
 }
 
@@ -268,10 +283,11 @@ TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit
   // kernel's ephemeral ports (32768+), so no outgoing connection of a test running beside this
   // one can be holding either.
   make_supervisor(false, "", jobs::PortRange{31170, 31171});
-  auto first = order();
+  auto job = spec();
+  job.job.port_range = "31100-31171";
+  auto first = order(job);
   first.node_rank = 0;
   first.master_port = 0;  // the coordinator leaves it to this node
-  first.job.port_range = "31100-31171";
   supervisor_->launch(first);
   ASSERT_EQ(started_.size(), 1u);
   int port = started_[0].master_port;

@@ -39,7 +39,7 @@ TEST_F(CoordinatorTest, QueueIsFifoWithinPriority) {
   auto lx = n.next_as<LaunchOrder>();
   ASSERT_TRUE(lx);
   auto low1 = command_job("low1", 1, 4), low2 = command_job("low2", 1, 4), high = command_job("high", 1, 4);
-  high.priority = 5;
+  high.job.priority = 5;
   std::string l1 = submit(low1), l2 = submit(low2), h = submit(high);
   EXPECT_EQ(job(l1).state, "queued");
   std::vector<std::string> order;
@@ -78,7 +78,7 @@ TEST_F(CoordinatorTest, AFailedRankStopsTheAttemptAndARestartGetsAFreshAttempt) 
   start();
   FakeAgent n(endpoint_, "node-1", 2);
   auto spec = command_job("retry", 1, 2);
-  spec.max_restarts = 1;
+  spec.job.max_restarts = 1;
   std::string id = submit(spec);
   auto l0 = n.next_as<LaunchOrder>();
   ASSERT_TRUE(l0);
@@ -207,13 +207,14 @@ TEST_F(CoordinatorTest, TheStoreServesOnlyTheRunningAttempt) {
 
 TEST_F(CoordinatorTest, InvalidJobsAreRefusedWithTheField) {
   start();
-  auto bad = command_job("bad", 1, 0);
-  auto r = client_->request<protocol::SubmitReply>(protocol::SubmitJob{bad}, 5s);
+  auto bad = command_job("bad", 1, 1);
+  bad.job.gpus_per_node = 0;
+  auto r = client_->request<protocol::SubmitReply>(submit_of(bad), 5s);
   ASSERT_FALSE(r);
   EXPECT_NE(r.status().message().find("gpus_per_node"), std::string::npos);
   bad = command_job("bad", 1, 1);
-  bad.argv.clear();
-  r = client_->request<protocol::SubmitReply>(protocol::SubmitJob{bad}, 5s);
+  bad.command.argv.clear();
+  r = client_->request<protocol::SubmitReply>(submit_of(bad), 5s);
   EXPECT_NE(r.status().message().find("command.argv"), std::string::npos);
 }
 
@@ -222,11 +223,12 @@ TEST_F(CoordinatorTest, BrokenAndHostileMessagesGetErrorsAndTheCoordinatorGoesOn
   FakeAgent raw(endpoint_, "raw", 0, /*do_register=*/false);
   std::vector<std::string> bad = {
       "\x01\x02\x03 garbage \xff",
-      R"({"v":1,"type":"submit","id":5,"body":{"job":{"name":"trunc)",
-      R"({"v":1,"type":"launch_missiles","id":6})",
+      R"({"v":2,"type":"submit","id":5,"body":{"job_toml":"[job]\nname = \"trunc)",
+      R"({"v":2,"type":"launch_missiles","id":6})",
       R"({"v":2,"type":"submit","id":7})",
-      R"({"v":1,"type":"submit","id":8,"body":{"job":{"gpus_per_node":"x"}}})",
-      R"({"v":1,"type":"store","id":9,"body":{"value":"not base64!"}})",
+      R"({"v":2,"type":"submit","id":8,"body":{"job_toml":["not", "text"]}})",
+      R"({"v":2,"type":"submit","id":8,"body":{"job_toml":"[job]\ngpus_per_node = \"x\"\n"}})",
+      R"({"v":2,"type":"store","id":9,"body":{"value":"not base64!"}})",
       std::string(protocol::kMaxMessageBytes + 100, 'x'),
   };
   for (const auto& b : bad) {
@@ -330,8 +332,8 @@ TEST_F(CoordinatorTest, AFixedSizeJobThatLostANodeFailsAfterPlacementTimeout) {
   start();
   FakeAgent a(endpoint_, "node-a", 1), b(endpoint_, "node-b", 1);
   auto spec = command_job("fixed", 2, 1);
-  spec.max_restarts = 3;
-  spec.placement_timeout_s = 5;
+  spec.job.max_restarts = 3;
+  spec.job.placement_timeout_s = 5;
   std::string id = submit(spec);
   auto la = a.next_as<LaunchOrder>();
   ASSERT_TRUE(b.next_as<LaunchOrder>() && la);
@@ -355,8 +357,8 @@ TEST_F(CoordinatorTest, AnElasticJobGoesOnWithFewerNodesAndGrowsWhenOneJoins) {
   start();
   FakeAgent a(endpoint_, "node-a", 1), b(endpoint_, "node-b", 1);
   auto spec = command_job("elastic", 1, 1);
-  spec.nodes_max = 3;
-  spec.max_restarts = 0;  // scale-up needs no budget
+  spec.job.nodes.max = 3;
+  spec.job.max_restarts = 0;  // scale-up needs no budget
   std::string id = submit(spec);
   auto la = a.next_as<LaunchOrder>();
   auto lb = b.next_as<LaunchOrder>();
@@ -412,7 +414,7 @@ TEST_F(CoordinatorTest, SurvivesMutatedMessagesOfEveryType) {
       protocol::encode(protocol::Heartbeat{"node-real", {{id, 0, 1, 2}}}, 2),
       protocol::encode(exit, 3),
       protocol::encode(logs, 4),
-      protocol::encode(protocol::SubmitJob{command_job("m", 1, 1)}, 5),
+      protocol::encode(submit_of(command_job("m", 1, 1)), 5),
       protocol::encode(protocol::JobQuery{id, 0, {}}, 6),
       protocol::encode(protocol::CancelJob{"nope"}, 7),
       protocol::encode(protocol::LogQuery{id, -1, -1, 0, 10}, 8),
@@ -425,12 +427,12 @@ TEST_F(CoordinatorTest, SurvivesMutatedMessagesOfEveryType) {
       protocol::encode(protocol::LogQuery{id, -1, -1, 0, 10, 5}, 20),
   };
   // Odd but well-formed values.
-  seeds.push_back(R"({"v":1,"type":"worker_exit","id":10,"body":{"job_id":")" + id +
+  seeds.push_back(R"({"v":2,"type":"worker_exit","id":10,"body":{"job_id":")" + id +
                   R"(","attempt":-5,"rank":2147483647,"node":"node-real"}})");
-  seeds.push_back(R"({"v":1,"type":"submit","id":11,"body":{"job":{"name":"h","nodes_min":1,"nodes_max":1,"gpus_per_node":1000000000,"argv":["x"],"output_dir":"/tmp/h"}}})");
-  seeds.push_back(R"({"v":1,"type":"log_query","id":12,"body":{"job_id":")" + id + R"(","max_lines":-7,"after_seq":18446744073709551615}})");
-  seeds.push_back(R"({"v":1,"type":"store","id":13,"body":{"job_id":")" + id + R"(","op":"add","keys":["n"],"delta":9223372036854775807}})");
-  seeds.push_back(R"({"v":1,"type":"heartbeat","id":14,"body":{"node":"node-real","running":[{"job_id":")" + id + R"(","rank":-1}]}})");
+  seeds.push_back(R"({"v":2,"type":"submit","id":11,"body":{"job_toml":"[job]\nname = \"h\"\nkind = \"command\"\ngpus_per_node = 1000000000\noutput_dir = \"/tmp/h\"\n[command]\nargv = [\"x\"]\n"}})");
+  seeds.push_back(R"({"v":2,"type":"log_query","id":12,"body":{"job_id":")" + id + R"(","max_lines":-7,"after_seq":18446744073709551615}})");
+  seeds.push_back(R"({"v":2,"type":"store","id":13,"body":{"job_id":")" + id + R"(","op":"add","keys":["n"],"delta":9223372036854775807}})");
+  seeds.push_back(R"({"v":2,"type":"heartbeat","id":14,"body":{"node":"node-real","running":[{"job_id":")" + id + R"(","rank":-1}]}})");
 
   FakeAgent fuzz(endpoint_, "fuzz", 0, false);
   std::mt19937 rng(1234);

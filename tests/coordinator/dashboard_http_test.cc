@@ -25,11 +25,8 @@ class DashboardTest : public CoordinatorTest {
   nlohmann::json series(const std::string& id) {
     return nlohmann::json::parse(http_call(coordinator_->http_port(), http::verb::get, "/api/jobs/" + id + "/metrics").body);
   }
-  static protocol::JobControl train_job(const std::string& name, int nodes) {
-    auto c = command_job(name, nodes, 1);
-    c.kind = jobs::JobKind::kTrain;
-    c.argv.clear();
-    return c;
+  static jobs::JobSpec train_job(const std::string& name, int nodes) {
+    return jobs::testing::train_job(name, nodes, 1);
   }
 };
 

@@ -1,10 +1,14 @@
 // Durability findings of issue 19: a damaged database is refused at start,
 // an empty one is warned about, and a job the database did not take is not
-// acknowledged.
+// acknowledged. Job records of the format before the job file was the job's
+// one copy ("control": its fields and the file together) still load.
 #include <sqlite3.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "fake_agent.h"
 
@@ -16,6 +20,91 @@ namespace fs = std::filesystem;
 std::string temp_dir() {
   char templ[] = "/tmp/cohort-durable-XXXXXX";
   return ::mkdtemp(templ);
+}
+
+// Why a coordinator on the state in `dir` does not start (ok when it does).
+Status start_status(const std::string& dir) {
+  CoordinatorOptions options;
+  options.listen = "tcp://127.0.0.1:0";
+  options.state_dir = dir;
+  boost::asio::io_context io;
+  return status_of(Coordinator::start(io, options));
+}
+
+// Rewrites every job record of the database in `dir` with `edit`.
+void rewrite_job_records(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &db), SQLITE_OK);
+  std::vector<std::pair<std::string, std::string>> rows;
+  sqlite3_stmt* select = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT id, doc FROM jobs", -1, &select, nullptr), SQLITE_OK);
+  while (sqlite3_step(select) == SQLITE_ROW) {
+    rows.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(select, 0)),
+                      reinterpret_cast<const char*>(sqlite3_column_text(select, 1)));
+  }
+  sqlite3_finalize(select);
+  for (auto& [id, doc] : rows) {
+    auto j = nlohmann::json::parse(doc);
+    edit(j);
+    const std::string text = j.dump();
+    sqlite3_stmt* update = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE jobs SET doc = ? WHERE id = ?", -1, &update, nullptr), SQLITE_OK);
+    sqlite3_bind_text(update, 1, text.c_str(), int(text.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(update, 2, id.c_str(), int(id.size()), SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(update), SQLITE_DONE);
+    sqlite3_finalize(update);
+  }
+  sqlite3_close(db);
+}
+
+// A record as the format before wrote it: the control fields and, among
+// them, the resolved job file.
+void to_previous_format(nlohmann::json& record, bool with_file) {
+  nlohmann::json control = {{"name", "ignored"}, {"kind", "command"}, {"nodes_min", 1},
+                            {"nodes_max", 1},     {"gpus_per_node", 1},  {"argv", {"true"}},
+                            {"output_dir", "/tmp/x"}};
+  if (with_file) control["job_toml"] = record.at("job_toml");
+  record.erase("job_toml");
+  record["control"] = control;
+}
+
+TEST_F(CoordinatorTest, ARecordOfThePreviousFormatLoadsThroughItsJobFile) {
+  std::string dir = temp_dir();
+  start(dir);
+  auto spec = command_job("older", 1, 2);
+  spec.job.env["KEPT"] = "yes";
+  const std::string id = submit(spec);  // no node: it stays queued
+  stop();
+  rewrite_job_records(dir, [](nlohmann::json& j) { to_previous_format(j, /*with_file=*/true); });
+  start(dir);
+  const protocol::JobInfo info = job(id);
+  EXPECT_EQ(info.name, "older");
+  EXPECT_EQ(info.gpus_per_node, 2);
+  EXPECT_EQ(info.state, "queued");
+  FakeAgent n(endpoint_, "node-1", 2);
+  auto order = n.next_as<protocol::LaunchOrder>();
+  ASSERT_TRUE(order);
+  EXPECT_EQ(order->job_toml, jobs::to_toml(spec));
+  auto control = protocol::job_control_from_toml(order->job_toml);
+  ASSERT_TRUE(control) << control.status().message();
+  EXPECT_EQ(control->env.at("KEPT"), "yes");
+  stop();
+  fs::remove_all(dir);
+}
+
+TEST_F(CoordinatorTest, ARecordWithoutItsJobFileIsRefusedWithAWayForward) {
+  std::string dir = temp_dir();
+  start(dir);
+  const std::string id = submit(command_job("fileless", 1, 1));
+  stop();
+  rewrite_job_records(dir, [](nlohmann::json& j) { to_previous_format(j, /*with_file=*/false); });
+  Status c = start_status(dir);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.message().find("job record " + id + " cannot be read"), std::string::npos)
+      << c.message();
+  EXPECT_NE(c.message().find("DELETE FROM jobs WHERE id='" + id + "'"), std::string::npos)
+      << c.message();
+  fs::remove_all(dir);
 }
 
 TEST_F(CoordinatorTest, ADamagedDatabaseIsRefusedWithAWayForward) {
@@ -36,14 +125,10 @@ TEST_F(CoordinatorTest, ADamagedDatabaseIsRefusedWithAWayForward) {
     std::string garbage(4096, '\x5a');
     f.write(garbage.data(), std::streamsize(garbage.size()));
   }
-  CoordinatorOptions options;
-  options.listen = "tcp://127.0.0.1:0";
-  options.state_dir = dir;
-  boost::asio::io_context io;
-  auto c = Coordinator::start(io, options);
+  Status c = start_status(dir);
   ASSERT_FALSE(c);
-  EXPECT_NE(c.status().message().find("is damaged"), std::string::npos) << c.status().message();
-  EXPECT_NE(c.status().message().find("restore it from a backup"), std::string::npos);
+  EXPECT_NE(c.message().find("is damaged"), std::string::npos) << c.message();
+  EXPECT_NE(c.message().find("restore it from a backup"), std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -66,7 +151,7 @@ TEST_F(CoordinatorTest, AJobIsAcknowledgedOnlyOnceItIsInTheDatabase) {
   sqlite3* lock = nullptr;
   ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &lock), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(lock, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
-  auto refused = client_->request<protocol::SubmitReply>(protocol::SubmitJob{command_job("lost", 1, 1)}, 5s);
+  auto refused = client_->request<protocol::SubmitReply>(submit_of(command_job("lost", 1, 1)), 5s);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.status().message().find("was not submitted"), std::string::npos)
       << refused.status().message();

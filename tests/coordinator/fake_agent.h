@@ -19,6 +19,8 @@
 #include "coordinator/coordinator.h"
 #include "protocol/client.h"
 #include "protocol/codec.h"
+#include "protocol/job_control.h"
+#include "tests/jobs/job_files.h"
 
 namespace cohort::coordinator::testing {
 
@@ -148,11 +150,13 @@ class CoordinatorTest : public ::testing::Test {
     io_.reset();
   }
 
-  std::string submit(protocol::JobControl job) {
-    auto r = client_->request<protocol::SubmitReply>(protocol::SubmitJob{job}, 5s);
+  std::string submit(const jobs::JobSpec& job) {
+    auto r = client_->request<protocol::SubmitReply>(submit_of(job), 5s);
     EXPECT_TRUE(r) << r.status().message();
     return r ? r->job_id : "";
   }
+  // What `cohort submit` sends for the job: its resolved file.
+  static protocol::SubmitJob submit_of(const jobs::JobSpec& job) { return {jobs::to_toml(job)}; }
   protocol::JobInfo job(const std::string& id) {
     auto r = client_->request<protocol::JobList>(protocol::JobQuery{id, 0, {}}, 5s);
     EXPECT_TRUE(r) << r.status().message();
@@ -167,16 +171,8 @@ class CoordinatorTest : public ::testing::Test {
     }
     return false;
   }
-  static protocol::JobControl command_job(const std::string& name, int nodes, int gpus) {
-    protocol::JobControl c;
-    c.name = name;
-    c.kind = jobs::JobKind::kCommand;
-    c.nodes_min = c.nodes_max = nodes;
-    c.gpus_per_node = gpus;
-    c.output_dir = "/tmp/" + name;
-    c.working_dir = "/tmp";
-    c.argv = {"true"};
-    return c;
+  static jobs::JobSpec command_job(const std::string& name, int nodes, int gpus) {
+    return jobs::testing::command_job(name, nodes, gpus);
   }
   static bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
     auto deadline = std::chrono::steady_clock::now() + timeout;

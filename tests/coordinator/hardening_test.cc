@@ -30,7 +30,7 @@ TEST_F(CoordinatorTest, HeartbeatsFromAnotherConnectionDoNotTakeOverANode) {
   EXPECT_EQ(taken->code, "node_taken");
   // The launch order, with the job's environment, goes to the real agent only.
   auto job = command_job("secret", 1, 1);
-  job.env["AWS_SECRET_ACCESS_KEY"] = "hunter2";
+  job.job.env["AWS_SECRET_ACCESS_KEY"] = "hunter2";
   submit(job);
   EXPECT_TRUE(real.next_as<LaunchOrder>());
   EXPECT_FALSE(hijacker.next_as<LaunchOrder>(300ms));
@@ -44,7 +44,7 @@ TEST_F(CoordinatorTest, AForgedWorkerExitFromAnotherConnectionIsRefused) {
   auto launch = real.next_as<LaunchOrder>();
   ASSERT_TRUE(launch);
   FakeAgent forger(endpoint_, "forger", 0, /*do_register=*/false);
-  forger.send_raw(R"({"v":1,"type":"worker_exit","id":3,"body":{"job_id":")" + id +
+  forger.send_raw(R"({"v":2,"type":"worker_exit","id":3,"body":{"job_id":")" + id +
                   R"(","attempt":0,"node":"n1","rank":0,"exit_code":42,"last_lines":["forged"]}})");
   auto refused = forger.next_as<ErrorReply>();
   ASSERT_TRUE(refused);
@@ -121,20 +121,27 @@ TEST_F(CoordinatorTest, StoreAddRefusesToOverflowAndAHugeTimeoutStillWaits) {
 TEST_F(CoordinatorTest, OversizedFieldsAreRefusedAndListsStayAnswerable) {
   start();
   auto big = command_job("x", 1, 1);
-  big.name = std::string(7 << 20, 'n');  // two of these had broken `cohort jobs` for good
-  auto r = client_->request<protocol::SubmitReply>(protocol::SubmitJob{big}, 5s);
+  big.job.name = std::string(7 << 20, 'n');  // two of these had broken `cohort jobs` for good
+  auto r = client_->request<protocol::SubmitReply>(submit_of(big), 5s);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.status().message().find("job.name is 7340032 bytes; at most 128"), std::string::npos)
+  EXPECT_NE(r.status().message().find("the resolved job file is 7340"), std::string::npos)
       << r.status().message().substr(0, 200);
+  EXPECT_NE(r.status().message().find("at most 1048576"), std::string::npos) << r.status().message().substr(0, 200);
+  big.job.name = std::string(200 << 10, 'n');  // within the file's cap: the name's own
+  r = client_->request<protocol::SubmitReply>(submit_of(big), 5s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("job.name: 204800 characters long; at most 128"), std::string::npos)
+      << r.status().message().substr(0, 200);
+  EXPECT_LT(r.status().message().size(), 2048u) << "the refusal quotes the file";
   auto many = command_job("gpus", 1, 1);
-  many.gpus_per_node = 1000000000;
-  EXPECT_FALSE(client_->request<protocol::SubmitReply>(protocol::SubmitJob{many}, 5s));
+  many.job.gpus_per_node = 1000000000;
+  EXPECT_FALSE(client_->request<protocol::SubmitReply>(submit_of(many), 5s));
   auto nan = command_job("nan", 1, 1);
-  nan.stop_grace_s = -1;
-  EXPECT_FALSE(client_->request<protocol::SubmitReply>(protocol::SubmitJob{nan}, 5s));
+  nan.job.stop_grace_s = -1;
+  EXPECT_FALSE(client_->request<protocol::SubmitReply>(submit_of(nan), 5s));
   auto env = command_job("env", 1, 1);
-  env.env["A=B"] = "1";
-  EXPECT_FALSE(client_->request<protocol::SubmitReply>(protocol::SubmitJob{env}, 5s));
+  env.job.env["A=B"] = "1";
+  EXPECT_FALSE(client_->request<protocol::SubmitReply>(submit_of(env), 5s));
   // A node with 400k GPUs had wedged `cohort nodes` (100k fit in one message).
   FakeAgent huge(endpoint_, "huge", 0, false);
   protocol::RegisterNode reg{"huge", "10.0.0.9", {}, {}};

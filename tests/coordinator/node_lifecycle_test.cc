@@ -68,10 +68,10 @@ class DrainTest : public CoordinatorTest {
     EXPECT_TRUE(r) << r.status().message();
     return r ? r->text : "";
   }
-  static protocol::JobControl elastic_job(const std::string& name) {
+  static jobs::JobSpec elastic_job(const std::string& name) {
     auto spec = command_job(name, 1, 1);
-    spec.nodes_max = 2;
-    spec.max_restarts = 0;  // a drain must not need any
+    spec.job.nodes.max = 2;
+    spec.job.max_restarts = 0;  // a drain must not need any
     return spec;
   }
 };

@@ -48,10 +48,10 @@ TEST_F(RolesTest, AClientKeyCannotRegisterANodeAndAnAgentKeyCannotSubmit) {
   EXPECT_NE(as_client.status().message().find("needs an agent key"), std::string::npos);
   auto as_agent = agent->request<protocol::RegisterAck>(reg, 5s);
   EXPECT_TRUE(as_agent) << as_agent.status().message();
-  auto submit_as_agent = agent->request<protocol::SubmitReply>(protocol::SubmitJob{command_job("j", 1, 1)}, 5s);
+  auto submit_as_agent = agent->request<protocol::SubmitReply>(submit_of(command_job("j", 1, 1)), 5s);
   ASSERT_FALSE(submit_as_agent);
   EXPECT_EQ(submit_as_agent.status().code(), StatusCode::kPermissionDenied);
-  auto submitted = client->request<protocol::SubmitReply>(protocol::SubmitJob{command_job("j", 1, 1)}, 5s);
+  auto submitted = client->request<protocol::SubmitReply>(submit_of(command_job("j", 1, 1)), 5s);
   EXPECT_TRUE(submitted) << submitted.status().message();
   // Both roles may ask.
   EXPECT_TRUE(agent->request<protocol::NodeList>(protocol::NodeQuery{}, 5s));

@@ -13,11 +13,8 @@ double unix_seconds_now() {
 
 class StatusReplyTest : public CoordinatorTest {
  protected:
-  static protocol::JobControl train_job(const std::string& name, int gpus) {
-    auto c = command_job(name, 1, gpus);
-    c.kind = jobs::JobKind::kTrain;
-    c.argv.clear();
-    return c;
+  static jobs::JobSpec train_job(const std::string& name, int gpus) {
+    return jobs::testing::train_job(name, 1, gpus);
   }
   static protocol::MetricBatch batch(const protocol::LaunchOrder& order, const std::string& node,
                                      int64_t step, double time) {
@@ -73,7 +70,7 @@ TEST_F(StatusReplyTest, ACommandJobReportsNoProgress) {
 TEST_F(StatusReplyTest, ElapsedTimeAndGpuHoursCoverEveryAttemptAndStopAtTheEnd) {
   start();
   auto control = command_job("usage", 1, 2);
-  control.max_restarts = 1;
+  control.job.max_restarts = 1;
   // Submitted before any node exists, so it waits and nothing has run yet
   // (with a node registered it would be placed, and start, at once).
   const std::string id = submit(control);

@@ -139,6 +139,20 @@ TEST_F(HfFolder, OtherDtypesAreListedButNotRead) {
   EXPECT_NE(bad.message().find("I64"), std::string::npos);
 }
 
+TEST(SafetensorsDtype, ModelDtypesRoundTripThroughTheFilesSpelling) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    auto back = parse_dtype(safetensors_dtype_name(d));
+    ASSERT_TRUE(back.is_ok()) << safetensors_dtype_name(d);
+    EXPECT_EQ(*back, d);
+    EXPECT_EQ(*parse_dtype(dtype_name(d)), d);  // cohort's own spelling too
+  }
+  // The collective-only dtypes have a file spelling but are no model tensor.
+  EXPECT_STREQ(safetensors_dtype_name(DType::kI64), "I64");
+  EXPECT_STREQ(safetensors_dtype_name(DType::kU8), "U8");
+  EXPECT_FALSE(parse_dtype("I64").is_ok());
+  EXPECT_FALSE(parse_dtype("U8").is_ok());
+}
+
 TEST_F(HfFolder, TruncatedFileIsAnErrorNotACrash) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "model.safetensors") << "\x10\0\0\0\0\0\0\0{\"a\":";
