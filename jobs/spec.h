@@ -27,7 +27,7 @@ enum class Precision { kBf16, kFp16, kFp32 };
 
 // Limits a job file is held to, so that one file cannot make the loader, the
 // coordinator or a rank plan allocate without bound. The coordinator checks
-// the same figures on submit (protocol/job_limits.h holds its byte caps).
+// the same figures on submit (protocol/limits.h holds its byte caps).
 inline constexpr size_t kMaxJobNameBytes = 128;
 inline constexpr int kMaxNodes = 100000;
 inline constexpr int64_t kMaxWorldSize = 1 << 20;  // ranks = nodes × gpus_per_node

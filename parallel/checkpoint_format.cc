@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,30 @@ Status write_piece_list(const std::string& path, const std::vector<Piece>& piece
   return Status::ok();
 }
 
+namespace {
+
+// The integers of a piece list as write_piece_list writes them. A number
+// written as a float would convert with undefined behaviour once beyond
+// the type's range (the fuzzer sent "file_offset": 4.4e128), so only
+// integers are read.
+const json& integer(const json& value, const char* key) {
+  if (!value.is_number_integer()) throw std::invalid_argument(std::string(key) + " is not an integer");
+  return value;
+}
+template <typename T>
+T integer_at(const json& piece, const char* key) {
+  return integer(piece.at(key), key).get<T>();
+}
+std::vector<int64_t> integers_at(const json& piece, const char* key) {
+  const json& list = piece.at(key);
+  if (!list.is_array()) throw std::invalid_argument(std::string(key) + " is not a list");
+  std::vector<int64_t> out;
+  for (const auto& v : list) out.push_back(integer(v, key).get<int64_t>());
+  return out;
+}
+
+}  // namespace
+
 Result<PieceIndex> read_piece_index(const std::string& checkpoint_dir) {
   PieceIndex index;
   std::error_code ec;
@@ -37,17 +62,17 @@ Result<PieceIndex> read_piece_index(const std::string& checkpoint_dir) {
       for (const auto& p : doc.at("pieces")) {
         Piece piece;
         piece.param = p.at("param").get<std::string>();
-        piece.tensor = PieceTensor(p.at("tensor").get<int>());
+        piece.tensor = PieceTensor(integer_at<int>(p, "tensor"));
         piece.file = p.at("file").get<std::string>();
-        piece.file_offset = p.at("file_offset").get<uint64_t>();
-        piece.count = p.at("count").get<uint64_t>();
-        piece.local_begin = p.at("local_begin").get<uint64_t>();
-        piece.shard_dim = models::ShardDim(p.at("shard_dim").get<int>());
-        piece.shard_begin = p.at("shard_begin").get<int64_t>();
-        piece.local_shape = p.at("local_shape").get<std::vector<int64_t>>();
+        piece.file_offset = integer_at<uint64_t>(p, "file_offset");
+        piece.count = integer_at<uint64_t>(p, "count");
+        piece.local_begin = integer_at<uint64_t>(p, "local_begin");
+        piece.shard_dim = models::ShardDim(integer_at<int>(p, "shard_dim"));
+        piece.shard_begin = integer_at<int64_t>(p, "shard_begin");
+        piece.local_shape = integers_at(p, "local_shape");
         index[piece.param].push_back(std::move(piece));
       }
-    } catch (const json::exception& e) {
+    } catch (const std::exception& e) {  // json's errors and integer()'s
       return invalid_argument(entry.path().string() + ": not a checkpoint piece list (" + e.what() + ")");
     }
   }
