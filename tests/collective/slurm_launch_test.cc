@@ -75,7 +75,7 @@ TEST(SlurmTask, TheLaunchNodeAddressIsTheLastResort) {
 TEST(SlurmTask, StepsOfOneJobGetDifferentPorts) {
   FakeEnv env = second_node_task();
   auto a = read_slurm_task(env.lookup());
-  env.vars["SLURM_STEP_ID"] = "4";
+  env.vars["SLURM_STEP_ID"].assign(1, '4');  // not = "4": a GCC 12 -Wrestrict false positive
   auto b = read_slurm_task(env.lookup());
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->master_port, b->master_port);

@@ -198,7 +198,9 @@ TEST(OpenAiApi, MangledBodiesNeverThrowAndGetA4xx) {
       CompletionRequest r;
       std::optional<ApiError> e;
       ASSERT_NO_THROW(e = parse(body, chat, &r)) << body;
-      if (e) EXPECT_TRUE(e->status == 400 || e->status == 404) << body;
+      if (e) {
+        EXPECT_TRUE(e->status == 400 || e->status == 404) << body;
+      }
     }
   }
 }
