@@ -17,6 +17,8 @@ template <typename... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
 };
+template <typename... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;  // clang before 17 deduces no aggregate's arguments
 
 toml::array string_array(const std::vector<std::string>& items) {
   toml::array out;

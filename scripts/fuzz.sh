@@ -20,7 +20,12 @@ if [[ ! -f $build_dir/CMakeCache.txt ]]; then
   CXX=clang++ cmake -S fuzz -B "$build_dir" "${generator[@]}" "${launcher[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" -- $(printf '%s_fuzz ' "${targets[@]}") >/dev/null
+if ! cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" -- $(printf '%s_fuzz ' "${targets[@]}") \
+    >"$build_dir/build.log" 2>&1; then
+  echo "fuzz: building the targets failed:"
+  grep -E -A3 "error|FAILED" "$build_dir/build.log" | head -40
+  exit 1
+fi
 mkdir -p "$build_dir/crashes"
 failed=()
 for t in "${targets[@]}"; do
