@@ -101,8 +101,10 @@ class Scheduler {
   // KV positions held by running sequences, and the cache's total.
   int64_t kv_used() const;
   int64_t kv_total() const { return engine_.kv_blocks() * engine_.kv_block_size(); }
-  // KV blocks reserved for the running sequences' whole lengths.
+  // KV blocks reserved for the running sequences' whole lengths, and those
+  // blocks' positions.
   int64_t kv_reserved_blocks() const { return reserved_blocks_; }
+  int64_t kv_reserved() const { return reserved_blocks_ * engine_.kv_block_size(); }
   int capacity() const { return engine_.capacity(); }
 
  private:

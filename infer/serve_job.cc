@@ -53,7 +53,7 @@ class LoopQueue final : public GenerationQueue {
   }
   void set_gauges(const Scheduler& s, int64_t steps) {
     std::lock_guard<std::mutex> lock(mu_);
-    gauges_ = LoopGauges{s.running(), s.waiting(), s.kv_used(), s.kv_total(), steps};
+    gauges_ = LoopGauges{s.running(), s.waiting(), s.kv_used(), s.kv_total(), s.kv_reserved(), steps};
   }
   // What arrived since the last call; waits up to `wait` for something.
   StepInput take(std::chrono::milliseconds wait) {

@@ -74,6 +74,9 @@ std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) 
       "# TYPE cohort_serve_waiting gauge\ncohort_serve_waiting {}\n"
       "# HELP cohort_serve_kv_cache_usage Share of KV-cache positions held (0 to 1).\n"
       "# TYPE cohort_serve_kv_cache_usage gauge\ncohort_serve_kv_cache_usage {}\n"
+      "# HELP cohort_serve_kv_cache_reserved Share of KV-cache positions reserved for the running "
+      "requests' whole lengths; a waiting request is admitted when its own fits in the rest (0 to 1).\n"
+      "# TYPE cohort_serve_kv_cache_reserved gauge\ncohort_serve_kv_cache_reserved {}\n"
       "# HELP cohort_serve_steps_total Scheduler steps run.\n"
       "# TYPE cohort_serve_steps_total counter\ncohort_serve_steps_total {}\n"
       "# HELP cohort_serve_ready 1 when serving, 0 while loading or draining.\n"
@@ -82,7 +85,8 @@ std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) 
       "# TYPE cohort_serve_prompt_tokens_total counter\ncohort_serve_prompt_tokens_total {}\n"
       "# HELP cohort_serve_generation_tokens_total Tokens generated.\n"
       "# TYPE cohort_serve_generation_tokens_total counter\ncohort_serve_generation_tokens_total {}\n",
-      g.running, g.waiting, g.kv_total > 0 ? double(g.kv_used) / double(g.kv_total) : 0.0, g.steps,
+      g.running, g.waiting, g.kv_total > 0 ? double(g.kv_used) / double(g.kv_total) : 0.0,
+      g.kv_total > 0 ? double(g.kv_reserved) / double(g.kv_total) : 0.0, g.steps,
       state == "ready" ? 1 : 0, prompt_tokens_, generated_tokens_);
   render_histogram(out, "cohort_serve_time_to_first_token_seconds",
                    "From a request's arrival to its first token.", ttft_);

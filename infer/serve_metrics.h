@@ -16,6 +16,9 @@ struct LoopGauges {
   int running = 0;
   int waiting = 0;
   int64_t kv_used = 0, kv_total = 0;  // positions
+  // Positions set aside for the running sequences' whole lengths (prompt
+  // plus max_tokens): what a waiting request's admission waits on.
+  int64_t kv_reserved = 0;
   int64_t steps = 0;
 };
 
