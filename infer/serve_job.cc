@@ -90,6 +90,11 @@ Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
     return invalid_argument("serve.context: " + std::to_string(s.context) + " is longer than the model's max_seq " +
                             std::to_string(s.config.max_seq) + " (raise [model] max_seq)");
   }
+  if (spec.serve.kv_cache_tokens > 0 && spec.serve.kv_cache_tokens < s.context) {
+    return invalid_argument("serve.kv_cache_tokens: " + std::to_string(spec.serve.kv_cache_tokens) +
+                            " is less than one sequence's context " + std::to_string(s.context) +
+                            " (the model's max_seq, at most 4096); raise it or set serve.context lower");
+  }
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, s.config));
   s.tokenizer = std::move(tokenizer);
   s.eos = model_eos_tokens(spec.model);

@@ -203,6 +203,12 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
   if (spec.model.max_seq > 0 && s.context > spec.model.max_seq)
     ctx.error_at("serve.context", "serve.context: " + std::to_string(s.context) +
                                       " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
+  // A cache smaller than one context would accept requests it can never
+  // admit. (With context 0 the server checks once it knows the model's.)
+  if (s.kv_cache_tokens > 0 && s.context > 0 && s.kv_cache_tokens < s.context)
+    ctx.error_at("serve.kv_cache_tokens", "serve.kv_cache_tokens: " + std::to_string(s.kv_cache_tokens) +
+                                              " is less than one sequence's serve.context " +
+                                              std::to_string(s.context) + "; raise it or lower serve.context");
 }
 
 void check_ports(JobSpec& spec, LoadContext& ctx) {

@@ -182,3 +182,20 @@ TEST(JobFileErrors, BadDataSourcesAreReportedAtTheirEntry) {
 
 }  // namespace
 }  // namespace cohort::jobs
+
+namespace cohort::jobs {
+namespace {
+
+TEST(JobFileValues, AKvCacheSmallerThanOneContextIsRefusedAtItsKey) {
+  const std::string job = "[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n[serve]\ncontext = 512\n";
+  auto small = testing::load(job + "kv_cache_tokens = 500\n");
+  ASSERT_EQ(small.errors.size(), 1u) << small.error_text();
+  EXPECT_EQ(small.errors[0].line, 8);
+  EXPECT_NE(small.errors[0].message.find("500 is less than one sequence's serve.context 512"), std::string::npos)
+      << small.errors[0].message;
+  EXPECT_TRUE(testing::load(job + "kv_cache_tokens = 512\n").ok());
+  EXPECT_TRUE(testing::load(job + "kv_cache_tokens = 0\n").ok());
+}
+
+}  // namespace
+}  // namespace cohort::jobs
