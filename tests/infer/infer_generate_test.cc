@@ -6,20 +6,12 @@
 #include <algorithm>
 
 #include "infer/generate.h"
+#include "tests/infer/tiny_engine.h"
 
 namespace cohort::infer {
 namespace {
 
-std::unique_ptr<ModelEngine> tiny_engine(int slots) {
-  auto config = models::preset_config("tiny");
-  auto backend = models::make_cpu_backend();
-  auto model = models::Model::create(*config, {0, 1}, backend.get());
-  EXPECT_TRUE(model.is_ok());
-  (*model)->init_weights(5, 0.2f);
-  auto engine = ModelEngine::create(std::move(backend), std::move(*model), slots, 64);
-  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
-  return std::move(*engine);
-}
+std::unique_ptr<ModelEngine> tiny_engine(int slots) { return testing::tiny_engine(slots, 64); }
 
 std::vector<Prompt> prompts() {
   std::vector<Prompt> out;

@@ -8,20 +8,12 @@
 
 #include "infer/scheduler.h"
 #include "infer/serve_step.h"
+#include "tests/infer/tiny_engine.h"
 
 namespace cohort::infer {
 namespace {
 
-std::unique_ptr<ModelEngine> tiny_engine(int slots, int capacity = 96) {
-  auto config = models::preset_config("tiny");
-  auto backend = models::make_cpu_backend();
-  auto model = models::Model::create(*config, {0, 1}, backend.get());
-  EXPECT_TRUE(model.is_ok());
-  (*model)->init_weights(5, 0.2f);
-  auto engine = ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
-  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
-  return std::move(*engine);
-}
+std::unique_ptr<ModelEngine> tiny_engine(int slots, int capacity = 96) { return testing::tiny_engine(slots, capacity); }
 
 SequenceRequest request(int64_t id, int prompt_len, int max_new) {
   SequenceRequest r;

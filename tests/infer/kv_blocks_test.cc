@@ -9,6 +9,7 @@
 
 #include "infer/kv_blocks.h"
 #include "infer/scheduler.h"
+#include "tests/infer/tiny_engine.h"
 
 namespace cohort::infer {
 namespace {
@@ -50,17 +51,6 @@ TEST(KvBlockPool, SlotsGrowByBlocksAndGiveThemBack) {
   EXPECT_EQ(pool.free(), 4);
   EXPECT_TRUE(pool.grow(2, 64));
   EXPECT_EQ(pool.free(), 0);
-}
-
-std::unique_ptr<ModelEngine> tiny_model_engine(int slots, int capacity) {
-  auto config = models::preset_config("tiny");
-  auto backend = models::make_cpu_backend();
-  auto model = models::Model::create(*config, {0, 1}, backend.get());
-  EXPECT_TRUE(model.is_ok());
-  (*model)->init_weights(5, 0.2f);
-  auto engine = ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
-  EXPECT_TRUE(engine.is_ok()) << engine.status().message();
-  return std::move(*engine);
 }
 
 // The CPU engine with a paged engine's accounting: `blocks` blocks of 8
@@ -120,7 +110,7 @@ TEST(KvAdmission, RequestsWaitForFreeBlocksAndGiveTheTokensOfAnAmpleCache) {
   for (int limited = 0; limited < 2; ++limited) {
     // 6 slots; limited: 7 blocks of 8 = 56 positions, while each request
     // needs 3 blocks (10 + 12 = 22 positions), so two run at a time.
-    BlockAccountedEngine engine(tiny_model_engine(6, 64), limited ? 7 : 48);
+    BlockAccountedEngine engine(testing::tiny_engine(6, 64), limited ? 7 : 48);
     SchedulerOptions o;
     o.prefill_chunk = 6;
     Scheduler s(engine, o);
@@ -145,7 +135,7 @@ TEST(KvAdmission, RequestsWaitForFreeBlocksAndGiveTheTokensOfAnAmpleCache) {
 }
 
 TEST(KvAdmission, TheQueuesHeadIsNotOvertakenByASmallerRequest) {
-  BlockAccountedEngine engine(tiny_model_engine(4, 64), 8);  // 64 positions in all
+  BlockAccountedEngine engine(testing::tiny_engine(4, 64), 8);  // 64 positions in all
   Scheduler s(engine, {});
   ASSERT_TRUE(s.add(request(1, 20, 20)).is_ok());  // 5 blocks
   ASSERT_TRUE(s.add(request(2, 20, 20)).is_ok());  // 5 more: must wait for 1
@@ -166,7 +156,7 @@ TEST(KvAdmission, TheQueuesHeadIsNotOvertakenByASmallerRequest) {
 }
 
 TEST(KvAdmission, ARequestLongerThanTheWholeCacheIsRefusedNamingBoth) {
-  BlockAccountedEngine engine(tiny_model_engine(2, 64), 4);  // 32 positions
+  BlockAccountedEngine engine(testing::tiny_engine(2, 64), 4);  // 32 positions
   Scheduler s(engine, {});
   const Status st = s.add(request(1, 20, 20));
   ASSERT_FALSE(st.is_ok());
