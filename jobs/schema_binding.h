@@ -69,9 +69,17 @@ constexpr FieldType type_of() {
   }
 }
 
-inline std::vector<std::string> choices_of(const JobKind*) { return {"train", "infer", "serve", "command"}; }
-inline std::vector<std::string> choices_of(const DeviceVisibility*) { return {"own", "node"}; }
-inline std::vector<std::string> choices_of(const Precision*) { return {"bf16", "fp16", "fp32"}; }
+// The spellings are the enums' own (to_string in spec.cc).
+inline std::vector<std::string> choices_of(const JobKind*) {
+  return {to_string(JobKind::kTrain), to_string(JobKind::kInfer), to_string(JobKind::kServe),
+          to_string(JobKind::kCommand)};
+}
+inline std::vector<std::string> choices_of(const DeviceVisibility*) {
+  return {to_string(DeviceVisibility::kOwn), to_string(DeviceVisibility::kNode)};
+}
+inline std::vector<std::string> choices_of(const Precision*) {
+  return {to_string(Precision::kBf16), to_string(Precision::kFp16), to_string(Precision::kFp32)};
+}
 inline std::vector<std::string> choices_of(const Strategy*) { return strategy_names(); }
 template <class M>
 std::vector<std::string> choices_of(const M*) { return {}; }
