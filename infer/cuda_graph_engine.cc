@@ -26,36 +26,82 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// out[i] = bf16(in[i]) over the machine's cores, in 1M-element pieces: a
-// 0.6B model is 600M conversions, seconds on one core.
-void convert_to_bf16(uint16_t* out, const float* in, size_t n) {
-  constexpr size_t kPiece = size_t{1} << 20;
-  parallel_for((n + kPiece - 1) / kPiece, [&](size_t piece) {
-    const size_t end = std::min(n, (piece + 1) * kPiece);
-    for (size_t i = piece * kPiece; i < end; ++i) out[i] = float_to_bf16_bits(in[i]);
-  });
-}
-
-// Host fp32 -> device bf16, through a staging vector.
-Status upload_bf16(Bf16* dst, const std::vector<const float*>& parts,
-                   const std::vector<size_t>& counts) {
-  size_t total = 0;
-  for (size_t c : counts) total += c;
-  std::vector<uint16_t> host(total);
-  size_t at = 0;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    convert_to_bf16(host.data() + at, parts[p], counts[p]);
-    at += counts[p];
+// Host fp32 -> device, converted to bf16 or copied as fp32, through two
+// pinned staging buffers on the engine's stream: one fills (on the
+// machine's cores, in 1M-element pieces) while the other's copy runs, and
+// no fresh pageable memory is touched (faulting in a new 1 GB vector costs
+// more than copying it; a 0.6B model is 600M conversions).
+class PinnedUpload {
+ public:
+  explicit PinnedUpload(cudaStream_t stream) : stream_(stream) {}
+  ~PinnedUpload() {
+    cudaStreamSynchronize(stream_);
+    for (int b = 0; b < 2; ++b) {
+      if (staging_[b]) cudaFreeHost(staging_[b]);
+      if (done_[b]) cudaEventDestroy(done_[b]);
+    }
   }
-  COHORT_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-  return Status::ok();
-}
+  PinnedUpload(const PinnedUpload&) = delete;
+  PinnedUpload& operator=(const PinnedUpload&) = delete;
 
-Status upload_f32(float* dst, const std::vector<const float*>& parts,
-                  const std::vector<size_t>& counts) {
-  std::vector<float> host;
-  for (size_t p = 0; p < parts.size(); ++p) host.insert(host.end(), parts[p], parts[p] + counts[p]);
-  COHORT_CUDA_CHECK(cudaMemcpy(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  Status init() {
+    for (int b = 0; b < 2; ++b) {
+      COHORT_CUDA_CHECK(cudaMallocHost(&staging_[b], kStagingBytes));
+      COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&done_[b], cudaEventDisableTiming));
+    }
+    return Status::ok();
+  }
+
+  // dst = the parts one after the other, in bf16 (as_bf16) or fp32.
+  Status put(void* dst, bool as_bf16, const std::vector<const float*>& parts,
+             const std::vector<size_t>& counts) {
+    const size_t es = as_bf16 ? 2 : 4, capacity = kStagingBytes / es;
+    char* out = static_cast<char*>(dst);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      for (size_t done = 0; done < counts[p];) {
+        const size_t n = std::min(capacity, counts[p] - done);
+        COHORT_CUDA_CHECK(cudaEventSynchronize(done_[next_]));  // its previous copy
+        fill(staging_[next_], as_bf16, parts[p] + done, n);
+        COHORT_CUDA_CHECK(cudaMemcpyAsync(out, staging_[next_], n * es, cudaMemcpyHostToDevice, stream_));
+        COHORT_CUDA_CHECK(cudaEventRecord(done_[next_], stream_));
+        next_ ^= 1;
+        out += n * es, done += n;
+      }
+    }
+    return Status::ok();
+  }
+
+  Status finish() {
+    COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Status::ok();
+  }
+
+ private:
+  static constexpr size_t kStagingBytes = size_t{64} << 20;
+
+  static void fill(void* staging, bool as_bf16, const float* src, size_t n) {
+    constexpr size_t kPiece = size_t{1} << 20;
+    parallel_for((n + kPiece - 1) / kPiece, [&](size_t piece) {
+      const size_t begin = piece * kPiece, end = std::min(n, begin + kPiece);
+      if (as_bf16) {
+        uint16_t* out = static_cast<uint16_t*>(staging);
+        for (size_t i = begin; i < end; ++i) out[i] = float_to_bf16_bits(src[i]);
+      } else {
+        std::copy(src + begin, src + end, static_cast<float*>(staging) + begin);
+      }
+    });
+  }
+
+  cudaStream_t stream_;
+  void* staging_[2] = {nullptr, nullptr};
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  int next_ = 0;
+};
+
+// A small fp32 table, on `stream` (after the allocation's zeros).
+Status upload_f32(float* dst, const std::vector<float>& host, cudaStream_t stream) {
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::ok();
 }
 
@@ -71,7 +117,9 @@ std::vector<int> decode_buckets(int slots) {
 Result<void*> CudaGraphEngine::device_alloc(size_t bytes) {
   void* p = nullptr;
   COHORT_CUDA_CHECK(cudaMalloc(&p, bytes));
-  COHORT_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  // On the engine's stream, so that the uploads after it (same stream) land
+  // after the zeros.
+  COHORT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
   allocations_.push_back(p);
   return p;
 }
@@ -131,6 +179,12 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
   const int H = config_.hidden, D = config_.head_dim, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
   const size_t I = dims_.intermediate;
   const size_t vocab_rows = static_cast<size_t>(dims_.vocab) * H;
+  PinnedUpload upload(stream_);
+  COHORT_RETURN_IF_ERROR(upload.init());
+  auto upload_bf16 = [&](Bf16* dst, const std::vector<const float*>& parts,
+                         const std::vector<size_t>& counts) {
+    return upload.put(dst, true, parts, counts);
+  };
   COHORT_ASSIGN_OR_RETURN(void* embed, device_alloc(vocab_rows * 2));
   embed_ = static_cast<Bf16*>(embed);
   const float* embed_host = model.params(models::ParamLayout::kEmbedGroup);
@@ -139,7 +193,7 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
   const auto& head_group = layout.groups[layout.head_group()];
   COHORT_ASSIGN_OR_RETURN(void* norm, device_alloc(H * 4));
   final_norm_ = static_cast<float*>(norm);
-  COHORT_RETURN_IF_ERROR(upload_f32(final_norm_,
+  COHORT_RETURN_IF_ERROR(upload.put(final_norm_, false,
                                     {head + head_group.find("model.norm.weight")->offset},
                                     {static_cast<size_t>(H)}));
   lm_head_ = embed_;
@@ -166,7 +220,7 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
       auto p = device_alloc(total * 4);
       if (!p.is_ok()) return p.status();
       *dst = static_cast<float*>(*p);
-      return upload_f32(*dst, parts, counts);
+      return upload.put(*dst, false, parts, counts);
     };
     const size_t qh = static_cast<size_t>(Qd) * H, kvh = static_cast<size_t>(KVd) * H;
     COHORT_RETURN_IF_ERROR(bf(&d.wqkv, {w.q, w.k, w.v}, {qh, kvh, kvh}));
@@ -185,7 +239,7 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
               {static_cast<size_t>(Qd), static_cast<size_t>(KVd), static_cast<size_t>(KVd)}));
     }
   }
-  return Status::ok();
+  return upload.finish();
 }
 
 Status CudaGraphEngine::alloc_buffers() {
@@ -243,8 +297,8 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* cos, take(rope.cos.size() * 4));
   COHORT_ASSIGN_OR_RETURN(void* sin, take(rope.sin.size() * 4));
   rope_cos_ = static_cast<float*>(cos), rope_sin_ = static_cast<float*>(sin);
-  COHORT_RETURN_IF_ERROR(upload_f32(rope_cos_, {rope.cos.data()}, {rope.cos.size()}));
-  COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, {rope.sin.data()}, {rope.sin.size()}));
+  COHORT_RETURN_IF_ERROR(upload_f32(rope_cos_, rope.cos, stream_));
+  COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, rope.sin, stream_));
   lengths_.assign(options_.slots, 0);
   return Status::ok();
 }

@@ -95,33 +95,52 @@ void CudaGraphEngine::enqueue_layers(int n) {
   const size_t nH = static_cast<size_t>(n) * H;
   const models::DecodeShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity,
                                   eps, kKvBlockShift};
+  namespace mc = models::cuda;
   models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
                            stream_);
   all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
-  models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps,
-                                 stream_);
+  // At a few rows and one rank the projections take the residual stream
+  // directly: the ones that read it normalise it themselves, the output
+  // projections add into it (gemv.h). With peers the partial sums must be
+  // all-reduced before they reach the residual, so that path keeps the
+  // separate add + RMSNorm.
+  const bool fused = tp_ == 1 && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
+                     mc::gemv_supported(n, I);
+  if (!fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
-    gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
-    models::cuda::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
-                                 L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape, stream_);
-    models::cuda::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
-                                   stream_);
+    if (fused) {
+      mc::gemv_norm_bf16(buf_.qkv, buf_.x, L.attn_norm, eps, L.wqkv, n, H, Qd + 2 * KVd, stream_);
+    } else {
+      gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
+    }
+    mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
+                       rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+    mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape, stream_);
+    if (fused) {
+      mc::gemv_bf16(buf_.x, buf_.y, L.wo, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
+      mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu, n, H, I, stream_);
+      mc::gemv_bf16(buf_.x, buf_.h, L.wdown, n, I, H, stream_, mc::GemvOutput::kAccumulate);
+      continue;
+    }
     gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
     all_reduce(buf_.tmp, nH);
-    models::cuda::add_rmsnorm_bf16(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
-    if (models::cuda::gemv_supported(n, H)) {
-      models::cuda::gemv_swiglu_bf16(buf_.h, buf_.xn, L.wgu, n, H, I, stream_);
+    mc::add_rmsnorm_bf16(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
+    if (mc::gemv_supported(n, H)) {
+      mc::gemv_swiglu_bf16(buf_.h, buf_.xn, L.wgu, n, H, I, stream_);
     } else {
       gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
-      models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+      mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
     }
     gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
     all_reduce(buf_.tmp, nH);
     // The next layer's input norm, or after the last layer the final norm.
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
-    models::cuda::add_rmsnorm_bf16(buf_.x, buf_.tmp, next, buf_.xn, n, H, eps, stream_);
+    mc::add_rmsnorm_bf16(buf_.x, buf_.tmp, next, buf_.xn, n, H, eps, stream_);
   }
+  // The final norm, which the LM head reads (its vocabulary of rows is too
+  // wide for every block to normalise the input itself).
+  if (fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, eps, stream_);
 }
 
 void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {

@@ -136,20 +136,40 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
   return j.dump(2) + "\n";
 }
 
-// Each parameter is read (and converted to fp32) on its own thread: the
-// files are mapped, so the reads share nothing but the page cache. On the
-// CPU backend the reads land in the model's buffers directly.
+// The reads are pieces of about 1M elements (a parameter's rows, or a
+// column-sharded parameter whole), spread over the machine's cores: the
+// files are mapped, so the pieces share nothing but the page cache, and a
+// 155M-element embedding no longer converts (and faults in its pages) on one
+// thread while the others wait. On the CPU backend the reads land in the
+// model's buffers directly.
 Status load_hf_weights(Model& model, const std::string& dir) {
   COHORT_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::open(dir));
   const bool direct = model.backend().device() == Device::kCpu;
+  constexpr int64_t kPieceElements = int64_t{1} << 20;
+  struct Piece {
+    const ParamSpec* param;
+    int64_t row_begin, row_end;  // of this rank's rows of the parameter
+  };
   std::vector<float> host;
   for (int g = 0; g < model.num_groups(); ++g) {
     const ParamGroup& group = model.layout().groups[g];
     if (!direct) host.resize(group.numel);
     float* base = direct ? model.params(g) : host.data();
-    std::vector<Status> results(group.params.size(), Status::ok());
-    parallel_for(group.params.size(), [&](size_t i) {
-      const ParamSpec& p = group.params[i];
+    std::vector<Piece> pieces;
+    for (const ParamSpec& p : group.params) {
+      const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
+      const int64_t row_elements = rows > 0 ? static_cast<int64_t>(p.numel) / rows : 0;
+      if (p.shard_dim == ShardDim::kCols || p.shape.size() < 2 || row_elements == 0) {
+        pieces.push_back({&p, 0, rows});
+        continue;
+      }
+      const int64_t step = std::max<int64_t>(1, kPieceElements / row_elements);
+      for (int64_t r = 0; r < rows; r += step) pieces.push_back({&p, r, std::min(rows, r + step)});
+    }
+    std::vector<Status> results(pieces.size(), Status::ok());
+    parallel_for(pieces.size(), [&](size_t i) {
+      const Piece& piece = pieces[i];
+      const ParamSpec& p = *piece.param;
       results[i] = [&]() -> Status {
         COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
         const SafetensorsInfo* info = file->find(p.name);
@@ -158,16 +178,20 @@ Status load_hf_weights(Model& model, const std::string& dir) {
                                   ", config.json implies " + shape_string(p.global_shape));
         }
         float* dst = base + p.offset;
-        const int64_t len = p.shape[p.shard_dim == ShardDim::kCols ? 1 : 0];
-        switch (p.shard_dim) {
-          case ShardDim::kReplicated:
-            return file->read_f32(p.name, dst);
-          case ShardDim::kRows:
-            return file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + len, dst);
-          case ShardDim::kCols:
-            return file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + len, dst);
+        if (p.shard_dim == ShardDim::kCols) {
+          return file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + p.shape[1], dst);
         }
-        return Status::ok();
+        if (p.shape.size() < 2) {
+          return p.shard_dim == ShardDim::kRows
+                     ? file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + p.shape[0], dst)
+                     : file->read_f32(p.name, dst);
+        }
+        // Replicated or row-sharded: rows [shard_begin + row_begin, ...) of
+        // the file's tensor (shard_begin is 0 when replicated).
+        const int64_t first = p.shard_dim == ShardDim::kRows ? p.shard_begin : 0;
+        const int64_t row_elements = static_cast<int64_t>(p.numel) / p.shape[0];
+        return file->read_rows_f32(p.name, first + piece.row_begin, first + piece.row_end,
+                                   dst + piece.row_begin * row_elements);
       }();
     });
     for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);

@@ -8,6 +8,16 @@
 // accumulation fp32. gemv_swiglu_bf16 equals gemv_bf16 into an fp32 gate_up
 // followed by swiglu_bf16 (swiglu.h), up to the order of the sums.
 //
+// The norm forms take the fp32 residual stream instead of x and normalise it
+// themselves: gemv_norm_bf16(y, residual, norm_weight, eps, ...) equals
+// add_rmsnorm_bf16(residual, nullptr, norm_weight, xn, ...) (rmsnorm.h)
+// followed by gemv_bf16(y, xn, ...), and gemv_norm_swiglu_bf16 likewise.
+// With GemvOutput::kAccumulate gemv_bf16 adds into y (y += x · wᵀ), so the
+// residual stream takes an output projection in place. At batch 1 a decode
+// step is bound by its count of small kernels rather than by bytes, and
+// these forms take the residual add and the RMSNorm out of it (two kernels
+// a layer).
+//
 // Why not cuBLAS here: at decode batch 1 to 8 a projection reads each weight
 // once for n multiply-adds, so it is bound by memory bandwidth, and cuBLAS's
 // tiled kernels launch too few blocks at these shapes to keep HBM busy
@@ -32,9 +42,22 @@ namespace cohort::models::cuda {
 
 constexpr int kGemvMaxRows = 8;
 bool gemv_supported(int n, int in);
+enum class GemvOutput { kStore, kAccumulate };
 void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
-               CUstream_st* stream);
+               CUstream_st* stream, GemvOutput output = GemvOutput::kStore);
 void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
                       int intermediate, CUstream_st* stream);
+
+// The norm forms: every block normalises the n residual rows itself (into
+// n * in bf16 of shared memory), which pays where n is small; hence fewer
+// rows than the plain forms.
+constexpr int kGemvNormMaxRows = 4;
+constexpr size_t kGemvNormSharedBytes = 48 * 1024;
+bool gemv_norm_supported(int n, int in);
+void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, float eps,
+                    const Bf16Bits* w, int n, int in, int out, CUstream_st* stream);
+void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm_weight,
+                           float eps, const Bf16Bits* w, int n, int in, int intermediate,
+                           CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

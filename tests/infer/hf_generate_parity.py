@@ -35,7 +35,7 @@ bf16 (graph engine)  cohort's default engine on the GPUs (bf16 weights and
 Exit status 0 only when every section run passes.
 
   python3 tests/infer/hf_generate_parity.py --worker build/bin/cohort-worker [--tp 2]
-      [--sections strict,bf16]
+      [--sections strict,bf16] [--prompts 64 --batch 64]
 """
 import argparse
 import json
@@ -237,6 +237,9 @@ def main():
     ap.add_argument("--sections", default="strict,bf16", help="strict, bf16 or both (comma-separated)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=4,
+                    help="decode batch of cohort's bf16 run (1 takes the fused small-batch path, "
+                         "64 the cuBLASLt one)")
     ap.add_argument("--strict-tol", type=float, default=1e-3,
                     help="fp32 section: largest logit difference allowed")
     ap.add_argument("--bf16-tol", type=float, default=0.1,
@@ -282,7 +285,7 @@ def main():
             print(f"  bf16: transformers bf16 vs fp32: max logit difference {hf_err:.3f}, "
                   f"{hf_parted} of {len(prompts)} prompts parted; budget {budget:.3f}")
             rows, summary = run_cohort(worker, model_dir, prompts, work, f"{name}-bf16", args.tp,
-                                       args.max_new, batch=4, device="cuda", dump_logits=True)
+                                       args.max_new, batch=args.batch, device="cuda", dump_logits=True)
             print(f"  bf16: cohort {summary['engine']}, "
                   f"{summary['decode_tokens_per_s']:.0f} decode tokens/s, vs transformers fp32")
             got = [(r["tokens"], r["logits"]) for r in rows]

@@ -230,8 +230,13 @@ TEST_P(DecodeShapes, DecodeAttentionMatchesCachedAttentionRowByRow) {
   (void)qwen3;
   for (bool paged : {false, true}) {
   SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
-  const int slots = 5, capacity = 96;
-  const Rows rows = decode_rows(slots, capacity);
+  // Long enough that rows at the far end take several of the kernel's
+  // rounds of positions at every head size.
+  const int slots = 5, capacity = 1040;
+  Rows rows = decode_rows(slots, capacity);
+  for (int p : {capacity - 1, 600, 129, 128, 127}) {
+    rows.slots.push_back(int32_t(rows.slots.size() % slots)), rows.positions.push_back(p), rows.tokens.push_back(0);
+  }
   const int n = static_cast<int>(rows.slots.size());
   const CacheLayout layout = cache_layout(paged, slots + 1, capacity);
   const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
@@ -333,6 +338,54 @@ TEST_F(DecodeOpsParity, GemvBf16MatchesTheCpuProjectionForEachRowCount) {
   }
   EXPECT_FALSE(cuda::gemv_supported(9, 1024));
   EXPECT_FALSE(cuda::gemv_supported(1, 1020));
+}
+
+TEST_F(DecodeOpsParity, GemvAccumulateAddsTheProjectionIntoY) {
+  const int in = 1024, out = 300, n = 3;
+  const auto w = to_bf16(testing::random_vector(size_t(out) * in, 51));
+  const auto x = to_bf16(testing::random_vector(size_t(n) * in, 52));
+  const auto y0 = testing::random_vector(size_t(n) * out, 53);
+  std::vector<float> want(size_t(n) * out);
+  cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+  float* y = up(y0);
+  cuda::gemv_bf16(y, up(x), up(w), n, in, out, stream_, cuda::GemvOutput::kAccumulate);
+  EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+}
+
+// The norm forms against RMSNorm of the residual, rounded to bf16 as
+// add_rmsnorm_bf16 writes it, then the plain projection; the residual is
+// read, never written.
+TEST_F(DecodeOpsParity, GemvNormFormsMatchRmsNormThenTheProjection) {
+  const int I = 300, out = 37;
+  for (int in : {1024, 136, 4096}) {
+    const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 61 + in));
+    const auto norm_w = testing::random_vector(in, 62);
+    for (int n = 1; n <= cuda::kGemvNormMaxRows; ++n) {
+      SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in));
+      ASSERT_TRUE(cuda::gemv_norm_supported(n, in));
+      const auto residual = testing::random_vector(size_t(n) * in, 63 + n, 3.0f);
+      std::vector<float> normed(residual.size());
+      cpu::rmsnorm_forward(normed.data(), nullptr, residual.data(), norm_w.data(), n, in, 1e-6f);
+      const auto xn = to_bf16(normed);
+      std::vector<float> want_y(size_t(n) * out), gate_up(size_t(n) * 2 * I), want_h(size_t(n) * I);
+      cpu::gemv_bf16(want_y.data(), xn.data(), w.data(), n, in, out);
+      cpu::gemv_bf16(gate_up.data(), xn.data(), w.data(), n, in, 2 * I);
+      cpu::swiglu_fused(want_h.data(), gate_up.data(), n, I);
+      float* r = up(residual);
+      float* y = up(std::vector<float>(want_y.size(), NAN));
+      uint16_t* h = up(std::vector<uint16_t>(want_h.size(), kBf16NaN));
+      const float* g = up(norm_w);
+      const uint16_t* gw = up(w);
+      cuda::gemv_norm_bf16(y, r, g, 1e-6f, gw, n, in, out, stream_);
+      cuda::gemv_norm_swiglu_bf16(h, r, g, 1e-6f, gw, n, in, I, stream_);
+      EXPECT_LT(norm_relative(want_y, down(y, want_y.size())), 1e-3);  // xn may differ by an ulp
+      EXPECT_LT(norm_relative(want_h, down_bf16(h, want_h.size())), kBf16Tol);
+      EXPECT_EQ(residual, down(r, residual.size()));
+    }
+  }
+  EXPECT_FALSE(cuda::gemv_norm_supported(cuda::kGemvNormMaxRows + 1, 1024));
+  EXPECT_FALSE(cuda::gemv_norm_supported(4, 8192));  // 64 KiB of rows: over the shared budget
 }
 
 TEST_F(DecodeOpsParity, GemvSwigluBf16MatchesProjectionThenSwiglu) {

@@ -100,6 +100,37 @@ TEST_F(HfFolder, TensorParallelRankReadsOnlyItsSlices) {
   }
 }
 
+// Tensors above the loader's 1M-element pieces (a 40,000-row embedding and
+// LM head) are read in row pieces on several threads: whole and as
+// vocabulary shards, every value lands where a single read puts it.
+TEST_F(HfFolder, TensorsOfMillionsOfElementsLoadInPiecesExactly) {
+  auto cpu = make_cpu_backend();
+  ModelConfig c = *preset_config("tiny");
+  c.vocab_size = 40000;
+  c.tie_embeddings = false;
+  ASSERT_GT(int64_t(c.vocab_size) * c.hidden, int64_t{2} << 20);
+  auto full = std::move(Model::create(c, {}, cpu.get()).value());
+  full->init_weights(8);
+  ASSERT_TRUE(save_hf(*full, dir_.string(), DType::kF32).is_ok());
+  auto whole = load_hf_model(dir_.string(), {}, cpu.get());
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  for (int g = 0; g < full->num_groups(); ++g) {
+    EXPECT_EQ(group_values(*full, g), group_values(**whole, g)) << "group " << g;
+  }
+  TensorParallelComm noop;
+  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
+  noop.all_gather = [](const float*, float*, size_t) {};
+  for (int rank = 0; rank < 2; ++rank) {
+    auto shard = load_hf_model(dir_.string(), {rank, 2}, cpu.get(), noop);
+    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+    auto ref = std::move(Model::create(c, {rank, 2}, cpu.get(), noop).value());
+    ref->init_weights(8);
+    for (int g = 0; g < ref->num_groups(); ++g) {
+      EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " g " << g;
+    }
+  }
+}
+
 TEST_F(HfFolder, ReadsColumnsOfATensor) {
   fs::create_directories(dir_);
   const std::vector<float> m = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // 3 x 4
