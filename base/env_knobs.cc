@@ -57,6 +57,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kInferIgnoreEos, "COHORT_INFER_IGNORE_EOS", "infer",
        "`1`: generation ignores the model's end-of-sequence tokens (fixed-length benchmarks).",
        true},
+      {K::kInferStepTimes, "COHORT_INFER_STEP_TIMES", "infer",
+       "`1`: the bf16 graph engine times its decode steps on the GPU (CUDA events) and logs, as it "
+       "closes, GPU and wall time per step for each batch size.",
+       true},
       {K::kTrainDumpBatches, "COHORT_TRAIN_DUMP_BATCHES", "train",
        "`1`: rank 0 appends each step's inputs and targets (int32) to output_dir/batches.i32, "
        "for loss parity checks against another trainer.",

@@ -33,6 +33,7 @@ enum class EnvKnob {
   kInferCheckLockstep,
   kInferDumpLogits,
   kInferIgnoreEos,
+  kInferStepTimes,
   kTrainDumpBatches,
 };
 

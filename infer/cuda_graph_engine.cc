@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/env_knobs.h"
 #include "base/cuda_check.h"
 #include "base/half_float.h"
 #include "base/parallel_for.h"
@@ -127,6 +128,11 @@ Result<void*> CudaGraphEngine::device_alloc(size_t bytes) {
 CudaGraphEngine::~CudaGraphEngine() {
   cudaSetDevice(options_.device);
   if (stream_) cudaStreamSynchronize(stream_);
+  if (time_steps_) {
+    log_step_times();
+    cudaEventDestroy(step_begin_);
+    cudaEventDestroy(step_end_);
+  }
   for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
   for (void* p : allocations_) cudaFree(p);
   if (host_rows_) cudaFreeHost(host_rows_);
@@ -165,6 +171,11 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
     stream_ = static_cast<cudaStream_t>(tp_gpu_->stream());
   } else {
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  if (env_knob_on(EnvKnob::kInferStepTimes)) {
+    COHORT_CUDA_CHECK(cudaEventCreate(&step_begin_));
+    COHORT_CUDA_CHECK(cudaEventCreate(&step_end_));
+    time_steps_ = true;
   }
   // Graph capture needs cuBLASLt to use a workspace it was given, not one it
   // allocates on the fly.

@@ -101,8 +101,20 @@ class CudaGraphEngine final : public InferenceEngine {
   // head runs on rows [0, head_count), or with `gathered` on the head_count
   // rows listed in buf_.head_rows.
   void enqueue_step(int n, int head_count, bool gathered);
-  void enqueue_layers(int n);
-  void gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out);
+  // decode_step: one row per slot (each at its own next position), which
+  // lets attention prepare q/k/v itself (decode_attention_fused).
+  void enqueue_layers(int n, bool decode_step);
+  enum class Projection { kGemv, kSkinny, kCublasLt };
+  Projection projection(int n, int in) const;
+  void gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
+            models::cuda::GemvOutput output = models::cuda::GemvOutput::kStore);
+  // buf_.h = SwiGLU(x · w_gate/upᵀ).
+  void gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I);
+  // Decode steps up to this many rows prepare q/k/v inside attention
+  // (decode_attention_fused): one kernel a layer fewer, but its extra
+  // registers and barriers cost more than that kernel once the grid is
+  // several waves deep (bench/RESULTS.md).
+  static constexpr int kFusedAttentionMaxRows = 8;
   void all_reduce(float* data, size_t count);
   void all_gather(const float* send, float* recv, size_t count, const char* what);
   // Waits for everything on the stream, at tp > 1 no longer than
@@ -138,6 +150,16 @@ class CudaGraphEngine final : public InferenceEngine {
   int32_t* block_table_ = nullptr;  // device [slots + 1, blocks per slot]
   // Makes `slot` hold blocks for `positions` (within its reservation).
   void hold(int slot, int positions);
+  // COHORT_INFER_STEP_TIMES: per padded decode size, steps timed, their GPU
+  // time (row copies + graph, CUDA events) and wall time, in seconds.
+  struct StepTimes {
+    int64_t steps = 0;
+    double gpu_s = 0, wall_s = 0;
+  };
+  bool time_steps_ = false;
+  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
+  std::map<int, StepTimes> step_times_;
+  void log_step_times() const;
   std::map<int, int> bucket_runs_;  // eager runs so far per padded size
   std::map<int, cudaGraphExec_t> graphs_;
   std::vector<float> host_gathered_;

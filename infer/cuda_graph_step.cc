@@ -1,6 +1,8 @@
 // CudaGraphEngine's step: one forward over the rows in the row buffers, the
 // LM head on the rows that want a next token, and the greedy pick, all on
 // one stream so a decode step can be captured as a CUDA graph and replayed.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -18,17 +20,52 @@ void check_tp(const Status& s, const char* what) {
 
 }  // namespace
 
-// y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation).
-// bf16 inputs, fp32 accumulate and output. Decode steps of up to 8 rows take
-// the bandwidth-bound GEMV (models/ops/gemv.h); the rest go to cuBLASLt with
-// the algorithm tuned per decode bucket at warm-up (cuda_tuned_gemm.h).
-void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out) {
-  if (models::cuda::gemv_supported(n, in)) {
-    models::cuda::gemv_bf16(y, x, w, n, in, out, stream_);
-    return;
+// Which kernel family a projection of n rows takes: the CUDA-core GEMV up
+// to kGemvNormMaxRows rows (where the norm forms also apply), the
+// tensor-core skinny GEMM up to kSkinnyMaxRows, cuBLASLt beyond (or for
+// widths the first two do not take).
+CudaGraphEngine::Projection CudaGraphEngine::projection(int n, int in) const {
+  if (n <= models::cuda::kGemvNormMaxRows && models::cuda::gemv_supported(n, in)) return Projection::kGemv;
+  if (models::cuda::skinny_gemm_supported(n, in)) return Projection::kSkinny;
+  if (models::cuda::gemv_supported(n, in)) return Projection::kGemv;
+  return Projection::kCublasLt;
+}
+
+// y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation),
+// or y += that (kAccumulate; not on the cuBLASLt path). bf16 inputs, fp32
+// accumulate and output. cuBLASLt runs with the algorithm tuned per decode
+// bucket at warm-up (cuda_tuned_gemm.h).
+void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
+                           models::cuda::GemvOutput output) {
+  switch (projection(n, in)) {
+    case Projection::kGemv:
+      models::cuda::gemv_bf16(y, x, w, n, in, out, stream_, output);
+      return;
+    case Projection::kSkinny:
+      models::cuda::skinny_gemm_bf16(y, x, w, n, in, out, stream_, output);
+      return;
+    case Projection::kCublasLt:
+      break;
   }
+  COHORT_CHECK(output == models::cuda::GemvOutput::kStore);
   const Status s = lt_->run(y, x, w, n, in, out);
   COHORT_CHECK_MSG(s.is_ok(), "[{}x{}]x[{}x{}]: {}", n, in, out, in, s.message());
+}
+
+// h [n, I] = SwiGLU of the fused gate/up projection of x (bf16 out).
+void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I) {
+  switch (projection(n, in)) {
+    case Projection::kGemv:
+      models::cuda::gemv_swiglu_bf16(buf_.h, x, w, n, in, I, stream_);
+      return;
+    case Projection::kSkinny:
+      models::cuda::skinny_gemm_swiglu_bf16(buf_.h, x, w, n, in, I, stream_);
+      return;
+    case Projection::kCublasLt:
+      gemm(buf_.gate_up, x, w, n, in, 2 * I);
+      models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+      return;
+  }
 }
 
 // At tp > 1 the stream holds NCCL calls, and a peer that never joins one
@@ -89,7 +126,7 @@ void CudaGraphEngine::all_gather(const float* send, float* recv, size_t count, c
   check_tp(tp_gpu_->async_error(), what);
 }
 
-void CudaGraphEngine::enqueue_layers(int n) {
+void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
   const float eps = config_.rms_eps;
   const size_t nH = static_cast<size_t>(n) * H;
@@ -106,6 +143,8 @@ void CudaGraphEngine::enqueue_layers(int n) {
   // separate add + RMSNorm.
   const bool fused = tp_ == 1 && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
                      mc::gemv_supported(n, I);
+  const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
+                        projection(n, I) != Projection::kCublasLt;
   if (!fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
@@ -114,29 +153,39 @@ void CudaGraphEngine::enqueue_layers(int n) {
     } else {
       gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
     }
-    mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
-                       rope_cos_, rope_sin_, row_index_, n, shape, stream_);
-    mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape, stream_);
+    if (decode_step && n <= kFusedAttentionMaxRows) {
+      mc::decode_attention_fused(buf_.y, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
+                                 L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+    } else {
+      mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
+                         rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+      mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape, stream_);
+    }
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
       mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu, n, H, I, stream_);
       mc::gemv_bf16(buf_.x, buf_.h, L.wdown, n, I, H, stream_, mc::GemvOutput::kAccumulate);
       continue;
     }
-    gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
-    all_reduce(buf_.tmp, nH);
-    mc::add_rmsnorm_bf16(buf_.x, buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
-    if (mc::gemv_supported(n, H)) {
-      mc::gemv_swiglu_bf16(buf_.h, buf_.xn, L.wgu, n, H, I, stream_);
+    // One rank whose output projections are not cuBLASLt's: they add into
+    // the residual stream in place (no delta for the norm to add).
+    if (in_place) {
+      gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate);
     } else {
-      gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
-      mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+      gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
+      all_reduce(buf_.tmp, nH);
     }
-    gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
-    all_reduce(buf_.tmp, nH);
+    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
+    gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
+    if (in_place) {
+      gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
+    } else {
+      gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
+      all_reduce(buf_.tmp, nH);
+    }
     // The next layer's input norm, or after the last layer the final norm.
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
-    mc::add_rmsnorm_bf16(buf_.x, buf_.tmp, next, buf_.xn, n, H, eps, stream_);
+    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, next, buf_.xn, n, H, eps, stream_);
   }
   // The final norm, which the LM head reads (its vocabulary of rows is too
   // wide for every block to normalise the input itself).
@@ -145,7 +194,8 @@ void CudaGraphEngine::enqueue_layers(int n) {
 
 void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
   const int H = config_.hidden, V = dims_.vocab;
-  enqueue_layers(n);
+  // Only prefills gather their head rows; a decode step has one row per slot.
+  enqueue_layers(n, /*decode_step=*/!gathered);
   const Bf16* head_x = buf_.xn;
   if (gathered) {
     models::cuda::gather_rows_bf16(buf_.head_x, buf_.xn, buf_.head_rows, head_count, H, stream_);
@@ -191,6 +241,11 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
 void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
   COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
+  // Timed: decode steps replayed from a graph (not the eager and capturing
+  // runs of warm-up).
+  const bool timed = time_steps_ && use_graph && graphs_.count(n) > 0;
+  const auto wall_begin = std::chrono::steady_clock::now();
+  if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_begin_, stream_));
   if (pool_->take_changed()) {
     // The previous step has finished (run() waits for every step), so its
     // copy of the table is no longer being read.
@@ -229,6 +284,7 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
     graphs_[n] = exec;
     COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
   }
+  if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_end_, stream_));
   if (logits) {
     fetch_logits(head_count, real_rows, logits);
     return;
@@ -238,6 +294,22 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
                                           cudaMemcpyDeviceToHost, stream_));
   wait_step("step");
   std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
+  if (timed) {
+    float ms = 0;
+    COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, step_begin_, step_end_));
+    StepTimes& t = step_times_[n];
+    ++t.steps;
+    t.gpu_s += ms / 1e3;
+    t.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
+  }
+}
+
+void CudaGraphEngine::log_step_times() const {
+  for (const auto& [n, t] : step_times_) {
+    spdlog::info("infer: decode steps of {} rows: {} timed, GPU {:.1f} us a step (row copies and "
+                 "graph), wall {:.1f} us a step (with the token copy back and the wait)",
+                 n, t.steps, 1e6 * t.gpu_s / t.steps, 1e6 * t.wall_s / t.steps);
+  }
 }
 
 void CudaGraphEngine::prefill(int slot, const int32_t* tokens, int n, float* logits,
@@ -359,12 +431,12 @@ void CudaGraphEngine::warm_up() {
     qkv.push_back(L.wqkv), o.push_back(L.wo), gu.push_back(L.wgu), down.push_back(L.wdown);
   }
   for (int b : buckets_) {
-    if (models::cuda::gemv_supported(b, H)) continue;
     const struct { float* y; const Bf16* x; const std::vector<const Bf16*> w; int in, out; } shapes[] = {
         {buf_.qkv, buf_.xn, qkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, o, Qd, H},
         {buf_.gate_up, buf_.xn, gu, H, 2 * I},    {buf_.tmp, buf_.h, down, I, H},
         {buf_.logits, buf_.xn, {lm_head_}, H, dims_.vocab}};
     for (const auto& g : shapes) {
+      if (projection(b, g.in) != Projection::kCublasLt) continue;
       const Status s = lt_->tune(g.y, g.x, g.w, b, g.in, g.out);
       COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());
     }

@@ -24,6 +24,7 @@
 #include "models/ops/linear.cuh"
 #include "models/ops/rmsnorm.cuh"
 #include "models/ops/rope.cuh"
+#include "models/ops/skinny_gemm.cuh"
 #include "models/ops/swiglu.cuh"
 
 namespace cohort::models {

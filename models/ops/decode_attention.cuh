@@ -41,36 +41,98 @@ __device__ inline void merge_softmax_state(float& m, float& l, float* acc, float
   m = M;
 }
 
-__global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
-                                        const Bf16Bits* v_cache, DecodeRows rows, DecodeShape s,
+// The decode step's own q, k and v (fused form): the row's unnormalised
+// projection with the bias or per-head norms and RoPE applied here, as
+// qkv_rope_cache does it (rope.cuh). Threads i < D/2 hold the pairs
+// (i, i + D/2). q goes to shared memory in fp32, k and v in bf16 (what the
+// cache holds), and the first q head of each KV group writes them to the
+// cache. Every thread of the block calls it (the norms are block sums).
+struct DecodeQkv {
+  const float* qkv = nullptr;  // [n, (hq + 2 hkv) D]
+  const float* bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+};
+
+__device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeRows& rows,
+                                      const DecodeShape& s, int r, int h, int kv, float* sq,
+                                      Bf16Bits* sk, Bf16Bits* sv, Bf16Bits* k_cache,
+                                      Bf16Bits* v_cache) {
+  const int D = s.head_dim, half = D / 2, i = threadIdx.x;
+  const bool active = i < half;
+  const int pos = rows.positions[r];
+  const float* row = in.qkv + static_cast<size_t>(r) * (s.hq + 2 * s.hkv) * D;
+  const int qc = h * D, kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
+  float qa = 0, qb = 0, ka = 0, kb = 0, va = 0, vb = 0;
+  if (active) {
+    qa = row[qc + i], qb = row[qc + i + half];
+    ka = row[kc + i], kb = row[kc + i + half];
+    va = row[vc + i], vb = row[vc + i + half];
+    if (in.bias) {
+      qa += in.bias[qc + i], qb += in.bias[qc + i + half];
+      ka += in.bias[kc + i], kb += in.bias[kc + i + half];
+      va += in.bias[vc + i], vb += in.bias[vc + i + half];
+    }
+  }
+  if (in.q_norm) {  // uniform across the block: the barriers inside are safe
+    const float rq = rsqrtf(block_reduce<false>(qa * qa + qb * qb) / static_cast<float>(D) + s.eps);
+    if (active) qa = in.q_norm[i] * (qa * rq), qb = in.q_norm[i + half] * (qb * rq);
+  }
+  if (in.k_norm) {
+    const float rk = rsqrtf(block_reduce<false>(ka * ka + kb * kb) / static_cast<float>(D) + s.eps);
+    if (active) ka = in.k_norm[i] * (ka * rk), kb = in.k_norm[i + half] * (kb * rk);
+  }
+  if (!active) return;
+  const float c = in.rope_cos[static_cast<size_t>(pos) * half + i];
+  const float sn = in.rope_sin[static_cast<size_t>(pos) * half + i];
+  sq[i] = qa * c - qb * sn, sq[i + half] = qb * c + qa * sn;
+  const Bf16Bits k0 = to_bf16_bits(ka * c - kb * sn), k1 = to_bf16_bits(kb * c + ka * sn);
+  const Bf16Bits v0 = to_bf16_bits(va), v1 = to_bf16_bits(vb);
+  sk[i] = k0, sk[i + half] = k1, sv[i] = v0, sv[i + half] = v1;
+  if (h % (s.hq / s.hkv) == 0) {
+    const size_t at = cache_offset(rows, s, rows.slots[r], kv, pos);
+    k_cache[at + i] = k0, k_cache[at + i + half] = k1;
+    v_cache[at + i] = v0, v_cache[at + i + half] = v1;
+  }
+}
+
+// kFused: the decode-step form (decode_attention_fused); else q comes
+// ready from qkv_rope_cache and the row's own position from the cache.
+template <bool kFused>
+__global__ void decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache,
+                                        Bf16Bits* v_cache, DecodeRows rows, DecodeShape s,
                                         Bf16Bits* y) {
-  begin_dependent();
   const int r = blockIdx.x, h = blockIdx.y, D = s.head_dim;
   const int lanes = D / kDecodeDimsPerLane, per_warp = 32 / lanes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane / lanes, sub = lane % lanes;
   const int groups = kDecodeAttnWarps * per_warp, my_group = warp * per_warp + group;
+  const int span = kDecodePositionsPerGroup * groups;  // positions a round
+  // Row indices were copied in before the step's first kernel, and in the
+  // fused form every cached position below the row's own was written by an
+  // earlier step: both may be read before the wait on the predecessor.
   const int kv = h / (s.hq / s.hkv), pos = rows.positions[r];
   const int slot = rows.slots[r];
   const bool paged = rows.block_table != nullptr;
   // Contiguous: the slot's head is one run of positions.
   const size_t head_base = paged ? 0 : cache_offset(rows, s, slot, kv, 0);
-  const float scale = rsqrtf(static_cast<float>(D));
-  float qv[kDecodeDimsPerLane], acc[kDecodeDimsPerLane];
-  const float* qrow = q + (static_cast<size_t>(r) * s.hq + h) * D + sub * kDecodeDimsPerLane;
-  for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = qrow[k] * scale, acc[k] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;
+  extern __shared__ float shared[];  // [warps][D] acc, [warps] m, [warps] l; fused: q, k, v
+  float* sq = shared + kDecodeAttnWarps * (D + 2);
+  Bf16Bits* sk = reinterpret_cast<Bf16Bits*>(sq + D);
+  Bf16Bits* sv = sk + D;
   // Each lane group takes kDecodePositionsPerGroup positions a round,
   // interleaved with the other groups' (neighbouring groups read
   // neighbouring positions), and loads all of their K and V before using
   // any: one memory round trip a round, where a round covers 128 positions
   // at head_dim 128.
-  for (int base = 0; base <= pos; base += kDecodePositionsPerGroup * groups) {
-    uint4 kraw[kDecodePositionsPerGroup][2], vraw[kDecodePositionsPerGroup][2];
+  uint4 kraw[kDecodePositionsPerGroup][2], vraw[kDecodePositionsPerGroup][2];
+  auto load_round = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kDecodePositionsPerGroup; ++u) {
       const int t = base + u * groups + my_group;
-      if (t <= pos) {
+      if (t < pos || (!kFused && t == pos)) {
         const size_t at = (paged ? cache_offset(rows, s, slot, kv, t)
                                  : head_base + static_cast<size_t>(t) * D) +
                           sub * kDecodeDimsPerLane;
@@ -79,6 +141,34 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
         kraw[u][0] = kp[0], kraw[u][1] = kp[1], vraw[u][0] = vp[0], vraw[u][1] = vp[1];
       } else {
         kraw[u][0] = kraw[u][1] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  if constexpr (kFused) load_round(0);
+  begin_dependent();
+  const float scale = rsqrtf(static_cast<float>(D));
+  float qv[kDecodeDimsPerLane], acc[kDecodeDimsPerLane];
+  if constexpr (kFused) {
+    decode_own_qkv(own, rows, s, r, h, kv, sq, sk, sv, k_cache, v_cache);
+    __syncthreads();
+    for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = sq[sub * kDecodeDimsPerLane + k] * scale;
+  } else {
+    const float* qrow = q + (static_cast<size_t>(r) * s.hq + h) * D + sub * kDecodeDimsPerLane;
+    for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = qrow[k] * scale;
+    load_round(0);
+  }
+  for (int k = 0; k < kDecodeDimsPerLane; ++k) acc[k] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;
+  for (int base = 0; base <= pos; base += span) {
+    if (base > 0) load_round(base);
+    if constexpr (kFused) {  // the row's own position, from shared memory
+#pragma unroll
+      for (int u = 0; u < kDecodePositionsPerGroup; ++u) {
+        if (base + u * groups + my_group == pos) {
+          const uint4* kp = reinterpret_cast<const uint4*>(sk + sub * kDecodeDimsPerLane);
+          const uint4* vp = reinterpret_cast<const uint4*>(sv + sub * kDecodeDimsPerLane);
+          kraw[u][0] = kp[0], kraw[u][1] = kp[1], vraw[u][0] = vp[0], vraw[u][1] = vp[1];
+        }
       }
     }
     float dot[kDecodePositionsPerGroup];
@@ -114,7 +204,6 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
     for (int k = 0; k < kDecodeDimsPerLane; ++k) other[k] = __shfl_xor_sync(0xffffffffu, acc[k], o);
     merge_softmax_state(m, l, acc, m2, l2, other);
   }
-  extern __shared__ float shared[];  // [warps][D] acc, then [warps] m, [warps] l
   float* sm_acc = shared;
   float* sm_m = shared + kDecodeAttnWarps * D;
   float* sm_l = sm_m + kDecodeAttnWarps;
@@ -138,13 +227,30 @@ __global__ void decode_attention_kernel(const float* q, const Bf16Bits* k_cache,
   }
 }
 
+inline size_t decode_attention_shared_bytes(int head_dim, bool fused) {
+  return sizeof(float) * kDecodeAttnWarps * (head_dim + 2) +
+         (fused ? sizeof(float) * head_dim + 2 * sizeof(Bf16Bits) * head_dim : 0);
+}
+
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
                       CUstream_st* stream) {
   const dim3 grid(n, shape.hq);
-  const size_t smem = sizeof(float) * kDecodeAttnWarps * (shape.head_dim + 2);
-  launch_dependent(decode_attention_kernel, grid, kDecodeAttnWarps * 32, smem, stream, q, k_cache, v_cache,
-                                                                         rows, shape, y);
+  // The plain form only reads the cache.
+  launch_dependent(decode_attention_kernel<false>, grid, kDecodeAttnWarps * 32,
+                   decode_attention_shared_bytes(shape.head_dim, false), stream, q, DecodeQkv{},
+                   const_cast<Bf16Bits*>(k_cache), const_cast<Bf16Bits*>(v_cache), rows, shape, y);
+}
+
+void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
+                            const float* qkv_bias, const float* q_norm, const float* k_norm,
+                            const float* cos, const float* sin, DecodeRows rows, int n,
+                            const DecodeShape& shape, CUstream_st* stream) {
+  const dim3 grid(n, shape.hq);
+  const DecodeQkv own{qkv, qkv_bias, q_norm, k_norm, cos, sin};
+  launch_dependent(decode_attention_kernel<true>, grid, kDecodeAttnWarps * 32,
+                   decode_attention_shared_bytes(shape.head_dim, true), stream,
+                   static_cast<const float*>(nullptr), own, k_cache, v_cache, rows, shape, y);
 }
 
 }  // namespace cohort::models::cuda

@@ -29,4 +29,17 @@ void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
                       CUstream_st* stream);
 
+// A decode step's attention with its q/k/v preparation in the same kernel:
+// equals qkv_rope_cache (rope.h) on `qkv` followed by decode_attention,
+// one kernel a layer fewer. Each row's own position comes from the kernel's
+// copy rather than the cache, and the positions below it are read before
+// the kernel waits on its predecessor, so the rows must be at distinct
+// slots, one position each, as in a decode step (in a packed prefill a row
+// attends to positions other rows of the same call write). K/V of each row
+// are written to the cache as qkv_rope_cache writes them.
+void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
+                            const float* qkv_bias, const float* q_norm, const float* k_norm,
+                            const float* cos, const float* sin, DecodeRows rows, int n,
+                            const DecodeShape& shape, CUstream_st* stream);
+
 }  // namespace cohort::models::cuda

@@ -121,22 +121,66 @@ struct GemvSource {
   float eps = 0.0f;
 };
 
+// The norm form's shared memory: the N normalised rows (bf16), then the
+// norm weight (fp32, `in` of them).
+inline size_t gemv_norm_shared_bytes(int n, int in) {
+  return static_cast<size_t>(n) * in * sizeof(Bf16Bits) + static_cast<size_t>(in) * sizeof(float);
+}
+
+// Norm form, before the kernel waits on its predecessor: the norm weight
+// (a model weight, which no kernel writes) goes to shared memory.
+template <bool kNorm>
+__device__ __forceinline__ void gemv_stage_norm_weight(const GemvSource& src, int N, int in) {
+  if constexpr (kNorm) {
+    extern __shared__ uint4 gemv_shared[];
+    float* weight = reinterpret_cast<float*>(reinterpret_cast<Bf16Bits*>(gemv_shared) + static_cast<size_t>(N) * in);
+    for (int j = threadIdx.x; j < in; j += blockDim.x) weight[j] = __ldg(src.norm_weight + j);
+  }
+}
+
 // The rows the block's warps read: src.x, or (kNorm) shared memory filled
-// here. Every thread of the block calls it (it has barriers).
+// here. Every thread of the block calls it (it has barriers). The N rows'
+// sums of squares are taken in one pass and reduced together, so the
+// prologue costs one read of the residual from L2 whatever N is; the second
+// pass re-reads it from L1.
 template <int N, bool kNorm>
 __device__ __forceinline__ const Bf16Bits* gemv_rows(const GemvSource& src, int in) {
   if constexpr (!kNorm) {
     return src.x;
   } else {
     extern __shared__ uint4 gemv_shared[];
+    __shared__ float partial[kGemvWarps][N];
     Bf16Bits* xs = reinterpret_cast<Bf16Bits*>(gemv_shared);
+    const float* weight = reinterpret_cast<const float*>(xs + static_cast<size_t>(N) * in);
+    float ss[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) ss[r] = 0.0f;
+    for (int j = threadIdx.x; j < in; j += blockDim.x) {
+#pragma unroll
+      for (int r = 0; r < N; ++r) {
+        const float v = src.residual[static_cast<size_t>(r) * in + j];
+        ss[r] += v * v;
+      }
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
     for (int r = 0; r < N; ++r) {
-      const float* row = src.residual + static_cast<size_t>(r) * in;
-      float ss = 0.0f;
-      for (int j = threadIdx.x; j < in; j += blockDim.x) ss += row[j] * row[j];
-      const float rstd = rsqrtf(block_reduce<false>(ss) / static_cast<float>(in) + src.eps);
-      for (int j = threadIdx.x; j < in; j += blockDim.x) {
-        xs[r * in + j] = to_bf16_bits(src.norm_weight[j] * (row[j] * rstd));
+      ss[r] = warp_sum(ss[r]);
+      if (lane == 0) partial[warp][r] = ss[r];
+    }
+    __syncthreads();  // also orders the staged norm weight before its use
+    float rstd[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      float total = 0.0f;
+      for (int w = 0; w < kGemvWarps; ++w) total += partial[w][r];
+      rstd[r] = rsqrtf(total / static_cast<float>(in) + src.eps);
+    }
+    for (int j = threadIdx.x; j < in; j += blockDim.x) {
+      const float g = weight[j];
+#pragma unroll
+      for (int r = 0; r < N; ++r) {
+        xs[static_cast<size_t>(r) * in + j] = to_bf16_bits(g * (src.residual[static_cast<size_t>(r) * in + j] * rstd[r]));
       }
     }
     __syncthreads();
@@ -153,6 +197,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_bf16_kernel(float* y, Ge
   const int o = blockIdx.x * kGemvWarps + threadIdx.x / 32;
   GemvRowStream stream;
   stream.start(w + static_cast<size_t>(o) * in, in, o < out);
+  gemv_stage_norm_weight<kNorm>(src, N, in);
   begin_dependent();
   const Bf16Bits* x = gemv_rows<N, kNorm>(src, in);
   if (o >= out) return;
@@ -177,6 +222,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_swiglu_bf16_kernel(Bf16B
   GemvRowStream gate, up;
   gate.start(w + static_cast<size_t>(i) * in, in, i < I);
   up.start(w + (static_cast<size_t>(I) + i) * in, in, i < I);
+  gemv_stage_norm_weight<kNorm>(src, N, in);
   begin_dependent();
   const Bf16Bits* x = gemv_rows<N, kNorm>(src, in);
   if (i >= I) return;
@@ -194,7 +240,7 @@ bool gemv_supported(int n, int in) { return n >= 1 && n <= kGemvMaxRows && in % 
 
 bool gemv_norm_supported(int n, int in) {
   return gemv_supported(n, in) && n <= kGemvNormMaxRows &&
-         static_cast<size_t>(n) * in * sizeof(Bf16Bits) <= kGemvNormSharedBytes;
+         gemv_norm_shared_bytes(n, in) <= kGemvNormSharedBytes;
 }
 
 // Calls f(std::integral_constant<int, n>) for n in 1 .. kGemvMaxRows: the row
@@ -231,7 +277,7 @@ void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, f
                     const Bf16Bits* w, int n, int in, int out, CUstream_st* stream) {
   const unsigned blocks = (out + kGemvWarps - 1) / kGemvWarps;
   const GemvSource src{nullptr, residual, norm_weight, eps};
-  const size_t smem = static_cast<size_t>(n) * in * sizeof(Bf16Bits);
+  const size_t smem = gemv_norm_shared_bytes(n, in);
   with_rows(n, [&](auto rows) {
     constexpr int N = decltype(rows)::value;
     if constexpr (N <= kGemvNormMaxRows) {
@@ -254,7 +300,7 @@ void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm
                            CUstream_st* stream) {
   const unsigned blocks = (intermediate + kGemvWarps - 1) / kGemvWarps;
   const GemvSource src{nullptr, residual, norm_weight, eps};
-  const size_t smem = static_cast<size_t>(n) * in * sizeof(Bf16Bits);
+  const size_t smem = gemv_norm_shared_bytes(n, in);
   with_rows(n, [&](auto rows) {
     constexpr int N = decltype(rows)::value;
     if constexpr (N <= kGemvNormMaxRows) {

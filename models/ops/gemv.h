@@ -52,12 +52,25 @@ void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, 
 // n * in bf16 of shared memory), which pays where n is small; hence fewer
 // rows than the plain forms.
 constexpr int kGemvNormMaxRows = 4;
-constexpr size_t kGemvNormSharedBytes = 48 * 1024;
+// Dynamic shared memory within the 48 KiB a launch gets without opting in,
+// less what the kernels declare statically.
+constexpr size_t kGemvNormSharedBytes = 46 * 1024;
 bool gemv_norm_supported(int n, int in);
 void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, float eps,
                     const Bf16Bits* w, int n, int in, int out, CUstream_st* stream);
 void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm_weight,
                            float eps, const Bf16Bits* w, int n, int in, int intermediate,
                            CUstream_st* stream);
+
+// Tensor-core forms for 5 to 64 rows (skinny_gemm.cuh), the same contracts
+// as gemv_bf16 (store or accumulate) and gemv_swiglu_bf16, for `in` a
+// multiple of 256. Beyond 64 rows a projection is arithmetic-bound and
+// cuBLASLt's tiles serve it.
+constexpr int kSkinnyMaxRows = 64;
+bool skinny_gemm_supported(int n, int in);
+void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
+                      CUstream_st* stream, GemvOutput output = GemvOutput::kStore);
+void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
+                             int intermediate, CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

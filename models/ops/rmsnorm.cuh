@@ -78,25 +78,66 @@ inline int weight_grad_rows_per_chunk(int n, int dim) {
 // The decode engine's fused residual add + norm (rmsnorm.h): each thread
 // adds and squares its own elements, so the in-place update needs no
 // barrier before the reduction.
+// Rows of up to kAddNormPerThread * kThreads elements keep theirs in
+// registers: the norm weight is read before the wait on the predecessor
+// (no kernel writes it), x and delta in one round trip after it.
+constexpr int kAddNormPerThread = 16;
+
+template <bool kInRegisters>
 __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const float* w,
                                         Bf16Bits* out, int hidden, float eps) {
-  begin_dependent();
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
-  float ss = 0;
-  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
-    float v = x[base + j];
-    if (delta) x[base + j] = v = v + delta[base + j];
-    ss += v * v;
-  }
-  const float r = rsqrtf(block_reduce<false>(ss) / static_cast<float>(hidden) + eps);
-  for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
-    out[base + j] = to_bf16_bits(w[j] * (x[base + j] * r));
+  if constexpr (kInRegisters) {
+    float wv[kAddNormPerThread], xv[kAddNormPerThread];
+#pragma unroll
+    for (int k = 0; k < kAddNormPerThread; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      wv[k] = j < hidden ? __ldg(w + j) : 0.0f;
+    }
+    begin_dependent();
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < kAddNormPerThread; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      xv[k] = 0.0f;
+      if (j < hidden) xv[k] = delta ? x[base + j] + delta[base + j] : x[base + j];
+      ss += xv[k] * xv[k];
+    }
+    if (delta) {
+#pragma unroll
+      for (int k = 0; k < kAddNormPerThread; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < hidden) x[base + j] = xv[k];
+      }
+    }
+    const float r = rsqrtf(block_reduce<false>(ss) / static_cast<float>(hidden) + eps);
+#pragma unroll
+    for (int k = 0; k < kAddNormPerThread; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < hidden) out[base + j] = to_bf16_bits(wv[k] * (xv[k] * r));
+    }
+  } else {
+    begin_dependent();
+    float ss = 0;
+    for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+      float v = x[base + j];
+      if (delta) x[base + j] = v = v + delta[base + j];
+      ss += v * v;
+    }
+    const float r = rsqrtf(block_reduce<false>(ss) / static_cast<float>(hidden) + eps);
+    for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+      out[base + j] = to_bf16_bits(w[j] * (x[base + j] * r));
+    }
   }
 }
 
 void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
                       int hidden, float eps, CUstream_st* stream) {
-  launch_dependent(add_rmsnorm_bf16_kernel, n, kThreads, 0, stream, x, delta, w, out, hidden, eps);
+  if (hidden <= kAddNormPerThread * kThreads) {
+    launch_dependent(add_rmsnorm_bf16_kernel<true>, n, kThreads, 0, stream, x, delta, w, out, hidden, eps);
+  } else {
+    launch_dependent(add_rmsnorm_bf16_kernel<false>, n, kThreads, 0, stream, x, delta, w, out, hidden, eps);
+  }
 }
 
 }  // namespace cohort::models::cuda
