@@ -39,10 +39,19 @@ SHAPES = {  # Qwen3's published shapes
                        num_key_value_heads=8, tie_word_embeddings=True),
     "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                      num_key_value_heads=8, tie_word_embeddings=False),
+    # Llama 3.1 8B's published shape, llama3 RoPE scaling included.
+    "llama3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                        num_key_value_heads=8, tie_word_embeddings=False),
 }
 
 
 def qwen3_config(shape):
+    if shape.startswith("llama"):
+        return transformers.LlamaConfig(
+            vocab_size=128256, head_dim=128, max_position_embeddings=4096, rope_theta=500000.0,
+            rms_norm_eps=1e-5, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+            **SHAPES[shape])
     return transformers.Qwen3Config(vocab_size=151936, head_dim=128, max_position_embeddings=4096,
                                     rope_theta=1000000.0, rms_norm_eps=1e-6, **SHAPES[shape])
 
@@ -76,7 +85,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--batches", default="1,64")
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b",
+                    help="a Qwen3 shape, or llama3.1-8b (llama3 RoPE scaling, untied head)")
     ap.add_argument("--no-transformers", action="store_true", help="cohort only (large shapes: saves minutes)")
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
     ap.add_argument("--work", default=None)
@@ -91,7 +101,11 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     model_dir = os.path.join(work, f"{args.shape}-random")
     model.save_pretrained(model_dir, safe_serialization=True)
-    model = model.cuda().eval()
+    if args.no_transformers:
+        del model  # cohort reads the folder; the GPU and host memory are its own
+        model = None
+    else:
+        model = model.cuda().eval()
     gpus = torch.cuda.device_count()
     batches = [int(b) for b in args.batches.split(",")]
     context = args.prompt_len + args.new / 2

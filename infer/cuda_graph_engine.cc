@@ -288,6 +288,9 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
+  COHORT_ASSIGN_OR_RETURN(void* partials, take(models::cuda::kSkinnyScratchFloats * 4));
+  COHORT_ASSIGN_OR_RETURN(void* arrivals, take(models::cuda::kSkinnyScratchTiles * 4));
+  skinny_ = {static_cast<float*>(partials), static_cast<int*>(arrivals)};
   buf_ = Buffers{
       static_cast<float*>(x),        static_cast<Bf16*>(xn),      static_cast<float*>(qkv),
       static_cast<float*>(q),        static_cast<Bf16*>(y),       static_cast<float*>(tmp),

@@ -127,6 +127,15 @@ class CudaGraphEngine final : public InferenceEngine {
   void prefill_chunk(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
                      size_t begin, size_t end, float* logits, int32_t* greedy);
   void fetch_logits(int head_count, int real_rows, float* logits);
+  void upload_table();
+  // Row indices (and a prefill's head rows) host -> device.
+  void stage_rows(int n, int head_count, bool gathered);
+  cudaGraphExec_t capture_step(int n, int head_count, bool gathered);
+  void choose_projections(int n);
+  // Whether projection() may pick the skinny GEMM (off while a decode
+  // bucket that chose cuBLASLt is enqueued), and each bucket's choice.
+  bool skinny_enabled_ = true;
+  std::map<int, bool> bucket_skinny_;
 
   models::ModelConfig config_;
   models::LocalDims dims_;
@@ -139,6 +148,7 @@ class CudaGraphEngine final : public InferenceEngine {
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   Buffers buf_{};
   models::DecodeRows row_index_{};
+  models::cuda::SkinnyScratch skinny_{};  // the tensor-core projections' split-K meeting place
   int32_t* host_rows_ = nullptr;    // pinned [3, R]
   int32_t* host_tokens_ = nullptr;  // pinned [B]
   int32_t* host_head_rows_ = nullptr;  // pinned [B]

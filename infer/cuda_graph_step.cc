@@ -26,7 +26,7 @@ void check_tp(const Status& s, const char* what) {
 // widths the first two do not take).
 CudaGraphEngine::Projection CudaGraphEngine::projection(int n, int in) const {
   if (n <= models::cuda::kGemvNormMaxRows && models::cuda::gemv_supported(n, in)) return Projection::kGemv;
-  if (models::cuda::skinny_gemm_supported(n, in)) return Projection::kSkinny;
+  if (skinny_enabled_ && models::cuda::skinny_gemm_supported(n, in)) return Projection::kSkinny;
   if (models::cuda::gemv_supported(n, in)) return Projection::kGemv;
   return Projection::kCublasLt;
 }
@@ -42,7 +42,7 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in
       models::cuda::gemv_bf16(y, x, w, n, in, out, stream_, output);
       return;
     case Projection::kSkinny:
-      models::cuda::skinny_gemm_bf16(y, x, w, n, in, out, stream_, output);
+      models::cuda::skinny_gemm_bf16(y, x, w, n, in, out, skinny_, stream_, output);
       return;
     case Projection::kCublasLt:
       break;
@@ -59,7 +59,7 @@ void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in
       models::cuda::gemv_swiglu_bf16(buf_.h, x, w, n, in, I, stream_);
       return;
     case Projection::kSkinny:
-      models::cuda::skinny_gemm_swiglu_bf16(buf_.h, x, w, n, in, I, stream_);
+      models::cuda::skinny_gemm_swiglu_bf16(buf_.h, x, w, n, in, I, skinny_, stream_);
       return;
     case Projection::kCublasLt:
       gemm(buf_.gate_up, x, w, n, in, 2 * I);
@@ -238,22 +238,16 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
   }
 }
 
-void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
-                          float* logits, int32_t* greedy) {
-  COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
-  // Timed: decode steps replayed from a graph (not the eager and capturing
-  // runs of warm-up).
-  const bool timed = time_steps_ && use_graph && graphs_.count(n) > 0;
-  const auto wall_begin = std::chrono::steady_clock::now();
-  if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_begin_, stream_));
-  if (pool_->take_changed()) {
-    // The previous step has finished (run() waits for every step), so its
-    // copy of the table is no longer being read.
-    const std::vector<int32_t>& table = pool_->table();
-    std::copy(table.begin(), table.end(), host_table_);
-    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(block_table_, host_table_, table.size() * 4,
-                                            cudaMemcpyHostToDevice, stream_));
-  }
+// The previous step has finished (run() waits for every step), so the
+// device's copy of the table is no longer being read.
+void CudaGraphEngine::upload_table() {
+  const std::vector<int32_t>& table = pool_->table();
+  std::copy(table.begin(), table.end(), host_table_);
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(block_table_, host_table_, table.size() * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaGraphEngine::stage_rows(int n, int head_count, bool gathered) {
   for (int part = 0; part < 3; ++part) {
     COHORT_CUDA_CHECK_FATAL(
         cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
@@ -264,6 +258,74 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
                                             static_cast<size_t>(head_count) * 4,
                                             cudaMemcpyHostToDevice, stream_));
   }
+}
+
+cudaGraphExec_t CudaGraphEngine::capture_step(int n, int head_count, bool gathered) {
+  cudaGraph_t captured;
+  COHORT_CUDA_CHECK_FATAL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  enqueue_step(n, head_count, gathered);
+  COHORT_CUDA_CHECK_FATAL(cudaStreamEndCapture(stream_, &captured));
+  cudaGraphExec_t exec;
+  COHORT_CUDA_CHECK_FATAL(cudaGraphInstantiate(&exec, captured, 0));
+  COHORT_CUDA_CHECK_FATAL(cudaGraphDestroy(captured));
+  return exec;
+}
+
+// A decode bucket both the skinny GEMM and cuBLASLt can serve is captured
+// both ways and each graph replayed a few times; the faster one is kept.
+// Which wins depends on the shape and the rows (bench/RESULTS.md), and a
+// measurement at load beats a table of guesses. The rows must be staged.
+void CudaGraphEngine::choose_projections(int n) {
+  cudaEvent_t begin, end;
+  COHORT_CUDA_CHECK_FATAL(cudaEventCreate(&begin));
+  COHORT_CUDA_CHECK_FATAL(cudaEventCreate(&end));
+  constexpr int kReplays = 5;
+  float best = 0, other = 0;
+  cudaGraphExec_t keep = nullptr;
+  bool keep_skinny = true;
+  for (bool skinny : {true, false}) {
+    skinny_enabled_ = skinny;
+    enqueue_step(n, n, false);  // lazy kernel loading and cuBLAS state, outside the capture
+    const cudaGraphExec_t exec = capture_step(n, n, false);
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaEventRecord(begin, stream_));
+    for (int i = 0; i < kReplays; ++i) COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaEventRecord(end, stream_));
+    wait_step("choosing the projections");
+    float ms = 0;
+    COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, begin, end));
+    if (keep == nullptr || ms < best) {
+      if (keep) COHORT_CUDA_CHECK_FATAL(cudaGraphExecDestroy(keep));
+      other = best, best = ms, keep = exec, keep_skinny = skinny;
+    } else {
+      other = ms;
+      COHORT_CUDA_CHECK_FATAL(cudaGraphExecDestroy(exec));
+    }
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  graphs_[n] = keep;
+  bucket_skinny_[n] = keep_skinny;
+  bucket_runs_[n] = 2;
+  skinny_enabled_ = true;
+  spdlog::info("infer: decode steps of {} rows: {} projections, {:.1f} us a step against {:.1f}",
+               n, keep_skinny ? "tensor-core skinny" : "cuBLASLt", 1e3 * best / kReplays,
+               1e3 * other / kReplays);
+}
+
+void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
+                          float* logits, int32_t* greedy) {
+  COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
+  // Timed: decode steps replayed from a graph (not the eager and capturing
+  // runs of warm-up).
+  const bool timed = time_steps_ && use_graph && graphs_.count(n) > 0;
+  const auto wall_begin = std::chrono::steady_clock::now();
+  if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_begin_, stream_));
+  if (pool_->take_changed()) upload_table();
+  stage_rows(n, head_count, gathered);
+  // Decode buckets keep the projection family warm-up chose for them.
+  const auto choice = bucket_skinny_.find(n);
+  skinny_enabled_ = gathered || choice == bucket_skinny_.end() || choice->second;
   auto graph = graphs_.find(n);
   if (!use_graph) {
     enqueue_step(n, head_count, gathered);
@@ -274,15 +336,8 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
     // algorithms and lazy state before anything is captured.
     enqueue_step(n, head_count, gathered);
   } else {
-    cudaGraph_t captured;
-    COHORT_CUDA_CHECK_FATAL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    enqueue_step(n, head_count, gathered);
-    COHORT_CUDA_CHECK_FATAL(cudaStreamEndCapture(stream_, &captured));
-    cudaGraphExec_t exec;
-    COHORT_CUDA_CHECK_FATAL(cudaGraphInstantiate(&exec, captured, 0));
-    COHORT_CUDA_CHECK_FATAL(cudaGraphDestroy(captured));
-    graphs_[n] = exec;
-    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
+    graphs_[n] = capture_step(n, head_count, gathered);
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graphs_[n], stream_));
   }
   if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_end_, stream_));
   if (logits) {
@@ -430,6 +485,9 @@ void CudaGraphEngine::warm_up() {
   for (const Layer& L : layers_) {
     qkv.push_back(L.wqkv), o.push_back(L.wo), gu.push_back(L.wgu), down.push_back(L.wdown);
   }
+  // cuBLASLt plans for every bucket shape it may serve, including those
+  // the skinny GEMM may win (choose_projections measures both).
+  skinny_enabled_ = false;
   for (int b : buckets_) {
     const struct { float* y; const Bf16* x; const std::vector<const Bf16*> w; int in, out; } shapes[] = {
         {buf_.qkv, buf_.xn, qkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, o, Qd, H},
@@ -441,8 +499,16 @@ void CudaGraphEngine::warm_up() {
       COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());
     }
   }
+  skinny_enabled_ = true;
   for (int b : buckets_) {
     fill_rows(b, false);
+    const bool choice = options_.cuda_graphs && tp_ == 1 && b > models::cuda::kGemvNormMaxRows &&
+                        models::cuda::skinny_gemm_supported(b, H);
+    if (choice) {
+      if (pool_->take_changed()) upload_table();
+      stage_rows(b, b, false);
+      choose_projections(b);
+    }
     run(b, b, 0, options_.cuda_graphs, false, nullptr, &unused);
     // With graphs the first run of a size is eager and the second captures.
     if (options_.cuda_graphs) run(b, b, 0, true, false, nullptr, &unused);

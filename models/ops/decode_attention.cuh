@@ -100,8 +100,11 @@ __device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeRows& row
 
 // kFused: the decode-step form (decode_attention_fused); else q comes
 // ready from qkv_rope_cache and the row's own position from the cache.
+// At most 128 registers, so that two blocks share a multiprocessor: at
+// decode batches of dozens of rows the grid is several waves deep, and one
+// block a multiprocessor (129 registers are enough for that) doubles them.
 template <bool kFused>
-__global__ void decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache,
+__global__ void __launch_bounds__(32 * kDecodeAttnWarps, 2) decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache,
                                         Bf16Bits* v_cache, DecodeRows rows, DecodeShape s,
                                         Bf16Bits* y) {
   const int r = blockIdx.x, h = blockIdx.y, D = s.head_dim;

@@ -29,14 +29,13 @@ constexpr int kGemvUnroll = 4;
 constexpr int kGemvStride = 32 * 8;  // elements a warp covers per 16-byte load
 
 // The input rows a projection reads: bf16 x in global memory, or the rows
-// the block normalised into shared memory.
+// the block normalised into shared memory. Plain loads either way: x is the
+// predecessor's output, and a read-only (__ldg) load counts as invariant to
+// the compiler, which may then move it above the wait for that predecessor.
+// (The weights, which no kernel writes, take __ldg.)
 template <bool kShared>
 __device__ __forceinline__ uint4 load_x(const Bf16Bits* x) {
-  if constexpr (kShared) {
-    return *reinterpret_cast<const uint4*>(x);
-  } else {
-    return __ldg(reinterpret_cast<const uint4*>(x));
-  }
+  return *reinterpret_cast<const uint4*>(x);
 }
 
 // sum[r] += dot(w[0..8), x_r[0..8)) for the 8 bf16 of each 16-byte piece.

@@ -65,12 +65,25 @@ void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm
 // Tensor-core forms for 5 to 64 rows (skinny_gemm.cuh), the same contracts
 // as gemv_bf16 (store or accumulate) and gemv_swiglu_bf16, for `in` a
 // multiple of 256. Beyond 64 rows a projection is arithmetic-bound and
-// cuBLASLt's tiles serve it.
+// cuBLASLt's tiles serve it. With scratch, a projection whose output tiles
+// would not fill the machine splits K over several blocks (they meet in the
+// scratch; the counts go back to zero at the end of each call, so one
+// scratch serves every call on a stream); without, it runs unsplit.
 constexpr int kSkinnyMaxRows = 64;
+constexpr int kSkinnyMaxSplitBlocks = 1024;
+struct SkinnyScratch {
+  float* partials = nullptr;  // kSkinnyScratchFloats
+  int* arrivals = nullptr;    // kSkinnyScratchTiles, zeroed before first use
+};
+constexpr size_t kSkinnyScratchFloats = size_t{kSkinnyMaxSplitBlocks} * 32 * 32;
+constexpr size_t kSkinnyScratchTiles = kSkinnyMaxSplitBlocks / 2;
 bool skinny_gemm_supported(int n, int in);
+// K splits a projection of `tiles` 16-row output tiles takes (tests).
+int skinny_splits(int tiles, int in);
 void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
-                      CUstream_st* stream, GemvOutput output = GemvOutput::kStore);
+                      const SkinnyScratch& scratch, CUstream_st* stream,
+                      GemvOutput output = GemvOutput::kStore);
 void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
-                             int intermediate, CUstream_st* stream);
+                             int intermediate, const SkinnyScratch& scratch, CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

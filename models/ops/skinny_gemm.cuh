@@ -15,8 +15,13 @@
 //    first and 8t+4..8t+7 for the second. A and B use the same permutation,
 //    so the products are the plain dot products, and no shared memory or
 //    shuffles stand between the loads and the MMAs.
-//  * The eight warps of a block split K and meet in shared memory in a
-//    fixed order, so the sums are deterministic.
+//  * K is split over the eight warps of a block and over `splits` blocks
+//    per output tile, so that each warp has only a chunk or a few, every
+//    load of which is issued before the first MMA: the kernel is one memory
+//    round trip deep, as the GEMV is. Warps meet in shared memory; blocks
+//    in a scratch buffer, where the last block of a tile to finish (an
+//    atomic count) adds the others' sums in split order. Both orders are
+//    fixed, so results are deterministic.
 //  * Epilogues: store, add into y (the residual stream takes an output
 //    projection in place), or SwiGLU, where a block's 16 rows are 8 gate
 //    rows and their 8 up rows, so each lane holds both halves of its outputs.
@@ -32,94 +37,143 @@ namespace cohort::models::cuda {
 constexpr int kSkinnyWarps = 8;
 enum class SkinnyEpilogue { kStore, kAccumulate, kSwiglu };
 
+// Weights through the read-only path (no kernel writes them, so these loads
+// may run before the wait on the predecessor); x, the predecessor's output,
+// with plain loads: the compiler treats read-only loads as invariant and may
+// move them above griddepcontrol.wait, before the data exists.
 __device__ __forceinline__ uint4 load16_or_zero(const Bf16Bits* p, bool valid) {
   return valid ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
+__device__ __forceinline__ uint4 load16_input_or_zero(const Bf16Bits* p, bool valid) {
+  return valid ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
 
-// y / h from x [n, in] and w; NT tiles of 8 rows of x (n <= 8 NT).
-// kStore/kAccumulate: w [out, in], y [n, out] fp32. kSwiglu: w [2 out, in]
-// (gate rows, then up rows), h [n, out] bf16.
+struct SkinnyArgs {
+  float* y;            // kStore / kAccumulate: [n, out] fp32
+  Bf16Bits* h;         // kSwiglu: [n, out] bf16
+  const Bf16Bits* x;   // [n, in]
+  const Bf16Bits* w;   // [out, in], or for SwiGLU [2 out, in] (gate rows, then up rows)
+  int n, in, out;
+  int splits;          // blocks per output tile along K (gridDim.y)
+  float* partials;     // [tiles, splits, NT * 4 values, 32 lanes] when splits > 1
+  int* arrivals;       // [tiles], zero between calls
+};
+
+// One output tile (16 weight rows) over one K range of in / splits.
 template <int NT, SkinnyEpilogue kEpilogue>
-__global__ void __launch_bounds__(32 * kSkinnyWarps) skinny_gemm_kernel(float* y, Bf16Bits* h,
-                                                                     const Bf16Bits* x,
-                                                                     const Bf16Bits* w, int n,
-                                                                     int in, int out) {
+__global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(SkinnyArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  // The block's 16 weight rows: output rows [16 b, 16 b + 16), or for
+  const int tile = blockIdx.x, split = blockIdx.y;
+  // The tile's 16 weight rows: output rows [16 b, 16 b + 16), or for
   // SwiGLU gate rows [8 b, 8 b + 8) over their up rows.
-  int row_lo, row_hi, feature_lo, feature_hi;
-  if constexpr (kEpilogue == SkinnyEpilogue::kSwiglu) {
-    feature_lo = feature_hi = blockIdx.x * 8 + g;
-    row_lo = feature_lo, row_hi = out + feature_lo;
-  } else {
-    feature_lo = blockIdx.x * 16 + g, feature_hi = feature_lo + 8;
-    row_lo = feature_lo, row_hi = feature_hi;
-  }
-  const bool lo_ok = feature_lo < out, hi_ok = feature_hi < out;
-  const Bf16Bits* w_lo = w + static_cast<size_t>(lo_ok ? row_lo : 0) * in;
-  const Bf16Bits* w_hi = w + static_cast<size_t>(hi_ok ? row_hi : 0) * in;
-  const int k_span = in / kSkinnyWarps;  // a multiple of 32 (skinny_gemm_supported)
-  const int k_begin = warp * k_span + 8 * t, k_end = (warp + 1) * k_span;
+  const bool swiglu = kEpilogue == SkinnyEpilogue::kSwiglu;
+  const int f_lo = swiglu ? tile * 8 + g : tile * 16 + g;
+  const int f_hi = swiglu ? f_lo : f_lo + 8;
+  const bool lo_ok = f_lo < a.out, hi_ok = f_hi < a.out;
+  const Bf16Bits* w_lo = a.w + static_cast<size_t>(lo_ok ? f_lo : 0) * a.in;
+  const Bf16Bits* w_hi = a.w + static_cast<size_t>(hi_ok ? (swiglu ? a.out + f_hi : f_hi) : 0) * a.in;
+  // This warp's chunks: k_span / 32 of them, k_span = in / splits / warps.
+  const int k_span = a.in / a.splits / kSkinnyWarps;
+  const int k0 = (split * kSkinnyWarps + warp) * k_span + 8 * t;
+  const int chunks = k_span / 32;
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // The first weights load before the wait on the predecessor (no kernel
-  // writes them); each chunk's MMAs then run while the next one's load.
-  uint4 a_lo = load16_or_zero(w_lo + k_begin, lo_ok && k_begin < k_end);
-  uint4 a_hi = load16_or_zero(w_hi + k_begin, hi_ok && k_begin < k_end);
-  begin_dependent();
-  for (int k = k_begin; k < k_end; k += 32) {
-    uint4 b[NT];
+  // 32-element K chunks whose loads are in flight together.
+  constexpr int kChunks = NT >= 6 ? 2 : 4;
+  for (int c0 = 0; c0 < chunks; c0 += kChunks) {
+    uint4 wl[kChunks], wh[kChunks], b[kChunks][NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int row = 8 * j + g;
-      b[j] = load16_or_zero(x + static_cast<size_t>(row < n ? row : 0) * in + k, row < n);
+    for (int c = 0; c < kChunks; ++c) {
+      const bool live = c0 + c < chunks;
+      const int k = k0 + (c0 + c) * 32;
+      wl[c] = load16_or_zero(w_lo + k, live && lo_ok);
+      wh[c] = load16_or_zero(w_hi + k, live && hi_ok);
     }
-    const bool more = k + 32 < k_end;
-    const uint4 next_lo = load16_or_zero(w_lo + k + 32, lo_ok && more);
-    const uint4 next_hi = load16_or_zero(w_hi + k + 32, hi_ok && more);
-    const uint32_t a0[4] = {a_lo.x, a_hi.x, a_lo.y, a_hi.y};
-    const uint32_t a1[4] = {a_lo.z, a_hi.z, a_lo.w, a_hi.w};
+    // Weights are no kernel's output: the first ones load before the wait
+    // on the predecessor, x after it.
+    if (c0 == 0) begin_dependent();
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const uint32_t b0[2] = {b[j].x, b[j].y}, b1[2] = {b[j].z, b[j].w};
-      mma(acc[j], a0, b0);
-      mma(acc[j], a1, b1);
+    for (int c = 0; c < kChunks; ++c) {
+      const bool live = c0 + c < chunks;
+      const int k = k0 + (c0 + c) * 32;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int row = 8 * j + g;
+        b[c][j] = load16_input_or_zero(a.x + static_cast<size_t>(row < a.n ? row : 0) * a.in + k,
+                                       live && row < a.n);
+      }
     }
-    a_lo = next_lo, a_hi = next_hi;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if (c0 + c >= chunks) break;
+      const uint32_t a0[4] = {wl[c].x, wh[c].x, wl[c].y, wh[c].y};
+      const uint32_t a1[4] = {wl[c].z, wh[c].z, wl[c].w, wh[c].w};
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint32_t b0[2] = {b[c][j].x, b[c][j].y}, b1[2] = {b[c][j].z, b[c][j].w};
+        mma(acc[j], a0, b0);
+        mma(acc[j], a1, b1);
+      }
+    }
   }
-  // The warps' partial sums, [warp][lane][NT * 4], summed in warp order.
-  extern __shared__ float skinny_partial[];
+  if (chunks == 0) begin_dependent();
+  // The warps' sums, [warp][value][lane] (lanes adjacent: no bank
+  // conflicts), added in warp order into warp 0's slots.
+  constexpr int kPerLane = NT * 4;
+  extern __shared__ float skinny_shared[];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int v = 0; v < 4; ++v) skinny_partial[(warp * 32 + lane) * NT * 4 + j * 4 + v] = acc[j][v];
+    for (int v = 0; v < 4; ++v) skinny_shared[(warp * kPerLane + j * 4 + v) * 32 + lane] = acc[j][v];
   }
   __syncthreads();
-  // One item per (lane, tile, column pair): rows g and g + 8 at x row
-  // 8j + 2t + e.
-  for (int item = threadIdx.x; item < 32 * NT * 2; item += blockDim.x) {
-    const int l = item / (NT * 2), j = item / 2 % NT, e = item % 2;
-    float lo = 0.0f, hi = 0.0f;
-    for (int q = 0; q < kSkinnyWarps; ++q) {
-      const float* p = skinny_partial + (q * 32 + l) * NT * 4 + j * 4;
-      lo += p[e], hi += p[2 + e];
+  for (int i = threadIdx.x; i < 32 * kPerLane; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int q = 0; q < kSkinnyWarps; ++q) sum += skinny_shared[q * 32 * kPerLane + i];
+    skinny_shared[i] = sum;
+  }
+  __syncthreads();
+  const float* sums = skinny_shared;
+  if (a.splits > 1) {
+    // Publish this block's sums; the tile's last block adds all of them.
+    __shared__ bool last;
+    float* mine = a.partials + (static_cast<size_t>(tile) * a.splits + split) * 32 * kPerLane;
+    for (int i = threadIdx.x; i < 32 * kPerLane; i += blockDim.x) mine[i] = skinny_shared[i];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.arrivals + tile, 1) == a.splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float* all = a.partials + static_cast<size_t>(tile) * a.splits * 32 * kPerLane;
+    for (int i = threadIdx.x; i < 32 * kPerLane; i += blockDim.x) {
+      float sum = 0.0f;
+      for (int s = 0; s < a.splits; ++s) sum += __ldcg(all + static_cast<size_t>(s) * 32 * kPerLane + i);
+      skinny_shared[i] = sum;
     }
+    if (threadIdx.x == 0) a.arrivals[tile] = 0;  // ready for the next call
+    __syncthreads();
+  }
+  // One item per (x tile, column pair, lane), lanes fastest: rows g and
+  // g + 8 (of lane l = 4 g + t) at x row 8j + 2t + e.
+  for (int item = threadIdx.x; item < 32 * NT * 2; item += blockDim.x) {
+    const int l = item % 32, j = item / 64, e = item / 32 % 2;
+    const float lo = sums[(j * 4 + e) * 32 + l], hi = sums[(j * 4 + 2 + e) * 32 + l];
     const int r = 8 * j + 2 * (l & 3) + e;
-    const int f_lo = kEpilogue == SkinnyEpilogue::kSwiglu ? blockIdx.x * 8 + (l >> 2)
-                                                          : blockIdx.x * 16 + (l >> 2);
-    if (r >= n || f_lo >= out) continue;
+    const int f = swiglu ? tile * 8 + (l >> 2) : tile * 16 + (l >> 2);
+    if (r >= a.n || f >= a.out) continue;
     if constexpr (kEpilogue == SkinnyEpilogue::kSwiglu) {
-      h[static_cast<size_t>(r) * out + f_lo] = to_bf16_bits(lo / (1.0f + __expf(-lo)) * hi);
+      a.h[static_cast<size_t>(r) * a.out + f] = to_bf16_bits(lo / (1.0f + __expf(-lo)) * hi);
     } else {
-      float* at = y + static_cast<size_t>(r) * out + f_lo;
+      float* at = a.y + static_cast<size_t>(r) * a.out + f;
       if constexpr (kEpilogue == SkinnyEpilogue::kAccumulate) {
         at[0] += lo;
-        if (f_lo + 8 < out) at[8] += hi;
+        if (f + 8 < a.out) at[8] += hi;
       } else {
         at[0] = lo;
-        if (f_lo + 8 < out) at[8] = hi;
+        if (f + 8 < a.out) at[8] = hi;
       }
     }
   }
@@ -142,30 +196,44 @@ void with_tiles(int n, F&& f) {
   return f(std::integral_constant<int, 8>{});
 }
 
+// K splits for `tiles` output tiles: as many as keep the grid within
+// kSkinnyMaxSplitBlocks (a few blocks a multiprocessor) and each block's K
+// range a whole number of the warps' chunks; 1 for grids already that large.
+int skinny_splits(int tiles, int in) {
+  int splits = 1;
+  while (splits < 8 && tiles * splits * 2 <= kSkinnyMaxSplitBlocks &&
+         (in / (splits * 2)) % (32 * kSkinnyWarps) == 0) {
+    splits *= 2;
+  }
+  return splits;
+}
+
 template <SkinnyEpilogue kEpilogue>
 void launch_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
-                   int out, CUstream_st* stream) {
-  const unsigned blocks = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
-  with_tiles(n, [&](auto tiles) {
-    constexpr int NT = decltype(tiles)::value;
+                   int out, const SkinnyScratch& scratch, CUstream_st* stream) {
+  const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
+  const int splits = scratch.partials && scratch.arrivals ? skinny_splits(tiles, in) : 1;
+  const SkinnyArgs args{y, h, x, w, n, in, out, splits, scratch.partials, scratch.arrivals};
+  with_tiles(n, [&](auto tile_rows) {
+    constexpr int NT = decltype(tile_rows)::value;
     const size_t smem = sizeof(float) * kSkinnyWarps * 32 * NT * 4;
-    launch_dependent(skinny_gemm_kernel<NT, kEpilogue>, blocks, 32 * kSkinnyWarps, smem, stream, y,
-                     h, x, w, n, in, out);
+    launch_dependent(skinny_gemm_kernel<NT, kEpilogue>, dim3(tiles, splits), 32 * kSkinnyWarps,
+                     smem, stream, args);
   });
 }
 
 void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
-                      CUstream_st* stream, GemvOutput output) {
+                      const SkinnyScratch& scratch, CUstream_st* stream, GemvOutput output) {
   if (output == GemvOutput::kAccumulate) {
-    launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, in, out, stream);
+    launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, in, out, scratch, stream);
   } else {
-    launch_skinny<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, in, out, stream);
+    launch_skinny<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, in, out, scratch, stream);
   }
 }
 
 void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
-                             int intermediate, CUstream_st* stream) {
-  launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, in, intermediate, stream);
+                             int intermediate, const SkinnyScratch& scratch, CUstream_st* stream) {
+  launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, in, intermediate, scratch, stream);
 }
 
 }  // namespace cohort::models::cuda

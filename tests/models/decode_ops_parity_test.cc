@@ -470,34 +470,48 @@ TEST_F(DecodeOpsParity, GemvNormFormsMatchRmsNormThenTheProjection) {
 // row counts between them), widths of one and several K chunks per warp,
 // output counts that do not fill the last block, each epilogue.
 TEST_F(DecodeOpsParity, SkinnyGemmMatchesTheCpuProjection) {
+  cuda::SkinnyScratch scratch{gpu_->alloc_floats(cuda::kSkinnyScratchFloats),
+                              static_cast<int*>(gpu_->alloc(cuda::kSkinnyScratchTiles * 4))};
+  EXPECT_EQ(cuda::skinny_splits(64, 2048), 8);  // a 1,024-row output over 512 blocks
+  EXPECT_EQ(cuda::skinny_splits(64, 3072), 4);  // K ranges of whole chunks
+  EXPECT_EQ(cuda::skinny_splits(9496, 1024), 1);
   for (int in : {256, 1024, 3072}) {
     for (int out : {40, 1024}) {
       const auto w = to_bf16(testing::random_vector(size_t(out) * in, 81 + in + out));
       for (int n : {1, 5, 8, 9, 16, 24, 33, 48, 64}) {
-        SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " +
-                     std::to_string(out));
-        ASSERT_TRUE(cuda::skinny_gemm_supported(n, in));
-        const auto x = to_bf16(testing::random_vector(size_t(n) * in, 95 + n));
-        const auto y0 = testing::random_vector(size_t(n) * out, 96);
-        std::vector<float> want(size_t(n) * out);
-        cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
-        float* y = up(std::vector<float>(want.size(), NAN));
-        const uint16_t* gx = up(x);
-        const uint16_t* gw = up(w);
-        cuda::skinny_gemm_bf16(y, gx, gw, n, in, out, stream_);
-        EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
-        for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-        float* acc = up(y0);
-        cuda::skinny_gemm_bf16(acc, gx, gw, n, in, out, stream_, cuda::GemvOutput::kAccumulate);
-        EXPECT_LT(norm_relative(want, down(acc, want.size())), 1e-5) << "accumulating";
+        for (bool split : {true, false}) {
+          SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " +
+                       std::to_string(out) + (split ? " split" : " unsplit"));
+          ASSERT_TRUE(cuda::skinny_gemm_supported(n, in));
+          const cuda::SkinnyScratch use = split ? scratch : cuda::SkinnyScratch{};
+          const auto x = to_bf16(testing::random_vector(size_t(n) * in, 95 + n));
+          const auto y0 = testing::random_vector(size_t(n) * out, 96);
+          std::vector<float> want(size_t(n) * out);
+          cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+          float* y = up(std::vector<float>(want.size(), NAN));
+          const uint16_t* gx = up(x);
+          const uint16_t* gw = up(w);
+          cuda::skinny_gemm_bf16(y, gx, gw, n, in, out, use, stream_);
+          EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+          for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+          float* acc = up(y0);
+          cuda::skinny_gemm_bf16(acc, gx, gw, n, in, out, use, stream_, cuda::GemvOutput::kAccumulate);
+          EXPECT_LT(norm_relative(want, down(acc, want.size())), 1e-5) << "accumulating";
+        }
       }
     }
   }
+  // Every tile's count is back to zero for the next call.
+  std::vector<int32_t> arrivals(cuda::kSkinnyScratchTiles, -1);
+  gpu_->copy_to_host(arrivals.data(), scratch.arrivals, arrivals.size() * 4);
+  EXPECT_EQ(arrivals, std::vector<int32_t>(arrivals.size(), 0));
   EXPECT_FALSE(cuda::skinny_gemm_supported(65, 1024));
   EXPECT_FALSE(cuda::skinny_gemm_supported(8, 1000));
 }
 
 TEST_F(DecodeOpsParity, SkinnyGemmSwigluMatchesProjectionThenSwiglu) {
+  cuda::SkinnyScratch scratch{gpu_->alloc_floats(cuda::kSkinnyScratchFloats),
+                              static_cast<int*>(gpu_->alloc(cuda::kSkinnyScratchTiles * 4))};
   const int in = 1024;
   for (int I : {300, 3072}) {
     const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 97 + I));
@@ -508,7 +522,7 @@ TEST_F(DecodeOpsParity, SkinnyGemmSwigluMatchesProjectionThenSwiglu) {
       cpu::gemv_bf16(gate_up.data(), x.data(), w.data(), n, in, 2 * I);
       cpu::swiglu_fused(want.data(), gate_up.data(), n, I);
       uint16_t* h = up(std::vector<uint16_t>(size_t(n) * I, kBf16NaN));
-      cuda::skinny_gemm_swiglu_bf16(h, up(x), up(w), n, in, I, stream_);
+      cuda::skinny_gemm_swiglu_bf16(h, up(x), up(w), n, in, I, scratch, stream_);
       EXPECT_LT(norm_relative(want, down_bf16(h, want.size())), kBf16Tol);
     }
   }
