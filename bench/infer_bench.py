@@ -48,7 +48,7 @@ SHAPES = {  # Qwen3's published shapes
 def qwen3_config(shape):
     if shape.startswith("llama"):
         return transformers.LlamaConfig(
-            vocab_size=128256, head_dim=128, max_position_embeddings=4096, rope_theta=500000.0,
+            vocab_size=128256, head_dim=128, max_position_embeddings=8192, rope_theta=500000.0,
             rms_norm_eps=1e-5, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
             **SHAPES[shape])
@@ -97,15 +97,19 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
     config = qwen3_config(args.shape)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    # Built (and its random initialisation run) on the GPU: on the host an
+    # 8B model's initialisation takes minutes.
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
     model_dir = os.path.join(work, f"{args.shape}-random")
     model.save_pretrained(model_dir, safe_serialization=True)
     if args.no_transformers:
-        del model  # cohort reads the folder; the GPU and host memory are its own
+        del model  # cohort reads the folder; the GPU memory is its own
         model = None
+        torch.cuda.empty_cache()
     else:
-        model = model.cuda().eval()
+        model = model.eval()
     gpus = torch.cuda.device_count()
     batches = [int(b) for b in args.batches.split(",")]
     context = args.prompt_len + args.new / 2

@@ -271,48 +271,6 @@ cudaGraphExec_t CudaGraphEngine::capture_step(int n, int head_count, bool gather
   return exec;
 }
 
-// A decode bucket both the skinny GEMM and cuBLASLt can serve is captured
-// both ways and each graph replayed a few times; the faster one is kept.
-// Which wins depends on the shape and the rows (bench/RESULTS.md), and a
-// measurement at load beats a table of guesses. The rows must be staged.
-void CudaGraphEngine::choose_projections(int n) {
-  cudaEvent_t begin, end;
-  COHORT_CUDA_CHECK_FATAL(cudaEventCreate(&begin));
-  COHORT_CUDA_CHECK_FATAL(cudaEventCreate(&end));
-  constexpr int kReplays = 5;
-  float best = 0, other = 0;
-  cudaGraphExec_t keep = nullptr;
-  bool keep_skinny = true;
-  for (bool skinny : {true, false}) {
-    skinny_enabled_ = skinny;
-    enqueue_step(n, n, false);  // lazy kernel loading and cuBLAS state, outside the capture
-    const cudaGraphExec_t exec = capture_step(n, n, false);
-    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
-    COHORT_CUDA_CHECK_FATAL(cudaEventRecord(begin, stream_));
-    for (int i = 0; i < kReplays; ++i) COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(exec, stream_));
-    COHORT_CUDA_CHECK_FATAL(cudaEventRecord(end, stream_));
-    wait_step("choosing the projections");
-    float ms = 0;
-    COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, begin, end));
-    if (keep == nullptr || ms < best) {
-      if (keep) COHORT_CUDA_CHECK_FATAL(cudaGraphExecDestroy(keep));
-      other = best, best = ms, keep = exec, keep_skinny = skinny;
-    } else {
-      other = ms;
-      COHORT_CUDA_CHECK_FATAL(cudaGraphExecDestroy(exec));
-    }
-  }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
-  graphs_[n] = keep;
-  bucket_skinny_[n] = keep_skinny;
-  bucket_runs_[n] = 2;
-  skinny_enabled_ = true;
-  spdlog::info("infer: decode steps of {} rows: {} projections, {:.1f} us a step against {:.1f}",
-               n, keep_skinny ? "tensor-core skinny" : "cuBLASLt", 1e3 * best / kReplays,
-               1e3 * other / kReplays);
-}
-
 void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
   COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
@@ -460,59 +418,6 @@ void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, flo
   }
   run(padded, padded, B, options_.cuda_graphs, false, logits, greedy);
   for (int b = 0; b < B; ++b) ++lengths_[slots[b]];
-}
-
-void CudaGraphEngine::warm_up() {
-  const int spare = options_.slots;  // the KV slot padding rows write to
-  int32_t unused = 0;
-  auto fill_rows = [&](int n, bool positions) {
-    for (int i = 0; i < n; ++i) {
-      host_rows_[i] = 0;
-      host_rows_[max_rows_ + i] = spare;
-      host_rows_[2 * max_rows_ + i] = positions ? i : 0;
-    }
-  };
-  for (int n : {1, 32, 128, 512}) {
-    if (n > std::min(max_rows_, options_.capacity)) break;
-    fill_rows(n, true);
-    host_head_rows_[0] = n - 1;
-    run(n, 1, 0, false, true, nullptr, &unused);
-  }
-  // The projections of the buckets above the GEMV's rows, timed on the
-  // engine's own buffers (their contents do not matter here).
-  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  std::vector<const Bf16*> qkv, o, gu, down;
-  for (const Layer& L : layers_) {
-    qkv.push_back(L.wqkv), o.push_back(L.wo), gu.push_back(L.wgu), down.push_back(L.wdown);
-  }
-  // cuBLASLt plans for every bucket shape it may serve, including those
-  // the skinny GEMM may win (choose_projections measures both).
-  skinny_enabled_ = false;
-  for (int b : buckets_) {
-    const struct { float* y; const Bf16* x; const std::vector<const Bf16*> w; int in, out; } shapes[] = {
-        {buf_.qkv, buf_.xn, qkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, o, Qd, H},
-        {buf_.gate_up, buf_.xn, gu, H, 2 * I},    {buf_.tmp, buf_.h, down, I, H},
-        {buf_.logits, buf_.xn, {lm_head_}, H, dims_.vocab}};
-    for (const auto& g : shapes) {
-      if (projection(b, g.in) != Projection::kCublasLt) continue;
-      const Status s = lt_->tune(g.y, g.x, g.w, b, g.in, g.out);
-      COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());
-    }
-  }
-  skinny_enabled_ = true;
-  for (int b : buckets_) {
-    fill_rows(b, false);
-    const bool choice = options_.cuda_graphs && tp_ == 1 && b > models::cuda::kGemvNormMaxRows &&
-                        models::cuda::skinny_gemm_supported(b, H);
-    if (choice) {
-      if (pool_->take_changed()) upload_table();
-      stage_rows(b, b, false);
-      choose_projections(b);
-    }
-    run(b, b, 0, options_.cuda_graphs, false, nullptr, &unused);
-    // With graphs the first run of a size is eager and the second captures.
-    if (options_.cuda_graphs) run(b, b, 0, true, false, nullptr, &unused);
-  }
 }
 
 }  // namespace cohort::infer
