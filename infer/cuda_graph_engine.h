@@ -4,13 +4,19 @@
 // Weights are loaded through a models::Model on the CPU (so every source the
 // job accepts works, each rank reading only its slices), then converted to
 // bf16 and fused per layer (q|k|v rows, gate|up rows) on the device; norms
-// and biases stay fp32. GEMMs are cuBLAS bf16 with fp32 accumulation and
-// fp32 outputs; the residual stream is fp32; the KV cache is bf16 and paged
-// (blocks of 16 positions handed to slots as their sequences grow, through a
-// block table the kernels read), with a spare slot and block that padded
-// graph rows write to. The kernels are the models
-// library's decode ops (models/ops/: embedding, rmsnorm, rope,
-// decode_attention, swiglu, argmax), each beside its CPU reference.
+// and biases stay fp32. Projections are bf16 with fp32 accumulation and
+// fp32 outputs: a CUDA-core GEMV up to 4 rows (which normalises the residual
+// stream itself and adds the output projections into it), a tensor-core
+// skinny GEMM or cuBLASLt from 5 to 64 rows (whichever ran a decode bucket's
+// graph faster at warm-up), cuBLASLt beyond. The residual stream is fp32;
+// the KV cache is bf16 and paged (blocks of 16 positions handed to slots as
+// their sequences grow, through a block table the kernels read), with a
+// spare slot and block that padded graph rows write to. Decode steps of up
+// to 8 rows prepare q/k/v inside the attention kernel. The kernels are the
+// models library's decode ops (models/ops/: embedding, rmsnorm, rope,
+// decode_attention, gemv, skinny_gemm, swiglu, argmax), each beside its CPU
+// reference, launched with programmatic dependent launch so that each
+// kernel's weight loads start while its predecessor finishes.
 // Tensor-parallel sums and the logits gather go through an
 // NcclCommunicator over the tp group (its unique id travels over the CPU tp
 // group) on that communicator's stream, which the engine runs on, so they

@@ -1,4 +1,5 @@
-// TunedGemm: the bf16 engine's projections above the GEMV's row counts,
+// TunedGemm: the bf16 engine's projections that neither the GEMV nor the
+// skinny GEMM takes (models/ops/gemv.h),
 //   y [n, out] (fp32) = x [n, in] (bf16) · wᵀ, w [out, in] bf16 row-major,
 // through cuBLASLt with the algorithm chosen per shape. For the decode
 // buckets the engine calls tune() at warm-up, which times cuBLASLt's top

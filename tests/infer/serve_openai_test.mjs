@@ -303,7 +303,11 @@ async function main() {
   });
   await step("a drain that outlasts stop_grace cancels what is left and still exits 0", async () => {
     const b = new OpenAI({ baseURL: B.url, apiKey: "sekrit", maxRetries: 0 });
-    const s = await b.completions.create({ prompt: [7], max_tokens: 4000, stream: true, return_token_ids: true });
+    // The server frees the previous step's aborted requests when it sees
+    // their disconnects, which can come after the client has moved on: until
+    // then a new request gets 429.
+    const s = await until("a slot after the aborted requests", () =>
+      b.completions.create({ prompt: [7], max_tokens: 4000, stream: true, return_token_ids: true }), 10000);
     const it = s[Symbol.asyncIterator]();
     await it.next();
     const t0 = Date.now();
