@@ -167,6 +167,13 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "GEMM operand precision over fp32 master weights, fp32 accumulation. bf16: bf16 tensor "
                             "cores (CPU runs compute in fp32). fp16: fp16 tensor cores with dynamic loss scaling "
                             "(CPU rounds linear-layer operands to fp16 the same way). fp32: fp32 GEMMs."}));
+  f.push_back(bind("train", "activation_checkpointing", &J::train, &TrainSection::activation_checkpointing,
+                   {.text = "What the forward pass keeps for backward. none: every activation. selective: the "
+                            "GEMMs' and attention's inputs and outputs; norms, RoPE and SwiGLU are recomputed "
+                            "(about a third less activation memory, no extra GEMM). full: each block's input "
+                            "only; the block's forward reruns before its backward (a block's activations in "
+                            "all, one more forward of the blocks). The same gradients in each.",
+                    .choices = {"none", "selective", "full"}}));
   f.push_back(bind("train", "initial_loss_scale", &J::train, &TrainSection::initial_loss_scale,
                    {.text = "fp16: the loss scale to start from; halved after a step with non-finite gradients "
                             "(the step is skipped).",

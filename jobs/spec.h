@@ -122,6 +122,9 @@ struct TrainSection {
   double beta2 = 0.95;
   double grad_clip = 1.0;      // 0: no clipping
   Precision precision = Precision::kBf16;
+  // What backward finds saved: "none", "selective" or "full"
+  // (models/model.h, ActivationCheckpointing).
+  std::string activation_checkpointing = "none";
   double initial_loss_scale = 65536.0;  // fp16 only
   int loss_scale_window = 2000;         // fp16: finite steps before the scale doubles
   int checkpoint_every = 0;    // 0: only at the end and on SIGTERM

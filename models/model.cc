@@ -277,15 +277,7 @@ void Model::forward_block(int l) {
   be.linear_forward(a.q[l], a.xn1[l], w.q, w.q_bias, N, H, Qd);
   be.linear_forward(a.k[l], a.xn1[l], w.k, w.k_bias, N, H, KVd);
   be.linear_forward(a.v[l], a.xn1[l], w.v, w.v_bias, N, H, KVd);
-  if (config_.qk_norm) {
-    be.rmsnorm_forward(a.qr[l], a.rstd_q[l], a.q[l], w.q_norm, N * hq, D, eps);
-    be.rmsnorm_forward(a.kr[l], a.rstd_k[l], a.k[l], w.k_norm, N * hkv, D, eps);
-  } else {
-    be.copy(a.qr[l], a.q[l], static_cast<size_t>(N) * Qd * sizeof(float));
-    be.copy(a.kr[l], a.k[l], static_cast<size_t>(N) * KVd * sizeof(float));
-  }
-  be.rope_forward(a.qr[l], a.pos, N, hq, D, rope_cos_, rope_sin_);
-  be.rope_forward(a.kr[l], a.pos, N, hkv, D, rope_cos_, rope_sin_);
+  rotate_qk(l, w);
   be.attention_forward(a.y[l], a.lse[l], a.attn_scratch, a.qr[l], a.kr[l], a.v[l], a.B, a.T, hq,
                        hkv, D);
   be.linear_forward(a.tmp, a.y[l], w.o, nullptr, N, Qd, H);
@@ -298,6 +290,34 @@ void Model::forward_block(int l) {
   be.linear_forward(a.tmp, a.h[l], w.down, nullptr, N, I, H);
   tp_sum(a.tmp, static_cast<size_t>(N) * H);
   be.residual_forward(a.res[l + 1], a.x2[l], a.tmp, static_cast<size_t>(N) * H);
+}
+
+// qr, kr = RoPE of q, k (after Qwen3's per-head norms).
+void Model::rotate_qk(int l, const BlockTensors& w) {
+  Activations& a = *acts_;
+  Backend& be = *backend_;
+  const int N = a.B * a.T, D = config_.head_dim, hq = dims_.heads, hkv = dims_.kv_heads;
+  if (config_.qk_norm) {
+    be.rmsnorm_forward(a.qr[l], a.rstd_q[l], a.q[l], w.q_norm, N * hq, D, config_.rms_eps);
+    be.rmsnorm_forward(a.kr[l], a.rstd_k[l], a.k[l], w.k_norm, N * hkv, D, config_.rms_eps);
+  } else {
+    be.copy(a.qr[l], a.q[l], static_cast<size_t>(N) * dims_.q_dim() * sizeof(float));
+    be.copy(a.kr[l], a.k[l], static_cast<size_t>(N) * dims_.kv_dim() * sizeof(float));
+  }
+  be.rope_forward(a.qr[l], a.pos, N, hq, D, rope_cos_, rope_sin_);
+  be.rope_forward(a.kr[l], a.pos, N, hkv, D, rope_cos_, rope_sin_);
+}
+
+void Model::recompute_block_elementwise(int l) {
+  Activations& a = *acts_;
+  Backend& be = *backend_;
+  const int N = a.B * a.T, H = config_.hidden;
+  const float eps = config_.rms_eps;
+  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  be.rmsnorm_forward(a.xn1[l], a.rstd1[l], a.res[l], w.attn_norm, N, H, eps);
+  rotate_qk(l, w);
+  be.rmsnorm_forward(a.xn2[l], a.rstd2[l], a.x2[l], w.mlp_norm, N, H, eps);
+  be.swiglu_forward(a.h[l], a.g[l], a.u[l], static_cast<size_t>(N) * dims_.intermediate);
 }
 
 LossSum Model::forward_head() {

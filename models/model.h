@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "models/backend.h"
@@ -51,6 +52,22 @@
 #include "models/tensor_parallel.h"
 
 namespace cohort::models {
+
+// What training keeps between forward and backward. kNone: every block's
+// activations. kSelective: the inputs and outputs of the GEMMs and attention
+// (res, q, k, v, y, x2, g, u, the norms' rstd, attention's lse), while the
+// normalised inputs (xn1, xn2), the rotated q/k and SwiGLU's output are one
+// layer's buffer shared by all, recomputed by elementwise ops at the start
+// of each block's backward: about a third less activation memory for no
+// extra GEMM. kFull: only each block's input (res[l]), the rest one layer's
+// buffers shared, the block's whole forward rerun before its backward: a
+// block's worth of activations plus one vector a layer, for one more forward
+// pass of the blocks. Gradients are the same in every mode (the recomputed
+// values are the saved ones, op for op).
+enum class ActivationCheckpointing { kNone, kSelective, kFull };
+const char* to_string(ActivationCheckpointing mode);
+// "none", "selective", "full"; false for anything else.
+bool parse_activation_checkpointing(std::string_view name, ActivationCheckpointing* mode);
 
 struct ModelHooks {
   std::function<void(int group)> before_forward;
@@ -106,6 +123,9 @@ class Model {
 
   // Training: the whole pass, with hooks.
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  // Takes effect at the next forward (the activation arena is re-planned).
+  void set_activation_checkpointing(ActivationCheckpointing mode);
+  ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
   LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void backward(float grad_scale);
 
@@ -165,6 +185,11 @@ class Model {
   float* rope_cos_ = nullptr;
   float* rope_sin_ = nullptr;
   std::unique_ptr<Activations> acts_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
+  // kSelective: the elementwise ops of block l's forward whose outputs were
+  // not kept (forward_block's, in its order).
+  void recompute_block_elementwise(int l);
+  void rotate_qk(int l, const BlockTensors& w);
   std::vector<float> host_logits_;  // staging for TP gathers and losses
   std::vector<int32_t> host_pos_;
 };

@@ -81,6 +81,10 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
 void Model::backward_block(int l) {
   const int g = layout_.block_group(l);
   COHORT_CHECK_MSG(grads_[g] != nullptr, "group {} has no gradient buffer", g);
+  // What forward did not keep (model.h, ActivationCheckpointing): the
+  // block's own forward again, or its elementwise part, from what it did.
+  if (checkpointing_ == ActivationCheckpointing::kFull) forward_block(l);
+  if (checkpointing_ == ActivationCheckpointing::kSelective) recompute_block_elementwise(l);
   const BlockTensors w = layout_.block_tensors(params_[g]);
   const BlockTensors dw = layout_.block_tensors(grads_[g]);
   block_mlp_backward(l, w, dw);

@@ -53,16 +53,25 @@ void Model::ensure_activations(int B, int T) {
     a.pos = arena.take_i32(n);
     a.res.assign(L + 1, nullptr);
     for (auto& p : a.res) p = arena.take(n * H);
-    auto per_layer = [&](std::vector<float*>& v, size_t count) {
+    // What backward finds saved (model.h, ActivationCheckpointing); the
+    // rest is one slice every layer shares and backward recomputes.
+    const bool full = checkpointing_ == ActivationCheckpointing::kFull;
+    const bool lean = checkpointing_ != ActivationCheckpointing::kNone;
+    auto per_layer = [&](std::vector<float*>& v, size_t count, bool kept) {
       v.assign(L, nullptr);
+      if (!kept) {
+        float* shared = arena.take(count);
+        for (auto& p : v) p = shared;
+        return;
+      }
       for (auto& p : v) p = arena.take(count);
     };
-    per_layer(a.xn1, n * H), per_layer(a.rstd1, n), per_layer(a.q, n * Qd);
-    per_layer(a.k, n * KVd), per_layer(a.v, n * KVd), per_layer(a.rstd_q, n * hq);
-    per_layer(a.rstd_k, n * hkv), per_layer(a.qr, n * Qd), per_layer(a.kr, n * KVd);
-    per_layer(a.lse, n * hq), per_layer(a.y, n * Qd), per_layer(a.x2, n * H);
-    per_layer(a.xn2, n * H), per_layer(a.rstd2, n), per_layer(a.g, n * I);
-    per_layer(a.u, n * I), per_layer(a.h, n * I);
+    per_layer(a.xn1, n * H, !lean), per_layer(a.rstd1, n, !full), per_layer(a.q, n * Qd, !full);
+    per_layer(a.k, n * KVd, !full), per_layer(a.v, n * KVd, !full), per_layer(a.rstd_q, n * hq, !full);
+    per_layer(a.rstd_k, n * hkv, !full), per_layer(a.qr, n * Qd, !lean), per_layer(a.kr, n * KVd, !lean);
+    per_layer(a.lse, n * hq, !full), per_layer(a.y, n * Qd, !full), per_layer(a.x2, n * H, !full);
+    per_layer(a.xn2, n * H, !lean), per_layer(a.rstd2, n, !full), per_layer(a.g, n * I, !full);
+    per_layer(a.u, n * I, !full), per_layer(a.h, n * I, !lean);
     a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(n * V);
     a.losses = arena.take(n), a.ce_scratch = arena.take(3 * n);
     a.dres = arena.take(n * H), a.dtmp = arena.take(n * H), a.tmp = arena.take(n * H);
@@ -81,6 +90,32 @@ void Model::ensure_activations(int B, int T) {
   plan();
   a.capacity_tokens = N;
   a.capacity_seq = T;
+}
+
+void Model::set_activation_checkpointing(ActivationCheckpointing mode) {
+  if (mode == checkpointing_) return;
+  checkpointing_ = mode;
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
+}
+
+const char* to_string(ActivationCheckpointing mode) {
+  switch (mode) {
+    case ActivationCheckpointing::kNone: return "none";
+    case ActivationCheckpointing::kSelective: return "selective";
+    case ActivationCheckpointing::kFull: return "full";
+  }
+  return "?";
+}
+
+bool parse_activation_checkpointing(std::string_view name, ActivationCheckpointing* mode) {
+  for (auto m : {ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective,
+                 ActivationCheckpointing::kFull}) {
+    if (name == to_string(m)) {
+      *mode = m;
+      return true;
+    }
+  }
+  return false;
 }
 
 size_t Model::activation_bytes() const {

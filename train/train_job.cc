@@ -134,6 +134,12 @@ Status Trainer::setup() {
     COHORT_ASSIGN_OR_RETURN(resume_from, resume_checkpoint(spec_.job.output_dir, storage_, *ctx_.world.cpu));
   }
   COHORT_ASSIGN_OR_RETURN(pm_, worker::build_parallel_model(spec_, config_, ctx_, /*for_training=*/true));
+  models::ActivationCheckpointing checkpointing = models::ActivationCheckpointing::kNone;
+  if (!models::parse_activation_checkpointing(t_.activation_checkpointing, &checkpointing)) {
+    return invalid_argument("train.activation_checkpointing = '" + t_.activation_checkpointing +
+                            "': expected none, selective or full");
+  }
+  pm_.model->set_activation_checkpointing(checkpointing);
   if (!resume_from.empty()) {
     COHORT_ASSIGN_OR_RETURN(parallel::TrainPosition position,
                             parallel::restore_checkpoint(resume_from, pm_, /*own_shards=*/storage_.node_local));
@@ -227,6 +233,7 @@ Status Trainer::train_step(int step) {
   r.tokens_per_s = double(global * t_.seq_len) / seconds;
   r.mfu = worker::model_flops_utilization(config_, r.tokens_per_s, ctx_);
   r.memory_mb = worker::memory_in_use_mb(ctx_, pm_);
+  r.activation_mb = double(pm_.model->activation_bytes()) / (1 << 20);
   reporter_->step(r);
   return Status::ok();
 }

@@ -90,7 +90,7 @@ void TrainReporter::step(const StepReport& r) {
   json row = {{"step", r.step},           {"loss", r.loss},
               {"lr", r.lr},               {"grad_norm", r.grad_norm},
               {"tokens_per_s", r.tokens_per_s}, {"memory_mb", r.memory_mb},
-              {"step_seconds", r.step_seconds}};
+              {"activation_mb", r.activation_mb}, {"step_seconds", r.step_seconds}};
   if (r.mfu) row["mfu"] = *r.mfu;
   if (r.loss_scale) row["loss_scale"] = *r.loss_scale;
   if (r.skipped) row["skipped"] = true;

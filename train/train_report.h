@@ -26,6 +26,7 @@ struct StepReport {
   double tokens_per_s = 0;
   std::optional<double> mfu;
   double memory_mb = 0;
+  double activation_mb = 0;  // the model's activation arena (train.activation_checkpointing)
   double step_seconds = 0;
   std::optional<double> loss_scale;  // fp16: the scale this step's loss was multiplied by
   bool skipped = false;              // fp16: non-finite gradients, no update applied

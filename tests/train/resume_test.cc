@@ -92,6 +92,35 @@ TEST(ElasticResume, FourRanksLoseTwoAndStayOnTheCurve) {
 // loss scale of 2^30: the first steps overflow, are skipped and halve the
 // scale; after loss_scale_window finite steps it doubles again. fsdp2, so
 // the parameter gathers are fp16 too.
+// train.activation_checkpointing through the whole worker: with FSDP2 (whose
+// hooks gather each block's parameters again for its backward, where the
+// recomputation runs) and with tensor parallelism (whose recomputed forward
+// makes its all-reduces again), selective and full give the losses and final
+// parameters of the run that keeps everything.
+TEST(ActivationCheckpointing, SelectiveAndFullTrainOnTheSameCurveAsNone) {
+  for (const auto& [strategy, tp] : {std::pair<std::string, int>{"fsdp2", 1}, {"ddp", 2}}) {
+    TrainJob job;
+    job.strategy = strategy;
+    job.tp = tp;
+    job.gpus_per_node = 2;
+    job.steps = 6;
+    const std::string base = "ckpt_" + strategy + std::to_string(tp);
+    const Outcome none = uninterrupted(base + "_none", job, 2);
+    double activation_mb = read_step_rows(scratch_dir(base + "_none") / "out").rbegin()->second["activation_mb"];
+    for (const char* mode : {"selective", "full"}) {
+      SCOPED_TRACE(strategy + ", tp " + std::to_string(tp) + ", " + mode);
+      job.extra = std::string("activation_checkpointing = \"") + mode + "\"\n";
+      const Outcome got = uninterrupted(base + "_" + mode, job, 2);
+      expect_same_losses(none, got, 0.0);
+      EXPECT_EQ(none.final_state, got.final_state);
+      // metrics.jsonl's activation_mb: each mode keeps less than the last.
+      const double mb = read_step_rows(scratch_dir(base + "_" + mode) / "out").rbegin()->second["activation_mb"];
+      EXPECT_LT(mb, activation_mb);
+      activation_mb = mb;
+    }
+  }
+}
+
 TEST(Fp16LossScaling, SkipsOverflowsTrainsAndResumesWithTheSameScale) {
   TrainJob job;
   job.strategy = "fsdp2";

@@ -52,6 +52,7 @@ inline void write_corpus(const fs::path& path) {
 struct TrainJob {
   std::string strategy = "ddp";
   int tp = 1;
+  int gpus_per_node = 1;  // ranks a node runs: at least tp (tensor-parallel groups stay inside a node)
   int steps = 12;
   int micro_batch = 2;
   int global_batch = 8;
@@ -63,8 +64,8 @@ struct TrainJob {
 inline fs::path write_job(const fs::path& dir, const TrainJob& j) {
   write_corpus(dir / "corpus.txt");
   fs::path job = dir / "job.toml";
-  std::ofstream(job) << "[job]\nname = \"t\"\nkind = \"train\"\noutput_dir = \"" << (dir / "out").string()
-                     << "\"\n[model]\npreset = \"tiny\"\n[parallel]\nstrategy = \"" << j.strategy
+  std::ofstream(job) << "[job]\nname = \"t\"\nkind = \"train\"\ngpus_per_node = " << j.gpus_per_node
+                     << "\noutput_dir = \"" << (dir / "out").string() << "\"\n[model]\npreset = \"tiny\"\n[parallel]\nstrategy = \"" << j.strategy
                      << "\"\ntensor_parallel = " << j.tp << "\n[train]\ndata = \"" << (dir / "corpus.txt").string()
                      << "\"\nsteps = " << j.steps << "\nmicro_batch = " << j.micro_batch
                      << "\nglobal_batch = " << j.global_batch << "\nseq_len = 64\nlr = 1e-3\nwarmup_steps = 2"
