@@ -16,9 +16,9 @@
 //    so the products are the plain dot products, and no shared memory or
 //    shuffles stand between the loads and the MMAs.
 //  * K is split over the eight warps of a block and over `splits` blocks
-//    per output tile, so that each warp has only a chunk or a few, every
-//    load of which is issued before the first MMA: the kernel is one memory
-//    round trip deep, as the GEMV is. Warps meet in shared memory; blocks
+//    per output tile, so that each warp has only a chunk or a few, loaded
+//    two or four at a time before their MMAs: the kernel is a memory round
+//    trip or two deep, as the GEMV is. Warps meet in shared memory; blocks
 //    in a scratch buffer, where the last block of a tile to finish (an
 //    atomic count) adds the others' sums in split order. Both orders are
 //    fixed, so results are deterministic.
