@@ -174,6 +174,11 @@ std::vector<FieldDoc> build_schema() {
                             "only; the block's forward reruns before its backward (a block's activations in "
                             "all, one more forward of the blocks). The same gradients in each.",
                     .choices = {"none", "selective", "full"}}));
+  f.push_back(bind("train", "lm_head_chunk_tokens", &J::train, &TrainSection::lm_head_chunk_tokens,
+                   {.text = "The LM head and cross-entropy in chunks of this many tokens, so that the full "
+                            "[tokens, vocab] fp32 logits never exist (0: all at once). Costs one more LM-head "
+                            "GEMM a step (backward computes each chunk's logits again).",
+                    .min = 0, .max = 1e9}));
   f.push_back(bind("train", "initial_loss_scale", &J::train, &TrainSection::initial_loss_scale,
                    {.text = "fp16: the loss scale to start from; halved after a step with non-finite gradients "
                             "(the step is skipped).",

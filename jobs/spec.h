@@ -125,6 +125,7 @@ struct TrainSection {
   // What backward finds saved: "none", "selective" or "full"
   // (models/model.h, ActivationCheckpointing).
   std::string activation_checkpointing = "none";
+  int lm_head_chunk_tokens = 0;  // 0: the LM head and loss over all rows at once
   double initial_loss_scale = 65536.0;  // fp16 only
   int loss_scale_window = 2000;         // fp16: finite steps before the scale doubles
   int checkpoint_every = 0;    // 0: only at the end and on SIGTERM

@@ -21,6 +21,7 @@ struct Activations {
       u, h;
   float *xnf = nullptr, *rstdf = nullptr, *logits = nullptr, *losses = nullptr,
         *ce_scratch = nullptr;
+  int logit_rows = 0;  // rows `logits` holds: B*T, or the LM head's chunk
   // Backward scratch, reused by every block.
   float *dres = nullptr, *dtmp = nullptr, *tmp = nullptr, *dy = nullptr, *dq = nullptr,
         *dk = nullptr, *dv = nullptr, *dk_lin = nullptr, *dg = nullptr, *du = nullptr,

@@ -1,6 +1,7 @@
 // Model construction, buffers, deterministic initialisation and the forward pass.
 #include "models/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -326,13 +327,21 @@ LossSum Model::forward_head() {
   const float* final_norm = params_[layout_.head_group()];  // model.norm.weight comes first
   backend_->rmsnorm_forward(a.xnf, a.rstdf, a.res[config_.layers], final_norm, N, H,
                             config_.rms_eps);
-  backend_->linear_forward(a.logits, a.xnf, lm_head_weight(), nullptr, N, H, dims_.vocab);
+  COHORT_CHECK_MSG(a.has_targets || a.logit_rows >= N,
+                   "a forward without targets needs every row's logits; LM-head chunking ({} rows) "
+                   "is for training", a.logit_rows);
+  for (int r0 = 0; r0 < N; r0 += a.logit_rows) {
+    const int rows = std::min(a.logit_rows, N - r0);
+    backend_->linear_forward(a.logits, a.xnf + static_cast<size_t>(r0) * H, lm_head_weight(), nullptr,
+                             rows, H, dims_.vocab);
+    if (!a.has_targets) break;
+    // Loss only (grad_scale 0): logits stay intact for callers and for backward.
+    backend_->cross_entropy_forward_backward(a.losses + r0, a.logits, a.ce_scratch, a.targets + r0, rows,
+                                             dims_.vocab, dims_.vocab_begin, 0.0f,
+                                             shard_.tp_size > 1 ? &tp_ : nullptr);
+  }
   LossSum loss;
   if (!a.has_targets) return loss;
-  // Loss only (grad_scale 0): logits stay intact for callers and for backward.
-  backend_->cross_entropy_forward_backward(a.losses, a.logits, a.ce_scratch, a.targets, N,
-                                           dims_.vocab, dims_.vocab_begin, 0.0f,
-                                           shard_.tp_size > 1 ? &tp_ : nullptr);
   a.host_losses.resize(N);
   backend_->copy_to_host(a.host_losses.data(), a.losses, N * sizeof(float));
   for (int i = 0; i < N; ++i) {

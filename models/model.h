@@ -125,6 +125,13 @@ class Model {
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
   // Takes effect at the next forward (the activation arena is re-planned).
   void set_activation_checkpointing(ActivationCheckpointing mode);
+  // The LM head and cross-entropy in chunks of `tokens` rows (0: all rows
+  // at once), so that the [B*T, vocab] fp32 logits never exist whole: at
+  // micro-batch 8 x 1024 and a 151,936 vocabulary they are 5 GB, a chunk of
+  // 1,024 rows 0.6 GB. backward_head computes each chunk's logits again (one
+  // more LM-head GEMM a step). A chunked forward needs targets, and logits()
+  // then holds only its last chunk. Re-plans the arena like the above.
+  void set_lm_head_chunk_tokens(int tokens);
   ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
   LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void backward(float grad_scale);
@@ -137,8 +144,9 @@ class Model {
   void backward_head(float grad_scale);
   void backward_block(int layer);
   void backward_embedding();
-  // [B*T, vocab_local] logits of the last forward_head (backend memory).
-  // backward_head overwrites them with their gradient.
+  // [B*T, vocab_local] logits of the last forward_head (backend memory;
+  // with LM-head chunking only the last chunk's rows). backward_head
+  // overwrites them with their gradient.
   const float* logits() const;
   // Bytes of activation and inference scratch allocated so far (the largest
   // (B, T) seen): the "peak activations" line of a memory report.
@@ -186,6 +194,7 @@ class Model {
   float* rope_sin_ = nullptr;
   std::unique_ptr<Activations> acts_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
+  int head_chunk_ = 0;  // set_lm_head_chunk_tokens
   // kSelective: the elementwise ops of block l's forward whose outputs were
   // not kept (forward_block's, in its order).
   void recompute_block_elementwise(int l);

@@ -1,5 +1,7 @@
 // The backward pass, group by group. Every parameter gradient accumulates
 // (+=); activation-gradient scratch is zeroed before each op that adds into it.
+#include <algorithm>
+
 #include "base/check.h"
 #include "models/activations.h"
 #include "models/model.h"
@@ -12,13 +14,19 @@ void Model::backward_head(float grad_scale) {
   Backend& be = *backend_;
   const int N = a.B * a.T, H = config_.hidden;
   const int head = layout_.head_group();
-  // logits become grad_scale * (softmax - onehot), in place.
-  be.cross_entropy_forward_backward(a.losses, a.logits, a.ce_scratch, a.targets, N, dims_.vocab,
-                                    dims_.vocab_begin, grad_scale,
-                                    shard_.tp_size > 1 ? &tp_ : nullptr);
   be.zero(a.dtmp, static_cast<size_t>(N) * H * sizeof(float));
-  be.linear_backward(a.dtmp, lm_head_grad(), nullptr, a.logits, a.xnf, lm_head_weight(), N, H,
-                     dims_.vocab);
+  for (int r0 = 0; r0 < N; r0 += a.logit_rows) {
+    const int rows = std::min(a.logit_rows, N - r0);
+    const float* xnf = a.xnf + static_cast<size_t>(r0) * H;
+    // Chunked, the buffer holds the last chunk's logits only: again.
+    if (a.logit_rows < N) be.linear_forward(a.logits, xnf, lm_head_weight(), nullptr, rows, H, dims_.vocab);
+    // logits become grad_scale * (softmax - onehot), in place.
+    be.cross_entropy_forward_backward(a.losses + r0, a.logits, a.ce_scratch, a.targets + r0, rows,
+                                      dims_.vocab, dims_.vocab_begin, grad_scale,
+                                      shard_.tp_size > 1 ? &tp_ : nullptr);
+    be.linear_backward(a.dtmp + static_cast<size_t>(r0) * H, lm_head_grad(), nullptr, a.logits, xnf,
+                       lm_head_weight(), rows, H, dims_.vocab);
+  }
   tp_sum(a.dtmp, static_cast<size_t>(N) * H);
   be.zero(a.dres, static_cast<size_t>(N) * H * sizeof(float));
   be.rmsnorm_backward(a.dres, grads_[head], a.dtmp, a.res[config_.layers], params_[head], a.rstdf,

@@ -1,4 +1,6 @@
 // Activation arenas: sized at warm-up for the largest (B, T) seen, reused after.
+#include <algorithm>
+
 #include "base/check.h"
 #include "models/activations.h"
 #include "models/model.h"
@@ -72,7 +74,8 @@ void Model::ensure_activations(int B, int T) {
     per_layer(a.lse, n * hq, !full), per_layer(a.y, n * Qd, !full), per_layer(a.x2, n * H, !full);
     per_layer(a.xn2, n * H, !lean), per_layer(a.rstd2, n, !full), per_layer(a.g, n * I, !full);
     per_layer(a.u, n * I, !full), per_layer(a.h, n * I, !lean);
-    a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(n * V);
+    a.logit_rows = head_chunk_ > 0 ? std::min(N, head_chunk_) : N;
+    a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(size_t(a.logit_rows) * V);
     a.losses = arena.take(n), a.ce_scratch = arena.take(3 * n);
     a.dres = arena.take(n * H), a.dtmp = arena.take(n * H), a.tmp = arena.take(n * H);
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
@@ -90,6 +93,13 @@ void Model::ensure_activations(int B, int T) {
   plan();
   a.capacity_tokens = N;
   a.capacity_seq = T;
+}
+
+void Model::set_lm_head_chunk_tokens(int tokens) {
+  COHORT_CHECK(tokens >= 0);
+  if (tokens == head_chunk_) return;
+  head_chunk_ = tokens;
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
 }
 
 void Model::set_activation_checkpointing(ActivationCheckpointing mode) {

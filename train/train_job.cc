@@ -140,6 +140,7 @@ Status Trainer::setup() {
                             "': expected none, selective or full");
   }
   pm_.model->set_activation_checkpointing(checkpointing);
+  pm_.model->set_lm_head_chunk_tokens(t_.lm_head_chunk_tokens);
   if (!resume_from.empty()) {
     COHORT_ASSIGN_OR_RETURN(parallel::TrainPosition position,
                             parallel::restore_checkpoint(resume_from, pm_, /*own_shards=*/storage_.node_local));

@@ -3,6 +3,8 @@
 // few AdamW steps learn.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "models/model.h"
 #include "models/optimizer.h"
 #include "tests/models/grad_check.h"
@@ -143,6 +145,46 @@ TEST(Model, ActivationCheckpointingGivesTheSameGradientsInLessMemory) {
   EXPECT_TRUE(parse_activation_checkpointing("selective", &mode));
   EXPECT_EQ(mode, ActivationCheckpointing::kSelective);
   EXPECT_FALSE(parse_activation_checkpointing("partial", &mode));
+}
+
+// The LM head in chunks (including a last chunk shorter than the others)
+// gives the loss and gradients of the whole head up to summation order (the
+// head's weight gradient adds chunk by chunk), in a smaller arena; a
+// forward without targets is refused while chunking is on.
+TEST(Model, ChunkedLmHeadGivesTheWholeHeadsLossAndGradients) {
+  const ModelConfig c = variant_config({"qwen3", true, true, false});
+  auto backend = make_cpu_backend();
+  const int B = 3, T = 8;
+  const auto tokens = random_tokens(B * T, c.vocab_size, 50), targets = random_tokens(B * T, c.vocab_size, 51);
+  std::vector<std::vector<float>> want;
+  size_t whole_bytes = 0;
+  for (int chunk : {0, 5, 24, 100}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    auto model = std::move(Model::create(c, {}, backend.get()).value());
+    model->init_weights(19);
+    model->set_lm_head_chunk_tokens(chunk);
+    const LossSum loss = model->forward(tokens.data(), targets.data(), B, T);
+    model->backward(1.0f / loss.count);
+    std::vector<std::vector<float>> got = {{static_cast<float>(loss.sum)}};
+    for (int g = 0; g < model->num_groups(); ++g) {
+      got.emplace_back(model->grads(g), model->grads(g) + model->layout().groups[g].numel);
+    }
+    if (chunk == 0) {
+      want = got, whole_bytes = model->activation_bytes();
+      continue;
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      for (size_t j = 0; j < got[i].size(); ++j) {
+        ASSERT_NEAR(got[i][j], want[i][j], 1e-5 * (1 + std::fabs(want[i][j]))) << "buffer " << i << " at " << j;
+      }
+    }
+    if (chunk == 5) {
+      EXPECT_LT(model->activation_bytes(), whole_bytes);
+      // (COHORT_CHECK logs to stdout, which death tests do not capture.)
+      EXPECT_DEATH(model->forward(tokens.data(), nullptr, B, T), "");
+    }
+  }
 }
 
 TEST(Model, ParameterViewsAreTypedSlicesOfTheFlatBuffers) {

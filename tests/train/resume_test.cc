@@ -92,12 +92,13 @@ TEST(ElasticResume, FourRanksLoseTwoAndStayOnTheCurve) {
 // loss scale of 2^30: the first steps overflow, are skipped and halve the
 // scale; after loss_scale_window finite steps it doubles again. fsdp2, so
 // the parameter gathers are fp16 too.
-// train.activation_checkpointing through the whole worker: with FSDP2 (whose
+// train.activation_checkpointing (and train.lm_head_chunk_tokens) through
+// the whole worker: with FSDP2 (whose
 // hooks gather each block's parameters again for its backward, where the
 // recomputation runs) and with tensor parallelism (whose recomputed forward
 // makes its all-reduces again), selective and full give the losses and final
 // parameters of the run that keeps everything.
-TEST(ActivationCheckpointing, SelectiveAndFullTrainOnTheSameCurveAsNone) {
+TEST(ActivationMemory, CheckpointingAndAChunkedHeadTrainOnTheSameCurve) {
   for (const auto& [strategy, tp] : {std::pair<std::string, int>{"fsdp2", 1}, {"ddp", 2}}) {
     TrainJob job;
     job.strategy = strategy;
@@ -118,6 +119,13 @@ TEST(ActivationCheckpointing, SelectiveAndFullTrainOnTheSameCurveAsNone) {
       EXPECT_LT(mb, activation_mb);
       activation_mb = mb;
     }
+    // train.lm_head_chunk_tokens: the head in chunks of 48 of the 128 tokens
+    // (the head's gradient then adds chunk by chunk, so equal to rounding).
+    job.extra = "lm_head_chunk_tokens = 48\n";
+    const Outcome chunked = uninterrupted(base + "_chunked", job, 2);
+    expect_same_losses(none, chunked, 1e-5);
+    EXPECT_LT(read_step_rows(scratch_dir(base + "_chunked") / "out").rbegin()->second["activation_mb"],
+              read_step_rows(scratch_dir(base + "_none") / "out").rbegin()->second["activation_mb"]);
   }
 }
 
