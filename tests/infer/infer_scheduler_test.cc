@@ -15,13 +15,7 @@ namespace {
 
 std::unique_ptr<ModelEngine> tiny_engine(int slots, int capacity = 96) { return testing::tiny_engine(slots, capacity); }
 
-SequenceRequest request(int64_t id, int prompt_len, int max_new) {
-  SequenceRequest r;
-  r.id = id;
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>((id * 31 + i * 7) % 256));
-  r.max_new_tokens = max_new;
-  return r;
-}
+using testing::request;
 
 // Runs to completion; tokens by id.
 std::map<int64_t, std::vector<int32_t>> drain(Scheduler& s) {

@@ -96,13 +96,7 @@ class BlockAccountedEngine final : public InferenceEngine {
   std::vector<int> length_;
 };
 
-SequenceRequest request(int64_t id, int prompt_len, int max_new) {
-  SequenceRequest r;
-  r.id = id;
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>((id * 29 + i * 5) % 256));
-  r.max_new_tokens = max_new;
-  return r;
-}
+using testing::request;
 
 TEST(KvAdmission, RequestsWaitForFreeBlocksAndGiveTheTokensOfAnAmpleCache) {
   std::map<int64_t, std::vector<int32_t>> tokens[2];

@@ -1,5 +1,6 @@
 // The CPU engine over the "tiny" preset with fixed weights (seed 5, stddev
-// 0.2, so that greedy choices are clear), for scheduler and generation tests.
+// 0.2, so that greedy choices are clear), for scheduler and generation
+// tests, and the requests they queue.
 #pragma once
 
 #include <memory>
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "infer/engine.h"
+#include "infer/scheduler.h"
 
 namespace cohort::testing {
 
@@ -19,6 +21,16 @@ inline std::unique_ptr<infer::ModelEngine> tiny_engine(int slots, int capacity) 
   auto engine = infer::ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
   EXPECT_TRUE(engine.is_ok()) << engine.status().message();
   return std::move(*engine);
+}
+
+// A request of `prompt_len` byte tokens that depend on its id, for at most
+// `max_new` new tokens.
+inline infer::SequenceRequest request(int64_t id, int prompt_len, int max_new) {
+  infer::SequenceRequest r;
+  r.id = id;
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>((id * 31 + i * 7) % 256));
+  r.max_new_tokens = max_new;
+  return r;
 }
 
 }  // namespace cohort::testing

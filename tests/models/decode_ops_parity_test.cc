@@ -160,6 +160,14 @@ Rows decode_rows(int slots, int capacity) {
   return r;
 }
 
+// RoPE for head_dim D over `capacity` positions (the default base).
+RopeTable rope_table(int D, int capacity) {
+  ModelConfig config;
+  config.head_dim = D;
+  config.max_seq = capacity;
+  return make_rope_table(config);
+}
+
 // The paged layout (decode_rows.h) with 16-position blocks handed out in a
 // shuffled order, so that no slot's blocks are adjacent or in order; the
 // cache holds as many positions as the contiguous one.
@@ -191,10 +199,7 @@ TEST_P(DecodeShapes, QkvRopeCacheMatchesBiasNormRopeAndCacheWrite) {
   const int n = static_cast<int>(rows.slots.size());
   const CacheLayout layout = cache_layout(paged, slots + 1, capacity);
   const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
-  ModelConfig config;
-  config.head_dim = D;
-  config.max_seq = capacity;
-  const RopeTable rope = make_rope_table(config);
+  const RopeTable rope = rope_table(D, capacity);
   const size_t ld = size_t(hq + 2 * hkv) * D, cache = size_t(slots + 1) * hkv * capacity * D;
   const auto qkv = testing::random_vector(n * ld, 17);
   const auto bias = testing::random_vector(ld, 18, 0.1f);
@@ -274,10 +279,7 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   const int n = static_cast<int>(rows.slots.size()), slots = n;
   const CacheLayout layout = cache_layout(paged, slots, capacity);
   const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
-  ModelConfig config;
-  config.head_dim = D;
-  config.max_seq = capacity;
-  const RopeTable rope = make_rope_table(config);
+  const RopeTable rope = rope_table(D, capacity);
   const size_t ld = size_t(hq + 2 * hkv) * D, cache = size_t(slots) * hkv * capacity * D;
   const auto qkv = testing::random_vector(n * ld, 41);
   const auto bias = testing::random_vector(ld, 42, 0.1f);
@@ -339,10 +341,7 @@ TEST(DecodeCacheLayouts, ThePagedCpuReferenceEqualsTheContiguousOne) {
   }
   rows.tokens.assign(rows.slots.size(), 0);
   const int n = static_cast<int>(rows.slots.size());
-  ModelConfig config;
-  config.head_dim = D;
-  config.max_seq = capacity;
-  const RopeTable rope = make_rope_table(config);
+  const RopeTable rope = rope_table(D, capacity);
   const size_t ld = size_t(hq + 2 * hkv) * D, cache = size_t(slots) * hkv * capacity * D;
   const auto qkv = testing::random_vector(n * ld, 31);
   std::vector<float> y[2];
