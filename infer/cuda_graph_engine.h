@@ -5,9 +5,9 @@
 // job accepts works, each rank reading only its slices), then converted to
 // bf16 and fused per layer (q|k|v rows, gate|up rows) on the device; norms
 // and biases stay fp32. Projections are bf16 with fp32 accumulation and
-// fp32 outputs: a CUDA-core GEMV up to 4 rows (which normalises the residual
+// fp32 outputs: a CUDA-core GEMV at one row (which normalises the residual
 // stream itself and adds the output projections into it), a tensor-core
-// skinny GEMM or cuBLASLt from 5 to 64 rows (whichever ran a decode bucket's
+// skinny GEMM or cuBLASLt from 2 to 64 rows (whichever ran a decode bucket's
 // graph faster at warm-up), cuBLASLt beyond. The residual stream is fp32;
 // the KV cache is bf16 and paged (blocks of 16 positions handed to slots as
 // their sequences grow, through a block table the kernels read), with a

@@ -122,4 +122,21 @@ __device__ inline float block_reduce(float v) {
   return result;
 }
 
+// Two sums over the block in the barriers of one (every thread gets both).
+__device__ inline float2 block_sum2(float a, float b) {
+  __shared__ float2 pairs[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  a = warp_sum(a), b = warp_sum(b);
+  if (lane == 0) pairs[warp] = make_float2(a, b);
+  __syncthreads();
+  float2 v = threadIdx.x < warps ? pairs[threadIdx.x] : make_float2(0.0f, 0.0f);
+  if (warp == 0) v = make_float2(warp_sum(v.x), warp_sum(v.y));
+  if (threadIdx.x == 0) pairs[0] = v;
+  __syncthreads();
+  const float2 result = pairs[0];
+  __syncthreads();
+  return result;
+}
+
 }  // namespace cohort::models::cuda

@@ -56,10 +56,37 @@ struct DecodeQkv {
   const float* rope_sin = nullptr;
 };
 
-__device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeRows& rows,
-                                      const DecodeShape& s, int r, int h, int kv, float* sq,
-                                      Bf16Bits* sk, Bf16Bits* sv, Bf16Bits* k_cache,
-                                      Bf16Bits* v_cache) {
+// What decode_own_qkv needs besides the projection: model weights and the
+// RoPE table at the row's position, none of which a kernel writes, so they
+// are loaded before the wait on the predecessor.
+struct DecodeQkvConstants {
+  float bias[6] = {};  // q, q + half, k, k + half, v, v + half
+  float q_norm[2] = {1.0f, 1.0f}, k_norm[2] = {1.0f, 1.0f};
+  float cos = 1.0f, sin = 0.0f;
+};
+
+__device__ inline DecodeQkvConstants decode_own_constants(const DecodeQkv& in, const DecodeRows& rows,
+                                                          const DecodeShape& s, int r, int h, int kv) {
+  DecodeQkvConstants c;
+  const int D = s.head_dim, half = D / 2, i = threadIdx.x;
+  if (i >= half) return c;
+  const int qc = h * D, kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
+  if (in.bias) {
+    c.bias[0] = __ldg(in.bias + qc + i), c.bias[1] = __ldg(in.bias + qc + i + half);
+    c.bias[2] = __ldg(in.bias + kc + i), c.bias[3] = __ldg(in.bias + kc + i + half);
+    c.bias[4] = __ldg(in.bias + vc + i), c.bias[5] = __ldg(in.bias + vc + i + half);
+  }
+  if (in.q_norm) c.q_norm[0] = __ldg(in.q_norm + i), c.q_norm[1] = __ldg(in.q_norm + i + half);
+  if (in.k_norm) c.k_norm[0] = __ldg(in.k_norm + i), c.k_norm[1] = __ldg(in.k_norm + i + half);
+  const size_t at = static_cast<size_t>(rows.positions[r]) * half + i;
+  c.cos = __ldg(in.rope_cos + at), c.sin = __ldg(in.rope_sin + at);
+  return c;
+}
+
+__device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeQkvConstants& c,
+                                      const DecodeRows& rows, const DecodeShape& s, int r, int h,
+                                      int kv, float* sq, Bf16Bits* sk, Bf16Bits* sv,
+                                      Bf16Bits* k_cache, Bf16Bits* v_cache) {
   const int D = s.head_dim, half = D / 2, i = threadIdx.x;
   const bool active = i < half;
   const int pos = rows.positions[r];
@@ -67,28 +94,24 @@ __device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeRows& row
   const int qc = h * D, kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
   float qa = 0, qb = 0, ka = 0, kb = 0, va = 0, vb = 0;
   if (active) {
-    qa = row[qc + i], qb = row[qc + i + half];
-    ka = row[kc + i], kb = row[kc + i + half];
-    va = row[vc + i], vb = row[vc + i + half];
-    if (in.bias) {
-      qa += in.bias[qc + i], qb += in.bias[qc + i + half];
-      ka += in.bias[kc + i], kb += in.bias[kc + i + half];
-      va += in.bias[vc + i], vb += in.bias[vc + i + half];
+    qa = row[qc + i] + c.bias[0], qb = row[qc + i + half] + c.bias[1];
+    ka = row[kc + i] + c.bias[2], kb = row[kc + i + half] + c.bias[3];
+    va = row[vc + i] + c.bias[4], vb = row[vc + i + half] + c.bias[5];
+  }
+  if (in.q_norm || in.k_norm) {  // uniform across the block: the barriers inside are safe
+    const float2 ss = block_sum2(qa * qa + qb * qb, ka * ka + kb * kb);
+    if (in.q_norm && active) {
+      const float rq = rsqrtf(ss.x / static_cast<float>(D) + s.eps);
+      qa = c.q_norm[0] * (qa * rq), qb = c.q_norm[1] * (qb * rq);
+    }
+    if (in.k_norm && active) {
+      const float rk = rsqrtf(ss.y / static_cast<float>(D) + s.eps);
+      ka = c.k_norm[0] * (ka * rk), kb = c.k_norm[1] * (kb * rk);
     }
   }
-  if (in.q_norm) {  // uniform across the block: the barriers inside are safe
-    const float rq = rsqrtf(block_reduce<false>(qa * qa + qb * qb) / static_cast<float>(D) + s.eps);
-    if (active) qa = in.q_norm[i] * (qa * rq), qb = in.q_norm[i + half] * (qb * rq);
-  }
-  if (in.k_norm) {
-    const float rk = rsqrtf(block_reduce<false>(ka * ka + kb * kb) / static_cast<float>(D) + s.eps);
-    if (active) ka = in.k_norm[i] * (ka * rk), kb = in.k_norm[i + half] * (kb * rk);
-  }
   if (!active) return;
-  const float c = in.rope_cos[static_cast<size_t>(pos) * half + i];
-  const float sn = in.rope_sin[static_cast<size_t>(pos) * half + i];
-  sq[i] = qa * c - qb * sn, sq[i + half] = qb * c + qa * sn;
-  const Bf16Bits k0 = to_bf16_bits(ka * c - kb * sn), k1 = to_bf16_bits(kb * c + ka * sn);
+  sq[i] = qa * c.cos - qb * c.sin, sq[i + half] = qb * c.cos + qa * c.sin;
+  const Bf16Bits k0 = to_bf16_bits(ka * c.cos - kb * c.sin), k1 = to_bf16_bits(kb * c.cos + ka * c.sin);
   const Bf16Bits v0 = to_bf16_bits(va), v1 = to_bf16_bits(vb);
   sk[i] = k0, sk[i + half] = k1, sv[i] = v0, sv[i + half] = v1;
   if (h % (s.hq / s.hkv) == 0) {
@@ -147,12 +170,16 @@ __global__ void __launch_bounds__(32 * kDecodeAttnWarps, 2) decode_attention_ker
       }
     }
   };
-  if constexpr (kFused) load_round(0);
+  DecodeQkvConstants constants;
+  if constexpr (kFused) {
+    load_round(0);
+    constants = decode_own_constants(own, rows, s, r, h, kv);
+  }
   begin_dependent();
   const float scale = rsqrtf(static_cast<float>(D));
   float qv[kDecodeDimsPerLane], acc[kDecodeDimsPerLane];
   if constexpr (kFused) {
-    decode_own_qkv(own, rows, s, r, h, kv, sq, sk, sv, k_cache, v_cache);
+    decode_own_qkv(own, constants, rows, s, r, h, kv, sq, sk, sv, k_cache, v_cache);
     __syncthreads();
     for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = sq[sub * kDecodeDimsPerLane + k] * scale;
   } else {

@@ -3,16 +3,19 @@
 // A warp per output row (two for the SwiGLU forms: the gate row and its up
 // row), four warps a block, so even a 1,024-row projection spreads over 256
 // blocks. Each lane streams 16-byte pieces of the weight row, stride 256
-// elements, four loads issued before their multiply-adds. The lanes' partial
-// sums meet by shuffles.
+// elements, four or eight loads a row issued before their multiply-adds.
+// The lanes' partial sums meet by shuffles.
 //
 // Weights never change within a step, so the first pieces of each warp's
 // rows are loaded before the kernel waits for its predecessor (programmatic
-// dependent launch, common.cuh): the weight stream of one projection starts
-// while the kernel before it is still finishing. x comes through the
-// read-only cache (n rows of a few KiB, shared by every warp of a
-// multiprocessor), or, in the norm forms, from shared memory where each
-// block has normalised the residual rows itself.
+// dependent launch, common.cuh). x is the predecessor's output: plain
+// loads, n rows of a few KiB shared by every warp of a multiprocessor.
+//
+// The norm forms fold the RMSNorm into the dot products: rmsnorm(x)·w =
+// rstd · Σ_j x_j g_j w_j, and since a warp streams whole rows of w it meets
+// every x_j of its input rows, so it sums x_j² on the way and scales at the
+// end. No block-wide normalisation pass, no barrier, no shared memory:
+// the kernel is the plain one with the residual (fp32) for x.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,94 +28,32 @@
 namespace cohort::models::cuda {
 
 constexpr int kGemvWarps = 4;
+// Pieces of a row a lane has in flight: 4 (2 KiB a warp), or in the
+// one-row projections of one input row 8 for rows of 2,048 elements and
+// more (a small model's output projections have 256 blocks, too few warps
+// to cover memory latency with 4: 785 against 822 us a batch-1 step,
+// bench/RESULTS.md). The SwiGLU forms stream two rows a warp, 4 each.
 constexpr int kGemvUnroll = 4;
+constexpr int kGemvDeepUnroll = 8;
 constexpr int kGemvStride = 32 * 8;  // elements a warp covers per 16-byte load
 
-// The input rows a projection reads: bf16 x in global memory, or the rows
-// the block normalised into shared memory. Plain loads either way: x is the
-// predecessor's output, and a read-only (__ldg) load counts as invariant to
-// the compiler, which may then move it above the wait for that predecessor.
-// (The weights, which no kernel writes, take __ldg.)
-template <bool kShared>
-__device__ __forceinline__ uint4 load_x(const Bf16Bits* x) {
-  return *reinterpret_cast<const uint4*>(x);
-}
-
-// sum[r] += dot(w[0..8), x_r[0..8)) for the 8 bf16 of each 16-byte piece.
-template <int N, bool kShared>
-__device__ __forceinline__ void gemv_piece(float (&sum)[N], const uint4& wv, const Bf16Bits* x,
-                                           int in, int k) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  float wf[8];
+// The 8 bf16 of a 16-byte piece as floats.
+__device__ __forceinline__ void unpack8_bf16(const uint4& v, float (&out)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const float2 f = __bfloat1622float2(w2[j]);
-    wf[2 * j] = f.x, wf[2 * j + 1] = f.y;
-  }
-#pragma unroll
-  for (int r = 0; r < N; ++r) {
-    const uint4 xv = load_x<kShared>(x + static_cast<size_t>(r) * in + k);
-    const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(x2[j]);
-      sum[r] = fmaf(wf[2 * j], f.x, sum[r]);
-      sum[r] = fmaf(wf[2 * j + 1], f.y, sum[r]);
-    }
+    const float2 f = __bfloat1622float2(h[j]);
+    out[2 * j] = f.x, out[2 * j + 1] = f.y;
   }
 }
 
-// One weight row's stream: its first kGemvUnroll pieces are loaded by
-// start() (before the kernel waits on its predecessor), the rest as
-// finish() goes.
-struct GemvRowStream {
-  uint4 first[kGemvUnroll];
-  const Bf16Bits* row = nullptr;
-  bool live = false;
-
-  __device__ __forceinline__ void start(const Bf16Bits* weight_row, int in, bool row_exists) {
-    row = weight_row, live = row_exists;
-    const int k = threadIdx.x % 32 * 8;
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      if (live && k + u * kGemvStride < in) {
-        first[u] = __ldg(reinterpret_cast<const uint4*>(row + k + u * kGemvStride));
-      }
-    }
-  }
-
-  // The warp's dot products of the row with x's N rows, in every lane.
-  template <int N, bool kShared>
-  __device__ __forceinline__ void finish(float (&sum)[N], const Bf16Bits* x, int in) const {
-#pragma unroll
-    for (int r = 0; r < N; ++r) sum[r] = 0.0f;
-    const int k0 = threadIdx.x % 32 * 8;
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      if (k0 + u * kGemvStride < in) gemv_piece<N, kShared>(sum, first[u], x, in, k0 + u * kGemvStride);
-    }
-    int k = k0 + kGemvUnroll * kGemvStride;
-    for (; k + (kGemvUnroll - 1) * kGemvStride < in; k += kGemvUnroll * kGemvStride) {
-      uint4 wv[kGemvUnroll];
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        wv[u] = __ldg(reinterpret_cast<const uint4*>(row + k + u * kGemvStride));
-      }
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) gemv_piece<N, kShared>(sum, wv[u], x, in, k + u * kGemvStride);
-    }
-    for (; k < in; k += kGemvStride) {
-      gemv_piece<N, kShared>(sum, __ldg(reinterpret_cast<const uint4*>(row + k)), x, in, k);
-    }
-#pragma unroll
-    for (int r = 0; r < N; ++r) sum[r] = warp_sum(sum[r]);
-  }
-};
-
-// Where a projection's rows come from. Plain: x [N, in] bf16. Norm form:
-// x = bf16(rmsnorm(residual) * norm_weight), each block normalising the N
-// fp32 residual rows into shared memory exactly as add_rmsnorm_bf16 writes
-// them (same formula, same rounding).
+// Where a projection's input rows come from. Plain: x [N, in] bf16. Norm
+// form: the fp32 residual [N, in] and the norm weight [in]; the result is
+// that of x = rmsnorm(residual) * norm_weight in fp32 (not rounded to bf16
+// as add_rmsnorm_bf16 writes it). Plain loads for x and the residual: they
+// are the predecessor's output, and a read-only (__ldg) load counts as
+// invariant to the compiler, which may then move it above the wait for
+// that predecessor. (The weights, which no kernel writes, take __ldg.)
 struct GemvSource {
   const Bf16Bits* x = nullptr;
   const float* residual = nullptr;
@@ -120,127 +61,171 @@ struct GemvSource {
   float eps = 0.0f;
 };
 
-// The norm form's shared memory: the N normalised rows (bf16), then the
-// norm weight (fp32, `in` of them).
-inline size_t gemv_norm_shared_bytes(int n, int in) {
-  return static_cast<size_t>(n) * in * sizeof(Bf16Bits) + static_cast<size_t>(in) * sizeof(float);
-}
+// The running sums of a warp's M weight rows: dot products against the N
+// input rows, and in the norm form the input rows' sums of squares.
+template <int M, int N, bool kNorm>
+struct GemvSums {
+  float dot[M][N];
+  float squares[kNorm ? N : 1];
+};
 
-// Norm form, before the kernel waits on its predecessor: the norm weight
-// (a model weight, which no kernel writes) goes to shared memory.
-template <bool kNorm>
-__device__ __forceinline__ void gemv_stage_norm_weight(const GemvSource& src, int N, int in) {
+// One 16-byte piece of each of the M weight rows at element k, against the
+// N input rows, each input piece loaded once for all M.
+template <int M, int N, bool kNorm>
+__device__ __forceinline__ void gemv_piece(GemvSums<M, N, kNorm>& s, const uint4 (&wv)[M],
+                                           const GemvSource& src, int in, int k) {
+  float wf[M][8];
+#pragma unroll
+  for (int m = 0; m < M; ++m) unpack8_bf16(wv[m], wf[m]);
+  float g[8];
   if constexpr (kNorm) {
-    extern __shared__ uint4 gemv_shared[];
-    float* weight = reinterpret_cast<float*>(reinterpret_cast<Bf16Bits*>(gemv_shared) + static_cast<size_t>(N) * in);
-    for (int j = threadIdx.x; j < in; j += blockDim.x) weight[j] = __ldg(src.norm_weight + j);
+    const float4* g4 = reinterpret_cast<const float4*>(src.norm_weight + k);
+    const float4 ga = __ldg(g4), gb = __ldg(g4 + 1);
+    g[0] = ga.x, g[1] = ga.y, g[2] = ga.z, g[3] = ga.w, g[4] = gb.x, g[5] = gb.y, g[6] = gb.z, g[7] = gb.w;
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    float x[8];
+    if constexpr (kNorm) {
+      const float4* x4 = reinterpret_cast<const float4*>(src.residual + static_cast<size_t>(r) * in + k);
+      const float4 xa = x4[0], xb = x4[1];
+      x[0] = xa.x, x[1] = xa.y, x[2] = xa.z, x[3] = xa.w, x[4] = xb.x, x[5] = xb.y, x[6] = xb.z, x[7] = xb.w;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s.squares[r] = fmaf(x[j], x[j], s.squares[r]);
+        x[j] *= g[j];
+      }
+    } else {
+      unpack8_bf16(*reinterpret_cast<const uint4*>(src.x + static_cast<size_t>(r) * in + k), x);
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s.dot[m][r] = fmaf(wf[m][j], x[j], s.dot[m][r]);
+    }
   }
 }
 
-// The rows the block's warps read: src.x, or (kNorm) shared memory filled
-// here. Every thread of the block calls it (it has barriers). The N rows'
-// sums of squares are taken in one pass and reduced together, so the
-// prologue costs one read of the residual from L2 whatever N is; the second
-// pass re-reads it from L1.
-template <int N, bool kNorm>
-__device__ __forceinline__ const Bf16Bits* gemv_rows(const GemvSource& src, int in) {
-  if constexpr (!kNorm) {
-    return src.x;
-  } else {
-    extern __shared__ uint4 gemv_shared[];
-    __shared__ float partial[kGemvWarps][N];
-    Bf16Bits* xs = reinterpret_cast<Bf16Bits*>(gemv_shared);
-    const float* weight = reinterpret_cast<const float*>(xs + static_cast<size_t>(N) * in);
-    float ss[N];
+// A warp's M weight rows (one, or a gate row and its up row): the first
+// kUnroll pieces of each are loaded by start() (before the kernel waits on
+// its predecessor), the rest as finish() goes.
+template <int M, int kUnroll = kGemvUnroll>
+struct GemvRows {
+  uint4 first[kUnroll][M];
+  const Bf16Bits* rows[M];
+  bool live = false;
+
+  __device__ __forceinline__ void start(const Bf16Bits* const (&weight_rows)[M], int in,
+                                        bool rows_exist) {
+    live = rows_exist;
+    const int k = threadIdx.x % 32 * 8;
 #pragma unroll
-    for (int r = 0; r < N; ++r) ss[r] = 0.0f;
-    for (int j = threadIdx.x; j < in; j += blockDim.x) {
+    for (int m = 0; m < M; ++m) rows[m] = weight_rows[m];
 #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        const float v = src.residual[static_cast<size_t>(r) * in + j];
-        ss[r] += v * v;
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        if (live && k + u * kGemvStride < in) {
+          first[u][m] = __ldg(reinterpret_cast<const uint4*>(rows[m] + k + u * kGemvStride));
+        }
       }
     }
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int r = 0; r < N; ++r) {
-      ss[r] = warp_sum(ss[r]);
-      if (lane == 0) partial[warp][r] = ss[r];
-    }
-    __syncthreads();  // also orders the staged norm weight before its use
-    float rstd[N];
-#pragma unroll
-    for (int r = 0; r < N; ++r) {
-      float total = 0.0f;
-      for (int w = 0; w < kGemvWarps; ++w) total += partial[w][r];
-      rstd[r] = rsqrtf(total / static_cast<float>(in) + src.eps);
-    }
-    for (int j = threadIdx.x; j < in; j += blockDim.x) {
-      const float g = weight[j];
-#pragma unroll
-      for (int r = 0; r < N; ++r) {
-        xs[static_cast<size_t>(r) * in + j] = to_bf16_bits(g * (src.residual[static_cast<size_t>(r) * in + j] * rstd[r]));
-      }
-    }
-    __syncthreads();
-    return xs;
   }
-}
+
+  // The warp's dot products of its rows with the N input rows, in every
+  // lane; the norm form scales each by its input row's 1 / rms.
+  template <int N, bool kNorm>
+  __device__ __forceinline__ void finish(float (&out)[M][N], const GemvSource& src, int in) const {
+    GemvSums<M, N, kNorm> s;
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) s.dot[m][r] = 0.0f;
+      if constexpr (kNorm) s.squares[r] = 0.0f;
+    }
+    const int k0 = threadIdx.x % 32 * 8;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (k0 + u * kGemvStride < in) gemv_piece<M, N, kNorm>(s, first[u], src, in, k0 + u * kGemvStride);
+    }
+    int k = k0 + kUnroll * kGemvStride;
+    for (; k + (kUnroll - 1) * kGemvStride < in; k += kUnroll * kGemvStride) {
+      uint4 wv[kUnroll][M];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) wv[u][m] = __ldg(reinterpret_cast<const uint4*>(rows[m] + k + u * kGemvStride));
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) gemv_piece<M, N, kNorm>(s, wv[u], src, in, k + u * kGemvStride);
+    }
+    for (; k < in; k += kGemvStride) {
+      uint4 wv[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) wv[m] = __ldg(reinterpret_cast<const uint4*>(rows[m] + k));
+      gemv_piece<M, N, kNorm>(s, wv, src, in, k);
+    }
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      float scale = 1.0f;
+      if constexpr (kNorm) scale = rsqrtf(warp_sum(s.squares[r]) / static_cast<float>(in) + src.eps);
+#pragma unroll
+      for (int m = 0; m < M; ++m) out[m][r] = warp_sum(s.dot[m][r]) * scale;
+    }
+  }
+};
 
 // y [N, out] (fp32) = rows · wᵀ, or y += that (kAccumulate: the residual
 // stream takes the projection in place).
-template <int N, bool kNorm, bool kAccumulate>
+template <int N, bool kNorm, bool kAccumulate, int kUnroll>
 __global__ void __launch_bounds__(32 * kGemvWarps) gemv_bf16_kernel(float* y, GemvSource src,
                                                                     const Bf16Bits* w, int in,
                                                                     int out) {
   const int o = blockIdx.x * kGemvWarps + threadIdx.x / 32;
-  GemvRowStream stream;
-  stream.start(w + static_cast<size_t>(o) * in, in, o < out);
-  gemv_stage_norm_weight<kNorm>(src, N, in);
+  GemvRows<1, kUnroll> rows;
+  rows.start({w + static_cast<size_t>(o) * in}, in, o < out);
   begin_dependent();
-  const Bf16Bits* x = gemv_rows<N, kNorm>(src, in);
   if (o >= out) return;
-  float sum[N];
-  stream.finish<N, kNorm>(sum, x, in);
+  float sum[1][N];
+  rows.finish<N, kNorm>(sum, src, in);
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < N; ++r) {
     if (lane == r) {
       float* at = y + static_cast<size_t>(r) * out + o;
-      *at = kAccumulate ? *at + sum[r] : sum[r];
+      *at = kAccumulate ? *at + sum[0][r] : sum[0][r];
     }
   }
 }
 
+// At least kGemvSwigluMinBlocks blocks a multiprocessor (registers held to
+// 65,536 / (128 * 6) = 85 a thread), so that a small model's gate/up grid
+// (768 blocks for 3,072 rows) is one wave on 132 multiprocessors.
+constexpr int kGemvSwigluMinBlocks = 6;
+
 template <int N, bool kNorm>
-__global__ void __launch_bounds__(32 * kGemvWarps) gemv_swiglu_bf16_kernel(Bf16Bits* h,
-                                                                           GemvSource src,
-                                                                           const Bf16Bits* w,
-                                                                           int in, int I) {
+__global__ void __launch_bounds__(32 * kGemvWarps, kGemvSwigluMinBlocks) gemv_swiglu_bf16_kernel(
+    Bf16Bits* h, GemvSource src, const Bf16Bits* w, int in, int I) {
   const int i = blockIdx.x * kGemvWarps + threadIdx.x / 32;
-  GemvRowStream gate, up;
-  gate.start(w + static_cast<size_t>(i) * in, in, i < I);
-  up.start(w + (static_cast<size_t>(I) + i) * in, in, i < I);
-  gemv_stage_norm_weight<kNorm>(src, N, in);
+  GemvRows<2> rows;
+  rows.start({w + static_cast<size_t>(i) * in, w + (static_cast<size_t>(I) + i) * in}, in, i < I);
   begin_dependent();
-  const Bf16Bits* x = gemv_rows<N, kNorm>(src, in);
   if (i >= I) return;
-  float g[N], u[N];
-  gate.finish<N, kNorm>(g, x, in);
-  up.finish<N, kNorm>(u, x, in);
+  float gu[2][N];
+  rows.finish<N, kNorm>(gu, src, in);
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < N; ++r) {
-    if (lane == r) h[static_cast<size_t>(r) * I + i] = to_bf16_bits(g[r] / (1.0f + __expf(-g[r])) * u[r]);
+    if (lane == r) {
+      const float g = gu[0][r], u = gu[1][r];
+      h[static_cast<size_t>(r) * I + i] = to_bf16_bits(g / (1.0f + __expf(-g)) * u);
+    }
   }
 }
 
 bool gemv_supported(int n, int in) { return n >= 1 && n <= kGemvMaxRows && in % 8 == 0; }
 
-bool gemv_norm_supported(int n, int in) {
-  return gemv_supported(n, in) && n <= kGemvNormMaxRows &&
-         gemv_norm_shared_bytes(n, in) <= kGemvNormSharedBytes;
-}
+bool gemv_norm_supported(int n, int in) { return gemv_supported(n, in) && n <= kGemvNormMaxRows; }
 
 // Calls f(std::integral_constant<int, n>) for n in 1 .. kGemvMaxRows: the row
 // count is a template argument so that the per-row sums live in registers.
@@ -258,52 +243,64 @@ void with_rows(int n, F&& f) {
   }
 }
 
+// Calls f(std::integral_constant<int, unroll>{}) with the pieces in flight
+// for N input rows of `in` elements.
+template <int N, typename F>
+void with_unroll(int in, F&& f) {
+  if constexpr (N == 1) {
+    if (in >= kGemvDeepUnroll * kGemvStride) return f(std::integral_constant<int, kGemvDeepUnroll>{});
+  }
+  f(std::integral_constant<int, kGemvUnroll>{});
+}
+
+inline unsigned gemv_blocks(int rows) { return static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps); }
+
 void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
                CUstream_st* stream, GemvOutput output) {
-  const unsigned blocks = (out + kGemvWarps - 1) / kGemvWarps;
   const GemvSource src{x};
   with_rows(n, [&](auto rows) {
     constexpr int N = decltype(rows)::value;
-    if (output == GemvOutput::kAccumulate) {
-      launch_dependent(gemv_bf16_kernel<N, false, true>, blocks, 32 * kGemvWarps, 0, stream, y, src, w, in, out);
-    } else {
-      launch_dependent(gemv_bf16_kernel<N, false, false>, blocks, 32 * kGemvWarps, 0, stream, y, src, w, in, out);
-    }
+    with_unroll<N>(in, [&](auto unroll) {
+      constexpr int U = decltype(unroll)::value;
+      if (output == GemvOutput::kAccumulate) {
+        launch_dependent(gemv_bf16_kernel<N, false, true, U>, gemv_blocks(out), 32 * kGemvWarps, 0, stream, y, src, w, in, out);
+      } else {
+        launch_dependent(gemv_bf16_kernel<N, false, false, U>, gemv_blocks(out), 32 * kGemvWarps, 0, stream, y, src, w, in, out);
+      }
+    });
   });
 }
 
 void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, float eps,
                     const Bf16Bits* w, int n, int in, int out, CUstream_st* stream) {
-  const unsigned blocks = (out + kGemvWarps - 1) / kGemvWarps;
   const GemvSource src{nullptr, residual, norm_weight, eps};
-  const size_t smem = gemv_norm_shared_bytes(n, in);
   with_rows(n, [&](auto rows) {
     constexpr int N = decltype(rows)::value;
     if constexpr (N <= kGemvNormMaxRows) {
-      launch_dependent(gemv_bf16_kernel<N, true, false>, blocks, 32 * kGemvWarps, smem, stream, y, src, w, in, out);
+      with_unroll<N>(in, [&](auto unroll) {
+        launch_dependent(gemv_bf16_kernel<N, true, false, decltype(unroll)::value>, gemv_blocks(out), 32 * kGemvWarps, 0, stream, y, src, w, in, out);
+      });
     }
   });
 }
 
 void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
                       int intermediate, CUstream_st* stream) {
-  const unsigned blocks = (intermediate + kGemvWarps - 1) / kGemvWarps;
   const GemvSource src{x};
   with_rows(n, [&](auto rows) {
-    launch_dependent(gemv_swiglu_bf16_kernel<decltype(rows)::value, false>, blocks, 32 * kGemvWarps, 0, stream, h, src, w, in, intermediate);
+    constexpr int N = decltype(rows)::value;
+    launch_dependent(gemv_swiglu_bf16_kernel<N, false>, gemv_blocks(intermediate), 32 * kGemvWarps, 0, stream, h, src, w, in, intermediate);
   });
 }
 
 void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm_weight,
                            float eps, const Bf16Bits* w, int n, int in, int intermediate,
                            CUstream_st* stream) {
-  const unsigned blocks = (intermediate + kGemvWarps - 1) / kGemvWarps;
   const GemvSource src{nullptr, residual, norm_weight, eps};
-  const size_t smem = gemv_norm_shared_bytes(n, in);
   with_rows(n, [&](auto rows) {
     constexpr int N = decltype(rows)::value;
     if constexpr (N <= kGemvNormMaxRows) {
-      launch_dependent(gemv_swiglu_bf16_kernel<N, true>, blocks, 32 * kGemvWarps, smem, stream, h, src, w, in, intermediate);
+      launch_dependent(gemv_swiglu_bf16_kernel<N, true>, gemv_blocks(intermediate), 32 * kGemvWarps, 0, stream, h, src, w, in, intermediate);
     }
   });
 }

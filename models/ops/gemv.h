@@ -11,7 +11,9 @@
 // The norm forms take the fp32 residual stream instead of x and normalise it
 // themselves: gemv_norm_bf16(y, residual, norm_weight, eps, ...) equals
 // add_rmsnorm_bf16(residual, nullptr, norm_weight, xn, ...) (rmsnorm.h)
-// followed by gemv_bf16(y, xn, ...), and gemv_norm_swiglu_bf16 likewise.
+// followed by gemv_bf16(y, xn, ...), and gemv_norm_swiglu_bf16 likewise, up
+// to xn's rounding: the norm forms keep the normalised rows in fp32 (one
+// bf16 rounding fewer).
 // With GemvOutput::kAccumulate gemv_bf16 adds into y (y += x · wᵀ), so the
 // residual stream takes an output projection in place. At batch 1 a decode
 // step is bound by its count of small kernels rather than by bytes, and
@@ -48,13 +50,12 @@ void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, in
 void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
                       int intermediate, CUstream_st* stream);
 
-// The norm forms: every block normalises the n residual rows itself (into
-// n * in bf16 of shared memory), which pays where n is small; hence fewer
-// rows than the plain forms.
-constexpr int kGemvNormMaxRows = 4;
-// Dynamic shared memory within the 48 KiB a launch gets without opting in,
-// less what the kernels declare statically.
-constexpr size_t kGemvNormSharedBytes = 46 * 1024;
+// The norm forms: every warp takes the sum of squares of the residual row it
+// reads anyway (gemv.cuh). One row: from two rows on the decode engine's
+// tensor-core projections with a separate RMSNorm are faster (batch 2:
+// 1,077 against 1,107 us a step, batch 4: 1,145 against 1,698;
+// bench/RESULTS.md).
+constexpr int kGemvNormMaxRows = 1;
 bool gemv_norm_supported(int n, int in);
 void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, float eps,
                     const Bf16Bits* w, int n, int in, int out, CUstream_st* stream);
@@ -62,7 +63,7 @@ void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm
                            float eps, const Bf16Bits* w, int n, int in, int intermediate,
                            CUstream_st* stream);
 
-// Tensor-core forms for 5 to 64 rows (skinny_gemm.cuh), the same contracts
+// Tensor-core forms for 2 to 64 rows (skinny_gemm.cuh), the same contracts
 // as gemv_bf16 (store or accumulate) and gemv_swiglu_bf16, for `in` a
 // multiple of 256. Beyond 64 rows a projection is arithmetic-bound and
 // cuBLASLt's tiles serve it. With scratch, a projection whose output tiles
