@@ -56,13 +56,19 @@ __device__ inline uint16_t to_bf16_bits(float v) {
 // Programmatic dependent launch (sm_90): launch_dependent starts a kernel
 // while its predecessor on the stream is still finishing, so that the gap of
 // a launch between two short kernels (a decode step is ~250 of them) is
-// hidden. A kernel so launched calls begin_dependent() first: it waits until
-// the predecessor has completed and its writes are visible, then lets its
-// own successor start launching. Launched the ordinary way, both are no-ops.
+// hidden. A kernel so launched calls begin_dependent() once it has issued
+// what it may read early (model weights, tables, row indices copied before
+// the step's first kernel): it lets its own successor start launching, then
+// waits until the predecessor has completed and its writes are visible.
+// Letting the successor launch before the wait keeps two kernels' weight
+// loads in flight behind the running one (a batch-1 step: 758 against
+// 879 us, bench/RESULTS.md), and stays correct: a kernel completes only
+// after its own wait, so each wait covers every earlier kernel, and no
+// kernel writes before its wait. Launched the ordinary way, both are no-ops.
 __device__ __forceinline__ void begin_dependent() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
