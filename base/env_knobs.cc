@@ -61,6 +61,11 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`1`: the bf16 graph engine times its decode steps on the GPU (CUDA events) and logs, as it "
        "closes, GPU and wall time per step for each batch size.",
        true},
+      {K::kInferProjections, "COHORT_INFER_PROJECTIONS", "infer",
+       "`skinny` or `cublaslt`: the bf16 graph engine's projections of 2 to 64 rows all take that "
+       "kernel family instead of the one measured faster per decode bucket at warm-up (so that "
+       "runs with and without graphs compute the same sums).",
+       true},
       {K::kTrainDumpBatches, "COHORT_TRAIN_DUMP_BATCHES", "train",
        "`1`: rank 0 appends each step's inputs and targets (int32) to output_dir/batches.i32, "
        "for loss parity checks against another trainer.",

@@ -34,6 +34,7 @@ enum class EnvKnob {
   kInferDumpLogits,
   kInferIgnoreEos,
   kInferStepTimes,
+  kInferProjections,
   kTrainDumpBatches,
 };
 

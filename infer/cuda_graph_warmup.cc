@@ -4,8 +4,11 @@
 // measuring both.
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 #include "base/check.h"
 #include "base/cuda_check.h"
+#include "base/env_knobs.h"
 #include "infer/cuda_graph_state.h"
 
 namespace cohort::infer {
@@ -90,9 +93,17 @@ void CudaGraphEngine::warm_up() {
     }
   }
   skinny_enabled_ = true;
+  // COHORT_INFER_PROJECTIONS pins the family (eager runs cannot measure
+  // graphs, and a pinned family makes them comparable with graph runs).
+  const char* pinned = read_env_knob(EnvKnob::kInferProjections);
+  const std::string family = pinned ? pinned : "";
+  COHORT_CHECK_MSG(family.empty() || family == "skinny" || family == "cublaslt",
+                   "COHORT_INFER_PROJECTIONS is '{}': expected skinny or cublaslt", family);
   for (int b : buckets_) {
     fill_rows(b, false);
-    const bool choice = options_.cuda_graphs && tp_ == 1 && b > models::cuda::kGemvNormMaxRows &&
+    if (family == "cublaslt") bucket_skinny_[b] = false;
+    const bool choice = family.empty() && options_.cuda_graphs && tp_ == 1 &&
+                        b > models::cuda::kGemvNormMaxRows &&
                         models::cuda::skinny_gemm_supported(b, H);
     if (choice) {
       if (pool_->take_changed()) upload_table();
