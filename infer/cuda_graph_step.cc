@@ -21,7 +21,7 @@ void check_tp(const Status& s, const char* what) {
 }  // namespace
 
 // Which kernel family a projection of n rows takes: the CUDA-core GEMV up
-// to kGemvNormMaxRows rows (where the norm forms also apply), the
+// to kGemvNormMaxRows rows (one; where the norm forms also apply), the
 // tensor-core skinny GEMM up to kSkinnyMaxRows, cuBLASLt beyond (or for
 // widths the first two do not take).
 CudaGraphEngine::Projection CudaGraphEngine::projection(int n, int in) const {
@@ -136,7 +136,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
                            stream_);
   all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
-  // At a few rows and one rank the projections take the residual stream
+  // At one row and one rank the projections take the residual stream
   // directly: the ones that read it normalise it themselves, the output
   // projections add into it (gemv.h). With peers the partial sums must be
   // all-reduced before they reach the residual, so that path keeps the
