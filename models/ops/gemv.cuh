@@ -31,8 +31,9 @@ constexpr int kGemvWarps = 4;
 // Pieces of a row a lane has in flight: 4 (2 KiB a warp), or in the
 // one-row projections of one input row 8 for rows of 2,048 elements and
 // more (a small model's output projections have 256 blocks, too few warps
-// to cover memory latency with 4: 785 against 822 us a batch-1 step,
-// bench/RESULTS.md). The SwiGLU forms stream two rows a warp, 4 each.
+// to cover memory latency with 4: 785 against 822 us a batch-1 step, in
+// two calls on different machines, bench/RESULTS.md). The SwiGLU forms
+// stream two rows a warp, 4 each.
 constexpr int kGemvUnroll = 4;
 constexpr int kGemvDeepUnroll = 8;
 constexpr int kGemvStride = 32 * 8;  // elements a warp covers per 16-byte load
