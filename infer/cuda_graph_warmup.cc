@@ -4,6 +4,7 @@
 // measuring both.
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <string>
 
 #include "base/check.h"
@@ -56,6 +57,13 @@ void CudaGraphEngine::choose_projections(int n) {
 }
 
 void CudaGraphEngine::warm_up() {
+  // Where warm-up's time goes, logged at the end: it is most of the load
+  // time past the weights at large batch sizes.
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const auto start = Clock::now();
   const int spare = options_.slots;  // the KV slot padding rows write to
   int32_t unused = 0;
   auto fill_rows = [&](int n, bool positions) {
@@ -71,6 +79,9 @@ void CudaGraphEngine::warm_up() {
     host_head_rows_[0] = n - 1;
     run(n, 1, 0, false, true, nullptr, &unused);
   }
+  const double prefill_s = seconds_since(start);
+  const auto tuning_start = Clock::now();
+  int tuned = 0;
   // The projections of the buckets above the GEMV's rows, timed on the
   // engine's own buffers (their contents do not matter here).
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
@@ -90,8 +101,10 @@ void CudaGraphEngine::warm_up() {
       if (projection(b, g.in) != Projection::kCublasLt) continue;
       const Status s = lt_->tune(g.y, g.x, g.w, b, g.in, g.out);
       COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());
+      ++tuned;
     }
   }
+  const double tuning_s = seconds_since(tuning_start);
   skinny_enabled_ = true;
   // COHORT_INFER_PROJECTIONS pins the family (eager runs cannot measure
   // graphs, and a pinned family makes them comparable with graph runs).
@@ -99,6 +112,9 @@ void CudaGraphEngine::warm_up() {
   const std::string family = pinned ? pinned : "";
   COHORT_CHECK_MSG(family.empty() || family == "skinny" || family == "cublaslt",
                    "COHORT_INFER_PROJECTIONS is '{}': expected skinny or cublaslt", family);
+  double choice_s = 0;
+  int chosen = 0;
+  const auto buckets_start = Clock::now();
   for (int b : buckets_) {
     fill_rows(b, false);
     if (family == "cublaslt") bucket_skinny_[b] = false;
@@ -106,14 +122,21 @@ void CudaGraphEngine::warm_up() {
                         b > models::cuda::kGemvNormMaxRows &&
                         models::cuda::skinny_gemm_supported(b, H);
     if (choice) {
+      const auto choice_start = Clock::now();
       if (pool_->take_changed()) upload_table();
       stage_rows(b, b, false);
       choose_projections(b);
+      choice_s += seconds_since(choice_start);
+      ++chosen;
     }
     run(b, b, 0, options_.cuda_graphs, false, nullptr, &unused);
     // With graphs the first run of a size is eager and the second captures.
     if (options_.cuda_graphs) run(b, b, 0, true, false, nullptr, &unused);
   }
+  spdlog::info("infer: warm-up {:.2f} s: prefill shapes {:.2f} s, {} cuBLASLt plans tuned in {:.2f} s, "
+               "projections measured for {} buckets in {:.2f} s, {} decode buckets run{} in {:.2f} s",
+               seconds_since(start), prefill_s, tuned, tuning_s, chosen, choice_s, buckets_.size(),
+               options_.cuda_graphs ? " and captured" : "", seconds_since(buckets_start) - choice_s);
 }
 
 }  // namespace cohort::infer
