@@ -53,6 +53,16 @@ __device__ inline uint16_t to_bf16_bits(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+// The 8 bf16 of a 16-byte piece as floats.
+__device__ __forceinline__ void unpack8_bf16(const uint4& v, float* out) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    out[2 * j] = f.x, out[2 * j + 1] = f.y;
+  }
+}
+
 // Programmatic dependent launch (sm_90): launch_dependent starts a kernel
 // while its predecessor on the stream is still finishing, so that the gap of
 // a launch between two short kernels (a decode step is ~250 of them) is
@@ -108,41 +118,39 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-// Sum (or max) over the block; every thread gets the result. Callable
-// repeatedly: the trailing barrier protects the shared slots.
-template <bool kMax>
-__device__ inline float block_reduce(float v) {
-  __shared__ float slots[32];
+// Sums (or maxima) over the block of N values at once, in the barriers of
+// one reduction; every thread gets all N. Callable repeatedly: the trailing
+// barrier protects the shared slots.
+template <bool kMax, int N>
+__device__ inline void block_reduce_each(float (&v)[N]) {
+  __shared__ float slots[N][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = (blockDim.x + 31) >> 5;
-  v = kMax ? warp_max(v) : warp_sum(v);
-  if (lane == 0) slots[warp] = v;
-  __syncthreads();
   const float identity = kMax ? -INFINITY : 0.0f;
-  v = threadIdx.x < warps ? slots[threadIdx.x] : identity;
-  if (warp == 0) v = kMax ? warp_max(v) : warp_sum(v);
-  if (threadIdx.x == 0) slots[0] = v;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    v[i] = kMax ? warp_max(v[i]) : warp_sum(v[i]);
+    if (lane == 0) slots[i][warp] = v[i];
+  }
   __syncthreads();
-  const float result = slots[0];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float x = threadIdx.x < warps ? slots[i][threadIdx.x] : identity;
+    if (warp == 0) x = kMax ? warp_max(x) : warp_sum(x);
+    if (threadIdx.x == 0) slots[i][0] = x;
+  }
   __syncthreads();
-  return result;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = slots[i][0];
+  __syncthreads();
 }
 
-// Two sums over the block in the barriers of one (every thread gets both).
-__device__ inline float2 block_sum2(float a, float b) {
-  __shared__ float2 pairs[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warps = (blockDim.x + 31) >> 5;
-  a = warp_sum(a), b = warp_sum(b);
-  if (lane == 0) pairs[warp] = make_float2(a, b);
-  __syncthreads();
-  float2 v = threadIdx.x < warps ? pairs[threadIdx.x] : make_float2(0.0f, 0.0f);
-  if (warp == 0) v = make_float2(warp_sum(v.x), warp_sum(v.y));
-  if (threadIdx.x == 0) pairs[0] = v;
-  __syncthreads();
-  const float2 result = pairs[0];
-  __syncthreads();
-  return result;
+// Sum (or max) of one value over the block; every thread gets the result.
+template <bool kMax>
+__device__ inline float block_reduce(float v) {
+  float one[1] = {v};
+  block_reduce_each<kMax>(one);
+  return one[0];
 }
 
 }  // namespace cohort::models::cuda

@@ -23,11 +23,8 @@ constexpr int kDecodePositionsPerGroup = 4;
 
 // The 16 bf16 of two 16-byte vectors as floats.
 __device__ __forceinline__ void unpack16_bf16(const uint4 (&w)[2], float* out) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(w);
-  for (int k = 0; k < 8; ++k) {
-    const float2 f = __bfloat1622float2(h[k]);
-    out[2 * k] = f.x, out[2 * k + 1] = f.y;
-  }
+  unpack8_bf16(w[0], out);
+  unpack8_bf16(w[1], out + 8);
 }
 
 // Merges a partial softmax state (m, l, acc) with another one.
@@ -99,13 +96,14 @@ __device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeQkvConsta
     va = row[vc + i] + c.bias[4], vb = row[vc + i + half] + c.bias[5];
   }
   if (in.q_norm || in.k_norm) {  // uniform across the block: the barriers inside are safe
-    const float2 ss = block_sum2(qa * qa + qb * qb, ka * ka + kb * kb);
+    float ss[2] = {qa * qa + qb * qb, ka * ka + kb * kb};
+    block_reduce_each<false>(ss);
     if (in.q_norm && active) {
-      const float rq = rsqrtf(ss.x / static_cast<float>(D) + s.eps);
+      const float rq = rsqrtf(ss[0] / static_cast<float>(D) + s.eps);
       qa = c.q_norm[0] * (qa * rq), qb = c.q_norm[1] * (qb * rq);
     }
     if (in.k_norm && active) {
-      const float rk = rsqrtf(ss.y / static_cast<float>(D) + s.eps);
+      const float rk = rsqrtf(ss[1] / static_cast<float>(D) + s.eps);
       ka = c.k_norm[0] * (ka * rk), kb = c.k_norm[1] * (kb * rk);
     }
   }

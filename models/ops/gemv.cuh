@@ -38,16 +38,6 @@ constexpr int kGemvUnroll = 4;
 constexpr int kGemvDeepUnroll = 8;
 constexpr int kGemvStride = 32 * 8;  // elements a warp covers per 16-byte load
 
-// The 8 bf16 of a 16-byte piece as floats.
-__device__ __forceinline__ void unpack8_bf16(const uint4& v, float (&out)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 f = __bfloat1622float2(h[j]);
-    out[2 * j] = f.x, out[2 * j + 1] = f.y;
-  }
-}
-
 // Where a projection's input rows come from. Plain: x [N, in] bf16. Norm
 // form: the fp32 residual [N, in] and the norm weight [in]; the result is
 // that of x = rmsnorm(residual) * norm_weight in fp32 (not rounded to bf16
