@@ -70,6 +70,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`1`: rank 0 appends each step's inputs and targets (int32) to output_dir/batches.i32, "
        "for loss parity checks against another trainer.",
        true},
+      {K::kTrainBlocks, "COHORT_TRAIN_BLOCKS", "models",
+       "`ops`: CUDA training runs each decoder block op by op on fp32 activations instead of the "
+       "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks.",
+       true},
   };
   return table;
 }

@@ -36,6 +36,7 @@ enum class EnvKnob {
   kInferStepTimes,
   kInferProjections,
   kTrainDumpBatches,
+  kTrainBlocks,
 };
 
 struct EnvKnobDoc {

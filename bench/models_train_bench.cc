@@ -3,7 +3,9 @@
 //   models_train_bench [preset=qwen3-0.6b] [batch=4] [seq=1024] [steps=10] [cuda|cpu]
 //                      [attention=auto|flash|math]
 // Prints one JSON line: tokens/s, ms per step, model FLOP utilisation against
-// a stated peak, and device memory.
+// a stated peak, and device memory. On CUDA the weights get bf16 working
+// copies, as a DDP train job's do; COHORT_TRAIN_BLOCKS=ops runs the blocks
+// op by op instead of fused.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -46,6 +48,15 @@ int main(int argc, char** argv) {
                                                         : AttentionBackend::kAuto);
   auto model = std::move(Model::create(*config, {}, backend.get()).value());
   model->init_weights(1);
+  std::vector<void*> working;
+  if (device == "cuda" && backend->matmul_precision() != MatmulPrecision::kFp32) {
+    const DType half = matmul_operand_dtype(backend->matmul_precision());
+    for (int g = 0; g < model->num_groups(); ++g) {
+      const size_t n = model->layout().groups[g].numel;
+      working.push_back(backend->alloc(n * dtype_size(half)));
+      backend->set_working_weights(model->params(g), working.back(), n, half);
+    }
+  }
   AdamW opt(*model, AdamWConfig{});
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -76,9 +87,10 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"preset\": \"%s\", \"device\": \"%s\", \"attention\": \"%s\", \"batch\": %d, \"seq\": %d, "
       "\"steps\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
-      "\"loss\": %.4f",
+      "\"loss\": %.4f, \"blocks\": \"%s\"",
       preset.c_str(), device.c_str(), backend->attention_runs_fused(config->head_dim) ? "flash" : "math", B, T, steps, 1e3 * seconds / steps, tokens_per_s,
-      peak > 0 ? tokens_per_s * flops_per_token / peak : 0.0, loss);
+      peak > 0 ? tokens_per_s * flops_per_token / peak : 0.0, loss,
+      model->runs_fused_blocks() ? "fused" : "ops");
 #ifdef COHORT_HAVE_CUDA
   if (cuda) {
     std::printf(", \"device_reserved_gib\": %.2f",

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "models/block_engine.h"
 #include "models/ops/adamw.h"
 #include "models/ops/attention.h"
 #include "models/tensor.h"
@@ -104,6 +105,12 @@ class Backend {
   // True when attention_forward/backward at this head size run the fused
   // kernels under the current settings.
   virtual bool attention_runs_fused(int head_dim) const { (void)head_dim; return false; }
+  // Fused training blocks (block_engine.h) for this shape under the current
+  // settings, or null where the backend has none (the CPU reference never).
+  virtual std::unique_ptr<BlockEngine> make_block_engine(const BlockEngineShape& shape) {
+    (void)shape;
+    return nullptr;
+  }
 
   // Ops (see the matching models/ops/*.h for layouts and numerics; attention
   // scratch is attention_scratch_floats(T, heads) floats, or B * T * heads

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/env_knobs.h"
 #include "models/activations.h"
 #include "models/ops/cross_entropy.h"
 #include "models/ops/rope.h"
@@ -97,6 +98,7 @@ Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims&
       backend_(backend),
       tp_(std::move(tp)),
       acts_(std::make_unique<Activations>()) {
+  if (const char* blocks = read_env_knob(EnvKnob::kTrainBlocks)) fused_blocks_ = std::string_view(blocks) != "ops";
   for (const ParamGroup& g : layout_.groups) {
     params_.push_back(backend_->alloc_floats(g.numel));
     owned_.push_back(params_.back());
@@ -266,8 +268,17 @@ void Model::forward_embedding(const int32_t* tokens, const int32_t* targets, int
   tp_sum(a.res[0], static_cast<size_t>(N) * config_.hidden);
 }
 
+BlockPass Model::block_pass() const {
+  return {acts_->B, acts_->T, acts_->pos, rope_cos_, rope_sin_};
+}
+
 void Model::forward_block(int l) {
   Activations& a = *acts_;
+  if (engine_) {
+    const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+    engine_->forward(l, w, a.res[l], a.res[l + 1], block_pass());
+    return;
+  }
   Backend& be = *backend_;
   const int N = a.B * a.T, H = config_.hidden, D = config_.head_dim;
   const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
@@ -315,6 +326,7 @@ void Model::recompute_block_elementwise(int l) {
   const int N = a.B * a.T, H = config_.hidden;
   const float eps = config_.rms_eps;
   const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  if (engine_) return engine_->recompute(l, w, a.res[l], block_pass());
   be.rmsnorm_forward(a.xn1[l], a.rstd1[l], a.res[l], w.attn_norm, N, H, eps);
   rotate_qk(l, w);
   be.rmsnorm_forward(a.xn2[l], a.rstd2[l], a.x2[l], w.mlp_norm, N, H, eps);

@@ -133,6 +133,12 @@ class Model {
   // then holds only its last chunk. Re-plans the arena like the above.
   void set_lm_head_chunk_tokens(int tokens);
   ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
+  // Whether training may run the backend's fused blocks (block_engine.h)
+  // where it has them; on by default unless COHORT_TRAIN_BLOCKS=ops. Off,
+  // every block runs op by op. Takes effect at the next forward.
+  void set_fused_blocks(bool on);
+  // True when the last forward's blocks ran fused.
+  bool runs_fused_blocks() const { return engine_ != nullptr; }
   LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void backward(float grad_scale);
 
@@ -195,6 +201,9 @@ class Model {
   std::unique_ptr<Activations> acts_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
   int head_chunk_ = 0;  // set_lm_head_chunk_tokens
+  bool fused_blocks_ = true;
+  std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
+  BlockPass block_pass() const;
   // kSelective: the elementwise ops of block l's forward whose outputs were
   // not kept (forward_block's, in its order).
   void recompute_block_elementwise(int l);

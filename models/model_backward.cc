@@ -95,6 +95,7 @@ void Model::backward_block(int l) {
   if (checkpointing_ == ActivationCheckpointing::kSelective) recompute_block_elementwise(l);
   const BlockTensors w = layout_.block_tensors(params_[g]);
   const BlockTensors dw = layout_.block_tensors(grads_[g]);
+  if (engine_) return engine_->backward(l, w, dw, acts_->dres, acts_->res[l], block_pass());
   block_mlp_backward(l, w, dw);
   block_attention_backward(l, w, dw);
 }

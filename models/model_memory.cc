@@ -45,6 +45,17 @@ void Model::ensure_activations(int B, int T) {
   }
   for (void* p : a.training_allocations) backend_->free(p);
   a.training_allocations.clear();
+  engine_.reset();
+  if (fused_blocks_ && shard_.tp_size == 1 && !config_.attention_bias) {
+    BlockEngineShape shape;
+    shape.hidden = config_.hidden, shape.heads = dims_.heads, shape.kv_heads = dims_.kv_heads;
+    shape.head_dim = config_.head_dim, shape.intermediate = dims_.intermediate;
+    shape.qk_norm = config_.qk_norm, shape.eps = config_.rms_eps;
+    engine_ = backend_->make_block_engine(shape);
+  }
+  // With fused blocks the engine keeps what the blocks save; the model only
+  // the residual stream, the head's tensors and dres.
+  const bool op_blocks = engine_ == nullptr;
   const size_t n = static_cast<size_t>(N), H = config_.hidden, L = config_.layers;
   const size_t Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate, V = dims_.vocab,
                hq = dims_.heads, hkv = dims_.kv_heads;
@@ -61,6 +72,7 @@ void Model::ensure_activations(int B, int T) {
     const bool lean = checkpointing_ != ActivationCheckpointing::kNone;
     auto per_layer = [&](std::vector<float*>& v, size_t count, bool kept) {
       v.assign(L, nullptr);
+      if (!op_blocks) return;
       if (!kept) {
         float* shared = arena.take(count);
         for (auto& p : v) p = shared;
@@ -77,7 +89,9 @@ void Model::ensure_activations(int B, int T) {
     a.logit_rows = head_chunk_ > 0 ? std::min(N, head_chunk_) : N;
     a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(size_t(a.logit_rows) * V);
     a.losses = arena.take(n), a.ce_scratch = arena.take(3 * n);
-    a.dres = arena.take(n * H), a.dtmp = arena.take(n * H), a.tmp = arena.take(n * H);
+    a.dres = arena.take(n * H), a.dtmp = arena.take(n * H);
+    if (!op_blocks) return;
+    a.tmp = arena.take(n * H);
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
     a.dv = arena.take(n * KVd), a.dk_lin = arena.take(n * KVd), a.dg = arena.take(n * I);
     a.du = arena.take(n * I), a.dh = arena.take(n * I);
@@ -91,6 +105,10 @@ void Model::ensure_activations(int B, int T) {
   a.training_bytes = arena.bytes();
   a.training_allocations.push_back(arena.allocate());
   plan();
+  if (engine_) {
+    engine_->reserve(B, T, static_cast<int>(L), checkpointing_);
+    a.training_bytes += engine_->bytes();
+  }
   a.capacity_tokens = N;
   a.capacity_seq = T;
 }
@@ -99,6 +117,12 @@ void Model::set_lm_head_chunk_tokens(int tokens) {
   COHORT_CHECK(tokens >= 0);
   if (tokens == head_chunk_) return;
   head_chunk_ = tokens;
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
+}
+
+void Model::set_fused_blocks(bool on) {
+  if (on == fused_blocks_) return;
+  fused_blocks_ = on;
   acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
 }
 

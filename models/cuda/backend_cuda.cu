@@ -1,9 +1,10 @@
 // CudaBackend: every Backend op as a CUDA kernel or cuBLAS call on one
-// stream, memory from the caching pool. The only translation unit with
-// kernels: it includes each op family's .cuh (beside its CPU reference in
-// models/ops/) so the whole GPU side compiles once — the decode kernels of
-// infer's bf16 graph engine (embed_bf16, add_rmsnorm_bf16, qkv_rope_cache,
-// decode_attention, swiglu_bf16, row_argmax) included.
+// stream, memory from the caching pool. It includes each op family's .cuh
+// (beside its CPU reference in models/ops/) so the GPU side compiles in two
+// translation units, this and the fused training blocks' (train_blocks.cu):
+// the decode kernels of infer's bf16 graph engine (embed_bf16,
+// add_rmsnorm_bf16, qkv_rope_cache, decode_attention, swiglu_bf16,
+// row_argmax) are here too.
 #include <cstdlib>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "models/cuda/copy_plan.cuh"
 #include "models/cuda/memory_pool.h"
 #include "models/cuda/op_times.h"
+#include "models/cuda/train_blocks.h"
 #include "models/cuda_backend.h"
 #include "models/ops/adamw.cuh"
 #include "models/ops/argmax.cuh"
@@ -74,7 +76,8 @@ class CudaBackendImpl final : public CudaBackend {
     max_shared_ = optin - static_cast<int>(attrs.sharedSizeBytes);
     COHORT_CUDA_CHECK(cudaFuncSetAttribute(
         cuda::attention_cached_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_));
-    COHORT_CUDA_CHECK(cuda::flash_attention_prepare());
+    COHORT_CUDA_CHECK((cuda::flash_attention_prepare<float, float>()));
+    COHORT_CUDA_CHECK(cuda::train_blocks_prepare());
     ensure_partials(kSumBlocks);
     return Status::ok();
   }
@@ -266,7 +269,7 @@ class CudaBackendImpl final : public CudaBackend {
                          int head_dim) override {
     cuda::OpTimes::Scope timed(&op_times_, "attention_forward", stream_);
     if (attention_runs_fused(head_dim)) {
-      const cuda::flash::Shape sh{T, heads, kv_heads, 1.0f / sqrtf(float(head_dim))};
+      const cuda::flash::Shape sh = cuda::flash::packed_shape(T, heads, kv_heads, head_dim);
       if (head_dim == 64) cuda::flash_forward_launch<64>(stream_, y, lse, q, k, v, B, sh);
       else cuda::flash_forward_launch<128>(stream_, y, lse, q, k, v, B, sh);
     } else {
@@ -282,7 +285,7 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::OpTimes::Scope timed(&op_times_, "attention_backward", stream_);
     if (attention_runs_fused(head_dim)) {
       // scratch holds at least B * heads * T floats (attention_scratch_floats).
-      const cuda::flash::Shape sh{T, heads, kv_heads, 1.0f / sqrtf(float(head_dim))};
+      const cuda::flash::Shape sh = cuda::flash::packed_shape(T, heads, kv_heads, head_dim);
       if (head_dim == 64) cuda::flash_backward_launch<64>(stream_, dq, dk, dv, scratch, dy, q, k, v, y, lse, B, sh);
       else cuda::flash_backward_launch<128>(stream_, dq, dk, dv, scratch, dy, q, k, v, y, lse, B, sh);
     } else {
@@ -296,6 +299,17 @@ class CudaBackendImpl final : public CudaBackend {
     // numerics only; fp16 and fp32 keep the math path.
     return attention_backend() != AttentionBackend::kMath && precision_ == MatmulPrecision::kBf16 &&
            cuda::flash_attention_supports(head_dim);
+  }
+  std::unique_ptr<BlockEngine> make_block_engine(const BlockEngineShape& shape) override {
+    // The same numerics as the fused attention: bf16 operands only.
+    if (!attention_runs_fused(shape.head_dim)) return nullptr;
+    cuda::TrainBlocksContext context;
+    context.backend = this;
+    context.blas = blas_.handle;
+    context.stream = stream_;
+    context.working_bf16 = [this](const float* w, size_t n) { return working_for(w, n); };
+    context.times = &op_times_;
+    return cuda::make_train_blocks(shape, std::move(context));
   }
   void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,
                       int kv_heads, int head_dim) override {

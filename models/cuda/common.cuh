@@ -1,6 +1,7 @@
 // Shared pieces of the CUDA kernels: launch sizing, bf16 bits and
-// warp/block reductions. Included only by models/cuda/backend_cuda.cu (the
-// kernels live in one translation unit to keep compile time down).
+// warp/block reductions. Included by the two kernel translation units,
+// models/cuda/backend_cuda.cu and train_blocks.cu: only inline functions and
+// templates here.
 #pragma once
 
 #include <utility>

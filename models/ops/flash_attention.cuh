@@ -4,8 +4,10 @@
 // online softmax; forward saves only each query's log-sum-exp.
 //
 // Tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation): q, k,
-// v, dy are fp32 in global memory and rounded to bf16 as they are staged in
-// shared memory, as the GEMM path rounds its operands; softmax, the
+// v, dy are fp32 (the op-by-op path: rounded to bf16 as they are staged in
+// shared memory, as the GEMM path rounds its operands) or bf16 (the fused
+// training blocks, models/cuda/train_blocks.cu) in global memory, each
+// matrix with its own row stride; softmax, the
 // log-sum-exp and every accumulator stay fp32. Probabilities are rounded to
 // bf16 only as operands of the P·V and gradient products.
 //
@@ -89,8 +91,8 @@ __device__ inline void accum_to_a(uint32_t a[4], const float c0[4], const float 
   a[3] = pack(c1[2], c1[3]);
 }
 
-// Stages rows [row0, row0 + rows) of a [T, ld] fp32 matrix (D columns from
-// src) as bf16 into s [rows][lds]. Rows at or past T are zeros.
+// Stages rows [row0, row0 + rows) of a [T, ld] fp32 or bf16 matrix (D
+// columns from src) as bf16 into s [rows][lds]. Rows at or past T are zeros.
 template <int D>
 __device__ inline void stage(bf16* s, int lds, const float* src, int ld, int row0, int rows, int T) {
   constexpr int kVec = D / 4;
@@ -105,10 +107,46 @@ __device__ inline void stage(bf16* s, int lds, const float* src, int ld, int row
   }
 }
 
+template <int D>
+__device__ inline void stage(bf16* s, int lds, const bf16* src, int ld, int row0, int rows, int T) {
+  constexpr int kVec = D / 8;
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) x = *reinterpret_cast<const uint4*>(src + static_cast<size_t>(row0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(s + r * lds + c) = x;
+  }
+}
+
+__device__ inline float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ inline float2 load_pair(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+// fp32 outputs accumulate (+=, the Backend contract); bf16 outputs are the
+// fused blocks' own buffers and are overwritten.
+__device__ inline void store_pair(float* p, float x, float y, bool accumulate) {
+  float2* q = reinterpret_cast<float2*>(p);
+  float2 o = accumulate ? *q : make_float2(0.f, 0.f);
+  o.x += x;
+  o.y += y;
+  *q = o;
+}
+__device__ inline void store_pair(bf16* p, float x, float y, bool /*accumulate*/) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// Row strides (elements) of the matrices: q and dq ldq, k, v, dk and dv
+// ldk, y and dy ldo. Batch b's rows start at b * T * stride.
 struct Shape {
   int T, heads, kv_heads;
   float scale;  // 1/sqrt(D)
+  int ldq, ldk, ldo;
 };
+
+// Packed [B * T, heads * D] and [B * T, kv_heads * D] matrices.
+inline Shape packed_shape(int T, int heads, int kv_heads, int D) {
+  return {T, heads, kv_heads, 1.0f / sqrtf(float(D)), heads * D, kv_heads * D, heads * D};
+}
 
 // ---- forward ---------------------------------------------------------------
 
@@ -118,22 +156,22 @@ struct Forward {
   static constexpr size_t kShared = (size_t(kRows) + 2 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
-template <int D>
+template <int D, typename In, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    forward_kernel(float* y, float* lse, const float* q, const float* k, const float* v, Shape sh) {
+    forward_kernel(Out* y, float* lse, const In* q, const In* k, const In* v, Shape sh) {
   using F = Forward<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* sQ = reinterpret_cast<bf16*>(shared);
   bf16* sK = sQ + F::kRows * F::kLd;
   bf16* sV = sK + F::kKeys * F::kLd;
-  const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D;
+  const int T = sh.T, ldq = sh.ldq, ldk = sh.ldk;
   const int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows of keys first
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = qt * F::kRows;
-  const float* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
-  const float* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
-  const float* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
+  const In* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
+  const In* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
+  const In* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
   stage<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
   __syncthreads();
   uint32_t qf[D / 16][4];
@@ -218,10 +256,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     if (row[r] >= T) continue;
     const float inv = 1.0f / l[r];
-    float* yr = y + (static_cast<size_t>(b) * T + row[r]) * ldq + h * D;
+    Out* yr = y + (static_cast<size_t>(b) * T + row[r]) * sh.ldo + h * D;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
-      *reinterpret_cast<float2*>(yr + nd * 8 + 2 * t) = make_float2(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+      store_pair(yr + nd * 8 + 2 * t, o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv, false);
     }
     if (t == 0) lse[(static_cast<size_t>(b) * sh.heads + h) * T + row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
@@ -230,16 +268,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // ---- backward --------------------------------------------------------------
 
 // dsum[b, h, i] = sum_d dy[i, h, d] * y[i, h, d]; one warp per (token, head).
-template <int D>
-__global__ void dsum_kernel(float* dsum, const float* dy, const float* y, int B, Shape sh) {
+template <int D, typename In>
+__global__ void dsum_kernel(float* dsum, const In* dy, const In* y, int B, Shape sh) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   const int rows = B * sh.T * sh.heads;
   if (warp >= rows) return;
   const int h = warp % sh.heads, token = warp / sh.heads;
-  const float* a = dy + static_cast<size_t>(token) * sh.heads * D + h * D;
-  const float* c = y + static_cast<size_t>(token) * sh.heads * D + h * D;
+  const In* a = dy + static_cast<size_t>(token) * sh.ldo + h * D;
+  const In* c = y + static_cast<size_t>(token) * sh.ldo + h * D;
   float acc = 0.f;
-  for (int d = lane; d < D; d += 32) acc += a[d] * c[d];
+  for (int d = 2 * lane; d < D; d += 64) {
+    const float2 x = load_pair(a + d), z = load_pair(c + d);
+    acc += x.x * z.x + x.y * z.y;
+  }
   acc = warp_sum(acc);
   const int b = token / sh.T, i = token % sh.T;
   if (lane == 0) dsum[(static_cast<size_t>(b) * sh.heads + h) * sh.T + i] = acc;
@@ -252,10 +293,10 @@ struct BackwardKv {
       (2 * size_t(kKeys) + 2 * size_t(kRows)) * kLd * sizeof(bf16) + 2 * kRows * sizeof(float);
 };
 
-template <int D>
+template <int D, typename In, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    backward_kv_kernel(float* dk, float* dv, const float* dy, const float* q, const float* k,
-                       const float* v, const float* lse, const float* dsum, Shape sh) {
+    backward_kv_kernel(Out* dk, Out* dv, const In* dy, const In* q, const In* k, const In* v,
+                       const float* lse, const float* dsum, Shape sh) {
   using F = BackwardKv<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* sK = reinterpret_cast<bf16*>(shared);
@@ -264,7 +305,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   bf16* sdO = sQ + F::kRows * F::kLd;
   float* sL = reinterpret_cast<float*>(sdO + F::kRows * F::kLd);
   float* sDs = sL + F::kRows;
-  const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D, group = sh.heads / sh.kv_heads;
+  const int T = sh.T, ldq = sh.ldq, ldk = sh.ldk, group = sh.heads / sh.kv_heads;
   const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int key0 = kt * F::kKeys;
@@ -275,14 +316,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float dK[D / 8][4] = {}, dV[D / 8][4] = {};
   for (int gi = 0; gi < group; ++gi) {
     const int h = kvh * group + gi;
-    const float* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
-    const float* dyb = dy + static_cast<size_t>(b) * T * ldq + h * D;
+    const In* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
+    const In* dyb = dy + static_cast<size_t>(b) * T * sh.ldo + h * D;
     const float* lb = lse + (static_cast<size_t>(b) * sh.heads + h) * T;
     const float* db = dsum + (static_cast<size_t>(b) * sh.heads + h) * T;
     for (int q0 = key0; q0 < T; q0 += F::kRows) {
       __syncthreads();
       stage<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
-      stage<D>(sdO, F::kLd, dyb, ldq, q0, F::kRows, T);
+      stage<D>(sdO, F::kLd, dyb, sh.ldo, q0, F::kRows, T);
       for (int i = threadIdx.x; i < F::kRows; i += kThreadsPerBlock) {
         const bool in = q0 + i < T;
         sL[i] = in ? lb[q0 + i] * kLog2e : INFINITY;  // padding rows get P = 0
@@ -342,15 +383,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const size_t off = (static_cast<size_t>(b) * T + key[r]) * ldk + kvh * D;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
-      float2* pk = reinterpret_cast<float2*>(dk + off + nd * 8 + 2 * t);
-      float2* pv = reinterpret_cast<float2*>(dv + off + nd * 8 + 2 * t);
-      float2 ok = *pk, ov = *pv;
-      ok.x += dK[nd][2 * r] * sh.scale;
-      ok.y += dK[nd][2 * r + 1] * sh.scale;
-      ov.x += dV[nd][2 * r];
-      ov.y += dV[nd][2 * r + 1];
-      *pk = ok;
-      *pv = ov;
+      store_pair(dk + off + nd * 8 + 2 * t, dK[nd][2 * r] * sh.scale, dK[nd][2 * r + 1] * sh.scale, true);
+      store_pair(dv + off + nd * 8 + 2 * t, dV[nd][2 * r], dV[nd][2 * r + 1], true);
     }
   }
 }
@@ -361,9 +395,9 @@ struct BackwardQ {
   static constexpr size_t kShared = (2 * size_t(kRows) + 2 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
-template <int D>
+template <int D, typename In, typename Out>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    backward_q_kernel(float* dq, const float* dy, const float* q, const float* k, const float* v,
+    backward_q_kernel(Out* dq, const In* dy, const In* q, const In* k, const In* v,
                       const float* lse, const float* dsum, Shape sh) {
   using F = BackwardQ<D>;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -371,16 +405,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   bf16* sdO = sQ + F::kRows * F::kLd;
   bf16* sK = sdO + F::kRows * F::kLd;
   bf16* sV = sK + F::kKeys * F::kLd;
-  const int T = sh.T, ldq = sh.heads * D, ldk = sh.kv_heads * D;
+  const int T = sh.T, ldq = sh.ldq, ldk = sh.ldk;
   const int qt = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = qt * F::kRows;
   const float scale2 = sh.scale * kLog2e;
-  const float* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
-  const float* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
+  const In* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
+  const In* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
   stage<D>(sQ, F::kLd, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
-  stage<D>(sdO, F::kLd, dy + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+  stage<D>(sdO, F::kLd, dy + static_cast<size_t>(b) * T * sh.ldo + h * D, sh.ldo, q0, F::kRows, T);
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float L[2], Ds[2];
 #pragma unroll
@@ -441,14 +475,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= T) continue;
-    float* dqr = dq + (static_cast<size_t>(b) * T + row[r]) * ldq + h * D;
+    Out* dqr = dq + (static_cast<size_t>(b) * T + row[r]) * ldq + h * D;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
-      float2* p = reinterpret_cast<float2*>(dqr + nd * 8 + 2 * t);
-      float2 o = *p;
-      o.x += dQ[nd][2 * r] * sh.scale;
-      o.y += dQ[nd][2 * r + 1] * sh.scale;
-      *p = o;
+      store_pair(dqr + nd * 8 + 2 * t, dQ[nd][2 * r] * sh.scale, dQ[nd][2 * r + 1] * sh.scale, true);
     }
   }
 }
@@ -458,43 +488,46 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // True when the fused kernels handle this head size.
 inline bool flash_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-// Raises the kernels' dynamic shared-memory limits; once per device.
-inline cudaError_t flash_attention_prepare() {
+// Raises the kernels' dynamic shared-memory limits for one element-type
+// pairing (In: q, k, v, dy, y; Out: y, dq, dk, dv); once per device.
+template <typename In, typename Out>
+cudaError_t flash_attention_prepare() {
   cudaError_t e = cudaSuccess;
   auto raise = [&](const void* fn, size_t bytes) {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
   };
-  raise(reinterpret_cast<const void*>(flash::forward_kernel<64>), flash::Forward<64>::kShared);
-  raise(reinterpret_cast<const void*>(flash::forward_kernel<128>), flash::Forward<128>::kShared);
-  raise(reinterpret_cast<const void*>(flash::backward_kv_kernel<64>), flash::BackwardKv<64>::kShared);
-  raise(reinterpret_cast<const void*>(flash::backward_kv_kernel<128>), flash::BackwardKv<128>::kShared);
-  raise(reinterpret_cast<const void*>(flash::backward_q_kernel<64>), flash::BackwardQ<64>::kShared);
-  raise(reinterpret_cast<const void*>(flash::backward_q_kernel<128>), flash::BackwardQ<128>::kShared);
+  raise(reinterpret_cast<const void*>(flash::forward_kernel<64, In, Out>), flash::Forward<64>::kShared);
+  raise(reinterpret_cast<const void*>(flash::forward_kernel<128, In, Out>), flash::Forward<128>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_kv_kernel<64, In, Out>), flash::BackwardKv<64>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_kv_kernel<128, In, Out>), flash::BackwardKv<128>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_q_kernel<64, In, Out>), flash::BackwardQ<64>::kShared);
+  raise(reinterpret_cast<const void*>(flash::backward_q_kernel<128, In, Out>), flash::BackwardQ<128>::kShared);
   return e;
 }
 
-template <int D>
-void flash_forward_launch(cudaStream_t stream, float* y, float* lse, const float* q, const float* k,
-                          const float* v, int B, const flash::Shape& sh) {
+template <int D, typename In, typename Out>
+void flash_forward_launch(cudaStream_t stream, Out* y, float* lse, const In* q, const In* k,
+                          const In* v, int B, const flash::Shape& sh) {
   using F = flash::Forward<D>;
   const dim3 grid((sh.T + F::kRows - 1) / F::kRows, sh.heads, B);
-  flash::forward_kernel<D><<<grid, flash::kThreadsPerBlock, F::kShared, stream>>>(y, lse, q, k, v, sh);
+  flash::forward_kernel<D, In, Out><<<grid, flash::kThreadsPerBlock, F::kShared, stream>>>(y, lse, q, k, v, sh);
 }
 
-// dsum: B * heads * T floats of scratch.
-template <int D>
-void flash_backward_launch(cudaStream_t stream, float* dq, float* dk, float* dv, float* dsum,
-                           const float* dy, const float* q, const float* k, const float* v,
-                           const float* y, const float* lse, int B, const flash::Shape& sh) {
+// dsum: B * heads * T floats of scratch. fp32 outputs accumulate, bf16
+// outputs are overwritten (store_pair).
+template <int D, typename In, typename Out>
+void flash_backward_launch(cudaStream_t stream, Out* dq, Out* dk, Out* dv, float* dsum,
+                           const In* dy, const In* q, const In* k, const In* v, const In* y,
+                           const float* lse, int B, const flash::Shape& sh) {
   const int rows = B * sh.T * sh.heads;
-  flash::dsum_kernel<D><<<(rows + 7) / 8, 256, 0, stream>>>(dsum, dy, y, B, sh);
+  flash::dsum_kernel<D, In><<<(rows + 7) / 8, 256, 0, stream>>>(dsum, dy, y, B, sh);
   using KV = flash::BackwardKv<D>;
   const dim3 kv_grid((sh.T + KV::kKeys - 1) / KV::kKeys, sh.kv_heads, B);
-  flash::backward_kv_kernel<D><<<kv_grid, flash::kThreadsPerBlock, KV::kShared, stream>>>(
+  flash::backward_kv_kernel<D, In, Out><<<kv_grid, flash::kThreadsPerBlock, KV::kShared, stream>>>(
       dk, dv, dy, q, k, v, lse, dsum, sh);
   using Q = flash::BackwardQ<D>;
   const dim3 q_grid((sh.T + Q::kRows - 1) / Q::kRows, sh.heads, B);
-  flash::backward_q_kernel<D><<<q_grid, flash::kThreadsPerBlock, Q::kShared, stream>>>(
+  flash::backward_q_kernel<D, In, Out><<<q_grid, flash::kThreadsPerBlock, Q::kShared, stream>>>(
       dq, dy, q, k, v, lse, dsum, sh);
 }
 

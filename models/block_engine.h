@@ -1,0 +1,62 @@
+// BlockEngine: a backend's fused implementation of whole decoder blocks for
+// training, in place of the op-by-op path of model.cc / model_backward.cc.
+// The CUDA backend's (models/cuda/train_blocks.cu) keeps the activations it
+// saves for backward in bf16, runs one GEMM for q, k and v and one for gate
+// and up (their weights are adjacent in a block's group), folds the per-head
+// norms into RoPE and writes attention's gradients straight into the layout
+// the next GEMM reads. The residual stream between blocks, the parameters,
+// their gradients and every reduction stay fp32.
+//
+// The model asks for one (Backend::make_block_engine) when nothing it needs
+// is missing: no tensor parallelism (the partial sums between the GEMMs),
+// no attention biases; the backend refuses when its numerics do not fit
+// (fp16 or fp32 GEMMs, the math attention, an unsupported head size). The
+// op-by-op path stays the reference the engine is tested against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "models/param_layout.h"
+
+namespace cohort::models {
+
+enum class ActivationCheckpointing;
+
+struct BlockEngineShape {
+  int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+  bool qk_norm = false;
+  float eps = 1e-6f;
+};
+
+// The current pass: its shape (at most what reserve() was given), positions
+// and the rope tables (backend memory, as the model keeps them: pos [B * T],
+// cos/sin [max_seq, head_dim / 2]).
+struct BlockPass {
+  int B = 0, T = 0;
+  const int32_t* pos = nullptr;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+class BlockEngine {
+ public:
+  virtual ~BlockEngine() = default;
+  // Allocates what `layers` blocks need at B * T tokens of sequences of T:
+  // per layer what `mode` keeps (ActivationCheckpointing), once what every
+  // layer shares. Called at warm-up; again only when the shape grows.
+  virtual void reserve(int B, int T, int layers, ActivationCheckpointing mode) = 0;
+  virtual size_t bytes() const = 0;
+  // res_out = block l of res_in (both [B * T, hidden] fp32).
+  virtual void forward(int l, const BlockTensors& w, const float* res_in, float* res_out,
+                       const BlockPass& pass) = 0;
+  // kSelective: the saved-nothing parts of forward(l) again, before backward(l).
+  virtual void recompute(int l, const BlockTensors& w, const float* res_in,
+                         const BlockPass& pass) = 0;
+  // On entry dres holds d loss / d res_out of block l, on exit d loss / d
+  // res_in; dw's gradients accumulate (+=).
+  virtual void backward(int l, const BlockTensors& w, const BlockTensors& dw, float* dres,
+                        const float* res_in, const BlockPass& pass) = 0;
+};
+
+}  // namespace cohort::models

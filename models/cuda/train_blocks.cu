@@ -1,0 +1,313 @@
+// The fused training blocks (models/block_engine.h) on CUDA: per block, five
+// bf16 GEMMs forward (QKV, O, gate|up, down) and nine backward, the fused
+// attention on bf16 tensors, and the elementwise kernels of
+// models/ops/train_bf16.cuh.
+//
+// Layouts, per block (N = B * T tokens, ld = (heads + 2 kv_heads) * D):
+//   qkv, rotated, dqkv  [N, ld]  q heads, then k, then v: the output of one
+//                                GEMM against the stacked q|k|v weights
+//                                (adjacent in the block's group), and the
+//                                input of one GEMM back
+//   gu, dgu             [N, 2I]  gate | up, the same for the MLP
+//   y, dy [N, heads * D]; xn, tmp, dxn [N, hidden]; h, dh [N, I]
+// Saved per layer in bf16: xn1, qkv, rotated, y, xn2, gu, h; in fp32: x2
+// (the residual stream after attention), the norms' rstd and attention's
+// log-sum-exp. Selective checkpointing keeps qkv, y, x2, gu and the small
+// vectors, recomputing xn1, rotated, xn2 and h; full keeps none (the model
+// runs forward(l) again before backward(l)).
+#include "models/cuda/train_blocks.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "models/cuda/common.cuh"
+#include "models/model.h"
+#include "models/ops/flash_attention.cuh"
+#include "models/ops/train_bf16.cuh"
+
+namespace cohort::models::cuda {
+namespace {
+
+using train::bf16;
+constexpr int kRowThreads = 128;  // one block per row of the norms
+
+struct Saved {
+  float *rstd1 = nullptr, *rstd_q = nullptr, *rstd_k = nullptr, *lse = nullptr, *x2 = nullptr,
+        *rstd2 = nullptr;
+  bf16 *xn1 = nullptr, *qkv = nullptr, *rotated = nullptr, *y = nullptr, *xn2 = nullptr,
+       *gu = nullptr, *h = nullptr;
+};
+
+unsigned stride_grid(size_t work, unsigned per_block, unsigned cap) {
+  return static_cast<unsigned>(std::clamp<size_t>((work + per_block - 1) / per_block, 1, cap));
+}
+
+class TrainBlocks final : public BlockEngine {
+ public:
+  TrainBlocks(const BlockEngineShape& shape, TrainBlocksContext context)
+      : s_(shape), c_(std::move(context)) {
+    ld_ = (s_.heads + 2 * s_.kv_heads) * s_.head_dim;
+    qd_ = s_.heads * s_.head_dim;
+    kvd_ = s_.kv_heads * s_.head_dim;
+  }
+  ~TrainBlocks() override {
+    if (arena_) c_.backend->free(arena_);
+  }
+
+  void reserve(int B, int T, int layers, ActivationCheckpointing mode) override {
+    const size_t n = static_cast<size_t>(B) * T;
+    if (arena_ && n <= tokens_ && T <= seq_ && layers <= layers_ && mode == mode_) return;
+    if (arena_) c_.backend->free(arena_);
+    arena_ = nullptr;
+    tokens_ = n, seq_ = T, layers_ = layers, mode_ = mode;
+    plan(n, layers, mode);                           // count
+    arena_ = c_.backend->alloc(used_);
+    plan(n, layers, mode);                           // carve
+  }
+  size_t bytes() const override { return used_; }
+
+  void forward(int l, const BlockTensors& w, const float* res_in, float* res_out,
+               const BlockPass& pass) override {
+    const Saved& a = saved_[l];
+    const int N = pass.B * pass.T, H = s_.hidden, I = s_.intermediate;
+    norm(nullptr, a.xn1, a.rstd1, res_in, nullptr, w.attn_norm, N);
+    linear_forward(a.qkv, a.xn1, weight(w.q, size_t(ld_) * H), N, H, ld_);
+    rotate(a, w, N, pass);
+    {
+      OpTimes::Scope timed(c_.times, "blocks.attention_forward", c_.stream);
+      const flash::Shape sh = attention_shape(pass.T);
+      if (s_.head_dim == 64) {
+        flash_forward_launch<64>(c_.stream, a.y, a.lse, a.rotated, a.rotated + qd_,
+                                 a.rotated + qd_ + kvd_, pass.B, sh);
+      } else {
+        flash_forward_launch<128>(c_.stream, a.y, a.lse, a.rotated, a.rotated + qd_,
+                                  a.rotated + qd_ + kvd_, pass.B, sh);
+      }
+      check();
+    }
+    linear_forward(tmp_, a.y, weight(w.o, size_t(H) * qd_), N, qd_, H);
+    norm(a.x2, a.xn2, a.rstd2, res_in, tmp_, w.mlp_norm, N);
+    linear_forward(a.gu, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
+    swiglu(a, N);
+    linear_forward(tmp_, a.h, weight(w.down, size_t(H) * I), N, I, H);
+    OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+    const size_t nh = static_cast<size_t>(N) * H;
+    train::add_bf16_kernel<<<stride_grid(nh / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
+        res_out, a.x2, tmp_, nh);
+    check();
+  }
+
+  void recompute(int l, const BlockTensors& w, const float* res_in, const BlockPass& pass) override {
+    const Saved& a = saved_[l];
+    const int N = pass.B * pass.T;
+    norm(nullptr, a.xn1, a.rstd1, res_in, nullptr, w.attn_norm, N);
+    rotate(a, w, N, pass);
+    norm(nullptr, a.xn2, a.rstd2, a.x2, nullptr, w.mlp_norm, N);
+    swiglu(a, N);
+  }
+
+  void backward(int l, const BlockTensors& w, const BlockTensors& dw, float* dres,
+                const float* res_in, const BlockPass& pass) override {
+    const Saved& a = saved_[l];
+    const int N = pass.B * pass.T, H = s_.hidden, I = s_.intermediate;
+    const size_t nh = static_cast<size_t>(N) * H;
+    {
+      OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+      train::to_bf16_kernel<<<stride_grid(nh / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
+          dres_half_, dres, nh);
+      check();
+    }
+    // MLP: res_out = x2 + down(swiglu(gate|up(norm(x2)))).
+    const bf16* w_down = weight(w.down, size_t(H) * I);
+    linear_backward(dh_, dw.down, dres_half_, a.h, w_down, N, I, H);
+    {
+      OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+      const size_t pairs = static_cast<size_t>(N) * I / 2;
+      train::swiglu_backward_kernel<<<stride_grid(pairs, kThreads, 8192), kThreads, 0, c_.stream>>>(
+          dgu_, dh_, a.gu, N, I);
+      check();
+    }
+    linear_backward(dxn_, dw.gate, dgu_, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
+    norm_backward(dres, dres_half_, dw.mlp_norm, a.x2, w.mlp_norm, a.rstd2, N);
+    // Attention: x2 = res_in + o(attention(rope(norm(qkv(norm(res_in)))))).
+    linear_backward(dy_, dw.o, dres_half_, a.y, weight(w.o, size_t(H) * qd_), N, qd_, H);
+    {
+      OpTimes::Scope timed(c_.times, "blocks.attention_backward", c_.stream);
+      const flash::Shape sh = attention_shape(pass.T);
+      const bf16* q = a.rotated;
+      if (s_.head_dim == 64) {
+        flash_backward_launch<64>(c_.stream, dqkv_, dqkv_ + qd_, dqkv_ + qd_ + kvd_, dsum_, dy_,
+                                  q, q + qd_, q + qd_ + kvd_, a.y, a.lse, pass.B, sh);
+      } else {
+        flash_backward_launch<128>(c_.stream, dqkv_, dqkv_ + qd_, dqkv_ + qd_ + kvd_, dsum_, dy_,
+                                   q, q + qd_, q + qd_ + kvd_, a.y, a.lse, pass.B, sh);
+      }
+      check();
+    }
+    {
+      OpTimes::Scope timed(c_.times, "blocks.norm_rope", c_.stream);
+      const size_t rows = static_cast<size_t>(N) * (s_.heads + s_.kv_heads);
+      const unsigned grid = stride_grid(rows, kThreads / 32, 528);
+      const train::QkvShape qs{s_.heads, s_.kv_heads, s_.head_dim, ld_, s_.eps};
+      const float* qn = s_.qk_norm ? w.q_norm : nullptr;
+      const float* kn = s_.qk_norm ? w.k_norm : nullptr;
+      if (s_.head_dim == 64) {
+        train::qk_norm_rope_backward_kernel<64><<<grid, kThreads, 0, c_.stream>>>(
+            dqkv_, dw.q_norm, dw.k_norm, a.qkv, a.rstd_q, a.rstd_k, qn, kn, pass.pos, pass.cos,
+            pass.sin, N, qs);
+      } else {
+        train::qk_norm_rope_backward_kernel<128><<<grid, kThreads, 0, c_.stream>>>(
+            dqkv_, dw.q_norm, dw.k_norm, a.qkv, a.rstd_q, a.rstd_k, qn, kn, pass.pos, pass.cos,
+            pass.sin, N, qs);
+      }
+      check();
+    }
+    linear_backward(dxn_, dw.q, dqkv_, a.xn1, weight(w.q, size_t(ld_) * H), N, H, ld_);
+    norm_backward(dres, nullptr, dw.attn_norm, res_in, w.attn_norm, a.rstd1, N);
+  }
+
+ private:
+  // Two passes over the same list: the first (arena_ null) only counts.
+  void plan(size_t n, int layers, ActivationCheckpointing mode) {
+    used_ = 0;
+    const size_t H = s_.hidden, I = s_.intermediate, hq = s_.heads, hkv = s_.kv_heads;
+    const bool full = mode == ActivationCheckpointing::kFull;
+    const bool lean = mode != ActivationCheckpointing::kNone;
+    saved_.assign(layers, Saved{});
+    // A tensor every layer keeps, or one slot they all share.
+    auto per_layer = [&](auto member, size_t count, bool kept) {
+      using Ptr = std::remove_reference_t<decltype(saved_[0].*member)>;
+      Ptr shared = kept ? nullptr : take<std::remove_pointer_t<Ptr>>(count);
+      for (Saved& s : saved_) s.*member = kept ? take<std::remove_pointer_t<Ptr>>(count) : shared;
+    };
+    per_layer(&Saved::rstd1, n, !full), per_layer(&Saved::xn1, n * H, !lean);
+    per_layer(&Saved::qkv, n * ld_, !full), per_layer(&Saved::rstd_q, n * hq, !full);
+    per_layer(&Saved::rstd_k, n * hkv, !full), per_layer(&Saved::rotated, n * ld_, !lean);
+    per_layer(&Saved::lse, n * hq, !full), per_layer(&Saved::y, n * qd_, !full);
+    per_layer(&Saved::x2, n * H, !full), per_layer(&Saved::rstd2, n, !full);
+    per_layer(&Saved::xn2, n * H, !lean), per_layer(&Saved::gu, n * 2 * I, !full);
+    per_layer(&Saved::h, n * I, !lean);
+    tmp_ = take<bf16>(n * H), dres_half_ = take<bf16>(n * H), dxn_ = take<bf16>(n * H);
+    dy_ = take<bf16>(n * qd_), dqkv_ = take<bf16>(n * ld_), dh_ = take<bf16>(n * I);
+    dgu_ = take<bf16>(n * 2 * I), dsum_ = take<float>(n * hq);
+    weights_ = take<bf16>(std::max({size_t(ld_) * H, 2 * I * H, H * size_t(qd_)}));
+  }
+  template <typename T>
+  T* take(size_t count) {
+    const size_t bytes = (count * sizeof(T) + 255) / 256 * 256;
+    T* p = arena_ ? reinterpret_cast<T*>(static_cast<char*>(arena_) + used_) : nullptr;
+    used_ += bytes;
+    return p;
+  }
+
+  static void check() { COHORT_CUDA_CHECK_FATAL(cudaGetLastError()); }
+
+  flash::Shape attention_shape(int T) const {
+    return {T, s_.heads, s_.kv_heads, 1.0f / sqrtf(float(s_.head_dim)), ld_, ld_, qd_};
+  }
+
+  // A weight operand in bf16: its working copy, or the masters rounded now.
+  const bf16* weight(const float* w, size_t n) {
+    if (c_.working_bf16) {
+      if (const void* hit = c_.working_bf16(w, n)) return static_cast<const bf16*>(hit);
+    }
+    OpTimes::Scope timed(c_.times, "blocks.weight_cast", c_.stream);
+    train::to_bf16_kernel<<<stride_grid(n / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
+        weights_, w, n);
+    check();
+    return weights_;
+  }
+
+  // Row-major y = x W^T is column-major y^T = W x^T: operands swapped.
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a,
+            int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc, float beta) {
+    const float alpha = 1.0f;
+    COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(c_.blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b,
+                                           CUDA_R_16BF, ldb, &beta, c, c_type, ldc,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  void linear_forward(bf16* y, const bf16* x, const bf16* w, int n, int in, int out) {
+    OpTimes::Scope timed(c_.times, "blocks.linear_forward", c_.stream);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, y, CUDA_R_16BF, out, 0.0f);
+  }
+  // dx = dy W (overwritten, bf16); dw += dy^T x (fp32).
+  void linear_backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w, int n,
+                       int in, int out) {
+    OpTimes::Scope timed(c_.times, "blocks.linear_backward", c_.stream);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, dx, CUDA_R_16BF, in, 0.0f);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, dw, CUDA_R_32F, in, 1.0f);
+  }
+
+  void norm(float* x_out, bf16* xn, float* rstd, const float* a, const bf16* delta, const float* w,
+            int N) {
+    OpTimes::Scope timed(c_.times, "blocks.norm", c_.stream);
+    train::add_rmsnorm_kernel<kRowThreads><<<N, kRowThreads, 0, c_.stream>>>(
+        x_out, xn, rstd, a, delta, w, s_.hidden, s_.eps);
+    check();
+  }
+  void norm_backward(float* dx, bf16* dx_half, float* dw, const float* x, const float* w,
+                     const float* rstd, int N) {
+    OpTimes::Scope timed(c_.times, "blocks.norm_backward", c_.stream);
+    const int H = s_.hidden;
+    train::rmsnorm_backward_kernel<kRowThreads><<<N, kRowThreads, 0, c_.stream>>>(
+        dx, dx_half, dxn_, x, w, rstd, H);
+    const int column_blocks = (H + 31) / 32;
+    const int chunks = std::max(1, std::min(N / 64, 1024 / column_blocks));
+    const int rows = (N + chunks - 1) / chunks;
+    train::rmsnorm_weight_grad_kernel<<<dim3(column_blocks, (N + rows - 1) / rows), dim3(32, 8), 0,
+                                        c_.stream>>>(dw, dxn_, x, rstd, N, H, rows);
+    check();
+  }
+  void rotate(const Saved& a, const BlockTensors& w, int N, const BlockPass& pass) {
+    OpTimes::Scope timed(c_.times, "blocks.norm_rope", c_.stream);
+    const size_t rows = static_cast<size_t>(N) * (s_.heads + 2 * s_.kv_heads);
+    const unsigned grid = stride_grid(rows, kThreads / 32, 8192);
+    const train::QkvShape qs{s_.heads, s_.kv_heads, s_.head_dim, ld_, s_.eps};
+    const float* qn = s_.qk_norm ? w.q_norm : nullptr;
+    const float* kn = s_.qk_norm ? w.k_norm : nullptr;
+    if (s_.head_dim == 64) {
+      train::qk_norm_rope_kernel<64><<<grid, kThreads, 0, c_.stream>>>(
+          a.rotated, a.rstd_q, a.rstd_k, a.qkv, qn, kn, pass.pos, pass.cos, pass.sin, N, qs);
+    } else {
+      train::qk_norm_rope_kernel<128><<<grid, kThreads, 0, c_.stream>>>(
+          a.rotated, a.rstd_q, a.rstd_k, a.qkv, qn, kn, pass.pos, pass.cos, pass.sin, N, qs);
+    }
+    check();
+  }
+  void swiglu(const Saved& a, int N) {
+    OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+    const size_t pairs = static_cast<size_t>(N) * s_.intermediate / 2;
+    train::swiglu_forward_kernel<<<stride_grid(pairs, kThreads, 8192), kThreads, 0, c_.stream>>>(
+        a.h, a.gu, N, s_.intermediate);
+    check();
+  }
+
+  BlockEngineShape s_;
+  TrainBlocksContext c_;
+  int ld_ = 0, qd_ = 0, kvd_ = 0;
+  void* arena_ = nullptr;
+  size_t used_ = 0, tokens_ = 0;
+  int seq_ = 0, layers_ = 0;
+  ActivationCheckpointing mode_ = ActivationCheckpointing::kNone;
+  std::vector<Saved> saved_;
+  bf16 *tmp_ = nullptr, *dres_half_ = nullptr, *dxn_ = nullptr, *dy_ = nullptr, *dqkv_ = nullptr,
+       *dh_ = nullptr, *dgu_ = nullptr, *weights_ = nullptr;
+  float* dsum_ = nullptr;
+};
+
+}  // namespace
+
+bool train_blocks_support(const BlockEngineShape& s) {
+  return flash_attention_supports(s.head_dim) && s.hidden % 8 == 0 && s.intermediate % 8 == 0 &&
+         s.heads % s.kv_heads == 0;
+}
+
+cudaError_t train_blocks_prepare() { return flash_attention_prepare<bf16, bf16>(); }
+
+std::unique_ptr<BlockEngine> make_train_blocks(const BlockEngineShape& shape,
+                                               TrainBlocksContext context) {
+  if (!train_blocks_support(shape)) return nullptr;
+  return std::make_unique<TrainBlocks>(shape, std::move(context));
+}
+
+}  // namespace cohort::models::cuda
