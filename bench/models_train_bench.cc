@@ -6,6 +6,7 @@
 // a stated peak, and device memory. On CUDA the weights get bf16 working
 // copies, as a DDP train job's do; COHORT_TRAIN_BLOCKS=ops runs the blocks
 // op by op instead of fused.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
   };
   step();
   step();  // warm-up: activations and optimizer state allocated
+#ifdef COHORT_HAVE_CUDA
+  // Op times of the measured steps only: warm-up's module loads and cuBLAS
+  // heuristics would land on the first ops.
+  std::vector<std::pair<std::string, double>> warm_up_times;
+  if (cuda) warm_up_times = cuda->op_times_ms();
+#endif
   const auto t0 = std::chrono::steady_clock::now();
   double loss = 0;
   for (int s = 0; s < steps; ++s) loss = step();
@@ -102,10 +109,17 @@ int main(int argc, char** argv) {
   // COHORT_CUDA_OP_TIMES=1: where the GPU time went, per op, over all steps.
   if (cuda) {
     auto times = cuda->op_times_ms();
+    for (auto& [name, ms] : times) {
+      for (const auto& [warm_name, warm_ms] : warm_up_times) {
+        if (warm_name == name) ms -= warm_ms;
+      }
+    }
+    std::sort(times.begin(), times.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     double total = 0;
     for (const auto& [name, ms] : times) total += ms;
-    for (const auto& [name, ms] : times)
-      std::printf("%-32s %9.2f ms/step %5.1f%%\n", name.c_str(), ms / (steps + 2), 100 * ms / total);
+    for (const auto& [name, ms] : times) {
+      if (ms > 0) std::printf("%-32s %9.2f ms/step %5.1f%%\n", name.c_str(), ms / steps, 100 * ms / total);
+    }
   }
 #endif
   return 0;

@@ -22,6 +22,7 @@ struct Activations {
   float *xnf = nullptr, *rstdf = nullptr, *logits = nullptr, *losses = nullptr,
         *ce_scratch = nullptr;
   int logit_rows = 0;  // rows `logits` holds: B*T, or the LM head's chunk
+  bool fp32_head = false;  // xnf, rstdf, logits, ce_scratch exist (see ensure_activations)
   // Backward scratch, reused by every block.
   float *dres = nullptr, *dtmp = nullptr, *tmp = nullptr, *dy = nullptr, *dq = nullptr,
         *dk = nullptr, *dv = nullptr, *dk_lin = nullptr, *dg = nullptr, *du = nullptr,

@@ -24,7 +24,7 @@ namespace cohort::models {
 enum class ActivationCheckpointing;
 
 struct BlockEngineShape {
-  int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+  int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   bool qk_norm = false;
   float eps = 1e-6f;
 };
@@ -39,13 +39,24 @@ struct BlockPass {
   const float* sin = nullptr;
 };
 
+// The final norm and the LM head (tied: the embedding table), with their
+// gradients.
+struct HeadTensors {
+  const float* norm = nullptr;    // [hidden]
+  const float* weight = nullptr;  // [vocab, hidden]
+  float* dnorm = nullptr;
+  float* dweight = nullptr;
+};
+
 class BlockEngine {
  public:
   virtual ~BlockEngine() = default;
   // Allocates what `layers` blocks need at B * T tokens of sequences of T:
   // per layer what `mode` keeps (ActivationCheckpointing), once what every
-  // layer shares. Called at warm-up; again only when the shape grows.
-  virtual void reserve(int B, int T, int layers, ActivationCheckpointing mode) = 0;
+  // layer shares, and the head's logits for head_rows rows at a time (the
+  // model's LM-head chunk, or B * T). Called at warm-up; again only when
+  // the shape grows.
+  virtual void reserve(int B, int T, int layers, ActivationCheckpointing mode, int head_rows) = 0;
   virtual size_t bytes() const = 0;
   // res_out = block l of res_in (both [B * T, hidden] fp32).
   virtual void forward(int l, const BlockTensors& w, const float* res_in, float* res_out,
@@ -57,6 +68,16 @@ class BlockEngine {
   // res_in; dw's gradients accumulate (+=).
   virtual void backward(int l, const BlockTensors& w, const BlockTensors& dw, float* dres,
                         const float* res_in, const BlockPass& pass) = 0;
+  // Training's head on the last block's output res [N, hidden]: per-row
+  // cross-entropy losses against targets (kIgnoreIndex rows 0), the logits
+  // in bf16 and head_rows rows at a time, the log-sum-exp kept for backward.
+  virtual void head_forward(const HeadTensors& h, const float* res, const int32_t* targets,
+                            float* losses, int N) = 0;
+  // dres = d (grad_scale * sum of losses) / d res (overwritten); the head's
+  // gradients accumulate. Logits a chunked head no longer holds are computed
+  // again.
+  virtual void head_backward(const HeadTensors& h, const float* res, const int32_t* targets,
+                             float grad_scale, float* dres, int N) = 0;
 };
 
 }  // namespace cohort::models

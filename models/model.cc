@@ -240,7 +240,7 @@ void Model::backward(float grad_scale) {
 void Model::forward_embedding(const int32_t* tokens, const int32_t* targets, int B, int T) {
   COHORT_CHECK_MSG(T <= config_.max_seq, "sequence length {} exceeds max_seq {}", T,
                    config_.max_seq);
-  ensure_activations(B, T);
+  ensure_activations(B, T, targets == nullptr);
   Activations& a = *acts_;
   const int N = B * T;
   a.B = B;
@@ -266,6 +266,12 @@ void Model::forward_embedding(const int32_t* tokens, const int32_t* targets, int
   backend_->embedding_forward(a.res[0], a.tokens, embedding_table(), N, config_.hidden,
                               dims_.vocab_begin, dims_.vocab);
   tp_sum(a.res[0], static_cast<size_t>(N) * config_.hidden);
+}
+
+HeadTensors Model::head_tensors() const {
+  const int head = layout_.head_group();
+  // model.norm.weight comes first in the head group.
+  return {params_[head], lm_head_weight(), grads_[head], grads_[head] ? lm_head_grad() : nullptr};
 }
 
 BlockPass Model::block_pass() const {
@@ -335,6 +341,26 @@ void Model::recompute_block_elementwise(int l) {
 
 LossSum Model::forward_head() {
   Activations& a = *acts_;
+  const int N = a.B * a.T;
+  if (engine_ && a.has_targets) {
+    engine_->head_forward(head_tensors(), a.res[config_.layers], a.targets, a.losses, N);
+  } else {
+    head_logits_fp32();
+  }
+  LossSum loss;
+  if (!a.has_targets) return loss;
+  a.host_losses.resize(N);
+  backend_->copy_to_host(a.host_losses.data(), a.losses, N * sizeof(float));
+  for (int i = 0; i < N; ++i) {
+    if (a.host_targets[i] == kIgnoreIndex) continue;
+    loss.sum += a.host_losses[i];
+    loss.count += 1;
+  }
+  return loss;
+}
+
+void Model::head_logits_fp32() {
+  Activations& a = *acts_;
   const int N = a.B * a.T, H = config_.hidden;
   const float* final_norm = params_[layout_.head_group()];  // model.norm.weight comes first
   backend_->rmsnorm_forward(a.xnf, a.rstdf, a.res[config_.layers], final_norm, N, H,
@@ -352,16 +378,6 @@ LossSum Model::forward_head() {
                                              dims_.vocab, dims_.vocab_begin, 0.0f,
                                              shard_.tp_size > 1 ? &tp_ : nullptr);
   }
-  LossSum loss;
-  if (!a.has_targets) return loss;
-  a.host_losses.resize(N);
-  backend_->copy_to_host(a.host_losses.data(), a.losses, N * sizeof(float));
-  for (int i = 0; i < N; ++i) {
-    if (a.host_targets[i] == kIgnoreIndex) continue;
-    loss.sum += a.host_losses[i];
-    loss.count += 1;
-  }
-  return loss;
 }
 
 }  // namespace cohort::models

@@ -171,7 +171,9 @@ class Model {
  private:
   Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims& dims,
         ParamLayout layout, Backend* backend, TensorParallelComm tp, Buffers buffers);
-  void ensure_activations(int B, int T);
+  // fp32_head: the LM head's fp32 buffers (logits of a forward without
+  // targets) even where fused blocks run the training head.
+  void ensure_activations(int B, int T, bool fp32_head);
   void tp_sum(float* data, size_t n);
   void block_attention_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
   void block_mlp_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
@@ -204,6 +206,9 @@ class Model {
   bool fused_blocks_ = true;
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
   BlockPass block_pass() const;
+  HeadTensors head_tensors() const;
+  // forward_head's op-by-op path: fp32 logits (and losses with targets).
+  void head_logits_fp32();
   // kSelective: the elementwise ops of block l's forward whose outputs were
   // not kept (forward_block's, in its order).
   void recompute_block_elementwise(int l);

@@ -14,6 +14,11 @@ void Model::backward_head(float grad_scale) {
   Backend& be = *backend_;
   const int N = a.B * a.T, H = config_.hidden;
   const int head = layout_.head_group();
+  if (engine_) {
+    COHORT_CHECK_MSG(grads_[head] != nullptr, "group {} has no gradient buffer", head);
+    return engine_->head_backward(head_tensors(), a.res[config_.layers], a.targets, grad_scale,
+                                  a.dres, N);
+  }
   be.zero(a.dtmp, static_cast<size_t>(N) * H * sizeof(float));
   for (int r0 = 0; r0 < N; r0 += a.logit_rows) {
     const int rows = std::min(a.logit_rows, N - r0);

@@ -37,10 +37,10 @@ class Arena {
 
 }  // namespace
 
-void Model::ensure_activations(int B, int T) {
+void Model::ensure_activations(int B, int T, bool fp32_head) {
   Activations& a = *acts_;
   const int N = B * T;
-  if (N <= a.capacity_tokens && T <= a.capacity_seq) {
+  if (N <= a.capacity_tokens && T <= a.capacity_seq && (a.fp32_head || !fp32_head)) {
     return;
   }
   for (void* p : a.training_allocations) backend_->free(p);
@@ -50,12 +50,14 @@ void Model::ensure_activations(int B, int T) {
     BlockEngineShape shape;
     shape.hidden = config_.hidden, shape.heads = dims_.heads, shape.kv_heads = dims_.kv_heads;
     shape.head_dim = config_.head_dim, shape.intermediate = dims_.intermediate;
-    shape.qk_norm = config_.qk_norm, shape.eps = config_.rms_eps;
+    shape.qk_norm = config_.qk_norm, shape.eps = config_.rms_eps, shape.vocab = dims_.vocab;
     engine_ = backend_->make_block_engine(shape);
   }
   // With fused blocks the engine keeps what the blocks save; the model only
   // the residual stream, the head's tensors and dres.
   const bool op_blocks = engine_ == nullptr;
+  // The fp32 head: the op-by-op path's, or logits without targets.
+  a.fp32_head = op_blocks || fp32_head;
   const size_t n = static_cast<size_t>(N), H = config_.hidden, L = config_.layers;
   const size_t Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate, V = dims_.vocab,
                hq = dims_.heads, hkv = dims_.kv_heads;
@@ -87,8 +89,13 @@ void Model::ensure_activations(int B, int T) {
     per_layer(a.xn2, n * H, !lean), per_layer(a.rstd2, n, !full), per_layer(a.g, n * I, !full);
     per_layer(a.u, n * I, !full), per_layer(a.h, n * I, !lean);
     a.logit_rows = head_chunk_ > 0 ? std::min(N, head_chunk_) : N;
-    a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(size_t(a.logit_rows) * V);
-    a.losses = arena.take(n), a.ce_scratch = arena.take(3 * n);
+    a.losses = arena.take(n);
+    if (a.fp32_head) {
+      a.xnf = arena.take(n * H), a.rstdf = arena.take(n), a.logits = arena.take(size_t(a.logit_rows) * V);
+      a.ce_scratch = arena.take(3 * n);
+    } else {
+      a.xnf = a.rstdf = a.logits = a.ce_scratch = nullptr;
+    }
     a.dres = arena.take(n * H), a.dtmp = arena.take(n * H);
     if (!op_blocks) return;
     a.tmp = arena.take(n * H);
@@ -106,7 +113,7 @@ void Model::ensure_activations(int B, int T) {
   a.training_allocations.push_back(arena.allocate());
   plan();
   if (engine_) {
-    engine_->reserve(B, T, static_cast<int>(L), checkpointing_);
+    engine_->reserve(B, T, static_cast<int>(L), checkpointing_, a.logit_rows);
     a.training_bytes += engine_->bytes();
   }
   a.capacity_tokens = N;

@@ -10,6 +10,8 @@
 //                                input of one GEMM back
 //   gu, dgu             [N, 2I]  gate | up, the same for the MLP
 //   y, dy [N, heads * D]; xn, tmp, dxn [N, hidden]; h, dh [N, I]
+// The head keeps the final norm's output in bf16 and each row's log-sum-exp;
+// its logits are bf16, head_rows rows at a time.
 // Saved per layer in bf16: xn1, qkv, rotated, y, xn2, gu, h; in fp32: x2
 // (the residual stream after attention), the norms' rstd and attention's
 // log-sum-exp. Selective checkpointing keeps qkv, y, x2, gu and the small
@@ -29,7 +31,8 @@ namespace cohort::models::cuda {
 namespace {
 
 using train::bf16;
-constexpr int kRowThreads = 128;  // one block per row of the norms
+constexpr int kRowThreads = 128;   // one block per row of the norms
+constexpr int kLossThreads = 512;  // one block per row of logits
 
 struct Saved {
   float *rstd1 = nullptr, *rstd_q = nullptr, *rstd_k = nullptr, *lse = nullptr, *x2 = nullptr,
@@ -52,19 +55,59 @@ class TrainBlocks final : public BlockEngine {
   }
   ~TrainBlocks() override {
     if (arena_) c_.backend->free(arena_);
+    if (head_weights_) c_.backend->free(head_weights_);
   }
 
-  void reserve(int B, int T, int layers, ActivationCheckpointing mode) override {
+  void reserve(int B, int T, int layers, ActivationCheckpointing mode, int head_rows) override {
     const size_t n = static_cast<size_t>(B) * T;
-    if (arena_ && n <= tokens_ && T <= seq_ && layers <= layers_ && mode == mode_) return;
+    if (arena_ && n <= tokens_ && T <= seq_ && layers <= layers_ && mode == mode_ &&
+        head_rows == head_rows_) {
+      return;
+    }
     if (arena_) c_.backend->free(arena_);
     arena_ = nullptr;
-    tokens_ = n, seq_ = T, layers_ = layers, mode_ = mode;
+    tokens_ = n, seq_ = T, layers_ = layers, mode_ = mode, head_rows_ = head_rows;
     plan(n, layers, mode);                           // count
     arena_ = c_.backend->alloc(used_);
     plan(n, layers, mode);                           // carve
   }
-  size_t bytes() const override { return used_; }
+  size_t bytes() const override { return used_ + head_weight_bytes_; }
+
+  void head_forward(const HeadTensors& h, const float* res, const int32_t* targets, float* losses,
+                    int N) override {
+    const int H = s_.hidden, V = s_.vocab;
+    norm(nullptr, xnf_, rstdf_, res, nullptr, h.norm, N);
+    const bf16* w = head_weight(h.weight);
+    for (int r0 = 0; r0 < N; r0 += head_rows_) {
+      const int rows = std::min(head_rows_, N - r0);
+      linear_forward(logits_, xnf_ + size_t(r0) * H, w, rows, H, V);
+      OpTimes::Scope timed(c_.times, "blocks.cross_entropy", c_.stream);
+      train::cross_entropy_forward_kernel<kLossThreads><<<rows, kLossThreads, 0, c_.stream>>>(
+          losses + r0, lse_head_ + r0, logits_, targets + r0, V);
+      check();
+    }
+  }
+
+  void head_backward(const HeadTensors& h, const float* res, const int32_t* targets,
+                     float grad_scale, float* dres, int N) override {
+    const int H = s_.hidden, V = s_.vocab;
+    const bf16* w = head_weight(h.weight);
+    for (int r0 = 0; r0 < N; r0 += head_rows_) {
+      const int rows = std::min(head_rows_, N - r0);
+      // Chunked, the buffer holds the last chunk's logits only: again.
+      if (head_rows_ < N) linear_forward(logits_, xnf_ + size_t(r0) * H, w, rows, H, V);
+      {
+        OpTimes::Scope timed(c_.times, "blocks.cross_entropy", c_.stream);
+        train::cross_entropy_backward_kernel<kLossThreads><<<rows, kLossThreads, 0, c_.stream>>>(
+            logits_, lse_head_ + r0, targets + r0, V, grad_scale);
+        check();
+      }
+      linear_backward(dxn_ + size_t(r0) * H, h.dweight, logits_, xnf_ + size_t(r0) * H, w, rows, H,
+                      V);
+    }
+    COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(dres, 0, size_t(N) * H * sizeof(float), c_.stream));
+    norm_backward(dres, nullptr, h.dnorm, res, h.norm, rstdf_, N);
+  }
 
   void forward(int l, const BlockTensors& w, const float* res_in, float* res_out,
                const BlockPass& pass) override {
@@ -191,6 +234,8 @@ class TrainBlocks final : public BlockEngine {
     dy_ = take<bf16>(n * qd_), dqkv_ = take<bf16>(n * ld_), dh_ = take<bf16>(n * I);
     dgu_ = take<bf16>(n * 2 * I), dsum_ = take<float>(n * hq);
     weights_ = take<bf16>(std::max({size_t(ld_) * H, 2 * I * H, H * size_t(qd_)}));
+    xnf_ = take<bf16>(n * H), rstdf_ = take<float>(n), lse_head_ = take<float>(n);
+    logits_ = take<bf16>(size_t(std::min<size_t>(head_rows_, n)) * s_.vocab);
   }
   template <typename T>
   T* take(size_t count) {
@@ -216,6 +261,24 @@ class TrainBlocks final : public BlockEngine {
         weights_, w, n);
     check();
     return weights_;
+  }
+
+  // The LM head's weight in bf16: its working copy, or the masters rounded
+  // into a buffer of its own (made at the first step, as the arena is).
+  const bf16* head_weight(const float* w) {
+    const size_t n = size_t(s_.vocab) * s_.hidden;
+    if (c_.working_bf16) {
+      if (const void* hit = c_.working_bf16(w, n)) return static_cast<const bf16*>(hit);
+    }
+    if (!head_weights_) {
+      head_weight_bytes_ = n * sizeof(bf16);
+      head_weights_ = static_cast<bf16*>(c_.backend->alloc(head_weight_bytes_));
+    }
+    OpTimes::Scope timed(c_.times, "blocks.weight_cast", c_.stream);
+    train::to_bf16_kernel<<<stride_grid(n / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
+        head_weights_, w, n);
+    check();
+    return head_weights_;
   }
 
   // Row-major y = x W^T is column-major y^T = W x^T: operands swapped.
@@ -287,7 +350,11 @@ class TrainBlocks final : public BlockEngine {
   int ld_ = 0, qd_ = 0, kvd_ = 0;
   void* arena_ = nullptr;
   size_t used_ = 0, tokens_ = 0;
-  int seq_ = 0, layers_ = 0;
+  int seq_ = 0, layers_ = 0, head_rows_ = 0;
+  size_t head_weight_bytes_ = 0;
+  bf16* head_weights_ = nullptr;
+  bf16 *xnf_ = nullptr, *logits_ = nullptr;
+  float *rstdf_ = nullptr, *lse_head_ = nullptr;
   ActivationCheckpointing mode_ = ActivationCheckpointing::kNone;
   std::vector<Saved> saved_;
   bf16 *tmp_ = nullptr, *dres_half_ = nullptr, *dxn_ = nullptr, *dy_ = nullptr, *dqkv_ = nullptr,
@@ -299,6 +366,7 @@ class TrainBlocks final : public BlockEngine {
 
 bool train_blocks_support(const BlockEngineShape& s) {
   return flash_attention_supports(s.head_dim) && s.hidden % 8 == 0 && s.intermediate % 8 == 0 &&
+         s.vocab > 0 &&
          s.heads % s.kv_heads == 0;
 }
 

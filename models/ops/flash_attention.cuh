@@ -118,6 +118,53 @@ __device__ inline void stage(bf16* s, int lds, const bf16* src, int ld, int row0
   }
 }
 
+// Asynchronous staging (cp.async, sm_80+): a tile's copy is issued, later
+// tiles' copies behind it, and cp_async_wait<N>() waits until at most N of
+// the most recent commit groups are still in flight. bf16 sources copy
+// straight into shared memory; fp32 sources are converted on the way, so
+// they stage synchronously (the double buffering is then only a layout).
+__device__ inline void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ inline void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <int D>
+__device__ inline void stage_async(bf16* s, int lds, const float* src, int ld, int row0, int rows, int T) {
+  stage<D>(s, lds, src, ld, row0, rows, T);
+}
+
+template <int D>
+__device__ inline void stage_async(bf16* s, int lds, const bf16* src, int ld, int row0, int rows, int T) {
+  constexpr int kVec = D / 8;
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    if (row0 + r < T) {
+      cp_async16(s + r * lds + c, src + static_cast<size_t>(row0 + r) * ld + c);
+    } else {
+      *reinterpret_cast<uint4*>(s + r * lds + c) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// n floats from src[row0 ...] into s; rows at or past T get `pad`.
+__device__ inline void stage_rows_async(float* s, const float* src, int row0, int n, int T, float pad) {
+  for (int i = threadIdx.x; i < n; i += kThreadsPerBlock) {
+    if (row0 + i < T) cp_async4(s + i, src + row0 + i);
+    else s[i] = pad;
+  }
+}
+
 __device__ inline float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
 __device__ inline float2 load_pair(const bf16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
@@ -150,10 +197,12 @@ inline Shape packed_shape(int T, int heads, int kv_heads, int D) {
 
 // ---- forward ---------------------------------------------------------------
 
+// K and V tiles are double-buffered: tile kt + 1 is in flight while tile kt
+// is multiplied.
 template <int D>
 struct Forward {
   static constexpr int kRows = 64, kKeys = 64, kLd = D + 8;
-  static constexpr size_t kShared = (size_t(kRows) + 2 * size_t(kKeys)) * kLd * sizeof(bf16);
+  static constexpr size_t kShared = (size_t(kRows) + 4 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
 template <int D, typename In, typename Out>
@@ -162,8 +211,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   using F = Forward<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* sQ = reinterpret_cast<bf16*>(shared);
-  bf16* sK = sQ + F::kRows * F::kLd;
-  bf16* sV = sK + F::kKeys * F::kLd;
+  bf16* sKV = sQ + F::kRows * F::kLd;  // [buffer][K, V][kKeys][kLd]
   const int T = sh.T, ldq = sh.ldq, ldk = sh.ldk;
   const int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows of keys first
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
@@ -172,11 +220,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const In* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
   const In* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
   const In* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
-  stage<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
-  __syncthreads();
+  constexpr int kTile = F::kKeys * F::kLd;
+  stage_async<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
+  stage_async<D>(sKV, F::kLd, kb, ldk, 0, F::kKeys, T);
+  stage_async<D>(sKV + kTile, F::kLd, vb, ldk, 0, F::kKeys, T);
+  cp_async_commit();
   uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, F::kLd, warp * 16, kk * 16);
 
   const float scale2 = sh.scale * kLog2e;
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
@@ -185,10 +234,20 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int last = min(q0 + F::kRows - 1, T - 1) / F::kKeys;
   for (int kt = 0; kt <= last; ++kt) {
     const int key0 = kt * F::kKeys;
+    bf16* sK = sKV + (kt & 1) * 2 * kTile;
+    bf16* sV = sK + kTile;
+    if (kt < last) {  // the next tile into the other buffer, freed by the last barrier
+      bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
+      stage_async<D>(nK, F::kLd, kb, ldk, key0 + F::kKeys, F::kKeys, T);
+      stage_async<D>(nK + kTile, F::kLd, vb, ldk, key0 + F::kKeys, F::kKeys, T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
-    stage<D>(sK, F::kLd, kb, ldk, key0, F::kKeys, T);
-    stage<D>(sV, F::kLd, vb, ldk, key0, F::kKeys, T);
-    __syncthreads();
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, F::kLd, warp * 16, kk * 16);
+    }
     float s[F::kKeys / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -249,6 +308,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         mma(o[nd + 1], pa, b1);
       }
     }
+    __syncthreads();  // this buffer is the next iteration's prefetch target
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -286,11 +346,12 @@ __global__ void dsum_kernel(float* dsum, const In* dy, const In* y, int B, Shape
   if (lane == 0) dsum[(static_cast<size_t>(b) * sh.heads + h) * sh.T + i] = acc;
 }
 
+// Q, dO, lse and dsum tiles are double-buffered.
 template <int D>
 struct BackwardKv {
   static constexpr int kKeys = 64, kRows = 32, kLd = D + 8;
   static constexpr size_t kShared =
-      (2 * size_t(kKeys) + 2 * size_t(kRows)) * kLd * sizeof(bf16) + 2 * kRows * sizeof(float);
+      (2 * size_t(kKeys) + 4 * size_t(kRows)) * kLd * sizeof(bf16) + 4 * kRows * sizeof(float);
 };
 
 template <int D, typename In, typename Out>
@@ -301,34 +362,45 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* sK = reinterpret_cast<bf16*>(shared);
   bf16* sV = sK + F::kKeys * F::kLd;
-  bf16* sQ = sV + F::kKeys * F::kLd;
-  bf16* sdO = sQ + F::kRows * F::kLd;
-  float* sL = reinterpret_cast<float*>(sdO + F::kRows * F::kLd);
-  float* sDs = sL + F::kRows;
+  bf16* sQdO = sV + F::kKeys * F::kLd;  // [buffer][Q, dO][kRows][kLd]
+  float* sLDs = reinterpret_cast<float*>(sQdO + 4 * F::kRows * F::kLd);  // [buffer][lse, dsum][kRows]
+  constexpr int kTile = F::kRows * F::kLd;
   const int T = sh.T, ldq = sh.ldq, ldk = sh.ldk, group = sh.heads / sh.kv_heads;
   const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int key0 = kt * F::kKeys;
   const float scale2 = sh.scale * kLog2e;
-  stage<D>(sK, F::kLd, k + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
-  stage<D>(sV, F::kLd, v + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
+  stage_async<D>(sK, F::kLd, k + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
+  stage_async<D>(sV, F::kLd, v + static_cast<size_t>(b) * T * ldk + kvh * D, ldk, key0, F::kKeys, T);
   const int key[2] = {key0 + warp * 16 + g, key0 + warp * 16 + g + 8};
   float dK[D / 8][4] = {}, dV[D / 8][4] = {};
-  for (int gi = 0; gi < group; ++gi) {
-    const int h = kvh * group + gi;
-    const In* qb = q + static_cast<size_t>(b) * T * ldq + h * D;
-    const In* dyb = dy + static_cast<size_t>(b) * T * sh.ldo + h * D;
-    const float* lb = lse + (static_cast<size_t>(b) * sh.heads + h) * T;
-    const float* db = dsum + (static_cast<size_t>(b) * sh.heads + h) * T;
-    for (int q0 = key0; q0 < T; q0 += F::kRows) {
-      __syncthreads();
-      stage<D>(sQ, F::kLd, qb, ldq, q0, F::kRows, T);
-      stage<D>(sdO, F::kLd, dyb, sh.ldo, q0, F::kRows, T);
-      for (int i = threadIdx.x; i < F::kRows; i += kThreadsPerBlock) {
-        const bool in = q0 + i < T;
-        sL[i] = in ? lb[q0 + i] * kLog2e : INFINITY;  // padding rows get P = 0
-        sDs[i] = in ? db[q0 + i] : 0.f;
-      }
+  // One iteration per (query head of the group, 32-query tile at or after
+  // the keys); iteration it + 1's tiles are in flight while it computes.
+  const int tiles = (T - key0 + F::kRows - 1) / F::kRows, iterations = group * tiles;
+  auto issue = [&](int it) {
+    const int h = kvh * group + it / tiles, q0 = key0 + (it % tiles) * F::kRows;
+    bf16* nQ = sQdO + (it & 1) * 2 * kTile;
+    float* nL = sLDs + (it & 1) * 2 * F::kRows;
+    stage_async<D>(nQ, F::kLd, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+    stage_async<D>(nQ + kTile, F::kLd, dy + static_cast<size_t>(b) * T * sh.ldo + h * D, sh.ldo, q0,
+                   F::kRows, T);
+    // Padding rows: lse +inf gives P = 0.
+    stage_rows_async(nL, lse + (static_cast<size_t>(b) * sh.heads + h) * T, q0, F::kRows, T, INFINITY);
+    stage_rows_async(nL + F::kRows, dsum + (static_cast<size_t>(b) * sh.heads + h) * T, q0, F::kRows,
+                     T, 0.f);
+  };
+  issue(0);
+  cp_async_commit();
+  for (int it = 0; it < iterations; ++it) {
+    {
+      const int q0 = key0 + (it % tiles) * F::kRows;
+      const bf16* sQ = sQdO + (it & 1) * 2 * kTile;
+      const bf16* sdO = sQ + kTile;
+      const float* sL = sLDs + (it & 1) * 2 * F::kRows;
+      const float* sDs = sL + F::kRows;
+      if (it + 1 < iterations) issue(it + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
       __syncthreads();
       float st[F::kRows / 8][4] = {}, dpt[F::kRows / 8][4] = {};
 #pragma unroll
@@ -353,7 +425,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
-          float p = exp2f(st[nt][e] * scale2 - sL[qi]);
+          float p = exp2f(st[nt][e] * scale2 - sL[qi] * kLog2e);
           if (masked && q0 + qi < key[e >> 1]) p = 0.f;
           st[nt][e] = p;                           // P^T
           dpt[nt][e] = p * (dpt[nt][e] - sDs[qi]);  // dS^T
@@ -375,6 +447,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
           mma(dK[nd + 1], sa, bq1);
         }
       }
+      __syncthreads();  // this buffer is the prefetch target of iteration it + 2
     }
   }
 #pragma unroll
@@ -389,10 +462,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// K and V tiles are double-buffered, as in the forward.
 template <int D>
 struct BackwardQ {
   static constexpr int kRows = 64, kKeys = 64, kLd = D + 8;
-  static constexpr size_t kShared = (2 * size_t(kRows) + 2 * size_t(kKeys)) * kLd * sizeof(bf16);
+  static constexpr size_t kShared = (2 * size_t(kRows) + 4 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
 template <int D, typename In, typename Out>
@@ -403,8 +477,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* sQ = reinterpret_cast<bf16*>(shared);
   bf16* sdO = sQ + F::kRows * F::kLd;
-  bf16* sK = sdO + F::kRows * F::kLd;
-  bf16* sV = sK + F::kKeys * F::kLd;
+  bf16* sKV = sdO + F::kRows * F::kLd;  // [buffer][K, V][kKeys][kLd]
+  constexpr int kTile = F::kKeys * F::kLd;
   const int T = sh.T, ldq = sh.ldq, ldk = sh.ldk;
   const int qt = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (sh.heads / sh.kv_heads);
@@ -413,8 +487,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const float scale2 = sh.scale * kLog2e;
   const In* kb = k + static_cast<size_t>(b) * T * ldk + kvh * D;
   const In* vb = v + static_cast<size_t>(b) * T * ldk + kvh * D;
-  stage<D>(sQ, F::kLd, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
-  stage<D>(sdO, F::kLd, dy + static_cast<size_t>(b) * T * sh.ldo + h * D, sh.ldo, q0, F::kRows, T);
+  stage_async<D>(sQ, F::kLd, q + static_cast<size_t>(b) * T * ldq + h * D, ldq, q0, F::kRows, T);
+  stage_async<D>(sdO, F::kLd, dy + static_cast<size_t>(b) * T * sh.ldo + h * D, sh.ldo, q0, F::kRows, T);
+  stage_async<D>(sKV, F::kLd, kb, ldk, 0, F::kKeys, T);
+  stage_async<D>(sKV + kTile, F::kLd, vb, ldk, 0, F::kKeys, T);
+  cp_async_commit();
   const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float L[2], Ds[2];
 #pragma unroll
@@ -427,9 +504,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int last = min(q0 + F::kRows - 1, T - 1) / F::kKeys;
   for (int kt = 0; kt <= last; ++kt) {
     const int key0 = kt * F::kKeys;
-    __syncthreads();
-    stage<D>(sK, F::kLd, kb, ldk, key0, F::kKeys, T);
-    stage<D>(sV, F::kLd, vb, ldk, key0, F::kKeys, T);
+    const bf16* sK = sKV + (kt & 1) * 2 * kTile;
+    const bf16* sV = sK + kTile;
+    if (kt < last) {
+      bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
+      stage_async<D>(nK, F::kLd, kb, ldk, key0 + F::kKeys, F::kKeys, T);
+      stage_async<D>(nK + kTile, F::kLd, vb, ldk, key0 + F::kKeys, F::kKeys, T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     float s[F::kKeys / 8][4] = {}, dp[F::kKeys / 8][4] = {};
 #pragma unroll
@@ -471,6 +554,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         mma(dQ[nd + 1], sa, bk1);
       }
     }
+    __syncthreads();  // this buffer is the next iteration's prefetch target
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

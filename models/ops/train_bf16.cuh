@@ -312,4 +312,72 @@ __global__ void swiglu_backward_kernel(bf16* dgu, const bf16* dh, const bf16* gu
   }
 }
 
+// Cross-entropy over bf16 logits [rows, V], one block per row. Forward: the
+// row's log-sum-exp (an online max and sum per thread, merged over the
+// block) and loss = lse - logit[target]; kIgnoreIndex (-100) rows lose 0.
+// Rows are read 8 values at a time when V is a multiple of 8 (every row then
+// starts 16-byte aligned).
+template <int kThreadsPerRow>
+__global__ void __launch_bounds__(kThreadsPerRow)
+    cross_entropy_forward_kernel(float* losses, float* lse, const bf16* logits,
+                                 const int32_t* targets, int V) {
+  const bf16* r = logits + static_cast<size_t>(blockIdx.x) * V;
+  float m = -INFINITY, s = 0.f;
+  auto take = [&](float x) {
+    if (x > m) s *= __expf(m - x), m = x;
+    s += __expf(x - m);
+  };
+  const int vec_end = V % 8 == 0 ? V : 0;
+  for (int j = threadIdx.x * 8; j < vec_end; j += kThreadsPerRow * 8) {
+    float x[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(r + j), x);
+    float mx = x[0];
+#pragma unroll
+    for (int e = 1; e < 8; ++e) mx = fmaxf(mx, x[e]);
+    if (mx > m) s *= __expf(m - mx), m = mx;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s += __expf(x[e] - m);
+  }
+  for (int j = vec_end + threadIdx.x; j < V; j += kThreadsPerRow) take(__bfloat162float(r[j]));
+  const float row_max = block_reduce<true>(m);
+  const float total = block_reduce<false>(m == -INFINITY ? 0.f : s * __expf(m - row_max));
+  if (threadIdx.x == 0) {
+    const float l = row_max + logf(total);
+    const int t = targets[blockIdx.x];
+    lse[blockIdx.x] = l;
+    losses[blockIdx.x] = (t < 0 || t >= V) ? 0.f : l - __bfloat162float(r[t]);
+  }
+}
+
+// In place: logits become grad_scale * (softmax - onehot(target)), zeros on
+// ignored rows.
+template <int kThreadsPerRow>
+__global__ void __launch_bounds__(kThreadsPerRow)
+    cross_entropy_backward_kernel(bf16* logits, const float* lse, const int32_t* targets, int V,
+                                  float grad_scale) {
+  bf16* r = logits + static_cast<size_t>(blockIdx.x) * V;
+  const int t = targets[blockIdx.x];
+  const bool ignored = t < 0 || t >= V;
+  const float l = lse[blockIdx.x], scale = ignored ? 0.f : grad_scale;
+  const int vec_end = V % 8 == 0 ? V : 0;
+  for (int j = threadIdx.x * 8; j < vec_end; j += kThreadsPerRow * 8) {
+    float x[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(r + j), x);
+    uint4 out;
+    uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const float g0 = scale * (__expf(x[e] - l) - (j + e == t ? 1.f : 0.f));
+      const float g1 = scale * (__expf(x[e + 1] - l) - (j + e + 1 == t ? 1.f : 0.f));
+      __nv_bfloat162 pair = __floats2bfloat162_rn(g0, g1);
+      o[e / 2] = *reinterpret_cast<uint32_t*>(&pair);
+    }
+    *reinterpret_cast<uint4*>(r + j) = out;
+  }
+  for (int j = vec_end + threadIdx.x; j < V; j += kThreadsPerRow) {
+    const float x = __bfloat162float(r[j]);
+    r[j] = __float2bfloat16_rn(scale * (__expf(x - l) - (j == t ? 1.f : 0.f)));
+  }
+}
+
 }  // namespace cohort::models::cuda::train

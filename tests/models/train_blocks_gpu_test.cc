@@ -59,11 +59,12 @@ class TrainBlocks : public ::testing::Test {
   // One forward and backward of a model on `backend`; fused says which
   // block path the GPU takes.
   StepResult step(const ModelConfig& c, Backend* backend, bool fused, ActivationCheckpointing mode,
-           bool working, int B, int T, bool expect_fused) {
+           bool working, int B, int T, bool expect_fused, int head_chunk = 0) {
     auto model = std::move(Model::create(c, {}, backend).value());
     model->init_weights(21, 0.05f);
     model->set_fused_blocks(fused);
     model->set_activation_checkpointing(mode);
+    model->set_lm_head_chunk_tokens(head_chunk);
     std::vector<void*> copies;
     if (working) {
       for (int g = 0; g < model->num_groups(); ++g) {
@@ -102,15 +103,17 @@ class TrainBlocks : public ::testing::Test {
     return run;
   }
 
-  void compare(const ModelConfig& c, ActivationCheckpointing mode, bool working, int B, int T) {
+  void compare(const ModelConfig& c, ActivationCheckpointing mode, bool working, int B, int T,
+               int head_chunk = 0) {
     SCOPED_TRACE(std::string(to_string(mode)) + (working ? ", working weights" : "") +
-                 ", T " + std::to_string(T) + ", head_dim " + std::to_string(c.head_dim));
+                 ", T " + std::to_string(T) + ", head_dim " + std::to_string(c.head_dim) +
+                 ", head chunk " + std::to_string(head_chunk));
     auto cpu = make_cpu_backend();
     cuda_ = nullptr;
     const StepResult want = step(c, cpu.get(), true, mode, false, B, T, false);
     cuda_ = gpu_.get();
-    const StepResult fused = step(c, gpu_.get(), true, mode, working, B, T, true);
-    const StepResult ops = step(c, gpu_.get(), false, mode, working, B, T, false);
+    const StepResult fused = step(c, gpu_.get(), true, mode, working, B, T, true, head_chunk);
+    const StepResult ops = step(c, gpu_.get(), false, mode, working, B, T, false, head_chunk);
     EXPECT_NEAR(fused.loss, want.loss, 1e-2 * want.loss);
     EXPECT_NEAR(ops.loss, want.loss, 1e-2 * want.loss);
     for (size_t g = 0; g < want.grads.size(); ++g) {
@@ -135,7 +138,30 @@ TEST_F(TrainBlocks, Qwen3ShapeMatchesTheReferenceInEveryCheckpointingMode) {
 
 TEST_F(TrainBlocks, LlamaShapeWithWorkingWeights) {
   compare(llama_like(), ActivationCheckpointing::kNone, true, 3, 77);
-  compare(llama_like(), ActivationCheckpointing::kSelective, true, 1, 200);
+  compare(llama_like(), ActivationCheckpointing::kSelective, true, 1, 200, 64);
+}
+
+// After training steps on the fused head, a forward without targets still
+// gives every row's fp32 logits.
+TEST_F(TrainBlocks, LogitsWithoutTargetsAfterTraining) {
+  const ModelConfig c = qwen3_like();
+  auto cpu = make_cpu_backend();
+  auto want = std::move(Model::create(c, {}, cpu.get()).value());
+  auto got = std::move(Model::create(c, {}, gpu_.get()).value());
+  want->init_weights(5, 0.05f);
+  got->init_weights(5, 0.05f);
+  const int B = 1, T = 90;
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 37 + 1) % c.vocab_size, targets[i] = i % c.vocab_size;
+  got->forward(tokens.data(), targets.data(), B, T);
+  EXPECT_TRUE(got->runs_fused_blocks());
+  got->backward(1.0f);
+  want->forward(tokens.data(), nullptr, B, T);
+  got->forward(tokens.data(), nullptr, B, T);
+  const size_t n = size_t(B) * T * c.vocab_size;
+  std::vector<float> w(want->logits(), want->logits() + n), g(n);
+  gpu_->copy_to_host(g.data(), got->logits(), n * sizeof(float));
+  EXPECT_LT(norm_relative(w, g), 2e-2);
 }
 
 TEST_F(TrainBlocks, Qwen3ShapeWithWorkingWeightsAndTileMultiples) {
