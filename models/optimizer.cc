@@ -42,11 +42,12 @@ AdamW::~AdamW() {
 }
 
 double AdamW::grad_norm() const {
-  double sum = 0;
+  // One host round trip for all groups.
+  std::vector<FloatRange> ranges;
   for (int g = 0; g < model_.num_groups(); ++g) {
-    sum += model_.backend().sum_of_squares(model_.grads(g), model_.layout().groups[g].numel);
+    ranges.push_back({model_.grads(g), model_.layout().groups[g].numel});
   }
-  return std::sqrt(sum);
+  return std::sqrt(model_.backend().sum_of_squares_ranges(ranges));
 }
 
 double AdamW::clip_grad_norm(float max_norm) {

@@ -399,13 +399,17 @@ class CudaBackendImpl final : public CudaBackend {
   }
   double sum_of_squares_ranges(const std::vector<FloatRange>& ranges) override {
     cuda::OpTimes::Scope timed(&op_times_, "sum_of_squares_ranges", stream_);
-    // Each range's blocks write their own slots; one copy brings them all back.
-    constexpr unsigned kBlocksPerRange = 64;
-    ensure_partials(ranges.size() * kBlocksPerRange);
+    // Each range's blocks write their own slots; one copy brings them all
+    // back. Blocks grow with the range (an embedding's gradient is a quarter
+    // of a small model's), up to kSumBlocks.
+    auto blocks_for = [](size_t n) { return std::min<unsigned>(kSumBlocks, cuda::grid_for(n / 8)); };
+    size_t needed = 0;
+    for (const auto& r : ranges) needed += r.n ? blocks_for(r.n) : 0;
+    ensure_partials(needed);
     size_t slots = 0;
     for (const auto& r : ranges) {
       if (r.n == 0) continue;
-      const unsigned blocks = std::min<unsigned>(kBlocksPerRange, cuda::grid_for(r.n));
+      const unsigned blocks = blocks_for(r.n);
       cuda::sum_squares_kernel<<<blocks, cuda::kThreads, 0, stream_>>>(partial_sums_ + slots,
                                                                         r.data, r.n);
       slots += blocks;

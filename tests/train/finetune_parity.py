@@ -10,10 +10,13 @@ The PyTorch loop loads the same folder in fp32, trains on those batches under
 bf16 autocast with the same AdamW (decay on matrices only), learning-rate
 schedule and clipping, and the losses are compared step by step.
 
-  python3 tests/train/finetune_parity.py --worker build/bin/cohort-worker [--steps 50]
-      [--shape qwen3-small] [--tolerance 0.03] [--work DIR]
+  python3 tests/train/finetune_parity.py --worker build/bin/cohort-worker [--steps 200]
+      [--shape qwen3-small] [--mean-tolerance 0.02] [--end-tolerance 0.01] [--work DIR]
 
-Prints one line per step and a PASS/FAIL summary (exit 0/1).
+Prints one line per step and a PASS/FAIL summary (exit 0/1): PASS when the
+losses differ by at most --mean-tolerance on average and the curves end
+(the mean of the last 10 steps) within --end-tolerance of each other,
+relatively. The largest single-step difference is printed beside.
 """
 import argparse
 import json
@@ -62,12 +65,14 @@ def learning_rate(step, total, warmup, lr, min_lr):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", required=True)
-    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--shape", default="qwen3-small", choices=sorted(make_hf_folder.SHAPES))
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--tolerance", type=float, default=0.03, help="largest relative loss difference")
+    ap.add_argument("--mean-tolerance", type=float, default=0.02, help="mean absolute loss difference")
+    ap.add_argument("--end-tolerance", type=float, default=0.01,
+                    help="relative difference of the last 10 steps' mean losses")
     ap.add_argument("--work")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="finetune-parity-")
@@ -124,6 +129,7 @@ resume = false
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(b1, b2), eps=1e-8)
     worst = 0.0
+    pairs = []
     for step in range(args.steps):
         inputs = torch.from_numpy(dump[step, 0].astype(np.int64)).cuda()
         targets = torch.from_numpy(dump[step, 1].astype(np.int64)).cuda()
@@ -142,10 +148,17 @@ resume = false
         ours = cohort.get(step + 1, float("nan"))
         rel = abs(ours - theirs) / max(abs(theirs), 1e-6)
         worst = max(worst, rel) if not math.isnan(rel) else float("inf")
+        pairs.append((ours, theirs))
         print(f"step {step + 1:3d}  cohort {ours:.4f}  pytorch {theirs:.4f}  rel {rel:.4f}  targets {counted}/{per_step}")
-    ok = worst <= args.tolerance
-    print(f"{'PASS' if ok else 'FAIL'}: {args.steps} steps, largest relative difference {worst:.4f} "
-          f"(tolerance {args.tolerance}); folder {hf}")
+    mean_abs = sum(abs(a - b) for a, b in pairs) / max(1, len(pairs))
+    tail = pairs[-10:]
+    end_ours, end_theirs = (sum(p[i] for p in tail) / max(1, len(tail)) for i in (0, 1))
+    end_rel = abs(end_ours - end_theirs) / max(abs(end_theirs), 1e-6)
+    ok = mean_abs <= args.mean_tolerance and end_rel <= args.end_tolerance and len(pairs) == args.steps
+    print(f"{'PASS' if ok else 'FAIL'}: {args.steps} steps, mean absolute difference {mean_abs:.4f} "
+          f"(tolerance {args.mean_tolerance}), last 10 steps {end_ours:.4f} vs {end_theirs:.4f} "
+          f"(relative {end_rel:.4f}, tolerance {args.end_tolerance}), largest single-step relative "
+          f"difference {worst:.4f}; folder {hf}")
     return 0 if ok else 1
 
 
