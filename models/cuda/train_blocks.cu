@@ -165,8 +165,8 @@ class TrainBlocks final : public BlockEngine {
     linear_backward(dh_, dw.down, dres_half_, a.h, w_down, N, I, H);
     {
       OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
-      const size_t pairs = static_cast<size_t>(N) * I / 2;
-      train::swiglu_backward_kernel<<<stride_grid(pairs, kThreads, 8192), kThreads, 0, c_.stream>>>(
+      const size_t pieces = static_cast<size_t>(N) * I / 8;
+      train::swiglu_backward_kernel<<<stride_grid(pieces, kThreads, 8192), kThreads, 0, c_.stream>>>(
           dgu_, dh_, a.gu, N, I);
       check();
     }
@@ -339,8 +339,8 @@ class TrainBlocks final : public BlockEngine {
   }
   void swiglu(const Saved& a, int N) {
     OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
-    const size_t pairs = static_cast<size_t>(N) * s_.intermediate / 2;
-    train::swiglu_forward_kernel<<<stride_grid(pairs, kThreads, 8192), kThreads, 0, c_.stream>>>(
+    const size_t pieces = static_cast<size_t>(N) * s_.intermediate / 8;
+    train::swiglu_forward_kernel<<<stride_grid(pieces, kThreads, 8192), kThreads, 0, c_.stream>>>(
         a.h, a.gu, N, s_.intermediate);
     check();
   }

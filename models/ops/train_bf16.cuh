@@ -133,10 +133,47 @@ struct QkvShape {
   float eps;
 };
 
+// A head's half (D/2 values) spread over a warp's lanes, kPer = D/64 each:
+// lane l holds columns 2l, 2l + 1 when kPer is 2 (one 4-byte load of bf16,
+// one 8-byte load of fp32), l + 32k otherwise.
+template <int kPer>
+__device__ inline int column(int lane, int k) {
+  return kPer == 2 ? 2 * lane + k : lane + 32 * k;
+}
+template <int kPer>
+__device__ inline void load_half(const bf16* p, int lane, float (&v)[kPer]) {
+  if constexpr (kPer == 2) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p + 2 * lane));
+    v[0] = f.x, v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) v[k] = __bfloat162float(p[lane + 32 * k]);
+  }
+}
+template <int kPer>
+__device__ inline void load_half(const float* p, int lane, float (&v)[kPer]) {
+  if constexpr (kPer == 2) {
+    const float2 f = *reinterpret_cast<const float2*>(p + 2 * lane);
+    v[0] = f.x, v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) v[k] = p[lane + 32 * k];
+  }
+}
+template <int kPer>
+__device__ inline void store_half(bf16* p, int lane, const float (&v)[kPer]) {
+  if constexpr (kPer == 2) {
+    *reinterpret_cast<__nv_bfloat162*>(p + 2 * lane) = __floats2bfloat162_rn(v[0], v[1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) p[lane + 32 * k] = __float2bfloat16_rn(v[k]);
+  }
+}
+
 // One warp per (token, head) of q and k, grid-stride: rotated[row] = RoPE of
 // the per-head RMSNorm of qkv[row] (norm weights null: RoPE alone); v heads
 // are copied. rstd_q [N * heads], rstd_k [N * kv_heads]. Lane l holds the
-// pairs (i, i + D/2) for i = l, l + 32, ... .
+// pairs (i, i + D/2) of its columns i (column()).
 template <int D>
 __global__ void qk_norm_rope_kernel(bf16* rotated, float* rstd_q, float* rstd_k, const bf16* qkv,
                                     const float* q_norm, const float* k_norm, const int32_t* pos,
@@ -150,17 +187,11 @@ __global__ void qk_norm_rope_kernel(bf16* rotated, float* rstd_q, float* rstd_k,
     const int token = static_cast<int>(row / heads_all), head = static_cast<int>(row % heads_all);
     const size_t at = static_cast<size_t>(token) * s.ld + static_cast<size_t>(head) * D;
     float a[kPer], b[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      a[k] = __bfloat162float(qkv[at + lane + 32 * k]);
-      b[k] = __bfloat162float(qkv[at + lane + 32 * k + kHalf]);
-    }
+    load_half<kPer>(qkv + at, lane, a);
+    load_half<kPer>(qkv + at + kHalf, lane, b);
     if (head >= s.heads + s.kv_heads) {  // v: as it is
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        rotated[at + lane + 32 * k] = __float2bfloat16_rn(a[k]);
-        rotated[at + lane + 32 * k + kHalf] = __float2bfloat16_rn(b[k]);
-      }
+      store_half<kPer>(rotated + at, lane, a);
+      store_half<kPer>(rotated + at + kHalf, lane, b);
       continue;
     }
     const bool is_q = head < s.heads;
@@ -170,24 +201,24 @@ __global__ void qk_norm_rope_kernel(bf16* rotated, float* rstd_q, float* rstd_k,
 #pragma unroll
       for (int k = 0; k < kPer; ++k) ss += a[k] * a[k] + b[k] * b[k];
       const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + s.eps);
+      float wa[kPer], wb[kPer];
+      load_half<kPer>(norm, lane, wa);
+      load_half<kPer>(norm + kHalf, lane, wb);
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        a[k] = norm[lane + 32 * k] * (a[k] * r);
-        b[k] = norm[lane + 32 * k + kHalf] * (b[k] * r);
-      }
+      for (int k = 0; k < kPer; ++k) a[k] = wa[k] * (a[k] * r), b[k] = wb[k] * (b[k] * r);
       if (lane == 0) {
         if (is_q) rstd_q[static_cast<size_t>(token) * s.heads + head] = r;
         else rstd_k[static_cast<size_t>(token) * s.kv_heads + head - s.heads] = r;
       }
     }
     const size_t table = static_cast<size_t>(pos[token]) * kHalf;
+    float c[kPer], sn[kPer], ra[kPer], rb[kPer];
+    load_half<kPer>(cos + table, lane, c);
+    load_half<kPer>(sin + table, lane, sn);
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int i = lane + 32 * k;
-      const float c = cos[table + i], sn = sin[table + i];
-      rotated[at + i] = __float2bfloat16_rn(a[k] * c - b[k] * sn);
-      rotated[at + i + kHalf] = __float2bfloat16_rn(b[k] * c + a[k] * sn);
-    }
+    for (int k = 0; k < kPer; ++k) ra[k] = a[k] * c[k] - b[k] * sn[k], rb[k] = b[k] * c[k] + a[k] * sn[k];
+    store_half<kPer>(rotated + at, lane, ra);
+    store_half<kPer>(rotated + at + kHalf, lane, rb);
   }
 }
 
@@ -216,52 +247,49 @@ __global__ void qk_norm_rope_backward_kernel(bf16* dqkv, float* dq_norm, float* 
     const int token = static_cast<int>(row / heads_qk), head = static_cast<int>(row % heads_qk);
     const size_t at = static_cast<size_t>(token) * s.ld + static_cast<size_t>(head) * D;
     const size_t table = static_cast<size_t>(pos[token]) * kHalf;
-    float ga[kPer], gb[kPer];
+    float c[kPer], sn[kPer], da[kPer], db[kPer], ga[kPer], gb[kPer];
+    load_half<kPer>(cos + table, lane, c);
+    load_half<kPer>(sin + table, lane, sn);
+    load_half<kPer>(dqkv + at, lane, da);
+    load_half<kPer>(dqkv + at + kHalf, lane, db);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {  // inverse rotation of the gradient
-      const int i = lane + 32 * k;
-      const float c = cos[table + i], sn = sin[table + i];
-      const float da = __bfloat162float(dqkv[at + i]), db = __bfloat162float(dqkv[at + i + kHalf]);
-      ga[k] = da * c + db * sn;
-      gb[k] = db * c - da * sn;
+      ga[k] = da[k] * c[k] + db[k] * sn[k];
+      gb[k] = db[k] * c[k] - da[k] * sn[k];
     }
     const bool is_q = head < s.heads;
     const float* norm = is_q ? q_norm : k_norm;
     if (norm) {
       const float r = is_q ? rstd_q[static_cast<size_t>(token) * s.heads + head]
                            : rstd_k[static_cast<size_t>(token) * s.kv_heads + head - s.heads];
-      float xa[kPer], xb[kPer], dot = 0.f;
+      float xa[kPer], xb[kPer], wa[kPer], wb[kPer], dot = 0.f;
+      load_half<kPer>(qkv + at, lane, xa);
+      load_half<kPer>(qkv + at + kHalf, lane, xb);
+      load_half<kPer>(norm, lane, wa);
+      load_half<kPer>(norm + kHalf, lane, wb);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
-        const int i = lane + 32 * k;
-        xa[k] = __bfloat162float(qkv[at + i]);
-        xb[k] = __bfloat162float(qkv[at + i + kHalf]);
-        dot += (ga[k] * norm[i] * xa[k] + gb[k] * norm[i + kHalf] * xb[k]) * r;
+        dot += (ga[k] * wa[k] * xa[k] + gb[k] * wb[k] * xb[k]) * r;
         pa[is_q ? 0 : 1][k] += ga[k] * xa[k] * r;
         pb[is_q ? 0 : 1][k] += gb[k] * xb[k] * r;
       }
       const float mean = warp_sum(dot) / static_cast<float>(D);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
-        const int i = lane + 32 * k;
-        ga[k] = r * (ga[k] * norm[i] - xa[k] * r * mean);
-        gb[k] = r * (gb[k] * norm[i + kHalf] - xb[k] * r * mean);
+        ga[k] = r * (ga[k] * wa[k] - xa[k] * r * mean);
+        gb[k] = r * (gb[k] * wb[k] - xb[k] * r * mean);
       }
     }
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int i = lane + 32 * k;
-      dqkv[at + i] = __float2bfloat16_rn(ga[k]);
-      dqkv[at + i + kHalf] = __float2bfloat16_rn(gb[k]);
-    }
+    store_half<kPer>(dqkv + at, lane, ga);
+    store_half<kPer>(dqkv + at + kHalf, lane, gb);
   }
   if (!q_norm && !k_norm) return;
 #pragma unroll
   for (int w = 0; w < 2; ++w) {
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
-      atomicAdd(&partial[w][lane + 32 * k], pa[w][k]);
-      atomicAdd(&partial[w][lane + 32 * k + kHalf], pb[w][k]);
+      atomicAdd(&partial[w][column<kPer>(lane, k)], pa[w][k]);
+      atomicAdd(&partial[w][column<kPer>(lane, k) + kHalf], pb[w][k]);
     }
   }
   __syncthreads();
@@ -274,41 +302,54 @@ __global__ void qk_norm_rope_backward_kernel(bf16* dqkv, float* dq_norm, float* 
 __device__ inline float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 // h[i, j] = silu(gu[i, j]) * gu[i, I + j]; gu is [n, 2I] (the fused gate|up
-// GEMM's output), I a multiple of 2.
+// GEMM's output), I a multiple of 8: each thread takes 8 columns in 16-byte
+// loads and stores.
+__device__ inline uint4 pack8_bf16(const float* v) {
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+    o[e] = *reinterpret_cast<uint32_t*>(&pair);
+  }
+  return out;
+}
+
 __global__ void swiglu_forward_kernel(bf16* h, const bf16* gu, int n, int I) {
-  const size_t pairs = static_cast<size_t>(n) * I / 2;
-  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pairs;
+  const size_t pieces = static_cast<size_t>(n) * I / 8;
+  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pieces;
        p += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t row = p / (I / 2), j = (p % (I / 2)) * 2;
+    const size_t row = p / (I / 8), j = (p % (I / 8)) * 8;
     const bf16* r = gu + row * 2 * I;
-    const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r + j));
-    const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r + I + j));
-    *reinterpret_cast<__nv_bfloat162*>(h + row * I + j) =
-        __floats2bfloat162_rn(silu(g.x) * u.x, silu(g.y) * u.y);
+    float g[8], u[8], out[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(r + j), g);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(r + I + j), u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = silu(g[e]) * u[e];
+    *reinterpret_cast<uint4*>(h + row * I + j) = pack8_bf16(out);
   }
 }
 
 // dgu = [dh * u * silu'(g), dh * silu(g)] per row.
 __global__ void swiglu_backward_kernel(bf16* dgu, const bf16* dh, const bf16* gu, int n, int I) {
-  const size_t pairs = static_cast<size_t>(n) * I / 2;
-  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pairs;
+  const size_t pieces = static_cast<size_t>(n) * I / 8;
+  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pieces;
        p += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t row = p / (I / 2), j = (p % (I / 2)) * 2;
+    const size_t row = p / (I / 8), j = (p % (I / 8)) * 8;
     const bf16* r = gu + row * 2 * I;
-    const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r + j));
-    const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r + I + j));
-    const float2 d = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dh + row * I + j));
-    float dg[2], du[2];
-    const float gs[2] = {g.x, g.y}, us[2] = {u.x, u.y}, ds[2] = {d.x, d.y};
+    float g[8], u[8], d[8], dg[8], du[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(r + j), g);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(r + I + j), u);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(dh + row * I + j), d);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float sig = 1.0f / (1.0f + __expf(-gs[e]));
-      du[e] = ds[e] * gs[e] * sig;
-      dg[e] = ds[e] * us[e] * sig * (1.0f + gs[e] * (1.0f - sig));
+    for (int e = 0; e < 8; ++e) {
+      const float sig = 1.0f / (1.0f + __expf(-g[e]));
+      du[e] = d[e] * g[e] * sig;
+      dg[e] = d[e] * u[e] * sig * (1.0f + g[e] * (1.0f - sig));
     }
     bf16* o = dgu + row * 2 * I;
-    *reinterpret_cast<__nv_bfloat162*>(o + j) = __floats2bfloat162_rn(dg[0], dg[1]);
-    *reinterpret_cast<__nv_bfloat162*>(o + I + j) = __floats2bfloat162_rn(du[0], du[1]);
+    *reinterpret_cast<uint4*>(o + j) = pack8_bf16(dg);
+    *reinterpret_cast<uint4*>(o + I + j) = pack8_bf16(du);
   }
 }
 
