@@ -7,7 +7,9 @@
 // bf16 working weights. Skips with a message where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -116,13 +118,18 @@ class TrainBlocks : public ::testing::Test {
     const StepResult ops = step(c, gpu_.get(), false, mode, working, B, T, false, head_chunk);
     EXPECT_NEAR(fused.loss, want.loss, 1e-2 * want.loss);
     EXPECT_NEAR(ops.loss, want.loss, 1e-2 * want.loss);
+    double worst_fused = 0, worst_ops = 0;
     for (size_t g = 0; g < want.grads.size(); ++g) {
       const double e_fused = norm_relative(want.grads[g], fused.grads[g]);
       const double e_ops = norm_relative(want.grads[g], ops.grads[g]);
       // bf16 activations add their rounding to the GEMM operands' own.
       EXPECT_LT(e_fused, 5e-2) << "group " << g << " (op-by-op GPU: " << e_ops << ")";
       EXPECT_LT(e_ops, 5e-2) << "group " << g;
+      worst_fused = std::max(worst_fused, e_fused), worst_ops = std::max(worst_ops, e_ops);
     }
+    std::printf("%s, T %d, head_dim %d: loss %.5f (CPU %.5f), worst gradient error fused %.4f, "
+                "op by op %.4f\n", to_string(mode), T, c.head_dim, fused.loss, want.loss, worst_fused,
+                worst_ops);
   }
 
   std::unique_ptr<CudaBackend> gpu_;
