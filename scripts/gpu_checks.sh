@@ -6,6 +6,8 @@
 #   scripts/gpu_checks.sh bench OUTDIR     collective, model, training and inference benchmarks
 #   scripts/gpu_checks.sh precision OUTDIR mixed-precision tests, fp16/fp32 quickstarts, throughput by precision
 #   scripts/gpu_checks.sh profile OUTDIR   GPU time per op of a training step (COHORT_CUDA_OP_TIMES)
+#   scripts/gpu_checks.sh training OUTDIR  the training engine's checks: fused-block tests, 200-step loss
+#                                          parity with PyTorch, then the engine benchmark beside transformers
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
@@ -41,7 +43,7 @@ step() {  # name command...   (STEP_TIMEOUT seconds bounds each step; default 30
 
 if [[ $phase == tests ]]; then
   nvidia-smi -L
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
   step torchrun_example "$bin/cohort" run jobs/examples/torchrun.toml
@@ -55,9 +57,18 @@ if [[ $phase == tests ]]; then
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
+elif [[ $phase == training ]]; then
+  # Issue 15's checks, most important first: the fused blocks against the
+  # reference, the per-op parity tests, 200 steps against PyTorch, then the
+  # benchmark (SHAPES narrows it; see bench/train_engine_bench.sh).
+  STEP_TIMEOUT=120 step models_train_blocks_gpu_test "$tests/models_train_blocks_gpu_test"
+  STEP_TIMEOUT=120 step models_cuda_parity_test "$tests/models_cuda_parity_test"
+  STEP_TIMEOUT=300 step finetune_parity python3 tests/train/finetune_parity.py --worker "$bin/cohort-worker" --steps 200
+  PATH=$bin:$PATH STEP_TIMEOUT=900 step train_engine_bench bench/train_engine_bench.sh 25
+  tail -12 "$out/train_engine_bench.log"
 elif [[ $phase == final ]]; then
   # The closing run: what the issues' GPU checks need, most important first.
   STEP_TIMEOUT=60 step gpu_check "$bin/cohort" run jobs/examples/command_gpu_check.toml
