@@ -150,8 +150,10 @@ class Model {
   void backward_head(float grad_scale);
   void backward_block(int layer);
   void backward_embedding();
-  // [B*T, vocab_local] logits of the last forward_head (backend memory;
-  // with LM-head chunking only the last chunk's rows). backward_head
+  // [B*T, vocab_local] fp32 logits of the last forward_head that computed
+  // them (backend memory; with LM-head chunking only the last chunk's rows):
+  // every forward without targets, and training forwards on the op-by-op
+  // path (the fused head keeps its logits in bf16, to itself). backward_head
   // overwrites them with their gradient.
   const float* logits() const;
   // Bytes of activation and inference scratch allocated so far (the largest
