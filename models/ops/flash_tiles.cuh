@@ -1,0 +1,174 @@
+// The flash attention kernels' building blocks (flash_attention.cuh): mma
+// fragments loaded from shared memory with ldmatrix, tile staging (bf16
+// copies with cp.async, fp32 converted on the way), paired loads and stores
+// of either element type, and the matrices' shape and strides.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "models/cuda/common.cuh"
+
+namespace cohort::models::cuda {
+namespace flash {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kWarps = 4;
+constexpr int kThreadsPerBlock = 32 * kWarps;
+
+__device__ inline uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ inline uint32_t shared_address(const bf16* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
+__device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  const bf16* p = s + (row0 + (m & 1) * 8 + r) * ld + k0 + (m >> 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(shared_address(p)));
+}
+
+// B fragments (16 k x 8 n) of n-tiles n0 and n0 + 8 from a tile stored
+// [n][k] with stride ld (K for Q K^T: n = key, k = d).
+__device__ inline void load_b2(uint32_t b0[2], uint32_t b1[2], const bf16* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  const bf16* p = s + (n0 + (m >> 1) * 8 + r) * ld + k0 + (m & 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(shared_address(p)));
+}
+
+// The same from a tile stored [k][n] (V for P V: k = key, n = d),
+// transposed on the way.
+__device__ inline void load_b2_trans(uint32_t b0[2], uint32_t b1[2], const bf16* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  const bf16* p = s + (k0 + (m & 1) * 8 + r) * ld + n0 + (m >> 1) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(shared_address(p)));
+}
+
+// The A fragment of k-step j from accumulator tiles 2j and 2j+1 (the
+// accumulator layout of m16n8 is the A layout of m16k16, half by half).
+__device__ inline void accum_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+  a[0] = pack(c0[0], c0[1]);
+  a[1] = pack(c0[2], c0[3]);
+  a[2] = pack(c1[0], c1[1]);
+  a[3] = pack(c1[2], c1[3]);
+}
+
+// Stages rows [row0, row0 + rows) of a [T, ld] fp32 or bf16 matrix (D
+// columns from src) as bf16 into s [rows][lds]. Rows at or past T are zeros.
+template <int D>
+__device__ inline void stage(bf16* s, int lds, const float* src, int ld, int row0, int rows, int T) {
+  constexpr int kVec = D / 4;
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row0 + r < T) x = *reinterpret_cast<const float4*>(src + static_cast<size_t>(row0 + r) * ld + c);
+    uint2 packed;
+    packed.x = pack(x.x, x.y);
+    packed.y = pack(x.z, x.w);
+    *reinterpret_cast<uint2*>(s + r * lds + c) = packed;
+  }
+}
+
+template <int D>
+__device__ inline void stage(bf16* s, int lds, const bf16* src, int ld, int row0, int rows, int T) {
+  constexpr int kVec = D / 8;
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) x = *reinterpret_cast<const uint4*>(src + static_cast<size_t>(row0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(s + r * lds + c) = x;
+  }
+}
+
+// Asynchronous staging (cp.async, sm_80+): a tile's copy is issued, later
+// tiles' copies behind it, and cp_async_wait<N>() waits until at most N of
+// the most recent commit groups are still in flight. bf16 sources copy
+// straight into shared memory; fp32 sources are converted on the way, so
+// they stage synchronously (the double buffering is then only a layout).
+__device__ inline void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ inline void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <int D>
+__device__ inline void stage_async(bf16* s, int lds, const float* src, int ld, int row0, int rows, int T) {
+  stage<D>(s, lds, src, ld, row0, rows, T);
+}
+
+template <int D>
+__device__ inline void stage_async(bf16* s, int lds, const bf16* src, int ld, int row0, int rows, int T) {
+  constexpr int kVec = D / 8;
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    if (row0 + r < T) {
+      cp_async16(s + r * lds + c, src + static_cast<size_t>(row0 + r) * ld + c);
+    } else {
+      *reinterpret_cast<uint4*>(s + r * lds + c) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// n floats from src[row0 ...] into s; rows at or past T get `pad`.
+__device__ inline void stage_rows_async(float* s, const float* src, int row0, int n, int T, float pad) {
+  for (int i = threadIdx.x; i < n; i += kThreadsPerBlock) {
+    if (row0 + i < T) cp_async4(s + i, src + row0 + i);
+    else s[i] = pad;
+  }
+}
+
+__device__ inline float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ inline float2 load_pair(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+// fp32 outputs accumulate (+=, the Backend contract); bf16 outputs are the
+// fused blocks' own buffers and are overwritten.
+__device__ inline void store_pair(float* p, float x, float y, bool accumulate) {
+  float2* q = reinterpret_cast<float2*>(p);
+  float2 o = accumulate ? *q : make_float2(0.f, 0.f);
+  o.x += x;
+  o.y += y;
+  *q = o;
+}
+__device__ inline void store_pair(bf16* p, float x, float y, bool /*accumulate*/) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// Row strides (elements) of the matrices: q and dq ldq, k, v, dk and dv
+// ldk, y and dy ldo. Batch b's rows start at b * T * stride.
+struct Shape {
+  int T, heads, kv_heads;
+  float scale;  // 1/sqrt(D)
+  int ldq, ldk, ldo;
+};
+
+// Packed [B * T, heads * D] and [B * T, kv_heads * D] matrices.
+inline Shape packed_shape(int T, int heads, int kv_heads, int D) {
+  return {T, heads, kv_heads, 1.0f / sqrtf(float(D)), heads * D, kv_heads * D, heads * D};
+}
+
+}  // namespace flash
+}  // namespace cohort::models::cuda
