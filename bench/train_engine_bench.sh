@@ -85,12 +85,16 @@ COHORT_CUDA_OP_TIMES=1 models_train_bench "$preset" "$micro" "$seq" 10 cuda auto
 python3 - "$rows" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{'impl':<18}{'preset':<12}{'shape':<10}{'tokens/s':>10}{'MFU':>8}{'memory GiB':>12}")
+# Each row against torch.compile on the same preset and shape, where it ran.
+key = lambda r: (r.get("preset", "qwen3-0.6b"), r.get("micro_batch"), r.get("seq"))  # noqa: E731
+compiled = {key(r): r["tokens_per_s"] for r in rows if r.get("impl") == "pytorch compile" and "error" not in r}
+print(f"{'impl':<18}{'preset':<12}{'shape':<10}{'tokens/s':>10}{'MFU':>8}{'memory GiB':>12}{'vs compile':>12}")
 for r in rows:
     if "error" in r:
         print(f"{r['impl']:<18}{r.get('preset', ''):<12}error"); continue
     shape = f"{r['micro_batch']}x{r['seq']}"
     mem = r.get("memory_gib", r.get("peak_mem_gib", 0))
     impl = r["impl"] + (f" ({r['attention']})" if "attention" in r else "")
-    print(f"{impl:<18}{r.get('preset', 'qwen3-0.6b'):<12}{shape:<10}{r['tokens_per_s']:>10}{r['mfu']:>8.3f}{mem:>12}")
+    ratio = f"{r['tokens_per_s'] / compiled[key(r)]:.3f}x" if key(r) in compiled else "-"
+    print(f"{impl:<18}{r.get('preset', 'qwen3-0.6b'):<12}{shape:<10}{r['tokens_per_s']:>10}{r['mfu']:>8.3f}{mem:>12}{ratio:>12}")
 PY
