@@ -43,7 +43,7 @@ step() {  # name command...   (STEP_TIMEOUT seconds bounds each step; default 30
 
 if [[ $phase == tests ]]; then
   nvidia-smi -L
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
   step torchrun_example "$bin/cohort" run jobs/examples/torchrun.toml
@@ -57,7 +57,7 @@ if [[ $phase == tests ]]; then
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
 elif [[ $phase == training ]]; then
@@ -65,6 +65,7 @@ elif [[ $phase == training ]]; then
   # reference, the per-op parity tests, 200 steps against PyTorch, then the
   # benchmark (SHAPES narrows it; see bench/train_engine_bench.sh).
   STEP_TIMEOUT=120 step models_train_blocks_gpu_test "$tests/models_train_blocks_gpu_test"
+  STEP_TIMEOUT=60 step models_train_kernels_gpu_test "$tests/models_train_kernels_gpu_test"
   STEP_TIMEOUT=120 step models_cuda_parity_test "$tests/models_cuda_parity_test"
   STEP_TIMEOUT=300 step finetune_parity python3 tests/train/finetune_parity.py --worker "$bin/cohort-worker" --steps 200
   PATH=$bin:$PATH STEP_TIMEOUT=900 step train_engine_bench bench/train_engine_bench.sh 25
