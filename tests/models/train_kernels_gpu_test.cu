@@ -1,5 +1,5 @@
-// The fused training blocks' kernels (models/ops/train_bf16.cuh) one at a
-// time against fp32 CPU references (models/ops/*.h, or the formula in
+// The fused training blocks' kernels (models/ops/train_bf16.cuh, and the
+// flash attention on their bf16 layout) one at a time against fp32 CPU references (models/ops/*.h, or the formula in
 // double where no op exists), on fresh random inputs: forward and backward,
 // norm-relative error within 1e-2, and every output element written (each
 // output starts as NaN). Launch shapes are the engine's
@@ -9,10 +9,13 @@
 // cohort_models' CUDA objects (only the CPU references).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "models/ops/attention.h"
+#include "models/ops/flash_attention.cuh"
 #include "models/ops/rmsnorm.h"
 #include "models/ops/swiglu.h"
 #include "models/ops/train_bf16.cuh"
@@ -229,6 +232,62 @@ TEST_F(TrainKernels, SwiGluForwardAndBackward) {
   cuda::train::swiglu_backward_kernel<<<3, 256>>>(gdgu, gdh, ggu, n, I);
   EXPECT_LT(norm_relative(h, down(gh, h.size())), kTol);
   EXPECT_LT(norm_relative(dgu, down(gdgu, dgu.size())), kTol);
+}
+
+// The flash kernels on the fused blocks' layout: bf16 q|k|v rows of stride
+// ld read in place, y [N, heads * D] bf16, gradients written (not added)
+// into a bf16 dq|dk|dv of the same stride. Reference: the CPU math
+// attention on the same bf16-rounded inputs.
+TEST_F(TrainKernels, FlashAttentionOnStridedBf16) {
+  ASSERT_EQ((cuda::flash_attention_prepare<bf16, bf16>()), cudaSuccess);
+  for (int D : {64, 128}) {
+    for (auto [B, T, hq, hkv] : {std::array<int, 4>{2, 200, 4, 2}, std::array<int, 4>{1, 70, 8, 1},
+                                 std::array<int, 4>{1, 7, 8, 2}}) {
+      SCOPED_TRACE("D " + std::to_string(D) + " B " + std::to_string(B) + " T " + std::to_string(T) +
+                   " heads " + std::to_string(hq) + "/" + std::to_string(hkv));
+      const int N = B * T, qd = hq * D, kvd = hkv * D, ld = qd + 2 * kvd;
+      const auto q = rounded(testing::random_vector(size_t(N) * qd, 41 + D));
+      const auto k = rounded(testing::random_vector(size_t(N) * kvd, 42 + D));
+      const auto v = rounded(testing::random_vector(size_t(N) * kvd, 43 + D));
+      const auto dy = rounded(testing::random_vector(size_t(N) * qd, 44 + D));
+      std::vector<float> y(q.size()), lse(size_t(B) * hq * T), scratch(attention_scratch_floats(T, hq));
+      std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+      cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, hq, hkv, D);
+      cpu::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), dy.data(), q.data(), k.data(),
+                              v.data(), lse.data(), B, T, hq, hkv, D);
+      // Interleave into rows of [q | k | v].
+      std::vector<float> qkv(size_t(N) * ld);
+      for (int r = 0; r < N; ++r) {
+        std::copy_n(&q[size_t(r) * qd], qd, &qkv[size_t(r) * ld]);
+        std::copy_n(&k[size_t(r) * kvd], kvd, &qkv[size_t(r) * ld + qd]);
+        std::copy_n(&v[size_t(r) * kvd], kvd, &qkv[size_t(r) * ld + qd + kvd]);
+      }
+      bf16 *gqkv = half(qkv), *gy = alloc<bf16>(y.size()), *gdy = half(dy), *gd = alloc<bf16>(qkv.size());
+      float *gl = alloc<float>(lse.size()), *gsum = alloc<float>(lse.size());
+      const cuda::flash::Shape sh{T, hq, hkv, 1.0f / std::sqrt(float(D)), ld, ld, qd};
+      if (D == 64) {
+        cuda::flash_forward_launch<64>(nullptr, gy, gl, gqkv, gqkv + qd, gqkv + qd + kvd, B, sh);
+        cuda::flash_backward_launch<64>(nullptr, gd, gd + qd, gd + qd + kvd, gsum, gdy, gqkv, gqkv + qd,
+                                        gqkv + qd + kvd, gy, gl, B, sh);
+      } else {
+        cuda::flash_forward_launch<128>(nullptr, gy, gl, gqkv, gqkv + qd, gqkv + qd + kvd, B, sh);
+        cuda::flash_backward_launch<128>(nullptr, gd, gd + qd, gd + qd + kvd, gsum, gdy, gqkv, gqkv + qd,
+                                         gqkv + qd + kvd, gy, gl, B, sh);
+      }
+      EXPECT_LT(norm_relative(y, down(gy, y.size())), kTol);
+      EXPECT_LT(norm_relative(lse, down(gl, lse.size())), 1e-3);
+      const std::vector<float> got = down(gd, qkv.size());
+      std::vector<float> gq(q.size()), gk(k.size()), gv(v.size());
+      for (int r = 0; r < N; ++r) {
+        std::copy_n(&got[size_t(r) * ld], qd, &gq[size_t(r) * qd]);
+        std::copy_n(&got[size_t(r) * ld + qd], kvd, &gk[size_t(r) * kvd]);
+        std::copy_n(&got[size_t(r) * ld + qd + kvd], kvd, &gv[size_t(r) * kvd]);
+      }
+      EXPECT_LT(norm_relative(dq, gq), kTol);
+      EXPECT_LT(norm_relative(dk, gk), kTol);
+      EXPECT_LT(norm_relative(dv, gv), kTol);
+    }
+  }
 }
 
 // Both row layouts: V a multiple of 8 (16-byte loads) and not; an ignored row.
