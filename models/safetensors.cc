@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +30,21 @@ size_t other_dtype_size(const std::string& name) {
     return 1;
   }
   return 0;
+}
+
+// Non-negative integers only: nlohmann converts a float (5.5e27) or a
+// negative number to an integer type without a check, which is undefined
+// behaviour or a huge size.
+bool read_counts(const json& j, size_t limit, std::vector<size_t>* out) {
+  if (!j.is_array()) return false;
+  out->clear();
+  for (const json& v : j) {
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) return false;
+    const uint64_t x = v.get<uint64_t>();
+    if (x > limit) return false;
+    out->push_back(static_cast<size_t>(x));
+  }
+  return true;
 }
 
 Status parse_header(const std::string& path, const std::string& text, size_t data_size,
@@ -56,12 +72,28 @@ Status parse_header(const std::string& path, const std::string& text, size_t dat
       if (element == 0) return bad_file(path, name + ": unknown dtype " + info.dtype_name);
       info.supported = dtype.is_ok();
       if (info.supported) info.dtype = *dtype;
-      info.shape = entry.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = entry.at("data_offsets").get<std::vector<size_t>>();
-      if (offsets.size() != 2) return bad_file(path, name + ": data_offsets needs 2 values");
+      std::vector<size_t> dims, offsets;
+      // A dimension beyond the data's size cannot be right (a zero elsewhere
+      // aside); this also keeps the product below from overflowing.
+      if (!read_counts(entry.at("shape"), data_size + 1, &dims)) {
+        return bad_file(path, name + ": shape must be a list of non-negative integers no larger "
+                                     "than the data");
+      }
+      if (!read_counts(entry.at("data_offsets"), data_size, &offsets) || offsets.size() != 2) {
+        return bad_file(path, name + ": data_offsets needs 2 non-negative integers within the data");
+      }
+      info.shape.assign(dims.begin(), dims.end());
       info.begin = offsets[0], info.end = offsets[1];
-      size_t numel = 1;
-      for (int64_t d : info.shape) numel *= static_cast<size_t>(d);
+      size_t numel = 0;
+      if (std::find(dims.begin(), dims.end(), size_t{0}) == dims.end()) {
+        numel = 1;
+        for (size_t d : dims) {  // more elements than bytes cannot fit, and would overflow
+          if (numel > data_size / d) {
+            return bad_file(path, name + ": shape " + shape_string(info.shape) + " exceeds the data");
+          }
+          numel *= d;
+        }
+      }
       if (info.end < info.begin || info.end > data_size ||
           info.end - info.begin != numel * element) {
         return bad_file(path, name + ": data_offsets do not match shape " +

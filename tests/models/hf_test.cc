@@ -170,6 +170,33 @@ TEST_F(HfFolder, OtherDtypesAreListedButNotRead) {
   EXPECT_NE(bad.message().find("I64"), std::string::npos);
 }
 
+// Shapes and offsets that are not non-negative integers, or that multiply
+// past the data, are errors naming the tensor (a float such as 5.5e27 once
+// reached an unchecked integer conversion: the fuzzer's find).
+TEST_F(HfFolder, MalformedShapesAndOffsetsAreErrors) {
+  fs::create_directories(dir_);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"w":{"dtype":"F32","shape":[5555555555555555555555555553],"data_offsets":[0,4]}})", "shape"},
+      {R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "shape"},
+      {R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "shape"},
+      {R"({"w":{"dtype":"F32","shape":[65536,65536,65536,65536],"data_offsets":[0,4]}})", "shape"},
+      {R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4e40]}})", "data_offsets"},
+      {R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", "data_offsets"},
+      {R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", "shape"},
+  };
+  for (const auto& [header, word] : cases) {
+    std::string bytes(8, '\0');
+    const uint64_t len = header.size();
+    std::memcpy(bytes.data(), &len, 8);
+    bytes += header + std::string(4, '\0');
+    std::ofstream(dir_ / "bad.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+    auto f = SafetensorsFile::open((dir_ / "bad.safetensors").string());
+    ASSERT_FALSE(f.is_ok()) << header;
+    EXPECT_NE(f.status().message().find("w: "), std::string::npos) << f.status().to_string();
+    EXPECT_NE(f.status().message().find(word), std::string::npos) << f.status().to_string();
+  }
+}
+
 TEST(SafetensorsDtype, ModelDtypesRoundTripThroughTheFilesSpelling) {
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
     auto back = parse_dtype(safetensors_dtype_name(d));
