@@ -46,7 +46,16 @@ Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::st
       if (!j.is_object()) return prompt_error(source, line_no, "expected a JSON object");
       if (j.contains("id")) p.id_json = j["id"].dump();
       if (j.contains("tokens")) {
-        for (const json& t : j.at("tokens")) p.tokens.push_back(t.get<int32_t>());
+        const json& tokens = j.at("tokens");
+        if (!tokens.is_array()) return prompt_error(source, line_no, "\"tokens\" must be a list of token ids");
+        for (const json& t : tokens) {
+          // Checked here: nlohmann converts a float (1e30) unchecked.
+          if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+            return prompt_error(source, line_no, "\"tokens\" holds " + t.dump() +
+                                                     ", not a token id (a non-negative integer)");
+          }
+          p.tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        }
       } else if (j.contains("prompt")) {
         if (!tokenizer) {
           return prompt_error(source, line_no,

@@ -1,6 +1,7 @@
 // config.json and HF-named safetensors for the decoder.
 #include "models/hf.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,28 @@ Status parse_rope_scaling(const json& j, ModelConfig* c) {
   return Status::ok();
 }
 
+// An integer field of config.json: a float, a string or a value beyond int
+// is an error naming the field (nlohmann's own conversion does not check,
+// and a float beyond the type is undefined behaviour). Absent: `fallback`,
+// or for required fields (no fallback) nlohmann's "key not found".
+Status int_field(const json& j, const char* key, const int* fallback, int* out) {
+  if (fallback && (!j.contains(key) || j[key].is_null())) {
+    *out = *fallback;
+    return Status::ok();
+  }
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) {
+    return invalid_argument(std::string("config.json: ") + key + " must be an integer, got " + v.dump());
+  }
+  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX);
+  const int64_t x = huge ? int64_t(INT32_MAX) + 1 : v.get<int64_t>();
+  if (x < INT32_MIN || x > INT32_MAX) {
+    return invalid_argument(std::string("config.json: ") + key + " is out of range: " + v.dump());
+  }
+  *out = static_cast<int>(x);
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
@@ -66,20 +89,22 @@ Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
           "config.json: use_sliding_window is true; sliding-window attention "
           "is not supported");
     }
-    c.vocab_size = j.at("vocab_size").get<int>();
-    c.hidden = j.at("hidden_size").get<int>();
-    c.layers = j.at("num_hidden_layers").get<int>();
-    c.heads = j.at("num_attention_heads").get<int>();
-    c.kv_heads = j.value("num_key_value_heads", c.heads);
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int>()
-                                                                    : c.hidden / c.heads;
-    c.intermediate = j.at("intermediate_size").get<int>();
+    COHORT_RETURN_IF_ERROR(int_field(j, "vocab_size", nullptr, &c.vocab_size));
+    COHORT_RETURN_IF_ERROR(int_field(j, "hidden_size", nullptr, &c.hidden));
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_hidden_layers", nullptr, &c.layers));
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_attention_heads", nullptr, &c.heads));
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_key_value_heads", &c.heads, &c.kv_heads));
+    const int derived_head_dim = c.heads > 0 ? c.hidden / c.heads : 0;
+    COHORT_RETURN_IF_ERROR(int_field(j, "head_dim", &derived_head_dim, &c.head_dim));
+    COHORT_RETURN_IF_ERROR(int_field(j, "intermediate_size", nullptr, &c.intermediate));
     c.rope_theta = parse_rope_theta(j);
     c.rms_eps = j.value("rms_norm_eps", 1e-6f);
     c.tie_embeddings = j.value("tie_word_embeddings", false);
     c.qk_norm = c.model_type == "qwen3";
     c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
-    c.max_position_embeddings = j.value("max_position_embeddings", 0);
+    const int no_limit = 0;
+    COHORT_RETURN_IF_ERROR(
+        int_field(j, "max_position_embeddings", &no_limit, &c.max_position_embeddings));
     c.max_seq = c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, max_seq_cap)
                                               : max_seq_cap;
     COHORT_RETURN_IF_ERROR(parse_rope_scaling(j, &c));

@@ -37,6 +37,14 @@ TEST(InferPrompts, ErrorsNameTheFileAndLine) {
   auto wrong_key = parse_prompts("{\"text\": \"x\"}\n", "p.jsonl", &bytes, 256);
   EXPECT_FALSE(wrong_key.is_ok());
   EXPECT_FALSE(parse_prompts("\n", "p.jsonl", &bytes, 256).is_ok());
+  // Token ids that are not non-negative integers name the line and the value.
+  for (const char* line : {"{\"tokens\": [1e30]}", "{\"tokens\": [2.5]}", "{\"tokens\": [-1]}",
+                           "{\"tokens\": [\"7\"]}", "{\"tokens\": 7}"}) {
+    auto bad = parse_prompts(std::string(line) + "\n", "p.jsonl", &bytes, 256);
+    ASSERT_FALSE(bad.is_ok()) << line;
+    EXPECT_NE(bad.status().message().find("p.jsonl:1:"), std::string::npos) << bad.status().message();
+    EXPECT_NE(bad.status().message().find("tokens"), std::string::npos) << bad.status().message();
+  }
 }
 
 TEST(InferPrompts, TextNeedsATokenizer) {

@@ -285,5 +285,24 @@ TEST(HfConfig, RejectsUnsupportedModelsWithTheField) {
   EXPECT_NE(missing.status().message().find("vocab_size"), std::string::npos);
 }
 
+// Integer fields that are floats, strings or beyond int name the field; no
+// heads is a validation error, not a division by zero.
+TEST(HfConfig, IntegerFieldsMustBeIntegersInRange) {
+  const std::string base = R"("model_type":"llama","intermediate_size":160,"num_hidden_layers":2,)"
+                           R"("num_key_value_heads":2,"vocab_size":512)";
+  for (const auto& [fields, word] : std::vector<std::pair<std::string, std::string>>{
+           {R"("hidden_size":1e30,"num_attention_heads":4)", "hidden_size"},
+           {R"("hidden_size":64.5,"num_attention_heads":4)", "hidden_size"},
+           {R"("hidden_size":64,"num_attention_heads":"4")", "num_attention_heads"},
+           {R"("hidden_size":64,"num_attention_heads":4,"head_dim":4294967312)", "head_dim"},
+           {R"("hidden_size":64,"num_attention_heads":4,"max_position_embeddings":-1e300)",
+            "max_position_embeddings"},
+           {R"("hidden_size":64,"num_attention_heads":0)", "heads"}}) {
+    auto c = parse_hf_config("{" + base + "," + fields + "}");
+    ASSERT_FALSE(c.is_ok()) << fields;
+    EXPECT_NE(c.status().message().find(word), std::string::npos) << c.status().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace cohort::models
