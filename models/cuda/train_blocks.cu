@@ -251,34 +251,29 @@ class TrainBlocks final : public BlockEngine {
     return {T, s_.heads, s_.kv_heads, 1.0f / sqrtf(float(s_.head_dim)), ld_, ld_, qd_};
   }
 
-  // A weight operand in bf16: its working copy, or the masters rounded now.
-  const bf16* weight(const float* w, size_t n) {
+  // A weight operand in bf16: its working copy, or the masters rounded now
+  // into `scratch`.
+  const bf16* bf16_operand(const float* w, size_t n, bf16* scratch) {
     if (c_.working_bf16) {
       if (const void* hit = c_.working_bf16(w, n)) return static_cast<const bf16*>(hit);
     }
     OpTimes::Scope timed(c_.times, "blocks.weight_cast", c_.stream);
     train::to_bf16_kernel<<<stride_grid(n / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
-        weights_, w, n);
+        scratch, w, n);
     check();
-    return weights_;
+    return scratch;
   }
-
-  // The LM head's weight in bf16: its working copy, or the masters rounded
-  // into a buffer of its own (made at the first step, as the arena is).
+  const bf16* weight(const float* w, size_t n) { return bf16_operand(w, n, weights_); }
+  // The LM head's scratch is a buffer of its own, made at the first step
+  // that needs it (as the arena is), so that the block weights' stays small.
   const bf16* head_weight(const float* w) {
     const size_t n = size_t(s_.vocab) * s_.hidden;
-    if (c_.working_bf16) {
-      if (const void* hit = c_.working_bf16(w, n)) return static_cast<const bf16*>(hit);
-    }
-    if (!head_weights_) {
+    const bool registered = c_.working_bf16 && c_.working_bf16(w, n);
+    if (!registered && !head_weights_) {
       head_weight_bytes_ = n * sizeof(bf16);
       head_weights_ = static_cast<bf16*>(c_.backend->alloc(head_weight_bytes_));
     }
-    OpTimes::Scope timed(c_.times, "blocks.weight_cast", c_.stream);
-    train::to_bf16_kernel<<<stride_grid(n / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
-        head_weights_, w, n);
-    check();
-    return head_weights_;
+    return bf16_operand(w, n, head_weights_);
   }
 
   // Row-major y = x W^T is column-major y^T = W x^T: operands swapped.

@@ -27,14 +27,7 @@ namespace {
 constexpr double kGemmTol = 2e-2;
 constexpr double kFp32Tol = 1e-4;
 
-double norm_relative(const std::vector<float>& want, const std::vector<float>& got) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-20);
-}
+using testing::norm_relative;
 
 class CudaParity : public ::testing::Test {
  protected:

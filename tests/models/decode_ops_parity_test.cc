@@ -30,15 +30,7 @@ constexpr double kBf16Tol = 1e-2;
 constexpr uint16_t kBf16NaN = 0x7fc0;
 
 // Norm-relative error; infinite when `got` holds a NaN (an unwritten element).
-double norm_relative(const std::vector<float>& want, const std::vector<float>& got) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-20);
-}
+using testing::norm_relative;
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

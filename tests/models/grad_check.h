@@ -3,6 +3,7 @@
 // whole gradient vectors: ||analytic - numeric|| / ||numeric|| < tol.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -10,6 +11,18 @@
 #include <vector>
 
 namespace cohort::models::testing {
+
+// ||want - got|| / ||want||, infinite where got holds a non-finite value
+// (an output element never written, when outputs start as NaN).
+inline double norm_relative(const std::vector<float>& want, const std::vector<float>& got) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-20);
+}
 
 inline std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

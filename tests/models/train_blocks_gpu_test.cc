@@ -15,19 +15,12 @@
 
 #include "models/cuda_backend.h"
 #include "models/model.h"
+#include "tests/models/grad_check.h"
 
 namespace cohort::models {
 namespace {
 
-double norm_relative(const std::vector<float>& want, const std::vector<float>& got) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-20);
-}
+using testing::norm_relative;
 
 ModelConfig qwen3_like() {
   ModelConfig c;

@@ -27,15 +27,7 @@ namespace {
 
 using cuda::train::bf16;
 
-double norm_relative(const std::vector<float>& want, const std::vector<float>& got) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;  // NaN: an element never written
-    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-20);
-}
+using testing::norm_relative;
 
 // bf16 round trip on the host (round to nearest even, as the kernels).
 std::vector<float> rounded(const std::vector<float>& v) {
