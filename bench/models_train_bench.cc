@@ -1,7 +1,7 @@
 // models_train_bench: forward + backward (+ AdamW) tokens/s of a model preset
 // on one device, for bench/RESULTS.md beside bench/models_torch_bench.py.
 //   models_train_bench [preset=qwen3-0.6b] [batch=4] [seq=1024] [steps=10] [cuda|cpu]
-//                      [attention=auto|flash|math]
+//                      [attention=auto|cudnn|flash|math]
 // Prints one JSON line: tokens/s, ms per step, model FLOP utilisation against
 // a stated peak, and device memory. On CUDA the weights get bf16 working
 // copies, as a DDP train job's do; COHORT_TRAIN_BLOCKS=ops runs the blocks
@@ -44,9 +44,7 @@ int main(int argc, char** argv) {
     backend = std::move(made).value();
   }
 #endif
-  backend->set_attention_backend(attention == "math"    ? AttentionBackend::kMath
-                                 : attention == "flash" ? AttentionBackend::kFlash
-                                                        : AttentionBackend::kAuto);
+  backend->set_attention_backend(attention_backend_named(attention));
   auto model = std::move(Model::create(*config, {}, backend.get()).value());
   model->init_weights(1);
   std::vector<void*> working;
@@ -95,7 +93,7 @@ int main(int argc, char** argv) {
       "{\"preset\": \"%s\", \"device\": \"%s\", \"attention\": \"%s\", \"batch\": %d, \"seq\": %d, "
       "\"steps\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
       "\"loss\": %.4f, \"blocks\": \"%s\"",
-      preset.c_str(), device.c_str(), backend->attention_runs_fused(config->head_dim) ? "flash" : "math", B, T, steps, 1e3 * seconds / steps, tokens_per_s,
+      preset.c_str(), device.c_str(), backend->attention_runs_fused(config->head_dim) ? attention.c_str() : "math", B, T, steps, 1e3 * seconds / steps, tokens_per_s,
       peak > 0 ? tokens_per_s * flops_per_token / peak : 0.0, loss,
       model->runs_fused_blocks() ? "fused" : "ops");
 #ifdef COHORT_HAVE_CUDA

@@ -101,10 +101,12 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "Longest sequence the model supports (0: the preset's or config's own).", .min = 0,
                     .max = 1e7}));
   f.push_back(bind("model", "attention", &J::model, &ModelSection::attention,
-                   {.text = "Training attention, as transformers' attn_implementation. flash: the fused flash-style "
-                            "kernels (GPU, bf16, head_dim 64 or 128); math: GEMM + softmax, the reference; auto: "
+                   {.text = "Training attention, as transformers' attn_implementation. cudnn: cuDNN's fused flash "
+                            "attention in the fused bf16 blocks (the library is loaded at run time); flash: cohort's "
+                            "fused flash-style kernels (GPU, bf16, head_dim 64 or 128); math: GEMM + softmax, the "
+                            "reference; auto: cudnn where the library loads and has an engine for the shape, else "
                             "flash where it applies, else math. CPU runs use math.",
-                    .choices = {"auto", "flash", "math"}}));
+                    .choices = {"auto", "cudnn", "flash", "math"}}));
   // [parallel]
   f.push_back(bind("parallel", "strategy", &J::parallel, &ParallelSection::strategy,
                    {.text = "Data-parallel strategy on the data-parallel axis."}));

@@ -84,7 +84,7 @@ struct ModelSection {
   std::string hf_dir;        // a Hugging Face folder: config.json + safetensors
   std::string checkpoint;    // a cohort checkpoint folder (infer, or train init)
   int max_seq = 0;           // 0: the preset's or config's own
-  std::string attention = "auto";  // auto | flash | math
+  std::string attention = "auto";  // auto | cudnn | flash | math
 };
 
 struct ParallelSection {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/status.h"
 #include "models/block_engine.h"
 #include "models/ops/adamw.h"
 #include "models/ops/attention.h"
@@ -105,6 +106,12 @@ class Backend {
   // True when attention_forward/backward at this head size run the fused
   // kernels under the current settings.
   virtual bool attention_runs_fused(int head_dim) const { (void)head_dim; return false; }
+  // Whether this backend can run `backend` at all (cuDNN: the library
+  // loads), with the reason when not.
+  virtual Status attention_available(AttentionBackend backend) const {
+    if (backend == AttentionBackend::kCudnn) return unavailable("cuDNN attention runs on CUDA devices only");
+    return Status::ok();
+  }
   // Fused training blocks (block_engine.h) for this shape under the current
   // settings, or null where the backend has none (the CPU reference never).
   virtual std::unique_ptr<BlockEngine> make_block_engine(const BlockEngineShape& shape) {

@@ -6,6 +6,8 @@
 #   scripts/gpu_checks.sh bench OUTDIR     collective, model, training and inference benchmarks
 #   scripts/gpu_checks.sh precision OUTDIR mixed-precision tests, fp16/fp32 quickstarts, throughput by precision
 #   scripts/gpu_checks.sh profile OUTDIR   GPU time per op of a training step (COHORT_CUDA_OP_TIMES)
+#   scripts/gpu_checks.sh attention OUTDIR cuDNN's fused attention: its tests, then the training step
+#                                          with cuDNN and with the flash kernels
 #   scripts/gpu_checks.sh training OUTDIR  the training engine's checks: fused-block tests, 200-step loss
 #                                          parity with PyTorch, then the engine benchmark beside transformers
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
@@ -33,6 +35,20 @@ else
   tests=$root/build/tests
 fi
 
+# cuDNN (the fused attention, loaded at run time): the system's, or the one
+# PyTorch's wheel carries, whose folder then joins the library path.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9 ' && [[ -z ${COHORT_CUDNN_LIBRARY:-} ]]; then
+  cudnn_dir=$(python3 - <<'PY' 2>/dev/null
+import glob, os, sys
+for p in sys.path:
+    for hit in glob.glob(os.path.join(p, "nvidia", "**", "libcudnn.so.9"), recursive=True):
+        print(os.path.dirname(hit)); sys.exit()
+PY
+  )
+  [[ -n $cudnn_dir ]] && export LD_LIBRARY_PATH="$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "cuDNN: ${cudnn_dir:-not found}"
+fi
+
 step() {  # name command...   (STEP_TIMEOUT seconds bounds each step; default 300)
   local name=$1; shift
   local t0=$(date +%s)
@@ -43,7 +59,7 @@ step() {  # name command...   (STEP_TIMEOUT seconds bounds each step; default 30
 
 if [[ $phase == tests ]]; then
   nvidia-smi -L
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
   step torchrun_example "$bin/cohort" run jobs/examples/torchrun.toml
@@ -57,8 +73,24 @@ if [[ $phase == tests ]]; then
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
+  done
+elif [[ $phase == attention ]]; then
+  # cuDNN's fused attention against the CPU reference and the flash kernels,
+  # then the training step with each (models_train_bench, per-op times).
+  STEP_TIMEOUT=120 step models_cudnn_attention_gpu_test "$tests/models_cudnn_attention_gpu_test"
+  grep -E "cuDNN|FAILED|Failure|rror" "$out/models_cudnn_attention_gpu_test.log" | head -20
+  STEP_TIMEOUT=60 step models_train_kernels_gpu_test "$tests/models_train_kernels_gpu_test"
+  STEP_TIMEOUT=180 step models_train_blocks_gpu_test "$tests/models_train_blocks_gpu_test"
+  grep -E "attention:|FAILED|Failure" "$out/models_train_blocks_gpu_test.log" | head -30
+  for shape in ${ATTENTION_SHAPES:-8:1024 2:4096}; do
+    IFS=: read -r micro seq <<<"$shape"
+    for attention in cudnn flash; do
+      COHORT_CUDA_OP_TIMES=${OP_TIMES:-0} STEP_TIMEOUT=120 step "train_${attention}_${micro}x$seq" \
+        "$bin/models_train_bench" qwen3-0.6b "$micro" "$seq" 12 cuda "$attention"
+      grep -E "tokens_per_s|attention" "$out/train_${attention}_${micro}x$seq.log" | cut -c1-400
+    done
   done
 elif [[ $phase == training ]]; then
   # Issue 15's checks, most important first: the fused blocks against the

@@ -92,9 +92,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   pc.data_parallel.reshard_after_forward = spec.parallel.reshard_after_forward;
   pc.data_parallel.prefetch = spec.parallel.prefetch;
   pc.data_parallel.stream = ctx.stream;
-  ctx.backend->set_attention_backend(spec.model.attention == "flash"  ? models::AttentionBackend::kFlash
-                                     : spec.model.attention == "math" ? models::AttentionBackend::kMath
-                                                                      : models::AttentionBackend::kAuto);
+  ctx.backend->set_attention_backend(models::attention_backend_named(spec.model.attention));
   if (for_training) {
     ctx.backend->set_matmul_precision(training_matmul_precision(spec, ctx.gpu));
     if (spec.model.attention == "flash" && ctx.gpu && !ctx.backend->attention_runs_fused(config.head_dim)) {
@@ -102,6 +100,16 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
           "model.attention = \"flash\" needs head_dim 64 or 128 and bf16 GEMMs (this model: head_dim {}, "
           "train.precision {}); use \"auto\" or \"math\"",
           config.head_dim, jobs::to_string(spec.train.precision)));
+    }
+    if (spec.model.attention == "cudnn" && ctx.gpu) {
+      if (!ctx.backend->attention_runs_fused(config.head_dim)) {
+        return invalid_argument(fmt::format(
+            "model.attention = \"cudnn\" runs inside the fused bf16 blocks: it needs head_dim 64 or 128 and "
+            "bf16 GEMMs (this model: head_dim {}, train.precision {}); use \"auto\"",
+            config.head_dim, jobs::to_string(spec.train.precision)));
+      }
+      COHORT_RETURN_IF_ERROR(ctx.backend->attention_available(models::AttentionBackend::kCudnn)
+                                 .with_context("model.attention = \"cudnn\""));
     }
     pc.data_parallel.param_dtype = training_param_dtype(spec, ctx.gpu);
   }

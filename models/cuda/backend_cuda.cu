@@ -11,6 +11,7 @@
 #include "base/env_knobs.h"
 #include "models/cuda/common.cuh"
 #include "models/cuda/copy_plan.cuh"
+#include "models/cuda/cudnn_attention.h"
 #include "models/cuda/memory_pool.h"
 #include "models/cuda/op_times.h"
 #include "models/cuda/train_blocks.h"
@@ -300,6 +301,9 @@ class CudaBackendImpl final : public CudaBackend {
     return attention_backend() != AttentionBackend::kMath && precision_ == MatmulPrecision::kBf16 &&
            cuda::flash_attention_supports(head_dim);
   }
+  Status attention_available(AttentionBackend backend) const override {
+    return backend == AttentionBackend::kCudnn ? cuda::cudnn_attention_available() : Status::ok();
+  }
   std::unique_ptr<BlockEngine> make_block_engine(const BlockEngineShape& shape) override {
     // The same numerics as the fused attention: bf16 operands only.
     if (!attention_runs_fused(shape.head_dim)) return nullptr;
@@ -309,6 +313,7 @@ class CudaBackendImpl final : public CudaBackend {
     context.stream = stream_;
     context.working_bf16 = [this](const float* w, size_t n) { return working_for(w, n); };
     context.times = &op_times_;
+    context.attention = attention_backend();
     return cuda::make_train_blocks(shape, std::move(context));
   }
   void kv_cache_write(float* cache, const float* src, int m, int first_pos, int capacity,

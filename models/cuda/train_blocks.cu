@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "models/cuda/common.cuh"
+#include "models/cuda/cudnn_attention.h"
 #include "models/model.h"
 #include "models/ops/flash_attention.cuh"
 #include "models/ops/train_bf16.cuh"
@@ -52,6 +53,16 @@ class TrainBlocks final : public BlockEngine {
     ld_ = (s_.heads + 2 * s_.kv_heads) * s_.head_dim;
     qd_ = s_.heads * s_.head_dim;
     kvd_ = s_.kv_heads * s_.head_dim;
+    if (c_.attention != AttentionBackend::kFlash) {
+      auto made = CudnnAttention::create();
+      if (made.is_ok()) {
+        cudnn_ = std::move(made).value();
+      } else if (c_.attention == AttentionBackend::kCudnn) {
+        COHORT_CHECK_MSG(false, "model.attention = \"cudnn\": {}", made.status().message());
+      } else {
+        spdlog::info("attention: the flash kernels (cuDNN: {})", made.status().message());
+      }
+    }
   }
   ~TrainBlocks() override {
     if (arena_) c_.backend->free(arena_);
@@ -67,6 +78,19 @@ class TrainBlocks final : public BlockEngine {
     if (arena_) c_.backend->free(arena_);
     arena_ = nullptr;
     tokens_ = n, seq_ = T, layers_ = layers, mode_ = mode, head_rows_ = head_rows;
+    cudnn_workspace_bytes_ = 0;
+    if (cudnn_) {
+      const CudnnAttentionShape shape = cudnn_shape(B, T);
+      const Status st = cudnn_->prepare(shape);
+      if (st.is_ok()) {
+        cudnn_workspace_bytes_ = cudnn_->workspace_bytes(shape);
+        spdlog::info("attention: {}", cudnn_->describe());
+      } else if (c_.attention == AttentionBackend::kCudnn) {
+        COHORT_CHECK_MSG(false, "model.attention = \"cudnn\": {}", st.message());
+      } else {
+        spdlog::warn("attention: the flash kernels, as {}", st.message());
+      }
+    }
     plan(n, layers, mode);                           // count
     arena_ = c_.backend->alloc(used_);
     plan(n, layers, mode);                           // carve
@@ -119,7 +143,11 @@ class TrainBlocks final : public BlockEngine {
     {
       OpTimes::Scope timed(c_.times, "blocks.attention_forward", c_.stream);
       const flash::Shape sh = attention_shape(pass.T);
-      if (s_.head_dim == 64) {
+      if (uses_cudnn(pass)) {
+        const Status st = cudnn_->forward(c_.stream, cudnn_shape(pass), a.y, a.lse, a.rotated,
+                                          a.rotated + qd_, a.rotated + qd_ + kvd_, cudnn_workspace_);
+        COHORT_CHECK_MSG(st.is_ok(), "{}", st.to_string());
+      } else if (s_.head_dim == 64) {
         flash_forward_launch<64>(c_.stream, a.y, a.lse, a.rotated, a.rotated + qd_,
                                  a.rotated + qd_ + kvd_, pass.B, sh);
       } else {
@@ -178,7 +206,12 @@ class TrainBlocks final : public BlockEngine {
       OpTimes::Scope timed(c_.times, "blocks.attention_backward", c_.stream);
       const flash::Shape sh = attention_shape(pass.T);
       const bf16* q = a.rotated;
-      if (s_.head_dim == 64) {
+      if (uses_cudnn(pass)) {
+        const Status st = cudnn_->backward(c_.stream, cudnn_shape(pass), dqkv_, dqkv_ + qd_,
+                                           dqkv_ + qd_ + kvd_, dy_, q, q + qd_, q + qd_ + kvd_, a.y,
+                                           a.lse, cudnn_workspace_);
+        COHORT_CHECK_MSG(st.is_ok(), "{}", st.to_string());
+      } else if (s_.head_dim == 64) {
         flash_backward_launch<64>(c_.stream, dqkv_, dqkv_ + qd_, dqkv_ + qd_ + kvd_, dsum_, dy_,
                                   q, q + qd_, q + qd_ + kvd_, a.y, a.lse, pass.B, sh);
       } else {
@@ -236,6 +269,7 @@ class TrainBlocks final : public BlockEngine {
     weights_ = take<bf16>(std::max({size_t(ld_) * H, 2 * I * H, H * size_t(qd_)}));
     xnf_ = take<bf16>(n * H), rstdf_ = take<float>(n), lse_head_ = take<float>(n);
     logits_ = take<bf16>(size_t(std::min<size_t>(head_rows_, n)) * s_.vocab);
+    cudnn_workspace_ = cudnn_workspace_bytes_ ? take<char>(cudnn_workspace_bytes_) : nullptr;
   }
   template <typename T>
   T* take(size_t count) {
@@ -246,6 +280,19 @@ class TrainBlocks final : public BlockEngine {
   }
 
   static void check() { COHORT_CUDA_CHECK_FATAL(cudaGetLastError()); }
+
+  CudnnAttentionShape cudnn_shape(int B, int T) const {
+    return {B, T, s_.heads, s_.kv_heads, s_.head_dim, ld_, qd_};
+  }
+  CudnnAttentionShape cudnn_shape(const BlockPass& pass) const { return cudnn_shape(pass.B, pass.T); }
+  // cuDNN serves a pass whose shape it has plans for and whose workspace
+  // fits the one reserved (another shape, such as a short evaluation batch,
+  // gets its plans here, once); the flash kernels serve the rest.
+  bool uses_cudnn(const BlockPass& pass) {
+    if (!cudnn_ || !cudnn_workspace_) return false;
+    const CudnnAttentionShape shape = cudnn_shape(pass);
+    return cudnn_->prepare(shape).is_ok() && cudnn_->workspace_bytes(shape) <= cudnn_workspace_bytes_;
+  }
 
   flash::Shape attention_shape(int T) const {
     return {T, s_.heads, s_.kv_heads, 1.0f / sqrtf(float(s_.head_dim)), ld_, ld_, qd_};
@@ -355,6 +402,9 @@ class TrainBlocks final : public BlockEngine {
   bf16 *tmp_ = nullptr, *dres_half_ = nullptr, *dxn_ = nullptr, *dy_ = nullptr, *dqkv_ = nullptr,
        *dh_ = nullptr, *dgu_ = nullptr, *weights_ = nullptr;
   float* dsum_ = nullptr;
+  std::unique_ptr<CudnnAttention> cudnn_;  // null: the flash kernels
+  size_t cudnn_workspace_bytes_ = 0;
+  char* cudnn_workspace_ = nullptr;
 };
 
 }  // namespace

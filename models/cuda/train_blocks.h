@@ -12,6 +12,7 @@
 #include "models/backend.h"
 #include "models/block_engine.h"
 #include "models/cuda/op_times.h"
+#include "models/ops/attention.h"
 
 namespace cohort::models::cuda {
 
@@ -23,6 +24,9 @@ struct TrainBlocksContext {
   // rounds the masters itself, as ZeRO-3 and FSDP2 gather fp32 weights).
   std::function<const void*(const float* w, size_t n)> working_bf16;
   OpTimes* times = nullptr;
+  // kAuto: cuDNN's fused attention where the library loads and has an
+  // engine for the shape, the flash kernels otherwise; kCudnn insists.
+  AttentionBackend attention = AttentionBackend::kAuto;
 };
 
 // True when the engine handles this shape: head_dim 64 or 128, hidden and

@@ -19,12 +19,24 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 
 namespace cohort::models {
 // [model] attention, as transformers' attn_implementation: kMath is the GEMM
 // + softmax path (the reference), kFlash the fused kernels
-// (flash_attention.cuh), kAuto the fused kernels where they apply.
-enum class AttentionBackend { kAuto, kFlash, kMath };
+// (flash_attention.cuh), kCudnn cuDNN's fused attention inside the fused
+// training blocks (models/cuda/cudnn_attention.h; the flash kernels serve
+// the op-by-op path), kAuto cuDNN where it loads, else the fused kernels
+// where they apply.
+enum class AttentionBackend { kAuto, kCudnn, kFlash, kMath };
+// The job file's names ("auto", "cudnn", "flash", "math"); anything else is
+// kAuto (the schema has checked the name already).
+inline AttentionBackend attention_backend_named(std::string_view name) {
+  return name == "cudnn" ? AttentionBackend::kCudnn
+         : name == "flash" ? AttentionBackend::kFlash
+         : name == "math"  ? AttentionBackend::kMath
+                           : AttentionBackend::kAuto;
+}
 inline size_t attention_scratch_floats(int T, int heads) {
   return 2 * static_cast<size_t>(heads) * T * T;
 }

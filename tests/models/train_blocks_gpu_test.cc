@@ -107,22 +107,37 @@ class TrainBlocks : public ::testing::Test {
     cuda_ = nullptr;
     const StepResult want = step(c, cpu.get(), true, mode, false, B, T, false);
     cuda_ = gpu_.get();
-    const StepResult fused = step(c, gpu_.get(), true, mode, working, B, T, true, head_chunk);
     const StepResult ops = step(c, gpu_.get(), false, mode, working, B, T, false, head_chunk);
-    EXPECT_NEAR(fused.loss, want.loss, 1e-2 * want.loss);
     EXPECT_NEAR(ops.loss, want.loss, 1e-2 * want.loss);
-    double worst_fused = 0, worst_ops = 0;
-    for (size_t g = 0; g < want.grads.size(); ++g) {
-      const double e_fused = norm_relative(want.grads[g], fused.grads[g]);
-      const double e_ops = norm_relative(want.grads[g], ops.grads[g]);
-      // bf16 activations add their rounding to the GEMM operands' own.
-      EXPECT_LT(e_fused, 5e-2) << "group " << g << " (op-by-op GPU: " << e_ops << ")";
-      EXPECT_LT(e_ops, 5e-2) << "group " << g;
-      worst_fused = std::max(worst_fused, e_fused), worst_ops = std::max(worst_ops, e_ops);
+    // The fused blocks with each attention they can run.
+    for (AttentionBackend attention : fused_attentions()) {
+      SCOPED_TRACE(attention == AttentionBackend::kCudnn ? "cuDNN attention" : "flash attention");
+      gpu_->set_attention_backend(attention);
+      const StepResult fused = step(c, gpu_.get(), true, mode, working, B, T, true, head_chunk);
+      EXPECT_NEAR(fused.loss, want.loss, 1e-2 * want.loss);
+      double worst_fused = 0, worst_ops = 0;
+      for (size_t g = 0; g < want.grads.size(); ++g) {
+        const double e_fused = norm_relative(want.grads[g], fused.grads[g]);
+        const double e_ops = norm_relative(want.grads[g], ops.grads[g]);
+        // bf16 activations add their rounding to the GEMM operands' own.
+        EXPECT_LT(e_fused, 5e-2) << "group " << g << " (op-by-op GPU: " << e_ops << ")";
+        EXPECT_LT(e_ops, 5e-2) << "group " << g;
+        worst_fused = std::max(worst_fused, e_fused), worst_ops = std::max(worst_ops, e_ops);
+      }
+      std::printf("%s, T %d, head_dim %d, %s attention: loss %.5f (CPU %.5f), worst gradient error fused "
+                  "%.4f, op by op %.4f\n",
+                  to_string(mode), T, c.head_dim, attention == AttentionBackend::kCudnn ? "cuDNN" : "flash",
+                  fused.loss, want.loss, worst_fused, worst_ops);
     }
-    std::printf("%s, T %d, head_dim %d: loss %.5f (CPU %.5f), worst gradient error fused %.4f, "
-                "op by op %.4f\n", to_string(mode), T, c.head_dim, fused.loss, want.loss, worst_fused,
-                worst_ops);
+    gpu_->set_attention_backend(AttentionBackend::kAuto);
+  }
+
+  // The flash kernels, and cuDNN's attention where the library loads.
+  std::vector<AttentionBackend> fused_attentions() const {
+    const Status cudnn = gpu_->attention_available(AttentionBackend::kCudnn);
+    if (cudnn.is_ok()) return {AttentionBackend::kFlash, AttentionBackend::kCudnn};
+    std::printf("cuDNN attention not compared: %s\n", cudnn.message().c_str());
+    return {AttentionBackend::kFlash};
   }
 
   std::unique_ptr<CudaBackend> gpu_;

@@ -20,6 +20,8 @@
 #include "models/ops/swiglu.h"
 #include "models/ops/train_bf16.cuh"
 #include "models/tensor.h"
+#include "tests/models/attention_case.h"
+#include "tests/models/gpu_buffers.h"
 #include "tests/models/grad_check.h"
 
 namespace cohort::models {
@@ -28,62 +30,13 @@ namespace {
 using cuda::train::bf16;
 
 using testing::norm_relative;
+using testing::rounded;
 
-// bf16 round trip on the host (round to nearest even, as the kernels).
-std::vector<float> rounded(const std::vector<float>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(f32_to_bf16(v[i]));
-  return out;
-}
-
-class TrainKernels : public ::testing::Test {
+class TrainKernels : public ::testing::Test, public testing::GpuBuffers {
  public:  // the device helpers serve qk_norm_rope_case too
   void SetUp() override {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device visible: the kernel tests run on the GPU machine";
-    }
+    if (!gpu_visible()) GTEST_SKIP() << "no CUDA device visible: the kernel tests run on the GPU machine";
   }
-  void TearDown() override {
-    for (void* p : owned_) cudaFree(p);
-  }
-  // Device copies: fp32 as is, bf16 rounded.
-  float* f32(const std::vector<float>& v) {
-    float* p = alloc<float>(v.size());
-    cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
-    return p;
-  }
-  bf16* half(const std::vector<float>& v) {
-    std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
-    bf16* p = alloc<bf16>(v.size());
-    cudaMemcpy(p, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice);
-    return p;
-  }
-  template <typename T>
-  T* alloc(size_t n) {  // NaN-filled (0xff bytes are NaN in fp32 and bf16)
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    cudaMemset(p, 0xff, n * sizeof(T));
-    owned_.push_back(p);
-    return static_cast<T*>(p);
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost);
-    return v;
-  }
-  std::vector<float> down(const bf16* p, size_t n) {
-    std::vector<uint16_t> bits(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(bits.data(), p, n * 2, cudaMemcpyDeviceToHost);
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(bits[i]);
-    return v;
-  }
-  std::vector<void*> owned_;
 };
 
 constexpr double kTol = 1e-2;
@@ -235,27 +188,13 @@ TEST_F(TrainKernels, FlashAttentionOnStridedBf16) {
   for (int D : {64, 128}) {
     for (auto [B, T, hq, hkv] : {std::array<int, 4>{2, 200, 4, 2}, std::array<int, 4>{1, 70, 8, 1},
                                  std::array<int, 4>{1, 7, 8, 2}}) {
-      SCOPED_TRACE("D " + std::to_string(D) + " B " + std::to_string(B) + " T " + std::to_string(T) +
-                   " heads " + std::to_string(hq) + "/" + std::to_string(hkv));
-      const int N = B * T, qd = hq * D, kvd = hkv * D, ld = qd + 2 * kvd;
-      const auto q = rounded(testing::random_vector(size_t(N) * qd, 41 + D));
-      const auto k = rounded(testing::random_vector(size_t(N) * kvd, 42 + D));
-      const auto v = rounded(testing::random_vector(size_t(N) * kvd, 43 + D));
-      const auto dy = rounded(testing::random_vector(size_t(N) * qd, 44 + D));
-      std::vector<float> y(q.size()), lse(size_t(B) * hq * T), scratch(attention_scratch_floats(T, hq));
-      std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
-      cpu::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, hq, hkv, D);
-      cpu::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), dy.data(), q.data(), k.data(),
-                              v.data(), lse.data(), B, T, hq, hkv, D);
-      // Interleave into rows of [q | k | v].
-      std::vector<float> qkv(size_t(N) * ld);
-      for (int r = 0; r < N; ++r) {
-        std::copy_n(&q[size_t(r) * qd], qd, &qkv[size_t(r) * ld]);
-        std::copy_n(&k[size_t(r) * kvd], kvd, &qkv[size_t(r) * ld + qd]);
-        std::copy_n(&v[size_t(r) * kvd], kvd, &qkv[size_t(r) * ld + qd + kvd]);
-      }
-      bf16 *gqkv = half(qkv), *gy = alloc<bf16>(y.size()), *gdy = half(dy), *gd = alloc<bf16>(qkv.size());
-      float *gl = alloc<float>(lse.size()), *gsum = alloc<float>(lse.size());
+      testing::AttentionCase c{B, T, hq, hkv, D};
+      SCOPED_TRACE(c.name());
+      c.make(41 + D);
+      const int qd = c.qd(), kvd = c.kvd(), ld = c.ld();
+      bf16 *gqkv = half(c.packed()), *gy = alloc<bf16>(c.y.size()), *gdy = half(c.dy);
+      bf16* gd = alloc<bf16>(size_t(c.N()) * ld);
+      float *gl = alloc<float>(c.lse.size()), *gsum = alloc<float>(c.lse.size());
       const cuda::flash::Shape sh{T, hq, hkv, 1.0f / std::sqrt(float(D)), ld, ld, qd};
       if (D == 64) {
         cuda::flash_forward_launch<64>(nullptr, gy, gl, gqkv, gqkv + qd, gqkv + qd + kvd, B, sh);
@@ -266,18 +205,9 @@ TEST_F(TrainKernels, FlashAttentionOnStridedBf16) {
         cuda::flash_backward_launch<128>(nullptr, gd, gd + qd, gd + qd + kvd, gsum, gdy, gqkv, gqkv + qd,
                                          gqkv + qd + kvd, gy, gl, B, sh);
       }
-      EXPECT_LT(norm_relative(y, down(gy, y.size())), kTol);
-      EXPECT_LT(norm_relative(lse, down(gl, lse.size())), 1e-3);
-      const std::vector<float> got = down(gd, qkv.size());
-      std::vector<float> gq(q.size()), gk(k.size()), gv(v.size());
-      for (int r = 0; r < N; ++r) {
-        std::copy_n(&got[size_t(r) * ld], qd, &gq[size_t(r) * qd]);
-        std::copy_n(&got[size_t(r) * ld + qd], kvd, &gk[size_t(r) * kvd]);
-        std::copy_n(&got[size_t(r) * ld + qd + kvd], kvd, &gv[size_t(r) * kvd]);
-      }
-      EXPECT_LT(norm_relative(dq, gq), kTol);
-      EXPECT_LT(norm_relative(dk, gk), kTol);
-      EXPECT_LT(norm_relative(dv, gv), kTol);
+      EXPECT_LT(norm_relative(c.y, down(gy, c.y.size())), kTol);
+      EXPECT_LT(norm_relative(c.lse, down(gl, c.lse.size())), 1e-3);
+      c.expect_gradients(down(gd, size_t(c.N()) * ld), kTol);
     }
   }
 }
