@@ -74,6 +74,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`ops`: CUDA training runs each decoder block op by op on fp32 activations instead of the "
        "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks.",
        true},
+      {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
+       "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "
+       "through the loader's path), such as the one a PyTorch wheel carries.",
+       false},
   };
   return table;
 }

@@ -37,6 +37,7 @@ enum class EnvKnob {
   kInferProjections,
   kTrainDumpBatches,
   kTrainBlocks,
+  kCudnnLibrary,
 };
 
 struct EnvKnobDoc {

@@ -95,7 +95,11 @@ Result<Graph::Plan> forward_plan(cudnnHandle_t handle, const CudnnAttentionShape
 //   dV = sum over the group of P^T dy
 //   dS = scale * P * (dy v^T - dsum)
 //   dK = sum over the group of dS^T q        dQ = dS k (fp32, then bf16)
-Result<Graph::Plan> backward_plan(cudnnHandle_t handle, const CudnnAttentionShape& s) {
+// `k_view` is the type of the [b, h, s, d] view of k that the dQ product
+// reads: cuDNN's own frontend leaves it at the intermediate type (fp32);
+// bf16, the stored type, is the other reading tried.
+Result<Graph::Plan> backward_plan(cudnnHandle_t handle, const CudnnAttentionShape& s,
+                                  cudnnDataType_t k_view) {
   const Views v = views(s);
   const bool grouped = s.heads != s.kv_heads;
   Graph g(handle);
@@ -166,7 +170,7 @@ Result<Graph::Plan> backward_plan(cudnnHandle_t handle, const CudnnAttentionShap
   }
 
   // dQ = dS k, accumulated in fp32 and then rounded into place.
-  COHORT_ASSIGN_OR_RETURN(TensorRef k, g.virtual_tensor(CUDNN_DATA_FLOAT, v.kv_dims(), v.rows(s.ld_qkv)));
+  COHORT_ASSIGN_OR_RETURN(TensorRef k, g.virtual_tensor(k_view, v.kv_dims(), v.rows(s.ld_qkv)));
   COHORT_RETURN_IF_ERROR(g.reshape(k, kt));
   COHORT_RETURN_IF_ERROR(g.matmul(dq_accum, ds, k));
   COHORT_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_IDENTITY, dq, dq_accum));
@@ -216,7 +220,11 @@ Status CudnnAttention::prepare(const CudnnAttentionShape& s) {
   plans->shape = s;
   auto handle = static_cast<cudnnHandle_t>(handle_);
   auto fwd = forward_plan(handle, s);
-  auto bwd = fwd.is_ok() ? backward_plan(handle, s) : Result<Graph::Plan>(fwd.status());
+  auto bwd = fwd.is_ok() ? backward_plan(handle, s, CUDNN_DATA_FLOAT) : Result<Graph::Plan>(fwd.status());
+  if (fwd.is_ok() && !bwd.is_ok()) {
+    auto second = backward_plan(handle, s, CUDNN_DATA_BFLOAT16);
+    if (second.is_ok()) bwd = std::move(second);
+  }
   if (!fwd.is_ok()) {
     plans->status = fwd.status().with_context("cuDNN attention forward");
   } else if (!bwd.is_ok()) {

@@ -3,8 +3,9 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <mutex>
+
+#include "base/env_knobs.h"
 
 // The graph's and plan's handle attributes are marked deprecated in favour
 // of device properties; they still work and keep the plan tied to the
@@ -18,8 +19,8 @@ namespace {
 constexpr size_t kMinVersion = 90000;
 
 Result<const Api*> load() {
-  const char* named = std::getenv("COHORT_CUDNN_LIBRARY");
-  const std::string file = named && *named ? named : "libcudnn.so.9";
+  const char* named = read_env_knob(EnvKnob::kCudnnLibrary);
+  const std::string file = named ? named : "libcudnn.so.9";
   void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) return unavailable(fmt::format("cannot load {}: {}", file, dlerror()));
   static Api table;

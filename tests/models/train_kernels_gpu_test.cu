@@ -35,7 +35,7 @@ using testing::rounded;
 class TrainKernels : public ::testing::Test, public testing::GpuBuffers {
  public:  // the device helpers serve qk_norm_rope_case too
   void SetUp() override {
-    if (!gpu_visible()) GTEST_SKIP() << "no CUDA device visible: the kernel tests run on the GPU machine";
+    if (!testing::gpu_visible()) GTEST_SKIP() << "no CUDA device visible: the kernel tests run on the GPU machine";
   }
 };
 
