@@ -90,6 +90,19 @@ Result<Graph::Plan> forward_plan(cudnnHandle_t handle, const CudnnAttentionShape
   return g.plan();
 }
 
+// out [b, kv heads, s, d] = scores^T [b, heads, s_kv, s_q] · rhs [b, heads,
+// s_q, d], summed over each group of query heads that share a KV head: the
+// scores go to bf16 through a transposed view, as the product's operand.
+Status transposed_product(Graph& g, const Views& v, const TensorRef& scores, const TensorRef& rhs,
+                          const TensorRef& out) {
+  COHORT_ASSIGN_OR_RETURN(TensorRef st, g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.scores(), v.scores_t_strides()));
+  COHORT_RETURN_IF_ERROR(g.reshape(st, scores));
+  if (v.hq == v.hk) return g.matmul(out, st, rhs);
+  COHORT_ASSIGN_OR_RETURN(TensorRef per_query_head, g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.q_dims()));
+  COHORT_RETURN_IF_ERROR(g.matmul(per_query_head, st, rhs));
+  return g.reduction(CUDNN_REDUCE_TENSOR_ADD, out, per_query_head);
+}
+
 // Backward, the softmax gradient written out:
 //   dsum = rowsum(dy * y)          P = exp(mask(scale * q k^T) - lse)
 //   dV = sum over the group of P^T dy
@@ -101,7 +114,6 @@ Result<Graph::Plan> forward_plan(cudnnHandle_t handle, const CudnnAttentionShape
 Result<Graph::Plan> backward_plan(cudnnHandle_t handle, const CudnnAttentionShape& s,
                                   cudnnDataType_t k_view) {
   const Views v = views(s);
-  const bool grouped = s.heads != s.kv_heads;
   Graph g(handle);
   COHORT_ASSIGN_OR_RETURN(TensorRef q, g.io(kQ, CUDNN_DATA_BFLOAT16, v.q_dims(), v.rows(s.ld_qkv)));
   COHORT_ASSIGN_OR_RETURN(TensorRef kt, g.io(kK, CUDNN_DATA_BFLOAT16, v.kt_dims(), v.rows_t(s.ld_qkv)));
@@ -137,16 +149,7 @@ Result<Graph::Plan> backward_plan(cudnnHandle_t handle, const CudnnAttentionShap
   COHORT_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_EXP, p, masked));
 
   // dV = P^T dy, summed over each group of query heads.
-  const Dims per_query_head{v.b, v.hq, v.s, v.d};
-  COHORT_ASSIGN_OR_RETURN(TensorRef pt, g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.scores(), v.scores_t_strides()));
-  COHORT_RETURN_IF_ERROR(g.reshape(pt, p));
-  if (grouped) {
-    COHORT_ASSIGN_OR_RETURN(TensorRef dv_heads, g.virtual_tensor(CUDNN_DATA_BFLOAT16, per_query_head));
-    COHORT_RETURN_IF_ERROR(g.matmul(dv_heads, pt, dy));
-    COHORT_RETURN_IF_ERROR(g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv, dv_heads));
-  } else {
-    COHORT_RETURN_IF_ERROR(g.matmul(dv, pt, dy));
-  }
+  COHORT_RETURN_IF_ERROR(transposed_product(g, v, p, dy, dv));
 
   // dS = scale * P * (dy v^T - dsum)
   COHORT_ASSIGN_OR_RETURN(TensorRef dp, g.virtual_tensor(CUDNN_DATA_FLOAT, v.scores()));
@@ -159,15 +162,7 @@ Result<Graph::Plan> backward_plan(cudnnHandle_t handle, const CudnnAttentionShap
   COHORT_RETURN_IF_ERROR(g.pointwise(CUDNN_POINTWISE_MUL, ds, dp_p, &scale));
 
   // dK = dS^T q, summed over each group.
-  COHORT_ASSIGN_OR_RETURN(TensorRef dst, g.virtual_tensor(CUDNN_DATA_BFLOAT16, v.scores(), v.scores_t_strides()));
-  COHORT_RETURN_IF_ERROR(g.reshape(dst, ds));
-  if (grouped) {
-    COHORT_ASSIGN_OR_RETURN(TensorRef dk_heads, g.virtual_tensor(CUDNN_DATA_BFLOAT16, per_query_head));
-    COHORT_RETURN_IF_ERROR(g.matmul(dk_heads, dst, q));
-    COHORT_RETURN_IF_ERROR(g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk, dk_heads));
-  } else {
-    COHORT_RETURN_IF_ERROR(g.matmul(dk, dst, q));
-  }
+  COHORT_RETURN_IF_ERROR(transposed_product(g, v, ds, q, dk));
 
   // dQ = dS k, accumulated in fp32 and then rounded into place.
   COHORT_ASSIGN_OR_RETURN(TensorRef k, g.virtual_tensor(k_view, v.kv_dims(), v.rows(s.ld_qkv)));
