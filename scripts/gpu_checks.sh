@@ -87,8 +87,11 @@ elif [[ $phase == attention ]]; then
   for shape in ${ATTENTION_SHAPES:-8:1024 2:4096}; do
     IFS=: read -r micro seq <<<"$shape"
     for attention in cudnn flash; do
-      COHORT_CUDA_OP_TIMES=${OP_TIMES:-0} STEP_TIMEOUT=120 step "train_${attention}_${micro}x$seq" \
-        "$bin/models_train_bench" qwen3-0.6b "$micro" "$seq" 12 cuda "$attention"
+      # COHORT_CUDA_OP_TIMES takes any value as on: passed only with OP_TIMES=1.
+      times=()
+      [[ ${OP_TIMES:-0} == 1 ]] && times=(env COHORT_CUDA_OP_TIMES=1)
+      STEP_TIMEOUT=120 step "train_${attention}_${micro}x$seq" \
+        "${times[@]}" "$bin/models_train_bench" qwen3-0.6b "$micro" "$seq" 12 cuda "$attention"
       grep -E "tokens_per_s|attention" "$out/train_${attention}_${micro}x$seq.log" | cut -c1-400
     done
   done
