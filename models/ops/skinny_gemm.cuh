@@ -189,9 +189,9 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(Skinn
 }
 
 // The wide form stages x in pieces of at most this many columns (64 rows of
-// them fill 36 KB of shared memory, so two blocks share a multiprocessor),
-// the largest that divides the block's K range into whole multiples of 64.
-constexpr int kSkinnyWideStage = 256;
+// them fill 135 KB of shared memory), the largest that divides the block's
+// K range into whole multiples of 64.
+constexpr int kSkinnyWideStage = 1024;
 constexpr int kSkinnyWideMaxShared = 8 * 8 * (kSkinnyWideStage + 32) * 2;
 __host__ __device__ inline int skinny_wide_stage(int kb) {
   for (int parts = (kb + kSkinnyWideStage - 1) / kSkinnyWideStage;; ++parts) {
@@ -227,18 +227,15 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_wide_kernel(Skinn
   extern __shared__ uint4 skinny_wide_shared[];
   Bf16Bits* xs = reinterpret_cast<Bf16Bits*>(skinny_wide_shared);
 
-  // A warp's whole slice of a piece (at most 8 chunks of 32) loads at once:
-  // one memory round trip a piece, the next piece's weights in flight while
-  // its x is staged.
-  constexpr int kChunks = kSkinnyWideStage / 32;
+  constexpr int kChunks = NT >= 6 ? 2 : 4;
   uint4 wl[kChunks], wh[kChunks];
-  auto load_weights = [&](int st) {
+  auto load_weights = [&](uint4* lo, uint4* hi, int st, int c0) {
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      const bool live = c < chunks;
-      const size_t k = static_cast<size_t>(k_begin) + size_t(st) * stage + kw + c * 32;
-      wl[c] = load16_or_zero(w_lo + k, live && lo_ok);
-      wh[c] = load16_or_zero(w_hi + k, live && hi_ok);
+      const bool live = c0 + c < chunks;
+      const size_t k = static_cast<size_t>(k_begin) + size_t(st) * stage + kw + (c0 + c) * 32;
+      lo[c] = load16_or_zero(w_lo + k, live && lo_ok);
+      hi[c] = load16_or_zero(w_hi + k, live && hi_ok);
     }
   };
   float acc[NT][4];
@@ -246,13 +243,13 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_wide_kernel(Skinn
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   // Weights are no kernel's output: the first ones load before the wait on
   // the predecessor, x after it.
-  load_weights(0);
+  load_weights(wl, wh, 0, 0);
   begin_dependent();
   const int pieces = stage / 8;  // 16-byte pieces of one x row
   for (int st = 0; st < stages; ++st) {
     if (st > 0) {
       __syncthreads();  // every warp is done with the last piece
-      load_weights(st);
+      load_weights(wl, wh, st, 0);
     }
     const size_t k_stage = static_cast<size_t>(k_begin) + size_t(st) * stage;
     for (int i = threadIdx.x; i < kRows * pieces; i += blockDim.x) {
@@ -267,19 +264,25 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_wide_kernel(Skinn
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
+    for (int c0 = 0; c0 < chunks; c0 += kChunks) {
+      uint4 nl[kChunks], nh[kChunks];
+      load_weights(nl, nh, st, c0 + kChunks);  // the next chunks in flight during these MMAs
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      if (c >= chunks) break;
-      const uint32_t a0[4] = {wl[c].x, wh[c].x, wl[c].y, wh[c].y};
-      const uint32_t a1[4] = {wl[c].z, wh[c].z, wl[c].w, wh[c].w};
-      const Bf16Bits* xk = xs + g * ld + kw + c * 32;
+      for (int c = 0; c < kChunks; ++c) {
+        if (c0 + c >= chunks) break;
+        const uint32_t a0[4] = {wl[c].x, wh[c].x, wl[c].y, wh[c].y};
+        const uint32_t a1[4] = {wl[c].z, wh[c].z, wl[c].w, wh[c].w};
+        const Bf16Bits* xk = xs + g * ld + kw + (c0 + c) * 32;
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const uint4 b = *reinterpret_cast<const uint4*>(xk + 8 * j * ld);
-        const uint32_t b0[2] = {b.x, b.y}, b1[2] = {b.z, b.w};
-        mma(acc[j], a0, b0);
-        mma(acc[j], a1, b1);
+        for (int j = 0; j < NT; ++j) {
+          const uint4 b = *reinterpret_cast<const uint4*>(xk + 8 * j * ld);
+          const uint32_t b0[2] = {b.x, b.y}, b1[2] = {b.z, b.w};
+          mma(acc[j], a0, b0);
+          mma(acc[j], a1, b1);
+        }
       }
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) wl[c] = nl[c], wh[c] = nh[c];
     }
   }
 
