@@ -99,25 +99,6 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// Asynchronous staging (cp.async, sm_80+): a tile's copy is issued, later
-// tiles' copies behind it, and cp_async_wait<N>() waits until at most N of
-// the most recent commit groups are still in flight.
-__device__ inline void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
-__device__ inline void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // c += a * b for one 16x8x16 bf16 tile on the tensor cores, fp32
 // accumulation (fragment layouts: PTX ISA, mma.m16n8k16).
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {

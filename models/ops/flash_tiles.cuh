@@ -93,10 +93,26 @@ __device__ inline void stage(bf16* s, int lds, const bf16* src, int ld, int row0
   }
 }
 
-// Asynchronous staging: cp_async16 and its commit/wait (common.cuh). bf16
-// sources copy straight into shared memory; fp32 sources are converted on
-// the way, so they stage synchronously (the double buffering is then only a
-// layout).
+// Asynchronous staging (cp.async, sm_80+): a tile's copy is issued, later
+// tiles' copies behind it, and cp_async_wait<N>() waits until at most N of
+// the most recent commit groups are still in flight. bf16 sources copy
+// straight into shared memory; fp32 sources are converted on the way, so
+// they stage synchronously (the double buffering is then only a layout).
+__device__ inline void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ inline void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 template <int D>
 __device__ inline void stage_async(bf16* s, int lds, const float* src, int ld, int row0, int rows, int T) {

@@ -76,8 +76,7 @@ struct SkinnyScratch {
   float* partials = nullptr;  // kSkinnyScratchFloats
   int* arrivals = nullptr;    // kSkinnyScratchTiles, zeroed before first use
 };
-// The wide form's split blocks publish up to 8 groups x 32 values x 32 lanes each.
-constexpr size_t kSkinnyScratchFloats = size_t{kSkinnyMaxSplitBlocks} * 32 * 32 * 4;
+constexpr size_t kSkinnyScratchFloats = size_t{kSkinnyMaxSplitBlocks} * 32 * 32;
 constexpr size_t kSkinnyScratchTiles = kSkinnyMaxSplitBlocks / 2;
 bool skinny_gemm_supported(int n, int in);
 // K splits a projection of `tiles` 16-row output tiles takes (tests).

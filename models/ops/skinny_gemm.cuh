@@ -25,15 +25,6 @@
 //  * Epilogues: store, add into y (the residual stream takes an output
 //    projection in place), or SwiGLU, where a block's 16 rows are 8 gate
 //    rows and their 8 up rows, so each lane holds both halves of its outputs.
-//
-// Past 8 rows that kernel reads all of x again for every 16 weight rows: at
-// 64 rows four bytes of x for each byte of weights, and for the LM head
-// (9,496 tiles) over a gigabyte from L2 a step. The wide form stages the
-// block's K range of x in shared memory once and gives each warp its own 16
-// weight rows (G groups a block, 64 or 128 rows), so x costs at most as
-// much as the weights; warps that share a group split its K range. Fragments
-// and the K permutation are the same; x rows are padded so that the eight
-// 16-byte reads of a quarter warp fall in distinct banks.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -188,170 +179,6 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(Skinn
   }
 }
 
-// The wide form stages x in pieces of at most this many columns (64 rows of
-// them fill 135 KB of shared memory), the largest that divides the block's
-// K range into whole multiples of 64.
-constexpr int kSkinnyWideStage = 1024;
-constexpr int kSkinnyWideMaxShared = 8 * 8 * (kSkinnyWideStage + 32) * 2;
-__host__ __device__ inline int skinny_wide_stage(int kb) {
-  for (int parts = (kb + kSkinnyWideStage - 1) / kSkinnyWideStage;; ++parts) {
-    if (kb % parts == 0 && (kb / parts) % 64 == 0) return kb / parts;
-  }
-}
-
-// The wide form: G groups of 16 weight rows a block (SwiGLU: 8 gate rows and
-// their 8 up rows a group), warp w on group w % G and K slice w / G of the
-// block's K range, x for that range in shared memory.
-template <int NT, int G, SkinnyEpilogue kEpilogue>
-__global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_wide_kernel(SkinnyArgs a) {
-  constexpr int kSlices = kSkinnyWarps / G;
-  constexpr int kRows = 8 * NT;  // x rows staged (the MMA tiles' columns)
-  const bool swiglu = kEpilogue == SkinnyEpilogue::kSwiglu;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int group = warp % G, slice = warp / G;
-  const int tile = blockIdx.x, split = blockIdx.y;
-  const int per_group = swiglu ? 8 : 16;  // outputs a group yields
-  const int f_lo = (tile * G + group) * per_group + g;
-  const int f_hi = swiglu ? f_lo : f_lo + 8;
-  const bool lo_ok = f_lo < a.out, hi_ok = f_hi < a.out;
-  const Bf16Bits* w_lo = a.w + static_cast<size_t>(lo_ok ? f_lo : 0) * a.in;
-  const Bf16Bits* w_hi = a.w + static_cast<size_t>(hi_ok ? (swiglu ? a.out + f_hi : f_hi) : 0) * a.in;
-  // The block's K range, staged a piece of at most kSkinnyWideStage columns
-  // at a time; each warp takes its slice of every piece.
-  const int kb = a.in / a.splits, k_begin = split * kb;
-  const int stage = skinny_wide_stage(kb), stages = kb / stage;
-  const int span = stage / kSlices, chunks = span / 32;
-  const int kw = slice * span + 8 * t;
-  const int ld = stage + 32;  // x row stride in shared memory, elements (see above)
-  extern __shared__ uint4 skinny_wide_shared[];
-  Bf16Bits* xs = reinterpret_cast<Bf16Bits*>(skinny_wide_shared);
-
-  constexpr int kChunks = NT >= 6 ? 2 : 4;
-  uint4 wl[kChunks], wh[kChunks];
-  auto load_weights = [&](uint4* lo, uint4* hi, int st, int c0) {
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const bool live = c0 + c < chunks;
-      const size_t k = static_cast<size_t>(k_begin) + size_t(st) * stage + kw + (c0 + c) * 32;
-      lo[c] = load16_or_zero(w_lo + k, live && lo_ok);
-      hi[c] = load16_or_zero(w_hi + k, live && hi_ok);
-    }
-  };
-  float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // Weights are no kernel's output: the first ones load before the wait on
-  // the predecessor, x after it.
-  load_weights(wl, wh, 0, 0);
-  begin_dependent();
-  const int pieces = stage / 8;  // 16-byte pieces of one x row
-  for (int st = 0; st < stages; ++st) {
-    if (st > 0) {
-      __syncthreads();  // every warp is done with the last piece
-      load_weights(wl, wh, st, 0);
-    }
-    const size_t k_stage = static_cast<size_t>(k_begin) + size_t(st) * stage;
-    for (int i = threadIdx.x; i < kRows * pieces; i += blockDim.x) {
-      const int row = i / pieces, col = (i % pieces) * 8;
-      Bf16Bits* dst = xs + row * ld + col;
-      if (row < a.n) {
-        cp_async16(dst, a.x + static_cast<size_t>(row) * a.in + k_stage + col);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    for (int c0 = 0; c0 < chunks; c0 += kChunks) {
-      uint4 nl[kChunks], nh[kChunks];
-      load_weights(nl, nh, st, c0 + kChunks);  // the next chunks in flight during these MMAs
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        if (c0 + c >= chunks) break;
-        const uint32_t a0[4] = {wl[c].x, wh[c].x, wl[c].y, wh[c].y};
-        const uint32_t a1[4] = {wl[c].z, wh[c].z, wl[c].w, wh[c].w};
-        const Bf16Bits* xk = xs + g * ld + kw + (c0 + c) * 32;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const uint4 b = *reinterpret_cast<const uint4*>(xk + 8 * j * ld);
-          const uint32_t b0[2] = {b.x, b.y}, b1[2] = {b.z, b.w};
-          mma(acc[j], a0, b0);
-          mma(acc[j], a1, b1);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) wl[c] = nl[c], wh[c] = nh[c];
-    }
-  }
-
-  // The slices of each group added in slice order into [group][value][lane]
-  // (x's shared memory is free once every warp is past its MMAs).
-  constexpr int kPerLane = NT * 4;
-  float* red = reinterpret_cast<float*>(skinny_wide_shared);
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-#pragma unroll
-    for (int v = 0; v < 4; ++v) red[(warp * kPerLane + j * 4 + v) * 32 + lane] = acc[j][v];
-  }
-  __syncthreads();
-  // In place: each thread reads and writes only its own items.
-  constexpr int kBlockValues = G * kPerLane * 32;
-  float* sums = red;
-  if constexpr (kSlices > 1) {
-    for (int i = threadIdx.x; i < kBlockValues; i += blockDim.x) {
-      float sum = red[i];
-      for (int q = 1; q < kSlices; ++q) sum += red[q * kBlockValues + i];
-      sums[i] = sum;
-    }
-    __syncthreads();
-  }
-  if (a.splits > 1) {
-    // Publish this block's sums; the tile's last block adds all of them.
-    __shared__ bool last;
-    float* mine = a.partials + (static_cast<size_t>(tile) * a.splits + split) * kBlockValues;
-    for (int i = threadIdx.x; i < kBlockValues; i += blockDim.x) mine[i] = sums[i];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.arrivals + tile, 1) == a.splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const float* all = a.partials + static_cast<size_t>(tile) * a.splits * kBlockValues;
-    for (int i = threadIdx.x; i < kBlockValues; i += blockDim.x) {
-      float sum = 0.0f;
-      for (int s = 0; s < a.splits; ++s) sum += __ldcg(all + static_cast<size_t>(s) * kBlockValues + i);
-      sums[i] = sum;
-    }
-    if (threadIdx.x == 0) a.arrivals[tile] = 0;  // ready for the next call
-    __syncthreads();
-  }
-  // One item per (group, x tile, column pair, lane), lanes fastest: weight
-  // rows g and g + 8 of the group (lane l = 4 g + t) at x row 8j + 2t + e.
-  for (int item = threadIdx.x; item < G * NT * 2 * 32; item += blockDim.x) {
-    const int l = item % 32, e = item / 32 % 2, j = item / 64 % NT, q = item / (64 * NT);
-    const float* gs = sums + q * kPerLane * 32;
-    const float lo = gs[(j * 4 + e) * 32 + l], hi = gs[(j * 4 + 2 + e) * 32 + l];
-    const int r = 8 * j + 2 * (l & 3) + e;
-    const int f = (tile * G + q) * per_group + (l >> 2);
-    if (r >= a.n || f >= a.out) continue;
-    if constexpr (kEpilogue == SkinnyEpilogue::kSwiglu) {
-      a.h[static_cast<size_t>(r) * a.out + f] = to_bf16_bits(lo / (1.0f + __expf(-lo)) * hi);
-    } else {
-      float* at = a.y + static_cast<size_t>(r) * a.out + f;
-      if constexpr (kEpilogue == SkinnyEpilogue::kAccumulate) {
-        at[0] += lo;
-        if (f + 8 < a.out) at[8] += hi;
-      } else {
-        at[0] = lo;
-        if (f + 8 < a.out) at[8] = hi;
-      }
-    }
-  }
-}
-
 bool skinny_gemm_supported(int n, int in) {
   return n >= 1 && n <= kSkinnyMaxRows && in % (32 * kSkinnyWarps) == 0;
 }
@@ -381,59 +208,11 @@ int skinny_splits(int tiles, int in) {
   return splits;
 }
 
-// The wide form's shape for an output of `groups` groups of 16 weight rows
-// (SwiGLU: of 8 outputs) and K = in: 8 groups a block where that leaves at
-// least 24 tiles, else 4; K split so that the grid nears two blocks a
-// multiprocessor while each block keeps at least 256 of K (a multiple of 64,
-// which the bank-conflict-free x layout needs).
-constexpr int kSkinnyWideBlocks = 2 * 132;  // two blocks on each of an H100/H200's multiprocessors
-struct WideShape {
-  int groups_per_block, tiles, splits;
-};
-inline WideShape wide_shape(int groups, int in, bool split_allowed) {
-  WideShape w;
-  w.groups_per_block = groups >= 8 * 24 ? 8 : 4;
-  w.tiles = (groups + w.groups_per_block - 1) / w.groups_per_block;
-  w.splits = 1;
-  while (split_allowed && w.splits < 8 && w.tiles * w.splits * 2 <= kSkinnyWideBlocks &&
-         in / (w.splits * 2) >= 256 && (in / (w.splits * 2)) % 64 == 0 && in % (w.splits * 2) == 0) {
-    w.splits *= 2;
-  }
-  return w;
-}
-
-template <int NT, int G, SkinnyEpilogue kEpilogue>
-void launch_skinny_wide(const SkinnyArgs& args, int tiles, CUstream_st* stream) {
-  const int stage = skinny_wide_stage(args.in / args.splits);
-  const size_t x_bytes = size_t(8) * NT * (stage + 32) * sizeof(Bf16Bits);
-  const size_t red_bytes = size_t(kSkinnyWarps) * NT * 4 * 32 * sizeof(float);
-  const size_t smem = std::max(x_bytes, red_bytes);
-  // Past 48 KB a kernel must ask, once.
-  static const cudaError_t raised = cudaFuncSetAttribute(
-      skinny_wide_kernel<NT, G, kEpilogue>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSkinnyWideMaxShared);
-  (void)raised;  // a refusal shows as the launch's error
-  launch_dependent(skinny_wide_kernel<NT, G, kEpilogue>, dim3(tiles, args.splits), 32 * kSkinnyWarps, smem,
-                   stream, args);
-}
-
 template <SkinnyEpilogue kEpilogue>
 void launch_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
                    int out, const SkinnyScratch& scratch, CUstream_st* stream) {
-  const bool swiglu = kEpilogue == SkinnyEpilogue::kSwiglu;
-  const bool can_split = scratch.partials && scratch.arrivals;
-  if (n > 8) {
-    const int groups = swiglu ? (out + 7) / 8 : (out + 15) / 16;
-    const WideShape ws = wide_shape(groups, in, can_split);
-    const SkinnyArgs args{y, h, x, w, n, in, out, ws.splits, scratch.partials, scratch.arrivals};
-    with_tiles(n, [&](auto tile_rows) {
-      constexpr int NT = decltype(tile_rows)::value;
-      if (ws.groups_per_block == 8) launch_skinny_wide<NT, 8, kEpilogue>(args, ws.tiles, stream);
-      else launch_skinny_wide<NT, 4, kEpilogue>(args, ws.tiles, stream);
-    });
-    return;
-  }
-  const int tiles = swiglu ? (out + 7) / 8 : (out + 15) / 16;
-  const int splits = can_split ? skinny_splits(tiles, in) : 1;
+  const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
+  const int splits = scratch.partials && scratch.arrivals ? skinny_splits(tiles, in) : 1;
   const SkinnyArgs args{y, h, x, w, n, in, out, splits, scratch.partials, scratch.arrivals};
   with_tiles(n, [&](auto tile_rows) {
     constexpr int NT = decltype(tile_rows)::value;

@@ -473,7 +473,7 @@ TEST_F(DecodeOpsParity, SkinnyGemmMatchesTheCpuProjection) {
   EXPECT_EQ(cuda::skinny_splits(64, 3072), 4);  // K ranges of whole chunks
   EXPECT_EQ(cuda::skinny_splits(9496, 1024), 1);
   for (int in : {256, 1024, 3072}) {
-    for (int out : {40, 1024, 4096}) {
+    for (int out : {40, 1024}) {
       const auto w = to_bf16(testing::random_vector(size_t(out) * in, 81 + in + out));
       for (int n : {1, 5, 8, 9, 16, 24, 33, 48, 64}) {
         for (bool split : {true, false}) {
