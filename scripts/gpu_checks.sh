@@ -23,11 +23,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if [[ -f .device/cohort/env.sh ]]; then
   source .device/cohort/env.sh
   # Test binaries find their sources and siblings where they were built
-  # (/work/main, build-gpu/): point those paths at this copy and the bundle.
+  # (/work/main, build/ or build-gpu/): point those paths at this copy and
+  # the bundle.
   if [[ $root != /work/main && ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
-  mkdir -p build-gpu
-  ln -sfn "$root/.device/cohort/bin" build-gpu/bin
-  ln -sfn "$root/.device/cohort/bin" build-gpu/tests
+  # Binaries built in build/ or build-gpu/ look there for their helpers.
+  for dir in build build-gpu; do
+    [[ -e $dir/CMakeCache.txt ]] && continue  # a real build on this machine
+    mkdir -p "$dir"
+    ln -sfn "$root/.device/cohort/bin" "$dir/bin"
+    ln -sfn "$root/.device/cohort/bin" "$dir/tests"
+  done
   bin=$root/.device/cohort/bin
   tests=$bin
 else
