@@ -5,14 +5,14 @@
 // including nvml.h (which would need the CUDA toolkit at build time).
 #include "agent/nvml_prober.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "base/dynamic_library.h"
 
 namespace cohort::agent {
 namespace {
@@ -32,6 +32,7 @@ struct nvmlUtilization_t {
   unsigned int gpu, memory;  // percent of the last sample period
 };
 constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
 constexpr unsigned kUuidBufferSize = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 constexpr unsigned kNameBufferSize = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 
@@ -46,20 +47,6 @@ struct NvmlApi {
   bool pci_is_v3;  // busId[32] is filled; else format the bus id from numbers
   nvmlReturn_t (*get_name)(nvmlDevice_t, char*, unsigned);
   nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t*);
-};
-
-template <typename Fn>
-bool resolve(void* lib, const char* symbol, Fn* out) {
-  *out = reinterpret_cast<Fn>(dlsym(lib, symbol));
-  return *out != nullptr;
-}
-
-// Closes the library on every path out of probe_with_nvml.
-struct LibraryHandle {
-  void* lib = nullptr;
-  ~LibraryHandle() {
-    if (lib) dlclose(lib);
-  }
 };
 
 std::string describe(const NvmlApi& api, nvmlReturn_t rc) {
@@ -104,23 +91,24 @@ cohort::Result<GpuInfo> query_device(const NvmlApi& api, unsigned index) {
 }  // namespace
 
 std::optional<cohort::Result<std::vector<GpuInfo>>> probe_with_nvml() {
-  LibraryHandle handle{dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)};
-  if (!handle.lib) {
-    spdlog::debug("NVML not available ({}); trying nvidia-smi", dlerror());
+  // Closed on every path out of here.
+  auto opened = cohort::DynamicLibrary::open(kNvmlLibrary);
+  if (!opened.is_ok()) {
+    spdlog::debug("NVML not available ({}); trying nvidia-smi", opened.status().message());
     return std::nullopt;
   }
+  const cohort::DynamicLibrary& lib = *opened;
   NvmlApi api = {};
-  void* lib = handle.lib;
-  resolve(lib, "nvmlErrorString", &api.error_string);  // optional, for messages
-  api.pci_is_v3 = resolve(lib, "nvmlDeviceGetPciInfo_v3", &api.get_pci);
-  bool complete = resolve(lib, "nvmlInit_v2", &api.init) &&
-                  resolve(lib, "nvmlShutdown", &api.shutdown) &&
-                  resolve(lib, "nvmlDeviceGetCount_v2", &api.get_count) &&
-                  resolve(lib, "nvmlDeviceGetHandleByIndex_v2", &api.get_handle) &&
-                  resolve(lib, "nvmlDeviceGetUUID", &api.get_uuid) &&
-                  (api.get_pci || resolve(lib, "nvmlDeviceGetPciInfo", &api.get_pci)) &&
-                  resolve(lib, "nvmlDeviceGetName", &api.get_name) &&
-                  resolve(lib, "nvmlDeviceGetMemoryInfo", &api.get_memory);
+  lib.find("nvmlErrorString", &api.error_string);  // optional, for messages
+  api.pci_is_v3 = lib.find("nvmlDeviceGetPciInfo_v3", &api.get_pci);
+  bool complete = lib.find("nvmlInit_v2", &api.init) &&
+                  lib.find("nvmlShutdown", &api.shutdown) &&
+                  lib.find("nvmlDeviceGetCount_v2", &api.get_count) &&
+                  lib.find("nvmlDeviceGetHandleByIndex_v2", &api.get_handle) &&
+                  lib.find("nvmlDeviceGetUUID", &api.get_uuid) &&
+                  (api.get_pci || lib.find("nvmlDeviceGetPciInfo", &api.get_pci)) &&
+                  lib.find("nvmlDeviceGetName", &api.get_name) &&
+                  lib.find("nvmlDeviceGetMemoryInfo", &api.get_memory);
   if (!complete) {
     spdlog::warn("libnvidia-ml.so.1 lacks a symbol cohort needs; trying nvidia-smi");
     return std::nullopt;
@@ -149,7 +137,7 @@ std::optional<cohort::Result<std::vector<GpuInfo>>> probe_with_nvml() {
 }
 
 struct NvmlSampler::Session {
-  LibraryHandle handle;
+  cohort::DynamicLibrary lib;
   nvmlReturn_t (*shutdown)() = nullptr;
   nvmlReturn_t (*get_count)(unsigned*) = nullptr;
   nvmlReturn_t (*get_handle)(unsigned, nvmlDevice_t*) = nullptr;
@@ -167,16 +155,17 @@ NvmlSampler::~NvmlSampler() {
 std::vector<GpuUsage> NvmlSampler::sample() {
   if (!tried_) {
     tried_ = true;
+    auto opened = cohort::DynamicLibrary::open(kNvmlLibrary);
+    if (!opened.is_ok()) return {};
     auto s = std::make_unique<Session>();
-    s->handle.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!s->handle.lib) return {};
+    s->lib = std::move(opened).value();
     nvmlReturn_t (*init)() = nullptr;
-    void* lib = s->handle.lib;
-    bool complete = resolve(lib, "nvmlInit_v2", &init) && resolve(lib, "nvmlShutdown", &s->shutdown) &&
-                    resolve(lib, "nvmlDeviceGetCount_v2", &s->get_count) &&
-                    resolve(lib, "nvmlDeviceGetHandleByIndex_v2", &s->get_handle) &&
-                    resolve(lib, "nvmlDeviceGetUtilizationRates", &s->get_utilization) &&
-                    resolve(lib, "nvmlDeviceGetMemoryInfo", &s->get_memory);
+    const cohort::DynamicLibrary& lib = s->lib;
+    bool complete = lib.find("nvmlInit_v2", &init) && lib.find("nvmlShutdown", &s->shutdown) &&
+                    lib.find("nvmlDeviceGetCount_v2", &s->get_count) &&
+                    lib.find("nvmlDeviceGetHandleByIndex_v2", &s->get_handle) &&
+                    lib.find("nvmlDeviceGetUtilizationRates", &s->get_utilization) &&
+                    lib.find("nvmlDeviceGetMemoryInfo", &s->get_memory);
     if (!complete || init() != kNvmlSuccess) return {};
     session_ = s.release();
   }

@@ -1,10 +1,10 @@
 #include "models/cuda/cudnn_graph.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <mutex>
 
+#include "base/dynamic_library.h"
 #include "base/env_knobs.h"
 
 // The graph's and plan's handle attributes are marked deprecated in favour
@@ -20,30 +20,25 @@ constexpr size_t kMinVersion = 90000;
 
 Result<const Api*> load() {
   const char* named = read_env_knob(EnvKnob::kCudnnLibrary);
-  const std::string file = named ? named : "libcudnn.so.9";
-  void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return unavailable(fmt::format("cannot load {}: {}", file, dlerror()));
+  // Kept open for the process: plans and handles live until exit.
+  static DynamicLibrary lib;
+  COHORT_ASSIGN_OR_RETURN(lib, DynamicLibrary::open(named ? named : "libcudnn.so.9"));
   static Api table;
-  auto resolve = [&](auto& fn, const char* name) -> Status {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-    if (!fn) return unavailable(fmt::format("{} has no symbol {}", file, name));
-    return Status::ok();
-  };
-  COHORT_RETURN_IF_ERROR(resolve(table.get_version, "cudnnGetVersion"));
-  COHORT_RETURN_IF_ERROR(resolve(table.error_string, "cudnnGetErrorString"));
-  COHORT_RETURN_IF_ERROR(resolve(table.last_error, "cudnnGetLastErrorString"));
-  COHORT_RETURN_IF_ERROR(resolve(table.create, "cudnnCreate"));
-  COHORT_RETURN_IF_ERROR(resolve(table.destroy, "cudnnDestroy"));
-  COHORT_RETURN_IF_ERROR(resolve(table.set_stream, "cudnnSetStream"));
-  COHORT_RETURN_IF_ERROR(resolve(table.create_descriptor, "cudnnBackendCreateDescriptor"));
-  COHORT_RETURN_IF_ERROR(resolve(table.destroy_descriptor, "cudnnBackendDestroyDescriptor"));
-  COHORT_RETURN_IF_ERROR(resolve(table.set_attribute, "cudnnBackendSetAttribute"));
-  COHORT_RETURN_IF_ERROR(resolve(table.get_attribute, "cudnnBackendGetAttribute"));
-  COHORT_RETURN_IF_ERROR(resolve(table.finalize, "cudnnBackendFinalize"));
-  COHORT_RETURN_IF_ERROR(resolve(table.execute, "cudnnBackendExecute"));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnGetVersion", &table.get_version));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnGetErrorString", &table.error_string));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnGetLastErrorString", &table.last_error));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnCreate", &table.create));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnDestroy", &table.destroy));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnSetStream", &table.set_stream));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnBackendCreateDescriptor", &table.create_descriptor));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnBackendDestroyDescriptor", &table.destroy_descriptor));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnBackendSetAttribute", &table.set_attribute));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnBackendGetAttribute", &table.get_attribute));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnBackendFinalize", &table.finalize));
+  COHORT_RETURN_IF_ERROR(lib.require("cudnnBackendExecute", &table.execute));
   const size_t version = table.get_version();
   if (version < kMinVersion) {
-    return unavailable(fmt::format("{} is cuDNN {}, older than 9.0", file, version));
+    return unavailable(fmt::format("{} is cuDNN {}, older than 9.0", lib.file(), version));
   }
   return &table;
 }

@@ -23,6 +23,9 @@ inline std::vector<float> rounded(const std::vector<float>& v) {
   return out;
 }
 
+// cuda_device_count() from the runtime directly: a test that compiles the
+// kernels itself (train_kernels_gpu_test.cu) must not link the backend's
+// CUDA objects, which define the same kernels.
 inline bool gpu_visible() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
