@@ -66,6 +66,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "kernel family instead of the one measured faster per decode bucket at warm-up (so that "
        "runs with and without graphs compute the same sums).",
        true},
+      {K::kInferFusedAttentionRows, "COHORT_INFER_FUSED_ATTENTION_ROWS", "infer",
+       "A number of rows: the bf16 graph engine's decode steps of up to that many rows prepare "
+       "q/k/v inside the attention kernel, larger ones run qkv_rope_cache first (default 64).",
+       true},
       {K::kTrainDumpBatches, "COHORT_TRAIN_DUMP_BATCHES", "train",
        "`1`: rank 0 appends each step's inputs and targets (int32) to output_dir/batches.i32, "
        "for loss parity checks against another trainer.",

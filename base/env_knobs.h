@@ -35,6 +35,7 @@ enum class EnvKnob {
   kInferIgnoreEos,
   kInferStepTimes,
   kInferProjections,
+  kInferFusedAttentionRows,
   kTrainDumpBatches,
   kTrainBlocks,
   kCudnnLibrary,

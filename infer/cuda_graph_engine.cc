@@ -177,6 +177,15 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
     COHORT_CUDA_CHECK(cudaEventCreate(&step_end_));
     time_steps_ = true;
   }
+  if (const char* rows = read_env_knob(EnvKnob::kInferFusedAttentionRows)) {
+    char* end = nullptr;
+    const long value = std::strtol(rows, &end, 10);
+    if (*end != '\0' || value < 0 || value > INT_MAX) {
+      return invalid_argument(std::string("COHORT_INFER_FUSED_ATTENTION_ROWS is '") + rows +
+                              "': expected a number of rows");
+    }
+    fused_attention_rows_ = static_cast<int>(value);
+  }
   // Graph capture needs cuBLASLt to use a workspace it was given, not one it
   // allocates on the fly.
   constexpr size_t kWorkspace = size_t{32} << 20;
@@ -291,6 +300,9 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* partials, take(models::cuda::kSkinnyScratchFloats * 4));
   COHORT_ASSIGN_OR_RETURN(void* arrivals, take(models::cuda::kSkinnyScratchTiles * 4));
   skinny_ = {static_cast<float*>(partials), static_cast<int*>(arrivals)};
+  COHORT_ASSIGN_OR_RETURN(void* attn_partials, take(models::cuda::kDecodeAttnScratchFloats * 4));
+  COHORT_ASSIGN_OR_RETURN(void* attn_arrivals, take(models::cuda::kDecodeAttnScratchBlocks * 4));
+  attention_scratch_ = {static_cast<float*>(attn_partials), static_cast<int*>(attn_arrivals)};
   buf_ = Buffers{
       static_cast<float*>(x),        static_cast<Bf16*>(xn),      static_cast<float*>(qkv),
       static_cast<float*>(q),        static_cast<Bf16*>(y),       static_cast<float*>(tmp),
@@ -318,7 +330,7 @@ Status CudaGraphEngine::alloc_buffers() {
 }
 
 bool cuda_graph_engine_supports(const models::ModelConfig& config) {
-  return config.head_dim % 16 == 0 && config.head_dim <= 512;
+  return config.head_dim % 16 == 0 && models::cuda::decode_attention_supports(config.head_dim);
 }
 
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
@@ -326,7 +338,7 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
                                                                 collective::Communicator* tp_cpu,
                                                                 const EngineWeightLoader& load) {
   if (!cuda_graph_engine_supports(config)) {
-    return invalid_argument("the bf16 CUDA engine needs head_dim a multiple of 16 up to 512, not " +
+    return invalid_argument("the bf16 CUDA engine needs head_dim 16, 32, 64, 128 or 256, not " +
                             std::to_string(config.head_dim) +
                             "; set COHORT_INFER_ENGINE=model to use the models library's engine");
   }

@@ -111,10 +111,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // buf_.h = SwiGLU(x · w_gate/upᵀ).
   void gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I);
   // Decode steps up to this many rows prepare q/k/v inside attention
-  // (decode_attention_fused): one kernel a layer fewer, but its extra
-  // registers and barriers cost more than that kernel once the grid is
-  // several waves deep (bench/RESULTS.md).
-  static constexpr int kFusedAttentionMaxRows = 8;
+  // (decode_attention_fused): one kernel a layer fewer
+  // (COHORT_INFER_FUSED_ATTENTION_ROWS overrides it).
+  int fused_attention_rows_ = 64;
   void all_reduce(float* data, size_t count);
   void all_gather(const float* send, float* recv, size_t count, const char* what);
   // Waits for everything on the stream, at tp > 1 no longer than
@@ -149,6 +148,7 @@ class CudaGraphEngine final : public InferenceEngine {
   Buffers buf_{};
   models::DecodeRows row_index_{};
   models::cuda::SkinnyScratch skinny_{};  // the tensor-core projections' split-K meeting place
+  models::cuda::DecodeAttentionScratch attention_scratch_{};  // attention split over the context
   int32_t* host_rows_ = nullptr;    // pinned [3, R]
   int32_t* host_tokens_ = nullptr;  // pinned [B]
   int32_t* host_head_rows_ = nullptr;  // pinned [B]

@@ -11,6 +11,11 @@
 #   scripts/gpu_checks.sh training OUTDIR  the training engine's checks: fused-block tests, 200-step loss
 #                                          parity with PyTorch, then the engine benchmark beside transformers
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
+#   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
+#                                          against transformers at batch 1 and 64
+#   scripts/gpu_checks.sh decode_profile OUTDIR
+#                                          per-kernel GPU time of decode steps under graph replay
+#                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
 phase=${1:?tests or bench}
@@ -81,6 +86,27 @@ elif [[ $phase == gpu_tests ]]; then
   for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
+elif [[ $phase == decode ]]; then
+  STEP_TIMEOUT=120 step models_decode_ops_parity_test "$tests/models_decode_ops_parity_test"
+  grep -E "FAILED|Failure|Which is|splits|paged|contiguous" "$out/models_decode_ops_parity_test.log" | head -20
+  STEP_TIMEOUT=150 step infer_gpu_test "$tests/infer_gpu_test"
+  grep -E "FAILED|Failure|SKIPPED" "$out/infer_gpu_test.log" | head -10
+  STEP_TIMEOUT=150 step hf_generate_parity_b1 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --batch 1
+  STEP_TIMEOUT=150 step hf_generate_parity_b64 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" \
+    --sections bf16 --prompts 64 --batch 64
+elif [[ $phase == decode_profile ]]; then
+  # The infer job under the CUPTI kernel timer: one report per worker, each
+  # graph (decode bucket) with its kernels' time per launch.
+  preload=$bin/libcohort_kernel_times.so
+  [[ -f $preload ]] || preload=$root/build/bench/libcohort_kernel_times.so
+  wrapper=$out/worker-with-kernel-times
+  printf '#!/bin/sh\nexport KERNEL_TIMES=%s COHORT_INFER_STEP_TIMES=1 LD_PRELOAD=%s\nexec %s "$@"\n' \
+    "$out/kernel-times" "$preload" "$bin/cohort-worker" >"$wrapper"
+  chmod +x "$wrapper"
+  STEP_TIMEOUT=300 step infer_bench_profiled python3 bench/infer_bench.py --worker "$wrapper" \
+    --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work"
+  tail -8 "$out/infer_bench_profiled.log"
+  grep -h -E "engine load|warm-up|decode steps of" "$out"/work/*.log | cut -c1-300
 elif [[ $phase == attention ]]; then
   # cuDNN's fused attention against the CPU reference and the flash kernels,
   # then the training step with each (models_train_bench, per-op times).

@@ -1,15 +1,26 @@
 // CUDA decode attention (CPU reference and contract: decode_attention.h).
-// One block of 8 warps per (row, query head). A cache position is handled by
-// D / 16 lanes (16 dims each, loaded as two 16-byte vectors), so a warp
-// holds 32 / (D / 16) lane groups, and each group takes
-// kDecodePositionsPerGroup positions a round with all their loads in flight
+//
+// Flash decoding over grouped-query heads. A block of 4 warps serves one row,
+// up to kDecodeMaxHeads query heads of one KV group (so the group's K and V
+// are read once for all of them, not once per query head) and one split of
+// the row's positions: at a few rows a KV head's context is cut into
+// `splits` ranges whose blocks run side by side, and the last of them to
+// finish (an atomic count) merges their partial softmax states in split
+// order, so results are deterministic. How many splits a launch takes is
+// fixed when a decode step is captured, so each block derives its range from
+// the row's position at run time, and ranges beyond the context do nothing.
+//
+// A cache position is handled by D / 8 lanes (8 dims each, one 16-byte
+// vector of K and one of V), so a warp holds 32 / (D / 8) lane groups, and
+// each group takes a few positions a round with all their loads in flight
 // together (a decode step is bound by memory latency, not bandwidth, at
 // contexts of a few hundred positions). Every lane group keeps an online
-// softmax state (max, sum, accumulator) in fp32, merged at the end within
-// the warp (shuffles) and across warps (shared memory). The merge order is
-// fixed, so results are deterministic.
+// softmax state (max, sum, accumulator) per head in fp32, merged within the
+// warp (shuffles), across warps (shared memory) and across splits (global
+// scratch).
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 
 #include "models/cuda/common.cuh"
@@ -17,14 +28,18 @@
 
 namespace cohort::models::cuda {
 
-constexpr int kDecodeAttnWarps = 8;
-constexpr int kDecodeDimsPerLane = 16;
-constexpr int kDecodePositionsPerGroup = 4;
+constexpr int kDecodeAttnWarps = 4;
+constexpr int kDecodeDimsPerLane = 8;
+// A split covers at least this many rounds: merging splits costs a fence,
+// an atomic and a read of the partials, about what two rounds of loads do.
+constexpr int kDecodeAttnMinRounds = 2;
 
-// The 16 bf16 of two 16-byte vectors as floats.
-__device__ __forceinline__ void unpack16_bf16(const uint4 (&w)[2], float* out) {
-  unpack8_bf16(w[0], out);
-  unpack8_bf16(w[1], out + 8);
+// Positions a lane group keeps in flight: fewer when each carries more
+// heads, so that the block stays within 128 registers (four blocks a
+// multiprocessor).
+template <int kHeads>
+constexpr int decode_positions_per_group() {
+  return kHeads >= 4 ? 2 : 4;
 }
 
 // Merges a partial softmax state (m, l, acc) with another one.
@@ -41,9 +56,10 @@ __device__ inline void merge_softmax_state(float& m, float& l, float* acc, float
 // The decode step's own q, k and v (fused form): the row's unnormalised
 // projection with the bias or per-head norms and RoPE applied here, as
 // qkv_rope_cache does it (rope.cuh). Threads i < D/2 hold the pairs
-// (i, i + D/2). q goes to shared memory in fp32, k and v in bf16 (what the
-// cache holds), and the first q head of each KV group writes them to the
-// cache. Every thread of the block calls it (the norms are block sums).
+// (i, i + D/2). The block's kHeads query heads go to shared memory in fp32,
+// k and v in bf16 (what the cache holds); one block of each (row, KV head)
+// writes them to the cache. Every thread of the block calls it (the norms
+// are block sums).
 struct DecodeQkv {
   const float* qkv = nullptr;  // [n, (hq + 2 hkv) D]
   const float* bias = nullptr;
@@ -56,22 +72,32 @@ struct DecodeQkv {
 // What decode_own_qkv needs besides the projection: model weights and the
 // RoPE table at the row's position, none of which a kernel writes, so they
 // are loaded before the wait on the predecessor.
+template <int kHeads>
 struct DecodeQkvConstants {
-  float bias[6] = {};  // q, q + half, k, k + half, v, v + half
+  float q_bias[kHeads][2] = {};
+  float kv_bias[4] = {};  // k, k + half, v, v + half
   float q_norm[2] = {1.0f, 1.0f}, k_norm[2] = {1.0f, 1.0f};
   float cos = 1.0f, sin = 0.0f;
 };
 
-__device__ inline DecodeQkvConstants decode_own_constants(const DecodeQkv& in, const DecodeRows& rows,
-                                                          const DecodeShape& s, int r, int h, int kv) {
-  DecodeQkvConstants c;
+// The block's heads: query heads h0 .. h0 + kHeads - 1 of KV head kv.
+template <int kHeads>
+__device__ inline DecodeQkvConstants<kHeads> decode_own_constants(const DecodeQkv& in,
+                                                                  const DecodeRows& rows,
+                                                                  const DecodeShape& s, int r,
+                                                                  int h0, int kv) {
+  DecodeQkvConstants<kHeads> c;
   const int D = s.head_dim, half = D / 2, i = threadIdx.x;
   if (i >= half) return c;
-  const int qc = h * D, kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
+  const int kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
   if (in.bias) {
-    c.bias[0] = __ldg(in.bias + qc + i), c.bias[1] = __ldg(in.bias + qc + i + half);
-    c.bias[2] = __ldg(in.bias + kc + i), c.bias[3] = __ldg(in.bias + kc + i + half);
-    c.bias[4] = __ldg(in.bias + vc + i), c.bias[5] = __ldg(in.bias + vc + i + half);
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      const int qc = (h0 + g) * D;
+      c.q_bias[g][0] = __ldg(in.bias + qc + i), c.q_bias[g][1] = __ldg(in.bias + qc + i + half);
+    }
+    c.kv_bias[0] = __ldg(in.bias + kc + i), c.kv_bias[1] = __ldg(in.bias + kc + i + half);
+    c.kv_bias[2] = __ldg(in.bias + vc + i), c.kv_bias[3] = __ldg(in.bias + vc + i + half);
   }
   if (in.q_norm) c.q_norm[0] = __ldg(in.q_norm + i), c.q_norm[1] = __ldg(in.q_norm + i + half);
   if (in.k_norm) c.k_norm[0] = __ldg(in.k_norm + i), c.k_norm[1] = __ldg(in.k_norm + i + half);
@@ -80,205 +106,368 @@ __device__ inline DecodeQkvConstants decode_own_constants(const DecodeQkv& in, c
   return c;
 }
 
-__device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeQkvConstants& c,
-                                      const DecodeRows& rows, const DecodeShape& s, int r, int h,
-                                      int kv, float* sq, Bf16Bits* sk, Bf16Bits* sv,
-                                      Bf16Bits* k_cache, Bf16Bits* v_cache) {
+template <int kHeads>
+__device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeQkvConstants<kHeads>& c,
+                                      const DecodeRows& rows, const DecodeShape& s, int r, int h0,
+                                      int kv, bool write_cache, float* sq, Bf16Bits* sk,
+                                      Bf16Bits* sv, Bf16Bits* k_cache, Bf16Bits* v_cache) {
   const int D = s.head_dim, half = D / 2, i = threadIdx.x;
   const bool active = i < half;
-  const int pos = rows.positions[r];
   const float* row = in.qkv + static_cast<size_t>(r) * (s.hq + 2 * s.hkv) * D;
-  const int qc = h * D, kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
-  float qa = 0, qb = 0, ka = 0, kb = 0, va = 0, vb = 0;
+  const int kc = (s.hq + kv) * D, vc = (s.hq + s.hkv + kv) * D;
+  float qa[kHeads] = {}, qb[kHeads] = {}, ka = 0, kb = 0, va = 0, vb = 0;
   if (active) {
-    qa = row[qc + i] + c.bias[0], qb = row[qc + i + half] + c.bias[1];
-    ka = row[kc + i] + c.bias[2], kb = row[kc + i + half] + c.bias[3];
-    va = row[vc + i] + c.bias[4], vb = row[vc + i + half] + c.bias[5];
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      const int qc = (h0 + g) * D;
+      qa[g] = row[qc + i] + c.q_bias[g][0], qb[g] = row[qc + i + half] + c.q_bias[g][1];
+    }
+    ka = row[kc + i] + c.kv_bias[0], kb = row[kc + i + half] + c.kv_bias[1];
+    va = row[vc + i] + c.kv_bias[2], vb = row[vc + i + half] + c.kv_bias[3];
   }
   if (in.q_norm || in.k_norm) {  // uniform across the block: the barriers inside are safe
-    float ss[2] = {qa * qa + qb * qb, ka * ka + kb * kb};
+    float ss[kHeads + 1];
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) ss[g] = qa[g] * qa[g] + qb[g] * qb[g];
+    ss[kHeads] = ka * ka + kb * kb;
     block_reduce_each<false>(ss);
     if (in.q_norm && active) {
-      const float rq = rsqrtf(ss[0] / static_cast<float>(D) + s.eps);
-      qa = c.q_norm[0] * (qa * rq), qb = c.q_norm[1] * (qb * rq);
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) {
+        const float rq = rsqrtf(ss[g] / static_cast<float>(D) + s.eps);
+        qa[g] = c.q_norm[0] * (qa[g] * rq), qb[g] = c.q_norm[1] * (qb[g] * rq);
+      }
     }
     if (in.k_norm && active) {
-      const float rk = rsqrtf(ss[1] / static_cast<float>(D) + s.eps);
+      const float rk = rsqrtf(ss[kHeads] / static_cast<float>(D) + s.eps);
       ka = c.k_norm[0] * (ka * rk), kb = c.k_norm[1] * (kb * rk);
     }
   }
   if (!active) return;
-  sq[i] = qa * c.cos - qb * c.sin, sq[i + half] = qb * c.cos + qa * c.sin;
+#pragma unroll
+  for (int g = 0; g < kHeads; ++g) {
+    sq[g * D + i] = qa[g] * c.cos - qb[g] * c.sin, sq[g * D + i + half] = qb[g] * c.cos + qa[g] * c.sin;
+  }
   const Bf16Bits k0 = to_bf16_bits(ka * c.cos - kb * c.sin), k1 = to_bf16_bits(kb * c.cos + ka * c.sin);
   const Bf16Bits v0 = to_bf16_bits(va), v1 = to_bf16_bits(vb);
   sk[i] = k0, sk[i + half] = k1, sv[i] = v0, sv[i + half] = v1;
-  if (h % (s.hq / s.hkv) == 0) {
-    const size_t at = cache_offset(rows, s, rows.slots[r], kv, pos);
+  if (write_cache) {
+    const size_t at = cache_offset(rows, s, rows.slots[r], kv, rows.positions[r]);
     k_cache[at + i] = k0, k_cache[at + i + half] = k1;
     v_cache[at + i] = v0, v_cache[at + i + half] = v1;
   }
 }
 
+// Where a launch with several splits leaves its partial states: for each
+// (row, block of heads, split) kHeads accumulators of D floats, then the
+// kHeads maxima and the kHeads sums; and per (row, block of heads) the
+// count of splits that have finished, zero between launches.
+struct DecodeSplits {
+  int splits = 1;
+  float* partials = nullptr;
+  int* arrivals = nullptr;
+};
+
 // kFused: the decode-step form (decode_attention_fused); else q comes
 // ready from qkv_rope_cache and the row's own position from the cache.
-// At most 128 registers, so that two blocks share a multiprocessor: at
-// decode batches of dozens of rows the grid is several waves deep, and one
-// block a multiprocessor (129 registers are enough for that) doubles them.
-template <bool kFused>
-__global__ void __launch_bounds__(32 * kDecodeAttnWarps, 2) decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache,
-                                        Bf16Bits* v_cache, DecodeRows rows, DecodeShape s,
-                                        Bf16Bits* y) {
-  const int r = blockIdx.x, h = blockIdx.y, D = s.head_dim;
-  const int lanes = D / kDecodeDimsPerLane, per_warp = 32 / lanes;
+// Grid: (rows, KV heads x blocks of heads a KV head, splits).
+template <bool kFused, int kHeads>
+__global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
+    decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache, Bf16Bits* v_cache,
+                            DecodeRows rows, DecodeShape s, DecodeSplits split, Bf16Bits* y) {
+  constexpr int P = decode_positions_per_group<kHeads>();
+  constexpr int W = kDecodeAttnWarps, E = kDecodeDimsPerLane;
+  const int r = blockIdx.x, D = s.head_dim;
+  const int group_size = s.hq / s.hkv, parts = group_size / kHeads;
+  const int kv = blockIdx.y / parts, part = blockIdx.y % parts;
+  const int h0 = kv * group_size + part * kHeads;
+  const int lanes = D / E, per_warp = 32 / lanes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane / lanes, sub = lane % lanes;
-  const int groups = kDecodeAttnWarps * per_warp, my_group = warp * per_warp + group;
-  const int span = kDecodePositionsPerGroup * groups;  // positions a round
+  const int groups = W * per_warp, my_group = warp * per_warp + group;
+  const int span = P * groups;  // positions a round
   // Row indices were copied in before the step's first kernel, and in the
   // fused form every cached position below the row's own was written by an
   // earlier step: both may be read before the wait on the predecessor.
-  const int kv = h / (s.hq / s.hkv), pos = rows.positions[r];
-  const int slot = rows.slots[r];
+  const int pos = rows.positions[r], slot = rows.slots[r], length = pos + 1;
+  // This split's positions [begin, end): whole rounds, as even as they go.
+  const int per_split = (length + split.splits - 1) / split.splits;
+  const int chunk = max((per_split + span - 1) / span * span, kDecodeAttnMinRounds * span);
+  const int begin = blockIdx.z * chunk, end = min(length, begin + chunk);
+  const int active = (length + chunk - 1) / chunk;
+  if (begin >= length) return;  // a split beyond this row's context
   const bool paged = rows.block_table != nullptr;
   // Contiguous: the slot's head is one run of positions.
   const size_t head_base = paged ? 0 : cache_offset(rows, s, slot, kv, 0);
-  extern __shared__ float shared[];  // [warps][D] acc, [warps] m, [warps] l; fused: q, k, v
-  float* sq = shared + kDecodeAttnWarps * (D + 2);
-  Bf16Bits* sk = reinterpret_cast<Bf16Bits*>(sq + D);
+  // [W][kHeads][D] acc, [W][kHeads] m, [W][kHeads] l; fused: q [kHeads][D],
+  // k, v; paged: the split's entries of the block table.
+  extern __shared__ float shared[];
+  float* sq = shared + W * kHeads * (D + 2);
+  Bf16Bits* sk = reinterpret_cast<Bf16Bits*>(sq + (kFused ? kHeads * D : 0));
   Bf16Bits* sv = sk + D;
-  // Each lane group takes kDecodePositionsPerGroup positions a round,
-  // interleaved with the other groups' (neighbouring groups read
-  // neighbouring positions), and loads all of their K and V before using
-  // any: one memory round trip a round, where a round covers 128 positions
-  // at head_dim 128.
-  uint4 kraw[kDecodePositionsPerGroup][2], vraw[kDecodePositionsPerGroup][2];
+  int* table = reinterpret_cast<int*>(sk + (kFused ? 2 * D : 0));
+  // The split's cache blocks, read once into shared memory, so that a
+  // round's loads do not each wait on a table lookup first.
+  const int first_block = begin >> s.block_shift;
+  if (paged) {
+    const int32_t* slot_table = rows.block_table + static_cast<size_t>(slot) * blocks_per_slot(s);
+    for (int i = threadIdx.x; i <= ((end - 1) >> s.block_shift) - first_block; i += blockDim.x) {
+      table[i] = slot_table[first_block + i];
+    }
+    __syncthreads();
+  }
+  const int within_mask = (1 << s.block_shift) - 1;
+  // Each lane group takes P positions a round, interleaved with the other
+  // groups' (neighbouring groups read neighbouring positions), and loads
+  // all of their K and V before using any: one memory round trip a round.
+  uint4 kraw[P], vraw[P];
   auto load_round = [&](int base) {
 #pragma unroll
-    for (int u = 0; u < kDecodePositionsPerGroup; ++u) {
+    for (int u = 0; u < P; ++u) {
       const int t = base + u * groups + my_group;
-      if (t < pos || (!kFused && t == pos)) {
-        const size_t at = (paged ? cache_offset(rows, s, slot, kv, t)
-                                 : head_base + static_cast<size_t>(t) * D) +
-                          sub * kDecodeDimsPerLane;
-        const uint4* kp = reinterpret_cast<const uint4*>(k_cache + at);
-        const uint4* vp = reinterpret_cast<const uint4*>(v_cache + at);
-        kraw[u][0] = kp[0], kraw[u][1] = kp[1], vraw[u][0] = vp[0], vraw[u][1] = vp[1];
+      if (t < end && (!kFused || t < pos)) {
+        const size_t at =
+            (paged ? ((static_cast<size_t>(table[(t >> s.block_shift) - first_block]) * s.hkv + kv)
+                          << s.block_shift | (t & within_mask)) * D
+                   : head_base + static_cast<size_t>(t) * D) + sub * E;
+        kraw[u] = *reinterpret_cast<const uint4*>(k_cache + at);
+        vraw[u] = *reinterpret_cast<const uint4*>(v_cache + at);
       } else {
-        kraw[u][0] = kraw[u][1] = make_uint4(0, 0, 0, 0);
+        kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
       }
     }
   };
-  DecodeQkvConstants constants;
+  DecodeQkvConstants<kHeads> constants;
   if constexpr (kFused) {
-    load_round(0);
-    constants = decode_own_constants(own, rows, s, r, h, kv);
+    load_round(begin);
+    constants = decode_own_constants<kHeads>(own, rows, s, r, h0, kv);
   }
   begin_dependent();
   const float scale = rsqrtf(static_cast<float>(D));
-  float qv[kDecodeDimsPerLane], acc[kDecodeDimsPerLane];
+  float qv[kHeads][E], acc[kHeads][E], m[kHeads], l[kHeads];
   if constexpr (kFused) {
-    decode_own_qkv(own, constants, rows, s, r, h, kv, sq, sk, sv, k_cache, v_cache);
+    decode_own_qkv<kHeads>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0, sq,
+                           sk, sv, k_cache, v_cache);
     __syncthreads();
-    for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = sq[sub * kDecodeDimsPerLane + k] * scale;
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      for (int k = 0; k < E; ++k) qv[g][k] = sq[g * D + sub * E + k] * scale;
+    }
   } else {
-    const float* qrow = q + (static_cast<size_t>(r) * s.hq + h) * D + sub * kDecodeDimsPerLane;
-    for (int k = 0; k < kDecodeDimsPerLane; ++k) qv[k] = qrow[k] * scale;
-    load_round(0);
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      const float* qrow = q + (static_cast<size_t>(r) * s.hq + h0 + g) * D + sub * E;
+      for (int k = 0; k < E; ++k) qv[g][k] = qrow[k] * scale;
+    }
+    load_round(begin);
   }
-  for (int k = 0; k < kDecodeDimsPerLane; ++k) acc[k] = 0.0f;
-  float m = -FLT_MAX, l = 0.0f;
-  for (int base = 0; base <= pos; base += span) {
-    if (base > 0) load_round(base);
+#pragma unroll
+  for (int g = 0; g < kHeads; ++g) {
+    m[g] = -FLT_MAX, l[g] = 0.0f;
+    for (int k = 0; k < E; ++k) acc[g][k] = 0.0f;
+  }
+  for (int base = begin; base < end; base += span) {
+    if (base > begin) load_round(base);
     if constexpr (kFused) {  // the row's own position, from shared memory
 #pragma unroll
-      for (int u = 0; u < kDecodePositionsPerGroup; ++u) {
+      for (int u = 0; u < P; ++u) {
         if (base + u * groups + my_group == pos) {
-          const uint4* kp = reinterpret_cast<const uint4*>(sk + sub * kDecodeDimsPerLane);
-          const uint4* vp = reinterpret_cast<const uint4*>(sv + sub * kDecodeDimsPerLane);
-          kraw[u][0] = kp[0], kraw[u][1] = kp[1], vraw[u][0] = vp[0], vraw[u][1] = vp[1];
+          kraw[u] = *reinterpret_cast<const uint4*>(sk + sub * E);
+          vraw[u] = *reinterpret_cast<const uint4*>(sv + sub * E);
         }
       }
     }
-    float dot[kDecodePositionsPerGroup];
-    float M = m;
+    float dot[P][kHeads];
 #pragma unroll
-    for (int u = 0; u < kDecodePositionsPerGroup; ++u) {
-      float kf[kDecodeDimsPerLane];
-      unpack16_bf16(kraw[u], kf);
-      float d = 0.0f;
-      for (int k = 0; k < kDecodeDimsPerLane; ++k) d += qv[k] * kf[k];
-      for (int o = lanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-      dot[u] = d;
-      if (base + u * groups + my_group <= pos) M = fmaxf(M, d);
-    }
-    if (base + my_group > pos) continue;  // none of this round's positions is ours
-    const float corr = __expf(m - M);
-    l *= corr;
-    for (int k = 0; k < kDecodeDimsPerLane; ++k) acc[k] *= corr;
+    for (int u = 0; u < P; ++u) {
+      float kf[E];
+      unpack8_bf16(kraw[u], kf);
 #pragma unroll
-    for (int u = 0; u < kDecodePositionsPerGroup; ++u) {
-      if (base + u * groups + my_group > pos) break;
-      float vf[kDecodeDimsPerLane];
-      unpack16_bf16(vraw[u], vf);
-      const float p = __expf(dot[u] - M);
-      l += p;
-      for (int k = 0; k < kDecodeDimsPerLane; ++k) acc[k] = fmaf(p, vf[k], acc[k]);
+      for (int g = 0; g < kHeads; ++g) {
+        float d = 0.0f;
+        for (int k = 0; k < E; ++k) d += qv[g][k] * kf[k];
+        for (int o = lanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        dot[u][g] = d;
+      }
     }
-    m = M;
+    if (base + my_group >= end) continue;  // none of this round's positions is ours
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      float M = m[g];
+#pragma unroll
+      for (int u = 0; u < P; ++u) {
+        if (base + u * groups + my_group < end) M = fmaxf(M, dot[u][g]);
+      }
+      const float corr = __expf(m[g] - M);
+      l[g] *= corr;
+      for (int k = 0; k < E; ++k) acc[g][k] *= corr;
+      m[g] = M;
+    }
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+      if (base + u * groups + my_group >= end) break;
+      float vf[E];
+      unpack8_bf16(vraw[u], vf);
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) {
+        const float p = __expf(dot[u][g] - m[g]);
+        l[g] += p;
+        for (int k = 0; k < E; ++k) acc[g][k] = fmaf(p, vf[k], acc[g][k]);
+      }
+    }
   }
   for (int o = lanes; o < 32; o <<= 1) {  // groups holding the same dims
-    float other[kDecodeDimsPerLane];
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
-    for (int k = 0; k < kDecodeDimsPerLane; ++k) other[k] = __shfl_xor_sync(0xffffffffu, acc[k], o);
-    merge_softmax_state(m, l, acc, m2, l2, other);
-  }
-  float* sm_acc = shared;
-  float* sm_m = shared + kDecodeAttnWarps * D;
-  float* sm_l = sm_m + kDecodeAttnWarps;
-  if (group == 0) {
-    for (int k = 0; k < kDecodeDimsPerLane; ++k) {
-      sm_acc[warp * D + sub * kDecodeDimsPerLane + k] = acc[k];
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      float other[E];
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float l2 = __shfl_xor_sync(0xffffffffu, l[g], o);
+      for (int k = 0; k < E; ++k) other[k] = __shfl_xor_sync(0xffffffffu, acc[g][k], o);
+      merge_softmax_state(m[g], l[g], acc[g], m2, l2, other);
     }
-    if (sub == 0) sm_m[warp] = m, sm_l[warp] = l;
+  }
+  float* sm_acc = shared;                           // [W][kHeads][D]
+  float* sm_m = shared + W * kHeads * D;            // [W][kHeads]
+  float* sm_l = sm_m + W * kHeads;                  // [W][kHeads]
+  if (group == 0) {
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      for (int k = 0; k < E; ++k) sm_acc[(warp * kHeads + g) * D + sub * E + k] = acc[g][k];
+      if (sub == 0) sm_m[warp * kHeads + g] = m[g], sm_l[warp * kHeads + g] = l[g];
+    }
   }
   __syncthreads();
-  float M = -FLT_MAX;
-  for (int w = 0; w < kDecodeAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float L = 0.0f, Y = 0.0f;
-    for (int w = 0; w < kDecodeAttnWarps; ++w) {
-      const float f = sm_m[w] == -FLT_MAX ? 0.0f : __expf(sm_m[w] - M);
-      L += sm_l[w] * f;
-      Y += sm_acc[w * D + d] * f;
+  // The block's state per (head, dim): final when it is the row's only
+  // split, else published for the last split to merge.
+  const size_t row_heads = static_cast<size_t>(r) * gridDim.y + blockIdx.y;
+  const int stride = kHeads * (D + 2);
+  float* mine = split.partials + (row_heads * gridDim.z + blockIdx.z) * stride;
+  for (int i = threadIdx.x; i < kHeads * D; i += blockDim.x) {
+    const int g = i / D, d = i % D;
+    float M = -FLT_MAX, L = 0.0f, Y = 0.0f;
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sm_m[w * kHeads + g]);
+    for (int w = 0; w < W; ++w) {
+      const float mw = sm_m[w * kHeads + g];
+      const float f = mw == -FLT_MAX ? 0.0f : __expf(mw - M);
+      L += sm_l[w * kHeads + g] * f;
+      Y += sm_acc[(w * kHeads + g) * D + d] * f;
     }
-    y[(static_cast<size_t>(r) * s.hq + h) * D + d] = to_bf16_bits(Y / L);
+    if (active == 1) {
+      y[(static_cast<size_t>(r) * s.hq + h0 + g) * D + d] = to_bf16_bits(Y / L);
+    } else {
+      mine[i] = Y;
+      if (d == 0) mine[kHeads * D + g] = M, mine[kHeads * D + kHeads + g] = L;
+    }
+  }
+  if (active == 1) return;
+  // Publish this split; the row's last split to finish merges them all.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(split.arrivals + row_heads, 1) == active - 1;
+    if (last) split.arrivals[row_heads] = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* first = split.partials + row_heads * gridDim.z * stride;
+  for (int i = threadIdx.x; i < kHeads * D; i += blockDim.x) {
+    const int g = i / D;
+    float M = -FLT_MAX, L = 0.0f, Y = 0.0f;
+    for (int z = 0; z < active; ++z) M = fmaxf(M, __ldcg(first + z * stride + kHeads * D + g));
+    for (int z = 0; z < active; ++z) {
+      const float* part_z = first + z * stride;
+      const float f = __expf(__ldcg(part_z + kHeads * D + g) - M);
+      L += __ldcg(part_z + kHeads * D + kHeads + g) * f;
+      Y += __ldcg(part_z + i) * f;
+    }
+    y[(static_cast<size_t>(r) * s.hq + h0 + g) * D + i % D] = to_bf16_bits(Y / L);
   }
 }
 
-inline size_t decode_attention_shared_bytes(int head_dim, bool fused) {
-  return sizeof(float) * kDecodeAttnWarps * (head_dim + 2) +
-         (fused ? sizeof(float) * head_dim + 2 * sizeof(Bf16Bits) * head_dim : 0);
+// Query heads a block serves: the most of 4, 2 or 1 that divides the group.
+inline int decode_heads_per_block(const DecodeShape& s) {
+  const int group = s.hq / s.hkv;
+  return group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+}
+
+inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, bool fused,
+                                            bool paged) {
+  return sizeof(float) * kDecodeAttnWarps * heads * (s.head_dim + 2) +
+         (fused ? sizeof(float) * heads * s.head_dim + 2 * sizeof(Bf16Bits) * s.head_dim : 0) +
+         (paged ? sizeof(int) * blocks_per_slot(s) : 0);
+}
+
+bool decode_attention_supports(int head_dim) {
+  return head_dim % kDecodeDimsPerLane == 0 && head_dim / kDecodeDimsPerLane <= 32 &&
+         32 % (head_dim / kDecodeDimsPerLane) == 0;
+}
+
+int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch) {
+  const int blocks = n * (shape.hq / decode_heads_per_block(shape));
+  if (!have_scratch || blocks > kDecodeAttnScratchBlocks) return 1;
+  static const int resident = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms * 4;  // blocks of 4 warps at most 128 registers: four a multiprocessor
+  }();
+  // No more blocks than fit at once: a second wave costs more than the
+  // longer ranges it shortens.
+  const int wanted = std::max(1, resident / blocks);
+  return std::min({wanted, kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks});
+}
+
+template <bool kFused>
+void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, Bf16Bits* k_cache,
+                             Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
+                             const DecodeAttentionScratch& scratch, int splits, CUstream_st* stream) {
+  const int heads = decode_heads_per_block(shape);
+  const bool have_scratch = scratch.partials != nullptr && scratch.arrivals != nullptr;
+  const int blocks = n * (shape.hq / heads);
+  if (!have_scratch || blocks > kDecodeAttnScratchBlocks) {
+    splits = 1;
+  } else if (splits <= 0) {
+    splits = decode_attention_splits(n, shape, have_scratch);
+  } else {
+    splits = std::min({splits, kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks});
+  }
+  const DecodeSplits split{splits, scratch.partials, scratch.arrivals};
+  const dim3 grid(n, shape.hq / heads, splits);
+  const size_t smem =
+      decode_attention_shared_bytes(shape, heads, kFused, rows.block_table != nullptr);
+  auto go = [&](auto kernel) {
+    // Long paged contexts: the table's share of shared memory passes the
+    // default 48 KiB (capacities past about 100,000 positions).
+    if (smem > (size_t{48} << 10)) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    }
+    launch_dependent(kernel, grid, kDecodeAttnWarps * 32, smem, stream, q, own, k_cache, v_cache,
+                     rows, shape, split, y);
+  };
+  if (heads == 4) go(decode_attention_kernel<kFused, 4>);
+  else if (heads == 2) go(decode_attention_kernel<kFused, 2>);
+  else go(decode_attention_kernel<kFused, 1>);
 }
 
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
-                      CUstream_st* stream) {
-  const dim3 grid(n, shape.hq);
+                      const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits) {
   // The plain form only reads the cache.
-  launch_dependent(decode_attention_kernel<false>, grid, kDecodeAttnWarps * 32,
-                   decode_attention_shared_bytes(shape.head_dim, false), stream, q, DecodeQkv{},
-                   const_cast<Bf16Bits*>(k_cache), const_cast<Bf16Bits*>(v_cache), rows, shape, y);
+  launch_decode_attention<false>(y, q, DecodeQkv{}, const_cast<Bf16Bits*>(k_cache),
+                                 const_cast<Bf16Bits*>(v_cache), rows, n, shape, scratch, splits,
+                                 stream);
 }
 
 void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
                             const float* qkv_bias, const float* q_norm, const float* k_norm,
                             const float* cos, const float* sin, DecodeRows rows, int n,
-                            const DecodeShape& shape, CUstream_st* stream) {
-  const dim3 grid(n, shape.hq);
+                            const DecodeShape& shape, const DecodeAttentionScratch& scratch,
+                            CUstream_st* stream, int splits) {
   const DecodeQkv own{qkv, qkv_bias, q_norm, k_norm, cos, sin};
-  launch_dependent(decode_attention_kernel<true>, grid, kDecodeAttnWarps * 32,
-                   decode_attention_shared_bytes(shape.head_dim, true), stream,
-                   static_cast<const float*>(nullptr), own, k_cache, v_cache, rows, shape, y);
+  launch_decode_attention<true>(y, nullptr, own, k_cache, v_cache, rows, n, shape, scratch, splits,
+                                stream);
 }
 
 }  // namespace cohort::models::cuda

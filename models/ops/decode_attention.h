@@ -23,11 +23,30 @@ void decode_attention(float* y, const float* q, const float* k_cache, const floa
 
 namespace cohort::models::cuda {
 
-// head_dim a multiple of 16, at most 512 (decode_attention_supports).
-// Device pointers, on `stream`, no allocation.
+// Where a launch split over the context meets (decode_attention.cuh): the
+// splits' partial softmax states and a count per (row, block of heads),
+// device memory the caller allocates once, the counts zeroed. Without it
+// (null pointers) every row is one split.
+constexpr int kDecodeAttnScratchBlocks = 2048;  // (row, block of heads, split) triples
+constexpr int kDecodeAttnMaxSplits = 64;
+constexpr size_t kDecodeAttnScratchFloats = size_t{kDecodeAttnScratchBlocks} * 4 * (256 + 2);
+struct DecodeAttentionScratch {
+  float* partials = nullptr;  // kDecodeAttnScratchFloats
+  int* arrivals = nullptr;    // kDecodeAttnScratchBlocks, zeroed before first use
+};
+
+// head_dim a multiple of 8, at most 256 (decode_attention_supports).
+bool decode_attention_supports(int head_dim);
+
+// How many splits of each row's positions a launch of n rows takes: enough
+// blocks to fill the GPU once, within the scratch.
+int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch);
+
+// Device pointers, on `stream`, no allocation. splits > 0 overrides the
+// choice above (tests), within the scratch's bounds.
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
-                      CUstream_st* stream);
+                      const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits = 0);
 
 // A decode step's attention with its q/k/v preparation in the same kernel:
 // equals qkv_rope_cache (rope.h) on `qkv` followed by decode_attention,
@@ -40,6 +59,7 @@ void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
 void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
                             const float* qkv_bias, const float* q_norm, const float* k_norm,
                             const float* cos, const float* sin, DecodeRows rows, int n,
-                            const DecodeShape& shape, CUstream_st* stream);
+                            const DecodeShape& shape, const DecodeAttentionScratch& scratch,
+                            CUstream_st* stream, int splits = 0);
 
 }  // namespace cohort::models::cuda

@@ -72,9 +72,24 @@ class DecodeOpsParity : public ::testing::Test {
     gpu_->copy_to_host(v.data(), p, n * sizeof(uint16_t));
     return from_bf16(v);
   }
+  // Attention's split scratch, its counts zeroed once: every launch must
+  // leave them at zero for the next.
+  cuda::DecodeAttentionScratch attention_scratch() {
+    if (scratch_.partials == nullptr) {
+      scratch_.partials = up(std::vector<float>(cuda::kDecodeAttnScratchFloats, NAN));
+      scratch_.arrivals = up(std::vector<int>(cuda::kDecodeAttnScratchBlocks, 0));
+    }
+    return scratch_;
+  }
   std::unique_ptr<CudaBackend> gpu_;
   CUstream_st* stream_ = nullptr;
+  cuda::DecodeAttentionScratch scratch_;
 };
+
+// Attention's splits of the context: one (no scratch needed), the launcher's
+// own choice, and forced counts that cut the test's contexts into many
+// ranges (each clamped to what the scratch holds).
+constexpr int kAttentionSplits[] = {1, 0, 7, 64};
 
 TEST_F(DecodeOpsParity, EmbedBf16MatchesTheEmbeddingOpOnAVocabShard) {
   const int n = 37, hidden = 320, vocab_begin = 100, rows = 150;
@@ -248,10 +263,15 @@ TEST_P(DecodeShapes, DecodeAttentionMatchesCachedAttentionRowByRow) {
   const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data(),
                         paged ? layout.table.data() : nullptr};
   cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
-  uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
   const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
-  cuda::decode_attention(y, up(q), up(to_bf16(k)), up(to_bf16(v)), dev, n, shape, stream_);
-  EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  const float* gq = up(q);
+  const uint16_t *gk = up(to_bf16(k)), *gv = up(to_bf16(v));
+  for (int splits : kAttentionSplits) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
+    cuda::decode_attention(y, gq, gk, gv, dev, n, shape, attention_scratch(), stream_, splits);
+    EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  }
   }
 }
 
@@ -289,13 +309,16 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   // The kernel attends over the bf16 copy it writes.
   k = rounded(k), v = rounded(v);
   cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
+  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
+  for (int splits : kAttentionSplits) {
+  SCOPED_TRACE("splits " + std::to_string(splits));
   uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
   uint16_t* gk = up(k0);
   uint16_t* gv = up(v0);
-  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
   cuda::decode_attention_fused(y, gk, gv, up(qkv), qwen3 ? nullptr : up(bias),
                                qwen3 ? up(q_norm) : nullptr, qwen3 ? up(k_norm) : nullptr,
-                               up(rope.cos), up(rope.sin), dev, n, shape, stream_);
+                               up(rope.cos), up(rope.sin), dev, n, shape, attention_scratch(),
+                               stream_, splits);
   EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
   // The rows' positions hold their K/V; every other element is untouched.
   std::vector<bool> written(cache, false);
@@ -319,6 +342,7 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   EXPECT_LT(norm_relative(wk, gk_rows), kBf16Tol);
   EXPECT_LT(norm_relative(wv, gv_rows), kBf16Tol);
   EXPECT_EQ(moved, 0u) << "cache elements outside the rows' positions changed";
+  }
   }
 }
 
@@ -356,6 +380,7 @@ INSTANTIATE_TEST_SUITE_P(HeadLayouts, DecodeShapes,
                          ::testing::Values(std::make_tuple(4, 4, 64, false),
                                            std::make_tuple(8, 2, 128, true),
                                            std::make_tuple(16, 8, 32, true),
+                                           std::make_tuple(16, 2, 64, true),
                                            std::make_tuple(2, 1, 256, false)));
 
 TEST_F(DecodeOpsParity, RowArgmaxAndMergeMatchTheCpuPickAcrossVocabShards) {
