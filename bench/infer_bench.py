@@ -13,9 +13,18 @@ tokens/s next to the HBM bandwidth bound:
 
 Decode tokens/s excludes prefill: cohort reports decode-step tokens over
 decode-step time (summary.json); for transformers it is
-batch * (N - 1) / (time of generate(N) - time of generate(1)).
+batch * (N - 1) / (time of generate(N) - time of generate(1)). transformers'
+continuous batching (generate_batch, paged SDPA: the engine under
+`transformers serve --continuous-batching`) is reported as output tokens over
+the wall time of a whole run, prefill included (it has no decode-only clock).
+cohort's "ready in" is the engine's load: weights read and uploaded, buffers,
+warm-up and graph capture (summary.json load_s).
+
+--prompt-lens takes several prompt lengths, so that one call covers short and
+long contexts (mean decode context = prompt + new / 2).
 
   python3 bench/infer_bench.py --worker build/bin/cohort-worker [--new 256] [--json out.json]
+      [--batches 1,8,64,256] [--prompt-lens 64,1984] [--cb]
       [--variants]   (adds tp 1 eager and the fp32 models engine)
 """
 import argparse
@@ -73,6 +82,27 @@ def transformers_decode_rate(model, batch, prompt_len, new, vocab):
     return batch * (new - 1) / (tn - t1)
 
 
+def transformers_cb_rate(model_dir, batch, prompt_len, new, vocab):
+    """Output tokens/s of transformers' continuous batching, the second of two runs."""
+    from transformers.generation import GenerationConfig
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, attn_implementation="sdpa_paged", dtype=torch.bfloat16, device_map="cuda")
+    gen = torch.Generator().manual_seed(batch)
+    inputs = torch.randint(0, vocab, (batch, prompt_len), generator=gen).tolist()
+    config = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    rate = float("nan")
+    for _ in range(2):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        outputs = model.generate_batch(inputs=inputs, generation_config=config, progress_bar=False)
+        torch.cuda.synchronize()
+        tokens = sum(len(o.generated_tokens) for o in outputs.values())
+        rate = tokens / (time.perf_counter() - start)
+    del model
+    torch.cuda.empty_cache()
+    return rate
+
+
 def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s):
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
     step_bytes = (2 * params + batch * context * kv_per_token) / tp
@@ -82,12 +112,13 @@ def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", default="build/bin/cohort-worker")
-    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--prompt-lens", default="32", help="prompt lengths, comma-separated")
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b",
                     help="a Qwen3 shape, or llama3.1-8b (llama3 RoPE scaling, untied head)")
     ap.add_argument("--no-transformers", action="store_true", help="cohort only (large shapes: saves minutes)")
+    ap.add_argument("--cb", action="store_true", help="also transformers' continuous batching (generate_batch)")
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
@@ -112,38 +143,40 @@ def main():
         model = model.eval()
     gpus = torch.cuda.device_count()
     batches = [int(b) for b in args.batches.split(",")]
-    context = args.prompt_len + args.new / 2
     rows = []
-    for batch in batches:
-        hf = float("nan") if args.no_transformers else \
-            transformers_decode_rate(model, batch, args.prompt_len, args.new, config.vocab_size)
-        gen = torch.Generator().manual_seed(batch)
-        prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len), generator=gen).tolist()
-        for tp in [t for t in (1, 2) if t <= gpus]:
-            _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
-                                    f"b{batch}-tp{tp}", tp, args.new, batch)
-            bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12)
-            rows.append({"batch": batch, "tp": tp, "cohort_decode_tok_s": summary["decode_tokens_per_s"],
-                         "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"],
-                         "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
-                         "hbm_bound_tok_s": bound})
-        if args.variants:
-            bound = hbm_bound(config, params, batch, context, 1, args.hbm_tbs * 1e12)
-            for engine, graphs in (("graphs", False), ("model", True)):
+    for prompt_len in [int(p) for p in args.prompt_lens.split(",")]:
+        context = prompt_len + args.new / 2
+        for batch in batches:
+            hf = float("nan") if args.no_transformers else \
+                transformers_decode_rate(model, batch, prompt_len, args.new, config.vocab_size)
+            cb = transformers_cb_rate(model_dir, batch, prompt_len, args.new, config.vocab_size) \
+                if args.cb else float("nan")
+            gen = torch.Generator().manual_seed(batch)
+            prompts = torch.randint(0, config.vocab_size, (batch, prompt_len), generator=gen).tolist()
+            runs = [(tp, "graphs", True) for tp in (1, 2) if tp <= gpus]
+            if args.variants:
+                runs += [(1, "graphs", False), (1, "model", True)]
+            for tp, engine, graphs in runs:
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
-                                        f"b{batch}-{engine}-{graphs}", 1, args.new, batch,
-                                        engine=engine, graphs=graphs)
-                rows.append({"batch": batch, "tp": 1, "cohort_decode_tok_s": summary["decode_tokens_per_s"],
-                             "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"],
+                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}", tp, args.new,
+                                        batch, engine=engine, graphs=graphs)
+                bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12)
+                rows.append({"context": context, "batch": batch, "tp": tp,
+                             "cohort_decode_tok_s": summary["decode_tokens_per_s"],
+                             "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"], "cohort_ready_s": summary["load_s"],
                              "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
-                             "hbm_bound_tok_s": bound})
-    print(f"\n{args.shape} shape, random bf16 weights, prompt {args.prompt_len}, {args.new} new tokens, "
+                             "transformers_cb_tok_s": cb, "hbm_bound_tok_s": bound})
+    print(f"\n{args.shape} shape, random bf16 weights, {args.new} new tokens, "
           f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
-    print("| batch | tp | cohort engine | cohort decode tok/s | cohort TTFT ms | transformers decode tok/s (1 GPU) | HBM bound tok/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mean context | batch | tp | cohort engine | cohort decode tok/s | TTFT ms | ready in s "
+          "| transformers generate decode tok/s | transformers CB output tok/s (with prefill) "
+          "| HBM bound tok/s | cohort / bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['batch']} | {r['tp']} | {r['cohort_engine']} | {r['cohort_decode_tok_s']:.0f} | "
-              f"{r['cohort_ttft_ms']:.1f} | {r['transformers_decode_tok_s']:.0f} | {r['hbm_bound_tok_s']:.0f} |")
+        print(f"| {r['context']:.0f} | {r['batch']} | {r['tp']} | {r['cohort_engine']} | {r['cohort_decode_tok_s']:.0f} | "
+              f"{r['cohort_ttft_ms']:.1f} | {r['cohort_ready_s']:.2f} | {r['transformers_decode_tok_s']:.0f} | "
+              f"{r['transformers_cb_tok_s']:.0f} | {r['hbm_bound_tok_s']:.0f} | "
+              f"{100 * r['cohort_decode_tok_s'] / r['hbm_bound_tok_s']:.0f}% |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -3,6 +3,7 @@
 // [in, out] matrix and transposed.
 #include "infer/cuda_tuned_gemm.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/cuda_check.h"
@@ -94,7 +95,8 @@ Status TunedGemm::run(float* y, const models::Bf16Bits* x, const models::Bf16Bit
 }
 
 Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
-                       const std::vector<const models::Bf16Bits*>& weights, int n, int in, int out) {
+                       const std::vector<const models::Bf16Bits*>& weights, int n, int in, int out,
+                       int candidates) {
   auto old = plans_.find({n, in, out});
   if (old != plans_.end()) {
     destroy(old->second);
@@ -102,7 +104,7 @@ Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
   }
   Plan plan;
   cublasLtMatmulHeuristicResult_t results[kCandidates];
-  auto found = describe(plan, n, in, out, results, kCandidates);
+  auto found = describe(plan, n, in, out, results, std::clamp(candidates, 1, kCandidates));
   if (!found.is_ok()) {
     destroy(plan);
     return found.status();

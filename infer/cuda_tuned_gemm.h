@@ -38,9 +38,11 @@ class TunedGemm {
   // Times the candidates (synchronising the stream) and keeps the fastest
   // plan for (n, in, out). Each timed run takes the next of `weights` (the
   // layers' copies of this projection), so that, as in a real step, the
-  // weights come from HBM and not from L2. Not while capturing.
+  // weights come from HBM and not from L2. Not while capturing. Each
+  // candidate costs its kernel's first load and 21 runs, so callers time
+  // fewer where the heuristic's order is already good.
   Status tune(float* y, const models::Bf16Bits* x, const std::vector<const models::Bf16Bits*>& weights,
-              int n, int in, int out);
+              int n, int in, int out, int candidates = 8);
 
  private:
   struct Plan {
