@@ -22,24 +22,31 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "models/cuda/common.cuh"
 #include "models/ops/decode_attention.h"
 
 namespace cohort::models::cuda {
 
+// Warps a block: 16 where the launch has fewer (row, KV head) pairs than
+// the GPU has multiprocessors (a decode step of a few rows: each block then
+// takes a multiprocessor's worth of positions a round), else 4 (four
+// blocks a multiprocessor, so that a batch of dozens of rows is one wave).
+constexpr int kDecodeAttnWarpsFew = 16;
 constexpr int kDecodeAttnWarps = 4;
 constexpr int kDecodeDimsPerLane = 8;
 // A split covers at least this many rounds: merging splits costs a fence,
 // an atomic and a read of the partials, about what two rounds of loads do.
 constexpr int kDecodeAttnMinRounds = 2;
 
-// Positions a lane group keeps in flight: fewer when each carries more
-// heads, so that the block stays within 128 registers (four blocks a
-// multiprocessor).
+// Positions a lane group loads a round. Two rounds are in flight (the next
+// one's loads are issued before the current one is used), so a lane holds
+// twice this many K and V vectors: fewer when it carries more heads, so
+// that the block stays within 128 registers.
 template <int kHeads>
 constexpr int decode_positions_per_group() {
-  return kHeads >= 4 ? 2 : 4;
+  return kHeads >= 4 ? 1 : 2;
 }
 
 // Merges a partial softmax state (m, l, acc) with another one.
@@ -171,12 +178,12 @@ struct DecodeSplits {
 // kFused: the decode-step form (decode_attention_fused); else q comes
 // ready from qkv_rope_cache and the row's own position from the cache.
 // Grid: (rows, KV heads x blocks of heads a KV head, splits).
-template <bool kFused, int kHeads>
-__global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
+template <bool kFused, int kHeads, int W>
+__global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
     decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache, Bf16Bits* v_cache,
                             DecodeRows rows, DecodeShape s, DecodeSplits split, Bf16Bits* y) {
   constexpr int P = decode_positions_per_group<kHeads>();
-  constexpr int W = kDecodeAttnWarps, E = kDecodeDimsPerLane;
+  constexpr int E = kDecodeDimsPerLane;
   const int r = blockIdx.x, D = s.head_dim;
   const int group_size = s.hq / s.hkv, parts = group_size / kHeads;
   const int kv = blockIdx.y / parts, part = blockIdx.y % parts;
@@ -219,9 +226,10 @@ __global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
   const int within_mask = (1 << s.block_shift) - 1;
   // Each lane group takes P positions a round, interleaved with the other
   // groups' (neighbouring groups read neighbouring positions), and loads
-  // all of their K and V before using any: one memory round trip a round.
-  uint4 kraw[P], vraw[P];
-  auto load_round = [&](int base) {
+  // all of their K and V before using any; the next round's loads are in
+  // flight while a round is used.
+  uint4 k0[P], v0[P], k1[P], v1[P];
+  auto load_round = [&](int base, uint4 (&kraw)[P], uint4 (&vraw)[P]) {
 #pragma unroll
     for (int u = 0; u < P; ++u) {
       const int t = base + u * groups + my_group;
@@ -239,7 +247,7 @@ __global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
   };
   DecodeQkvConstants<kHeads> constants;
   if constexpr (kFused) {
-    load_round(begin);
+    load_round(begin, k0, v0);
     constants = decode_own_constants<kHeads>(own, rows, s, r, h0, kv);
   }
   begin_dependent();
@@ -259,15 +267,14 @@ __global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
       const float* qrow = q + (static_cast<size_t>(r) * s.hq + h0 + g) * D + sub * E;
       for (int k = 0; k < E; ++k) qv[g][k] = qrow[k] * scale;
     }
-    load_round(begin);
+    load_round(begin, k0, v0);
   }
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
     m[g] = -FLT_MAX, l[g] = 0.0f;
     for (int k = 0; k < E; ++k) acc[g][k] = 0.0f;
   }
-  for (int base = begin; base < end; base += span) {
-    if (base > begin) load_round(base);
+  auto use_round = [&](int base, uint4 (&kraw)[P], uint4 (&vraw)[P]) {
     if constexpr (kFused) {  // the row's own position, from shared memory
 #pragma unroll
       for (int u = 0; u < P; ++u) {
@@ -290,7 +297,7 @@ __global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
         dot[u][g] = d;
       }
     }
-    if (base + my_group >= end) continue;  // none of this round's positions is ours
+    if (base + my_group >= end) return;  // none of this round's positions is ours
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
       float M = m[g];
@@ -315,6 +322,13 @@ __global__ void __launch_bounds__(32 * kDecodeAttnWarps, 4)
         for (int k = 0; k < E; ++k) acc[g][k] = fmaf(p, vf[k], acc[g][k]);
       }
     }
+  };
+  for (int base = begin; base < end; base += 2 * span) {
+    if (base + span < end) load_round(base + span, k1, v1);
+    use_round(base, k0, v0);
+    if (base + span >= end) break;
+    if (base + 2 * span < end) load_round(base + 2 * span, k0, v0);
+    use_round(base + span, k1, v1);
   }
   for (int o = lanes; o < 32; o <<= 1) {  // groups holding the same dims
 #pragma unroll
@@ -392,9 +406,9 @@ inline int decode_heads_per_block(const DecodeShape& s) {
   return group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
 }
 
-inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, bool fused,
+inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, int warps, bool fused,
                                             bool paged) {
-  return sizeof(float) * kDecodeAttnWarps * heads * (s.head_dim + 2) +
+  return sizeof(float) * warps * heads * (s.head_dim + 2) +
          (fused ? sizeof(float) * heads * s.head_dim + 2 * sizeof(Bf16Bits) * s.head_dim : 0) +
          (paged ? sizeof(int) * blocks_per_slot(s) : 0);
 }
@@ -404,15 +418,28 @@ bool decode_attention_supports(int head_dim) {
          32 % (head_dim / kDecodeDimsPerLane) == 0;
 }
 
+inline int device_multiprocessors() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  return sms;
+}
+
+// Warps a block for a launch of `blocks` (row, block of heads) pairs.
+inline int decode_attention_warps(int blocks) {
+  return blocks < device_multiprocessors() ? kDecodeAttnWarpsFew : kDecodeAttnWarps;
+}
+
 int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch) {
   const int blocks = n * (shape.hq / decode_heads_per_block(shape));
   if (!have_scratch || blocks > kDecodeAttnScratchBlocks) return 1;
-  static const int resident = [] {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return sms * 4;  // blocks of 4 warps at most 128 registers: four a multiprocessor
-  }();
+  // Blocks that fit at once: one of 16 warps a multiprocessor, or four of 4
+  // (at most 128 registers a thread).
+  const int warps = decode_attention_warps(blocks);
+  const int resident = device_multiprocessors() * (warps == kDecodeAttnWarps ? 4 : 1);
   // No more blocks than fit at once: a second wave costs more than the
   // longer ranges it shortens.
   const int wanted = std::max(1, resident / blocks);
@@ -433,22 +460,31 @@ void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, 
   } else {
     splits = std::min({splits, kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks});
   }
+  const int warps = decode_attention_warps(blocks);
   const DecodeSplits split{splits, scratch.partials, scratch.arrivals};
   const dim3 grid(n, shape.hq / heads, splits);
-  const size_t smem =
-      decode_attention_shared_bytes(shape, heads, kFused, rows.block_table != nullptr);
+  const size_t smem = decode_attention_shared_bytes(shape, heads, warps, kFused,
+                                                    rows.block_table != nullptr);
   auto go = [&](auto kernel) {
     // Long paged contexts: the table's share of shared memory passes the
     // default 48 KiB (capacities past about 100,000 positions).
     if (smem > (size_t{48} << 10)) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     }
-    launch_dependent(kernel, grid, kDecodeAttnWarps * 32, smem, stream, q, own, k_cache, v_cache,
-                     rows, shape, split, y);
+    launch_dependent(kernel, grid, 32 * warps, smem, stream, q, own, k_cache, v_cache, rows, shape,
+                     split, y);
   };
-  if (heads == 4) go(decode_attention_kernel<kFused, 4>);
-  else if (heads == 2) go(decode_attention_kernel<kFused, 2>);
-  else go(decode_attention_kernel<kFused, 1>);
+  auto go_heads = [&](auto warps_constant) {
+    constexpr int W = decltype(warps_constant)::value;
+    if (heads == 4) go(decode_attention_kernel<kFused, 4, W>);
+    else if (heads == 2) go(decode_attention_kernel<kFused, 2, W>);
+    else go(decode_attention_kernel<kFused, 1, W>);
+  };
+  if (warps == kDecodeAttnWarpsFew) {
+    go_heads(std::integral_constant<int, kDecodeAttnWarpsFew>{});
+  } else {
+    go_heads(std::integral_constant<int, kDecodeAttnWarps>{});
+  }
 }
 
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
