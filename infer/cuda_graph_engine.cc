@@ -352,13 +352,15 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
   using Clock = std::chrono::steady_clock;
   auto phase = Clock::now();
   // The CUDA context, the stream and cuBLASLt (and at tp > 1 the NCCL
-  // group) come up on another thread while this one reads the weights from
-  // disk: neither needs the other until the upload.
+  // group) come up, and cuBLASLt's plans are tuned, on another thread while
+  // this one reads the weights from disk: neither needs the other until the
+  // upload.
   double runtime_s = 0;
   std::future<Status> runtime = std::async(std::launch::async, [&] {
     const auto start = Clock::now();
     Status s = engine->init_runtime(tp_cpu);
     runtime_s = seconds_since(start);
+    if (s.is_ok()) s = engine->tune_projections();
     return s;
   });
   double read_s = 0, upload_s = 0;

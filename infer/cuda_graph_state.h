@@ -61,11 +61,14 @@ class CudaGraphEngine final : public InferenceEngine {
   void release(int slot) override;
 
   Status init_runtime(collective::Communicator* tp_cpu);
+  // Times cuBLASLt's candidates for every decode bucket it may serve, on
+  // scratch memory (cuda_graph_warmup.cc); needs only init_runtime.
+  Status tune_projections();
   Status upload_weights(models::Model& model);
   Status alloc_buffers();
   // Runs every step shape once before the first request, into the spare
   // slot: a few prefill sizes eagerly, and each decode bucket (eager, then
-  // captured when graphs are on). The first use of a shape otherwise pays
+  // captured when graphs are on), after tune_projections. The first use of a shape otherwise pays
   // for CUDA's lazy kernel loading, cuBLAS's algorithm choice and the
   // capture inside a request's time to first token.
   void warm_up();

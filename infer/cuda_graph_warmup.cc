@@ -1,7 +1,7 @@
-// CudaGraphEngine's warm-up (see warm_up() in cuda_graph_state.h): every
-// step shape run once before the first request, cuBLASLt's plans tuned for
-// the decode buckets, and each bucket's projection family chosen by
-// measuring both.
+// CudaGraphEngine's warm-up (see warm_up() in cuda_graph_state.h): cuBLASLt's
+// plans tuned for the decode buckets (tune_projections, while the weights
+// are read), then every step shape run once before the first request, and
+// each bucket's projection family chosen by measuring both.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -56,6 +56,65 @@ void CudaGraphEngine::choose_projections(int n) {
                1e3 * other / kReplays);
 }
 
+// cuBLASLt plans for every decode bucket shape it may serve, including
+// those the skinny GEMM may win (choose_projections measures both), timed
+// on scratch memory rather than the model's weights: a GEMM's time does not
+// depend on the values, so this runs while the weights are still being read
+// from disk (make_cuda_graph_engine). The scratch spans more than L2 holds,
+// so that each timed run reads its weights from HBM as a real step does.
+Status CudaGraphEngine::tune_projections() {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const size_t H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  const size_t V = dims_.vocab;
+  const std::vector<int> buckets = decode_buckets(options_.slots);
+  const size_t B = buckets.back();
+  const struct { size_t in, out; } shapes[] = {{H, Qd + 2 * KVd}, {Qd, H}, {H, 2 * I}, {I, H}, {H, V}};
+  size_t widest_in = 0, widest_out = 0, largest = 0;
+  for (const auto& g : shapes) {
+    widest_in = std::max(widest_in, g.in), widest_out = std::max(widest_out, g.out);
+    largest = std::max(largest, g.in * g.out * 2);
+  }
+  const size_t weight_bytes = std::max(largest, size_t{256} << 20);
+  void *w = nullptr, *x = nullptr, *y = nullptr;
+  COHORT_CUDA_CHECK(cudaMalloc(&w, weight_bytes));
+  COHORT_CUDA_CHECK(cudaMalloc(&x, B * widest_in * 2));
+  COHORT_CUDA_CHECK(cudaMalloc(&y, B * widest_out * 4));
+  COHORT_CUDA_CHECK(cudaMemsetAsync(w, 0, weight_bytes, stream_));
+  COHORT_CUDA_CHECK(cudaMemsetAsync(x, 0, B * widest_in * 2, stream_));
+  int tuned = 0;
+  Status status;
+  skinny_enabled_ = false;
+  for (int b : buckets) {
+    for (const auto& g : shapes) {
+      if (projection(b, static_cast<int>(g.in)) != Projection::kCublasLt) continue;
+      // As many distinct copies as the scratch holds, up to one a layer.
+      const size_t bytes = g.in * g.out * 2;
+      const size_t copies = std::clamp<size_t>(weight_bytes / bytes, 1, config_.layers);
+      std::vector<const Bf16*> views;
+      for (size_t c = 0; c < copies; ++c) views.push_back(static_cast<const Bf16*>(w) + c * bytes / 2);
+      // Past 64 rows the heuristic's first picks run enough blocks to keep
+      // HBM busy, and timing all eight candidates of every bucket would be
+      // most of the load time at 256 slots.
+      status = lt_->tune(static_cast<float*>(y), static_cast<const Bf16*>(x), views, b,
+                         static_cast<int>(g.in), static_cast<int>(g.out), b > 64 ? 3 : 8);
+      if (!status.is_ok()) {
+        status = status.with_context("tuning [" + std::to_string(b) + "x" + std::to_string(g.in) +
+                                     "]x[" + std::to_string(g.in) + "x" + std::to_string(g.out) + "]");
+        break;
+      }
+      ++tuned;
+    }
+    if (!status.is_ok()) break;
+  }
+  skinny_enabled_ = true;
+  cudaStreamSynchronize(stream_);
+  cudaFree(w), cudaFree(x), cudaFree(y);
+  spdlog::info("infer: {} cuBLASLt plans tuned in {:.2f} s (beside the weights' read)", tuned,
+               std::chrono::duration<double>(Clock::now() - start).count());
+  return status;
+}
+
 void CudaGraphEngine::warm_up() {
   // Where warm-up's time goes, logged at the end: it is most of the load
   // time past the weights at large batch sizes.
@@ -80,35 +139,6 @@ void CudaGraphEngine::warm_up() {
     run(n, 1, 0, false, true, nullptr, &unused);
   }
   const double prefill_s = seconds_since(start);
-  const auto tuning_start = Clock::now();
-  int tuned = 0;
-  // The projections of the buckets above the GEMV's rows, timed on the
-  // engine's own buffers (their contents do not matter here).
-  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  std::vector<const Bf16*> qkv, o, gu, down;
-  for (const Layer& L : layers_) {
-    qkv.push_back(L.wqkv), o.push_back(L.wo), gu.push_back(L.wgu), down.push_back(L.wdown);
-  }
-  // cuBLASLt plans for every bucket shape it may serve, including those
-  // the skinny GEMM may win (choose_projections measures both).
-  skinny_enabled_ = false;
-  for (int b : buckets_) {
-    const struct { float* y; const Bf16* x; const std::vector<const Bf16*> w; int in, out; } shapes[] = {
-        {buf_.qkv, buf_.xn, qkv, H, Qd + 2 * KVd}, {buf_.tmp, buf_.y, o, Qd, H},
-        {buf_.gate_up, buf_.xn, gu, H, 2 * I},    {buf_.tmp, buf_.h, down, I, H},
-        {buf_.logits, buf_.xn, {lm_head_}, H, dims_.vocab}};
-    for (const auto& g : shapes) {
-      if (projection(b, g.in) != Projection::kCublasLt) continue;
-      // Past 64 rows the heuristic's first picks run enough blocks to keep
-      // HBM busy, and timing all eight candidates of every bucket would be
-      // most of the load time at 256 slots.
-      const Status s = lt_->tune(g.y, g.x, g.w, b, g.in, g.out, b > 64 ? 3 : 8);
-      COHORT_CHECK_MSG(s.is_ok(), "tuning [{}x{}]x[{}x{}]: {}", b, g.in, g.out, g.in, s.message());
-      ++tuned;
-    }
-  }
-  const double tuning_s = seconds_since(tuning_start);
-  skinny_enabled_ = true;
   // COHORT_INFER_PROJECTIONS pins the family (eager runs cannot measure
   // graphs, and a pinned family makes them comparable with graph runs).
   const char* pinned = read_env_knob(EnvKnob::kInferProjections);
@@ -123,7 +153,7 @@ void CudaGraphEngine::warm_up() {
     if (family == "cublaslt") bucket_skinny_[b] = false;
     const bool choice = family.empty() && options_.cuda_graphs && tp_ == 1 &&
                         b > models::cuda::kGemvNormMaxRows &&
-                        models::cuda::skinny_gemm_supported(b, H);
+                        models::cuda::skinny_gemm_supported(b, config_.hidden);
     if (choice) {
       const auto choice_start = Clock::now();
       if (pool_->take_changed()) upload_table();
@@ -136,9 +166,9 @@ void CudaGraphEngine::warm_up() {
     // With graphs the first run of a size is eager and the second captures.
     if (options_.cuda_graphs) run(b, b, 0, true, false, nullptr, &unused);
   }
-  spdlog::info("infer: warm-up {:.2f} s: prefill shapes {:.2f} s, {} cuBLASLt plans tuned in {:.2f} s, "
+  spdlog::info("infer: warm-up {:.2f} s: prefill shapes {:.2f} s, "
                "projections measured for {} buckets in {:.2f} s, {} decode buckets run{} in {:.2f} s",
-               seconds_since(start), prefill_s, tuned, tuning_s, chosen, choice_s, buckets_.size(),
+               seconds_since(start), prefill_s, chosen, choice_s, buckets_.size(),
                options_.cuda_graphs ? " and captured" : "", seconds_since(buckets_start) - choice_s);
 }
 
