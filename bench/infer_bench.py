@@ -86,7 +86,7 @@ def transformers_cb_rate(model_dir, batch, prompt_len, new, vocab):
     """Output tokens/s of transformers' continuous batching, the second of two runs."""
     from transformers.generation import GenerationConfig
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, attn_implementation="sdpa_paged", dtype=torch.bfloat16, device_map="cuda")
+        model_dir, attn_implementation="paged|sdpa", dtype=torch.bfloat16, device_map="cuda")
     gen = torch.Generator().manual_seed(batch)
     inputs = torch.randint(0, vocab, (batch, prompt_len), generator=gen).tolist()
     config = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=0)

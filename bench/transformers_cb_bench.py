@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--output", type=int, default=128)
-    ap.add_argument("--attn", default="sdpa_paged")
+    ap.add_argument("--attn", default="paged|sdpa")
     args = ap.parse_args()
     tok = AutoTokenizer.from_pretrained(args.hf_dir)
     model = AutoModelForCausalLM.from_pretrained(args.hf_dir, attn_implementation=args.attn, dtype=torch.bfloat16,

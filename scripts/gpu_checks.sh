@@ -13,6 +13,10 @@
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
+#   scripts/gpu_checks.sh decode_bench OUTDIR
+#                                          issue 16's benchmark: 0.6B at batch 1/8/64/256 beside transformers'
+#                                          generate and continuous batching, contexts 128 and 2k, then the
+#                                          1.7B and Llama-8B shapes (cohort only)
 #   scripts/gpu_checks.sh decode_profile OUTDIR
 #                                          per-kernel GPU time of decode steps under graph replay
 #                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128
@@ -94,6 +98,23 @@ elif [[ $phase == decode ]]; then
   STEP_TIMEOUT=150 step hf_generate_parity_b1 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --batch 1
   STEP_TIMEOUT=150 step hf_generate_parity_b64 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" \
     --sections bf16 --prompts 64 --batch 64
+elif [[ $phase == decode_bench ]]; then
+  # Each step's table is the last lines of its log; later steps are
+  # skipped by their own timeouts if the earlier ones ran long.
+  w=$bin/cohort-worker
+  STEP_TIMEOUT=240 step bench_ctx128 python3 bench/infer_bench.py --worker "$w" --batches 1,8,64,256 \
+    --prompt-lens 64 --new 128 --cb --work /tmp/bench128
+  tail -7 "$out/bench_ctx128.log"
+  STEP_TIMEOUT=150 step bench_ctx2k python3 bench/infer_bench.py --worker "$w" --batches 1,64 \
+    --prompt-lens 1984 --new 128 --work /tmp/bench2k
+  tail -5 "$out/bench_ctx2k.log"
+  grep -h "engine load" /tmp/bench128/*.log /tmp/bench2k/*.log | cut -c1-200
+  for shape in qwen3-1.7b llama3.1-8b; do
+    STEP_TIMEOUT=150 step "bench_$shape" python3 bench/infer_bench.py --worker "$w" --shape "$shape" \
+      --batches 1,64 --prompt-lens 64 --new 128 --no-transformers --work "/tmp/bench-$shape"
+    tail -4 "$out/bench_$shape.log"
+    rm -rf "/tmp/bench-$shape"
+  done
 elif [[ $phase == decode_profile ]]; then
   # The infer job under the CUPTI kernel timer: one report per worker, each
   # graph (decode bucket) with its kernels' time per launch.
