@@ -78,8 +78,8 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 #ifdef COHORT_HAVE_INFER_CUDA_ENGINE
   if (!model_engine_wanted && !cuda_graph_engine_supports(config)) {
     if (world.rank == 0) {
-      spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (a multiple of 16 up "
-                   "to 512); using the models library's CUDA engine", config.head_dim);
+      spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "
+                   "or 256); using the models library's CUDA engine", config.head_dim);
     }
     model_engine_wanted = true;
   }
