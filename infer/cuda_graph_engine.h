@@ -27,7 +27,7 @@
 // and captured for later steps. Prefill runs eagerly (its length varies).
 // Greedy picks happen on the device (each rank's argmax, gathered and merged);
 // only when the caller wants logits are they gathered and copied out.
-// Errors at creation: head_dim not a multiple of 16 (or above 512), CUDA,
+// Errors at creation: head_dim not 16, 32, 64, 128 or 256, CUDA,
 // cuBLAS or NCCL failures. Later failures are fatal (COHORT_CHECK): a rank
 // cannot recover halfway through a collective step.
 #pragma once
@@ -59,8 +59,8 @@ inline constexpr int kKvBlockSize = 1 << kKvBlockShift;
 
 using EngineWeightLoader = std::function<Status(models::Model& model)>;
 
-// Whether the engine's kernels handle this config (head_dim a multiple of 16,
-// at most 512).
+// Whether the engine's kernels handle this config (head_dim 16, 32, 64, 128
+// or 256: a multiple of 16 whose 8-dim pieces divide a warp).
 bool cuda_graph_engine_supports(const models::ModelConfig& config);
 
 // `tp_cpu`: the CPU communicator of this rank's tensor-parallel group (size
