@@ -346,6 +346,16 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   }
 }
 
+// The head sizes decode attention takes: 8-dim pieces whose count divides a
+// warp (this runs everywhere; the engine refuses other sizes up front).
+TEST(DecodeAttentionShapes, HeadSizesAreThoseWhosePiecesDivideAWarp) {
+  for (int d : {8, 16, 32, 64, 128, 256}) EXPECT_TRUE(cuda::decode_attention_supports(d)) << d;
+  for (int d : {4, 24, 48, 96, 192, 512}) EXPECT_FALSE(cuda::decode_attention_supports(d)) << d;
+  // Without scratch every row is one split, whatever the rows.
+  const DecodeShape shape{16, 8, 128, 4096, 1e-6f, 4};
+  for (int n : {1, 8, 64, 1024}) EXPECT_EQ(cuda::decode_attention_splits(n, shape, false), 1) << n;
+}
+
 // The CPU references agree between the layouts (this runs everywhere):
 // rows written through a shuffled block table and attended through it give
 // exactly what the contiguous cache gives.
