@@ -1,0 +1,184 @@
+// The bf16 decode engine's projections (models/ops/gemv.h: gemv_bf16 and
+// its norm and SwiGLU forms, the tensor-core skinny GEMM) against the CPU
+// projection, on fresh random inputs; part of models_decode_ops_parity_test.
+// Skips with a message where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "models/ops/gemv.h"
+#include "models/ops/rmsnorm.h"
+#include "models/ops/swiglu.h"
+#include "tests/models/decode_parity.h"
+
+namespace cohort::models {
+namespace {
+
+using decode_parity::DecodeOpsParity;
+using decode_parity::from_bf16;
+using decode_parity::kBf16NaN;
+using decode_parity::kBf16Tol;
+using decode_parity::rounded;
+using decode_parity::to_bf16;
+using testing::norm_relative;
+
+// Every row count the decode buckets use, a width that is a whole number of
+// the kernel's 256-element strides and one that is not, and an output count
+// that does not fill the last block.
+TEST_F(DecodeOpsParity, GemvBf16MatchesTheCpuProjectionForEachRowCount) {
+  for (int in : {1024, 3072, 136}) {
+    const int out = 37;
+    const auto w = to_bf16(testing::random_vector(size_t(out) * in, 71 + in));
+    for (int n = 1; n <= cuda::kGemvMaxRows; ++n) {
+      ASSERT_TRUE(cuda::gemv_supported(n, in));
+      const auto x = to_bf16(testing::random_vector(size_t(n) * in, 90 + n));
+      std::vector<float> want(size_t(n) * out);
+      cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+      float* y = up(std::vector<float>(want.size(), NAN));
+      cuda::gemv_bf16(y, up(x), up(w), n, in, out, stream_);
+      EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5) << "n " << n << " in " << in;
+    }
+  }
+  EXPECT_FALSE(cuda::gemv_supported(9, 1024));
+  EXPECT_FALSE(cuda::gemv_supported(1, 1020));
+}
+
+TEST_F(DecodeOpsParity, GemvAccumulateAddsTheProjectionIntoY) {
+  const int in = 1024, out = 300, n = 3;
+  const auto w = to_bf16(testing::random_vector(size_t(out) * in, 51));
+  const auto x = to_bf16(testing::random_vector(size_t(n) * in, 52));
+  const auto y0 = testing::random_vector(size_t(n) * out, 53);
+  std::vector<float> want(size_t(n) * out);
+  cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+  float* y = up(y0);
+  cuda::gemv_bf16(y, up(x), up(w), n, in, out, stream_, cuda::GemvOutput::kAccumulate);
+  EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+}
+
+// The norm forms against RMSNorm of the residual in fp32 (the kernels keep
+// the normalised rows unrounded), then the projection; the residual is
+// read, never written. Widths up to 8,192 (an 8B model's hidden size is
+// 4,096).
+TEST_F(DecodeOpsParity, GemvNormFormsMatchRmsNormThenTheProjection) {
+  const int I = 300, out = 37;
+  for (int in : {1024, 136, 4096, 8192}) {
+    const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 61 + in));
+    const auto wf = from_bf16(w);
+    const auto norm_w = testing::random_vector(in, 62);
+    for (int n = 1; n <= cuda::kGemvNormMaxRows; ++n) {
+      SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in));
+      ASSERT_TRUE(cuda::gemv_norm_supported(n, in));
+      const auto residual = testing::random_vector(size_t(n) * in, 63 + n, 3.0f);
+      std::vector<float> normed(residual.size());
+      cpu::rmsnorm_forward(normed.data(), nullptr, residual.data(), norm_w.data(), n, in, 1e-6f);
+      std::vector<float> gate_up(size_t(n) * 2 * I), want_h(size_t(n) * I);
+      for (int r = 0; r < n; ++r) {
+        for (int o = 0; o < 2 * I; ++o) {
+          double dot = 0;
+          for (int j = 0; j < in; ++j) dot += double(normed[size_t(r) * in + j]) * wf[size_t(o) * in + j];
+          gate_up[size_t(r) * 2 * I + o] = float(dot);
+        }
+      }
+      std::vector<float> want_y(size_t(n) * out);
+      for (int r = 0; r < n; ++r) {
+        for (int o = 0; o < out; ++o) want_y[size_t(r) * out + o] = gate_up[size_t(r) * 2 * I + o];
+      }
+      cpu::swiglu_fused(want_h.data(), gate_up.data(), n, I);
+      float* r = up(residual);
+      float* y = up(std::vector<float>(want_y.size(), NAN));
+      uint16_t* h = up(std::vector<uint16_t>(want_h.size(), kBf16NaN));
+      const float* g = up(norm_w);
+      const uint16_t* gw = up(w);
+      cuda::gemv_norm_bf16(y, r, g, 1e-6f, gw, n, in, out, stream_);
+      cuda::gemv_norm_swiglu_bf16(h, r, g, 1e-6f, gw, n, in, I, stream_);
+      EXPECT_LT(norm_relative(want_y, down(y, want_y.size())), 1e-5);
+      EXPECT_LT(norm_relative(want_h, down_bf16(h, want_h.size())), kBf16Tol);
+      EXPECT_EQ(residual, down(r, residual.size()));
+    }
+  }
+  EXPECT_FALSE(cuda::gemv_norm_supported(cuda::kGemvNormMaxRows + 1, 1024));
+  EXPECT_FALSE(cuda::gemv_norm_supported(2, 1020));
+}
+
+// The tensor-core forms for every tile count the decode buckets use (and
+// row counts between them), widths of one and several K chunks per warp,
+// output counts that do not fill the last block, each epilogue.
+TEST_F(DecodeOpsParity, SkinnyGemmMatchesTheCpuProjection) {
+  cuda::SkinnyScratch scratch{gpu_->alloc_floats(cuda::kSkinnyScratchFloats),
+                              static_cast<int*>(gpu_->alloc(cuda::kSkinnyScratchTiles * 4))};
+  EXPECT_EQ(cuda::skinny_splits(64, 2048), 8);  // a 1,024-row output over 512 blocks
+  EXPECT_EQ(cuda::skinny_splits(64, 3072), 4);  // K ranges of whole chunks
+  EXPECT_EQ(cuda::skinny_splits(9496, 1024), 1);
+  for (int in : {256, 1024, 3072}) {
+    for (int out : {40, 1024}) {
+      const auto w = to_bf16(testing::random_vector(size_t(out) * in, 81 + in + out));
+      for (int n : {1, 5, 8, 9, 16, 24, 33, 48, 64}) {
+        for (bool split : {true, false}) {
+          SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " out " +
+                       std::to_string(out) + (split ? " split" : " unsplit"));
+          ASSERT_TRUE(cuda::skinny_gemm_supported(n, in));
+          const cuda::SkinnyScratch use = split ? scratch : cuda::SkinnyScratch{};
+          const auto x = to_bf16(testing::random_vector(size_t(n) * in, 95 + n));
+          const auto y0 = testing::random_vector(size_t(n) * out, 96);
+          std::vector<float> want(size_t(n) * out);
+          cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+          float* y = up(std::vector<float>(want.size(), NAN));
+          const uint16_t* gx = up(x);
+          const uint16_t* gw = up(w);
+          cuda::skinny_gemm_bf16(y, gx, gw, n, in, out, use, stream_);
+          EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+          for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+          float* acc = up(y0);
+          cuda::skinny_gemm_bf16(acc, gx, gw, n, in, out, use, stream_, cuda::GemvOutput::kAccumulate);
+          EXPECT_LT(norm_relative(want, down(acc, want.size())), 1e-5) << "accumulating";
+        }
+      }
+    }
+  }
+  // Every tile's count is back to zero for the next call.
+  std::vector<int32_t> arrivals(cuda::kSkinnyScratchTiles, -1);
+  gpu_->copy_to_host(arrivals.data(), scratch.arrivals, arrivals.size() * 4);
+  EXPECT_EQ(arrivals, std::vector<int32_t>(arrivals.size(), 0));
+  EXPECT_FALSE(cuda::skinny_gemm_supported(65, 1024));
+  EXPECT_FALSE(cuda::skinny_gemm_supported(8, 1000));
+}
+
+TEST_F(DecodeOpsParity, SkinnyGemmSwigluMatchesProjectionThenSwiglu) {
+  cuda::SkinnyScratch scratch{gpu_->alloc_floats(cuda::kSkinnyScratchFloats),
+                              static_cast<int*>(gpu_->alloc(cuda::kSkinnyScratchTiles * 4))};
+  const int in = 1024;
+  for (int I : {300, 3072}) {
+    const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 97 + I));
+    for (int n : {5, 16, 40, 64}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " I " + std::to_string(I));
+      const auto x = to_bf16(testing::random_vector(size_t(n) * in, 98 + n));
+      std::vector<float> gate_up(size_t(n) * 2 * I), want(size_t(n) * I);
+      cpu::gemv_bf16(gate_up.data(), x.data(), w.data(), n, in, 2 * I);
+      cpu::swiglu_fused(want.data(), gate_up.data(), n, I);
+      uint16_t* h = up(std::vector<uint16_t>(size_t(n) * I, kBf16NaN));
+      cuda::skinny_gemm_swiglu_bf16(h, up(x), up(w), n, in, I, scratch, stream_);
+      EXPECT_LT(norm_relative(want, down_bf16(h, want.size())), kBf16Tol);
+    }
+  }
+}
+
+TEST_F(DecodeOpsParity, GemvSwigluBf16MatchesProjectionThenSwiglu) {
+  const int in = 1024, I = 300;
+  const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 33));
+  for (int n : {1, 3, 8}) {
+    const auto x = to_bf16(testing::random_vector(size_t(n) * in, 40 + n));
+    std::vector<float> gate_up(size_t(n) * 2 * I), want(size_t(n) * I);
+    cpu::gemv_bf16(gate_up.data(), x.data(), w.data(), n, in, 2 * I);
+    cpu::swiglu_fused(want.data(), gate_up.data(), n, I);
+    std::vector<uint16_t> nan_bits(size_t(n) * I, kBf16NaN);
+    uint16_t* h = up(nan_bits);
+    cuda::gemv_swiglu_bf16(h, up(x), up(w), n, in, I, stream_);
+    EXPECT_LT(norm_relative(want, down_bf16(h, want.size())), kBf16Tol) << "n " << n;
+  }
+}
+
+}  // namespace
+}  // namespace cohort::models
