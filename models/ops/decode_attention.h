@@ -25,8 +25,9 @@ namespace cohort::models::cuda {
 
 // Where a launch split over the context meets (decode_attention.cuh): the
 // splits' partial softmax states and a count per (row, block of heads),
-// device memory the caller allocates once, the counts zeroed. Without it
-// (null pointers) every row is one split.
+// device memory the caller allocates once, the counts zeroed; every launch
+// leaves them zeroed again. Launches that share a scratch must be ordered
+// (one stream). Without it (null pointers) every row is one split.
 constexpr int kDecodeAttnScratchBlocks = 2048;  // (row, block of heads, split) triples
 constexpr int kDecodeAttnMaxSplits = 64;
 constexpr size_t kDecodeAttnScratchFloats = size_t{kDecodeAttnScratchBlocks} * 4 * (256 + 2);
@@ -35,7 +36,8 @@ struct DecodeAttentionScratch {
   int* arrivals = nullptr;    // kDecodeAttnScratchBlocks, zeroed before first use
 };
 
-// head_dim a multiple of 8, at most 256 (decode_attention_supports).
+// head_dim 8, 16, 32, 64, 128 or 256: 8-dim pieces whose count divides a
+// warp (decode_attention_supports).
 bool decode_attention_supports(int head_dim);
 
 // How many splits of each row's positions a launch of n rows takes: enough
