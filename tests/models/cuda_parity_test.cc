@@ -19,6 +19,7 @@
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
+#include "tests/models/cuda_backend_test.h"
 #include "tests/models/grad_check.h"
 
 namespace cohort::models {
@@ -29,26 +30,9 @@ constexpr double kFp32Tol = 1e-4;
 
 using testing::norm_relative;
 
-class CudaParity : public ::testing::Test {
+class CudaParity : public testing::CudaBackendTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) {
-      GTEST_SKIP() << "no CUDA device visible: GPU parity tests run on the GPU machine";
-    }
-    gpu_ = std::move(make_cuda_backend(0).value());
-  }
-  template <typename T>
-  T* up(const std::vector<T>& v) {
-    T* p = static_cast<T*>(gpu_->alloc(v.size() * sizeof(T)));
-    gpu_->copy_from_host(p, v.data(), v.size() * sizeof(T));
-    return p;
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    gpu_->copy_to_host(v.data(), p, n * sizeof(float));
-    return v;
-  }
-  std::unique_ptr<CudaBackend> gpu_;
+  CudaParity() : CudaBackendTest("GPU parity tests") {}
 };
 
 TEST_F(CudaParity, RmsNormForwardAndBackward) {

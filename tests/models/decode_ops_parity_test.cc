@@ -24,13 +24,7 @@
 namespace cohort::models {
 namespace {
 
-using decode_parity::DecodeOpsParity;
-using decode_parity::from_bf16;
-using decode_parity::kBf16NaN;
-using decode_parity::kBf16Tol;
-using decode_parity::rounded;
-using decode_parity::to_bf16;
-using testing::norm_relative;
+using namespace decode_parity;  // NOLINT: the shared fixture and helpers
 
 
 // Attention's splits of the context: one (no scratch needed), the launcher's

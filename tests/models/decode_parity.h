@@ -12,6 +12,7 @@
 #include "base/half_float.h"
 #include "models/cuda_backend.h"
 #include "models/ops/decode_attention.h"
+#include "tests/models/cuda_backend_test.h"
 #include "tests/models/grad_check.h"
 
 namespace cohort::models::decode_parity {
@@ -37,30 +38,12 @@ inline std::vector<float> rounded(const std::vector<float>& v) {
   return from_bf16(to_bf16(v));
 }
 
-class DecodeOpsParity : public ::testing::Test {
+class DecodeOpsParity : public testing::CudaBackendTest {
  protected:
+  DecodeOpsParity() : CudaBackendTest("decode kernel parity tests") {}
   void SetUp() override {
-    if (cuda_device_count() == 0) {
-      GTEST_SKIP() << "no CUDA device visible: decode kernel parity tests run on the GPU machine";
-    }
-    gpu_ = std::move(make_cuda_backend(0).value());
-    stream_ = static_cast<CUstream_st*>(gpu_->stream());
-  }
-  template <typename T>
-  T* up(const std::vector<T>& v) {
-    T* p = static_cast<T*>(gpu_->alloc(v.size() * sizeof(T)));
-    gpu_->copy_from_host(p, v.data(), v.size() * sizeof(T));
-    return p;
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    gpu_->copy_to_host(v.data(), p, n * sizeof(float));
-    return v;
-  }
-  std::vector<float> down_bf16(const uint16_t* p, size_t n) {
-    std::vector<uint16_t> v(n);
-    gpu_->copy_to_host(v.data(), p, n * sizeof(uint16_t));
-    return from_bf16(v);
+    CudaBackendTest::SetUp();
+    if (!IsSkipped()) stream_ = static_cast<CUstream_st*>(gpu_->stream());
   }
   // Attention's split scratch, its counts zeroed once: every launch must
   // leave them at zero for the next.
@@ -71,7 +54,6 @@ class DecodeOpsParity : public ::testing::Test {
     }
     return scratch_;
   }
-  std::unique_ptr<CudaBackend> gpu_;
   CUstream_st* stream_ = nullptr;
   cuda::DecodeAttentionScratch scratch_;
 };

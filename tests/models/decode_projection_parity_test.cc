@@ -16,13 +16,7 @@
 namespace cohort::models {
 namespace {
 
-using decode_parity::DecodeOpsParity;
-using decode_parity::from_bf16;
-using decode_parity::kBf16NaN;
-using decode_parity::kBf16Tol;
-using decode_parity::rounded;
-using decode_parity::to_bf16;
-using testing::norm_relative;
+using namespace decode_parity;  // NOLINT: the shared fixture and helpers
 
 // Every row count the decode buckets use, a width that is a whole number of
 // the kernel's 256-element strides and one that is not, and an output count
