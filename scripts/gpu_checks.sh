@@ -108,7 +108,7 @@ elif [[ $phase == decode_bench ]]; then
   STEP_TIMEOUT=150 step bench_ctx2k python3 bench/infer_bench.py --worker "$w" --batches 1,64 \
     --prompt-lens 1984 --new 128 --work /tmp/bench2k
   tail -5 "$out/bench_ctx2k.log"
-  grep -h "engine load" /tmp/bench128/*.log /tmp/bench2k/*.log | cut -c1-200
+  grep -h -E "engine load|plans tuned" /tmp/bench128/*.log /tmp/bench2k/*.log | cut -c1-200
   for shape in qwen3-1.7b llama3.1-8b; do
     STEP_TIMEOUT=150 step "bench_$shape" python3 bench/infer_bench.py --worker "$w" --shape "$shape" \
       --batches 1,64 --prompt-lens 64 --new 128 --no-transformers --work "/tmp/bench-$shape"
@@ -127,7 +127,7 @@ elif [[ $phase == decode_profile ]]; then
   STEP_TIMEOUT=300 step infer_bench_profiled python3 bench/infer_bench.py --worker "$wrapper" \
     --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work"
   tail -8 "$out/infer_bench_profiled.log"
-  grep -h -E "engine load|warm-up|decode steps of" "$out"/work/*.log | cut -c1-300
+  grep -h -E "engine load|warm-up|plans tuned|decode steps of" "$out"/work/*.log | cut -c1-300
 elif [[ $phase == attention ]]; then
   # cuDNN's fused attention against the CPU reference and the flash kernels,
   # then the training step with each (models_train_bench, per-op times).
