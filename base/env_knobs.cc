@@ -2,7 +2,9 @@
 // order), the README row (the test prints it), and read_env_knob at the use.
 #include "base/env_knobs.h"
 
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include "base/check.h"
 
@@ -96,6 +98,19 @@ const char* env_knob_name(EnvKnob knob) {
 const char* read_env_knob(EnvKnob knob) {
   const char* v = std::getenv(env_knob_name(knob));
   return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+Result<std::optional<int>> read_env_knob_count(EnvKnob knob) {
+  const char* v = read_env_knob(knob);
+  if (v == nullptr) return std::optional<int>();
+  int value = 0;
+  const char* end = v + std::strlen(v);
+  const auto [at, error] = std::from_chars(v, end, value);
+  if (error != std::errc() || at != end || value < 0) {
+    return invalid_argument(std::string(env_knob_name(knob)) + "='" + v +
+                            "' is not a non-negative integer");
+  }
+  return std::optional<int>(value);
 }
 
 bool env_knob_on(EnvKnob knob) {

@@ -9,8 +9,11 @@
 // Reading is thread-safe as long as nothing calls setenv meanwhile.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "base/status.h"
 
 namespace cohort {
 
@@ -57,6 +60,9 @@ const char* env_knob_name(EnvKnob knob);
 const char* read_env_knob(EnvKnob knob);
 // True when the variable is set to exactly "1" (the switches' "on").
 bool env_knob_on(EnvKnob knob);
+// A non-negative integer knob: nullopt when unset or empty, an error naming
+// the variable and its value when it is anything but digits that fit an int.
+Result<std::optional<int>> read_env_knob_count(EnvKnob knob);
 
 // The README table: | variable | read by | what it does |, debugging switches
 // marked as such.

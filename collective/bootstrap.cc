@@ -140,10 +140,8 @@ const char* launch_name(Launch launch) {
 
 Result<World> init_from_environment(const WorldOptions& options) {
   Milliseconds timeout = options.timeout;
-  if (const char* v = read_env_knob(EnvKnob::kCollectiveTimeoutS)) {
-    COHORT_ASSIGN_OR_RETURN(int s, parse_int(env_knob_name(EnvKnob::kCollectiveTimeoutS), v));
-    timeout = std::chrono::seconds(s);
-  }
+  COHORT_ASSIGN_OR_RETURN(std::optional<int> seconds, read_env_knob_count(EnvKnob::kCollectiveTimeoutS));
+  if (seconds) timeout = std::chrono::seconds(*seconds);
   World world;
   bool mpi_env = launched_by_mpi();
   const char* cohort_store = read_env_knob(EnvKnob::kStore);

@@ -178,15 +178,9 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
     COHORT_CUDA_CHECK(cudaEventCreate(&step_end_));
     time_steps_ = true;
   }
-  if (const char* rows = read_env_knob(EnvKnob::kInferFusedAttentionRows)) {
-    char* end = nullptr;
-    const long value = std::strtol(rows, &end, 10);
-    if (*end != '\0' || value < 0 || value > INT_MAX) {
-      return invalid_argument(std::string("COHORT_INFER_FUSED_ATTENTION_ROWS is '") + rows +
-                              "': expected a number of rows");
-    }
-    fused_attention_rows_ = static_cast<int>(value);
-  }
+  COHORT_ASSIGN_OR_RETURN(std::optional<int> fused_rows,
+                          read_env_knob_count(EnvKnob::kInferFusedAttentionRows));
+  if (fused_rows) fused_attention_rows_ = *fused_rows;
   // Graph capture needs cuBLASLt to use a workspace it was given, not one it
   // allocates on the fly.
   constexpr size_t kWorkspace = size_t{32} << 20;

@@ -33,6 +33,27 @@ TEST(EnvKnobs, UnsetAndEmptyReadAsAbsentAndOnlyOneIsOn) {
   ::unsetenv("COHORT_INFER_DUMP_LOGITS");
 }
 
+TEST(EnvKnobs, ACountIsDigitsThatFitAnIntAndAnythingElseIsNamedInTheError) {
+  const EnvKnob knob = EnvKnob::kInferFusedAttentionRows;
+  ::unsetenv("COHORT_INFER_FUSED_ATTENTION_ROWS");
+  auto absent = read_env_knob_count(knob);
+  ASSERT_TRUE(absent.is_ok());
+  EXPECT_FALSE(absent->has_value());
+  ::setenv("COHORT_INFER_FUSED_ATTENTION_ROWS", "16", 1);
+  auto sixteen = read_env_knob_count(knob);
+  ASSERT_TRUE(sixteen.is_ok());
+  EXPECT_EQ(**sixteen, 16);
+  for (const char* bad : {"eight", "8 rows", "-1", "99999999999"}) {
+    ::setenv("COHORT_INFER_FUSED_ATTENTION_ROWS", bad, 1);
+    auto r = read_env_knob_count(knob);
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_NE(r.status().message().find(std::string("COHORT_INFER_FUSED_ATTENTION_ROWS='") + bad + "'"),
+              std::string::npos)
+        << r.status().message();
+  }
+  ::unsetenv("COHORT_INFER_FUSED_ATTENTION_ROWS");
+}
+
 TEST(EnvKnobs, ReadmeListsExactlyTheTable) {
   std::ifstream in(std::filesystem::path(COHORT_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md is missing";
