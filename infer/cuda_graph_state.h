@@ -68,9 +68,9 @@ class CudaGraphEngine final : public InferenceEngine {
   Status alloc_buffers();
   // Runs every step shape once before the first request, into the spare
   // slot: a few prefill sizes eagerly, and each decode bucket (eager, then
-  // captured when graphs are on), after tune_projections. The first use of a shape otherwise pays
-  // for CUDA's lazy kernel loading, cuBLAS's algorithm choice and the
-  // capture inside a request's time to first token.
+  // captured when graphs are on), after tune_projections. The first use of
+  // a shape otherwise pays for CUDA's lazy kernel loading, cuBLAS's
+  // algorithm choice and the capture inside a request's time to first token.
   void warm_up();
 
  private:

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "base/check.h"
@@ -76,7 +77,12 @@ Status CudaGraphEngine::tune_projections() {
     largest = std::max(largest, g.in * g.out * 2);
   }
   const size_t weight_bytes = std::max(largest, size_t{256} << 20);
+  // Freed on every way out, errors included: the scratch is most of a
+  // gigabyte at the 8B shape.
   void *w = nullptr, *x = nullptr, *y = nullptr;
+  const auto free_scratch = [](void** p) { cudaFree(*p); };
+  const std::unique_ptr<void*, decltype(free_scratch)> w_owner(&w, free_scratch),
+      x_owner(&x, free_scratch), y_owner(&y, free_scratch);
   COHORT_CUDA_CHECK(cudaMalloc(&w, weight_bytes));
   COHORT_CUDA_CHECK(cudaMalloc(&x, B * widest_in * 2));
   COHORT_CUDA_CHECK(cudaMalloc(&y, B * widest_out * 4));
@@ -108,8 +114,7 @@ Status CudaGraphEngine::tune_projections() {
     if (!status.is_ok()) break;
   }
   skinny_enabled_ = true;
-  cudaStreamSynchronize(stream_);
-  cudaFree(w), cudaFree(x), cudaFree(y);
+  cudaStreamSynchronize(stream_);  // the scratch is freed on return
   spdlog::info("infer: {} cuBLASLt plans tuned in {:.2f} s (beside the weights' read)", tuned,
                std::chrono::duration<double>(Clock::now() - start).count());
   return status;

@@ -349,13 +349,11 @@ void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, 
   const int heads = decode_heads_per_block(shape);
   const bool have_scratch = scratch.partials != nullptr && scratch.arrivals != nullptr;
   const int blocks = n * (shape.hq / heads);
-  if (!have_scratch || blocks > kDecodeAttnScratchBlocks) {
-    splits = 1;
-  } else if (splits <= 0) {
-    splits = decode_attention_splits(n, shape, have_scratch);
-  } else {
-    splits = std::min({splits, kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks});
-  }
+  // A forced count is held to what the splits' own choice may reach.
+  const int most = have_scratch && blocks <= kDecodeAttnScratchBlocks
+                       ? std::min(kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks)
+                       : 1;
+  splits = splits > 0 ? std::min(splits, most) : decode_attention_splits(n, shape, have_scratch);
   const int warps = decode_attention_warps(blocks);
   const DecodeSplits split{splits, scratch.partials, scratch.arrivals};
   const dim3 grid(n, shape.hq / heads, splits);
