@@ -99,6 +99,17 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// The current device's multiprocessors, read once (launch sizing).
+inline int device_multiprocessors() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  return sms;
+}
+
 // c += a * b for one 16x8x16 bf16 tile on the tensor cores, fp32
 // accumulation (fragment layouts: PTX ISA, mma.m16n8k16).
 __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {

@@ -314,16 +314,6 @@ bool decode_attention_supports(int head_dim) {
          32 % (head_dim / kDecodeDimsPerLane) == 0;
 }
 
-inline int device_multiprocessors() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    return count;
-  }();
-  return sms;
-}
-
 // Warps a block for a launch of `blocks` (row, block of heads) pairs.
 inline int decode_attention_warps(int blocks) {
   return blocks < device_multiprocessors() ? kDecodeAttnWarpsFew : kDecodeAttnWarps;

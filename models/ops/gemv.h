@@ -63,7 +63,7 @@ void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm
                            float eps, const Bf16Bits* w, int n, int in, int intermediate,
                            CUstream_st* stream);
 
-// Tensor-core forms for 2 to 64 rows (skinny_gemm.cuh), the same contracts
+// Tensor-core forms for 2 to 64 rows (skinny_gemm.cuh, tile_gemm.cuh), the same contracts
 // as gemv_bf16 (store or accumulate) and gemv_swiglu_bf16, for `in` a
 // multiple of 256. Beyond 64 rows a projection is arithmetic-bound and
 // cuBLASLt's tiles serve it. With scratch, a projection whose output tiles
@@ -86,5 +86,22 @@ void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int
                       GemvOutput output = GemvOutput::kStore);
 void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
                              int intermediate, const SkinnyScratch& scratch, CUstream_st* stream);
+
+// From 9 rows the tensor-core forms stage x and 64 or 128 weight rows a
+// block through shared memory (tile_gemm.cuh), K split over a cluster of 1
+// to 8 blocks; they take no scratch. tile_plan gives the block shape for n
+// rows of an `out`-output projection (for SwiGLU `out` is I) on a device of
+// `multiprocessors`: mt 16-row x tiles a warp (32 mt rows a block), bn
+// weight rows a block (0: the shape is not served this way), tiles blocks
+// along the outputs, splits blocks along K, row_blocks along the rows.
+struct TilePlan {
+  int mt = 0, bn = 0, tiles = 0, splits = 0, row_blocks = 1;
+};
+TilePlan tile_plan(int n, int in, int out, bool swiglu, int multiprocessors);
+// The tile form with a given plan (benchmarks compare plans): SwiGLU into h
+// when h is non-null (out is then I), else y as `output` says.
+void tile_gemm_bf16(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* x,
+                    const Bf16Bits* w, int n, int in, int out, GemvOutput output,
+                    CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

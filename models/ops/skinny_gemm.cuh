@@ -31,6 +31,7 @@
 
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.h"
+#include "models/ops/tile_gemm.cuh"
 
 namespace cohort::models::cuda {
 
@@ -224,6 +225,9 @@ void launch_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, 
 
 void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
                       const SkinnyScratch& scratch, CUstream_st* stream, GemvOutput output) {
+  // From 9 rows, shapes the staged tiles take (tile_gemm.cuh).
+  const TilePlan plan = tile_plan(n, in, out, false, device_multiprocessors());
+  if (plan.bn != 0) return tile_gemm_bf16(plan, y, nullptr, x, w, n, in, out, output, stream);
   if (output == GemvOutput::kAccumulate) {
     launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, in, out, scratch, stream);
   } else {
@@ -233,6 +237,10 @@ void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int
 
 void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
                              int intermediate, const SkinnyScratch& scratch, CUstream_st* stream) {
+  const TilePlan plan = tile_plan(n, in, intermediate, true, device_multiprocessors());
+  if (plan.bn != 0) {
+    return tile_gemm_bf16(plan, nullptr, h, x, w, n, in, intermediate, GemvOutput::kStore, stream);
+  }
   launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, in, intermediate, scratch, stream);
 }
 

@@ -140,11 +140,42 @@ TEST_F(DecodeOpsParity, SkinnyGemmMatchesTheCpuProjection) {
   EXPECT_FALSE(cuda::skinny_gemm_supported(8, 1000));
 }
 
+// From 9 rows the projections run as staged tiles (tile_gemm.cuh): 64 or 128
+// weight rows a block, K split over a cluster of 1 to 8 blocks. The shapes
+// above take 64-row blocks; a wide output takes 128-row ones.
+TEST_F(DecodeOpsParity, TileGemmPlansAndWideOutputs) {
+  const cuda::TilePlan o_proj = cuda::tile_plan(64, 2048, 1024, false, 132);
+  EXPECT_EQ(o_proj.bn, 64);
+  EXPECT_EQ(o_proj.tiles, 16);
+  EXPECT_EQ(o_proj.splits, 8);
+  EXPECT_EQ(o_proj.mt, 2);
+  const cuda::TilePlan gate_up = cuda::tile_plan(16, 1024, 3072, true, 132);
+  EXPECT_EQ(gate_up.bn, 128);
+  EXPECT_EQ(gate_up.tiles, 48);
+  EXPECT_EQ(gate_up.splits, 4);
+  EXPECT_EQ(gate_up.mt, 1);
+  EXPECT_EQ(cuda::tile_plan(8, 1024, 1024, false, 132).bn, 0);   // the skinny kernel's rows
+  EXPECT_EQ(cuda::tile_plan(64, 1000, 1024, false, 132).bn, 0);  // K not whole stages
+  EXPECT_EQ(cuda::tile_plan(64, 1024, 40, false, 132).bn, 0);    // no whole block of outputs
+  const int in = 256, out = 4096;
+  const auto w = to_bf16(testing::random_vector(size_t(out) * in, 401));
+  for (int n : {9, 32, 33, 64}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    ASSERT_EQ(cuda::tile_plan(n, in, out, false, 132).bn, 128);
+    const auto x = to_bf16(testing::random_vector(size_t(n) * in, 402 + n));
+    std::vector<float> want(size_t(n) * out);
+    cpu::gemv_bf16(want.data(), x.data(), w.data(), n, in, out);
+    float* y = up(std::vector<float>(want.size(), NAN));
+    cuda::skinny_gemm_bf16(y, up(x), up(w), n, in, out, cuda::SkinnyScratch{}, stream_);
+    EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+  }
+}
+
 TEST_F(DecodeOpsParity, SkinnyGemmSwigluMatchesProjectionThenSwiglu) {
   cuda::SkinnyScratch scratch{gpu_->alloc_floats(cuda::kSkinnyScratchFloats),
                               static_cast<int*>(gpu_->alloc(cuda::kSkinnyScratchTiles * 4))};
   const int in = 1024;
-  for (int I : {300, 3072}) {
+  for (int I : {300, 512, 3072}) {  // the skinny kernel, 64- and 128-row tiles
     const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 97 + I));
     for (int n : {5, 16, 40, 64}) {
       SCOPED_TRACE("n " + std::to_string(n) + " I " + std::to_string(I));

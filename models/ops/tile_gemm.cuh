@@ -1,0 +1,366 @@
+// CUDA tensor-core projections for decode steps of 9 to 64 rows, behind
+// skinny_gemm_bf16 / skinny_gemm_swiglu_bf16 (contract: gemv.h; CPU
+// reference: gemv.cc).
+//
+// At these rows a projection still reads each weight once, so it is bound by
+// the weight stream, but x is no longer small: 64 rows of a 1,024-wide input
+// are 128 KB. The skinny kernel (skinny_gemm.cuh) gives each block 16 weight
+// rows and has every block read all of x from L2, four times the weights'
+// bytes at 64 rows; cuBLASLt's tiles leave most multiprocessors idle at these
+// shapes. Here a block takes 64 or 128 weight rows against all the step's
+// rows, both staged through shared memory:
+//
+//  * x [rows, K] is the MMA's A operand (16-row tiles), w [out, K] its B
+//    operand (8-row tiles); both are K-contiguous, so ldmatrix feeds both
+//    from the same swizzled 128-byte rows (16-byte piece c of row r at
+//    c ^ (r mod 8): the eight rows an ldmatrix reads hit eight different
+//    bank groups).
+//  * Four stages of 64 K-columns are in flight through cp.async. The weight
+//    pieces of the first stages are issued before the wait on the
+//    predecessor kernel (weights are no kernel's output), x's after it.
+//  * K is split over the blocks of a thread-block cluster (up to 8) so that
+//    the grid fills the machine. Each block leaves its fp32 tile in its own
+//    shared memory; after a cluster barrier, block q of the cluster adds
+//    rows [q·R/s, (q+1)·R/s) of every block's tile, in block order, and
+//    writes them through the epilogue. The order is fixed, so results are
+//    deterministic, and no global scratch or second kernel is involved.
+//  * Epilogues: store, add into y (the residual stream takes an output
+//    projection in place), or SwiGLU. For SwiGLU the block's weight rows
+//    alternate eight gate rows and their eight up rows, so each 16-column
+//    group of the tile holds both halves of eight outputs.
+//
+// The engine measures, per decode bucket, whether these or cuBLASLt serve a
+// step (cuda_graph_warmup.cc). On an H200 these win at 16 to 32 rows (a
+// Qwen3-0.6B step: 1,076 against 1,267 us at 16 rows); at 48 and 64 rows
+// cuBLASLt's kernels do (1,271 against 1,461 us at 64), whose per-block
+// stream keeps more of HBM busy than mma.sync tiles with a cp.async pipeline.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include "models/cuda/common.cuh"
+#include "models/ops/gemv.h"
+
+namespace cohort::models::cuda {
+
+constexpr int kTileK = 64;  // K columns a stage holds: one 128-byte row of bf16
+constexpr int kTileStages = 4;
+constexpr int kTileWarps = 8;  // 2 over the rows x 4 over the weight rows
+constexpr int kTileMaxSplits = 8;  // the portable cluster size
+constexpr int kTileMinRows = kGemvMaxRows + 1;
+
+enum class TileEpilogue { kStore, kAccumulate, kSwiglu };
+
+struct TileArgs {
+  float* y;           // kStore / kAccumulate: [n, out] fp32
+  Bf16Bits* h;        // kSwiglu: [n, out] bf16
+  const Bf16Bits* x;  // [n, in]
+  const Bf16Bits* w;  // [out, in], or for SwiGLU [2 out, in] (gate rows, then up rows)
+  int n, in, out;
+  int k_steps;        // kTileK-column stages per block: in / kTileK / splits
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, or zeros when !valid (src-size 0).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// Byte offset of 16-byte piece `piece` of row `row` in a stage's swizzled
+// [rows][kTileK] bf16 tile.
+__device__ __forceinline__ uint32_t tile_offset(int row, int piece) {
+  return static_cast<uint32_t>(row * (kTileK * 2) + ((piece ^ (row & 7)) << 4));
+}
+
+// MT: 16-row x tiles per warp (the block covers 32 MT rows); BN: weight rows
+// per block (64 or 128).
+template <int MT, int BN>
+struct TileShape {
+  static constexpr int kRows = 32 * MT;
+  static constexpr int kWarpCols = BN / 4;      // weight rows per warp
+  static constexpr int kColTiles = kWarpCols / 8;  // 8-wide MMA tiles per warp
+  static constexpr int kStageBytes = (kRows + BN) * kTileK * 2;
+  static constexpr int kTileLd = BN + 8;        // fp32 sums, padded rows
+  static constexpr int kSmem = kTileStages * kStageBytes;
+  static_assert(kRows * kTileLd * 4 <= kSmem, "the sums reuse the stages' memory");
+};
+
+template <int MT, int BN, TileEpilogue kEpilogue>
+__global__ void __launch_bounds__(32 * kTileWarps) tile_gemm_kernel(TileArgs a) {
+  using S = TileShape<MT, BN>;
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(128) unsigned char tile_smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int split = blockIdx.x, splits = gridDim.x, tile = blockIdx.y;
+  // Row block z takes rows [z kRows, (z + 1) kRows): x, y and h start there.
+  const int row0 = blockIdx.z * S::kRows, rows = min(a.n - row0, S::kRows);
+  const Bf16Bits* x_rows = a.x + static_cast<size_t>(row0) * a.in;
+  const int k_first = split * a.k_steps;
+  constexpr bool kSwiglu = kEpilogue == TileEpilogue::kSwiglu;
+
+  // This thread's share of a stage's loads: x pieces [rows x 8], weight
+  // pieces [BN x 8], 256 threads.
+  auto load_w = [&](int step, int stage) {
+    const uint32_t base = shared_address(tile_smem + stage * S::kStageBytes + S::kRows * kTileK * 2);
+    const int k = (k_first + step) * kTileK;
+#pragma unroll
+    for (int i = 0; i < BN * 8 / (32 * kTileWarps); ++i) {
+      const int item = tid + i * 32 * kTileWarps, row = item >> 3, piece = item & 7;
+      int w_row;
+      if constexpr (kSwiglu) {  // groups of 8 gate rows, then their 8 up rows
+        const int f = tile * (BN / 2) + (row >> 4) * 8 + (row & 7);
+        w_row = (row & 8) ? a.out + f : f;
+      } else {
+        w_row = tile * BN + row;
+      }
+      cp_async16(base + tile_offset(row, piece), a.w + static_cast<size_t>(w_row) * a.in + k + piece * 8,
+                 true);
+    }
+  };
+  auto load_x = [&](int step, int stage) {
+    const uint32_t base = shared_address(tile_smem + stage * S::kStageBytes);
+    const int k = (k_first + step) * kTileK;
+#pragma unroll
+    for (int i = 0; i < (S::kRows * 8 + 32 * kTileWarps - 1) / (32 * kTileWarps); ++i) {
+      const int item = tid + i * 32 * kTileWarps, row = item >> 3, piece = item & 7;
+      if (row >= S::kRows) break;
+      const bool live = row < rows;
+      cp_async16(base + tile_offset(row, piece),
+                 x_rows + static_cast<size_t>(live ? row : 0) * a.in + k + piece * 8, live);
+    }
+  };
+
+  // Weights first, then the wait on the predecessor, then x.
+#pragma unroll
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < a.k_steps) load_w(s, s);
+  }
+  begin_dependent();
+#pragma unroll
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < a.k_steps) load_x(s, s);
+    cp_async_commit();
+  }
+
+  const int wm = warp >> 2, wn = warp & 3;  // warp's row half and weight-row quarter
+  float acc[MT][S::kColTiles][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int j = 0; j < S::kColTiles; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
+  }
+  for (int step = 0; step < a.k_steps; ++step) {
+    cp_async_wait<kTileStages - 2>();
+    __syncthreads();  // stage `step` landed for every thread; step - 1's buffer is free
+    const int next = step + kTileStages - 1;
+    if (next < a.k_steps) {
+      load_w(next, next % kTileStages);
+      load_x(next, next % kTileStages);
+    }
+    cp_async_commit();
+    const uint32_t xs = shared_address(tile_smem + (step % kTileStages) * S::kStageBytes);
+    const uint32_t ws = xs + S::kRows * kTileK * 2;
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int row = wm * 16 * MT + m * 16 + (lane & 15);
+        ldmatrix_x4(af[m], xs + tile_offset(row, kk * 2 + (lane >> 4)));
+      }
+#pragma unroll
+      for (int j = 0; j < S::kColTiles; j += 2) {
+        uint32_t bf[4];
+        const int row = wn * S::kWarpCols + j * 8 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(bf, ws + tile_offset(row, kk * 2 + ((lane >> 3) & 1)));
+        const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma(acc[m][j], af[m], b0);
+          mma(acc[m][j + 1], af[m], b1);
+        }
+      }
+    }
+  }
+  if (a.k_steps == 0) begin_dependent();
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stages: they become the sums
+
+  // This block's sums as an fp32 [rows][BN] tile, in its own shared memory.
+  float* sums = reinterpret_cast<float*>(tile_smem);
+  {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int j = 0; j < S::kColTiles; ++j) {
+        const int row = wm * 16 * MT + m * 16 + g, col = wn * S::kWarpCols + j * 8 + 2 * t;
+        *reinterpret_cast<float2*>(sums + row * S::kTileLd + col) = make_float2(acc[m][j][0], acc[m][j][1]);
+        *reinterpret_cast<float2*>(sums + (row + 8) * S::kTileLd + col) =
+            make_float2(acc[m][j][2], acc[m][j][3]);
+      }
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  // Block `split` finishes rows [r0, r1) of the tile, adding the blocks'
+  // sums in block order: units of 4 outputs, all peers' loads in flight at
+  // once. For SwiGLU a unit is group u / 2 of 8 outputs, half u % 2: gate at
+  // column 16 (u / 2) + 4 (u % 2), up 8 columns on.
+  constexpr int kUnits = kSwiglu ? BN / 8 : BN / 4;
+  const int per = S::kRows / splits;
+  const int r0 = split * per, r1 = min(r0 + per, rows);
+  const int items = (r1 - r0) * kUnits;
+  auto column = [](int u) { return kSwiglu ? (u >> 1) * 16 + (u & 1) * 4 : u * 4; };
+  auto output_at = [&](int item) {
+    return static_cast<size_t>(row0 + r0 + item / kUnits) * a.out +
+           (kSwiglu ? tile * (BN / 2) + (item % kUnits >> 1) * 8 + (item % kUnits & 1) * 4
+                    : tile * BN + (item % kUnits) * 4);
+  };
+  // The residual this thread's first unit adds to, read while the cluster
+  // meets: no other block writes it, and its readers finished before the
+  // wait on the predecessor.
+  float4 first_old = make_float4(0, 0, 0, 0);
+  if (kEpilogue == TileEpilogue::kAccumulate && tid < items) {
+    first_old = *reinterpret_cast<const float4*>(a.y + output_at(tid));
+  }
+  cluster.sync();  // every block of the cluster has its sums in place
+  const float* peers[kTileMaxSplits];
+#pragma unroll
+  for (int q = 0; q < kTileMaxSplits; ++q) peers[q] = cluster.map_shared_rank(sums, q < splits ? q : 0);
+  auto add4 = [](float4& s, const float4& v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; };
+  for (int item = tid; item < items; item += 32 * kTileWarps) {
+    const int off = (r0 + item / kUnits) * S::kTileLd + column(item % kUnits);
+    float4 lo[kTileMaxSplits], hi[kTileMaxSplits];
+#pragma unroll
+    for (int q = 0; q < kTileMaxSplits; ++q) {
+      if (q < splits) {
+        lo[q] = *reinterpret_cast<const float4*>(peers[q] + off);
+        hi[q] = kSwiglu ? *reinterpret_cast<const float4*>(peers[q] + off + 8) : make_float4(0, 0, 0, 0);
+      }
+    }
+    float4 gate = lo[0], up = hi[0];
+#pragma unroll
+    for (int q = 1; q < kTileMaxSplits; ++q) {
+      if (q < splits) {
+        add4(gate, lo[q]);
+        if constexpr (kSwiglu) add4(up, hi[q]);
+      }
+    }
+    const size_t at = output_at(item);
+    if constexpr (kSwiglu) {
+      auto swiglu = [](float g, float u) { return g / (1.0f + __expf(-g)) * u; };
+      const uint32_t w0 = to_bf16_bits(swiglu(gate.x, up.x)) | (uint32_t(to_bf16_bits(swiglu(gate.y, up.y))) << 16);
+      const uint32_t w1 = to_bf16_bits(swiglu(gate.z, up.z)) | (uint32_t(to_bf16_bits(swiglu(gate.w, up.w))) << 16);
+      *reinterpret_cast<uint2*>(a.h + at) = make_uint2(w0, w1);
+    } else {
+      if constexpr (kEpilogue == TileEpilogue::kAccumulate) {
+        add4(gate, item == tid ? first_old : *reinterpret_cast<const float4*>(a.y + at));
+      }
+      *reinterpret_cast<float4*>(a.y + at) = gate;
+    }
+  }
+  cluster.sync();  // no block leaves while a peer may still read its sums
+}
+
+// 128 weight rows a block unless even the largest split would leave
+// multiprocessors idle; then the most splits that keep the grid within 1.5
+// blocks a multiprocessor (each K range whole stages). Measured on an H200
+// (projection_bench, bench/RESULTS.md): a second full wave of blocks costs
+// more than the longer K ranges it shortens, a partial one less than the
+// idle multiprocessors it fills.
+TilePlan tile_plan(int n, int in, int out, bool swiglu, int sms) {
+  TilePlan p;
+  if (n < kTileMinRows || n > kSkinnyMaxRows || in % kTileK != 0) return p;
+  const int per_block = swiglu ? 2 : 1;  // weight rows per output
+  for (int bn : {128, 64}) {
+    const int outputs = bn / per_block;
+    if (out % outputs != 0) continue;
+    p.bn = bn, p.tiles = out / outputs;
+    if (p.tiles * kTileMaxSplits >= sms) break;
+  }
+  if (p.bn == 0) return p;
+  p.mt = n <= 32 ? 1 : 2;
+  p.row_blocks = 1;
+  const int k_steps = in / kTileK;
+  p.splits = 1;
+  while (p.splits < kTileMaxSplits && 2 * p.tiles * (2 * p.splits) <= 3 * sms &&
+         k_steps % (2 * p.splits) == 0) {
+    p.splits *= 2;
+  }
+  return p;
+}
+
+template <int MT, int BN, TileEpilogue kEpilogue>
+void launch_tile_gemm(const TilePlan& plan, const TileArgs& args, CUstream_st* stream) {
+  auto kernel = tile_gemm_kernel<MT, BN, kEpilogue>;
+  constexpr int kSmem = TileShape<MT, BN>::kSmem;
+  static const bool sized = [&] {
+    COHORT_CUDA_CHECK_FATAL(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)sized;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = plan.splits;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(plan.splits, plan.tiles, plan.row_blocks);
+  config.blockDim = dim3(32 * kTileWarps);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  COHORT_CUDA_CHECK_FATAL(cudaLaunchKernelEx(&config, kernel, args));
+}
+
+template <TileEpilogue kEpilogue>
+void run_tile_gemm(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* x,
+                   const Bf16Bits* w, int n, int in, int out, CUstream_st* stream) {
+  const TileArgs args{y, h, x, w, n, in, out, in / kTileK / plan.splits};
+  if (plan.mt == 1) {
+    if (plan.bn == 128) return launch_tile_gemm<1, 128, kEpilogue>(plan, args, stream);
+    return launch_tile_gemm<1, 64, kEpilogue>(plan, args, stream);
+  }
+  if (plan.bn == 128) return launch_tile_gemm<2, 128, kEpilogue>(plan, args, stream);
+  return launch_tile_gemm<2, 64, kEpilogue>(plan, args, stream);
+}
+
+void tile_gemm_bf16(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* x,
+                    const Bf16Bits* w, int n, int in, int out, GemvOutput output,
+                    CUstream_st* stream) {
+  const int outputs = h ? plan.bn / 2 : plan.bn;
+  COHORT_CHECK_MSG((plan.bn == 64 || plan.bn == 128) && (plan.mt == 1 || plan.mt == 2) &&
+                       plan.row_blocks >= 1 && n >= 1 && n <= 32 * plan.mt * plan.row_blocks &&
+                       plan.splits >= 1 &&
+                       plan.splits <= kTileMaxSplits && 32 * plan.mt % plan.splits == 0 &&
+                       in % (kTileK * plan.splits) == 0 && out == plan.tiles * outputs,
+                   "tile plan mt {} bn {} tiles {} splits {} does not fit [{}x{}]x[{}x{}]", plan.mt,
+                   plan.bn, plan.tiles, plan.splits, n, in, in, out);
+  if (h) return run_tile_gemm<TileEpilogue::kSwiglu>(plan, nullptr, h, x, w, n, in, out, stream);
+  if (output == GemvOutput::kAccumulate) {
+    return run_tile_gemm<TileEpilogue::kAccumulate>(plan, y, nullptr, x, w, n, in, out, stream);
+  }
+  run_tile_gemm<TileEpilogue::kStore>(plan, y, nullptr, x, w, n, in, out, stream);
+}
+
+}  // namespace cohort::models::cuda
