@@ -99,6 +99,27 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// Asynchronous copies global -> shared (cp.async, sm_80+): issued now,
+// grouped by cp_async_commit(); cp_async_wait<N>() waits until at most N of
+// the most recent groups are still in flight, after which the waiting
+// thread sees its own copies (other threads' need a barrier). 16 bytes, or
+// zeros where !valid (the source is then not read).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid = true) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
+  cp_async16(shared_address(dst), src, valid);
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // The current device's multiprocessors, read once (launch sizing).
 inline int device_multiprocessors() {
   static const int sms = [] {

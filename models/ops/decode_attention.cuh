@@ -12,9 +12,10 @@
 //
 // A cache position is handled by D / 8 lanes (8 dims each, one 16-byte
 // vector of K and one of V), so a warp holds 32 / (D / 8) lane groups, and
-// each group takes a few positions a round with all their loads in flight
-// together (a decode step is bound by memory latency, not bandwidth, at
-// contexts of a few hundred positions). Every lane group keeps an online
+// each group takes a few positions a round. Rounds are copied into shared
+// memory (cp.async) several ahead of the one in use: at contexts of a few
+// hundred positions a block has only a few rounds, and with one or two in
+// flight each cost a memory round trip. Every lane group keeps an online
 // softmax state (max, sum, accumulator) per head in fp32, merged within the
 // warp (shuffles), across warps (shared memory) and across splits (global
 // scratch).
@@ -41,14 +42,14 @@ constexpr int kDecodeDimsPerLane = 8;
 // an atomic and a read of the partials, about what two rounds of loads do.
 constexpr int kDecodeAttnMinRounds = 2;
 
-// Positions a lane group loads a round. Two rounds are in flight (the next
-// one's loads are issued before the current one is used), so a lane holds
-// twice this many K and V vectors: fewer when it carries more heads, so
-// that the block stays within 128 registers.
-template <int kHeads>
-constexpr int decode_positions_per_group() {
-  return kHeads >= 4 ? 1 : 2;
-}
+// Positions a lane group takes a round: fewer when it carries more heads,
+// so that the block stays within 128 registers.
+constexpr int decode_positions_per_group(int heads) { return heads >= 4 ? 1 : 2; }
+// Rounds staged through shared memory: the K and V of kDecodeAttnStages - 1
+// rounds are in flight (cp.async) while one is used, so that a block's
+// rounds do not each wait a memory round trip. Each lane reads back only
+// the vectors it copied itself, so no barrier stands between the rounds.
+constexpr int kDecodeAttnStages = 5;
 
 // Merges a partial softmax state (m, l, acc) with another one.
 __device__ inline void merge_softmax_state(float& m, float& l, float* acc, float m2, float l2,
@@ -71,6 +72,22 @@ struct DecodeSplits {
   int* arrivals = nullptr;
 };
 
+// Shared memory of a block: the warps' softmax states, the fused form's q,
+// k and v, a paged split's table entries, then (from a 16-byte boundary)
+// the staged rounds.
+__host__ __device__ inline size_t decode_attention_stage_offset(const DecodeShape& s, int heads,
+                                                                int warps, bool fused, bool paged) {
+  const size_t before = sizeof(float) * warps * heads * (s.head_dim + 2) +
+                        (fused ? sizeof(float) * heads * s.head_dim + 2 * sizeof(Bf16Bits) * s.head_dim : 0) +
+                        (paged ? sizeof(int) * blocks_per_slot(s) : 0);
+  return (before + 15) / 16 * 16;
+}
+inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, int warps, bool fused,
+                                            bool paged) {
+  return decode_attention_stage_offset(s, heads, warps, fused, paged) +
+         size_t{16} * kDecodeAttnStages * 2 * decode_positions_per_group(heads) * 32 * warps;
+}
+
 // kFused: the decode-step form (decode_attention_fused); else q comes
 // ready from qkv_rope_cache and the row's own position from the cache.
 // Grid: (rows, KV heads x blocks of heads a KV head, splits).
@@ -78,7 +95,7 @@ template <bool kFused, int kHeads, int W>
 __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
     decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache, Bf16Bits* v_cache,
                             DecodeRows rows, DecodeShape s, DecodeSplits split, Bf16Bits* y) {
-  constexpr int P = decode_positions_per_group<kHeads>();
+  constexpr int P = decode_positions_per_group(kHeads);
   constexpr int E = kDecodeDimsPerLane;
   const int r = blockIdx.x, D = s.head_dim;
   const int group_size = s.hq / s.hkv, parts = group_size / kHeads;
@@ -109,6 +126,10 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
   Bf16Bits* sk = reinterpret_cast<Bf16Bits*>(sq + (kFused ? kHeads * D : 0));
   Bf16Bits* sv = sk + D;
   int* table = reinterpret_cast<int*>(sk + (kFused ? 2 * D : 0));
+  // [stage][K or V][P][thread] 16-byte vectors, after the table (16-byte
+  // aligned: the launcher rounds the space before them up).
+  uint4* staged = reinterpret_cast<uint4*>(
+      reinterpret_cast<char*>(shared) + decode_attention_stage_offset(s, kHeads, W, kFused, rows.block_table != nullptr));
   // The split's cache blocks, read once into shared memory, so that a
   // round's loads do not each wait on a table lookup first.
   const int first_block = begin >> s.block_shift;
@@ -121,29 +142,34 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
   }
   const int within_mask = (1 << s.block_shift) - 1;
   // Each lane group takes P positions a round, interleaved with the other
-  // groups' (neighbouring groups read neighbouring positions), and loads
-  // all of their K and V before using any; the next round's loads are in
-  // flight while a round is used.
-  uint4 k0[P], v0[P], k1[P], v1[P];
-  auto load_round = [&](int base, uint4 (&kraw)[P], uint4 (&vraw)[P]) {
+  // groups' (neighbouring groups read neighbouring positions). Round i
+  // (positions from begin + i span) is staged in stage i mod kStages.
+  constexpr int kStages = kDecodeAttnStages;
+  const int rounds = (end - begin + span - 1) / span;
+  auto slot_of = [&](int stage, int kind, int u) {
+    return staged + ((stage * 2 + kind) * P + u) * (32 * W) + threadIdx.x;
+  };
+  auto issue_round = [&](int i) {
+    if (i < rounds) {
+      const int base = begin + i * span, stage = i % kStages;
 #pragma unroll
-    for (int u = 0; u < P; ++u) {
-      const int t = base + u * groups + my_group;
-      if (t < end && (!kFused || t < pos)) {
+      for (int u = 0; u < P; ++u) {
+        const int t = base + u * groups + my_group;
+        const bool valid = t < end && (!kFused || t < pos);
         const size_t at =
-            (paged ? ((static_cast<size_t>(table[(t >> s.block_shift) - first_block]) * s.hkv + kv)
-                          << s.block_shift | (t & within_mask)) * D
-                   : head_base + static_cast<size_t>(t) * D) + sub * E;
-        kraw[u] = *reinterpret_cast<const uint4*>(k_cache + at);
-        vraw[u] = *reinterpret_cast<const uint4*>(v_cache + at);
-      } else {
-        kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
+            !valid ? 0
+            : (paged ? ((static_cast<size_t>(table[(t >> s.block_shift) - first_block]) * s.hkv + kv)
+                            << s.block_shift | (t & within_mask)) * D
+                     : head_base + static_cast<size_t>(t) * D) + sub * E;
+        cp_async16(slot_of(stage, 0, u), k_cache + at, valid);
+        cp_async16(slot_of(stage, 1, u), v_cache + at, valid);
       }
     }
+    cp_async_commit();  // empty past the last round: the count of groups stays even
   };
   DecodeQkvConstants<kHeads> constants;
   if constexpr (kFused) {
-    load_round(begin, k0, v0);
+    for (int i = 0; i < kStages - 1; ++i) issue_round(i);
     constants = decode_own_constants<kHeads>(own, rows, s, r, h0, kv);
   }
   begin_dependent();
@@ -163,7 +189,7 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
       const float* qrow = q + (static_cast<size_t>(r) * s.hq + h0 + g) * D + sub * E;
       for (int k = 0; k < E; ++k) qv[g][k] = qrow[k] * scale;
     }
-    load_round(begin, k0, v0);
+    for (int i = 0; i < kStages - 1; ++i) issue_round(i);
   }
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
@@ -219,13 +245,17 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
       }
     }
   };
-  for (int base = begin; base < end; base += 2 * span) {
-    if (base + span < end) load_round(base + span, k1, v1);
-    use_round(base, k0, v0);
-    if (base + span >= end) break;
-    if (base + 2 * span < end) load_round(base + 2 * span, k0, v0);
-    use_round(base + span, k1, v1);
+  for (int i = 0; i < rounds; ++i) {
+    cp_async_wait<kStages - 2>();  // round i's copies (this thread's) landed
+    uint4 kraw[P], vraw[P];
+    const int stage = i % kStages;
+#pragma unroll
+    for (int u = 0; u < P; ++u) kraw[u] = *slot_of(stage, 0, u), vraw[u] = *slot_of(stage, 1, u);
+    // Into the stage round i - 1 used, which this thread has read.
+    issue_round(i + kStages - 1);
+    use_round(begin + i * span, kraw, vraw);
   }
+  cp_async_wait<0>();
   for (int o = lanes; o < 32; o <<= 1) {  // groups holding the same dims
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
@@ -302,12 +332,7 @@ inline int decode_heads_per_block(const DecodeShape& s) {
   return group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
 }
 
-inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, int warps, bool fused,
-                                            bool paged) {
-  return sizeof(float) * warps * heads * (s.head_dim + 2) +
-         (fused ? sizeof(float) * heads * s.head_dim + 2 * sizeof(Bf16Bits) * s.head_dim : 0) +
-         (paged ? sizeof(int) * blocks_per_slot(s) : 0);
-}
+
 
 bool decode_attention_supports(int head_dim) {
   return head_dim % kDecodeDimsPerLane == 0 && head_dim / kDecodeDimsPerLane <= 32 &&

@@ -24,9 +24,6 @@ __device__ inline uint32_t pack(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-__device__ inline uint32_t shared_address(const bf16* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
 __device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
@@ -93,25 +90,14 @@ __device__ inline void stage(bf16* s, int lds, const bf16* src, int ld, int row0
   }
 }
 
-// Asynchronous staging (cp.async, sm_80+): a tile's copy is issued, later
-// tiles' copies behind it, and cp_async_wait<N>() waits until at most N of
-// the most recent commit groups are still in flight. bf16 sources copy
-// straight into shared memory; fp32 sources are converted on the way, so
-// they stage synchronously (the double buffering is then only a layout).
-__device__ inline void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
+// Asynchronous staging (cp.async, common.cuh): a tile's copy is issued,
+// later tiles' copies behind it. bf16 sources copy straight into shared
+// memory; fp32 sources are converted on the way, so they stage
+// synchronously (the double buffering is then only a layout).
 __device__ inline void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
                    static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
                "l"(src));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 template <int D>
