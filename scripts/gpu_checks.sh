@@ -20,6 +20,9 @@
 #   scripts/gpu_checks.sh decode_profile OUTDIR
 #                                          per-kernel GPU time of decode steps under graph replay
 #                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128
+#   scripts/gpu_checks.sh decode_ncu OUTDIR
+#                                          one decode kernel (KERNEL regex, default the attention) under
+#                                          Nsight Compute after SKIP launches (5000), BATCHES=64 NEW=128
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
 phase=${1:?tests or bench}
@@ -128,6 +131,17 @@ elif [[ $phase == decode_profile ]]; then
     --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work"
   tail -8 "$out/infer_bench_profiled.log"
   grep -h -E "engine load|warm-up|plans tuned|decode steps of" "$out"/work/*.log | cut -c1-300
+elif [[ $phase == decode_ncu ]]; then
+  # One decode-step kernel (KERNEL, a regex; default the attention) under
+  # Nsight Compute, past the warm-up: throughput, memory and warp stalls.
+  wrapper=$out/worker-under-ncu
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  printf '#!/bin/sh\nexec '"$ncu"' --target-processes all -k "regex:%s" --launch-skip %s --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --log-file %s %s "$@"\n' \
+    "${KERNEL:-decode_attention}" "${SKIP:-5000}" "$out/ncu.txt" "$bin/cohort-worker" >"$wrapper"
+  chmod +x "$wrapper"
+  STEP_TIMEOUT=240 step infer_under_ncu python3 bench/infer_bench.py --worker "$wrapper" \
+    --no-transformers --batches "${BATCHES:-64}" --new "${NEW:-128}" --work "$out/work"
+  grep -E "Duration|Throughput|Memory \[|DRAM|L2 Hit|Warp Cycles|Stall|Achieved|Registers|Block Limit|Issued" "$out/ncu.txt" | head -60
 elif [[ $phase == attention ]]; then
   # cuDNN's fused attention against the CPU reference and the flash kernels,
   # then the training step with each (models_train_bench, per-op times).
