@@ -141,9 +141,9 @@ TEST_F(DecodeOpsParity, SkinnyGemmMatchesTheCpuProjection) {
 }
 
 // From 9 rows the projections run as staged tiles (tile_gemm.cuh): 64 or 128
-// weight rows a block, K split over a cluster of 1 to 8 blocks. The shapes
-// above take 64-row blocks; a wide output takes 128-row ones.
-TEST_F(DecodeOpsParity, TileGemmPlansAndWideOutputs) {
+// weight rows a block, K split over a cluster of 1 to 8 blocks, the grid
+// within 1.5 blocks a multiprocessor (this runs everywhere).
+TEST(TileGemmPlans, BlockShapesAndSplitsFollowTheMachine) {
   const cuda::TilePlan o_proj = cuda::tile_plan(64, 2048, 1024, false, 132);
   EXPECT_EQ(o_proj.bn, 64);
   EXPECT_EQ(o_proj.tiles, 16);
@@ -157,6 +157,15 @@ TEST_F(DecodeOpsParity, TileGemmPlansAndWideOutputs) {
   EXPECT_EQ(cuda::tile_plan(8, 1024, 1024, false, 132).bn, 0);   // the skinny kernel's rows
   EXPECT_EQ(cuda::tile_plan(64, 1000, 1024, false, 132).bn, 0);  // K not whole stages
   EXPECT_EQ(cuda::tile_plan(64, 1024, 40, false, 132).bn, 0);    // no whole block of outputs
+  const cuda::TilePlan qkv = cuda::tile_plan(24, 1024, 4096, false, 132);
+  EXPECT_EQ(qkv.bn, 128);
+  EXPECT_EQ(qkv.splits, 4);  // 128 blocks; 8 splits would be 256
+  EXPECT_EQ(cuda::tile_plan(24, 1024, 4096, false, 16).splits, 1);  // a small device
+}
+
+// The shapes of the tests above take 64-row blocks; a wide output takes
+// 128-row ones.
+TEST_F(DecodeOpsParity, TileGemmWideOutputsMatchTheCpuProjection) {
   const int in = 256, out = 4096;
   const auto w = to_bf16(testing::random_vector(size_t(out) * in, 401));
   for (int n : {9, 32, 33, 64}) {
