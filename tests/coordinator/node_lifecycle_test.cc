@@ -171,9 +171,14 @@ TEST_F(DrainTest, AnAgentLeavingDrainsItsNodeThenLeavesWithoutAFailure) {
   b.send(protocol::NodeLeft{"node-b"});
   EXPECT_TRUE(wait_until([&] { return node("node-b")->state == "left"; }));
   // Left is not lost: silence afterwards changes nothing, and the job never
-  // names the node as a root cause.
-  clock_.advance(5s);
-  beat(a, {{id, 1, 0, 100}});
+  // names the node as a root cause. node-b stays silent for 5 s, past the
+  // 3 s timeout; node-a beats each second, so that no check can find its
+  // last heartbeat older than the timeout (one 5 s step raced the check
+  // against node-a's heartbeat under load).
+  for (int second = 0; second < 5; ++second) {
+    clock_.advance(1s);
+    beat(a, {{id, 1, 0, 100}});
+  }
   EXPECT_EQ(node("node-b")->state, "left");
   auto info = job(id);
   EXPECT_EQ(info.restarts_used, 0);
