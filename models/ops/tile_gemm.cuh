@@ -31,9 +31,10 @@
 //
 // The engine measures, per decode bucket, whether these or cuBLASLt serve a
 // step (cuda_graph_warmup.cc). On an H200 these win at 16 to 32 rows (a
-// Qwen3-0.6B step: 1,076 against 1,267 us at 16 rows); at 48 and 64 rows
-// cuBLASLt's kernels do (1,271 against 1,461 us at 64), whose per-block
-// stream keeps more of HBM busy than mma.sync tiles with a cp.async pipeline.
+// Qwen3-0.6B step: 985 against 1,257 us at 16 rows); at 48 and 64 rows
+// cuBLASLt's kernels do (1,227 against 1,330 us at 64), whose per-block
+// stream keeps more of HBM busy than mma.sync tiles with a cp.async pipeline
+// (bench/RESULTS.md).
 #pragma once
 
 #include <cooperative_groups.h>
