@@ -149,7 +149,9 @@ int main(int argc, char** argv) {
                  (void)(*lt)->run(yf, xb, weights(i), n, p.in, weight_rows);
                }));
       }
-      report(n, "skinny", time_calls(stream, [&](int i) {
+      // The engine's tensor-core entry: the skinny kernel up to 8 rows, the
+      // staged tiles with tile_plan's choice from 9.
+      report(n, "skinny_gemm_bf16", time_calls(stream, [&](int i) {
                if (p.swiglu) {
                  mc::skinny_gemm_swiglu_bf16(h, xb, weights(i), n, p.in, p.out, scratch, stream);
                } else {

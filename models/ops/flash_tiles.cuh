@@ -28,30 +28,25 @@ __device__ inline uint32_t pack(float lo, float hi) {
 // A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
 __device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
   const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
-  const bf16* p = s + (row0 + (m & 1) * 8 + r) * ld + k0 + (m >> 1) * 8;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(shared_address(p)));
+  ldmatrix_x4(a, shared_address(s + (row0 + (m & 1) * 8 + r) * ld + k0 + (m >> 1) * 8));
 }
 
 // B fragments (16 k x 8 n) of n-tiles n0 and n0 + 8 from a tile stored
 // [n][k] with stride ld (K for Q K^T: n = key, k = d).
 __device__ inline void load_b2(uint32_t b0[2], uint32_t b1[2], const bf16* s, int ld, int n0, int k0) {
   const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
-  const bf16* p = s + (n0 + (m >> 1) * 8 + r) * ld + k0 + (m & 1) * 8;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
-               : "r"(shared_address(p)));
+  uint32_t f[4];
+  ldmatrix_x4(f, shared_address(s + (n0 + (m >> 1) * 8 + r) * ld + k0 + (m & 1) * 8));
+  b0[0] = f[0], b0[1] = f[1], b1[0] = f[2], b1[1] = f[3];
 }
 
 // The same from a tile stored [k][n] (V for P V: k = key, n = d),
 // transposed on the way.
 __device__ inline void load_b2_trans(uint32_t b0[2], uint32_t b1[2], const bf16* s, int ld, int n0, int k0) {
   const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
-  const bf16* p = s + (k0 + (m & 1) * 8 + r) * ld + n0 + (m >> 1) * 8;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
-               : "r"(shared_address(p)));
+  uint32_t f[4];
+  ldmatrix_x4_trans(f, shared_address(s + (k0 + (m & 1) * 8 + r) * ld + n0 + (m >> 1) * 8));
+  b0[0] = f[0], b0[1] = f[1], b1[0] = f[2], b1[1] = f[3];
 }
 
 // The A fragment of k-step j from accumulator tiles 2j and 2j+1 (the

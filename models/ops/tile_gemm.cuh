@@ -62,12 +62,6 @@ struct TileArgs {
   int k_steps;        // kTileK-column stages per block: in / kTileK / splits
 };
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
 // Byte offset of 16-byte piece `piece` of row `row` in a stage's swizzled
 // [rows][kTileK] bf16 tile.
 __device__ __forceinline__ uint32_t tile_offset(int row, int piece) {
@@ -302,21 +296,9 @@ void launch_tile_gemm(const TilePlan& plan, const TileArgs& args, CUstream_st* s
     return true;
   }();
   (void)sized;
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = plan.splits;
-  attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(plan.splits, plan.tiles, plan.row_blocks);
-  config.blockDim = dim3(32 * kTileWarps);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = 2;
-  COHORT_CUDA_CHECK_FATAL(cudaLaunchKernelEx(&config, kernel, args));
+  const dim3 grid(plan.splits, plan.tiles, plan.row_blocks);
+  COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(kernel, grid, plan.splits,
+                                                       dim3(32 * kTileWarps), kSmem, stream, args));
 }
 
 template <TileEpilogue kEpilogue>
