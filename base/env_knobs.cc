@@ -72,6 +72,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "A number of rows: the bf16 graph engine's decode steps of up to that many rows prepare "
        "q/k/v inside the attention kernel, larger ones run qkv_rope_cache first (default 64).",
        true},
+      {K::kInferAttention, "COHORT_INFER_ATTENTION", "infer",
+       "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "
+       "lane, or on the tensor cores (the default where the head size is 64 or 128), for A/B runs.",
+       true},
       {K::kTrainDumpBatches, "COHORT_TRAIN_DUMP_BATCHES", "train",
        "`1`: rank 0 appends each step's inputs and targets (int32) to output_dir/batches.i32, "
        "for loss parity checks against another trainer.",

@@ -39,6 +39,7 @@ enum class EnvKnob {
   kInferStepTimes,
   kInferProjections,
   kInferFusedAttentionRows,
+  kInferAttention,
   kTrainDumpBatches,
   kTrainBlocks,
   kCudnnLibrary,

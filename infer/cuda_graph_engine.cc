@@ -181,6 +181,14 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
   COHORT_ASSIGN_OR_RETURN(std::optional<int> fused_rows,
                           read_env_knob_count(EnvKnob::kInferFusedAttentionRows));
   if (fused_rows) fused_attention_rows_ = *fused_rows;
+  if (const char* form = read_env_knob(EnvKnob::kInferAttention)) {
+    const std::string f = form;
+    if (f != "lanes" && f != "tiles") {
+      return invalid_argument("COHORT_INFER_ATTENTION is '" + f + "': expected lanes or tiles");
+    }
+    attention_form_ = f == "lanes" ? models::cuda::DecodeAttentionForm::kLanes
+                                   : models::cuda::DecodeAttentionForm::kTiles;
+  }
   // Graph capture needs cuBLASLt to use a workspace it was given, not one it
   // allocates on the fly.
   constexpr size_t kWorkspace = size_t{32} << 20;

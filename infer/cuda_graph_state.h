@@ -117,6 +117,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // (decode_attention_fused): one kernel a layer fewer
   // (COHORT_INFER_FUSED_ATTENTION_ROWS overrides it).
   int fused_attention_rows_ = 64;
+  // COHORT_INFER_ATTENTION: the decode attention's kernel (default: the
+  // tensor cores where the head size allows).
+  models::cuda::DecodeAttentionForm attention_form_ = models::cuda::DecodeAttentionForm::kAuto;
   void all_reduce(float* data, size_t count);
   void all_gather(const float* send, float* recv, size_t count, const char* what);
   // Waits for everything on the stream, at tp > 1 no longer than

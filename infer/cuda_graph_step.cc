@@ -156,12 +156,12 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     if (decode_step && n <= fused_attention_rows_) {
       mc::decode_attention_fused(buf_.y, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
                                  L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape,
-                                 attention_scratch_, stream_);
+                                 attention_scratch_, stream_, 0, attention_form_);
     } else {
       mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
                          rope_cos_, rope_sin_, row_index_, n, shape, stream_);
       mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
-                           attention_scratch_, stream_);
+                           attention_scratch_, stream_, 0, attention_form_);
     }
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);

@@ -17,6 +17,8 @@
 #                                          issue 16's benchmark: 0.6B at batch 1/8/64/256 beside transformers'
 #                                          generate and continuous batching, contexts 128 and 2k, then the
 #                                          1.7B and Llama-8B shapes (cohort only)
+#   scripts/gpu_checks.sh decode_ab OUTDIR  the decode benchmark (cohort only) once per value in AB_VALUES of
+#                                          the variable AB_VAR (default COHORT_INFER_ATTENTION: lanes tiles)
 #   scripts/gpu_checks.sh decode_profile OUTDIR
 #                                          per-kernel GPU time of decode steps under graph replay
 #                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128
@@ -118,6 +120,22 @@ elif [[ $phase == decode_bench ]]; then
     tail -4 "$out/bench_$shape.log"
     rm -rf "/tmp/bench-$shape"
   done
+elif [[ $phase == decode_ab ]]; then
+  # The same decode benchmark (cohort only) once per value of one variable:
+  # AB_VAR (default COHORT_INFER_ATTENTION) set to each of AB_VALUES, at
+  # contexts 128 (BATCHES, default 1,64,256) and 2k (batches 1 and 64).
+  var=${AB_VAR:-COHORT_INFER_ATTENTION}
+  for value in ${AB_VALUES:-lanes tiles}; do
+    STEP_TIMEOUT=200 step "ab_${value}_ctx128" env "$var=$value" COHORT_INFER_STEP_TIMES=1 \
+      python3 bench/infer_bench.py --worker "$bin/cohort-worker" --no-transformers \
+      --batches "${BATCHES:-1,64,256}" --prompt-lens 64 --new 128 --work "/tmp/ab-$value-128"
+    tail -5 "$out/ab_${value}_ctx128.log"
+    grep -h "decode steps of" /tmp/ab-$value-128/*.log | cut -c1-200
+    STEP_TIMEOUT=150 step "ab_${value}_ctx2k" env "$var=$value" python3 bench/infer_bench.py \
+      --worker "$bin/cohort-worker" --no-transformers --batches 1,64 --prompt-lens 1984 --new 128 \
+      --work "/tmp/ab-$value-2k"
+    tail -3 "$out/ab_${value}_ctx2k.log"
+  done
 elif [[ $phase == decode_profile ]]; then
   # The infer job under the CUPTI kernel timer: one report per worker, each
   # graph (decode bucket) with its kernels' time per launch.
@@ -131,6 +149,16 @@ elif [[ $phase == decode_profile ]]; then
     --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work"
   tail -8 "$out/infer_bench_profiled.log"
   grep -h -E "engine load|warm-up|plans tuned|decode steps of" "$out"/work/*.log | cut -c1-300
+  # The most replayed graph's table (the decode bucket the benchmark ran).
+  for f in "$out"/kernel-times.*.txt; do
+    python3 - "$f" <<'PY'
+import re, sys
+blocks = [b for b in re.split(r"\n(?=graph \d+:)", open(sys.argv[1]).read()) if b.startswith("graph")]
+if blocks:
+    best = max(blocks, key=lambda b: int(re.match(r"graph \d+: (\d+) launches", b).group(1)))
+    print("\n".join(line[:160] for line in best.splitlines()[:40]))
+PY
+  done
 elif [[ $phase == decode_ncu ]]; then
   # One decode-step kernel (KERNEL, a regex; default the attention) under
   # Nsight Compute, past the warm-up: throughput, memory and warp stalls.

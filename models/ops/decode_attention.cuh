@@ -1,4 +1,6 @@
-// CUDA decode attention (CPU reference and contract: decode_attention.h).
+// CUDA decode attention (CPU reference and contract: decode_attention.h):
+// the lanes form here, the tensor-core form in decode_attention_tiles.cuh,
+// the launchers for both at the end.
 //
 // Flash decoding over grouped-query heads. A block of 4 warps serves one row,
 // up to kDecodeMaxHeads query heads of one KV group (so the group's K and V
@@ -27,6 +29,8 @@
 
 #include "models/cuda/common.cuh"
 #include "models/ops/decode_attention.h"
+#include "models/ops/decode_attention_state.cuh"
+#include "models/ops/decode_attention_tiles.cuh"
 #include "models/ops/decode_qkv.cuh"
 
 namespace cohort::models::cuda {
@@ -38,10 +42,6 @@ namespace cohort::models::cuda {
 constexpr int kDecodeAttnWarpsFew = 16;
 constexpr int kDecodeAttnWarps = 4;
 constexpr int kDecodeDimsPerLane = 8;
-// A split covers at least this many rounds: merging splits costs a fence,
-// an atomic and a read of the partials, about what two rounds of loads do.
-constexpr int kDecodeAttnMinRounds = 2;
-
 // Positions a lane group takes a round: fewer when it carries more heads,
 // so that the block stays within 128 registers.
 constexpr int decode_positions_per_group(int heads) { return heads >= 4 ? 1 : 2; }
@@ -62,26 +62,6 @@ __device__ inline void merge_softmax_state(float& m, float& l, float* acc, float
   m = M;
 }
 
-// Where a launch with several splits leaves its partial states: for each
-// (row, block of heads, split) kHeads accumulators of D floats, then the
-// kHeads maxima and the kHeads sums; and per (row, block of heads) the
-// count of splits that have finished, zero between launches.
-struct DecodeSplits {
-  int splits = 1;
-  float* partials = nullptr;
-  int* arrivals = nullptr;
-};
-
-// Shared memory of a block: the warps' softmax states, the fused form's q,
-// k and v, a paged split's table entries, then (from a 16-byte boundary)
-// the staged rounds.
-__host__ __device__ inline size_t decode_attention_stage_offset(const DecodeShape& s, int heads,
-                                                                int warps, bool fused, bool paged) {
-  const size_t before = sizeof(float) * warps * heads * (s.head_dim + 2) +
-                        (fused ? sizeof(float) * heads * s.head_dim + 2 * sizeof(Bf16Bits) * s.head_dim : 0) +
-                        (paged ? sizeof(int) * blocks_per_slot(s) : 0);
-  return (before + 15) / 16 * 16;
-}
 inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, int warps, bool fused,
                                             bool paged) {
   return decode_attention_stage_offset(s, heads, warps, fused, paged) +
@@ -97,50 +77,25 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
                             DecodeRows rows, DecodeShape s, DecodeSplits split, Bf16Bits* y) {
   constexpr int P = decode_positions_per_group(kHeads);
   constexpr int E = kDecodeDimsPerLane;
-  const int r = blockIdx.x, D = s.head_dim;
-  const int group_size = s.hq / s.hkv, parts = group_size / kHeads;
-  const int kv = blockIdx.y / parts, part = blockIdx.y % parts;
-  const int h0 = kv * group_size + part * kHeads;
+  const int D = s.head_dim;
   const int lanes = D / E, per_warp = 32 / lanes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane / lanes, sub = lane % lanes;
   const int groups = W * per_warp, my_group = warp * per_warp + group;
   const int span = P * groups;  // positions a round
-  // Row indices were copied in before the step's first kernel, and in the
-  // fused form every cached position below the row's own was written by an
-  // earlier step: both may be read before the wait on the predecessor.
-  const int pos = rows.positions[r], slot = rows.slots[r], length = pos + 1;
-  // This split's positions [begin, end): whole rounds, as even as they go.
-  const int per_split = (length + split.splits - 1) / split.splits;
-  const int chunk = max((per_split + span - 1) / span * span, kDecodeAttnMinRounds * span);
-  const int begin = blockIdx.z * chunk, end = min(length, begin + chunk);
-  const int active = (length + chunk - 1) / chunk;
-  if (begin >= length) return;  // a split beyond this row's context
-  const bool paged = rows.block_table != nullptr;
-  // Contiguous: the slot's head is one run of positions.
-  const size_t head_base = paged ? 0 : cache_offset(rows, s, slot, kv, 0);
-  // [W][kHeads][D] acc, [W][kHeads] m, [W][kHeads] l; fused: q [kHeads][D],
-  // k, v; paged: the split's entries of the block table.
+  // In the fused form every cached position below the row's own was
+  // written by an earlier step, so it may be read before the wait too.
+  const DecodeBlock b = decode_block(rows, s, kHeads, split.splits, span);
+  const int r = b.r, kv = b.kv, part = b.part, h0 = b.h0, pos = b.pos;
+  const int begin = b.range.begin, end = b.range.end, active = b.range.active;
+  if (begin > pos) return;  // a split beyond this row's context
   extern __shared__ float shared[];
-  float* sq = shared + W * kHeads * (D + 2);
-  Bf16Bits* sk = reinterpret_cast<Bf16Bits*>(sq + (kFused ? kHeads * D : 0));
-  Bf16Bits* sv = sk + D;
-  int* table = reinterpret_cast<int*>(sk + (kFused ? 2 * D : 0));
+  const DecodeSharedParts layout = decode_shared_parts(shared, W, kHeads, D, kFused);
   // [stage][K or V][P][thread] 16-byte vectors, after the table (16-byte
   // aligned: the launcher rounds the space before them up).
   uint4* staged = reinterpret_cast<uint4*>(
       reinterpret_cast<char*>(shared) + decode_attention_stage_offset(s, kHeads, W, kFused, rows.block_table != nullptr));
-  // The split's cache blocks, read once into shared memory, so that a
-  // round's loads do not each wait on a table lookup first.
-  const int first_block = begin >> s.block_shift;
-  if (paged) {
-    const int32_t* slot_table = rows.block_table + static_cast<size_t>(slot) * blocks_per_slot(s);
-    for (int i = threadIdx.x; i <= ((end - 1) >> s.block_shift) - first_block; i += blockDim.x) {
-      table[i] = slot_table[first_block + i];
-    }
-    __syncthreads();
-  }
-  const int within_mask = (1 << s.block_shift) - 1;
+  const DecodeCachePlace place = decode_cache_place(rows, s, b.slot, kv, begin, end, layout.table);
   // Each lane group takes P positions a round, interleaved with the other
   // groups' (neighbouring groups read neighbouring positions). Round i
   // (positions from begin + i span) is staged in stage i mod kStages.
@@ -156,11 +111,7 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
       for (int u = 0; u < P; ++u) {
         const int t = base + u * groups + my_group;
         const bool valid = t < end && (!kFused || t < pos);
-        const size_t at =
-            !valid ? 0
-            : (paged ? ((static_cast<size_t>(table[(t >> s.block_shift) - first_block]) * s.hkv + kv)
-                            << s.block_shift | (t & within_mask)) * D
-                     : head_base + static_cast<size_t>(t) * D) + sub * E;
+        const size_t at = valid ? place.offset(s, kv, t) + sub * E : 0;
         cp_async16(slot_of(stage, 0, u), k_cache + at, valid);
         cp_async16(slot_of(stage, 1, u), v_cache + at, valid);
       }
@@ -176,12 +127,12 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
   const float scale = rsqrtf(static_cast<float>(D));
   float qv[kHeads][E], acc[kHeads][E], m[kHeads], l[kHeads];
   if constexpr (kFused) {
-    decode_own_qkv<kHeads>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0, sq,
-                           sk, sv, k_cache, v_cache);
+    decode_own_qkv<kHeads>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0,
+                           layout.q, layout.k, layout.v, k_cache, v_cache);
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
-      for (int k = 0; k < E; ++k) qv[g][k] = sq[g * D + sub * E + k] * scale;
+      for (int k = 0; k < E; ++k) qv[g][k] = layout.q[g * D + sub * E + k] * scale;
     }
   } else {
 #pragma unroll
@@ -201,8 +152,8 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
 #pragma unroll
       for (int u = 0; u < P; ++u) {
         if (base + u * groups + my_group == pos) {
-          kraw[u] = *reinterpret_cast<const uint4*>(sk + sub * E);
-          vraw[u] = *reinterpret_cast<const uint4*>(sv + sub * E);
+          kraw[u] = *reinterpret_cast<const uint4*>(layout.k + sub * E);
+          vraw[u] = *reinterpret_cast<const uint4*>(layout.v + sub * E);
         }
       }
     }
@@ -266,9 +217,9 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
       merge_softmax_state(m[g], l[g], acc[g], m2, l2, other);
     }
   }
-  float* sm_acc = shared;                           // [W][kHeads][D]
-  float* sm_m = shared + W * kHeads * D;            // [W][kHeads]
-  float* sm_l = sm_m + W * kHeads;                  // [W][kHeads]
+  float* sm_acc = shared;                 // [W][kHeads][D]
+  float* sm_m = shared + W * kHeads * D;  // [W][kHeads]
+  float* sm_l = sm_m + W * kHeads;        // [W][kHeads]
   if (group == 0) {
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
@@ -276,54 +227,7 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
       if (sub == 0) sm_m[warp * kHeads + g] = m[g], sm_l[warp * kHeads + g] = l[g];
     }
   }
-  __syncthreads();
-  // The block's state per (head, dim): final when it is the row's only
-  // split, else published for the last split to merge.
-  const size_t row_heads = static_cast<size_t>(r) * gridDim.y + blockIdx.y;
-  const int stride = kHeads * (D + 2);
-  float* mine = split.partials + (row_heads * gridDim.z + blockIdx.z) * stride;
-  for (int i = threadIdx.x; i < kHeads * D; i += blockDim.x) {
-    const int g = i / D, d = i % D;
-    float M = -FLT_MAX, L = 0.0f, Y = 0.0f;
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sm_m[w * kHeads + g]);
-    for (int w = 0; w < W; ++w) {
-      const float mw = sm_m[w * kHeads + g];
-      const float f = mw == -FLT_MAX ? 0.0f : __expf(mw - M);
-      L += sm_l[w * kHeads + g] * f;
-      Y += sm_acc[(w * kHeads + g) * D + d] * f;
-    }
-    if (active == 1) {
-      y[(static_cast<size_t>(r) * s.hq + h0 + g) * D + d] = to_bf16_bits(Y / L);
-    } else {
-      mine[i] = Y;
-      if (d == 0) mine[kHeads * D + g] = M, mine[kHeads * D + kHeads + g] = L;
-    }
-  }
-  if (active == 1) return;
-  // Publish this split; the row's last split to finish merges them all.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(split.arrivals + row_heads, 1) == active - 1;
-    if (last) split.arrivals[row_heads] = 0;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float* first = split.partials + row_heads * gridDim.z * stride;
-  for (int i = threadIdx.x; i < kHeads * D; i += blockDim.x) {
-    const int g = i / D;
-    float M = -FLT_MAX, L = 0.0f, Y = 0.0f;
-    for (int z = 0; z < active; ++z) M = fmaxf(M, __ldcg(first + z * stride + kHeads * D + g));
-    for (int z = 0; z < active; ++z) {
-      const float* part_z = first + z * stride;
-      const float f = __expf(__ldcg(part_z + kHeads * D + g) - M);
-      L += __ldcg(part_z + kHeads * D + kHeads + g) * f;
-      Y += __ldcg(part_z + i) * f;
-    }
-    y[(static_cast<size_t>(r) * s.hq + h0 + g) * D + i % D] = to_bf16_bits(Y / L);
-  }
+  decode_attention_finish<kHeads>(shared, W, r, h0, active, s, split, y);
 }
 
 // Query heads a block serves: the most of 4, 2 or 1 that divides the group.
@@ -339,18 +243,49 @@ bool decode_attention_supports(int head_dim) {
          32 % (head_dim / kDecodeDimsPerLane) == 0;
 }
 
-// Warps a block for a launch of `blocks` (row, block of heads) pairs.
+// Warps a block of the lanes form for a launch of `blocks` (row, block of
+// heads) pairs.
 inline int decode_attention_warps(int blocks) {
   return blocks < device_multiprocessors() ? kDecodeAttnWarpsFew : kDecodeAttnWarps;
 }
 
-int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch) {
+DecodeAttentionForm decode_attention_form(int n, const DecodeShape& shape,
+                                          DecodeAttentionForm wanted) {
+  const int heads = decode_heads_per_block(shape);
+  const bool tiles = decode_attention_tiles_support(shape.head_dim, heads);
+  const bool many = n * (shape.hq / heads) >= device_multiprocessors();
+  return tiles && (wanted == DecodeAttentionForm::kTiles ||
+                   (wanted == DecodeAttentionForm::kAuto && many))
+             ? DecodeAttentionForm::kTiles
+             : DecodeAttentionForm::kLanes;
+}
+
+// Blocks of a launch that a multiprocessor holds at once: the lanes form
+// one of 16 warps or four of 4 (at most 128 registers a thread); the tiles
+// form as many as its shared memory allows (the fused, paged form's).
+inline int decode_attention_blocks_per_sm(const DecodeShape& shape, int blocks,
+                                          DecodeAttentionForm form) {
+  if (form == DecodeAttentionForm::kLanes) {
+    return decode_attention_warps(blocks) == kDecodeAttnWarps ? 4 : 1;
+  }
+  static const int per_sm_bytes = [] {
+    int device = 0, bytes = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    return bytes;
+  }();
+  // Each block also holds 1 KiB the runtime reserves.
+  const size_t block_bytes =
+      decode_tiles_shared_bytes(shape, decode_heads_per_block(shape), true, true) + 1024;
+  return std::max(1, static_cast<int>(per_sm_bytes / block_bytes));
+}
+
+int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch,
+                            DecodeAttentionForm form) {
   const int blocks = n * (shape.hq / decode_heads_per_block(shape));
   if (!have_scratch || blocks > kDecodeAttnScratchBlocks) return 1;
-  // Blocks that fit at once: one of 16 warps a multiprocessor, or four of 4
-  // (at most 128 registers a thread).
-  const int warps = decode_attention_warps(blocks);
-  const int resident = device_multiprocessors() * (warps == kDecodeAttnWarps ? 4 : 1);
+  form = decode_attention_form(n, shape, form);
+  const int resident = device_multiprocessors() * decode_attention_blocks_per_sm(shape, blocks, form);
   // No more blocks than fit at once: a second wave costs more than the
   // longer ranges it shortens.
   const int wanted = std::max(1, resident / blocks);
@@ -360,34 +295,52 @@ int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch) 
 template <bool kFused>
 void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, Bf16Bits* k_cache,
                              Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
-                             const DecodeAttentionScratch& scratch, int splits, CUstream_st* stream) {
+                             const DecodeAttentionScratch& scratch, int splits,
+                             DecodeAttentionForm form, CUstream_st* stream) {
   const int heads = decode_heads_per_block(shape);
   const bool have_scratch = scratch.partials != nullptr && scratch.arrivals != nullptr;
+  const bool paged = rows.block_table != nullptr;
   const int blocks = n * (shape.hq / heads);
+  form = decode_attention_form(n, shape, form);
   // A forced count is held to what the splits' own choice may reach.
   const int most = have_scratch && blocks <= kDecodeAttnScratchBlocks
                        ? std::min(kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks)
                        : 1;
-  splits = splits > 0 ? std::min(splits, most) : decode_attention_splits(n, shape, have_scratch);
-  const int warps = decode_attention_warps(blocks);
+  splits = splits > 0 ? std::min(splits, most)
+                      : decode_attention_splits(n, shape, have_scratch, form);
   const DecodeSplits split{splits, scratch.partials, scratch.arrivals};
   const dim3 grid(n, shape.hq / heads, splits);
-  const size_t smem = decode_attention_shared_bytes(shape, heads, warps, kFused,
-                                                    rows.block_table != nullptr);
-  auto go = [&](auto kernel) {
-    // Long paged contexts: the table's share of shared memory passes the
-    // default 48 KiB (capacities past about 100,000 positions).
+  auto go = [&](auto kernel, int warps, size_t smem) {
+    // Past the default 48 KiB: the tiles form's stages, or a long paged
+    // context's table (capacities past about 100,000 positions).
     if (smem > (size_t{48} << 10)) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     }
     launch_dependent(kernel, grid, 32 * warps, smem, stream, q, own, k_cache, v_cache, rows, shape,
                      split, y);
   };
+  if (form == DecodeAttentionForm::kTiles) {
+    const size_t smem = decode_tiles_shared_bytes(shape, heads, kFused, paged);
+    auto go_heads = [&](auto dim_constant) {
+      constexpr int D = decltype(dim_constant)::value;
+      if (heads == 4) go(decode_attention_tiles_kernel<kFused, 4, D>, kDecodeTileWarps, smem);
+      else if (heads == 2) go(decode_attention_tiles_kernel<kFused, 2, D>, kDecodeTileWarps, smem);
+      else go(decode_attention_tiles_kernel<kFused, 1, D>, kDecodeTileWarps, smem);
+    };
+    if (shape.head_dim == 128) {
+      go_heads(std::integral_constant<int, 128>{});
+    } else {
+      go_heads(std::integral_constant<int, 64>{});
+    }
+    return;
+  }
+  const int warps = decode_attention_warps(blocks);
+  const size_t smem = decode_attention_shared_bytes(shape, heads, warps, kFused, paged);
   auto go_heads = [&](auto warps_constant) {
     constexpr int W = decltype(warps_constant)::value;
-    if (heads == 4) go(decode_attention_kernel<kFused, 4, W>);
-    else if (heads == 2) go(decode_attention_kernel<kFused, 2, W>);
-    else go(decode_attention_kernel<kFused, 1, W>);
+    if (heads == 4) go(decode_attention_kernel<kFused, 4, W>, W, smem);
+    else if (heads == 2) go(decode_attention_kernel<kFused, 2, W>, W, smem);
+    else go(decode_attention_kernel<kFused, 1, W>, W, smem);
   };
   if (warps == kDecodeAttnWarpsFew) {
     go_heads(std::integral_constant<int, kDecodeAttnWarpsFew>{});
@@ -398,21 +351,22 @@ void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, 
 
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
-                      const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits) {
+                      const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits,
+                      DecodeAttentionForm form) {
   // The plain form only reads the cache.
   launch_decode_attention<false>(y, q, DecodeQkv{}, const_cast<Bf16Bits*>(k_cache),
                                  const_cast<Bf16Bits*>(v_cache), rows, n, shape, scratch, splits,
-                                 stream);
+                                 form, stream);
 }
 
 void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
                             const float* qkv_bias, const float* q_norm, const float* k_norm,
                             const float* cos, const float* sin, DecodeRows rows, int n,
                             const DecodeShape& shape, const DecodeAttentionScratch& scratch,
-                            CUstream_st* stream, int splits) {
+                            CUstream_st* stream, int splits, DecodeAttentionForm form) {
   const DecodeQkv own{qkv, qkv_bias, q_norm, k_norm, cos, sin};
   launch_decode_attention<true>(y, nullptr, own, k_cache, v_cache, rows, n, shape, scratch, splits,
-                                stream);
+                                form, stream);
 }
 
 }  // namespace cohort::models::cuda

@@ -40,15 +40,31 @@ struct DecodeAttentionScratch {
 // warp (decode_attention_supports).
 bool decode_attention_supports(int head_dim);
 
+// The kernel a launch takes. kTiles: the dot products and the weighted sum
+// of V on the tensor cores (decode_attention_tiles.cuh), where the head
+// size is 64 or 128 and a block's query heads number at most 8, else the
+// lanes form; kLanes: the lanes form, CUDA cores only (decode_attention.cuh).
+// kAuto takes the tiles where the launch has at least a block per
+// multiprocessor (dozens of rows): with fewer, the lanes form's 16-warp
+// blocks keep more of each row's positions in flight (an H200 at batch 1:
+// 1,213 against 1,016 tok/s, bench/RESULTS.md).
+enum class DecodeAttentionForm { kAuto, kLanes, kTiles };
+
+// The form a launch of n rows of this shape really takes.
+DecodeAttentionForm decode_attention_form(int n, const DecodeShape& shape,
+                                          DecodeAttentionForm wanted);
+
 // How many splits of each row's positions a launch of n rows takes: enough
 // blocks to fill the GPU once, within the scratch.
-int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch);
+int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch,
+                            DecodeAttentionForm form = DecodeAttentionForm::kAuto);
 
 // Device pointers, on `stream`, no allocation. splits > 0 overrides the
 // choice above (tests), within the scratch's bounds.
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
-                      const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits = 0);
+                      const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits = 0,
+                      DecodeAttentionForm form = DecodeAttentionForm::kAuto);
 
 // A decode step's attention with its q/k/v preparation in the same kernel:
 // equals qkv_rope_cache (rope.h) on `qkv` followed by decode_attention,
@@ -62,6 +78,7 @@ void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, c
                             const float* qkv_bias, const float* q_norm, const float* k_norm,
                             const float* cos, const float* sin, DecodeRows rows, int n,
                             const DecodeShape& shape, const DecodeAttentionScratch& scratch,
-                            CUstream_st* stream, int splits = 0);
+                            CUstream_st* stream, int splits = 0,
+                            DecodeAttentionForm form = DecodeAttentionForm::kAuto);
 
 }  // namespace cohort::models::cuda

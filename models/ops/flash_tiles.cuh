@@ -19,11 +19,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kWarps = 4;
 constexpr int kThreadsPerBlock = 32 * kWarps;
 
-__device__ inline uint32_t pack(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 
 // A fragment (16 rows x 16 k) of a row-major [row][k] tile with stride ld.
 __device__ inline void load_a(uint32_t a[4], const bf16* s, int ld, int row0, int k0) {
@@ -52,10 +47,10 @@ __device__ inline void load_b2_trans(uint32_t b0[2], uint32_t b1[2], const bf16*
 // The A fragment of k-step j from accumulator tiles 2j and 2j+1 (the
 // accumulator layout of m16n8 is the A layout of m16k16, half by half).
 __device__ inline void accum_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
-  a[0] = pack(c0[0], c0[1]);
-  a[1] = pack(c0[2], c0[3]);
-  a[2] = pack(c1[0], c1[1]);
-  a[3] = pack(c1[2], c1[3]);
+  a[0] = pack_bf16x2(c0[0], c0[1]);
+  a[1] = pack_bf16x2(c0[2], c0[3]);
+  a[2] = pack_bf16x2(c1[0], c1[1]);
+  a[3] = pack_bf16x2(c1[2], c1[3]);
 }
 
 // Stages rows [row0, row0 + rows) of a [T, ld] fp32 or bf16 matrix (D
@@ -68,8 +63,8 @@ __device__ inline void stage(bf16* s, int lds, const float* src, int ld, int row
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row0 + r < T) x = *reinterpret_cast<const float4*>(src + static_cast<size_t>(row0 + r) * ld + c);
     uint2 packed;
-    packed.x = pack(x.x, x.y);
-    packed.y = pack(x.z, x.w);
+    packed.x = pack_bf16x2(x.x, x.y);
+    packed.y = pack_bf16x2(x.z, x.w);
     *reinterpret_cast<uint2*>(s + r * lds + c) = packed;
   }
 }

@@ -31,6 +31,13 @@ using namespace decode_parity;  // NOLINT: the shared fixture and helpers
 // own choice, and forced counts that cut the test's contexts into many
 // ranges (each clamped to what the scratch holds).
 constexpr int kAttentionSplits[] = {1, 0, 7, 64};
+// Both kernels, where the head size lets the tiles form run (elsewhere both
+// names run the lanes form).
+constexpr cuda::DecodeAttentionForm kAttentionForms[] = {cuda::DecodeAttentionForm::kLanes,
+                                                         cuda::DecodeAttentionForm::kTiles};
+inline std::string form_name(cuda::DecodeAttentionForm form) {
+  return form == cuda::DecodeAttentionForm::kTiles ? "tiles form" : "lanes form";
+}
 
 TEST_F(DecodeOpsParity, EmbedBf16MatchesTheEmbeddingOpOnAVocabShard) {
   const int n = 37, hidden = 320, vocab_begin = 100, rows = 150;
@@ -207,11 +214,14 @@ TEST_P(DecodeShapes, DecodeAttentionMatchesCachedAttentionRowByRow) {
   const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
   const float* gq = up(q);
   const uint16_t *gk = up(to_bf16(k)), *gv = up(to_bf16(v));
+  for (cuda::DecodeAttentionForm form : kAttentionForms) {
+  SCOPED_TRACE(form_name(form));
   for (int splits : kAttentionSplits) {
     SCOPED_TRACE("splits " + std::to_string(splits));
     uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
-    cuda::decode_attention(y, gq, gk, gv, dev, n, shape, attention_scratch(), stream_, splits);
+    cuda::decode_attention(y, gq, gk, gv, dev, n, shape, attention_scratch(), stream_, splits, form);
     EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  }
   }
   }
 }
@@ -251,6 +261,8 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   k = rounded(k), v = rounded(v);
   cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
   const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
+  for (cuda::DecodeAttentionForm form : kAttentionForms) {
+  SCOPED_TRACE(form_name(form));
   for (int splits : kAttentionSplits) {
   SCOPED_TRACE("splits " + std::to_string(splits));
   uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
@@ -259,7 +271,7 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   cuda::decode_attention_fused(y, gk, gv, up(qkv), qwen3 ? nullptr : up(bias),
                                qwen3 ? up(q_norm) : nullptr, qwen3 ? up(k_norm) : nullptr,
                                up(rope.cos), up(rope.sin), dev, n, shape, attention_scratch(),
-                               stream_, splits);
+                               stream_, splits, form);
   EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
   // The rows' positions hold their K/V; every other element is untouched.
   std::vector<bool> written(cache, false);
@@ -285,6 +297,7 @@ TEST_P(DecodeShapes, FusedDecodeAttentionMatchesQkvRopeCacheThenAttention) {
   EXPECT_EQ(moved, 0u) << "cache elements outside the rows' positions changed";
   }
   }
+  }
 }
 
 // The head sizes decode attention takes: 8-dim pieces whose count divides a
@@ -295,6 +308,21 @@ TEST(DecodeAttentionShapes, HeadSizesAreThoseWhosePiecesDivideAWarp) {
   // Without scratch every row is one split, whatever the rows.
   const DecodeShape shape{16, 8, 128, 4096, 1e-6f, 4};
   for (int n : {1, 8, 64, 1024}) EXPECT_EQ(cuda::decode_attention_splits(n, shape, false), 1) << n;
+  // The tensor-core form takes head sizes 64 and 128, up to 8 query heads a
+  // block, and by default launches of a block a multiprocessor or more
+  // (1,024 rows x 8 blocks is more on any GPU); kLanes always runs the
+  // lanes form.
+  using Form = cuda::DecodeAttentionForm;
+  for (int d : {64, 128}) {
+    const DecodeShape tiled{16, 8, d, 4096, 1e-6f, 4};
+    EXPECT_EQ(cuda::decode_attention_form(1024, tiled, Form::kAuto), Form::kTiles) << d;
+    EXPECT_EQ(cuda::decode_attention_form(1, tiled, Form::kTiles), Form::kTiles) << d;
+    EXPECT_EQ(cuda::decode_attention_form(1024, tiled, Form::kLanes), Form::kLanes) << d;
+  }
+  for (int d : {8, 16, 32, 256}) {
+    const DecodeShape lanes_only{16, 8, d, 4096, 1e-6f, 4};
+    EXPECT_EQ(cuda::decode_attention_form(1024, lanes_only, Form::kTiles), Form::kLanes) << d;
+  }
 }
 
 // The CPU references agree between the layouts (this runs everywhere):
