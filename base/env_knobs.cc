@@ -43,6 +43,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        false},
       {K::kCudaOpTimes, "COHORT_CUDA_OP_TIMES", "models",
        "Any value: the CUDA backend times every op (models_train_bench prints the totals).", true},
+      {K::kCudaSerialLaunches, "COHORT_CUDA_SERIAL_LAUNCHES", "models",
+       "`1`: kernels launch only after their predecessor has finished (no programmatic dependent "
+       "launch), so that a kernel timer sees each kernel's own time.",
+       true},
       {K::kInferDevice, "COHORT_INFER_DEVICE", "infer",
        "`cpu` or `cuda` forces an inference job's device (default: the GPU when one is visible).",
        true},

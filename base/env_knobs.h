@@ -31,6 +31,7 @@ enum class EnvKnob {
   kDevice,
   kPeakTflops,
   kCudaOpTimes,
+  kCudaSerialLaunches,
   kInferDevice,
   kInferEngine,
   kInferCheckLockstep,

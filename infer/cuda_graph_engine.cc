@@ -132,6 +132,7 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (time_steps_) {
     log_step_times();
     cudaEventDestroy(step_begin_);
+    cudaEventDestroy(step_staged_);
     cudaEventDestroy(step_end_);
   }
   for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -175,6 +176,7 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
   }
   if (env_knob_on(EnvKnob::kInferStepTimes)) {
     COHORT_CUDA_CHECK(cudaEventCreate(&step_begin_));
+    COHORT_CUDA_CHECK(cudaEventCreate(&step_staged_));
     COHORT_CUDA_CHECK(cudaEventCreate(&step_end_));
     time_steps_ = true;
   }
@@ -300,6 +302,7 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
+  COHORT_ASSIGN_OR_RETURN(void* sumsq, take(B * ((H + 63) / 64) * 4));
   COHORT_ASSIGN_OR_RETURN(void* partials, take(models::cuda::kSkinnyScratchFloats * 4));
   COHORT_ASSIGN_OR_RETURN(void* arrivals, take(models::cuda::kSkinnyScratchTiles * 4));
   skinny_ = {static_cast<float*>(partials), static_cast<int*>(arrivals)};
@@ -312,7 +315,7 @@ Status CudaGraphEngine::alloc_buffers() {
       static_cast<float*>(gu),       static_cast<Bf16*>(h),       static_cast<float*>(logits),
       static_cast<float*>(gathered), static_cast<float*>(pairs),  static_cast<float*>(pairs_all),
       static_cast<int32_t*>(tokens), static_cast<int32_t*>(rows), static_cast<int32_t*>(head_rows),
-      static_cast<Bf16*>(head_x)};
+      static_cast<Bf16*>(head_x),    static_cast<float*>(sumsq)};
   const int32_t* r = buf_.rows;
   const size_t table_bytes = pool_->table().size() * 4;
   COHORT_ASSIGN_OR_RETURN(void* table, take(table_bytes));

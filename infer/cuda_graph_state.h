@@ -97,6 +97,7 @@ class CudaGraphEngine final : public InferenceEngine {
     int32_t* rows;       // [3, R] tokens, slots, positions
     int32_t* head_rows;  // [B] rows the LM head reads in a packed prefill
     Bf16* head_x;  // [B, H] those rows, gathered
+    float* sumsq;  // [B, H / 64] a folded norm's chunk sums (FoldedNorm, gemv.h)
   };
 
   Result<void*> device_alloc(size_t bytes);
@@ -109,10 +110,19 @@ class CudaGraphEngine final : public InferenceEngine {
   void enqueue_layers(int n, bool decode_step);
   enum class Projection { kGemv, kSkinny, kCublasLt };
   Projection projection(int n, int in) const;
+  // `norm`: only on the tile projections (projection() kSkinny, 9 to 64 rows).
   void gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
-            models::cuda::GemvOutput output = models::cuda::GemvOutput::kStore);
+            models::cuda::GemvOutput output = models::cuda::GemvOutput::kStore,
+            const models::cuda::FoldedNorm& norm = {});
   // buf_.h = SwiGLU(x · w_gate/upᵀ).
-  void gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I);
+  void gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I,
+                      const models::cuda::FoldedNorm& norm = {});
+  void enqueue_attention(const Layer& L, int n, bool decode_step);
+  // Whether a decode step of n rows folds its RMSNorms into the tile
+  // projections (one rank, every projection on the tiles).
+  bool folds_norms(int n) const;
+  // The layers of such a step: no norm kernels (FoldedNorm, gemv.h).
+  void enqueue_folded_layers(int n);
   // Decode steps up to this many rows prepare q/k/v inside attention
   // (decode_attention_fused): one kernel a layer fewer
   // (COHORT_INFER_FUSED_ATTENTION_ROWS overrides it).
@@ -167,13 +177,15 @@ class CudaGraphEngine final : public InferenceEngine {
   // Makes `slot` hold blocks for `positions` (within its reservation).
   void hold(int slot, int positions);
   // COHORT_INFER_STEP_TIMES: per padded decode size, steps timed, their GPU
-  // time (row copies + graph, CUDA events) and wall time, in seconds.
+  // time (row copies + graph, CUDA events; the graph's part from the event
+  // after the copies), the host's time in cudaGraphLaunch and the wall time,
+  // in seconds.
   struct StepTimes {
     int64_t steps = 0;
-    double gpu_s = 0, wall_s = 0;
+    double gpu_s = 0, graph_s = 0, launch_s = 0, wall_s = 0;
   };
   bool time_steps_ = false;
-  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
+  cudaEvent_t step_begin_ = nullptr, step_staged_ = nullptr, step_end_ = nullptr;
   std::map<int, StepTimes> step_times_;
   void log_step_times() const;
   std::map<int, int> bucket_runs_;  // eager runs so far per padded size

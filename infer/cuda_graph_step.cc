@@ -36,13 +36,15 @@ CudaGraphEngine::Projection CudaGraphEngine::projection(int n, int in) const {
 // accumulate and output. cuBLASLt runs with the algorithm tuned per decode
 // bucket at warm-up (cuda_tuned_gemm.h).
 void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
-                           models::cuda::GemvOutput output) {
-  switch (projection(n, in)) {
+                           models::cuda::GemvOutput output, const models::cuda::FoldedNorm& norm) {
+  const Projection family = projection(n, in);
+  COHORT_CHECK((!norm.in_sumsq && !norm.out_x) || family == Projection::kSkinny);
+  switch (family) {
     case Projection::kGemv:
       models::cuda::gemv_bf16(y, x, w, n, in, out, stream_, output);
       return;
     case Projection::kSkinny:
-      models::cuda::skinny_gemm_bf16(y, x, w, n, in, out, skinny_, stream_, output);
+      models::cuda::skinny_gemm_bf16(y, x, w, n, in, out, skinny_, stream_, output, norm);
       return;
     case Projection::kCublasLt:
       break;
@@ -53,13 +55,16 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in
 }
 
 // h [n, I] = SwiGLU of the fused gate/up projection of x (bf16 out).
-void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I) {
-  switch (projection(n, in)) {
+void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I,
+                                     const models::cuda::FoldedNorm& norm) {
+  const Projection family = projection(n, in);
+  COHORT_CHECK(!norm.in_sumsq || family == Projection::kSkinny);
+  switch (family) {
     case Projection::kGemv:
       models::cuda::gemv_swiglu_bf16(buf_.h, x, w, n, in, I, stream_);
       return;
     case Projection::kSkinny:
-      models::cuda::skinny_gemm_swiglu_bf16(buf_.h, x, w, n, in, I, skinny_, stream_);
+      models::cuda::skinny_gemm_swiglu_bf16(buf_.h, x, w, n, in, I, skinny_, stream_, norm);
       return;
     case Projection::kCublasLt:
       gemm(buf_.gate_up, x, w, n, in, 2 * I);
@@ -126,74 +131,6 @@ void CudaGraphEngine::all_gather(const float* send, float* recv, size_t count, c
   check_tp(tp_gpu_->async_error(), what);
 }
 
-void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
-  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  const float eps = config_.rms_eps;
-  const size_t nH = static_cast<size_t>(n) * H;
-  const models::DecodeShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity,
-                                  eps, kKvBlockShift};
-  namespace mc = models::cuda;
-  models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
-                           stream_);
-  all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
-  // At one row and one rank the projections take the residual stream
-  // directly: the ones that read it normalise it themselves, the output
-  // projections add into it (gemv.h). With peers the partial sums must be
-  // all-reduced before they reach the residual, so that path keeps the
-  // separate add + RMSNorm.
-  const bool fused = tp_ == 1 && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
-                     mc::gemv_supported(n, I);
-  const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
-                        projection(n, I) != Projection::kCublasLt;
-  if (!fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
-  for (int l = 0; l < config_.layers; ++l) {
-    const Layer& L = layers_[l];
-    if (fused) {
-      mc::gemv_norm_bf16(buf_.qkv, buf_.x, L.attn_norm, eps, L.wqkv, n, H, Qd + 2 * KVd, stream_);
-    } else {
-      gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
-    }
-    if (decode_step && n <= fused_attention_rows_) {
-      mc::decode_attention_fused(buf_.y, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
-                                 L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape,
-                                 attention_scratch_, stream_, 0, attention_form_);
-    } else {
-      mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
-                         rope_cos_, rope_sin_, row_index_, n, shape, stream_);
-      mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
-                           attention_scratch_, stream_, 0, attention_form_);
-    }
-    if (fused) {
-      mc::gemv_bf16(buf_.x, buf_.y, L.wo, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
-      mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu, n, H, I, stream_);
-      mc::gemv_bf16(buf_.x, buf_.h, L.wdown, n, I, H, stream_, mc::GemvOutput::kAccumulate);
-      continue;
-    }
-    // One rank whose output projections are not cuBLASLt's: they add into
-    // the residual stream in place (no delta for the norm to add).
-    if (in_place) {
-      gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate);
-    } else {
-      gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
-      all_reduce(buf_.tmp, nH);
-    }
-    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
-    gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
-    if (in_place) {
-      gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
-    } else {
-      gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
-      all_reduce(buf_.tmp, nH);
-    }
-    // The next layer's input norm, or after the last layer the final norm.
-    const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
-    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, next, buf_.xn, n, H, eps, stream_);
-  }
-  // The final norm, which the LM head reads (its vocabulary of rows is too
-  // wide for every block to normalise the input itself).
-  if (fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, eps, stream_);
-}
-
 void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
   const int H = config_.hidden, V = dims_.vocab;
   // Only prefills gather their head rows; a decode step has one row per slot.
@@ -203,14 +140,23 @@ void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
     models::cuda::gather_rows_bf16(buf_.head_x, buf_.xn, buf_.head_rows, head_count, H, stream_);
     head_x = buf_.head_x;
   }
-  gemm(buf_.logits, head_x, lm_head_, head_count, H, V);
-  models::cuda::row_argmax(buf_.pairs, buf_.logits, head_count, V, dims_.vocab_begin, stream_);
-  const float* pairs = buf_.pairs;
+  models::cuda::FoldedNorm head_norm;
+  if (!gathered && folds_norms(n)) {
+    if (models::cuda::folded_norm_supported(n, H, V)) {
+      head_norm.in_sumsq = buf_.sumsq, head_norm.eps = config_.rms_eps;
+    } else {  // xn holds the unnormalised input: normalise it here
+      models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, config_.rms_eps,
+                                     stream_);
+    }
+  }
+  gemm(buf_.logits, head_x, lm_head_, head_count, H, V, models::cuda::GemvOutput::kStore, head_norm);
+  // One rank holds the whole vocabulary: its picks are the tokens.
+  models::cuda::row_argmax(buf_.pairs, buf_.logits, head_count, V, dims_.vocab_begin, stream_,
+                           tp_ == 1 ? buf_.tokens : nullptr);
   if (tp_ > 1) {
     all_gather(buf_.pairs, buf_.pairs_all, 2 * static_cast<size_t>(head_count), "argmax gather");
-    pairs = buf_.pairs_all;
+    models::cuda::merge_argmax(buf_.tokens, buf_.pairs_all, tp_, head_count, stream_);
   }
-  models::cuda::merge_argmax(buf_.tokens, pairs, tp_, head_count, stream_);
 }
 
 void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits) {
@@ -287,10 +233,14 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
   const auto choice = bucket_skinny_.find(n);
   skinny_enabled_ = gathered || choice == bucket_skinny_.end() || choice->second;
   auto graph = graphs_.find(n);
+  double launch_s = 0;
   if (!use_graph) {
     enqueue_step(n, head_count, gathered);
   } else if (graph != graphs_.end()) {
+    if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_staged_, stream_));
+    const auto launch_begin = std::chrono::steady_clock::now();
     COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graph->second, stream_));
+    launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_begin).count();
   } else if (bucket_runs_[n]++ == 0) {
     // The first step of a size runs eagerly: cuBLAS and NCCL settle their
     // algorithms and lazy state before anything is captured.
@@ -310,11 +260,14 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
   wait_step("step");
   std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
   if (timed) {
-    float ms = 0;
+    float ms = 0, graph_ms = 0;
     COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, step_begin_, step_end_));
+    COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&graph_ms, step_staged_, step_end_));
     StepTimes& t = step_times_[n];
     ++t.steps;
     t.gpu_s += ms / 1e3;
+    t.graph_s += graph_ms / 1e3;
+    t.launch_s += launch_s;
     t.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
   }
 }
@@ -322,8 +275,10 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
 void CudaGraphEngine::log_step_times() const {
   for (const auto& [n, t] : step_times_) {
     spdlog::info("infer: decode steps of {} rows: {} timed, GPU {:.1f} us a step (row copies and "
-                 "graph), wall {:.1f} us a step (with the token copy back and the wait)",
-                 n, t.steps, 1e6 * t.gpu_s / t.steps, 1e6 * t.wall_s / t.steps);
+                 "graph; the graph {:.1f}), host {:.1f} us in cudaGraphLaunch, wall {:.1f} us a step "
+                 "(with the token copy back and the wait)",
+                 n, t.steps, 1e6 * t.gpu_s / t.steps, 1e6 * t.graph_s / t.steps,
+                 1e6 * t.launch_s / t.steps, 1e6 * t.wall_s / t.steps);
   }
 }
 

@@ -32,6 +32,13 @@
 
 namespace cohort::models {
 
+namespace cuda {
+bool serial_launches() {
+  static const bool serial = env_knob_on(EnvKnob::kCudaSerialLaunches);
+  return serial;
+}
+}  // namespace cuda
+
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -93,13 +93,16 @@ __device__ __forceinline__ void begin_dependent() {
 // launch_dependent's launch, with the blocks grouped in clusters of
 // `cluster` along x where cluster > 0 (thread-block clusters, sm_90; the
 // grid's x a multiple of it). Returns the launch's error.
+// COHORT_CUDA_SERIAL_LAUNCHES=1 turns the early start off (kernel timers).
+bool serial_launches();
+
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, unsigned cluster,
                                          dim3 block, size_t smem, cudaStream_t stream,
                                          Args&&... args) {
   cudaLaunchAttribute attributes[2] = {};
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[0].val.programmaticStreamSerializationAllowed = serial_launches() ? 0 : 1;
   attributes[1].id = cudaLaunchAttributeClusterDimension;
   attributes[1].val.clusterDim.x = cluster;
   attributes[1].val.clusterDim.y = 1;

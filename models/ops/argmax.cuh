@@ -33,7 +33,8 @@ __device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
   }
 }
 
-__global__ void __cluster_dims__(kArgmaxCluster, 1, 1) row_argmax_kernel(const float* logits, int V, int vocab_begin, float* out) {
+__global__ void __cluster_dims__(kArgmaxCluster, 1, 1)
+    row_argmax_kernel(const float* logits, int V, int vocab_begin, float* out, int32_t* tokens) {
   begin_dependent();
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -87,6 +88,7 @@ __global__ void __cluster_dims__(kArgmaxCluster, 1, 1) row_argmax_kernel(const f
     if (lane == 0) {
       out[2 * r] = bv;
       out[2 * r + 1] = __int_as_float(bi + vocab_begin);
+      if (tokens) tokens[r] = bi + vocab_begin;
     }
   }
   cluster.sync();  // the parts' shared memory stays until the first block has read it
@@ -106,8 +108,9 @@ __global__ void merge_argmax_kernel(const float* gathered, int tp, int n, int32_
 }
 
 void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin,
-                CUstream_st* stream) {
-  launch_dependent(row_argmax_kernel, n * kArgmaxCluster, kArgmaxThreads, 0, stream, logits, vocab_rows, vocab_begin, out);
+                CUstream_st* stream, int32_t* tokens) {
+  launch_dependent(row_argmax_kernel, n * kArgmaxCluster, kArgmaxThreads, 0, stream, logits,
+                   vocab_rows, vocab_begin, out, tokens);
 }
 
 void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n, CUstream_st* stream) {

@@ -25,8 +25,10 @@ void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n);
 // Device pointers, on `stream`, no allocation.
 namespace cohort::models::cuda {
 
+// tokens: where the logits are the whole vocabulary (one rank), the
+// picks' indices also go there, and no merge_argmax needs to follow.
 void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin,
-                CUstream_st* stream);
+                CUstream_st* stream, int32_t* tokens = nullptr);
 void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n, CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

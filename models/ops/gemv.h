@@ -71,6 +71,31 @@ void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm
 // scratch; the counts go back to zero at the end of each call, so one
 // scratch serves every call on a stream); without, it runs unsplit.
 constexpr int kSkinnyMaxRows = 64;
+
+// An RMSNorm folded into the tile projections (9 to 64 rows, one rank), so
+// that a decode layer has no norm kernels: a producer, an output projection
+// adding into the residual stream (GemvOutput::kAccumulate), also leaves the
+// next norm's input bf16(x * w) and the sums of squares of each row's
+// 64-column chunks; the consumer reads that input and scales each row of
+// its sums by 1 / sqrt(mean(x^2) + eps) from the chunks' sums (in order, so
+// results are deterministic). This equals add_rmsnorm_bf16 then the
+// projection, up to where the bf16 rounding falls (before the row's scale
+// rather than after). rms_chunks_bf16 (rmsnorm.h) starts a chain.
+constexpr int kNormChunk = 64;
+struct FoldedNorm {
+  // Consumer: the producer's sums [n, in / kNormChunk]; null: no norm.
+  const float* in_sumsq = nullptr;
+  float eps = 0.0f;
+  // Producer: the next norm's weight [out]; bf16(x * w) goes to out_x
+  // [n, out], the sums to out_sumsq [n, out / kNormChunk]. Null: none.
+  const float* out_weight = nullptr;
+  Bf16Bits* out_x = nullptr;
+  float* out_sumsq = nullptr;
+};
+// Whether a projection of n rows from `in` to `out` features (for SwiGLU:
+// `out` is I) can take the folded norm: the tile forms serve it, and the
+// widths are whole chunks.
+bool folded_norm_supported(int n, int in, int out, bool swiglu = false);
 constexpr int kSkinnyMaxSplitBlocks = 1024;
 struct SkinnyScratch {
   float* partials = nullptr;  // kSkinnyScratchFloats
@@ -83,9 +108,10 @@ bool skinny_gemm_supported(int n, int in);
 int skinny_splits(int tiles, int in);
 void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
                       const SkinnyScratch& scratch, CUstream_st* stream,
-                      GemvOutput output = GemvOutput::kStore);
+                      GemvOutput output = GemvOutput::kStore, const FoldedNorm& norm = {});
 void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
-                             int intermediate, const SkinnyScratch& scratch, CUstream_st* stream);
+                             int intermediate, const SkinnyScratch& scratch, CUstream_st* stream,
+                             const FoldedNorm& norm = {});
 
 // From 9 rows the tensor-core forms stage x and 64 or 128 weight rows a
 // block through shared memory (tile_gemm.cuh), K split over a cluster of 1
@@ -102,6 +128,6 @@ TilePlan tile_plan(int n, int in, int out, bool swiglu, int multiprocessors);
 // when h is non-null (out is then I), else y as `output` says.
 void tile_gemm_bf16(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* x,
                     const Bf16Bits* w, int n, int in, int out, GemvOutput output,
-                    CUstream_st* stream);
+                    CUstream_st* stream, const FoldedNorm& norm = {});
 
 }  // namespace cohort::models::cuda

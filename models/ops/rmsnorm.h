@@ -30,4 +30,10 @@ namespace cohort::models::cuda {
 void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
                       int hidden, float eps, CUstream_st* stream);
 
+// The start of a folded-norm chain (FoldedNorm, gemv.h): out [n, hidden] =
+// bf16(x * w), and sumsq [n, hidden / 64] the sums of squares of each row's
+// 64-column chunks. hidden a multiple of 64.
+void rms_chunks_bf16(const float* x, const float* w, Bf16Bits* out, float* sumsq, int n,
+                     int hidden, CUstream_st* stream);
+
 }  // namespace cohort::models::cuda

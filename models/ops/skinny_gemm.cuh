@@ -224,10 +224,12 @@ void launch_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, 
 }
 
 void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, int out,
-                      const SkinnyScratch& scratch, CUstream_st* stream, GemvOutput output) {
+                      const SkinnyScratch& scratch, CUstream_st* stream, GemvOutput output,
+                      const FoldedNorm& norm) {
   // From 9 rows, shapes the staged tiles take (tile_gemm.cuh).
   const TilePlan plan = tile_plan(n, in, out, false, device_multiprocessors());
-  if (plan.bn != 0) return tile_gemm_bf16(plan, y, nullptr, x, w, n, in, out, output, stream);
+  if (plan.bn != 0) return tile_gemm_bf16(plan, y, nullptr, x, w, n, in, out, output, stream, norm);
+  COHORT_CHECK_MSG(!norm.in_sumsq && !norm.out_x, "a folded norm needs the tile forms ({} rows)", n);
   if (output == GemvOutput::kAccumulate) {
     launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, in, out, scratch, stream);
   } else {
@@ -236,11 +238,14 @@ void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int
 }
 
 void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
-                             int intermediate, const SkinnyScratch& scratch, CUstream_st* stream) {
+                             int intermediate, const SkinnyScratch& scratch, CUstream_st* stream,
+                             const FoldedNorm& norm) {
   const TilePlan plan = tile_plan(n, in, intermediate, true, device_multiprocessors());
   if (plan.bn != 0) {
-    return tile_gemm_bf16(plan, nullptr, h, x, w, n, in, intermediate, GemvOutput::kStore, stream);
+    return tile_gemm_bf16(plan, nullptr, h, x, w, n, in, intermediate, GemvOutput::kStore, stream,
+                          norm);
   }
+  COHORT_CHECK_MSG(!norm.in_sumsq && !norm.out_x, "a folded norm needs the tile forms ({} rows)", n);
   launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, in, intermediate, scratch, stream);
 }
 

@@ -28,6 +28,11 @@
 //    projection in place), or SwiGLU. For SwiGLU the block's weight rows
 //    alternate eight gate rows and their eight up rows, so each 16-column
 //    group of the tile holds both halves of eight outputs.
+//  * A folded RMSNorm (FoldedNorm, gemv.h): a store or SwiGLU scales each
+//    row of sums by the norm of its input, from the chunk sums its
+//    producer left; an add into y also writes bf16(y * w) for the next
+//    projection and the sums of squares of y's 64-column chunks (the 16
+//    lanes holding a chunk add theirs in a fixed order).
 //
 // The engine measures, per decode bucket, whether these or cuBLASLt serve a
 // step (cuda_graph_warmup.cc). On an H200 these win at 16 to 32 rows (a
@@ -60,6 +65,7 @@ struct TileArgs {
   const Bf16Bits* w;  // [out, in], or for SwiGLU [2 out, in] (gate rows, then up rows)
   int n, in, out;
   int k_steps;        // kTileK-column stages per block: in / kTileK / splits
+  FoldedNorm norm;    // gemv.h: the row scale of a consumer, the outputs of a producer
 };
 
 // Byte offset of 16-byte piece `piece` of row `row` in a stage's swizzled
@@ -224,35 +230,70 @@ __global__ void __launch_bounds__(32 * kTileWarps) tile_gemm_kernel(TileArgs a) 
 #pragma unroll
   for (int q = 0; q < kTileMaxSplits; ++q) peers[q] = cluster.map_shared_rank(sums, q < splits ? q : 0);
   auto add4 = [](float4& s, const float4& v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; };
-  for (int item = tid; item < items; item += 32 * kTileWarps) {
-    const int off = (r0 + item / kUnits) * S::kTileLd + column(item % kUnits);
-    float4 lo[kTileMaxSplits], hi[kTileMaxSplits];
+  auto scale4 = [](float4& s, float f) { s.x *= f, s.y *= f, s.z *= f, s.w *= f; };
+  auto store4_bf16 = [](Bf16Bits* p, const float4& v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+  };
+  // Whole warps a pass, so that a producer's sums of squares (16 lanes a
+  // 64-column chunk of a row) see every lane; lanes past the items add 0.
+  const int passes = (items + 32 * kTileWarps - 1) / (32 * kTileWarps);
+  for (int pass = 0; pass < passes; ++pass) {
+    const int item = tid + pass * 32 * kTileWarps;
+    const bool live = item < items;
+    const int row = row0 + r0 + item / kUnits;
+    float4 gate = make_float4(0, 0, 0, 0), up = gate;
+    size_t at = 0;
+    if (live) {
+      const int off = (r0 + item / kUnits) * S::kTileLd + column(item % kUnits);
+      float4 lo[kTileMaxSplits], hi[kTileMaxSplits];
 #pragma unroll
-    for (int q = 0; q < kTileMaxSplits; ++q) {
-      if (q < splits) {
-        lo[q] = *reinterpret_cast<const float4*>(peers[q] + off);
-        hi[q] = kSwiglu ? *reinterpret_cast<const float4*>(peers[q] + off + 8) : make_float4(0, 0, 0, 0);
+      for (int q = 0; q < kTileMaxSplits; ++q) {
+        if (q < splits) {
+          lo[q] = *reinterpret_cast<const float4*>(peers[q] + off);
+          hi[q] = kSwiglu ? *reinterpret_cast<const float4*>(peers[q] + off + 8) : make_float4(0, 0, 0, 0);
+        }
+      }
+      gate = lo[0], up = hi[0];
+#pragma unroll
+      for (int q = 1; q < kTileMaxSplits; ++q) {
+        if (q < splits) {
+          add4(gate, lo[q]);
+          if constexpr (kSwiglu) add4(up, hi[q]);
+        }
+      }
+      if (a.norm.in_sumsq) {  // the input's RMSNorm, as a scale of the row's sums
+        const float* sums = a.norm.in_sumsq + static_cast<size_t>(row) * (a.in / kNormChunk);
+        float ss = 0;
+        for (int c = 0; c < a.in / kNormChunk; ++c) ss += sums[c];
+        const float scale = rsqrtf(ss / static_cast<float>(a.in) + a.norm.eps);
+        scale4(gate, scale);
+        scale4(up, scale);
+      }
+      at = output_at(item);
+      if constexpr (kSwiglu) {
+        auto swiglu = [](float g, float u) { return g / (1.0f + __expf(-g)) * u; };
+        store4_bf16(a.h + at, make_float4(swiglu(gate.x, up.x), swiglu(gate.y, up.y),
+                                          swiglu(gate.z, up.z), swiglu(gate.w, up.w)));
+      } else {
+        if constexpr (kEpilogue == TileEpilogue::kAccumulate) {
+          add4(gate, item == tid ? first_old : *reinterpret_cast<const float4*>(a.y + at));
+        }
+        *reinterpret_cast<float4*>(a.y + at) = gate;
       }
     }
-    float4 gate = lo[0], up = hi[0];
-#pragma unroll
-    for (int q = 1; q < kTileMaxSplits; ++q) {
-      if (q < splits) {
-        add4(gate, lo[q]);
-        if constexpr (kSwiglu) add4(up, hi[q]);
+    if (kEpilogue == TileEpilogue::kAccumulate && a.norm.out_x) {
+      // The next RMSNorm's input, bf16(x * w), and the sums of squares of
+      // this 64-column chunk of the row (16 lanes, in a fixed order).
+      float ss = gate.x * gate.x + gate.y * gate.y + gate.z * gate.z + gate.w * gate.w;
+      for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (live) {
+        const int col = static_cast<int>(at % a.out);
+        const float4 w = *reinterpret_cast<const float4*>(a.norm.out_weight + col);
+        store4_bf16(a.norm.out_x + at, make_float4(gate.x * w.x, gate.y * w.y, gate.z * w.z, gate.w * w.w));
+        if ((item & 15) == 0) {
+          a.norm.out_sumsq[static_cast<size_t>(row) * (a.out / kNormChunk) + col / kNormChunk] = ss;
+        }
       }
-    }
-    const size_t at = output_at(item);
-    if constexpr (kSwiglu) {
-      auto swiglu = [](float g, float u) { return g / (1.0f + __expf(-g)) * u; };
-      const uint32_t w0 = to_bf16_bits(swiglu(gate.x, up.x)) | (uint32_t(to_bf16_bits(swiglu(gate.y, up.y))) << 16);
-      const uint32_t w1 = to_bf16_bits(swiglu(gate.z, up.z)) | (uint32_t(to_bf16_bits(swiglu(gate.w, up.w))) << 16);
-      *reinterpret_cast<uint2*>(a.h + at) = make_uint2(w0, w1);
-    } else {
-      if constexpr (kEpilogue == TileEpilogue::kAccumulate) {
-        add4(gate, item == tid ? first_old : *reinterpret_cast<const float4*>(a.y + at));
-      }
-      *reinterpret_cast<float4*>(a.y + at) = gate;
     }
   }
   cluster.sync();  // no block leaves while a peer may still read its sums
@@ -303,8 +344,9 @@ void launch_tile_gemm(const TilePlan& plan, const TileArgs& args, CUstream_st* s
 
 template <TileEpilogue kEpilogue>
 void run_tile_gemm(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* x,
-                   const Bf16Bits* w, int n, int in, int out, CUstream_st* stream) {
-  const TileArgs args{y, h, x, w, n, in, out, in / kTileK / plan.splits};
+                   const Bf16Bits* w, int n, int in, int out, const FoldedNorm& norm,
+                   CUstream_st* stream) {
+  const TileArgs args{y, h, x, w, n, in, out, in / kTileK / plan.splits, norm};
   if (plan.mt == 1) {
     if (plan.bn == 128) return launch_tile_gemm<1, 128, kEpilogue>(plan, args, stream);
     return launch_tile_gemm<1, 64, kEpilogue>(plan, args, stream);
@@ -313,9 +355,14 @@ void run_tile_gemm(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* 
   return launch_tile_gemm<2, 64, kEpilogue>(plan, args, stream);
 }
 
+bool folded_norm_supported(int n, int in, int out, bool swiglu) {
+  return in % kNormChunk == 0 && (swiglu || out % kNormChunk == 0) &&
+         tile_plan(n, in, out, swiglu, device_multiprocessors()).bn != 0;
+}
+
 void tile_gemm_bf16(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits* x,
                     const Bf16Bits* w, int n, int in, int out, GemvOutput output,
-                    CUstream_st* stream) {
+                    CUstream_st* stream, const FoldedNorm& norm) {
   const int outputs = h ? plan.bn / 2 : plan.bn;
   COHORT_CHECK_MSG((plan.bn == 64 || plan.bn == 128) && (plan.mt == 1 || plan.mt == 2) &&
                        plan.row_blocks >= 1 && n >= 1 && n <= 32 * plan.mt * plan.row_blocks &&
@@ -324,11 +371,14 @@ void tile_gemm_bf16(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits*
                        in % (kTileK * plan.splits) == 0 && out == plan.tiles * outputs,
                    "tile plan mt {} bn {} tiles {} splits {} does not fit [{}x{}]x[{}x{}]", plan.mt,
                    plan.bn, plan.tiles, plan.splits, n, in, in, out);
-  if (h) return run_tile_gemm<TileEpilogue::kSwiglu>(plan, nullptr, h, x, w, n, in, out, stream);
+  COHORT_CHECK_MSG(!norm.in_sumsq || in % kNormChunk == 0, "folded norm over {} inputs", in);
+  COHORT_CHECK_MSG(!norm.out_x || (output == GemvOutput::kAccumulate && !h && out % kNormChunk == 0),
+                   "a folded norm's producer adds into the residual ({} outputs)", out);
+  if (h) return run_tile_gemm<TileEpilogue::kSwiglu>(plan, nullptr, h, x, w, n, in, out, norm, stream);
   if (output == GemvOutput::kAccumulate) {
-    return run_tile_gemm<TileEpilogue::kAccumulate>(plan, y, nullptr, x, w, n, in, out, stream);
+    return run_tile_gemm<TileEpilogue::kAccumulate>(plan, y, nullptr, x, w, n, in, out, norm, stream);
   }
-  run_tile_gemm<TileEpilogue::kStore>(plan, y, nullptr, x, w, n, in, out, stream);
+  run_tile_gemm<TileEpilogue::kStore>(plan, y, nullptr, x, w, n, in, out, norm, stream);
 }
 
 }  // namespace cohort::models::cuda

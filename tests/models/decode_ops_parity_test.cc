@@ -399,9 +399,15 @@ TEST_F(DecodeOpsParity, RowArgmaxOverAFullVocabularyKeepsTheFirstMaximum) {
   std::vector<float> want(size_t(n) * 2);
   cpu::row_argmax(want.data(), logits.data(), n, V, 0);
   float* out = up(std::vector<float>(want.size(), NAN));
-  cuda::row_argmax(out, up(logits), n, V, 0, stream_);
+  int32_t* tokens = up(std::vector<int32_t>(n, -1));
+  cuda::row_argmax(out, up(logits), n, V, 0, stream_, tokens);
   const auto got = down(out, want.size());
   EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+  // The one-rank form writes the picks as tokens too.
+  std::vector<int32_t> picked(n), merged(n);
+  gpu_->copy_to_host(picked.data(), tokens, n * sizeof(int32_t));
+  cpu::merge_argmax(merged.data(), want.data(), 1, n);
+  EXPECT_EQ(picked, merged);
   int32_t index = 0;
   std::memcpy(&index, &got[3], 4);
   EXPECT_EQ(index, 7);

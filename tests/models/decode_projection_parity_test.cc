@@ -199,6 +199,76 @@ TEST_F(DecodeOpsParity, SkinnyGemmSwigluMatchesProjectionThenSwiglu) {
   }
 }
 
+// The RMSNorm folded into the tile projections (FoldedNorm, gemv.h): the
+// chain's start and a consumer equal RMSNorm then the projection (store and
+// SwiGLU); a producer adds into the residual and leaves the next norm's
+// input and its chunk sums, which a consumer then takes.
+TEST_F(DecodeOpsParity, FoldedNormProjectionsMatchRmsNormThenTheProjection) {
+  const int H = 1024, out = 4096, I = 3072;
+  const float eps = 1e-6f;
+  const auto w = to_bf16(testing::random_vector(size_t(out) * H, 501));
+  const auto wgu = to_bf16(testing::random_vector(size_t(2) * I * H, 502));
+  const auto wdown = to_bf16(testing::random_vector(size_t(H) * I, 503));
+  const auto gamma = testing::random_vector(H, 504), gamma2 = testing::random_vector(H, 505);
+  for (int n : {9, 24, 64}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    ASSERT_TRUE(cuda::folded_norm_supported(n, H, out));
+    ASSERT_TRUE(cuda::folded_norm_supported(n, H, I, true));
+    ASSERT_TRUE(cuda::folded_norm_supported(n, I, H));
+    const auto x = testing::random_vector(size_t(n) * H, 506 + n, 3.0f);
+    // CPU: the norm, its bf16 copy, then the projections.
+    auto normed_bf16 = [&](const std::vector<float>& residual, const std::vector<float>& g) {
+      std::vector<float> normed(residual.size());
+      cpu::rmsnorm_forward(normed.data(), nullptr, residual.data(), g.data(), n, H, eps);
+      return to_bf16(normed);
+    };
+    std::vector<float> want_y(size_t(n) * out), gate_up(size_t(n) * 2 * I), want_h(size_t(n) * I);
+    const auto xn = normed_bf16(x, gamma);
+    cpu::gemv_bf16(want_y.data(), xn.data(), w.data(), n, H, out);
+    cpu::gemv_bf16(gate_up.data(), xn.data(), wgu.data(), n, H, 2 * I);
+    cpu::swiglu_fused(want_h.data(), gate_up.data(), n, I);
+    // GPU: the chain's start, then both consumers.
+    float* gx = up(x);
+    uint16_t* chain_x = up(std::vector<uint16_t>(size_t(n) * H, kBf16NaN));
+    float* sumsq = up(std::vector<float>(size_t(n) * H / cuda::kNormChunk, NAN));
+    cuda::rms_chunks_bf16(gx, up(gamma), chain_x, sumsq, n, H, stream_);
+    cuda::FoldedNorm consume;
+    consume.in_sumsq = sumsq, consume.eps = eps;
+    float* y = up(std::vector<float>(want_y.size(), NAN));
+    uint16_t* h = up(std::vector<uint16_t>(want_h.size(), kBf16NaN));
+    cuda::skinny_gemm_bf16(y, chain_x, up(w), n, H, out, cuda::SkinnyScratch{}, stream_,
+                           cuda::GemvOutput::kStore, consume);
+    cuda::skinny_gemm_swiglu_bf16(h, chain_x, up(wgu), n, H, I, cuda::SkinnyScratch{}, stream_,
+                                  consume);
+    EXPECT_LT(norm_relative(want_y, down(y, want_y.size())), kBf16Tol);
+    EXPECT_LT(norm_relative(want_h, down_bf16(h, want_h.size())), kBf16Tol);
+    // A producer: x += h · wdownᵀ, leaving gamma2's input and sums; the
+    // consumer after it equals the norm of the new x then the projection.
+    const auto h_in = to_bf16(testing::random_vector(size_t(n) * I, 507 + n));
+    std::vector<float> delta(size_t(n) * H), want_x(x);
+    cpu::gemv_bf16(delta.data(), h_in.data(), wdown.data(), n, I, H);
+    for (size_t i = 0; i < want_x.size(); ++i) want_x[i] += delta[i];
+    cuda::FoldedNorm produce;
+    produce.out_weight = up(gamma2), produce.out_x = chain_x, produce.out_sumsq = sumsq;
+    cuda::skinny_gemm_bf16(gx, up(h_in), up(wdown), n, I, H, cuda::SkinnyScratch{}, stream_,
+                           cuda::GemvOutput::kAccumulate, produce);
+    const auto got_x = down(gx, want_x.size());
+    EXPECT_LT(norm_relative(want_x, got_x), 1e-5);
+    std::vector<float> want_sums(size_t(n) * H / cuda::kNormChunk, 0.0f), scaled(want_x.size());
+    for (size_t i = 0; i < want_x.size(); ++i) {
+      want_sums[i / cuda::kNormChunk] += want_x[i] * want_x[i];
+      scaled[i] = want_x[i] * gamma2[i % H];
+    }
+    EXPECT_LT(norm_relative(want_sums, down(sumsq, want_sums.size())), 1e-5);
+    EXPECT_LT(norm_relative(scaled, down_bf16(chain_x, scaled.size())), kBf16Tol);
+    const auto xn2 = normed_bf16(want_x, gamma2);
+    cpu::gemv_bf16(want_y.data(), xn2.data(), w.data(), n, H, out);
+    cuda::skinny_gemm_bf16(y, chain_x, up(w), n, H, out, cuda::SkinnyScratch{}, stream_,
+                           cuda::GemvOutput::kStore, consume);
+    EXPECT_LT(norm_relative(want_y, down(y, want_y.size())), kBf16Tol);
+  }
+}
+
 TEST_F(DecodeOpsParity, GemvSwigluBf16MatchesProjectionThenSwiglu) {
   const int in = 1024, I = 300;
   const auto w = to_bf16(testing::random_vector(size_t(2) * I * in, 33));

@@ -1,0 +1,123 @@
+// CudaGraphEngine's layers (cuda_graph_step.cc runs them, then the head):
+// the residual stream through each decoder layer, with the norms as
+// kernels of their own or, at decode steps whose projections all take the
+// tiles, folded into the projections.
+#include "base/check.h"
+#include "infer/cuda_graph_state.h"
+
+namespace cohort::infer {
+
+void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  const float eps = config_.rms_eps;
+  const size_t nH = static_cast<size_t>(n) * H;
+  namespace mc = models::cuda;
+  models::cuda::embed_bf16(buf_.x, embed_, row_index_.tokens, n, H, dims_.vocab_begin, dims_.vocab,
+                           stream_);
+  if (decode_step && folds_norms(n)) return enqueue_folded_layers(n);
+  all_reduce(buf_.x, nH);  // vocab-parallel: rows outside this rank's range were zeros
+  // At one row and one rank the projections take the residual stream
+  // directly: the ones that read it normalise it themselves, the output
+  // projections add into it (gemv.h). With peers the partial sums must be
+  // all-reduced before they reach the residual, so that path keeps the
+  // separate add + RMSNorm.
+  const bool fused = tp_ == 1 && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
+                     mc::gemv_supported(n, I);
+  const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
+                        projection(n, I) != Projection::kCublasLt;
+  if (!fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
+  for (int l = 0; l < config_.layers; ++l) {
+    const Layer& L = layers_[l];
+    if (fused) {
+      mc::gemv_norm_bf16(buf_.qkv, buf_.x, L.attn_norm, eps, L.wqkv, n, H, Qd + 2 * KVd, stream_);
+    } else {
+      gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
+    }
+    enqueue_attention(L, n, decode_step);
+    if (fused) {
+      mc::gemv_bf16(buf_.x, buf_.y, L.wo, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
+      mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu, n, H, I, stream_);
+      mc::gemv_bf16(buf_.x, buf_.h, L.wdown, n, I, H, stream_, mc::GemvOutput::kAccumulate);
+      continue;
+    }
+    // One rank whose output projections are not cuBLASLt's: they add into
+    // the residual stream in place (no delta for the norm to add).
+    if (in_place) {
+      gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate);
+    } else {
+      gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
+      all_reduce(buf_.tmp, nH);
+    }
+    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
+    gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
+    if (in_place) {
+      gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
+    } else {
+      gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
+      all_reduce(buf_.tmp, nH);
+    }
+    // The next layer's input norm, or after the last layer the final norm.
+    const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
+    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, next, buf_.xn, n, H, eps, stream_);
+  }
+  // The final norm, which the LM head reads (its vocabulary of rows is too
+  // wide for every block to normalise the input itself).
+  if (fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, eps, stream_);
+}
+
+// buf_.y = attention of the rows over the cache, from buf_.qkv (q/k/v
+// prepared, the rows' K/V written to the cache on the way).
+void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step) {
+  namespace mc = models::cuda;
+  const models::DecodeShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity,
+                                  config_.rms_eps, kKvBlockShift};
+  if (decode_step && n <= fused_attention_rows_) {
+    mc::decode_attention_fused(buf_.y, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
+                               L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape,
+                               attention_scratch_, stream_, 0, attention_form_);
+    return;
+  }
+  mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
+                     rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+  mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
+                       attention_scratch_, stream_, 0, attention_form_);
+}
+
+bool CudaGraphEngine::folds_norms(int n) const {
+  namespace mc = models::cuda;
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  return tp_ == 1 && projection(n, H) == Projection::kSkinny &&
+         projection(n, Qd) == Projection::kSkinny && projection(n, I) == Projection::kSkinny &&
+         mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
+         mc::folded_norm_supported(n, H, I, /*swiglu=*/true) && mc::folded_norm_supported(n, I, H);
+}
+
+// The layers with their norms folded into the projections: the output
+// projections leave each next norm's input and row sums, the input
+// projections scale by them. buf_.xn then holds bf16(x * norm weight),
+// not yet normalised; the head applies the final norm the same way where
+// the tiles serve it, else a norm kernel finishes it.
+void CudaGraphEngine::enqueue_folded_layers(int n) {
+  namespace mc = models::cuda;
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  const float eps = config_.rms_eps;
+  mc::FoldedNorm consume;
+  consume.in_sumsq = buf_.sumsq, consume.eps = eps;
+  auto produce = [&](const float* weight) {
+    mc::FoldedNorm norm;
+    norm.out_weight = weight, norm.out_x = buf_.xn, norm.out_sumsq = buf_.sumsq;
+    return norm;
+  };
+  mc::rms_chunks_bf16(buf_.x, layers_[0].attn_norm, buf_.xn, buf_.sumsq, n, H, stream_);
+  for (int l = 0; l < config_.layers; ++l) {
+    const Layer& L = layers_[l];
+    gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd, mc::GemvOutput::kStore, consume);
+    enqueue_attention(L, n, /*decode_step=*/true);
+    gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate, produce(L.mlp_norm));
+    gate_up_swiglu(buf_.xn, L.wgu, n, H, I, consume);
+    const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
+    gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate, produce(next));
+  }
+}
+
+}  // namespace cohort::infer
