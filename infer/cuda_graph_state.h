@@ -121,6 +121,8 @@ class CudaGraphEngine final : public InferenceEngine {
   // Whether a decode step of n rows folds its RMSNorms into the tile
   // projections (one rank, every projection on the tiles).
   bool folds_norms(int n) const;
+  // Folded decode steps of more rows than this run the LM head on cuBLASLt.
+  static constexpr int kTileHeadMaxRows = 32;
   // The layers of such a step: no norm kernels (FoldedNorm, gemv.h).
   void enqueue_folded_layers(int n);
   // Decode steps up to this many rows prepare q/k/v inside attention

@@ -140,16 +140,28 @@ void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
     models::cuda::gather_rows_bf16(buf_.head_x, buf_.xn, buf_.head_rows, head_count, H, stream_);
     head_x = buf_.head_x;
   }
+  // After folded layers xn holds the final norm's input unnormalised: the
+  // head's tiles scale by the norm, or a norm kernel finishes it for
+  // cuBLASLt, which streams a vocabulary-wide head faster past 32 rows (the
+  // tiles' row blocks would each read it from HBM).
   models::cuda::FoldedNorm head_norm;
+  bool head_on_lt = false;
   if (!gathered && folds_norms(n)) {
-    if (models::cuda::folded_norm_supported(n, H, V)) {
+    if (n <= kTileHeadMaxRows && models::cuda::folded_norm_supported(n, H, V)) {
       head_norm.in_sumsq = buf_.sumsq, head_norm.eps = config_.rms_eps;
-    } else {  // xn holds the unnormalised input: normalise it here
+    } else {
       models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, config_.rms_eps,
                                      stream_);
+      head_on_lt = n > kTileHeadMaxRows;
     }
   }
-  gemm(buf_.logits, head_x, lm_head_, head_count, H, V, models::cuda::GemvOutput::kStore, head_norm);
+  if (head_on_lt) {
+    const Status s = lt_->run(buf_.logits, head_x, lm_head_, head_count, H, V);
+    COHORT_CHECK_MSG(s.is_ok(), "LM head [{}x{}]x[{}x{}]: {}", head_count, H, V, H, s.message());
+  } else {
+    gemm(buf_.logits, head_x, lm_head_, head_count, H, V, models::cuda::GemvOutput::kStore,
+         head_norm);
+  }
   // One rank holds the whole vocabulary: its picks are the tokens.
   models::cuda::row_argmax(buf_.pairs, buf_.logits, head_count, V, dims_.vocab_begin, stream_,
                            tp_ == 1 ? buf_.tokens : nullptr);

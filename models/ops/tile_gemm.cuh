@@ -93,9 +93,11 @@ __global__ void __launch_bounds__(32 * kTileWarps) tile_gemm_kernel(TileArgs a) 
   namespace cg = cooperative_groups;
   extern __shared__ __align__(128) unsigned char tile_smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int split = blockIdx.x, splits = gridDim.x, tile = blockIdx.y;
-  // Row block z takes rows [z kRows, (z + 1) kRows): x, y and h start there.
-  const int row0 = blockIdx.z * S::kRows, rows = min(a.n - row0, S::kRows);
+  const int split = blockIdx.x, splits = gridDim.x, tile = blockIdx.z;
+  // Row block y takes rows [y kRows, (y + 1) kRows): x, y and h start there.
+  // The row blocks of a tile launch side by side, so that all but the first
+  // find its weights in L2.
+  const int row0 = blockIdx.y * S::kRows, rows = min(a.n - row0, S::kRows);
   const Bf16Bits* x_rows = a.x + static_cast<size_t>(row0) * a.in;
   const int k_first = split * a.k_steps;
   constexpr bool kSwiglu = kEpilogue == TileEpilogue::kSwiglu;
@@ -299,28 +301,33 @@ __global__ void __launch_bounds__(32 * kTileWarps) tile_gemm_kernel(TileArgs a) 
   cluster.sync();  // no block leaves while a peer may still read its sums
 }
 
-// 128 weight rows a block unless even the largest split would leave
+// Blocks of 32 rows (past 32 rows, two of them side by side per weight
+// tile: one 64-row block spends as long on its MMAs as on its loads); 128
+// weight rows a block unless even the largest split would leave
 // multiprocessors idle; then the most splits that keep the grid within 1.5
-// blocks a multiprocessor (each K range whole stages). Measured on an H200
-// (projection_bench, bench/RESULTS.md): a second full wave of blocks costs
-// more than the longer K ranges it shortens, a partial one less than the
-// idle multiprocessors it fills.
+// blocks a multiprocessor, 2 with two row blocks (each K range whole
+// stages). Measured on an H200 (projection_bench, bench/RESULTS.md): a
+// second full wave of blocks costs more than the longer K ranges it
+// shortens, a partial one less than the idle multiprocessors it fills; at
+// 64 rows the paired 32-row blocks took 6.0 to 8.7 us a Qwen3-0.6B
+// projection where single 64-row blocks took 7.7 to 9.6.
 TilePlan tile_plan(int n, int in, int out, bool swiglu, int sms) {
   TilePlan p;
   if (n < kTileMinRows || n > kSkinnyMaxRows || in % kTileK != 0) return p;
   const int per_block = swiglu ? 2 : 1;  // weight rows per output
+  p.mt = 1;
+  p.row_blocks = (n + 31) / 32;
   for (int bn : {128, 64}) {
     const int outputs = bn / per_block;
     if (out % outputs != 0) continue;
     p.bn = bn, p.tiles = out / outputs;
-    if (p.tiles * kTileMaxSplits >= sms) break;
+    if (p.tiles * p.row_blocks * kTileMaxSplits >= sms) break;
   }
   if (p.bn == 0) return p;
-  p.mt = n <= 32 ? 1 : 2;
-  p.row_blocks = 1;
   const int k_steps = in / kTileK;
+  const int most = p.row_blocks > 1 ? 4 * sms : 3 * sms;  // twice the blocks allowed
   p.splits = 1;
-  while (p.splits < kTileMaxSplits && 2 * p.tiles * (2 * p.splits) <= 3 * sms &&
+  while (p.splits < kTileMaxSplits && 2 * p.tiles * p.row_blocks * (2 * p.splits) <= most &&
          k_steps % (2 * p.splits) == 0) {
     p.splits *= 2;
   }
@@ -337,7 +344,7 @@ void launch_tile_gemm(const TilePlan& plan, const TileArgs& args, CUstream_st* s
     return true;
   }();
   (void)sized;
-  const dim3 grid(plan.splits, plan.tiles, plan.row_blocks);
+  const dim3 grid(plan.splits, plan.row_blocks, plan.tiles);
   COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(kernel, grid, plan.splits,
                                                        dim3(32 * kTileWarps), kSmem, stream, args));
 }
