@@ -305,8 +305,8 @@ __global__ void __launch_bounds__(32 * kTileWarps) tile_gemm_kernel(TileArgs a) 
 // tile: one 64-row block spends as long on its MMAs as on its loads); 128
 // weight rows a block unless even the largest split would leave
 // multiprocessors idle; then the most splits that keep the grid within 1.5
-// blocks a multiprocessor, 2 with two row blocks (each K range whole
-// stages). Measured on an H200 (projection_bench, bench/RESULTS.md): a
+// blocks a multiprocessor, 2 for two row blocks of 64 weight rows (each K
+// range whole stages). Measured on an H200 (projection_bench, bench/RESULTS.md): a
 // second full wave of blocks costs more than the longer K ranges it
 // shortens, a partial one less than the idle multiprocessors it fills; at
 // 64 rows the paired 32-row blocks took 6.0 to 8.7 us a Qwen3-0.6B
@@ -325,7 +325,10 @@ TilePlan tile_plan(int n, int in, int out, bool swiglu, int sms) {
   }
   if (p.bn == 0) return p;
   const int k_steps = in / kTileK;
-  const int most = p.row_blocks > 1 ? 4 * sms : 3 * sms;  // twice the blocks allowed
+  // Two 48 KiB blocks (64 weight rows, two row blocks) share a
+  // multiprocessor well; two of 80 KiB (128 rows) did not (qkv at 64 rows:
+  // 7.4 us over 128 blocks, 9.0 over 256).
+  const int most = p.row_blocks > 1 && p.bn == 64 ? 4 * sms : 3 * sms;
   p.splits = 1;
   while (p.splits < kTileMaxSplits && 2 * p.tiles * p.row_blocks * (2 * p.splits) <= most &&
          k_steps % (2 * p.splits) == 0) {

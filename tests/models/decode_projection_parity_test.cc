@@ -145,7 +145,7 @@ TEST_F(DecodeOpsParity, SkinnyGemmMatchesTheCpuProjection) {
 // within 1.5 blocks a multiprocessor (this runs everywhere).
 TEST(TileGemmPlans, BlockShapesAndSplitsFollowTheMachine) {
   // Past 32 rows: two 32-row blocks a weight tile, up to 2 blocks a
-  // multiprocessor.
+  // multiprocessor where they take 64 weight rows.
   const cuda::TilePlan o_proj = cuda::tile_plan(64, 2048, 1024, false, 132);
   EXPECT_EQ(o_proj.bn, 64);
   EXPECT_EQ(o_proj.tiles, 16);
@@ -154,7 +154,7 @@ TEST(TileGemmPlans, BlockShapesAndSplitsFollowTheMachine) {
   EXPECT_EQ(o_proj.row_blocks, 2);
   const cuda::TilePlan qkv64 = cuda::tile_plan(48, 1024, 4096, false, 132);
   EXPECT_EQ(qkv64.bn, 128);
-  EXPECT_EQ(qkv64.splits, 4);  // 256 blocks; 8 splits would be 512
+  EXPECT_EQ(qkv64.splits, 2);  // 128 blocks of 128 weight rows; 4 splits would be 256
   EXPECT_EQ(qkv64.row_blocks, 2);
   EXPECT_EQ(cuda::tile_plan(64, 1024, 3072, true, 132).splits, 2);  // gate/up: 192 blocks
   const cuda::TilePlan gate_up = cuda::tile_plan(16, 1024, 3072, true, 132);
