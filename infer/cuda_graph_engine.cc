@@ -184,12 +184,9 @@ Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
                           read_env_knob_count(EnvKnob::kInferFusedAttentionRows));
   if (fused_rows) fused_attention_rows_ = *fused_rows;
   if (const char* form = read_env_knob(EnvKnob::kInferAttention)) {
-    const std::string f = form;
-    if (f != "lanes" && f != "tiles") {
-      return invalid_argument("COHORT_INFER_ATTENTION is '" + f + "': expected lanes or tiles");
-    }
-    attention_form_ = f == "lanes" ? models::cuda::DecodeAttentionForm::kLanes
-                                   : models::cuda::DecodeAttentionForm::kTiles;
+    const auto parsed = models::cuda::parse_decode_attention_form(form);
+    if (!parsed.is_ok()) return parsed.status().with_context("COHORT_INFER_ATTENTION");
+    attention_form_ = parsed.value();
   }
   // Graph capture needs cuBLASLt to use a workspace it was given, not one it
   // allocates on the fly.

@@ -164,15 +164,23 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addres
                : "r"(address));
 }
 
-// The current device's multiprocessors, read once (launch sizing).
+// An attribute of the current device (0 where none is visible).
+inline int current_device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&value, attribute, device);
+  return value;
+}
+
+// The current device's multiprocessors and each one's shared memory in
+// bytes, read once (launch sizing).
 inline int device_multiprocessors() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    return count;
-  }();
+  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   return sms;
+}
+inline int device_shared_bytes_per_multiprocessor() {
+  static const int bytes = current_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  return bytes;
 }
 
 // c += a * b for one 16x8x16 bf16 tile on the tensor cores, fp32

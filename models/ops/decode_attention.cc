@@ -3,6 +3,7 @@
 #include "models/ops/decode_attention.h"
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "models/ops/attention.h"
@@ -34,3 +35,14 @@ void decode_attention(float* y, const float* q, const float* k_cache, const floa
 }
 
 }  // namespace cohort::models::cpu
+
+namespace cohort::models::cuda {
+
+Result<DecodeAttentionForm> parse_decode_attention_form(std::string_view name) {
+  if (name == "lanes") return DecodeAttentionForm::kLanes;
+  if (name == "tiles") return DecodeAttentionForm::kTiles;
+  return invalid_argument("decode attention form '" + std::string(name) +
+                          "': expected lanes or tiles");
+}
+
+}  // namespace cohort::models::cuda

@@ -268,16 +268,10 @@ inline int decode_attention_blocks_per_sm(const DecodeShape& shape, int blocks,
   if (form == DecodeAttentionForm::kLanes) {
     return decode_attention_warps(blocks) == kDecodeAttnWarps ? 4 : 1;
   }
-  static const int per_sm_bytes = [] {
-    int device = 0, bytes = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    return bytes;
-  }();
   // Each block also holds 1 KiB the runtime reserves.
   const size_t block_bytes =
       decode_tiles_shared_bytes(shape, decode_heads_per_block(shape), true, true) + 1024;
-  return std::max(1, static_cast<int>(per_sm_bytes / block_bytes));
+  return std::max(1, static_cast<int>(device_shared_bytes_per_multiprocessor() / block_bytes));
 }
 
 int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch,

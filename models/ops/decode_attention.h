@@ -11,6 +11,9 @@
 // Cache layout: decode_rows.h.
 #pragma once
 
+#include <string_view>
+
+#include "base/status.h"
 #include "models/ops/decode_rows.h"
 
 namespace cohort::models::cpu {
@@ -49,6 +52,10 @@ bool decode_attention_supports(int head_dim);
 // blocks keep more of each row's positions in flight (an H200 at batch 1:
 // 1,213 against 1,016 tok/s, bench/RESULTS.md).
 enum class DecodeAttentionForm { kAuto, kLanes, kTiles };
+
+// The form a name asks for: "lanes" or "tiles" (COHORT_INFER_ATTENTION);
+// anything else is an error that names what was given.
+Result<DecodeAttentionForm> parse_decode_attention_form(std::string_view name);
 
 // The form a launch of n rows of this shape really takes.
 DecodeAttentionForm decode_attention_form(int n, const DecodeShape& shape,

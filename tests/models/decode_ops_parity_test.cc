@@ -323,6 +323,12 @@ TEST(DecodeAttentionShapes, HeadSizesAreThoseWhosePiecesDivideAWarp) {
     const DecodeShape lanes_only{16, 8, d, 4096, 1e-6f, 4};
     EXPECT_EQ(cuda::decode_attention_form(1024, lanes_only, Form::kTiles), Form::kLanes) << d;
   }
+  // COHORT_INFER_ATTENTION's names, and an error naming anything else.
+  EXPECT_EQ(cuda::parse_decode_attention_form("lanes").value(), Form::kLanes);
+  EXPECT_EQ(cuda::parse_decode_attention_form("tiles").value(), Form::kTiles);
+  const auto bad = cuda::parse_decode_attention_form("tensor");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("'tensor'"), std::string::npos) << bad.status().message();
 }
 
 // The CPU references agree between the layouts (this runs everywhere):
