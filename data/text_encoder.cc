@@ -43,25 +43,25 @@ size_t trim_span_end(const std::string& text, size_t begin, size_t end) {
 
 Result<std::unique_ptr<TextEncoder>> TextEncoder::open(const std::string& hf_dir, int model_vocab) {
   std::unique_ptr<TextEncoder> e(new TextEncoder());
-  if (hf_dir.empty() || !models::has_tokenizer_files(hf_dir)) {
+  if (hf_dir.empty() || !text::has_tokenizer_files(hf_dir)) {
     if (model_vocab != 256 && model_vocab != 0)
       return failed_precondition(
           "text data needs the model's tokenizer, and this model (vocabulary " + std::to_string(model_vocab) +
           ") has none" + (hf_dir.empty() ? "" : " (no tokenizer.json or tokenizer.model in " + hf_dir + ")") +
           ": use [model] hf_dir with the tokenizer files, or give token shards (cohort tokenize INPUT --model HF_DIR --out DIR)");
-    e->tokenizer_ = std::make_unique<models::ByteTokenizer>();
+    e->tokenizer_ = std::make_unique<text::ByteTokenizer>();
     e->source_ = "bytes";
     return e;
   }
-  COHORT_ASSIGN_OR_RETURN(e->tokenizer_, models::load_tokenizer(hf_dir));
+  COHORT_ASSIGN_OR_RETURN(e->tokenizer_, text::load_tokenizer(hf_dir));
   e->source_ = (fs::exists(fs::path(hf_dir) / "tokenizer.json") ? "tokenizer.json of " : "tokenizer.model of ") + hf_dir;
-  COHORT_ASSIGN_OR_RETURN(models::ChatTemplateSource chat, models::read_chat_template(hf_dir));
+  COHORT_ASSIGN_OR_RETURN(text::ChatTemplateSource chat, text::read_chat_template(hf_dir));
   e->bos_text_ = chat.bos_token;
   e->eos_text_ = chat.eos_token;
   if (!chat.source.empty()) {
-    auto parsed = models::ChatTemplate::parse(chat.source);
+    auto parsed = text::ChatTemplate::parse(chat.source);
     if (!parsed) return parsed.status().with_context(hf_dir + " chat_template");
-    e->chat_ = std::make_shared<const models::ChatTemplate>(std::move(*parsed));
+    e->chat_ = std::make_shared<const text::ChatTemplate>(std::move(*parsed));
   }
   if (!e->eos_text_.empty()) e->eos_ = e->tokenizer_->token_id(e->eos_text_);
   if (!e->eos_) e->eos_ = config_eos(hf_dir);
@@ -88,7 +88,7 @@ EncodedDocument TextEncoder::encode_text(const std::string& text) {
   return d;
 }
 
-Result<models::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
+Result<text::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
   if (!chat_) return failed_precondition("chat data needs a chat template, and the model's tokenizer_config.json has none");
   ojson context = ojson::object();
   context["messages"] = line.at("messages");
@@ -96,7 +96,7 @@ Result<models::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
   context["add_generation_prompt"] = false;
   context["bos_token"] = bos_text_;
   context["eos_token"] = eos_text_;
-  COHORT_ASSIGN_OR_RETURN(models::RenderedChat full, chat_->render(context));
+  COHORT_ASSIGN_OR_RETURN(text::RenderedChat full, chat_->render(context));
   if (!full.generation_spans.empty()) return full;
   const ojson& messages = context["messages"];
   size_t cursor = 0;
@@ -105,10 +105,10 @@ Result<models::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
     ojson before = context, upto = context;
     before["messages"] = ojson(messages.begin(), messages.begin() + long(i));
     upto["messages"] = ojson(messages.begin(), messages.begin() + long(i) + 1);
-    COHORT_ASSIGN_OR_RETURN(models::RenderedChat plain, chat_->render(before));
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat plain, chat_->render(before));
     before["add_generation_prompt"] = true;
-    COHORT_ASSIGN_OR_RETURN(models::RenderedChat prompt, chat_->render(before));
-    COHORT_ASSIGN_OR_RETURN(models::RenderedChat with, chat_->render(upto));
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat prompt, chat_->render(before));
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat with, chat_->render(upto));
     const std::string& p = prompt.text;
     const std::string& q = with.text;
     if (full.text.compare(0, q.size(), q) == 0 && q.compare(0, p.size(), p) == 0 && p.size() >= cursor) {
@@ -123,7 +123,7 @@ Result<models::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
     static const std::string kSentinel = "\x01cohort-content\x01";
     ojson marked = upto;
     marked["messages"][i]["content"] = kSentinel;
-    COHORT_ASSIGN_OR_RETURN(models::RenderedChat with_sentinel, chat_->render(marked));
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat with_sentinel, chat_->render(marked));
     const size_t sentinel_at = with_sentinel.text.rfind(kSentinel);
     const std::string end_marker =
         sentinel_at == std::string::npos ? "" : with_sentinel.text.substr(sentinel_at + kSentinel.size());
@@ -140,7 +140,7 @@ Result<models::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
 }
 
 Result<EncodedDocument> TextEncoder::encode_chat(const ojson& line) {
-  COHORT_ASSIGN_OR_RETURN(models::RenderedChat chat, render_chat(line));
+  COHORT_ASSIGN_OR_RETURN(text::RenderedChat chat, render_chat(line));
   EncodedDocument d;
   size_t at = 0;
   auto add = [&](size_t begin, size_t end, uint8_t trained) {

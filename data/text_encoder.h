@@ -17,8 +17,8 @@
 
 #include "base/status.h"
 #include "data/data_format.h"
-#include "models/chat_template.h"
-#include "models/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace cohort::data {
 
@@ -39,18 +39,18 @@ class TextEncoder {
   // One JSONL line; errors say what is wrong with it (the caller adds file:line).
   Result<EncodedDocument> encode_line(const std::string& line, DataFormat format, const std::string& text_field);
   // The chat template's text for a conversation and its assistant byte spans.
-  Result<models::RenderedChat> render_chat(const nlohmann::ordered_json& line) const;
+  Result<text::RenderedChat> render_chat(const nlohmann::ordered_json& line) const;
 
   int vocab_size() const { return tokenizer_->vocab_size(); }
   std::optional<int32_t> eos() const { return eos_; }
   const std::string& source() const { return source_; }  // "tokenizer.json of DIR", "bytes"
-  models::Tokenizer& tokenizer() { return *tokenizer_; }
+  text::Tokenizer& tokenizer() { return *tokenizer_; }
 
  private:
   TextEncoder() = default;
   Result<EncodedDocument> encode_chat(const nlohmann::ordered_json& line);
-  std::unique_ptr<models::Tokenizer> tokenizer_;
-  std::shared_ptr<const models::ChatTemplate> chat_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::shared_ptr<const text::ChatTemplate> chat_;
   std::string bos_text_, eos_text_, source_;
   std::optional<int32_t> eos_;
 };

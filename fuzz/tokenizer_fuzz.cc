@@ -1,15 +1,15 @@
 // libFuzzer: tokenizer.json (BPE: vocab, merges, added tokens, pre- and
 // post-processors), then an encode/decode of a fixed text and of the input's
-// tail (models/tokenizer.h).
+// tail (text/tokenizer.h).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
-  auto tokenizer = cohort::models::BpeTokenizer::from_json(text);
+  auto tokenizer = cohort::text::BpeTokenizer::from_json(text);
   if (!tokenizer) return 0;
   auto ids = (*tokenizer)->encode("Hello, world! 123 éà 中文 <|im_start|>");
   (void)(*tokenizer)->decode(ids);

@@ -6,9 +6,9 @@
 namespace cohort::infer {
 
 Result<std::shared_ptr<const ChatFormat>> load_chat_format(const std::string& hf_dir) {
-  COHORT_ASSIGN_OR_RETURN(models::ChatTemplateSource source, models::read_chat_template(hf_dir));
+  COHORT_ASSIGN_OR_RETURN(text::ChatTemplateSource source, text::read_chat_template(hf_dir));
   if (source.source.empty()) return std::shared_ptr<const ChatFormat>();
-  auto parsed = models::ChatTemplate::parse(source.source);
+  auto parsed = text::ChatTemplate::parse(source.source);
   if (!parsed) return parsed.status().with_context(hf_dir + " chat_template");
   return std::shared_ptr<const ChatFormat>(
       new ChatFormat{std::move(*parsed), source.bos_token, source.eos_token});
@@ -31,7 +31,7 @@ Result<std::string> render_chat_prompt(const std::vector<ChatMessage>& messages,
   context["add_generation_prompt"] = true;
   context["bos_token"] = format->bos_token;
   context["eos_token"] = format->eos_token;
-  COHORT_ASSIGN_OR_RETURN(models::RenderedChat rendered, format->chat_template.render(context));
+  COHORT_ASSIGN_OR_RETURN(text::RenderedChat rendered, format->chat_template.render(context));
   return rendered.text;
 }
 

@@ -1,6 +1,6 @@
 // Chat messages to prompt text: the model's own chat template where its
 // folder has one (tokenizer_config.json's chat_template or
-// chat_template.jinja, rendered by models/chat_template.h as transformers'
+// chat_template.jinja, rendered by text/chat_template.h as transformers'
 // apply_chat_template renders it), else the built-in ChatML.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "models/chat_template.h"
+#include "text/chat_template.h"
 
 namespace cohort::infer {
 
@@ -21,7 +21,7 @@ struct ChatMessage {
 // A model's chat formatting: its template and the bos/eos strings the
 // template may use.
 struct ChatFormat {
-  models::ChatTemplate chat_template;
+  text::ChatTemplate chat_template;
   std::string bos_token, eos_token;
 };
 

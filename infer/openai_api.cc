@@ -63,7 +63,7 @@ std::optional<ApiError> token_ids(const json& v, const std::string& param, int v
 }
 
 std::optional<ApiError> text_prompt(const std::string& text, const std::string& param,
-                                    models::Tokenizer* tokenizer, std::vector<int32_t>* out) {
+                                    text::Tokenizer* tokenizer, std::vector<int32_t>* out) {
   if (!tokenizer) {
     return bad(param, "this model has no tokenizer; give '" + param + "' as token ids");
   }
@@ -73,7 +73,7 @@ std::optional<ApiError> text_prompt(const std::string& text, const std::string& 
 
 // prompt: "text", [ids], ["text"] or [[ids]] (n = 1: one prompt per request).
 std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d,
-                                          models::Tokenizer* tokenizer, std::vector<int32_t>* out) {
+                                          text::Tokenizer* tokenizer, std::vector<int32_t>* out) {
   if (!body.contains("prompt")) return bad("prompt", "'prompt' is required");
   const json& p = body["prompt"];
   if (p.is_string()) return text_prompt(p.get<std::string>(), "prompt", tokenizer, out);
@@ -86,7 +86,7 @@ std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d
   return token_ids(p, "prompt", d.vocab_size, out);
 }
 
-std::optional<ApiError> chat_prompt(const json& body, const ApiDefaults& d, models::Tokenizer* tokenizer,
+std::optional<ApiError> chat_prompt(const json& body, const ApiDefaults& d, text::Tokenizer* tokenizer,
                                     std::vector<int32_t>* out) {
   if (!body.contains("messages")) return bad("messages", "'messages' is required");
   const json& m = body["messages"];
@@ -150,7 +150,7 @@ std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab)
 }
 
 std::optional<ApiError> parse_fields(const json& body, bool chat, const ApiDefaults& d,
-                                     models::Tokenizer* tokenizer, CompletionRequest* r) {
+                                     text::Tokenizer* tokenizer, CompletionRequest* r) {
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return bad("model", "'model' must be a string");
     if (body["model"].get<std::string>() != d.model_name) {
@@ -259,7 +259,7 @@ json head_json(const ResponseHead& h, bool stream) {
 
 std::optional<ApiError> parse_completion_request(const std::string& body, bool chat,
                                                  const ApiDefaults& defaults,
-                                                 models::Tokenizer* tokenizer,
+                                                 text::Tokenizer* tokenizer,
                                                  CompletionRequest* out) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the body is not valid JSON");

@@ -20,7 +20,7 @@
 
 #include "infer/chat_prompt.h"
 #include "models/token_sampler.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cohort::infer {
 
@@ -60,7 +60,7 @@ struct CompletionRequest {
 // used from one thread at a time (encode keeps a cache).
 std::optional<ApiError> parse_completion_request(const std::string& body, bool chat,
                                                  const ApiDefaults& defaults,
-                                                 models::Tokenizer* tokenizer,
+                                                 text::Tokenizer* tokenizer,
                                                  CompletionRequest* out);
 
 // {"error": {"message", "type", "param", "code"}}.

@@ -20,18 +20,18 @@ Status prompt_error(const std::string& source, int line, const std::string& what
 
 }  // namespace
 
-Result<std::unique_ptr<models::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
+Result<std::unique_ptr<text::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
                                                           const models::ModelConfig& config) {
-  if (!model.hf_dir.empty() && models::has_tokenizer_files(model.hf_dir)) {
-    COHORT_ASSIGN_OR_RETURN(auto tokenizer, models::load_tokenizer(model.hf_dir));
+  if (!model.hf_dir.empty() && text::has_tokenizer_files(model.hf_dir)) {
+    COHORT_ASSIGN_OR_RETURN(auto tokenizer, text::load_tokenizer(model.hf_dir));
     return tokenizer;
   }
-  if (config.vocab_size == 256) return std::unique_ptr<models::Tokenizer>(new models::ByteTokenizer());
-  return std::unique_ptr<models::Tokenizer>();
+  if (config.vocab_size == 256) return std::unique_ptr<text::Tokenizer>(new text::ByteTokenizer());
+  return std::unique_ptr<text::Tokenizer>();
 }
 
 Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::string& source,
-                                          models::Tokenizer* tokenizer, int vocab_size) {
+                                          text::Tokenizer* tokenizer, int vocab_size) {
   std::vector<Prompt> prompts;
   std::istringstream in(text);
   std::string line;
@@ -85,7 +85,7 @@ Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::st
   return prompts;
 }
 
-Result<std::vector<Prompt>> load_prompts(const std::string& path, models::Tokenizer* tokenizer,
+Result<std::vector<Prompt>> load_prompts(const std::string& path, text::Tokenizer* tokenizer,
                                          int vocab_size) {
   std::ifstream in(path);
   if (!in) return not_found("infer.prompts: cannot read " + path);
@@ -115,7 +115,7 @@ std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model) {
 }
 
 Result<StopCondition> StopCondition::create(const jobs::InferSection& infer,
-                                            const models::Tokenizer* tokenizer,
+                                            const text::Tokenizer* tokenizer,
                                             const std::vector<int32_t>& eos) {
   StopCondition stop;
   stop.tokenizer_ = tokenizer;

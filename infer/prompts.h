@@ -18,7 +18,7 @@
 #include "base/status.h"
 #include "jobs/spec.h"
 #include "models/config.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cohort::infer {
 
@@ -29,14 +29,14 @@ struct Prompt {
 };
 
 // The tokenizer for a job's model; null when the model has none.
-Result<std::unique_ptr<models::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
+Result<std::unique_ptr<text::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
                                                           const models::ModelConfig& config);
 
 // Parses JSONL text; `source` names the file in errors. Token ids must lie in
 // [0, vocab_size).
 Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::string& source,
-                                          models::Tokenizer* tokenizer, int vocab_size);
-Result<std::vector<Prompt>> load_prompts(const std::string& path, models::Tokenizer* tokenizer,
+                                          text::Tokenizer* tokenizer, int vocab_size);
+Result<std::vector<Prompt>> load_prompts(const std::string& path, text::Tokenizer* tokenizer,
                                          int vocab_size);
 
 // The end-of-sequence ids a Hugging Face folder declares (eos_token_id in
@@ -53,7 +53,7 @@ class StopCondition {
  public:
   // Stop strings need a tokenizer; errors otherwise. `eos` joins infer.stop's ids.
   static Result<StopCondition> create(const jobs::InferSection& infer,
-                                      const models::Tokenizer* tokenizer,
+                                      const text::Tokenizer* tokenizer,
                                       const std::vector<int32_t>& eos = {});
   bool is_stop_token(int32_t id) const;
   // Whether `generated` (this sequence's tokens so far) now contains a stop
@@ -64,7 +64,7 @@ class StopCondition {
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
 
  private:
-  const models::Tokenizer* tokenizer_ = nullptr;
+  const text::Tokenizer* tokenizer_ = nullptr;
   std::vector<int32_t> stop_tokens_;
   std::vector<std::string> stop_strings_;
   size_t longest_stop_ = 0;

@@ -26,7 +26,7 @@
 #include "infer/openai_api.h"
 #include "infer/scheduler.h"
 #include "infer/serve_metrics.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cohort::infer {
 
@@ -53,7 +53,7 @@ struct ServeHttpOptions {
   int max_body_bytes = 1 << 20;
   int max_live = 80;                 // running + waiting requests before 429
   ApiDefaults defaults;
-  std::shared_ptr<models::Tokenizer> tokenizer;  // may be null (token-id prompts only)
+  std::shared_ptr<text::Tokenizer> tokenizer;  // may be null (token-id prompts only)
   std::vector<int32_t> eos;          // stop ids every request gets
 };
 

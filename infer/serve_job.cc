@@ -74,7 +74,7 @@ class LoopQueue final : public GenerationQueue {
 struct ServeSetup {
   models::ModelConfig config;
   int context = 0;
-  std::shared_ptr<models::Tokenizer> tokenizer;
+  std::shared_ptr<text::Tokenizer> tokenizer;
   std::vector<int32_t> eos;
   std::shared_ptr<const ChatFormat> chat;  // null: ChatML
 };

@@ -38,7 +38,7 @@ struct Reader {
 
 }  // namespace
 
-static std::shared_ptr<const StopCondition> make_stop(const SequenceRequest& r, const models::Tokenizer* tokenizer,
+static std::shared_ptr<const StopCondition> make_stop(const SequenceRequest& r, const text::Tokenizer* tokenizer,
                                                const std::vector<int32_t>& eos, Status* status) {
   jobs::InferSection stops;
   stops.stop_strings = r.stop_strings;
@@ -72,7 +72,7 @@ std::vector<int64_t> encode_step_input(const StepInput& in) {
   return d;
 }
 
-Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const models::Tokenizer* tokenizer,
+Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text::Tokenizer* tokenizer,
                                     const std::vector<int32_t>& eos) {
   Reader r{data};
   StepInput in;
@@ -104,7 +104,7 @@ Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const mode
   return in;
 }
 
-Status broadcast_step_input(collective::Communicator& comm, StepInput* input, const models::Tokenizer* tokenizer,
+Status broadcast_step_input(collective::Communicator& comm, StepInput* input, const text::Tokenizer* tokenizer,
                             const std::vector<int32_t>& eos) {
   std::vector<int64_t> data;
   if (comm.rank() == 0) data = encode_step_input(*input);
@@ -117,7 +117,7 @@ Status broadcast_step_input(collective::Communicator& comm, StepInput* input, co
   return Status::ok();
 }
 
-void apply_step_input(StepInput& input, Scheduler& scheduler, const models::Tokenizer* tokenizer,
+void apply_step_input(StepInput& input, Scheduler& scheduler, const text::Tokenizer* tokenizer,
                       const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected) {
   for (int64_t id : input.cancels) {
     spdlog::debug("serve: cancelling request {}", id);

@@ -11,7 +11,7 @@
 #include "base/status.h"
 #include "collective/communicator.h"
 #include "infer/scheduler.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cohort::infer {
 
@@ -26,18 +26,18 @@ struct StepInput {
 // puts the model's end-of-sequence ids among each request's stop ids);
 // errors on a malformed buffer.
 std::vector<int64_t> encode_step_input(const StepInput& input);
-Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const models::Tokenizer* tokenizer,
+Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text::Tokenizer* tokenizer,
                                     const std::vector<int32_t>& eos);
 
 // Rank 0's *input goes to every rank of `comm` (two broadcasts: the length,
 // then the data); on the others *input is replaced.
-Status broadcast_step_input(collective::Communicator& comm, StepInput* input, const models::Tokenizer* tokenizer,
+Status broadcast_step_input(collective::Communicator& comm, StepInput* input, const text::Tokenizer* tokenizer,
                             const std::vector<int32_t>& eos);
 
 // Cancels, then adds the arrivals in order. An arrival the scheduler refuses
 // becomes a finished event with reason "error" in *rejected (the HTTP side
 // checks the same limits first, so this is a bug guard).
-void apply_step_input(StepInput& input, Scheduler& scheduler, const models::Tokenizer* tokenizer,
+void apply_step_input(StepInput& input, Scheduler& scheduler, const text::Tokenizer* tokenizer,
                       const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected);
 
 }  // namespace cohort::infer

@@ -12,9 +12,9 @@
 
 #include "collective/communicator.h"
 #include "parallel/checkpoint_format.h"
-#include "models/chat_template.h"
+#include "text/chat_template.h"
 #include "models/hf.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 #include "models/safetensors.h"
 #include "parallel/parallelize.h"
 
@@ -287,8 +287,8 @@ Status copy_tokenizer_files(const std::string& from, const std::string& to, cons
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (config.contains(key) && !config[key].is_null()) gen[key] = config[key];
   // Else the tokenizer's own BOS/EOS, so that generation stops where the model learned to.
-  auto special = from.empty() ? Result<models::ChatTemplateSource>(not_found("")) : models::read_chat_template(from);
-  auto tokenizer = from.empty() ? Result<std::unique_ptr<models::Tokenizer>>(not_found("")) : models::load_tokenizer(from);
+  auto special = from.empty() ? Result<text::ChatTemplateSource>(not_found("")) : text::read_chat_template(from);
+  auto tokenizer = from.empty() ? Result<std::unique_ptr<text::Tokenizer>>(not_found("")) : text::load_tokenizer(from);
   if (special && tokenizer) {
     if (auto id = (*tokenizer)->token_id(special->eos_token); id && !gen.contains("eos_token_id")) gen["eos_token_id"] = *id;
     if (auto id = (*tokenizer)->token_id(special->bos_token); id && !gen.contains("bos_token_id")) gen["bos_token_id"] = *id;

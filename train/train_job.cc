@@ -37,7 +37,7 @@
 #include "train/training_data.h"
 #include "infer/generate.h"
 #include "models/loss_scaler.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cohort::train {
 namespace {
@@ -271,9 +271,9 @@ Status Trainer::checkpoint(int steps_done) {
 
 Status Trainer::print_sample() {
   COHORT_RETURN_IF_ERROR(pm_.data_parallel->gather_all());
-  std::unique_ptr<models::Tokenizer> tokenizer = std::make_unique<models::ByteTokenizer>();
-  if (!tokenizer_dir_.empty() && models::has_tokenizer_files(tokenizer_dir_)) {
-    COHORT_ASSIGN_OR_RETURN(tokenizer, models::load_tokenizer(tokenizer_dir_));
+  std::unique_ptr<text::Tokenizer> tokenizer = std::make_unique<text::ByteTokenizer>();
+  if (!tokenizer_dir_.empty() && text::has_tokenizer_files(tokenizer_dir_)) {
+    COHORT_ASSIGN_OR_RETURN(tokenizer, text::load_tokenizer(tokenizer_dir_));
   }
   std::vector<int32_t> prompt = tokenizer->encode_with_special_tokens(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
   int capacity = std::min<int>(config_.max_seq, int(prompt.size()) + t_.sample_tokens);

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cohort::testing {
 
@@ -33,7 +33,7 @@ inline std::string test_tokenizer_json(bool llama_bos = false) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) {
     std::string s;
-    models::append_utf8(models::byte_to_unicode()[b], &s);
+    text::append_utf8(text::byte_to_unicode()[b], &s);
     vocab[s] = b;
   }
   const char* merged[] = {"he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "ld", "Ġworld", "Ġh", "Ġhe", "Ġhello"};

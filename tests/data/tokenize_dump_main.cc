@@ -12,13 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "models/chat_template.h"
-#include "models/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace {
 
 int encode(const std::string& dir) {
-  auto tokenizer = cohort::models::load_tokenizer(dir);
+  auto tokenizer = cohort::text::load_tokenizer(dir);
   if (!tokenizer) {
     std::fprintf(stderr, "%s\n", tokenizer.status().message().c_str());
     return 1;
@@ -38,7 +38,7 @@ int encode(const std::string& dir) {
 int chat(const std::string& path) {
   std::ifstream in(path);
   const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto parsed = cohort::models::ChatTemplate::parse(source);
+  auto parsed = cohort::text::ChatTemplate::parse(source);
   if (!parsed) {
     std::fprintf(stderr, "%s\n", parsed.status().message().c_str());
     return 1;

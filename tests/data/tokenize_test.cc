@@ -184,7 +184,7 @@ TEST(Tokenize, ValidateOnlyReportsEveryBadLineAndWritesNothing) {
 // renders for these templates; tokenizer_parity.py checks the same against
 // apply_chat_template on many more conversations.
 TEST(ChatTemplate, Qwen3AndLlama3TemplatesRenderAsJinja2Does) {
-  auto qwen = models::ChatTemplate::parse(testing::qwen3_template());
+  auto qwen = text::ChatTemplate::parse(testing::qwen3_template());
   ASSERT_TRUE(qwen.is_ok()) << qwen.status().message();
   auto context = nlohmann::ordered_json::parse(R"({"messages": [{"role": "system", "content": "S"},
       {"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\nA",
@@ -196,7 +196,7 @@ TEST(ChatTemplate, Qwen3AndLlama3TemplatesRenderAsJinja2Does) {
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\n"
             "A\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1, \"b\": \"é\"}}\n</tool_call><|im_end|>\n"
             "<|im_start|>user\n<tool_response>\nR\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
-  auto llama = models::ChatTemplate::parse(testing::read_text_file(fs::path(COHORT_SOURCE_DIR) / "tests/data/templates/llama3.jinja"));
+  auto llama = text::ChatTemplate::parse(testing::read_text_file(fs::path(COHORT_SOURCE_DIR) / "tests/data/templates/llama3.jinja"));
   ASSERT_TRUE(llama.is_ok()) << llama.status().message();
   auto lc = nlohmann::ordered_json::parse(R"({"messages": [{"role": "system", "content": " S "},
       {"role": "user", "content": "Q"}], "bos_token": "<|begin_of_text|>", "date_string": "01 Dec 2026",
@@ -207,12 +207,12 @@ TEST(ChatTemplate, Qwen3AndLlama3TemplatesRenderAsJinja2Does) {
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
             "Today Date: 01 Dec 2026\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  auto raised = models::ChatTemplate::parse("{{ raise_exception('no system role') }}");
+  auto raised = text::ChatTemplate::parse("{{ raise_exception('no system role') }}");
   ASSERT_TRUE(raised.is_ok());
   auto err = raised->render(nlohmann::ordered_json::object());
   ASSERT_FALSE(err.is_ok());
   EXPECT_NE(err.status().message().find("no system role"), std::string::npos);
-  auto unsupported = models::ChatTemplate::parse("line one\n{% include 'x' %}");
+  auto unsupported = text::ChatTemplate::parse("line one\n{% include 'x' %}");
   ASSERT_FALSE(unsupported.is_ok());
   EXPECT_NE(unsupported.status().message().find("line 2"), std::string::npos) << unsupported.status().message();
 }

@@ -13,7 +13,7 @@ namespace cohort::infer {
 namespace {
 
 TEST(InferPrompts, ReadsTokensAndTextSkippingBlankLines) {
-  models::ByteTokenizer bytes;
+  text::ByteTokenizer bytes;
   auto prompts = parse_prompts("{\"prompt\": \"Hi\"}\n\n{\"tokens\": [1, 2, 3]}\n", "p.jsonl",
                                &bytes, 256);
   ASSERT_TRUE(prompts.is_ok()) << prompts.status().message();
@@ -24,7 +24,7 @@ TEST(InferPrompts, ReadsTokensAndTextSkippingBlankLines) {
 }
 
 TEST(InferPrompts, ErrorsNameTheFileAndLine) {
-  models::ByteTokenizer bytes;
+  text::ByteTokenizer bytes;
   auto bad_id = parse_prompts("{\"tokens\": [1]}\n{\"tokens\": [300]}\n", "p.jsonl", &bytes, 256);
   ASSERT_FALSE(bad_id.is_ok());
   EXPECT_NE(bad_id.status().message().find("p.jsonl:2:"), std::string::npos);
@@ -68,7 +68,7 @@ TEST(InferTokenizer, ByteVocabularyModelsGetTheByteTokenizerOthersNone) {
 }
 
 TEST(InferStop, StopStringsCutTheTextAndEndTheSequence) {
-  models::ByteTokenizer bytes;
+  text::ByteTokenizer bytes;
   jobs::InferSection infer;
   infer.stop_strings = {"\n\n", "END"};
   infer.stop_tokens = {7};

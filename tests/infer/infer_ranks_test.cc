@@ -11,7 +11,7 @@
 #include "models/backend.h"
 #include "models/hf.h"
 #include "models/model.h"
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/infer/infer_job_fixture.h"
 
 namespace cohort::testing {
@@ -198,7 +198,7 @@ std::string tiny_tokenizer_json() {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) {
     std::string s;
-    models::append_utf8(models::byte_to_unicode()[b], &s);
+    text::append_utf8(text::byte_to_unicode()[b], &s);
     vocab[s] = b;
   }
   const std::vector<std::string> merged = {"he", "ll", "hell", "hello", "\u0120w",
@@ -222,7 +222,7 @@ TEST(InferRanks, HfTokenizerTextAndStopStringsAcrossTensorParallelRanks) {
   c.intermediate = 96, c.max_seq = 64;
   const std::string dir = write_hf_folder("tok_hf", c);
   std::ofstream(dir + "/tokenizer.json") << tiny_tokenizer_json();
-  auto tokenizer = models::BpeTokenizer::from_json(tiny_tokenizer_json());
+  auto tokenizer = text::BpeTokenizer::from_json(tiny_tokenizer_json());
   ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
   InferJob job;
   job.model_lines = "hf_dir = \"" + dir + "\"";

@@ -114,7 +114,7 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   r.stop_ids = {3};
   r.stop_strings = {"ab", ""};
   in.arrivals.push_back(r);
-  models::ByteTokenizer bytes;
+  text::ByteTokenizer bytes;
   auto out = decode_step_input(encode_step_input(in), &bytes, {1});
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_TRUE(out->stop);

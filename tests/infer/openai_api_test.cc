@@ -21,7 +21,7 @@ ApiDefaults defaults() {
 }
 
 std::optional<ApiError> parse(const std::string& body, bool chat = false, CompletionRequest* out = nullptr) {
-  models::ByteTokenizer bytes;
+  text::ByteTokenizer bytes;
   CompletionRequest scratch;
   return parse_completion_request(body, chat, defaults(), &bytes, out ? out : &scratch);
 }
@@ -97,7 +97,7 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
 // bos_token included; a template that raises refuses the request, naming
 // 'messages' and the template's message.
 TEST(OpenAiApi, ChatUsesTheModelsTemplateWhereItHasOne) {
-  auto parsed = models::ChatTemplate::parse(
+  auto parsed = text::ChatTemplate::parse(
       "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
       "{{ raise_exception('no system turns') }}{% endif %}"
       "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>"
@@ -106,7 +106,7 @@ TEST(OpenAiApi, ChatUsesTheModelsTemplateWhereItHasOne) {
   ApiDefaults d = defaults();
   d.context = 512;  // the rendered prompt is ~110 byte tokens
   d.chat = std::make_shared<const ChatFormat>(ChatFormat{std::move(*parsed), "<|begin_of_text|>", "<|eot_id|>"});
-  models::ByteTokenizer bytes;
+  text::ByteTokenizer bytes;
   CompletionRequest r;
   ASSERT_FALSE(parse_completion_request(R"({"messages": [{"role": "user", "content": " hi "}], "max_tokens": 2})",
                                         true, d, &bytes, &r));

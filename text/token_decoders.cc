@@ -5,10 +5,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer.h"
-#include "models/tokenizer_pipeline.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_pipeline.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 using nlohmann::json;
@@ -162,4 +162,4 @@ Result<Decoder> parse_decoder(const json& j) {
   return one_decoder(j);
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

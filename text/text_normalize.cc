@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer.h"
-#include "models/tokenizer_pipeline.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_pipeline.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 using nlohmann::json;
@@ -104,7 +104,8 @@ Result<Normalizer> one_normalizer(const json& j) {
     return Normalizer([re, content](const std::string& t) {
       std::string out;
       size_t last = 0;
-      for (auto [b, e] : re->find_all(t)) {
+      MatchBudget budget(t.size());
+      for (auto [b, e] : re->find_all(t, budget)) {
         out.append(t, last, b - last);
         out += content;
         last = e;
@@ -135,4 +136,4 @@ Result<Normalizer> parse_normalizer(const json& j) {
   return one_normalizer(j);
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

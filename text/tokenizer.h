@@ -27,7 +27,7 @@
 
 #include "base/status.h"
 
-namespace cohort::models {
+namespace cohort::text {
 
 class Tokenizer {
  public:
@@ -98,4 +98,4 @@ std::string utf8_lossy(const std::string& bytes);
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir);
 bool has_tokenizer_files(const std::string& dir);
 
-}  // namespace cohort::models
+}  // namespace cohort::text

@@ -1,12 +1,13 @@
 // Values of the chat-template interpreter, printed the way Python prints
 // them (str, repr, json.dumps with ensure_ascii=False), since templates
 // render Python objects in transformers and the text must be identical.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "models/chat_template_ast.h"
+#include "text/chat_template_ast.h"
 
-namespace cohort::models::jinja {
+namespace cohort::text::jinja {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
@@ -28,6 +29,22 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     }
     default: return Value();
   }
+}
+
+Value Value::make_list(List x) {
+  Value v;
+  v.kind = kList;
+  for (const Value& item : x) v.depth = std::max(v.depth, item.depth + 1);
+  v.list = std::make_shared<List>(std::move(x));
+  return v;
+}
+
+Value Value::make_dict(Dict x) {
+  Value v;
+  v.kind = kDict;
+  for (const auto& [_, item] : x) v.depth = std::max(v.depth, item.depth + 1);
+  v.dict = std::make_shared<Dict>(std::move(x));
+  return v;
 }
 
 bool Value::truthy() const {
@@ -123,18 +140,20 @@ std::string Value::str() const {
   }
 }
 
-std::string Value::repr() const {
+std::string Value::repr(int level) const {
   switch (kind) {
     case kString: return quote_repr(s);
     case kList: {
+      if (level > ChatTemplateLimits::kMaxNesting) return "[...]";
       std::string out = "[";
-      for (size_t k = 0; k < list->size(); ++k) out += (k ? ", " : "") + (*list)[k].repr();
+      for (size_t k = 0; k < list->size(); ++k) out += (k ? ", " : "") + (*list)[k].repr(level + 1);
       return out + "]";
     }
     case kDict: {
+      if (level > ChatTemplateLimits::kMaxNesting) return "{...}";
       std::string out = "{";
       for (size_t k = 0; k < dict->size(); ++k)
-        out += (k ? ", " : "") + quote_repr((*dict)[k].first) + ": " + (*dict)[k].second.repr();
+        out += (k ? ", " : "") + quote_repr((*dict)[k].first) + ": " + (*dict)[k].second.repr(level + 1);
       return out + "}";
     }
     case kFunction: return "<function>";
@@ -142,9 +161,10 @@ std::string Value::repr() const {
   }
 }
 
-std::string Value::to_json(int indent, int depth) const {
-  const std::string pad = indent > 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
-  const std::string end_pad = indent > 0 ? "\n" + std::string(size_t(indent * depth), ' ') : "";
+std::string Value::to_json(int indent, int level) const {
+  if ((kind == kList || kind == kDict) && level > ChatTemplateLimits::kMaxNesting) return "null";
+  const std::string pad = indent > 0 ? "\n" + std::string(size_t(indent * (level + 1)), ' ') : "";
+  const std::string end_pad = indent > 0 ? "\n" + std::string(size_t(indent * level), ' ') : "";
   const std::string sep = indent > 0 ? "," : ", ";
   switch (kind) {
     case kUndefined:
@@ -156,14 +176,14 @@ std::string Value::to_json(int indent, int depth) const {
     case kList: {
       if (list->empty()) return "[]";
       std::string out = "[";
-      for (size_t k = 0; k < list->size(); ++k) out += (k ? sep : "") + pad + (*list)[k].to_json(indent, depth + 1);
+      for (size_t k = 0; k < list->size(); ++k) out += (k ? sep : "") + pad + (*list)[k].to_json(indent, level + 1);
       return out + end_pad + "]";
     }
     case kDict: {
       if (dict->empty()) return "{}";
       std::string out = "{";
       for (size_t k = 0; k < dict->size(); ++k)
-        out += (k ? sep : "") + pad + json_string((*dict)[k].first) + ": " + (*dict)[k].second.to_json(indent, depth + 1);
+        out += (k ? sep : "") + pad + json_string((*dict)[k].first) + ": " + (*dict)[k].second.to_json(indent, level + 1);
       return out + end_pad + "}";
     }
     case kFunction: return "null";
@@ -171,7 +191,8 @@ std::string Value::to_json(int indent, int depth) const {
   return "null";
 }
 
-bool Value::equals(const Value& o) const {
+bool Value::equals(const Value& o, int level) const {
+  if (level > ChatTemplateLimits::kMaxNesting) return false;
   if (is_number() && o.is_number()) return as_double() == o.as_double();
   if (kind != o.kind) return (kind == kUndefined || kind == kNone) && (o.kind == kUndefined || o.kind == kNone) && kind == o.kind;
   switch (kind) {
@@ -179,13 +200,13 @@ bool Value::equals(const Value& o) const {
     case kList:
       if (list->size() != o.list->size()) return false;
       for (size_t k = 0; k < list->size(); ++k)
-        if (!(*list)[k].equals((*o.list)[k])) return false;
+        if (!(*list)[k].equals((*o.list)[k], level + 1)) return false;
       return true;
     case kDict:
       if (dict->size() != o.dict->size()) return false;
       for (const auto& [key, v] : *dict) {
         const Value* other = o.find(key);
-        if (!other || !v.equals(*other)) return false;
+        if (!other || !v.equals(*other, level + 1)) return false;
       }
       return true;
     case kFunction: return fn == o.fn;
@@ -193,4 +214,4 @@ bool Value::equals(const Value& o) const {
   }
 }
 
-}  // namespace cohort::models::jinja
+}  // namespace cohort::text::jinja

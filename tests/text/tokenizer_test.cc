@@ -4,13 +4,17 @@
 // on trained tokenizers is tests/data/tokenizer_parity.py (GPU machine).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <climits>
 #include <cstdio>
+#include <map>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 std::string tiny_tokenizer_json() {
@@ -181,5 +185,92 @@ TEST(BpeTokenizer, RejectsMalformedJson) {
   EXPECT_NE(bad.status().message().find("pre_tokenizer"), std::string::npos) << bad.status().message();
 }
 
+
+// A byte-level vocabulary with many overlapping merges (every pair of the
+// letters a-d, then pairs of those), so merge order matters.
+std::string overlapping_merges_json(const std::string& split_regex) {
+  auto j = nlohmann::json::parse(tiny_tokenizer_json());
+  auto& vocab = j["model"]["vocab"];
+  nlohmann::json merges = nlohmann::json::array();
+  int next = 400;
+  const std::string letters = "abcd";
+  std::vector<std::string> pairs;
+  for (char x : letters)
+    for (char y : letters) pairs.push_back(std::string{x, y});
+  for (const auto& p : pairs) {
+    vocab[p] = next++;
+    merges.push_back(p.substr(0, 1) + " " + p.substr(1));
+  }
+  for (const auto& p : pairs)
+    for (const auto& q : {pairs[1], pairs[6], pairs[11]}) {
+      vocab[p + q] = next++;
+      merges.push_back(p + " " + q);
+    }
+  j["model"]["merges"] = merges;
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = split_regex;
+  return j.dump();
+}
+
+// The merge rule by its definition: lowest rank anywhere, leftmost first.
+std::vector<int32_t> merge_by_definition(const nlohmann::json& model, std::vector<int32_t> symbols) {
+  std::map<std::pair<int32_t, int32_t>, std::pair<int, int32_t>> rank;
+  int r = 0;
+  for (const auto& m : model["merges"]) {
+    const std::string s = m.get<std::string>();
+    const std::string left = s.substr(0, s.find(' ')), right = s.substr(s.find(' ') + 1);
+    rank[{model["vocab"][left].get<int32_t>(), model["vocab"][right].get<int32_t>()}] = {
+        r++, model["vocab"][left + right].get<int32_t>()};
+  }
+  for (;;) {
+    int best = INT32_MAX;
+    size_t at = 0;
+    for (size_t k = 0; k + 1 < symbols.size(); ++k)
+      if (auto it = rank.find({symbols[k], symbols[k + 1]}); it != rank.end() && it->second.first < best)
+        best = it->second.first, at = k;
+    if (best == INT32_MAX) return symbols;
+    symbols[at] = rank[{symbols[at], symbols[at + 1]}].second;
+    symbols.erase(symbols.begin() + long(at) + 1);
+  }
+}
+
+TEST(BpeTokenizer, HeapMergingEqualsTheRuleOnRandomWords) {
+  const std::string json_text = overlapping_merges_json("\\p{L}+");
+  const auto model = nlohmann::json::parse(json_text)["model"];
+  auto t = std::move(BpeTokenizer::from_json(json_text).value());
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string word(size_t(1 + rng() % 40), 'a');
+    for (char& c : word) c = char('a' + rng() % 4);
+    std::vector<int32_t> bytes;
+    for (unsigned char c : word) bytes.push_back(model["vocab"][std::string(1, char(c))].get<int32_t>());
+    EXPECT_EQ(t->encode(word), merge_by_definition(model, bytes)) << word;
+  }
+}
+
+TEST(BpeTokenizer, AOneMegabyteWordEncodesWithinASecond) {
+  auto t = std::move(BpeTokenizer::from_json(overlapping_merges_json("\\p{L}+")).value());
+  std::string word(size_t(1) << 20, 'a');
+  std::mt19937 rng(3);
+  for (char& c : word) c = char('a' + rng() % 4);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = t->encode(word);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  EXPECT_EQ(t->decode(ids), word);
+  EXPECT_LT(ids.size(), word.size() / 2);  // merged, not left as bytes
+}
+
+TEST(BpeTokenizer, ACatastrophicSplitPatternCannotStallEncoding) {
+  // (\w+\s?)*$ backtracks exponentially on words followed by a non-word
+  // character; the match limit and deadline bound it, and every byte is
+  // still encoded.
+  auto t = std::move(BpeTokenizer::from_json(overlapping_merges_json("(\\w+\\s?)*$")).value());
+  std::string text;
+  while (text.size() < 32 * 1024) text += "abcdabcdabcdabcdabcd abcd!";
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = t->encode(text);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  EXPECT_EQ(t->decode(ids), text);
+}
+
 }  // namespace
-}  // namespace cohort::models
+}  // namespace cohort::text

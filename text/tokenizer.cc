@@ -1,6 +1,6 @@
 // Byte tokenizer, the tokenizer.json front end, UTF-8 helpers, and finding a
 // Hugging Face folder's tokenizer.
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,9 +8,9 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "models/tokenizer_pipeline.h"
+#include "text/tokenizer_pipeline.h"
 
-namespace cohort::models {
+namespace cohort::text {
 
 std::vector<int32_t> Tokenizer::encode_with_special_tokens(const std::string& text) {
   std::vector<int32_t> out = prefix_tokens();
@@ -173,4 +173,4 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir) {
   return load_sentencepiece(sp_path.string(), add_bos, add_eos);
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

@@ -1,4 +1,4 @@
-// Private to models/: the stages of a Hugging Face tokenizer.json, as its
+// Private to text/: the stages of a Hugging Face tokenizer.json, as its
 // Rust library runs them (normalizer, pre-tokenizers, BPE model, decoders,
 // post-processor), built once from the file and then immutable, so several
 // BpeTokenizer instances on several threads share one pipeline.
@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,7 +19,7 @@
 
 #include "base/status.h"
 
-namespace cohort::models {
+namespace cohort::text {
 
 // A token id from tokenizer.json: an integer from 0 to 2^21. Anything else
 // (a float, 6.7e58) throws a json error before it is converted, since the
@@ -30,6 +31,20 @@ inline int32_t token_id_from_json(const nlohmann::json& value) {
   return static_cast<int32_t>(value.get<int64_t>());
 }
 
+// The time the split patterns may take over one encode() call: a pattern
+// comes from a model folder, and one with catastrophic backtracking
+// ((\w+\s?)*$) must not stall the caller. Once a match hits a limit or the
+// deadline passes, the budget is spent and every later span is left whole
+// (one pre-token), so the cost stays near kBaseMilliseconds + 1 us a byte.
+struct MatchBudget {
+  static constexpr int kBaseMilliseconds = 50;
+  explicit MatchBudget(size_t text_bytes)
+      : deadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(kBaseMilliseconds) +
+                 std::chrono::microseconds(text_bytes)) {}
+  std::chrono::steady_clock::time_point deadline;
+  bool spent = false;
+};
+
 // A compiled PCRE2 pattern (UTF, UCP: \p{L}, \s and \w are Unicode-aware).
 // Matching is const and thread-safe (match data is per call).
 class Regex {
@@ -40,7 +55,12 @@ class Regex {
   static std::shared_ptr<const Regex> literal(const std::string& text);
   ~Regex();
   // Non-overlapping matches, left to right, as [begin, end) byte offsets.
-  std::vector<std::pair<size_t, size_t>> find_all(const std::string& text) const;
+  // One match may take kMatchLimit backtracking steps, kDepthLimit deep;
+  // past that, or past the budget's deadline, the budget is spent and the
+  // rest of the text is left unmatched (one span).
+  std::vector<std::pair<size_t, size_t>> find_all(const std::string& text, MatchBudget& budget) const;
+  static constexpr uint32_t kMatchLimit = 100'000;
+  static constexpr uint32_t kDepthLimit = 10'000;
 
  private:
   Regex() = default;
@@ -56,7 +76,7 @@ struct Piece {
 };
 
 using Normalizer = std::function<std::string(const std::string&)>;
-using PreTokenizer = std::function<void(std::vector<Piece>&)>;
+using PreTokenizer = std::function<void(std::vector<Piece>&, MatchBudget&)>;
 // Decoders work on the token strings, as HF's decode_chain does.
 using Decoder = std::function<void(std::vector<std::string>&)>;
 
@@ -83,6 +103,7 @@ class BpeModel {
   int32_t max_id() const { return int32_t(id_to_token_.size()) - 1; }
 
  private:
+  void merge_symbols(std::vector<int32_t>& symbols) const;
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;
   // (left id << 32 | right id) -> (rank, merged id)
@@ -94,6 +115,9 @@ class BpeModel {
 
 class TokenizerPipeline {
  public:
+  // Words (pre-tokens) longer than this are merged in pieces of this size;
+  // HF merges them whole, which only a blob or an attack tells apart.
+  static constexpr size_t kMaxWordBytes = size_t{64} << 10;
   static Result<std::shared_ptr<const TokenizerPipeline>> parse(const std::string& json_text);
 
   // `cache` maps a pre-token to its ids (owned by the calling instance).
@@ -106,7 +130,7 @@ class TokenizerPipeline {
   std::vector<int32_t> prefix, suffix;  // TemplateProcessing "single"
 
  private:
-  void encode_span(const std::string& text, bool at_start, std::vector<int32_t>* out,
+  void encode_span(const std::string& text, bool at_start, MatchBudget& budget, std::vector<int32_t>* out,
                    std::unordered_map<std::string, std::vector<int32_t>>* cache) const;
   std::vector<AddedToken> added_;  // longest first
   std::unordered_map<int32_t, size_t> added_by_id_;
@@ -117,4 +141,4 @@ class TokenizerPipeline {
   Decoder decoder_;
 };
 
-}  // namespace cohort::models
+}  // namespace cohort::text

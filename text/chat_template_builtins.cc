@@ -5,9 +5,9 @@
 #include <cctype>
 #include <ctime>
 
-#include "models/chat_template_ast.h"
+#include "text/chat_template_ast.h"
 
-namespace cohort::models::jinja {
+namespace cohort::text::jinja {
 namespace {
 
 bool is_py_space(unsigned char c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f); }
@@ -68,6 +68,9 @@ std::string replace_text(const std::string& s, const std::string& from, const st
   size_t last = 0;
   int64_t done = 0;
   for (size_t at = s.find(from); at != std::string::npos && (count < 0 || done < count); at = s.find(from, last)) {
+    // Past kMaxBytes the caller's size check refuses the result: stop here
+    // rather than build it (a 32 MB string replaced into itself).
+    if (out.size() > ChatTemplateLimits::kMaxBytes) return out;
     out.append(s, last, at - last);
     out += to;
     last = at + from.size();
@@ -140,6 +143,17 @@ Status template_error(int line, const std::string& what) {
   return invalid_argument("chat template line " + std::to_string(line) + ": " + what);
 }
 
+Status limit_error(int line, const std::string& what, const std::string& limit, int64_t value) {
+  return invalid_argument("chat template line " + std::to_string(line) + ": " + what + " exceeds " + limit +
+                            " (" + std::to_string(value) + ")");
+}
+
+Status check_bytes(size_t bytes, int line) {
+  if (bytes <= ChatTemplateLimits::kMaxBytes) return Status::ok();
+  return limit_error(line, "a string of " + std::to_string(bytes) + " bytes", "ChatTemplateLimits::kMaxBytes",
+                     int64_t(ChatTemplateLimits::kMaxBytes));
+}
+
 Result<Value> apply_filter(const std::string& name, const Value& input, const std::vector<Value>& args,
                            const Kwargs& kwargs, int line) {
   if (name == "trim") return Value::string(py_strip(input.str(), arg(args, 0, kwargs, "chars"), true, true));
@@ -180,8 +194,12 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
     List items;
     if (input.kind == Value::kDict)
       for (const auto& [k, _] : *input.dict) items.push_back(Value::string(k));
-    if (input.kind == Value::kString)
+    if (input.kind == Value::kString) {
+      if (input.s.size() > ChatTemplateLimits::kMaxItems)
+        return limit_error(line, "a list of " + std::to_string(input.s.size()) + " characters",
+                           "ChatTemplateLimits::kMaxItems", int64_t(ChatTemplateLimits::kMaxItems));
       for (char c : input.s) items.push_back(Value::string(std::string(1, c)));
+    }
     return Value::make_list(std::move(items));
   }
   if (name == "items" || name == "dictsort") {
@@ -197,7 +215,7 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
     const Value* attr = arg(args, 1, kwargs, "attribute");
     std::string out;
     if (input.kind == Value::kList)
-      for (size_t k = 0; k < input.list->size(); ++k)
+      for (size_t k = 0; k < input.list->size() && out.size() <= ChatTemplateLimits::kMaxBytes; ++k)
         out += (k ? (sep ? sep->str() : "") : "") + (attr ? attribute_of((*input.list)[k], attr->str()) : (*input.list)[k]).str();
     return Value::string(out);
   }
@@ -213,6 +231,10 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
     return Value::make_list(std::move(items));
   }
   if (name == "unique") {
+    // Pairwise equality (1 == 1.0 == true, as Python's), so quadratic: bounded apart.
+    constexpr size_t kMaxUniqueItems = 4096;
+    if (input.kind == Value::kList && input.list->size() > kMaxUniqueItems)
+      return limit_error(line, "unique over " + std::to_string(input.list->size()) + " items", "4096", 4096);
     List out;
     if (input.kind == Value::kList)
       for (const Value& v : *input.list)
@@ -241,6 +263,7 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
     std::string s = input.str(), out;
     bool line_start = first && first->truthy();
     for (char c : s) {
+      if (out.size() > ChatTemplateLimits::kMaxBytes) break;
       if (line_start && c != '\n') out += pad;
       line_start = false;
       out.push_back(c);
@@ -334,7 +357,8 @@ Result<Value> method(const Value& self, const std::string& name, int line) {
       return string_fn([](const std::string& sep, const std::vector<Value>& a) {
         std::string out;
         if (!a.empty() && a[0].kind == Value::kList)
-          for (size_t k = 0; k < a[0].list->size(); ++k) out += (k ? sep : "") + (*a[0].list)[k].str();
+          for (size_t k = 0; k < a[0].list->size() && out.size() <= ChatTemplateLimits::kMaxBytes; ++k)
+            out += (k ? sep : "") + (*a[0].list)[k].str();
         return Value::string(out);
       }, s);
   }
@@ -364,6 +388,13 @@ Value global_function(const std::string& name) {
       if (a.size() >= 2) start = a[0].i, stop = a[1].i;
       if (a.size() >= 3) step = a[2].i;
       if (step == 0) return invalid_argument("chat template: range() step is zero");
+      // Counted before anything is built: range(10**9) is refused, not allocated.
+      const __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop;
+      const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128(step)) - 1) / (step > 0 ? step : -__int128(step));
+      if (count > __int128(ChatTemplateLimits::kMaxItems))
+        return invalid_argument("chat template: range() of " + std::to_string(int64_t(std::min<__int128>(count, INT64_MAX))) +
+                                " items exceeds ChatTemplateLimits::kMaxItems (" +
+                                std::to_string(ChatTemplateLimits::kMaxItems) + ")");
       List out;
       for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
       return Value::make_list(std::move(out));
@@ -391,4 +422,4 @@ Value global_function(const std::string& name) {
   return Value();
 }
 
-}  // namespace cohort::models::jinja
+}  // namespace cohort::text::jinja

@@ -9,6 +9,11 @@
 // filters) is a parse error naming the template line; a template that
 // raises gets its message back as the error. Parsed templates are immutable
 // and may be rendered from several threads at once.
+//
+// A template comes from a model folder, which may be anyone's: parsing and
+// rendering are bounded by ChatTemplateLimits, so no template can hang,
+// exhaust memory or overflow the stack of the process that renders it. A
+// template past a limit is an error that names the limit and its value.
 #pragma once
 
 #include <memory>
@@ -19,9 +24,23 @@
 
 #include "base/status.h"
 
-namespace cohort::models {
+namespace cohort::text {
 
 struct ChatTemplateNode;
+
+// The bounds every parse and render keeps (each far above what the chat
+// templates of real model families need: Qwen3's renders a 100-message
+// conversation with tools in about 20,000 steps).
+struct ChatTemplateLimits {
+  static constexpr size_t kMaxSourceBytes = size_t{1} << 20;   // the template text
+  static constexpr size_t kMaxTokensPerTag = 4096;             // one {{ }} or {% %}
+  static constexpr int kMaxNesting = 100;           // blocks, expressions and values, each
+  static constexpr int64_t kMaxSteps = 300'000;     // statements, loop iterations, expressions
+  static constexpr size_t kMaxBytes = size_t{32} << 20;        // the output, and any one string
+  static constexpr size_t kMaxItems = 100'000;      // any one list or dict
+  static constexpr int kMaxCallDepth = 32;          // macros calling macros
+  static constexpr int64_t kMaxMilliseconds = 500;  // one render, wall clock
+};
 
 struct RenderedChat {
   std::string text;
@@ -52,4 +71,4 @@ struct ChatTemplateSource {
 };
 Result<ChatTemplateSource> read_chat_template(const std::string& dir);
 
-}  // namespace cohort::models
+}  // namespace cohort::text

@@ -4,11 +4,12 @@
 // parsed with Jinja's precedence (or < and < not < comparisons < + - < ~ <
 // * / // % < ** < unary < postfix, filters and tests), and statements nest
 // into a tree.
+#include <algorithm>
 #include <cctype>
 
-#include "models/chat_template_ast.h"
+#include "text/chat_template_ast.h"
 
-namespace cohort::models::jinja {
+namespace cohort::text::jinja {
 namespace {
 
 struct Tag {
@@ -170,6 +171,13 @@ class ExprParser {
     return e;
   }
   Result<ExprPtr> expression() { return conditional(); }
+  // A for loop's iterable: jinja2 reads `for x in xs if cond` as a filter,
+  // not as the conditional expression `xs if cond`.
+  Result<ExprPtr> iterable() {
+    Nested nested(&nesting_);
+    COHORT_RETURN_IF_ERROR(check_nesting());
+    return binary_or();
+  }
   const Tok& peek(size_t ahead = 0) const { return t_[std::min(p_ + ahead, t_.size() - 1)]; }
   bool accept_op(const char* op) {
     if (peek().kind == Tok::kOp && peek().text == op) return ++p_, true;
@@ -190,16 +198,39 @@ class ExprParser {
   bool at_end() const { return peek().kind == Tok::kEnd; }
 
  private:
+  // Counts the parser's own recursion (parentheses, `not`, unary signs,
+  // chained conditionals) while it is inside one of them.
+  struct Nested {
+    explicit Nested(int* level) : level_(level) { ++*level_; }
+    ~Nested() { --*level_; }
+    int* level_;
+  };
+  Status check_nesting() const {
+    if (nesting_ > ChatTemplateLimits::kMaxNesting || too_deep_)
+      return limit_error(line_, "expression nesting", "ChatTemplateLimits::kMaxNesting",
+                         ChatTemplateLimits::kMaxNesting);
+    return Status::ok();
+  }
+
   ExprPtr node(Expr::Kind kind, std::string name, std::vector<ExprPtr> args) const {
     auto e = std::make_shared<Expr>();
     e->kind = kind;
     e->line = line_;
     e->name = std::move(name);
     e->args = std::move(args);
+    for (const ExprPtr& a : e->args)
+      if (a) e->depth = std::max(e->depth, a->depth + 1);
+    for (const auto& [_, a] : e->kwargs)
+      if (a) e->depth = std::max(e->depth, a->depth + 1);
+    // Chains (a + b + c ...) deepen the tree without recursing here; the
+    // next operand's unary() refuses once this is set.
+    if (e->depth > ChatTemplateLimits::kMaxNesting) too_deep_ = true;
     return e;
   }
 
   Result<ExprPtr> conditional() {
+    Nested nested(&nesting_);
+    COHORT_RETURN_IF_ERROR(check_nesting());
     COHORT_ASSIGN_OR_RETURN(ExprPtr value, binary_or());
     while (accept_name("if")) {
       COHORT_ASSIGN_OR_RETURN(ExprPtr cond, binary_or());
@@ -227,6 +258,8 @@ class ExprParser {
     return left;
   }
   Result<ExprPtr> unary_not() {
+    Nested nested(&nesting_);
+    COHORT_RETURN_IF_ERROR(check_nesting());
     if (accept_name("not")) {
       COHORT_ASSIGN_OR_RETURN(ExprPtr e, unary_not());
       return node(Expr::kUnary, "not", {e});
@@ -284,6 +317,8 @@ class ExprParser {
     return left;
   }
   Result<ExprPtr> unary(bool with_filter) {
+    Nested nested(&nesting_);
+    COHORT_RETURN_IF_ERROR(check_nesting());
     ExprPtr e;
     if (accept_op("-")) {
       COHORT_ASSIGN_OR_RETURN(ExprPtr operand, unary(false));
@@ -443,6 +478,8 @@ class ExprParser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   int line_;
+  int nesting_ = 0;
+  mutable bool too_deep_ = false;
 };
 
 // ---- statements ----
@@ -455,6 +492,13 @@ class TreeBuilder {
 
   // Parses nodes until a statement whose keyword is in `stops`; returns it.
   Result<std::string> block(Nodes* out, const std::vector<std::string>& stops, ExprParser** stop_parser) {
+    if (++blocks_open_ > ChatTemplateLimits::kMaxNesting)
+      return limit_error(tags_[i_ ? i_ - 1 : 0].line, "block nesting", "ChatTemplateLimits::kMaxNesting",
+                         ChatTemplateLimits::kMaxNesting);
+    struct Close {
+      int* open;
+      ~Close() { --*open; }
+    } close{&blocks_open_};
     while (i_ < tags_.size()) {
       const Tag& tag = tags_[i_++];
       if (tag.kind == Tag::kText) {
@@ -465,6 +509,9 @@ class TreeBuilder {
         continue;
       }
       COHORT_ASSIGN_OR_RETURN(auto toks, lex(tag.content, tag.line));
+      if (toks.size() > ChatTemplateLimits::kMaxTokensPerTag)
+        return limit_error(tag.line, "a tag of " + std::to_string(toks.size()) + " tokens",
+                           "ChatTemplateLimits::kMaxTokensPerTag", int64_t(ChatTemplateLimits::kMaxTokensPerTag));
       parsers_.push_back(std::make_unique<ExprParser>(std::move(toks), tag.line));
       ExprParser& p = *parsers_.back();
       auto n = std::make_shared<ChatTemplateNode>();
@@ -518,7 +565,7 @@ class TreeBuilder {
         n->targets.push_back(target);
       } while (p.accept_op(","));
       if (!p.accept_name("in")) return error_at(line, "expected 'in' in a for loop");
-      COHORT_ASSIGN_OR_RETURN(n->expr, p.expression());
+      COHORT_ASSIGN_OR_RETURN(n->expr, p.iterable());
       if (p.accept_name("if")) { COHORT_ASSIGN_OR_RETURN(n->filter, p.expression()); }
       p.accept_name("recursive");
       if (!p.at_end()) return error_at(line, "unexpected text after the for loop's iterable");
@@ -570,12 +617,16 @@ class TreeBuilder {
 
   std::vector<Tag> tags_;
   size_t i_ = 0;
+  int blocks_open_ = 0;
   std::vector<std::unique_ptr<ExprParser>> parsers_;
 };
 
 }  // namespace
 
 Result<NodePtr> parse_template(const std::string& source) {
+  if (source.size() > ChatTemplateLimits::kMaxSourceBytes)
+    return limit_error(1, "a template of " + std::to_string(source.size()) + " bytes",
+                       "ChatTemplateLimits::kMaxSourceBytes", int64_t(ChatTemplateLimits::kMaxSourceBytes));
   COHORT_ASSIGN_OR_RETURN(std::vector<Tag> tags, cut_tags(source));
   TreeBuilder builder(std::move(tags));
   auto root = std::make_shared<ChatTemplateNode>();
@@ -586,4 +637,4 @@ Result<NodePtr> parse_template(const std::string& source) {
   return NodePtr(root);
 }
 
-}  // namespace cohort::models::jinja
+}  // namespace cohort::text::jinja

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer.h"
-#include "models/tokenizer_pipeline.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_pipeline.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 using nlohmann::json;
@@ -79,18 +79,30 @@ Result<std::shared_ptr<const TokenizerPipeline>> TokenizerPipeline::parse(const 
   return std::shared_ptr<const TokenizerPipeline>(std::move(p));
 }
 
-void TokenizerPipeline::encode_span(const std::string& text, bool at_start, std::vector<int32_t>* out,
+void TokenizerPipeline::encode_span(const std::string& text, bool at_start, MatchBudget& budget,
+                                    std::vector<int32_t>* out,
                                     std::unordered_map<std::string, std::vector<int32_t>>* cache) const {
   if (text.empty()) return;
   std::vector<Piece> pieces{Piece{normalizer_(text), at_start}};
-  pre_tokenizer_(pieces);
+  pre_tokenizer_(pieces, budget);
   for (const Piece& piece : pieces) {
     if (auto hit = cache->find(piece.text); hit != cache->end()) {
       out->insert(out->end(), hit->second.begin(), hit->second.end());
       continue;
     }
     std::vector<int32_t> ids;
-    model_.encode_word(piece.text, &ids);
+    if (piece.text.size() <= kMaxWordBytes) {
+      model_.encode_word(piece.text, &ids);
+    } else {
+      // Merged in chunks cut at character boundaries: a word this long is
+      // data (a blob, an attack), and merging stays O(n log n) per chunk.
+      for (size_t at = 0; at < piece.text.size();) {
+        size_t end = std::min(piece.text.size(), at + kMaxWordBytes);
+        while (end < piece.text.size() && (static_cast<unsigned char>(piece.text[end]) & 0xC0) == 0x80) --end;
+        model_.encode_word(piece.text.substr(at, end - at), &ids);
+        at = end;
+      }
+    }
     out->insert(out->end(), ids.begin(), ids.end());
     if (cache->size() >= 200000) cache->clear();  // bounded for long inputs and servers
     if (piece.text.size() < 256) cache->emplace(piece.text, std::move(ids));
@@ -99,6 +111,7 @@ void TokenizerPipeline::encode_span(const std::string& text, bool at_start, std:
 
 void TokenizerPipeline::encode(const std::string& text, std::vector<int32_t>* out,
                                std::unordered_map<std::string, std::vector<int32_t>>* cache) const {
+  MatchBudget budget(text.size());
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* hit = nullptr;
@@ -119,11 +132,11 @@ void TokenizerPipeline::encode(const std::string& text, std::vector<int32_t>* ou
       while (span_end > start && is_space_byte(text[span_end - 1])) --span_end;
     if (hit->rstrip)
       while (next < text.size() && is_space_byte(text[next])) ++next;
-    encode_span(text.substr(start, span_end - start), start == 0, out, cache);
+    encode_span(text.substr(start, span_end - start), start == 0, budget, out, cache);
     out->push_back(hit->id);
     i = start = next;
   }
-  encode_span(text.substr(start), start == 0, out, cache);
+  encode_span(text.substr(start), start == 0, budget, out, cache);
 }
 
 std::string TokenizerPipeline::decode(const std::vector<int32_t>& ids) const {
@@ -145,4 +158,4 @@ std::optional<int32_t> TokenizerPipeline::token_id(const std::string& token) con
   return model_.id(token);
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

@@ -7,16 +7,17 @@
 // byte by byte (PCRE2_MATCH_INVALID_UTF) so that every byte stays in some
 // piece and byte-level BPE still round-trips it.
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <chrono>
 #include <pcre2.h>
 
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer.h"
-#include "models/tokenizer_pipeline.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_pipeline.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 using nlohmann::json;
@@ -57,12 +58,12 @@ Result<Behavior> parse_behavior(const std::string& s) {
 }
 
 // HF's NormalizedString::split: cut `piece` at the regex's matches.
-void split_piece(const Piece& piece, const Regex& re, Behavior behavior, bool invert,
+void split_piece(const Piece& piece, const Regex& re, Behavior behavior, bool invert, MatchBudget& budget,
                  std::vector<Piece>* out) {
   // (begin, end, is_match) spans covering the whole text.
   std::vector<std::tuple<size_t, size_t, bool>> spans;
   size_t last = 0;
-  for (auto [b, e] : re.find_all(piece.text)) {
+  for (auto [b, e] : re.find_all(piece.text, budget)) {
     if (b > last) spans.emplace_back(last, b, invert);
     spans.emplace_back(b, e, !invert);
     last = e;
@@ -92,9 +93,9 @@ void split_piece(const Piece& piece, const Regex& re, Behavior behavior, bool in
 }
 
 PreTokenizer split_with(std::shared_ptr<const Regex> re, Behavior behavior, bool invert) {
-  return [re, behavior, invert](std::vector<Piece>& pieces) {
+  return [re, behavior, invert](std::vector<Piece>& pieces, MatchBudget& budget) {
     std::vector<Piece> out;
-    for (const Piece& p : pieces) split_piece(p, *re, behavior, invert, &out);
+    for (const Piece& p : pieces) split_piece(p, *re, behavior, invert, budget, &out);
     pieces.swap(out);
   };
 }
@@ -113,12 +114,12 @@ Result<PreTokenizer> byte_level(const json& j) {
   const bool use_regex = j.value("use_regex", true);
   std::shared_ptr<const Regex> re;
   if (use_regex) { COHORT_ASSIGN_OR_RETURN(re, Regex::compile(kGpt2Pattern)); }
-  return PreTokenizer([=](std::vector<Piece>& pieces) {
+  return PreTokenizer([=](std::vector<Piece>& pieces, MatchBudget& budget) {
     if (prefix_space) {
       for (Piece& p : pieces)
         if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, " ");
     }
-    if (re) split_with(re, Behavior::kIsolated, false)(pieces);
+    if (re) split_with(re, Behavior::kIsolated, false)(pieces, budget);
     for (Piece& p : pieces) map_bytes(&p.text);
   });
 }
@@ -129,7 +130,7 @@ Result<PreTokenizer> metaspace(const json& j) {
   if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
   const bool split = j.value("split", true);
   auto re = Regex::literal(replacement);
-  return PreTokenizer([=](std::vector<Piece>& pieces) {
+  return PreTokenizer([=](std::vector<Piece>& pieces, MatchBudget& budget) {
     for (Piece& p : pieces) {
       std::string t;
       for (char c : p.text) t += c == ' ' ? replacement : std::string(1, c);
@@ -137,7 +138,7 @@ Result<PreTokenizer> metaspace(const json& j) {
       if (!starts && (scheme == "always" || (scheme == "first" && p.at_start))) t = replacement + t;
       p.text.swap(t);
     }
-    if (split) split_with(re, Behavior::kMergedWithNext, false)(pieces);
+    if (split) split_with(re, Behavior::kMergedWithNext, false)(pieces, budget);
   });
 }
 
@@ -207,7 +208,7 @@ Regex::~Regex() {
   if (code_) pcre2_code_free(static_cast<pcre2_code*>(code_));
 }
 
-std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) const {
+std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text, MatchBudget& budget) const {
   std::vector<std::pair<size_t, size_t>> out;
   if (!code_) {
     if (literal_.empty()) return out;
@@ -216,13 +217,25 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) 
       out.emplace_back(at, at + literal_.size());
     return out;
   }
+  if (budget.spent) return out;
   auto* code = static_cast<pcre2_code*>(code_);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  pcre2_match_context* limits = pcre2_match_context_create(nullptr);
+  pcre2_set_match_limit(limits, kMatchLimit);
+  pcre2_set_depth_limit(limits, kDepthLimit);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
-  while (start <= text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), start, 0, md, nullptr);
-    if (rc < 0) break;  // no match (or an error: the rest stays one non-match span)
+  for (size_t matches = 0; start <= text.size(); ++matches) {
+    if (matches % 64 == 0 && std::chrono::steady_clock::now() > budget.deadline) {
+      budget.spent = true;
+      break;
+    }
+    const int rc = pcre2_match(code, subject, text.size(), start, 0, md, limits);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {  // a limit (or another error): the rest stays one non-match span
+      budget.spent = true;
+      break;
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     if (ov[1] == ov[0]) {  // empty match: step over one character
       start = ov[0] + (ov[0] < text.size() ? utf8_length(static_cast<unsigned char>(text[ov[0]])) : 1);
@@ -232,22 +245,23 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) 
     start = ov[1];
   }
   pcre2_match_data_free(md);
+  pcre2_match_context_free(limits);
   return out;
 }
 
 Result<PreTokenizer> parse_pre_tokenizer(const json& j) {
-  if (j.is_null()) return PreTokenizer([](std::vector<Piece>&) {});
+  if (j.is_null()) return PreTokenizer([](std::vector<Piece>&, MatchBudget&) {});
   if (j.value("type", "") == "Sequence") {
     std::vector<PreTokenizer> steps;
     for (const json& p : j.at("pretokenizers")) {
       COHORT_ASSIGN_OR_RETURN(PreTokenizer step, parse_pre_tokenizer(p));
       steps.push_back(std::move(step));
     }
-    return PreTokenizer([steps](std::vector<Piece>& pieces) {
-      for (const auto& s : steps) s(pieces);
+    return PreTokenizer([steps](std::vector<Piece>& pieces, MatchBudget& budget) {
+      for (const auto& s : steps) s(pieces, budget);
     });
   }
   return one_pre_tokenizer(j);
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

@@ -5,12 +5,14 @@
 // pair has a rank. Byte-level files have every byte's stand-in character in
 // the vocabulary, so nothing is ever unknown there.
 #include <cstdio>
+#include <functional>
+#include <queue>
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "models/tokenizer_pipeline.h"
+#include "text/tokenizer_pipeline.h"
 
-namespace cohort::models {
+namespace cohort::text {
 
 using nlohmann::json;
 
@@ -71,6 +73,50 @@ std::optional<int32_t> BpeModel::id(const std::string& token) const {
   return it->second;
 }
 
+// Merges as HF's Word::merge_all: a heap of candidate pairs ordered by
+// (rank, position), symbols in a linked list, stale candidates skipped when
+// popped. O(n log n) in the word's length, where rescanning every pair after
+// each merge was O(n^2) (a 64 KB word took seconds).
+void BpeModel::merge_symbols(std::vector<int32_t>& symbols) const {
+  const size_t n = symbols.size();
+  if (n < 2) return;
+  std::vector<size_t> prev(n), next(n);
+  for (size_t k = 0; k < n; ++k) prev[k] = k - 1, next[k] = k + 1;  // k - 1 wraps to npos for k == 0
+  struct Candidate {
+    int32_t rank;
+    size_t left;  // position of the pair's left symbol
+    int32_t left_id, right_id, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto offer = [&](size_t left) {
+    const size_t right = next[left];
+    if (right >= n) return;
+    const uint64_t key = (uint64_t(uint32_t(symbols[left])) << 32) | uint32_t(symbols[right]);
+    if (auto it = merges_.find(key); it != merges_.end())
+      heap.push({it->second.first, left, symbols[left], symbols[right], it->second.second});
+  };
+  for (size_t k = 0; k + 1 < n; ++k) offer(k);
+  std::vector<bool> gone(n, false);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const size_t right = next[c.left];
+    // Stale: either side has merged since this pair was offered.
+    if (gone[c.left] || right >= n || symbols[c.left] != c.left_id || symbols[right] != c.right_id) continue;
+    symbols[c.left] = c.merged;
+    gone[right] = true;
+    next[c.left] = next[right];
+    if (next[right] < n) prev[next[right]] = c.left;
+    if (prev[c.left] < n) offer(prev[c.left]);
+    offer(c.left);
+  }
+  size_t kept = 0;
+  for (size_t k = 0; k < n; ++k)
+    if (!gone[k]) symbols[kept++] = symbols[k];
+  symbols.resize(kept);
+}
+
 void BpeModel::encode_word(const std::string& word, std::vector<int32_t>* out) const {
   if (ignore_merges_) {
     if (auto it = vocab_.find(word); it != vocab_.end()) {
@@ -104,19 +150,8 @@ void BpeModel::encode_word(const std::string& word, std::vector<int32_t>* out) c
     pending_unk = unk_id_;
   }
   if (pending_unk >= 0) symbols.push_back(pending_unk);
-  while (symbols.size() > 1) {
-    int32_t best = std::numeric_limits<int32_t>::max(), merged = -1;
-    size_t at = 0;
-    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-      const uint64_t key = (uint64_t(uint32_t(symbols[k])) << 32) | uint32_t(symbols[k + 1]);
-      auto it = merges_.find(key);
-      if (it != merges_.end() && it->second.first < best) best = it->second.first, merged = it->second.second, at = k;
-    }
-    if (merged < 0) break;
-    symbols[at] = merged;
-    symbols.erase(symbols.begin() + long(at) + 1);
-  }
+  merge_symbols(symbols);
   out->insert(out->end(), symbols.begin(), symbols.end());
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

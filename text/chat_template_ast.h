@@ -1,4 +1,4 @@
-// Private to models/: the values a chat template computes with, and the
+// Private to text/: the values a chat template computes with, and the
 // parsed template (expressions and statements), for chat_template*.cc.
 #pragma once
 
@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
-#include "models/chat_template.h"
+#include "text/chat_template.h"
 
-namespace cohort::models::jinja {
+namespace cohort::text::jinja {
 
 struct Value;
 using List = std::vector<Value>;
@@ -32,14 +32,18 @@ struct Value {
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict;  // also a namespace() object (mutable through set)
   std::shared_ptr<Function> fn;
+  // Containers nested in this one, counted when it was made (0 for scalars);
+  // ChatTemplateLimits::kMaxNesting bounds it so destruction and printing
+  // never recurse deeply.
+  int depth = 0;
 
   static Value none() { Value v; v.kind = kNone; return v; }
   static Value boolean(bool x) { Value v; v.kind = kBool; v.b = x; return v; }
   static Value integer(int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
   static Value number(double x) { Value v; v.kind = kFloat; v.f = x; return v; }
   static Value string(std::string x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
-  static Value make_list(List x = {}) { Value v; v.kind = kList; v.list = std::make_shared<List>(std::move(x)); return v; }
-  static Value make_dict(Dict x = {}) { Value v; v.kind = kDict; v.dict = std::make_shared<Dict>(std::move(x)); return v; }
+  static Value make_list(List x = {});
+  static Value make_dict(Dict x = {});
   static Value function(Function f) { Value v; v.kind = kFunction; v.fn = std::make_shared<Function>(std::move(f)); return v; }
   static Value from_json(const nlohmann::ordered_json& j);
 
@@ -48,10 +52,12 @@ struct Value {
   bool is_number() const { return kind == kInt || kind == kFloat || kind == kBool; }
   double as_double() const { return kind == kFloat ? f : kind == kBool ? double(b) : double(i); }
   const Value* find(const std::string& key) const;  // dict key, or null
+  // Printing and comparing stop descending past kMaxNesting levels ("..."),
+  // which only a namespace assigned into itself reaches.
   std::string str() const;   // Python str(): what {{ }} prints
-  std::string repr() const;  // Python repr(), for containers
-  std::string to_json(int indent, int depth = 0) const;  // json.dumps(ensure_ascii=False)
-  bool equals(const Value& other) const;
+  std::string repr(int level = 0) const;  // Python repr(), for containers
+  std::string to_json(int indent, int level = 0) const;  // json.dumps(ensure_ascii=False)
+  bool equals(const Value& other, int level = 0) const;
 };
 
 // Expressions.
@@ -69,13 +75,14 @@ struct Expr {
   std::vector<ExprPtr> args;        // operands, list items, call arguments, dict keys/values
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;             // `is not`
+  int depth = 1;                    // levels of expressions below and including this one
 };
 
 // Statements.
 struct ChatTemplateNodeList;
-}  // namespace cohort::models::jinja
+}  // namespace cohort::text::jinja
 
-namespace cohort::models {
+namespace cohort::text {
 struct ChatTemplateNode {
   enum Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kGeneration, kBody };
   Kind kind = kBody;
@@ -93,9 +100,9 @@ using NodePtr = std::shared_ptr<const ChatTemplateNode>;
 namespace jinja {
 Result<NodePtr> parse_template(const std::string& source);
 }  // namespace jinja
-}  // namespace cohort::models
+}  // namespace cohort::text
 
-namespace cohort::models::jinja {
+namespace cohort::text::jinja {
 // Built-ins (chat_template_builtins.cc). `line` is for error messages.
 Result<Value> apply_filter(const std::string& name, const Value& input, const std::vector<Value>& args,
                            const Kwargs& kwargs, int line);
@@ -104,4 +111,8 @@ Result<bool> apply_test(const std::string& name, const Value& input, const std::
 Result<Value> method(const Value& self, const std::string& name, int line);
 Value global_function(const std::string& name);  // range, namespace, raise_exception, ...
 Status template_error(int line, const std::string& what);
-}  // namespace cohort::models::jinja
+// The error for a ChatTemplateLimits bound: names the limit and its value.
+Status limit_error(int line, const std::string& what, const std::string& limit, int64_t value);
+// Refuses a string of `bytes` (before it is built) past kMaxBytes.
+Status check_bytes(size_t bytes, int line);
+}  // namespace cohort::text::jinja

@@ -2,17 +2,18 @@
 // jinja2's scoping (a for loop's body has its own scope; `namespace()`
 // objects carry values out of it), `loop` variables, macros, and
 // `{% generation %}` spans recorded for assistant masks.
-#include "models/chat_template.h"
+#include "text/chat_template.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
-#include "models/chat_template_ast.h"
+#include "text/chat_template_ast.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 using jinja::Expr;
@@ -44,13 +45,43 @@ class Renderer {
     return jinja::global_function(name);
   }
 
+  // One unit of ChatTemplateLimits::kMaxSteps.
+  // The clock is read every 16 steps: no step costs more than a pass over
+  // one value within kMaxBytes or kMaxItems, so the deadline holds to a few
+  // milliseconds.
+  Status step(int line) {
+    if (++steps_ > ChatTemplateLimits::kMaxSteps)
+      return jinja::limit_error(line, "rendering", "ChatTemplateLimits::kMaxSteps", ChatTemplateLimits::kMaxSteps);
+    if (steps_ % 16 == 0 && std::chrono::steady_clock::now() > deadline_)
+      return jinja::limit_error(line, "rendering time", "ChatTemplateLimits::kMaxMilliseconds",
+                                ChatTemplateLimits::kMaxMilliseconds);
+    return Status::ok();
+  }
+  Result<Flow> wrote(int line) {
+    if (out_.size() <= ChatTemplateLimits::kMaxBytes) return Flow::kNormal;
+    return jinja::limit_error(line, "the output", "ChatTemplateLimits::kMaxBytes",
+                              int64_t(ChatTemplateLimits::kMaxBytes));
+  }
+
+  // Statements nest (blocks, and macro bodies calling macros) as
+  // expressions do: both count against one recursion bound.
   Result<Flow> run_one(const ChatTemplateNode& n) {
+    COHORT_RETURN_IF_ERROR(step(n.line));
+    if (depth_ >= kMaxRecursion)
+      return jinja::limit_error(n.line, "recursion", "4 * ChatTemplateLimits::kMaxNesting", kMaxRecursion);
+    ++depth_;
+    Result<Flow> flow = run_statement(n);
+    --depth_;
+    return flow;
+  }
+
+  Result<Flow> run_statement(const ChatTemplateNode& n) {
     switch (n.kind) {
-      case ChatTemplateNode::kText: out_ += n.text; return Flow::kNormal;
+      case ChatTemplateNode::kText: out_ += n.text; return wrote(n.line);
       case ChatTemplateNode::kOutput: {
         COHORT_ASSIGN_OR_RETURN(Value v, eval(*n.expr));
         out_ += v.str();
-        return Flow::kNormal;
+        return wrote(n.line);
       }
       case ChatTemplateNode::kIf:
         for (const auto& [cond, body] : n.branches) {
@@ -89,11 +120,45 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  // The nesting of `v` as it is now, walked (each value a step) up to one
+  // level past the limit. Namespaces are the one mutable container, so a
+  // value holding one may be deeper than its recorded depth; walking what
+  // goes into a namespace keeps every value's real nesting bounded.
+  // A value that reaches `target` (the namespace being assigned into) would
+  // make a cycle, and is refused.
+  Result<int> walked_depth(const Value& v, int level, const jinja::Dict* target, int line) {
+    COHORT_RETURN_IF_ERROR(step(line));
+    if (level > ChatTemplateLimits::kMaxNesting) return level;
+    if (v.kind == Value::kDict && v.dict.get() == target)
+      return jinja::limit_error(line, "a namespace holding itself", "ChatTemplateLimits::kMaxNesting",
+                                ChatTemplateLimits::kMaxNesting);
+    int deepest = level;
+    if (v.kind == Value::kList)
+      for (const Value& item : *v.list) {
+        COHORT_ASSIGN_OR_RETURN(int d, walked_depth(item, level + 1, target, line));
+        deepest = std::max(deepest, d);
+        if (deepest > ChatTemplateLimits::kMaxNesting) break;
+      }
+    if (v.kind == Value::kDict)
+      for (const auto& [_, item] : *v.dict) {
+        COHORT_ASSIGN_OR_RETURN(int d, walked_depth(item, level + 1, target, line));
+        deepest = std::max(deepest, d);
+        if (deepest > ChatTemplateLimits::kMaxNesting) break;
+      }
+    return deepest;
+  }
+
   Result<Flow> assign(const ChatTemplateNode& n, const Value& v) {
     const std::string& target = n.targets[0];
     if (auto dot = target.find('.'); dot != std::string::npos) {
       Value ns = lookup(target.substr(0, dot));
       if (ns.kind != Value::kDict) return jinja::template_error(n.line, target.substr(0, dot) + " is not a namespace");
+      if (v.kind == Value::kList || v.kind == Value::kDict) {
+        COHORT_ASSIGN_OR_RETURN(int depth, walked_depth(v, 1, ns.dict.get(), n.line));
+        if (depth >= ChatTemplateLimits::kMaxNesting)
+          return jinja::limit_error(n.line, "value nesting", "ChatTemplateLimits::kMaxNesting",
+                                    ChatTemplateLimits::kMaxNesting);
+      }
       const std::string attr = target.substr(dot + 1);
       for (auto& [k, old] : *ns.dict)
         if (k == attr) return old = v, Flow::kNormal;
@@ -119,6 +184,9 @@ class Renderer {
         return keys;
       }
       case Value::kString: {
+        if (v.s.size() > ChatTemplateLimits::kMaxItems)
+          return jinja::limit_error(line, "iterating over " + std::to_string(v.s.size()) + " characters",
+                                    "ChatTemplateLimits::kMaxItems", int64_t(ChatTemplateLimits::kMaxItems));
         std::vector<Value> chars;
         for (size_t i = 0; i < v.s.size();) {
           const auto c = static_cast<unsigned char>(v.s[i]);
@@ -152,6 +220,7 @@ class Renderer {
     if (items.empty()) return run(n.else_body);
     const int64_t length = int64_t(items.size());
     for (int64_t k = 0; k < length; ++k) {
+      COHORT_RETURN_IF_ERROR(step(n.line));  // an empty body still costs its iterations
       scopes_.emplace_back();
       bind_targets(n, items[size_t(k)]);
       jinja::Dict loop{{"index", Value::integer(k + 1)},        {"index0", Value::integer(k)},
@@ -182,6 +251,14 @@ class Renderer {
   Value make_macro(const ChatTemplateNode& n) {
     const ChatTemplateNode* def = &n;
     return Value::function([this, def](const std::vector<Value>& args, const jinja::Kwargs& kwargs) -> Result<Value> {
+      if (call_depth_ >= ChatTemplateLimits::kMaxCallDepth)
+        return jinja::limit_error(def->line, "macro calls", "ChatTemplateLimits::kMaxCallDepth",
+                                  ChatTemplateLimits::kMaxCallDepth);
+      ++call_depth_;
+      struct Return {
+        int* depth;
+        ~Return() { --*depth; }
+      } on_return{&call_depth_};
       scopes_.emplace_back();
       for (size_t k = 0; k < def->params.size(); ++k) {
         const auto& [name, fallback] = def->params[k];
@@ -208,10 +285,36 @@ class Renderer {
     });
   }
 
-  Result<Value> eval(const Expr& e);
+  // Every expression goes through eval: a step, bounded recursion, and a
+  // result within the size limits.
+  Result<Value> eval(const Expr& e) {
+    COHORT_RETURN_IF_ERROR(step(e.line));
+    if (depth_ >= kMaxRecursion)
+      return jinja::limit_error(e.line, "recursion", "4 * ChatTemplateLimits::kMaxNesting", kMaxRecursion);
+    ++depth_;
+    Result<Value> v = eval_expr(e);
+    --depth_;
+    if (!v) return v;
+    if (v->kind == Value::kString) COHORT_RETURN_IF_ERROR(jinja::check_bytes(v->s.size(), e.line));
+    const size_t items = v->kind == Value::kList ? v->list->size() : v->kind == Value::kDict ? v->dict->size() : 0;
+    if (items > ChatTemplateLimits::kMaxItems)
+      return jinja::limit_error(e.line, "a container of " + std::to_string(items) + " items",
+                                "ChatTemplateLimits::kMaxItems", int64_t(ChatTemplateLimits::kMaxItems));
+    if (v->depth > ChatTemplateLimits::kMaxNesting)
+      return jinja::limit_error(e.line, "value nesting", "ChatTemplateLimits::kMaxNesting",
+                                ChatTemplateLimits::kMaxNesting);
+    return v;
+  }
+  Result<Value> eval_expr(const Expr& e);
   Result<Value> eval_binary(const Expr& e);
 
   std::vector<std::map<std::string, Value>> scopes_;
+  int64_t steps_ = 0;
+  const std::chrono::steady_clock::time_point deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(ChatTemplateLimits::kMaxMilliseconds);
+  static constexpr int kMaxRecursion = 4 * ChatTemplateLimits::kMaxNesting;
+  int depth_ = 0;  // run_one and eval frames on the stack
+  int call_depth_ = 0;
   std::string out_;
   std::vector<std::pair<size_t, size_t>> spans_;
 };
@@ -236,6 +339,9 @@ Result<Value> slice_value(const Value& base, const Value& a, const Value& b, con
   if (step == 0) return jinja::template_error(line, "slice step is zero");
   std::vector<Value> items;
   if (base.kind == Value::kList) items = *base.list;
+  else if (base.kind == Value::kString && base.s.size() > ChatTemplateLimits::kMaxItems)
+    return jinja::limit_error(line, "slicing " + std::to_string(base.s.size()) + " characters",
+                              "ChatTemplateLimits::kMaxItems", int64_t(ChatTemplateLimits::kMaxItems));
   else if (base.kind == Value::kString)
     for (char ch : base.s) items.push_back(Value::string(std::string(1, ch)));
   else return jinja::template_error(line, "cannot slice " + base.repr());
@@ -254,7 +360,7 @@ Result<Value> slice_value(const Value& base, const Value& a, const Value& b, con
   return Value::string(s);
 }
 
-Result<Value> Renderer::eval(const Expr& e) {
+Result<Value> Renderer::eval_expr(const Expr& e) {
   switch (e.kind) {
     case Expr::kLiteral: return e.literal;
     case Expr::kName: return lookup(e.name);
@@ -339,7 +445,12 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
   if (e.name == "or") return a.truthy() ? a : eval(*e.args[1]);
   COHORT_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
   const std::string& op = e.name;
-  if (op == "~") return Value::string(a.str() + b.str());
+  if (op == "~") {
+    std::string joined = a.str();
+    const std::string right = b.str();
+    COHORT_RETURN_IF_ERROR(jinja::check_bytes(joined.size() + right.size(), e.line));
+    return Value::string(joined + right);
+  }
   if (op == "==") return Value::boolean(a.equals(b));
   if (op == "!=") return Value::boolean(!a.equals(b));
   if (op == "in" || op == "not in") {
@@ -350,14 +461,23 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
       for (const Value& item : *b.list) found = found || item.equals(a);
     return Value::boolean(found != (op == "not in"));
   }
-  if (op == "+" && a.kind == Value::kString && b.kind == Value::kString) return Value::string(a.s + b.s);
+  if (op == "+" && a.kind == Value::kString && b.kind == Value::kString) {
+    COHORT_RETURN_IF_ERROR(jinja::check_bytes(a.s.size() + b.s.size(), e.line));
+    return Value::string(a.s + b.s);
+  }
   if (op == "+" && a.kind == Value::kList && b.kind == Value::kList) {
     jinja::List items = *a.list;
     items.insert(items.end(), b.list->begin(), b.list->end());
     return Value::make_list(std::move(items));
   }
   if (op == "*" && a.kind == Value::kString && b.kind == Value::kInt) {
+    // Sized before it is built: 'x' * 10**10 is refused, not allocated.
+    if (b.i > 0 && !a.s.empty())
+      COHORT_RETURN_IF_ERROR(jinja::check_bytes(
+          b.i > int64_t(ChatTemplateLimits::kMaxBytes) ? ChatTemplateLimits::kMaxBytes + 1 : a.s.size() * size_t(b.i),
+          e.line));
     std::string s;
+    if (b.i > 0) s.reserve(a.s.size() * size_t(b.i));
     for (int64_t k = 0; k < b.i; ++k) s += a.s;
     return Value::string(s);
   }
@@ -407,6 +527,18 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
 
 Result<RenderedChat> ChatTemplate::render(const nlohmann::ordered_json& context) const {
   if (!context.is_object()) return invalid_argument("chat template context must be an object");
+  // Messages and tools may nest arbitrarily; turning them into values
+  // recurses, so their depth is measured first, without recursion.
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> pending{{&context, 1}};
+  while (!pending.empty()) {
+    auto [j, level] = pending.back();
+    pending.pop_back();
+    if (level > ChatTemplateLimits::kMaxNesting)
+      return jinja::limit_error(0, "the nesting of the messages and tools", "ChatTemplateLimits::kMaxNesting",
+                                ChatTemplateLimits::kMaxNesting);
+    if (j->is_structured())
+      for (const auto& child : *j) pending.emplace_back(&child, level + 1);
+  }
   Renderer r(context);
   COHORT_RETURN_IF_ERROR(status_of(r.run(root_->body)));
   return r.result();
@@ -437,4 +569,4 @@ Result<ChatTemplateSource> read_chat_template(const std::string& dir) {
   return out;
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text

@@ -3,9 +3,9 @@
 // encoding is the reference one.
 #include <sentencepiece_processor.h>
 
-#include "models/tokenizer.h"
+#include "text/tokenizer.h"
 
-namespace cohort::models {
+namespace cohort::text {
 namespace {
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -54,4 +54,4 @@ Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& path, b
   return std::unique_ptr<Tokenizer>(new SentencePieceTokenizer(std::move(sp), add_bos, add_eos));
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::text
