@@ -12,6 +12,15 @@ Status positive(const char* field, int64_t value) {
                           std::to_string(value));
 }
 
+// At most `limit`: sizes from a model folder are checked before anything
+// is sized by them (a hidden_size of 1e9 would otherwise be a 2 TB
+// allocation, and products of fields could wrap).
+Status at_most(const char* field, int64_t value, int64_t limit) {
+  if (value <= limit) return Status::ok();
+  return invalid_argument("model config: " + std::string(field) + " is " + std::to_string(value) +
+                          ", beyond cohort's limit of " + std::to_string(limit));
+}
+
 Status divides(const char* what, int64_t n, const char* by_what, int64_t by) {
   if (by > 0 && n % by == 0) return Status::ok();
   return invalid_argument("model config: " + std::string(what) + " (" + std::to_string(n) +
@@ -29,6 +38,16 @@ Status ModelConfig::validate() const {
   COHORT_RETURN_IF_ERROR(positive("head_dim", head_dim));
   COHORT_RETURN_IF_ERROR(positive("intermediate_size", intermediate));
   COHORT_RETURN_IF_ERROR(positive("max_seq", max_seq));
+  COHORT_RETURN_IF_ERROR(at_most("vocab_size", vocab_size, ModelLimits::kMaxVocab));
+  COHORT_RETURN_IF_ERROR(at_most("hidden_size", hidden, ModelLimits::kMaxHidden));
+  COHORT_RETURN_IF_ERROR(at_most("num_hidden_layers", layers, ModelLimits::kMaxLayers));
+  COHORT_RETURN_IF_ERROR(at_most("num_attention_heads", heads, ModelLimits::kMaxHeads));
+  COHORT_RETURN_IF_ERROR(at_most("num_key_value_heads", kv_heads, heads));
+  COHORT_RETURN_IF_ERROR(at_most("head_dim", head_dim, ModelLimits::kMaxHeadDim));
+  COHORT_RETURN_IF_ERROR(at_most("num_attention_heads * head_dim", int64_t(heads) * head_dim, ModelLimits::kMaxHidden));
+  COHORT_RETURN_IF_ERROR(at_most("intermediate_size", intermediate, ModelLimits::kMaxIntermediate));
+  COHORT_RETURN_IF_ERROR(at_most("max_seq (max_position_embeddings or [model] max_seq)", max_seq, ModelLimits::kMaxSeq));
+  COHORT_RETURN_IF_ERROR(at_most("parameters", num_parameters(), ModelLimits::kMaxParameters));
   COHORT_RETURN_IF_ERROR(divides("num_attention_heads", heads, "num_key_value_heads", kv_heads));
   if (head_dim % 2 != 0) return invalid_argument("model config: head_dim must be even for RoPE");
   if (!(rope_theta > 0)) return invalid_argument("model config: rope_theta must be > 0");

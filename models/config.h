@@ -28,6 +28,20 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// What a model config may declare, checked by validate() before any buffer
+// is sized from it (each well above the largest open models: Llama 3.1
+// 405B has hidden 16384, 126 layers, 128 heads, vocab 128256).
+struct ModelLimits {
+  static constexpr int64_t kMaxVocab = int64_t{1} << 21;   // token ids tokenizer.json may hold
+  static constexpr int64_t kMaxHidden = 65536;             // hidden_size, and heads * head_dim
+  static constexpr int64_t kMaxLayers = 1024;
+  static constexpr int64_t kMaxHeads = 1024;
+  static constexpr int64_t kMaxHeadDim = 1024;
+  static constexpr int64_t kMaxIntermediate = 1 << 20;
+  static constexpr int64_t kMaxSeq = 1 << 20;              // RoPE table positions
+  static constexpr int64_t kMaxParameters = int64_t{4} << 40;  // 4.4e12
+};
+
 struct ModelConfig {
   std::string model_type = "qwen3";  // qwen3, qwen2 or llama (HF model_type)
   int vocab_size = 256;

@@ -304,5 +304,28 @@ TEST(HfConfig, IntegerFieldsMustBeIntegersInRange) {
   }
 }
 
+// Sizes a hostile config.json declares are refused before anything is
+// allocated, each naming its field.
+TEST(HfConfig, SizesBeyondTheLimitsAreRefusedNamingTheField) {
+  const std::string base = R"("model_type":"llama","intermediate_size":160,"num_key_value_heads":2,"vocab_size":512)";
+  for (const auto& [fields, word] : std::vector<std::pair<std::string, std::string>>{
+           {R"("hidden_size":1000000000,"num_attention_heads":4,"num_hidden_layers":2)", "hidden_size"},
+           {R"("hidden_size":64,"num_attention_heads":1000,"head_dim":1000,"num_hidden_layers":2)",
+            "num_attention_heads * head_dim"},
+           {R"("hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1000000)", "num_hidden_layers"},
+           {R"("hidden_size":64,"num_attention_heads":4,"num_hidden_layers":2,"head_dim":65536)", "head_dim"},
+           {R"("hidden_size":64,"num_attention_heads":4,"num_hidden_layers":2,"vocab_size":2000000000)",
+            "vocab_size"},
+           {R"("hidden_size":64,"num_attention_heads":4,"num_hidden_layers":2,"intermediate_size":2000000000)",
+            "intermediate_size"},
+           {R"("hidden_size":65536,"num_attention_heads":64,"num_hidden_layers":1024,"intermediate_size":1048576)",
+            "parameters"}}) {
+    auto c = parse_hf_config("{" + base + "," + fields + "}", 4096);
+    ASSERT_FALSE(c.is_ok()) << fields;
+    EXPECT_NE(c.status().message().find(word), std::string::npos) << c.status().to_string();
+    EXPECT_NE(c.status().message().find("limit"), std::string::npos) << c.status().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace cohort::models
