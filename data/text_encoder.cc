@@ -10,6 +10,8 @@
 // sit at special tokens, so the pieces tokenize as the whole does.
 #include "data/text_encoder.h"
 
+#include "hf/model_folder.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -18,19 +20,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
-
-std::optional<int32_t> config_eos(const std::string& dir) {
-  for (const char* file : {"generation_config.json", "config.json"}) {
-    std::ifstream in(fs::path(dir) / file);
-    if (!in) continue;
-    const auto j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_object() || !j.contains("eos_token_id")) continue;
-    if (j["eos_token_id"].is_number_integer()) return j["eos_token_id"].get<int32_t>();
-    if (j["eos_token_id"].is_array() && !j["eos_token_id"].empty() && j["eos_token_id"][0].is_number_integer())
-      return j["eos_token_id"][0].get<int32_t>();
-  }
-  return std::nullopt;
-}
 
 // Trailing newlines after the end-of-turn token are the template's layout,
 // not something the model should learn to emit.
@@ -43,7 +32,13 @@ size_t trim_span_end(const std::string& text, size_t begin, size_t end) {
 
 Result<std::unique_ptr<TextEncoder>> TextEncoder::open(const std::string& hf_dir, int model_vocab) {
   std::unique_ptr<TextEncoder> e(new TextEncoder());
-  if (hf_dir.empty() || !text::has_tokenizer_files(hf_dir)) {
+  std::optional<hf::ModelFolder> folder;
+  if (!hf_dir.empty()) {
+    auto opened = hf::ModelFolder::open(hf_dir);
+    if (!opened) return opened.status();
+    folder = std::move(*opened);
+  }
+  if (!folder || !folder->has_tokenizer()) {
     if (model_vocab != 256 && model_vocab != 0)
       return failed_precondition(
           "text data needs the model's tokenizer, and this model (vocabulary " + std::to_string(model_vocab) +
@@ -53,20 +48,11 @@ Result<std::unique_ptr<TextEncoder>> TextEncoder::open(const std::string& hf_dir
     e->source_ = "bytes";
     return e;
   }
-  COHORT_ASSIGN_OR_RETURN(e->tokenizer_, text::load_tokenizer(hf_dir));
-  e->source_ = (fs::exists(fs::path(hf_dir) / "tokenizer.json") ? "tokenizer.json of " : "tokenizer.model of ") + hf_dir;
-  COHORT_ASSIGN_OR_RETURN(text::ChatTemplateSource chat, text::read_chat_template(hf_dir));
-  e->bos_text_ = chat.bos_token;
-  e->eos_text_ = chat.eos_token;
-  if (!chat.source.empty()) {
-    auto parsed = text::ChatTemplate::parse(chat.source);
-    if (!parsed) return parsed.status().with_context(hf_dir + " chat_template");
-    e->chat_ = std::make_shared<const text::ChatTemplate>(std::move(*parsed));
-  }
-  if (!e->eos_text_.empty()) e->eos_ = e->tokenizer_->token_id(e->eos_text_);
-  if (!e->eos_) e->eos_ = config_eos(hf_dir);
+  COHORT_ASSIGN_OR_RETURN(e->tokenizer_, folder->open_tokenizer());
+  e->source_ = folder->tokenizer_source();
+  e->chat_ = folder->chat();
   const int vocab = model_vocab > 0 ? model_vocab : e->tokenizer_->vocab_size();
-  if (e->eos_ && (*e->eos_ < 0 || *e->eos_ >= vocab)) e->eos_.reset();
+  e->eos_ = folder->document_eos(*e->tokenizer_, vocab);
   return e;
 }
 
@@ -74,8 +60,6 @@ std::unique_ptr<TextEncoder> TextEncoder::clone() const {
   std::unique_ptr<TextEncoder> e(new TextEncoder());
   e->tokenizer_ = tokenizer_->clone();
   e->chat_ = chat_;
-  e->bos_text_ = bos_text_;
-  e->eos_text_ = eos_text_;
   e->source_ = source_;
   e->eos_ = eos_;
   return e;
@@ -90,25 +74,18 @@ EncodedDocument TextEncoder::encode_text(const std::string& text) {
 
 Result<text::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
   if (!chat_) return failed_precondition("chat data needs a chat template, and the model's tokenizer_config.json has none");
-  ojson context = ojson::object();
-  context["messages"] = line.at("messages");
-  if (line.contains("tools")) context["tools"] = line["tools"];
-  context["add_generation_prompt"] = false;
-  context["bos_token"] = bos_text_;
-  context["eos_token"] = eos_text_;
-  COHORT_ASSIGN_OR_RETURN(text::RenderedChat full, chat_->render(context));
+  const ojson& messages = line.at("messages");
+  const ojson tools = line.contains("tools") ? line["tools"] : ojson();
+  COHORT_ASSIGN_OR_RETURN(text::RenderedChat full, chat_->render(messages, tools, false));
   if (!full.generation_spans.empty()) return full;
-  const ojson& messages = context["messages"];
   size_t cursor = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].value("role", "") != "assistant") continue;
-    ojson before = context, upto = context;
-    before["messages"] = ojson(messages.begin(), messages.begin() + long(i));
-    upto["messages"] = ojson(messages.begin(), messages.begin() + long(i) + 1);
-    COHORT_ASSIGN_OR_RETURN(text::RenderedChat plain, chat_->render(before));
-    before["add_generation_prompt"] = true;
-    COHORT_ASSIGN_OR_RETURN(text::RenderedChat prompt, chat_->render(before));
-    COHORT_ASSIGN_OR_RETURN(text::RenderedChat with, chat_->render(upto));
+    const ojson before(messages.begin(), messages.begin() + long(i));
+    const ojson upto(messages.begin(), messages.begin() + long(i) + 1);
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat plain, chat_->render(before, tools, false));
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat prompt, chat_->render(before, tools, true));
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat with, chat_->render(upto, tools, false));
     const std::string& p = prompt.text;
     const std::string& q = with.text;
     if (full.text.compare(0, q.size(), q) == 0 && q.compare(0, p.size(), p) == 0 && p.size() >= cursor) {
@@ -121,9 +98,12 @@ Result<text::RenderedChat> TextEncoder::render_chat(const ojson& line) const {
     // sentinel for its content.
     const std::string header = p.compare(0, plain.text.size(), plain.text) == 0 ? p.substr(plain.text.size()) : "";
     static const std::string kSentinel = "\x01cohort-content\x01";
+    // Only role and content: tool calls print differently around empty
+    // content (Qwen3 puts a newline before <tool_call> only after text), and
+    // the marker wanted is what closes any assistant turn.
     ojson marked = upto;
-    marked["messages"][i]["content"] = kSentinel;
-    COHORT_ASSIGN_OR_RETURN(text::RenderedChat with_sentinel, chat_->render(marked));
+    marked[i] = ojson{{"role", "assistant"}, {"content", kSentinel}};
+    COHORT_ASSIGN_OR_RETURN(text::RenderedChat with_sentinel, chat_->render(marked, tools, false));
     const size_t sentinel_at = with_sentinel.text.rfind(kSentinel);
     const std::string end_marker =
         sentinel_at == std::string::npos ? "" : with_sentinel.text.substr(sentinel_at + kSentinel.size());

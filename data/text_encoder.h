@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "data/data_format.h"
+#include "hf/chat_format.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -50,8 +51,8 @@ class TextEncoder {
   TextEncoder() = default;
   Result<EncodedDocument> encode_chat(const nlohmann::ordered_json& line);
   std::unique_ptr<text::Tokenizer> tokenizer_;
-  std::shared_ptr<const text::ChatTemplate> chat_;
-  std::string bos_text_, eos_text_, source_;
+  std::shared_ptr<const hf::ChatFormat> chat_;
+  std::string source_;
   std::optional<int32_t> eos_;
 };
 

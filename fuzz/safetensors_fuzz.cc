@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "models/safetensors.h"
+#include "hf/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/dev/shm/cohort-fuzz-safetensors-" + std::to_string(::getpid());
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!f) return 0;
   std::fwrite(data, 1, size, f);
   std::fclose(f);
-  auto file = cohort::models::SafetensorsFile::open(path);
+  auto file = cohort::hf::SafetensorsFile::open(path);
   if (!file) return 0;
   for (const auto& [name, info] : (*file)->tensors()) {
     int64_t numel = 1;

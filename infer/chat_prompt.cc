@@ -5,34 +5,25 @@
 
 namespace cohort::infer {
 
-Result<std::shared_ptr<const ChatFormat>> load_chat_format(const std::string& hf_dir) {
-  COHORT_ASSIGN_OR_RETURN(text::ChatTemplateSource source, text::read_chat_template(hf_dir));
-  if (source.source.empty()) return std::shared_ptr<const ChatFormat>();
-  auto parsed = text::ChatTemplate::parse(source.source);
-  if (!parsed) return parsed.status().with_context(hf_dir + " chat_template");
-  return std::shared_ptr<const ChatFormat>(
-      new ChatFormat{std::move(*parsed), source.bos_token, source.eos_token});
-}
-
-Result<std::string> render_chat_prompt(const std::vector<ChatMessage>& messages,
-                                       const ChatFormat* format) {
+Result<std::string> render_chat_prompt(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                       const hf::ChatFormat* format) {
   if (!format) {
     std::string out;
-    for (const ChatMessage& m : messages) {
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    for (const auto& m : messages) {
+      const auto& content = m.contains("content") && m["content"].is_string() ? m["content"].get_ref<const std::string&>()
+                                                                              : std::string();
+      out += "<|im_start|>" + m.value("role", std::string()) + "\n" + content + "<|im_end|>\n";
     }
     return out + "<|im_start|>assistant\n";
   }
-  nlohmann::ordered_json context;
-  context["messages"] = nlohmann::ordered_json::array();
-  for (const ChatMessage& m : messages) {
-    context["messages"].push_back({{"role", m.role}, {"content", m.content}});
-  }
-  context["add_generation_prompt"] = true;
-  context["bos_token"] = format->bos_token;
-  context["eos_token"] = format->eos_token;
-  COHORT_ASSIGN_OR_RETURN(text::RenderedChat rendered, format->chat_template.render(context));
+  COHORT_ASSIGN_OR_RETURN(text::RenderedChat rendered, format->render(messages, tools, true));
   return rendered.text;
+}
+
+Result<std::string> render_chat_prompt(const std::vector<ChatMessage>& messages, const hf::ChatFormat* format) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return render_chat_prompt(list, nlohmann::ordered_json(), format);
 }
 
 }  // namespace cohort::infer

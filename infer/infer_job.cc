@@ -97,7 +97,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, infer_model_config(spec.model));
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, config));
   COHORT_ASSIGN_OR_RETURN(auto prompts, load_prompts(infer.prompts, tokenizer.get(), config.vocab_size));
-  const std::vector<int32_t> eos = model_eos_tokens(spec.model);
+  const std::vector<int32_t> eos = model_eos_tokens(spec.model, tokenizer.get());
   COHORT_ASSIGN_OR_RETURN(StopCondition stop, StopCondition::create(infer, tokenizer.get(), eos));
   COHORT_ASSIGN_OR_RETURN(int capacity, cache_capacity(prompts, infer.max_new_tokens, config));
   std::vector<Prompt> mine;

@@ -5,7 +5,8 @@
 #include <fstream>
 
 #include "parallel/checkpoint.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 
 namespace cohort::infer {
 namespace fs = std::filesystem;
@@ -24,7 +25,7 @@ Result<models::ModelConfig> infer_model_config(const jobs::ModelSection& model) 
     // A generous cap: the RoPE table is cheap and the KV cache is sized by the
     // prompts, not by max_seq.
     const int cap = model.max_seq > 0 ? model.max_seq : 32768;
-    COHORT_ASSIGN_OR_RETURN(config, models::load_hf_config(model.hf_dir, cap));
+    COHORT_ASSIGN_OR_RETURN(config, hf::load_config_json(model.hf_dir, cap));
   } else if (!model.checkpoint.empty()) {
     COHORT_ASSIGN_OR_RETURN(config, parallel::checkpoint_model_config(resolve_checkpoint_dir(model.checkpoint)));
   } else if (!model.preset.empty()) {
@@ -38,7 +39,7 @@ Result<models::ModelConfig> infer_model_config(const jobs::ModelSection& model) 
 }
 
 Status load_infer_weights(const jobs::ModelSection& model, int64_t seed, models::Model& target) {
-  if (!model.hf_dir.empty()) return models::load_hf_weights(target, model.hf_dir);
+  if (!model.hf_dir.empty()) return hf::load_weights(target, model.hf_dir);
   if (!model.checkpoint.empty()) {
     return parallel::load_checkpoint_params(resolve_checkpoint_dir(model.checkpoint), target);
   }

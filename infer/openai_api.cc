@@ -7,6 +7,7 @@ namespace cohort::infer {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 ApiError bad(const std::string& param, const std::string& message) {
   return ApiError{400, message, "invalid_request_error", param, ""};
@@ -86,12 +87,15 @@ std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d
   return token_ids(p, "prompt", d.vocab_size, out);
 }
 
-std::optional<ApiError> chat_prompt(const json& body, const ApiDefaults& d, text::Tokenizer* tokenizer,
+// Messages keep every field the template may read (tool_calls, name,
+// tool_call_id, reasoning_content) and their order, as transformers hands
+// them to apply_chat_template; content given as text parts is joined.
+std::optional<ApiError> chat_prompt(const ojson& body, const ApiDefaults& d, text::Tokenizer* tokenizer,
                                     std::vector<int32_t>* out) {
   if (!body.contains("messages")) return bad("messages", "'messages' is required");
-  const json& m = body["messages"];
+  const ojson& m = body["messages"];
   if (!m.is_array() || m.empty()) return bad("messages", "'messages' must be a non-empty array");
-  std::vector<ChatMessage> messages;
+  ojson messages = ojson::array();
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m[i].is_object()) return bad(at, "'" + at + "' must be an object");
@@ -102,24 +106,33 @@ std::optional<ApiError> chat_prompt(const json& body, const ApiDefaults& d, text
     if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer") {
       return bad(at + ".role", "'" + at + ".role' must be system, user, assistant, tool or developer");
     }
-    ChatMessage msg{role, ""};
-    const json content = m[i].contains("content") ? m[i]["content"] : json();
-    if (content.is_string()) {
-      msg.content = content.get<std::string>();
-    } else if (content.is_array()) {  // [{"type": "text", "text": "..."}]
-      for (const json& part : content) {
+    ojson msg = m[i];
+    const ojson content = m[i].contains("content") ? m[i]["content"] : ojson();
+    if (content.is_array()) {  // [{"type": "text", "text": "..."}]
+      std::string joined;
+      for (const ojson& part : content) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
           return bad(at + ".content", "'" + at + ".content' parts must be {\"type\": \"text\", \"text\": ...}");
         }
-        msg.content += part["text"].get<std::string>();
+        joined += part["text"].get<std::string>();
       }
-    } else if (!content.is_null()) {
+      msg["content"] = joined;
+    } else if (!content.is_string() && !content.is_null()) {
       return bad(at + ".content", "'" + at + ".content' must be a string or an array of text parts");
+    } else if (content.is_null()) {
+      msg["content"] = "";
     }
     messages.push_back(std::move(msg));
   }
-  auto text = render_chat_prompt(messages, d.chat.get());
+  ojson tools;
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    tools = body["tools"];
+    if (!tools.is_array()) return bad("tools", "'tools' must be an array of tool objects");
+    for (size_t i = 0; i < tools.size(); ++i)
+      if (!tools[i].is_object()) return bad("tools[" + std::to_string(i) + "]", "each tool must be an object");
+  }
+  auto text = render_chat_prompt(messages, tools, d.chat.get());
   if (!text) return bad("messages", "the model's chat template refused the messages: " + text.status().message());
   return text_prompt(*text, "messages", tokenizer, out);
 }
@@ -149,7 +162,7 @@ std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab)
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_fields(const json& body, bool chat, const ApiDefaults& d,
+std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, bool chat, const ApiDefaults& d,
                                      text::Tokenizer* tokenizer, CompletionRequest* r) {
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return bad("model", "'model' must be a string");
@@ -159,7 +172,7 @@ std::optional<ApiError> parse_fields(const json& body, bool chat, const ApiDefau
     }
   }
   r->chat = chat;
-  auto e = chat ? chat_prompt(body, d, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
+  auto e = chat ? chat_prompt(ordered, d, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
   if (e) return e;
   if (r->prompt.empty()) return bad(chat ? "messages" : "prompt", "the prompt has no tokens");
   const int64_t room = int64_t(d.context) - int64_t(r->prompt.size());
@@ -264,8 +277,11 @@ std::optional<ApiError> parse_completion_request(const std::string& body, bool c
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the body is not valid JSON");
   if (!j.is_object()) return bad("", "the body must be a JSON object");
+  // Chat requests are read again keeping key order: templates print tool
+  // schemas with tojson, in the order the client wrote them.
+  const ojson ordered = chat ? ojson::parse(body, nullptr, /*allow_exceptions=*/false) : ojson();
   try {
-    return parse_fields(j, chat, defaults, tokenizer, out);
+    return parse_fields(j, ordered, chat, defaults, tokenizer, out);
   } catch (const json::exception& e) {  // a type the checks above missed
     return bad("", std::string("malformed request: ") + e.what());
   }

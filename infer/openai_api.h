@@ -39,7 +39,7 @@ struct ApiDefaults {
   models::SamplingParams sampling;  // temperature, top_p, top_k, seed
   int context = 0;                  // positions per sequence
   int vocab_size = 0;
-  std::shared_ptr<const ChatFormat> chat;  // the model's chat template; null: ChatML
+  std::shared_ptr<const hf::ChatFormat> chat;  // the model's chat format; null: ChatML
 };
 
 struct CompletionRequest {

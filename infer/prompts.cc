@@ -1,5 +1,6 @@
 // Prompts JSONL, tokenizer choice and stop conditions for inference jobs.
 #include "infer/prompts.h"
+#include "hf/model_folder.h"
 #include "base/env_knobs.h"
 
 #include <algorithm>
@@ -22,9 +23,9 @@ Status prompt_error(const std::string& source, int line, const std::string& what
 
 Result<std::unique_ptr<text::Tokenizer>> open_tokenizer(const jobs::ModelSection& model,
                                                           const models::ModelConfig& config) {
-  if (!model.hf_dir.empty() && text::has_tokenizer_files(model.hf_dir)) {
-    COHORT_ASSIGN_OR_RETURN(auto tokenizer, text::load_tokenizer(model.hf_dir));
-    return tokenizer;
+  if (!model.hf_dir.empty()) {
+    COHORT_ASSIGN_OR_RETURN(hf::ModelFolder folder, hf::ModelFolder::open(model.hf_dir));
+    if (folder.has_tokenizer()) return folder.open_tokenizer();
   }
   if (config.vocab_size == 256) return std::unique_ptr<text::Tokenizer>(new text::ByteTokenizer());
   return std::unique_ptr<text::Tokenizer>();
@@ -94,24 +95,11 @@ Result<std::vector<Prompt>> load_prompts(const std::string& path, text::Tokenize
   return parse_prompts(ss.str(), path, tokenizer, vocab_size);
 }
 
-std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model) {
+std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model, const text::Tokenizer* tokenizer) {
   if (model.hf_dir.empty() || env_knob_on(EnvKnob::kInferIgnoreEos)) return {};
-  for (const char* file : {"generation_config.json", "config.json"}) {
-    std::ifstream in(std::filesystem::path(model.hf_dir) / file);
-    if (!in) continue;
-    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
-    std::vector<int32_t> ids;
-    const json& eos = j["eos_token_id"];
-    if (eos.is_number_integer()) ids.push_back(eos.get<int32_t>());
-    if (eos.is_array()) {
-      for (const json& id : eos) {
-        if (id.is_number_integer()) ids.push_back(id.get<int32_t>());
-      }
-    }
-    return ids;
-  }
-  return {};
+  auto folder = hf::ModelFolder::open(model.hf_dir);
+  if (!folder) return {};  // opening the tokenizer reports a broken folder
+  return folder->stop_ids(tokenizer);
 }
 
 Result<StopCondition> StopCondition::create(const jobs::InferSection& infer,

@@ -39,12 +39,13 @@ Result<std::vector<Prompt>> parse_prompts(const std::string& text, const std::st
 Result<std::vector<Prompt>> load_prompts(const std::string& path, text::Tokenizer* tokenizer,
                                          int vocab_size);
 
-// The end-of-sequence ids a Hugging Face folder declares (eos_token_id in
-// generation_config.json, else in config.json; a number or a list), which
-// end generation by default as they do in transformers and vLLM. Empty for
-// presets, checkpoints, folders without one, and when COHORT_INFER_IGNORE_EOS=1
-// (for benchmarks and parity runs that must decode max_new_tokens).
-std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model);
+// The end-of-sequence ids of a Hugging Face folder (hf::ModelFolder::stop_ids:
+// eos_token_id of generation_config.json, else config.json, and the
+// tokenizer's eos_token when `tokenizer` is given), which end generation by
+// default as they do in vLLM. Empty for presets, checkpoints, folders
+// without one, and when COHORT_INFER_IGNORE_EOS=1 (for benchmarks and parity
+// runs that must decode max_new_tokens).
+std::vector<int32_t> model_eos_tokens(const jobs::ModelSection& model, const text::Tokenizer* tokenizer = nullptr);
 
 // Ends a sequence on a stop token id, or once its decoded text contains a
 // stop string (then the text is cut before the string; the tokens are kept

@@ -2,6 +2,8 @@
 // the drain on SIGTERM.
 #include "infer/serve_job.h"
 
+#include "hf/model_folder.h"
+
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -76,7 +78,7 @@ struct ServeSetup {
   int context = 0;
   std::shared_ptr<text::Tokenizer> tokenizer;
   std::vector<int32_t> eos;
-  std::shared_ptr<const ChatFormat> chat;  // null: ChatML
+  std::shared_ptr<const hf::ChatFormat> chat;  // null: ChatML
 };
 
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
@@ -97,9 +99,10 @@ Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   }
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, s.config));
   s.tokenizer = std::move(tokenizer);
-  s.eos = model_eos_tokens(spec.model);
+  s.eos = model_eos_tokens(spec.model, s.tokenizer.get());
   if (!spec.model.hf_dir.empty()) {
-    COHORT_ASSIGN_OR_RETURN(s.chat, load_chat_format(spec.model.hf_dir));
+    COHORT_ASSIGN_OR_RETURN(hf::ModelFolder folder, hf::ModelFolder::open(spec.model.hf_dir));
+    s.chat = folder.chat();
   }
   return s;
 }

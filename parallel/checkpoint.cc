@@ -12,10 +12,10 @@
 
 #include "collective/communicator.h"
 #include "parallel/checkpoint_format.h"
-#include "text/chat_template.h"
-#include "models/hf.h"
-#include "text/tokenizer.h"
-#include "models/safetensors.h"
+#include "hf/model_folder.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
+#include "hf/safetensors.h"
 #include "parallel/parallelize.h"
 
 namespace cohort::parallel {
@@ -154,7 +154,7 @@ Result<TrainPosition> parse_position(const json& index, const std::string& dir) 
 
 Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoint_dir) {
   COHORT_ASSIGN_OR_RETURN(json index, read_index(checkpoint_dir));
-  auto config = models::parse_hf_config(index.at("config").dump(), 1 << 20);
+  auto config = hf::parse_config_json(index.at("config").dump(), 1 << 20);
   if (!config.is_ok()) return config.status().with_context(checkpoint_dir + "/index.json");
   return config;
 }
@@ -196,7 +196,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                   {"world", world.size()},
                   {"dp", pm.mesh->dims().dp},
                   {"tp", pm.mesh->dims().tp},
-                  {"config", json::parse(models::hf_config_json(config, models::DType::kF32))},
+                  {"config", json::parse(hf::config_json_text(config, models::DType::kF32))},
                   {"params", params}};
     if (!position.tokenizer_dir.empty()) index["tokenizer_dir"] = position.tokenizer_dir;
     if (storage.node_local) {
@@ -270,35 +270,6 @@ std::string checkpoint_tokenizer_dir(const std::string& dir) {
   return index->value("tokenizer_dir", std::string());
 }
 
-namespace {
-
-// The tokenizer and generation files of the folder the run trained with.
-Status copy_tokenizer_files(const std::string& from, const std::string& to, const json& index) {
-  std::error_code ec;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                        "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "generation_config.json"}) {
-    if (from.empty() || !fs::exists(fs::path(from) / f)) continue;
-    fs::copy_file(fs::path(from) / f, fs::path(to) / f, fs::copy_options::overwrite_existing, ec);
-    if (ec) return io_error(fmt::format("copying {}/{} to {}: {}", from, f, to, ec.message()));
-  }
-  if (fs::exists(fs::path(to) / "generation_config.json")) return Status::ok();
-  json gen = {{"_from_model_config", true}, {"transformers_version", "4.56.0"}};
-  const json& config = index.at("config");
-  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-    if (config.contains(key) && !config[key].is_null()) gen[key] = config[key];
-  // Else the tokenizer's own BOS/EOS, so that generation stops where the model learned to.
-  auto special = from.empty() ? Result<text::ChatTemplateSource>(not_found("")) : text::read_chat_template(from);
-  auto tokenizer = from.empty() ? Result<std::unique_ptr<text::Tokenizer>>(not_found("")) : text::load_tokenizer(from);
-  if (special && tokenizer) {
-    if (auto id = (*tokenizer)->token_id(special->eos_token); id && !gen.contains("eos_token_id")) gen["eos_token_id"] = *id;
-    if (auto id = (*tokenizer)->token_id(special->bos_token); id && !gen.contains("bos_token_id")) gen["bos_token_id"] = *id;
-  }
-  std::ofstream(fs::path(to) / "generation_config.json") << gen.dump(2) << "\n";
-  return Status::ok();
-}
-
-}  // namespace
-
 Status export_checkpoint(const std::string& dir, const std::string& hf_dir, models::DType dtype) {
   if (dtype != models::DType::kF32 && dtype != models::DType::kBF16)
     return invalid_argument("export: --dtype must be fp32 or bf16");
@@ -306,20 +277,20 @@ Status export_checkpoint(const std::string& dir, const std::string& hf_dir, mode
   COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, checkpoint_model_config(dir));
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
   std::vector<std::vector<float>> storage;
-  std::vector<models::TensorToWrite> tensors;
+  std::vector<hf::TensorToWrite> tensors;
   storage.reserve(index.at("params").size());
   for (const auto& [name, shape_json] : index.at("params").items()) {
     auto shape = shape_json.get<std::vector<int64_t>>();
     COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, name, PieceTensor::kParam, shape));
     storage.push_back(std::move(global));
-    tensors.push_back(models::TensorToWrite{name, shape, storage.back().data(), dtype});
+    tensors.push_back(hf::TensorToWrite{name, shape, storage.back().data(), dtype});
   }
   std::error_code ec;
   fs::create_directories(hf_dir, ec);
   if (ec) return io_error("cannot create " + hf_dir + ": " + ec.message());
-  COHORT_RETURN_IF_ERROR(models::write_safetensors_folder(hf_dir, tensors));
-  std::ofstream(fs::path(hf_dir) / "config.json") << models::hf_config_json(config, dtype) << "\n";
-  return copy_tokenizer_files(index.value("tokenizer_dir", std::string()), hf_dir, index);
+  COHORT_RETURN_IF_ERROR(hf::write_safetensors_folder(hf_dir, tensors));
+  std::ofstream(fs::path(hf_dir) / "config.json") << hf::config_json_text(config, dtype) << "\n";
+  return hf::export_side_files(index.value("tokenizer_dir", std::string()), hf_dir, index.at("config"));
 }
 
 }  // namespace cohort::parallel

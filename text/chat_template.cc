@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -353,7 +354,10 @@ Result<Value> slice_value(const Value& base, const Value& a, const Value& b, con
   };
   const int64_t start = clamp(a, step > 0 ? 0 : n - 1), stop = clamp(b, step > 0 ? n : -1);
   std::vector<Value> out;
-  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(items[size_t(k)]);
+  for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
+    out.push_back(items[size_t(k)]);
+    if (__builtin_add_overflow(k, step, &k)) break;  // a step past the end
+  }
   if (base.kind == Value::kList) return Value::make_list(std::move(out));
   std::string s;
   for (const Value& v : out) s += v.s;
@@ -427,6 +431,7 @@ Result<Value> Renderer::eval_expr(const Expr& e) {
     case Expr::kUnary: {
       COHORT_ASSIGN_OR_RETURN(Value v, eval(*e.args[0]));
       if (e.name == "not") return Value::boolean(!v.truthy());
+      if (v.kind == Value::kInt && v.i == INT64_MIN) return jinja::template_error(e.line, "integer overflow in -");
       if (v.kind == Value::kInt) return Value::integer(-v.i);
       return Value::number(-v.as_double());
     }
@@ -492,6 +497,10 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
     return jinja::template_error(e.line, "unsupported operands for " + op + ": " + a.repr() + " and " + b.repr());
   const bool ints = a.kind != Value::kFloat && b.kind != Value::kFloat;
   const double x = a.as_double(), y = b.as_double();
+  // Python's integers do not overflow; a template's past 64 bits is refused
+  // (signed overflow in C++ is undefined, and 10**10**10 is an attack).
+  const int64_t i = a.kind == Value::kBool ? int64_t(a.b) : a.i, j = b.kind == Value::kBool ? int64_t(b.b) : b.i;
+  const auto overflow = [&] { return jinja::template_error(e.line, "integer overflow in " + op); };
   if (op == "/") {
     if (y == 0) return jinja::template_error(e.line, "division by zero");
     return Value::number(x / y);
@@ -499,23 +508,32 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
   if (op == "//" || op == "%") {
     if (y == 0) return jinja::template_error(e.line, "division by zero");
     if (ints) {
-      int64_t q = a.i / b.i, r = a.i % b.i;
-      if (r != 0 && ((r < 0) != (b.i < 0))) --q, r += b.i;  // Python floors
+      if (i == INT64_MIN && j == -1) return overflow();
+      int64_t q = i / j, r = i % j;
+      if (r != 0 && ((r < 0) != (j < 0))) --q, r += j;  // Python floors
       return Value::integer(op == "//" ? q : r);
     }
     return Value::number(op == "//" ? std::floor(x / y) : x - std::floor(x / y) * y);
   }
-  if (op == "**") return ints && b.i >= 0 ? Value::integer(int64_t(std::pow(x, y))) : Value::number(std::pow(x, y));
-  const double r = op == "+" ? x + y : op == "-" ? x - y : x * y;
-  if (ints) return Value::integer(op == "+" ? a.i + b.i : op == "-" ? a.i - b.i : a.i * b.i);
-  return Value::number(r);
+  if (op == "**") {
+    if (!ints || j < 0) return Value::number(std::pow(x, y));
+    int64_t result = 1, base = i;
+    for (int64_t k = j; k > 0; k >>= 1) {  // by squaring, every product checked
+      if ((k & 1) && __builtin_mul_overflow(result, base, &result)) return overflow();
+      if (k > 1 && __builtin_mul_overflow(base, base, &base)) return overflow();
+    }
+    return Value::integer(result);
+  }
+  if (ints) {
+    int64_t r = 0;
+    const bool over = op == "+" ? __builtin_add_overflow(i, j, &r)
+                      : op == "-" ? __builtin_sub_overflow(i, j, &r) : __builtin_mul_overflow(i, j, &r);
+    if (over) return overflow();
+    return Value::integer(r);
+  }
+  return Value::number(op == "+" ? x + y : op == "-" ? x - y : x * y);
 }
 
-std::string token_text(const nlohmann::json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
-  return "";
-}
 
 }  // namespace
 
@@ -542,31 +560,6 @@ Result<RenderedChat> ChatTemplate::render(const nlohmann::ordered_json& context)
   Renderer r(context);
   COHORT_RETURN_IF_ERROR(status_of(r.run(root_->body)));
   return r.result();
-}
-
-Result<ChatTemplateSource> read_chat_template(const std::string& dir) {
-  namespace fs = std::filesystem;
-  ChatTemplateSource out;
-  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
-  std::ifstream config(config_path);
-  if (config) {
-    const auto j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) return invalid_argument(config_path.string() + ": not a JSON object");
-    if (j.contains("bos_token")) out.bos_token = token_text(j["bos_token"]);
-    if (j.contains("eos_token")) out.eos_token = token_text(j["eos_token"]);
-    if (j.contains("chat_template")) {
-      const auto& t = j["chat_template"];
-      if (t.is_string()) out.source = t.get<std::string>();
-      else if (t.is_array())
-        for (const auto& named : t)
-          if (named.value("name", "") == "default") out.source = named.value("template", "");
-    }
-  }
-  if (out.source.empty()) {
-    std::ifstream jinja_file(fs::path(dir) / "chat_template.jinja");
-    if (jinja_file) out.source.assign(std::istreambuf_iterator<char>(jinja_file), std::istreambuf_iterator<char>());
-  }
-  return out;
 }
 
 }  // namespace cohort::text

@@ -61,14 +61,5 @@ class ChatTemplate {
   std::shared_ptr<const ChatTemplateNode> root_;
 };
 
-// What a Hugging Face folder says about chat formatting:
-// tokenizer_config.json's chat_template (a string, or a list of
-// {name, template} from which "default" is taken), else chat_template.jinja;
-// and its bos_token / eos_token strings (plain or {"content": ...}).
-struct ChatTemplateSource {
-  std::string source;  // empty when the folder has no template
-  std::string bos_token, eos_token;
-};
-Result<ChatTemplateSource> read_chat_template(const std::string& dir);
 
 }  // namespace cohort::text

@@ -3,6 +3,8 @@
 // as transformers' tojson calls it: ensure_ascii=False, key order kept).
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cmath>
 #include <ctime>
 
 #include "text/chat_template_ast.h"
@@ -160,6 +162,9 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
   if (name == "length" || name == "count") return Value::integer(length_of(input));
   if (name == "tojson") {
     const Value* indent = arg(args, 0, kwargs, "indent");
+    // An indent is printed once a level: a width past 64 is refused, not built.
+    if (indent && indent->kind == Value::kInt && (indent->i < 0 || indent->i > 64))
+      return limit_error(line, "tojson indent " + std::to_string(indent->i), "64", 64);
     return Value::string(input.to_json(indent && indent->kind == Value::kInt ? int(indent->i) : 0));
   }
   if (name == "upper") return Value::string(case_map(input.str(), 1));
@@ -170,10 +175,14 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
   if (name == "safe" || name == "e" || name == "escape") return input.kind == Value::kString ? input : Value::string(input.str());
   if (name == "int") {
     if (input.kind == Value::kString) return Value::integer(std::strtoll(input.s.c_str(), nullptr, 10));
-    return Value::integer(int64_t(input.as_double()));
+    if (input.kind == Value::kInt) return input;
+    const double d = input.as_double();
+    if (!std::isfinite(d)) return Value::integer(0);  // jinja2's int filter: 0 where it cannot convert
+    if (d >= 9.2233720368547758e18 || d < -9.2233720368547758e18) return template_error(line, "integer overflow in int");
+    return Value::integer(int64_t(d));
   }
   if (name == "float") return Value::number(input.kind == Value::kString ? std::strtod(input.s.c_str(), nullptr) : input.as_double());
-  if (name == "abs") return input.kind == Value::kInt ? Value::integer(std::llabs(input.i)) : Value::number(std::abs(input.as_double()));
+  if (name == "abs") return input.kind == Value::kInt ? Value::integer(input.i == INT64_MIN ? input.i : std::llabs(input.i)) : Value::number(std::abs(input.as_double()));
   if (name == "default" || name == "d") {
     const Value* fallback = arg(args, 0, kwargs, "default_value");
     const Value* boolean = arg(args, 1, kwargs, "boolean");
@@ -259,7 +268,9 @@ Result<Value> apply_filter(const std::string& name, const Value& input, const st
   if (name == "indent") {
     const Value* width = arg(args, 0, kwargs, "width");
     const Value* first = arg(args, 1, kwargs, "first");
-    const std::string pad = width && width->kind == Value::kString ? width->s : std::string(size_t(width ? width->i : 4), ' ');
+    const int64_t spaces = width && width->kind != Value::kString ? width->i : 4;
+    if (spaces < 0 || spaces > 1024) return limit_error(line, "indent width " + std::to_string(spaces), "1024", 1024);
+    const std::string pad = width && width->kind == Value::kString ? width->s : std::string(size_t(spaces), ' ');
     std::string s = input.str(), out;
     bool line_start = first && first->truthy();
     for (char c : s) {
@@ -396,7 +407,7 @@ Value global_function(const std::string& name) {
                                 " items exceeds ChatTemplateLimits::kMaxItems (" +
                                 std::to_string(ChatTemplateLimits::kMaxItems) + ")");
       List out;
-      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
+      for (__int128 n = 0; n < count; ++n) out.push_back(Value::integer(int64_t(start + n * step)));
       return Value::make_list(std::move(out));
     });
   if (name == "namespace" || name == "dict")

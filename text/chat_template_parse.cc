@@ -6,6 +6,8 @@
 // into a tree.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 
 #include "text/chat_template_ast.h"
 
@@ -363,6 +365,7 @@ class ExprParser {
           else break;
         }
         COHORT_RETURN_IF_ERROR(expect_op("]"));
+        if (!slice && !parts[0]) return error_at(line_, "an index needs a value: x[] is not an expression");
         auto n = std::make_shared<Expr>();
         n->kind = slice ? Expr::kSlice : Expr::kIndex;
         n->line = line_;
@@ -425,8 +428,14 @@ class ExprParser {
         while (peek().kind == Tok::kString) s += t_[p_++].text;  // adjacent literals join
         return lit(Value::string(s));
       }
-      case Tok::kInt: ++p_; return lit(Value::integer(std::stoll(tok.text)));
-      case Tok::kFloat: ++p_; return lit(Value::number(std::stod(tok.text)));
+      case Tok::kInt: {
+        ++p_;
+        errno = 0;
+        const long long v = std::strtoll(tok.text.c_str(), nullptr, 10);
+        if (errno == ERANGE) return error_at(line_, "integer " + tok.text.substr(0, 40) + " is beyond 64 bits");
+        return lit(Value::integer(v));
+      }
+      case Tok::kFloat: ++p_; return lit(Value::number(std::strtod(tok.text.c_str(), nullptr)));  // inf past range
       case Tok::kName: {
         ++p_;
         if (tok.text == "true" || tok.text == "True") return lit(Value::boolean(true));

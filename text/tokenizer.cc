@@ -146,31 +146,4 @@ std::unique_ptr<Tokenizer> BpeTokenizer::clone() const {
   return std::unique_ptr<Tokenizer>(new BpeTokenizer(pipeline_));
 }
 
-bool has_tokenizer_files(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  return fs::exists(fs::path(dir) / "tokenizer.json", ec) || fs::exists(fs::path(dir) / "tokenizer.model", ec);
-}
-
-Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const auto json_path = fs::path(dir) / "tokenizer.json";
-  if (fs::exists(json_path)) {
-    COHORT_ASSIGN_OR_RETURN(auto bpe, BpeTokenizer::load(json_path.string()));
-    return std::unique_ptr<Tokenizer>(std::move(bpe));
-  }
-  const auto sp_path = fs::path(dir) / "tokenizer.model";
-  if (!fs::exists(sp_path)) return not_found("no tokenizer.json or tokenizer.model in " + dir);
-  bool add_bos = true, add_eos = false;  // LlamaTokenizer's defaults
-  std::ifstream config(fs::path(dir) / "tokenizer_config.json");
-  if (config) {
-    const auto j = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) {
-      if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) add_bos = j["add_bos_token"].get<bool>();
-      if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) add_eos = j["add_eos_token"].get<bool>();
-    }
-  }
-  return load_sentencepiece(sp_path.string(), add_bos, add_eos);
-}
-
 }  // namespace cohort::text

@@ -92,10 +92,5 @@ void append_utf8(uint32_t cp, std::string* out);
 // String::from_utf8_lossy, which HF decoding uses).
 std::string utf8_lossy(const std::string& bytes);
 
-// The tokenizer of a Hugging Face folder: tokenizer.json, else
-// tokenizer.model (with tokenizer_config.json's add_bos_token/add_eos_token).
-// NotFound when the folder has neither.
-Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir);
-bool has_tokenizer_files(const std::string& dir);
 
 }  // namespace cohort::text

@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "hf/model_folder.h"
 #include "base/env_knobs.h"
 #include "collective/bootstrap.h"
 #include "parallel/checkpoint.h"
@@ -272,8 +273,9 @@ Status Trainer::checkpoint(int steps_done) {
 Status Trainer::print_sample() {
   COHORT_RETURN_IF_ERROR(pm_.data_parallel->gather_all());
   std::unique_ptr<text::Tokenizer> tokenizer = std::make_unique<text::ByteTokenizer>();
-  if (!tokenizer_dir_.empty() && text::has_tokenizer_files(tokenizer_dir_)) {
-    COHORT_ASSIGN_OR_RETURN(tokenizer, text::load_tokenizer(tokenizer_dir_));
+  if (!tokenizer_dir_.empty()) {
+    COHORT_ASSIGN_OR_RETURN(hf::ModelFolder folder, hf::ModelFolder::open(tokenizer_dir_));
+    if (folder.has_tokenizer()) { COHORT_ASSIGN_OR_RETURN(tokenizer, folder.open_tokenizer()); }
   }
   std::vector<int32_t> prompt = tokenizer->encode_with_special_tokens(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
   int capacity = std::min<int>(config_.max_seq, int(prompt.size()) + t_.sample_tokens);

@@ -1,4 +1,5 @@
 // Sources to samplers, through the tokenized cache for text.
+#include "hf/model_folder.h"
 #include "train/training_data.h"
 
 #include <filesystem>
@@ -46,7 +47,7 @@ std::string cache_dir(const jobs::JobSpec& spec, const jobs::DataSource& src, da
   h = fnv(h, data::format_name(format));
   h = fnv(h, text_field);
   h = fnv(h, std::to_string(o.vocab_size));
-  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
+  for (const std::string& f : hf::ModelFolder::side_files())
     if (!o.tokenizer_dir.empty() && fs::exists(fs::path(o.tokenizer_dir) / f)) h = stamp(h, (fs::path(o.tokenizer_dir) / f).string());
   fs::path root = fs::path(spec.job.output_dir) / "data-cache";
   if (!o.cache_node.empty()) root /= o.cache_node;

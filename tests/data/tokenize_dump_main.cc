@@ -12,13 +12,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "hf/model_folder.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace {
 
 int encode(const std::string& dir) {
-  auto tokenizer = cohort::text::load_tokenizer(dir);
+  auto folder = cohort::hf::ModelFolder::open(dir);
+  auto tokenizer = folder ? folder->open_tokenizer() : decltype(folder->open_tokenizer())(folder.status());
   if (!tokenizer) {
     std::fprintf(stderr, "%s\n", tokenizer.status().message().c_str());
     return 1;

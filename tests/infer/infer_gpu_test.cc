@@ -15,7 +15,8 @@
 #include "infer/scheduler.h"
 #include "models/backend.h"
 #include "models/cuda_backend.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 #include "models/model.h"
 #include "tests/infer/infer_job_fixture.h"
 
@@ -34,7 +35,7 @@ std::string gpu_model_dir() {
   EXPECT_TRUE(model.is_ok());
   (*model)->init_weights(21, 0.2f);
   const auto dir = scratch_dir("gpu_hf");
-  EXPECT_TRUE(models::save_hf(**model, dir.string()).is_ok());
+  EXPECT_TRUE(hf::save_model_folder(**model, dir.string()).is_ok());
   return dir.string();
 }
 
@@ -167,7 +168,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
   }
   const std::string dir = gpu_model_dir();
-  auto config = models::load_hf_config(dir + "/config.json");
+  auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
   std::map<int64_t, std::vector<int32_t>> by_chunk[2];
   std::map<int64_t, std::vector<std::vector<float>>> whole_logits;
@@ -177,7 +178,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     options.slots = 3;
     options.capacity = 128;
     auto engine = infer::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
-      return models::load_hf_weights(m, dir);
+      return hf::load_weights(m, dir);
     });
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     infer::SchedulerOptions o;

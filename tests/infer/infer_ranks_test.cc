@@ -9,7 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "models/backend.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 #include "models/model.h"
 #include "text/tokenizer.h"
 #include "tests/infer/infer_job_fixture.h"
@@ -150,7 +151,7 @@ std::string write_hf_folder(const std::string& name, const models::ModelConfig& 
   EXPECT_TRUE(model.is_ok()) << model.status().message();
   (*model)->init_weights(11, 0.2f);
   const auto dir = scratch_dir(name);
-  const Status saved = models::save_hf(**model, dir.string(), models::DType::kF32, 64 << 10);
+  const Status saved = hf::save_model_folder(**model, dir.string(), models::DType::kF32, 64 << 10);
   EXPECT_TRUE(saved.is_ok()) << saved.message();
   return dir.string();
 }

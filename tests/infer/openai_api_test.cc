@@ -97,15 +97,16 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
 // bos_token included; a template that raises refuses the request, naming
 // 'messages' and the template's message.
 TEST(OpenAiApi, ChatUsesTheModelsTemplateWhereItHasOne) {
-  auto parsed = text::ChatTemplate::parse(
+  auto parsed = hf::ChatFormat::create(
       "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
       "{{ raise_exception('no system turns') }}{% endif %}"
       "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>"
-      "{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}");
+      "{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+      "<|begin_of_text|>", "<|eot_id|>", "test");
   ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
   ApiDefaults d = defaults();
   d.context = 512;  // the rendered prompt is ~110 byte tokens
-  d.chat = std::make_shared<const ChatFormat>(ChatFormat{std::move(*parsed), "<|begin_of_text|>", "<|eot_id|>"});
+  d.chat = *parsed;
   text::ByteTokenizer bytes;
   CompletionRequest r;
   ASSERT_FALSE(parse_completion_request(R"({"messages": [{"role": "user", "content": " hi "}], "max_tokens": 2})",

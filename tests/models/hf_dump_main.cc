@@ -11,7 +11,8 @@
 
 #include "models/cuda_backend.h"
 #include "infer/generate.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 
 using namespace cohort::models;
 
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
     backend = std::move(cuda).value();
   }
 #endif
-  auto model = load_hf_model(argv[1], {}, backend.get());
+  auto model = cohort::hf::load_model(argv[1], {}, backend.get());
   if (!model.is_ok()) {
     std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
     return 1;

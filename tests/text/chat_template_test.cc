@@ -110,6 +110,12 @@ TEST(ChatTemplateErrors, RaiseExceptionAndUnsupportedConstructsNameTheLine) {
   EXPECT_NE(render("{% if true %}open").find("PARSE ERROR"), std::string::npos);
   EXPECT_NE(render("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
   EXPECT_NE(render("{{ (1 }}").find("PARSE ERROR"), std::string::npos);
+  EXPECT_NE(render("{{ x[] }}").find("an index needs a value"), std::string::npos);
+  // Integers stay within 64 bits (Python's would grow): an error, never undefined behaviour.
+  EXPECT_NE(render("{{ 10**10**10 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(render("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(render("{{ 99999999999999999999999 }}").find("beyond 64 bits"), std::string::npos);
+  EXPECT_EQ(render("{{ 2**62 }} {{ true + 1 }} {{ -(2**62) // -1 }}"), "4611686018427387904 2 4611686018427387904");
 }
 
 // What a malicious model folder's template tries; each is refused quickly

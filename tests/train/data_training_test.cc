@@ -13,7 +13,8 @@
 
 #include "data/shard_format.h"
 #include "data/tokenize.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 #include "parallel/checkpoint.h"
 #include "models/model.h"
 #include "tests/data/data_fixture.h"
@@ -35,7 +36,7 @@ fs::path model_folder() {
     auto model = models::Model::create(c, {0, 1}, backend.get());
     EXPECT_TRUE(model.is_ok());
     (*model)->init_weights(5, 0.05f);
-    EXPECT_TRUE(models::save_hf(**model, d.string(), models::DType::kF32).is_ok());
+    EXPECT_TRUE(hf::save_model_folder(**model, d.string(), models::DType::kF32).is_ok());
     write_tokenizer_folder(d);
     return d;
   }();

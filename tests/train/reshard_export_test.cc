@@ -6,7 +6,8 @@
 
 #include "parallel/checkpoint.h"
 #include "models/backend.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 #include "models/model.h"
 #include "tests/train/train_fixture.h"
 
@@ -65,7 +66,7 @@ TEST(Export, HuggingFaceFolderGivesTheSameLogits) {
   auto direct = models::Model::create(*config, {}, backend.get());
   ASSERT_TRUE(direct.is_ok());
   ASSERT_TRUE(parallel::load_checkpoint_params(source, **direct).is_ok());
-  auto exported = models::load_hf_model(hf.string(), {}, backend.get());
+  auto exported = hf::load_model(hf.string(), {}, backend.get());
   ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
   auto a = logits_of(**direct), b = logits_of(**exported);
   ASSERT_EQ(a.size(), b.size());

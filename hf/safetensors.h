@@ -18,7 +18,9 @@
 #include "base/status.h"
 #include "models/tensor.h"
 
-namespace cohort::models {
+namespace cohort::hf {
+
+using models::DType;
 
 struct SafetensorsInfo {
   // Tensors of other dtypes (F64, I64, U8, BOOL, F8...) are listed with
@@ -89,4 +91,4 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
 Status write_safetensors_folder(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                                 size_t max_shard_bytes = size_t{5} << 30);
 
-}  // namespace cohort::models
+}  // namespace cohort::hf

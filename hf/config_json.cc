@@ -1,16 +1,18 @@
-// config.json and HF-named safetensors for the decoder.
-#include "models/hf.h"
+// config.json in and out: Hugging Face's field names (transformers 4 and 5
+// spellings of RoPE) to the validated ModelConfig, and back for exports.
+#include "hf/config_json.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "base/parallel_for.h"
-#include "models/safetensors.h"
+namespace cohort::hf {
 
-namespace cohort::models {
+using models::DType;
+using models::ModelConfig;
 namespace {
 
 using nlohmann::json;
@@ -71,7 +73,7 @@ Status int_field(const json& j, const char* key, const int* fallback, int* out) 
 
 }  // namespace
 
-Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
+Result<ModelConfig> parse_config_json(const std::string& text, int max_seq_cap) {
   ModelConfig c;
   try {
     const json j = json::parse(text);
@@ -115,19 +117,19 @@ Result<ModelConfig> parse_hf_config(const std::string& text, int max_seq_cap) {
   return c;
 }
 
-Result<ModelConfig> load_hf_config(const std::string& path, int max_seq_cap) {
+Result<ModelConfig> load_config_json(const std::string& path, int max_seq_cap) {
   namespace fs = std::filesystem;
   const fs::path file = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
   std::ifstream in(file);
   if (!in) return not_found("cannot read " + file.string());
   std::stringstream ss;
   ss << in.rdbuf();
-  auto config = parse_hf_config(ss.str(), max_seq_cap);
+  auto config = parse_config_json(ss.str(), max_seq_cap);
   if (!config.is_ok()) return config.status().with_context(file.string());
   return config;
 }
 
-std::string hf_config_json(const ModelConfig& c, DType dtype) {
+std::string config_json_text(const ModelConfig& c, DType dtype) {
   const char* arch = c.model_type == "qwen3"   ? "Qwen3ForCausalLM"
                      : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
                                                : "LlamaForCausalLM";
@@ -161,100 +163,4 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
   return j.dump(2) + "\n";
 }
 
-// The reads are pieces of about 1M elements (a parameter's rows, or a
-// column-sharded parameter whole), spread over the machine's cores: the
-// files are mapped, so the pieces share nothing but the page cache, and a
-// 155M-element embedding no longer converts (and faults in its pages) on one
-// thread while the others wait. On the CPU backend the reads land in the
-// model's buffers directly.
-Status load_hf_weights(Model& model, const std::string& dir) {
-  COHORT_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::open(dir));
-  const bool direct = model.backend().device() == Device::kCpu;
-  constexpr int64_t kPieceElements = int64_t{1} << 20;
-  struct Piece {
-    const ParamSpec* param;
-    int64_t row_begin, row_end;  // of this rank's rows of the parameter
-  };
-  std::vector<float> host;
-  for (int g = 0; g < model.num_groups(); ++g) {
-    const ParamGroup& group = model.layout().groups[g];
-    if (!direct) host.resize(group.numel);
-    float* base = direct ? model.params(g) : host.data();
-    std::vector<Piece> pieces;
-    for (const ParamSpec& p : group.params) {
-      const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
-      const int64_t row_elements = rows > 0 ? static_cast<int64_t>(p.numel) / rows : 0;
-      if (p.shard_dim == ShardDim::kCols || p.shape.size() < 2 || row_elements == 0) {
-        pieces.push_back({&p, 0, rows});
-        continue;
-      }
-      const int64_t step = std::max<int64_t>(1, kPieceElements / row_elements);
-      for (int64_t r = 0; r < rows; r += step) pieces.push_back({&p, r, std::min(rows, r + step)});
-    }
-    std::vector<Status> results(pieces.size(), Status::ok());
-    parallel_for(pieces.size(), [&](size_t i) {
-      const Piece& piece = pieces[i];
-      const ParamSpec& p = *piece.param;
-      results[i] = [&]() -> Status {
-        COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
-        const SafetensorsInfo* info = file->find(p.name);
-        if (info->shape != p.global_shape) {
-          return invalid_argument(dir + ": " + p.name + " has shape " + shape_string(info->shape) +
-                                  ", config.json implies " + shape_string(p.global_shape));
-        }
-        float* dst = base + p.offset;
-        if (p.shard_dim == ShardDim::kCols) {
-          return file->read_cols_f32(p.name, p.shard_begin, p.shard_begin + p.shape[1], dst);
-        }
-        if (p.shape.size() < 2) {
-          return p.shard_dim == ShardDim::kRows
-                     ? file->read_rows_f32(p.name, p.shard_begin, p.shard_begin + p.shape[0], dst)
-                     : file->read_f32(p.name, dst);
-        }
-        // Replicated or row-sharded: rows [shard_begin + row_begin, ...) of
-        // the file's tensor (shard_begin is 0 when replicated).
-        const int64_t first = p.shard_dim == ShardDim::kRows ? p.shard_begin : 0;
-        const int64_t row_elements = static_cast<int64_t>(p.numel) / p.shape[0];
-        return file->read_rows_f32(p.name, first + piece.row_begin, first + piece.row_end,
-                                   dst + piece.row_begin * row_elements);
-      }();
-    });
-    for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);
-    if (!direct) model.backend().copy_from_host(model.params(g), host.data(), host.size() * sizeof(float));
-  }
-  return Status::ok();
-}
-
-Status save_hf(const Model& model, const std::string& dir, DType dtype, size_t max_shard_bytes) {
-  if (model.shard().tp_size != 1) {
-    return failed_precondition("save_hf needs an unsharded model; this is tp rank " +
-                               std::to_string(model.shard().tp_rank) + " of " +
-                               std::to_string(model.shard().tp_size));
-  }
-  std::vector<std::vector<float>> host(model.num_groups());
-  std::vector<TensorToWrite> tensors;
-  for (int g = 0; g < model.num_groups(); ++g) {
-    const ParamGroup& group = model.layout().groups[g];
-    host[g].resize(group.numel);
-    model.backend().copy_to_host(host[g].data(), model.params(g), group.numel * sizeof(float));
-    for (const ParamSpec& p : group.params) {
-      tensors.push_back(TensorToWrite{p.name, p.shape, host[g].data() + p.offset, dtype});
-    }
-  }
-  COHORT_RETURN_IF_ERROR(write_safetensors_folder(dir, tensors, max_shard_bytes));
-  std::ofstream out(std::filesystem::path(dir) / "config.json", std::ios::trunc);
-  out << hf_config_json(model.config(), dtype);
-  if (!out) return errno_error("writing " + dir + "/config.json");
-  return Status::ok();
-}
-
-Result<std::unique_ptr<Model>> load_hf_model(const std::string& dir, const ShardSpec& shard,
-                                             Backend* backend, TensorParallelComm tp,
-                                             int max_seq_cap) {
-  COHORT_ASSIGN_OR_RETURN(ModelConfig config, load_hf_config(dir, max_seq_cap));
-  COHORT_ASSIGN_OR_RETURN(auto model, Model::create(config, shard, backend, std::move(tp)));
-  COHORT_RETURN_IF_ERROR(load_hf_weights(*model, dir));
-  return model;
-}
-
-}  // namespace cohort::models
+}  // namespace cohort::hf

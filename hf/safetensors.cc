@@ -1,5 +1,5 @@
 // safetensors reading (mmap) and writing.
-#include "models/safetensors.h"
+#include "hf/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace cohort::models {
+namespace cohort::hf {
+
+using namespace models;
 namespace {
 
 using nlohmann::json;
@@ -317,4 +319,4 @@ Status write_safetensors_folder(const std::string& dir, const std::vector<Tensor
   return Status::ok();
 }
 
-}  // namespace cohort::models
+}  // namespace cohort::hf

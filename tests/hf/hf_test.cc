@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/hf.h"
-#include "models/safetensors.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
+#include "hf/safetensors.h"
 
-namespace cohort::models {
+namespace cohort::hf {
+using namespace cohort::models;
 namespace {
 
 namespace fs = std::filesystem;
@@ -35,8 +37,8 @@ TEST_F(HfFolder, F32RoundTripIsExact) {
   ModelConfig c = *preset_config("tiny");
   auto a = std::move(Model::create(c, {}, cpu.get()).value());
   a->init_weights(3);
-  ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kF32).is_ok());
-  auto b = load_hf_model(dir_.string(), {}, cpu.get());
+  ASSERT_TRUE(save_model_folder(*a, dir_.string(), DType::kF32).is_ok());
+  auto b = load_model(dir_.string(), {}, cpu.get());
   ASSERT_TRUE(b.is_ok()) << b.status().to_string();
   EXPECT_EQ((*b)->config().num_parameters(), c.num_parameters());
   for (int g = 0; g < a->num_groups(); ++g) EXPECT_EQ(group_values(*a, g), group_values(**b, g));
@@ -48,8 +50,8 @@ TEST_F(HfFolder, Bf16RoundTripRoundsToNearestEven) {
   c.tie_embeddings = true;
   auto a = std::move(Model::create(c, {}, cpu.get()).value());
   a->init_weights(4);
-  ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kBF16).is_ok());
-  auto b = std::move(load_hf_model(dir_.string(), {}, cpu.get()).value());
+  ASSERT_TRUE(save_model_folder(*a, dir_.string(), DType::kBF16).is_ok());
+  auto b = std::move(load_model(dir_.string(), {}, cpu.get()).value());
   EXPECT_TRUE(b->config().tie_embeddings);
   for (int g = 0; g < a->num_groups(); ++g) {
     auto va = group_values(*a, g), vb = group_values(*b, g);
@@ -64,7 +66,7 @@ TEST_F(HfFolder, ShardedFolderWritesAnIndexAndLoads) {
   ModelConfig c = *preset_config("tiny");
   auto a = std::move(Model::create(c, {}, cpu.get()).value());
   a->init_weights(5);
-  ASSERT_TRUE(save_hf(*a, dir_.string(), DType::kF16, 40000).is_ok());
+  ASSERT_TRUE(save_model_folder(*a, dir_.string(), DType::kF16, 40000).is_ok());
   EXPECT_TRUE(fs::exists(dir_ / "model.safetensors.index.json"));
   int shards = 0;
   for (const auto& e : fs::directory_iterator(dir_))
@@ -74,7 +76,7 @@ TEST_F(HfFolder, ShardedFolderWritesAnIndexAndLoads) {
   auto ckpt = SafetensorsCheckpoint::open(dir_.string());
   ASSERT_TRUE(ckpt.is_ok());
   EXPECT_TRUE(ckpt->contains("model.layers.1.mlp.down_proj.weight"));
-  auto b = load_hf_model(dir_.string(), {}, cpu.get());
+  auto b = load_model(dir_.string(), {}, cpu.get());
   ASSERT_TRUE(b.is_ok()) << b.status().to_string();
   EXPECT_NEAR((*b)->params(1)[100], a->params(1)[100], 1e-3);
 }
@@ -84,12 +86,12 @@ TEST_F(HfFolder, TensorParallelRankReadsOnlyItsSlices) {
   ModelConfig c = *preset_config("tiny");
   auto full = std::move(Model::create(c, {}, cpu.get()).value());
   full->init_weights(6);
-  ASSERT_TRUE(save_hf(*full, dir_.string(), DType::kF32).is_ok());
+  ASSERT_TRUE(save_model_folder(*full, dir_.string(), DType::kF32).is_ok());
   TensorParallelComm noop;
   noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
   noop.all_gather = [](const float*, float*, size_t) {};
   for (int rank = 0; rank < 4; ++rank) {
-    auto shard = load_hf_model(dir_.string(), {rank, 4}, cpu.get(), noop);
+    auto shard = load_model(dir_.string(), {rank, 4}, cpu.get(), noop);
     ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
     // Initialisation is slice-consistent, so a freshly initialised shard is the reference.
     auto ref = std::move(Model::create(c, {rank, 4}, cpu.get(), noop).value());
@@ -111,8 +113,8 @@ TEST_F(HfFolder, TensorsOfMillionsOfElementsLoadInPiecesExactly) {
   ASSERT_GT(int64_t(c.vocab_size) * c.hidden, int64_t{2} << 20);
   auto full = std::move(Model::create(c, {}, cpu.get()).value());
   full->init_weights(8);
-  ASSERT_TRUE(save_hf(*full, dir_.string(), DType::kF32).is_ok());
-  auto whole = load_hf_model(dir_.string(), {}, cpu.get());
+  ASSERT_TRUE(save_model_folder(*full, dir_.string(), DType::kF32).is_ok());
+  auto whole = load_model(dir_.string(), {}, cpu.get());
   ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
   for (int g = 0; g < full->num_groups(); ++g) {
     EXPECT_EQ(group_values(*full, g), group_values(**whole, g)) << "group " << g;
@@ -121,7 +123,7 @@ TEST_F(HfFolder, TensorsOfMillionsOfElementsLoadInPiecesExactly) {
   noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
   noop.all_gather = [](const float*, float*, size_t) {};
   for (int rank = 0; rank < 2; ++rank) {
-    auto shard = load_hf_model(dir_.string(), {rank, 2}, cpu.get(), noop);
+    auto shard = load_model(dir_.string(), {rank, 2}, cpu.get(), noop);
     ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
     auto ref = std::move(Model::create(c, {rank, 2}, cpu.get(), noop).value());
     ref->init_weights(8);
@@ -227,7 +229,7 @@ TEST(HfConfig, ParsesQwen3AndLlamaConfigsAsPublished) {
     "max_position_embeddings":40960,"model_type":"qwen3","num_attention_heads":16,
     "num_hidden_layers":28,"num_key_value_heads":8,"rms_norm_eps":1e-06,"rope_scaling":null,
     "rope_theta":1000000,"tie_word_embeddings":true,"vocab_size":151936})";
-  auto q = parse_hf_config(qwen3, 4096);
+  auto q = parse_config_json(qwen3, 4096);
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();
   const ModelConfig want_q = *preset_config("qwen3-0.6b");
   EXPECT_EQ(q->num_parameters(), want_q.num_parameters());
@@ -239,7 +241,7 @@ TEST(HfConfig, ParsesQwen3AndLlamaConfigsAsPublished) {
     "rms_norm_eps":1e-05,"rope_theta":500000.0,"tie_word_embeddings":true,"vocab_size":128256,
     "max_position_embeddings":131072,"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,
     "low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"}})";
-  auto l = parse_hf_config(llama, 4096);
+  auto l = parse_config_json(llama, 4096);
   ASSERT_TRUE(l.is_ok()) << l.status().to_string();
   const ModelConfig want_l = *preset_config("llama-3.2-1b");
   EXPECT_EQ(l->num_parameters(), want_l.num_parameters());
@@ -247,7 +249,7 @@ TEST(HfConfig, ParsesQwen3AndLlamaConfigsAsPublished) {
   EXPECT_TRUE(l->rope_scaling.enabled);
   EXPECT_FALSE(l->qk_norm);
   // Round trip through our own writer.
-  auto again = parse_hf_config(hf_config_json(*l), 4096);
+  auto again = parse_config_json(config_json_text(*l), 4096);
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(again->rope_scaling.factor, 32.0f);
   EXPECT_EQ(again->max_position_embeddings, 131072);
@@ -261,7 +263,7 @@ TEST(HfConfig, ReadsTransformers5RopeParameters) {
     "rms_norm_eps":1e-05,"tie_word_embeddings":false,"vocab_size":512,"max_position_embeddings":256,
     "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":8.0,"low_freq_factor":1.0,
     "high_freq_factor":4.0,"original_max_position_embeddings":64}})";
-  auto l = parse_hf_config(llama, 4096);
+  auto l = parse_config_json(llama, 4096);
   ASSERT_TRUE(l.is_ok()) << l.status().to_string();
   EXPECT_EQ(l->rope_theta, 500000.0f);
   EXPECT_TRUE(l->rope_scaling.enabled);
@@ -270,17 +272,17 @@ TEST(HfConfig, ReadsTransformers5RopeParameters) {
   const std::string qwen3 = R"({"model_type":"qwen3","hidden_size":64,"intermediate_size":160,
     "num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,"head_dim":32,
     "vocab_size":512,"rope_parameters":{"rope_type":"default","rope_theta":1000000.0}})";
-  auto q = parse_hf_config(qwen3, 4096);
+  auto q = parse_config_json(qwen3, 4096);
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();
   EXPECT_EQ(q->rope_theta, 1000000.0f);
   EXPECT_FALSE(q->rope_scaling.enabled);
 }
 
 TEST(HfConfig, RejectsUnsupportedModelsWithTheField) {
-  auto bad = parse_hf_config(R"({"model_type":"gpt2"})");
+  auto bad = parse_config_json(R"({"model_type":"gpt2"})");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("gpt2"), std::string::npos);
-  auto missing = parse_hf_config(R"({"model_type":"llama","hidden_size":8})");
+  auto missing = parse_config_json(R"({"model_type":"llama","hidden_size":8})");
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("vocab_size"), std::string::npos);
 }
@@ -298,7 +300,7 @@ TEST(HfConfig, IntegerFieldsMustBeIntegersInRange) {
            {R"("hidden_size":64,"num_attention_heads":4,"max_position_embeddings":-1e300)",
             "max_position_embeddings"},
            {R"("hidden_size":64,"num_attention_heads":0)", "heads"}}) {
-    auto c = parse_hf_config("{" + base + "," + fields + "}");
+    auto c = parse_config_json("{" + base + "," + fields + "}");
     ASSERT_FALSE(c.is_ok()) << fields;
     EXPECT_NE(c.status().message().find(word), std::string::npos) << c.status().to_string();
   }
@@ -320,7 +322,7 @@ TEST(HfConfig, SizesBeyondTheLimitsAreRefusedNamingTheField) {
             "intermediate_size"},
            {R"("hidden_size":65536,"num_attention_heads":64,"num_hidden_layers":1024,"intermediate_size":1048576)",
             "parameters"}}) {
-    auto c = parse_hf_config("{" + base + "," + fields + "}", 4096);
+    auto c = parse_config_json("{" + base + "," + fields + "}", 4096);
     ASSERT_FALSE(c.is_ok()) << fields;
     EXPECT_NE(c.status().message().find(word), std::string::npos) << c.status().to_string();
     EXPECT_NE(c.status().message().find("limit"), std::string::npos) << c.status().to_string();
@@ -328,4 +330,4 @@ TEST(HfConfig, SizesBeyondTheLimitsAreRefusedNamingTheField) {
 }
 
 }  // namespace
-}  // namespace cohort::models
+}  // namespace cohort::hf
