@@ -1,6 +1,7 @@
 // Supervisor: launching, watching and stopping a node's workers.
 #include "agent/supervisor.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,13 +49,17 @@ int64_t mtime_ns(const std::string& path) {
   return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// Mode 0600 from creation on: the resolved job file holds [job.env] values
+// and a serve job's api_key.
 Status write_file_atomically(const fs::path& path, const std::string& text) {
   fs::path tmp = path;
   tmp += ".tmp" + std::to_string(::getpid());
   {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) return io_error("cannot write " + tmp.string());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return errno_error("cannot write " + tmp.string());
+    bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+    ok = ::close(fd) == 0 && ok;
+    if (!ok) return errno_error("cannot write " + tmp.string());
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
@@ -257,12 +262,12 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   int attempt = order.attempt;
   std::string job_id = order.job_id;
   // Launcher thread: the file write happens there (thread-safe, and it keeps
-  // the line even if the agent's loop is busy); forwarding hops to the loop.
-  spawn.on_line = [this, alive, logs, rank, attempt, job_id](OutputStream, std::string_view line) {
+  // the line even if the agent's loop is busy), and so does the hand-over
+  // for forwarding: the sink is thread-safe and bounded (log_forwarder.h),
+  // where a post per line would queue a flood on the loop without bound.
+  spawn.on_line = [logs, rank, attempt, job_id, line_sink = sink_.line](OutputStream, std::string_view line) {
     (void)logs->write_line(rank, line);
-    boost::asio::post(io_, [this, alive, job_id, l = protocol::LogLine{0, attempt, rank, std::string(line)}] {
-      if (alive.lock()) sink_.line(job_id, l);
-    });
+    if (line_sink) line_sink(job_id, protocol::LogLine{0, attempt, rank, std::string(line)});
   };
   spawn.on_exit = [this, alive, key, rank](const ExitStatus& status) {
     boost::asio::post(io_, [this, alive, key, rank, status] {

@@ -192,6 +192,10 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
     warn_bad_input(s.message());
     return reply_error(peer, e.id, s);
   }
+  if (auto s = check_node_key(m.node); !s) {
+    warn_bad_input(s.message());
+    return reply_error(peer, e.id, s);
+  }
   const Node* before = registry_.find(m.node);
   // A node is bound to the connection that registered it while it is alive:
   // anyone else claiming its name (a hijack, or its own agent restarted) is
@@ -211,7 +215,9 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
                                                           " nodes already; remove lost ones with `cohort nodes rm`"));
   }
   bool returning = before && !is_connected(before->state);
+  if (!before || before->peer != peer) log_batches_seen_.erase(m.node);  // a new agent numbers from 1
   registry_.register_node(m, peer);
+  bind_node_key(m.node);
   spdlog::info("node {} {} ({} GPUs, {} running workers)", m.node,
                returning ? "re-registered" : "registered", m.gpus.size(), m.running.size());
   save_node(m.node);
@@ -226,6 +232,34 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   check_recovery();
   schedule();
   maybe_scale_up();
+}
+
+Status CoordinatorImpl::check_node_key(const std::string& node) const {
+  if (role_ != Role::kAgent) return Status::ok();
+  const std::string& key = router_->current_key();
+  const auto& restricted = options_.security.agent_node_names;
+  if (auto r = restricted.find(key); r != restricted.end() &&
+                                     std::find(r->second.begin(), r->second.end(), node) == r->second.end()) {
+    std::string names;
+    for (const auto& n : r->second) names += (names.empty() ? "" : ", ") + n;
+    return permission_denied("agent key " + key + " may register only node(s) " + names +
+                             " (its nodes= in authorized_agents), not " + shorten(node, 64));
+  }
+  if (auto b = node_keys_.find(node); b != node_keys_.end() && b->second != key) {
+    return permission_denied("node name " + shorten(node, 64) + " is bound to another agent key (" + b->second +
+                             "); only that key registers it, also after the node is lost. "
+                             "`cohort nodes rm " + shorten(node, 64) + "` unbinds it once the node is lost");
+  }
+  return Status::ok();
+}
+
+void CoordinatorImpl::bind_node_key(const std::string& node) {
+  if (role_ != Role::kAgent || router_->current_key().empty() || node_keys_.count(node)) return;
+  node_keys_[node] = router_->current_key();
+  if (db_) {
+    if (auto s = db_->save_node_key(node, router_->current_key()); !s) spdlog::error("{}", s.message());
+  }
+  spdlog::info("node {} is bound to agent key {}", node, router_->current_key());
 }
 
 void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {
@@ -300,11 +334,28 @@ void CoordinatorImpl::on_worker_exit(const std::string& peer, const Envelope& e)
 void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
   auto m = body_as<LogBatch>(e);
   if (!m) return (void)warn_bad_input(m.status().message());
-  auto it = jobs_.find(m->job_id);
-  if (it == jobs_.end()) return;
-  // Lines are taken only for ranks that ran on the sender's node.
+  // Lines are taken only for ranks that ran on the sender's node. Unanswered,
+  // the agent sends the batch again once it has registered.
   const Node* n = node_of_peer(peer);
   if (!n) return (void)warn_bad_input("log lines for job " + m->job_id + " from a connection that is no node");
+  if (e.id != 0) {
+    // The answer lets the agent send more (agent.cc) and forget the batch,
+    // so with a state database it comes once the lines are saved: a
+    // coordinator killed before that gets them again from the agent. A
+    // batch sent again after a lost answer is skipped by its id.
+    if (db_) {
+      log_acks_due_.emplace_back(peer, e.id);
+    } else {
+      reply(peer, e.id, Ack{});
+    }
+    auto& seen = log_batches_seen_[n->name];
+    bool again = std::find(seen.begin(), seen.end(), e.id) != seen.end();
+    if (!again) seen.push_back(e.id);
+    if (seen.size() > kLogBatchIdsKept) seen.pop_front();
+    if (again) return flush_full_log_window(peer);
+  }
+  auto it = jobs_.find(m->job_id);
+  if (it == jobs_.end()) return flush_full_log_window(peer);
   const Job& job = it->second;
   std::vector<LogLine> kept;
   kept.reserve(m->lines.size());
@@ -321,13 +372,26 @@ void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
   if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
   // A flood is written at once rather than held for the next tick.
   if (logs_.unsaved_bytes() > (4u << 20)) flush_logs();
+  flush_full_log_window(peer);
+}
+
+void CoordinatorImpl::flush_full_log_window(const std::string& peer) {
+  // An agent whose window is full waits for these answers: save now.
+  size_t from_peer = std::count_if(log_acks_due_.begin(), log_acks_due_.end(),
+                                   [&](const auto& due) { return due.first == peer; });
+  if (from_peer >= kLogAcksBeforeFlush) flush_logs();
 }
 
 void CoordinatorImpl::flush_logs() {
   last_log_flush_ = clock_.now();
   auto changes = logs_.take_changes();
-  if (!db_ || changes.empty()) return;
-  if (auto s = db_->save_logs(changes); !s) spdlog::error("cannot save log lines: {}", s.message());
+  if (db_ && !changes.empty()) {
+    if (auto s = db_->save_logs(changes); !s) spdlog::error("cannot save log lines: {}", s.message());
+  }
+  // Answered even when saving failed: the lines are in memory, and an agent
+  // sending them again would not help.
+  for (const auto& [peer, id] : log_acks_due_) reply(peer, id, Ack{});
+  log_acks_due_.clear();
 }
 
 void CoordinatorImpl::forget_logs(const std::string& job_id) {

@@ -56,6 +56,11 @@ class CoordinatorImpl final : public Coordinator {
   bool send_to_node(const std::string& node, const T& message);
 
   void on_register(const std::string& peer, const protocol::Envelope& e);
+  // With CURVE: may the agent key of the message being handled register
+  // `node`? (Its restriction at keygen, and the key the name is bound to.)
+  Status check_node_key(const std::string& node) const;
+  // Binds `node` to that key on first use (kept in the state database).
+  void bind_node_key(const std::string& node);
   void on_heartbeat(const std::string& peer, const protocol::Envelope& e);
   // A registering agent's report of the workers it stopped while cut off.
   void note_fencing(const protocol::RegisterNode& m);
@@ -101,6 +106,8 @@ class CoordinatorImpl final : public Coordinator {
   // Log lines not yet in the state database go there (once a second, and
   // when many are waiting); a removed or retired job's lines leave it.
   void flush_logs();
+  // flush_logs() when `peer` has kLogAcksBeforeFlush log batches unanswered.
+  void flush_full_log_window(const std::string& peer);
   void forget_logs(const std::string& job_id);
   // For LogReply::note: where the lines a query misses are.
   std::string logs_note(const Job& job, const protocol::LogQuery& query) const;
@@ -157,6 +164,18 @@ class CoordinatorImpl final : public Coordinator {
   std::deque<RetiredJob> retired_;
   // Each node's newest GPU figures (GpuReport), at most one per GPU it has.
   std::map<std::string, std::vector<protocol::GpuSample>> gpu_samples_;
+  // Per node, the envelope ids of the last log batches taken: a batch its
+  // agent sends again (the answer was lost) is not stored twice.
+  static constexpr size_t kLogBatchIdsKept = 64;
+  std::map<std::string, std::deque<uint64_t>> log_batches_seen_;
+  // Node name -> the agent key that registered it first (CURVE only);
+  // `cohort nodes rm` unbinds.
+  std::map<std::string, std::string> node_keys_;
+  // (peer, envelope id) of log batches taken but not saved yet: answered by
+  // flush_logs(), at once when one peer has kLogAcksBeforeFlush waiting
+  // (the agent's window, agent.cc), else at the next tick.
+  static constexpr size_t kLogAcksBeforeFlush = 4;
+  std::vector<std::pair<std::string, uint64_t>> log_acks_due_;
   uint64_t next_seq_ = 1;
   protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
   Clock::TimePoint last_trim_{};
