@@ -10,7 +10,8 @@
 #include "base/env_knobs.h"
 #include "parallel/checkpoint.h"
 #include "models/cuda_backend.h"
-#include "models/hf.h"
+#include "hf/weights.h"
+#include "hf/config_json.h"
 #ifdef COHORT_HAVE_NCCL
 #include "collective/nccl/nccl_communicator.h"
 #endif
@@ -57,7 +58,7 @@ Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
 Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec) {
   const auto& m = spec.model;
   Result<models::ModelConfig> config = !m.preset.empty()   ? models::preset_config(m.preset)
-                                       : !m.hf_dir.empty() ? models::load_hf_config(m.hf_dir)
+                                       : !m.hf_dir.empty() ? hf::load_config_json(m.hf_dir)
                                                            : parallel::checkpoint_model_config(m.checkpoint);
   if (!config) return config.status().with_context("[model]");
   if (m.max_seq > 0) config->max_seq = m.max_seq;
@@ -116,7 +117,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
   const auto& m = spec.model;
   parallel::WeightLoader loader = [&](models::Model& model) -> Status {
-    if (!m.hf_dir.empty()) return models::load_hf_weights(model, m.hf_dir);
+    if (!m.hf_dir.empty()) return hf::load_weights(model, m.hf_dir);
     if (!m.checkpoint.empty()) return parallel::load_checkpoint_params(m.checkpoint, model);
     model.init_weights(seed);
     return Status::ok();
