@@ -18,6 +18,7 @@
 #include <boost/beast/http.hpp>
 
 #include "base/connection_slots.h"
+#include "infer/prompt_workers.h"
 
 namespace cohort::infer {
 namespace {
@@ -88,6 +89,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_request(beast::error_code ec);
   void route();
   void completion(bool chat);
+  // Back on the io thread with the parsed request (prompt tokenized).
+  void prompt_ready(bool chat, const std::optional<ApiError>& parse_error, CompletionRequest request);
   void reply(int status, const std::string& type, const std::string& body);
   void error(const ApiError& e) { reply(e.status, "application/json", error_body(e)); }
   void send(std::string data);
@@ -124,9 +127,12 @@ class Server final : public ServeHttp {
  public:
   Server(ServeHttpOptions options, GenerationQueue* queue, ServeMetrics* metrics)
       : options_(std::move(options)), queue_(queue), metrics_(metrics),
-        io_(std::make_unique<asio::io_context>(1)), acceptor_(std::in_place, *io_) {}
+        io_(std::make_unique<asio::io_context>(1)), acceptor_(std::in_place, *io_),
+        workers_(std::make_unique<PromptWorkers>(options_.tokenizer.get(), options_.prompt_threads,
+                                                 size_t(std::max(1, options_.max_pending_prompts)))) {}
 
   ~Server() override {
+    workers_.reset();  // a job in progress finishes; its reply is posted to io_, never run
     io_->stop();
     if (thread_.joinable()) thread_.join();
     live_.clear();
@@ -207,6 +213,8 @@ class Server final : public ServeHttp {
     waiting_.erase(slot);
   }
   GenerationQueue& queue() { return *queue_; }
+  PromptWorkers& workers() { return *workers_; }
+  asio::io_context& io() { return *io_; }
   ServeMetrics& metrics() { return *metrics_; }
   int responding() const override { return responding_; }
   std::atomic<int> open_{0}, responding_{0};
@@ -266,6 +274,7 @@ class Server final : public ServeHttp {
                                           size_t(std::max(1, options_.max_connections_per_address))}};
   std::map<uint64_t, std::weak_ptr<Connection>> waiting_;  // io thread only: open connections by slot
   uint64_t next_slot_ = 1;
+  std::unique_ptr<PromptWorkers> workers_;
 };
 
 Connection::Connection(tcp::socket socket, Server& server, uint64_t slot)
@@ -357,10 +366,28 @@ void Connection::completion(bool chat) {
     return error({503, server_.state() == ServeState::kLoading ? "the model is still loading" : "the server is draining",
                   "server_error", "", "unavailable"});
   }
-  const auto& opts = server_.options();
-  if (auto e = parse_completion_request(parser_->get().body(), chat, opts.defaults, opts.tokenizer.get(), &req_)) {
-    return error(*e);
+  // Rendering and tokenizing cost what the request makes them cost: on a
+  // prompt thread, never here (this thread answers /health and streams).
+  auto body = std::make_shared<std::string>(std::move(parser_->get().body()));
+  auto self = shared_from_this();
+  const bool posted = server_.workers().post([self, body, chat](text::Tokenizer* tokenizer) {
+    auto request = std::make_shared<CompletionRequest>();
+    auto e = parse_completion_request(*body, chat, self->server_.options().defaults, tokenizer, request.get());
+    asio::post(self->server_.io(), [self, request, e, chat] { self->prompt_ready(chat, e, std::move(*request)); });
+  });
+  if (!posted) {
+    return error({503, "the server is busy preparing other prompts; retry later", "server_error", "", "overloaded"});
   }
+}
+
+void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_error, CompletionRequest request) {
+  if (closed_) return;
+  if (parse_error) return error(*parse_error);
+  if (server_.state() != ServeState::kReady) {
+    return error({503, "the server is draining", "server_error", "", "unavailable"});
+  }
+  req_ = std::move(request);
+  const auto& opts = server_.options();
   // The model's end-of-sequence ids join the client's stop ids, so that the
   // other ranks rebuild the same condition from the ids alone.
   if (!req_.ignore_eos) req_.stop_ids.insert(req_.stop_ids.end(), opts.eos.begin(), opts.eos.end());

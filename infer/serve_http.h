@@ -57,6 +57,10 @@ struct ServeHttpOptions {
   int max_connections_per_address = 128;
   int max_body_bytes = 1 << 20;
   int max_live = 80;                 // running + waiting requests before 429
+  // Threads that render and tokenize prompts (infer/prompt_workers.h), and
+  // the requests that may wait for one before 503.
+  int prompt_threads = 2;
+  int max_pending_prompts = 256;
   ApiDefaults defaults;
   std::shared_ptr<text::Tokenizer> tokenizer;  // may be null (token-id prompts only)
   std::vector<int32_t> eos;          // stop ids every request gets
