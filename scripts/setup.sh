@@ -24,6 +24,7 @@ packages=(
   libutf8proc-dev                 # tokenizer normalization (NFC, NFKC, ...)
   libsentencepiece-dev            # SentencePiece tokenizer.model
   libgtest-dev libgmock-dev       # tests
+  python3-jinja2                  # test peer: renders the chat-template suite (tests/text/template_parity.py)
   fortunes-min fortunes           # English text for the quickstart corpus
   procps psmisc                   # ps/pgrep used by process-leak checks in tests
   valgrind                        # memcheck of the server start/stop test (tests/infer)

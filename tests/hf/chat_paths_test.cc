@@ -6,6 +6,7 @@
 // reply that training teaches are exactly the tokens the server sends the
 // model. System prompts, tools and multi-turn conversations each.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -85,6 +86,17 @@ TEST_P(ChatPaths, TrainingAndServingGiveTheSamePromptTokens) {
     ojson line = {{"messages", c.messages}};
     if (!c.tools.is_null()) line["tools"] = c.tools;
     auto trained = (*encoder)->encode_line(line.dump(), data::DataFormat::kChat, "text");
+    ojson request = {{"messages", ojson(c.messages.begin(), c.messages.end() - 1)}, {"max_tokens", 4}};
+    if (!c.tools.is_null()) request["tools"] = c.tools;
+    infer::CompletionRequest served;
+    auto error = infer::parse_completion_request(request.dump(), true, defaults, &(*encoder)->tokenizer(), &served);
+    if (!trained.is_ok() && trained.status().message().find("chat template raised") != std::string::npos) {
+      // A template that refuses the conversation (Gemma: no system turn;
+      // Mistral: no tool turns) refuses it on both paths.
+      ASSERT_TRUE(error) << trained.status().message();
+      EXPECT_EQ(error->status, 400);
+      continue;
+    }
     ASSERT_TRUE(trained.is_ok()) << trained.status().to_string();
     // The prompt is everything before the last trained run (the final reply).
     const auto& mask = trained->mask;
@@ -95,10 +107,6 @@ TEST_P(ChatPaths, TrainingAndServingGiveTheSamePromptTokens) {
     ASSERT_GT(reply, 0u);
     const std::vector<int32_t> training_prompt(trained->tokens.begin(), trained->tokens.begin() + long(reply));
 
-    ojson request = {{"messages", ojson(c.messages.begin(), c.messages.end() - 1)}, {"max_tokens", 4}};
-    if (!c.tools.is_null()) request["tools"] = c.tools;
-    infer::CompletionRequest served;
-    auto error = infer::parse_completion_request(request.dump(), true, defaults, &(*encoder)->tokenizer(), &served);
     ASSERT_FALSE(error) << error->message;
     EXPECT_EQ(served.prompt, training_prompt)
         << "served: " << (*encoder)->tokenizer().decode(served.prompt)
@@ -107,7 +115,12 @@ TEST_P(ChatPaths, TrainingAndServingGiveTheSamePromptTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TemplateSuite, ChatPaths, ::testing::ValuesIn(suite_templates()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace cohort::hf

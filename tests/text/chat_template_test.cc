@@ -154,6 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_pair("kMaxItems", std::string("{% for i in range(10**9) %}{% endfor %}")),
         std::make_pair("kMaxCallDepth", std::string("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")),
         std::make_pair("kMaxBytes", std::string("{{ 'x' * 10**10 }}")),
+        std::make_pair("kMaxBytes", std::string("{{ ('' * 10**15) ~ 'x' * 10**9 }}")),
         std::make_pair("kMaxSteps", std::string("{% for i in range(100000) %}{% for j in range(100000) %}"
                                                 "{% endfor %}{% endfor %}")),
         std::make_pair("kMaxTokensPerTag", nested_parentheses(100000)),
