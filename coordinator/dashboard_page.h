@@ -20,6 +20,7 @@ namespace cohort::coordinator {
 struct PageContext {
   int64_t now_ms = 0;       // unix ms
   bool can_cancel = false;  // the request carried the HTTP token
+  std::string csrf;         // with can_cancel: the cancel form's CSRF token
 };
 
 std::string cluster_page(const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes,

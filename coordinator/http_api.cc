@@ -5,19 +5,23 @@
 #include <cctype>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string_view>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/connection_slots.h"
 #include "base/host_address.h"
 #include "coordinator/dashboard_page.h"
 #include "coordinator/job_record.h"
 #include "coordinator/prometheus_text.h"
 #include "protocol/codec.h"
+#include "protocol/input_log.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -127,17 +131,65 @@ nlohmann::json series_json(const JobView& view) {
           {"evaluation", points(t.evaluation(), {Figure::kEvalLoss})}};
 }
 
+// A page's cancel form carries this (with the cookie): a random value per
+// coordinator process, so another origin cannot forge the form.
+std::string random_hex(size_t bytes) {
+  std::random_device random;
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) out += fmt::format("{:02x}", random() & 0xff);
+  return out;
+}
+
+// True when the request comes from a page of this server: its Origin, else
+// its Referer, names the Host it was sent to. A browser sends one of them
+// with every form POST; another port on the same host is another origin.
+bool same_origin(const http::request<http::string_body>& req) {
+  std::string host(req[http::field::host]);
+  if (host.empty()) return false;
+  std::string origin(req[http::field::origin]);
+  if (!origin.empty()) return origin == "http://" + host || origin == "https://" + host;
+  std::string referer(req[http::field::referer]);
+  for (const char* scheme : {"http://", "https://"}) {
+    std::string base = scheme + host + "/";
+    if (referer.rfind(base, 0) == 0 || referer == scheme + host) return true;
+  }
+  return false;
+}
+
+// Connections (DESIGN §4 "Bounded", docs/security.md): at most 64 open and
+// 16 from one address; a request's first byte within 2 s and the whole of
+// it within 5 s; when a cap is reached the connection that has waited
+// longest for its request makes room (base/connection_slots.h).
+constexpr ConnectionLimits kConnectionLimits{64, 16};
+constexpr auto kFirstByteTimeout = std::chrono::seconds(2);
+constexpr auto kRequestTimeout = std::chrono::seconds(5);
+
 class Server;
+class Session;
+
+// The connection slots, shared by the server and its sessions: a session's
+// last handler may run after the server is gone (the io_context outlives
+// it), and must not touch it then.
+struct SessionTable {
+  ConnectionSlots slots{kConnectionLimits};
+  std::map<uint64_t, std::weak_ptr<Session>> sessions;  // by slot id
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, Server& server);
+  Session(tcp::socket socket, Server& server, std::shared_ptr<SessionTable> table, uint64_t id);
   ~Session();
   void start();
+  // Closes the connection to make room for another (it is still waiting
+  // for its request).
+  void evict();
 
  private:
+  void read_request();
   void respond();
 
+  const uint64_t id_;
+  std::shared_ptr<SessionTable> table_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   http::request<http::string_body> request_;
@@ -148,11 +200,8 @@ class Session : public std::enable_shared_from_this<Session> {
 class Server final : public HttpApi {
  public:
   Server(asio::io_context& io, HttpSources sources, std::string token)
-      : acceptor_(io), retry_(io), sources_(std::move(sources)), token_(std::move(token)) {}
-
-  // Open connections; beyond kMaxSessions new ones are closed at once.
-  static constexpr int kMaxSessions = 64;
-  int sessions = 0;
+      : acceptor_(io), retry_(io), sources_(std::move(sources)), token_(std::move(token)),
+        csrf_(random_hex(16)) {}
 
   Status open(const std::string& listen) {
     auto colon = listen.rfind(':');
@@ -205,6 +254,10 @@ class Server final : public HttpApi {
       res.set(http::field::location, to);
     };
     bool has_cookie = !token_.empty() && same_secret(cookie_value(std::string(req[http::field::cookie]), "cohort_token"), token_);
+    bool bearer = !token_.empty() && same_secret(std::string(req[http::field::authorization]), "Bearer " + token_);
+    if (req.method() == http::verb::get && target.path == "/health") {
+      return json({{"status", "ok"}});
+    }
     if (req.method() == http::verb::get) {
       // A browser hands over the token once; the cookie carries it from then on.
       if (target.query.count("token")) {
@@ -214,8 +267,16 @@ class Server final : public HttpApi {
         res.set(http::field::set_cookie, "cohort_token=" + token_ + "; Path=/; HttpOnly; SameSite=Strict");
         return redirect(target.path);
       }
-      PageContext context{unix_ms_now(), has_cookie};
+      PageContext context{unix_ms_now(), has_cookie, has_cookie ? csrf_ : ""};
       const std::string& path = target.path;
+      // With a token, a job's details and its workers' output are the
+      // token holder's (they may carry secrets); lists and /metrics are not.
+      bool job_details = path.rfind("/api/jobs/", 0) == 0 || path.rfind("/jobs/", 0) == 0;
+      if (job_details && !token_.empty() && !bearer && !has_cookie) {
+        return error(http::status::unauthorized,
+                     "a job's details and logs need the HTTP token: `Authorization: Bearer TOKEN`, or open "
+                     "any page once with ?token=TOKEN");
+      }
       if (path == "/" || path == "/index.html") {
         return reply(http::status::ok, cluster_page(sources_.jobs(), sources_.nodes(), context), "text/html; charset=utf-8");
       }
@@ -249,11 +310,25 @@ class Server final : public HttpApi {
     }
     if (req.method() == http::verb::post) {
       if (token_.empty()) return error(http::status::forbidden, "the HTTP API is read-only (no --http-token)");
-      bool bearer = same_secret(std::string(req[http::field::authorization]), "Bearer " + token_);
       const std::string& path = target.path;
       bool from_page = path.rfind("/jobs/", 0) == 0;
       if (!(bearer || (from_page && has_cookie))) {
         return error(http::status::unauthorized, "missing or wrong bearer token");
+      }
+      if (!bearer) {
+        // The cookie alone travels with any request the browser makes, also
+        // from another site's page: the form must come from this origin
+        // and carry the page's CSRF token.
+        if (!same_origin(req)) {
+          spdlog::warn("HTTP: refused a cross-origin POST {} (Origin '{}', Referer '{}')", protocol::shorten(path, 200),
+                       protocol::shorten(std::string(req[http::field::origin]), 200),
+                       protocol::shorten(std::string(req[http::field::referer]), 200));
+          return error(http::status::forbidden, "cross-origin request refused");
+        }
+        Target form = parse_target("?" + req.body().substr(0, 4096));
+        if (!same_secret(form.param("csrf"), csrf_)) {
+          return error(http::status::forbidden, "missing or stale CSRF token: reload the page and try again");
+        }
       }
       auto [id, action] = split_job_path(path, from_page ? "/jobs/" : "/api/jobs/");
       if ((from_page || path.rfind("/api/jobs/", 0) == 0) && action == "cancel" && !id.empty()) {
@@ -315,26 +390,68 @@ class Server final : public HttpApi {
         });
         return;
       }
-      if (sessions < kMaxSessions) std::make_shared<Session>(std::move(socket), *this)->start();
-      accept();  // a socket over the cap is closed as it goes out of scope
+      boost::system::error_code address_ec;
+      std::string address = socket.remote_endpoint(address_ec).address().to_string();
+      uint64_t id = next_session_++;
+      auto admission = table_->slots.admit(id, address_ec ? "?" : address);
+      if (admission.evict) {
+        auto it = table_->sessions.find(*admission.evict);
+        if (it != table_->sessions.end()) {
+          auto evicted = it->second.lock();
+          table_->sessions.erase(it);
+          if (evicted) evicted->evict();
+        }
+      }
+      if (admission.admitted) {
+        auto session = std::make_shared<Session>(std::move(socket), *this, table_, id);
+        table_->sessions[id] = session;
+        session->start();
+      }
+      accept();  // a socket refused is closed as it goes out of scope
     });
   }
+
+  uint64_t next_session_ = 1;
+  std::shared_ptr<SessionTable> table_ = std::make_shared<SessionTable>();
 
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;
   HttpSources sources_;
   std::string token_;
+  const std::string csrf_;
 };
 
-Session::Session(tcp::socket socket, Server& server) : stream_(std::move(socket)), server_(server) {
-  ++server_.sessions;
+Session::Session(tcp::socket socket, Server& server, std::shared_ptr<SessionTable> table, uint64_t id)
+    : id_(id), table_(std::move(table)), stream_(std::move(socket)), server_(server) {}
+Session::~Session() {
+  table_->slots.release(id_);
+  table_->sessions.erase(id_);
 }
-Session::~Session() { --server_.sessions; }
+
+void Session::evict() {
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
+}
 
 void Session::start() {
-  stream_.expires_after(std::chrono::seconds(10));
+  // The first byte, then the rest of the request, each against its clock.
+  stream_.expires_after(kFirstByteTimeout);
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    if (ec) return;  // silent, gone or evicted: nothing to answer
+    self->buffer_.commit(n);
+    self->read_request();
+  });
+}
+
+void Session::read_request() {
+  stream_.expires_after(kRequestTimeout);
   http::async_read(stream_, buffer_, request_,
                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                     self->table_->slots.request_arrived(self->id_);
+                     if (ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+                         ec == asio::error::bad_descriptor) {
+                       return;
+                     }
                      if (ec) {
                        if (ec != http::error::end_of_stream) {
                          spdlog::debug("HTTP: bad request: {}", ec.message());

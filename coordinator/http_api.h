@@ -14,10 +14,21 @@
 //   POST /api/jobs/<id>/cancel    with `Authorization: Bearer <token>`
 //   POST /jobs/<id>/cancel        the page's cancel button (the token cookie)
 //
+//   GET  /health                  {"status": "ok"}, never behind slow clients
+//
 // Read-only unless a token is configured: without one every POST is 403.
 // A browser is given the token once as `?token=T` on any page; it is kept in
 // a SameSite=Strict, HttpOnly cookie, and only then do pages show the cancel
-// button. Bad requests get a 4xx and a log line; the server goes on.
+// button. SameSite does not tell ports apart, so a POST that relies on the
+// cookie must also come from this origin (Origin, else Referer, names the
+// Host) and carry the page's CSRF token (a random value per coordinator
+// process, in the cancel form). With a token, a job's details and logs
+// (/jobs/<id>, /api/jobs/<id>...) need it (bearer or cookie); the lists,
+// /metrics and /health do not. Connections are capped (64, 16 per client
+// address) with a first-byte (2 s) and a whole-request (5 s) timeout; a new
+// connection takes the slot of the one waiting longest for its request
+// (base/connection_slots.h). Bad requests get a 4xx and a log line; the
+// server goes on.
 // Threading: the io_context's thread only, like the coordinator.
 #pragma once
 

@@ -23,7 +23,8 @@ std::string summary(const JobView& j, const PageContext& context) {
   if (terminal(i.state)) out += "<span id=final></span>";
   if (context.can_cancel && !terminal(i.state)) {
     out += "<form method=post action=\"/jobs/" + escape(i.id) +
-           "/cancel\"><button class=cancel type=submit>Cancel job</button></form>";
+           "/cancel\"><input type=hidden name=csrf value=\"" + escape(context.csrf) +
+           "\"><button class=cancel type=submit>Cancel job</button></form>";
   }
   std::string nodes = i.nodes_min == i.nodes_max ? std::to_string(i.nodes_min)
                                                  : fmt::format("{}:{} (elastic)", i.nodes_min, i.nodes_max);

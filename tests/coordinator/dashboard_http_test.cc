@@ -74,7 +74,7 @@ TEST_F(DashboardTest, TheLogApiServesTheNewestLinesPerRankAndResumesAfterASeq) {
   a.send(lines);
   int port = coordinator_->http_port();
   auto get = [&](const std::string& query) {
-    return nlohmann::json::parse(http_call(port, http::verb::get, "/api/jobs/" + id + "/logs" + query).body);
+    return nlohmann::json::parse(http_call(port, http::verb::get, "/api/jobs/" + id + "/logs" + query, "t0k").body);
   };
   ASSERT_TRUE(wait_until([&] { return get("").value("last_seq", 0) == 30; }));
   auto tail = get("?tail=3&rank=1");
@@ -85,8 +85,8 @@ TEST_F(DashboardTest, TheLogApiServesTheNewestLinesPerRankAndResumesAfterASeq) {
   EXPECT_EQ(get("?after=28")["lines"].size(), 2u);
   EXPECT_EQ(get("?after=30&tail=100")["lines"].size(), 0u);
   EXPECT_EQ(get("?rank=banana&tail=1")["lines"].size(), 1u) << "a bad number reads as its default";
-  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/job-404/logs").status, 404);
-  std::string page = http_call(port, http::verb::get, "/jobs/" + id + "?rank=0").body;
+  EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs/job-404/logs", "t0k").status, 404);
+  std::string page = http_call(port, http::verb::get, "/jobs/" + id + "?rank=0", "", "cohort_token=t0k").body;
   EXPECT_NE(page.find("[rank 0] line 28"), std::string::npos);
   EXPECT_EQ(page.find("[rank 1] line 29"), std::string::npos);
 }
@@ -120,7 +120,9 @@ TEST_F(DashboardTest, TheTokenGivenOnceIsKeptInACookieThatShowsAndWorksTheCancel
   EXPECT_NE(with.find("class=cancel"), std::string::npos);
   EXPECT_EQ(http_call(port, http::verb::post, "/jobs/" + id + "/cancel", "", "cohort_token=nope").status, 401);
   EXPECT_EQ(job(id).state, "queued");
-  auto cancel = http_call(port, http::verb::post, "/jobs/" + id + "/cancel", "", "other=1; cohort_token=s3cret");
+  std::string csrf = with.substr(with.find("name=csrf value=\"") + 17, 32);
+  auto cancel = http_call(port, http::verb::post, "/jobs/" + id + "/cancel", "", "other=1; cohort_token=s3cret",
+                          {{"Origin", "http://localhost"}}, "csrf=" + csrf);
   EXPECT_EQ(cancel.status, 303);
   EXPECT_EQ(job(id).state, "cancelled");
   std::string after = http_call(port, http::verb::get, "/jobs/" + id, "", "cohort_token=s3cret").body;

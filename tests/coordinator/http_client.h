@@ -23,7 +23,8 @@ struct HttpReply {
 };
 
 inline HttpReply http_call(int port, http::verb verb, const std::string& target, const std::string& token = "",
-                           const std::string& cookie = "") {
+                           const std::string& cookie = "", const std::map<std::string, std::string>& headers = {},
+                           const std::string& body = "") {
   boost::asio::io_context io;
   tcp::socket socket(io);
   socket.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), uint16_t(port)));
@@ -31,6 +32,8 @@ inline HttpReply http_call(int port, http::verb verb, const std::string& target,
   req.set(http::field::host, "localhost");
   if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
   if (!cookie.empty()) req.set(http::field::cookie, cookie);
+  for (const auto& [name, value] : headers) req.set(name, value);
+  req.body() = body;
   req.prepare_payload();
   http::write(socket, req);
   beast::flat_buffer buffer;
