@@ -1,6 +1,7 @@
 // Supervisor: launching, watching and stopping a node's workers.
 #include "agent/supervisor.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,13 +49,17 @@ int64_t mtime_ns(const std::string& path) {
   return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// Mode 0600 from creation on: the resolved job file holds [job.env] values
+// and a serve job's api_key.
 Status write_file_atomically(const fs::path& path, const std::string& text) {
   fs::path tmp = path;
   tmp += ".tmp" + std::to_string(::getpid());
   {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) return io_error("cannot write " + tmp.string());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return errno_error("cannot write " + tmp.string());
+    bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+    ok = ::close(fd) == 0 && ok;
+    if (!ok) return errno_error("cannot write " + tmp.string());
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);

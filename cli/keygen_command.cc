@@ -18,6 +18,7 @@ struct KeygenArgs {
   std::string dir;
   std::string role;
   std::string authorize;
+  std::vector<std::string> nodes;
   JsonFlag json;
 };
 
@@ -63,7 +64,7 @@ int run_keygen(const KeygenArgs& args) {
     std::fprintf(stderr, "cohort keygen: --role: %s\n", role.status().message().c_str());
     return kExitUsage;
   }
-  if (auto s = protocol::write_peer_keys(args.dir, *role, args.authorize); !s) {
+  if (auto s = protocol::write_peer_keys(args.dir, *role, args.authorize, args.nodes); !s) {
     std::fprintf(stderr, "cohort keygen: %s\n", s.message().c_str());
     return kExitUsage;
   }
@@ -92,6 +93,9 @@ Command add_keygen_command(CLI::App& root) {
   app->add_option("--role", args->role, "agent or client: a key for one peer (default: the coordinator's keys)");
   app->add_option("--authorize", args->authorize,
                   "the coordinator's key folder: copy its server.public and authorize the new key there");
+  app->add_option("--nodes", args->nodes,
+                  "with --role agent --authorize: the only node names this key may register (comma-separated)")
+      ->delimiter(',');
   args->json.add_to(app);
   return {app, [args] { return run_keygen(*args); }};
 }

@@ -291,6 +291,7 @@ void CoordinatorImpl::on_remove_node(const std::string& peer, const Envelope& e)
     if (auto s = db_->remove_node(m.node); !s) return reply_error(peer, e.id, s);
   }
   registry_.remove(m.node);
+  node_keys_.erase(m.node);  // its name may be registered by another agent key now
   spdlog::info("node {} removed", m.node);
   reply(peer, e.id, Ack{"removed " + m.node});
 }

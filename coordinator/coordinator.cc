@@ -192,6 +192,10 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
     warn_bad_input(s.message());
     return reply_error(peer, e.id, s);
   }
+  if (auto s = check_node_key(m.node); !s) {
+    warn_bad_input(s.message());
+    return reply_error(peer, e.id, s);
+  }
   const Node* before = registry_.find(m.node);
   // A node is bound to the connection that registered it while it is alive:
   // anyone else claiming its name (a hijack, or its own agent restarted) is
@@ -212,6 +216,7 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   }
   bool returning = before && !is_connected(before->state);
   registry_.register_node(m, peer);
+  bind_node_key(m.node);
   spdlog::info("node {} {} ({} GPUs, {} running workers)", m.node,
                returning ? "re-registered" : "registered", m.gpus.size(), m.running.size());
   save_node(m.node);
@@ -226,6 +231,34 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
   check_recovery();
   schedule();
   maybe_scale_up();
+}
+
+Status CoordinatorImpl::check_node_key(const std::string& node) const {
+  if (role_ != Role::kAgent) return Status::ok();
+  const std::string& key = router_->current_key();
+  const auto& restricted = options_.security.agent_node_names;
+  if (auto r = restricted.find(key); r != restricted.end() &&
+                                     std::find(r->second.begin(), r->second.end(), node) == r->second.end()) {
+    std::string names;
+    for (const auto& n : r->second) names += (names.empty() ? "" : ", ") + n;
+    return permission_denied("agent key " + key + " may register only node(s) " + names +
+                             " (its nodes= in authorized_agents), not " + shorten(node, 64));
+  }
+  if (auto b = node_keys_.find(node); b != node_keys_.end() && b->second != key) {
+    return permission_denied("node name " + shorten(node, 64) + " is bound to another agent key (" + b->second +
+                             "); only that key registers it, also after the node is lost. "
+                             "`cohort nodes rm " + shorten(node, 64) + "` unbinds it once the node is lost");
+  }
+  return Status::ok();
+}
+
+void CoordinatorImpl::bind_node_key(const std::string& node) {
+  if (role_ != Role::kAgent || router_->current_key().empty() || node_keys_.count(node)) return;
+  node_keys_[node] = router_->current_key();
+  if (db_) {
+    if (auto s = db_->save_node_key(node, router_->current_key()); !s) spdlog::error("{}", s.message());
+  }
+  spdlog::info("node {} is bound to agent key {}", node, router_->current_key());
 }
 
 void CoordinatorImpl::on_heartbeat(const std::string& peer, const Envelope& e) {

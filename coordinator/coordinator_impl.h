@@ -56,6 +56,11 @@ class CoordinatorImpl final : public Coordinator {
   bool send_to_node(const std::string& node, const T& message);
 
   void on_register(const std::string& peer, const protocol::Envelope& e);
+  // With CURVE: may the agent key of the message being handled register
+  // `node`? (Its restriction at keygen, and the key the name is bound to.)
+  Status check_node_key(const std::string& node) const;
+  // Binds `node` to that key on first use (kept in the state database).
+  void bind_node_key(const std::string& node);
   void on_heartbeat(const std::string& peer, const protocol::Envelope& e);
   // A registering agent's report of the workers it stopped while cut off.
   void note_fencing(const protocol::RegisterNode& m);
@@ -157,6 +162,9 @@ class CoordinatorImpl final : public Coordinator {
   std::deque<RetiredJob> retired_;
   // Each node's newest GPU figures (GpuReport), at most one per GPU it has.
   std::map<std::string, std::vector<protocol::GpuSample>> gpu_samples_;
+  // Node name -> the agent key that registered it first (CURVE only);
+  // `cohort nodes rm` unbinds.
+  std::map<std::string, std::string> node_keys_;
   uint64_t next_seq_ = 1;
   protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
   Clock::TimePoint last_trim_{};

@@ -1,6 +1,10 @@
 // StateDb over the SQLite C API.
 #include "coordinator/state_db.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -14,6 +18,10 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return io_error("cannot create state directory " + dir + ": " + ec.message());
+  // The database holds [job.env] values and serve api_keys: the folder is
+  // 0700 and the file 0600 (SQLite gives its -wal and -shm files the
+  // database file's mode).
+  if (::chmod(dir.c_str(), 0700) != 0) return errno_error("cannot chmod 0700 state directory " + dir);
   std::string path = (std::filesystem::path(dir) / "coordinator.db").string();
   if (std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec) {
     // Empty is what a fresh database looks like too, but one that is there
@@ -21,6 +29,15 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
     spdlog::warn("{} is empty (0 bytes): starting with no jobs and no nodes. If this coordinator "
                  "had state before, restore the file from a backup before submitting",
                  path);
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_error("cannot open " + path);
+  bool private_mode = ::fchmod(fd, 0600) == 0;
+  ::close(fd);
+  if (!private_mode) return errno_error("cannot chmod 0600 " + path);
+  for (const char* suffix : {"-wal", "-shm"}) {
+    std::string side = path + suffix;
+    if (std::filesystem::exists(side, ec)) (void)::chmod(side.c_str(), 0600);  // made by an older coordinator
   }
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
@@ -41,6 +58,8 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
       "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, address TEXT, gpus TEXT)"));
   COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "drained", "INTEGER NOT NULL DEFAULT 0"));
   COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "left_cluster", "INTEGER NOT NULL DEFAULT 0"));
+  COHORT_RETURN_IF_ERROR(state->exec(
+      "CREATE TABLE IF NOT EXISTS node_keys (name TEXT PRIMARY KEY, public_key TEXT NOT NULL)"));
   COHORT_RETURN_IF_ERROR(state->create_log_table());
   return state;
 }
@@ -82,7 +101,41 @@ Status StateDb::remove_node(const std::string& name) {
   }
   sqlite3_bind_text(s.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "removing node " + name);
+  Statement k;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM node_keys WHERE name = ?", -1, &k.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "unbinding node " + name + " from its key");
+  }
+  sqlite3_bind_text(k.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(k.stmt) != SQLITE_DONE) return sqlite_error(db_, "unbinding node " + name + " from its key");
   return Status::ok();
+}
+
+Status StateDb::save_node_key(const std::string& name, const std::string& public_key) {
+  Statement s;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO node_keys (name, public_key) VALUES (?, ?)", -1, &s.stmt,
+                         nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "binding node " + name + " to its key");
+  }
+  sqlite3_bind_text(s.stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.stmt, 2, public_key.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "binding node " + name + " to its key");
+  return Status::ok();
+}
+
+Result<std::map<std::string, std::string>> StateDb::load_node_keys() {
+  Statement s;
+  if (sqlite3_prepare_v2(db_, "SELECT name, public_key FROM node_keys", -1, &s.stmt, nullptr) != SQLITE_OK) {
+    return sqlite_error(db_, "loading node keys");
+  }
+  std::map<std::string, std::string> keys;
+  int rc;
+  while ((rc = sqlite3_step(s.stmt)) == SQLITE_ROW) {
+    const char* n = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 0));
+    const char* k = reinterpret_cast<const char*>(sqlite3_column_text(s.stmt, 1));
+    if (n && k) keys[n] = k;
+  }
+  if (rc != SQLITE_DONE) return sqlite_error(db_, "loading node keys");
+  return keys;
 }
 
 Status StateDb::add_column_if_missing(const std::string& table, const std::string& column,

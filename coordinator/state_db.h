@@ -12,6 +12,7 @@
 // Not thread-safe: the coordinator's loop owns it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ class StateDb {
     bool left = false;
   };
   Result<std::vector<NodeRow>> load_nodes();
+  // The agent key each node name is bound to (protocol/security.h); the
+  // binding goes with remove_node.
+  Status save_node_key(const std::string& name, const std::string& public_key);
+  Result<std::map<std::string, std::string>> load_node_keys();
 
   // Worker log lines (state_db_logs.cc): the LogBuffer's changes in one
   // transaction (new lines, and older ones its caps dropped), all of them

@@ -1,7 +1,9 @@
 // CURVE key generation and loading, and the loopback rule.
 #include "protocol/security.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,13 +18,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A secret is created with mode 0600 (never readable by others, not even
+// between create and chmod); an existing file gets the mode too.
 Status write_file(const fs::path& path, const std::string& text, bool secret) {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) return errno_error("cannot write " + path.string());
-  out << text << "\n";
-  out.close();
-  if (!out) return errno_error("cannot write " + path.string());
-  if (secret && ::chmod(path.c_str(), 0600) != 0) return errno_error("cannot chmod " + path.string());
+  mode_t mode = secret ? 0600 : 0644;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return errno_error("cannot write " + path.string());
+  std::string data = text + "\n";
+  bool ok = ::fchmod(fd, mode) == 0 && ::write(fd, data.data(), data.size()) == ssize_t(data.size());
+  Status status = ok ? Status::ok() : errno_error("cannot write " + path.string());
+  if (::close(fd) != 0 && status) status = errno_error("cannot write " + path.string());
+  return status;
+}
+
+// A folder that holds a secret key: created, then mode 0700.
+Status make_key_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
+  if (::chmod(dir.c_str(), 0700) != 0) return errno_error("cannot chmod 0700 " + dir);
   return Status::ok();
 }
 
@@ -80,7 +94,8 @@ Status refuse_overwrite(const fs::path& d, std::initializer_list<const char*> na
   return Status::ok();
 }
 
-Status read_list(const fs::path& path, Role role, std::map<std::string, Role>* out) {
+Status read_list(const fs::path& path, Role role, Security* security) {
+  std::map<std::string, Role>* out = &security->authorized_keys;
   std::ifstream in(path);
   if (!in) return Status::ok();  // a missing list authorizes nobody
   std::string line;
@@ -98,6 +113,18 @@ Status read_list(const fs::path& path, Role role, std::map<std::string, Role>* o
       return invalid_argument(path.string() + ":" + std::to_string(number) +
                               ": this key is listed as an agent and as a client; give it one role");
     }
+    std::string restriction;
+    if (role == Role::kAgent && (words >> restriction)) {
+      if (restriction.rfind("nodes=", 0) != 0 || restriction.size() == 6) {
+        return invalid_argument(path.string() + ":" + std::to_string(number) + ": expected nodes=NAME[,NAME...] after the key, got '" +
+                                restriction.substr(0, 64) + "'");
+      }
+      auto& names = security->agent_node_names[key];
+      std::istringstream list(restriction.substr(6));
+      for (std::string name; std::getline(list, name, ',');) {
+        if (!name.empty()) names.push_back(name);
+      }
+    }
   }
   return Status::ok();
 }
@@ -105,9 +132,7 @@ Status read_list(const fs::path& path, Role role, std::map<std::string, Role>* o
 }  // namespace
 
 Status write_coordinator_keys(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
+  COHORT_RETURN_IF_ERROR(make_key_folder(dir));
   fs::path d(dir);
   COHORT_RETURN_IF_ERROR(refuse_overwrite(d, {"server.secret"}));
   COHORT_ASSIGN_OR_RETURN(KeyPair server, generate_key_pair());
@@ -124,11 +149,18 @@ Status write_coordinator_keys(const std::string& dir) {
   return Status::ok();
 }
 
-Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir) {
+Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir,
+                       const std::vector<std::string>& nodes) {
   if (role == Role::kTrusted) return invalid_argument("a key's role is agent or client");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return io_error("cannot create " + dir + ": " + ec.message());
+  if (!nodes.empty() && (role != Role::kAgent || authorize_dir.empty())) {
+    return invalid_argument("--nodes restricts an agent key: it goes with --role agent --authorize COORD");
+  }
+  for (const auto& n : nodes) {
+    if (n.empty() || n.find_first_of(", \t\n") != std::string::npos) {
+      return invalid_argument("--nodes: '" + n + "' is not a node name (names are separated by commas)");
+    }
+  }
+  COHORT_RETURN_IF_ERROR(make_key_folder(dir));
   fs::path d(dir);
   std::string name = to_string(role);
   COHORT_RETURN_IF_ERROR(refuse_overwrite(d, {(name + ".secret").c_str()}));
@@ -143,7 +175,9 @@ Status write_peer_keys(const std::string& dir, Role role, const std::string& aut
   COHORT_RETURN_IF_ERROR(write_file(d / "server.public", server_public, false));
   fs::path list = fs::path(authorize_dir) / list_name(role);
   std::ofstream out(list, std::ios::app);
-  out << pair.public_key << "\n";
+  out << pair.public_key;
+  for (size_t i = 0; i < nodes.size(); ++i) out << (i == 0 ? " nodes=" : ",") << nodes[i];
+  out << "\n";
   out.close();
   if (!out) return errno_error("cannot append to " + list.string());
   return Status::ok();
@@ -156,7 +190,7 @@ Result<Security> load_server_security(const std::string& dir) {
   COHORT_ASSIGN_OR_RETURN(s.own.public_key, read_key(d / "server.public"));
   COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / "server.secret"));
   for (Role role : {Role::kAgent, Role::kClient}) {
-    COHORT_RETURN_IF_ERROR(read_list(d / list_name(role), role, &s.authorized_keys));
+    COHORT_RETURN_IF_ERROR(read_list(d / list_name(role), role, &s));
   }
   if (s.authorized_keys.empty()) {
     return invalid_argument(dir + " authorizes no agent or client keys: create them with "

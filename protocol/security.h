@@ -13,6 +13,13 @@
 //     DIR/agent.public DIR/agent.secret   (or client.*)   the peer's pair
 //     DIR/server.public                   copied from COORD with --authorize
 //   --authorize COORD also appends the new public key to COORD's list.
+//   cohort keygen DIR --role agent --authorize COORD --nodes a,b
+//     the key's line in authorized_agents says "KEY nodes=a,b": it may
+//     register only those node names.
+//
+// An agent key is bound to each node name it registers (first use binds, in
+// the coordinator's state; `cohort nodes rm` unbinds): another key cannot
+// take that name, even after the node is lost.
 //
 // Without keys (loopback) every peer is trusted: Role::kTrusted, for trusted
 // local users only.
@@ -43,6 +50,9 @@ struct Security {
   KeyPair own;                                   // server: its pair; peer: its pair
   std::string server_public_key;                 // peers only
   std::map<std::string, Role> authorized_keys;   // servers only: public key → role
+  // Servers only: agent keys restricted to node names (nodes=a,b in
+  // authorized_agents); a key not listed here may register any free name.
+  std::map<std::string, std::vector<std::string>> agent_node_names;
 };
 
 Result<KeyPair> generate_key_pair();
@@ -52,7 +62,10 @@ Status write_coordinator_keys(const std::string& dir);
 // A peer's folder for `role` (kAgent or kClient). With `authorize_dir` (a
 // coordinator's folder): copies its server.public and appends the new public
 // key to its authorized_agents or authorized_clients.
-Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir = "");
+// `nodes` (agents only, with authorize_dir): the only node names the key may
+// register.
+Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir = "",
+                       const std::vector<std::string>& nodes = {});
 
 // The coordinator's view of its folder (server pair + both lists).
 Result<Security> load_server_security(const std::string& dir);

@@ -131,9 +131,10 @@ class ZapHandler {
     if (!ok) warn_bad_input("refused a connection from " + address + ": public key " +
                             (key_text.empty() ? "(none)" : key_text) + " is not authorized");
     // The user id travels with every message of the connection ("User-Id"):
-    // that is how the coordinator knows an agent from a client.
+    // that is how the coordinator knows an agent from a client, and which
+    // key an agent holds (node names are bound to agent keys).
     std::array<std::string, 6> reply = {"1.0", request_id, ok ? "200" : "400",
-                                        ok ? "OK" : "unauthorized key", role, ""};
+                                        ok ? "OK" : "unauthorized key", ok ? role + ":" + key_text : "", ""};
     for (size_t i = 0; i < reply.size(); ++i) {
       socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore
                                                                : zmq::send_flags::none);
@@ -188,6 +189,7 @@ class ZmqRouter final : public RouterEndpoint {
   }
 
   std::string endpoint() const override { return endpoint_; }
+  const std::string& current_key() const override { return current_key_; }
 
  private:
   bool receive_one() {
@@ -215,9 +217,12 @@ class ZmqRouter final : public RouterEndpoint {
       // Set by the ZAP handler for this connection; absent means refused.
       const char* user = zmq_msg_gets(frames[1].handle(), "User-Id");
       std::string text = user ? user : "";
-      if (text == "agent") role = Role::kAgent;
-      else if (text == "client") role = Role::kClient;
+      auto colon = text.find(':');
+      std::string role_text = text.substr(0, colon);
+      if (role_text == "agent") role = Role::kAgent;
+      else if (role_text == "client") role = Role::kClient;
       else return true;
+      current_key_ = colon == std::string::npos ? "" : text.substr(colon + 1);
     }
     handler_(frames[0].to_string(), frames[1].to_string(), role);
     return true;
@@ -228,6 +233,7 @@ class ZmqRouter final : public RouterEndpoint {
   Handler handler_;
   std::string endpoint_;
   bool secure_ = false;
+  std::string current_key_;  // of the message being handled
   std::unique_ptr<ZapHandler> zap_;
   std::unique_ptr<SocketWatcher> watcher_;
 };

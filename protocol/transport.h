@@ -46,6 +46,9 @@ class RouterEndpoint {
   virtual Status send(const std::string& peer, const std::string& payload) = 0;
   // The endpoint actually bound, with the port filled in.
   virtual std::string endpoint() const = 0;
+  // Inside the handler: the CURVE public key (Z85) of the peer whose message
+  // it handles; "" without CURVE.
+  virtual const std::string& current_key() const = 0;
 };
 
 class DealerEndpoint {

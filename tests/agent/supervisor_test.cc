@@ -228,6 +228,8 @@ TEST_F(SupervisorTest, ATrainJobRunsCohortWorkerOnTheResolvedJobFile) {
   std::stringstream text;
   text << toml.rdbuf();
   EXPECT_EQ(text.str(), o.job_toml) << "cohort-worker reads the file as submitted";
+  // It holds [job.env] values and a serve job's api_key: the owner's only.
+  EXPECT_EQ(fs::status(argv[1]).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
 }
 
 TEST_F(SupervisorTest, ASpawnFailureIsReportedNamingTheProgram) {

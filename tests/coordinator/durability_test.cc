@@ -170,5 +170,28 @@ TEST_F(CoordinatorTest, AJobIsAcknowledgedOnlyOnceItIsInTheDatabase) {
   fs::remove_all(dir);
 }
 
+// The database holds [job.env] values (issue 34, item 9): the folder is the
+// owner's only, and so are the database and its WAL files, also when an
+// older coordinator made them readable.
+TEST_F(CoordinatorTest, TheStateDirectoryIs0700AndItsDatabaseFiles0600) {
+  std::string dir = temp_dir();
+  fs::permissions(dir, fs::perms::all);
+  std::ofstream(dir + "/coordinator.db").close();
+  fs::permissions(dir + "/coordinator.db", fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                                                fs::perms::others_read);
+  start(dir);
+  auto spec = command_job("secret", 1, 1);
+  spec.job.env["API_TOKEN"] = "s3cret";
+  submit(spec);
+  auto mode = [](const std::string& p) { return fs::status(p).permissions() & fs::perms::all; };
+  EXPECT_EQ(mode(dir), fs::perms::owner_all);
+  for (const char* file : {"coordinator.db", "coordinator.db-wal", "coordinator.db-shm"}) {
+    ASSERT_TRUE(fs::exists(dir + "/" + file)) << file;
+    EXPECT_EQ(mode(dir + "/" + file), fs::perms::owner_read | fs::perms::owner_write) << file;
+  }
+  stop();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator::testing
