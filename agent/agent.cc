@@ -16,6 +16,7 @@
 
 #include "agent/coordinator_contact.h"
 #include "agent/coordinator_probe.h"
+#include "agent/log_forwarder.h"
 #include "agent/metrics_tail.h"
 #include "agent/node_address.h"
 #include "agent/supervisor.h"
@@ -72,8 +73,9 @@ class AgentImpl final : public Agent {
         forward_store(std::move(r), std::move(done));
       });
     };
+    forwarder_ = std::make_shared<LogForwarder>(clock_, options_.log_limits);
     SupervisorSink sink{
-        [this](const std::string& job, LogLine line) { queue_line(job, std::move(line)); },
+        [forwarder = forwarder_](const std::string& job, LogLine line) { forwarder->add(job, std::move(line)); },
         [this](WorkerExit exit) { send_exit(std::move(exit)); },
         [this](WorkersStarted started) { send(encode(started)); }};
     supervisor_ = std::make_unique<Supervisor>(io_, *options_.launcher, clock_, so, forward, sink);
@@ -152,13 +154,13 @@ class AgentImpl final : public Agent {
     poll_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
       if (ec || !*alive) return;
       watch_contact();
-      flush_all_lines();
+      send_lines();
       supervisor_->check_progress();
       forward_metrics();
       report_gpus();
       expire_store_requests();
       if (shutdown_done_ && supervisor_->live_workers() == 0) {
-        flush_all_lines();
+        send_lines();
         send(encode(NodeLeft{options_.name}));
         spdlog::info("agent {}: every worker has stopped; left the cluster", options_.name);
         auto done = std::move(shutdown_done_);
@@ -212,6 +214,7 @@ class AgentImpl final : public Agent {
       spdlog::info("agent {} {} with the coordinator as {}", options_.name,
                    back ? "registered again" : "registered", address_.address);
     } else if (e->type == Ack::kType) {
+      if (lines_in_flight_.erase(e->id)) return send_lines();
       on_answer(e->id);
     } else if (e->type == StoreReply::kType || e->type == ErrorReply::kType) {
       auto it = pending_store_.find(e->id);
@@ -259,6 +262,12 @@ class AgentImpl final : public Agent {
       fence_reason_.clear();
     }
     last_logged_cause_.clear();
+    if (before != ContactState::kInContact) {
+      // Batches unanswered when contact broke may never have arrived: again
+      // now (the coordinator skips the ones it already has).
+      for (auto& [batch_id, f] : lines_in_flight_) f.sent_at = Clock::TimePoint{};
+      send_lines();
+    }
   }
 
   // Time-driven: silence, the lease, probes of the coordinator's port.
@@ -341,27 +350,47 @@ class AgentImpl final : public Agent {
     }
   }
 
-  void queue_line(const std::string& job, LogLine line) {
-    // Batches stay far below the coordinator's message cap even when every
-    // line is a maximal 64 KiB one.
-    constexpr size_t kMaxBatchBytes = 1u << 20;
-    auto& batch = pending_lines_[job];
-    pending_bytes_[job] += line.text.size() + 32;
-    batch.push_back(std::move(line));
-    if (batch.size() >= 2000 || pending_bytes_[job] >= kMaxBatchBytes) flush_lines(job);
-  }
+  // Log batches go out only while the coordinator answers, at most
+  // kLogBatchesInFlight unanswered at a time: the transport's queue (shared
+  // with heartbeats and exits, 64 messages) then never holds more than that
+  // many batches of log lines ahead of a control message. A batch
+  // unanswered for kLogResendAfter goes again under the same id (the
+  // coordinator skips ids it has taken); after kLogMaxSends it counts as a
+  // gap (log_forwarder.h).
+  static constexpr size_t kLogBatchesInFlight = 4;
+  static constexpr auto kLogResendAfter = std::chrono::seconds(5);
+  static constexpr int kLogMaxSends = 6;
+  static constexpr size_t kLogBatchesAtExit = 4;
 
-  void flush_lines(const std::string& job) {
-    auto it = pending_lines_.find(job);
-    if (it == pending_lines_.end() || it->second.empty()) return;
-    LogBatch batch{job, std::move(it->second)};
-    pending_lines_.erase(it);
-    pending_bytes_.erase(job);
-    send(encode(batch));
-  }
-
-  void flush_all_lines() {
-    while (!pending_lines_.empty()) flush_lines(pending_lines_.begin()->first);
+  void send_lines() {
+    if (contact_.state() != ContactState::kInContact) return;
+    auto now = clock_.now();
+    for (auto it = lines_in_flight_.begin(); it != lines_in_flight_.end();) {
+      auto& f = it->second;
+      if (now - f.sent_at < kLogResendAfter) {
+        ++it;
+        continue;
+      }
+      if (f.sends >= kLogMaxSends) {
+        spdlog::warn("agent {}: {} log lines of job {} were not taken by the coordinator after {} sends; "
+                     "reported as a gap", options_.name, f.batch.lines.size(), f.batch.job_id, f.sends);
+        forwarder_->lost(f.batch);
+        it = lines_in_flight_.erase(it);
+        continue;
+      }
+      f.sent_at = now;
+      ++f.sends;
+      (void)send(encode(f.batch, it->first));
+      ++it;
+    }
+    while (lines_in_flight_.size() < kLogBatchesInFlight) {
+      auto batch = forwarder_->take_batch();
+      if (!batch) break;
+      uint64_t id = next_id_++;
+      std::string payload = encode(*batch, id);
+      lines_in_flight_[id] = InFlightLines{std::move(*batch), now, 1};
+      (void)send(payload);
+    }
   }
 
   // New metrics.jsonl rows of the attempts whose rank 0 runs here; a tail
@@ -390,9 +419,29 @@ class AgentImpl final : public Agent {
   }
 
   void send_exit(WorkerExit exit) {
-    flush_lines(exit.job_id);  // the lines come before the exit they explain
+    // The lines go first: the window's worth, and up to kLogBatchesAtExit
+    // more of this job beyond it (so `cohort run` and `submit --wait` show
+    // a job's last lines before its end); an exit never waits for a job's
+    // flood of output beyond that.
+    send_lines();
+    if (contact_.state() == ContactState::kInContact) {
+      for (size_t i = 0; i < kLogBatchesAtExit; ++i) {
+        auto batch = forwarder_->take_batch(exit.job_id);
+        if (!batch) break;
+        uint64_t id = next_id_++;
+        std::string payload = encode(*batch, id);
+        lines_in_flight_[id] = InFlightLines{std::move(*batch), clock_.now(), 1};
+        (void)send(payload);
+      }
+    }
     send(encode(exit));
   }
+
+  struct InFlightLines {
+    LogBatch batch;
+    Clock::TimePoint sent_at;
+    int sends = 0;
+  };
 
   struct PendingStore {
     std::function<void(Result<StoreReply>)> done;
@@ -410,8 +459,8 @@ class AgentImpl final : public Agent {
   asio::steady_timer poll_timer_;
   std::chrono::milliseconds interval_;
   Clock::TimePoint last_register_{};
-  std::map<std::string, std::vector<LogLine>> pending_lines_;
-  std::map<std::string, size_t> pending_bytes_;
+  std::shared_ptr<LogForwarder> forwarder_;        // shared with the launcher's threads
+  std::map<uint64_t, InFlightLines> lines_in_flight_;  // by envelope id
   std::map<uint64_t, PendingStore> pending_store_;
   std::map<std::pair<std::string, int>, MetricsTail> metric_tails_;  // (job, attempt)
   Clock::TimePoint last_gpu_report_{};

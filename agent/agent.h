@@ -26,6 +26,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/gpu_discovery.h"
+#include "agent/log_forwarder.h"
 #include "agent/process_launcher.h"
 #include "base/clock.h"
 #include "base/status.h"
@@ -56,6 +57,7 @@ struct AgentOptions {
   // heartbeat_timeout (off for the embedded cluster: one process).
   bool fence = true;
   std::shared_ptr<zmq::context_t> zmq_context;        // null: a new one
+  LogForwardingLimits log_limits;                     // worker output to the coordinator (log_forwarder.h)
 };
 
 class Agent {

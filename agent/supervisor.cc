@@ -262,12 +262,12 @@ void Supervisor::spawn_worker(const Key& key, Group& group, Worker& worker,
   int attempt = order.attempt;
   std::string job_id = order.job_id;
   // Launcher thread: the file write happens there (thread-safe, and it keeps
-  // the line even if the agent's loop is busy); forwarding hops to the loop.
-  spawn.on_line = [this, alive, logs, rank, attempt, job_id](OutputStream, std::string_view line) {
+  // the line even if the agent's loop is busy), and so does the hand-over
+  // for forwarding: the sink is thread-safe and bounded (log_forwarder.h),
+  // where a post per line would queue a flood on the loop without bound.
+  spawn.on_line = [logs, rank, attempt, job_id, line_sink = sink_.line](OutputStream, std::string_view line) {
     (void)logs->write_line(rank, line);
-    boost::asio::post(io_, [this, alive, job_id, l = protocol::LogLine{0, attempt, rank, std::string(line)}] {
-      if (alive.lock()) sink_.line(job_id, l);
-    });
+    if (line_sink) line_sink(job_id, protocol::LogLine{0, attempt, rank, std::string(line)});
   };
   spawn.on_exit = [this, alive, key, rank](const ExitStatus& status) {
     boost::asio::post(io_, [this, alive, key, rank, status] {

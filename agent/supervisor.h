@@ -59,6 +59,8 @@ struct SupervisorOptions {
 };
 
 struct SupervisorSink {
+  // Called on the launcher's threads (any thread): must be thread-safe and
+  // must not outlive what it captures by reference.
   std::function<void(const std::string& job_id, protocol::LogLine line)> line;
   std::function<void(protocol::WorkerExit exit)> exit;
   // This node runs rank 0 and chose MASTER_PORT (the order said 0): the

@@ -215,6 +215,7 @@ void CoordinatorImpl::on_register(const std::string& peer, const Envelope& e) {
                                                           " nodes already; remove lost ones with `cohort nodes rm`"));
   }
   bool returning = before && !is_connected(before->state);
+  if (!before || before->peer != peer) log_batches_seen_.erase(m.node);  // a new agent numbers from 1
   registry_.register_node(m, peer);
   bind_node_key(m.node);
   spdlog::info("node {} {} ({} GPUs, {} running workers)", m.node,
@@ -333,11 +334,28 @@ void CoordinatorImpl::on_worker_exit(const std::string& peer, const Envelope& e)
 void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
   auto m = body_as<LogBatch>(e);
   if (!m) return (void)warn_bad_input(m.status().message());
-  auto it = jobs_.find(m->job_id);
-  if (it == jobs_.end()) return;
-  // Lines are taken only for ranks that ran on the sender's node.
+  // Lines are taken only for ranks that ran on the sender's node. Unanswered,
+  // the agent sends the batch again once it has registered.
   const Node* n = node_of_peer(peer);
   if (!n) return (void)warn_bad_input("log lines for job " + m->job_id + " from a connection that is no node");
+  if (e.id != 0) {
+    // The answer lets the agent send more (agent.cc) and forget the batch,
+    // so with a state database it comes once the lines are saved: a
+    // coordinator killed before that gets them again from the agent. A
+    // batch sent again after a lost answer is skipped by its id.
+    if (db_) {
+      log_acks_due_.emplace_back(peer, e.id);
+    } else {
+      reply(peer, e.id, Ack{});
+    }
+    auto& seen = log_batches_seen_[n->name];
+    bool again = std::find(seen.begin(), seen.end(), e.id) != seen.end();
+    if (!again) seen.push_back(e.id);
+    if (seen.size() > kLogBatchIdsKept) seen.pop_front();
+    if (again) return flush_full_log_window(peer);
+  }
+  auto it = jobs_.find(m->job_id);
+  if (it == jobs_.end()) return flush_full_log_window(peer);
   const Job& job = it->second;
   std::vector<LogLine> kept;
   kept.reserve(m->lines.size());
@@ -354,13 +372,26 @@ void CoordinatorImpl::on_log_batch(const std::string& peer, const Envelope& e) {
   if (!kept.empty()) logs_.append(m->job_id, std::move(kept));
   // A flood is written at once rather than held for the next tick.
   if (logs_.unsaved_bytes() > (4u << 20)) flush_logs();
+  flush_full_log_window(peer);
+}
+
+void CoordinatorImpl::flush_full_log_window(const std::string& peer) {
+  // An agent whose window is full waits for these answers: save now.
+  size_t from_peer = std::count_if(log_acks_due_.begin(), log_acks_due_.end(),
+                                   [&](const auto& due) { return due.first == peer; });
+  if (from_peer >= kLogAcksBeforeFlush) flush_logs();
 }
 
 void CoordinatorImpl::flush_logs() {
   last_log_flush_ = clock_.now();
   auto changes = logs_.take_changes();
-  if (!db_ || changes.empty()) return;
-  if (auto s = db_->save_logs(changes); !s) spdlog::error("cannot save log lines: {}", s.message());
+  if (db_ && !changes.empty()) {
+    if (auto s = db_->save_logs(changes); !s) spdlog::error("cannot save log lines: {}", s.message());
+  }
+  // Answered even when saving failed: the lines are in memory, and an agent
+  // sending them again would not help.
+  for (const auto& [peer, id] : log_acks_due_) reply(peer, id, Ack{});
+  log_acks_due_.clear();
 }
 
 void CoordinatorImpl::forget_logs(const std::string& job_id) {

@@ -106,6 +106,8 @@ class CoordinatorImpl final : public Coordinator {
   // Log lines not yet in the state database go there (once a second, and
   // when many are waiting); a removed or retired job's lines leave it.
   void flush_logs();
+  // flush_logs() when `peer` has kLogAcksBeforeFlush log batches unanswered.
+  void flush_full_log_window(const std::string& peer);
   void forget_logs(const std::string& job_id);
   // For LogReply::note: where the lines a query misses are.
   std::string logs_note(const Job& job, const protocol::LogQuery& query) const;
@@ -162,9 +164,18 @@ class CoordinatorImpl final : public Coordinator {
   std::deque<RetiredJob> retired_;
   // Each node's newest GPU figures (GpuReport), at most one per GPU it has.
   std::map<std::string, std::vector<protocol::GpuSample>> gpu_samples_;
+  // Per node, the envelope ids of the last log batches taken: a batch its
+  // agent sends again (the answer was lost) is not stored twice.
+  static constexpr size_t kLogBatchIdsKept = 64;
+  std::map<std::string, std::deque<uint64_t>> log_batches_seen_;
   // Node name -> the agent key that registered it first (CURVE only);
   // `cohort nodes rm` unbinds.
   std::map<std::string, std::string> node_keys_;
+  // (peer, envelope id) of log batches taken but not saved yet: answered by
+  // flush_logs(), at once when one peer has kLogAcksBeforeFlush waiting
+  // (the agent's window, agent.cc), else at the next tick.
+  static constexpr size_t kLogAcksBeforeFlush = 4;
+  std::vector<std::pair<std::string, uint64_t>> log_acks_due_;
   uint64_t next_seq_ = 1;
   protocol::Role role_ = protocol::Role::kTrusted;  // of the message being handled
   Clock::TimePoint last_trim_{};

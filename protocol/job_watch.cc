@@ -6,8 +6,31 @@
 
 namespace cohort::protocol {
 
-std::string format_log_line(const LogLine& line) {
-  return "[rank " + std::to_string(line.rank) + "] " + line.text;
+std::string escape_control_characters(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+              static_cast<unsigned char>(text[i + 1]) <= 0x9f;  // U+0080..U+009F (CSI is U+009B)
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else if (c1) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\xc2\\x%02x", static_cast<unsigned char>(text[i + 1]));
+      out += buf;
+      ++i;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+std::string format_log_line(const LogLine& line, bool raw) {
+  return "[rank " + std::to_string(line.rank) + "] " + (raw ? line.text : escape_control_characters(line.text));
 }
 
 Result<JobInfo> watch_job(Client& client, const std::string& job_id, const WatchOptions& options) {
@@ -45,7 +68,9 @@ Result<JobInfo> watch_job(Client& client, const std::string& job_id, const Watch
       if (options.on_line) {
         options.on_line(line);
       } else {
-        std::printf("%s\n", format_log_line(line).c_str());
+        std::string text = format_log_line(line, options.raw);
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fputc('\n', stdout);
       }
     }
     std::fflush(stdout);

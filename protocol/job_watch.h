@@ -26,6 +26,7 @@ struct WatchOptions {
   // then carries on until the job has stopped.
   const std::atomic<bool>* interrupt = nullptr;
   std::function<void(const LogLine&)> on_line;  // default: "[rank R] text" on stdout
+  bool raw = false;  // the default on_line writes control characters as they are
   std::function<void()> on_poll;                 // after each poll (a progress display)
 };
 
@@ -33,7 +34,12 @@ struct WatchOptions {
 // kUnavailable when the coordinator stops answering.
 Result<JobInfo> watch_job(Client& client, const std::string& job_id, const WatchOptions& options);
 
-// "[rank 3] text", the prefix every log line carries on a terminal.
-std::string format_log_line(const LogLine& line);
+// "[rank 3] text", the prefix every log line carries on a terminal. Unless
+// `raw`, control characters other than tab (C0, DEL, and C1 as UTF-8) are
+// written as \xHH, so a job's output cannot drive the reader's terminal
+// (escape sequences, cursor moves, a rewritten title).
+std::string format_log_line(const LogLine& line, bool raw = false);
+// The escaping of format_log_line alone.
+std::string escape_control_characters(const std::string& text);
 
 }  // namespace cohort::protocol

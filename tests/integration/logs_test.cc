@@ -55,5 +55,56 @@ TEST(Logs, OutputThatNeverReachedTheCoordinatorIsPointedToOnTheNodes) {
       << logs.err;
 }
 
+TEST(Logs, ControlCharactersAreEscapedUnlessRaw) {
+  Cluster c;
+  c.start_coordinator();
+  c.add_agent("node-a", 1);
+  ASSERT_TRUE(c.wait_for_alive_nodes(1, 10s));
+  // ESC ] 0 ; title BEL, a clear-screen CSI, a tab and a carriage return.
+  auto r = c.cli("submit", {c.write_job("ansi", command_job(c, "ansi",
+                                                             "printf 'a\\\\033]0;owned\\\\007b\\\\033[2Jc\\\\td\\\\re\\\\n'")),
+                            "--wait"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  auto logs = c.cli("logs", {id});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_EQ(logs.out, "[rank 0] a\\x1b]0;owned\\x07b\\x1b[2Jc\td\\x0de\n");
+  auto raw = c.cli("logs", {id, "--raw"});
+  EXPECT_EQ(raw.out, "[rank 0] a\x1b]0;owned\x07" "b\x1b[2Jc\td\re\n");
+}
+
+// Lines printed while the coordinator is down wait on the agent and arrive
+// once it is back; none is lost without a word.
+TEST(Logs, LinesPrintedWhileTheCoordinatorIsDownArriveAfterItsRestart) {
+  Cluster c;
+  std::string state = c.dir() + "/state";
+  c.start_coordinator({"--state-dir", state});
+  c.add_agent("node-a", 1);
+  ASSERT_TRUE(c.wait_for_alive_nodes(1, 10s));
+  auto r = c.cli("submit", {c.write_job("count", command_job(c, "count",
+                                                              "i=0; while [ $i -lt 120 ]; do i=$((i+1)); echo n$i; "
+                                                              "sleep 0.05; done"))});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  ASSERT_TRUE(wait_until([&] { return c.cli("logs", {id}).out.find("n10\n") != std::string::npos; }, 20s));
+  c.kill_coordinator();
+  std::this_thread::sleep_for(2500ms);
+  c.start_coordinator({"--state-dir", state});
+  ASSERT_TRUE(wait_until([&] { return c.job_state(id) == "succeeded"; }, 40s)) << c.job_state(id);
+  std::string out;
+  ASSERT_TRUE(wait_until([&] {
+    out = c.cli("logs", {id}).out;
+    return out.find("n120\n") != std::string::npos;
+  }, 10s)) << out;
+  // Every line is there, in order (a batch whose answer was lost may repeat).
+  size_t at = 0;
+  for (int i = 1; i <= 120; ++i) {
+    size_t next = out.find("[rank 0] n" + std::to_string(i) + "\n", at);
+    if (next == std::string::npos) next = out.find("[rank 0] n" + std::to_string(i) + "\n");
+    ASSERT_NE(next, std::string::npos) << "line n" << i << " is missing:\n" << out;
+    at = next;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::testing
