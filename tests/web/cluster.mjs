@@ -71,6 +71,9 @@ export class Cluster {
     const m = await waitFor('the coordinator\'s HTTP port',
                             () => this.log('coordinator.log').match(/HTTP API on http:\/\/127\.0\.0\.1:(\d+)\//), 20000);
     this.url = `http://127.0.0.1:${m[1]}`;
+    // With a token, a job's details need it (docs/security.md).
+    const t = extra.indexOf('--http-token');
+    this.token = t >= 0 ? extra[t + 1] : '';
     return this.url;
   }
 
@@ -94,7 +97,8 @@ export class Cluster {
   }
 
   async job(id) {
-    return (await fetch(`${this.url}/api/jobs/${id}`)).json();
+    const headers = this.token ? { Authorization: `Bearer ${this.token}` } : {};
+    return (await fetch(`${this.url}/api/jobs/${id}`, { headers })).json();
   }
 
   stop() {
