@@ -4,9 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -14,6 +16,8 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include "base/connection_slots.h"
 
 namespace cohort::infer {
 namespace {
@@ -61,17 +65,26 @@ bool same_key(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// Connection bounds besides max_connections (docs/security.md): the first
+// byte of a request within 10 s of accept, the whole of it within 30 s.
+constexpr auto kFirstByteTimeout = std::chrono::seconds(10);
+constexpr auto kRequestTimeout = std::chrono::seconds(30);
+
 class Server;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, Server& server);
+  Connection(tcp::socket socket, Server& server, uint64_t slot);
   ~Connection();
   void start();
   void on_event(const TokenEvent& e);
   int64_t id() const { return id_; }
+  // Closes the connection to make room for another (it is still waiting
+  // for its request: no generation to cancel).
+  void evict();
 
  private:
+  void read_request();
   void on_request(beast::error_code ec);
   void route();
   void completion(bool chat);
@@ -85,6 +98,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string new_text(bool finished);
 
   Server& server_;
+  const uint64_t slot_;  // in Server::slots_
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -186,6 +200,12 @@ class Server final : public ServeHttp {
   }
 
   const ServeHttpOptions& options() const { return options_; }
+  ConnectionSlots& slots() { return slots_; }
+  // Its slot is free (the connection is closing).
+  void release(uint64_t slot) {
+    slots_.release(slot);
+    waiting_.erase(slot);
+  }
   GenerationQueue& queue() { return *queue_; }
   ServeMetrics& metrics() { return *metrics_; }
   int responding() const override { return responding_; }
@@ -196,7 +216,22 @@ class Server final : public ServeHttp {
     acceptor_->async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
-        if (open_ >= options_.max_connections) {
+        // A slot, or the slot of the connection that has waited longest for
+        // its request (base/connection_slots.h): slow clients cannot keep
+        // /health out.
+        boost::system::error_code address_ec;
+        std::string address = socket.remote_endpoint(address_ec).address().to_string();
+        uint64_t slot = next_slot_++;
+        auto admission = slots_.admit(slot, address_ec ? "?" : address);
+        if (admission.evict) {
+          auto it = waiting_.find(*admission.evict);
+          if (it != waiting_.end()) {
+            auto evicted = it->second.lock();
+            waiting_.erase(it);
+            if (evicted) evicted->evict();
+          }
+        }
+        if (!admission.admitted) {
           auto s = std::make_shared<tcp::socket>(std::move(socket));
           auto text = std::make_shared<std::string>(
               response_text(503, "application/json",
@@ -207,7 +242,9 @@ class Server final : public ServeHttp {
           });
           metrics_->count_response(503);
         } else {
-          std::make_shared<Connection>(std::move(socket), *this)->start();
+          auto connection = std::make_shared<Connection>(std::move(socket), *this, slot);
+          waiting_[slot] = connection;
+          connection->start();
         }
       }
       accept();
@@ -225,28 +262,53 @@ class Server final : public ServeHttp {
   std::unordered_map<int64_t, std::shared_ptr<Connection>> live_;  // io thread only
   std::atomic<int> live_count_{0};
   int64_t next_id_ = 1;
+  ConnectionSlots slots_{ConnectionLimits{size_t(std::max(1, options_.max_connections)),
+                                          size_t(std::max(1, options_.max_connections_per_address))}};
+  std::map<uint64_t, std::weak_ptr<Connection>> waiting_;  // io thread only: open connections by slot
+  uint64_t next_slot_ = 1;
 };
 
-Connection::Connection(tcp::socket socket, Server& server) : server_(server), stream_(std::move(socket)) {
+Connection::Connection(tcp::socket socket, Server& server, uint64_t slot)
+    : server_(server), slot_(slot), stream_(std::move(socket)) {
   ++server_.open_;
 }
 
 Connection::~Connection() {
   --server_.open_;
   if (responding_) --server_.responding_;
+  server_.release(slot_);
 }
 
+void Connection::evict() {
+  closed_ = true;
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
+}
+
+// The first byte within kFirstByteTimeout, the whole request within
+// kRequestTimeout (header and body).
 void Connection::start() {
+  stream_.expires_after(kFirstByteTimeout);
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    if (ec) return;  // silent, gone or evicted: nothing to answer
+    self->buffer_.commit(n);
+    self->read_request();
+  });
+}
+
+void Connection::read_request() {
   parser_.emplace();
   parser_->body_limit(static_cast<uint64_t>(server_.options().max_body_bytes));
   parser_->header_limit(16 * 1024);
-  stream_.expires_after(std::chrono::seconds(30));
+  stream_.expires_after(kRequestTimeout);
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
 }
 
 void Connection::on_request(beast::error_code ec) {
   stream_.expires_never();
+  server_.slots().request_arrived(slot_);
+  if (closed_) return;  // evicted meanwhile
   if (ec == http::error::body_limit) {
     return error({413, "the request body is larger than " +
                            std::to_string(server_.options().max_body_bytes) + " bytes",

@@ -10,9 +10,13 @@
 // 400 naming the field, 401 without the API key (when one is set), 404, 405,
 // 413 for a body over max_body_bytes, 429 when running + waiting requests
 // reach max_live, 503 while loading or draining. Bounded per client: the
-// body, the header (16 KiB), the time to send a request (30 s), and what is
-// buffered for a reader that does not keep up (at most one chunk per token of
-// its max_tokens). A connection over max_connections gets 503 and is closed.
+// body, the header (16 KiB), the time to its first byte (10 s) and to the
+// whole request (30 s), and what is buffered for a reader that does not keep
+// up (at most one chunk per token of its max_tokens). Connections are capped
+// (max_connections, max_connections_per_address); at a cap, the connection
+// that has waited longest for its request is closed to make room
+// (base/connection_slots.h), so slow clients never keep /health out. When
+// every slot has a request under way a new connection gets 503 and is closed.
 // A client that disconnects has its request cancelled (its slot is free at
 // the next step). Nothing a client sends can throw out of a handler.
 #pragma once
@@ -50,6 +54,7 @@ struct ServeHttpOptions {
   int port = 0;
   std::string api_key;               // "": no key needed
   int max_connections = 256;
+  int max_connections_per_address = 128;
   int max_body_bytes = 1 << 20;
   int max_live = 80;                 // running + waiting requests before 429
   ApiDefaults defaults;
