@@ -23,7 +23,8 @@ constexpr auto kGapReportEvery = std::chrono::seconds(1);
 std::string describe_log_gap(int attempt, int rank, uint64_t lines, uint64_t bytes,
                              const LogForwardingLimits& limits) {
   return fmt::format(
-      "cohort: {} line{} ({}) of rank {} were not forwarded here (this job's output passed the agent's "
+      "cohort: {} line{} ({}) of rank {} were not forwarded here (this job's output passed the "
+      "agent's "
       "forwarding limit of {}/s, or its buffer of {} filled while the coordinator was away); "
       "logs/attempt-{}/rank-{}.log under the job's output_dir on this rank's node holds every line",
       lines, lines == 1 ? "" : "s", size_text(bytes), rank, size_text(limits.rate_bytes_per_s),
@@ -36,7 +37,8 @@ LogForwarder::LogForwarder(const Clock& clock, LogForwardingLimits limits)
 void LogForwarder::refill(JobQueue& q, Clock::TimePoint now) const {
   double seconds = std::chrono::duration<double>(now - q.refilled).count();
   if (seconds > 0) {
-    q.tokens = std::min(double(limits_.burst_bytes), q.tokens + seconds * double(limits_.rate_bytes_per_s));
+    q.tokens = std::min(double(limits_.burst_bytes),
+                        q.tokens + seconds * double(limits_.rate_bytes_per_s));
   }
   q.refilled = now;
 }
@@ -50,8 +52,9 @@ void LogForwarder::push(JobQueue& q, protocol::LogLine line) {
 
 void LogForwarder::report_gaps(JobQueue& q, Clock::TimePoint now) {
   for (const auto& [key, gap] : q.gaps) {
-    push(q, protocol::LogLine{0, key.first, key.second,
-                              describe_log_gap(key.first, key.second, gap.lines, gap.bytes, limits_)});
+    push(q,
+         protocol::LogLine{0, key.first, key.second,
+                           describe_log_gap(key.first, key.second, gap.lines, gap.bytes, limits_)});
   }
   q.gaps.clear();
   q.last_gap_report = now;
@@ -74,11 +77,12 @@ void LogForwarder::add(const std::string& job, protocol::LogLine line) {
   }
   refill(q, now);
   size_t c = cost(line);
-  bool room = q.bytes + c <= limits_.job_buffer_bytes && total_bytes_ + c <= limits_.total_buffer_bytes;
+  bool room =
+      q.bytes + c <= limits_.job_buffer_bytes && total_bytes_ + c <= limits_.total_buffer_bytes;
   // Hysteresis: a job that started dropping resumes once it has half its
   // burst and half its buffer again, so a flood makes few, long gaps.
-  if (q.dropping && q.tokens >= double(limits_.burst_bytes) / 2 && q.bytes <= limits_.job_buffer_bytes / 2 &&
-      room) {
+  if (q.dropping && q.tokens >= double(limits_.burst_bytes) / 2 &&
+      q.bytes <= limits_.job_buffer_bytes / 2 && room) {
     q.dropping = false;
   }
   if (!q.dropping && (q.tokens < double(c) || !room)) q.dropping = true;
@@ -111,11 +115,13 @@ std::optional<protocol::LogBatch> LogForwarder::take_batch(const std::string& jo
     if (start == jobs_.end()) start = jobs_.begin();
     if (!job.empty() && start->first != job) continue;
     JobQueue& q = start->second;
-    if (q.lines.empty() && !q.gaps.empty() && now - q.last_gap_report >= kGapReportEvery) report_gaps(q, now);
+    if (q.lines.empty() && !q.gaps.empty() && now - q.last_gap_report >= kGapReportEvery)
+      report_gaps(q, now);
     if (q.lines.empty()) continue;
     protocol::LogBatch batch{start->first, {}};
     size_t bytes = 0;
-    while (!q.lines.empty() && (batch.lines.empty() || bytes + cost(q.lines.front()) <= limits_.batch_bytes)) {
+    while (!q.lines.empty() &&
+           (batch.lines.empty() || bytes + cost(q.lines.front()) <= limits_.batch_bytes)) {
       size_t c = cost(q.lines.front());
       bytes += c;
       q.bytes -= c;

@@ -40,12 +40,12 @@
 namespace cohort::agent {
 
 struct LogForwardingLimits {
-  size_t line_bytes = 16 << 10;         // longer lines are cut
-  size_t rate_bytes_per_s = 2 << 20;    // per job, sustained
-  size_t burst_bytes = 8 << 20;         // per job, what a burst may send at once
-  size_t job_buffer_bytes = 8 << 20;    // per job, waiting to be sent
-  size_t total_buffer_bytes = 32 << 20; // all jobs together
-  size_t batch_bytes = 256 << 10;       // one LogBatch message
+  size_t line_bytes = 16 << 10;          // longer lines are cut
+  size_t rate_bytes_per_s = 2 << 20;     // per job, sustained
+  size_t burst_bytes = 8 << 20;          // per job, what a burst may send at once
+  size_t job_buffer_bytes = 8 << 20;     // per job, waiting to be sent
+  size_t total_buffer_bytes = 32 << 20;  // all jobs together
+  size_t batch_bytes = 256 << 10;        // one LogBatch message
 };
 
 class LogForwarder {

@@ -34,8 +34,11 @@ cohort::Status WorkerLogWriter::write_line(int rank, std::string_view line) {
   std::lock_guard lock(mutex_);
   RankLog& log = ranks_[rank];
   if (keep_lines_ > 0) {
+    // The root-cause report shows 1 KiB of a line; 4 KiB each keeps the tail
+    // small whatever the rank prints (64 KiB pieces of a runaway line).
+    constexpr size_t kMaxKeptLineBytes = 4096;
     if (log.recent.size() == keep_lines_) log.recent.pop_front();
-    log.recent.emplace_back(line);
+    log.recent.emplace_back(line.substr(0, kMaxKeptLineBytes));
   }
   if (!log.file) {
     // Append: a restarted agent reusing an attempt folder must not erase it.

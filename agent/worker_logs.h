@@ -3,8 +3,8 @@
 // Each line goes to <output_dir>/logs/attempt-<A>/rank-<R>.log prefixed with
 // "[rank R] " (so concatenated or grepped logs still say who spoke) and is
 // flushed at once: a worker killed a moment later must not take its last
-// lines with it. The last `keep_lines` lines per rank stay in memory for the
-// root-cause report of a failed attempt.
+// lines with it. The last `keep_lines` lines per rank (their first 4 KiB)
+// stay in memory for the root-cause report of a failed attempt.
 #pragma once
 
 #include <cstdio>

@@ -42,6 +42,8 @@ void ConnectionSlots::request_arrived(uint64_t id) {
   if (it != slots_.end()) it->second.waiting = false;
 }
 
-void ConnectionSlots::release(uint64_t id) { slots_.erase(id); }
+void ConnectionSlots::release(uint64_t id) {
+  slots_.erase(id);
+}
 
 }  // namespace cohort

@@ -45,7 +45,8 @@ std::shared_ptr<const infer::ChatFormat> template_format() {
         "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}"
         "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}");
     if (!parsed) std::abort();
-    return std::make_shared<const infer::ChatFormat>(infer::ChatFormat{std::move(*parsed), "<s>", "</s>"});
+    return std::make_shared<const infer::ChatFormat>(
+        infer::ChatFormat{std::move(*parsed), "<s>", "</s>"});
   }();
   return format;
 }

@@ -20,7 +20,9 @@ LogForwardingLimits small_limits() {
   return l;
 }
 
-protocol::LogLine line(int rank, std::string text) { return protocol::LogLine{0, 0, rank, std::move(text)}; }
+protocol::LogLine line(int rank, std::string text) {
+  return protocol::LogLine{0, 0, rank, std::move(text)};
+}
 
 std::vector<protocol::LogLine> take_all(LogForwarder& f, const std::string& job) {
   std::vector<protocol::LogLine> out;
@@ -31,7 +33,9 @@ std::vector<protocol::LogLine> take_all(LogForwarder& f, const std::string& job)
   return out;
 }
 
-bool is_gap(const protocol::LogLine& l) { return l.text.find("were not forwarded here") != std::string::npos; }
+bool is_gap(const protocol::LogLine& l) {
+  return l.text.find("were not forwarded here") != std::string::npos;
+}
 
 TEST(LogForwarder, ForwardsLinesInOrderInBatchesUnderTheCap) {
   ManualClock clock;
@@ -75,7 +79,8 @@ TEST(LogForwarder, AFloodIsDroppedWithACountedGapBeforeTheNextLine) {
   const auto& gap = got[got.size() - 2];
   ASSERT_TRUE(is_gap(gap)) << gap.text;
   EXPECT_EQ(gap.rank, 1);
-  EXPECT_NE(gap.text.find(std::to_string(f.dropped_lines()) + " lines"), std::string::npos) << gap.text;
+  EXPECT_NE(gap.text.find(std::to_string(f.dropped_lines()) + " lines"), std::string::npos)
+      << gap.text;
   EXPECT_NE(gap.text.find("logs/attempt-0/rank-1.log"), std::string::npos) << gap.text;
   EXPECT_EQ(got.back().text, "after");
   for (size_t i = 0; i + 2 < got.size(); ++i) EXPECT_FALSE(is_gap(got[i]));

@@ -27,7 +27,8 @@ TEST_F(CoordinatorTest, ACrossOriginCancelIsRefused) {
   std::string csrf = csrf_of(http_call(port, http::verb::get, "/jobs/" + id, "", cookie).body);
   ASSERT_EQ(csrf.size(), 32u);
   auto post = [&](std::map<std::string, std::string> headers, const std::string& body) {
-    return http_call(port, http::verb::post, "/jobs/" + id + "/cancel", "", cookie, headers, body).status;
+    return http_call(port, http::verb::post, "/jobs/" + id + "/cancel", "", cookie, headers, body)
+        .status;
   };
   // A page on another port of the same host: same site, another origin.
   EXPECT_EQ(post({{"Origin", "http://localhost:9999"}}, "csrf=" + csrf), 403);
@@ -43,7 +44,8 @@ TEST_F(CoordinatorTest, ACrossOriginCancelIsRefused) {
 TEST_F(CoordinatorTest, TheBearerTokenCancelsWithoutAPage) {
   start("", "s3cret");
   std::string id = submit(command_job("api", 1, 1));
-  auto r = http_call(coordinator_->http_port(), http::verb::post, "/api/jobs/" + id + "/cancel", "s3cret");
+  auto r = http_call(coordinator_->http_port(), http::verb::post, "/api/jobs/" + id + "/cancel",
+                     "s3cret");
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(job(id).state, "cancelled");
 }
@@ -56,15 +58,16 @@ TEST_F(CoordinatorTest, WithATokenAJobsDetailsAndLogsNeedIt) {
   a.send(protocol::LogBatch{id, {{0, 0, 0, "password=hunter2"}}});
   int port = coordinator_->http_port();
   ASSERT_TRUE(wait_until([&] {
-    return http_call(port, http::verb::get, "/api/jobs/" + id + "/logs", "s3cret").body.find("hunter2") !=
-           std::string::npos;
+    return http_call(port, http::verb::get, "/api/jobs/" + id + "/logs", "s3cret")
+               .body.find("hunter2") != std::string::npos;
   }));
   for (std::string path : {"/api/jobs/" + id + "/logs", "/api/jobs/" + id, "/jobs/" + id,
                            "/api/jobs/" + id + "/metrics"}) {
     auto anonymous = http_call(port, http::verb::get, path);
     EXPECT_EQ(anonymous.status, 401) << path;
     EXPECT_EQ(anonymous.body.find("hunter2"), std::string::npos) << path;
-    EXPECT_EQ(http_call(port, http::verb::get, path, "", "cohort_token=s3cret").status, 200) << path;
+    EXPECT_EQ(http_call(port, http::verb::get, path, "", "cohort_token=s3cret").status, 200)
+        << path;
     EXPECT_EQ(http_call(port, http::verb::get, path, "wrong").status, 401) << path;
   }
   EXPECT_EQ(http_call(port, http::verb::get, "/api/jobs").status, 200);

@@ -20,10 +20,13 @@ class NodeKeysTest : public CoordinatorTest {
     dir_ = ::mkdtemp(templ);
     ASSERT_TRUE(protocol::write_coordinator_keys(dir_ + "/coord"));
     for (const char* a : {"a1", "a2"}) {
-      ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/" + a, protocol::Role::kAgent, dir_ + "/coord"));
+      ASSERT_TRUE(
+          protocol::write_peer_keys(dir_ + "/" + a, protocol::Role::kAgent, dir_ + "/coord"));
     }
-    ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/pinned", protocol::Role::kAgent, dir_ + "/coord", {"node-p"}));
-    ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/client", protocol::Role::kClient, dir_ + "/coord"));
+    ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/pinned", protocol::Role::kAgent, dir_ + "/coord",
+                                          {"node-p"}));
+    ASSERT_TRUE(
+        protocol::write_peer_keys(dir_ + "/client", protocol::Role::kClient, dir_ + "/coord"));
     auto server = protocol::load_server_security(dir_ + "/coord");
     ASSERT_TRUE(server) << server.status().message();
     configure_ = [security = *server](CoordinatorOptions& o) { o.security = security; };
@@ -32,7 +35,8 @@ class NodeKeysTest : public CoordinatorTest {
     stop();
     fs::remove_all(dir_);
   }
-  std::unique_ptr<protocol::Client> peer(const std::string& folder, protocol::Role role = protocol::Role::kAgent) {
+  std::unique_ptr<protocol::Client> peer(const std::string& folder,
+                                         protocol::Role role = protocol::Role::kAgent) {
     auto security = protocol::load_client_security(dir_ + "/" + folder, role);
     EXPECT_TRUE(security) << security.status().message();
     auto client = protocol::Client::connect(endpoint_, *security);

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio.hpp>
 #include <gtest/gtest.h>
+#include <boost/asio.hpp>
 
 #include "infer/serve_http.h"
 

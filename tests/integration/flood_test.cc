@@ -17,8 +17,8 @@ namespace {
 using namespace std::chrono_literals;
 
 std::string command_job(const Cluster& c, const std::string& name, const std::string& script) {
-  return "[job]\nname = \"" + name + "\"\nkind = \"command\"\noutput_dir = \"" + c.dir() + "/" + name +
-         "\"\nstop_grace = 1.0\n[command]\nargv = [\"sh\", \"-c\", \"" + script + "\"]\n";
+  return "[job]\nname = \"" + name + "\"\nkind = \"command\"\noutput_dir = \"" + c.dir() + "/" +
+         name + "\"\nstop_grace = 1.0\n[command]\nargv = [\"sh\", \"-c\", \"" + script + "\"]\n";
 }
 
 // The peak resident set of `pid` in KiB (VmHWM), 0 if unknown.
@@ -36,7 +36,9 @@ std::string submit(Cluster& c, const std::string& name, const std::string& scrip
   return r.out.substr(0, r.out.find('\n'));
 }
 
-bool ended(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+bool ended(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
 
 TEST(Flood, AHugeLineAndAFastFloodLeaveTheNeighbourRunningAndReportTrueExits) {
   Cluster c;
@@ -44,17 +46,22 @@ TEST(Flood, AHugeLineAndAFastFloodLeaveTheNeighbourRunningAndReportTrueExits) {
   auto& agent = c.add_agent("node-a", 3);
   ASSERT_TRUE(c.wait_for_alive_nodes(1, 10s));
   std::string stop = c.dir() + "/stop-neighbour";
-  std::string neighbour = submit(c, "neighbour", "echo neighbour up; while [ ! -e " + stop +
-                                                     " ]; do sleep 0.2; done; echo neighbour done");
+  std::string neighbour = submit(
+      c, "neighbour",
+      "echo neighbour up; while [ ! -e " + stop + " ]; do sleep 0.2; done; echo neighbour done");
   ASSERT_TRUE(wait_until([&] { return c.job_state(neighbour) == "running"; }, 20s));
   // 200 MB without a newline, then a clean exit.
   std::string line = submit(c, "line", "head -c 200000000 /dev/zero | tr -c x x; exit 0");
   // 50 MB of 1 KiB lines a second for 10 s (each second's as fast as the
   // agent reads them), then exit 3.
-  std::string flood = submit(c, "flood", "l=$(head -c 1023 /dev/zero | tr -c y y); i=0; while [ $i -lt 10 ]; do "
-                                         "yes $l | head -c 50000000; sleep 1; i=$((i+1)); done; exit 3");
-  ASSERT_TRUE(wait_until([&] { return ended(c.job_state(line)) && ended(c.job_state(flood)); }, 75s))
-      << c.job_state(line) << " " << c.job_state(flood) << "\n" << agent.output();
+  std::string flood =
+      submit(c, "flood",
+             "l=$(head -c 1023 /dev/zero | tr -c y y); i=0; while [ $i -lt 10 ]; do "
+             "yes $l | head -c 50000000; sleep 1; i=$((i+1)); done; exit 3");
+  ASSERT_TRUE(
+      wait_until([&] { return ended(c.job_state(line)) && ended(c.job_state(flood)); }, 75s))
+      << c.job_state(line) << " " << c.job_state(flood) << "\n"
+      << agent.output();
 
   EXPECT_EQ(c.job_state(line), "succeeded");
   EXPECT_EQ(c.job_state(flood), "failed");
@@ -75,10 +82,12 @@ TEST(Flood, AHugeLineAndAFastFloodLeaveTheNeighbourRunningAndReportTrueExits) {
 
   // The dropped lines are reported where they were, with the file that has them.
   auto logs = c.cli("logs", {flood, "--raw"}, 30s);
-  EXPECT_NE(logs.out.find("were not forwarded here"), std::string::npos) << logs.out.substr(0, 2000);
+  EXPECT_NE(logs.out.find("were not forwarded here"), std::string::npos)
+      << logs.out.substr(0, 2000);
   EXPECT_NE(logs.out.find("logs/attempt-0/rank-0.log"), std::string::npos);
   auto line_logs = c.cli("logs", {line, "--raw"}, 30s);
-  EXPECT_NE(line_logs.out.find("line cut here"), std::string::npos) << line_logs.out.substr(0, 2000);
+  EXPECT_NE(line_logs.out.find("line cut here"), std::string::npos)
+      << line_logs.out.substr(0, 2000);
 
   write_file(stop, "");
   ASSERT_TRUE(wait_until([&] { return ended(c.job_state(neighbour)); }, 20s));
