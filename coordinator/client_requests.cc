@@ -292,6 +292,7 @@ void CoordinatorImpl::on_remove_node(const std::string& peer, const Envelope& e)
   }
   registry_.remove(m.node);
   node_keys_.erase(m.node);  // its name may be registered by another agent key now
+  log_batches_seen_.erase(m.node);
   spdlog::info("node {} removed", m.node);
   reply(peer, e.id, Ack{"removed " + m.node});
 }
