@@ -120,8 +120,18 @@ class AgentImpl final : public Agent {
  private:
   bool send(const std::string& payload) {
     auto s = dealer_->send(payload);
-    // While the coordinator is silent, watch_contact() says why, once.
-    if (!s && contact_.state() == ContactState::kInContact) spdlog::warn("agent: {}", s.message());
+    // While the coordinator is silent, watch_contact() says why, once; in
+    // contact a drop is said at most every 5 s, with how many there were.
+    if (!s && contact_.state() == ContactState::kInContact) {
+      ++unsaid_drops_;
+      if (clock_.now() - last_drop_warning_ >= std::chrono::seconds(5)) {
+        spdlog::warn("agent: {}{}", s.message(),
+                     unsaid_drops_ > 1 ? fmt::format(" ({} messages dropped since the last warning)", unsaid_drops_)
+                                       : "");
+        unsaid_drops_ = 0;
+        last_drop_warning_ = clock_.now();
+      }
+    }
     return s.is_ok();
   }
 
@@ -459,6 +469,8 @@ class AgentImpl final : public Agent {
   asio::steady_timer poll_timer_;
   std::chrono::milliseconds interval_;
   Clock::TimePoint last_register_{};
+  uint64_t unsaid_drops_ = 0;  // sends that failed since the last warning
+  Clock::TimePoint last_drop_warning_{};
   std::shared_ptr<LogForwarder> forwarder_;        // shared with the launcher's threads
   std::map<uint64_t, InFlightLines> lines_in_flight_;  // by envelope id
   std::map<uint64_t, PendingStore> pending_store_;
