@@ -39,14 +39,14 @@ class Bytes final : public text::Tokenizer {
   std::unique_ptr<text::Tokenizer> clone() const override { return std::make_unique<Bytes>(); }
 };
 
-std::shared_ptr<const infer::ChatFormat> template_format() {
-  static const std::shared_ptr<const infer::ChatFormat> format = [] {
-    auto parsed = text::ChatTemplate::parse(
+std::shared_ptr<const cohort::hf::ChatFormat> template_format() {
+  static const std::shared_ptr<const cohort::hf::ChatFormat> format = [] {
+    auto made = cohort::hf::ChatFormat::create(
         "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}"
-        "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}");
-    if (!parsed) std::abort();
-    return std::make_shared<const infer::ChatFormat>(
-        infer::ChatFormat{std::move(*parsed), "<s>", "</s>"});
+        "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+        "<s>", "</s>", "the fuzz target's template");
+    if (!made) std::abort();
+    return *made;
   }();
   return format;
 }
