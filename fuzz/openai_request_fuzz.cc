@@ -41,12 +41,12 @@ class Bytes final : public text::Tokenizer {
 
 std::shared_ptr<const cohort::hf::ChatFormat> template_format() {
   static const std::shared_ptr<const cohort::hf::ChatFormat> format = [] {
-    auto parsed = cohort::hf::ChatFormat::create(
+    auto made = cohort::hf::ChatFormat::create(
         "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}"
-        "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}{{ tools | tojson }}",
-        "<s>", "</s>", "fuzz");
-    if (!parsed) std::abort();
-    return *parsed;
+        "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+        "<s>", "</s>", "the fuzz target's template");
+    if (!made) std::abort();
+    return *made;
   }();
   return format;
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
 #include <zmq.h>
 
 #include "base/host_address.h"
@@ -29,6 +30,15 @@ Status write_file(const fs::path& path, const std::string& text, bool secret) {
   Status status = ok ? Status::ok() : errno_error("cannot write " + path.string());
   if (::close(fd) != 0 && status) status = errno_error("cannot write " + path.string());
   return status;
+}
+
+// A secret key others can read (made by hand, or by an older cohort) is
+// used, with a warning that says how to fix it.
+void warn_if_exposed(const fs::path& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || (st.st_mode & 077) == 0) return;
+  spdlog::warn("{} holds a secret key and is readable by others (mode {:04o}): chmod 600 {}", path.string(),
+               st.st_mode & 07777, path.string());
 }
 
 // A folder that holds a secret key: created, then mode 0700.
@@ -189,6 +199,7 @@ Result<Security> load_server_security(const std::string& dir) {
   fs::path d(dir);
   COHORT_ASSIGN_OR_RETURN(s.own.public_key, read_key(d / "server.public"));
   COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / "server.secret"));
+  warn_if_exposed(d / "server.secret");
   for (Role role : {Role::kAgent, Role::kClient}) {
     COHORT_RETURN_IF_ERROR(read_list(d / list_name(role), role, &s));
   }
@@ -211,6 +222,7 @@ Result<Security> load_client_security(const std::string& dir, Role role) {
   }
   s.own.public_key = *pub;
   COHORT_ASSIGN_OR_RETURN(s.own.secret_key, read_key(d / (name + ".secret")));
+  warn_if_exposed(d / (name + ".secret"));
   COHORT_ASSIGN_OR_RETURN(s.server_public_key, read_key(d / "server.public"));
   return s;
 }
