@@ -481,8 +481,9 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
       COHORT_RETURN_IF_ERROR(jinja::check_bytes(
           b.i > int64_t(ChatTemplateLimits::kMaxBytes) ? ChatTemplateLimits::kMaxBytes + 1 : a.s.size() * size_t(b.i),
           e.line));
+    if (a.s.empty() || b.i <= 0) return Value::string("");  // '' * 10**12 is '' at once, not a loop
     std::string s;
-    if (b.i > 0) s.reserve(a.s.size() * size_t(b.i));
+    s.reserve(a.s.size() * size_t(b.i));
     for (int64_t k = 0; k < b.i; ++k) s += a.s;
     return Value::string(s);
   }
