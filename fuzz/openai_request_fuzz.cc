@@ -22,7 +22,9 @@ namespace text = cohort::text;
 class Bytes final : public text::Tokenizer {
  public:
   std::vector<int32_t> encode(const std::string& text) override {
-    return std::vector<int32_t>(text.begin(), text.end());
+    std::vector<int32_t> ids;
+    for (unsigned char c : text) ids.push_back(c);  // bytes 0..255, not signed chars
+    return ids;
   }
   std::string decode(const std::vector<int32_t>& ids) const override {
     std::string out;
