@@ -35,15 +35,9 @@ int run_export(const ExportArgs& args) {
     std::fprintf(stderr, "cohort export: %s is missing (build the worker: scripts/build.sh)\n", worker.c_str());
     return kExitUsage;
   }
-  std::string checkpoint = args.checkpoint;
-  // A run's output folder names its latest checkpoint.
-  auto latest = std::filesystem::path(checkpoint) / "checkpoints" / "latest";
-  if (std::filesystem::exists(latest)) {
-    FILE* f = std::fopen(latest.c_str(), "r");
-    char name[256] = {0};
-    if (f && std::fscanf(f, "%255s", name) == 1) checkpoint = (latest.parent_path() / name).string();
-    if (f) std::fclose(f);
-  }
+  // The worker resolves a run's folder or a `latest` file to its checkpoint
+  // (parallel::resolve_checkpoint_path, as [model] checkpoint does).
+  const std::string& checkpoint = args.checkpoint;
   if (args.dtype != "fp32" && args.dtype != "bf16") {
     std::fprintf(stderr, "cohort export: --dtype %s: fp32 or bf16\n", args.dtype.c_str());
     return kExitUsage;

@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <thread>
 
+#include <filesystem>
+
+#include "hf/hub_cache.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
 #include "data/tokenize.h"
@@ -34,6 +37,15 @@ int run_tokenize(const TokenizeArgs& args) {
   o.format = *format;
   o.text_field = args.text_field;
   o.model_dir = args.model;
+  std::error_code missing;
+  if (!o.model_dir.empty() && !std::filesystem::exists(o.model_dir, missing) && hf::looks_like_hub_id(o.model_dir)) {
+    auto snapshot = hf::find_in_hub_cache(o.model_dir);  // a model id, as hf_dir takes one
+    if (!snapshot) {
+      std::fprintf(stderr, "cohort tokenize: --model %s\n", snapshot.status().message().c_str());
+      return kExitUsage;
+    }
+    o.model_dir = *snapshot;
+  }
   o.out_dir = args.out;
   o.validate_only = args.validate_only;
   o.threads = args.threads;

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cohort-worker export: --dtype %s: fp32 or bf16\n", dtype.c_str());
       return 2;
     }
+    checkpoint = cohort::parallel::resolve_checkpoint_path(checkpoint);  // a run's folder or `latest` too
     cohort::Status status = cohort::parallel::export_checkpoint(
         checkpoint, to, dtype == "bf16" ? cohort::models::DType::kBF16 : cohort::models::DType::kF32);
     return report_export(status, checkpoint, to, dtype, json);

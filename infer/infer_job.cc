@@ -17,6 +17,7 @@
 
 #include "base/env_knobs.h"
 #include "collective/bootstrap.h"
+#include "worker/worker_context.h"
 #include "infer/generate.h"
 #include "infer/prompts.h"
 #include "infer/model_source.h"
@@ -94,7 +95,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                             " does not divide the job's " + std::to_string(world.size) + " ranks");
   }
   const int dp = world.size / tp, replica = world.rank / tp;
-  COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, infer_model_config(spec.model));
+  COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, worker::resolve_model_config(spec.model));
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, config));
   COHORT_ASSIGN_OR_RETURN(auto prompts, load_prompts(infer.prompts, tokenizer.get(), config.vocab_size));
   const std::vector<int32_t> eos = model_eos_tokens(spec.model, tokenizer.get());

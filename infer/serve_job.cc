@@ -1,5 +1,6 @@
 // kind = "serve" (see serve_job.h): set-up, the lockstep generation loop and
 // the drain on SIGTERM.
+#include "worker/worker_context.h"
 #include "infer/serve_job.h"
 
 #include "hf/model_folder.h"
@@ -83,7 +84,7 @@ struct ServeSetup {
 
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   ServeSetup s;
-  COHORT_ASSIGN_OR_RETURN(s.config, infer_model_config(spec.model));
+  COHORT_ASSIGN_OR_RETURN(s.config, worker::resolve_model_config(spec.model));
   // A slot's context caps one sequence; by default the cache holds
   // max_running of them, so the default stays modest even for 40k-position
   // models.

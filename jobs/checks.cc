@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/host_address.h"
+#include "hf/hub_cache.h"
 #include "jobs/load_context.h"
 
 namespace cohort::jobs {
@@ -242,6 +243,15 @@ void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_train(spec, ctx);
   check_infer(spec, ctx);
   check_serve(spec, ctx);
+}
+
+void resolve_hub_model(JobSpec& spec, LoadContext& ctx, const std::string& base) {
+  const std::string& given = spec.model.hf_dir;
+  std::error_code ec;
+  if (given.empty() || !hf::looks_like_hub_id(given) || std::filesystem::exists(absolute(given, base), ec)) return;
+  auto snapshot = hf::find_in_hub_cache(given);
+  if (!snapshot) return ctx.error_at("model.hf_dir", "model.hf_dir: " + snapshot.status().message());
+  spec.model.hf_dir = *snapshot;
 }
 
 void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& cwd, const std::string& file_dir) {

@@ -448,6 +448,10 @@ LoadResult load_job_text(const std::string& text, const std::string& source_name
     read_section(spec, section, *table, ctx, override_nodes);
   }
   check_job_rules(spec, ctx);
+  {
+    const std::string cwd = options.base_dir.empty() ? std::filesystem::current_path().string() : options.base_dir;
+    resolve_hub_model(spec, ctx, ctx.from_override("model.hf_dir") ? cwd : (options.file_dir.empty() ? cwd : options.file_dir));
+  }
   result.key_positions = ctx.positions();
   result.errors = ctx.take_errors();
   result.warnings = ctx.take_warnings();

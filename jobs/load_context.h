@@ -62,5 +62,9 @@ void check_job_rules(JobSpec& spec, LoadContext& ctx);
 // Fills the defaults that depend on other fields and makes paths absolute:
 // `--set` ones against `cwd`, the file's and the defaults against `file_dir`.
 void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& cwd, const std::string& file_dir);
+// [model] hf_dir that is no folder (relative to `base`) but a Hugging Face
+// model id becomes its snapshot folder in the local cache (hf/hub_cache.h);
+// an id the cache lacks is an error saying where it looked.
+void resolve_hub_model(JobSpec& spec, LoadContext& ctx, const std::string& base);
 
 }  // namespace cohort::jobs

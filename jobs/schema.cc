@@ -93,10 +93,10 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "A built-in model shape, randomly initialised from the seed.",
                     .choices = {"tiny", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b"}, .omit_empty = true}));
   f.push_back(bind("model", "hf_dir", &J::model, &ModelSection::hf_dir,
-                   {.text = "A Hugging Face model folder: config.json and safetensors (sharded or not).",
+                   {.text = "A Hugging Face model folder: config.json and safetensors (sharded or not); or a model id (ORG/NAME) found in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub), never downloaded.",
                     .omit_empty = true}));
   f.push_back(bind("model", "checkpoint", &J::model, &ModelSection::checkpoint,
-                   {.text = "A cohort checkpoint folder to start from.", .omit_empty = true}));
+                   {.text = "A cohort checkpoint to start from: its folder, a `latest` file, or a run's output_dir (its newest checkpoint).", .omit_empty = true}));
   f.push_back(bind("model", "max_seq", &J::model, &ModelSection::max_seq,
                    {.text = "Longest sequence the model supports (0: the preset's or config's own).", .min = 0,
                     .max = 1e7}));

@@ -122,6 +122,22 @@ std::string latest_checkpoint_in(const std::string& root_dir) {
   return fs::exists(dir / "index.json") ? dir.string() : "";
 }
 
+std::string resolve_checkpoint_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::exists(p / "index.json", ec)) return path;
+  if (fs::is_regular_file(p, ec) && p.filename() == "latest") {
+    const std::string named = latest_checkpoint_in(p.parent_path().string());
+    return named.empty() ? path : named;
+  }
+  for (const fs::path& root : {p, p / "checkpoints"}) {
+    if (!fs::exists(root / "latest", ec)) continue;
+    const std::string named = latest_checkpoint_in(root.string());
+    if (!named.empty()) return named;
+  }
+  return path;
+}
+
 namespace {
 
 // Step, data position, optimizer step count and loss-scaler state; an error

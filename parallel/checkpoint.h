@@ -44,6 +44,12 @@ struct CheckpointStorage {
 std::string checkpoint_root(const std::string& output_dir, const CheckpointStorage& storage);
 // The newest complete checkpoint in a root folder ("" if none).
 std::string latest_checkpoint_in(const std::string& root);
+// What [model] checkpoint and `cohort export` accept, resolved in one place:
+// a checkpoint folder (it has index.json); a `latest` file, or a folder of
+// checkpoints with one, for the checkpoint it names; a run's output_dir for
+// its checkpoints/latest. Anything else is returned as given (the reader
+// then says it is no checkpoint).
+std::string resolve_checkpoint_path(const std::string& path);
 
 // The model config a checkpoint was saved with.
 Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoint_dir);

@@ -97,7 +97,7 @@ Status Trainer::setup() {
     if (!scaler) return scaler.status().with_context("train.initial_loss_scale / train.loss_scale_window");
     scaler_ = std::move(*scaler);
   }
-  COHORT_ASSIGN_OR_RETURN(config_, worker::resolve_model_config(spec_));
+  COHORT_ASSIGN_OR_RETURN(config_, worker::resolve_model_config(spec_.model));
   if (t_.seq_len > config_.max_seq)
     return invalid_argument(fmt::format("train.seq_len {} is longer than the model's max_seq {} (set model.max_seq)",
                                         t_.seq_len, config_.max_seq));

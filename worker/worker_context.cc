@@ -55,13 +55,20 @@ Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
   return ctx;
 }
 
-Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec) {
-  const auto& m = spec.model;
-  Result<models::ModelConfig> config = !m.preset.empty()   ? models::preset_config(m.preset)
-                                       : !m.hf_dir.empty() ? hf::load_config_json(m.hf_dir)
-                                                           : parallel::checkpoint_model_config(m.checkpoint);
+Result<models::ModelConfig> resolve_model_config(const jobs::ModelSection& m) {
+  // One rule for every job kind: [model] max_seq when set, else the
+  // folder's max_position_embeddings up to kDefaultMaxSeqCap (the RoPE
+  // table is cheap; caches are sized by the work, not by max_seq).
+  constexpr int kDefaultMaxSeqCap = 32768;
+  Result<models::ModelConfig> config =
+      !m.preset.empty()   ? models::preset_config(m.preset)
+      : !m.hf_dir.empty() ? hf::load_config_json(m.hf_dir, m.max_seq > 0 ? m.max_seq : kDefaultMaxSeqCap)
+      : !m.checkpoint.empty()
+          ? parallel::checkpoint_model_config(parallel::resolve_checkpoint_path(m.checkpoint))
+          : Result<models::ModelConfig>(invalid_argument("[model] needs one of preset, hf_dir or checkpoint"));
   if (!config) return config.status().with_context("[model]");
   if (m.max_seq > 0) config->max_seq = m.max_seq;
+  COHORT_RETURN_IF_ERROR(config->validate().with_context("[model]"));
   return config;
 }
 
@@ -118,7 +125,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   const auto& m = spec.model;
   parallel::WeightLoader loader = [&](models::Model& model) -> Status {
     if (!m.hf_dir.empty()) return hf::load_weights(model, m.hf_dir);
-    if (!m.checkpoint.empty()) return parallel::load_checkpoint_params(m.checkpoint, model);
+    if (!m.checkpoint.empty()) return parallel::load_checkpoint_params(parallel::resolve_checkpoint_path(m.checkpoint), model);
     model.init_weights(seed);
     return Status::ok();
   };

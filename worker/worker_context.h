@@ -33,8 +33,9 @@ struct WorkerContext {
 Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec);
 
 // [model]: a preset, a Hugging Face folder's config.json, or a checkpoint's
-// config; model.max_seq, when set, overrides.
-Result<models::ModelConfig> resolve_model_config(const jobs::JobSpec& spec);
+// config (a run's folder or `latest` resolved); model.max_seq, when set,
+// overrides; validated. The one resolution train, infer and serve share.
+Result<models::ModelConfig> resolve_model_config(const jobs::ModelSection& model);
 
 // The GEMM numerics a training job runs with: train.precision on GPU; on CPU
 // fp32 unless the job asks for fp16 (emulated, so loss scaling can be used

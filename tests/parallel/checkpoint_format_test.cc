@@ -1,6 +1,7 @@
 // A checkpoint's piece lists: what write_piece_list writes reads back, and a
 // damaged list is an error naming the file, never undefined behaviour.
 #include "parallel/checkpoint_format.h"
+#include "parallel/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -64,6 +65,28 @@ TEST_F(PieceList, ANumberThatIsNoIntegerIsAnErrorNamingTheField) {
   ASSERT_FALSE(index);
   EXPECT_NE(index.status().message().find("local_shape is not an integer"), std::string::npos)
       << index.status().message();
+}
+
+}  // namespace
+}  // namespace cohort::parallel
+
+namespace cohort::parallel {
+namespace {
+
+// [model] checkpoint and `cohort export` take a checkpoint folder, a
+// `latest` file, a folder of checkpoints, or a run's output_dir.
+TEST(CheckpointPath, EveryWayOfNamingACheckpointResolvesToIt) {
+  const fs::path run = fs::temp_directory_path() / ("cohort_ckpt_path_" + std::to_string(::getpid()));
+  const fs::path root = run / "checkpoints", step = root / "step-00000020";
+  fs::create_directories(step);
+  std::ofstream(step / "index.json") << "{}";
+  std::ofstream(root / "latest") << "step-00000020\n";
+  EXPECT_EQ(resolve_checkpoint_path(step.string()), step.string());
+  EXPECT_EQ(resolve_checkpoint_path((root / "latest").string()), step.string());
+  EXPECT_EQ(resolve_checkpoint_path(root.string()), step.string());
+  EXPECT_EQ(resolve_checkpoint_path(run.string()), step.string());
+  EXPECT_EQ(resolve_checkpoint_path((run / "absent").string()), (run / "absent").string());
+  fs::remove_all(run);
 }
 
 }  // namespace
