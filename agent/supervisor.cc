@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/atomic_file.h"
 #include "agent/launch_env.h"
 #include "jobs/rank_plan.h"
 
@@ -47,24 +48,6 @@ int64_t mtime_ns(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return -1;
   return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-// Mode 0600 from creation on: the resolved job file holds [job.env] values
-// and a serve job's api_key.
-Status write_file_atomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp" + std::to_string(::getpid());
-  {
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return errno_error("cannot write " + tmp.string());
-    bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
-    ok = ::close(fd) == 0 && ok;
-    if (!ok) return errno_error("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return io_error("cannot rename " + tmp.string() + ": " + ec.message());
-  return Status::ok();
 }
 
 }  // namespace
@@ -117,9 +100,10 @@ Result<std::vector<std::string>> Supervisor::worker_argv(const Group& group) con
         ": install it beside `cohort` or give the agent --worker-binary PATH (from a source tree: "
         "`cmake --build build --target cohort-worker`), or run your own program with kind = \"command\"");
   }
-  // The resolved job file: what every rank of every attempt reads.
+  // The resolved job file: what every rank of every attempt reads; 0600 from
+  // creation on, since it holds [job.env] values and a serve job's api_key.
   fs::path path = fs::path(job.output_dir) / "job.resolved.toml";
-  COHORT_RETURN_IF_ERROR(write_file_atomically(path, group.order.job_toml));
+  COHORT_RETURN_IF_ERROR(write_file_atomically(path.string(), group.order.job_toml, 0600));
   return std::vector<std::string>{binary, path.string()};
 }
 

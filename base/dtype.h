@@ -11,6 +11,9 @@ namespace cohort {
 
 enum class DType { kF32, kBF16, kF16, kI32, kI64, kU8 };
 
+// Where a tensor lives: one enum for models/ and collective/.
+enum class Device { kCpu, kCuda };
+
 // Bytes per element: 4, 2, 2, 4, 8, 1.
 size_t dtype_size(DType dtype);
 // "f32", "bf16", "f16", "i32", "i64", "u8": how cohort prints a dtype.

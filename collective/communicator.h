@@ -54,7 +54,7 @@ namespace cohort::collective {
 
 using Milliseconds = std::chrono::milliseconds;
 
-enum class Device { kCpu, kCuda };
+using cohort::Device;  // base/dtype.h, shared with models/
 
 // `stream` is a cudaStream_t for the nccl backend (nullptr: the default
 // stream) and ignored elsewhere. `timeout` 0 means the communicator's own.

@@ -7,20 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "coordinator/dashboard_html.h"  // escape: one HTML escaper for the pages and charts
+
 namespace cohort::coordinator {
 namespace {
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
+using html::escape;
 
 // About `target` round ticks (1, 2 or 5 times a power of ten) over [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, int target) {

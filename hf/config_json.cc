@@ -2,6 +2,8 @@
 // spellings of RoPE) to the validated ModelConfig, and back for exports.
 #include "hf/config_json.h"
 
+#include "base/atomic_file.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -161,6 +163,10 @@ std::string config_json_text(const ModelConfig& c, DType dtype) {
         {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
   }
   return j.dump(2) + "\n";
+}
+
+Status write_config_json(const std::string& dir, const ModelConfig& config, DType dtype) {
+  return write_file_atomically((std::filesystem::path(dir) / "config.json").string(), config_json_text(config, dtype));
 }
 
 }  // namespace cohort::hf

@@ -18,5 +18,8 @@ Result<models::ModelConfig> load_config_json(const std::string& path, int max_se
 Result<models::ModelConfig> parse_config_json(const std::string& json_text, int max_seq_cap = 8192);
 // The config.json text of `config`, with torch_dtype naming `dtype`.
 std::string config_json_text(const models::ModelConfig& config, models::DType dtype = models::DType::kBF16);
+// `dir`/config.json, written whole (base/atomic_file.h): every export and
+// save writes it here.
+Status write_config_json(const std::string& dir, const models::ModelConfig& config, models::DType dtype);
 
 }  // namespace cohort::hf

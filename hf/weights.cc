@@ -96,9 +96,7 @@ Status save_model_folder(const Model& model, const std::string& dir, DType dtype
     }
   }
   COHORT_RETURN_IF_ERROR(write_safetensors_folder(dir, tensors, max_shard_bytes));
-  std::ofstream out(std::filesystem::path(dir) / "config.json", std::ios::trunc);
-  out << config_json_text(model.config(), dtype);
-  if (!out) return errno_error("writing " + dir + "/config.json");
+  COHORT_RETURN_IF_ERROR(write_config_json(dir, model.config(), dtype));
   return Status::ok();
 }
 

@@ -1,6 +1,7 @@
 // kind = "serve" (see serve_job.h): set-up, the lockstep generation loop and
 // the drain on SIGTERM.
 #include "worker/worker_context.h"
+#include "base/atomic_file.h"
 #include "infer/serve_job.h"
 
 #include "hf/model_folder.h"
@@ -117,15 +118,9 @@ Status announce(const jobs::JobSpec& spec, int port) {
   std::error_code ec;
   std::filesystem::create_directories(spec.job.output_dir, ec);
   const auto path = std::filesystem::path(spec.job.output_dir) / "endpoint.json";
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json({{"url", url + "/v1"}, {"port", port}, {"model", spec.serve.model_name}}).dump() << "\n";
-    if (!out) return io_error("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return io_error("cannot write " + path.string() + ": " + ec.message());
-  return Status::ok();
+  return write_file_atomically(
+      path.string(),
+      nlohmann::json({{"url", url + "/v1"}, {"port", port}, {"model", spec.serve.model_name}}).dump() + "\n");
 }
 
 // Rank 0's loop: take what arrived, share it, step, hand the tokens to HTTP.

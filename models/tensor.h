@@ -18,10 +18,10 @@
 
 namespace cohort::models {
 
-// base/dtype.h: one enum for models/ and collective/. Model tensors hold
-// f32, bf16, f16 or i32; i64 and u8 are collective-only.
+// base/dtype.h: one DType and one Device for models/ and collective/. Model
+// tensors hold f32, bf16, f16 or i32; i64 and u8 are collective-only.
 using cohort::DType;
-enum class Device { kCpu, kCuda };
+using cohort::Device;
 
 // The safetensors format's own spelling ("F32", "BF16", "I64", ...), used
 // only in those files' headers; cohort prints dtype_name's ("f32").

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/atomic_file.h"
 #include "collective/communicator.h"
 #include "parallel/checkpoint_format.h"
 #include "hf/model_folder.h"
@@ -41,19 +42,6 @@ Result<json> read_index(const std::string& dir) {
   } catch (const json::exception& e) {
     return invalid_argument(dir + "/index.json: " + e.what());
   }
-}
-
-Status write_text_atomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out) return errno_error("writing " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return io_error("renaming " + tmp.string() + ": " + ec.message());
-  return Status::ok();
 }
 
 // This rank's shards of every group, appended to rank-<R>.bin.
@@ -227,7 +215,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
     fs::remove_all(final_dir, ec);
     fs::rename(tmp, final_dir, ec);
     if (ec) return io_error("renaming " + tmp.string() + ": " + ec.message());
-    COHORT_RETURN_IF_ERROR(write_text_atomically(root / "latest", name + "\n"));
+    COHORT_RETURN_IF_ERROR(write_file_atomically((root / "latest").string(), name + "\n"));
   }
   COHORT_RETURN_IF_ERROR(barrier(world, "finish"));
   return final_dir.string();
@@ -305,7 +293,7 @@ Status export_checkpoint(const std::string& dir, const std::string& hf_dir, mode
   fs::create_directories(hf_dir, ec);
   if (ec) return io_error("cannot create " + hf_dir + ": " + ec.message());
   COHORT_RETURN_IF_ERROR(hf::write_safetensors_folder(hf_dir, tensors));
-  std::ofstream(fs::path(hf_dir) / "config.json") << hf::config_json_text(config, dtype) << "\n";
+  COHORT_RETURN_IF_ERROR(hf::write_config_json(hf_dir, config, dtype));
   return hf::export_side_files(index.value("tokenizer_dir", std::string()), hf_dir, index.at("config"));
 }
 

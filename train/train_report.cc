@@ -1,4 +1,5 @@
 #include "train/train_report.h"
+#include "base/atomic_file.h"
 #include "base/env_knobs.h"
 
 #include <cstdlib>
@@ -77,13 +78,7 @@ void TrainReporter::touch_progress(const json& row) {
   if (progress_path_.empty()) return;
   // Written whole and renamed, so a reader never sees half a line; the
   // agent reads the modification time for hang detection.
-  std::string tmp = progress_path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << row.dump() << "\n";
-  }
-  std::error_code ec;
-  fs::rename(tmp, progress_path_, ec);
+  (void)write_file_atomically(progress_path_, row.dump() + "\n");  // a missed touch only delays hang detection
 }
 
 void TrainReporter::step(const StepReport& r) {
