@@ -25,6 +25,9 @@ CoordinatorImpl::CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions
       logs_(options_.log_bytes_per_job, options_.log_bytes_total),
       timer_(io) {
   if (options_.recovery_grace.count() == 0) options_.recovery_grace = 2 * options_.heartbeat_timeout;
+  if (options_.consequence_window.count() == 0) {
+    options_.consequence_window = options_.heartbeat_timeout + 2 * options_.heartbeat_interval;
+  }
 }
 
 namespace {

@@ -95,6 +95,9 @@ class CoordinatorImpl final : public Coordinator {
   void arm_tick();
   void tick();
   Job* find_job(const std::string& id_or_name);
+  // The queued or running job whose output_dir is `output_dir` (one job per
+  // output folder: a second is refused at submit); null when none.
+  const Job* live_job_writing(const std::string& output_dir) const;
   std::vector<protocol::NodeInfo> node_infos() const;
   // The web page's and /metrics' sources (http_api.h).
   HttpSources http_sources();
@@ -124,8 +127,16 @@ class CoordinatorImpl final : public Coordinator {
   void finish_attempt(Job& job);
   void requeue(Job& job, bool counts, const std::string& why);
   void end_job(Job& job, JobState state, const std::string& message);
-  // `why` defaults to the heartbeat timeout.
+  // `why` defaults to the heartbeat timeout. Stops the attempts running
+  // there (one failure each) and names the loss as the root cause of an
+  // attempt already stopping for a rank failure within the consequence window.
   void on_node_lost(const std::string& node, const std::string& why = "");
+  bool loss_caused_the_stop(const Attempt& attempt) const;
+  // A launch order that could not reach `node`: lost, the attempt stopped
+  // without using restart budget (StopIntent::kUndelivered).
+  void launch_undelivered(Job& job, const std::string& node);
+  // Connected nodes an order could not reach: lost now (on_node_lost).
+  void lose_unreachable_nodes(const std::vector<std::string>& nodes);
   void maybe_scale_up();
   // A worker its agent says is running: confirms it, or orders it stopped.
   void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);

@@ -148,9 +148,23 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
   const Attempt& attempt = job.attempts.back();
   bool reached = send_launch(job, attempt, 0);
   persist(job);
-  if (!reached) {
-    registry_.mark_lost(attempt.nodes.front());
-    on_node_lost(attempt.nodes.front(), "its agent cannot be reached");
+  if (!reached) launch_undelivered(job, attempt.nodes.front());
+}
+
+void CoordinatorImpl::launch_undelivered(Job& job, const std::string& node) {
+  // Lost first, so that the restart this stop leads to cannot place there.
+  registry_.mark_lost(node);
+  save_node(node);
+  begin_stop(job, StopIntent::kUndelivered,
+             "the launch order for node " + node + " could not be delivered (its agent cannot be reached)");
+  on_node_lost(node, "its agent cannot be reached");
+}
+
+void CoordinatorImpl::lose_unreachable_nodes(const std::vector<std::string>& nodes) {
+  for (const auto& node : nodes) {
+    registry_.mark_lost(node);
+    save_node(node);
+    on_node_lost(node, "its agent cannot be reached");
   }
 }
 
@@ -188,10 +202,9 @@ void CoordinatorImpl::release_held_nodes(Job& job, int master_port) {
     if (held && !send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
   }
   persist(job);
-  for (const auto& node : unreachable) {
-    registry_.mark_lost(node);
-    on_node_lost(node, "its agent cannot be reached");
-  }
+  if (unreachable.empty()) return;
+  launch_undelivered(job, unreachable.front());
+  lose_unreachable_nodes({unreachable.begin() + 1, unreachable.end()});
 }
 
 void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string& reason) {
@@ -208,15 +221,23 @@ void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string&
   }
   job.add_event("stopping attempt " + std::to_string(a->number) + ": " + reason);
   spdlog::info("job {} attempt {}: stopping ({})", job.id, a->number, reason);
+  std::vector<std::string> unreachable;
   for (const auto& node : a->nodes) {
+    const Node* n = registry_.find(node);
+    bool was_connected = n && is_connected(n->state);
     if (!send_to_node(node, StopOrder{job.id, a->number, reason})) {
       // Nobody is left there to report: its ranks are gone with it.
       for (auto& r : a->ranks) {
         if (r.node == node) r.state = RankState::kExited;
       }
+      // A connected node that cannot be reached is lost now, not at its
+      // heartbeat timeout: the restart must not be placed there, and the
+      // loss is the likelier cause of the failure that began this stop.
+      if (was_connected) unreachable.push_back(node);
     }
   }
   persist(job);
+  lose_unreachable_nodes(unreachable);
   check_attempt_done(job);
 }
 
@@ -308,24 +329,48 @@ void CoordinatorImpl::end_job(Job& job, JobState state, const std::string& messa
 void CoordinatorImpl::on_node_lost(const std::string& node, const std::string& why) {
   std::string cause = why.empty() ? "no heartbeat for " + std::to_string(options_.heartbeat_timeout.count()) + " ms" : why;
   spdlog::warn("node {} lost: {}", node, cause);
-  for (auto& [id, job] : jobs_) {
+  std::string reason = "node " + node + " lost (" + cause + ")";
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  // By id: a restart placed from within this loop must not invalidate it.
+  for (const auto& id : ids) {
+    Job& job = jobs_.at(id);
     Attempt* a = job.current();
     if (!a || !a->active() || !a->gpus.count(node)) continue;
     int first = -1;
     for (int r = 0; r < a->world_size(); ++r) {
-      if (a->ranks[r].node != node || a->ranks[r].state == RankState::kExited) continue;
+      if (a->ranks[r].node != node) continue;
       if (first < 0) first = r;
       a->ranks[r].state = RankState::kExited;
     }
     if (a->state == AttemptState::kRunning) {
-      std::string reason = "node " + node + " lost (" + cause + ")";
       a->has_root_cause = true;
       a->root_cause = RootCause{std::max(first, 0), node, 0, 0, reason, {}};
+      a->root_cause_is_node_loss = true;
       begin_stop(job, StopIntent::kFailure, reason);
-    } else {
-      check_attempt_done(job);
+      continue;
     }
+    if (loss_caused_the_stop(*a)) {
+      std::string consequence = a->has_root_cause ? "rank " + std::to_string(a->root_cause.rank) + " on " +
+                                                        a->root_cause.node + " " + a->root_cause.reason
+                                                  : a->reason;
+      a->has_root_cause = true;
+      a->root_cause = RootCause{std::max(first, 0), node, 0, 0, reason, {}};
+      a->root_cause_is_node_loss = true;
+      a->reason = reason;
+      job.add_event("root cause of attempt " + std::to_string(a->number) + ": " + reason + "; the failure of " +
+                    consequence + " followed from it");
+      spdlog::info("job {} attempt {}: root cause is {} ({} followed from it)", job.id, a->number, reason,
+                   consequence);
+      persist(job);
+    }
+    check_attempt_done(job);
   }
+}
+
+bool CoordinatorImpl::loss_caused_the_stop(const Attempt& a) const {
+  return a.state == AttemptState::kStopping && a.stop_intent == StopIntent::kFailure &&
+         !a.root_cause_is_node_loss && clock_.now() - a.stop_began <= options_.consequence_window;
 }
 
 void CoordinatorImpl::maybe_scale_up() {

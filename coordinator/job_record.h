@@ -15,8 +15,17 @@
 //   kRunning --stop begins-->      kStopping --all ranks gone--> kFailed | kStopped
 // An attempt "fails" when a rank failed or a node was lost; it is "stopped"
 // when it was ended on purpose (cancel, scale-up, a drained or leaving node,
-// recovery after a coordinator restart). A stopped attempt's restart uses no
+// recovery after a coordinator restart) or never ran everywhere (a launch
+// order that could not be delivered). A stopped attempt's restart uses no
 // budget.
+// Elastic accounting: one failed attempt is one restart, whatever else fails
+// while it stops. Rank failures after the stop began are consequences, never
+// causes. A node lost within the consequence window after a rank failure
+// (CoordinatorOptions::consequence_window) is the cause: the survivor's
+// "connection reset" is what the loss looked like before heartbeats noticed,
+// so the root cause is replaced by the loss. A node whose stop or launch
+// order cannot be delivered is lost at once, so that it is never in the
+// next placement.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +46,10 @@ namespace cohort::coordinator {
 enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
 enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
 // Why an attempt is being stopped; decides what happens once it has stopped.
-enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain };
+// Persisted as its ordinal: new values go at the end. kUndelivered: a launch
+// order could not reach its node (lost at once); the attempt never ran
+// everywhere, so its restart uses no budget.
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain, kUndelivered };
 
 const char* to_string(JobState state);
 const char* to_string(AttemptState state);
@@ -73,6 +85,7 @@ struct Attempt {
   std::string reason;
   bool has_root_cause = false;
   protocol::RootCause root_cause;
+  bool root_cause_is_node_loss = false;  // a later loss does not replace it
   std::vector<RankRecord> ranks;  // by global rank
   Clock::TimePoint recovery_deadline{};  // while ranks are unconfirmed
   Clock::TimePoint launched_at{};
