@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/elastic_batch.h"
 #include "coordinator/http_api.h"
 #include "coordinator/job_record.h"
 #include "coordinator/log_buffer.h"
@@ -115,7 +116,7 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<NodeCapacity> capacity() const;
   // Every alive node's GPUs, as if no job ran.
   std::vector<NodeCapacity> empty_capacity() const;
-  void start_attempt(Job& job, const std::vector<NodeAssignment>& placement);
+  void start_attempt(Job& job, const std::vector<NodeAssignment>& placement, const BatchPlan& batch);
   // The launch order of the attempt's node `node_rank`; false when its agent
   // cannot be reached.
   bool send_launch(const Job& job, const Attempt& attempt, int node_rank);

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/elastic_batch.h"
 #include "jobs/rank_plan.h"
 
 namespace cohort::coordinator {
@@ -74,7 +75,13 @@ void CoordinatorImpl::schedule() {
     auto request = request_for(*job);
     auto placement = blocked ? std::nullopt : place(request, cap);
     if (placement) {
-      start_attempt(*job, *placement);
+      auto batch = plan_elastic_batch(job->job_toml, int(placement->size()));
+      if (!batch) {
+        end_job(*job, JobState::kFailed, batch.status().message());
+        continue;
+      }
+      placement->resize(size_t(batch->nodes));
+      start_attempt(*job, *placement, *batch);
       continue;
     }
     double limit = job->control.placement_timeout_s;
@@ -112,8 +119,10 @@ std::vector<NodeCapacity> CoordinatorImpl::empty_capacity() const {
   return out;
 }
 
-void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>& placement) {
+void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>& placement,
+                                    const BatchPlan& batch) {
   Attempt a;
+  if (batch.launch_toml != job.job_toml) a.launch_toml = batch.launch_toml;
   a.number = int(job.attempts.size());
   a.gpus_per_node = job.control.gpus_per_node;
   a.counts_as_restart = job.next_attempt_counts;
@@ -144,6 +153,10 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
                 " (world size " + std::to_string(a.world_size()) + ")");
   spdlog::info("job {} attempt {} placed on {} (world size {})", job.id, a.number, node_list,
                a.world_size());
+  if (!batch.note.empty()) {
+    job.add_event("attempt " + std::to_string(a.number) + ": " + batch.note);
+    spdlog::info("job {} attempt {}: {}", job.id, a.number, batch.note);
+  }
   job.attempts.push_back(std::move(a));
   const Attempt& attempt = job.attempts.back();
   bool reached = send_launch(job, attempt, 0);
@@ -181,7 +194,7 @@ bool CoordinatorImpl::send_launch(const Job& job, const Attempt& attempt, int no
   order.gpu_indices = attempt.gpus.at(node);
   order.master_addr = master ? master->address : "127.0.0.1";
   order.master_port = node_rank == 0 ? 0 : attempt.master_port;
-  order.job_toml = job.job_toml;
+  order.job_toml = attempt.launch_toml.empty() ? job.job_toml : attempt.launch_toml;
   order.store_token = attempt.store_token;
   return send_to_node(node, order);
 }
@@ -385,6 +398,10 @@ void CoordinatorImpl::maybe_scale_up() {
       if (!a->gpus.count(c.name) && int(c.free_gpus.size()) >= job.control.gpus_per_node) ++extra;
     }
     if (extra == 0) continue;
+    // A restart that could not keep the global batch on more nodes would
+    // come back at the same size, again and again.
+    auto batch = plan_elastic_batch(job.job_toml, int(a->nodes.size()) + extra);
+    if (!batch || batch->nodes <= int(a->nodes.size())) continue;
     begin_stop(job, StopIntent::kScaleUp,
                "scale-up: " + std::to_string(extra) + " more node(s) available (running on " +
                    std::to_string(a->nodes.size()) + " of at most " +

@@ -79,6 +79,9 @@ struct Attempt {
   int gpus_per_node = 1;
   int master_port = 0;  // 0 until rank 0's node has picked it (WorkersStarted)
   std::string store_token;  // COHORT_STORE_TOKEN of this attempt's workers
+  // The job file its launch orders carry when it differs from the job's
+  // (elastic_batch.h: the kept global batch written in); in memory only.
+  std::string launch_toml;
   bool counts_as_restart = true;
   int64_t started_ms = 0;
   int64_t ended_ms = 0;

@@ -150,6 +150,12 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("train", "global_batch", &J::train, &TrainSection::global_batch,
                    {.text = "Sequences per optimizer step; accumulation makes up the difference.",
                     .default_text = "micro_batch × data-parallel degree", .min = 0, .max = 1e9}));
+  f.push_back(bind("train", "elastic_batch", &J::train, &TrainSection::elastic_batch,
+                   {.text = "Elastic jobs (`nodes = \"MIN:MAX\"`): `keep` holds the global batch (global_batch, "
+                            "else micro_batch × data-parallel degree at MAX nodes) at every world size by changing "
+                            "gradient accumulation, and an attempt is placed only on a node count that divides it; "
+                            "`scale` lets it follow the world size.",
+                    .choices = {"keep", "scale"}}));
   f.push_back(bind("train", "seq_len", &J::train, &TrainSection::seq_len,
                    {.text = "Tokens per sequence.", .min = 1, .max = 1e7}));
   f.push_back(bind("train", "lr", &J::train, &TrainSection::lr,

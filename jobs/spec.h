@@ -113,6 +113,10 @@ struct TrainSection {
   int steps = 0;
   int micro_batch = 8;
   int global_batch = 0;        // 0: micro_batch × data-parallel degree
+  // Elastic jobs: "keep" holds the global batch across world sizes by
+  // changing accumulation (the coordinator writes it into each attempt's
+  // file); "scale" lets it follow the world size.
+  std::string elastic_batch = "keep";
   int seq_len = 256;
   double lr = 3e-4;
   double min_lr = 0.0;         // end of the cosine; 0: lr / 10

@@ -182,5 +182,35 @@ TEST_F(ElasticAccountingTest, FailuresAfterALossAreConsequencesAndCostNothingMor
   expect_restart_on_a_alone(a);
 }
 
+// Elastic batch through the coordinator (elastic_batch.h): the job shrinks
+// from 2 nodes to 1 and keeps 16 sequences a step; the change is an event.
+TEST_F(ElasticAccountingTest, AShrunkTrainingJobKeepsItsGlobalBatchAndSaysSo) {
+  start();
+  FakeAgent a(endpoint_, "node-a", 1), b(endpoint_, "node-b", 1);
+  auto spec = jobs::testing::train_job("shrink", 1, 1);
+  spec.job.nodes = {1, 2};
+  spec.job.max_restarts = 1;
+  spec.train.micro_batch = 8;
+  id_ = submit(spec);
+  auto la = a.next_as<LaunchOrder>();
+  ASSERT_TRUE(la && b.next_as<LaunchOrder>());
+  EXPECT_EQ(jobs::testing::loaded_spec(la->job_toml).train.global_batch, 16);
+  clock_.advance(2s);
+  beat(a, {{id_, 0, 0, 100}});
+  clock_.advance(1500ms);  // node-b lost
+  ASSERT_TRUE(a.next_as<StopOrder>());
+  a.exit_all(*la, 143, true);
+  auto l1 = a.next_as<LaunchOrder>();
+  ASSERT_TRUE(l1);
+  EXPECT_EQ(l1->world_size, 1);
+  EXPECT_EQ(jobs::testing::loaded_spec(l1->job_toml).train.global_batch, 16);
+  bool logged = false;
+  for (const auto& e : job(id_).events) {
+    logged |= e.text == "attempt 1: global batch 16 kept at 1 node(s): gradient accumulation 2 (micro_batch 8 × "
+                        "data-parallel 1)";
+  }
+  EXPECT_TRUE(logged);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator::testing
