@@ -71,6 +71,12 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
                                                           " jobs are queued or running; at most " +
                                                           std::to_string(kMaxActiveJobs)));
   }
+  for (const auto& d : c.depends_on) {
+    if (!state_of_job(d.job_id).empty()) continue;
+    Status refused = not_found("job.depends_on: no job " + d.job_id + " (see `cohort jobs`)");
+    warn_bad_input("refused a job: " + refused.message());
+    return reply_error(peer, e.id, refused);
+  }
   if (const Job* holder = live_job_writing(c.output_dir)) {
     Status refused = failed_precondition(
         "output_dir " + c.output_dir + " is in use by " + holder->id + " (" + holder->control.name + ", " +

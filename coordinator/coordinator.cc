@@ -429,6 +429,7 @@ void CoordinatorImpl::tick() {
   for (const auto& node : registry_.expire()) on_node_lost(node);
   store_.expire();
   check_recovery();
+  check_time_limits();
   schedule();
   if (clock_.now() - last_log_flush_ >= options_.log_flush_interval) flush_logs();
   if (clock_.now() - last_trim_ > std::chrono::seconds(10)) {

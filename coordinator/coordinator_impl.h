@@ -145,6 +145,13 @@ class CoordinatorImpl final : public Coordinator {
   // lists (a lost launch order or exit report) count as gone.
   void reconcile_missing(const std::string& node, const std::vector<protocol::RunningWorker>& running);
   void check_recovery();
+  // Running jobs past job.time_limit stop (StopIntent::kTimeLimit) and end timed_out.
+  void check_time_limits();
+  // True when every job.depends_on entry holds; otherwise the job's message
+  // says what it waits for, or the job is cancelled when an entry never can.
+  bool dependencies_met(Job& job);
+  // A job's state by id, in memory or retired; "" for an unknown id.
+  std::string state_of_job(const std::string& id) const;
   // Saves the job; the error is logged and returned (submit refuses on it).
   Status save_job(const Job& job);
   void persist(const Job& job) { (void)save_job(job); }

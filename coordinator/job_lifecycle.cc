@@ -71,6 +71,8 @@ void CoordinatorImpl::schedule() {
   });
   bool blocked = false;
   for (Job* job : queued) {
+    // A job waiting for its dependencies holds back nobody.
+    if (!dependencies_met(*job)) continue;
     auto cap = capacity();
     auto request = request_for(*job);
     auto placement = blocked ? std::nullopt : place(request, cap);
@@ -144,6 +146,7 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
   }
   a.store_token = new_store_token();
   a.launched_at = clock_.now();
+  if (job.attempts.empty()) job.first_started = clock_.now();
   job.state = JobState::kRunning;
   job.next_attempt_counts = true;
   job.message.clear();
@@ -299,6 +302,9 @@ void CoordinatorImpl::finish_attempt(Job& job) {
   } else if (job.cancel_requested) {
     a.state = AttemptState::kStopped;
     end_job(job, JobState::kCancelled, "cancelled");
+  } else if (a.stop_intent == StopIntent::kTimeLimit) {
+    a.state = AttemptState::kStopped;
+    end_job(job, JobState::kTimedOut, a.reason);
   } else if (a.stop_intent == StopIntent::kFailure) {
     a.state = AttemptState::kFailed;
     if (job.restarts_used < job.control.max_restarts) {
@@ -490,6 +496,53 @@ void CoordinatorImpl::check_recovery() {
   }
 }
 
+void CoordinatorImpl::check_time_limits() {
+  auto now = clock_.now();
+  std::vector<Job*> due;
+  for (auto& [id, job] : jobs_) {
+    double limit = job.control.time_limit_s;
+    const Attempt* a = job.current();
+    if (limit <= 0 || job.state != JobState::kRunning || !a || a->state != AttemptState::kRunning) continue;
+    if (now - job.first_started >= std::chrono::duration<double>(limit)) due.push_back(&job);
+  }
+  for (Job* job : due) {
+    begin_stop(*job, StopIntent::kTimeLimit,
+               "time limit of " + fmt::format("{:g}", job->control.time_limit_s) + " s reached (job.time_limit)");
+  }
+}
+
+std::string CoordinatorImpl::state_of_job(const std::string& id) const {
+  if (auto it = jobs_.find(id); it != jobs_.end()) return to_string(it->second.state);
+  for (const auto& r : retired_) {
+    if (r.id == id) return r.state;
+  }
+  return "";
+}
+
+bool CoordinatorImpl::dependencies_met(Job& job) {
+  std::string waiting;
+  for (const auto& d : job.control.depends_on) {
+    std::string state = state_of_job(d.job_id);
+    bool ended = state == "succeeded" || state == "failed" || state == "cancelled" || state == "timed_out";
+    bool holds = d.kind == jobs::DependencyKind::kAny     ? ended
+                 : d.kind == jobs::DependencyKind::kOk    ? state == "succeeded"
+                                                          : ended && state != "succeeded";
+    if (holds) continue;
+    std::string entry = d.job_id + ":" + jobs::to_string(d.kind);
+    if (state.empty() || (ended && !holds)) {
+      // Slurm's DependencyNeverSatisfied, ended rather than left pending.
+      end_job(job, JobState::kCancelled,
+              "dependency " + entry + " can never hold: " +
+                  (state.empty() ? d.job_id + " is unknown" : d.job_id + " ended " + state) + " (job.depends_on)");
+      return false;
+    }
+    waiting += (waiting.empty() ? "" : ", ") + entry;
+  }
+  if (waiting.empty()) return true;
+  job.message = "waiting for dependencies: " + waiting + " (job.depends_on)";
+  return false;
+}
+
 Status CoordinatorImpl::save_job(const Job& job) {
   if (!db_) return Status::ok();
   Status s = db_->save_job(job);
@@ -513,6 +566,10 @@ Status CoordinatorImpl::recover_from_db() {
   for (auto& job : jobs) {
     next_seq_ = std::max(next_seq_, job.seq + 1);
     job.queued_since = clock_.now();
+    if (!job.attempts.empty()) {
+      auto ran = std::chrono::milliseconds(std::max<int64_t>(0, unix_ms_now() - job.attempts.front().started_ms));
+      job.first_started = clock_.now() - ran;
+    }
     if (Attempt* a = job.current(); a && a->active()) {
       a->recovery_deadline = deadline;
       ++active;

@@ -14,7 +14,8 @@ namespace {
 
 using html::escape;
 
-bool terminal(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+bool terminal(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled" ||
+                                              state == "timed_out"; }
 
 std::string summary(const JobView& j, const PageContext& context) {
   const auto& i = j.info;

@@ -15,6 +15,7 @@ const char* to_string(JobState state) {
     case JobState::kSucceeded: return "succeeded";
     case JobState::kFailed: return "failed";
     case JobState::kCancelled: return "cancelled";
+    case JobState::kTimedOut: return "timed_out";
   }
   return "unknown";
 }
@@ -32,7 +33,7 @@ const char* to_string(AttemptState state) {
 
 bool is_terminal(JobState state) {
   return state == JobState::kSucceeded || state == JobState::kFailed ||
-         state == JobState::kCancelled;
+         state == JobState::kCancelled || state == JobState::kTimedOut;
 }
 
 int64_t unix_ms_now() {

@@ -4,6 +4,8 @@
 //   kQueued   --placed-->            kRunning   (an attempt starts)
 //   kQueued   --cancel-->            kCancelled
 //   kQueued   --placement_timeout--> kFailed
+//   kQueued   --a depends_on entry can no longer hold--> kCancelled
+//   kRunning  --time_limit reached--> kStopping --all ranks gone--> kTimedOut
 //   kRunning  --all ranks exit 0-->  kSucceeded
 //   kRunning  --failure/loss/cancel/scale-up/recovery--> kStopping
 //   kStopping --all ranks gone-->    kQueued    (restart: budget left, or a
@@ -43,13 +45,14 @@
 
 namespace cohort::coordinator {
 
-enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
+// Persisted as ordinals: new values go at the end.
+enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled, kTimedOut };
 enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
 // Why an attempt is being stopped; decides what happens once it has stopped.
 // Persisted as its ordinal: new values go at the end. kUndelivered: a launch
 // order could not reach its node (lost at once); the attempt never ran
 // everywhere, so its restart uses no budget.
-enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain, kUndelivered };
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain, kUndelivered, kTimeLimit };
 
 const char* to_string(JobState state);
 const char* to_string(AttemptState state);
@@ -113,6 +116,9 @@ struct Job {
   int64_t submitted_ms = 0;
   int64_t ended_ms = 0;
   Clock::TimePoint queued_since{};
+  // When its first attempt started (time_limit counts from there); set
+  // again from the first attempt's start after a coordinator restart.
+  Clock::TimePoint first_started{};
   std::string message;
   bool has_root_cause = false;
   protocol::RootCause root_cause;

@@ -82,6 +82,15 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("job", "placement_timeout", &J::job, &JobSection::placement_timeout_s,
                    {.text = "Seconds a job waits for capacity before failing (0: wait forever).", .min = 0,
                     .max = 1e9}));
+  f.push_back(bind("job", "time_limit", &J::job, &JobSection::time_limit_s,
+                   {.text = "Wall-clock seconds from the job's first start (Slurm's --time); then its workers get "
+                            "SIGTERM (a training worker checkpoints), SIGKILL after stop_grace, and the job ends "
+                            "`timed_out` (0: no limit).",
+                    .min = 0, .max = 1e9}));
+  f.push_back(bind("job", "depends_on", &J::job, &JobSection::depends_on,
+                   {.text = "Jobs this one waits for, as \"job-3:ok\" (succeeded; Slurm's afterok), \"job-3:any\" "
+                            "(ended) or \"job-3:notok\" (ended without success); a dependency that can no longer "
+                            "hold cancels the job."}));
   f.push_back(bind("job", "port_range", &J::job, &JobSection::port_range,
                    {.text = "\"LO-HI\": the TCP ports MASTER_PORT is chosen from on rank 0's node (a free one, "
                             "never one another job holds); for firewalled clusters.",

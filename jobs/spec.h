@@ -60,6 +60,17 @@ struct PortRange {
 // "LO-HI" with 1024 <= LO <= HI <= 65535 (or a single port "P"); false and
 // *why set for anything else.
 bool parse_port_range(std::string_view text, PortRange* range, std::string* why);
+
+// One entry of job.depends_on: a job id and what its end must be.
+enum class DependencyKind { kOk, kAny, kNotOk };
+struct Dependency {
+  std::string job_id;
+  DependencyKind kind = DependencyKind::kOk;
+};
+// "job-3", "job-3:ok", "job-3:any" or "job-3:notok"; false and *why set for
+// anything else.
+bool parse_dependency(std::string_view text, Dependency* dependency, std::string* why);
+const char* to_string(DependencyKind kind);
 std::string to_string(const PortRange& range);  // "LO-HI", "" when empty
 
 struct JobSection {
@@ -75,6 +86,10 @@ struct JobSection {
   double stop_grace_s = 10.0;       // SIGTERM, then SIGKILL after this
   double hang_timeout_s = 0.0;      // 0: no hang detection
   double placement_timeout_s = 0.0; // 0: wait for capacity forever
+  double time_limit_s = 0.0;        // wall-clock limit from the first start (Slurm --time); 0: none
+  // "job-3" or "job-3:ok" (Slurm afterok), "job-3:any" (afterany),
+  // "job-3:notok" (afternotok): the job waits until each holds.
+  std::vector<std::string> depends_on;
   std::string port_range;           // "LO-HI" for MASTER_PORT; "": the agent's range
   std::map<std::string, std::string> env;
 };
