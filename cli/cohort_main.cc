@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       add_submit_command(app),
       add_status_command(app),
       add_jobs_command(app),
+      add_history_command(app),
       add_nodes_command(app),
       add_logs_command(app),
       add_cancel_command(app),
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
       add_export_command(app),
       add_tokenize_command(app),
       add_completion_command(app),
+      add_help_command(app),
   };
   add_footers(app);
 

@@ -51,6 +51,9 @@ Command add_undrain_command(CLI::App& root);
 Command add_keygen_command(CLI::App& root);
 Command add_export_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);
+Command add_history_command(CLI::App& root);  // finished jobs (cli/history_command.cc)
+// `cohort help [COMMAND...]`; `root` must outlive the run.
+Command add_help_command(CLI::App& root);
 // Shell completion, made from `root`'s definition (which must outlive the run).
 Command add_completion_command(CLI::App& root);
 
