@@ -51,6 +51,17 @@ int main(int argc, char** argv) {
   };
   add_footers(app);
 
+  // `cohort run [...] -- PROGRAM ARGS...`: the program's words are its own.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--") continue;
+    bool run = false;
+    for (int j = 1; j < i; ++j) run |= std::string(argv[j]) == "run";
+    if (run) {
+      set_run_program_argv(std::vector<std::string>(argv + i + 1, argv + argc));
+      argc = i;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

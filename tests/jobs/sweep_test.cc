@@ -55,3 +55,27 @@ TEST(Sweep, EachPointGetsItsOwnNameAndOutputFolder) {
 
 }  // namespace
 }  // namespace cohort::jobs
+
+#include "jobs/command_line_job.h"
+
+namespace cohort::jobs {
+namespace {
+
+TEST(CommandLineJob, TheJobIsACommandJobNamedAfterTheScriptWithItsArgvQuoted) {
+  std::string text = command_line_job_toml({"python3", "my train.py", "--note", "say \"hi\"\\"}, 4, 1);
+  LoadOptions options{.overrides = {}, .base_dir = "/tmp", .file_dir = "/tmp"};
+  auto r = load_job_text(text, "cohort run --nproc-per-node", options);
+  ASSERT_TRUE(r.ok()) << r.error_text() << text;
+  EXPECT_EQ(r.spec.job.kind, JobKind::kCommand);
+  EXPECT_EQ(r.spec.job.name, "my-train");
+  EXPECT_EQ(r.spec.job.gpus_per_node, 4);
+  EXPECT_EQ(r.spec.job.devices, DeviceVisibility::kNode) << "cuda:LOCAL_RANK, as torchrun scripts expect";
+  EXPECT_EQ(r.spec.command.argv, (std::vector<std::string>{"python3", "my train.py", "--note", "say \"hi\"\\"}));
+  EXPECT_EQ(r.spec.job.output_dir, "/tmp/runs/my-train");
+  auto plain = load_job_text(command_line_job_toml({"./bench"}, 1, 1), "x", options);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain.spec.job.name, "bench");
+}
+
+}  // namespace
+}  // namespace cohort::jobs
