@@ -147,6 +147,10 @@ class CoordinatorImpl final : public Coordinator {
   void check_recovery();
   // Running jobs past job.time_limit stop (StopIntent::kTimeLimit) and end timed_out.
   void check_time_limits();
+  // `job` (queued, not placeable now) stops the fewest lower-priority
+  // preemptible jobs that make it fit (StopIntent::kPreempt: they requeue
+  // without using restart budget); true while it waits for such stops.
+  bool preempt_for(const Job& job);
   // True when every job.depends_on entry holds; otherwise the job's message
   // says what it waits for, or the job is cancelled when an entry never can.
   bool dependencies_met(Job& job);

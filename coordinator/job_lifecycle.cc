@@ -71,6 +71,8 @@ void CoordinatorImpl::schedule() {
   });
   bool blocked = false;
   for (Job* job : queued) {
+    // A stop or start within this loop schedules too: skip what it placed or ended.
+    if (job->state != JobState::kQueued) continue;
     // A job waiting for its dependencies holds back nobody.
     if (!dependencies_met(*job)) continue;
     auto cap = capacity();
@@ -84,6 +86,11 @@ void CoordinatorImpl::schedule() {
       }
       placement->resize(size_t(batch->nodes));
       start_attempt(*job, *placement, *batch);
+      continue;
+    }
+    if (!blocked && preempt_for(*job)) {
+      blocked = true;  // the freed GPUs are this job's: nobody behind it takes them
+      job->message = "waiting for preempted job(s) to stop";
       continue;
     }
     double limit = job->control.placement_timeout_s;
@@ -494,6 +501,49 @@ void CoordinatorImpl::check_recovery() {
       check_attempt_done(job);
     }
   }
+}
+
+bool CoordinatorImpl::preempt_for(const Job& job) {
+  // Already waiting for some to stop: the GPUs they free come to this job.
+  for (auto& [id, other] : jobs_) {
+    const Attempt* a = other.current();
+    if (a && a->state == AttemptState::kStopping && a->stop_intent == StopIntent::kPreempt &&
+        other.control.priority < job.control.priority) {
+      return true;
+    }
+  }
+  // Candidates: running preemptible jobs of lower priority, the lowest
+  // priority first, then the newest (the least work lost).
+  std::vector<Job*> candidates;
+  for (auto& [id, other] : jobs_) {
+    const Attempt* a = other.current();
+    if (other.control.preemptible && other.control.priority < job.control.priority && a &&
+        a->state == AttemptState::kRunning) {
+      candidates.push_back(&other);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(), [](Job* a, Job* b) {
+    if (a->control.priority != b->control.priority) return a->control.priority < b->control.priority;
+    return a->seq > b->seq;
+  });
+  // The fewest candidates, in that order, whose GPUs make the job fit.
+  auto cap = capacity();
+  std::vector<Job*> chosen;
+  for (Job* victim : candidates) {
+    for (auto& c : cap) {
+      auto it = victim->current()->gpus.find(c.name);
+      if (it != victim->current()->gpus.end()) c.free_gpus.insert(c.free_gpus.end(), it->second.begin(), it->second.end());
+    }
+    chosen.push_back(victim);
+    if (place(request_for(job), cap)) break;
+  }
+  if (chosen.empty() || !place(request_for(job), cap)) return false;
+  for (Job* victim : chosen) {
+    begin_stop(*victim, StopIntent::kPreempt,
+               "preempted by " + job.id + " (priority " + std::to_string(job.control.priority) + " over " +
+                   std::to_string(victim->control.priority) + "); it resumes when GPUs are free, no restart used");
+  }
+  return true;
 }
 
 void CoordinatorImpl::check_time_limits() {

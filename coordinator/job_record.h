@@ -6,6 +6,7 @@
 //   kQueued   --placement_timeout--> kFailed
 //   kQueued   --a depends_on entry can no longer hold--> kCancelled
 //   kRunning  --time_limit reached--> kStopping --all ranks gone--> kTimedOut
+//   kRunning  --preempted by a higher priority--> kStopping --all ranks gone--> kQueued (no budget)
 //   kRunning  --all ranks exit 0-->  kSucceeded
 //   kRunning  --failure/loss/cancel/scale-up/recovery--> kStopping
 //   kStopping --all ranks gone-->    kQueued    (restart: budget left, or a
@@ -52,7 +53,8 @@ enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
 // Persisted as its ordinal: new values go at the end. kUndelivered: a launch
 // order could not reach its node (lost at once); the attempt never ran
 // everywhere, so its restart uses no budget.
-enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain, kUndelivered, kTimeLimit };
+// kPreempt: a higher-priority job needs the GPUs (job.preemptible); no budget.
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain, kUndelivered, kTimeLimit, kPreempt };
 
 const char* to_string(JobState state);
 const char* to_string(AttemptState state);

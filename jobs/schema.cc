@@ -65,6 +65,9 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("job", "priority", &J::job, &JobSection::priority,
                    {.text = "Higher runs first; first come, first served within a priority.", .min = -1e6,
                     .max = 1e6}));
+  f.push_back(bind("job", "preemptible", &J::job, &JobSection::preemptible,
+                   {.text = "A higher-priority job that cannot be placed may stop this one (SIGTERM: a training "
+                            "worker checkpoints); it requeues and resumes without using restart budget."}));
   f.push_back(bind("job", "output_dir", &J::job, &JobSection::output_dir,
                    {.text = "Logs, metrics.jsonl, checkpoints and outputs.", .default_text = "\"runs/<name>\""}));
   f.push_back(bind("job", "working_dir", &J::job, &JobSection::working_dir,

@@ -80,6 +80,7 @@ struct JobSection {
   int gpus_per_node = 1;
   int max_restarts = 0;
   int priority = 0;                 // higher runs first; FIFO within a priority
+  bool preemptible = false;         // a higher-priority job that cannot be placed may stop and requeue it
   std::string output_dir;           // default: runs/<name>
   std::string working_dir;          // default: the directory cohort was started in
   DeviceVisibility devices = DeviceVisibility::kOwn;  // default depends on kind

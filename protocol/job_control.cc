@@ -19,6 +19,7 @@ JobControl control_of(const jobs::JobSpec& spec) {
   c.gpus_per_node = spec.job.gpus_per_node;
   c.max_restarts = spec.job.max_restarts;
   c.priority = spec.job.priority;
+  c.preemptible = spec.job.preemptible;
   c.output_dir = spec.job.output_dir;
   c.working_dir = spec.job.working_dir;
   c.devices = spec.job.devices;

@@ -29,6 +29,7 @@ struct JobControl {
   int gpus_per_node = 1;
   int max_restarts = 0;
   int priority = 0;
+  bool preemptible = false;
   std::string output_dir;   // absolute
   std::string working_dir;  // absolute
   jobs::DeviceVisibility devices = jobs::DeviceVisibility::kNode;

@@ -86,3 +86,61 @@ TEST_F(CoordinatorTest, ADependencyOnAnUnknownJobIsRefusedAtSubmit) {
 
 }  // namespace
 }  // namespace cohort::coordinator::testing
+
+namespace cohort::coordinator::testing {
+namespace {
+
+using protocol::LaunchOrder;
+using protocol::StopOrder;
+
+TEST_F(CoordinatorTest, AHigherPriorityJobPreemptsAPreemptibleOneWhichResumesWithoutBudget) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 2);
+  auto low_spec = command_job("low", 1, 2);
+  low_spec.job.preemptible = true;
+  low_spec.job.max_restarts = 0;
+  std::string low = submit(low_spec);
+  auto l0 = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l0);
+  auto high_spec = command_job("high", 1, 1);
+  high_spec.job.priority = 10;
+  std::string high = submit(high_spec);
+  auto stop = n.next_as<StopOrder>();
+  ASSERT_TRUE(stop);
+  EXPECT_EQ(stop->job_id, low);
+  EXPECT_NE(stop->reason.find("preempted by " + high), std::string::npos) << stop->reason;
+  EXPECT_EQ(job(high).state, "queued");
+  n.exit_all(*l0, 0, /*stopped=*/true);  // a training worker checkpoints on SIGTERM
+  auto lh = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(lh);
+  EXPECT_EQ(lh->job_id, high);
+  EXPECT_EQ(job(low).state, "queued");
+  n.exit_all(*lh, 0);
+  auto l1 = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l1);
+  EXPECT_EQ(l1->job_id, low);
+  EXPECT_EQ(l1->attempt, 1);
+  EXPECT_EQ(l1->restart_count, 0);
+  auto info = job(low);
+  EXPECT_EQ(info.restarts_used, 0);
+  EXPECT_EQ(info.attempts[0].state, "stopped");
+  n.exit_all(*l1, 0);
+  EXPECT_TRUE(wait_for_state(low, "succeeded"));
+}
+
+TEST_F(CoordinatorTest, AJobThatIsNotPreemptibleIsNeverStoppedForPriority) {
+  start();
+  FakeAgent n(endpoint_, "node-1", 1);
+  std::string low = submit(command_job("low", 1, 1));
+  auto l0 = n.next_as<LaunchOrder>();
+  ASSERT_TRUE(l0);
+  auto high_spec = command_job("high", 1, 1);
+  high_spec.job.priority = 10;
+  std::string high = submit(high_spec);
+  EXPECT_FALSE(n.next_as<StopOrder>(300ms));
+  EXPECT_EQ(job(low).state, "running");
+  EXPECT_EQ(job(high).state, "queued");
+}
+
+}  // namespace
+}  // namespace cohort::coordinator::testing
