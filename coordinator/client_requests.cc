@@ -190,6 +190,7 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     info.heartbeat_age_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - n->last_heartbeat).count();
     info.jobs = jobs_on(n->name);
+    info.drain_reason = n->drain_reason;
     // A drained node with nothing left on it is done draining.
     if (n->state == NodeState::kDraining && !n->leaving && info.jobs.empty()) info.state = "drained";
     // Registrations are capped, so this only bites with thousands of nodes.

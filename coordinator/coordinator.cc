@@ -386,6 +386,22 @@ void CoordinatorImpl::on_gpu_report(const std::string& peer, const Envelope& e) 
   auto& samples = gpu_samples_[n->name];
   samples = std::move(m->samples);
   if (samples.size() > n->gpus.size()) samples.resize(n->gpus.size());
+  std::string faults;
+  for (auto& s : samples) {
+    s.fault = shorten(s.fault, 200);
+    if (!s.fault.empty()) faults += (faults.empty() ? "" : "; ") + ("GPU " + std::to_string(s.index) + ": " + s.fault);
+  }
+  if (!faults.empty() && !n->drained) drain_unhealthy(n->name, "unhealthy GPU: " + faults);
+}
+
+void CoordinatorImpl::drain_unhealthy(const std::string& node, const std::string& reason) {
+  // Its jobs restart elsewhere without restart budget (StopIntent::kDrain);
+  // the node takes work again after `cohort undrain`.
+  registry_.drain_for(node, reason);
+  save_node(node);
+  spdlog::warn("node {} drained: {}", node, reason);
+  stop_work_on(node, "node " + node + " drained: " + reason);
+  schedule();
 }
 
 void CoordinatorImpl::on_store(const std::string& peer, const Envelope& e) {

@@ -65,6 +65,8 @@ class CoordinatorImpl final : public Coordinator {
   void on_workers_started(const std::string& peer, const protocol::Envelope& e);
   void on_metric_batch(const std::string& peer, const protocol::Envelope& e);
   void on_gpu_report(const std::string& peer, const protocol::Envelope& e);
+  // An agent reported an unhealthy GPU: the node is drained with `reason`.
+  void drain_unhealthy(const std::string& node, const std::string& reason);
   void on_submit(const std::string& peer, const protocol::Envelope& e);
   void on_job_query(const std::string& peer, const protocol::Envelope& e);
   void on_node_query(const std::string& peer, const protocol::Envelope& e);
