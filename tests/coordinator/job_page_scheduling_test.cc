@@ -28,5 +28,14 @@ TEST(JobPage, ShowsTheSchedulingKeysTheJobSet) {
   EXPECT_EQ(quiet.find("<th>priority"), std::string::npos);
 }
 
+TEST(ClusterPage, ADrainedNodeShowsWhy) {
+  protocol::NodeInfo n;
+  n.name = "node-a";
+  n.state = "draining";
+  n.drain_reason = "unhealthy GPU: GPU 1: Xid 79";
+  std::string page = cluster_page({}, {n}, PageContext{});
+  EXPECT_NE(page.find("unhealthy GPU: GPU 1: Xid 79"), std::string::npos) << page;
+}
+
 }  // namespace
 }  // namespace cohort::coordinator
