@@ -24,6 +24,9 @@
 
 namespace cohort::coordinator {
 
+// What placing `job` asks of the cluster (job_lifecycle.cc).
+PlacementRequest request_for(const Job& job);
+
 // Every handler parses its body first; a bad body is answered, not fatal.
 #define COHORT_PARSE_OR_REPLY(Type, var)                       \
   auto var##_result = protocol::body_as<Type>(e);              \
