@@ -1,6 +1,7 @@
 // The agent daemon: registration, heartbeats, orders, forwarding.
 #include "agent/agent.h"
 
+#include <algorithm>
 #include <unistd.h>
 
 #include <cerrno>
@@ -425,6 +426,14 @@ class AgentImpl final : public Agent {
     last_gpu_report_ = clock_.now();
     GpuReport report{options_.name, {}};
     for (const auto& u : options_.prober->sample()) report.samples.push_back({u.index, u.utilization, u.memory_used_bytes});
+    // An unhealthy GPU rides on its sample (one of its own where it has none).
+    for (const auto& f : options_.prober->health()) {
+      auto it = std::find_if(report.samples.begin(), report.samples.end(),
+                             [&](const protocol::GpuSample& s) { return s.index == f.index; });
+      if (it == report.samples.end()) it = report.samples.insert(report.samples.end(), protocol::GpuSample{f.index, 0, 0, ""});
+      it->fault = f.reason;
+      spdlog::warn("agent {}: GPU {} is unhealthy: {}", options_.name, f.index, f.reason);
+    }
     if (!report.samples.empty()) send(encode(report));
   }
 

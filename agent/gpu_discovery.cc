@@ -214,6 +214,13 @@ class SelectedProber final : public GpuProber {
     }
     return out;
   }
+  std::vector<GpuFault> health() override {
+    std::vector<GpuFault> out;
+    for (const auto& f : inner_->health()) {
+      if (std::find(indices_.begin(), indices_.end(), f.index) != indices_.end()) out.push_back(f);
+    }
+    return out;
+  }
 
  private:
   std::shared_ptr<GpuProber> inner_;

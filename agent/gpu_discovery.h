@@ -33,6 +33,14 @@ struct GpuUsage {
   uint64_t memory_used_bytes = 0;
 };
 
+// A GPU the prober finds unhealthy: an Xid error, uncorrected ECC errors,
+// or no answer at all. The agent reports it with the GPU's figures; the
+// coordinator drains the node with the reason (issue 35).
+struct GpuFault {
+  int index = 0;
+  std::string reason;  // "Xid 79 (GPU has fallen off the bus)", "3 uncorrected ECC errors", ...
+};
+
 // True for the entries of make_cpu_slots_prober(): workers on them get no GPU.
 bool is_cpu_slot(const GpuInfo& gpu);
 
@@ -48,6 +56,11 @@ class GpuProber {
   // be known (no NVML, CPU slots); a failing query is logged, not returned,
   // because nothing the agent does depends on it.
   virtual std::vector<GpuUsage> sample() { return {}; }
+  // The GPUs found unhealthy since the last call, by index; empty when all
+  // are well or it cannot be known. Tests hand the agent a prober that
+  // reports faults; NVML's Xid events and ECC counts are read by the
+  // system prober where it implements this (not yet: it reports none).
+  virtual std::vector<GpuFault> health() { return {}; }
 };
 
 // NVML (libnvidia-ml.so.1, loaded with dlopen at probe time so the control

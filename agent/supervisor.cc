@@ -127,6 +127,7 @@ Status Supervisor::start_group(Group& group) {
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   if (ec) return io_error("cannot create output_dir " + output_dir + ": " + ec.message());
+  COHORT_RETURN_IF_ERROR(lock_output_dir(group));
   COHORT_ASSIGN_OR_RETURN(auto logs, WorkerLogWriter::open(output_dir, order.attempt));
   group.logs = std::move(logs);
   std::weak_ptr<bool> alive = alive_;
@@ -158,6 +159,32 @@ Status Supervisor::start_group(Group& group) {
     w.last_progress = clock_.now();
     group.workers.push_back(std::move(w));
   }
+  return Status::ok();
+}
+
+Status Supervisor::lock_output_dir(Group& group) {
+  if (group.order.node_rank != 0) return Status::ok();  // shared storage: one holder a job
+  const std::string& dir = group.job.output_dir;
+  for (auto it = output_locks_.begin(); it != output_locks_.end();) {
+    it = it->second.second.expired() ? output_locks_.erase(it) : std::next(it);
+  }
+  auto held = output_locks_.find(dir);
+  if (held != output_locks_.end()) {
+    if (auto lock = held->second.second.lock()) {
+      if (held->second.first != group.order.job_id) {
+        return failed_precondition(output_dir_in_use(dir, held->second.first + " on node " + options_.node));
+      }
+      group.output_lock = std::move(lock);
+      return Status::ok();
+    }
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string holder = group.order.job_id + " on node " + options_.node + " (host " + host + ", pid " +
+                       std::to_string(::getpid()) + ")";
+  COHORT_ASSIGN_OR_RETURN(OutputDirLock lock, OutputDirLock::acquire(dir, holder));
+  group.output_lock = std::make_shared<OutputDirLock>(std::move(lock));
+  output_locks_[dir] = {group.order.job_id, group.output_lock};
   return Status::ok();
 }
 

@@ -34,6 +34,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/port_claim.h"
+#include "agent/output_dir_lock.h"
 #include "agent/process_launcher.h"
 #include "agent/store_proxy.h"
 #include "agent/worker_logs.h"
@@ -122,11 +123,18 @@ class Supervisor {
     std::unique_ptr<StoreProxy> store;
     std::vector<Worker> workers;
     std::optional<PortClaim> port;  // MASTER_PORT, when this node picked it
+    // Node rank 0's hold on output_dir (output_dir_lock.h), shared with the
+    // job's next attempt here so that a restart never lets go of it.
+    std::shared_ptr<OutputDirLock> output_lock;
   };
   using Key = std::pair<std::string, int>;  // job id, attempt
 
   Status start_group(Group& group);
   Status claim_master_port(Group& group);
+  // Node rank 0 locks the job's output_dir; refused when another process
+  // (another `cohort run`, another cluster on shared storage) or another
+  // job here writes there.
+  Status lock_output_dir(Group& group);
   Result<std::vector<std::string>> worker_argv(const Group& group) const;
   void spawn_worker(const Key& key, Group& group, Worker& worker, const std::vector<std::string>& argv);
   void on_exit(const Key& key, int rank, ExitStatus status);
@@ -141,6 +149,8 @@ class Supervisor {
   StoreForward forward_;
   SupervisorSink sink_;
   std::map<Key, Group> groups_;
+  // output_dir → the lock of the job writing there (while any attempt holds it).
+  std::map<std::string, std::pair<std::string, std::weak_ptr<OutputDirLock>>> output_locks_;
   std::mt19937_64 random_{std::random_device{}()};
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       add_submit_command(app),
       add_status_command(app),
       add_jobs_command(app),
+      add_history_command(app),
       add_nodes_command(app),
       add_logs_command(app),
       add_cancel_command(app),
@@ -46,9 +47,21 @@ int main(int argc, char** argv) {
       add_export_command(app),
       add_tokenize_command(app),
       add_completion_command(app),
+      add_help_command(app),
   };
   add_footers(app);
 
+  // `cohort run [...] -- PROGRAM ARGS...`: the program's words are its own.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--") continue;
+    bool run = false;
+    for (int j = 1; j < i; ++j) run |= std::string(argv[j]) == "run";
+    if (run) {
+      set_run_program_argv(std::vector<std::string>(argv + i + 1, argv + argc));
+      argc = i;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

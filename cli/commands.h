@@ -38,6 +38,9 @@ struct Command {
 Command add_validate_command(CLI::App& root);
 // The control plane (cli/<name>_command.cc).
 Command add_run_command(CLI::App& root);
+// `cohort run ... -- PROGRAM ARGS...`: main hands the words after "--" to the
+// run command before parsing, so that none of them is taken as cohort's flag.
+void set_run_program_argv(std::vector<std::string> argv);
 Command add_coordinator_command(CLI::App& root);
 Command add_agent_command(CLI::App& root);
 Command add_submit_command(CLI::App& root);
@@ -51,6 +54,9 @@ Command add_undrain_command(CLI::App& root);
 Command add_keygen_command(CLI::App& root);
 Command add_export_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);
+Command add_history_command(CLI::App& root);  // finished jobs (cli/history_command.cc)
+// `cohort help [COMMAND...]`; `root` must outlive the run.
+Command add_help_command(CLI::App& root);
 // Shell completion, made from `root`'s definition (which must outlive the run).
 Command add_completion_command(CLI::App& root);
 

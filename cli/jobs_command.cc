@@ -60,7 +60,7 @@ Command add_jobs_command(CLI::App& root) {
   app->add_flag("--quiet,-q", args->quiet, "print only the job ids, one per line");
   app->add_option("--limit", args->limit, "show the newest N jobs")->check(CLI::NonNegativeNumber);
   app->add_option("--state", args->state, "only jobs in this state")
-      ->check(CLI::IsMember({"queued", "running", "stopping", "succeeded", "failed", "cancelled"}));
+      ->check(CLI::IsMember({"queued", "running", "stopping", "succeeded", "failed", "cancelled", "timed_out"}));
   args->client.add_to(app);
   CLI::App* rm = app->add_subcommand("rm", "forget finished jobs (in memory and in the state database)");
   rm->add_option("job", args->remove, "job ids or names")->required();

@@ -48,6 +48,7 @@ int run_nodes(const NodesArgs& args) {
     std::printf("%-20s %-16s %-8s %3d of %-3zu %-14s %-12s %s\n", n.name.c_str(), n.address.c_str(),
                 n.state.c_str(), n.gpus_free, n.gpus.size(), gpu.c_str(),
                 (std::to_string(n.heartbeat_age_ms) + " ms ago").c_str(), jobs.c_str());
+    if (!n.drain_reason.empty()) std::printf("  %s drained: %s\n", n.name.c_str(), n.drain_reason.c_str());
   }
   return kExitOk;
 }

@@ -1,4 +1,5 @@
-// `cohort run JOB.toml [--set key=value]... [--json]`: the embedded cluster
+// `cohort run JOB.toml [--set key=value]... [--json]`, or torchrun's form
+// `cohort run --nproc-per-node N -- PROGRAM ARGS...`: the embedded cluster
 // (a coordinator and one agent in this process); exits with the job's status,
 // 130 when Ctrl-C stopped it. With --json the workers' lines go to stderr and
 // the job's final record (as `cohort status JOB --json`) to stdout.
@@ -11,6 +12,8 @@
 #include "cli/client_common.h"
 #include "cli/commands.h"
 #include "cli/progress_line.h"
+#include "jobs/command_line_job.h"
+#include "jobs/load.h"
 #include "protocol/codec.h"
 #include "protocol/job_watch.h"
 
@@ -19,7 +22,9 @@ namespace {
 
 struct RunArgs {
   JsonFlag json;
-  std::string job_file;
+  std::vector<std::string> positionals;  // JOB.toml, or with --nproc-per-node: PROGRAM ARGS...
+  int nproc_per_node = 0;
+  int nnodes = 1;
   std::vector<std::string> sets;
   int fake_gpus = 0;
   int cpu_slots = 0;
@@ -29,10 +34,53 @@ struct RunArgs {
   std::string containment = "auto";
 };
 
+std::vector<std::string>& program_argv() {
+  static std::vector<std::string> argv;
+  return argv;
+}
+
+// torchrun's form: `cohort run --nproc-per-node N -- PROGRAM ARGS...` runs
+// the command job jobs/command_line_job.h builds, as a file would.
+bool load_command_line_job(const RunArgs& args, jobs::JobSpec* spec) {
+  jobs::LoadOptions options;
+  for (const auto& s : args.sets) {
+    auto o = jobs::parse_override(s);
+    if (!o) {
+      std::fprintf(stderr, "cohort run: %s\n", o.status().message().c_str());
+      return false;
+    }
+    options.overrides.push_back(*o);
+  }
+  std::vector<std::string> argv = args.positionals;
+  argv.insert(argv.end(), program_argv().begin(), program_argv().end());
+  std::string text = jobs::command_line_job_toml(argv, args.nproc_per_node, args.nnodes);
+  auto loaded = jobs::load_job_text(text, "cohort run --nproc-per-node", options);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s", loaded.error_text().c_str());
+    return false;
+  }
+  *spec = std::move(loaded.spec);
+  return true;
+}
+
 int run_run(const RunArgs& args) {
   int code = kExitOk;
   cluster::EmbeddedRunOptions options;
-  if (!load_job_spec(args.job_file, args.sets, &options.spec, &code, /*local=*/true)) return code;
+  if (args.nproc_per_node > 0) {
+    if (args.positionals.empty() && program_argv().empty()) {
+      std::fprintf(stderr, "cohort run: --nproc-per-node needs the program: cohort run --nproc-per-node %d -- "
+                           "python3 train.py\n", args.nproc_per_node);
+      return kExitUsage;
+    }
+    if (!load_command_line_job(args, &options.spec)) return kExitUsage;
+  } else {
+    if (args.positionals.size() != 1 || !program_argv().empty()) {
+      std::fprintf(stderr, "cohort run: give one job file (cohort run JOB.toml), or a program with "
+                           "--nproc-per-node (cohort run --nproc-per-node 2 -- python3 train.py)\n");
+      return kExitUsage;
+    }
+    if (!load_job_spec(args.positionals[0], args.sets, &options.spec, &code, /*local=*/true)) return code;
+  }
   jobs::NodeRange& nodes = options.spec.job.nodes;
   if (nodes.min > 1) {
     std::fprintf(stderr, "cohort run: the job needs %d nodes; `cohort run` is one node. Use "
@@ -90,10 +138,18 @@ int run_run(const RunArgs& args) {
 
 }  // namespace
 
+void set_run_program_argv(std::vector<std::string> argv) { program_argv() = std::move(argv); }
+
 Command add_run_command(CLI::App& root) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* app = root.add_subcommand("run", "run a job on this machine (coordinator + agent in one process)");
-  app->add_option("job", args->job_file, "job file (TOML)")->required();
+  app->add_option("job", args->positionals,
+                  "job file (TOML); with --nproc-per-node: -- PROGRAM ARGS... (a command job, torchrun's environment)");
+  app->add_option("--nproc-per-node", args->nproc_per_node,
+                  "torchrun's flag: run `-- PROGRAM ARGS...` as a command job of N workers (no job file)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--nnodes", args->nnodes, "torchrun's flag; `cohort run` is one node (cohort submit for more)")
+      ->check(CLI::Range(1, 1));
   app->add_option("--set", args->sets, "override a key: --set train.lr=1e-3");
   args->json.add_to(app);
   auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");

@@ -13,7 +13,9 @@ namespace {
 
 // "--jsno=1" → "jsno"; "-x" → "x".
 std::string flag_name(const std::string& word) {
-  std::string name = word.substr(word.find_first_not_of('-'));
+  const size_t start = word.find_first_not_of('-');
+  if (start == std::string::npos) return "";  // "--" alone
+  std::string name = word.substr(start);
   return name.substr(0, name.find('='));
 }
 

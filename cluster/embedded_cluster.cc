@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "agent/output_dir_lock.h"
 #include "coordinator/coordinator.h"
 #include "jobs/load.h"
 #include "protocol/client.h"
@@ -47,6 +48,13 @@ Result<protocol::JobInfo> run_embedded(const EmbeddedRunOptions& options) {
         "the job needs " + std::to_string(per_node) + " GPUs per node and this machine has " +
         std::to_string(gpus.size()) + ": use --set job.gpus_per_node=" + std::to_string(gpus.size()) +
         ", or --cpu-slots " + std::to_string(per_node) + " to run on CPU");
+  }
+
+  // One run per folder: a second `cohort run` on a folder another writes
+  // would remove that run's state database below and interleave its
+  // checkpoints. The agent takes the lock itself at launch (output_dir_lock.h).
+  if (std::string holder = agent::OutputDirLock::holder_of(options.spec.job.output_dir); !holder.empty()) {
+    return failed_precondition(agent::output_dir_in_use(options.spec.job.output_dir, holder));
   }
 
   coordinator::CoordinatorOptions co;

@@ -2,6 +2,7 @@
 // bytes), cancel, and removing jobs and nodes. Node messages and the store
 // are in coordinator.cc; job lifecycle decisions in job_lifecycle.cc.
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -70,6 +71,21 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
                                                           " jobs are queued or running; at most " +
                                                           std::to_string(kMaxActiveJobs)));
   }
+  for (const auto& d : c.depends_on) {
+    if (!state_of_job(d.job_id).empty()) continue;
+    Status refused = not_found("job.depends_on: no job " + d.job_id + " (see `cohort jobs`)");
+    warn_bad_input("refused a job: " + refused.message());
+    return reply_error(peer, e.id, refused);
+  }
+  if (const Job* holder = live_job_writing(c.output_dir)) {
+    Status refused = failed_precondition(
+        "output_dir " + c.output_dir + " is in use by " + holder->id + " (" + holder->control.name + ", " +
+        to_string(holder->state) + "); two jobs writing one folder interleave their checkpoints and metrics. "
+        "Wait for " + holder->id + " to end, `cohort cancel " + holder->id + "`, or set job.output_dir "
+        "(--set job.output_dir=...)");
+    warn_bad_input("refused a job: " + refused.message());
+    return reply_error(peer, e.id, refused);
+  }
   Job job;
   job.seq = next_seq_++;
   job.id = "job-" + std::to_string(job.seq);
@@ -92,6 +108,20 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
   jobs_.emplace(id, std::move(job));
   reply(peer, e.id, SubmitReply{id});
   schedule();
+}
+
+const Job* CoordinatorImpl::live_job_writing(const std::string& output_dir) const {
+  // Resolved files hold absolute paths; "runs/x/" and "runs/x" are one folder.
+  auto folder = [](const std::string& dir) {
+    std::string normal = std::filesystem::path(dir).lexically_normal().string();
+    while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+    return normal;
+  };
+  const std::string wanted = folder(output_dir);
+  for (const auto& [id, job] : jobs_) {
+    if (!is_terminal(job.state) && folder(job.control.output_dir) == wanted) return &job;
+  }
+  return nullptr;
 }
 
 Job* CoordinatorImpl::find_job(const std::string& id_or_name) {
@@ -160,6 +190,7 @@ std::vector<NodeInfo> CoordinatorImpl::node_infos() const {
     info.heartbeat_age_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - n->last_heartbeat).count();
     info.jobs = jobs_on(n->name);
+    info.drain_reason = n->drain_reason;
     // A drained node with nothing left on it is done draining.
     if (n->state == NodeState::kDraining && !n->leaving && info.jobs.empty()) info.state = "drained";
     // Registrations are capped, so this only bites with thousands of nodes.

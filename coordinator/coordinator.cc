@@ -25,6 +25,9 @@ CoordinatorImpl::CoordinatorImpl(boost::asio::io_context& io, CoordinatorOptions
       logs_(options_.log_bytes_per_job, options_.log_bytes_total),
       timer_(io) {
   if (options_.recovery_grace.count() == 0) options_.recovery_grace = 2 * options_.heartbeat_timeout;
+  if (options_.consequence_window.count() == 0) {
+    options_.consequence_window = options_.heartbeat_timeout + 2 * options_.heartbeat_interval;
+  }
 }
 
 namespace {
@@ -447,6 +450,22 @@ void CoordinatorImpl::on_gpu_report(const std::string& peer, const Envelope& e) 
   auto& samples = gpu_samples_[n->name];
   samples = std::move(m->samples);
   if (samples.size() > n->gpus.size()) samples.resize(n->gpus.size());
+  std::string faults;
+  for (auto& s : samples) {
+    s.fault = shorten(s.fault, 200);
+    if (!s.fault.empty()) faults += (faults.empty() ? "" : "; ") + ("GPU " + std::to_string(s.index) + ": " + s.fault);
+  }
+  if (!faults.empty() && !n->drained) drain_unhealthy(n->name, "unhealthy GPU: " + faults);
+}
+
+void CoordinatorImpl::drain_unhealthy(const std::string& node, const std::string& reason) {
+  // Its jobs restart elsewhere without restart budget (StopIntent::kDrain);
+  // the node takes work again after `cohort undrain`.
+  registry_.drain_for(node, reason);
+  save_node(node);
+  spdlog::warn("node {} drained: {}", node, reason);
+  stop_work_on(node, "node " + node + " drained: " + reason);
+  schedule();
 }
 
 void CoordinatorImpl::on_store(const std::string& peer, const Envelope& e) {
@@ -490,6 +509,7 @@ void CoordinatorImpl::tick() {
   for (const auto& node : registry_.expire()) on_node_lost(node);
   store_.expire();
   check_recovery();
+  check_time_limits();
   schedule();
   if (clock_.now() - last_log_flush_ >= options_.log_flush_interval) flush_logs();
   if (clock_.now() - last_trim_ > std::chrono::seconds(10)) {

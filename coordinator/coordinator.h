@@ -40,6 +40,10 @@ struct CoordinatorOptions {
   // After a restart, how long agents have to report the workers of running
   // attempts before those attempts are restarted. 0: 2 × heartbeat_timeout.
   std::chrono::milliseconds recovery_grace{0};
+  // A node lost this long after a rank failure of the attempt it runs is
+  // taken as that failure's cause (job_record.h). 0: heartbeat_timeout +
+  // 2 × heartbeat_interval, the longest a dead node can stay unnoticed.
+  std::chrono::milliseconds consequence_window{0};
   // Finished jobs stay in memory (and in `cohort jobs`) this long, and at
   // most this many of them; older ones are only in the state database.
   std::chrono::milliseconds finished_retention{std::chrono::hours(24)};

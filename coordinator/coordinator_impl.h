@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/elastic_batch.h"
 #include "coordinator/http_api.h"
 #include "coordinator/job_record.h"
 #include "coordinator/log_buffer.h"
@@ -22,6 +23,9 @@
 #include "protocol/transport.h"
 
 namespace cohort::coordinator {
+
+// What placing `job` asks of the cluster (job_lifecycle.cc).
+PlacementRequest request_for(const Job& job);
 
 // Every handler parses its body first; a bad body is answered, not fatal.
 #define COHORT_PARSE_OR_REPLY(Type, var)                       \
@@ -69,6 +73,8 @@ class CoordinatorImpl final : public Coordinator {
   void on_workers_started(const std::string& peer, const protocol::Envelope& e);
   void on_metric_batch(const std::string& peer, const protocol::Envelope& e);
   void on_gpu_report(const std::string& peer, const protocol::Envelope& e);
+  // An agent reported an unhealthy GPU: the node is drained with `reason`.
+  void drain_unhealthy(const std::string& node, const std::string& reason);
   void on_submit(const std::string& peer, const protocol::Envelope& e);
   void on_job_query(const std::string& peer, const protocol::Envelope& e);
   void on_node_query(const std::string& peer, const protocol::Envelope& e);
@@ -100,6 +106,9 @@ class CoordinatorImpl final : public Coordinator {
   void arm_tick();
   void tick();
   Job* find_job(const std::string& id_or_name);
+  // The queued or running job whose output_dir is `output_dir` (one job per
+  // output folder: a second is refused at submit); null when none.
+  const Job* live_job_writing(const std::string& output_dir) const;
   std::vector<protocol::NodeInfo> node_infos() const;
   // The web page's and /metrics' sources (http_api.h).
   HttpSources http_sources();
@@ -119,7 +128,7 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<NodeCapacity> capacity() const;
   // Every alive node's GPUs, as if no job ran.
   std::vector<NodeCapacity> empty_capacity() const;
-  void start_attempt(Job& job, const std::vector<NodeAssignment>& placement);
+  void start_attempt(Job& job, const std::vector<NodeAssignment>& placement, const BatchPlan& batch);
   // The launch order of the attempt's node `node_rank`; false when its agent
   // cannot be reached.
   bool send_launch(const Job& job, const Attempt& attempt, int node_rank);
@@ -131,8 +140,16 @@ class CoordinatorImpl final : public Coordinator {
   void finish_attempt(Job& job);
   void requeue(Job& job, bool counts, const std::string& why);
   void end_job(Job& job, JobState state, const std::string& message);
-  // `why` defaults to the heartbeat timeout.
+  // `why` defaults to the heartbeat timeout. Stops the attempts running
+  // there (one failure each) and names the loss as the root cause of an
+  // attempt already stopping for a rank failure within the consequence window.
   void on_node_lost(const std::string& node, const std::string& why = "");
+  bool loss_caused_the_stop(const Attempt& attempt) const;
+  // A launch order that could not reach `node`: lost, the attempt stopped
+  // without using restart budget (StopIntent::kUndelivered).
+  void launch_undelivered(Job& job, const std::string& node);
+  // Connected nodes an order could not reach: lost now (on_node_lost).
+  void lose_unreachable_nodes(const std::vector<std::string>& nodes);
   void maybe_scale_up();
   // A worker its agent says is running: confirms it, or orders it stopped.
   void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);
@@ -140,6 +157,17 @@ class CoordinatorImpl final : public Coordinator {
   // lists (a lost launch order or exit report) count as gone.
   void reconcile_missing(const std::string& node, const std::vector<protocol::RunningWorker>& running);
   void check_recovery();
+  // Running jobs past job.time_limit stop (StopIntent::kTimeLimit) and end timed_out.
+  void check_time_limits();
+  // `job` (queued, not placeable now) stops the fewest lower-priority
+  // preemptible jobs that make it fit (StopIntent::kPreempt: they requeue
+  // without using restart budget); true while it waits for such stops.
+  bool preempt_for(const Job& job);
+  // True when every job.depends_on entry holds; otherwise the job's message
+  // says what it waits for, or the job is cancelled when an entry never can.
+  bool dependencies_met(Job& job);
+  // A job's state by id, in memory or retired; "" for an unknown id.
+  std::string state_of_job(const std::string& id) const;
   // Saves the job; the error is logged and returned (submit refuses on it).
   Status save_job(const Job& job);
   void persist(const Job& job) { (void)save_job(job); }

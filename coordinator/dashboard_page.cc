@@ -40,7 +40,10 @@ std::string nodes_table(const std::vector<protocol::NodeInfo>& nodes) {
     std::string jobs;
     for (const auto& j : n.jobs) jobs += (jobs.empty() ? "" : ", ") + job_link(j);
     out += fmt::format("<tr><td>{}<td>{}<td>{}<td class=num>{} of {}<td class=num>{:.1f} s ago<td>{}",
-                       escape(n.name), html::badge(n.state), escape(n.address), n.gpus_free, n.gpus.size(),
+                       escape(n.name),
+                       html::badge(n.state) +
+                           (n.drain_reason.empty() ? "" : " <span class=muted>" + escape(n.drain_reason) + "</span>"),
+                       escape(n.address), n.gpus_free, n.gpus.size(),
                        double(n.heartbeat_age_ms) / 1e3, jobs);
   }
   if (nodes.empty()) out += "<tr><td colspan=6 class=muted>no node has registered";

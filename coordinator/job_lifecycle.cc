@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/elastic_batch.h"
 #include "jobs/rank_plan.h"
 
 namespace cohort::coordinator {
@@ -30,11 +31,11 @@ std::string describe_exit(const WorkerExit& m) {
   return "exited with code " + std::to_string(m.exit_code);
 }
 
+}  // namespace
+
 PlacementRequest request_for(const Job& job) {
   return {job.control.nodes_min, job.control.nodes_max, job.control.gpus_per_node};
 }
-
-}  // namespace
 
 std::vector<NodeCapacity> CoordinatorImpl::capacity() const {
   std::map<std::string, std::set<int>> used;
@@ -70,11 +71,26 @@ void CoordinatorImpl::schedule() {
   });
   bool blocked = false;
   for (Job* job : queued) {
+    // A stop or start within this loop schedules too: skip what it placed or ended.
+    if (job->state != JobState::kQueued) continue;
+    // A job waiting for its dependencies holds back nobody.
+    if (!dependencies_met(*job)) continue;
     auto cap = capacity();
     auto request = request_for(*job);
     auto placement = blocked ? std::nullopt : place(request, cap);
     if (placement) {
-      start_attempt(*job, *placement);
+      auto batch = plan_elastic_batch(job->job_toml, int(placement->size()));
+      if (!batch) {
+        end_job(*job, JobState::kFailed, batch.status().message());
+        continue;
+      }
+      placement->resize(size_t(batch->nodes));
+      start_attempt(*job, *placement, *batch);
+      continue;
+    }
+    if (!blocked && preempt_for(*job)) {
+      blocked = true;  // the freed GPUs are this job's: nobody behind it takes them
+      job->message = "waiting for preempted job(s) to stop";
       continue;
     }
     double limit = job->control.placement_timeout_s;
@@ -112,8 +128,10 @@ std::vector<NodeCapacity> CoordinatorImpl::empty_capacity() const {
   return out;
 }
 
-void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>& placement) {
+void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>& placement,
+                                    const BatchPlan& batch) {
   Attempt a;
+  if (batch.launch_toml != job.job_toml) a.launch_toml = batch.launch_toml;
   a.number = int(job.attempts.size());
   a.gpus_per_node = job.control.gpus_per_node;
   a.counts_as_restart = job.next_attempt_counts;
@@ -135,6 +153,7 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
   }
   a.store_token = new_store_token();
   a.launched_at = clock_.now();
+  if (job.attempts.empty()) job.first_started = clock_.now();
   job.state = JobState::kRunning;
   job.next_attempt_counts = true;
   job.message.clear();
@@ -144,13 +163,31 @@ void CoordinatorImpl::start_attempt(Job& job, const std::vector<NodeAssignment>&
                 " (world size " + std::to_string(a.world_size()) + ")");
   spdlog::info("job {} attempt {} placed on {} (world size {})", job.id, a.number, node_list,
                a.world_size());
+  if (!batch.note.empty()) {
+    job.add_event("attempt " + std::to_string(a.number) + ": " + batch.note);
+    spdlog::info("job {} attempt {}: {}", job.id, a.number, batch.note);
+  }
   job.attempts.push_back(std::move(a));
   const Attempt& attempt = job.attempts.back();
   bool reached = send_launch(job, attempt, 0);
   persist(job);
-  if (!reached) {
-    registry_.mark_lost(attempt.nodes.front());
-    on_node_lost(attempt.nodes.front(), "its agent cannot be reached");
+  if (!reached) launch_undelivered(job, attempt.nodes.front());
+}
+
+void CoordinatorImpl::launch_undelivered(Job& job, const std::string& node) {
+  // Lost first, so that the restart this stop leads to cannot place there.
+  registry_.mark_lost(node);
+  save_node(node);
+  begin_stop(job, StopIntent::kUndelivered,
+             "the launch order for node " + node + " could not be delivered (its agent cannot be reached)");
+  on_node_lost(node, "its agent cannot be reached");
+}
+
+void CoordinatorImpl::lose_unreachable_nodes(const std::vector<std::string>& nodes) {
+  for (const auto& node : nodes) {
+    registry_.mark_lost(node);
+    save_node(node);
+    on_node_lost(node, "its agent cannot be reached");
   }
 }
 
@@ -167,7 +204,7 @@ bool CoordinatorImpl::send_launch(const Job& job, const Attempt& attempt, int no
   order.gpu_indices = attempt.gpus.at(node);
   order.master_addr = master ? master->address : "127.0.0.1";
   order.master_port = node_rank == 0 ? 0 : attempt.master_port;
-  order.job_toml = job.job_toml;
+  order.job_toml = attempt.launch_toml.empty() ? job.job_toml : attempt.launch_toml;
   order.store_token = attempt.store_token;
   return send_to_node(node, order);
 }
@@ -188,10 +225,9 @@ void CoordinatorImpl::release_held_nodes(Job& job, int master_port) {
     if (held && !send_launch(job, a, int(i))) unreachable.push_back(a.nodes[i]);
   }
   persist(job);
-  for (const auto& node : unreachable) {
-    registry_.mark_lost(node);
-    on_node_lost(node, "its agent cannot be reached");
-  }
+  if (unreachable.empty()) return;
+  launch_undelivered(job, unreachable.front());
+  lose_unreachable_nodes({unreachable.begin() + 1, unreachable.end()});
 }
 
 void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string& reason) {
@@ -208,15 +244,23 @@ void CoordinatorImpl::begin_stop(Job& job, StopIntent intent, const std::string&
   }
   job.add_event("stopping attempt " + std::to_string(a->number) + ": " + reason);
   spdlog::info("job {} attempt {}: stopping ({})", job.id, a->number, reason);
+  std::vector<std::string> unreachable;
   for (const auto& node : a->nodes) {
+    const Node* n = registry_.find(node);
+    bool was_connected = n && is_connected(n->state);
     if (!send_to_node(node, StopOrder{job.id, a->number, reason})) {
       // Nobody is left there to report: its ranks are gone with it.
       for (auto& r : a->ranks) {
         if (r.node == node) r.state = RankState::kExited;
       }
+      // A connected node that cannot be reached is lost now, not at its
+      // heartbeat timeout: the restart must not be placed there, and the
+      // loss is the likelier cause of the failure that began this stop.
+      if (was_connected) unreachable.push_back(node);
     }
   }
   persist(job);
+  lose_unreachable_nodes(unreachable);
   check_attempt_done(job);
 }
 
@@ -265,6 +309,9 @@ void CoordinatorImpl::finish_attempt(Job& job) {
   } else if (job.cancel_requested) {
     a.state = AttemptState::kStopped;
     end_job(job, JobState::kCancelled, "cancelled");
+  } else if (a.stop_intent == StopIntent::kTimeLimit) {
+    a.state = AttemptState::kStopped;
+    end_job(job, JobState::kTimedOut, a.reason);
   } else if (a.stop_intent == StopIntent::kFailure) {
     a.state = AttemptState::kFailed;
     if (job.restarts_used < job.control.max_restarts) {
@@ -308,24 +355,48 @@ void CoordinatorImpl::end_job(Job& job, JobState state, const std::string& messa
 void CoordinatorImpl::on_node_lost(const std::string& node, const std::string& why) {
   std::string cause = why.empty() ? "no heartbeat for " + std::to_string(options_.heartbeat_timeout.count()) + " ms" : why;
   spdlog::warn("node {} lost: {}", node, cause);
-  for (auto& [id, job] : jobs_) {
+  std::string reason = "node " + node + " lost (" + cause + ")";
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  // By id: a restart placed from within this loop must not invalidate it.
+  for (const auto& id : ids) {
+    Job& job = jobs_.at(id);
     Attempt* a = job.current();
     if (!a || !a->active() || !a->gpus.count(node)) continue;
     int first = -1;
     for (int r = 0; r < a->world_size(); ++r) {
-      if (a->ranks[r].node != node || a->ranks[r].state == RankState::kExited) continue;
+      if (a->ranks[r].node != node) continue;
       if (first < 0) first = r;
       a->ranks[r].state = RankState::kExited;
     }
     if (a->state == AttemptState::kRunning) {
-      std::string reason = "node " + node + " lost (" + cause + ")";
       a->has_root_cause = true;
       a->root_cause = RootCause{std::max(first, 0), node, 0, 0, reason, {}};
+      a->root_cause_is_node_loss = true;
       begin_stop(job, StopIntent::kFailure, reason);
-    } else {
-      check_attempt_done(job);
+      continue;
     }
+    if (loss_caused_the_stop(*a)) {
+      std::string consequence = a->has_root_cause ? "rank " + std::to_string(a->root_cause.rank) + " on " +
+                                                        a->root_cause.node + " " + a->root_cause.reason
+                                                  : a->reason;
+      a->has_root_cause = true;
+      a->root_cause = RootCause{std::max(first, 0), node, 0, 0, reason, {}};
+      a->root_cause_is_node_loss = true;
+      a->reason = reason;
+      job.add_event("root cause of attempt " + std::to_string(a->number) + ": " + reason + "; the failure of " +
+                    consequence + " followed from it");
+      spdlog::info("job {} attempt {}: root cause is {} ({} followed from it)", job.id, a->number, reason,
+                   consequence);
+      persist(job);
+    }
+    check_attempt_done(job);
   }
+}
+
+bool CoordinatorImpl::loss_caused_the_stop(const Attempt& a) const {
+  return a.state == AttemptState::kStopping && a.stop_intent == StopIntent::kFailure &&
+         !a.root_cause_is_node_loss && clock_.now() - a.stop_began <= options_.consequence_window;
 }
 
 void CoordinatorImpl::maybe_scale_up() {
@@ -340,6 +411,10 @@ void CoordinatorImpl::maybe_scale_up() {
       if (!a->gpus.count(c.name) && int(c.free_gpus.size()) >= job.control.gpus_per_node) ++extra;
     }
     if (extra == 0) continue;
+    // A restart that could not keep the global batch on more nodes would
+    // come back at the same size, again and again.
+    auto batch = plan_elastic_batch(job.job_toml, int(a->nodes.size()) + extra);
+    if (!batch || batch->nodes <= int(a->nodes.size())) continue;
     begin_stop(job, StopIntent::kScaleUp,
                "scale-up: " + std::to_string(extra) + " more node(s) available (running on " +
                    std::to_string(a->nodes.size()) + " of at most " +
@@ -452,6 +527,10 @@ Status CoordinatorImpl::recover_from_db() {
   for (auto& job : jobs) {
     next_seq_ = std::max(next_seq_, job.seq + 1);
     job.queued_since = clock_.now();
+    if (!job.attempts.empty()) {
+      auto ran = std::chrono::milliseconds(std::max<int64_t>(0, unix_ms_now() - job.attempts.front().started_ms));
+      job.first_started = clock_.now() - ran;
+    }
     if (Attempt* a = job.current(); a && a->active()) {
       a->recovery_deadline = deadline;
       ++active;

@@ -14,7 +14,8 @@ namespace {
 
 using html::escape;
 
-bool terminal(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+bool terminal(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled" ||
+                                              state == "timed_out"; }
 
 std::string summary(const JobView& j, const PageContext& context) {
   const auto& i = j.info;
@@ -43,6 +44,7 @@ std::string summary(const JobView& j, const PageContext& context) {
     if (p->has(Figure::kMfu)) out += fmt::format("<tr><th>MFU<td>{:.1f}%", p->get(Figure::kMfu) * 100);
   }
   if (auto e = j.training->latest_eval()) out += fmt::format("<tr><th>eval loss<td>{:.4f} (step {})", e->get(Figure::kEvalLoss), e->step);
+  for (const auto& [label, value] : j.scheduling) out += "<tr><th>" + escape(label) + "<td>" + escape(value);
   out += "<tr><th>output<td><code>" + escape(i.output_dir) + "</code>";
   if (!i.message.empty()) out += "<tr><th>message<td>" + escape(i.message);
   out += "</table>";

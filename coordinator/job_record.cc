@@ -15,6 +15,7 @@ const char* to_string(JobState state) {
     case JobState::kSucceeded: return "succeeded";
     case JobState::kFailed: return "failed";
     case JobState::kCancelled: return "cancelled";
+    case JobState::kTimedOut: return "timed_out";
   }
   return "unknown";
 }
@@ -32,7 +33,7 @@ const char* to_string(AttemptState state) {
 
 bool is_terminal(JobState state) {
   return state == JobState::kSucceeded || state == JobState::kFailed ||
-         state == JobState::kCancelled;
+         state == JobState::kCancelled || state == JobState::kTimedOut;
 }
 
 int64_t unix_ms_now() {
@@ -128,7 +129,8 @@ nlohmann::json job_to_json(const Job& job) {
                         {"ended_ms", a.ended_ms},
                         {"reason", a.reason},
                         {"has_root_cause", a.has_root_cause},
-                        {"root_cause", a.root_cause}});
+                        {"root_cause", a.root_cause},
+                        {"root_cause_is_node_loss", a.root_cause_is_node_loss}});
   }
   return {{"id", job.id},
           {"seq", job.seq},
@@ -181,6 +183,7 @@ Result<Job> job_from_json(const nlohmann::json& j) {
       a.reason = ja.at("reason").get<std::string>();
       a.has_root_cause = ja.at("has_root_cause").get<bool>();
       a.root_cause = ja.at("root_cause").get<protocol::RootCause>();
+      a.root_cause_is_node_loss = ja.value("root_cause_is_node_loss", false);
       if (a.nodes.empty() || a.gpus_per_node < 1) {
         return invalid_argument("bad job record " + job.id + ": an attempt without nodes");
       }

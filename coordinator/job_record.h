@@ -4,6 +4,9 @@
 //   kQueued   --placed-->            kRunning   (an attempt starts)
 //   kQueued   --cancel-->            kCancelled
 //   kQueued   --placement_timeout--> kFailed
+//   kQueued   --a depends_on entry can no longer hold--> kCancelled
+//   kRunning  --time_limit reached--> kStopping --all ranks gone--> kTimedOut
+//   kRunning  --preempted by a higher priority--> kStopping --all ranks gone--> kQueued (no budget)
 //   kRunning  --all ranks exit 0-->  kSucceeded
 //   kRunning  --failure/loss/cancel/scale-up/recovery--> kStopping
 //   kStopping --all ranks gone-->    kQueued    (restart: budget left, or a
@@ -15,8 +18,17 @@
 //   kRunning --stop begins-->      kStopping --all ranks gone--> kFailed | kStopped
 // An attempt "fails" when a rank failed or a node was lost; it is "stopped"
 // when it was ended on purpose (cancel, scale-up, a drained or leaving node,
-// recovery after a coordinator restart). A stopped attempt's restart uses no
+// recovery after a coordinator restart) or never ran everywhere (a launch
+// order that could not be delivered). A stopped attempt's restart uses no
 // budget.
+// Elastic accounting: one failed attempt is one restart, whatever else fails
+// while it stops. Rank failures after the stop began are consequences, never
+// causes. A node lost within the consequence window after a rank failure
+// (CoordinatorOptions::consequence_window) is the cause: the survivor's
+// "connection reset" is what the loss looked like before heartbeats noticed,
+// so the root cause is replaced by the loss. A node whose stop or launch
+// order cannot be delivered is lost at once, so that it is never in the
+// next placement.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +46,15 @@
 
 namespace cohort::coordinator {
 
-enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
+// Persisted as ordinals: new values go at the end.
+enum class JobState { kQueued, kRunning, kStopping, kSucceeded, kFailed, kCancelled, kTimedOut };
 enum class AttemptState { kRunning, kStopping, kSucceeded, kFailed, kStopped };
 // Why an attempt is being stopped; decides what happens once it has stopped.
-enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain };
+// Persisted as its ordinal: new values go at the end. kUndelivered: a launch
+// order could not reach its node (lost at once); the attempt never ran
+// everywhere, so its restart uses no budget.
+// kPreempt: a higher-priority job needs the GPUs (job.preemptible); no budget.
+enum class StopIntent { kNone, kFailure, kCancel, kScaleUp, kRecovery, kDrain, kUndelivered, kTimeLimit, kPreempt };
 
 const char* to_string(JobState state);
 const char* to_string(AttemptState state);
@@ -67,12 +84,16 @@ struct Attempt {
   int gpus_per_node = 1;
   int master_port = 0;  // 0 until rank 0's node has picked it (WorkersStarted)
   std::string store_token;  // COHORT_STORE_TOKEN of this attempt's workers
+  // The job file its launch orders carry when it differs from the job's
+  // (elastic_batch.h: the kept global batch written in); in memory only.
+  std::string launch_toml;
   bool counts_as_restart = true;
   int64_t started_ms = 0;
   int64_t ended_ms = 0;
   std::string reason;
   bool has_root_cause = false;
   protocol::RootCause root_cause;
+  bool root_cause_is_node_loss = false;  // a later loss does not replace it
   std::vector<RankRecord> ranks;  // by global rank
   Clock::TimePoint recovery_deadline{};  // while ranks are unconfirmed
   Clock::TimePoint launched_at{};
@@ -97,6 +118,9 @@ struct Job {
   int64_t submitted_ms = 0;
   int64_t ended_ms = 0;
   Clock::TimePoint queued_since{};
+  // When its first attempt started (time_limit counts from there); set
+  // again from the first attempt's start after a coordinator restart.
+  Clock::TimePoint first_started{};
   std::string message;
   bool has_root_cause = false;
   protocol::RootCause root_cause;

@@ -1,5 +1,7 @@
 #include "coordinator/job_view.h"
 
+#include <fmt/format.h>
+
 #include <csignal>
 #include <cstring>
 
@@ -33,6 +35,16 @@ JobView make_job_view(const Job& job) {
   view.info = job.info();
   view.training = &job.training;
   view.total_steps = job.total_steps;
+  const auto& c = job.control;
+  if (c.priority != 0 || c.preemptible) {
+    view.scheduling.push_back({"priority", std::to_string(c.priority) + (c.preemptible ? ", preemptible" : "")});
+  }
+  if (c.time_limit_s > 0) view.scheduling.push_back({"time limit", fmt::format("{:g} s", c.time_limit_s)});
+  if (!c.depends_on.empty()) {
+    std::string list;
+    for (const auto& d : c.depends_on) list += (list.empty() ? "" : ", ") + d.job_id + ":" + jobs::to_string(d.kind);
+    view.scheduling.push_back({"depends on", list});
+  }
   if (job.attempts.empty()) return view;
   const Attempt& a = job.attempts.back();
   view.attempt = a.number;

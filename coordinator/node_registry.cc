@@ -42,8 +42,15 @@ bool NodeRegistry::set_drained(const std::string& name, bool drained) {
   if (it == nodes_.end()) return false;
   Node& node = it->second;
   node.drained = drained;
+  if (!drained) node.drain_reason.clear();
   if (drained && node.state == NodeState::kAlive) node.state = NodeState::kDraining;
   if (!drained && node.state == NodeState::kDraining && !node.leaving) node.state = NodeState::kAlive;
+  return true;
+}
+
+bool NodeRegistry::drain_for(const std::string& name, const std::string& reason) {
+  if (!set_drained(name, true)) return false;
+  nodes_.at(name).drain_reason = reason;
   return true;
 }
 

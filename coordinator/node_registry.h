@@ -44,6 +44,7 @@ struct Node {
   std::vector<protocol::GpuDesc> gpus;
   NodeState state = NodeState::kAlive;
   bool drained = false;  // `cohort drain`: no new work until `cohort undrain`
+  std::string drain_reason;  // set when the coordinator drained it (an unhealthy GPU); in memory only
   bool leaving = false;  // its agent is stopping its workers to exit
   Clock::TimePoint last_heartbeat{};
 };
@@ -63,6 +64,8 @@ class NodeRegistry {
   bool heartbeat(const std::string& name, const std::string& peer);
   // `cohort drain` / `cohort undrain`; false for an unknown node.
   bool set_drained(const std::string& name, bool drained);
+  // Drains it and says why (an unhealthy GPU); `cohort undrain` clears both.
+  bool drain_for(const std::string& name, const std::string& reason);
   // Its agent is leaving (kDraining), then has left (kLeft).
   void mark_leaving(const std::string& name);
   void mark_left(const std::string& name);

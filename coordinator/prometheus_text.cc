@@ -61,7 +61,8 @@ void cluster_series(Exposition& e, const std::vector<JobView>& jobs, const std::
     }
   }
   std::map<std::string, int> job_states{{"queued", 0},    {"running", 0}, {"stopping", 0},
-                                        {"succeeded", 0}, {"failed", 0},  {"cancelled", 0}};
+                                        {"succeeded", 0}, {"failed", 0},  {"cancelled", 0},
+                                        {"timed_out", 0}};
   for (const auto& j : jobs) ++job_states[j.info.state];
   e.family("cohort_nodes", "gauge", "Nodes known to the coordinator, by state.");
   for (const auto& [s, n] : node_states) e.sample("cohort_nodes", {{"state", s}}, n);
@@ -105,7 +106,8 @@ void gpu_series(Exposition& e, const std::vector<JobView>& jobs, const std::vect
 }
 
 void job_state_series(Exposition& e, const std::vector<JobView>& jobs, int64_t now_ms) {
-  static const char* kStates[] = {"queued", "running", "stopping", "succeeded", "failed", "cancelled"};
+  static const char* kStates[] = {"queued", "running", "stopping", "succeeded", "failed", "cancelled",
+                                  "timed_out"};
   e.family("cohort_job_info", "gauge", "1 per job, with its name and kind.");
   for (const auto& j : jobs) {
     e.sample("cohort_job_info", {{"job", j.info.id}, {"name", j.info.name}, {"kind", j.info.kind}}, 1);

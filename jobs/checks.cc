@@ -212,6 +212,17 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
                                               std::to_string(s.context) + "; raise it or lower serve.context");
 }
 
+void check_dependencies(JobSpec& spec, LoadContext& ctx) {
+  if (!ctx.valid("job.depends_on")) return;
+  for (size_t i = 0; i < spec.job.depends_on.size(); ++i) {
+    Dependency dependency;
+    std::string why;
+    if (!parse_dependency(spec.job.depends_on[i], &dependency, &why)) {
+      ctx.error_at("job.depends_on", "job.depends_on[" + std::to_string(i) + "]: " + why);
+    }
+  }
+}
+
 void check_ports(JobSpec& spec, LoadContext& ctx) {
   if (!ctx.valid("job.port_range")) return;
   PortRange range;
@@ -239,6 +250,7 @@ std::string absolute(const std::string& given, const std::string& base) {
 void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_required(spec, ctx);
   check_ports(spec, ctx);
+  check_dependencies(spec, ctx);
   check_mesh(spec, ctx);
   check_train(spec, ctx);
   check_infer(spec, ctx);

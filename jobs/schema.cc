@@ -65,6 +65,9 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("job", "priority", &J::job, &JobSection::priority,
                    {.text = "Higher runs first; first come, first served within a priority.", .min = -1e6,
                     .max = 1e6}));
+  f.push_back(bind("job", "preemptible", &J::job, &JobSection::preemptible,
+                   {.text = "A higher-priority job that cannot be placed may stop this one (SIGTERM: a training "
+                            "worker checkpoints); it requeues and resumes without using restart budget."}));
   f.push_back(bind("job", "output_dir", &J::job, &JobSection::output_dir,
                    {.text = "Logs, metrics.jsonl, checkpoints and outputs.", .default_text = "\"runs/<name>\""}));
   f.push_back(bind("job", "working_dir", &J::job, &JobSection::working_dir,
@@ -82,6 +85,15 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("job", "placement_timeout", &J::job, &JobSection::placement_timeout_s,
                    {.text = "Seconds a job waits for capacity before failing (0: wait forever).", .min = 0,
                     .max = 1e9}));
+  f.push_back(bind("job", "time_limit", &J::job, &JobSection::time_limit_s,
+                   {.text = "Wall-clock seconds from the job's first start (Slurm's --time); then its workers get "
+                            "SIGTERM (a training worker checkpoints), SIGKILL after stop_grace, and the job ends "
+                            "`timed_out` (0: no limit).",
+                    .min = 0, .max = 1e9}));
+  f.push_back(bind("job", "depends_on", &J::job, &JobSection::depends_on,
+                   {.text = "Jobs this one waits for, as \"job-3:ok\" (succeeded; Slurm's afterok), \"job-3:any\" "
+                            "(ended) or \"job-3:notok\" (ended without success); a dependency that can no longer "
+                            "hold cancels the job."}));
   f.push_back(bind("job", "port_range", &J::job, &JobSection::port_range,
                    {.text = "\"LO-HI\": the TCP ports MASTER_PORT is chosen from on rank 0's node (a free one, "
                             "never one another job holds); for firewalled clusters.",
@@ -150,6 +162,12 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("train", "global_batch", &J::train, &TrainSection::global_batch,
                    {.text = "Sequences per optimizer step; accumulation makes up the difference.",
                     .default_text = "micro_batch × data-parallel degree", .min = 0, .max = 1e9}));
+  f.push_back(bind("train", "elastic_batch", &J::train, &TrainSection::elastic_batch,
+                   {.text = "Elastic jobs (`nodes = \"MIN:MAX\"`): `keep` holds the global batch (global_batch, "
+                            "else micro_batch × data-parallel degree at MAX nodes) at every world size by changing "
+                            "gradient accumulation, and an attempt is placed only on a node count that divides it; "
+                            "`scale` lets it follow the world size.",
+                    .choices = {"keep", "scale"}}));
   f.push_back(bind("train", "seq_len", &J::train, &TrainSection::seq_len,
                    {.text = "Tokens per sequence.", .min = 1, .max = 1e7}));
   f.push_back(bind("train", "lr", &J::train, &TrainSection::lr,

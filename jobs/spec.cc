@@ -92,4 +92,37 @@ int JobSpec::accumulation_steps(int nodes) const {
   return global / per_step;
 }
 
+bool parse_dependency(std::string_view text, Dependency* dependency, std::string* why) {
+  std::string_view id = text, kind = "ok";
+  if (auto colon = text.find(':'); colon != std::string_view::npos) {
+    id = text.substr(0, colon);
+    kind = text.substr(colon + 1);
+  }
+  bool plain_id = id.size() > 4 && id.substr(0, 4) == "job-" &&
+                  id.find_first_not_of("0123456789", 4) == std::string_view::npos;
+  if (!plain_id) {
+    *why = "'" + std::string(text) + "' does not name a job id (\"job-3\", as `cohort submit` prints it)";
+    return false;
+  }
+  if (kind == "ok") dependency->kind = DependencyKind::kOk;
+  else if (kind == "any") dependency->kind = DependencyKind::kAny;
+  else if (kind == "notok") dependency->kind = DependencyKind::kNotOk;
+  else {
+    *why = "'" + std::string(text) + "': after the ':' comes ok (it succeeded), any (it ended) or notok (it did not "
+           "succeed)";
+    return false;
+  }
+  dependency->job_id = std::string(id);
+  return true;
+}
+
+const char* to_string(DependencyKind kind) {
+  switch (kind) {
+    case DependencyKind::kOk: return "ok";
+    case DependencyKind::kAny: return "any";
+    case DependencyKind::kNotOk: return "notok";
+  }
+  return "ok";
+}
+
 }  // namespace cohort::jobs

@@ -60,6 +60,17 @@ struct PortRange {
 // "LO-HI" with 1024 <= LO <= HI <= 65535 (or a single port "P"); false and
 // *why set for anything else.
 bool parse_port_range(std::string_view text, PortRange* range, std::string* why);
+
+// One entry of job.depends_on: a job id and what its end must be.
+enum class DependencyKind { kOk, kAny, kNotOk };
+struct Dependency {
+  std::string job_id;
+  DependencyKind kind = DependencyKind::kOk;
+};
+// "job-3", "job-3:ok", "job-3:any" or "job-3:notok"; false and *why set for
+// anything else.
+bool parse_dependency(std::string_view text, Dependency* dependency, std::string* why);
+const char* to_string(DependencyKind kind);
 std::string to_string(const PortRange& range);  // "LO-HI", "" when empty
 
 struct JobSection {
@@ -69,12 +80,17 @@ struct JobSection {
   int gpus_per_node = 1;
   int max_restarts = 0;
   int priority = 0;                 // higher runs first; FIFO within a priority
+  bool preemptible = false;         // a higher-priority job that cannot be placed may stop and requeue it
   std::string output_dir;           // default: runs/<name>
   std::string working_dir;          // default: the directory cohort was started in
   DeviceVisibility devices = DeviceVisibility::kOwn;  // default depends on kind
   double stop_grace_s = 10.0;       // SIGTERM, then SIGKILL after this
   double hang_timeout_s = 0.0;      // 0: no hang detection
   double placement_timeout_s = 0.0; // 0: wait for capacity forever
+  double time_limit_s = 0.0;        // wall-clock limit from the first start (Slurm --time); 0: none
+  // "job-3" or "job-3:ok" (Slurm afterok), "job-3:any" (afterany),
+  // "job-3:notok" (afternotok): the job waits until each holds.
+  std::vector<std::string> depends_on;
   std::string port_range;           // "LO-HI" for MASTER_PORT; "": the agent's range
   std::map<std::string, std::string> env;
 };
@@ -113,6 +129,10 @@ struct TrainSection {
   int steps = 0;
   int micro_batch = 8;
   int global_batch = 0;        // 0: micro_batch × data-parallel degree
+  // Elastic jobs: "keep" holds the global batch across world sizes by
+  // changing accumulation (the coordinator writes it into each attempt's
+  // file); "scale" lets it follow the world size.
+  std::string elastic_batch = "keep";
   int seq_len = 256;
   double lr = 3e-4;
   double min_lr = 0.0;         // end of the cosine; 0: lr / 10

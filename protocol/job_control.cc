@@ -19,12 +19,19 @@ JobControl control_of(const jobs::JobSpec& spec) {
   c.gpus_per_node = spec.job.gpus_per_node;
   c.max_restarts = spec.job.max_restarts;
   c.priority = spec.job.priority;
+  c.preemptible = spec.job.preemptible;
   c.output_dir = spec.job.output_dir;
   c.working_dir = spec.job.working_dir;
   c.devices = spec.job.devices;
   c.stop_grace_s = spec.job.stop_grace_s;
   c.hang_timeout_s = spec.job.hang_timeout_s;
   c.placement_timeout_s = spec.job.placement_timeout_s;
+  c.time_limit_s = spec.job.time_limit_s;
+  for (const auto& text : spec.job.depends_on) {
+    jobs::Dependency d;
+    std::string why;
+    if (jobs::parse_dependency(text, &d, &why)) c.depends_on.push_back(d);  // the loader refused the rest
+  }
   c.port_range = spec.job.port_range;
   c.env = spec.job.env;
   c.argv = spec.command.argv;

@@ -29,12 +29,15 @@ struct JobControl {
   int gpus_per_node = 1;
   int max_restarts = 0;
   int priority = 0;
+  bool preemptible = false;
   std::string output_dir;   // absolute
   std::string working_dir;  // absolute
   jobs::DeviceVisibility devices = jobs::DeviceVisibility::kNode;
   double stop_grace_s = 10.0;
   double hang_timeout_s = 0.0;
   double placement_timeout_s = 0.0;
+  double time_limit_s = 0.0;
+  std::vector<jobs::Dependency> depends_on;
   std::string port_range;  // "LO-HI" for MASTER_PORT, or "" (the agent's range)
   std::map<std::string, std::string> env;
   std::vector<std::string> argv;  // command jobs

@@ -39,6 +39,7 @@ Result<JobInfo> watch_job(Client& client, const std::string& job_id, const Watch
   bool first = true;
   int failures = 0;
   while (true) {
+    if (options.interrupt && options.interrupt->load() && options.detach_on_interrupt) break;
     if (options.interrupt && options.interrupt->load() && !cancel_sent) {
       std::fprintf(stderr, "cohort: stopping job %s (workers get SIGTERM, then SIGKILL after stop_grace)\n",
                    job_id.c_str());

@@ -25,6 +25,9 @@ struct WatchOptions {
   // Set (from a signal handler) to ask for the job's cancellation; the watch
   // then carries on until the job has stopped.
   const std::atomic<bool>* interrupt = nullptr;
+  // With `interrupt`: return the job's current record at once instead of
+  // cancelling it (`cohort submit --wait` detaches; the job runs on).
+  bool detach_on_interrupt = false;
   std::function<void(const LogLine&)> on_line;  // default: "[rank R] text" on stdout
   bool raw = false;  // the default on_line writes control characters as they are
   std::function<void()> on_poll;                 // after each poll (a progress display)

@@ -97,6 +97,7 @@ struct GpuSample {
   int index = 0;                 // as in GpuDesc
   double utilization = 0;        // busy share of the last sample period, 0..1
   uint64_t memory_used_bytes = 0;
+  std::string fault;  // "" while healthy; else why not (Xid, ECC, not answering)
 };
 
 // One row of a training job's metrics.jsonl as the agent on rank 0's node
@@ -118,6 +119,7 @@ struct NodeInfo {
   int gpus_free = 0;
   int64_t heartbeat_age_ms = 0;
   std::vector<std::string> jobs;
+  std::string drain_reason;  // why the coordinator drained it (an unhealthy GPU); "" otherwise
 };
 
 struct LogLine {

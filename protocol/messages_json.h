@@ -34,10 +34,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobInfo, id, name, kind, state, 
                                                 message, has_root_cause, root_cause, attempts,
                                                 events, elapsed_ms, gpu_hours, has_progress,
                                                 progress)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuSample, index, utilization, memory_used_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GpuSample, index, utilization, memory_used_bytes, fault)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MetricRow, step, time, values)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, name, address, state, gpus, gpu_samples,
-                                                gpus_free, heartbeat_age_ms, jobs)
+                                                gpus_free, heartbeat_age_ms, jobs, drain_reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LogLine, seq, attempt, rank, text)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunningWorker, job_id, attempt, rank, pid)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RegisterNode, node, address, gpus, running, fenced,

@@ -304,3 +304,42 @@ TEST(AgentContact, AnAgentWhoseKeyTheCoordinatorRefusesSaysSoWithinThreeSeconds)
 
 }  // namespace
 }  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+// A fake GPU whose prober finds it unhealthy (as NVML reports an Xid event).
+class FaultyProber final : public GpuProber {
+ public:
+  Result<std::vector<GpuInfo>> probe() override { return inner_->probe(); }
+  std::vector<GpuUsage> sample() override { return inner_->sample(); }
+  std::vector<GpuFault> health() override { return {{1, "Xid 79 (GPU has fallen off the bus)"}}; }
+
+ private:
+  std::unique_ptr<GpuProber> inner_ = make_fake_prober(2);
+};
+
+TEST_F(AgentDaemonTest, AnUnhealthyGpuIsReportedWithItsReason) {
+  ScriptedCoordinator c(endpoint_);
+  AgentOptions o;
+  o.coordinator = endpoint_;
+  o.name = "node-a";
+  o.prober = std::make_shared<FaultyProber>();
+  o.launcher = launcher_;
+  o.clock = &clock_;
+  auto a = Agent::start(io_, o);
+  ASSERT_TRUE(a) << a.status().message();
+  agent_ = std::move(*a);
+  registered(c);
+  clock_.advance(3s);  // GPU figures go out every 2 s
+  auto report = c.next(io_, protocol::GpuReport::kType);
+  ASSERT_TRUE(report);
+  auto m = protocol::body_as<protocol::GpuReport>(report->envelope);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->samples.size(), 2u);
+  EXPECT_EQ(m->samples[0].fault, "");
+  EXPECT_EQ(m->samples[1].fault, "Xid 79 (GPU has fallen off the bus)");
+}
+
+}  // namespace
+}  // namespace cohort::agent

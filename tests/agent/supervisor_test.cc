@@ -298,15 +298,22 @@ TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit
   EXPECT_EQ(started_[0].node, "node-x");
   EXPECT_EQ(launcher_.record(0).options.env["MASTER_PORT"], std::to_string(port));
   EXPECT_EQ(launcher_.record(1).options.env["MASTER_PORT"], std::to_string(port));
+  // Each job its own output folder (node rank 0 locks it).
+  auto elsewhere = [&](const std::string& id) {
+    auto other_job = job;
+    other_job.job.output_dir = dir_ + "/" + id;
+    auto o = first;
+    o.job_id = id;
+    o.job_toml = jobs::to_toml(other_job);
+    return o;
+  };
   // A second job on this node while the first runs gets the other port.
-  auto second = first;
-  second.job_id = "job-2";
+  auto second = elsewhere("job-2");
   supervisor_->launch(second);
   ASSERT_EQ(started_.size(), 2u);
   EXPECT_EQ(started_[1].master_port, port == 31170 ? 31171 : 31170);
   // A third finds none free and says so as the ranks' failure.
-  auto third = first;
-  third.job_id = "job-3";
+  auto third = elsewhere("job-3");
   supervisor_->launch(third);
   EXPECT_EQ(started_.size(), 2u);
   ASSERT_EQ(exits_.size(), 2u);
@@ -316,8 +323,7 @@ TEST_F(SupervisorTest, RankZerosNodePicksMasterPortAndHoldsItUntilItsWorkersExit
   launcher_.exit(0, ExitStatus::exited(0));
   launcher_.exit(1, ExitStatus::exited(0));
   pump();
-  auto fourth = first;
-  fourth.job_id = "job-4";
+  auto fourth = elsewhere("job-4");
   supervisor_->launch(fourth);
   ASSERT_EQ(started_.size(), 3u);
   EXPECT_EQ(started_[2].master_port, port);
@@ -340,6 +346,50 @@ TEST_F(SupervisorTest, OtherNodesUseTheMasterPortTheirOrderNames) {
   supervisor_->launch(order());  // node rank 1, master_port 29500
   EXPECT_TRUE(started_.empty());
   EXPECT_EQ(launcher_.record(0).options.env["MASTER_PORT"], "29500");
+}
+
+}  // namespace
+}  // namespace cohort::agent
+
+namespace cohort::agent {
+namespace {
+
+// Node rank 0 holds the job's output_dir (output_dir_lock.h): another job
+// or another process is refused there, naming the folder and its holder; the
+// job's own next attempt keeps it.
+TEST_F(SupervisorTest, NodeRankZeroLocksTheOutputFolderAgainstOtherJobsAndProcesses) {
+  auto first = order();
+  first.node_rank = 0;
+  first.gpu_indices = {0, 1};
+  supervisor_->launch(first);
+  ASSERT_EQ(launcher_.spawn_count(), 2u);
+  EXPECT_NE(OutputDirLock::holder_of(dir_ + "/out").find("job-1 on node node-x"), std::string::npos);
+  // Another job on the same folder, here: refused, its ranks reported failed.
+  auto other = first;
+  other.job_id = "job-2";
+  supervisor_->launch(other);
+  EXPECT_EQ(launcher_.spawn_count(), 2u);
+  ASSERT_EQ(exits_.size(), 2u);
+  EXPECT_NE(exits_[0].failure.find("output_dir " + dir_ + "/out is in use by job-1"), std::string::npos)
+      << exits_[0].failure;
+  // Another process (another `cohort run`, another cluster): refused too.
+  auto outside = OutputDirLock::acquire(dir_ + "/out", "elsewhere");
+  EXPECT_FALSE(outside);
+  // The job's own restart while attempt 0 still winds down: allowed.
+  auto restart = first;
+  restart.attempt = 1;
+  supervisor_->launch(restart);
+  EXPECT_EQ(launcher_.spawn_count(), 4u);
+  for (size_t i = 0; i < 4; ++i) launcher_.exit(i, ExitStatus::exited(0));
+  pump();
+  EXPECT_EQ(OutputDirLock::holder_of(dir_ + "/out"), "");  // released with the last worker
+}
+
+TEST_F(SupervisorTest, OtherNodeRanksTakeNoLockOnSharedStorage) {
+  auto held = OutputDirLock::acquire((fs::create_directories(dir_ + "/out"), dir_ + "/out"), "rank 0's node");
+  ASSERT_TRUE(held);
+  supervisor_->launch(order());  // node rank 1
+  EXPECT_EQ(launcher_.spawn_count(), 2u);
 }
 
 }  // namespace

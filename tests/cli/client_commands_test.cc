@@ -114,6 +114,8 @@ TEST_F(CliCluster, SubmitJsonPrintsTheIdAndWithWaitTheFinalRecordWhileLogsGoToSt
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_EQ(j.size(), 1u);
   EXPECT_EQ(j["job_id"].get<std::string>().rfind("job-", 0), 0u);
+  // One job per output folder: the same file again once the first has ended.
+  ASSERT_TRUE(wait_until([&] { return c_.job_state(j["job_id"]) == "succeeded"; }, 20s));
 
   auto waited = c_.cli("submit", {"--json", file, "--wait"});
   ASSERT_EQ(waited.exit_code, 0) << waited.err;

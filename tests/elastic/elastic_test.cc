@@ -153,6 +153,43 @@ TEST(Elastic, ALostNodeShrinksTheJobAndAJoiningNodeGrowsItBack) {
   for (pid_t p : recorded_pids(dir)) EXPECT_TRUE(wait_until([&] { return !process_alive(p); }, 5s)) << p;
 }
 
+// Issue 35's scenario: kill -9 of node-b's agent under a "1:2" job with one
+// restart. node-a's rank fails at once (what Gloo's "Connection reset by
+// peer" looks like) before heartbeats notice node-b: one restart, on node-a
+// alone, and attempt 0's root cause names node-b.
+TEST(Elastic, ALostNodeIsOneRestartOnTheSurvivorAndTheRootCauseNamesIt) {
+  Cluster c;
+  c.start_coordinator();
+  c.add_agent("node-a", 1);
+  c.add_agent("node-b", 1);
+  ASSERT_TRUE(c.wait_for_alive_nodes(2, 10s));
+  std::string dir = c.dir();
+  std::string reset = dir + "/peer-gone";
+  auto job = c.write_job(
+      "survivor", job_toml(c, "survivor", "nodes = \"1:2\"\nmax_restarts = 1\n",
+                           "echo $COHORT_ATTEMPT $WORLD_SIZE $$ >> " + dir +
+                               "/pids-$RANK; if [ $COHORT_ATTEMPT != 0 ]; then echo trained alone; exit 0; fi; "
+                               "if [ $RANK = 1 ]; then sleep 300; fi; "
+                               "while [ ! -e " + reset + " ]; do sleep 0.02; done; "
+                               "echo 'gloo: Connection reset by peer'; exit 1"));
+  auto r = c.cli("submit", {job});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string id = first_line(r.out);
+  ASSERT_TRUE(wait_until([&] { return recorded_pids(dir).size() == 2; }, 10s)) << status_json(c, id).dump(2);
+  c.agent("node-b").signal(SIGKILL);
+  c.agent("node-b").wait(5s);
+  write_file(reset, "");  // the survivor's connection to node-b resets now
+  ASSERT_TRUE(wait_until([&] { return c.job_state(id) == "succeeded"; }, 20s)) << status_json(c, id).dump(2);
+  auto s = status_json(c, id);
+  EXPECT_EQ(s["restarts_used"], 1) << s.dump(2);
+  ASSERT_EQ(s["attempts"].size(), 2u) << s.dump(2);
+  EXPECT_EQ(s["attempts"][1]["nodes"], nlohmann::json::array({"node-a"})) << s.dump(2);
+  EXPECT_EQ(s["attempts"][0]["root_cause"]["node"], "node-b") << s.dump(2);
+  EXPECT_NE(s["attempts"][0]["reason"].get<std::string>().find("node node-b lost"), std::string::npos)
+      << s.dump(2);
+  EXPECT_NE(read_file(dir + "/pids-0").find("1 1 "), std::string::npos) << "attempt 1 on node-a alone";
+}
+
 TEST(Elastic, ARankThatStopsReportingProgressIsRestartedAfterHangTimeout) {
   Cluster c;
   c.start_coordinator();

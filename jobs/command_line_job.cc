@@ -1,0 +1,56 @@
+// command_line_job_toml: a torchrun-style command line as a job file.
+#include "jobs/command_line_job.h"
+
+#include <filesystem>
+
+namespace cohort::jobs {
+namespace {
+
+// A TOML basic string.
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+// The script's stem where one is named (python3 train.py → "train"), else
+// the program's; only the characters a job name takes.
+std::string job_name(const std::vector<std::string>& argv) {
+  std::string from = argv.empty() ? "run" : argv[0];
+  for (size_t i = 1; i < argv.size(); ++i) {
+    std::string ext = std::filesystem::path(argv[i]).extension().string();
+    if (ext == ".py" || ext == ".sh") {
+      from = argv[i];
+      break;
+    }
+  }
+  std::string name;
+  for (char c : std::filesystem::path(from).stem().string()) {
+    bool plain = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    name += plain ? c : '-';
+  }
+  return name.empty() ? "run" : name.substr(0, 64);
+}
+
+}  // namespace
+
+std::string command_line_job_toml(const std::vector<std::string>& argv, int nproc_per_node, int nnodes) {
+  std::string text = "[job]\nname = " + quoted(job_name(argv)) + "\nkind = \"command\"\nnodes = " +
+                     std::to_string(nnodes) + "\ngpus_per_node = " + std::to_string(nproc_per_node) +
+                     "\n[command]\nargv = [";
+  for (size_t i = 0; i < argv.size(); ++i) text += (i ? ", " : "") + quoted(argv[i]);
+  return text + "]\n";
+}
+
+}  // namespace cohort::jobs
