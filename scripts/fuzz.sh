@@ -11,7 +11,7 @@ seconds=${1:-20}
 shift || true
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
-((${#targets[@]})) || targets=(codec job_file override store_protocol http safetensors tokenizer checkpoint_index chat_template
+((${#targets[@]})) || targets=(codec job_file override store_protocol http safetensors tokenizer checkpoint_index chat_template config_json
                                 openai_request)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
