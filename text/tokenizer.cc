@@ -122,6 +122,11 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(const std::string&
 }
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxFileBytes)
+    return invalid_argument(path + " is " + std::to_string(size) + " bytes, beyond the limit of " +
+                            std::to_string(kMaxFileBytes) + " for a tokenizer.json");
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot read " + path);
   std::stringstream ss;

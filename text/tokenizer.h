@@ -62,6 +62,9 @@ class BpeTokenizer final : public Tokenizer {
  public:
   // Parses the file's text; never throws (the fuzz entry point).
   static Result<std::unique_ptr<BpeTokenizer>> from_json(const std::string& json_text);
+  // Files past kMaxFileBytes are refused before they are read (the largest
+  // real ones, Gemma's, are about 34 MB).
+  static constexpr size_t kMaxFileBytes = size_t{256} << 20;
   static Result<std::unique_ptr<BpeTokenizer>> load(const std::string& path);
   ~BpeTokenizer() override;
 

@@ -53,7 +53,7 @@ fs::path template_folder(const std::string& name, const std::string& source) {
   return dir;
 }
 
-class HostileTemplate : public ::testing::TestWithParam<std::pair<const char*, std::string>> {};
+class HostileTemplate : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(HostileTemplate, CohortTokenizeEndsWithinASecondNamingTheLimit) {
   const auto& [limit, source] = GetParam();
@@ -70,13 +70,13 @@ TEST_P(HostileTemplate, CohortTokenizeEndsWithinASecondNamingTheLimit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Attacks, HostileTemplate,
-    ::testing::Values(std::make_pair("kMaxItems", std::string("{% for i in range(10**9) %}{{ i }}{% endfor %}")),
-                      std::make_pair("kMaxCallDepth",
+    ::testing::Values(std::make_pair(std::string("kMaxItems"), std::string("{% for i in range(10**9) %}{{ i }}{% endfor %}")),
+                      std::make_pair(std::string("kMaxCallDepth"),
                                      std::string("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")),
-                      std::make_pair("kMaxBytes", std::string("{{ 'x' * 10**10 }}")),
-                      std::make_pair("kMaxSteps", std::string("{% for i in range(100000) %}{% for j in "
+                      std::make_pair(std::string("kMaxBytes"), std::string("{{ 'x' * 10**10 }}")),
+                      std::make_pair(std::string("kMaxSteps"), std::string("{% for i in range(100000) %}{% for j in "
                                                               "range(100000) %}{% endfor %}{% endfor %}")),
-                      std::make_pair("kMaxTokensPerTag",
+                      std::make_pair(std::string("kMaxTokensPerTag"),
                                      "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}")),
     [](const auto& info) { return std::to_string(info.index) + "_" + info.param.first; });
 
@@ -96,7 +96,7 @@ TEST(HostileTokenizer, ACatastrophicSplitPatternDoesNotStallCohortTokenize) {
 
 // An infer job on a folder whose config.json declares sizes past the
 // limits: the worker refuses it before allocating, naming the field.
-class HostileConfig : public ::testing::TestWithParam<std::pair<const char*, std::string>> {};
+class HostileConfig : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(HostileConfig, TheWorkerRefusesItNamingTheField) {
   const auto& [field, fields] = GetParam();
@@ -119,10 +119,10 @@ TEST_P(HostileConfig, TheWorkerRefusesItNamingTheField) {
 INSTANTIATE_TEST_SUITE_P(
     Attacks, HostileConfig,
     ::testing::Values(
-        std::make_pair("hidden_size", std::string(R"("hidden_size": 1000000000, "num_attention_heads": 4, "num_hidden_layers": 2)")),
-        std::make_pair("num_attention_heads * head_dim",
+        std::make_pair(std::string("hidden_size"), std::string(R"("hidden_size": 1000000000, "num_attention_heads": 4, "num_hidden_layers": 2)")),
+        std::make_pair(std::string("num_attention_heads * head_dim"),
                        std::string(R"("hidden_size": 64, "num_attention_heads": 1000, "head_dim": 1000, "num_hidden_layers": 2)")),
-        std::make_pair("num_hidden_layers",
+        std::make_pair(std::string("num_hidden_layers"),
                        std::string(R"("hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1000000)"))),
     [](const auto& info) { return std::to_string(info.index); });
 

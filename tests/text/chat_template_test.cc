@@ -120,7 +120,7 @@ TEST(ChatTemplateErrors, RaiseExceptionAndUnsupportedConstructsNameTheLine) {
 
 // What a malicious model folder's template tries; each is refused quickly
 // with an error naming the limit it hit.
-class ChatTemplateLimitsTest : public ::testing::TestWithParam<std::pair<const char*, std::string>> {};
+class ChatTemplateLimitsTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(ChatTemplateLimitsTest, IsRefusedWithinASecondNamingTheLimit) {
   const auto& [limit, source] = GetParam();
@@ -151,32 +151,32 @@ std::string long_chain(int n) {
 INSTANTIATE_TEST_SUITE_P(
     Attacks, ChatTemplateLimitsTest,
     ::testing::Values(
-        std::make_pair("kMaxItems", std::string("{% for i in range(10**9) %}{% endfor %}")),
-        std::make_pair("kMaxCallDepth", std::string("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")),
-        std::make_pair("kMaxBytes", std::string("{{ 'x' * 10**10 }}")),
-        std::make_pair("kMaxBytes", std::string("{{ ('' * 10**15) ~ 'x' * 10**9 }}")),
-        std::make_pair("kMaxSteps", std::string("{% for i in range(100000) %}{% for j in range(100000) %}"
+        std::make_pair(std::string("kMaxItems"), std::string("{% for i in range(10**9) %}{% endfor %}")),
+        std::make_pair(std::string("kMaxCallDepth"), std::string("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")),
+        std::make_pair(std::string("kMaxBytes"), std::string("{{ 'x' * 10**10 }}")),
+        std::make_pair(std::string("kMaxBytes"), std::string("{{ ('' * 10**15) ~ 'x' * 10**9 }}")),
+        std::make_pair(std::string("kMaxSteps"), std::string("{% for i in range(100000) %}{% for j in range(100000) %}"
                                                 "{% endfor %}{% endfor %}")),
-        std::make_pair("kMaxTokensPerTag", nested_parentheses(100000)),
-        std::make_pair("kMaxNesting", nested_parentheses(1000)),
-        std::make_pair("kMaxSourceBytes", nested_ifs(100000)),
-        std::make_pair("kMaxNesting", nested_ifs(150)),
-        std::make_pair("kMaxTokensPerTag", long_chain(100000)),
-        std::make_pair("kMaxNesting", long_chain(1000)),
-        std::make_pair("kMaxBytes", std::string("{% set ns = namespace(s='x' * 100000) %}{% for i in range(64) %}"
+        std::make_pair(std::string("kMaxTokensPerTag"), nested_parentheses(100000)),
+        std::make_pair(std::string("kMaxNesting"), nested_parentheses(1000)),
+        std::make_pair(std::string("kMaxSourceBytes"), nested_ifs(100000)),
+        std::make_pair(std::string("kMaxNesting"), nested_ifs(150)),
+        std::make_pair(std::string("kMaxTokensPerTag"), long_chain(100000)),
+        std::make_pair(std::string("kMaxNesting"), long_chain(1000)),
+        std::make_pair(std::string("kMaxBytes"), std::string("{% set ns = namespace(s='x' * 100000) %}{% for i in range(64) %}"
                                                 "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")),
-        std::make_pair("kMaxBytes", std::string("{% set s = 'x' * 3000000 %}{{ s | replace('x', s) }}")),
-        std::make_pair("kMaxNesting", std::string("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+        std::make_pair(std::string("kMaxBytes"), std::string("{% set s = 'x' * 3000000 %}{{ s | replace('x', s) }}")),
+        std::make_pair(std::string("kMaxNesting"), std::string("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
                                                   "{% set ns.l = [ns.l] %}{% endfor %}")),
-        std::make_pair("holding itself", std::string("{% set ns = namespace() %}{% set ns.me = [ns] %}")),
-        std::make_pair("holding itself", std::string("{% set a = namespace() %}{% set b = namespace() %}"
+        std::make_pair(std::string("holding itself"), std::string("{% set ns = namespace() %}{% set ns.me = [ns] %}")),
+        std::make_pair(std::string("holding itself"), std::string("{% set a = namespace() %}{% set b = namespace() %}"
                                                      "{% set a.x = [b] %}{% set b.y = {'k': a} %}")),
-        std::make_pair("kMaxSourceBytes", std::string(2 << 20, 'x')),
-        std::make_pair("4096", std::string("{{ range(100000) | unique }}")),
-        std::make_pair("kMaxItems", std::string("{% for c in 'x' * 20000000 %}{% endfor %}"))),
-    [](const ::testing::TestParamInfo<std::pair<const char*, std::string>>& info) {
+        std::make_pair(std::string("kMaxSourceBytes"), std::string(2 << 20, 'x')),
+        std::make_pair(std::string("4096"), std::string("{{ range(100000) | unique }}")),
+        std::make_pair(std::string("kMaxItems"), std::string("{% for c in 'x' * 20000000 %}{% endfor %}"))),
+    [](const ::testing::TestParamInfo<std::pair<std::string, std::string>>& info) {
       std::string name = std::to_string(info.index) + "_";
-      for (const char* c = info.param.first; *c; ++c) name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+      for (char c : info.param.first) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
 

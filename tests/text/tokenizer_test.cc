@@ -7,6 +7,8 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -270,6 +272,21 @@ TEST(BpeTokenizer, ACatastrophicSplitPatternCannotStallEncoding) {
   const std::vector<int32_t> ids = t->encode(text);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
   EXPECT_EQ(t->decode(ids), text);
+}
+
+TEST(BpeTokenizer, AFilePastTheLimitIsRefusedBeforeItIsRead) {
+  const std::string path = ::testing::TempDir() + "/huge_tokenizer.json";
+  {
+    std::ofstream out(path);
+    out << "{";
+  }
+  std::filesystem::resize_file(path, BpeTokenizer::kMaxFileBytes + 1);  // sparse: nothing is written
+  const auto start = std::chrono::steady_clock::now();
+  auto t = BpeTokenizer::load(path);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.status().message().find("beyond the limit"), std::string::npos) << t.status().message();
+  std::filesystem::remove(path);
 }
 
 }  // namespace
