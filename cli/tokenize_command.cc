@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "hf/hub_cache.h"
+#include "hf/model_folder.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
 #include "data/tokenize.h"
@@ -45,6 +46,15 @@ int run_tokenize(const TokenizeArgs& args) {
       return kExitUsage;
     }
     o.model_dir = *snapshot;
+  }
+  if (!o.model_dir.empty()) {  // said once, before any input is read
+    auto folder = hf::ModelFolder::open(o.model_dir);
+    if (!folder || !folder->has_tokenizer()) {
+      std::fprintf(stderr, "cohort tokenize: --model %s\n",
+                   folder ? (o.model_dir + " has no tokenizer.json or tokenizer.model (omit --model for byte tokens)").c_str()
+                          : folder.status().message().c_str());
+      return kExitUsage;
+    }
   }
   o.out_dir = args.out;
   o.validate_only = args.validate_only;

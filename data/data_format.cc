@@ -95,6 +95,13 @@ Status check_json_line(const std::string& line, DataFormat format, const std::st
         const std::string at = "messages[" + std::to_string(k++) + "]";
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
           return invalid_argument(at + " has no \"role\" string");
+        // The roles chat templates know (as the OpenAI API names them): a
+        // typo ("asistant") or another dialect ("human") would render as
+        // something else, or not at all, and train on the wrong tokens.
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+          return invalid_argument(at + ".role \"" + role.substr(0, 64) +
+                                  "\" is not a chat role (system, user, assistant, tool or developer)");
         if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() && !m["content"].is_array())
           return invalid_argument(at + ".content is not a string");
         assistant = assistant || m["role"] == "assistant";

@@ -157,6 +157,22 @@ TEST(Formats, ProbeReportsTheBadLineWithItsPosition) {
   EXPECT_NE(odd.status().message().find("3 bytes is not a whole number of 2-byte tokens"), std::string::npos);
 }
 
+TEST(Formats, AnUnknownChatRoleIsNamedWithItsLineAndMessage) {
+  const auto dir = data_scratch("roles");
+  std::ofstream(dir / "c.jsonl") << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+                                 << "\n" << R"({"messages": [{"role": "user", "content": "a"}, {"role": "asistant", "content": "b"}]})"
+                                 << "\n";
+  auto r = probe_data((dir / "c.jsonl").string(), DataFormat::kChat, "text");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("c.jsonl:2: messages[1].role \"asistant\" is not a chat role"), std::string::npos)
+      << r.status().message();
+  std::ofstream(dir / "h.jsonl") << R"({"messages": [{"role": "human", "content": "a"}, {"role": "assistant", "content": "b"}]})"
+                                 << "\n";
+  auto human = probe_data((dir / "h.jsonl").string(), DataFormat::kChat, "text");
+  ASSERT_FALSE(human.is_ok());
+  EXPECT_NE(human.status().message().find("messages[0].role \"human\""), std::string::npos) << human.status().message();
+}
+
 int64_t resident_kb() {
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);)
