@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/env_knobs.h"
+#include "cli/model_probe.h"
 #include "cli/commands.h"
 #include "cli/coordinator_address.h"
 #include "cli/progress_line.h"
@@ -105,6 +106,8 @@ bool load_job_spec(const std::string& path, const std::vector<std::string>& sets
     return false;
   }
   auto problems = jobs::check_job_paths(result);
+  if (problems.empty())  // the model as the worker will open it (cli/model_probe.h)
+    for (const ModelProblem& p : probe_model(result)) problems.push_back(result.position(p.key) + ": " + p.message);
   for (const auto& p : problems) std::fprintf(stderr, "%s%s\n", local ? "" : "warning: ", p.c_str());
   if (local && !problems.empty()) {
     *exit_code = kExitUsage;

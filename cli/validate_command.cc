@@ -6,14 +6,11 @@
 // "message"}], "warnings", and when valid "resolved_toml", "data",
 // "nodes", "world_size", "tensor_parallel", "rank_plan", "global_batch"}.
 #include <cstdio>
-#include <filesystem>
-#include <optional>
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
 #include "data/data_format.h"
-#include "hf/model_folder.h"
-#include "models/config.h"
+#include "cli/model_probe.h"
 #include "jobs/load.h"
 #include "jobs/rank_plan.h"
 #include "jobs/schema.h"
@@ -37,9 +34,6 @@ nlohmann::json error_json(const std::string& source, int line, int column, const
 // Every train.data source exists and reads in its format (a token file's
 // header, JSONL's first lines). Text errors read "file:line:column: key:
 // reason" at the key.
-struct DataProbe;
-void add_error(DataProbe& probe, const jobs::LoadResult& result, const std::string& key, const std::string& message);
-
 struct DataProbe {
   nlohmann::json sources = nlohmann::json::array();  // {"key", "path", "format"}
   nlohmann::json errors = nlohmann::json::array();
@@ -49,51 +43,6 @@ struct DataProbe {
 void add_error(DataProbe& probe, const jobs::LoadResult& result, const std::string& key, const std::string& message) {
   probe.error_text += result.position(key) + ": " + message + "\n";
   probe.errors.push_back(error_json(result.position(key), 0, 0, message));
-}
-
-// The model as the worker will open it (hf::ModelFolder, the config's
-// limits, the tokenizer), so that what would fail at start fails here, at
-// the key at fault: a folder that is no model folder, a config past its
-// limits, a train.seq_len beyond the model's max_seq, a tokenizer with more
-// tokens than the model's vocabulary.
-void probe_model(const jobs::LoadResult& result, DataProbe& probe) {
-  const jobs::JobSpec& spec = result.spec;
-  if (spec.job.kind == jobs::JobKind::kCommand) return;
-  const auto& m = spec.model;
-  std::optional<models::ModelConfig> config;
-  if (!m.preset.empty()) {
-    auto preset = models::preset_config(m.preset);
-    if (preset) config = *preset;
-    if (config && m.max_seq > 0) config->max_seq = m.max_seq;
-  }
-  if (!m.hf_dir.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(m.hf_dir, ec))
-      return add_error(probe, result, "model.hf_dir",
-                       "model.hf_dir: " + m.hf_dir + " is not a folder (a Hugging Face model folder holds config.json, "
-                       "safetensors and the tokenizer files)");
-    auto folder = hf::ModelFolder::open(m.hf_dir);
-    if (!folder) return add_error(probe, result, "model.hf_dir", "model.hf_dir: " + folder.status().message());
-    if (!folder->has_model_config())
-      return add_error(probe, result, "model.hf_dir",
-                       "model.hf_dir: " + m.hf_dir + " has no config.json: it is not a Hugging Face model folder");
-    auto loaded = folder->model_config(m.max_seq > 0 ? m.max_seq : 32768);
-    if (!loaded) return add_error(probe, result, "model.hf_dir", "model.hf_dir: " + loaded.status().message());
-    config = *loaded;
-    if (folder->has_tokenizer()) {
-      auto tokenizer = folder->open_tokenizer();
-      if (!tokenizer) return add_error(probe, result, "model.hf_dir", "model.hf_dir: " + tokenizer.status().message());
-      if ((*tokenizer)->vocab_size() > config->vocab_size)
-        add_error(probe, result, "model.hf_dir",
-                  "model.hf_dir: the tokenizer has " + std::to_string((*tokenizer)->vocab_size()) +
-                      " tokens, more than the model's vocab_size " + std::to_string(config->vocab_size) +
-                      " (config.json): ids past it have no embedding");
-    }
-  }
-  if (config && spec.job.kind == jobs::JobKind::kTrain && spec.train.seq_len > config->max_seq)
-    add_error(probe, result, "train.seq_len",
-              "train.seq_len: " + std::to_string(spec.train.seq_len) + " is beyond the model's max_seq " +
-                  std::to_string(config->max_seq) + " (raise [model] max_seq, up to max_position_embeddings)");
 }
 
 DataProbe probe_train_data(const jobs::LoadResult& result) {
@@ -192,12 +141,10 @@ int run_validate(const ValidateArgs& args) {
   }
   DataProbe probe;
   if (spec.job.kind == jobs::JobKind::kTrain) probe = probe_train_data(result);
-  probe_model(result, probe);
-  {
-    if (!probe.errors.empty()) {
-      std::fprintf(stderr, "%s", probe.error_text.c_str());
-      return invalid(args, probe.errors, warnings);
-    }
+  for (const ModelProblem& p : probe_model(result)) add_error(probe, result, p.key, p.message);
+  if (!probe.errors.empty()) {
+    std::fprintf(stderr, "%s", probe.error_text.c_str());
+    return invalid(args, probe.errors, warnings);
   }
   const int tp = tensor_parallel_of(spec);
   const int nodes = spec.job.nodes.max;

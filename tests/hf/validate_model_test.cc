@@ -61,6 +61,10 @@ TEST(ValidateModel, ASeqLenBeyondTheModelsMaxSeqIsRefusedAtItsKey) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.err.find("train.seq_len: 1024 is beyond the model's max_seq 512"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("job.toml:9:"), std::string::npos) << r.err;
+  // cohort run says the same before it starts anything.
+  auto run = run_cohort({"run", (dir / "job.toml").string(), "--cpu-slots", "1"});
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.err.find("train.seq_len: 1024 is beyond the model's max_seq 512"), std::string::npos) << run.err;
 }
 
 TEST(ValidateModel, ATokenizerLargerThanTheVocabularyIsRefused) {
