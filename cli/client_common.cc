@@ -117,17 +117,19 @@ bool load_job_spec(const std::string& path, const std::vector<std::string>& sets
   return true;
 }
 
-namespace {
-
-std::string clock_time(int64_t unix_ms) {
-  if (unix_ms == 0) return "-";
+std::string local_time(int64_t unix_ms, const char* format) {
+  if (unix_ms <= 0) return "-";
   std::time_t t = unix_ms / 1000;
   std::tm tm;
   localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
 }
+
+namespace {
+
+std::string clock_time(int64_t unix_ms) { return local_time(unix_ms, "%H:%M:%S"); }
 
 std::string nodes_text(const protocol::JobInfo& j) {
   return j.nodes_min == j.nodes_max ? std::to_string(j.nodes_min)

@@ -47,6 +47,9 @@ int request_each(const char* command, const char* key, const std::vector<std::st
 bool load_job_spec(const std::string& path, const std::vector<std::string>& sets,
                    jobs::JobSpec* out, int* exit_code, bool local = false);
 
+// A time the coordinator sent (ms since the epoch) in local time, as
+// strftime's `format` writes it; "-" for none.
+std::string local_time(int64_t unix_ms, const char* format);
 void print_job_table(const std::vector<protocol::JobInfo>& jobs);
 void print_job_detail(const protocol::JobInfo& job);
 void print_root_cause(const protocol::RootCause& cause, const char* indent, FILE* out = stdout);

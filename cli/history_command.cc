@@ -25,15 +25,7 @@ bool finished(const protocol::JobInfo& j) {
   return j.state == "succeeded" || j.state == "failed" || j.state == "cancelled" || j.state == "timed_out";
 }
 
-std::string date_time(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  std::time_t t = unix_ms / 1000;
-  std::tm tm;
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
+std::string date_time(int64_t unix_ms) { return local_time(unix_ms, "%Y-%m-%d %H:%M:%S"); }
 
 std::string root_cause_text(const protocol::JobInfo& j) {
   if (!j.has_root_cause) return j.message;
