@@ -2,6 +2,7 @@
 #include "protocol/codec.h"
 
 #include <array>
+#include <string_view>
 
 #include "protocol/input_log.h"
 
@@ -95,14 +96,35 @@ std::string encode_envelope(const Envelope& e) {
 
 namespace {
 
-bool has_number_beyond_int64(const nlohmann::json& j, int depth = 0) {
+// The message fields that hold a double (messages.h); every other number is
+// an integer field. MetricRow's `values` map holds doubles under any key.
+bool is_double_field(std::string_view key) {
+  static constexpr std::string_view kDoubleFields[] = {"loss", "tokens_per_s", "eta_s",
+                                                       "gpu_hours", "utilization", "time"};
+  for (std::string_view name : kDoubleFields) if (key == name) return true;
+  return false;
+}
+
+// Converting a float to an integer field is undefined behaviour when it is
+// out of the field's range (a fuzzer sent "delta": 4.4e51, then
+// "master_port": 29e11, and -1.0 into an unsigned field is no better), so a
+// float is accepted only where the message holds a double.
+bool has_float_in_integer_field(const nlohmann::json& j, bool doubles_here, int depth = 0) {
   if (depth > 64) return true;  // deeper than any message: refused as well
-  if (j.is_number_float()) {
-    const double x = j.get<double>();
-    return !(x > -9.2e18 && x < 9.2e18);
+  if (j.is_number_float()) return !doubles_here;
+  if (j.is_object()) {
+    for (const auto& [key, item] : j.items()) {
+      if (key == "values" && item.is_object()) {
+        for (const auto& value : item) {
+          if (has_float_in_integer_field(value, /*doubles_here=*/true, depth + 2)) return true;
+        }
+      } else if (has_float_in_integer_field(item, is_double_field(key), depth + 1)) {
+        return true;
+      }
+    }
+  } else if (j.is_array()) {
+    for (const auto& item : j) if (has_float_in_integer_field(item, doubles_here, depth + 1)) return true;
   }
-  if (j.is_structured())
-    for (const auto& item : j) if (has_number_beyond_int64(item, depth + 1)) return true;
   return false;
 }
 
@@ -116,10 +138,9 @@ Result<Envelope> decode(std::string_view bytes, size_t max_bytes) {
   nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("message is not valid JSON");
   if (!j.is_object()) return invalid_argument("message is not a JSON object");
-  // An integer field given as a float beyond int64's range would convert
-  // with undefined behaviour (a fuzzer sent "delta": 4.4e51); no field of any
-  // message legitimately holds such a number.
-  if (has_number_beyond_int64(j)) return invalid_argument("message holds a number out of range");
+  if (has_float_in_integer_field(j, /*doubles_here=*/false)) {
+    return invalid_argument("message holds a fractional number where an integer belongs");
+  }
   auto v = j.find("v");
   if (v == j.end() || !v->is_number_integer()) return invalid_argument("message has no version 'v'");
   // Compared as a JSON number: get<int>() truncated 4294967297 to 1.
