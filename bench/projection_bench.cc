@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "infer/cuda_tuned_gemm.h"
+#include "models/decode/cuda_tuned_gemm.h"
 #include "models/ops/gemv.h"
 
 namespace {
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&arrivals, mc::kSkinnyScratchTiles * 4), "malloc");
   check(cudaMemset(arrivals, 0, mc::kSkinnyScratchTiles * 4), "memset");
   const mc::SkinnyScratch scratch{partials, arrivals};
-  auto lt = cohort::infer::TunedGemm::create(stream, workspace, size_t{32} << 20);
+  auto lt = cohort::models::decode::TunedGemm::create(stream, workspace, size_t{32} << 20);
   if (!lt.is_ok()) {
     std::fprintf(stderr, "projection_bench: %s\n", lt.status().message().c_str());
     return 1;

@@ -1,21 +1,22 @@
 // Device, tensor-parallel communicator and engine for an inference rank.
 #include "infer/engine_setup.h"
 
+#include "infer/lockstep.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
 
 #include "base/env_knobs.h"
+#include "infer/lockstep.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
 #include "parallel/parallelize.h"
 
 #ifdef COHORT_HAVE_CUDA
 #include "collective/nccl/nccl_communicator.h"
-#endif
-// Defined where CMake compiled the bf16 graph engine (infer/CMakeLists.txt).
-#ifdef COHORT_HAVE_INFER_CUDA_ENGINE
-#include "infer/cuda_graph_engine.h"
+#include "models/decode/cuda_graph_engine.h"
+#include "worker/device_collectives.h"
 #endif
 
 namespace cohort::infer {
@@ -41,7 +42,7 @@ Result<bool> choose_gpu() {
 }
 
 // Builds this rank's shard as models::Model on `backend` and loads its weights.
-Result<std::unique_ptr<ModelEngine>> model_engine(const jobs::JobSpec& spec,
+Result<std::unique_ptr<models::decode::ModelEngine>> model_engine(const jobs::JobSpec& spec,
                                                   const models::ModelConfig& config,
                                                   std::unique_ptr<models::Backend> backend,
                                                   const parallel::DeviceMesh& mesh, void* stream,
@@ -50,7 +51,7 @@ Result<std::unique_ptr<ModelEngine>> model_engine(const jobs::JobSpec& spec,
   auto tp_comm = parallel::make_tensor_parallel_comm(&mesh.tp(), stream);
   COHORT_ASSIGN_OR_RETURN(auto model, models::Model::create(config, shard, backend.get(), tp_comm));
   COHORT_RETURN_IF_ERROR(load_infer_weights(spec.model, spec.infer.seed, *model));
-  return ModelEngine::create(std::move(backend), std::move(model), slots, capacity);
+  return models::decode::ModelEngine::create(std::move(backend), std::move(model), slots, capacity);
 }
 
 Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::ModelConfig& config,
@@ -75,17 +76,13 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   // launches of tests) show all of the node's, and LOCAL_RANK picks.
   const int device = world.local_rank % models::cuda_device_count();
   bool model_engine_wanted = env_or(EnvKnob::kInferEngine, "graphs") == "model";
-#ifdef COHORT_HAVE_INFER_CUDA_ENGINE
-  if (!model_engine_wanted && !cuda_graph_engine_supports(config)) {
+  if (!model_engine_wanted && !models::decode::cuda_graph_engine_supports(config)) {
     if (world.rank == 0) {
       spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "
                    "or 256); using the models library's CUDA engine", config.head_dim);
     }
     model_engine_wanted = true;
   }
-#else
-  model_engine_wanted = true;
-#endif
   if (model_engine_wanted) {
     collective::NcclOptions nccl;
     nccl.device = device;
@@ -101,22 +98,22 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
                                          slots, capacity));
     return bundle;
   }
-#ifdef COHORT_HAVE_INFER_CUDA_ENGINE
-  // The graph engine issues its own NCCL calls inside captured graphs; the
-  // CPU mesh's tp group carries its NCCL id.
+  // The graph engine enqueues its collectives inside captured graphs, on a
+  // GPU group whose NCCL id the CPU mesh's tp group carries.
   COHORT_ASSIGN_OR_RETURN(bundle.mesh, parallel::DeviceMesh::create(world.cpu.get(), dims));
   if (slots == 0) return bundle;
-  CudaEngineOptions options;
+  models::decode::CudaEngineOptions options;
   options.device = device;
   options.slots = slots;
   options.capacity = capacity;
   options.cuda_graphs = spec.infer.cuda_graphs;
-  options.kv_blocks = (kv_positions + kKvBlockSize - 1) / kKvBlockSize;
+  options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
   auto load = [&spec](models::Model& m) { return load_infer_weights(spec.model, spec.infer.seed, m); };
   COHORT_ASSIGN_OR_RETURN(bundle.engine,
-                          make_cuda_graph_engine(config, options, &bundle.mesh->tp(), load));
-#endif
+                          models::decode::make_cuda_graph_engine(
+                              config, options,
+                              worker::enqueued_tensor_parallel(&bundle.mesh->tp(), device), load));
   return bundle;
 #else
   return failed_precondition("a GPU is visible but this cohort-worker was built without CUDA; "
@@ -132,7 +129,7 @@ Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::Model
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
                           build_unchecked(spec, config, world, tensor_parallel, slots, capacity, kv_positions));
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
-  // checked against the tp group's (infer_engine.h, check_lockstep). It needs
+  // checked against the tp group's (lockstep.h). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.
   if (bundle.engine && env_knob_on(EnvKnob::kInferCheckLockstep)) {
     collective::Communicator& tp = bundle.mesh->tp();

@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 #include "collective/bootstrap.h"
-#include "infer/engine.h"
+#include "models/decode/engine.h"
 #include "jobs/spec.h"
 #include "models/config.h"
 #include "parallel/device_mesh.h"
@@ -27,7 +27,7 @@ struct EngineBundle {
   // the mesh was split from.
   std::shared_ptr<collective::Communicator> device_world;  // NCCL on GPU; null on CPU
   std::unique_ptr<parallel::DeviceMesh> mesh;
-  std::unique_ptr<InferenceEngine> engine;  // null on ranks with no prompts
+  std::unique_ptr<models::decode::InferenceEngine> engine;  // null on ranks with no prompts
   bool on_gpu = false;
 };
 

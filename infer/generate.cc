@@ -19,7 +19,7 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
+Result<std::vector<SequenceOutput>> generate_all(models::decode::InferenceEngine& engine,
                                                  const std::vector<Prompt>& prompts,
                                                  const StopCondition& stop,
                                                  const GenerateOptions& options,

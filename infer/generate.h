@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "infer/engine.h"
+#include "models/decode/engine.h"
 #include "infer/prompts.h"
 #include "models/token_sampler.h"
 
@@ -63,7 +63,7 @@ struct GenerateStats {
 
 // Outputs in the order of `prompts`. Errors when a prompt plus max_new_tokens
 // does not fit the engine's capacity.
-Result<std::vector<SequenceOutput>> generate_all(InferenceEngine& engine,
+Result<std::vector<SequenceOutput>> generate_all(models::decode::InferenceEngine& engine,
                                                  const std::vector<Prompt>& prompts,
                                                  const StopCondition& stop,
                                                  const GenerateOptions& options,

@@ -37,7 +37,7 @@ struct ReplicaResults {
 struct RunFacts {
   std::string output_dir;
   std::string model;   // model_source()
-  std::string engine;  // InferenceEngine::describe()
+  std::string engine;  // models::decode::InferenceEngine::describe()
   int world = 1, tp = 1, dp = 1;
   int batch_size = 1;
   int max_new_tokens = 0;

@@ -25,7 +25,7 @@ float log_probability(const float* row, int vocab, int32_t t) {
 
 }  // namespace
 
-Scheduler::Scheduler(InferenceEngine& engine, SchedulerOptions options)
+Scheduler::Scheduler(models::decode::InferenceEngine& engine, SchedulerOptions options)
     : engine_(engine), options_(std::move(options)), slots_(engine.slots()) {
   logits_.resize(static_cast<size_t>(engine.slots()) * engine.vocab_size());
   greedy_.resize(engine.slots());

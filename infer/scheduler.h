@@ -1,4 +1,4 @@
-// Scheduler: continuous batching over an InferenceEngine's slots, one step
+// Scheduler: continuous batching over a decode engine's slots (models/decode/engine.h), one step
 // at a time. The offline job (generate_all) and the server (serve_job) both
 // drive it; there is no other generation loop.
 //
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "infer/engine.h"
+#include "models/decode/engine.h"
 #include "infer/prompts.h"
 #include "models/token_sampler.h"
 
@@ -84,7 +84,7 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  Scheduler(InferenceEngine& engine, SchedulerOptions options);
+  Scheduler(models::decode::InferenceEngine& engine, SchedulerOptions options);
 
   // Queues a request (unbounded: the caller bounds its queue). Errors when
   // the prompt plus max_new_tokens does not fit a slot, naming the numbers.
@@ -131,7 +131,7 @@ class Scheduler {
   int32_t pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits);
   void release(int s);
 
-  InferenceEngine& engine_;
+  models::decode::InferenceEngine& engine_;
   SchedulerOptions options_;
   std::vector<Slot> slots_;
   std::deque<SequenceRequest> waiting_;

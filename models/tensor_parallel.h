@@ -14,8 +14,12 @@
 //             (column-parallel layers see only part of the sum) (all_reduce_sum)
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
+
+#include "base/status.h"
 
 namespace cohort::models {
 
@@ -25,5 +29,29 @@ struct TensorParallelComm {
   // Concatenates each rank's `n_local` floats in rank order into `gathered`.
   std::function<void(const float* local, float* gathered, size_t n_local)> all_gather;
 };
+
+// The tensor-parallel collectives of an executor that enqueues them on a CUDA
+// stream and never waits for them on the host, so that CUDA graphs capture
+// them with its kernels (the decode engine, models/decode/). The executor
+// runs on `stream`, so its kernels and the collectives need no cross-stream
+// events. The caller (worker/) builds the group; models/ never sees how.
+struct EnqueuedTensorParallel {
+  int size = 1;
+  int rank = 0;
+  void* stream = nullptr;  // cudaStream_t the collectives are ordered on
+  // How long a step may wait on its peers before the rank gives up.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  std::function<void(float* data, size_t n)> all_reduce_sum;
+  // Concatenates each rank's `n_local` floats in rank order into `gathered`.
+  std::function<void(const float* local, float* gathered, size_t n_local)> all_gather;
+  // A failed launch or an aborted group, reported at once; ok while healthy.
+  std::function<Status()> async_error;
+  std::shared_ptr<void> owner;  // the communicator behind the callbacks
+};
+
+// Builds the group for a decode engine on the calling thread (which has
+// made the engine's device current); the engine calls it while its weights
+// are read, since bringing up a GPU group takes a while.
+using EnqueuedTensorParallelFactory = std::function<Result<EnqueuedTensorParallel>()>;
 
 }  // namespace cohort::models

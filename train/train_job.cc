@@ -279,7 +279,7 @@ Status Trainer::print_sample() {
   }
   std::vector<int32_t> prompt = tokenizer->encode_with_special_tokens(t_.sample_prompt.empty() ? "\n" : t_.sample_prompt);
   int capacity = std::min<int>(config_.max_seq, int(prompt.size()) + t_.sample_tokens);
-  COHORT_ASSIGN_OR_RETURN(auto engine, infer::ModelEngine::borrow(*pm_.model, 1, capacity));
+  COHORT_ASSIGN_OR_RETURN(auto engine, models::decode::ModelEngine::borrow(*pm_.model, 1, capacity));
   infer::GenerateOptions options;
   options.max_new_tokens = capacity - int(prompt.size());
   options.sampling.temperature = 0.8f;

@@ -1,5 +1,5 @@
 // The row vocabulary of the bf16 decode kernels (the CUDA-graph engine,
-// infer/cuda_graph_engine.h), shared by their CPU references and launchers.
+// models/decode/cuda_graph_engine.h), shared by their CPU references and launchers.
 //
 // A "row" is one token: a prefill's positions, or one token per sequence in
 // a decode step. Each row carries the token id, the KV-cache slot it writes

@@ -1,4 +1,4 @@
-// Continuous batching over ModelEngine: a sequence's tokens do not depend on
+// Continuous batching over models::decode::ModelEngine: a sequence's tokens do not depend on
 // the batch size or its neighbours, and greedy decoding matches the argmax of
 // the full forward pass.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 namespace cohort::infer {
 namespace {
 
-std::unique_ptr<ModelEngine> tiny_engine(int slots) { return testing::tiny_engine(slots, 64); }
+std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots) { return testing::tiny_engine(slots, 64); }
 
 std::vector<Prompt> prompts() {
   std::vector<Prompt> out;
@@ -105,9 +105,9 @@ TEST(InferGenerate, PromptThatDoesNotFitTheCacheIsAnError) {
 }
 
 // Counts the engine calls that asked for logits and those that did not.
-class LogitsRecorder final : public InferenceEngine {
+class LogitsRecorder final : public models::decode::InferenceEngine {
  public:
-  explicit LogitsRecorder(std::unique_ptr<InferenceEngine> inner) : inner_(std::move(inner)) {}
+  explicit LogitsRecorder(std::unique_ptr<models::decode::InferenceEngine> inner) : inner_(std::move(inner)) {}
   int vocab_size() const override { return inner_->vocab_size(); }
   int slots() const override { return inner_->slots(); }
   int capacity() const override { return inner_->capacity(); }
@@ -124,7 +124,7 @@ class LogitsRecorder final : public InferenceEngine {
   int with_logits = 0, without_logits = 0;
 
  private:
-  std::unique_ptr<InferenceEngine> inner_;
+  std::unique_ptr<models::decode::InferenceEngine> inner_;
 };
 
 // A tensor-parallel rank that does not keep the logits (no on_logits) must

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#ifdef COHORT_HAVE_INFER_CUDA_ENGINE
-#include "infer/cuda_graph_engine.h"
+#ifdef COHORT_HAVE_CUDA
+#include "models/decode/cuda_graph_engine.h"
 #endif
 #include "infer/scheduler.h"
 #include "models/backend.h"
@@ -161,7 +161,7 @@ TEST(InferGpu, GraphReplayEqualsEagerAndTheFp32EngineMatchesTheCpu) {
 // counts, so their bf16 sums may round differently: where the two part
 // ways, whole prefill's logits must show a near tie.
 TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
-#ifndef COHORT_HAVE_INFER_CUDA_ENGINE
+#ifndef COHORT_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
 #else
   if (models::cuda_device_count() < 1) {
@@ -174,10 +174,10 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
   std::map<int64_t, std::vector<std::vector<float>>> whole_logits;
   const int chunks[2] = {0, 7};
   for (int c = 0; c < 2; ++c) {
-    infer::CudaEngineOptions options;
+    models::decode::CudaEngineOptions options;
     options.slots = 3;
     options.capacity = 128;
-    auto engine = infer::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
+    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
       return hf::load_weights(m, dir);
     });
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();

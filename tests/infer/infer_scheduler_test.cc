@@ -1,4 +1,4 @@
-// Scheduler steps over ModelEngine: chunked prefill gives the tokens of whole
+// Scheduler steps over models::decode::ModelEngine: chunked prefill gives the tokens of whole
 // prefill, running streams get a token every step while a long prompt is
 // prefilled, a cancelled request frees its slot at the next step, and the
 // server's step input survives its flat encoding.
@@ -13,7 +13,7 @@
 namespace cohort::infer {
 namespace {
 
-std::unique_ptr<ModelEngine> tiny_engine(int slots, int capacity = 96) { return testing::tiny_engine(slots, capacity); }
+std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int capacity = 96) { return testing::tiny_engine(slots, capacity); }
 
 using testing::request;
 

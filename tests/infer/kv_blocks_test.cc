@@ -1,4 +1,4 @@
-// The paged KV cache's bookkeeping (KvBlockPool) and the scheduler's
+// The paged KV cache's bookkeeping (models::decode::KvBlockPool) and the scheduler's
 // admission by free blocks: a request waits until its whole length fits
 // beside the running sequences' reservations, the queue's head is not
 // overtaken, and what is generated does not depend on how many wait.
@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "infer/kv_blocks.h"
+#include "models/decode/kv_blocks.h"
 #include "infer/scheduler.h"
 #include "tests/infer/tiny_engine.h"
 
@@ -15,7 +15,7 @@ namespace cohort::infer {
 namespace {
 
 TEST(KvBlockPool, SlotsGrowByBlocksAndGiveThemBack) {
-  KvBlockPool pool(6, 16, 3, 4);  // 6 blocks of 16, 3 slots of up to 64 positions
+  models::decode::KvBlockPool pool(6, 16, 3, 4);  // 6 blocks of 16, 3 slots of up to 64 positions
   EXPECT_EQ(pool.blocks_for(0), 0);
   EXPECT_EQ(pool.blocks_for(16), 1);
   EXPECT_EQ(pool.blocks_for(17), 2);
@@ -56,10 +56,10 @@ TEST(KvBlockPool, SlotsGrowByBlocksAndGiveThemBack) {
 // The CPU engine with a paged engine's accounting: `blocks` blocks of 8
 // positions for all its slots, and a check that no slot is ever asked for
 // more than the pool the scheduler reserved from (as the CUDA engine's
-// KvBlockPool would refuse).
-class BlockAccountedEngine final : public InferenceEngine {
+// models::decode::KvBlockPool would refuse).
+class BlockAccountedEngine final : public models::decode::InferenceEngine {
  public:
-  BlockAccountedEngine(std::unique_ptr<ModelEngine> inner, int blocks)
+  BlockAccountedEngine(std::unique_ptr<models::decode::ModelEngine> inner, int blocks)
       : inner_(std::move(inner)), pool_(blocks, 8, inner_->slots(), (inner_->capacity() + 7) / 8),
         length_(inner_->slots(), 0) {}
   int vocab_size() const override { return inner_->vocab_size(); }
@@ -91,8 +91,8 @@ class BlockAccountedEngine final : public InferenceEngine {
     length_[slot] = positions;
     most_held = std::max(most_held, pool_.total() - pool_.free());
   }
-  std::unique_ptr<ModelEngine> inner_;
-  KvBlockPool pool_;
+  std::unique_ptr<models::decode::ModelEngine> inner_;
+  models::decode::KvBlockPool pool_;
   std::vector<int> length_;
 };
 

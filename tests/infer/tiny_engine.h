@@ -7,18 +7,18 @@
 
 #include <gtest/gtest.h>
 
-#include "infer/engine.h"
+#include "models/decode/engine.h"
 #include "infer/scheduler.h"
 
 namespace cohort::testing {
 
-inline std::unique_ptr<infer::ModelEngine> tiny_engine(int slots, int capacity) {
+inline std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int capacity) {
   auto config = models::preset_config("tiny");
   auto backend = models::make_cpu_backend();
   auto model = models::Model::create(*config, {0, 1}, backend.get());
   EXPECT_TRUE(model.is_ok());
   (*model)->init_weights(5, 0.2f);
-  auto engine = infer::ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
+  auto engine = models::decode::ModelEngine::create(std::move(backend), std::move(*model), slots, capacity);
   EXPECT_TRUE(engine.is_ok()) << engine.status().message();
   return std::move(*engine);
 }

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   std::ofstream(argv[4], std::ios::binary)
       .write(reinterpret_cast<const char*>(logits.data()),
              static_cast<std::streamsize>(logits.size() * sizeof(float)));
-  auto engine = cohort::infer::ModelEngine::borrow(m, 1, std::min(m.config().max_seq, T + max_new + 1));
+  auto engine = cohort::models::decode::ModelEngine::borrow(m, 1, std::min(m.config().max_seq, T + max_new + 1));
   if (!engine.is_ok()) {
     std::fprintf(stderr, "%s\n", engine.status().to_string().c_str());
     return 1;

@@ -1,7 +1,8 @@
 // The CudaGraphEngine class, private to cuda_graph_engine.cc (creation,
 // weights, buffers) and cuda_graph_step.cc (the forward step and its graphs).
 // Its kernels are the models library's decode ops (models/ops/, each beside
-// its CPU reference); its collectives go through collective/.
+// its CPU reference); its collectives are the callbacks of the
+// tensor-parallel group it is given (models/tensor_parallel.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,11 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "collective/nccl/nccl_communicator.h"
-#include "infer/cuda_graph_engine.h"
-#include "infer/cuda_tuned_gemm.h"
+#include "models/decode/cuda_graph_engine.h"
+#include "models/decode/cuda_tuned_gemm.h"
 #include "models/ops/argmax.h"
-#include "infer/kv_blocks.h"
+#include "models/decode/kv_blocks.h"
 #include "models/ops/decode_attention.h"
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
@@ -24,7 +24,7 @@
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 // Batch sizes decode steps are padded to (and captured at); the last one
 // holds `slots`.
@@ -60,7 +60,7 @@ class CudaGraphEngine final : public InferenceEngine {
   int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
   void release(int slot) override;
 
-  Status init_runtime(collective::Communicator* tp_cpu);
+  Status init_runtime(const models::EnqueuedTensorParallelFactory& make_tp);
   // Times cuBLASLt's candidates for every decode bucket it may serve, on
   // scratch memory (cuda_graph_warmup.cc); needs only init_runtime.
   Status tune_projections();
@@ -135,7 +135,7 @@ class CudaGraphEngine final : public InferenceEngine {
   void all_reduce(float* data, size_t count);
   void all_gather(const float* send, float* recv, size_t count, const char* what);
   // Waits for everything on the stream, at tp > 1 no longer than
-  // collective_timeout_ (then fatal, naming `what`).
+  // the group's timeout (then fatal, naming `what`).
   void wait_step(const char* what);
   // Host rows -> device, run (graph or eager), fetch results; synchronises.
   void run(int n, int head_count, int real_rows, bool use_graph, bool gathered, float* logits,
@@ -194,15 +194,12 @@ class CudaGraphEngine final : public InferenceEngine {
   std::map<int, cudaGraphExec_t> graphs_;
   std::vector<float> host_gathered_;
   std::vector<void*> allocations_;
-  // At tp > 1 the tp group's NCCL communicator, whose stream the engine
-  // runs on: its collectives then need no cross-stream events, and a step's
-  // sums are captured into the graphs with its kernels.
-  std::unique_ptr<collective::NcclCommunicator> tp_gpu_;
-  cudaStream_t stream_ = nullptr;  // tp_gpu_'s stream at tp > 1, else the engine's own
+  // At tp > 1 the tp group's collectives, whose stream the engine runs on:
+  // they then need no cross-stream events, and a step's sums are captured
+  // into the graphs with its kernels. Its timeout bounds a step's wait.
+  models::EnqueuedTensorParallel tp_group_;
+  cudaStream_t stream_ = nullptr;  // tp_group_'s stream at tp > 1, else the engine's own
   std::unique_ptr<TunedGemm> lt_;  // projections above the GEMV's rows
-  // How long a step may wait on its peers: the tp group's CPU communicator's
-  // timeout (COHORT_COLLECTIVE_TIMEOUT_S, else 10 minutes).
-  collective::Milliseconds collective_timeout_{std::chrono::minutes(10)};
 };
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -17,10 +17,10 @@
 // decode_attention, gemv, skinny_gemm, swiglu, argmax), each beside its CPU
 // reference, launched with programmatic dependent launch so that each
 // kernel's weight loads start while its predecessor finishes.
-// Tensor-parallel sums and the logits gather go through an
-// NcclCommunicator over the tp group (its unique id travels over the CPU tp
-// group) on that communicator's stream, which the engine runs on, so they
-// are captured into the graphs with everything else.
+// Tensor-parallel sums and the logits gather go through the group the
+// caller builds (models/tensor_parallel.h; worker/ makes it NCCL) on that
+// group's stream, which the engine runs on, so they are captured into the
+// graphs with everything else.
 //
 // Decode: the batch is padded up to the next captured size (1, 2, 4, 8, 16,
 // 24, 32, 48, 64, then multiples of 32); a size is run eagerly the first time
@@ -28,7 +28,7 @@
 // Greedy picks happen on the device (each rank's argmax, gathered and merged);
 // only when the caller wants logits are they gathered and copied out.
 // Errors at creation: head_dim not 16, 32, 64, 128 or 256, CUDA,
-// cuBLAS or NCCL failures. Later failures are fatal (COHORT_CHECK): a rank
+// cuBLAS or tensor-parallel group failures. Later failures are fatal (COHORT_CHECK): a rank
 // cannot recover halfway through a collective step.
 #pragma once
 
@@ -36,12 +36,12 @@
 #include <memory>
 
 #include "base/status.h"
-#include "collective/communicator.h"
-#include "infer/engine.h"
+#include "models/decode/engine.h"
 #include "models/config.h"
 #include "models/model.h"
+#include "models/tensor_parallel.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 struct CudaEngineOptions {
   int device = 0;
@@ -63,12 +63,11 @@ using EngineWeightLoader = std::function<Status(models::Model& model)>;
 // or 256: a multiple of 16 whose 8-dim pieces divide a warp).
 bool cuda_graph_engine_supports(const models::ModelConfig& config);
 
-// `tp_cpu`: the CPU communicator of this rank's tensor-parallel group (size
-// shard.tp_size), the bootstrap of the engine's NCCL group; it must outlive
-// the engine.
+// `make_tp`: builds this rank's tensor-parallel group (size shard.tp_size)
+// on the engine's runtime thread; unused at tp 1.
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
                                                                 const CudaEngineOptions& options,
-                                                                collective::Communicator* tp_cpu,
+                                                                const models::EnqueuedTensorParallelFactory& make_tp,
                                                                 const EngineWeightLoader& load);
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

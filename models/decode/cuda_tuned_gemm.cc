@@ -1,14 +1,14 @@
 // TunedGemm (cuda_tuned_gemm.h). Column-major, as cuBLAS sees row-major
 // buffers: yᵀ [out, n] = op(w)ᵀ [out, in] · xᵀ [in, n], with w read as an
 // [in, out] matrix and transposed.
-#include "infer/cuda_tuned_gemm.h"
+#include "models/decode/cuda_tuned_gemm.h"
 
 #include <algorithm>
 #include <string>
 
 #include "base/cuda_check.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 namespace {
 
 constexpr int kCandidates = 8;
@@ -138,4 +138,4 @@ Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
   return Status::ok();
 }
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

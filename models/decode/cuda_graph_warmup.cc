@@ -11,9 +11,9 @@
 #include "base/check.h"
 #include "base/cuda_check.h"
 #include "base/env_knobs.h"
-#include "infer/cuda_graph_state.h"
+#include "models/decode/cuda_graph_state.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 // A decode bucket both the skinny GEMM and cuBLASLt can serve is captured
 // both ways and each graph replayed a few times; the faster one is kept.
@@ -177,4 +177,4 @@ void CudaGraphEngine::warm_up() {
                options_.cuda_graphs ? " and captured" : "", seconds_since(buckets_start) - choice_s);
 }
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -1,9 +1,9 @@
-// InferenceEngine: what the generation loop (infer_generate.h) drives, one
+// InferenceEngine: what infer/'s scheduler and generation loop drive, one
 // tensor-parallel rank's share of a model plus its KV cache.
 //
 // Two implementations: ModelEngine (below) runs models::Model on any models
 // backend (the fp32 CPU reference on CPU hosts); CudaGraphEngine
-// (infer_cuda_engine.h, CUDA builds only) keeps bf16 weights and replays decode
+// (cuda_graph_engine.h, CUDA builds only) keeps bf16 weights and replays decode
 // steps as CUDA graphs. Every rank of a tensor-parallel group makes the same
 // calls in the same order; they synchronise inside.
 //
@@ -21,12 +21,11 @@
 #include <vector>
 
 #include "base/status.h"
-#include "collective/communicator.h"
 #include "models/backend.h"
 #include "models/kv_cache.h"
 #include "models/model.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 class InferenceEngine {
  public:
@@ -95,14 +94,4 @@ class ModelEngine final : public InferenceEngine {
   std::vector<float> scratch_;  // logits when the caller wants greedy tokens only
 };
 
-// Wraps `engine` so that before each call every rank of the tensor-parallel
-// group `tp` (a CPU communicator) checks, with one small all-gather, that its
-// peers make the same call: kind, slots, tokens, and whether logits are
-// wanted. A mismatch is fatal on every rank, naming the ranks and the call.
-// ModelEngine would survive an asymmetric call sequence (its logits gather
-// runs either way) where the CUDA engine hangs, so the tests run CPU ranks
-// with this (COHORT_INFER_CHECK_LOCKSTEP=1, infer_setup.cc) to catch it.
-std::unique_ptr<InferenceEngine> check_lockstep(std::unique_ptr<InferenceEngine> engine,
-                                                collective::Communicator* tp);
-
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 class KvBlockPool {
  public:
@@ -53,4 +53,4 @@ class KvBlockPool {
   bool changed_ = true;
 };
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

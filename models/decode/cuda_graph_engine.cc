@@ -1,6 +1,6 @@
 // CudaGraphEngine (see cuda_graph_engine.h): creation, weights, buffers.
 // The step itself (forward, head, graphs) is in cuda_graph_step.cc.
-#include "infer/cuda_graph_engine.h"
+#include "models/decode/cuda_graph_engine.h"
 
 #include <spdlog/spdlog.h>
 
@@ -17,11 +17,11 @@
 #include "base/cuda_check.h"
 #include "base/half_float.h"
 #include "base/parallel_for.h"
-#include "infer/cuda_graph_state.h"
+#include "models/decode/cuda_graph_state.h"
 #include "models/backend.h"
 #include "models/ops/rope.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -142,8 +142,8 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (host_head_rows_) cudaFreeHost(host_head_rows_);
   if (host_table_) cudaFreeHost(host_table_);
   lt_.reset();
-  if (tp_gpu_) {
-    tp_gpu_.reset();  // its stream was the engine's
+  if (tp_group_.owner) {
+    tp_group_ = {};  // its stream was the engine's
   } else if (stream_) {
     cudaStreamDestroy(stream_);
   }
@@ -155,22 +155,19 @@ std::string CudaGraphEngine::describe() const {
          ", paged KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
 }
 
-Status CudaGraphEngine::init_runtime(collective::Communicator* tp_cpu) {
+Status CudaGraphEngine::init_runtime(const models::EnqueuedTensorParallelFactory& make_tp) {
   COHORT_CUDA_CHECK(cudaSetDevice(options_.device));
   if (tp_ > 1) {
-    // The tp group's NCCL communicator; the CPU group carries its unique id.
-    // Blocking, so that every NCCL launch happens on this thread (stream
-    // capture records only the capturing thread's launches).
-    collective_timeout_ = tp_cpu->timeout();
-    collective::NcclOptions nccl;
-    nccl.name = tp_cpu->name() + "/nccl";
-    nccl.timeout = collective_timeout_;
-    nccl.device = options_.device;
-    nccl.blocking = true;
-    // Non-owning: the CPU group outlives the engine (infer/engine_setup.h).
-    std::shared_ptr<collective::Communicator> bootstrap(tp_cpu, [](collective::Communicator*) {});
-    COHORT_ASSIGN_OR_RETURN(tp_gpu_, collective::NcclCommunicator::create(bootstrap, nccl));
-    stream_ = static_cast<cudaStream_t>(tp_gpu_->stream());
+    // The tp group's GPU collectives; the engine runs on their stream.
+    if (!make_tp) return invalid_argument("the bf16 CUDA engine at tp > 1 needs its tensor-parallel group");
+    COHORT_ASSIGN_OR_RETURN(tp_group_, make_tp());
+    if (tp_group_.size != tp_ || tp_group_.rank != options_.shard.tp_rank || !tp_group_.stream) {
+      return invalid_argument("the tensor-parallel group given to the bf16 CUDA engine is rank " +
+                              std::to_string(tp_group_.rank) + " of " + std::to_string(tp_group_.size) +
+                              ", not the shard's " + std::to_string(options_.shard.tp_rank) + " of " +
+                              std::to_string(tp_));
+    }
+    stream_ = static_cast<cudaStream_t>(tp_group_.stream);
   } else {
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -338,7 +335,7 @@ bool cuda_graph_engine_supports(const models::ModelConfig& config) {
 
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
                                                                 const CudaEngineOptions& options,
-                                                                collective::Communicator* tp_cpu,
+                                                                const models::EnqueuedTensorParallelFactory& make_tp,
                                                                 const EngineWeightLoader& load) {
   if (!cuda_graph_engine_supports(config)) {
     return invalid_argument("the bf16 CUDA engine needs head_dim 16, 32, 64, 128 or 256, not " +
@@ -360,7 +357,7 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
   double runtime_s = 0;
   std::future<Status> runtime = std::async(std::launch::async, [&] {
     const auto start = Clock::now();
-    Status s = engine->init_runtime(tp_cpu);
+    Status s = engine->init_runtime(make_tp);
     runtime_s = seconds_since(start);
     if (s.is_ok()) s = engine->tune_projections();
     return s;
@@ -403,4 +400,4 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
   return std::unique_ptr<InferenceEngine>(std::move(engine));
 }
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -1,9 +1,9 @@
 // KvBlockPool (see kv_blocks.h).
-#include "infer/kv_blocks.h"
+#include "models/decode/kv_blocks.h"
 
 #include "base/check.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 KvBlockPool::KvBlockPool(int blocks, int block_size, int slots, int blocks_per_slot)
     : blocks_(blocks), block_size_(block_size), slots_(slots), per_slot_(blocks_per_slot),
@@ -52,4 +52,4 @@ bool KvBlockPool::take_changed() {
   return was;
 }
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -21,7 +21,7 @@
 #include "base/status.h"
 #include "models/ops/decode_rows.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 class TunedGemm {
  public:
@@ -66,4 +66,4 @@ class TunedGemm {
   std::map<std::tuple<int, int, int>, Plan> plans_;
 };
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -9,9 +9,9 @@
 
 #include "base/check.h"
 #include "base/cuda_check.h"
-#include "infer/cuda_graph_state.h"
+#include "models/decode/cuda_graph_state.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 namespace {
 
 void check_tp(const Status& s, const char* what) {
@@ -88,7 +88,7 @@ void CudaGraphEngine::wait_step(const char* what) {
   }
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const auto deadline = start + collective_timeout_;
+  const auto deadline = start + tp_group_.timeout;
   // Spin while a step may still be running (a decode step takes
   // milliseconds); sleep once it has taken long enough to be suspect.
   const auto spin_until = start + std::chrono::milliseconds(50);
@@ -96,14 +96,14 @@ void CudaGraphEngine::wait_step(const char* what) {
     const cudaError_t e = cudaStreamQuery(stream_);
     if (e == cudaSuccess) return;
     COHORT_CHECK_MSG(e == cudaErrorNotReady, "{}: {}", what, cudaGetErrorString(e));
-    check_tp(tp_gpu_->async_error(), what);
+    check_tp(tp_group_.async_error(), what);
     const auto now = Clock::now();
     COHORT_CHECK_MSG(now < deadline,
                      "tensor-parallel rank {} of {}: {} not done on the GPU within {} s "
                      "(COHORT_COLLECTIVE_TIMEOUT_S): a peer died, hangs, or made a different "
                      "call",
                      options_.shard.tp_rank, tp_, what,
-                     std::chrono::duration_cast<std::chrono::seconds>(collective_timeout_).count());
+                     std::chrono::duration_cast<std::chrono::seconds>(tp_group_.timeout).count());
     if (now < spin_until) {
       std::this_thread::yield();
     } else {
@@ -118,17 +118,13 @@ void CudaGraphEngine::wait_step(const char* what) {
 // reports at once.
 void CudaGraphEngine::all_reduce(float* data, size_t count) {
   if (tp_ == 1) return;
-  collective::AllReduceOptions options;
-  options.stream = stream_;
-  tp_gpu_->all_reduce_async(data, data, count, collective::DType::kF32, options);
-  check_tp(tp_gpu_->async_error(), "all-reduce");
+  tp_group_.all_reduce_sum(data, count);
+  check_tp(tp_group_.async_error(), "all-reduce");
 }
 
 void CudaGraphEngine::all_gather(const float* send, float* recv, size_t count, const char* what) {
-  collective::AllGatherOptions options;
-  options.stream = stream_;
-  tp_gpu_->all_gather_async(send, recv, count, collective::DType::kF32, options);
-  check_tp(tp_gpu_->async_error(), what);
+  tp_group_.all_gather(send, recv, count);
+  check_tp(tp_group_.async_error(), what);
 }
 
 void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
@@ -389,4 +385,4 @@ void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, flo
   for (int b = 0; b < B; ++b) ++lengths_[slots[b]];
 }
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -3,9 +3,9 @@
 // kernels of their own or, at decode steps whose projections all take the
 // tiles, folded into the projections.
 #include "base/check.h"
-#include "infer/cuda_graph_state.h"
+#include "models/decode/cuda_graph_state.h"
 
-namespace cohort::infer {
+namespace cohort::models::decode {
 
 void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
@@ -120,4 +120,4 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
   }
 }
 
-}  // namespace cohort::infer
+}  // namespace cohort::models::decode

@@ -1,0 +1,96 @@
+// ModelEngine: generation over models::Model and its KV cache.
+#include "models/decode/engine.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/check.h"
+
+namespace cohort::models::decode {
+namespace {
+
+// Lowest index wins ties, as torch.argmax and TokenSampler's greedy path do.
+int32_t argmax(const float* logits, int vocab) {
+  return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+}
+
+}  // namespace
+
+void InferenceEngine::prefill_many(const int* slots,
+                                   const std::vector<const std::vector<int32_t>*>& prompts,
+                                   float* logits, int32_t* greedy) {
+  const size_t V = static_cast<size_t>(vocab_size());
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    prefill(slots[j], prompts[j]->data(), static_cast<int>(prompts[j]->size()),
+            logits ? logits + j * V : nullptr, greedy + j);
+  }
+}
+
+void InferenceEngine::extend(int, const int32_t*, int, float*, int32_t*) {
+  COHORT_CHECK_MSG(false, "{} cannot extend a prefill (can_extend() is false)", describe());
+}
+
+Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<models::Backend> backend,
+                                                         std::unique_ptr<models::Model> model,
+                                                         int slots, int capacity) {
+  COHORT_ASSIGN_OR_RETURN(auto engine, borrow(*model, slots, capacity));
+  engine->owned_backend_ = std::move(backend);
+  engine->owned_model_ = std::move(model);
+  return engine;
+}
+
+Result<std::unique_ptr<ModelEngine>> ModelEngine::borrow(models::Model& model, int slots, int capacity) {
+  COHORT_ASSIGN_OR_RETURN(models::KvCache cache, models::KvCache::create(model, slots, capacity));
+  std::unique_ptr<ModelEngine> engine(new ModelEngine());
+  engine->model_ = &model;
+  engine->cache_ = std::make_unique<models::KvCache>(std::move(cache));
+  return engine;
+}
+
+ModelEngine::~ModelEngine() {
+  cache_.reset();
+  owned_model_.reset();
+}
+
+std::string ModelEngine::describe() const {
+  return model_->backend().device() == models::Device::kCpu ? "cpu fp32" : "cuda fp32";
+}
+
+void ModelEngine::prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) {
+  const int V = vocab_size();
+  float* out = logits;
+  if (!out) {
+    scratch_.resize(V);
+    out = scratch_.data();
+  }
+  cache_->reset(slot);
+  model_->prefill(*cache_, slot, tokens, n, out);
+  if (!logits) *greedy = argmax(out, V);
+}
+
+void ModelEngine::extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) {
+  const int V = vocab_size();
+  float* out = logits;
+  if (!out) {
+    scratch_.resize(V);
+    out = scratch_.data();
+  }
+  model_->prefill(*cache_, slot, tokens, n, out);  // appends after the slot's positions
+  if (!logits) *greedy = argmax(out, V);
+}
+
+void ModelEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
+                         int32_t* greedy) {
+  const int V = vocab_size();
+  float* out = logits;
+  if (!out) {
+    scratch_.resize(static_cast<size_t>(B) * V);
+    out = scratch_.data();
+  }
+  model_->decode(*cache_, slots, tokens, B, out);
+  if (!logits) {
+    for (int b = 0; b < B; ++b) greedy[b] = argmax(out + static_cast<size_t>(b) * V, V);
+  }
+}
+
+}  // namespace cohort::models::decode
