@@ -37,7 +37,9 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kGlooHostname, "COHORT_GLOO_HOSTNAME", "collective",
        "The address Gloo binds to when GLOO_SOCKET_IFNAME is not set.", false},
       {K::kDevice, "COHORT_DEVICE", "worker",
-       "`cpu` keeps a built-in worker on the CPU although it sees a GPU (parity checks).", true},
+       "`cpu` or `cuda` forces a built-in worker's device, for train, infer and serve alike (default: "
+       "its GPU when it sees one); `cpu` keeps it on the CPU although it sees a GPU (parity checks).",
+       true},
       {K::kPeakTflops, "COHORT_PEAK_TFLOPS", "worker",
        "Peak TFLOP/s per GPU for the MFU figure in metrics.jsonl (default 989, an H100's bf16).",
        false},
@@ -46,9 +48,6 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kCudaSerialLaunches, "COHORT_CUDA_SERIAL_LAUNCHES", "models",
        "`1`: kernels launch only after their predecessor has finished (no programmatic dependent "
        "launch), so that a kernel timer sees each kernel's own time.",
-       true},
-      {K::kInferDevice, "COHORT_INFER_DEVICE", "infer",
-       "`cpu` or `cuda` forces an inference job's device (default: the GPU when one is visible).",
        true},
       {K::kInferEngine, "COHORT_INFER_ENGINE", "infer",
        "`model` serves inference with the models library's fp32 CUDA engine instead of the bf16 "

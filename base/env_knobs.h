@@ -32,7 +32,6 @@ enum class EnvKnob {
   kPeakTflops,
   kCudaOpTimes,
   kCudaSerialLaunches,
-  kInferDevice,
   kInferEngine,
   kInferCheckLockstep,
   kInferDumpLogits,

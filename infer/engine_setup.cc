@@ -13,11 +13,9 @@
 #include "models/cuda_backend.h"
 #include "parallel/parallelize.h"
 
-#ifdef COHORT_HAVE_CUDA
-#include "collective/nccl/nccl_communicator.h"
 #include "models/decode/cuda_graph_engine.h"
+#include "worker/compute_device.h"
 #include "worker/device_collectives.h"
-#endif
 
 namespace cohort::infer {
 namespace {
@@ -25,20 +23,6 @@ namespace {
 std::string env_or(EnvKnob knob, const std::string& fallback) {
   const char* v = read_env_knob(knob);
   return v ? std::string(v) : fallback;
-}
-
-Result<bool> choose_gpu() {
-  const std::string device = env_or(EnvKnob::kInferDevice, "");
-  const int gpus = models::cuda_device_count();
-  if (device == "cpu") return false;
-  if (device == "cuda") {
-    if (gpus == 0) return failed_precondition("COHORT_INFER_DEVICE=cuda but no GPU is visible");
-    return true;
-  }
-  if (!device.empty()) {
-    return invalid_argument("COHORT_INFER_DEVICE='" + device + "': expected cpu or cuda");
-  }
-  return gpus > 0;
 }
 
 // Builds this rank's shard as models::Model on `backend` and loads its weights.
@@ -60,10 +44,10 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   (void)kv_positions;  // only the bf16 CUDA engine's cache is paged
   COHORT_ASSIGN_OR_RETURN(parallel::ParallelDims dims,
                           parallel::ParallelDims::create(world.size, tensor_parallel));
-  COHORT_ASSIGN_OR_RETURN(bool gpu, choose_gpu());
+  COHORT_ASSIGN_OR_RETURN(worker::ComputeDevice device, worker::choose_compute_device(world));
   EngineBundle bundle;
-  bundle.on_gpu = gpu;
-  if (!gpu) {
+  bundle.on_gpu = device.gpu;
+  if (!device.gpu) {
     COHORT_ASSIGN_OR_RETURN(bundle.mesh, parallel::DeviceMesh::create(world.cpu.get(), dims));
     if (slots > 0) {
       COHORT_ASSIGN_OR_RETURN(bundle.engine, model_engine(spec, config, models::make_cpu_backend(),
@@ -71,10 +55,6 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     }
     return bundle;
   }
-#ifdef COHORT_HAVE_CUDA
-  // "own" devices show each worker one GPU; "node" (and torchrun-style
-  // launches of tests) show all of the node's, and LOCAL_RANK picks.
-  const int device = world.local_rank % models::cuda_device_count();
   bool model_engine_wanted = env_or(EnvKnob::kInferEngine, "graphs") == "model";
   if (!model_engine_wanted && !models::decode::cuda_graph_engine_supports(config)) {
     if (world.rank == 0) {
@@ -84,14 +64,11 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     model_engine_wanted = true;
   }
   if (model_engine_wanted) {
-    collective::NcclOptions nccl;
-    nccl.device = device;
-    COHORT_ASSIGN_OR_RETURN(auto nccl_world, collective::NcclCommunicator::create(world.cpu, nccl));
-    bundle.device_world = std::move(nccl_world);
+    COHORT_ASSIGN_OR_RETURN(bundle.device_world, worker::model_communicator(world, device));
     COHORT_ASSIGN_OR_RETURN(bundle.mesh,
                             parallel::DeviceMesh::create(bundle.device_world.get(), dims));
     if (slots == 0) return bundle;
-    COHORT_ASSIGN_OR_RETURN(auto backend, models::make_cuda_backend(device));
+    COHORT_ASSIGN_OR_RETURN(auto backend, models::make_cuda_backend(device.cuda_device));
     void* stream = backend->stream();
     COHORT_ASSIGN_OR_RETURN(bundle.engine,
                             model_engine(spec, config, std::move(backend), *bundle.mesh, stream,
@@ -103,22 +80,18 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   COHORT_ASSIGN_OR_RETURN(bundle.mesh, parallel::DeviceMesh::create(world.cpu.get(), dims));
   if (slots == 0) return bundle;
   models::decode::CudaEngineOptions options;
-  options.device = device;
+  options.device = device.cuda_device;
   options.slots = slots;
   options.capacity = capacity;
   options.cuda_graphs = spec.infer.cuda_graphs;
   options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
   auto load = [&spec](models::Model& m) { return load_infer_weights(spec.model, spec.infer.seed, m); };
-  COHORT_ASSIGN_OR_RETURN(bundle.engine,
-                          models::decode::make_cuda_graph_engine(
-                              config, options,
-                              worker::enqueued_tensor_parallel(&bundle.mesh->tp(), device), load));
+  COHORT_ASSIGN_OR_RETURN(
+      bundle.engine,
+      models::decode::make_cuda_graph_engine(
+          config, options, worker::enqueued_tensor_parallel(&bundle.mesh->tp(), device.cuda_device), load));
   return bundle;
-#else
-  return failed_precondition("a GPU is visible but this cohort-worker was built without CUDA; "
-                             "set COHORT_INFER_DEVICE=cpu or rebuild with the CUDA toolkit");
-#endif
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Building an inference job's engine on this rank: the device (GPU when one
-// is visible, else CPU; COHORT_INFER_DEVICE=cpu|cuda forces one), the
+// Building an inference job's engine on this rank: the device (the worker's
+// rule, worker/compute_device.h), the
 // tensor-parallel group's communicator (NCCL on GPU, the world's Gloo/MPI on
 // CPU), and the engine itself:
 //   CPU                 ModelEngine over the fp32 CPU backend

@@ -12,13 +12,12 @@
 #include "models/cuda_backend.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
-#ifdef COHORT_HAVE_NCCL
-#include "collective/nccl/nccl_communicator.h"
-#endif
+#include "worker/compute_device.h"
 
 namespace cohort::worker {
 
 Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
+  (void)spec;
   WorkerContext ctx;
   COHORT_ASSIGN_OR_RETURN(ctx.world, collective::init_from_environment());
   // Says how the ranks were found (cohort, torchrun, mpi, slurm): the first
@@ -27,31 +26,18 @@ Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
     spdlog::info("joined a world of {} ranks, {} per node ({} launch)", ctx.world.size, ctx.world.local_size,
                  collective::launch_name(ctx.world.launch));
   }
-  // COHORT_DEVICE=cpu keeps a worker that sees a GPU on the CPU (parity checks).
-  const char* device_env = read_env_knob(EnvKnob::kDevice);
-  bool cpu_asked = device_env && std::string(device_env) == "cpu";
-  (void)spec;
-  if (models::cuda_device_count() > 0 && !cpu_asked) {
-#if defined(COHORT_HAVE_CUDA) && defined(COHORT_HAVE_NCCL)
-    // NCCL picks this rank's GPU (the only one under "own" visibility,
-    // LOCAL_RANK's under "node"); the model runs on the same device.
-    auto nccl = collective::init_nccl_world(ctx.world);
-    if (!nccl) return nccl.status().with_context("joining the job's NCCL communicator");
-    int device = (*nccl)->cuda_device();
-    auto backend = models::make_cuda_backend(device);
-    if (!backend) return backend.status().with_context(fmt::format("CUDA device {}", device));
-    ctx.stream = (*backend)->stream();
-    ctx.backend = std::move(*backend);
-    ctx.comm = std::shared_ptr<collective::Communicator>(std::move(*nccl));
-    ctx.gpu = true;
-    ctx.device_name = fmt::format("cuda:{}", device);
+  COHORT_ASSIGN_OR_RETURN(ComputeDevice device, choose_compute_device(ctx.world));
+  COHORT_ASSIGN_OR_RETURN(ctx.comm, model_communicator(ctx.world, device));
+  ctx.device_name = device.name;
+  if (!device.gpu) {
+    ctx.backend = models::make_cpu_backend();
     return ctx;
-#else
-    spdlog::warn("this worker sees a GPU but cohort-worker was built without CUDA: running on the CPU");
-#endif
   }
-  ctx.comm = ctx.world.cpu;
-  ctx.backend = models::make_cpu_backend();
+  auto backend = models::make_cuda_backend(device.cuda_device);
+  if (!backend) return backend.status().with_context("CUDA device " + device.name);
+  ctx.stream = (*backend)->stream();
+  ctx.backend = std::move(*backend);
+  ctx.gpu = true;
   return ctx;
 }
 

@@ -10,7 +10,7 @@ were chosen from, with transformers' generate in fp32 on the same weights.
 
 Two sections, each with its own PASS/FAIL:
 
-strict (fp32)  cohort's fp32 CPU engine (COHORT_INFER_DEVICE=cpu) against
+strict (fp32)  cohort's fp32 CPU engine (COHORT_DEVICE=cpu) against
     transformers in fp32 (TF32 off, eager attention). Identity is expected:
     both compute in fp32 and differ only in summation order, which moves
     logits by ~1e-5 here. Criterion: wherever both sides decoded from the
@@ -142,7 +142,7 @@ def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engin
     job = os.path.join(work, f"{name}.toml")
     write_job(job, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs)
     # transformers runs without EOS here, so cohort decodes past it too.
-    env = {"COHORT_INFER_DEVICE": device, "COHORT_INFER_IGNORE_EOS": "1"}
+    env = {"COHORT_DEVICE": device, "COHORT_INFER_IGNORE_EOS": "1"}
     if engine == "model":
         env["COHORT_INFER_ENGINE"] = "model"
     if dump_logits:

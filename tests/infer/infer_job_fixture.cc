@@ -81,7 +81,7 @@ InferRun run_infer_job(const InferJob& job) {
   const fs::path job_file = dir / "job.toml";
   std::ofstream(job_file) << toml.str();
   ::setenv("COHORT_INFER_DUMP_LOGITS", "1", 1);
-  ::setenv("COHORT_INFER_DEVICE", job.device.c_str(), 1);
+  ::setenv("COHORT_DEVICE", job.device.c_str(), 1);
   if (job.engine.empty()) ::unsetenv("COHORT_INFER_ENGINE");
   else ::setenv("COHORT_INFER_ENGINE", job.engine.c_str(), 1);
   InferRun run;

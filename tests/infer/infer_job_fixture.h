@@ -27,7 +27,7 @@ struct InferJob {
   std::string prompts_path;
   int max_new_tokens = 8;
   int batch_size = 2;
-  std::string device = "cpu"; // COHORT_INFER_DEVICE
+  std::string device = "cpu"; // COHORT_DEVICE
   std::string engine;         // COHORT_INFER_ENGINE ("": the default)
 };
 

@@ -26,7 +26,7 @@ max_running = 4
 max_queue = 16
 temperature = 0.0
 TOML
-COHORT_INFER_DEVICE=cpu valgrind --error-exitcode=9 --num-callers=30 --quiet \
+COHORT_DEVICE=cpu valgrind --error-exitcode=9 --num-callers=30 --quiet \
   --suppressions="$(dirname "$0")/valgrind.supp" "$worker" "$dir/job.toml" \
   >"$dir/log" 2>&1 &
 pid=$!

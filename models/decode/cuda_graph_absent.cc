@@ -1,0 +1,16 @@
+// The bf16 graph engine where cohort was built without the CUDA toolkit:
+// no config suits it, and making one says why.
+#include "models/decode/cuda_graph_engine.h"
+
+namespace cohort::models::decode {
+
+bool cuda_graph_engine_supports(const models::ModelConfig&) { return false; }
+
+Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig&,
+                                                                const CudaEngineOptions&,
+                                                                const models::EnqueuedTensorParallelFactory&,
+                                                                const EngineWeightLoader&) {
+  return failed_precondition("this build has no CUDA: the bf16 graph engine is absent");
+}
+
+}  // namespace cohort::models::decode
