@@ -11,6 +11,7 @@
 #include "models/activations.h"
 #include "models/ops/cross_entropy.h"
 #include "models/ops/rope.h"
+#include "models/spec.h"
 
 namespace cohort::models {
 namespace {
@@ -79,6 +80,7 @@ Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const Sh
                                              Backend* backend, TensorParallelComm tp,
                                              Buffers buffers) {
   COHORT_CHECK(backend != nullptr);
+  COHORT_RETURN_IF_ERROR(check_executor(Executor::kCpuReference, DecoderSpec::of(config)));
   COHORT_ASSIGN_OR_RETURN(LocalDims dims, local_dims(config, shard));
   COHORT_ASSIGN_OR_RETURN(ParamLayout layout, make_param_layout(config, shard));
   if (shard.tp_size > 1 && !(tp.all_reduce_sum && tp.all_reduce_max && tp.all_gather)) {

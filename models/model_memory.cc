@@ -4,6 +4,7 @@
 #include "base/check.h"
 #include "models/activations.h"
 #include "models/model.h"
+#include "models/spec.h"
 #include "models/ops/attention.h"
 
 namespace cohort::models {
@@ -46,7 +47,10 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
   for (void* p : a.training_allocations) backend_->free(p);
   a.training_allocations.clear();
   engine_.reset();
-  if (fused_blocks_ && shard_.tp_size == 1 && !config_.attention_bias) {
+  // The fused blocks take what they implement (spec.h); any other model
+  // trains op by op.
+  if (fused_blocks_ && shard_.tp_size == 1 &&
+      check_executor(Executor::kCudaTrainBlocks, DecoderSpec::of(config_)).is_ok()) {
     BlockEngineShape shape;
     shape.hidden = config_.hidden, shape.heads = dims_.heads, shape.kv_heads = dims_.kv_heads;
     shape.head_dim = config_.head_dim, shape.intermediate = dims_.intermediate;

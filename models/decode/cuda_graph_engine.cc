@@ -20,6 +20,7 @@
 #include "models/decode/cuda_graph_state.h"
 #include "models/backend.h"
 #include "models/ops/rope.h"
+#include "models/spec.h"
 
 namespace cohort::models::decode {
 namespace {
@@ -342,6 +343,7 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
                             std::to_string(config.head_dim) +
                             "; set COHORT_INFER_ENGINE=model to use the models library's engine");
   }
+  COHORT_RETURN_IF_ERROR(check_executor(Executor::kCudaDecode, DecoderSpec::of(config)));
   if (options.capacity > config.max_seq) {
     return invalid_argument("KV cache capacity " + std::to_string(options.capacity) +
                             " exceeds the model's max_seq " + std::to_string(config.max_seq));
