@@ -11,6 +11,8 @@
 #   scripts/gpu_checks.sh training OUTDIR  the training engine's checks: fused-block tests, 200-step loss
 #                                          parity with PyTorch, then the engine benchmark beside transformers
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
+#   scripts/gpu_checks.sh redesign OUTDIR  spec × executor and GPU tests, HF parity, then training and decode
+#                                          throughput before (BEFORE=folder of binaries) and after, alternating
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -199,6 +201,29 @@ elif [[ $phase == training ]]; then
   STEP_TIMEOUT=300 step finetune_parity python3 tests/train/finetune_parity.py --worker "$bin/cohort-worker" --steps 200
   PATH=$bin:$PATH STEP_TIMEOUT=900 step train_engine_bench bench/train_engine_bench.sh 25
   tail -12 "$out/train_engine_bench.log"
+elif [[ $phase == redesign ]]; then
+  # The model-definition redesign's closing checks: the spec × executor
+  # test and the GPU suites, HF parity, then training and decode throughput
+  # before and after in one call, alternating (BEFORE: a folder holding the
+  # earlier commit's cohort-worker and models_train_bench).
+  for t in models_spec_executors_gpu_test models_cuda_parity_test models_train_blocks_gpu_test \
+           models_decode_ops_parity_test infer_gpu_test; do
+    STEP_TIMEOUT=150 step "$t" "$tests/$t"
+    grep -E "^spec |FAILED|Failure" "$out/$t.log" | head -40
+  done
+  STEP_TIMEOUT=150 step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
+  STEP_TIMEOUT=150 step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
+  before=${BEFORE:?BEFORE: the earlier binaries}
+  for round in 1 2; do
+    for which in before after; do
+      dir=$bin; [[ $which == before ]] && dir=$before
+      STEP_TIMEOUT=120 step "train_${which}_$round" "$dir/models_train_bench" qwen3-0.6b 8 1024 12
+      tail -3 "$out/train_${which}_$round.log"
+      STEP_TIMEOUT=150 step "decode_${which}_$round" python3 bench/infer_bench.py --worker "$dir/cohort-worker" \
+        --no-transformers --batches 1,64 --prompt-lens 64 --new 128 --work "/tmp/bench-$which-$round"
+      tail -4 "$out/decode_${which}_$round.log"
+    done
+  done
 elif [[ $phase == final ]]; then
   # The closing run: what the issues' GPU checks need, most important first.
   STEP_TIMEOUT=60 step gpu_check "$bin/cohort" run jobs/examples/command_gpu_check.toml
