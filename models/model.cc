@@ -280,52 +280,62 @@ BlockPass Model::block_pass() const {
   return {acts_->B, acts_->T, acts_->pos, rope_cos_, rope_sin_};
 }
 
+Model::BlockIo Model::training_block_io(int l) const {
+  Activations& a = *acts_;
+  return BlockIo{a.res[l], a.xn1[l], a.rstd1[l], a.q[l],  a.k[l],   a.v[l], a.qr[l],
+                 a.kr[l],  a.rstd_q[l], a.rstd_k[l], a.y[l], a.tmp, a.x2[l], a.xn2[l],
+                 a.rstd2[l], a.g[l], a.u[l], a.h[l], a.res[l + 1], a.pos};
+}
+
 void Model::forward_block(int l) {
   Activations& a = *acts_;
+  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
   if (engine_) {
-    const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
     engine_->forward(l, w, a.res[l], a.res[l + 1], block_pass());
     return;
   }
-  Backend& be = *backend_;
-  const int N = a.B * a.T, H = config_.hidden, D = config_.head_dim;
-  const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
-  const int I = dims_.intermediate;
-  const float eps = config_.rms_eps;
-  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
-  be.rmsnorm_forward(a.xn1[l], a.rstd1[l], a.res[l], w.attn_norm, N, H, eps);
-  be.linear_forward(a.q[l], a.xn1[l], w.q, w.q_bias, N, H, Qd);
-  be.linear_forward(a.k[l], a.xn1[l], w.k, w.k_bias, N, H, KVd);
-  be.linear_forward(a.v[l], a.xn1[l], w.v, w.v_bias, N, H, KVd);
-  rotate_qk(l, w);
-  be.attention_forward(a.y[l], a.lse[l], a.attn_scratch, a.qr[l], a.kr[l], a.v[l], a.B, a.T, hq,
-                       hkv, D);
-  be.linear_forward(a.tmp, a.y[l], w.o, nullptr, N, Qd, H);
-  tp_sum(a.tmp, static_cast<size_t>(N) * H);
-  be.residual_forward(a.x2[l], a.res[l], a.tmp, static_cast<size_t>(N) * H);
-  be.rmsnorm_forward(a.xn2[l], a.rstd2[l], a.x2[l], w.mlp_norm, N, H, eps);
-  be.linear_forward(a.g[l], a.xn2[l], w.gate, nullptr, N, H, I);
-  be.linear_forward(a.u[l], a.xn2[l], w.up, nullptr, N, H, I);
-  be.swiglu_forward(a.h[l], a.g[l], a.u[l], static_cast<size_t>(N) * I);
-  be.linear_forward(a.tmp, a.h[l], w.down, nullptr, N, I, H);
-  tp_sum(a.tmp, static_cast<size_t>(N) * H);
-  be.residual_forward(a.res[l + 1], a.x2[l], a.tmp, static_cast<size_t>(N) * H);
+  const BlockIo io = training_block_io(l);
+  block_forward(w, io, a.B * a.T, [&] {
+    backend_->attention_forward(io.y, a.lse[l], a.attn_scratch, io.qr, io.kr, io.v, a.B, a.T, dims_.heads,
+                                dims_.kv_heads, config_.head_dim);
+  });
 }
 
-// qr, kr = RoPE of q, k (after Qwen3's per-head norms).
-void Model::rotate_qk(int l, const BlockTensors& w) {
-  Activations& a = *acts_;
+void Model::block_forward(const BlockTensors& w, const BlockIo& io, int N, const std::function<void()>& attend) {
   Backend& be = *backend_;
-  const int N = a.B * a.T, D = config_.head_dim, hq = dims_.heads, hkv = dims_.kv_heads;
-  if (config_.qk_norm) {
-    be.rmsnorm_forward(a.qr[l], a.rstd_q[l], a.q[l], w.q_norm, N * hq, D, config_.rms_eps);
-    be.rmsnorm_forward(a.kr[l], a.rstd_k[l], a.k[l], w.k_norm, N * hkv, D, config_.rms_eps);
-  } else {
-    be.copy(a.qr[l], a.q[l], static_cast<size_t>(N) * dims_.q_dim() * sizeof(float));
-    be.copy(a.kr[l], a.k[l], static_cast<size_t>(N) * dims_.kv_dim() * sizeof(float));
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  const float eps = config_.rms_eps;
+  const size_t nH = static_cast<size_t>(N) * H;
+  be.rmsnorm_forward(io.xn1, io.rstd1, io.x, w.attn_norm, N, H, eps);
+  be.linear_forward(io.q, io.xn1, w.q, w.q_bias, N, H, Qd);
+  be.linear_forward(io.k, io.xn1, w.k, w.k_bias, N, H, KVd);
+  be.linear_forward(io.v, io.xn1, w.v, w.v_bias, N, H, KVd);
+  rotate_qk(w, io, N);
+  attend();
+  be.linear_forward(io.tmp, io.y, w.o, nullptr, N, Qd, H);
+  tp_sum(io.tmp, nH);
+  be.residual_forward(io.x2, io.x, io.tmp, nH);
+  be.rmsnorm_forward(io.xn2, io.rstd2, io.x2, w.mlp_norm, N, H, eps);
+  be.linear_forward(io.g, io.xn2, w.gate, nullptr, N, H, I);
+  be.linear_forward(io.u, io.xn2, w.up, nullptr, N, H, I);
+  be.swiglu_forward(io.h, io.g, io.u, static_cast<size_t>(N) * I);
+  be.linear_forward(io.tmp, io.h, w.down, nullptr, N, I, H);
+  tp_sum(io.tmp, nH);
+  be.residual_forward(io.out, io.x2, io.tmp, nH);
+}
+
+void Model::rotate_qk(const BlockTensors& w, const BlockIo& io, int N) {
+  Backend& be = *backend_;
+  const int D = config_.head_dim, hq = dims_.heads, hkv = dims_.kv_heads;
+  if (config_.qk_norm) {  // in place is safe: each row is read before written
+    be.rmsnorm_forward(io.qr, io.rstd_q, io.q, w.q_norm, N * hq, D, config_.rms_eps);
+    be.rmsnorm_forward(io.kr, io.rstd_k, io.k, w.k_norm, N * hkv, D, config_.rms_eps);
+  } else if (io.qr != io.q) {  // training keeps q and k for backward
+    be.copy(io.qr, io.q, static_cast<size_t>(N) * dims_.q_dim() * sizeof(float));
+    be.copy(io.kr, io.k, static_cast<size_t>(N) * dims_.kv_dim() * sizeof(float));
   }
-  be.rope_forward(a.qr[l], a.pos, N, hq, D, rope_cos_, rope_sin_);
-  be.rope_forward(a.kr[l], a.pos, N, hkv, D, rope_cos_, rope_sin_);
+  be.rope_forward(io.qr, io.pos, N, hq, D, rope_cos_, rope_sin_);
+  be.rope_forward(io.kr, io.pos, N, hkv, D, rope_cos_, rope_sin_);
 }
 
 void Model::recompute_block_elementwise(int l) {
@@ -336,7 +346,7 @@ void Model::recompute_block_elementwise(int l) {
   const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
   if (engine_) return engine_->recompute(l, w, a.res[l], block_pass());
   be.rmsnorm_forward(a.xn1[l], a.rstd1[l], a.res[l], w.attn_norm, N, H, eps);
-  rotate_qk(l, w);
+  rotate_qk(w, training_block_io(l), N);
   be.rmsnorm_forward(a.xn2[l], a.rstd2[l], a.x2[l], w.mlp_norm, N, H, eps);
   be.swiglu_forward(a.h[l], a.g[l], a.u[l], static_cast<size_t>(N) * dims_.intermediate);
 }

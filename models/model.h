@@ -214,7 +214,22 @@ class Model {
   // kSelective: the elementwise ops of block l's forward whose outputs were
   // not kept (forward_block's, in its order).
   void recompute_block_elementwise(int l);
-  void rotate_qk(int l, const BlockTensors& w);
+  // Where one block's op-by-op forward reads and writes: training keeps a
+  // set per layer (backward reads them), KV decode shares one set and works
+  // in place (q == qr, x == x2 == out).
+  struct BlockIo {
+    const float* x;  // the block's input
+    float *xn1, *rstd1, *q, *k, *v, *qr, *kr, *rstd_q, *rstd_k, *y, *tmp, *x2, *xn2, *rstd2, *g,
+        *u, *h, *out;
+    const int32_t* pos;  // each row's position
+  };
+  BlockIo training_block_io(int l) const;
+  // The decoder block, op by op, for N rows: the one definition that
+  // training's forward and KV decode share. `attend` fills io.y from io.qr,
+  // io.kr and io.v (causal attention over the batch, or over a cache).
+  void block_forward(const BlockTensors& w, const BlockIo& io, int N, const std::function<void()>& attend);
+  // io.qr, io.kr = RoPE of q, k (after Qwen3's per-head norms).
+  void rotate_qk(const BlockTensors& w, const BlockIo& io, int N);
   std::vector<float> host_logits_;  // staging for TP gathers and losses
   std::vector<int32_t> host_pos_;
 };

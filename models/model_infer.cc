@@ -154,48 +154,30 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
   gather_vocab_logits(rows, logits_host);
 }
 
-// One block over N packed new tokens: writes their K/V into the cache, then
-// each segment attends over its slot's cached prefix.
+// One block over N packed new tokens (block_forward, in place): writes
+// their K/V into the cache, then each segment attends over its slot's
+// cached prefix.
 void Model::incremental_block(KvCache& cache, const std::vector<Segment>& segments, int N, int l) {
   Activations& a = *acts_;
-  Backend& be = *backend_;
-  const int H = config_.hidden, D = config_.head_dim, I = dims_.intermediate;
-  const int hq = dims_.heads, hkv = dims_.kv_heads, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
-  const float eps = config_.rms_eps;
-  const size_t nH = static_cast<size_t>(N) * H;
   const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
-  be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.attn_norm, N, H, eps);
-  be.linear_forward(a.iq, a.ixn, w.q, w.q_bias, N, H, Qd);
-  be.linear_forward(a.ik, a.ixn, w.k, w.k_bias, N, H, KVd);
-  be.linear_forward(a.iv, a.ixn, w.v, w.v_bias, N, H, KVd);
-  if (config_.qk_norm) {  // in place is safe: each row is read before written
-    be.rmsnorm_forward(a.iq, a.irstd, a.iq, w.q_norm, N * hq, D, eps);
-    be.rmsnorm_forward(a.ik, a.irstd, a.ik, w.k_norm, N * hkv, D, eps);
-  }
-  be.rope_forward(a.iq, a.infer_pos, N, hq, D, rope_cos_, rope_sin_);
-  be.rope_forward(a.ik, a.infer_pos, N, hkv, D, rope_cos_, rope_sin_);
-  const int cap = cache.capacity();
-  int off = 0;
-  for (const Segment& s : segments) {
-    be.kv_cache_write(cache.keys(l, s.slot), a.ik + static_cast<size_t>(off) * KVd, s.count,
-                      s.first_pos, cap, hkv, D);
-    be.kv_cache_write(cache.values(l, s.slot), a.iv + static_cast<size_t>(off) * KVd, s.count,
-                      s.first_pos, cap, hkv, D);
-    be.attention_cached(a.iy + static_cast<size_t>(off) * Qd, a.iscores,
-                        a.iq + static_cast<size_t>(off) * Qd, cache.keys(l, s.slot),
-                        cache.values(l, s.slot), s.count, s.first_pos, cap, hq, hkv, D);
-    off += s.count;
-  }
-  be.linear_forward(a.itmp, a.iy, w.o, nullptr, N, Qd, H);
-  tp_sum(a.itmp, nH);
-  be.residual_forward(a.ix, a.ix, a.itmp, nH);
-  be.rmsnorm_forward(a.ixn, a.irstd, a.ix, w.mlp_norm, N, H, eps);
-  be.linear_forward(a.ig, a.ixn, w.gate, nullptr, N, H, I);
-  be.linear_forward(a.iu, a.ixn, w.up, nullptr, N, H, I);
-  be.swiglu_forward(a.ih, a.ig, a.iu, static_cast<size_t>(N) * I);
-  be.linear_forward(a.itmp, a.ih, w.down, nullptr, N, I, H);
-  tp_sum(a.itmp, nH);
-  be.residual_forward(a.ix, a.ix, a.itmp, nH);
+  const BlockIo io{a.ix, a.ixn, a.irstd, a.iq, a.ik, a.iv, a.iq, a.ik, a.irstd, a.irstd,
+                   a.iy, a.itmp, a.ix, a.ixn, a.irstd, a.ig, a.iu, a.ih, a.ix, a.infer_pos};
+  block_forward(w, io, N, [&] {
+    Backend& be = *backend_;
+    const int D = config_.head_dim, hq = dims_.heads, hkv = dims_.kv_heads;
+    const int Qd = dims_.q_dim(), KVd = dims_.kv_dim(), cap = cache.capacity();
+    int off = 0;
+    for (const Segment& s : segments) {
+      be.kv_cache_write(cache.keys(l, s.slot), io.kr + static_cast<size_t>(off) * KVd, s.count,
+                        s.first_pos, cap, hkv, D);
+      be.kv_cache_write(cache.values(l, s.slot), io.v + static_cast<size_t>(off) * KVd, s.count,
+                        s.first_pos, cap, hkv, D);
+      be.attention_cached(io.y + static_cast<size_t>(off) * Qd, a.iscores, io.qr + static_cast<size_t>(off) * Qd,
+                          cache.keys(l, s.slot), cache.values(l, s.slot), s.count, s.first_pos, cap, hq,
+                          hkv, D);
+      off += s.count;
+    }
+  });
 }
 
 // Local logits [rows, V_local] -> host [rows, V]: TP ranks hold column blocks.

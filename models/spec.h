@@ -2,8 +2,9 @@
 // ModelConfig (from config.json or a preset) says the forward pass does,
 // as features every executor reads.
 //
-// Executors are the code that runs a decoder: the CPU reference (models::Model
-// op by op, whose training forward and KV decode share the layer's ops), the
+// Executors are the code that runs a decoder: the reference (models::Model
+// op by op on any backend, whose training forward and KV decode are one
+// block routine, Model::block_forward), the
 // fused CUDA training blocks (block_engine.h) and the bf16 CUDA decode
 // engine (decode/). Each declares, per feature, whether it runs it, hands it
 // to the op-by-op path, or refuses it; an executor refuses a model at load
