@@ -43,17 +43,17 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kPeakTflops, "COHORT_PEAK_TFLOPS", "worker",
        "Peak TFLOP/s per GPU for the MFU figure in metrics.jsonl (default 989, an H100's bf16).",
        false},
-      {K::kCudaOpTimes, "COHORT_CUDA_OP_TIMES", "models",
+      {K::kCudaOpTimes, "COHORT_CUDA_OP_TIMES", "worker",
        "Any value: the CUDA backend times every op (models_train_bench prints the totals).", true},
-      {K::kCudaSerialLaunches, "COHORT_CUDA_SERIAL_LAUNCHES", "models",
+      {K::kCudaSerialLaunches, "COHORT_CUDA_SERIAL_LAUNCHES", "worker",
        "`1`: kernels launch only after their predecessor has finished (no programmatic dependent "
        "launch), so that a kernel timer sees each kernel's own time.",
        true},
-      {K::kInferEngine, "COHORT_INFER_ENGINE", "infer",
+      {K::kInferEngine, "COHORT_INFER_ENGINE", "worker",
        "`model` serves inference with the models library's fp32 CUDA engine instead of the bf16 "
        "graph engine (the reference it is compared with).",
        true},
-      {K::kInferCheckLockstep, "COHORT_INFER_CHECK_LOCKSTEP", "infer",
+      {K::kInferCheckLockstep, "COHORT_INFER_CHECK_LOCKSTEP", "worker",
        "`1`: every engine call is checked to be the same on all tensor-parallel ranks (tests).",
        true},
       {K::kInferDumpLogits, "COHORT_INFER_DUMP_LOGITS", "infer",
@@ -62,20 +62,20 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kInferIgnoreEos, "COHORT_INFER_IGNORE_EOS", "infer",
        "`1`: generation ignores the model's end-of-sequence tokens (fixed-length benchmarks).",
        true},
-      {K::kInferStepTimes, "COHORT_INFER_STEP_TIMES", "infer",
+      {K::kInferStepTimes, "COHORT_INFER_STEP_TIMES", "worker",
        "`1`: the bf16 graph engine times its decode steps on the GPU (CUDA events) and logs, as it "
        "closes, GPU and wall time per step for each batch size.",
        true},
-      {K::kInferProjections, "COHORT_INFER_PROJECTIONS", "infer",
+      {K::kInferProjections, "COHORT_INFER_PROJECTIONS", "worker",
        "`skinny` or `cublaslt`: the bf16 graph engine's projections of 2 to 64 rows all take that "
        "kernel family instead of the one measured faster per decode bucket at warm-up (so that "
        "runs with and without graphs compute the same sums).",
        true},
-      {K::kInferFusedAttentionRows, "COHORT_INFER_FUSED_ATTENTION_ROWS", "infer",
+      {K::kInferFusedAttentionRows, "COHORT_INFER_FUSED_ATTENTION_ROWS", "worker",
        "A number of rows: the bf16 graph engine's decode steps of up to that many rows prepare "
        "q/k/v inside the attention kernel, larger ones run qkv_rope_cache first (default 64).",
        true},
-      {K::kInferAttention, "COHORT_INFER_ATTENTION", "infer",
+      {K::kInferAttention, "COHORT_INFER_ATTENTION", "worker",
        "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "
        "lane, or on the tensor cores (the default where the head size is 64 or 128), for A/B runs.",
        true},
@@ -83,7 +83,7 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`1`: rank 0 appends each step's inputs and targets (int32) to output_dir/batches.i32, "
        "for loss parity checks against another trainer.",
        true},
-      {K::kTrainBlocks, "COHORT_TRAIN_BLOCKS", "models",
+      {K::kTrainBlocks, "COHORT_TRAIN_BLOCKS", "worker",
        "`ops`: CUDA training runs each decoder block op by op on fp32 activations instead of the "
        "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks.",
        true},

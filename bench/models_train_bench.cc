@@ -4,8 +4,9 @@
 //                      [attention=auto|cudnn|flash|math]
 // Prints one JSON line: tokens/s, ms per step, model FLOP utilisation against
 // a stated peak, and device memory. On CUDA the weights get bf16 working
-// copies, as a DDP train job's do; COHORT_TRAIN_BLOCKS=ops runs the blocks
-// op by op instead of fused.
+// copies, as a DDP train job's do. The debugging switches apply as in a
+// worker (worker/debug_switches.h): COHORT_TRAIN_BLOCKS=ops runs the blocks
+// op by op instead of fused, COHORT_CUDA_OP_TIMES times each op.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "models/cuda_backend.h"
 #include "models/model.h"
 #include "models/optimizer.h"
+#include "worker/debug_switches.h"
 
 using namespace cohort::models;
 
@@ -31,11 +33,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   config->max_seq = std::max(config->max_seq, T);
+  auto debug = cohort::worker::read_debug_switches();
+  if (!debug.is_ok()) {
+    std::fprintf(stderr, "%s\n", debug.status().to_string().c_str());
+    return 2;
+  }
   std::unique_ptr<Backend> backend = make_cpu_backend();
 #ifdef COHORT_HAVE_CUDA
   CudaBackend* cuda = nullptr;
   if (device == "cuda") {
-    auto made = make_cuda_backend(0);
+    set_serial_kernel_launches(debug->serial_launches);
+    auto made = make_cuda_backend(0, {.op_times = debug->op_times});
     if (!made.is_ok()) {
       std::fprintf(stderr, "%s\n", made.status().to_string().c_str());
       return 1;
@@ -47,6 +55,7 @@ int main(int argc, char** argv) {
   backend->set_attention_backend(attention_backend_named(attention));
   auto model = std::move(Model::create(*config, {}, backend.get()).value());
   model->init_weights(1);
+  model->set_fused_blocks(debug->fused_training_blocks);
   std::vector<void*> working;
   if (device == "cuda" && backend->matmul_precision() != MatmulPrecision::kFp32) {
     const DType half = matmul_operand_dtype(backend->matmul_precision());

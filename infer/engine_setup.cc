@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 
-#include "base/env_knobs.h"
 #include "infer/lockstep.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
@@ -15,15 +14,11 @@
 
 #include "models/decode/cuda_graph_engine.h"
 #include "worker/compute_device.h"
+#include "worker/debug_switches.h"
 #include "worker/device_collectives.h"
 
 namespace cohort::infer {
 namespace {
-
-std::string env_or(EnvKnob knob, const std::string& fallback) {
-  const char* v = read_env_knob(knob);
-  return v ? std::string(v) : fallback;
-}
 
 // Builds this rank's shard as models::Model on `backend` and loads its weights.
 Result<std::unique_ptr<models::decode::ModelEngine>> model_engine(const jobs::JobSpec& spec,
@@ -40,11 +35,11 @@ Result<std::unique_ptr<models::decode::ModelEngine>> model_engine(const jobs::Jo
 
 Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                      collective::World& world, int tensor_parallel, int slots,
-                                     int capacity, int64_t kv_positions) {
+                                     int capacity, int64_t kv_positions, const worker::DebugSwitches& debug) {
   (void)kv_positions;  // only the bf16 CUDA engine's cache is paged
   COHORT_ASSIGN_OR_RETURN(parallel::ParallelDims dims,
                           parallel::ParallelDims::create(world.size, tensor_parallel));
-  COHORT_ASSIGN_OR_RETURN(worker::ComputeDevice device, worker::choose_compute_device(world));
+  COHORT_ASSIGN_OR_RETURN(worker::ComputeDevice device, worker::choose_compute_device(world, debug.device));
   EngineBundle bundle;
   bundle.on_gpu = device.gpu;
   if (!device.gpu) {
@@ -55,7 +50,9 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     }
     return bundle;
   }
-  bool model_engine_wanted = env_or(EnvKnob::kInferEngine, "graphs") == "model";
+#ifdef COHORT_HAVE_CUDA
+  models::set_serial_kernel_launches(debug.serial_launches);
+  bool model_engine_wanted = debug.model_engine;
   if (!model_engine_wanted && !models::decode::cuda_graph_engine_supports(config)) {
     if (world.rank == 0) {
       spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "
@@ -68,7 +65,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     COHORT_ASSIGN_OR_RETURN(bundle.mesh,
                             parallel::DeviceMesh::create(bundle.device_world.get(), dims));
     if (slots == 0) return bundle;
-    COHORT_ASSIGN_OR_RETURN(auto backend, models::make_cuda_backend(device.cuda_device));
+    COHORT_ASSIGN_OR_RETURN(auto backend, models::make_cuda_backend(device.cuda_device, {.op_times = debug.op_times}));
     void* stream = backend->stream();
     COHORT_ASSIGN_OR_RETURN(bundle.engine,
                             model_engine(spec, config, std::move(backend), *bundle.mesh, stream,
@@ -86,12 +83,17 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   options.cuda_graphs = spec.infer.cuda_graphs;
   options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
+  options.overrides = debug.decode;
   auto load = [&spec](models::Model& m) { return load_infer_weights(spec.model, spec.infer.seed, m); };
   COHORT_ASSIGN_OR_RETURN(
       bundle.engine,
       models::decode::make_cuda_graph_engine(
           config, options, worker::enqueued_tensor_parallel(&bundle.mesh->tp(), device.cuda_device), load));
   return bundle;
+#else
+  (void)kv_positions;
+  return failed_precondition("a GPU was chosen but this cohort-worker was built without CUDA");
+#endif
 }
 
 }  // namespace
@@ -99,12 +101,13 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                   collective::World& world, int tensor_parallel, int slots,
                                   int capacity, int64_t kv_positions) {
+  COHORT_ASSIGN_OR_RETURN(const worker::DebugSwitches debug, worker::read_debug_switches());
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
-                          build_unchecked(spec, config, world, tensor_parallel, slots, capacity, kv_positions));
+                          build_unchecked(spec, config, world, tensor_parallel, slots, capacity, kv_positions, debug));
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
   // checked against the tp group's (lockstep.h). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.
-  if (bundle.engine && env_knob_on(EnvKnob::kInferCheckLockstep)) {
+  if (bundle.engine && debug.check_lockstep) {
     collective::Communicator& tp = bundle.mesh->tp();
     if (tp.size() > 1 && tp.device() == collective::Device::kCpu) {
       bundle.engine = check_lockstep(std::move(bundle.engine), &tp);

@@ -35,13 +35,22 @@ class CudaBackend : public Backend {
   virtual void* stream() const = 0;  // cudaStream_t
   virtual CudaBackendStats stats() const = 0;
   virtual void synchronize() = 0;
-  // With COHORT_CUDA_OP_TIMES set: GPU milliseconds per op so far, largest
-  // first (synchronises); empty otherwise.
+  // With CudaBackendOptions::op_times: GPU milliseconds per op so far,
+  // largest first (synchronises); empty otherwise.
   virtual std::vector<std::pair<std::string, double>> op_times_ms() = 0;
 };
 
+struct CudaBackendOptions {
+  bool op_times = false;  // time every op with CUDA events (a debugging switch)
+};
+
 // Errors when the device does not exist or cannot be initialised.
-Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device = 0);
+Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device = 0, CudaBackendOptions options = {});
+
+// Process-wide: kernels launch only after their predecessor has finished
+// (no programmatic dependent launch), so that a kernel timer sees each
+// kernel's own time. Off by default; a debugging switch.
+void set_serial_kernel_launches(bool on);
 #endif
 
 }  // namespace cohort::models

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "base/check.h"
-#include "base/env_knobs.h"
 #include "models/activations.h"
 #include "models/ops/cross_entropy.h"
 #include "models/ops/rope.h"
@@ -100,7 +99,6 @@ Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims&
       backend_(backend),
       tp_(std::move(tp)),
       acts_(std::make_unique<Activations>()) {
-  if (const char* blocks = read_env_knob(EnvKnob::kTrainBlocks)) fused_blocks_ = std::string_view(blocks) != "ops";
   for (const ParamGroup& g : layout_.groups) {
     params_.push_back(backend_->alloc_floats(g.numel));
     owned_.push_back(params_.back());

@@ -134,7 +134,8 @@ class Model {
   void set_lm_head_chunk_tokens(int tokens);
   ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
   // Whether training may run the backend's fused blocks (block_engine.h)
-  // where it has them; on by default unless COHORT_TRAIN_BLOCKS=ops. Off,
+  // where it has them; on by default (COHORT_TRAIN_BLOCKS=ops turns it off
+  // through worker/debug_switches.h). Off,
   // every block runs op by op. Takes effect at the next forward.
   void set_fused_blocks(bool on);
   // True when the last forward's blocks ran fused.

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/env_knobs.h"
 #include "models/cuda_backend.h"
 #ifdef COHORT_HAVE_NCCL
 #include "collective/nccl/nccl_communicator.h"
@@ -12,17 +11,13 @@
 
 namespace cohort::worker {
 
-Result<ComputeDevice> choose_compute_device(const collective::World& world) {
-  const char* forced = read_env_knob(EnvKnob::kDevice);
-  const std::string asked = forced ? forced : "";
-  if (!asked.empty() && asked != "cpu" && asked != "cuda") {
-    return invalid_argument("COHORT_DEVICE='" + asked + "': expected cpu or cuda");
-  }
+Result<ComputeDevice> choose_compute_device(const collective::World& world, DebugSwitches::Device forced) {
+  using Forced = DebugSwitches::Device;
   const int gpus = models::cuda_device_count();
   ComputeDevice device;
-  if (asked == "cpu") return device;
+  if (forced == Forced::kCpu) return device;
   if (gpus == 0) {
-    if (asked == "cuda") return failed_precondition("COHORT_DEVICE=cuda but no GPU is visible");
+    if (forced == Forced::kCuda) return failed_precondition("COHORT_DEVICE=cuda but no GPU is visible");
     return device;
   }
 #if defined(COHORT_HAVE_CUDA) && defined(COHORT_HAVE_NCCL)
@@ -32,7 +27,7 @@ Result<ComputeDevice> choose_compute_device(const collective::World& world) {
   return device;
 #else
   (void)world;
-  if (asked == "cuda") {
+  if (forced == Forced::kCuda) {
     return failed_precondition("COHORT_DEVICE=cuda but this cohort-worker was built without CUDA");
   }
   spdlog::warn("this worker sees a GPU but cohort-worker was built without CUDA: running on the CPU");

@@ -3,9 +3,9 @@
 //
 // The device is the GPU this worker was given (the only one visible under
 // "own" device visibility, LOCAL_RANK's under "node") when cohort was built
-// with CUDA, else the CPU. COHORT_DEVICE (a debugging switch) forces one:
-// `cpu` keeps a worker that sees a GPU on the CPU (parity checks), `cuda`
-// fails where there is none. Model tensors travel over NCCL on that GPU,
+// with CUDA, else the CPU. The debugging switch COHORT_DEVICE forces one
+// (debug_switches.h): `cpu` keeps a worker that sees a GPU on the CPU
+// (parity checks), `cuda` fails where there is none. Model tensors travel over NCCL on that GPU,
 // else over the world's CPU communicator.
 #pragma once
 
@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "collective/bootstrap.h"
+#include "worker/debug_switches.h"
 
 namespace cohort::worker {
 
@@ -23,7 +24,7 @@ struct ComputeDevice {
   std::string name = "cpu";   // "cpu", "cuda:0": for logs and metrics
 };
 
-Result<ComputeDevice> choose_compute_device(const collective::World& world);
+Result<ComputeDevice> choose_compute_device(const collective::World& world, DebugSwitches::Device forced);
 
 // NCCL over world.cpu on the device's GPU (every rank calls it), or
 // world.cpu itself on the CPU.

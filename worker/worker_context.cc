@@ -26,19 +26,25 @@ Result<WorkerContext> make_worker_context(const jobs::JobSpec& spec) {
     spdlog::info("joined a world of {} ranks, {} per node ({} launch)", ctx.world.size, ctx.world.local_size,
                  collective::launch_name(ctx.world.launch));
   }
-  COHORT_ASSIGN_OR_RETURN(ComputeDevice device, choose_compute_device(ctx.world));
+  COHORT_ASSIGN_OR_RETURN(ctx.debug, read_debug_switches());
+  COHORT_ASSIGN_OR_RETURN(ComputeDevice device, choose_compute_device(ctx.world, ctx.debug.device));
   COHORT_ASSIGN_OR_RETURN(ctx.comm, model_communicator(ctx.world, device));
   ctx.device_name = device.name;
   if (!device.gpu) {
     ctx.backend = models::make_cpu_backend();
     return ctx;
   }
-  auto backend = models::make_cuda_backend(device.cuda_device);
+#ifdef COHORT_HAVE_CUDA
+  models::set_serial_kernel_launches(ctx.debug.serial_launches);
+  auto backend = models::make_cuda_backend(device.cuda_device, {.op_times = ctx.debug.op_times});
   if (!backend) return backend.status().with_context("CUDA device " + device.name);
   ctx.stream = (*backend)->stream();
   ctx.backend = std::move(*backend);
   ctx.gpu = true;
   return ctx;
+#else
+  return failed_precondition("a GPU device was chosen in a build without CUDA");
+#endif
 }
 
 Result<models::ModelConfig> resolve_model_config(const jobs::ModelSection& m) {
@@ -117,6 +123,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   };
   auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader);
   if (!pm) return pm.status().with_context("building the model");
+  pm->model->set_fused_blocks(ctx.debug.fused_training_blocks);
   return pm;
 }
 

@@ -15,6 +15,7 @@
 #include "models/backend.h"
 #include "models/config.h"
 #include "parallel/parallelize.h"
+#include "worker/debug_switches.h"
 
 namespace cohort::worker {
 
@@ -25,6 +26,7 @@ struct WorkerContext {
   bool gpu = false;
   void* stream = nullptr;  // the backend's CUDA stream
   std::string device_name = "cpu";
+  DebugSwitches debug;  // read once at start (debug_switches.h)
   WorkerContext() = default;
   WorkerContext(WorkerContext&&) = default;
   WorkerContext& operator=(WorkerContext&&) = default;

@@ -2,13 +2,13 @@
 // stream, memory from the caching pool. It includes each op family's .cuh
 // (beside its CPU reference in models/ops/) so the GPU side compiles in two
 // translation units, this and the fused training blocks' (train_blocks.cu):
-// the decode kernels of infer's bf16 graph engine (embed_bf16,
+// the decode kernels of the bf16 graph engine (models/decode/) (embed_bf16,
 // add_rmsnorm_bf16, qkv_rope_cache, decode_attention, swiglu_bf16,
 // row_argmax) are here too.
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
-#include "base/env_knobs.h"
 #include "models/cuda/common.cuh"
 #include "models/cuda/copy_plan.cuh"
 #include "models/cuda/cudnn_attention.h"
@@ -33,11 +33,13 @@
 namespace cohort::models {
 
 namespace cuda {
-bool serial_launches() {
-  static const bool serial = env_knob_on(EnvKnob::kCudaSerialLaunches);
-  return serial;
-}
+namespace {
+std::atomic<bool> serial_kernel_launches{false};
+}  // namespace
+bool serial_launches() { return serial_kernel_launches.load(std::memory_order_relaxed); }
 }  // namespace cuda
+
+void set_serial_kernel_launches(bool on) { cuda::serial_kernel_launches.store(on); }
 
 int cuda_device_count() {
   int n = 0;
@@ -65,8 +67,7 @@ struct CudaCopyPlan final : CopyPlan {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  explicit CudaBackendImpl(int device)
-      : device_(device), pool_(device), op_times_(read_env_knob(EnvKnob::kCudaOpTimes) != nullptr) {}
+  CudaBackendImpl(int device, bool op_times) : device_(device), pool_(device), op_times_(op_times) {}
   // Set-up that can fail (no such device, out of memory): a Status for
   // make_cuda_backend rather than an abort.
   Status init() {
@@ -491,13 +492,13 @@ class CudaBackendImpl final : public CudaBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device) {
+Result<std::unique_ptr<CudaBackend>> make_cuda_backend(int device, CudaBackendOptions options) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count) {
     return unavailable("CUDA device " + std::to_string(device) + " requested but " +
                        std::to_string(count) + " are visible");
   }
-  auto backend = std::make_unique<CudaBackendImpl>(device);
+  auto backend = std::make_unique<CudaBackendImpl>(device, options.op_times);
   COHORT_RETURN_IF_ERROR(backend->init().with_context("CUDA backend on device " +
                                                       std::to_string(device)));
   return std::unique_ptr<CudaBackend>(std::move(backend));

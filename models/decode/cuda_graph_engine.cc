@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "base/check.h"
-#include "base/env_knobs.h"
 #include "base/cuda_check.h"
 #include "base/half_float.h"
 #include "base/parallel_for.h"
@@ -172,19 +171,16 @@ Status CudaGraphEngine::init_runtime(const models::EnqueuedTensorParallelFactory
   } else {
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  if (env_knob_on(EnvKnob::kInferStepTimes)) {
+  const CudaEngineOptions::Overrides& overrides = options_.overrides;
+  if (overrides.time_steps) {
     COHORT_CUDA_CHECK(cudaEventCreate(&step_begin_));
     COHORT_CUDA_CHECK(cudaEventCreate(&step_staged_));
     COHORT_CUDA_CHECK(cudaEventCreate(&step_end_));
     time_steps_ = true;
   }
-  COHORT_ASSIGN_OR_RETURN(std::optional<int> fused_rows,
-                          read_env_knob_count(EnvKnob::kInferFusedAttentionRows));
-  if (fused_rows) fused_attention_rows_ = *fused_rows;
-  if (const char* form = read_env_knob(EnvKnob::kInferAttention)) {
-    const auto parsed = models::cuda::parse_decode_attention_form(form);
-    if (!parsed.is_ok()) return parsed.status().with_context("COHORT_INFER_ATTENTION");
-    attention_form_ = parsed.value();
+  if (overrides.fused_attention_rows >= 0) fused_attention_rows_ = overrides.fused_attention_rows;
+  if (!overrides.attention.empty()) {
+    COHORT_ASSIGN_OR_RETURN(attention_form_, models::cuda::parse_decode_attention_form(overrides.attention));
   }
   // Graph capture needs cuBLASLt to use a workspace it was given, not one it
   // allocates on the fly.
@@ -341,9 +337,13 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
   if (!cuda_graph_engine_supports(config)) {
     return invalid_argument("the bf16 CUDA engine needs head_dim 16, 32, 64, 128 or 256, not " +
                             std::to_string(config.head_dim) +
-                            "; set COHORT_INFER_ENGINE=model to use the models library's engine");
+                            "; the models library's engine serves other head sizes");
   }
   COHORT_RETURN_IF_ERROR(check_executor(Executor::kCudaDecode, DecoderSpec::of(config)));
+  const std::string& projections = options.overrides.projections;
+  if (!projections.empty() && projections != "skinny" && projections != "cublaslt") {
+    return invalid_argument("decode projections '" + projections + "': expected skinny or cublaslt");
+  }
   if (options.capacity > config.max_seq) {
     return invalid_argument("KV cache capacity " + std::to_string(options.capacity) +
                             " exceeds the model's max_seq " + std::to_string(config.max_seq));

@@ -34,6 +34,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "base/status.h"
 #include "models/decode/engine.h"
@@ -52,6 +53,14 @@ struct CudaEngineOptions {
   // The paged KV cache's blocks of kKvBlockSize positions, shared by the
   // slots by need (kv_blocks.h); 0: enough for every slot to reach capacity.
   int64_t kv_blocks = 0;
+  // Choices warm-up otherwise makes, and timers, for diagnosis and A/B
+  // runs: set only from the debugging switches (worker/debug_switches.h).
+  struct Overrides {
+    std::string attention;          // "": the tensor cores where the head size allows (decode_attention.h)
+    int fused_attention_rows = -1;  // decode steps up to this many rows prepare q/k/v inside attention; -1: 64
+    std::string projections;        // "": measured per decode bucket at warm-up; "skinny" or "cublaslt"
+    bool time_steps = false;        // log each padded decode size's GPU, launch and wall time at the end
+  } overrides;
 };
 
 inline constexpr int kKvBlockShift = 4;

@@ -127,9 +127,9 @@ class CudaGraphEngine final : public InferenceEngine {
   void enqueue_folded_layers(int n);
   // Decode steps up to this many rows prepare q/k/v inside attention
   // (decode_attention_fused): one kernel a layer fewer
-  // (COHORT_INFER_FUSED_ATTENTION_ROWS overrides it).
+  // (options.overrides.fused_attention_rows overrides it).
   int fused_attention_rows_ = 64;
-  // COHORT_INFER_ATTENTION: the decode attention's kernel (default: the
+  // The decode attention's kernel (options.overrides.attention) (default: the
   // tensor cores where the head size allows).
   models::cuda::DecodeAttentionForm attention_form_ = models::cuda::DecodeAttentionForm::kAuto;
   void all_reduce(float* data, size_t count);
@@ -178,7 +178,7 @@ class CudaGraphEngine final : public InferenceEngine {
   int32_t* block_table_ = nullptr;  // device [slots + 1, blocks per slot]
   // Makes `slot` hold blocks for `positions` (within its reservation).
   void hold(int slot, int positions);
-  // COHORT_INFER_STEP_TIMES: per padded decode size, steps timed, their GPU
+  // options.overrides.time_steps: per padded decode size, steps timed, their GPU
   // time (row copies + graph, CUDA events; the graph's part from the event
   // after the copies), the host's time in cudaGraphLaunch and the wall time,
   // in seconds.

@@ -10,7 +10,6 @@
 
 #include "base/check.h"
 #include "base/cuda_check.h"
-#include "base/env_knobs.h"
 #include "models/decode/cuda_graph_state.h"
 
 namespace cohort::models::decode {
@@ -144,12 +143,9 @@ void CudaGraphEngine::warm_up() {
     run(n, 1, 0, false, true, nullptr, &unused);
   }
   const double prefill_s = seconds_since(start);
-  // COHORT_INFER_PROJECTIONS pins the family (eager runs cannot measure
-  // graphs, and a pinned family makes them comparable with graph runs).
-  const char* pinned = read_env_knob(EnvKnob::kInferProjections);
-  const std::string family = pinned ? pinned : "";
-  COHORT_CHECK_MSG(family.empty() || family == "skinny" || family == "cublaslt",
-                   "COHORT_INFER_PROJECTIONS is '{}': expected skinny or cublaslt", family);
+  // A pinned family (eager runs cannot measure graphs, and a pinned family
+  // makes them comparable with graph runs); make_cuda_graph_engine checked it.
+  const std::string& family = options_.overrides.projections;
   double choice_s = 0;
   int chosen = 0;
   const auto buckets_start = Clock::now();
