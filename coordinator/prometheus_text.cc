@@ -5,52 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "base/prometheus_text.h"
+
 namespace cohort::coordinator {
 namespace {
 
-// Label values: backslash, double quote and newline are escaped.
-std::string escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
-
-std::string number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  return fmt::format("{}", v);
-}
-
-class Exposition {
- public:
-  void family(const std::string& name, const char* type, const char* help) {
-    out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  }
-  // labels: {{"job", "job-1"}, ...}
-  void sample(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels,
-              double value) {
-    out_ += name;
-    if (!labels.empty()) {
-      out_ += '{';
-      for (size_t i = 0; i < labels.size(); ++i) {
-        out_ += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, escape(labels[i].second));
-      }
-      out_ += '}';
-    }
-    out_ += ' ' + number(value) + '\n';
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-void cluster_series(Exposition& e, const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes) {
+void cluster_series(PrometheusText& e, const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes) {
   std::map<std::string, int> node_states{{"alive", 0}, {"draining", 0}, {"drained", 0}, {"left", 0}, {"lost", 0}};
   int gpus = 0, free = 0;
   for (const auto& n : nodes) {
@@ -73,7 +33,7 @@ void cluster_series(Exposition& e, const std::vector<JobView>& jobs, const std::
   for (const auto& [s, n] : job_states) e.sample("cohort_jobs", {{"state", s}}, n);
 }
 
-void gpu_series(Exposition& e, const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes) {
+void gpu_series(PrometheusText& e, const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes) {
   e.family("cohort_gpu_memory_total_bytes", "gauge", "Memory of each GPU.");
   for (const auto& n : nodes) {
     for (const auto& g : n.gpus) {
@@ -105,7 +65,7 @@ void gpu_series(Exposition& e, const std::vector<JobView>& jobs, const std::vect
   }
 }
 
-void job_state_series(Exposition& e, const std::vector<JobView>& jobs, int64_t now_ms) {
+void job_state_series(PrometheusText& e, const std::vector<JobView>& jobs, int64_t now_ms) {
   static const char* kStates[] = {"queued", "running", "stopping", "succeeded", "failed", "cancelled",
                                   "timed_out"};
   e.family("cohort_job_info", "gauge", "1 per job, with its name and kind.");
@@ -136,7 +96,7 @@ void job_state_series(Exposition& e, const std::vector<JobView>& jobs, int64_t n
   }
 }
 
-void attempt_histogram(Exposition& e, const std::vector<JobView>& jobs) {
+void attempt_histogram(PrometheusText& e, const std::vector<JobView>& jobs) {
   static const double kBuckets[] = {1, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600};
   const std::string name = "cohort_job_attempt_duration_seconds";
   e.family(name, "histogram", "Durations of a job's ended attempts.");
@@ -146,19 +106,19 @@ void attempt_histogram(Exposition& e, const std::vector<JobView>& jobs) {
       if (a.ended_ms > 0 && a.started_ms > 0) durations.push_back(std::max<int64_t>(0, a.ended_ms - a.started_ms) / 1e3);
     }
     double sum = 0;
-    for (double d : durations) sum += d;
-    for (double le : kBuckets) {
-      int n = 0;
-      for (double d : durations) n += d <= le;
-      e.sample(name + "_bucket", {{"job", j.info.id}, {"le", number(le)}}, n);
+    std::vector<int64_t> counts(std::size(kBuckets) + 1, 0);
+    for (double d : durations) {
+      sum += d;
+      size_t i = 0;
+      while (i < std::size(kBuckets) && d > kBuckets[i]) ++i;
+      ++counts[i];
     }
-    e.sample(name + "_bucket", {{"job", j.info.id}, {"le", "+Inf"}}, double(durations.size()));
-    e.sample(name + "_sum", {{"job", j.info.id}}, sum);
-    e.sample(name + "_count", {{"job", j.info.id}}, double(durations.size()));
+    e.histogram(name, {{"job", j.info.id}}, std::vector<double>(std::begin(kBuckets), std::end(kBuckets)), counts,
+                sum);
   }
 }
 
-void training_series(Exposition& e, const std::vector<JobView>& jobs) {
+void training_series(PrometheusText& e, const std::vector<JobView>& jobs) {
   struct Gauge {
     const char* name;
     const char* help;
@@ -193,7 +153,7 @@ void training_series(Exposition& e, const std::vector<JobView>& jobs) {
 
 std::string prometheus_text(const std::vector<JobView>& jobs, const std::vector<protocol::NodeInfo>& nodes,
                             int64_t now_ms) {
-  Exposition e;
+  PrometheusText e;
   cluster_series(e, jobs, nodes);
   gpu_series(e, jobs, nodes);
   job_state_series(e, jobs, now_ms);

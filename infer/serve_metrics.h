@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "base/prometheus_text.h"
+
 namespace cohort::infer {
 
 struct LoopGauges {
@@ -42,7 +44,7 @@ class ServeMetrics {
     int64_t n = 0;
     void observe(double v);
   };
-  void render_histogram(std::string& out, const char* name, const char* help, const Histogram& h) const;
+  void render_histogram(PrometheusText& out, const char* name, const char* help, const Histogram& h) const;
 
   mutable std::mutex mu_;
   std::map<int, int64_t> responses_;        // GUARDED_BY(mu_)
