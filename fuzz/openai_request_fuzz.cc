@@ -1,5 +1,5 @@
 // libFuzzer: OpenAI request bodies as the inference server reads them
-// (infer/openai_api.h, parse_completion_request), for /v1/completions and
+// (infer/serve/openai_api.h, parse_completion_request), for /v1/completions and
 // /v1/chat/completions, with a byte tokenizer and with or without a model
 // chat template. The first input byte picks the endpoint and the template;
 // the rest is the body. Whatever the body, the parser returns a request or
@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "infer/openai_api.h"
+#include "infer/serve/openai_api.h"
 
 namespace {
 

@@ -21,6 +21,7 @@
 #include "infer/generate.h"
 #include "infer/prompts.h"
 #include "infer/model_source.h"
+#include "infer/output_processor.h"
 #include "infer/report.h"
 #include "infer/engine_setup.h"
 #include "infer/infer_job.h"
@@ -141,7 +142,12 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     COHORT_ASSIGN_OR_RETURN(results.outputs,
                             generate_all(*bundle.engine, mine, stop, options, &results.stats));
     if (tokenizer) {
-      for (const SequenceOutput& o : results.outputs) results.texts.push_back(stop.final_text(o.tokens));
+      const auto shared_stop = std::make_shared<const StopCondition>(stop);
+      for (const SequenceOutput& o : results.outputs) {
+        OutputProcessor output(tokenizer.get(), shared_stop);
+        for (int32_t t : o.tokens) output.add(t);
+        results.texts.push_back(output.take_text(/*finished=*/true));
+      }
     }
   }
   if (!dump.by_prompt.empty()) COHORT_RETURN_IF_ERROR(dump.write(spec.job.output_dir));

@@ -139,13 +139,4 @@ bool StopCondition::hits_stop_string(const std::vector<int32_t>& generated) cons
   return false;
 }
 
-std::string StopCondition::final_text(const std::vector<int32_t>& generated) const {
-  if (!tokenizer_) return {};
-  std::string text = tokenizer_->decode(generated);
-  size_t cut = std::string::npos;
-  for (const std::string& s : stop_strings_) cut = std::min(cut, text.find(s));
-  if (cut != std::string::npos) text.resize(cut);
-  return text;
-}
-
 }  // namespace cohort::infer

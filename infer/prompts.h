@@ -60,9 +60,8 @@ class StopCondition {
   // Whether `generated` (this sequence's tokens so far) now contains a stop
   // string that ends in its last token's text.
   bool hits_stop_string(const std::vector<int32_t>& generated) const;
-  // The generated text, cut before the first stop string.
-  std::string final_text(const std::vector<int32_t>& generated) const;
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
+  const std::vector<std::string>& stop_strings() const { return stop_strings_; }
 
  private:
   const text::Tokenizer* tokenizer_ = nullptr;

@@ -24,8 +24,8 @@
 #include "infer/model_source.h"
 #include "infer/prompts.h"
 #include "infer/scheduler.h"
-#include "infer/serve_http.h"
-#include "infer/serve_metrics.h"
+#include "infer/serve/serve_http.h"
+#include "infer/serve/serve_metrics.h"
 #include "infer/serve_step.h"
 
 namespace cohort::infer {

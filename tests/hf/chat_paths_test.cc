@@ -17,7 +17,7 @@
 
 #include "data/text_encoder.h"
 #include "hf/model_folder.h"
-#include "infer/openai_api.h"
+#include "infer/serve/openai_api.h"
 #include "text/tokenizer.h"
 #include "../data/data_fixture.h"
 

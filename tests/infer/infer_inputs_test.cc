@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "infer/output_processor.h"
 #include "infer/prompts.h"
 
 namespace cohort::infer {
@@ -81,7 +82,47 @@ TEST(InferStop, StopStringsCutTheTextAndEndTheSequence) {
   EXPECT_FALSE(stop->hits_stop_string(seq));
   seq.push_back('D');
   EXPECT_TRUE(stop->hits_stop_string(seq));
-  EXPECT_EQ(stop->final_text(seq), "ab ");
+  OutputProcessor output(&bytes, std::make_shared<const StopCondition>(*stop));
+  for (int32_t t : seq) output.add(t);
+  EXPECT_EQ(output.take_text(/*finished=*/true), "ab ");
+}
+
+// A stream sees text only once no later token can change it: an incomplete
+// UTF-8 character, or what could be the start of a stop string, waits; the
+// finished text is cut before the stop string, and the pieces add up to it.
+TEST(InferOutput, StreamsHoldBackPartialCharactersAndStopPrefixes) {
+  text::ByteTokenizer bytes;
+  auto made = OutputProcessor::create(&bytes, {}, {"STOP"});
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  OutputProcessor& out = *made;
+  std::string streamed;
+  const std::string text = "h\xc3\xa9llo STO";  // "héllo STO": the é is two bytes
+  for (size_t i = 0; i < text.size(); ++i) {
+    out.add(static_cast<uint8_t>(text[i]));
+    const std::string piece = out.take_text(false);
+    streamed += piece;
+    if (i == 1) EXPECT_EQ(streamed, "") << "half of a character or a stop prefix was sent";
+  }
+  // "STO" could still become "STOP": three bytes stay back.
+  EXPECT_EQ(streamed, "h\xc3\xa9llo ");
+  out.add('P');
+  out.add('!');
+  streamed += out.take_text(false);
+  streamed += out.take_text(true);
+  EXPECT_EQ(streamed, "h\xc3\xa9llo ");
+  EXPECT_EQ(out.full_text(), "h\xc3\xa9llo ");
+  EXPECT_EQ(out.tokens().size(), text.size() + 2);
+  EXPECT_EQ(out.token_text(0), "h");
+}
+
+TEST(InferOutput, StopStringsNeedATokenizerAndTheIdsTravelAsGiven) {
+  EXPECT_FALSE(OutputProcessor::create(nullptr, {1}, {"x"}).is_ok());
+  auto ids_only = OutputProcessor::create(nullptr, {5, 9}, {});
+  ASSERT_TRUE(ids_only.is_ok());
+  EXPECT_EQ(ids_only->stop_ids(), (std::vector<int32_t>{5, 9}));
+  EXPECT_TRUE(ids_only->stop()->is_stop_token(9));
+  ids_only->add(3);
+  EXPECT_EQ(ids_only->take_text(true), "");  // no tokenizer, no text
 }
 
 TEST(InferStop, StopStringsWithoutATokenizerAreAnError) {

@@ -2,8 +2,8 @@
 // is named with the status OpenAI gives, and responses have OpenAI's shape.
 #include <gtest/gtest.h>
 
-#include "infer/chat_prompt.h"
-#include "infer/openai_api.h"
+#include "infer/serve/chat_prompt.h"
+#include "infer/serve/openai_api.h"
 
 namespace cohort::infer {
 namespace {

@@ -13,7 +13,7 @@
 #include <boost/asio.hpp>
 
 #include "../data/data_fixture.h"
-#include "infer/serve_http.h"
+#include "infer/serve/serve_http.h"
 
 namespace cohort::infer {
 namespace {

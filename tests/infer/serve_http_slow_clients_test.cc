@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <boost/asio.hpp>
 
-#include "infer/serve_http.h"
+#include "infer/serve/serve_http.h"
 
 namespace cohort::infer {
 namespace {

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "infer/serve_metrics.h"
+#include "infer/serve/serve_metrics.h"
 
 namespace cohort::infer {
 namespace {

@@ -1,7 +1,7 @@
 // OpenAI request parsing and response JSON (see openai_api.h).
-#include "infer/openai_api.h"
+#include "infer/serve/openai_api.h"
 
-#include "infer/chat_prompt.h"
+#include "infer/serve/chat_prompt.h"
 
 namespace cohort::infer {
 namespace {

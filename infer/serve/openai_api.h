@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infer/chat_prompt.h"
+#include "infer/serve/chat_prompt.h"
 #include "models/token_sampler.h"
 #include "text/tokenizer.h"
 

@@ -1,6 +1,6 @@
 // The server's HTTP side (see serve_http.h). Every Connection lives on the
 // io thread; requests in flight are found by id in Server::live_.
-#include "infer/serve_http.h"
+#include "infer/serve/serve_http.h"
 
 #include <spdlog/spdlog.h>
 
@@ -18,7 +18,8 @@
 #include <boost/beast/http.hpp>
 
 #include "base/connection_slots.h"
-#include "infer/prompt_workers.h"
+#include "infer/output_processor.h"
+#include "infer/serve/prompt_workers.h"
 
 namespace cohort::infer {
 namespace {
@@ -46,17 +47,6 @@ std::string chunk(const std::string& data) {
   char size[32];
   std::snprintf(size, sizeof size, "%zx\r\n", data.size());
   return size + data + "\r\n";
-}
-
-// Bytes at the end of `text` that begin a UTF-8 character not yet complete.
-size_t incomplete_utf8_tail(const std::string& text) {
-  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
-    const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return need > back ? back : 0;
-  }
-  return 0;
 }
 
 bool same_key(const std::string& a, const std::string& b) {
@@ -97,8 +87,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_next();
   void watch_client();
   void gone();
-  // The text not yet sent; advances sent_text_.
-  std::string new_text(bool finished);
 
   Server& server_;
   const uint64_t slot_;  // in Server::slots_
@@ -114,11 +102,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool done_ = false, cancelled_ = false;
   CompletionRequest req_;
   ResponseHead head_;
-  std::shared_ptr<const StopCondition> stop_;
-  std::vector<int32_t> tokens_;
-  std::string text_;  // streams: the decoded text so far
-  std::vector<float> logprobs_;
-  size_t sent_text_ = 0;
+  std::optional<OutputProcessor> output_;
   size_t sent_tokens_ = 0;
   Clock::time_point arrived_, last_token_;
 };
@@ -391,12 +375,9 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   // The model's end-of-sequence ids join the client's stop ids, so that the
   // other ranks rebuild the same condition from the ids alone.
   if (!req_.ignore_eos) req_.stop_ids.insert(req_.stop_ids.end(), opts.eos.begin(), opts.eos.end());
-  jobs::InferSection stops;
-  stops.stop_strings = req_.stop_strings;
-  for (int32_t id : req_.stop_ids) stops.stop_tokens.push_back(id);
-  auto stop = StopCondition::create(stops, opts.tokenizer.get());
-  if (!stop.is_ok()) return error({400, stop.status().message(), "invalid_request_error", "stop", ""});
-  stop_ = std::make_shared<const StopCondition>(std::move(*stop));
+  auto output = OutputProcessor::create(opts.tokenizer.get(), req_.stop_ids, req_.stop_strings);
+  if (!output.is_ok()) return error({400, output.status().message(), "invalid_request_error", "stop", ""});
+  output_.emplace(std::move(*output));
   if (!server_.admit(shared_from_this(), &id_)) {
     return error({429, "the server is full: " + std::to_string(opts.max_live) +
                            " requests are running or waiting; retry later",
@@ -412,7 +393,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   r.prompt = req_.prompt;
   r.max_new_tokens = req_.max_tokens;
   r.sampling = req_.sampling;
-  r.stop = stop_;
+  r.stop = output_->stop();
   r.logprobs = req_.logprobs;
   r.stop_ids = req_.stop_ids;
   r.stop_strings = req_.stop_strings;
@@ -443,41 +424,17 @@ void Connection::gone() {
   }
 }
 
-std::string Connection::new_text(bool finished) {
-  if (!server_.options().tokenizer) return {};
-  if (finished) {  // the whole text once, cut before a stop string
-    const std::string all = stop_->final_text(tokens_);
-    const std::string out = all.size() > sent_text_ ? all.substr(sent_text_) : "";
-    sent_text_ = std::max(sent_text_, all.size());
-    return out;
-  }
-  size_t hold = incomplete_utf8_tail(text_);
-  // A stop string may be forming at the end: keep back what could be its start.
-  size_t longest = 0;
-  for (const std::string& s : req_.stop_strings) longest = std::max(longest, s.size());
-  if (longest > 1) hold = std::max(hold, longest - 1);
-  const size_t visible = text_.size() > hold ? text_.size() - hold : 0;
-  if (visible <= sent_text_) return {};
-  std::string out = text_.substr(sent_text_, visible - sent_text_);
-  sent_text_ = visible;
-  return out;
-}
-
 void Connection::on_event(const TokenEvent& e) {
   const auto now = Clock::now();
   if (e.token >= 0) {
-    if (tokens_.empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
+    if (output_->tokens().empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
     else server_.metrics().observe_inter_token(seconds(last_token_, now));
     last_token_ = now;
-    tokens_.push_back(e.token);
-    logprobs_.push_back(e.logprob);
-    // Byte-level tokenizers decode token by token, so the text grows by
-    // appending (no re-decoding of the whole sequence per token).
-    if (req_.stream && server_.options().tokenizer) text_ += server_.options().tokenizer->decode({e.token});
+    output_->add(e.token, e.logprob);
     server_.metrics().add_tokens(0, 1);
   }
   if (e.finished) {
-    spdlog::debug("serve: request {} finished ({}) after {} tokens", id_, e.finish_reason, tokens_.size());
+    spdlog::debug("serve: request {} finished ({}) after {} tokens", id_, e.finish_reason, output_->tokens().size());
     done_ = true;
     server_.unregister(id_);
     server_.metrics().count_finish(e.finish_reason);
@@ -493,17 +450,18 @@ void Connection::on_event(const TokenEvent& e) {
   if (!req_.stream && !e.finished) return;
   ChoiceUpdate c;
   c.finish_reason = reason;
+  const std::vector<int32_t>& tokens = output_->tokens();
   const size_t from_token = req_.stream ? sent_tokens_ : 0;
-  c.text = new_text(e.finished);
-  sent_tokens_ = tokens_.size();
-  if (req_.return_token_ids) c.token_ids.assign(tokens_.begin() + from_token, tokens_.end());
+  c.text = output_->take_text(e.finished);
+  sent_tokens_ = tokens.size();
+  if (req_.return_token_ids) c.token_ids.assign(tokens.begin() + from_token, tokens.end());
   if (req_.logprobs) {
-    for (size_t i = from_token; i < tokens_.size(); ++i) {
-      c.logprobs.push_back(logprobs_[i]);
-      c.token_texts.push_back(server_.options().tokenizer ? server_.options().tokenizer->decode({tokens_[i]}) : "");
+    for (size_t i = from_token; i < tokens.size(); ++i) {
+      c.logprobs.push_back(output_->logprobs()[i]);
+      c.token_texts.push_back(output_->token_text(i));
     }
   }
-  const int64_t prompt = static_cast<int64_t>(req_.prompt.size()), generated = static_cast<int64_t>(tokens_.size());
+  const int64_t prompt = static_cast<int64_t>(req_.prompt.size()), generated = static_cast<int64_t>(tokens.size());
   if (!req_.stream) {
     return reply(200, "application/json", dump_json(completion_json(head_, c, req_, prompt, generated)));
   }

@@ -1,5 +1,5 @@
 // Prometheus text exposition (version 0.0.4) of the server's metrics.
-#include "infer/serve_metrics.h"
+#include "infer/serve/serve_metrics.h"
 
 #include <vector>
 

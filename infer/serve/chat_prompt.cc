@@ -1,5 +1,5 @@
 // Chat prompt rendering (see chat_prompt.h).
-#include "infer/chat_prompt.h"
+#include "infer/serve/chat_prompt.h"
 
 #include <nlohmann/json.hpp>
 

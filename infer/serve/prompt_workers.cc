@@ -1,5 +1,5 @@
 // The prompt thread pool (see prompt_workers.h).
-#include "infer/prompt_workers.h"
+#include "infer/serve/prompt_workers.h"
 
 #include <algorithm>
 

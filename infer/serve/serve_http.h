@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "infer/openai_api.h"
+#include "infer/serve/openai_api.h"
 #include "infer/scheduler.h"
-#include "infer/serve_metrics.h"
+#include "infer/serve/serve_metrics.h"
 #include "text/tokenizer.h"
 
 namespace cohort::infer {
@@ -57,7 +57,7 @@ struct ServeHttpOptions {
   int max_connections_per_address = 128;
   int max_body_bytes = 1 << 20;
   int max_live = 80;                 // running + waiting requests before 429
-  // Threads that render and tokenize prompts (infer/prompt_workers.h), and
+  // Threads that render and tokenize prompts (infer/serve/prompt_workers.h), and
   // the requests that may wait for one before 503.
   int prompt_threads = 2;
   int max_pending_prompts = 256;
