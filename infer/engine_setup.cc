@@ -37,8 +37,8 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
                                      collective::World& world, int tensor_parallel, int slots,
                                      int capacity, int64_t kv_positions, const worker::DebugSwitches& debug) {
   (void)kv_positions;  // only the bf16 CUDA engine's cache is paged
-  COHORT_ASSIGN_OR_RETURN(parallel::ParallelDims dims,
-                          parallel::ParallelDims::create(world.size, tensor_parallel));
+  COHORT_ASSIGN_OR_RETURN(ParallelDims dims,
+                          ParallelDims::create(world.size, tensor_parallel));
   COHORT_ASSIGN_OR_RETURN(worker::ComputeDevice device, worker::choose_compute_device(world, debug.device));
   EngineBundle bundle;
   bundle.on_gpu = device.gpu;

@@ -18,6 +18,7 @@
 #include "base/env_knobs.h"
 #include "collective/bootstrap.h"
 #include "worker/worker_context.h"
+#include "base/parallel_dims.h"
 #include "infer/generate.h"
 #include "infer/prompts.h"
 #include "infer/model_source.h"
@@ -91,11 +92,10 @@ models::SamplingParams sampling_params(const jobs::InferSection& infer) {
 Status run(const jobs::JobSpec& spec, collective::World& world) {
   const jobs::InferSection& infer = spec.infer;
   const int tp = infer.tensor_parallel > 0 ? infer.tensor_parallel : world.size;
-  if (world.size % tp != 0) {
-    return invalid_argument("infer.tensor_parallel = " + std::to_string(tp) +
-                            " does not divide the job's " + std::to_string(world.size) + " ranks");
-  }
-  const int dp = world.size / tp, replica = world.rank / tp;
+  const auto made = ParallelDims::create(world.size, tp);
+  if (!made) return made.status().with_context("infer.tensor_parallel");
+  const ParallelDims dims = *made;
+  const int dp = dims.dp, replica = dims.dp_rank(world.rank);
   COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, worker::resolve_model_config(spec.model));
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, config));
   COHORT_ASSIGN_OR_RETURN(auto prompts, load_prompts(infer.prompts, tokenizer.get(), config.vocab_size));
@@ -122,7 +122,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                           build_engine(spec, config, world, tp, slots, capacity));
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const bool reporter = world.rank % tp == 0;
+  const bool reporter = dims.tp_rank(world.rank) == 0;
   ReplicaResults results;
   LogitsDump dump;
   if (bundle.engine) {

@@ -2,11 +2,16 @@
 
 #include <fmt/format.h>
 
+#include "base/parallel_dims.h"
+
 namespace cohort::jobs {
 
 RankAssignment assign_rank(int node_rank, int local_rank, int gpus_per_node, int tensor_parallel) {
   const int rank = node_rank * gpus_per_node + local_rank;
-  return RankAssignment{rank, node_rank, local_rank, rank / tensor_parallel, rank % tensor_parallel};
+  // The mesh coordinates the workers' DeviceMesh gives the same rank.
+  ParallelDims dims;
+  dims.tp = tensor_parallel;
+  return RankAssignment{rank, node_rank, local_rank, dims.dp_rank(rank), dims.tp_rank(rank)};
 }
 
 std::vector<RankAssignment> plan_ranks(int nodes, int gpus_per_node, int tensor_parallel) {
@@ -21,7 +26,8 @@ std::vector<RankAssignment> plan_ranks(int nodes, int gpus_per_node, int tensor_
 }
 
 std::string format_rank_plan(const std::vector<RankAssignment>& plan, int tensor_parallel) {
-  int dp = plan.empty() ? 0 : int(plan.size()) / tensor_parallel;
+  const auto dims = ParallelDims::create(int(plan.size()), tensor_parallel);
+  const int dp = dims.is_ok() ? dims->dp : 0;
   std::string out = fmt::format("rank plan: {} ranks = data-parallel {} × tensor-parallel {}\n",
                                 plan.size(), dp, tensor_parallel);
   out += fmt::format("{:>6} {:>10} {:>11} {:>8} {:>8}\n", "rank", "node_rank", "local_rank", "dp_rank",

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/parallel_dims.h"
 #include "base/strategy.h"
 
 namespace cohort::jobs {
@@ -219,9 +220,13 @@ struct JobSpec {
   bool has_serve = false;
   bool has_command = false;
 
-  // Data-parallel degree at a given number of nodes.
+  // Data-parallel degree at a given number of nodes (ParallelDims); 0 when
+  // tensor_parallel does not divide the world.
   int world_size(int nodes) const { return nodes * job.gpus_per_node; }
-  int data_parallel(int nodes) const { return world_size(nodes) / parallel.tensor_parallel; }
+  int data_parallel(int nodes) const {
+    const auto dims = ParallelDims::create(world_size(nodes), parallel.tensor_parallel);
+    return dims.is_ok() ? dims->dp : 0;
+  }
   // Micro-steps per optimizer step at a given number of nodes; 0 when the
   // global batch does not divide evenly.
   int accumulation_steps(int nodes) const;

@@ -28,7 +28,7 @@ namespace {
 constexpr const char* kFormat = "cohort-checkpoint/1";
 
 int layout_rank(parallel::ParallelModel& pm) {
-  return pm.data_parallel->strategy() == parallel::Strategy::kDdp ? 0 : pm.mesh->dp_rank();
+  return pm.data_parallel->strategy() == Strategy::kDdp ? 0 : pm.mesh->dp_rank();
 }
 
 Result<json> read_index(const std::string& dir) {
@@ -183,7 +183,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
   // (node-local: each node's first one, its first tp ranks, so that every
   // node holds a whole copy).
   bool first_replica = storage.node_local ? storage.local_rank < pm.mesh->dims().tp : pm.mesh->dp_rank() == 0;
-  bool writes = pm.data_parallel->strategy() != parallel::Strategy::kDdp || first_replica;
+  bool writes = pm.data_parallel->strategy() != Strategy::kDdp || first_replica;
   Status written = writes ? write_rank_shards(tmp, world.rank(), pm) : Status::ok();
   COHORT_RETURN_IF_ERROR(written);
   COHORT_RETURN_IF_ERROR(barrier(world, "shards"));
@@ -229,7 +229,7 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
   const auto& layout = pm.model->layout();
   for (int g = 0; g < pm.model->num_groups(); ++g) {
     const auto& shard = pm.data_parallel->layout(g);
-    size_t n = pm.data_parallel->strategy() == parallel::Strategy::kDdp ? shard.padded_numel() : shard.shard_numel();
+    size_t n = pm.data_parallel->strategy() == Strategy::kDdp ? shard.padded_numel() : shard.shard_numel();
     std::vector<float> owned[3] = {std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
     std::vector<float> local;
     // A parameter has at most one segment in a rank's shard, so each is

@@ -57,7 +57,8 @@
 #include "models/model.h"
 #include "models/ops/adamw.h"
 #include "parallel/device_mesh.h"
-#include "parallel/parallel_dims.h"
+#include "base/parallel_dims.h"
+#include "base/strategy.h"
 #include "parallel/shard_layout.h"
 
 namespace cohort::parallel {

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "collective/communicator.h"
-#include "parallel/parallel_dims.h"
+#include "base/parallel_dims.h"
 
 namespace cohort::parallel {
 

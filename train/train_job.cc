@@ -33,6 +33,8 @@
 #include "train/train_report.h"
 #include "train/lr_schedule.h"
 #include "train/train_job.h"
+
+#include "base/parallel_dims.h"
 #include "worker/worker_context.h"
 #include "data/batch_prefetcher.h"
 #include "train/training_data.h"
@@ -102,9 +104,9 @@ Status Trainer::setup() {
     return invalid_argument(fmt::format("train.seq_len {} is longer than the model's max_seq {} (set model.max_seq)",
                                         t_.seq_len, config_.max_seq));
   int world = ctx_.world.size;
-  if (world % tp() != 0)
-    return invalid_argument(fmt::format("parallel.tensor_parallel {} does not divide the world size {}", tp(), world));
-  dp_ = world / tp();
+  const auto dims = ParallelDims::create(world, tp());
+  if (!dims) return dims.status().with_context("parallel.tensor_parallel");
+  dp_ = dims->dp;
   int per_step = t_.micro_batch * dp_;
   int global = t_.global_batch > 0 ? t_.global_batch : per_step;
   if (global % per_step != 0)

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: parallel_worker STRATEGY TP GLOBAL_BATCH MICRO_BATCH STEPS OUT_PREFIX\n");
     return 2;
   }
-  auto strategy = parallel::parse_strategy(argv[1]);
+  auto strategy = parse_strategy(argv[1]);
   int tp = std::atoi(argv[2]), global_batch = std::atoi(argv[3]), micro = std::atoi(argv[4]);
   int steps = std::atoi(argv[5]);
   std::string out_prefix = argv[6];

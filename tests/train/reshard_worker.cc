@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   std::string in = argv[1], out = argv[4];
   auto world = collective::init_from_environment();
   auto config = parallel::checkpoint_model_config(in);
-  auto strategy = parallel::parse_strategy(argv[2]);
+  auto strategy = parse_strategy(argv[2]);
   if (!world || !config || !strategy) return 3;
   auto backend = models::make_cpu_backend();
   parallel::ParallelConfig pc;

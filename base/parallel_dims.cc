@@ -1,8 +1,8 @@
-#include "parallel/parallel_dims.h"
+#include "base/parallel_dims.h"
 
 #include <fmt/format.h>
 
-namespace cohort::parallel {
+namespace cohort {
 
 Result<ParallelDims> ParallelDims::create(int world, int tp) {
   if (world < 1) return invalid_argument(fmt::format("world size {} must be at least 1", world));
@@ -17,4 +17,4 @@ std::string ParallelDims::to_string() const {
   return fmt::format("world {} = dp {} × tp {}", world, dp, tp);
 }
 
-}  // namespace cohort::parallel
+}  // namespace cohort

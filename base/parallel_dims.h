@@ -1,4 +1,6 @@
-// ParallelDims: how a job's world splits into data-parallel × tensor-parallel.
+// ParallelDims: how a job's world splits into data-parallel × tensor-parallel,
+// the one place that arithmetic lives (the job file's checks and rank plan,
+// the device mesh, the training and inference jobs).
 //
 // dp × tp must equal the world size exactly, and tensor-parallel groups are
 // consecutive ranks (so they stay inside a node); anything else is an error
@@ -8,14 +10,8 @@
 #include <string>
 
 #include "base/status.h"
-#include "base/strategy.h"
 
-namespace cohort::parallel {
-
-// The job file's enum (base/strategy.h), with its one parse/name pair.
-using cohort::Strategy;
-using cohort::parse_strategy;
-using cohort::strategy_name;
+namespace cohort {
 
 struct ParallelDims {
   int world = 1;
@@ -31,4 +27,4 @@ struct ParallelDims {
   std::string to_string() const;
 };
 
-}  // namespace cohort::parallel
+}  // namespace cohort
