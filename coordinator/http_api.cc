@@ -1,5 +1,5 @@
-// HttpApi over Boost.Beast: one request per connection, answered from
-// snapshots the coordinator hands over.
+// HttpApi on the shared HTTP core (base/http_server.h): one request per
+// connection, answered from snapshots the coordinator hands over.
 #include "coordinator/http_api.h"
 
 #include <cctype>
@@ -8,14 +8,12 @@
 #include <random>
 #include <string_view>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/asio/steady_timer.hpp>
+#include <sstream>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/connection_slots.h"
+#include "base/http_server.h"
 #include "base/host_address.h"
 #include "coordinator/dashboard_page.h"
 #include "coordinator/job_record.h"
@@ -26,6 +24,7 @@
 namespace cohort::coordinator {
 namespace {
 
+namespace http_core = cohort::http;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -160,48 +159,30 @@ bool same_origin(const http::request<http::string_body>& req) {
 // 16 from one address; a request's first byte within 2 s and the whole of
 // it within 5 s; when a cap is reached the connection that has waited
 // longest for its request makes room (base/connection_slots.h).
-constexpr ConnectionLimits kConnectionLimits{64, 16};
-constexpr auto kFirstByteTimeout = std::chrono::seconds(2);
-constexpr auto kRequestTimeout = std::chrono::seconds(5);
+const http_core::ServerLimits kLimits{ConnectionLimits{64, 16}, std::chrono::seconds(2), std::chrono::seconds(5)};
 
 class Server;
-class Session;
 
-// The connection slots, shared by the server and its sessions: a session's
-// last handler may run after the server is gone (the io_context outlives
-// it), and must not touch it then.
-struct SessionTable {
-  ConnectionSlots slots{kConnectionLimits};
-  std::map<uint64_t, std::weak_ptr<Session>> sessions;  // by slot id
-};
-
-class Session : public std::enable_shared_from_this<Session> {
+// One request, answered from the coordinator's snapshots (Server::handle).
+class Session final : public http_core::Connection {
  public:
-  Session(tcp::socket socket, Server& server, std::shared_ptr<SessionTable> table, uint64_t id);
-  ~Session();
-  void start();
-  // Closes the connection to make room for another (it is still waiting
-  // for its request).
-  void evict();
+  Session(tcp::socket socket, std::shared_ptr<http_core::SlotTable> table, uint64_t slot, Server& server)
+      : http_core::Connection(std::move(socket), std::move(table), slot, kLimits), server_(server) {}
 
  private:
-  void read_request();
-  void respond();
-
-  const uint64_t id_;
-  std::shared_ptr<SessionTable> table_;
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  http::request<http::string_body> request_;
-  http::response<http::string_body> response_;
+  void on_request(beast::error_code ec, http_core::Request& request) override;
   Server& server_;
 };
 
 class Server final : public HttpApi {
  public:
   Server(asio::io_context& io, HttpSources sources, std::string token)
-      : acceptor_(io), retry_(io), sources_(std::move(sources)), token_(std::move(token)),
-        csrf_(random_hex(16)) {}
+      : listener_(io, kLimits,
+                  [this](tcp::socket socket, std::shared_ptr<http_core::SlotTable> table, uint64_t slot) {
+                    return std::make_shared<Session>(std::move(socket), std::move(table), slot, *this);
+                  }),
+        sources_(std::move(sources)), token_(std::move(token)), csrf_(random_hex(16)) {}
+  ~Server() override { listener_.close(); }
 
   Status open(const std::string& listen) {
     auto colon = listen.rfind(':');
@@ -216,19 +197,13 @@ class Server final : public HttpApi {
                               "COHORT_HTTP_TOKEN) to serve the web page there");
     }
     int port = std::atoi(listen.substr(colon + 1).c_str());
-    tcp::endpoint endpoint(address, uint16_t(port));
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return unavailable("cannot serve HTTP on " + listen + ": " + ec.message());
+    COHORT_RETURN_IF_ERROR(listener_.open(listen.substr(0, colon), port, "--http " + listen));
     spdlog::info("HTTP API on http://{}:{}/ ({})", listen.substr(0, colon), this->port(),
                  token_.empty() ? "read-only" : "cancel allowed with the token");
-    accept();
     return Status::ok();
   }
 
-  int port() const override { return acceptor_.local_endpoint().port(); }
+  int port() const override { return listener_.port(); }
 
   void handle(const http::request<http::string_body>& req, http::response<http::string_body>& res) {
     Target target = parse_target(std::string_view(req.target().data(), req.target().size()));
@@ -378,118 +353,37 @@ class Server final : public HttpApi {
     error(http::status::not_found, "no such page: " + target.path);
   }
 
-  void accept() {
-    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
-      if (ec) {
-        // EMFILE and the like: the connection stays queued and accept fails
-        // again at once; wait instead of spinning at 100% CPU.
-        retry_.expires_after(std::chrono::milliseconds(100));
-        retry_.async_wait([this](boost::system::error_code wait_ec) {
-          if (!wait_ec) accept();
-        });
-        return;
-      }
-      boost::system::error_code address_ec;
-      std::string address = socket.remote_endpoint(address_ec).address().to_string();
-      uint64_t id = next_session_++;
-      auto admission = table_->slots.admit(id, address_ec ? "?" : address);
-      if (admission.evict) {
-        auto it = table_->sessions.find(*admission.evict);
-        if (it != table_->sessions.end()) {
-          auto evicted = it->second.lock();
-          table_->sessions.erase(it);
-          if (evicted) evicted->evict();
-        }
-      }
-      if (admission.admitted) {
-        auto session = std::make_shared<Session>(std::move(socket), *this, table_, id);
-        table_->sessions[id] = session;
-        session->start();
-      }
-      accept();  // a socket refused is closed as it goes out of scope
-    });
-  }
-
-  uint64_t next_session_ = 1;
-  std::shared_ptr<SessionTable> table_ = std::make_shared<SessionTable>();
-
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_;
+ private:
+  http_core::Listener listener_;
   HttpSources sources_;
   std::string token_;
   const std::string csrf_;
 };
 
-Session::Session(tcp::socket socket, Server& server, std::shared_ptr<SessionTable> table, uint64_t id)
-    : id_(id), table_(std::move(table)), stream_(std::move(socket)), server_(server) {}
-Session::~Session() {
-  table_->slots.release(id_);
-  table_->sessions.erase(id_);
-}
-
-void Session::evict() {
-  beast::error_code ignored;
-  stream_.socket().close(ignored);
-}
-
-void Session::start() {
-  // The first byte, then the rest of the request, each against its clock.
-  stream_.expires_after(kFirstByteTimeout);
-  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-    if (ec) return;  // silent, gone or evicted: nothing to answer
-    self->buffer_.commit(n);
-    self->read_request();
-  });
-}
-
-void Session::read_request() {
-  stream_.expires_after(kRequestTimeout);
-  http::async_read(stream_, buffer_, request_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) {
-                     self->table_->slots.request_arrived(self->id_);
-                     if (ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-                         ec == asio::error::bad_descriptor) {
-                       return;
-                     }
-                     if (ec) {
-                       if (ec != http::error::end_of_stream) {
-                         spdlog::debug("HTTP: bad request: {}", ec.message());
-                         self->response_.result(http::status::bad_request);
-                         self->response_.body() = "bad request\n";
-                         self->response_.prepare_payload();
-                         http::async_write(self->stream_, self->response_,
-                                           [self](beast::error_code, size_t) {
-                                             beast::error_code ignored;
-                                             self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-                                           });
-                       }
-                       return;
-                     }
-                     self->respond();
-                   });
-}
-
-void Session::respond() {
-  response_.version(request_.version());
-  response_.keep_alive(false);
-  response_.set(http::field::server, "cohort");
+void Session::on_request(beast::error_code ec, http_core::Request& request) {
+  if (ec) {
+    spdlog::debug("HTTP: bad request: {}", ec.message());
+    return send_last(http_core::response_text(400, "text/plain", "bad request\n"));
+  }
+  http::response<http::string_body> response;
+  response.version(request.version());
+  response.keep_alive(false);
+  response.set(http::field::server, "cohort");
   try {
-    server_.handle(request_, response_);
+    server_.handle(request, response);
   } catch (const std::exception& e) {
     // A page must never take the coordinator down with it.
-    spdlog::error("HTTP: {} {}: {}", std::string(request_.method_string()), std::string(request_.target()), e.what());
-    response_ = {};
-    response_.version(request_.version());
-    response_.keep_alive(false);
-    response_.result(http::status::internal_server_error);
-    response_.body() = "internal error\n";
+    spdlog::error("HTTP: {} {}: {}", std::string(request.method_string()), std::string(request.target()), e.what());
+    response = {};
+    response.version(request.version());
+    response.keep_alive(false);
+    response.result(http::status::internal_server_error);
+    response.body() = "internal error\n";
   }
-  response_.prepare_payload();
-  http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code, size_t) {
-    beast::error_code ignored;
-    self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  });
+  response.prepare_payload();
+  std::ostringstream text;
+  text << response;
+  send_last(text.str());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The server's HTTP side (see serve_http.h). Every Connection lives on the
-// io thread; requests in flight are found by id in Server::live_.
+// The server's HTTP side (see serve_http.h), on the shared HTTP core
+// (base/http_server.h). Every Connection lives on the io thread; requests
+// in flight are found by id in Server::live_.
 #include "infer/serve/serve_http.h"
 
 #include <spdlog/spdlog.h>
@@ -17,13 +18,14 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "base/connection_slots.h"
+#include "base/http_server.h"
 #include "infer/output_processor.h"
 #include "infer/serve/prompt_workers.h"
 
 namespace cohort::infer {
 namespace {
 
+namespace http_core = cohort::http;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -33,14 +35,6 @@ using nlohmann::json;
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Whole HTTP/1.1 response text; every connection closes after its response.
-std::string response_text(int status, const std::string& type, const std::string& body) {
-  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
-  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason) +
-         "\r\nServer: cohort\r\nContent-Type: " + type + "\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
 std::string chunk(const std::string& data) {
@@ -58,43 +52,42 @@ bool same_key(const std::string& a, const std::string& b) {
 
 // Connection bounds besides max_connections (docs/security.md): the first
 // byte of a request within 10 s of accept, the whole of it within 30 s.
-constexpr auto kFirstByteTimeout = std::chrono::seconds(10);
-constexpr auto kRequestTimeout = std::chrono::seconds(30);
+http_core::ServerLimits server_limits(const ServeHttpOptions& options) {
+  http_core::ServerLimits limits;
+  limits.connections = ConnectionLimits{size_t(std::max(1, options.max_connections)),
+                                        size_t(std::max(1, options.max_connections_per_address))};
+  limits.first_byte = std::chrono::seconds(10);
+  limits.whole_request = std::chrono::seconds(30);
+  limits.max_body_bytes = static_cast<uint64_t>(std::max(0, options.max_body_bytes));
+  return limits;
+}
 
 class Server;
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection final : public http_core::Connection {
  public:
-  Connection(tcp::socket socket, Server& server, uint64_t slot);
-  ~Connection();
-  void start();
+  Connection(tcp::socket socket, std::shared_ptr<http_core::SlotTable> table, uint64_t slot, Server& server);
+  ~Connection() override;
   void on_event(const TokenEvent& e);
   int64_t id() const { return id_; }
-  // Closes the connection to make room for another (it is still waiting
-  // for its request: no generation to cancel).
-  void evict();
 
  private:
-  void read_request();
-  void on_request(beast::error_code ec);
-  void route();
+  std::shared_ptr<Connection> self() { return std::static_pointer_cast<Connection>(shared_from_this()); }
+  void on_request(beast::error_code ec, http_core::Request& request) override;
+  void on_write_error() override { gone(); }
+  void route(http_core::Request& request);
   void completion(bool chat);
   // Back on the io thread with the parsed request (prompt tokenized).
   void prompt_ready(bool chat, const std::optional<ApiError>& parse_error, CompletionRequest request);
   void reply(int status, const std::string& type, const std::string& body);
   void error(const ApiError& e) { reply(e.status, "application/json", error_body(e)); }
-  void send(std::string data);
-  void write_next();
+  // Response bytes: counted in Server::responding_ from the first.
+  void respond(std::string data, bool last);
   void watch_client();
   void gone();
 
   Server& server_;
-  const uint64_t slot_;  // in Server::slots_
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::deque<std::string> out_;
-  bool writing_ = false, closing_ = false, closed_ = false;
+  std::string body_;  // the request's, for the prompt thread
   bool responding_ = false;  // counted in Server::responding_
   char probe_[256];
   // The generation, once accepted.
@@ -111,7 +104,14 @@ class Server final : public ServeHttp {
  public:
   Server(ServeHttpOptions options, GenerationQueue* queue, ServeMetrics* metrics)
       : options_(std::move(options)), queue_(queue), metrics_(metrics),
-        io_(std::make_unique<asio::io_context>(1)), acceptor_(std::in_place, *io_),
+        io_(std::make_unique<asio::io_context>(1)),
+        listener_(std::in_place, *io_, server_limits(options_),
+                  [this](tcp::socket socket, std::shared_ptr<http_core::SlotTable> table, uint64_t slot) {
+                    return std::make_shared<Connection>(std::move(socket), std::move(table), slot, *this);
+                  },
+                  http_core::response_text(503, "application/json",
+                                           error_body({503, "too many connections", "server_error", "", "overloaded"})),
+                  [this] { metrics_->count_response(503); }),
         workers_(std::make_unique<PromptWorkers>(options_.tokenizer.get(), options_.prompt_threads,
                                                  size_t(std::max(1, options_.max_pending_prompts)))) {}
 
@@ -123,25 +123,13 @@ class Server final : public ServeHttp {
     // The acceptor and the connections deregister from the io_context's
     // reactor as they close, so they go first; destroying io_ then destroys
     // the pending handlers, and with them the connections they hold.
-    acceptor_.reset();
+    listener_.reset();
     io_.reset();
   }
 
   Status open() {
-    boost::system::error_code ec;
-    auto address = asio::ip::make_address(options_.host, ec);
-    if (ec) return invalid_argument("serve.host: '" + options_.host + "' is not an IP address: " + ec.message());
-    tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
-    acceptor_->open(endpoint.protocol(), ec);
-    if (!ec) acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_->bind(endpoint, ec);
-    if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      return unavailable("cannot serve HTTP on " + options_.host + ":" + std::to_string(options_.port) +
-                         ": " + ec.message());
-    }
-    port_ = acceptor_->local_endpoint().port();
-    accept();
+    COHORT_RETURN_IF_ERROR(listener_->open(options_.host, options_.port, "serve.host"));
+    port_ = listener_->port();
     thread_ = std::thread([this] { io_->run(); });
     return Status::ok();
   }
@@ -190,12 +178,6 @@ class Server final : public ServeHttp {
   }
 
   const ServeHttpOptions& options() const { return options_; }
-  ConnectionSlots& slots() { return slots_; }
-  // Its slot is free (the connection is closing).
-  void release(uint64_t slot) {
-    slots_.release(slot);
-    waiting_.erase(slot);
-  }
   GenerationQueue& queue() { return *queue_; }
   PromptWorkers& workers() { return *workers_; }
   asio::io_context& io() { return *io_; }
@@ -204,116 +186,43 @@ class Server final : public ServeHttp {
   std::atomic<int> open_{0}, responding_{0};
 
  private:
-  void accept() {
-    acceptor_->async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        // A slot, or the slot of the connection that has waited longest for
-        // its request (base/connection_slots.h): slow clients cannot keep
-        // /health out.
-        boost::system::error_code address_ec;
-        std::string address = socket.remote_endpoint(address_ec).address().to_string();
-        uint64_t slot = next_slot_++;
-        auto admission = slots_.admit(slot, address_ec ? "?" : address);
-        if (admission.evict) {
-          auto it = waiting_.find(*admission.evict);
-          if (it != waiting_.end()) {
-            auto evicted = it->second.lock();
-            waiting_.erase(it);
-            if (evicted) evicted->evict();
-          }
-        }
-        if (!admission.admitted) {
-          auto s = std::make_shared<tcp::socket>(std::move(socket));
-          auto text = std::make_shared<std::string>(
-              response_text(503, "application/json",
-                            error_body({503, "too many connections", "server_error", "", "overloaded"})));
-          asio::async_write(*s, asio::buffer(*text), [s, text](boost::system::error_code, size_t) {
-            boost::system::error_code ignored;
-            s->shutdown(tcp::socket::shutdown_both, ignored);
-          });
-          metrics_->count_response(503);
-        } else {
-          auto connection = std::make_shared<Connection>(std::move(socket), *this, slot);
-          waiting_[slot] = connection;
-          connection->start();
-        }
-      }
-      accept();
-    });
-  }
-
   ServeHttpOptions options_;
   GenerationQueue* queue_;
   ServeMetrics* metrics_;
   std::unique_ptr<asio::io_context> io_;
-  std::optional<tcp::acceptor> acceptor_;  // reset before io_ (see ~Server)
+  std::optional<http_core::Listener> listener_;  // reset before io_ (see ~Server)
   std::thread thread_;
   int port_ = 0;
   std::atomic<ServeState> state_{ServeState::kLoading};
   std::unordered_map<int64_t, std::shared_ptr<Connection>> live_;  // io thread only
   std::atomic<int> live_count_{0};
   int64_t next_id_ = 1;
-  ConnectionSlots slots_{ConnectionLimits{size_t(std::max(1, options_.max_connections)),
-                                          size_t(std::max(1, options_.max_connections_per_address))}};
-  std::map<uint64_t, std::weak_ptr<Connection>> waiting_;  // io thread only: open connections by slot
-  uint64_t next_slot_ = 1;
   std::unique_ptr<PromptWorkers> workers_;
 };
 
-Connection::Connection(tcp::socket socket, Server& server, uint64_t slot)
-    : server_(server), slot_(slot), stream_(std::move(socket)) {
+Connection::Connection(tcp::socket socket, std::shared_ptr<http_core::SlotTable> table, uint64_t slot,
+                       Server& server)
+    : http_core::Connection(std::move(socket), std::move(table), slot, server_limits(server.options())),
+      server_(server) {
   ++server_.open_;
 }
 
 Connection::~Connection() {
   --server_.open_;
   if (responding_) --server_.responding_;
-  server_.release(slot_);
 }
 
-void Connection::evict() {
-  closed_ = true;
-  beast::error_code ignored;
-  stream_.socket().close(ignored);
-}
-
-// The first byte within kFirstByteTimeout, the whole request within
-// kRequestTimeout (header and body).
-void Connection::start() {
-  stream_.expires_after(kFirstByteTimeout);
-  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-    if (ec) return;  // silent, gone or evicted: nothing to answer
-    self->buffer_.commit(n);
-    self->read_request();
-  });
-}
-
-void Connection::read_request() {
-  parser_.emplace();
-  parser_->body_limit(static_cast<uint64_t>(server_.options().max_body_bytes));
-  parser_->header_limit(16 * 1024);
-  stream_.expires_after(kRequestTimeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
-}
-
-void Connection::on_request(beast::error_code ec) {
-  stream_.expires_never();
-  server_.slots().request_arrived(slot_);
-  if (closed_) return;  // evicted meanwhile
+void Connection::on_request(beast::error_code ec, http_core::Request& request) {
   if (ec == http::error::body_limit) {
     return error({413, "the request body is larger than " +
                            std::to_string(server_.options().max_body_bytes) + " bytes",
                   "invalid_request_error", "", "body_too_large"});
   }
-  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof) return;
   if (ec) return error({400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "", ""});
-  route();
+  route(request);
 }
 
-void Connection::route() {
-  const auto& req = parser_->get();
+void Connection::route(http_core::Request& req) {
   std::string target(req.target());
   if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
   const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
@@ -342,6 +251,7 @@ void Connection::route() {
     return reply(200, "application/json", json({{"object", "list"}, {"data", json::array({model})}}).dump());
   }
   if (!post) return error({405, "use POST", "invalid_request_error", "", ""});
+  body_ = std::move(req.body());
   completion(target == "/v1/chat/completions");
 }
 
@@ -352,8 +262,8 @@ void Connection::completion(bool chat) {
   }
   // Rendering and tokenizing cost what the request makes them cost: on a
   // prompt thread, never here (this thread answers /health and streams).
-  auto body = std::make_shared<std::string>(std::move(parser_->get().body()));
-  auto self = shared_from_this();
+  auto body = std::make_shared<std::string>(std::move(body_));
+  auto self = this->self();
   const bool posted = server_.workers().post([self, body, chat](text::Tokenizer* tokenizer) {
     auto request = std::make_shared<CompletionRequest>();
     auto e = parse_completion_request(*body, chat, self->server_.options().defaults, tokenizer, request.get());
@@ -365,7 +275,7 @@ void Connection::completion(bool chat) {
 }
 
 void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_error, CompletionRequest request) {
-  if (closed_) return;
+  if (closed()) return;
   if (parse_error) return error(*parse_error);
   if (server_.state() != ServeState::kReady) {
     return error({503, "the server is draining", "server_error", "", "unavailable"});
@@ -378,7 +288,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   auto output = OutputProcessor::create(opts.tokenizer.get(), req_.stop_ids, req_.stop_strings);
   if (!output.is_ok()) return error({400, output.status().message(), "invalid_request_error", "stop", ""});
   output_.emplace(std::move(*output));
-  if (!server_.admit(shared_from_this(), &id_)) {
+  if (!server_.admit(self(), &id_)) {
     return error({429, "the server is full: " + std::to_string(opts.max_live) +
                            " requests are running or waiting; retry later",
                   "rate_limit_error", "", "queue_full"});
@@ -401,8 +311,9 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   server_.queue().submit(std::move(r));
   if (req_.stream) {
     server_.metrics().count_response(200);
-    send("HTTP/1.1 200 OK\r\nServer: cohort\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+    respond("HTTP/1.1 200 OK\r\nServer: cohort\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            /*last=*/false);
   }
   watch_client();
 }
@@ -410,14 +321,14 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
 // The client never sends more after its request; a read that completes means
 // it closed (or misbehaves), and either way its generation is cancelled.
 void Connection::watch_client() {
-  stream_.socket().async_read_some(asio::buffer(probe_), [self = shared_from_this()](beast::error_code, size_t) {
-    if (self->done_ || self->closed_) return;
+  stream().socket().async_read_some(asio::buffer(probe_), [self = self()](beast::error_code, size_t) {
+    if (self->done_ || self->closed()) return;
     self->gone();  // EOF, a reset, or bytes it should not send
   });
 }
 
 void Connection::gone() {
-  closed_ = true;
+  mark_closed();
   if (id_ >= 0 && !done_ && !cancelled_) {
     cancelled_ = true;
     server_.queue().cancel(id_);
@@ -440,12 +351,11 @@ void Connection::on_event(const TokenEvent& e) {
     server_.metrics().count_finish(e.finish_reason);
     server_.metrics().observe_e2e(seconds(arrived_, now));
   }
-  if (cancelled_ || closed_) return;
+  if (cancelled_ || closed()) return;
   const std::string reason = e.finished ? e.finish_reason : "";
   if (reason == "cancelled" || reason == "error") {  // not asked for by this client
     if (!req_.stream) return error({500, "the request was cancelled", "server_error", "", ""});
-    closing_ = true;
-    return send(chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+    return respond(chunk("data: [DONE]\n\n") + "0\r\n\r\n", /*last=*/true);
   }
   if (!req_.stream && !e.finished) return;
   ChoiceUpdate c;
@@ -469,45 +379,20 @@ void Connection::on_event(const TokenEvent& e) {
   if (e.finished) {
     if (req_.include_usage) data += stream_usage_chunk(head_, prompt, generated);
     data += "data: [DONE]\n\n";
-    closing_ = true;
-    return send(chunk(data) + "0\r\n\r\n");
+    return respond(chunk(data) + "0\r\n\r\n", /*last=*/true);
   }
-  send(chunk(data));
+  respond(chunk(data), /*last=*/false);
 }
 
 void Connection::reply(int status, const std::string& type, const std::string& body) {
   server_.metrics().count_response(status);
-  closing_ = true;
-  send(response_text(status, type, body));
+  respond(http_core::response_text(status, type, body), /*last=*/true);
 }
 
-void Connection::send(std::string data) {
+void Connection::respond(std::string data, bool last) {
   if (!responding_) responding_ = true, ++server_.responding_;
-  out_.push_back(std::move(data));
-  if (!writing_) write_next();
-}
-
-void Connection::write_next() {
-  if (out_.empty()) {
-    writing_ = false;
-    if (closing_) {
-      beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      closed_ = true;
-    }
-    return;
-  }
-  writing_ = true;
-  asio::async_write(stream_.socket(), asio::buffer(out_.front()),
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
-                      self->out_.pop_front();
-                      if (ec) {
-                        self->out_.clear();
-                        self->writing_ = false;
-                        return self->gone();
-                      }
-                      self->write_next();
-                    });
+  if (last) return send_last(std::move(data));
+  send(std::move(data));
 }
 
 }  // namespace
