@@ -98,7 +98,7 @@ void ModelEngine::decode(const int* slots, const int32_t* tokens, int B, float* 
 
 namespace {
 
-// See check_lockstep in infer_engine.h.
+// See check_lockstep in engine.h.
 class LockstepCheckedEngine final : public InferenceEngine {
  public:
   LockstepCheckedEngine(std::unique_ptr<InferenceEngine> inner, collective::Communicator* tp)

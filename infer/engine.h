@@ -1,9 +1,10 @@
-// InferenceEngine: what the generation loop (infer_generate.h) drives, one
-// tensor-parallel rank's share of a model plus its KV cache.
+// InferenceEngine: what the scheduler (scheduler.h) drives for the generation
+// loop (generate.h) and the server, one tensor-parallel rank's share of a
+// model plus its KV cache.
 //
 // Two implementations: ModelEngine (below) runs models::Model on any models
 // backend (the fp32 CPU reference on CPU hosts); CudaGraphEngine
-// (infer_cuda_engine.h, CUDA builds only) keeps bf16 weights and replays decode
+// (cuda_graph_engine.h, CUDA builds only) keeps bf16 weights and replays decode
 // steps as CUDA graphs. Every rank of a tensor-parallel group makes the same
 // calls in the same order; they synchronise inside.
 //
@@ -101,7 +102,7 @@ class ModelEngine final : public InferenceEngine {
 // wanted. A mismatch is fatal on every rank, naming the ranks and the call.
 // ModelEngine would survive an asymmetric call sequence (its logits gather
 // runs either way) where the CUDA engine hangs, so the tests run CPU ranks
-// with this (COHORT_INFER_CHECK_LOCKSTEP=1, infer_setup.cc) to catch it.
+// with this (COHORT_INFER_CHECK_LOCKSTEP=1, engine_setup.cc) to catch it.
 std::unique_ptr<InferenceEngine> check_lockstep(std::unique_ptr<InferenceEngine> engine,
                                                 collective::Communicator* tp);
 

@@ -132,7 +132,7 @@ Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::Model
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
                           build_unchecked(spec, config, world, tensor_parallel, slots, capacity, kv_positions));
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
-  // checked against the tp group's (infer_engine.h, check_lockstep). It needs
+  // checked against the tp group's (engine.h, check_lockstep). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.
   if (bundle.engine && env_knob_on(EnvKnob::kInferCheckLockstep)) {
     collective::Communicator& tp = bundle.mesh->tp();
