@@ -1,5 +1,6 @@
 // The COHORT_* table. Adding a variable: an EnvKnob, a row here (in enum
-// order), the README row (the test prints it), and read_env_knob at the use.
+// order), its row in docs/gpus-and-performance.md (the test prints it), and
+// read_env_knob at the use.
 #include "base/env_knobs.h"
 
 #include <charconv>

@@ -4,8 +4,9 @@
 //
 // Each entry says what the variable does, which part of cohort reads it, and
 // whether it is a debugging switch: those exist for tests and diagnosis, and
-// a normal run never sets them. README.md's "Environment variables" table is
-// env_knobs_markdown(); tests/base/env_knobs_test.cc keeps the two equal.
+// a normal run never sets them. The "Environment variables" table of
+// docs/gpus-and-performance.md is env_knobs_markdown();
+// tests/base/env_knobs_test.cc keeps the two equal.
 // Reading is thread-safe as long as nothing calls setenv meanwhile.
 #pragma once
 
@@ -65,8 +66,8 @@ bool env_knob_on(EnvKnob knob);
 // the variable and its value when it is anything but digits that fit an int.
 Result<std::optional<int>> read_env_knob_count(EnvKnob knob);
 
-// The README table: | variable | read by | what it does |, debugging switches
-// marked as such.
+// The documented table (docs/gpus-and-performance.md): | variable | read by |
+// what it does |, debugging switches marked as such.
 std::string env_knobs_markdown();
 
 }  // namespace cohort

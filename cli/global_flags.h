@@ -29,7 +29,8 @@ void add_global_flags(CLI::App& root);
 const char* global_flags_footer();
 
 // `--json` of a command that prints JSON: one document on stdout, the field
-// names documented in the README; messages for people stay on stderr.
+// names documented in docs/cluster-operations.md; messages for people stay on
+// stderr.
 struct JsonFlag {
   bool given = false;
   void add_to(CLI::App* app);

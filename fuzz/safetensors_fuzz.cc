@@ -1,6 +1,6 @@
 // libFuzzer: a safetensors file (8-byte header length, JSON header, data)
 // opened and every tensor read, as a worker loads a Hugging Face folder
-// (models/safetensors.h). The input is written to a file in /dev/shm.
+// (hf/safetensors.h). The input is written to a file in /dev/shm.
 #include <unistd.h>
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // rank holding and reading only its slices; prompt i goes to replica i % dp,
 // so more ranks than the model needs serve more prompts at once. Every rank
 // reads the prompts file and checks it before any collective, so a bad
-// prompt fails all ranks alike. Rank 0 writes the results (infer_report.h).
+// prompt fails all ranks alike. Rank 0 writes the results (report.h).
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 

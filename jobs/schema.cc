@@ -1,7 +1,7 @@
 // The schema table: one row per key, binding its name, type, range and
-// meaning to the JobSpec member that holds it. Loading, to_toml, the README
-// reference (`cohort validate --reference`) and the defaults shown there all
-// come from these rows.
+// meaning to the JobSpec member that holds it. Loading, to_toml, the job file
+// reference in docs/job-file.md (`cohort validate --reference`) and the
+// defaults shown there all come from these rows.
 #include "jobs/schema.h"
 
 #include <algorithm>

@@ -4,9 +4,10 @@
 // One table serves every reader: the loader (which keys exist, their type and
 // range, and the setter that stores a checked value), to_toml (the getter
 // that reads it back), the unknown-key suggestions, and the job file
-// reference in README.md, whose defaults are read from a default-constructed
-// JobSpec unless a row states them in words (a test checks that the README
-// documents exactly these keys). A new key is one row in schema.cc.
+// reference in docs/job-file.md, whose defaults are read from a
+// default-constructed JobSpec unless a row states them in words (a test checks
+// that the page holds exactly the reference these rows print). A new key is
+// one row in schema.cc, then `cohort validate --reference` pasted into the page.
 #pragma once
 
 #include <cstdint>

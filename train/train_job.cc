@@ -10,7 +10,7 @@
 // the sum over micro-steps and ranks is the global mean and a resumed or
 // rescaled run follows the same curve.
 //
-// Precision: train.precision picks the GEMM numerics (worker_setup.h); fp16
+// Precision: train.precision picks the GEMM numerics (worker/worker_context.h); fp16
 // adds dynamic loss scaling (models/loss_scaler.h): the loss is multiplied
 // by the scale before backward, finish_step divides it out, and a step whose
 // gradients are not finite is skipped and lowers the scale.

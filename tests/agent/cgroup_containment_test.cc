@@ -198,7 +198,8 @@ TEST_P(CgroupTest, ASetsidGrandchildDiesEvenWhenItsKeeperIsKilledOnlyWithCgroups
       EXPECT_TRUE(wait_dead(grandchild, 3s)) << "setsid grandchild " << grandchild << " escaped its cgroup";
     } else {
       std::this_thread::sleep_for(300ms);
-      EXPECT_FALSE(dead(grandchild)) << "without cgroups the orphan of a killed keeper survives (README)";
+      EXPECT_FALSE(dead(grandchild))
+          << "without cgroups the orphan of a killed keeper survives (docs/security.md)";
       kill(grandchild, SIGKILL);
       EXPECT_TRUE(wait_dead(grandchild, 3s));
     }

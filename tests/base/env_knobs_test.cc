@@ -1,5 +1,5 @@
-// The COHORT_* table: read through one function, and README.md lists
-// exactly what the table says.
+// The COHORT_* table: read through one function, and docs/gpus-and-performance.md
+// lists exactly what the table says.
 #include "base/env_knobs.h"
 
 #include <gtest/gtest.h>
@@ -54,14 +54,15 @@ TEST(EnvKnobs, ACountIsDigitsThatFitAnIntAndAnythingElseIsNamedInTheError) {
   ::unsetenv("COHORT_INFER_FUSED_ATTENTION_ROWS");
 }
 
-TEST(EnvKnobs, ReadmeListsExactlyTheTable) {
-  std::ifstream in(std::filesystem::path(COHORT_SOURCE_DIR) / "README.md");
-  ASSERT_TRUE(in) << "README.md is missing";
+TEST(EnvKnobs, TheDocsListExactlyTheTable) {
+  std::ifstream in(std::filesystem::path(COHORT_SOURCE_DIR) / "docs/gpus-and-performance.md");
+  ASSERT_TRUE(in) << "docs/gpus-and-performance.md is missing";
   std::stringstream text;
   text << in.rdbuf();
   const std::string table = env_knobs_markdown();
   EXPECT_NE(text.str().find(table), std::string::npos)
-      << "README.md's environment table differs from base/env_knobs.cc; it should read:\n"
+      << "docs/gpus-and-performance.md's environment table differs from base/env_knobs.cc; "
+         "it should read:\n"
       << table;
 }
 

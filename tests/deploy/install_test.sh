@@ -42,7 +42,8 @@ done
 for f in share/cohort/examples/quickstart.toml share/cohort/examples/print_env.toml \
   share/cohort/systemd/coordinator.env share/cohort/systemd/agent.env \
   lib/systemd/system/cohort-coordinator.service lib/systemd/system/cohort-agent.service \
-  lib/sysusers.d/cohort.conf share/doc/cohort/README.md share/doc/cohort/docs/dashboard.png; do
+  lib/sysusers.d/cohort.conf share/doc/cohort/README.md share/doc/cohort/docs/dashboard.png \
+  share/doc/cohort/docs/cluster-operations.md share/doc/cohort/docs/job-file.md; do
   [[ -f $prefix/$f ]] || fail "$f is not installed"
 done
 # Nothing installed points back into the build or source tree.
@@ -62,7 +63,8 @@ expect_in "${units[1]}" "ExecStart=$prefix/bin/cohort agent"
 expect_in "${units[1]}" "Delegate=yes"
 for u in "${units[@]}"; do
   for key in KillMode=mixed Restart=on-failure RestartPreventExitStatus=2 "User=cohort" \
-    "EnvironmentFile=-/etc/cohort/" "Documentation=file://$prefix/share/doc/cohort/README.md"; do
+    "EnvironmentFile=-/etc/cohort/" "Documentation=file://$prefix/share/doc/cohort/README.md" \
+    "file://$prefix/share/doc/cohort/docs/cluster-operations.md"; do
     expect_in "$u" "$key"
   done
 done
@@ -142,7 +144,7 @@ done
 for f in ./usr/bin/cohort ./usr/bin/cohort-worker ./usr/lib/systemd/system/cohort-agent.service \
   ./usr/lib/systemd/system/cohort-coordinator.service ./usr/lib/sysusers.d/cohort.conf \
   ./usr/share/cohort/examples/quickstart.toml ./usr/share/cohort/slurm/cohort.sbatch \
-  ./usr/share/doc/cohort/README.md; do
+  ./usr/share/doc/cohort/README.md ./usr/share/doc/cohort/docs/cluster-operations.md; do
   grep -qxF "$f" "$tmp/contents" || fail "the package lacks $f"
 done
 if grep -q '^./usr/local' "$tmp/contents"; then fail "the package installs under /usr/local"; fi

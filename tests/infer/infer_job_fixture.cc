@@ -38,7 +38,7 @@ std::string log_tail(const fs::path& path, size_t max_chars = 3000) {
 // COHORT_COLLECTIVE_TIMEOUT_S (Gloo, NCCL, and the CUDA engine's own NCCL
 // calls), well inside the deadline, and COHORT_INFER_CHECK_LOCKSTEP makes a
 // tensor-parallel group whose ranks call the engine differently fail at once
-// (infer_engine.h, check_lockstep), even on the CPU where it would not hang.
+// (infer/engine.h, check_lockstep), even on the CPU where it would not hang.
 std::string launch_ranks(const std::string& program, const std::string& job_file, int world,
                          const fs::path& log_dir) {
   RankGroup group = start_ranks(

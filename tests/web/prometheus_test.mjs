@@ -1,7 +1,7 @@
 // The real Prometheus server scrapes the coordinator's /metrics while a CPU
 // training job runs, and its HTTP API returns the per-job series with the
-// labels the README documents. Temporary config and storage, free ports,
-// bounded time.
+// labels docs/cluster-operations.md documents. Temporary config and storage,
+// free ports, bounded time.
 //   node tests/web/prometheus_test.mjs     (exit 77: skipped, with the reason)
 import fs from 'node:fs';
 import path from 'node:path';
