@@ -1,6 +1,9 @@
 // OpenAI request parsing and response JSON (see openai_api.h).
 #include "infer/serve/openai_api.h"
 
+#include <string_view>
+#include <vector>
+
 #include "infer/serve/chat_prompt.h"
 
 namespace cohort::infer {
@@ -162,8 +165,51 @@ std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab)
   return std::nullopt;
 }
 
+// Fields the server reads, by endpoint, and fields it accepts only with the
+// value that changes nothing (what a client library may send as a default).
+// Anything else is a 400 naming the field: a request asking for a penalty or
+// a response format this server does not apply must not get an answer that
+// silently lacks it.
+std::optional<ApiError> unknown_fields(const json& body, bool chat) {
+  static const std::vector<std::string_view> kBoth = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n",
+                                      "stop", "stop_token_ids", "stream", "stream_options", "logprobs",
+                                      "top_logprobs", "ignore_eos", "return_token_ids", "user"};
+  static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools"};
+  static const std::vector<std::string_view> kCompletions = {"prompt"};
+  auto listed = [](const std::string& key, const std::vector<std::string_view>& list) {
+    for (std::string_view k : list) if (key == k) return true;
+    return false;
+  };
+  for (const auto& [key, value] : body.items()) {
+    if (listed(key, kBoth) || listed(key, chat ? kChat : kCompletions)) continue;
+    // The no-op values: penalties of 0, no logit bias, best_of 1, no echo
+    // or suffix, plain text responses, tool_choice "none" or "auto" (the
+    // template renders `tools`; calls come back as text).
+    const bool no_op =
+        value.is_null() ||
+        ((key == "frequency_penalty" || key == "presence_penalty") && value.is_number() && value.get<double>() == 0) ||
+        (key == "repetition_penalty" && value.is_number() && value.get<double>() == 1) ||
+        (key == "logit_bias" && value.is_object() && value.empty()) ||
+        (key == "best_of" && value.is_number_integer() && value.get<int64_t>() == 1) ||
+        (!chat && key == "echo" && value.is_boolean() && !value.get<bool>()) ||
+        (!chat && key == "suffix" && value.is_string() && value.get<std::string>().empty()) ||
+        (chat && key == "response_format" && value.is_object() && value.value("type", "") == "text") ||
+        (chat && key == "tool_choice" && value.is_string() &&
+         (value.get<std::string>() == "none" || value.get<std::string>() == "auto")) ||
+        (chat && key == "parallel_tool_calls" && value.is_boolean()) ||
+        ((key == "metadata" || key == "store" || key == "service_tier") && !value.is_array());
+    if (!no_op) {
+      return ApiError{400, "'" + key + "' is not supported by this server (with this value: " + value.dump() +
+                               "); see docs/serving.md for the fields it reads",
+                      "invalid_request_error", key, "unsupported_parameter"};
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, bool chat, const ApiDefaults& d,
                                      text::Tokenizer* tokenizer, CompletionRequest* r) {
+  if (auto e = unknown_fields(body, chat)) return e;
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return bad("model", "'model' must be a string");
     if (body["model"].get<std::string>() != d.model_name) {

@@ -4,8 +4,10 @@
 //
 // Parsing never throws and never trusts the body: each field is checked for
 // type and range, and an error names it (OpenAI's `param`) with the status
-// the API gives (400, or 404 for an unknown model). Fields the server does not
-// use are ignored, as OpenAI's own server ignores unknown ones. Beyond
+// the API gives (400, or 404 for an unknown model). A field the server does
+// not read is a 400 naming it, unless it has the value that changes nothing
+// (a penalty of 0, `response_format` text, `tool_choice` "auto", ...), so
+// that no answer silently lacks what was asked for. Beyond
 // OpenAI: `top_k`, `stop_token_ids`, `ignore_eos` and `return_token_ids`
 // (generated ids in each choice as `token_ids`), named as vLLM names them.
 #pragma once

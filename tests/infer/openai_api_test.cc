@@ -54,6 +54,41 @@ TEST(OpenAiApi, DefaultsFillWhatTheRequestLeavesOut) {
   EXPECT_EQ(r.max_tokens, 4);
 }
 
+// A field the server does not read is refused naming it, unless it carries
+// the value that changes nothing (what client libraries send as defaults).
+TEST(OpenAiApi, UnknownFieldsAreRefusedUnlessTheyChangeNothing) {
+  const std::vector<std::string> refused = {
+      R"({"prompt": "x", "frequency_penalty": 0.5})",
+      R"({"prompt": "x", "presence_penalty": -1})",
+      R"({"prompt": "x", "logit_bias": {"5": 10}})",
+      R"({"prompt": "x", "echo": true})",
+      R"({"prompt": "x", "best_of": 3})",
+      R"({"prompt": "x", "temprature": 0.2})",
+      R"({"prompt": "x", "messages": []})",
+  };
+  for (const std::string& body : refused) {
+    auto e = parse(body);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400) << body;
+    EXPECT_EQ(e->code, "unsupported_parameter") << body;
+    EXPECT_NE(e->message.find("'" + e->param + "' is not supported"), std::string::npos) << e->message;
+  }
+  EXPECT_EQ(parse(R"({"prompt": "x", "temprature": 0.2})")->param, "temprature");
+  for (const std::string body : {R"({"prompt": "x", "frequency_penalty": 0, "presence_penalty": 0.0})",
+                                 R"({"prompt": "x", "logit_bias": {}, "best_of": 1, "echo": false, "user": "u"})",
+                                 R"({"prompt": "x", "suffix": "", "metadata": {"a": "b"}, "store": false})",
+                                 R"({"prompt": "x", "repetition_penalty": 1, "frequency_penalty": null})"}) {
+    EXPECT_FALSE(parse(body)) << body << ": " << parse(body)->message;
+  }
+  const std::string chat_base = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  auto json_output = parse(chat_base + R"("response_format": {"type": "json_object"}})", true);
+  ASSERT_TRUE(json_output);
+  EXPECT_EQ(json_output->param, "response_format");
+  EXPECT_TRUE(parse(chat_base + R"("prompt": "x"})", true));  // a completions field in a chat request
+  EXPECT_FALSE(parse(chat_base + R"("response_format": {"type": "text"}, "tool_choice": "auto",)"
+                                 R"( "parallel_tool_calls": true})", true));
+}
+
 TEST(OpenAiApi, BadFieldsAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
