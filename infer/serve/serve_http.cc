@@ -354,8 +354,19 @@ void Connection::on_event(const TokenEvent& e) {
   if (cancelled_ || closed()) return;
   const std::string reason = e.finished ? e.finish_reason : "";
   if (reason == "cancelled" || reason == "error") {  // not asked for by this client
-    if (!req_.stream) return error({500, "the request was cancelled", "server_error", "", ""});
-    return respond(chunk("data: [DONE]\n\n") + "0\r\n\r\n", /*last=*/true);
+    const bool drained = reason[0] == 'c';  // the server cancels only when a drain outlasts its grace
+    if (!req_.stream) {
+      return drained ? error({503, "the server stopped before this request finished; retry elsewhere", "server_error",
+                              "", "unavailable"})
+                     : error({500, "the request failed in the engine", "server_error", "", ""});
+    }
+    // A stream says it was cut, as vLLM's do: finish_reason "abort" with
+    // whatever text was held back, never a bare [DONE] that looks finished.
+    ChoiceUpdate c;
+    c.finish_reason = "abort";
+    c.text = output_->take_text(/*finished=*/true);
+    return respond(chunk(stream_chunk(head_, c, req_, sent_tokens_ == 0) + "data: [DONE]\n\n") + "0\r\n\r\n",
+                   /*last=*/true);
   }
   if (!req_.stream && !e.finished) return;
   ChoiceUpdate c;

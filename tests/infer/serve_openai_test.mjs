@@ -312,9 +312,16 @@ async function main() {
     await it.next();
     const t0 = Date.now();
     B.procs[0].kill("SIGTERM");
-    let n = 1;
-    try { for (let x = await it.next(); !x.done; x = await it.next()) n += x.value.choices.length; } catch {}
+    let n = 1, finish = null;
+    try {
+      for (let x = await it.next(); !x.done; x = await it.next()) {
+        n += x.value.choices.length;
+        for (const ch of x.value.choices) finish = ch.finish_reason || finish;
+      }
+    } catch {}
     const streamEnd = Date.now() - t0;
+    // A cut stream says so; one that finished within the grace says length.
+    check(finish === "abort" || (finish === "length" && n >= 4000), `the cut stream ended with ${finish} after ${n} chunks`);
     const exit = await B.procs[0].exited;
     console.log(`     (stream ended after ${streamEnd} ms with ${n} chunks; exit after ${Date.now() - t0} ms)`);
     // The grace is 1.5 - 1 = 0.5 s; the exit must not wait for the client.
