@@ -20,18 +20,19 @@ size_t incomplete_utf8_tail(const std::string& text) {
 }  // namespace
 
 Result<OutputProcessor> OutputProcessor::create(const text::Tokenizer* tokenizer, std::vector<int32_t> stop_ids,
-                                                std::vector<std::string> stop_strings) {
+                                                std::vector<std::string> stop_strings, bool skip_special) {
   jobs::InferSection stops;
   stops.stop_strings = stop_strings;
   for (int32_t id : stop_ids) stops.stop_tokens.push_back(id);
   COHORT_ASSIGN_OR_RETURN(StopCondition stop, StopCondition::create(stops, tokenizer));
-  OutputProcessor p(tokenizer, std::make_shared<const StopCondition>(std::move(stop)));
+  OutputProcessor p(tokenizer, std::make_shared<const StopCondition>(std::move(stop)), skip_special);
   p.stop_ids_ = std::move(stop_ids);
   return p;
 }
 
-OutputProcessor::OutputProcessor(const text::Tokenizer* tokenizer, std::shared_ptr<const StopCondition> stop)
-    : tokenizer_(tokenizer), stop_(std::move(stop)) {
+OutputProcessor::OutputProcessor(const text::Tokenizer* tokenizer, std::shared_ptr<const StopCondition> stop,
+                                 bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special), stop_(std::move(stop)) {
   if (stop_) {
     stop_ids_ = stop_->stop_tokens();
     stop_strings_ = stop_->stop_strings();
@@ -48,9 +49,17 @@ std::string OutputProcessor::token_text(size_t i) const {
   return tokenizer_ && i < tokens_.size() ? tokenizer_->decode({tokens_[i]}) : "";
 }
 
+std::vector<int32_t> OutputProcessor::shown(const std::vector<int32_t>& ids) const {
+  if (!skip_special_) return ids;
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (int32_t id : ids) if (!tokenizer_->is_special(id)) out.push_back(id);
+  return out;
+}
+
 std::string OutputProcessor::full_text() const {
   if (!tokenizer_) return {};
-  std::string text = tokenizer_->decode(tokens_);
+  std::string text = tokenizer_->decode(shown(tokens_));
   size_t cut = std::string::npos;
   for (const std::string& s : stop_strings_) cut = std::min(cut, text.find(s));
   if (cut != std::string::npos) text.resize(cut);
@@ -68,7 +77,9 @@ std::string OutputProcessor::take_text(bool finished) {
   // Byte-level tokenizers decode token by token, so the text grows by
   // appending (no re-decoding of the whole sequence per token); only a
   // consumer that streams pays for it.
-  for (; decoded_ < tokens_.size(); ++decoded_) text_ += tokenizer_->decode({tokens_[decoded_]});
+  for (; decoded_ < tokens_.size(); ++decoded_) {
+    if (!(skip_special_ && tokenizer_->is_special(tokens_[decoded_]))) text_ += tokenizer_->decode({tokens_[decoded_]});
+  }
   size_t hold = incomplete_utf8_tail(text_);
   // A stop string may be forming at the end: keep back what could be its start.
   if (longest_stop_ > 1) hold = std::max(hold, longest_stop_ - 1);

@@ -26,11 +26,15 @@ namespace cohort::infer {
 class OutputProcessor {
  public:
   // Errors when stop strings are given and there is no tokenizer.
+  // `skip_special`: special tokens (<|im_end|>, </s>, ...) count as tokens
+  // but add no text, as transformers' decode(skip_special_tokens=True) and
+  // vLLM's default.
   static Result<OutputProcessor> create(const text::Tokenizer* tokenizer, std::vector<int32_t> stop_ids,
-                                        std::vector<std::string> stop_strings);
+                                        std::vector<std::string> stop_strings, bool skip_special = true);
   // Over a stop condition built elsewhere (the offline job's, shared by
   // every prompt).
-  OutputProcessor(const text::Tokenizer* tokenizer, std::shared_ptr<const StopCondition> stop);
+  OutputProcessor(const text::Tokenizer* tokenizer, std::shared_ptr<const StopCondition> stop,
+                  bool skip_special = true);
 
   const std::shared_ptr<const StopCondition>& stop() const { return stop_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
@@ -39,7 +43,8 @@ class OutputProcessor {
   void add(int32_t token, float logprob = 0);
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<float>& logprobs() const { return logprobs_; }
-  // The text of tokens()[i] alone ("" without a tokenizer).
+  // The text of tokens()[i] alone ("" without a tokenizer), special or not
+  // (logprobs name every token).
   std::string token_text(size_t i) const;
 
   // The text that became final since the last call: while running, what no
@@ -52,7 +57,11 @@ class OutputProcessor {
  private:
   OutputProcessor() = default;
 
+  // The ids whose text the consumer sees.
+  std::vector<int32_t> shown(const std::vector<int32_t>& ids) const;
+
   const text::Tokenizer* tokenizer_ = nullptr;
+  bool skip_special_ = true;
   std::shared_ptr<const StopCondition> stop_;
   std::vector<int32_t> stop_ids_;
   std::vector<std::string> stop_strings_;

@@ -28,6 +28,9 @@ class SentencePieceTokenizer final : public Tokenizer {
     if (id == sp_->unk_id() && token != sp_->IdToPiece(id)) return std::nullopt;
     return id;
   }
+  bool is_special(int32_t id) const override {
+    return id >= 0 && id < sp_->GetPieceSize() && (sp_->IsControl(id) || sp_->IsUnknown(id));
+  }
   std::vector<int32_t> prefix_tokens() const override {
     if (add_bos_ && sp_->bos_id() >= 0) return {sp_->bos_id()};
     return {};

@@ -144,6 +144,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) {
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const { return pipeline_->decode(ids); }
 int BpeTokenizer::vocab_size() const { return pipeline_->vocab_size; }
+bool BpeTokenizer::is_special(int32_t id) const { return pipeline_->is_special(id); }
 std::optional<int32_t> BpeTokenizer::token_id(const std::string& token) const { return pipeline_->token_id(token); }
 std::vector<int32_t> BpeTokenizer::prefix_tokens() const { return pipeline_->prefix; }
 std::vector<int32_t> BpeTokenizer::suffix_tokens() const { return pipeline_->suffix; }

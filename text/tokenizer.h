@@ -37,6 +37,10 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   // The id of an exact token string (special tokens included), if any.
   virtual std::optional<int32_t> token_id(const std::string& token) const = 0;
+  // Whether `id` is a special token (tokenizer.json's added tokens marked
+  // "special", SentencePiece's control tokens), which decoding with
+  // skip_special_tokens leaves out of the text, as transformers does.
+  virtual bool is_special(int32_t id) const { (void)id; return false; }
   // Tokens the post-processor puts around a single text (Llama 3's
   // <|begin_of_text|>; nothing for Qwen), as tokenizer(text) does in Python.
   virtual std::vector<int32_t> prefix_tokens() const { return {}; }
@@ -72,6 +76,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override;
   std::optional<int32_t> token_id(const std::string& token) const override;
+  bool is_special(int32_t id) const override;
   std::vector<int32_t> prefix_tokens() const override;
   std::vector<int32_t> suffix_tokens() const override;
   std::unique_ptr<Tokenizer> clone() const override;

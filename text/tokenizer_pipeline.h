@@ -125,6 +125,10 @@ class TokenizerPipeline {
               std::unordered_map<std::string, std::vector<int32_t>>* cache) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   std::optional<int32_t> token_id(const std::string& token) const;
+  bool is_special(int32_t id) const {
+    auto it = added_by_id_.find(id);
+    return it != added_by_id_.end() && added_[it->second].special;
+  }
 
   int vocab_size = 0;
   std::vector<int32_t> prefix, suffix;  // TemplateProcessing "single"

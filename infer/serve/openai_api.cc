@@ -173,7 +173,7 @@ std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab)
 std::optional<ApiError> unknown_fields(const json& body, bool chat) {
   static const std::vector<std::string_view> kBoth = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n",
                                       "stop", "stop_token_ids", "stream", "stream_options", "logprobs",
-                                      "top_logprobs", "ignore_eos", "return_token_ids", "user"};
+                                      "top_logprobs", "ignore_eos", "skip_special_tokens", "return_token_ids", "user"};
   static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools"};
   static const std::vector<std::string_view> kCompletions = {"prompt"};
   auto listed = [](const std::string& key, const std::vector<std::string_view>& list) {
@@ -269,6 +269,7 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   if ((e = integer(body, "top_logprobs", 0, 20, &top))) return e;
   if (top > 0) return bad("top_logprobs", "'top_logprobs' above 0 is not supported (the chosen token's logprob is)");
   if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
+  if ((e = boolean(body, "skip_special_tokens", &r->skip_special_tokens))) return e;
   return boolean(body, "return_token_ids", &r->return_token_ids);
 }
 

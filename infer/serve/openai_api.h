@@ -8,7 +8,8 @@
 // not read is a 400 naming it, unless it has the value that changes nothing
 // (a penalty of 0, `response_format` text, `tool_choice` "auto", ...), so
 // that no answer silently lacks what was asked for. Beyond
-// OpenAI: `top_k`, `stop_token_ids`, `ignore_eos` and `return_token_ids`
+// OpenAI: `top_k`, `stop_token_ids`, `ignore_eos`, `skip_special_tokens`
+// (default true) and `return_token_ids`
 // (generated ids in each choice as `token_ids`), named as vLLM names them.
 #pragma once
 
@@ -56,6 +57,7 @@ struct CompletionRequest {
   bool logprobs = false;
   bool return_token_ids = false;
   bool ignore_eos = false;        // decode past the model's end-of-sequence ids (benchmarks)
+  bool skip_special_tokens = true;  // special tokens add no text
 };
 
 // `tokenizer` may be null (then only token-id prompts are accepted). It is

@@ -285,7 +285,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   // The model's end-of-sequence ids join the client's stop ids, so that the
   // other ranks rebuild the same condition from the ids alone.
   if (!req_.ignore_eos) req_.stop_ids.insert(req_.stop_ids.end(), opts.eos.begin(), opts.eos.end());
-  auto output = OutputProcessor::create(opts.tokenizer.get(), req_.stop_ids, req_.stop_strings);
+  auto output = OutputProcessor::create(opts.tokenizer.get(), req_.stop_ids, req_.stop_strings, req_.skip_special_tokens);
   if (!output.is_ok()) return error({400, output.status().message(), "invalid_request_error", "stop", ""});
   output_.emplace(std::move(*output));
   if (!server_.admit(self(), &id_)) {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "infer/output_processor.h"
 #include "infer/prompts.h"
@@ -113,6 +114,46 @@ TEST(InferOutput, StreamsHoldBackPartialCharactersAndStopPrefixes) {
   EXPECT_EQ(out.full_text(), "h\xc3\xa9llo ");
   EXPECT_EQ(out.tokens().size(), text.size() + 2);
   EXPECT_EQ(out.token_text(0), "h");
+}
+
+// Special tokens (<|im_end|>) count as tokens but add no text unless the
+// consumer asks for them, as transformers' skip_special_tokens and vLLM's
+// default.
+TEST(InferOutput, SpecialTokensAddNoTextUnlessAskedFor) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string piece;
+    text::append_utf8(text::byte_to_unicode()[b], &piece);
+    vocab[piece] = b;
+  }
+  nlohmann::json j;
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}};
+  j["added_tokens"] = {{{"id", 256}, {"content", "<|im_end|>"}, {"special", true}},
+                       {{"id", 257}, {"content", "<tool>"}, {"special", false}}};
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  auto tokenizer = text::BpeTokenizer::from_json(j.dump());
+  ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
+  const text::Tokenizer& tok = **tokenizer;
+  EXPECT_TRUE(tok.is_special(256));
+  EXPECT_FALSE(tok.is_special(257));
+  EXPECT_FALSE(tok.is_special('a'));
+  const std::vector<int32_t> ids = {'h', 'i', 257, 256};
+  for (bool skip : {true, false}) {
+    auto out = OutputProcessor::create(&tok, {}, {}, skip);
+    ASSERT_TRUE(out.is_ok());
+    std::string streamed;
+    for (int32_t id : ids) {
+      out->add(id);
+      streamed += out->take_text(false);
+    }
+    streamed += out->take_text(true);
+    const std::string want = skip ? "hi<tool>" : "hi<tool><|im_end|>";
+    EXPECT_EQ(streamed, want) << "skip " << skip;
+    EXPECT_EQ(out->full_text(), want) << "skip " << skip;
+    EXPECT_EQ(out->tokens().size(), 4u);
+    EXPECT_EQ(out->token_text(3), "<|im_end|>");  // logprobs still name it
+  }
 }
 
 TEST(InferOutput, StopStringsNeedATokenizerAndTheIdsTravelAsGiven) {
