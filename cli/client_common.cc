@@ -87,8 +87,14 @@ int request_each(const char* command, const char* key, const std::vector<std::st
   return code;
 }
 
-bool load_job_spec(const std::string& path, const std::vector<std::string>& sets,
-                   jobs::JobSpec* out, int* exit_code, bool local) {
+namespace {
+
+// --set overrides, then the job from `load`, then its paths and model as the
+// worker will open them (cli/model_probe.h): errors where the job runs here,
+// warnings where it is submitted.
+template <typename Load>
+bool load_checked(const std::vector<std::string>& sets, const Load& load, jobs::JobSpec* out, int* exit_code,
+                  bool local) {
   jobs::LoadOptions options;
   for (const auto& s : sets) {
     auto o = jobs::parse_override(s);
@@ -99,14 +105,14 @@ bool load_job_spec(const std::string& path, const std::vector<std::string>& sets
     }
     options.overrides.push_back(*o);
   }
-  auto result = jobs::load_job_file(path, options);
+  auto result = load(options);
   if (!result.ok()) {
     std::fprintf(stderr, "%s", result.error_text().c_str());
     *exit_code = kExitUsage;
     return false;
   }
   auto problems = jobs::check_job_paths(result);
-  if (problems.empty())  // the model as the worker will open it (cli/model_probe.h)
+  if (problems.empty())
     for (const ModelProblem& p : probe_model(result)) problems.push_back(result.position(p.key) + ": " + p.message);
   for (const auto& p : problems) std::fprintf(stderr, "%s%s\n", local ? "" : "warning: ", p.c_str());
   if (local && !problems.empty()) {
@@ -115,6 +121,20 @@ bool load_job_spec(const std::string& path, const std::vector<std::string>& sets
   }
   *out = std::move(result.spec);
   return true;
+}
+
+}  // namespace
+
+bool load_job_spec(const std::string& path, const std::vector<std::string>& sets,
+                   jobs::JobSpec* out, int* exit_code, bool local) {
+  return load_checked(sets, [&](const jobs::LoadOptions& o) { return jobs::load_job_file(path, o); }, out,
+                      exit_code, local);
+}
+
+bool load_job_spec_text(const std::string& text, const std::string& source, const std::vector<std::string>& sets,
+                        jobs::JobSpec* out, int* exit_code, bool local) {
+  return load_checked(sets, [&](const jobs::LoadOptions& o) { return jobs::load_job_text(text, source, o); },
+                      out, exit_code, local);
 }
 
 std::string local_time(int64_t unix_ms, const char* format) {

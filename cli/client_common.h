@@ -46,6 +46,10 @@ int request_each(const char* command, const char* key, const std::vector<std::st
 // What a job submission sends is jobs::to_toml(*out).
 bool load_job_spec(const std::string& path, const std::vector<std::string>& sets,
                    jobs::JobSpec* out, int* exit_code, bool local = false);
+// The same for a job file's text that a command line stands for (`source`
+// names it in errors: "cohort serve").
+bool load_job_spec_text(const std::string& text, const std::string& source, const std::vector<std::string>& sets,
+                        jobs::JobSpec* out, int* exit_code, bool local = false);
 
 // A time the coordinator sent (ms since the epoch) in local time, as
 // strftime's `format` writes it; "-" for none.

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {
       add_validate_command(app),
       add_run_command(app),
+      add_serve_command(app),
       add_coordinator_command(app),
       add_agent_command(app),
       add_submit_command(app),

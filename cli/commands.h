@@ -38,6 +38,7 @@ struct Command {
 Command add_validate_command(CLI::App& root);
 // The control plane (cli/<name>_command.cc).
 Command add_run_command(CLI::App& root);
+Command add_serve_command(CLI::App& root);  // cli/run_command.cc
 // `cohort run ... -- PROGRAM ARGS...`: main hands the words after "--" to the
 // run command before parsing, so that none of them is taken as cohort's flag.
 void set_run_program_argv(std::vector<std::string> argv);

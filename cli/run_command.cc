@@ -63,24 +63,50 @@ bool load_command_line_job(const RunArgs& args, jobs::JobSpec* spec) {
   return true;
 }
 
+int run_spec(jobs::JobSpec spec, const RunArgs& args);
+
 int run_run(const RunArgs& args) {
   int code = kExitOk;
-  cluster::EmbeddedRunOptions options;
+  jobs::JobSpec spec;
   if (args.nproc_per_node > 0) {
     if (args.positionals.empty() && program_argv().empty()) {
       std::fprintf(stderr, "cohort run: --nproc-per-node needs the program: cohort run --nproc-per-node %d -- "
                            "python3 train.py\n", args.nproc_per_node);
       return kExitUsage;
     }
-    if (!load_command_line_job(args, &options.spec)) return kExitUsage;
+    if (!load_command_line_job(args, &spec)) return kExitUsage;
   } else {
     if (args.positionals.size() != 1 || !program_argv().empty()) {
       std::fprintf(stderr, "cohort run: give one job file (cohort run JOB.toml), or a program with "
                            "--nproc-per-node (cohort run --nproc-per-node 2 -- python3 train.py)\n");
       return kExitUsage;
     }
-    if (!load_job_spec(args.positionals[0], args.sets, &options.spec, &code, /*local=*/true)) return code;
+    if (!load_job_spec(args.positionals[0], args.sets, &spec, &code, /*local=*/true)) return code;
   }
+  return run_spec(std::move(spec), args);
+}
+
+// `cohort serve MODEL [flags]`: the serve job jobs::serve_job_toml writes for
+// the command line, run as `cohort run` runs a file.
+struct ServeArgs {
+  RunArgs run;
+  jobs::ServeCommandLine line;
+};
+
+int run_serve(const ServeArgs& args) {
+  int code = kExitOk;
+  jobs::JobSpec spec;
+  if (!load_job_spec_text(jobs::serve_job_toml(args.line), "cohort serve " + args.line.model, args.run.sets, &spec,
+                          &code, /*local=*/true)) {
+    return code;
+  }
+  return run_spec(std::move(spec), args.run);
+}
+
+// Runs a loaded job in the embedded cluster.
+int run_spec(jobs::JobSpec spec, const RunArgs& args) {
+  cluster::EmbeddedRunOptions options;
+  options.spec = std::move(spec);
   jobs::NodeRange& nodes = options.spec.job.nodes;
   if (nodes.min > 1) {
     std::fprintf(stderr, "cohort run: the job needs %d nodes; `cohort run` is one node. Use "
@@ -140,6 +166,22 @@ int run_run(const RunArgs& args) {
 
 void set_run_program_argv(std::vector<std::string> argv) { program_argv() = std::move(argv); }
 
+// The flags `cohort run` and `cohort serve` share: where the workers run and
+// the web page.
+void add_embedded_flags(CLI::App* app, RunArgs* args) {
+  app->add_option("--set", args->sets, "override a key: --set train.lr=1e-3");
+  args->json.add_to(app);
+  auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
+  auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "run on N CPU slots instead of GPUs");
+  fake->excludes(cpu);
+  app->add_option("--worker-binary", args->worker_binary, "cohort-worker (default: next to this program)");
+  app->add_option("--containment", args->containment,
+                  "auto (cgroup v2 where the host delegates it, else subreaper), cgroup, or subreaper");
+  app->add_option("--http", args->http, "serve the web page and HTTP API on HOST:PORT while the job runs");
+  app->add_option("--http-token", args->http_token,
+                  "token that allows cancelling from the web page (default: $COHORT_HTTP_TOKEN)");
+}
+
 Command add_run_command(CLI::App& root) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* app = root.add_subcommand("run", "run a job on this machine (coordinator + agent in one process)");
@@ -150,18 +192,31 @@ Command add_run_command(CLI::App& root) {
       ->check(CLI::Range(1, 1024));
   app->add_option("--nnodes", args->nnodes, "torchrun's flag; `cohort run` is one node (cohort submit for more)")
       ->check(CLI::Range(1, 1));
-  app->add_option("--set", args->sets, "override a key: --set train.lr=1e-3");
-  args->json.add_to(app);
-  auto fake = app->add_option("--fake-gpus", args->fake_gpus, "pretend to have N GPUs (tests)");
-  auto cpu = app->add_option("--cpu-slots", args->cpu_slots, "run on N CPU slots instead of GPUs");
-  fake->excludes(cpu);
-  app->add_option("--worker-binary", args->worker_binary, "cohort-worker (default: next to this program)");
-  app->add_option("--containment", args->containment,
-                  "auto (cgroup v2 where the host delegates it, else subreaper), cgroup, or subreaper");
-  app->add_option("--http", args->http, "serve the web page (live plots, logs) and /metrics on HOST:PORT");
-  app->add_option("--http-token", args->http_token,
-                  "token that allows cancelling from the web page (default: $COHORT_HTTP_TOKEN)");
+  add_embedded_flags(app, args.get());
   return {app, [args] { return run_run(*args); }};
+}
+
+Command add_serve_command(CLI::App& root) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* app = root.add_subcommand(
+      "serve", "serve a model over the OpenAI API on this machine, as `vllm serve` does (no job file)");
+  app->add_option("model", args->line.model,
+                  "a Hugging Face folder, a model id in the local Hugging Face cache (ORG/NAME), or a cohort "
+                  "checkpoint (its folder, a `latest` file, or a run's output_dir)")
+      ->required();
+  app->add_option("--host", args->line.host, "address to serve on (default 127.0.0.1; off loopback give --api-key)");
+  app->add_option("--port", args->line.port, "TCP port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
+  app->add_option("--tensor-parallel-size,--tp", args->line.tensor_parallel,
+                  "GPUs the model is split over (default 1)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--api-key", args->line.api_key, "key every /v1 request must carry as a bearer token");
+  app->add_option("--served-model-name", args->line.served_model_name, "the model's name in the API");
+  app->add_option("--max-num-seqs,--max-running", args->line.max_running, "sequences decoded together")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--max-model-len,--context", args->line.context, "positions per sequence")
+      ->check(CLI::Range(1, 1 << 20));
+  add_embedded_flags(app, &args->run);
+  return {app, [args] { return run_serve(*args); }};
 }
 
 }  // namespace cohort::cli

@@ -1,6 +1,7 @@
 // command_line_job_toml: a torchrun-style command line as a job file.
 #include "jobs/command_line_job.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace cohort::jobs {
@@ -51,6 +52,37 @@ std::string command_line_job_toml(const std::vector<std::string>& argv, int npro
                      "\n[command]\nargv = [";
   for (size_t i = 0; i < argv.size(); ++i) text += (i ? ", " : "") + quoted(argv[i]);
   return text + "]\n";
+}
+
+namespace {
+
+// Whether `model` names a cohort checkpoint rather than a model folder.
+bool is_checkpoint(const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(model);
+  if (fs::is_regular_file(p, ec)) return p.filename() == "latest";
+  if (!fs::is_directory(p, ec)) return false;
+  if (fs::exists(p / "config.json", ec)) return false;  // a Hugging Face folder
+  return fs::exists(p / "index.json", ec) || fs::exists(p / "latest", ec) ||
+         fs::exists(p / "checkpoints", ec);
+}
+
+}  // namespace
+
+std::string serve_job_toml(const ServeCommandLine& line) {
+  const std::string name = "serve-" + job_name({line.model});
+  std::string text = "[job]\nname = " + quoted(name) + "\nkind = \"serve\"\ngpus_per_node = " +
+                     std::to_string(std::max(1, line.tensor_parallel)) + "\noutput_dir = " +
+                     quoted("runs/" + name) + "\n[model]\n";
+  text += (is_checkpoint(line.model) ? "checkpoint = " : "hf_dir = ") + quoted(line.model) + "\n[serve]\n";
+  text += "host = " + quoted(line.host.empty() ? "127.0.0.1" : line.host) + "\n";
+  text += "port = " + std::to_string(line.port < 0 ? 8000 : line.port) + "\n";
+  if (!line.api_key.empty()) text += "api_key = " + quoted(line.api_key) + "\n";
+  if (!line.served_model_name.empty()) text += "model_name = " + quoted(line.served_model_name) + "\n";
+  if (line.max_running > 0) text += "max_running = " + std::to_string(line.max_running) + "\n";
+  if (line.context > 0) text += "context = " + std::to_string(line.context) + "\n";
+  return text;
 }
 
 }  // namespace cohort::jobs
