@@ -75,7 +75,8 @@ int64_t Scheduler::kv_used() const {
 }
 
 bool Scheduler::wants_logits(const Slot& s) const {
-  return options_.return_logits || s.req.sampling.temperature > 0 || s.req.logprobs;
+  const models::SamplingParams& p = s.req.sampling;
+  return options_.return_logits || p.temperature > 0 || s.req.logprobs || p.has_penalties() || p.min_tokens > 0;
 }
 
 void Scheduler::release(int s) {
@@ -89,8 +90,17 @@ void Scheduler::release(int s) {
 
 int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits) {
   if (!have_logits) return device_greedy;
-  if (options_.on_logits) options_.on_logits(slot.req.id, row, engine_.vocab_size());
-  return slot.sampler.sample(row, engine_.vocab_size());
+  const int V = engine_.vocab_size();
+  if (options_.on_logits) options_.on_logits(slot.req.id, row, V);
+  const models::SamplingParams& p = slot.req.sampling;
+  if (!p.has_penalties() && static_cast<int>(slot.generated.size()) >= p.min_tokens) return slot.sampler.sample(row, V);
+  // Penalties change a copy: logprobs report the model's own distribution.
+  penalized_.assign(row, row + V);
+  static const std::vector<int32_t> kNoStops;
+  const StopCondition* stop = slot.req.stop.get();
+  models::apply_penalties(penalized_.data(), V, p, slot.req.prompt, slot.generated,
+                          stop ? stop->stop_tokens() : kNoStops);
+  return slot.sampler.sample(penalized_.data(), V);
 }
 
 bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events) {
@@ -101,7 +111,8 @@ bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>
   e.token = t;
   if (slot.req.logprobs && row) e.logprob = log_probability(row, engine_.vocab_size(), t);
   const StopCondition* stop = slot.req.stop.get();
-  if (stop && (stop->is_stop_token(t) || stop->hits_stop_string(slot.generated))) {
+  const bool may_stop = static_cast<int>(slot.generated.size()) >= slot.req.sampling.min_tokens;
+  if (stop && may_stop && (stop->is_stop_token(t) || stop->hits_stop_string(slot.generated))) {
     e.finished = true, e.finish_reason = "stop";
   } else if (static_cast<int>(slot.generated.size()) >= slot.req.max_new_tokens) {
     e.finished = true, e.finish_reason = "length";

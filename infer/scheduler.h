@@ -139,6 +139,7 @@ class Scheduler {
   int running_ = 0;
   int64_t reserved_blocks_ = 0;
   std::vector<float> logits_;
+  std::vector<float> penalized_;  // a row with its sequence's penalties applied
   std::vector<int32_t> greedy_;
 };
 

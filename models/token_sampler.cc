@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace cohort::models {
 namespace {
@@ -77,6 +80,30 @@ int32_t TokenSampler::sample(const float* logits, int vocab) {
     if (u < 0) return candidates_[i].second;
   }
   return candidates_[keep - 1].second;
+}
+
+void apply_penalties(float* logits, int vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& generated, const std::vector<int32_t>& stop_ids) {
+  auto valid = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
+    std::unordered_set<int32_t> seen(prompt.begin(), prompt.end());
+    seen.insert(generated.begin(), generated.end());
+    for (int32_t id : seen) {
+      if (!valid(id)) continue;
+      float& l = logits[id];
+      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t id : generated) ++counts[id];
+    for (const auto& [id, n] : counts) {
+      if (valid(id)) logits[id] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
+    }
+  }
+  if (static_cast<int>(generated.size()) < p.min_tokens) {
+    for (int32_t id : stop_ids) if (valid(id)) logits[id] = -std::numeric_limits<float>::infinity();
+  }
 }
 
 }  // namespace cohort::models

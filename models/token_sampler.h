@@ -26,7 +26,28 @@ struct SamplingParams {
   int top_k = 0;
   float top_p = 1.0f;
   uint64_t seed = 0;
+  // OpenAI's penalties on the tokens generated so far: presence subtracts
+  // once from every token that has appeared, frequency once per appearance.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // transformers' and vLLM's repetition penalty over the prompt and the
+  // generated tokens: a positive logit is divided by it, a negative one
+  // multiplied (1: none).
+  float repetition_penalty = 1.0f;
+  // No stop token may be chosen before this many tokens are generated.
+  int min_tokens = 0;
+
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 };
+
+// The penalties and min_tokens of `params` applied to `logits` [vocab] in
+// place, given the sequence's prompt and its tokens so far; `stop_ids` are
+// masked (-inf) while fewer than min_tokens are generated. Identical inputs
+// give identical logits, so tensor-parallel ranks still agree.
+void apply_penalties(float* logits, int vocab, const SamplingParams& params, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& generated, const std::vector<int32_t>& stop_ids);
 
 class TokenSampler {
  public:

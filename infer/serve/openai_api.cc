@@ -173,7 +173,9 @@ std::optional<ApiError> stops(const json& body, CompletionRequest* r, int vocab)
 std::optional<ApiError> unknown_fields(const json& body, bool chat) {
   static const std::vector<std::string_view> kBoth = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n",
                                       "stop", "stop_token_ids", "stream", "stream_options", "logprobs",
-                                      "top_logprobs", "ignore_eos", "skip_special_tokens", "return_token_ids", "user"};
+                                      "top_logprobs", "ignore_eos", "skip_special_tokens", "return_token_ids", "user",
+                                                        "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                                        "min_tokens"};
   static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools"};
   static const std::vector<std::string_view> kCompletions = {"prompt"};
   auto listed = [](const std::string& key, const std::vector<std::string_view>& list) {
@@ -182,13 +184,11 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
   };
   for (const auto& [key, value] : body.items()) {
     if (listed(key, kBoth) || listed(key, chat ? kChat : kCompletions)) continue;
-    // The no-op values: penalties of 0, no logit bias, best_of 1, no echo
+    // The no-op values: no logit bias, best_of 1, no echo
     // or suffix, plain text responses, tool_choice "none" or "auto" (the
     // template renders `tools`; calls come back as text).
     const bool no_op =
         value.is_null() ||
-        ((key == "frequency_penalty" || key == "presence_penalty") && value.is_number() && value.get<double>() == 0) ||
-        (key == "repetition_penalty" && value.is_number() && value.get<double>() == 1) ||
         (key == "logit_bias" && value.is_object() && value.empty()) ||
         (key == "best_of" && value.is_number_integer() && value.get<int64_t>() == 1) ||
         (!chat && key == "echo" && value.is_boolean() && !value.get<bool>()) ||
@@ -244,6 +244,16 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   else if ((e = integer(body, "top_k", 0, 1 << 30, &top_k))) return e;
   if ((e = integer(body, "seed", INT64_MIN, INT64_MAX, &seed))) return e;
   if ((e = integer(body, "n", 1, 1, &n))) return e;
+  double presence = 0, frequency = 0, repetition = 1;
+  int64_t min_tokens = 0;
+  if ((e = number(body, "presence_penalty", -2, 2, &presence))) return e;
+  if ((e = number(body, "frequency_penalty", -2, 2, &frequency))) return e;
+  if ((e = number(body, "repetition_penalty", 0.01, 100, &repetition))) return e;
+  if ((e = integer(body, "min_tokens", 0, r->max_tokens, &min_tokens))) return e;
+  r->sampling.presence_penalty = float(presence);
+  r->sampling.frequency_penalty = float(frequency);
+  r->sampling.repetition_penalty = float(repetition);
+  r->sampling.min_tokens = int(min_tokens);
   r->sampling.temperature = float(temperature);
   r->sampling.top_p = float(top_p);
   r->sampling.top_k = int(top_k);

@@ -6,7 +6,7 @@
 // type and range, and an error names it (OpenAI's `param`) with the status
 // the API gives (400, or 404 for an unknown model). A field the server does
 // not read is a 400 naming it, unless it has the value that changes nothing
-// (a penalty of 0, `response_format` text, `tool_choice` "auto", ...), so
+// (an empty `logit_bias`, `response_format` text, `tool_choice` "auto", ...), so
 // that no answer silently lacks what was asked for. Beyond
 // OpenAI: `top_k`, `stop_token_ids`, `ignore_eos`, `skip_special_tokens`
 // (default true) and `return_token_ids`

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "infer/scheduler.h"
 #include "infer/serve_step.h"
@@ -92,6 +93,38 @@ TEST(InferScheduler, ACancelledRequestFreesItsSlotAtTheNextStep) {
   EXPECT_EQ(s.kv_used(), 0);
 }
 
+// Penalties reach the choice: greedy decoding of the tiny model repeats
+// tokens, and with a strong repetition penalty it never does; min_tokens
+// keeps a stop token from being chosen (or ending the sequence) too early.
+TEST(InferScheduler, PenaltiesAndMinTokensChangeWhatIsPicked) {
+  auto run = [](SequenceRequest r) {
+    auto engine = tiny_engine(1);
+    Scheduler s(*engine, {});
+    EXPECT_TRUE(s.add(std::move(r)).is_ok());
+    return drain(s)[1];
+  };
+  const std::vector<int32_t> plain = run(request(1, 4, 40));
+  ASSERT_EQ(plain.size(), 40u);
+  const std::set<int32_t> distinct_plain(plain.begin(), plain.end());
+  ASSERT_LT(distinct_plain.size(), plain.size()) << "greedy decoding never repeated: nothing to penalise";
+  SequenceRequest penalised = request(1, 4, 40);
+  penalised.sampling.repetition_penalty = 1e6f;
+  penalised.sampling.presence_penalty = 2.0f;
+  const std::vector<int32_t> fresh = run(penalised);
+  ASSERT_EQ(fresh.size(), 40u);
+  EXPECT_EQ(std::set<int32_t>(fresh.begin(), fresh.end()).size(), fresh.size()) << "a token repeated";
+  // The plain run's first token as a stop id: it would end at once.
+  SequenceRequest stopping = request(1, 4, 10);
+  jobs::InferSection stops;
+  stops.stop_tokens = {plain[0]};
+  stopping.stop = std::make_shared<const StopCondition>(StopCondition::create(stops, nullptr).value());
+  EXPECT_EQ(run(stopping).size(), 1u);
+  stopping.sampling.min_tokens = 5;
+  const std::vector<int32_t> held = run(stopping);
+  ASSERT_GE(held.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NE(held[i], plain[0]) << "token " << i;
+}
+
 TEST(InferScheduler, RefusesRequestsThatDoNotFitASlot) {
   auto engine = tiny_engine(1, 16);
   Scheduler s(*engine, {});
@@ -110,6 +143,8 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   in.cancels = {4, 9};
   SequenceRequest r = request(7, 3, 11);
   r.sampling = models::SamplingParams{0.7f, 5, 0.9f, 42};
+  r.sampling.presence_penalty = 0.25f, r.sampling.frequency_penalty = -0.5f;
+  r.sampling.repetition_penalty = 1.3f, r.sampling.min_tokens = 4;
   r.logprobs = true;
   r.stop_ids = {3};
   r.stop_strings = {"ab", ""};
@@ -128,6 +163,10 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   EXPECT_EQ(q.sampling.top_k, 5);
   EXPECT_FLOAT_EQ(q.sampling.top_p, 0.9f);
   EXPECT_EQ(q.sampling.seed, 42u);
+  EXPECT_FLOAT_EQ(q.sampling.presence_penalty, 0.25f);
+  EXPECT_FLOAT_EQ(q.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(q.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(q.sampling.min_tokens, 4);
   EXPECT_TRUE(q.logprobs);
   EXPECT_EQ(q.stop_strings, r.stop_strings);
   ASSERT_TRUE(q.stop);

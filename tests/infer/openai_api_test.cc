@@ -58,8 +58,6 @@ TEST(OpenAiApi, DefaultsFillWhatTheRequestLeavesOut) {
 // the value that changes nothing (what client libraries send as defaults).
 TEST(OpenAiApi, UnknownFieldsAreRefusedUnlessTheyChangeNothing) {
   const std::vector<std::string> refused = {
-      R"({"prompt": "x", "frequency_penalty": 0.5})",
-      R"({"prompt": "x", "presence_penalty": -1})",
       R"({"prompt": "x", "logit_bias": {"5": 10}})",
       R"({"prompt": "x", "echo": true})",
       R"({"prompt": "x", "best_of": 3})",
@@ -74,7 +72,7 @@ TEST(OpenAiApi, UnknownFieldsAreRefusedUnlessTheyChangeNothing) {
     EXPECT_NE(e->message.find("'" + e->param + "' is not supported"), std::string::npos) << e->message;
   }
   EXPECT_EQ(parse(R"({"prompt": "x", "temprature": 0.2})")->param, "temprature");
-  for (const std::string body : {R"({"prompt": "x", "frequency_penalty": 0, "presence_penalty": 0.0})",
+  for (const std::string body : {R"({"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -1, "min_tokens": 2})",
                                  R"({"prompt": "x", "logit_bias": {}, "best_of": 1, "echo": false, "user": "u"})",
                                  R"({"prompt": "x", "suffix": "", "metadata": {"a": "b"}, "store": false})",
                                  R"({"prompt": "x", "repetition_penalty": 1, "frequency_penalty": null})"}) {
@@ -102,6 +100,9 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
       {R"({"prompt": "x", "stop_token_ids": [300]})", "stop_token_ids"},
       {R"({"prompt": "x", "seed": 1.5})", "seed"},
       {R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs"},
+      {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "x", "repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"prompt": "x", "min_tokens": 100000})", "min_tokens"},
       {R"({"prompt": "x", "stream_options": {"include_usage": 1}})", "stream_options.include_usage"},
       {R"({"prompt": [1, -1]})", "prompt"},
       {R"({"prompt": ["a", "b"]})", "prompt"},

@@ -37,6 +37,32 @@ void expect_close(const std::map<int, double>& got, const std::map<int, double>&
   }
 }
 
+// OpenAI's presence and frequency penalties over the generated tokens,
+// the repetition penalty over prompt and output (divide a positive logit,
+// multiply a negative one), and min_tokens masking the stop ids.
+TEST(TokenSampler, PenaltiesAreAppliedAsOpenAiAndTransformersDefineThem) {
+  std::vector<float> l = kLogits;  // {1, 3, 2.5, -1, 3, 0}
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  apply_penalties(l.data(), 6, p, /*prompt=*/{3}, /*generated=*/{1, 1, 2}, /*stop_ids=*/{4});
+  EXPECT_FLOAT_EQ(l[1], 3.0f - 0.5f - 2 * 0.25f);
+  EXPECT_FLOAT_EQ(l[2], 2.5f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(l[3], -1.0f);  // in the prompt only: OpenAI's penalties skip it
+  EXPECT_FLOAT_EQ(l[4], 3.0f);   // min_tokens 0: stops stay
+  l = kLogits;
+  SamplingParams r;
+  r.repetition_penalty = 2.0f;
+  r.min_tokens = 4;
+  apply_penalties(l.data(), 6, r, {3}, {1, 9, -2}, {4, 5});
+  EXPECT_FLOAT_EQ(l[1], 1.5f);
+  EXPECT_FLOAT_EQ(l[3], -2.0f);
+  EXPECT_FLOAT_EQ(l[0], 1.0f);
+  EXPECT_TRUE(std::isinf(l[4]) && l[4] < 0);
+  EXPECT_TRUE(std::isinf(l[5]) && l[5] < 0);
+  EXPECT_EQ(TokenSampler(SamplingParams{}, 0).sample(l.data(), 6), 2);  // 3.0 at 4 is masked, 1 is penalised
+}
+
 TEST(TokenSampler, GreedyPicksTheLowestIdAmongTheLargest) {
   TokenSampler s({0.0f, 0, 1.0f, 7}, 0);
   EXPECT_EQ(s.sample(kLogits.data(), 6), 1);
