@@ -40,10 +40,16 @@ OutputProcessor::OutputProcessor(const text::Tokenizer* tokenizer, std::shared_p
   for (const std::string& s : stop_strings_) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
-void OutputProcessor::add(int32_t token, float logprob) {
+void OutputProcessor::add(int32_t token, float logprob, std::vector<std::pair<int32_t, float>> top) {
   tokens_.push_back(token);
   logprobs_.push_back(logprob);
+  if (!top.empty()) {
+    top_.resize(tokens_.size() - 1);
+    top_.push_back(std::move(top));
+  }
 }
+
+std::string OutputProcessor::id_text(int32_t id) const { return tokenizer_ ? tokenizer_->decode({id}) : ""; }
 
 std::string OutputProcessor::token_text(size_t i) const {
   return tokenizer_ && i < tokens_.size() ? tokenizer_->decode({tokens_[i]}) : "";

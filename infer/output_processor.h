@@ -40,7 +40,11 @@ class OutputProcessor {
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   const std::vector<std::string>& stop_strings() const { return stop_strings_; }
 
-  void add(int32_t token, float logprob = 0);
+  void add(int32_t token, float logprob = 0, std::vector<std::pair<int32_t, float>> top = {});
+  // Each token's likeliest alternatives (id, logprob), where asked for.
+  const std::vector<std::vector<std::pair<int32_t, float>>>& top_logprobs() const { return top_; }
+  // The text of any token id alone.
+  std::string id_text(int32_t id) const;
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<float>& logprobs() const { return logprobs_; }
   // The text of tokens()[i] alone ("" without a tokenizer), special or not
@@ -68,6 +72,7 @@ class OutputProcessor {
   size_t longest_stop_ = 0;
   std::vector<int32_t> tokens_;
   std::vector<float> logprobs_;
+  std::vector<std::vector<std::pair<int32_t, float>>> top_;
   std::string text_;     // decoded token by token, as far as take_text went
   size_t decoded_ = 0;   // tokens in text_
   size_t sent_ = 0;   // bytes of text handed out by take_text

@@ -16,11 +16,25 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // log softmax(row)[t], in double so that long vocabularies do not lose it.
-float log_probability(const float* row, int vocab, int32_t t) {
+// log-softmax(row)[i] = row[i] - normalizer.
+double log_normalizer(const float* row, int vocab) {
   const float top = *std::max_element(row, row + vocab);
   double sum = 0;
   for (int i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - top);
-  return static_cast<float>(double(row[t]) - top - std::log(sum));
+  return double(top) + std::log(sum);
+}
+
+// The k likeliest ids of `row` with their log-probabilities, likeliest
+// first (lower id on ties).
+std::vector<std::pair<int32_t, float>> top_logprobs(const float* row, int vocab, int k, double normalizer) {
+  std::vector<int32_t> ids(vocab);
+  for (int i = 0; i < vocab; ++i) ids[i] = i;
+  k = std::min(k, vocab);
+  auto likelier = [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), likelier);
+  std::vector<std::pair<int32_t, float>> out;
+  for (int i = 0; i < k; ++i) out.emplace_back(ids[i], static_cast<float>(double(row[ids[i]]) - normalizer));
+  return out;
 }
 
 }  // namespace
@@ -109,7 +123,12 @@ bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>
   TokenEvent e;
   e.id = slot.req.id;
   e.token = t;
-  if (slot.req.logprobs && row) e.logprob = log_probability(row, engine_.vocab_size(), t);
+  if (slot.req.logprobs && row) {
+    const int V = engine_.vocab_size();
+    const double normalizer = log_normalizer(row, V);
+    e.logprob = static_cast<float>(double(row[t]) - normalizer);
+    if (slot.req.top_logprobs > 0) e.top = top_logprobs(row, V, slot.req.top_logprobs, normalizer);
+  }
   const StopCondition* stop = slot.req.stop.get();
   const bool may_stop = static_cast<int>(slot.generated.size()) >= slot.req.sampling.min_tokens;
   if (stop && may_stop && (stop->is_stop_token(t) || stop->hits_stop_string(slot.generated))) {
@@ -131,7 +150,7 @@ void Scheduler::drop_cancelled(std::vector<TokenEvent>& events) {
     for (auto it = waiting_.begin(); it != waiting_.end() && !found; ++it) {
       if (it->id == id) waiting_.erase(it), found = true;
     }
-    if (found) events.push_back(TokenEvent{id, -1, 0, true, "cancelled"});
+    if (found) events.push_back(TokenEvent{id, -1, 0, true, "cancelled", {}});
   }
   cancels_.clear();
 }

@@ -57,6 +57,7 @@ struct SequenceRequest {
   std::vector<int32_t> stop_ids;
   std::vector<std::string> stop_strings;
   bool logprobs = false;          // report each chosen token's log-probability
+  int top_logprobs = 0;           // and the k likeliest tokens' (with logprobs; 0: none)
 };
 
 struct TokenEvent {
@@ -65,6 +66,7 @@ struct TokenEvent {
   float logprob = 0;              // when the request asked for logprobs
   bool finished = false;
   const char* finish_reason = ""; // "stop", "length" or "cancelled" when finished
+  std::vector<std::pair<int32_t, float>> top;  // its top_logprobs likeliest (id, logprob), likeliest first
 };
 
 struct StepStats {

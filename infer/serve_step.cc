@@ -136,7 +136,7 @@ void apply_step_input(StepInput& input, Scheduler& scheduler, const text::Tokeni
     if (status.is_ok()) status = scheduler.add(std::move(r));
     if (!status.is_ok()) {
       spdlog::error("serve: request {} refused by the scheduler: {}", id, status.message());
-      rejected->push_back(TokenEvent{id, -1, 0, true, "error"});
+      rejected->push_back(TokenEvent{id, -1, 0, true, "error", {}});
     }
   }
 }

@@ -274,10 +274,16 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
       return bad("logprobs", "'logprobs' must be an integer in [0, 20]");
     }
     r->logprobs = chat ? l.get<bool>() : true;
+    if (!chat) r->top_logprobs = int(l.get<int64_t>());  // completions: logprobs = k
   }
-  int64_t top = 0;
-  if ((e = integer(body, "top_logprobs", 0, 20, &top))) return e;
-  if (top > 0) return bad("top_logprobs", "'top_logprobs' above 0 is not supported (the chosen token's logprob is)");
+  if (chat) {
+    int64_t top = 0;
+    if ((e = integer(body, "top_logprobs", 0, 20, &top))) return e;
+    if (top > 0 && !r->logprobs) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = int(top);
+  } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+    return bad("top_logprobs", "completions take 'logprobs': k for the k likeliest tokens");
+  }
   if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
   if ((e = boolean(body, "skip_special_tokens", &r->skip_special_tokens))) return e;
   return boolean(body, "return_token_ids", &r->return_token_ids);
@@ -290,16 +296,30 @@ json logprobs_json(const ChoiceUpdate& c, bool chat) {
       const std::string& t = i < c.token_texts.size() ? c.token_texts[i] : std::string();
       json bytes = json::array();
       for (unsigned char b : t) bytes.push_back(int(b));
-      content.push_back({{"token", t}, {"logprob", c.logprobs[i]}, {"bytes", bytes}, {"top_logprobs", json::array()}});
+      json top = json::array();
+      if (i < c.top.size()) {
+        for (const auto& [text, logprob] : c.top[i]) {
+          json tb = json::array();
+          for (unsigned char b : text) tb.push_back(int(b));
+          top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", tb}});
+        }
+      }
+      content.push_back({{"token", t}, {"logprob", c.logprobs[i]}, {"bytes", bytes}, {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
-  json tokens = json::array(), lps = json::array();
+  json tokens = json::array(), lps = json::array(), tops = json::array();
   for (size_t i = 0; i < c.logprobs.size(); ++i) {
     tokens.push_back(i < c.token_texts.size() ? c.token_texts[i] : std::string());
     lps.push_back(c.logprobs[i]);
+    json top = json::object();
+    if (i < c.top.size()) for (const auto& [text, logprob] : c.top[i]) top[text] = logprob;
+    tops.push_back(top);
   }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", nullptr}, {"text_offset", json::array()}};
+  return {{"tokens", tokens},
+          {"token_logprobs", lps},
+          {"top_logprobs", c.top.empty() ? json(nullptr) : tops},
+          {"text_offset", json::array()}};
 }
 
 json choice_json(const ChoiceUpdate& c, const CompletionRequest& req, bool stream, bool first) {

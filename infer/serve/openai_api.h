@@ -55,6 +55,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool logprobs = false;
+  int top_logprobs = 0;           // chat: top_logprobs; completions: logprobs = k
   bool return_token_ids = false;
   bool ignore_eos = false;        // decode past the model's end-of-sequence ids (benchmarks)
   bool skip_special_tokens = true;  // special tokens add no text
@@ -75,6 +76,8 @@ struct ChoiceUpdate {
   std::vector<int32_t> token_ids; // the tokens behind it, with return_token_ids
   std::vector<float> logprobs;    // one per token, with logprobs
   std::vector<std::string> token_texts;  // each token's text, with logprobs
+  // Each token's likeliest alternatives (text, logprob), with top_logprobs.
+  std::vector<std::vector<std::pair<std::string, float>>> top;
   std::string finish_reason;      // "" while unfinished
 };
 

@@ -305,6 +305,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   r.sampling = req_.sampling;
   r.stop = output_->stop();
   r.logprobs = req_.logprobs;
+  r.top_logprobs = req_.top_logprobs;
   r.stop_ids = req_.stop_ids;
   r.stop_strings = req_.stop_strings;
   server_.metrics().add_tokens(static_cast<int64_t>(req_.prompt.size()), 0);
@@ -341,7 +342,7 @@ void Connection::on_event(const TokenEvent& e) {
     if (output_->tokens().empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
     else server_.metrics().observe_inter_token(seconds(last_token_, now));
     last_token_ = now;
-    output_->add(e.token, e.logprob);
+    output_->add(e.token, e.logprob, e.top);
     server_.metrics().add_tokens(0, 1);
   }
   if (e.finished) {
@@ -380,6 +381,13 @@ void Connection::on_event(const TokenEvent& e) {
     for (size_t i = from_token; i < tokens.size(); ++i) {
       c.logprobs.push_back(output_->logprobs()[i]);
       c.token_texts.push_back(output_->token_text(i));
+      if (req_.top_logprobs > 0) {
+        std::vector<std::pair<std::string, float>> alternatives;
+        if (i < output_->top_logprobs().size()) {
+          for (const auto& [id, lp] : output_->top_logprobs()[i]) alternatives.emplace_back(output_->id_text(id), lp);
+        }
+        c.top.push_back(std::move(alternatives));
+      }
     }
   }
   const int64_t prompt = static_cast<int64_t>(req_.prompt.size()), generated = static_cast<int64_t>(tokens.size());

@@ -125,6 +125,31 @@ TEST(InferScheduler, PenaltiesAndMinTokensChangeWhatIsPicked) {
   for (size_t i = 0; i < 4; ++i) EXPECT_NE(held[i], plain[0]) << "token " << i;
 }
 
+// With top_logprobs each token event carries the k likeliest tokens, most
+// likely first; greedy decoding chose the first of them.
+TEST(InferScheduler, TopLogprobsComeWithEachToken) {
+  auto engine = tiny_engine(1);
+  Scheduler s(*engine, {});
+  SequenceRequest r = request(1, 4, 6);
+  r.logprobs = true;
+  r.top_logprobs = 3;
+  ASSERT_TRUE(s.add(std::move(r)).is_ok());
+  int tokens = 0;
+  for (int guard = 0; !s.idle() && guard < 100; ++guard) {
+    for (const TokenEvent& e : s.step()) {
+      if (e.token < 0) continue;
+      ++tokens;
+      ASSERT_EQ(e.top.size(), 3u);
+      EXPECT_EQ(e.top[0].first, e.token);
+      EXPECT_FLOAT_EQ(e.top[0].second, e.logprob);
+      EXPECT_GE(e.top[0].second, e.top[1].second);
+      EXPECT_GE(e.top[1].second, e.top[2].second);
+      EXPECT_LE(e.top[0].second, 0.0f);
+    }
+  }
+  EXPECT_EQ(tokens, 6);
+}
+
 TEST(InferScheduler, RefusesRequestsThatDoNotFitASlot) {
   auto engine = tiny_engine(1, 16);
   Scheduler s(*engine, {});

@@ -182,6 +182,38 @@ TEST(OpenAiApi, ChatMessagesAreRenderedAndChecked) {
   }
 }
 
+// top_logprobs (chat) and logprobs: k (completions): the k likeliest
+// tokens of each step, in OpenAI's two shapes.
+TEST(OpenAiApi, TopLogprobsInBothShapes) {
+  CompletionRequest chat_req;
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 2})",
+                     true, &chat_req));
+  EXPECT_EQ(chat_req.top_logprobs, 2);
+  EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", true)->param,
+            "top_logprobs");  // needs logprobs: true
+  CompletionRequest comp_req;
+  ASSERT_FALSE(parse(R"({"prompt": "x", "logprobs": 3})", false, &comp_req));
+  EXPECT_TRUE(comp_req.logprobs);
+  EXPECT_EQ(comp_req.top_logprobs, 3);
+  ChoiceUpdate c;
+  c.text = "ab";
+  c.logprobs = {-0.1f, -0.5f};
+  c.token_texts = {"a", "b"};
+  c.top = {{{"a", -0.1f}, {"z", -2.5f}}, {{"b", -0.5f}, {"a", -1.0f}}};
+  ResponseHead head{"x", 1, "m", true};
+  const json chat = completion_json(head, c, chat_req, 3, 2)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(chat.size(), 2u);
+  EXPECT_EQ(chat[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(chat[0]["top_logprobs"][1]["token"], "z");
+  EXPECT_FLOAT_EQ(chat[0]["top_logprobs"][1]["logprob"].get<float>(), -2.5f);
+  EXPECT_EQ(chat[1]["top_logprobs"][1]["bytes"], json({97}));
+  head.chat = false;
+  const json comp = completion_json(head, c, comp_req, 3, 2)["choices"][0]["logprobs"];
+  ASSERT_EQ(comp["top_logprobs"].size(), 2u);
+  EXPECT_FLOAT_EQ(comp["top_logprobs"][0]["z"].get<float>(), -2.5f);
+  EXPECT_FLOAT_EQ(comp["top_logprobs"][1]["a"].get<float>(), -1.0f);
+}
+
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   CompletionRequest req;
   req.chat = true;
