@@ -1,6 +1,7 @@
 // The coordinator's answers to clients: submit, queries (paged and bounded in
 // bytes), cancel, and removing jobs and nodes. Node messages and the store
-// are in coordinator.cc; job lifecycle decisions in job_lifecycle.cc.
+// are in coordinator.cc; job lifecycle decisions in job_placement.cc and
+// job_lifecycle.cc.
 #include <algorithm>
 #include <filesystem>
 

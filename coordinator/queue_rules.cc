@@ -1,7 +1,7 @@
 // Queue rules beyond gang placement and FIFO within priority (job_record.h
 // has the transitions): job.depends_on, job.time_limit and preemption of
 // job.preemptible work by higher-priority jobs. schedule() in
-// job_lifecycle.cc consults them.
+// job_placement.cc consults them.
 #include <algorithm>
 
 #include <fmt/format.h>
