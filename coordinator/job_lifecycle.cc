@@ -288,7 +288,9 @@ Status CoordinatorImpl::save_job(const Job& job) {
 
 Status CoordinatorImpl::recover_from_db() {
   COHORT_ASSIGN_OR_RETURN(auto nodes, db_->load_nodes());
-  for (auto& n : nodes) registry_.restore_node(n.name, n.address, std::move(n.gpus), n.drained, n.left);
+  for (auto& n : nodes) {
+    registry_.restore_node(n.name, n.address, std::move(n.gpus), n.drained, n.drain_reason, n.left);
+  }
   COHORT_ASSIGN_OR_RETURN(node_keys_, db_->load_node_keys());
   COHORT_ASSIGN_OR_RETURN(auto jobs, db_->load_jobs());
   auto deadline = clock_.now() + options_.recovery_grace;
