@@ -15,6 +15,7 @@
 #include "coordinator/elastic_batch.h"
 #include "coordinator/http_api.h"
 #include "coordinator/job_record.h"
+#include "coordinator/key_limits.h"
 #include "coordinator/log_buffer.h"
 #include "coordinator/node_registry.h"
 #include "coordinator/placement.h"
@@ -155,6 +156,14 @@ class CoordinatorImpl final : public Coordinator {
   bool dependencies_met(Job& job);
   // A job's state by id, in memory or retired; "" for an unknown id.
   std::string state_of_job(const std::string& id) const;
+  // Per-client-key limits (key_limits.h): those of `key`, and what its jobs
+  // use now.
+  KeyLimits limits_of(const std::string& key) const;
+  KeyUsage usage_of(const std::string& key) const;
+  // False while the job's key may not take even job.nodes' MIN nodes more
+  // (the job's message and an event say so); else caps request->nodes_max
+  // to what the key may take.
+  bool within_key_limit(Job& job, PlacementRequest* request);
 
   // ---- job_lifecycle.cc ----
   void begin_stop(Job& job, StopIntent intent, const std::string& reason);

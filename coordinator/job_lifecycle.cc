@@ -298,6 +298,7 @@ Status CoordinatorImpl::recover_from_db() {
   for (auto& job : jobs) {
     next_seq_ = std::max(next_seq_, job.seq + 1);
     job.queued_since = clock_.now();
+    job.owner = owner_of_key(job.owner_key, options_.security);  // names may have changed in authorized_clients
     if (!job.attempts.empty()) {
       auto ran = std::chrono::milliseconds(std::max<int64_t>(0, unix_ms_now() - job.attempts.front().started_ms));
       job.first_started = clock_.now() - ran;

@@ -57,10 +57,12 @@ void CoordinatorImpl::schedule() {
   for (Job* job : queued) {
     // A stop or start within this loop schedules too: skip what it placed or ended.
     if (job->state != JobState::kQueued) continue;
-    // A job waiting for its dependencies holds back nobody.
+    // A job waiting for its dependencies, or for its key's GPU limit, holds
+    // back nobody.
     if (!dependencies_met(*job)) continue;
-    auto cap = capacity();
     auto request = request_for(*job);
+    if (!within_key_limit(*job, &request)) continue;
+    auto cap = capacity();
     auto placement = blocked ? std::nullopt : place(request, cap);
     if (placement) {
       auto batch = plan_elastic_batch(job->job_toml, int(placement->size()));
@@ -225,6 +227,9 @@ void CoordinatorImpl::maybe_scale_up() {
     for (const auto& c : capacity()) {
       if (!a->gpus.count(c.name) && int(c.free_gpus.size()) >= job.control.gpus_per_node) ++extra;
     }
+    // The key's GPU limit counts this job's GPUs: only what is left grows it.
+    extra = std::min(extra, nodes_within_gpu_limit(limits_of(job.owner_key), usage_of(job.owner_key),
+                                                   job.control.gpus_per_node));
     if (extra == 0) continue;
     // A restart that could not keep the global batch on more nodes would
     // come back at the same size, again and again.

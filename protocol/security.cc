@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -104,6 +107,51 @@ Status refuse_overwrite(const fs::path& d, std::initializer_list<const char*> na
   return Status::ok();
 }
 
+// A limit after a client key: a count from 0 to 1,000,000, or "unlimited".
+Status parse_limit(const std::string& where, const std::string& word, const std::string& value,
+                   std::optional<int>* out) {
+  if (value == "unlimited") {
+    *out = ClientKeySettings::kNoLimit;
+    return Status::ok();
+  }
+  int n = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || value.empty() || n < 0 || n > 1000000) {
+    return invalid_argument(where + ": " + word + " must be a number from 0 to 1000000 or 'unlimited', not '" +
+                            value.substr(0, 64) + "'");
+  }
+  *out = n;
+  return Status::ok();
+}
+
+// The words after a client key: name=NAME, max_gpus=N, max_queued=N.
+Status parse_client_settings(const std::string& where, std::istringstream& words, ClientKeySettings* out) {
+  for (std::string word; words >> word;) {
+    if (word[0] == '#') break;  // the rest of the line is a comment
+    auto eq = word.find('=');
+    std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
+    if (eq != std::string::npos && key == "max_gpus") {
+      COHORT_RETURN_IF_ERROR(parse_limit(where, key, value, &out->max_gpus));
+    } else if (eq != std::string::npos && key == "max_queued") {
+      COHORT_RETURN_IF_ERROR(parse_limit(where, key, value, &out->max_queued));
+    } else if (eq != std::string::npos && key == "name") {
+      bool plain = !value.empty() && value.size() <= 64 &&
+                   std::all_of(value.begin(), value.end(), [](char c) {
+                     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                   });
+      if (!plain) {
+        return invalid_argument(where + ": name must be 1 to 64 letters, digits, '.', '_' or '-', not '" +
+                                value.substr(0, 64) + "'");
+      }
+      out->name = value;
+    } else {
+      return invalid_argument(where + ": unknown setting '" + word.substr(0, 64) +
+                              "' after a client key (name=NAME, max_gpus=N, max_queued=N)");
+    }
+  }
+  return Status::ok();
+}
+
 Status read_list(const fs::path& path, Role role, Security* security) {
   std::map<std::string, Role>* out = &security->authorized_keys;
   std::ifstream in(path);
@@ -123,10 +171,17 @@ Status read_list(const fs::path& path, Role role, Security* security) {
       return invalid_argument(path.string() + ":" + std::to_string(number) +
                               ": this key is listed as an agent and as a client; give it one role");
     }
+    std::string where = path.string() + ":" + std::to_string(number);
+    if (role == Role::kClient) {
+      ClientKeySettings settings;
+      COHORT_RETURN_IF_ERROR(parse_client_settings(where, words, &settings));
+      if (!settings.name.empty() || settings.max_gpus || settings.max_queued) security->client_keys[key] = settings;
+      continue;
+    }
     std::string restriction;
-    if (role == Role::kAgent && (words >> restriction)) {
+    if (words >> restriction) {
       if (restriction.rfind("nodes=", 0) != 0 || restriction.size() == 6) {
-        return invalid_argument(path.string() + ":" + std::to_string(number) + ": expected nodes=NAME[,NAME...] after the key, got '" +
+        return invalid_argument(where + ": expected nodes=NAME[,NAME...] after the key, got '" +
                                 restriction.substr(0, 64) + "'");
       }
       auto& names = security->agent_node_names[key];
