@@ -5,8 +5,8 @@
 
 namespace cohort::coordinator {
 
-KeyLimits limits_of_key(const std::string& key, const protocol::Security& security, int default_max_gpus,
-                        int default_max_queued) {
+KeyLimits limits_of_key(const std::string& key, const protocol::Security& security,
+                        int default_max_gpus, int default_max_queued) {
   KeyLimits limits;
   limits.max_gpus = default_max_gpus < 0 ? KeyLimits::kNone : default_max_gpus;
   limits.max_queued = default_max_queued < 0 ? KeyLimits::kNone : default_max_queued;
@@ -37,18 +37,21 @@ std::string describe_owner(const std::string& owner) {
   return owner.empty() ? "the local user" : "client key " + owner;
 }
 
-Status admit_for_key(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage, int min_gpus) {
+Status admit_for_key(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage,
+                     int min_gpus) {
   if (limits.max_queued != KeyLimits::kNone && usage.queued_jobs >= limits.max_queued) {
     return failed_precondition(describe_owner(owner) + " has " + std::to_string(usage.queued_jobs) +
-                               " job(s) waiting in the queue; its limit is " + std::to_string(limits.max_queued) +
-                               " (" + limits.queued_source + "). Submit again once some have started, or " +
+                               " job(s) waiting in the queue; its limit is " +
+                               std::to_string(limits.max_queued) + " (" + limits.queued_source +
+                               "). Submit again once some have started, or " +
                                "`cohort cancel` some");
   }
   if (limits.max_gpus != KeyLimits::kNone && min_gpus > limits.max_gpus) {
-    return failed_precondition("the job needs at least " + std::to_string(min_gpus) +
-                               " GPU(s) (job.nodes' minimum × job.gpus_per_node) but " + describe_owner(owner) +
-                               " may hold at most " + std::to_string(limits.max_gpus) + " (" + limits.gpus_source +
-                               "), so it could never start: make it smaller, or ask the operator to raise the limit");
+    return failed_precondition(
+        "the job needs at least " + std::to_string(min_gpus) +
+        " GPU(s) (job.nodes' minimum × job.gpus_per_node) but " + describe_owner(owner) +
+        " may hold at most " + std::to_string(limits.max_gpus) + " (" + limits.gpus_source +
+        "), so it could never start: make it smaller, or ask the operator to raise the limit");
   }
   return Status::ok();
 }
@@ -59,10 +62,11 @@ int nodes_within_gpu_limit(const KeyLimits& limits, const KeyUsage& usage, int g
   return headroom <= 0 || gpus_per_node <= 0 ? 0 : headroom / gpus_per_node;
 }
 
-std::string key_limit_wait(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage, int needs) {
-  return kKeyLimitWait + describe_owner(owner) + "'s running jobs hold " + std::to_string(usage.running_gpus) +
-         " of at most " + std::to_string(limits.max_gpus) + " GPU(s) (" + limits.gpus_source + "); this job needs " +
-         std::to_string(needs);
+std::string key_limit_wait(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage,
+                           int needs) {
+  return kKeyLimitWait + describe_owner(owner) + "'s running jobs hold " +
+         std::to_string(usage.running_gpus) + " of at most " + std::to_string(limits.max_gpus) +
+         " GPU(s) (" + limits.gpus_source + "); this job needs " + std::to_string(needs);
 }
 
 }  // namespace cohort::coordinator

@@ -27,8 +27,8 @@ struct KeyLimits {
   std::string queued_source;  // the same for max_queued
 };
 
-KeyLimits limits_of_key(const std::string& key, const protocol::Security& security, int default_max_gpus,
-                        int default_max_queued);
+KeyLimits limits_of_key(const std::string& key, const protocol::Security& security,
+                        int default_max_gpus, int default_max_queued);
 
 // How users see a key as the owner of jobs: its name= in authorized_clients,
 // else its first 12 characters; "" for the local user (no CURVE).
@@ -47,7 +47,8 @@ struct KeyUsage {
 // or when the job's smallest size (`min_gpus`, job.nodes' MIN × gpus_per_node)
 // is beyond max_gpus (it could never start). The error names the owner, the
 // limit, where it is set and what to do.
-Status admit_for_key(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage, int min_gpus);
+Status admit_for_key(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage,
+                     int min_gpus);
 
 // How many nodes of `gpus_per_node` GPUs the key may take now; a large
 // number without a GPU limit.
@@ -55,7 +56,8 @@ int nodes_within_gpu_limit(const KeyLimits& limits, const KeyUsage& usage, int g
 
 // Why a job that needs `needs` GPUs waits for its key's GPU limit: the
 // job's message. Starts with kKeyLimitWait.
-std::string key_limit_wait(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage, int needs);
+std::string key_limit_wait(const std::string& owner, const KeyLimits& limits, const KeyUsage& usage,
+                           int needs);
 inline constexpr const char* kKeyLimitWait = "waiting for its owner's GPU limit: ";
 
 }  // namespace cohort::coordinator

@@ -18,7 +18,9 @@ namespace fs = std::filesystem;
 using protocol::LaunchOrder;
 using protocol::StopOrder;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 class KeyLimitsTest : public CoordinatorTest {
  protected:
@@ -28,9 +30,11 @@ class KeyLimitsTest : public CoordinatorTest {
     char templ[] = "/tmp/cohort-key-limits-XXXXXX";
     dir_ = ::mkdtemp(templ);
     ASSERT_TRUE(protocol::write_coordinator_keys(dir_ + "/coord"));
-    ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/agent", protocol::Role::kAgent, dir_ + "/coord"));
+    ASSERT_TRUE(
+        protocol::write_peer_keys(dir_ + "/agent", protocol::Role::kAgent, dir_ + "/coord"));
     for (const char* c : {"alice", "bob"}) {
-      ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/" + c, protocol::Role::kClient, dir_ + "/coord"));
+      ASSERT_TRUE(
+          protocol::write_peer_keys(dir_ + "/" + c, protocol::Role::kClient, dir_ + "/coord"));
     }
     settle({{"alice", "name=alice max_gpus=2 max_queued=1"}, {"bob", "name=bob  # the defaults"}});
     auto server = protocol::load_server_security(dir_ + "/coord");
@@ -100,15 +104,17 @@ TEST_F(KeyLimitsTest, ASubmissionPastItsKeysQueuedLimitIsRefusedNamingTheKeyAndT
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   const std::string& text = refused.status().message();
-  EXPECT_TRUE(contains(text, "client key alice has 1 job(s) waiting in the queue; its limit is 1")) << text;
+  EXPECT_TRUE(contains(text, "client key alice has 1 job(s) waiting in the queue; its limit is 1"))
+      << text;
   EXPECT_TRUE(contains(text, "max_queued= on its line in authorized_clients")) << text;
   // Bob is under the default, and alice's queue is not his.
   submitted(*bob, command_job("b1", 1, 1));
   submitted(*bob, command_job("b2", 1, 1));
   auto third = submit_as(*bob, command_job("b3", 1, 1));
   ASSERT_FALSE(third);
-  EXPECT_TRUE(contains(third.status().message(), "client key bob has 2 job(s) waiting in the queue; its limit is 2 "
-                                                 "(--max-queued-per-key)"))
+  EXPECT_TRUE(contains(third.status().message(),
+                       "client key bob has 2 job(s) waiting in the queue; its limit is 2 "
+                       "(--max-queued-per-key)"))
       << third.status().message();
   EXPECT_EQ(job_of(*alice, first).owner, "alice");
   // Once alice's job has started, she may queue another.
@@ -131,7 +137,8 @@ TEST_F(KeyLimitsTest, AJobWaitsForItsKeysGpuLimitWithoutHoldingBackOtherKeys) {
   auto info = job_of(*alice, waiting);
   EXPECT_EQ(info.state, "queued");
   EXPECT_EQ(info.message,
-            "waiting for its owner's GPU limit: client key alice's running jobs hold 2 of at most 2 GPU(s) "
+            "waiting for its owner's GPU limit: client key alice's running jobs hold 2 of at most "
+            "2 GPU(s) "
             "(max_gpus= on its line in authorized_clients); this job needs 2");
   EXPECT_TRUE(std::any_of(info.events.begin(), info.events.end(),
                           [](const auto& e) { return contains(e.text, "GPU limit"); }));
@@ -192,7 +199,8 @@ TEST_F(KeyLimitsTest, TheOwnerAndItsLimitsSurviveACoordinatorRestart) {
   // Her job still waits, and still counts against her queue.
   auto refused = submit_as(*alice, command_job("second", 1, 1));
   ASSERT_FALSE(refused);
-  EXPECT_TRUE(contains(refused.status().message(), "client key alice has 1 job(s) waiting")) << refused.status().message();
+  EXPECT_TRUE(contains(refused.status().message(), "client key alice has 1 job(s) waiting"))
+      << refused.status().message();
 }
 
 TEST_F(CoordinatorTest, WithoutKeysTheDefaultLimitsHoldForTheLocalUser) {
@@ -204,9 +212,10 @@ TEST_F(CoordinatorTest, WithoutKeysTheDefaultLimitsHoldForTheLocalUser) {
   ASSERT_TRUE(la);
   std::string second = submit(command_job("second", 1, 1));
   ASSERT_TRUE(wait_until([&] { return contains(job(second).message, "GPU limit"); }));
-  EXPECT_EQ(job(second).message,
-            "waiting for its owner's GPU limit: the local user's running jobs hold 1 of at most 1 GPU(s) "
-            "(--max-gpus-per-key); this job needs 1");
+  EXPECT_EQ(
+      job(second).message,
+      "waiting for its owner's GPU limit: the local user's running jobs hold 1 of at most 1 GPU(s) "
+      "(--max-gpus-per-key); this job needs 1");
   EXPECT_EQ(job(first).owner, "");
   a.exit_all(*la, 0);
   auto next = a.next_as<LaunchOrder>();

@@ -14,7 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kAlice = "rq7Gk3xY-alice-0000000000000000000000000";  // 40 characters, as Z85 keys are
+const std::string kAlice =
+    "rq7Gk3xY-alice-0000000000000000000000000";  // 40 characters, as Z85 keys are
 const std::string kBob = "Zt9wLp2Q-bob-000000000000000000000000000";
 
 class ClientKeyLines : public ::testing::Test {
@@ -33,7 +34,8 @@ class ClientKeyLines : public ::testing::Test {
 };
 
 TEST_F(ClientKeyLines, CarryANameAndLimits) {
-  auto s = load(kAlice + " name=alice max_gpus=16 max_queued=50\n" + kBob + " max_gpus=unlimited  # no cap\n");
+  auto s = load(kAlice + " name=alice max_gpus=16 max_queued=50\n" + kBob +
+                " max_gpus=unlimited  # no cap\n");
   ASSERT_TRUE(s) << s.status().message();
   ASSERT_EQ(s->client_keys.count(kAlice), 1u);
   const auto& alice = s->client_keys.at(kAlice);
@@ -51,15 +53,17 @@ TEST_F(ClientKeyLines, AnUnknownSettingOrABadValueIsNamedAtItsFileAndLine) {
   const std::string list = dir_ + "/authorized_clients";
   auto unknown = load(kAlice + " max_jobs=3\n");
   ASSERT_FALSE(unknown);
-  EXPECT_EQ(unknown.status().message(),
-            list + ":2: unknown setting 'max_jobs=3' after a client key (name=NAME, max_gpus=N, max_queued=N)");
+  EXPECT_EQ(unknown.status().message(), list +
+                                            ":2: unknown setting 'max_jobs=3' after a client key "
+                                            "(name=NAME, max_gpus=N, max_queued=N)");
   auto negative = load(kAlice + " max_gpus=-3\n");
   ASSERT_FALSE(negative);
   EXPECT_EQ(negative.status().message(),
             list + ":2: max_gpus must be a number from 0 to 1000000 or 'unlimited', not '-3'");
   auto words = load("\n" + kAlice + " max_queued=lots\n");
   ASSERT_FALSE(words);
-  EXPECT_NE(words.status().message().find(list + ":3: max_queued must be a number"), std::string::npos);
+  EXPECT_NE(words.status().message().find(list + ":3: max_queued must be a number"),
+            std::string::npos);
   auto name = load(kAlice + " name=al/ice\n");
   ASSERT_FALSE(name);
   EXPECT_NE(name.status().message().find("name must be 1 to 64 letters"), std::string::npos);
@@ -80,7 +84,8 @@ TEST(KeyLimits, AKeysOwnLineOverridesTheDefaultsAndUnlimitedLiftsThem) {
   // The local user (no CURVE) and unlisted keys get the defaults.
   EXPECT_EQ(limits_of_key("", security, 8, -1).max_gpus, 8);
   EXPECT_EQ(limits_of_key("", security, 8, -1).max_queued, KeyLimits::kNone);
-  EXPECT_EQ(limits_of_key("another-key-0000000000000000000000000000", security, -1, 3).max_queued, 3);
+  EXPECT_EQ(limits_of_key("another-key-0000000000000000000000000000", security, -1, 3).max_queued,
+            3);
 }
 
 TEST(KeyLimits, OwnersAreNamedByTheirNameElseTheirKeysFirstCharacters) {
@@ -102,11 +107,13 @@ TEST(KeyLimits, ASubmissionIsRefusedAtTheQueuedLimitOrWhenItCouldNeverStart) {
   EXPECT_TRUE(admit_for_key("alice", limits, {3, 1}, 4));
   Status full = admit_for_key("alice", limits, {0, 2}, 1);
   ASSERT_FALSE(full);
-  EXPECT_NE(full.message().find("client key alice has 2 job(s) waiting in the queue; its limit is 2"),
-            std::string::npos);
+  EXPECT_NE(
+      full.message().find("client key alice has 2 job(s) waiting in the queue; its limit is 2"),
+      std::string::npos);
   Status too_big = admit_for_key("alice", limits, {0, 0}, 8);
   ASSERT_FALSE(too_big);
-  EXPECT_NE(too_big.message().find("needs at least 8 GPU(s)"), std::string::npos) << too_big.message();
+  EXPECT_NE(too_big.message().find("needs at least 8 GPU(s)"), std::string::npos)
+      << too_big.message();
   EXPECT_TRUE(admit_for_key("", KeyLimits{}, {1000, 1000}, 1000));  // no limits
 }
 
