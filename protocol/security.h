@@ -84,9 +84,16 @@ Status write_coordinator_keys(const std::string& dir);
 // coordinator's folder): copies its server.public and appends the new public
 // key to its authorized_agents or authorized_clients.
 // `nodes` (agents only, with authorize_dir): the only node names the key may
-// register.
+// register. `client` (clients only, with authorize_dir): the owner's name
+// and limits written after the key.
 Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir = "",
-                       const std::vector<std::string>& nodes = {});
+                       const std::vector<std::string>& nodes = {}, const ClientKeySettings& client = {});
+
+// A limit after a client key: "0" to "1000000", or "unlimited"
+// (ClientKeySettings::kNoLimit). The error names `what` and the value.
+Result<int> parse_client_limit(const std::string& what, const std::string& text);
+// An owner's name: 1 to 64 letters, digits, '.', '_' or '-'.
+bool is_owner_name(const std::string& name);
 
 // The coordinator's view of its folder (server pair + both lists).
 Result<Security> load_server_security(const std::string& dir);

@@ -69,6 +69,22 @@ TEST_F(ClientKeyLines, AnUnknownSettingOrABadValueIsNamedAtItsFileAndLine) {
   EXPECT_NE(name.status().message().find("name must be 1 to 64 letters"), std::string::npos);
 }
 
+TEST_F(ClientKeyLines, KeygenWritesTheNameAndLimitsAfterTheKey) {
+  protocol::ClientKeySettings settings{"carol", 8, protocol::ClientKeySettings::kNoLimit};
+  ASSERT_TRUE(protocol::write_peer_keys(dir_ + "/carol", protocol::Role::kClient, dir_, {}, settings));
+  auto s = protocol::load_server_security(dir_);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->client_keys.size(), 1u);
+  const auto& carol = s->client_keys.begin()->second;
+  EXPECT_EQ(carol.name, "carol");
+  EXPECT_EQ(carol.max_gpus, 8);
+  EXPECT_EQ(carol.max_queued, protocol::ClientKeySettings::kNoLimit);
+  // Settings describe client keys that are being authorized.
+  EXPECT_FALSE(protocol::write_peer_keys(dir_ + "/agent", protocol::Role::kAgent, dir_, {}, settings));
+  EXPECT_FALSE(protocol::write_peer_keys(dir_ + "/alone", protocol::Role::kClient, "", {}, settings));
+  EXPECT_FALSE(protocol::write_peer_keys(dir_ + "/bad", protocol::Role::kClient, dir_, {}, {"no name", {}, {}}));
+}
+
 TEST(KeyLimits, AKeysOwnLineOverridesTheDefaultsAndUnlimitedLiftsThem) {
   protocol::Security security;
   security.client_keys[kAlice] = {"alice", 4, std::nullopt};

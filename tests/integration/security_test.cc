@@ -118,17 +118,21 @@ TEST(Security, EachClientKeyIsHeldToItsLimitsAndOwnsItsJobs) {
   std::string bob = c.dir() + "/bob";
   ASSERT_EQ(run_cohort({"keygen", keys}).exit_code, 0);
   ASSERT_EQ(run_cohort({"keygen", node, "--role", "agent", "--authorize", keys}).exit_code, 0);
-  ASSERT_EQ(run_cohort({"keygen", alice, "--role", "client", "--authorize", keys}).exit_code, 0);
-  ASSERT_EQ(run_cohort({"keygen", bob, "--role", "client", "--authorize", keys}).exit_code, 0);
   // The operator names alice's key and gives it its own limits; bob's key
   // has the coordinator's defaults.
-  std::string list = read_file(keys + "/authorized_clients");
-  std::string alice_key = read_file(alice + "/client.public");
-  alice_key.resize(40);
-  auto at = list.find(alice_key);
-  ASSERT_NE(at, std::string::npos);
-  list.insert(at + alice_key.size(), " name=alice max_gpus=1 max_queued=1");
-  write_file(keys + "/authorized_clients", list);
+  auto made = run_cohort({"keygen", alice, "--role", "client", "--authorize", keys, "--name", "alice", "--max-gpus",
+                          "1", "--max-queued", "1"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(run_cohort({"keygen", bob, "--role", "client", "--authorize", keys}).exit_code, 0);
+  EXPECT_NE(read_file(keys + "/authorized_clients").find(" name=alice max_gpus=1 max_queued=1\n"), std::string::npos);
+  auto misplaced = run_cohort({"keygen", c.dir() + "/x", "--role", "agent", "--authorize", keys, "--max-gpus", "2"});
+  EXPECT_EQ(misplaced.exit_code, 2);
+  EXPECT_NE(misplaced.err.find("describe a client key"), std::string::npos) << misplaced.err;
+  auto bad = run_cohort({"keygen", c.dir() + "/y", "--role", "client", "--authorize", keys, "--max-queued", "many"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--max-queued must be a number from 0 to 1000000 or 'unlimited', not 'many'"),
+            std::string::npos)
+      << bad.err;
   std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
   auto coordinator = Process::start({cohort_binary(), "coordinator", "--listen", endpoint, "--keys", keys,
                                      "--max-queued-per-key", "5"},
