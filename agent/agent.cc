@@ -425,15 +425,19 @@ class AgentImpl final : public Agent {
     if (clock_.now() - last_gpu_report_ < std::chrono::seconds(2)) return;
     last_gpu_report_ = clock_.now();
     GpuReport report{options_.name, {}};
-    for (const auto& u : options_.prober->sample()) report.samples.push_back({u.index, u.utilization, u.memory_used_bytes});
-    // An unhealthy GPU rides on its sample (one of its own where it has none).
+    for (const auto& u : options_.prober->sample()) report.samples.push_back({u.index, u.utilization, u.memory_used_bytes, ""});
+    // An unhealthy GPU rides on its sample (one of its own where it has none),
+    // in every report while it lasts; the log says it when it changes.
+    std::map<int, std::string> faults;
     for (const auto& f : options_.prober->health()) {
       auto it = std::find_if(report.samples.begin(), report.samples.end(),
                              [&](const protocol::GpuSample& s) { return s.index == f.index; });
       if (it == report.samples.end()) it = report.samples.insert(report.samples.end(), protocol::GpuSample{f.index, 0, 0, ""});
       it->fault = f.reason;
-      spdlog::warn("agent {}: GPU {} is unhealthy: {}", options_.name, f.index, f.reason);
+      if (gpu_faults_[f.index] != f.reason) spdlog::warn("agent {}: GPU {} is unhealthy: {}", options_.name, f.index, f.reason);
+      faults[f.index] = f.reason;
     }
+    gpu_faults_ = std::move(faults);
     if (!report.samples.empty()) send(encode(report));
   }
 
@@ -485,6 +489,7 @@ class AgentImpl final : public Agent {
   std::map<uint64_t, PendingStore> pending_store_;
   std::map<std::pair<std::string, int>, MetricsTail> metric_tails_;  // (job, attempt)
   Clock::TimePoint last_gpu_report_{};
+  std::map<int, std::string> gpu_faults_;  // by GPU index, as last reported
   uint64_t next_id_ = 1;  // envelope ids of store requests, heartbeats and registrations
   std::function<void()> shutdown_done_;
   CoordinatorContact contact_;

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/gpu_health.h"
+#include "agent/nvml_monitor.h"
 #include "agent/nvml_prober.h"
 
 namespace cohort::agent {
@@ -115,10 +117,12 @@ class SystemProber final : public GpuProber {
     if (!gpus.is_ok()) return gpus.status().with_context("probing GPUs with nvidia-smi");
     return gpus;
   }
-  std::vector<GpuUsage> sample() override { return sampler_.sample(); }
+  std::vector<GpuUsage> sample() override { return monitor_.sample(); }
+  std::vector<GpuFault> health() override { return tracker_.update(monitor_.read_health()); }
 
  private:
-  NvmlSampler sampler_;
+  NvmlMonitor monitor_;
+  GpuHealthTracker tracker_;
 };
 
 class ListProber final : public GpuProber {

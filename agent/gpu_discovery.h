@@ -56,10 +56,11 @@ class GpuProber {
   // be known (no NVML, CPU slots); a failing query is logged, not returned,
   // because nothing the agent does depends on it.
   virtual std::vector<GpuUsage> sample() { return {}; }
-  // The GPUs found unhealthy since the last call, by index; empty when all
-  // are well or it cannot be known. Tests hand the agent a prober that
-  // reports faults; NVML's Xid events and ECC counts are read by the
-  // system prober where it implements this (not yet: it reports none).
+  // The GPUs found unhealthy now, by index; empty when all are well or it
+  // cannot be known (no NVML, fakes, CPU slots). The system prober reads
+  // NVML's Xid events, uncorrected ECC counts and whether each GPU answers
+  // (gpu_health.h has the rules); tests hand the agent a prober that
+  // reports faults.
   virtual std::vector<GpuFault> health() { return {}; }
 };
 

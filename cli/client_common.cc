@@ -1,6 +1,7 @@
 // Shared client plumbing for the `cohort` subcommands.
 #include "cli/client_common.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -175,13 +176,19 @@ std::string progress_text(const protocol::TrainingProgress& p) {
 }  // namespace
 
 void print_job_table(const std::vector<protocol::JobInfo>& jobs) {
-  std::printf("%-10s %-20s %-8s %-10s %-6s %-5s %-8s %-9s %-8s %s\n", "JOB", "NAME", "KIND", "STATE",
-              "NODES", "GPUS", "ATTEMPT", "SUBMITTED", "ELAPSED", "MESSAGE");
+  // The OWNER column only where client keys own jobs (a coordinator with
+  // --keys); without CURVE every job is the local user's.
+  bool owners = std::any_of(jobs.begin(), jobs.end(), [](const auto& j) { return !j.owner.empty(); });
+  std::printf("%-10s %-20s ", "JOB", "NAME");
+  if (owners) std::printf("%-12s ", "OWNER");
+  std::printf("%-8s %-10s %-6s %-5s %-8s %-9s %-8s %s\n", "KIND", "STATE", "NODES", "GPUS", "ATTEMPT",
+              "SUBMITTED", "ELAPSED", "MESSAGE");
   for (const auto& j : jobs) {
-    std::printf("%-10s %-20s %-8s %-10s %-6s %-5d %-8zu %-9s %-8s %s\n", j.id.c_str(), j.name.c_str(),
-                j.kind.c_str(), j.state.c_str(), nodes_text(j).c_str(), j.gpus_per_node,
-                j.attempts.size(), clock_time(j.submitted_ms).c_str(), elapsed_text(j).c_str(),
-                j.message.c_str());
+    std::printf("%-10s %-20s ", j.id.c_str(), j.name.c_str());
+    if (owners) std::printf("%-12s ", j.owner.empty() ? "-" : j.owner.c_str());
+    std::printf("%-8s %-10s %-6s %-5d %-8zu %-9s %-8s %s\n", j.kind.c_str(), j.state.c_str(),
+                nodes_text(j).c_str(), j.gpus_per_node, j.attempts.size(), clock_time(j.submitted_ms).c_str(),
+                elapsed_text(j).c_str(), j.message.c_str());
   }
 }
 
@@ -199,6 +206,7 @@ void print_job_detail(const protocol::JobInfo& j) {
   std::printf("  kind %s, nodes %s x %d GPU(s), priority %d, restarts %d of %d\n", j.kind.c_str(),
               nodes_text(j).c_str(), j.gpus_per_node, j.priority, j.restarts_used, j.max_restarts);
   std::printf("  output %s\n", j.output_dir.c_str());
+  if (!j.owner.empty()) std::printf("  owner %s\n", j.owner.c_str());
   if (j.elapsed_ms > 0) {
     std::printf("  elapsed %s, %.2f GPU-hours\n", elapsed_text(j).c_str(), j.gpu_hours);
   }

@@ -1,5 +1,6 @@
 // `cohort coordinator [--listen ADDR] [--state-dir DIR] [--keys DIR] [--insecure]
-//                     [--http HOST:PORT] [--http-token TOKEN]`
+//                     [--http HOST:PORT] [--http-token TOKEN]
+//                     [--max-gpus-per-key N] [--max-queued-per-key N]`
 #include <cstdlib>
 
 #include <boost/asio/io_context.hpp>
@@ -23,6 +24,8 @@ struct CoordinatorArgs {
   double heartbeat_timeout_s = 2.5;
   std::string http;
   std::string http_token;
+  int max_gpus_per_key = -1;
+  int max_queued_per_key = -1;
 };
 
 int run_coordinator(const CoordinatorArgs& args) {
@@ -40,6 +43,8 @@ int run_coordinator(const CoordinatorArgs& args) {
   if (options.http_token.empty()) {
     if (const char* env = read_env_knob(EnvKnob::kHttpToken)) options.http_token = env;
   }
+  options.max_gpus_per_key = args.max_gpus_per_key;
+  options.max_queued_per_key = args.max_queued_per_key;
   options.heartbeat_timeout = std::chrono::milliseconds(int64_t(args.heartbeat_timeout_s * 1000));
   options.heartbeat_interval = std::min(std::chrono::milliseconds(500), options.heartbeat_timeout / 4);
   const std::string keys = args.keys.empty() ? global_flags().keys : args.keys;
@@ -82,6 +87,15 @@ Command add_coordinator_command(CLI::App& root) {
   app->add_flag("--insecure", args->insecure, "allow a non-loopback address without CURVE keys");
   app->add_option("--heartbeat-timeout", args->heartbeat_timeout_s,
                   "seconds without heartbeats before a node is lost")->capture_default_str();
+  // Slurm's association limits; a key's line in authorized_clients
+  // ("KEY name=alice max_gpus=16 max_queued=50") overrides them for that key.
+  app->add_option("--max-gpus-per-key", args->max_gpus_per_key,
+                  "GPUs the running jobs of one client key may hold at once (without --keys: of the local "
+                  "user); default: no limit")
+      ->check(CLI::Range(0, 1000000));
+  app->add_option("--max-queued-per-key", args->max_queued_per_key,
+                  "jobs of one client key that may wait in the queue at once; default: no limit")
+      ->check(CLI::Range(0, 1000000));
   return {app, [args] { return run_coordinator(*args); }};
 }
 

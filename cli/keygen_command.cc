@@ -1,11 +1,14 @@
 // `cohort keygen DIR [--role agent|client] [--authorize COORD]`: CURVE keys.
 // Without --role: the coordinator's folder (its secret stays on its host).
-// With --role: a key for one agent or client, authorized in COORD's folder.
+// With --role: a key for one agent or client, authorized in COORD's folder;
+// an agent key restricted to --nodes, a client key with its owner's --name
+// and limits (--max-gpus, --max-queued; protocol/security.h).
 // With --json: {"dir", "role" (coordinator|agent|client), "public_key_file",
 // "public_key", "authorized_in" (the folder, or null)} instead of the advice.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
@@ -19,6 +22,7 @@ struct KeygenArgs {
   std::string role;
   std::string authorize;
   std::vector<std::string> nodes;
+  std::string name, max_gpus, max_queued;
   JsonFlag json;
 };
 
@@ -64,7 +68,19 @@ int run_keygen(const KeygenArgs& args) {
     std::fprintf(stderr, "cohort keygen: --role: %s\n", role.status().message().c_str());
     return kExitUsage;
   }
-  if (auto s = protocol::write_peer_keys(args.dir, *role, args.authorize, args.nodes); !s) {
+  protocol::ClientKeySettings client;
+  client.name = args.name;
+  for (auto [flag, text, limit] : {std::tuple{"--max-gpus", &args.max_gpus, &client.max_gpus},
+                                   std::tuple{"--max-queued", &args.max_queued, &client.max_queued}}) {
+    if (text->empty()) continue;
+    auto parsed = protocol::parse_client_limit(flag, *text);
+    if (!parsed) {
+      std::fprintf(stderr, "cohort keygen: %s\n", parsed.status().message().c_str());
+      return kExitUsage;
+    }
+    *limit = *parsed;
+  }
+  if (auto s = protocol::write_peer_keys(args.dir, *role, args.authorize, args.nodes, client); !s) {
     std::fprintf(stderr, "cohort keygen: %s\n", s.message().c_str());
     return kExitUsage;
   }
@@ -96,6 +112,14 @@ Command add_keygen_command(CLI::App& root) {
   app->add_option("--nodes", args->nodes,
                   "with --role agent --authorize: the only node names this key may register (comma-separated)")
       ->delimiter(',');
+  app->add_option("--name", args->name,
+                  "with --role client --authorize: the owner's name, shown beside the key's jobs");
+  app->add_option("--max-gpus", args->max_gpus,
+                  "with --role client --authorize: GPUs the key's running jobs may hold at once (N or unlimited; "
+                  "default: the coordinator's --max-gpus-per-key)");
+  app->add_option("--max-queued", args->max_queued,
+                  "with --role client --authorize: the key's jobs that may wait in the queue (N or unlimited; "
+                  "default: the coordinator's --max-queued-per-key)");
   args->json.add_to(app);
   return {app, [args] { return run_keygen(*args); }};
 }

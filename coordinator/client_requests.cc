@@ -1,6 +1,7 @@
 // The coordinator's answers to clients: submit, queries (paged and bounded in
 // bytes), cancel, and removing jobs and nodes. Node messages and the store
-// are in coordinator.cc; job lifecycle decisions in job_lifecycle.cc.
+// are in coordinator.cc; job lifecycle decisions in job_placement.cc and
+// job_lifecycle.cc.
 #include <algorithm>
 #include <filesystem>
 
@@ -86,11 +87,20 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
     warn_bad_input("refused a job: " + refused.message());
     return reply_error(peer, e.id, refused);
   }
+  // The submitting client key owns the job; its limits hold (key_limits.h).
+  const std::string key = router_->current_key();
+  const std::string owner = owner_of_key(key, options_.security);
+  if (Status s = admit_for_key(owner, limits_of(key), usage_of(key), c.nodes_min * c.gpus_per_node); !s) {
+    spdlog::info("refused a job of {}: {}", describe_owner(owner), s.message());
+    return reply_error(peer, e.id, s);
+  }
   Job job;
   job.seq = next_seq_++;
   job.id = "job-" + std::to_string(job.seq);
   job.job_toml = m.job_toml;
   job.control = c;
+  job.owner_key = key;
+  job.owner = owner;
   job.submitted_ms = unix_ms_now();
   job.queued_since = clock_.now();
   job.add_event("submitted");
@@ -101,7 +111,8 @@ void CoordinatorImpl::on_submit(const std::string& peer, const Envelope& e) {
     return reply_error(peer, e.id, unavailable("the job was not submitted: cannot save it (" +
                                                    s.message() + ")"));
   }
-  spdlog::info("job {} ({}) submitted: {} node(s) x {} GPU(s)", id, c.name,
+  spdlog::info("job {} ({}) submitted{}: {} node(s) x {} GPU(s)", id, c.name,
+               owner.empty() ? "" : " by " + describe_owner(owner),
                c.nodes_min == c.nodes_max ? std::to_string(c.nodes_min)
                                           : std::to_string(c.nodes_min) + ":" + std::to_string(c.nodes_max),
                c.gpus_per_node);

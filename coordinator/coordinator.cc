@@ -1,5 +1,6 @@
 // The coordinator's message handling: decoding, dispatch, nodes, queries,
-// the store and logs. Job lifecycle decisions live in job_lifecycle.cc.
+// the store and logs. Job lifecycle decisions live in job_placement.cc and
+// job_lifecycle.cc.
 #include "coordinator/coordinator_impl.h"
 
 #include <malloc.h>

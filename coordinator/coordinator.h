@@ -53,6 +53,12 @@ struct CoordinatorOptions {
   size_t log_bytes_per_job = 16 << 20;
   size_t log_bytes_total = 256 << 20;
   std::chrono::milliseconds log_flush_interval{1000};
+  // Per-client-key limits for every key (the one local user without CURVE):
+  // GPUs a key's running jobs hold at once, and its jobs waiting in the
+  // queue; -1: no limit. A key's own line in authorized_clients
+  // (security.client_keys) overrides them. key_limits.h has the rules.
+  int max_gpus_per_key = -1;
+  int max_queued_per_key = -1;
   std::string http_listen;      // "HOST:PORT" for the HTTP API; empty: none
   std::string http_token;       // empty: the HTTP API is read-only
   const Clock* clock = nullptr;  // null: the system clock

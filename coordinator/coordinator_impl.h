@@ -1,6 +1,8 @@
 // Private: the coordinator's state and handlers, split over coordinator.cc
-// (messages, nodes, queries) and job_lifecycle.cc (scheduling, attempts,
-// failures, restarts, recovery).
+// (messages, nodes, queries), client_requests.cc (clients' requests),
+// node_drain.cc, job_placement.cc (scheduling, attempt starts, scale-up),
+// queue_rules.cc (dependencies, time limits, preemption) and
+// job_lifecycle.cc (stops, exits, failures, restarts, recovery).
 #pragma once
 
 #include <deque>
@@ -13,6 +15,7 @@
 #include "coordinator/elastic_batch.h"
 #include "coordinator/http_api.h"
 #include "coordinator/job_record.h"
+#include "coordinator/key_limits.h"
 #include "coordinator/log_buffer.h"
 #include "coordinator/node_registry.h"
 #include "coordinator/placement.h"
@@ -24,7 +27,7 @@
 
 namespace cohort::coordinator {
 
-// What placing `job` asks of the cluster (job_lifecycle.cc).
+// What placing `job` asks of the cluster (job_placement.cc).
 PlacementRequest request_for(const Job& job);
 
 // Every handler parses its body first; a bad body is answered, not fatal.
@@ -123,7 +126,7 @@ class CoordinatorImpl final : public Coordinator {
   // Cancels by id or name; a message for the client in *text.
   Status cancel_job(const std::string& id_or_name, std::string* text);
 
-  // ---- job_lifecycle.cc ----
+  // ---- job_placement.cc ----
   void schedule();
   std::vector<NodeCapacity> capacity() const;
   // Every alive node's GPUs, as if no job ran.
@@ -134,29 +137,14 @@ class CoordinatorImpl final : public Coordinator {
   bool send_launch(const Job& job, const Attempt& attempt, int node_rank);
   // Rank 0's node picked MASTER_PORT: the held nodes get their orders.
   void release_held_nodes(Job& job, int master_port);
-  void begin_stop(Job& job, StopIntent intent, const std::string& reason);
-  void rank_exited(Job& job, int rank, const protocol::WorkerExit& exit);
-  void check_attempt_done(Job& job);
-  void finish_attempt(Job& job);
-  void requeue(Job& job, bool counts, const std::string& why);
-  void end_job(Job& job, JobState state, const std::string& message);
-  // `why` defaults to the heartbeat timeout. Stops the attempts running
-  // there (one failure each) and names the loss as the root cause of an
-  // attempt already stopping for a rank failure within the consequence window.
-  void on_node_lost(const std::string& node, const std::string& why = "");
-  bool loss_caused_the_stop(const Attempt& attempt) const;
   // A launch order that could not reach `node`: lost, the attempt stopped
   // without using restart budget (StopIntent::kUndelivered).
   void launch_undelivered(Job& job, const std::string& node);
   // Connected nodes an order could not reach: lost now (on_node_lost).
   void lose_unreachable_nodes(const std::vector<std::string>& nodes);
   void maybe_scale_up();
-  // A worker its agent says is running: confirms it, or orders it stopped.
-  void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);
-  // Ranks the coordinator thinks run on `node` that its agent no longer
-  // lists (a lost launch order or exit report) count as gone.
-  void reconcile_missing(const std::string& node, const std::vector<protocol::RunningWorker>& running);
-  void check_recovery();
+
+  // ---- queue_rules.cc ----
   // Running jobs past job.time_limit stop (StopIntent::kTimeLimit) and end timed_out.
   void check_time_limits();
   // `job` (queued, not placeable now) stops the fewest lower-priority
@@ -168,6 +156,33 @@ class CoordinatorImpl final : public Coordinator {
   bool dependencies_met(Job& job);
   // A job's state by id, in memory or retired; "" for an unknown id.
   std::string state_of_job(const std::string& id) const;
+  // Per-client-key limits (key_limits.h): those of `key`, and what its jobs
+  // use now.
+  KeyLimits limits_of(const std::string& key) const;
+  KeyUsage usage_of(const std::string& key) const;
+  // False while the job's key may not take even job.nodes' MIN nodes more
+  // (the job's message and an event say so); else caps request->nodes_max
+  // to what the key may take.
+  bool within_key_limit(Job& job, PlacementRequest* request);
+
+  // ---- job_lifecycle.cc ----
+  void begin_stop(Job& job, StopIntent intent, const std::string& reason);
+  void rank_exited(Job& job, int rank, const protocol::WorkerExit& exit);
+  void check_attempt_done(Job& job);
+  void finish_attempt(Job& job);
+  void requeue(Job& job, bool counts, const std::string& why);
+  void end_job(Job& job, JobState state, const std::string& message);
+  // `why` defaults to the heartbeat timeout. Stops the attempts running
+  // there (one failure each) and names the loss as the root cause of an
+  // attempt already stopping for a rank failure within the consequence window.
+  void on_node_lost(const std::string& node, const std::string& why = "");
+  bool loss_caused_the_stop(const Attempt& attempt) const;
+  // A worker its agent says is running: confirms it, or orders it stopped.
+  void reconcile_worker(const std::string& node, const protocol::RunningWorker& worker);
+  // Ranks the coordinator thinks run on `node` that its agent no longer
+  // lists (a lost launch order or exit report) count as gone.
+  void reconcile_missing(const std::string& node, const std::vector<protocol::RunningWorker>& running);
+  void check_recovery();
   // Saves the job; the error is logged and returned (submit refuses on it).
   Status save_job(const Job& job);
   void persist(const Job& job) { (void)save_job(job); }

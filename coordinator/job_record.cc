@@ -68,6 +68,7 @@ protocol::JobInfo Job::info() const {
   out.max_restarts = control.max_restarts;
   out.restarts_used = restarts_used;
   out.output_dir = control.output_dir;
+  out.owner = owner;
   out.submitted_ms = submitted_ms;
   out.ended_ms = ended_ms;
   out.message = message;
@@ -135,6 +136,7 @@ nlohmann::json job_to_json(const Job& job) {
   return {{"id", job.id},
           {"seq", job.seq},
           {"job_toml", job.job_toml},
+          {"owner_key", job.owner_key},
           {"state", int(job.state)},
           {"restarts_used", job.restarts_used},
           {"next_attempt_counts", job.next_attempt_counts},
@@ -157,6 +159,7 @@ Result<Job> job_from_json(const nlohmann::json& j) {
     auto control = protocol::job_control_from_toml(job.job_toml);
     if (!control) return invalid_argument(unreadable(job.id, control.status().message()));
     job.control = std::move(*control);
+    job.owner_key = j.value("owner_key", std::string());  // absent in records from before limits
     job.state = JobState(j.at("state").get<int>());
     job.restarts_used = j.at("restarts_used").get<int>();
     job.next_attempt_counts = j.at("next_attempt_counts").get<bool>();

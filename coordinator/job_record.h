@@ -111,6 +111,11 @@ struct Job {
   // launch order carries. `control` is read from it (job_control_from_toml).
   std::string job_toml;
   protocol::JobControl control;
+  // The client key that submitted it ("" without CURVE): its limits hold
+  // for the job (key_limits.h). `owner` is how users see that key, made
+  // from the coordinator's key list at submit and at restart.
+  std::string owner_key;
+  std::string owner;
   JobState state = JobState::kQueued;
   int restarts_used = 0;
   bool next_attempt_counts = true;  // false after a scale-up or recovery stop

@@ -36,6 +36,7 @@ JobView make_job_view(const Job& job) {
   view.training = &job.training;
   view.total_steps = job.total_steps;
   const auto& c = job.control;
+  if (!job.owner.empty()) view.scheduling.push_back({"owner", job.owner});
   if (c.priority != 0 || c.preemptible) {
     view.scheduling.push_back({"priority", std::to_string(c.priority) + (c.preemptible ? ", preemptible" : "")});
   }

@@ -27,8 +27,9 @@ struct JobView {
   std::vector<RankView> ranks;  // of the current attempt, by rank
   int64_t total_steps = 0;      // from the newest training row, when it says
   const TrainingSeries* training = nullptr;  // owned by the coordinator; never null
-  // The scheduling keys the job set (priority, preemptible, time_limit,
-  // depends_on), as the job page's rows: {label, value}.
+  // Its owner (the client key that submitted it) and the scheduling keys
+  // the job set (priority, preemptible, time_limit, depends_on), as the job
+  // page's rows: {label, value}.
   std::vector<std::pair<std::string, std::string>> scheduling;
 };
 

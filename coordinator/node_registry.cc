@@ -27,12 +27,14 @@ void NodeRegistry::register_node(const protocol::RegisterNode& message, const st
 }
 
 void NodeRegistry::restore_node(const std::string& name, const std::string& address,
-                                std::vector<protocol::GpuDesc> gpus, bool drained, bool left) {
+                                std::vector<protocol::GpuDesc> gpus, bool drained,
+                                const std::string& drain_reason, bool left) {
   Node& node = nodes_[name];
   node.name = name;
   node.address = address;
   node.gpus = std::move(gpus);
   node.drained = drained;
+  node.drain_reason = drained ? drain_reason : "";
   node.state = left ? NodeState::kLeft : NodeState::kLost;
   node.last_heartbeat = clock_.now();
 }

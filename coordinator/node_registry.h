@@ -9,7 +9,8 @@
 //   kAlive | kDraining --silent, or an order cannot be delivered--> kLost
 //   kLost | kLeft --register--> kAlive, or kDraining while drained
 // A drained ("cordoned") node takes no new work until `cohort undrain`,
-// whatever its agent does meanwhile; that mark survives agent and
+// whatever its agent does meanwhile; that mark, and the reason the
+// coordinator gave when it drained the node itself, survive agent and
 // coordinator restarts. A lost or left node's heartbeats are refused
 // (`heartbeat` returns false) so that its agent registers again and
 // reconciles its workers.
@@ -44,7 +45,7 @@ struct Node {
   std::vector<protocol::GpuDesc> gpus;
   NodeState state = NodeState::kAlive;
   bool drained = false;  // `cohort drain`: no new work until `cohort undrain`
-  std::string drain_reason;  // set when the coordinator drained it (an unhealthy GPU); in memory only
+  std::string drain_reason;  // set when the coordinator drained it (an unhealthy GPU); kept in the state database
   bool leaving = false;  // its agent is stopping its workers to exit
   Clock::TimePoint last_heartbeat{};
 };
@@ -59,7 +60,7 @@ class NodeRegistry {
   // A node known only from durable state: lost (or left, if it had) until
   // its agent registers.
   void restore_node(const std::string& name, const std::string& address, std::vector<protocol::GpuDesc> gpus,
-                    bool drained, bool left);
+                    bool drained, const std::string& drain_reason, bool left);
   // False when the node is unknown, lost or left: its agent must register again.
   bool heartbeat(const std::string& name, const std::string& peer);
   // `cohort drain` / `cohort undrain`; false for an unknown node.

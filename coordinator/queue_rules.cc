@@ -1,7 +1,7 @@
 // Queue rules beyond gang placement and FIFO within priority (job_record.h
-// has the transitions): job.depends_on, job.time_limit and preemption of
-// job.preemptible work by higher-priority jobs. schedule() in
-// job_lifecycle.cc consults them.
+// has the transitions): job.depends_on, job.time_limit, preemption of
+// job.preemptible work by higher-priority jobs, and per-client-key limits
+// (key_limits.h). schedule() in job_placement.cc consults them.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -97,6 +97,43 @@ bool CoordinatorImpl::dependencies_met(Job& job) {
   }
   if (waiting.empty()) return true;
   job.message = "waiting for dependencies: " + waiting + " (job.depends_on)";
+  return false;
+}
+
+KeyLimits CoordinatorImpl::limits_of(const std::string& key) const {
+  return limits_of_key(key, options_.security, options_.max_gpus_per_key, options_.max_queued_per_key);
+}
+
+KeyUsage CoordinatorImpl::usage_of(const std::string& key) const {
+  KeyUsage usage;
+  for (const auto& [id, job] : jobs_) {
+    if (job.owner_key != key) continue;
+    if (job.state == JobState::kQueued) ++usage.queued_jobs;
+    // A stopping attempt still holds its GPUs.
+    if (!job.attempts.empty() && job.attempts.back().active()) usage.running_gpus += job.attempts.back().world_size();
+  }
+  return usage;
+}
+
+bool CoordinatorImpl::within_key_limit(Job& job, PlacementRequest* request) {
+  KeyLimits limits = limits_of(job.owner_key);
+  if (limits.max_gpus == KeyLimits::kNone) return true;
+  KeyUsage usage = usage_of(job.owner_key);
+  int nodes = nodes_within_gpu_limit(limits, usage, request->gpus_per_node);
+  if (nodes >= request->nodes_min) {
+    // An elastic job starts on what the key may hold; it grows later when
+    // the key's other jobs end (maybe_scale_up).
+    request->nodes_max = std::min(request->nodes_max, nodes);
+    return true;
+  }
+  // It holds back nobody: another key's job behind it is not its owner's limit.
+  std::string why = key_limit_wait(job.owner, limits, usage, request->nodes_min * request->gpus_per_node);
+  bool newly = job.message.rfind(kKeyLimitWait, 0) != 0;
+  job.message = why;
+  if (newly) {
+    job.add_event(why);
+    persist(job);
+  }
   return false;
 }
 

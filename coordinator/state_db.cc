@@ -58,6 +58,7 @@ Result<std::unique_ptr<StateDb>> StateDb::open(const std::string& dir) {
       "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, address TEXT, gpus TEXT)"));
   COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "drained", "INTEGER NOT NULL DEFAULT 0"));
   COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "left_cluster", "INTEGER NOT NULL DEFAULT 0"));
+  COHORT_RETURN_IF_ERROR(state->add_column_if_missing("nodes", "drain_reason", "TEXT NOT NULL DEFAULT ''"));
   COHORT_RETURN_IF_ERROR(state->exec(
       "CREATE TABLE IF NOT EXISTS node_keys (name TEXT PRIMARY KEY, public_key TEXT NOT NULL)"));
   COHORT_RETURN_IF_ERROR(state->create_log_table());
@@ -198,7 +199,8 @@ Result<std::vector<Job>> StateDb::load_jobs() {
 Status StateDb::save_node(const Node& node) {
   Statement s;
   const char* sql =
-      "INSERT OR REPLACE INTO nodes (name, address, gpus, drained, left_cluster) VALUES (?, ?, ?, ?, ?)";
+      "INSERT OR REPLACE INTO nodes (name, address, gpus, drained, left_cluster, drain_reason) "
+      "VALUES (?, ?, ?, ?, ?, ?)";
   if (sqlite3_prepare_v2(db_, sql, -1, &s.stmt, nullptr) != SQLITE_OK) {
     return sqlite_error(db_, "saving node " + node.name);
   }
@@ -208,14 +210,15 @@ Status StateDb::save_node(const Node& node) {
   sqlite3_bind_text(s.stmt, 3, doc.c_str(), int(doc.size()), SQLITE_TRANSIENT);
   sqlite3_bind_int(s.stmt, 4, node.drained ? 1 : 0);
   sqlite3_bind_int(s.stmt, 5, node.state == NodeState::kLeft ? 1 : 0);
+  sqlite3_bind_text(s.stmt, 6, node.drain_reason.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(s.stmt) != SQLITE_DONE) return sqlite_error(db_, "saving node " + node.name);
   return Status::ok();
 }
 
 Result<std::vector<StateDb::NodeRow>> StateDb::load_nodes() {
   Statement s;
-  if (sqlite3_prepare_v2(db_, "SELECT name, address, gpus, drained, left_cluster FROM nodes ORDER BY name", -1,
-                         &s.stmt, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "SELECT name, address, gpus, drained, left_cluster, drain_reason FROM nodes ORDER BY name",
+                         -1, &s.stmt, nullptr) != SQLITE_OK) {
     return sqlite_error(db_, "loading nodes");
   }
   std::vector<NodeRow> rows;
@@ -230,6 +233,7 @@ Result<std::vector<StateDb::NodeRow>> StateDb::load_nodes() {
     row.address = column(1);
     row.drained = sqlite3_column_int(s.stmt, 3) != 0;
     row.left = sqlite3_column_int(s.stmt, 4) != 0;
+    row.drain_reason = column(5);
     auto j = nlohmann::json::parse(column(2), nullptr, false);
     if (j.is_array()) {
       try {

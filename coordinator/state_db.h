@@ -3,7 +3,7 @@
 //
 // Jobs (with their attempts and events) are stored as one JSON document per
 // job, written on every state change; nodes as name, address, GPUs and
-// drain state; worker log lines within the LogBuffer's caps. WAL
+// drain state (with its reason); worker log lines within the LogBuffer's caps. WAL
 // with synchronous=FULL: a write has reached the disk when save_job returns,
 // so an acknowledged job survives a crash. open() runs PRAGMA
 // integrity_check and refuses a damaged file (kFailedPrecondition, with what to do),
@@ -37,13 +37,15 @@ class StateDb {
   Status remove_job(const std::string& id);
   Status remove_node(const std::string& name);
   Result<std::vector<Job>> load_jobs();
-  // Name, address, GPUs, and whether it is drained or has left.
+  // Name, address, GPUs, whether it is drained (and why, when the
+  // coordinator drained it) or has left.
   Status save_node(const Node& node);
   struct NodeRow {
     std::string name;
     std::string address;
     std::vector<protocol::GpuDesc> gpus;
     bool drained = false;
+    std::string drain_reason;
     bool left = false;
   };
   Result<std::vector<NodeRow>> load_nodes();

@@ -75,6 +75,9 @@ struct JobInfo {
   int max_restarts = 0;
   int restarts_used = 0;
   std::string output_dir;
+  // Who submitted it: the client key's name= in the coordinator's
+  // authorized_clients, else the key's first characters; "" without CURVE.
+  std::string owner;
   int64_t submitted_ms = 0;
   int64_t ended_ms = 0;
   std::string message;  // why it is queued, or how it ended

@@ -30,7 +30,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainingProgress, step, total_st
                                                 tokens_per_s, eta_s, age_ms)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JobInfo, id, name, kind, state, priority, nodes_min,
                                                 nodes_max, gpus_per_node, max_restarts,
-                                                restarts_used, output_dir, submitted_ms, ended_ms,
+                                                restarts_used, output_dir, owner, submitted_ms, ended_ms,
                                                 message, has_root_cause, root_cause, attempts,
                                                 events, elapsed_ms, gpu_hours, has_progress,
                                                 progress)

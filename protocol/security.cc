@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -104,6 +107,30 @@ Status refuse_overwrite(const fs::path& d, std::initializer_list<const char*> na
   return Status::ok();
 }
 
+// The words after a client key: name=NAME, max_gpus=N, max_queued=N.
+Status parse_client_settings(const std::string& where, std::istringstream& words, ClientKeySettings* out) {
+  for (std::string word; words >> word;) {
+    if (word[0] == '#') break;  // the rest of the line is a comment
+    auto eq = word.find('=');
+    std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
+    if (eq != std::string::npos && (key == "max_gpus" || key == "max_queued")) {
+      auto limit = parse_client_limit(key, value);
+      if (!limit) return invalid_argument(where + ": " + limit.status().message());
+      (key == "max_gpus" ? out->max_gpus : out->max_queued) = *limit;
+    } else if (eq != std::string::npos && key == "name") {
+      if (!is_owner_name(value)) {
+        return invalid_argument(where + ": name must be 1 to 64 letters, digits, '.', '_' or '-', not '" +
+                                value.substr(0, 64) + "'");
+      }
+      out->name = value;
+    } else {
+      return invalid_argument(where + ": unknown setting '" + word.substr(0, 64) +
+                              "' after a client key (name=NAME, max_gpus=N, max_queued=N)");
+    }
+  }
+  return Status::ok();
+}
+
 Status read_list(const fs::path& path, Role role, Security* security) {
   std::map<std::string, Role>* out = &security->authorized_keys;
   std::ifstream in(path);
@@ -123,10 +150,17 @@ Status read_list(const fs::path& path, Role role, Security* security) {
       return invalid_argument(path.string() + ":" + std::to_string(number) +
                               ": this key is listed as an agent and as a client; give it one role");
     }
+    std::string where = path.string() + ":" + std::to_string(number);
+    if (role == Role::kClient) {
+      ClientKeySettings settings;
+      COHORT_RETURN_IF_ERROR(parse_client_settings(where, words, &settings));
+      if (!settings.name.empty() || settings.max_gpus || settings.max_queued) security->client_keys[key] = settings;
+      continue;
+    }
     std::string restriction;
-    if (role == Role::kAgent && (words >> restriction)) {
+    if (words >> restriction) {
       if (restriction.rfind("nodes=", 0) != 0 || restriction.size() == 6) {
-        return invalid_argument(path.string() + ":" + std::to_string(number) + ": expected nodes=NAME[,NAME...] after the key, got '" +
+        return invalid_argument(where + ": expected nodes=NAME[,NAME...] after the key, got '" +
                                 restriction.substr(0, 64) + "'");
       }
       auto& names = security->agent_node_names[key];
@@ -139,7 +173,34 @@ Status read_list(const fs::path& path, Role role, Security* security) {
   return Status::ok();
 }
 
+// The words written after a client key for `settings` ("" for none).
+std::string client_key_words(const ClientKeySettings& settings) {
+  std::string words;
+  auto limit = [](int n) { return n == ClientKeySettings::kNoLimit ? std::string("unlimited") : std::to_string(n); };
+  if (!settings.name.empty()) words += " name=" + settings.name;
+  if (settings.max_gpus) words += " max_gpus=" + limit(*settings.max_gpus);
+  if (settings.max_queued) words += " max_queued=" + limit(*settings.max_queued);
+  return words;
+}
+
 }  // namespace
+
+Result<int> parse_client_limit(const std::string& what, const std::string& text) {
+  if (text == "unlimited") return ClientKeySettings::kNoLimit;
+  int n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || n < 0 || n > 1000000) {
+    return invalid_argument(what + " must be a number from 0 to 1000000 or 'unlimited', not '" + text.substr(0, 64) +
+                            "'");
+  }
+  return n;
+}
+
+bool is_owner_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+         });
+}
 
 Status write_coordinator_keys(const std::string& dir) {
   COHORT_RETURN_IF_ERROR(make_key_folder(dir));
@@ -160,10 +221,19 @@ Status write_coordinator_keys(const std::string& dir) {
 }
 
 Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir,
-                       const std::vector<std::string>& nodes) {
+                       const std::vector<std::string>& nodes, const ClientKeySettings& client) {
   if (role == Role::kTrusted) return invalid_argument("a key's role is agent or client");
   if (!nodes.empty() && (role != Role::kAgent || authorize_dir.empty())) {
     return invalid_argument("--nodes restricts an agent key: it goes with --role agent --authorize COORD");
+  }
+  const std::string words = client_key_words(client);
+  if (!words.empty() && (role != Role::kClient || authorize_dir.empty())) {
+    return invalid_argument("--name, --max-gpus and --max-queued describe a client key: they go with --role client "
+                            "--authorize COORD");
+  }
+  if (!client.name.empty() && !is_owner_name(client.name)) {
+    return invalid_argument("--name must be 1 to 64 letters, digits, '.', '_' or '-', not '" +
+                            client.name.substr(0, 64) + "'");
   }
   for (const auto& n : nodes) {
     if (n.empty() || n.find_first_of(", \t\n") != std::string::npos) {
@@ -185,7 +255,7 @@ Status write_peer_keys(const std::string& dir, Role role, const std::string& aut
   COHORT_RETURN_IF_ERROR(write_file(d / "server.public", server_public, false));
   fs::path list = fs::path(authorize_dir) / list_name(role);
   std::ofstream out(list, std::ios::app);
-  out << pair.public_key;
+  out << pair.public_key << words;
   for (size_t i = 0; i < nodes.size(); ++i) out << (i == 0 ? " nodes=" : ",") << nodes[i];
   out << "\n";
   out.close();

@@ -17,6 +17,10 @@
 //     the key's line in authorized_agents says "KEY nodes=a,b": it may
 //     register only those node names.
 //
+//   A client key's line may carry its owner's name and limits:
+//     "KEY name=alice max_gpus=16 max_queued=50" (a number, or "unlimited"
+//     to lift the coordinator's default for this key); see ClientKeySettings.
+//
 // An agent key is bound to each node name it registers (first use binds, in
 // the coordinator's state; `cohort nodes rm` unbinds): another key cannot
 // take that name, even after the node is lost.
@@ -26,6 +30,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +49,19 @@ const char* to_string(Role role);  // "trusted", "agent", "client"
 // "agent" or "client"; an error naming both otherwise.
 Result<Role> parse_role(const std::string& text);
 
+// What authorized_clients says after a client key. Limits count per key
+// (Slurm's association limits); a limit left out here is the coordinator's
+// default for every key (`cohort coordinator --max-gpus-per-key`,
+// `--max-queued-per-key`).
+struct ClientKeySettings {
+  std::string name;  // shown as the owner of the key's jobs; "": the key's first characters
+  // GPUs the key's running jobs may hold at once; kNoLimit: none; nullopt: the default.
+  std::optional<int> max_gpus;
+  // Jobs of the key that may wait in the queue at once; the same.
+  std::optional<int> max_queued;
+  static constexpr int kNoLimit = -1;
+};
+
 // What a socket needs to speak CURVE; `enabled == false` means plain TCP.
 struct Security {
   bool enabled = false;
@@ -53,6 +71,9 @@ struct Security {
   // Servers only: agent keys restricted to node names (nodes=a,b in
   // authorized_agents); a key not listed here may register any free name.
   std::map<std::string, std::vector<std::string>> agent_node_names;
+  // Servers only: client keys whose line in authorized_clients names an
+  // owner or sets limits.
+  std::map<std::string, ClientKeySettings> client_keys;
 };
 
 Result<KeyPair> generate_key_pair();
@@ -63,9 +84,16 @@ Status write_coordinator_keys(const std::string& dir);
 // coordinator's folder): copies its server.public and appends the new public
 // key to its authorized_agents or authorized_clients.
 // `nodes` (agents only, with authorize_dir): the only node names the key may
-// register.
+// register. `client` (clients only, with authorize_dir): the owner's name
+// and limits written after the key.
 Status write_peer_keys(const std::string& dir, Role role, const std::string& authorize_dir = "",
-                       const std::vector<std::string>& nodes = {});
+                       const std::vector<std::string>& nodes = {}, const ClientKeySettings& client = {});
+
+// A limit after a client key: "0" to "1000000", or "unlimited"
+// (ClientKeySettings::kNoLimit). The error names `what` and the value.
+Result<int> parse_client_limit(const std::string& what, const std::string& text);
+// An owner's name: 1 to 64 letters, digits, '.', '_' or '-'.
+bool is_owner_name(const std::string& name);
 
 // The coordinator's view of its folder (server pair + both lists).
 Result<Security> load_server_security(const std::string& dir);

@@ -96,8 +96,8 @@ TEST_F(DashboardTest, GpuReportsShowOnTheClusterPageOnlyFromTheRegisteredConnect
   FakeAgent a(endpoint_, "node-a", 2);
   ASSERT_TRUE(wait_until([&] { return node("node-a").has_value(); }));
   FakeAgent impostor(endpoint_, "node-a", 2, /*do_register=*/false);
-  impostor.send(protocol::GpuReport{"node-a", {{0, 0.99, 1}}});
-  a.send(protocol::GpuReport{"node-a", {{0, 0.5, 3ull << 30}, {1, 0.25, 0}, {7, 1.0, 0}}});
+  impostor.send(protocol::GpuReport{"node-a", {{0, 0.99, 1, ""}}});
+  a.send(protocol::GpuReport{"node-a", {{0, 0.5, 3ull << 30, ""}, {1, 0.25, 0, ""}, {7, 1.0, 0, ""}}});
   ASSERT_TRUE(wait_until([&] { auto n = node("node-a"); return n && n->gpu_samples.size() == 2; }));
   EXPECT_DOUBLE_EQ(node("node-a")->gpu_samples[0].utilization, 0.5);
   std::string page = http_call(coordinator_->http_port(), http::verb::get, "/").body;

@@ -83,7 +83,7 @@ TEST(PrometheusText, ExportsPerJobSeriesWithJobAndNodeLabels) {
   node.name = "node-a";
   node.state = "alive";
   node.gpus = {{2, "GPU-2", "", "H200", 1ull << 37}, {3, "GPU-3", "", "H200", 1ull << 37}};
-  node.gpu_samples = {{2, 0.75, 1ull << 30}};
+  node.gpu_samples = {{2, 0.75, 1ull << 30, ""}};
   std::string text = prometheus_text({view_of(job)}, {node}, 60000);
   for (const char* want : {
            "cohort_job_info{job=\"job-7\",name=\"tiny \\\"quoted\\\"\",kind=\"train\"} 1",

@@ -20,6 +20,7 @@
 #include "protocol/client.h"
 #include "protocol/codec.h"
 #include "protocol/job_control.h"
+#include "protocol/security.h"
 #include "tests/jobs/job_files.h"
 
 namespace cohort::coordinator::testing {
@@ -28,9 +29,17 @@ using namespace std::chrono_literals;
 
 class FakeAgent {
  public:
-  FakeAgent(const std::string& endpoint, std::string name, int gpus, bool do_register = true)
+  // `security`: an agent key's view (protocol::load_client_security) for a
+  // coordinator with CURVE; disabled: plain TCP.
+  FakeAgent(const std::string& endpoint, std::string name, int gpus, bool do_register = true,
+            const protocol::Security& security = {})
       : name_(std::move(name)), socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    if (security.enabled) {
+      socket_.set(zmq::sockopt::curve_serverkey, security.server_public_key);
+      socket_.set(zmq::sockopt::curve_publickey, security.own.public_key);
+      socket_.set(zmq::sockopt::curve_secretkey, security.own.secret_key);
+    }
     socket_.connect(endpoint);
     for (int i = 0; i < gpus; ++i) gpus_.push_back({i, name_ + "-gpu" + std::to_string(i), "", "fake", 0});
     if (do_register) register_node();

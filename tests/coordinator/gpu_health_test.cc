@@ -1,7 +1,9 @@
 // GPU health: an agent reporting an unhealthy GPU (its prober found an Xid
 // error, ECC errors, or no answer) gets its node drained with the reason;
 // the jobs there restart elsewhere without restart budget; `cohort nodes`
-// says why; `cohort undrain` clears it.
+// says why, also after a coordinator restart; `cohort undrain` clears it.
+#include <filesystem>
+
 #include "fake_agent.h"
 
 namespace cohort::coordinator::testing {
@@ -42,6 +44,32 @@ TEST_F(CoordinatorTest, AnUnhealthyGpuDrainsItsNodeWithTheReasonAndItsJobMovesWi
   auto l2 = a.next_as<LaunchOrder>();
   ASSERT_TRUE(l2);
   EXPECT_EQ(l2->job_id, next);
+}
+
+TEST_F(CoordinatorTest, TheReasonOfAHealthDrainSurvivesACoordinatorRestart) {
+  char templ[] = "/tmp/cohort-state-XXXXXX";
+  std::string dir = ::mkdtemp(templ);
+  const std::string reason = "unhealthy GPU: GPU 0: 2 uncorrected ECC error(s) since the agent started";
+  start(dir);
+  {
+    FakeAgent a(endpoint_, "node-a", 1);
+    a.send(protocol::GpuReport{"node-a", {{0, 0, 0, "2 uncorrected ECC error(s) since the agent started"}}});
+    ASSERT_TRUE(wait_until([&] { return node("node-a")->drain_reason == reason; }));
+  }
+  stop();
+  start(dir);
+  EXPECT_EQ(node("node-a")->drain_reason, reason);  // lost until it registers, and still says why
+  {
+    FakeAgent a(endpoint_, "node-a", 1);
+    EXPECT_EQ(node("node-a")->state, "drained");
+    EXPECT_EQ(node("node-a")->drain_reason, reason);
+    ASSERT_TRUE(client_->request<protocol::Ack>(protocol::UndrainNode{"node-a"}, 5s));
+  }
+  // Undrained, the reason is gone for good: not back after another restart.
+  stop();
+  start(dir);
+  EXPECT_EQ(node("node-a")->drain_reason, "");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

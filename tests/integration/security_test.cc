@@ -1,11 +1,12 @@
 // The security rule with real processes: off loopback the coordinator needs
 // CURVE keys (or an explicit --insecure); with keys, only agents and clients
-// holding an authorized key get in.
+// holding an authorized key get in, each client key under its limits.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -109,6 +110,75 @@ TEST(Security, WithKeysOnlyAuthorizedAgentsAndClientsGetIn) {
   EXPECT_TRUE(coordinator->running());
   EXPECT_NE(coordinator->output().find("not authorized"), std::string::npos) << coordinator->output();
   EXPECT_NE(impostor->output().find("needs an agent key"), std::string::npos) << impostor->output();
+}
+
+TEST(Security, EachClientKeyIsHeldToItsLimitsAndOwnsItsJobs) {
+  Cluster c;
+  std::string keys = c.dir() + "/keys", node = c.dir() + "/node", alice = c.dir() + "/alice";
+  std::string bob = c.dir() + "/bob";
+  ASSERT_EQ(run_cohort({"keygen", keys}).exit_code, 0);
+  ASSERT_EQ(run_cohort({"keygen", node, "--role", "agent", "--authorize", keys}).exit_code, 0);
+  // The operator names alice's key and gives it its own limits; bob's key
+  // has the coordinator's defaults.
+  auto made = run_cohort({"keygen", alice, "--role", "client", "--authorize", keys, "--name", "alice", "--max-gpus",
+                          "1", "--max-queued", "1"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(run_cohort({"keygen", bob, "--role", "client", "--authorize", keys}).exit_code, 0);
+  EXPECT_NE(read_file(keys + "/authorized_clients").find(" name=alice max_gpus=1 max_queued=1\n"), std::string::npos);
+  auto misplaced = run_cohort({"keygen", c.dir() + "/x", "--role", "agent", "--authorize", keys, "--max-gpus", "2"});
+  EXPECT_EQ(misplaced.exit_code, 2);
+  EXPECT_NE(misplaced.err.find("describe a client key"), std::string::npos) << misplaced.err;
+  auto bad = run_cohort({"keygen", c.dir() + "/y", "--role", "client", "--authorize", keys, "--max-queued", "many"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--max-queued must be a number from 0 to 1000000 or 'unlimited', not 'many'"),
+            std::string::npos)
+      << bad.err;
+  std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  auto coordinator = Process::start({cohort_binary(), "coordinator", "--listen", endpoint, "--keys", keys,
+                                     "--max-queued-per-key", "5"},
+                                    c.dir() + "/coordinator.log");
+  auto agent = Process::start({cohort_binary(), "agent", "--coordinator", endpoint, "--keys", node, "--name",
+                               "node-a", "--fake-gpus", "2"},
+                              c.dir() + "/agent.log");
+  auto cohort = [&](std::vector<std::string> args, const std::string& key_dir) {
+    args.insert(args.end(), {"--coordinator", endpoint, "--keys", key_dir});
+    return run_cohort(args, 30s);
+  };
+  auto job_file = [&](const std::string& name) {
+    return c.write_job(name, "[job]\nname = \"" + name + "\"\nkind = \"command\"\noutput_dir = \"" + c.dir() +
+                                 "/" + name + "\"\n[command]\nargv = [\"sleep\", \"60\"]\n");
+  };
+  ASSERT_TRUE(wait_until([&] { return cohort({"nodes"}, alice).out.find("alive") != std::string::npos; }, 20s))
+      << agent->output();
+  auto first = cohort({"submit", job_file("a1")}, alice);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::string running = first.out.substr(0, first.out.find('\n'));
+  ASSERT_TRUE(wait_until([&] { return cohort({"status", running}, alice).out.find(": running") != std::string::npos; },
+                         20s));
+  // alice holds her one GPU: her second job waits, though a GPU is free.
+  auto second = cohort({"submit", job_file("a2")}, alice);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  std::string waiting = second.out.substr(0, second.out.find('\n'));
+  EXPECT_TRUE(wait_until([&] { return cohort({"status", waiting}, alice).out.find("GPU limit") != std::string::npos; },
+                         20s));
+  // Her queue is full (max_queued=1): refused, naming the key and the limit.
+  auto third = cohort({"submit", job_file("a3")}, alice);
+  EXPECT_NE(third.exit_code, 0);
+  EXPECT_NE(third.err.find("client key alice has 1 job(s) waiting in the queue; its limit is 1"), std::string::npos)
+      << third.err;
+  // bob's job takes the free GPU; the job list says whose each job is.
+  auto bobs = cohort({"submit", job_file("b1")}, bob);
+  ASSERT_EQ(bobs.exit_code, 0) << bobs.err;
+  std::string bob_job = bobs.out.substr(0, bobs.out.find('\n'));
+  EXPECT_TRUE(wait_until([&] { return cohort({"status", bob_job}, bob).out.find(": running") != std::string::npos; },
+                         20s));
+  auto table = cohort({"jobs"}, bob);
+  EXPECT_NE(table.out.find("OWNER"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" alice "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" " + read_file(bob + "/client.public").substr(0, 12) + " "), std::string::npos)
+      << table.out;
+  EXPECT_EQ(cohort({"cancel", running, waiting, bob_job}, alice).exit_code, 0);
+  EXPECT_TRUE(coordinator->running());
 }
 
 }  // namespace
