@@ -161,8 +161,8 @@ class CoordinatorImpl final : public Coordinator {
   KeyLimits limits_of(const std::string& key) const;
   KeyUsage usage_of(const std::string& key) const;
   // False while the job's key may not take even job.nodes' MIN nodes more
-  // (the job's message and an event say so); else caps request->nodes_max
-  // to what the key may take.
+  // (the job's message and an event say so; placement_timeout starts again
+  // from then); else caps request->nodes_max to what the key may take.
   bool within_key_limit(Job& job, PlacementRequest* request);
 
   // ---- job_lifecycle.cc ----

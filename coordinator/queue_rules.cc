@@ -126,7 +126,9 @@ bool CoordinatorImpl::within_key_limit(Job& job, PlacementRequest* request) {
     request->nodes_max = std::min(request->nodes_max, nodes);
     return true;
   }
-  // It holds back nobody: another key's job behind it is not its owner's limit.
+  // It holds back nobody: another key's job behind it is not its owner's
+  // limit. Its placement_timeout counts from when the limit lets it go.
+  job.queued_since = clock_.now();
   std::string why = key_limit_wait(job.owner, limits, usage, request->nodes_min * request->gpus_per_node);
   bool newly = job.message.rfind(kKeyLimitWait, 0) != 0;
   job.message = why;

@@ -223,5 +223,31 @@ TEST_F(CoordinatorTest, WithoutKeysTheDefaultLimitsHoldForTheLocalUser) {
   EXPECT_EQ(next->job_id, second);
 }
 
+TEST_F(CoordinatorTest, WaitingForItsKeysLimitIsNotAPlacementTimeout) {
+  configure_ = [](CoordinatorOptions& o) { o.max_gpus_per_key = 1; };
+  start();
+  FakeAgent a(endpoint_, "node-a", 1);
+  std::string first = submit(command_job("first", 1, 1));
+  auto la = a.next_as<LaunchOrder>();
+  ASSERT_TRUE(la);
+  auto spec = command_job("patient", 1, 1);
+  spec.job.placement_timeout_s = 1;
+  std::string second = submit(spec);
+  ASSERT_TRUE(wait_until([&] { return contains(job(second).message, "GPU limit"); }));
+  clock_.advance(2s);  // past its placement_timeout, all of it spent on the limit
+  beat(a, {{first, 0, 0, 4242}});
+  std::this_thread::sleep_for(200ms);  // ticks (every 5 ms) find it still held by the limit
+  // The limit lets it go when `first` ends, but the node is drained by then:
+  // now it waits for capacity, with its whole placement_timeout ahead.
+  ASSERT_TRUE(client_->request<protocol::Ack>(protocol::DrainNode{"node-a", false}, 5s));
+  a.exit_all(*la, 0);
+  ASSERT_TRUE(wait_until([&] { return contains(job(second).message, "waiting for nodes"); }));
+  EXPECT_EQ(job(second).state, "queued") << job(second).message;
+  ASSERT_TRUE(client_->request<protocol::Ack>(protocol::UndrainNode{"node-a"}, 5s));
+  auto next = a.next_as<LaunchOrder>();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->job_id, second);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator::testing
