@@ -64,7 +64,7 @@ struct Fakes {
 
   Fakes() {
     coord::JobView running;
-    running.info = {"job-1", "llama <script>", "train", "running", 0, 2, 2, 2, 1, 0, "/out/j1", kNowMs - 90'000};
+    running.info = {"job-1", "llama <script>", "train", "running", 0, 2, 2, 2, 1, 0, "/out/j1", "", kNowMs - 90'000};
     running.info.attempts = {attempt(0, "running", false)};
     running.info.events = {{kNowMs - 90'000, "submitted"}, {kNowMs - 80'000, "attempt 0 started"}};
     running.attempt = 0;
@@ -73,7 +73,7 @@ struct Fakes {
     running.total_steps = 1000;
     running.training = &train;
     coord::JobView failed;
-    failed.info = {"job-2", "cmd", "command", "failed", 5, 1, 2, 1, 1, 1, "/out/j2", kNowMs - 300'000, kNowMs - 200'000,
+    failed.info = {"job-2", "cmd", "command", "failed", 5, 1, 2, 1, 1, 1, "/out/j2", "alice", kNowMs - 300'000, kNowMs - 200'000,
                    "rank 2 exited with code 3"};
     failed.info.has_root_cause = true;
     failed.info.root_cause = attempt(1, "failed", true).root_cause;
@@ -81,7 +81,7 @@ struct Fakes {
     failed.attempt = 1;
     failed.training = &none;
     coord::JobView queued;
-    queued.info = {"job-3", "waiting", "infer", "queued", 0, 1, 1, 8, 0, 0, "/out/j3", kNowMs - 1000};
+    queued.info = {"job-3", "waiting", "infer", "queued", 0, 1, 1, 8, 0, 0, "/out/j3", "", kNowMs - 1000};
     queued.info.message = "needs 8 GPUs on a node; the largest free has 2";
     queued.training = &none;
     jobs = {running, failed, queued};

@@ -102,7 +102,9 @@ TEST(InferOutput, StreamsHoldBackPartialCharactersAndStopPrefixes) {
     out.add(static_cast<uint8_t>(text[i]));
     const std::string piece = out.take_text(false);
     streamed += piece;
-    if (i == 1) EXPECT_EQ(streamed, "") << "half of a character or a stop prefix was sent";
+    if (i == 1) {
+      EXPECT_EQ(streamed, "") << "half of a character or a stop prefix was sent";
+    }
   }
   // "STO" could still become "STOP": three bytes stay back.
   EXPECT_EQ(streamed, "h\xc3\xa9llo ");
