@@ -23,6 +23,7 @@
 
 #include "agent/launch_env.h"
 #include "agent/process_launcher.h"
+#include "tests/proc_stat.h"
 
 namespace cohort::agent {
 namespace {
@@ -39,9 +40,8 @@ std::string slurp(const std::string& path) {
 bool dead(pid_t pid) {
   waitpid(pid, nullptr, WNOHANG);  // ours when reparented to this subreaper
   if (kill(pid, 0) != 0) return true;
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  return paren == std::string::npos || stat.size() < paren + 3 || stat[paren + 2] == 'Z';
+  char state = cohort::testing::process_state(pid);
+  return state == '\0' || state == 'Z';
 }
 
 bool wait_dead(pid_t pid, std::chrono::milliseconds timeout) {
@@ -52,14 +52,12 @@ bool wait_dead(pid_t pid, std::chrono::milliseconds timeout) {
 }
 
 pid_t parent_of(pid_t pid) {
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  return paren == std::string::npos ? 0 : std::atoi(stat.c_str() + paren + 4);  // ") S PPID"
+  return cohort::testing::parent_pid(pid);
 }
 
 // "0::/path" of a process.
 std::string cgroup_of(pid_t pid) {
-  std::string text = slurp("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string text = cohort::testing::read_proc_file("/proc/" + std::to_string(pid) + "/cgroup");
   auto at = text.find("0::");
   return at == std::string::npos ? "" : text.substr(at + 3, text.find('\n', at) - at - 3);
 }

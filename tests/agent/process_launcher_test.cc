@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/launch_env.h"
+#include "tests/proc_stat.h"
 
 namespace cohort::agent {
 namespace {
@@ -65,11 +66,8 @@ std::vector<std::string> sh(const std::string& script) {
 bool is_dead(pid_t pid) {
   waitpid(pid, nullptr, WNOHANG);  // reap it if it became ours (we are a subreaper)
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  size_t paren = text.rfind(')');
-  return paren == std::string::npos || text.size() < paren + 3 || text[paren + 2] == 'Z' ||
-         text[paren + 2] == 'X';
+  char state = cohort::testing::process_state(pid);
+  return state == '\0' || state == 'Z' || state == 'X';
 }
 
 bool wait_dead(pid_t pid, std::chrono::milliseconds timeout) {

@@ -16,6 +16,7 @@
 
 #include "agent/cgroup_containment.h"
 #include "cluster_harness.h"
+#include "tests/proc_stat.h"
 
 namespace cohort::testing {
 namespace {
@@ -25,17 +26,12 @@ namespace fs = std::filesystem;
 
 bool alive(pid_t pid) {
   if (::kill(pid, 0) != 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  size_t paren = text.rfind(')');
-  return paren != std::string::npos && text.size() > paren + 2 && text[paren + 2] != 'Z';
+  char state = process_state(pid);
+  return state != '\0' && state != 'Z';
 }
 
 pid_t parent_of(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  size_t paren = text.rfind(')');
-  return paren == std::string::npos ? 0 : std::atoi(text.c_str() + paren + 4);
+  return parent_pid(pid);
 }
 
 pid_t read_pid(const std::string& path, int line = 0) {
