@@ -37,7 +37,7 @@ std::optional<models::ModelConfig> probe_folder(const jobs::ModelSection& m, std
 
 }  // namespace
 
-std::vector<ModelProblem> probe_model(const jobs::LoadResult& result) {
+std::vector<ModelProblem> probe_model(const jobs::LoadResult& result, std::optional<models::ModelConfig>* probed) {
   std::vector<ModelProblem> problems;
   const jobs::JobSpec& spec = result.spec;
   if (spec.job.kind == jobs::JobKind::kCommand) return problems;
@@ -52,6 +52,7 @@ std::vector<ModelProblem> probe_model(const jobs::LoadResult& result) {
     problems.push_back({"train.seq_len", "train.seq_len: " + std::to_string(spec.train.seq_len) +
                                              " is beyond the model's max_seq " + std::to_string(config->max_seq) +
                                              " (raise [model] max_seq, up to max_position_embeddings)"});
+  if (probed) *probed = config;
   return problems;
 }
 

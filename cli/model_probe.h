@@ -4,10 +4,12 @@
 // submit` as warnings (the folder may be one only the nodes see).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "jobs/load.h"
+#include "models/config.h"
 
 namespace cohort::cli {
 
@@ -19,6 +21,8 @@ struct ModelProblem {
 // A folder that is no model folder, a config past its limits, a
 // train.seq_len beyond the model's max_seq, a tokenizer with more tokens
 // than the model's vocabulary. Empty for command jobs and sound models.
-std::vector<ModelProblem> probe_model(const jobs::LoadResult& result);
+// `config`, when given, receives the model's config where it could be read.
+std::vector<ModelProblem> probe_model(const jobs::LoadResult& result,
+                                      std::optional<models::ModelConfig>* config = nullptr);
 
 }  // namespace cohort::cli

@@ -4,8 +4,11 @@
 // job and its rank plan. With --json, one
 // document: {"file", "valid", "errors": [{"source", "line", "column",
 // "message"}], "warnings", and when valid "resolved_toml", "data",
-// "nodes", "world_size", "tensor_parallel", "rank_plan", "global_batch"}.
+// "nodes", "world_size", "tensor_parallel", "rank_plan", "global_batch", and
+// with [lora] "lora": the adapters' plan}.
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
@@ -14,6 +17,7 @@
 #include "jobs/load.h"
 #include "jobs/rank_plan.h"
 #include "jobs/schema.h"
+#include "models/lora_config.h"
 
 namespace cohort::cli {
 namespace {
@@ -63,6 +67,47 @@ DataProbe probe_train_data(const jobs::LoadResult& result) {
     }
   }
   return probe;
+}
+
+// [lora] as the worker will run it: the adapters' shape and scale, and
+// what they train against the whole model (when its config could be read).
+struct LoraPlan {
+  std::vector<std::string> lines;
+  nlohmann::json json;  // null without [lora]
+  std::string error;
+};
+
+LoraPlan plan_lora(const jobs::JobSpec& spec, const std::optional<models::ModelConfig>& model) {
+  const auto& l = spec.lora;
+  LoraPlan plan;
+  if (!l.adapter.empty()) {
+    plan.lines.push_back("starts from the PEFT adapter folder " + l.adapter +
+                         " (its adapter_config.json sets rank, alpha, use_rslora and target modules), dropout " +
+                         fmt::format("{:g}", l.dropout) + ", frozen base " + l.base_dtype);
+    plan.json = {{"adapter", l.adapter}, {"dropout", l.dropout}, {"base_dtype", l.base_dtype}};
+    return plan;
+  }
+  auto config = models::make_lora_config(l.rank, l.alpha, l.dropout, l.target_modules, l.use_rslora, l.init,
+                                         l.base_dtype);
+  if (!config) {
+    plan.error = config.status().message();
+    return plan;
+  }
+  plan.lines.push_back(models::describe(*config));
+  nlohmann::json targets = nlohmann::json::array();
+  for (auto t : config->targets) targets.push_back(models::peft_module_name(t));
+  plan.json = {{"rank", config->rank}, {"alpha", config->alpha}, {"scale", config->scale()},
+               {"dropout", config->dropout}, {"target_modules", targets}, {"use_rslora", config->use_rslora},
+               {"init", models::to_string(config->init)}, {"base_dtype", l.base_dtype}};
+  if (model) {
+    const int64_t trained = models::lora_parameter_count(*model, *config), total = model->num_parameters();
+    plan.lines.push_back(fmt::format("{} trainable parameters in {} layers ({:.3g}% of the model's {}); the base "
+                                     "has no gradients, optimizer moments or master copy",
+                                     trained, model->layers, 100.0 * double(trained) / double(total), total));
+    plan.json["trainable_parameters"] = trained;
+    plan.json["model_parameters"] = total;
+  }
+  return plan;
 }
 
 // An invalid file: the errors as text on stderr (already printed) or as the
@@ -141,7 +186,11 @@ int run_validate(const ValidateArgs& args) {
   }
   DataProbe probe;
   if (spec.job.kind == jobs::JobKind::kTrain) probe = probe_train_data(result);
-  for (const ModelProblem& p : probe_model(result)) add_error(probe, result, p.key, p.message);
+  std::optional<models::ModelConfig> model_config;
+  for (const ModelProblem& p : probe_model(result, &model_config)) add_error(probe, result, p.key, p.message);
+  const LoraPlan lora = spec.job.kind == jobs::JobKind::kTrain && spec.has_lora ? plan_lora(spec, model_config)
+                                                                                : LoraPlan{};
+  if (!lora.error.empty()) add_error(probe, result, "lora", lora.error);
   if (!probe.errors.empty()) {
     std::fprintf(stderr, "%s", probe.error_text.c_str());
     return invalid(args, probe.errors, warnings);
@@ -166,6 +215,7 @@ int run_validate(const ValidateArgs& args) {
                              {"data_parallel", spec.data_parallel(nodes)},
                              {"accumulation", spec.accumulation_steps(nodes)}};
     }
+    if (!lora.json.is_null()) doc["lora"] = lora.json;
     print_json(doc);
     return kExitOk;
   }
@@ -183,6 +233,7 @@ int run_validate(const ValidateArgs& args) {
                 spec.effective_global_batch(nodes), spec.train.micro_batch, spec.data_parallel(nodes),
                 spec.accumulation_steps(nodes));
   }
+  for (const auto& line : lora.lines) std::printf("lora: %s\n", line.c_str());
   return kExitOk;
 }
 

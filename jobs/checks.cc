@@ -1,6 +1,7 @@
 // Rules that span fields: what a kind requires, how the world size splits
 // into data- and tensor-parallel degrees, and how batches divide. Run after
 // every key was read, so one pass reports all of them.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "base/host_address.h"
 #include "hf/hub_cache.h"
 #include "jobs/load_context.h"
+#include "jobs/schema.h"
 
 namespace cohort::jobs {
 namespace {
@@ -212,6 +214,58 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
                                               std::to_string(s.context) + "; raise it or lower serve.context");
 }
 
+// PEFT's module names of the projections an adapter may sit on, in block
+// order (models/lora_config.h has the same list; jobs/ does not link models/,
+// and tests/jobs/lora_section_test.cc checks that the two agree).
+const char* const kLoraModules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+void check_lora_targets(const LoraSection& lora, LoadContext& ctx) {
+  const std::string key = "lora.target_modules";
+  if (lora.target_modules.empty()) return ctx.error_at(key, key + ": name at least one module, or \"all-linear\"");
+  std::string known;
+  for (const char* m : kLoraModules) known += std::string(known.empty() ? "" : ", ") + m;
+  std::vector<std::string> seen;
+  for (size_t i = 0; i < lora.target_modules.size(); ++i) {
+    const std::string& name = lora.target_modules[i];
+    const std::string at = key + "[" + std::to_string(i) + "]";
+    const std::string where = ctx.given(at) ? at : key;
+    if (name == "all-linear") {
+      if (lora.target_modules.size() > 1)
+        ctx.error_at(where, at + ": \"all-linear\" already names every projection; give it alone");
+      continue;
+    }
+    if (std::find(std::begin(kLoraModules), std::end(kLoraModules), name) == std::end(kLoraModules)) {
+      std::string near = nearest_name(name, std::vector<std::string>(std::begin(kLoraModules), std::end(kLoraModules)));
+      ctx.error_at(where, at + ": unknown module \"" + name + "\" (one of: " + known + ", or \"all-linear\")" +
+                              (near.empty() ? "" : "; did you mean \"" + near + "\"?"));
+    } else if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      ctx.error_at(where, at + ": \"" + name + "\" is named twice");
+    }
+    seen.push_back(name);
+  }
+}
+
+void check_lora(JobSpec& spec, LoadContext& ctx) {
+  if (!spec.has_lora) return;
+  if (ctx.valid("job.kind") && spec.job.kind != JobKind::kTrain) {
+    ctx.warn("[lora] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) +
+             "\" (adapters are trained by kind = \"train\")");
+    return;
+  }
+  const LoraSection& lora = spec.lora;
+  if (!ctx.given("lora.target_modules") || ctx.valid("lora.target_modules")) check_lora_targets(lora, ctx);
+  if (ctx.valid("lora.base_dtype") && (lora.base_dtype == "fp8" || lora.base_dtype == "nf4"))
+    ctx.error_at("lora.base_dtype", "lora.base_dtype: \"" + lora.base_dtype +
+                                        "\" is not available yet (the quantized base formats are still being built); "
+                                        "use \"bf16\" or \"fp32\"");
+  if (!lora.adapter.empty()) {
+    for (const char* key : {"lora.rank", "lora.alpha", "lora.use_rslora", "lora.target_modules", "lora.init"})
+      if (ctx.given(key))
+        ctx.warn(std::string(key) + " has no effect with lora.adapter: the adapter folder's adapter_config.json " +
+                 "sets the adapters' shape and scale, and they start from its weights");
+  }
+}
+
 void check_dependencies(JobSpec& spec, LoadContext& ctx) {
   if (!ctx.valid("job.depends_on")) return;
   for (size_t i = 0; i < spec.job.depends_on.size(); ++i) {
@@ -255,6 +309,7 @@ void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_train(spec, ctx);
   check_infer(spec, ctx);
   check_serve(spec, ctx);
+  check_lora(spec, ctx);
 }
 
 void resolve_hub_model(JobSpec& spec, LoadContext& ctx, const std::string& base) {
@@ -279,6 +334,7 @@ void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& 
   spec.model.checkpoint = absolute(spec.model.checkpoint, base("model.checkpoint"));
   for (auto& d : spec.train.data) d.path = absolute(d.path, base("train.data"));
   spec.infer.prompts = absolute(spec.infer.prompts, base("infer.prompts"));
+  spec.lora.adapter = absolute(spec.lora.adapter, base("lora.adapter"));
   if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
   // The default sequence length never exceeds what the model supports.
   int max_seq = spec.model.max_seq > 0 ? spec.model.max_seq : preset_max_seq(spec.model.preset);

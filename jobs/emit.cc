@@ -81,6 +81,7 @@ std::string to_toml(const JobSpec& spec) {
   for (const auto& field : schema_fields()) {
     const std::string top = field.section.substr(0, field.section.find('.'));
     if (!section_applies(spec.job.kind, top)) continue;
+    if (top == "lora" && !spec.has_lora) continue;  // an optional section: present only when given
     auto value = field.get(spec);
     if (!value) continue;
     if (field.key.empty()) {

@@ -176,12 +176,15 @@ std::optional<Value> read_value(const FieldDoc& f, const std::string& path, cons
     case FieldType::kBool:
       if (!node.is_boolean()) return wrong("true or false");
       return Value(*node.value<bool>());
+    case FieldType::kNameList:
+      if (node.is_string()) return Value(std::vector<std::string>{*node.value<std::string>()});
+      [[fallthrough]];
     case FieldType::kStringList: {
       const auto* arr = node.as_array();
-      if (!arr) return wrong("an array of strings");
+      if (!arr) return wrong(f.type == FieldType::kNameList ? "a string or an array of strings" : "an array of strings");
       std::vector<std::string> out;
       for (const auto& item : *arr) {
-        if (!item.is_string()) return wrong("an array of strings");
+        if (!item.is_string()) return wrong(f.type == FieldType::kNameList ? "a string or an array of strings" : "an array of strings");
         out.push_back(*item.value<std::string>());
       }
       return Value(out);
@@ -302,7 +305,7 @@ void read_section(JobSpec& spec, const std::string& section, const toml::table& 
       ctx.error_at(at, "unknown key '" + key + "' in [" + section + "]" + hint);
       continue;
     }
-    if (field->type == FieldType::kStringList) {
+    if (field->type == FieldType::kStringList || field->type == FieldType::kNameList) {
       // Each entry's own position: a missing script in argv points at itself.
       KeyOrigin whole = origin_of(node, ctx, overrides);
       if (const auto* array = node.as_array())
@@ -445,6 +448,7 @@ LoadResult load_job_text(const std::string& text, const std::string& source_name
     if (section == "infer") spec.has_infer = true;
     if (section == "serve") spec.has_serve = true;
     if (section == "command") spec.has_command = true;
+    if (section == "lora") spec.has_lora = true;
     read_section(spec, section, *table, ctx, override_nodes);
   }
   check_job_rules(spec, ctx);

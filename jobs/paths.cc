@@ -89,6 +89,8 @@ std::vector<JobPath> job_paths(const LoadResult& result) {
       out.push_back({key, spec.train.data[i].path, at, Use::kInput, ""});
     }
   }
+  if (spec.job.kind == JobKind::kTrain && spec.has_lora && !spec.lora.adapter.empty())
+    out.push_back({"lora.adapter", spec.lora.adapter, origin("lora.adapter"), Use::kInput, ""});
   if (spec.job.kind == JobKind::kInfer && !spec.infer.prompts.empty())
     out.push_back({"infer.prompts", spec.infer.prompts, origin("infer.prompts"), Use::kInput, ""});
   command_paths(result, &out);

@@ -300,6 +300,43 @@ std::vector<FieldDoc> build_schema() {
                     .max = 1024}));
   f.push_back(bind("serve", "cuda_graphs", &J::serve, &ServeSection::cuda_graphs,
                    {.text = "Capture decode steps in CUDA graphs."}));
+  // [lora]
+  f.push_back(bind("lora", "rank", &J::lora, &LoraSection::rank,
+                   {.text = "Rank r of every adapter: A is [r, in], B is [out, r] (PEFT's `r`).", .min = 1,
+                    .max = 4096}));
+  f.push_back(bind("lora", "alpha", &J::lora, &LoraSection::alpha,
+                   {.text = "PEFT's `lora_alpha`: the adapters' delta is scaled by alpha / rank (alpha / sqrt(rank) "
+                            "with use_rslora).",
+                    .min = 0, .max = 1e6, .min_exclusive = true}));
+  f.push_back(bind("lora", "dropout", &J::lora, &LoraSection::dropout,
+                   {.text = "Dropout on the adapters' input during training (the base projection sees the input "
+                            "unchanged); masks follow from train.seed, the step and the micro-step.",
+                    .min = 0, .max = 0.99}));
+  {
+    FieldDoc targets = bind("lora", "target_modules", &J::lora, &LoraSection::target_modules,
+                            {.text = "The projections that get adapters, by PEFT's module names: q_proj, k_proj, "
+                                     "v_proj, o_proj, gate_proj, up_proj, down_proj; or \"all-linear\" for all "
+                                     "seven. Every layer gets the same set.",
+                             .default_text = "[\"q_proj\", \"v_proj\"]"});
+    targets.type = FieldType::kNameList;
+    f.push_back(std::move(targets));
+  }
+  f.push_back(bind("lora", "use_rslora", &J::lora, &LoraSection::use_rslora,
+                   {.text = "Rank-stabilised LoRA: scale by alpha / sqrt(rank) instead of alpha / rank."}));
+  f.push_back(bind("lora", "init", &J::lora, &LoraSection::init,
+                   {.text = "How A starts (B starts at zero, so training starts from the base model): "
+                            "kaiming_uniform is PEFT's default (`init_lora_weights = true`, uniform in ±1/sqrt(in)); "
+                            "gaussian draws A from N(0, 1/rank²).",
+                    .choices = {"kaiming_uniform", "gaussian"}}));
+  f.push_back(bind("lora", "adapter", &J::lora, &LoraSection::adapter,
+                   {.text = "A PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start from; its "
+                            "r, lora_alpha, use_rslora and target_modules then set rank, alpha, use_rslora and "
+                            "target_modules.",
+                    .omit_empty = true}));
+  f.push_back(bind("lora", "base_dtype", &J::lora, &LoraSection::base_dtype,
+                   {.text = "How the frozen base is held: bf16 (weights rounded to bf16 when the model loads), "
+                            "fp32. fp8 and nf4 (QLoRA) are not available yet.",
+                    .choices = {"bf16", "fp32", "fp8", "nf4"}}));
   // [command]
   f.push_back(bind("command", "argv", &J::command, &CommandSection::argv,
                    {.text = "The program and its arguments, run once per rank.", .default_text = "(required)"}));
@@ -319,7 +356,7 @@ const std::vector<FieldDoc>& schema_fields() {
 
 const std::vector<std::string>& schema_sections() {
   static const std::vector<std::string> sections = {"job", "model", "parallel", "train", "infer",
-                                                    "serve", "command"};
+                                                    "serve", "command", "lora"};
   return sections;
 }
 
@@ -332,6 +369,7 @@ const FieldDoc* find_field(const std::string& section, const std::string& key) {
 bool section_applies(JobKind kind, const std::string& section) {
   if (section == "job") return true;
   if (section == "model" || section == "parallel") return kind != JobKind::kCommand;
+  if (section == "lora") return kind == JobKind::kTrain;
   return section == to_string(kind);
 }
 
@@ -343,6 +381,7 @@ const char* type_name(FieldType type) {
     case FieldType::kBool: return "boolean";
     case FieldType::kEnum: return "string";
     case FieldType::kStringList: return "array of strings";
+    case FieldType::kNameList: return "string or array of strings";
     case FieldType::kNodeRange: return "integer or \"MIN:MAX\"";
     case FieldType::kStopList: return "array of integers and strings";
     case FieldType::kStringTable: return "table of strings";

@@ -29,6 +29,7 @@ enum class FieldType {
   kBool,
   kEnum,        // a string from `choices`
   kStringList,  // array of strings
+  kNameList,    // a string, or an array of strings (lora.target_modules: "all-linear" or names)
   kNodeRange,   // integer, or "MIN:MAX"
   kStopList,    // array of token ids and/or strings
   kStringTable, // a table of string values (job.env)

@@ -4,6 +4,8 @@
 
 namespace cohort::jobs {
 
+std::vector<std::string> default_lora_target_modules() { return {"q_proj", "v_proj"}; }
+
 const char* to_string(JobKind kind) {
   switch (kind) {
     case JobKind::kTrain: return "train";

@@ -204,6 +204,27 @@ struct CommandSection {
   std::vector<std::string> argv;
 };
 
+// lora.target_modules' default, {"q_proj", "v_proj"}: a function rather than
+// a braced list, which GCC 12 fails on inside JobSpec's member initializers.
+std::vector<std::string> default_lora_target_modules();
+
+// [lora]: train low-rank adapters on a frozen base (kind = "train"). Names
+// and defaults follow PEFT's LoraConfig; models/lora_config.h holds the
+// checked form the worker runs.
+struct LoraSection {
+  int rank = 8;                  // PEFT's r
+  double alpha = 8.0;            // PEFT's lora_alpha; the delta is scaled by alpha / rank
+  double dropout = 0.0;          // on the adapters' input only
+  // PEFT module names (q_proj k_proj v_proj o_proj gate_proj up_proj
+  // down_proj), or "all-linear": every one of them. PEFT's default for
+  // Llama and Qwen models is q_proj and v_proj.
+  std::vector<std::string> target_modules = default_lora_target_modules();
+  bool use_rslora = false;       // scale by alpha / sqrt(rank)
+  std::string init = "kaiming_uniform";  // kaiming_uniform | gaussian (A; B starts at zero)
+  std::string adapter;           // a PEFT adapter folder to start from
+  std::string base_dtype = "bf16";  // bf16 | fp32 (fp8, nf4: not yet)
+};
+
 struct JobSpec {
   std::string source_path;  // the job file, for messages
   JobSection job;
@@ -213,12 +234,14 @@ struct JobSpec {
   InferSection infer;
   ServeSection serve;
   CommandSection command;
+  LoraSection lora;
 
   bool has_model = false;
   bool has_train = false;
   bool has_infer = false;
   bool has_serve = false;
   bool has_command = false;
+  bool has_lora = false;
 
   // Data-parallel degree at a given number of nodes (ParallelDims); 0 when
   // tensor_parallel does not divide the world.

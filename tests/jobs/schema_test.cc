@@ -28,7 +28,8 @@ FieldValue another_value(const FieldDoc& f, const FieldValue& now) {
       return v + 0.25 <= f.max || f.min == f.max ? v + 0.25 : v / 2;
     }
     case FieldType::kBool: return !std::get<bool>(now);
-    case FieldType::kStringList: return std::vector<std::string>{"a", "b"};
+    case FieldType::kStringList:
+    case FieldType::kNameList: return std::vector<std::string>{"a", "b"};
     case FieldType::kNodeRange: return NodeRange{2, 5};
     case FieldType::kStopList: return std::vector<StopEntry>{int64_t(7), std::string("END")};
     case FieldType::kStringTable: return std::map<std::string, std::string>{{"A", "1"}};
