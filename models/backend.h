@@ -20,6 +20,7 @@
 #include "models/block_engine.h"
 #include "models/ops/adamw.h"
 #include "models/ops/attention.h"
+#include "models/ops/dropout.h"
 #include "models/tensor.h"
 #include "models/tensor_parallel.h"
 #include "models/working_weights.h"
@@ -121,7 +122,9 @@ class Backend {
 
   // Ops (see the matching models/ops/*.h for layouts and numerics; attention
   // scratch is attention_scratch_floats(T, heads) floats, or B * T * heads
-  // where attention_runs_fused).
+  // where attention_runs_fused). A null weight gradient (dw of the linear
+  // and norm backwards) is a frozen weight: only the input gradient is
+  // computed (LoRA's base).
   virtual void embedding_forward(float* out, const int32_t* ids, const float* table, int n, int dim,
                                  int vocab_begin, int rows) = 0;
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int n,
@@ -157,6 +160,10 @@ class Backend {
                                const float* u, size_t n) = 0;
   virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
   virtual void accumulate(float* dst, const float* src, size_t n) = 0;  // dst += src
+  // LoRA's dropout on the adapters' input (ops/dropout.h): a mask drawn from
+  // a counter-based hash, never stored.
+  virtual void dropout_forward(float* out, const float* x, int rows, int cols, const DropoutMask& mask) = 0;
+  virtual void dropout_backward(float* dx, const float* dout, int rows, int cols, const DropoutMask& mask) = 0;
   virtual void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
                                               const int32_t* targets, int n, int vocab_local,
                                               int vocab_begin, float grad_scale,

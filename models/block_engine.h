@@ -9,7 +9,7 @@
 //
 // The model asks for one (Backend::make_block_engine) when nothing it needs
 // is missing: no tensor parallelism (the partial sums between the GEMMs),
-// no attention biases; the backend refuses when its numerics do not fit
+// no attention biases, no LoRA adapters; the backend refuses when its numerics do not fit
 // (fp16 or fp32 GEMMs, the math attention, an unsupported head size). The
 // op-by-op path stays the reference the engine is tested against.
 #pragma once

@@ -97,6 +97,7 @@ Result<LoraConfig> make_lora_config(int rank, double alpha, double dropout,
                                 "\"all-linear\" alone)");
       lora.targets.push_back(t);
     }
+    std::sort(lora.targets.begin(), lora.targets.end());  // block order, whatever order they were named in
   }
   if (init == "kaiming_uniform") lora.init = LoraInit::kKaimingUniform;
   else if (init == "gaussian") lora.init = LoraInit::kGaussian;

@@ -65,9 +65,9 @@ struct LoraConfig {
   Status validate() const;
 };
 
-// From the job file's spellings: target modules as PEFT names or the one
-// name "all-linear"; init "kaiming_uniform" or "gaussian"; base_dtype
-// "bf16" or "fp32". Errors name the value at fault.
+// From the job file's spellings: target modules as PEFT names (in any order;
+// kept in block order) or the one name "all-linear"; init "kaiming_uniform"
+// or "gaussian"; base_dtype "bf16" or "fp32". Errors name the value at fault.
 Result<LoraConfig> make_lora_config(int rank, double alpha, double dropout,
                                     const std::vector<std::string>& target_modules, bool use_rslora,
                                     const std::string& init, const std::string& base_dtype);

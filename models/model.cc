@@ -4,70 +4,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "base/check.h"
 #include "models/activations.h"
+#include "models/counter_random.h"
+#include "models/lora.h"
 #include "models/ops/cross_entropy.h"
 #include "models/ops/rope.h"
+#include "models/param_init.h"
 #include "models/spec.h"
 
 namespace cohort::models {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t hash_name(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// A standard normal that depends only on (stream, index): counter-based, so
-// any shard of a tensor can be generated without the rest. Box-Muller on one
-// 64-bit hash per index pair; even indices take the cosine, odd the sine.
-float counter_normal(uint64_t stream, uint64_t index) {
-  const uint64_t h = splitmix64(stream ^ ((index >> 1) * 0xd1b54a32d192ed03ull));
-  const float u1 = static_cast<float>((h >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
-  const float u2 = static_cast<float>((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
-  const float r = std::sqrt(-2.0f * std::log(u1));
-  const float angle = 6.2831853071795865f * u2;
-  return (index & 1) ? r * std::sin(angle) : r * std::cos(angle);
-}
-
-// Index of local element i of p in the global (unsharded) tensor.
-uint64_t global_index(const ParamSpec& p, size_t i) {
-  if (p.shape.size() == 1) return (p.shard_dim == ShardDim::kRows ? p.shard_begin : 0) + i;
-  const uint64_t cols = static_cast<uint64_t>(p.shape[1]);
-  const uint64_t gcols = static_cast<uint64_t>(p.global_shape[1]);
-  uint64_t r = i / cols, c = i % cols;
-  if (p.shard_dim == ShardDim::kRows) r += p.shard_begin;
-  if (p.shard_dim == ShardDim::kCols) c += p.shard_begin;
-  return r * gcols + c;
-}
-
-// Counter-based, so threads can fill disjoint chunks (a Qwen3-0.6B embedding
-// alone is 155M draws).
-void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev) {
-  auto fill = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i)
-      dst[i] = stddev * counter_normal(stream, global_index(p, i));
-  };
-  const size_t threads =
-      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), p.numel / (1 << 20) + 1);
-  if (threads == 1) return fill(0, p.numel);
-  std::vector<std::thread> pool;
-  const size_t chunk = (p.numel + threads - 1) / threads;
-  for (size_t t = 0; t < threads; ++t) {
-    pool.emplace_back(fill, t * chunk, std::min(p.numel, (t + 1) * chunk));
-  }
-  for (auto& th : pool) th.join();
-}
 
 bool is_norm(const std::string& name) {
   return name.find("norm") != std::string::npos;
@@ -161,7 +109,7 @@ void Model::release_own_buffers() {
 
 void Model::zero_grads() {
   for (int g = 0; g < num_groups(); ++g) {
-    backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));
+    if (grads_[g]) backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));  // null: frozen
   }
 }
 
@@ -191,6 +139,7 @@ float* Model::lm_head_weight() const {
 float* Model::lm_head_grad() const {
   if (layout_.tied) return grads_[ParamLayout::kEmbedGroup];
   const int head = layout_.head_group();
+  if (!grads_[head]) return nullptr;  // a frozen base (LoRA)
   return grads_[head] + layout_.groups[head].find("lm_head.weight")->offset;
 }
 
@@ -293,13 +242,14 @@ void Model::forward_block(int l) {
     return;
   }
   const BlockIo io = training_block_io(l);
-  block_forward(w, io, a.B * a.T, [&] {
+  block_forward(l, w, io, a.B * a.T, [&] {
     backend_->attention_forward(io.y, a.lse[l], a.attn_scratch, io.qr, io.kr, io.v, a.B, a.T, dims_.heads,
                                 dims_.kv_heads, config_.head_dim);
   });
 }
 
-void Model::block_forward(const BlockTensors& w, const BlockIo& io, int N, const std::function<void()>& attend) {
+void Model::block_forward(int layer, const BlockTensors& w, const BlockIo& io, int N,
+                          const std::function<void()>& attend) {
   Backend& be = *backend_;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
   const float eps = config_.rms_eps;
@@ -308,16 +258,20 @@ void Model::block_forward(const BlockTensors& w, const BlockIo& io, int N, const
   be.linear_forward(io.q, io.xn1, w.q, w.q_bias, N, H, Qd);
   be.linear_forward(io.k, io.xn1, w.k, w.k_bias, N, H, KVd);
   be.linear_forward(io.v, io.xn1, w.v, w.v_bias, N, H, KVd);
+  if (lora_) lora_->forward(layer, io.xn1, {{LoraTarget::kQ, io.q}, {LoraTarget::kK, io.k}, {LoraTarget::kV, io.v}}, N);
   rotate_qk(w, io, N);
   attend();
   be.linear_forward(io.tmp, io.y, w.o, nullptr, N, Qd, H);
+  if (lora_) lora_->forward(layer, io.y, {{LoraTarget::kO, io.tmp}}, N);
   tp_sum(io.tmp, nH);
   be.residual_forward(io.x2, io.x, io.tmp, nH);
   be.rmsnorm_forward(io.xn2, io.rstd2, io.x2, w.mlp_norm, N, H, eps);
   be.linear_forward(io.g, io.xn2, w.gate, nullptr, N, H, I);
   be.linear_forward(io.u, io.xn2, w.up, nullptr, N, H, I);
+  if (lora_) lora_->forward(layer, io.xn2, {{LoraTarget::kGate, io.g}, {LoraTarget::kUp, io.u}}, N);
   be.swiglu_forward(io.h, io.g, io.u, static_cast<size_t>(N) * I);
   be.linear_forward(io.tmp, io.h, w.down, nullptr, N, I, H);
+  if (lora_) lora_->forward(layer, io.h, {{LoraTarget::kDown, io.tmp}}, N);
   tp_sum(io.tmp, nH);
   be.residual_forward(io.out, io.x2, io.tmp, nH);
 }

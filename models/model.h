@@ -50,6 +50,7 @@
 #include "models/ops/cross_entropy.h"  // kIgnoreIndex
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
+#include "models/trainable_params.h"
 
 namespace cohort::models {
 
@@ -83,14 +84,16 @@ struct LossSum {
 };
 
 class KvCache;
+class LoraAdapters;
 struct Activations;
 
-class Model {
+class Model final : public TrainableParams {
  public:
   // kParamsOnly holds weights and nothing to train them with: no gradient
-  // buffers (a weights holder that another engine copies from; backward and
-  // zero_grads must not be called on it). Gradient buffers of a 0.6B model
-  // are 2.4 GB of host memory to zero.
+  // buffers (a weights holder that another engine copies from, or the frozen
+  // base under LoRA adapters, set_lora; without adapters backward must not
+  // be called on it). Gradient buffers of a 0.6B model are 2.4 GB of host
+  // memory to zero.
   enum class Buffers { kParamsAndGrads, kParamsOnly };
   static Result<std::unique_ptr<Model>> create(const ModelConfig& config, const ShardSpec& shard,
                                                Backend* backend, TensorParallelComm tp = {},
@@ -102,18 +105,17 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ShardSpec& shard() const { return shard_; }
   const LocalDims& dims() const { return dims_; }
-  const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& layout() const override { return layout_; }
   Backend& backend() const { return *backend_; }
 
-  // Flat buffers, one per layout group (backend memory).
-  int num_groups() const { return static_cast<int>(layout_.groups.size()); }
-  float* params(int group) const { return params_[group]; }
-  float* grads(int group) const { return grads_[group]; }
-  void set_group_buffers(int group, float* params, float* grads);
+  // Flat buffers, one per layout group (backend memory; TrainableParams).
+  float* params(int group) const override { return params_[group]; }
+  float* grads(int group) const override { return grads_[group]; }
+  void set_group_buffers(int group, float* params, float* grads) override;
   // Frees the parameter and gradient buffers the model allocated itself, once
   // every group points elsewhere (parallel/ keeps its own, sharded ones);
   // without this a sharded model would also hold a full unsharded copy.
-  void release_own_buffers();
+  void release_own_buffers() override;
   // A view (local shape, backend device) of one parameter or its gradient by
   // HF name; NotFound for names this rank's layout does not hold.
   Result<Tensor> param_view(const std::string& name) const;
@@ -140,6 +142,14 @@ class Model {
   void set_fused_blocks(bool on);
   // True when the last forward's blocks ran fused.
   bool runs_fused_blocks() const { return engine_ != nullptr; }
+  // Low-rank adapters on the block projections (lora.h), or null. Every
+  // block (training, evaluation, KV decode) adds their terms, and the blocks
+  // then run op by op: the fused blocks know no adapters. A base without
+  // gradient buffers (Buffers::kParamsOnly) is frozen: backward computes the
+  // input gradients and the adapters' only. Borrowed; takes effect at the
+  // next forward.
+  void set_lora(LoraAdapters* lora);
+  LoraAdapters* lora() const { return lora_; }
   LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void backward(float grad_scale);
 
@@ -208,6 +218,7 @@ class Model {
   int head_chunk_ = 0;  // set_lm_head_chunk_tokens
   bool fused_blocks_ = true;
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
+  LoraAdapters* lora_ = nullptr;         // set_lora
   BlockPass block_pass() const;
   HeadTensors head_tensors() const;
   // forward_head's op-by-op path: fp32 logits (and losses with targets).
@@ -228,7 +239,7 @@ class Model {
   // The decoder block, op by op, for N rows: the one definition that
   // training's forward and KV decode share. `attend` fills io.y from io.qr,
   // io.kr and io.v (causal attention over the batch, or over a cache).
-  void block_forward(const BlockTensors& w, const BlockIo& io, int N, const std::function<void()>& attend);
+  void block_forward(int layer, const BlockTensors& w, const BlockIo& io, int N, const std::function<void()>& attend);
   // io.qr, io.kr = RoPE of q, k (after Qwen3's per-head norms).
   void rotate_qk(const BlockTensors& w, const BlockIo& io, int N);
   std::vector<float> host_logits_;  // staging for TP gathers and losses

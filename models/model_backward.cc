@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "models/activations.h"
+#include "models/lora.h"
 #include "models/model.h"
 
 namespace cohort::models {
@@ -45,12 +46,14 @@ void Model::block_mlp_backward(int l, const BlockTensors& w, const BlockTensors&
   const size_t nI = static_cast<size_t>(N) * I;
   be.zero(a.dh, nI * sizeof(float));
   be.linear_backward(a.dh, dw.down, nullptr, a.dres, a.h[l], w.down, N, I, H);
+  if (lora_) lora_->backward(l, a.h[l], a.dh, {{LoraTarget::kDown, a.dres}}, N);
   be.zero(a.dg, nI * sizeof(float));
   be.zero(a.du, nI * sizeof(float));
   be.swiglu_backward(a.dg, a.du, a.dh, a.g[l], a.u[l], nI);
   be.zero(a.dtmp, static_cast<size_t>(N) * H * sizeof(float));
   be.linear_backward(a.dtmp, dw.gate, nullptr, a.dg, a.xn2[l], w.gate, N, H, I);
   be.linear_backward(a.dtmp, dw.up, nullptr, a.du, a.xn2[l], w.up, N, H, I);
+  if (lora_) lora_->backward(l, a.xn2[l], a.dtmp, {{LoraTarget::kGate, a.dg}, {LoraTarget::kUp, a.du}}, N);
   tp_sum(a.dtmp, static_cast<size_t>(N) * H);
   // dres (the gradient of x2 through the residual) gains the MLP branch.
   be.rmsnorm_backward(a.dres, dw.mlp_norm, a.dtmp, a.x2[l], w.mlp_norm, a.rstd2[l], N, H);
@@ -64,6 +67,7 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
   const size_t nQ = static_cast<size_t>(N) * Qd, nKV = static_cast<size_t>(N) * KVd;
   be.zero(a.dy, nQ * sizeof(float));
   be.linear_backward(a.dy, dw.o, nullptr, a.dres, a.y[l], w.o, N, Qd, H);
+  if (lora_) lora_->backward(l, a.y[l], a.dy, {{LoraTarget::kO, a.dres}}, N);
   be.zero(a.dq, nQ * sizeof(float));
   be.zero(a.dk, nKV * sizeof(float));
   be.zero(a.dv, nKV * sizeof(float));
@@ -86,6 +90,8 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
   be.linear_backward(a.dtmp, dw.q, dw.q_bias, dq_lin, a.xn1[l], w.q, N, H, Qd);
   be.linear_backward(a.dtmp, dw.k, dw.k_bias, dk_lin, a.xn1[l], w.k, N, H, KVd);
   be.linear_backward(a.dtmp, dw.v, dw.v_bias, a.dv, a.xn1[l], w.v, N, H, KVd);
+  if (lora_)
+    lora_->backward(l, a.xn1[l], a.dtmp, {{LoraTarget::kQ, dq_lin}, {LoraTarget::kK, dk_lin}, {LoraTarget::kV, a.dv}}, N);
   tp_sum(a.dtmp, static_cast<size_t>(N) * H);
   be.rmsnorm_backward(a.dres, dw.attn_norm, a.dtmp, a.res[l], w.attn_norm, a.rstd1[l], N, H);
 }
@@ -93,19 +99,21 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
 // On entry acts_->dres holds d loss / d res[l+1]; on exit d loss / d res[l].
 void Model::backward_block(int l) {
   const int g = layout_.block_group(l);
-  COHORT_CHECK_MSG(grads_[g] != nullptr, "group {} has no gradient buffer", g);
+  COHORT_CHECK_MSG(grads_[g] != nullptr || lora_, "group {} has no gradient buffer", g);
   // What forward did not keep (model.h, ActivationCheckpointing): the
   // block's own forward again, or its elementwise part, from what it did.
   if (checkpointing_ == ActivationCheckpointing::kFull) forward_block(l);
   if (checkpointing_ == ActivationCheckpointing::kSelective) recompute_block_elementwise(l);
   const BlockTensors w = layout_.block_tensors(params_[g]);
-  const BlockTensors dw = layout_.block_tensors(grads_[g]);
+  // No gradient buffer: the base is frozen under LoRA adapters (set_lora).
+  const BlockTensors dw = grads_[g] ? layout_.block_tensors(grads_[g]) : BlockTensors{};
   if (engine_) return engine_->backward(l, w, dw, acts_->dres, acts_->res[l], block_pass());
   block_mlp_backward(l, w, dw);
   block_attention_backward(l, w, dw);
 }
 
 void Model::backward_embedding() {
+  if (!grads_[ParamLayout::kEmbedGroup]) return;  // a frozen base (LoRA)
   Activations& a = *acts_;
   backend_->embedding_backward(grads_[ParamLayout::kEmbedGroup], a.dres, a.tokens, a.B * a.T,
                                config_.hidden, dims_.vocab_begin, dims_.vocab);

@@ -162,7 +162,7 @@ void Model::incremental_block(KvCache& cache, const std::vector<Segment>& segmen
   const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
   const BlockIo io{a.ix, a.ixn, a.irstd, a.iq, a.ik, a.iv, a.iq, a.ik, a.irstd, a.irstd,
                    a.iy, a.itmp, a.ix, a.ixn, a.irstd, a.ig, a.iu, a.ih, a.ix, a.infer_pos};
-  block_forward(w, io, N, [&] {
+  block_forward(l, w, io, N, [&] {
     Backend& be = *backend_;
     const int D = config_.head_dim, hq = dims_.heads, hkv = dims_.kv_heads;
     const int Qd = dims_.q_dim(), KVd = dims_.kv_dim(), cap = cache.capacity();

@@ -47,9 +47,9 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
   for (void* p : a.training_allocations) backend_->free(p);
   a.training_allocations.clear();
   engine_.reset();
-  // The fused blocks take what they implement (spec.h); any other model
-  // trains op by op.
-  if (fused_blocks_ && shard_.tp_size == 1 &&
+  // The fused blocks take what they implement (spec.h); any other model,
+  // and one with LoRA adapters, trains op by op.
+  if (fused_blocks_ && shard_.tp_size == 1 && !lora_ &&
       check_executor(Executor::kCudaTrainBlocks, DecoderSpec::of(config_)).is_ok()) {
     BlockEngineShape shape;
     shape.hidden = config_.hidden, shape.heads = dims_.heads, shape.kv_heads = dims_.kv_heads;
@@ -135,6 +135,12 @@ void Model::set_fused_blocks(bool on) {
   if (on == fused_blocks_) return;
   fused_blocks_ = on;
   acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
+}
+
+void Model::set_lora(LoraAdapters* lora) {
+  if (lora == lora_) return;
+  lora_ = lora;
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward (no fused blocks)
 }
 
 void Model::set_activation_checkpointing(ActivationCheckpointing mode) {

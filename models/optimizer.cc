@@ -29,33 +29,36 @@ void adamw_update_range(Backend& backend, const ParamGroup& group, size_t begin,
   flush(end);
 }
 
-AdamW::AdamW(Model& model, const AdamWConfig& config) : model_(model), config_(config) {
-  for (const ParamGroup& g : model_.layout().groups) {
-    m_.push_back(model_.backend().alloc_floats(g.numel));
-    v_.push_back(model_.backend().alloc_floats(g.numel));
+AdamW::AdamW(TrainableParams& params, Backend& backend, const AdamWConfig& config)
+    : params_(params), backend_(backend), config_(config) {
+  for (const ParamGroup& g : params_.layout().groups) {
+    m_.push_back(g.numel ? backend_.alloc_floats(g.numel) : nullptr);
+    v_.push_back(g.numel ? backend_.alloc_floats(g.numel) : nullptr);
   }
 }
 
 AdamW::~AdamW() {
-  for (float* p : m_) model_.backend().free(p);
-  for (float* p : v_) model_.backend().free(p);
+  for (float* p : m_) if (p) backend_.free(p);
+  for (float* p : v_) if (p) backend_.free(p);
 }
 
 double AdamW::grad_norm() const {
   // One host round trip for all groups.
   std::vector<FloatRange> ranges;
-  for (int g = 0; g < model_.num_groups(); ++g) {
-    ranges.push_back({model_.grads(g), model_.layout().groups[g].numel});
+  for (int g = 0; g < params_.num_groups(); ++g) {
+    const size_t n = params_.layout().groups[g].numel;
+    if (n) ranges.push_back({params_.grads(g), n});
   }
-  return std::sqrt(model_.backend().sum_of_squares_ranges(ranges));
+  return std::sqrt(backend_.sum_of_squares_ranges(ranges));
 }
 
 double AdamW::clip_grad_norm(float max_norm) {
   const double norm = grad_norm();
   const float coef = clip_coefficient(norm, max_norm);
   if (coef < 1.0f) {
-    for (int g = 0; g < model_.num_groups(); ++g) {
-      model_.backend().scale(model_.grads(g), model_.layout().groups[g].numel, coef);
+    for (int g = 0; g < params_.num_groups(); ++g) {
+      const size_t n = params_.layout().groups[g].numel;
+      if (n) backend_.scale(params_.grads(g), n, coef);
     }
   }
   return norm;
@@ -63,10 +66,11 @@ double AdamW::clip_grad_norm(float max_norm) {
 
 void AdamW::step() {
   ++step_;
-  for (int g = 0; g < model_.num_groups(); ++g) {
-    const ParamGroup& group = model_.layout().groups[g];
-    adamw_update_range(model_.backend(), group, 0, group.numel, model_.params(g), model_.grads(g),
-                       m_[g], v_[g], config_, step_);
+  for (int g = 0; g < params_.num_groups(); ++g) {
+    const ParamGroup& group = params_.layout().groups[g];
+    if (group.numel == 0) continue;
+    adamw_update_range(backend_, group, 0, group.numel, params_.params(g), params_.grads(g), m_[g], v_[g], config_,
+                       step_);
   }
 }
 

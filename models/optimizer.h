@@ -6,8 +6,10 @@
 // marks (matrices, not norms or biases). `params`, `grads`, `m`, `v` point at
 // element `begin` of their buffers (backend memory).
 //
-// AdamW is the unsharded optimizer: fp32 moments for every group of a Model,
-// allocated once, and clip_grad_norm over all local gradients. Under tensor
+// AdamW is the unsharded optimizer: fp32 moments for every group of what it
+// trains (a Model's weights, or the LoRA adapters on a frozen one: a
+// TrainableParams), allocated once, and clip_grad_norm over all local
+// gradients. Under tensor
 // parallelism the norm it computes is this rank's only; parallel/ combines
 // ranks (counting replicated parameters once).
 #pragma once
@@ -25,7 +27,8 @@ void adamw_update_range(Backend& backend, const ParamGroup& group, size_t begin,
 
 class AdamW {
  public:
-  AdamW(Model& model, const AdamWConfig& config);
+  AdamW(TrainableParams& params, Backend& backend, const AdamWConfig& config);
+  AdamW(Model& model, const AdamWConfig& config) : AdamW(model, model.backend(), config) {}
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -45,7 +48,8 @@ class AdamW {
   float* second_moment(int g) const { return v_[g]; }
 
  private:
-  Model& model_;
+  TrainableParams& params_;
+  Backend& backend_;
   AdamWConfig config_;
   int64_t step_ = 0;
   std::vector<float*> m_, v_;

@@ -11,7 +11,10 @@
 // naming the feature it lacks (check_executor), so no feature is ever
 // silently ignored. tests/models/spec_test.cc enumerates features ×
 // executors; a feature added to the config must be added here (spec.cc
-// checks that ModelConfig has not grown without it).
+// checks that ModelConfig has not grown without it). LoRA adapters (lora.h)
+// are no config feature but terms the reference's blocks add: a model with
+// adapters never takes the fused training blocks (Model::set_lora), and the
+// decode engine only ever loads merged weights.
 #pragma once
 
 #include <string>

@@ -29,6 +29,7 @@
 #include "models/ops/rope.cuh"
 #include "models/ops/skinny_gemm.cuh"
 #include "models/ops/swiglu.cuh"
+#include "models/ops/dropout.cuh"
 
 namespace cohort::models {
 
@@ -227,10 +228,12 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::OpTimes::Scope timed(&op_times_, "rmsnorm_backward", stream_);
     cuda::rmsnorm_backward_input_kernel<<<n, norm_threads(dim), 0, stream_>>>(dx, dout, x, w, rstd,
                                                                               dim);
-    const int rows = cuda::weight_grad_rows_per_chunk(n, dim);
-    const dim3 grid((dim + 31) / 32, (n + rows - 1) / rows);
-    cuda::rmsnorm_backward_weight_kernel<<<grid, dim3(32, 8), 0, stream_>>>(dw, dout, x, rstd, n,
-                                                                            dim, rows);
+    if (dw) {  // null: a frozen weight
+      const int rows = cuda::weight_grad_rows_per_chunk(n, dim);
+      const dim3 grid((dim + 31) / 32, (n + rows - 1) / rows);
+      cuda::rmsnorm_backward_weight_kernel<<<grid, dim3(32, 8), 0, stream_>>>(dw, dout, x, rstd, n,
+                                                                              dim, rows);
+    }
     check_launch();
   }
   void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
@@ -364,6 +367,18 @@ class CudaBackendImpl final : public CudaBackend {
   void accumulate(float* dst, const float* src, size_t n) override {
     cuda::OpTimes::Scope timed(&op_times_, "accumulate", stream_);
     cuda::accumulate_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dst, src, n);
+    check_launch();
+  }
+  void dropout_forward(float* out, const float* x, int rows, int cols, const DropoutMask& mask) override {
+    cuda::OpTimes::Scope timed(&op_times_, "dropout_forward", stream_);
+    const size_t n = size_t(rows) * cols;
+    cuda::dropout_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(out, x, cols, n, mask);
+    check_launch();
+  }
+  void dropout_backward(float* dx, const float* dout, int rows, int cols, const DropoutMask& mask) override {
+    cuda::OpTimes::Scope timed(&op_times_, "dropout_backward", stream_);
+    const size_t n = size_t(rows) * cols;
+    cuda::dropout_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dx, dout, cols, n, mask);
     check_launch();
   }
   void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,

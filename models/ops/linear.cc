@@ -24,8 +24,10 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 1.0f,
                 dx, in);
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
-              in);
+  if (dw) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw,
+                in);
+  }
   if (!db) return;
   for (int i = 0; i < n; ++i) {
     const float* dyi = dy + static_cast<size_t>(i) * out;

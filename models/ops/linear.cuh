@@ -117,9 +117,11 @@ inline void linear_backward_half(const Blas& h, cudaStream_t stream, const HalfO
     gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, wh, in, dyh, out, 1.0f, dx, in,
             CUBLAS_COMPUTE_32F);
   }
-  const Operand xh = to_half(ops, ops.x, x, static_cast<size_t>(n) * in, stream);
-  gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, xh, in, dyh, out, 1.0f, dw, in,
-          CUBLAS_COMPUTE_32F);
+  if (dw) {  // null: a frozen weight, whose backward reads no x
+    const Operand xh = to_half(ops, ops.x, x, static_cast<size_t>(n) * in, stream);
+    gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, xh, in, dyh, out, 1.0f, dw, in,
+            CUBLAS_COMPUTE_32F);
+  }
   if (db) {
     const int rows = 64;
     const dim3 grid((out + kThreads - 1) / kThreads, (n + rows - 1) / rows);
@@ -138,7 +140,7 @@ inline void linear_backward(const Blas& h, cudaStream_t stream, float* dx, float
                             const float* dy, const float* x, const float* w, int n, int in,
                             int out) {
   if (dx) gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
-  gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, in);
+  if (dw) gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, in);
   if (db) {
     const int rows = 64;
     const dim3 grid((out + kThreads - 1) / kThreads, (n + rows - 1) / rows);

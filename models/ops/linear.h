@@ -14,7 +14,8 @@ namespace cohort::models::cpu {
 // y = x W^T + b (b may be null). Overwrites y.
 void linear_forward(float* y, const float* x, const float* w, const float* b, int n, int in,
                     int out);
-// dx += dy W, dw += dy^T x, db += sum_rows(dy). dx, db may be null.
+// dx += dy W, dw += dy^T x, db += sum_rows(dy). dx, dw, db may be null (a
+// null dw is a frozen weight; x is then not read and may be null too).
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int n, int in, int out);
 

@@ -34,7 +34,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
     const float mean = static_cast<float>(dot / dim);
     for (int j = 0; j < dim; ++j) {
       const float xhat = xi[j] * r;
-      dw[j] += di[j] * xhat;
+      if (dw) dw[j] += di[j] * xhat;  // null: a frozen weight
       dxi[j] += r * (di[j] * w[j] - xhat * mean);
     }
   }

@@ -4,7 +4,8 @@
 // over the last dimension `dim` of `n` rows, as HF's LlamaRMSNorm / Qwen3RMSNorm
 // compute it in fp32. The same op is the per-head QK norm of Qwen3: rows are
 // then (token, head) pairs and dim is head_dim. Forward saves rstd [n] for
-// backward; backward accumulates (+=) into dx and dw.
+// backward; backward accumulates (+=) into dx and dw (a null dw is a frozen
+// weight).
 //
 // The bf16 decode engine fuses the residual add in front of the norm and
 // writes the result in bf16 (the next GEMM's input): add_rmsnorm_bf16. Its
