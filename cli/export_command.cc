@@ -1,6 +1,9 @@
-// `cohort export CHECKPOINT --to DIR [--dtype bf16]`: a consolidated Hugging
-// Face folder (config.json, safetensors, the tokenizer files and
-// generation_config.json) from a sharded checkpoint. The work needs the
+// `cohort export CHECKPOINT --to DIR [--dtype bf16] [--merge]`: a consolidated
+// Hugging Face folder (config.json, safetensors, the tokenizer files and
+// generation_config.json) from a sharded checkpoint; from a LoRA run's
+// checkpoint, its PEFT adapter folder (adapter_config.json,
+// adapter_model.safetensors), or with --merge the base with the adapters
+// merged in. The work needs the
 // model libraries, which the control-plane binary does not link, so this
 // runs `cohort-worker export` from beside the `cohort` binary, whose exit
 // code it keeps (2 for a missing or invalid checkpoint). With --json:
@@ -10,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
@@ -19,6 +23,7 @@ namespace {
 
 struct ExportArgs {
   std::string checkpoint, to, dtype = "fp32";
+  bool merge = false;
   JsonFlag json;
 };
 
@@ -42,9 +47,12 @@ int run_export(const ExportArgs& args) {
     std::fprintf(stderr, "cohort export: --dtype %s: fp32 or bf16\n", args.dtype.c_str());
     return kExitUsage;
   }
-  const char* argv[] = {worker.c_str(), "export", checkpoint.c_str(), "--to", args.to.c_str(),
-                        "--dtype", args.dtype.c_str(), args.json.on() ? "--json" : nullptr, nullptr};
-  ::execvp(argv[0], const_cast<char* const*>(argv));
+  std::vector<const char*> argv = {worker.c_str(), "export", checkpoint.c_str(), "--to", args.to.c_str(),
+                                   "--dtype", args.dtype.c_str()};
+  if (args.merge) argv.push_back("--merge");
+  if (args.json.on()) argv.push_back("--json");
+  argv.push_back(nullptr);
+  ::execvp(argv[0], const_cast<char* const*>(argv.data()));
   std::perror(("cohort export: cannot run " + worker).c_str());
   return kExitUsage;
 }
@@ -57,6 +65,8 @@ Command add_export_command(CLI::App& root) {
   app->add_option("checkpoint", args->checkpoint, "A checkpoint folder, or a run's output_dir (its latest)")->required();
   app->add_option("--to", args->to, "The folder to write")->required();
   app->add_option("--dtype", args->dtype, "Weights as fp32 (default) or bf16");
+  app->add_flag("--merge", args->merge, "A LoRA checkpoint: write its base with the adapters merged in, not the PEFT "
+                                        "adapter folder");
   args->json.add_to(app);
   return Command{app, [args] { return run_export(*args); }};
 }

@@ -3,7 +3,8 @@
 // is where --set (the same overrides as `cohort run`) is for.
 //
 //   cohort-worker JOB.toml [--set key=value]...  train, infer or serve, as the job's kind says
-//   cohort-worker export CHECKPOINT --to DIR [--dtype bf16] [--json]   a Hugging Face folder from a checkpoint
+//   cohort-worker export CHECKPOINT --to DIR [--dtype bf16] [--merge] [--json]   a Hugging Face folder from a
+//                                 checkpoint (a LoRA one: its PEFT adapter folder, or merged into its base)
 //   cohort-worker --version
 // Exit codes as `cohort`'s (DESIGN §5): 2 for bad usage or an invalid job
 // file or checkpoint; 143 for a stop asked by SIGTERM.
@@ -62,7 +63,7 @@ int report_export(const cohort::Status& status, const std::string& checkpoint, c
 int main(int argc, char** argv) {
   CLI::App app{"cohort-worker: the built-in train and infer worker"};
   std::string job_file, log_level, checkpoint, to, dtype = "fp32";
-  bool json = false;
+  bool json = false, merge = false;
   app.set_version_flag("--version", cohort::cli::version_text("cohort-worker"));
   std::vector<std::string> sets;
   app.add_option("job", job_file, "The job file (TOML)");
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--to", to, "The Hugging Face folder to write")->required();
   export_cmd->add_option("--dtype", dtype, "fp32 or bf16");
   export_cmd->add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  export_cmd->add_flag("--merge", merge, "LoRA checkpoints: the base with the adapters merged in");
   export_cmd->add_flag("--json", json, "print {\"checkpoint\", \"to\", \"dtype\", \"files\"} on stdout");
   try {
     app.parse(argc, argv);
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
     }
     checkpoint = cohort::parallel::resolve_checkpoint_path(checkpoint);  // a run's folder or `latest` too
     cohort::Status status = cohort::parallel::export_checkpoint(
-        checkpoint, to, dtype == "bf16" ? cohort::models::DType::kBF16 : cohort::models::DType::kF32);
+        checkpoint, to, dtype == "bf16" ? cohort::models::DType::kBF16 : cohort::models::DType::kF32, merge);
     return report_export(status, checkpoint, to, dtype, json);
   }
   if (job_file.empty()) {

@@ -58,6 +58,7 @@ class LoraAdapters final : public TrainableParams {
   LoraAdapters& operator=(const LoraAdapters&) = delete;
 
   const LoraConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
   // TrainableParams.
   const ParamLayout& layout() const override { return layout_; }
   float* params(int group) const override { return params_[group]; }
@@ -126,6 +127,11 @@ class LoraAdapters final : public TrainableParams {
   float *xd_ = nullptr, *u_ = nullptr, *du_ = nullptr, *delta_ = nullptr;
   void* scratch_ = nullptr;
 };
+
+// LoraConfig::base_dtype kBF16: the frozen weights take bf16 values (what a
+// bf16 base computes with), by the backend's round-to-nearest-even casts;
+// kF32 leaves them as loaded.
+void round_frozen_base(Model& model, DType dtype);
 
 // W [out, in] += scale · B [out, rank] · A [rank, in], on host memory: the
 // merged projection (`cohort export --merge`, a LoRA checkpoint loaded for

@@ -13,6 +13,7 @@
 #include "base/atomic_file.h"
 #include "collective/communicator.h"
 #include "parallel/checkpoint_format.h"
+#include "parallel/lora_checkpoint.h"
 #include "hf/model_folder.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
@@ -50,9 +51,9 @@ Status write_rank_shards(const fs::path& dir, int rank, parallel::ParallelModel&
   std::ofstream out(dir / bin, std::ios::binary);
   std::vector<Piece> pieces;
   uint64_t offset = 0;
-  const auto& layout = pm.model->layout();
+  const auto& layout = pm.trained().layout();
   std::vector<float> params, m, v;
-  for (int g = 0; g < pm.model->num_groups(); ++g) {
+  for (int g = 0; g < pm.trained().num_groups(); ++g) {
     COHORT_RETURN_IF_ERROR(pm.data_parallel->read_shard(g, &params, &m, &v));
     for (const auto& seg : pm.data_parallel->layout(g).segments(layout_rank(pm))) {
       const auto& spec = layout.groups[g].params[seg.param];
@@ -82,6 +83,18 @@ Status check_segment_covered(const std::string& dir, const models::ParamSpec& sp
       return failed_precondition(dir + " does not hold this rank's shard of " + spec.name +
                                  " (node-local checkpoints resume only with the ranks on the nodes that wrote them)");
   }
+  return Status::ok();
+}
+
+// A LoRA checkpoint's adapters as a PEFT folder, `adapter/` beside the
+// shards. A node-local checkpoint whose other nodes hold some pieces has none
+// (`cohort export` on a node that sees them all writes one).
+Status write_adapter_folder(const fs::path& dir, const models::ModelConfig& config, const LoraCheckpoint& saved,
+                            bool node_local) {
+  COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir.string()));
+  COHORT_ASSIGN_OR_RETURN(bool written, write_checkpoint_adapter(dir.string(), saved, pieces, config,
+                                                                 (dir / "adapter").string(), node_local));
+  if (!written) spdlog::info("checkpoint: no adapter/ folder here: other nodes hold some of the adapters' shards");
   return Status::ok();
 }
 
@@ -189,7 +202,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
   COHORT_RETURN_IF_ERROR(barrier(world, "shards"));
   if (lead) {
     json params = json::object();
-    for (const auto& group : pm.model->layout().groups)
+    for (const auto& group : pm.trained().layout().groups)
       for (const auto& p : group.params) params[p.name] = p.global_shape;
     json index = {{"format", kFormat},
                   {"step", position.step},
@@ -211,7 +224,10 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
     if (position.loss_scaler)
       index["loss_scaler"] = {{"scale", position.loss_scaler->scale},
                               {"finite_steps", position.loss_scaler->finite_steps}};
+    if (pm.lora) index["lora"] = lora_index_entry(pm.lora->config(), position.lora_base);
     std::ofstream(tmp / "index.json") << index.dump(1) << "\n";
+    if (pm.lora) COHORT_RETURN_IF_ERROR(write_adapter_folder(tmp, config, {pm.lora->config(), position.lora_base},
+                                                             storage.node_local));
     fs::remove_all(final_dir, ec);
     fs::rename(tmp, final_dir, ec);
     if (ec) return io_error("renaming " + tmp.string() + ": " + ec.message());
@@ -225,9 +241,11 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
   COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
   // The position first: a damaged index is refused before any shard is touched.
   COHORT_ASSIGN_OR_RETURN(TrainPosition position, parse_position(index, dir));
+  COHORT_ASSIGN_OR_RETURN(std::optional<LoraCheckpoint> saved_lora, read_lora_entry(index, dir));
+  COHORT_RETURN_IF_ERROR(check_resumable(dir, saved_lora, pm.lora ? &pm.lora->config() : nullptr));
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
-  const auto& layout = pm.model->layout();
-  for (int g = 0; g < pm.model->num_groups(); ++g) {
+  const auto& layout = pm.trained().layout();
+  for (int g = 0; g < pm.trained().num_groups(); ++g) {
     const auto& shard = pm.data_parallel->layout(g);
     size_t n = pm.data_parallel->strategy() == Strategy::kDdp ? shard.padded_numel() : shard.shard_numel();
     std::vector<float> owned[3] = {std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
@@ -255,7 +273,10 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
 }
 
 Status load_checkpoint_params(const std::string& dir, models::Model& model) {
+  COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
+  COHORT_ASSIGN_OR_RETURN(std::optional<LoraCheckpoint> lora, read_lora_entry(index, dir));
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
+  if (lora) return load_merged_lora(dir, *lora, pieces, model);
   std::vector<float> local;
   for (int g = 0; g < model.num_groups(); ++g) {
     for (const auto& spec : model.layout().groups[g].params) {
@@ -268,17 +289,48 @@ Status load_checkpoint_params(const std::string& dir, models::Model& model) {
   return Status::ok();
 }
 
+namespace {
+
+// The PEFT adapter folder, or (merge) the base with the adapters merged in,
+// built whole on the CPU, with the run's tokenizer files.
+Status export_lora(const std::string& dir, const std::string& hf_dir, const json& index,
+                   const models::ModelConfig& config, const LoraCheckpoint& lora, models::DType dtype, bool merge) {
+  COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
+  if (!merge) return status_of(write_checkpoint_adapter(dir, lora, pieces, config, hf_dir));
+  auto backend = models::make_cpu_backend();
+  COHORT_ASSIGN_OR_RETURN(auto model, models::Model::create(config, {}, backend.get(), {},
+                                                            models::Model::Buffers::kParamsOnly));
+  COHORT_RETURN_IF_ERROR(load_merged_lora(dir, lora, pieces, *model));
+  std::error_code ec;
+  fs::create_directories(hf_dir, ec);
+  if (ec) return io_error("cannot create " + hf_dir + ": " + ec.message());
+  COHORT_RETURN_IF_ERROR(hf::save_model_folder(*model, hf_dir, dtype));
+  return hf::export_side_files(index.value("tokenizer_dir", std::string()), hf_dir, index.at("config"));
+}
+
+}  // namespace
+
 std::string checkpoint_tokenizer_dir(const std::string& dir) {
   auto index = read_index(dir);
   if (!index) return "";
   return index->value("tokenizer_dir", std::string());
 }
 
-Status export_checkpoint(const std::string& dir, const std::string& hf_dir, models::DType dtype) {
+bool is_lora_checkpoint(const std::string& dir) {
+  auto index = read_index(dir);
+  return index.is_ok() && index->contains("lora");
+}
+
+Status export_checkpoint(const std::string& dir, const std::string& hf_dir, models::DType dtype, bool merge) {
   if (dtype != models::DType::kF32 && dtype != models::DType::kBF16)
     return invalid_argument("export: --dtype must be fp32 or bf16");
   COHORT_ASSIGN_OR_RETURN(json index, read_index(dir));
   COHORT_ASSIGN_OR_RETURN(models::ModelConfig config, checkpoint_model_config(dir));
+  COHORT_ASSIGN_OR_RETURN(std::optional<LoraCheckpoint> lora, read_lora_entry(index, dir));
+  if (merge && !lora)
+    return invalid_argument("export --merge: " + dir + " is a full-model checkpoint (merging is for LoRA "
+                            "adapters); export it without --merge");
+  if (lora) return export_lora(dir, hf_dir, index, config, *lora, dtype, merge);
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
   std::vector<std::vector<float>> storage;
   std::vector<hf::TensorToWrite> tensors;

@@ -8,6 +8,10 @@
 //                         and per parameter its global shape and where each
 //                         rank's shard of it lives
 //   rank-<R>.bin          that rank's parameter shard (fp32) and AdamW moments
+// A LoRA run's checkpoint holds the adapters only (their AdamW moments too);
+// index.json adds "lora": the adapters' config and where the frozen base
+// comes from, and `adapter/` is the same adapters as a PEFT adapter folder
+// (hf/peft_adapter.h) that transformers + PEFT load as it is.
 // `<output_dir>/checkpoints/latest` names the newest complete one. Writes go to
 // a temporary folder renamed into place, so a crash mid-write never damages
 // the latest good checkpoint.
@@ -57,7 +61,8 @@ Result<models::ModelConfig> checkpoint_model_config(const std::string& checkpoin
 // Fills a freshly created model (any tensor-parallel shard of the same
 // config) with the checkpoint's parameters, reading only the slices this
 // rank holds. For inference and for exports; training resumes through the
-// trainer, which also restores optimizer state and the data position.
+// trainer, which also restores optimizer state and the data position. A LoRA
+// checkpoint gives its base with the adapters merged in (W + scale · B A).
 Status load_checkpoint_params(const std::string& checkpoint_dir, models::Model& model);
 
 }  // namespace cohort::parallel
@@ -70,6 +75,17 @@ class Communicator;
 }
 
 namespace cohort::parallel {
+
+// Where a LoRA run's frozen base comes from, so that a checkpoint of its
+// adapters rebuilds the whole model without the job file (`cohort export
+// --merge`, `[model] checkpoint` for inference): a Hugging Face folder, a
+// checkpoint (merged in turn if it is a LoRA one), or else the seed that
+// initialised it.
+struct BaseModelSource {
+  std::string hf_dir;
+  std::string checkpoint;
+  uint64_t seed = 0;
+};
 
 // What a training checkpoint records besides tensors.
 struct TrainPosition {
@@ -85,6 +101,8 @@ struct TrainPosition {
   // The Hugging Face folder whose tokenizer the run trained with ("" : none),
   // so that exports carry the tokenizer files along.
   std::string tokenizer_dir;
+  // LoRA runs (ParallelModel::lora): the frozen base's source.
+  BaseModelSource lora_base;
 };
 
 // Every rank calls this (collective over `world`): each writes its shards, rank
@@ -97,7 +115,9 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                                     const CheckpointStorage& storage = {});
 
 // Restores parameters and AdamW moments into this rank's shards, whatever
-// mesh and strategy saved them; returns the training position. `own_shards`
+// mesh and strategy saved them (under LoRA: the adapters'; a LoRA job and a
+// full-model checkpoint, or the reverse, or adapters of another rank or
+// target set, are refused saying so); returns the training position. `own_shards`
 // (node-local checkpoints, same mesh): the folder may hold only this node's
 // pieces; only the elements this rank takes must be there.
 Result<TrainPosition> restore_checkpoint(const std::string& checkpoint_dir, parallel::ParallelModel& model,
@@ -111,8 +131,14 @@ std::string checkpoint_tokenizer_dir(const std::string& checkpoint_dir);
 // tokenizer files of the folder it trained with (tokenizer.json,
 // tokenizer_config.json, special_tokens_map.json, tokenizer.model, vocab.json,
 // merges.txt, chat_template.jinja), and generation_config.json (that
-// folder's, else one with its EOS).
+// folder's, else one with its EOS). A LoRA checkpoint gives its PEFT adapter
+// folder (fp32, whatever `dtype`), or with `merge` the whole model with the
+// adapters merged into its base; `merge` on a full-model checkpoint is an
+// error.
 Status export_checkpoint(const std::string& checkpoint_dir, const std::string& hf_dir,
-                         models::DType dtype = models::DType::kF32);
+                         models::DType dtype = models::DType::kF32, bool merge = false);
+
+// Whether a checkpoint holds LoRA adapters on a frozen base.
+bool is_lora_checkpoint(const std::string& checkpoint_dir);
 
 }  // namespace cohort::parallel

@@ -34,13 +34,14 @@ std::string MemoryReport::to_string() const {
                      mib(transient_bytes));
 }
 
-DataParallel::DataParallel(models::Model* model, DeviceMesh* mesh, const DataParallelOptions& options)
-    : model_(model), mesh_(mesh), options_(options), backend_(&model->backend()), pool_(new Pool) {
+DataParallel::DataParallel(models::Model* model, models::TrainableParams* trained, DeviceMesh* mesh,
+                           const DataParallelOptions& options)
+    : model_(model), trained_(trained), mesh_(mesh), options_(options), backend_(&model->backend()), pool_(new Pool) {
   Strategy s = options.strategy;
   shard_optimizer_ = s != Strategy::kDdp;
   shard_grads_ = s == Strategy::kZero2 || s == Strategy::kZero3 || s == Strategy::kFsdp2;
   shard_params_ = s == Strategy::kZero3 || s == Strategy::kFsdp2;
-  tied_ = model->layout().tied;
+  tied_ = trained->layout().tied;
 }
 
 DataParallel::~DataParallel() {
@@ -58,7 +59,8 @@ DataParallel::~DataParallel() {
 }
 
 Result<std::unique_ptr<DataParallel>> DataParallel::create(models::Model* model, DeviceMesh* mesh,
-                                                           const DataParallelOptions& options) {
+                                                           const DataParallelOptions& options,
+                                                           models::TrainableParams* trained) {
   if (model->shard().tp_size != mesh->dims().tp || model->shard().tp_rank != mesh->tp_rank())
     return invalid_argument(fmt::format(
         "the model is tensor-parallel shard {} of {} but the mesh puts this rank at {} of {}",
@@ -67,7 +69,7 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(models::Model* model,
   if (options.param_dtype != DType::kF32 && options.param_dtype != DType::kBF16 &&
       options.param_dtype != DType::kF16)
     return invalid_argument("param_dtype must be f32, bf16 or f16");
-  std::unique_ptr<DataParallel> dp(new DataParallel(model, mesh, options));
+  std::unique_ptr<DataParallel> dp(new DataParallel(model, trained ? trained : model, mesh, options));
   COHORT_RETURN_IF_ERROR(dp->setup());
   dp->install_hooks();
   return dp;
@@ -101,10 +103,10 @@ float* DataParallel::GroupState::keep(models::Backend& backend, size_t numel) {
 }
 
 Status DataParallel::setup() {
-  const auto& layout = model_->layout();
+  const auto& layout = trained_->layout();
   int dp = mesh_->dims().dp;
   int dp_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
-  for (int g = 0; g < model_->num_groups(); ++g) {
+  for (int g = 0; g < trained_->num_groups(); ++g) {
     const models::ParamGroup& spec = layout.groups[g];
     auto state = std::make_unique<GroupState>();
     state->index = g;
@@ -113,9 +115,15 @@ Status DataParallel::setup() {
                     : options_.strategy == Strategy::kFsdp2 ? ShardLayout::per_param_dim0(spec, dp)
                                                             : ShardLayout::flat(spec, dp);
     GroupState& s = *state;
+    if (spec.numel == 0) {  // nothing trained here (LoRA's embedding and head groups)
+      s.gathered = true;
+      trained_->set_group_buffers(g, nullptr, nullptr);
+      groups_.push_back(std::move(state));
+      continue;
+    }
     size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
     size_t own_offset = size_t(dp_rank) * S;
-    const float* initial = model_->params(g);
+    const float* initial = trained_->params(g);
     if (!shard_params_) {
       s.full_params = s.keep(*backend_, padded);
       backend_->copy(s.full_params, initial, spec.numel * sizeof(float));
@@ -142,10 +150,10 @@ Status DataParallel::setup() {
     s.m = s.keep(*backend_, opt);
     s.v = s.keep(*backend_, opt);
     s.current_params = s.full_params;
-    model_->set_group_buffers(g, s.full_params, s.full_grads);
+    trained_->set_group_buffers(g, s.full_params, s.full_grads);
     groups_.push_back(std::move(state));
   }
-  model_->release_own_buffers();
+  trained_->release_own_buffers();
   refresh_half_shards();
   spdlog::debug("data parallel {} on {}: {}", strategy_name(options_.strategy), mesh_->dims().to_string(),
                 memory().to_string());
@@ -196,12 +204,12 @@ void DataParallel::refresh_working(int group) {
 void DataParallel::refresh_half_shards() {
   if (!half_params()) return;
   for (auto& state : groups_)
-    backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->layout.shard_numel());
+    if (!state->empty()) backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->layout.shard_numel());
 }
 
 void DataParallel::start_gather(int group) {
   GroupState& s = *groups_[group];
-  if (!shard_params_ || s.gathered || s.pending_gather) return;
+  if (!shard_params_ || s.gathered || s.pending_gather || s.empty()) return;
   size_t S = s.layout.shard_numel();
   collective::AllGatherOptions options;
   options.stream = options_.stream;
@@ -218,7 +226,7 @@ void DataParallel::start_gather(int group) {
 
 void DataParallel::ensure_gathered(int group) {
   GroupState& s = *groups_[group];
-  if (!shard_params_ || s.gathered) return;
+  if (!shard_params_ || s.gathered || s.empty()) return;
   start_gather(group);
   // On GPU the compute stream waits for the gather on the device; blocking
   // the host too would only stop it queueing the next kernels. Errors show
@@ -251,17 +259,17 @@ void DataParallel::ensure_gathered(int group) {
   s.gather_target = nullptr;
   s.gathered = true;
   s.current_params = s.full_params;
-  model_->set_group_buffers(group, s.full_params, s.full_grads);
+  trained_->set_group_buffers(group, s.full_params, s.full_grads);
 }
 
 void DataParallel::release_gathered(int group) {
   GroupState& s = *groups_[group];
-  if (!shard_params_ || !s.gathered) return;
+  if (!shard_params_ || !s.gathered || s.empty()) return;
   pool_return(s.full_params, s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel());
   s.full_params = nullptr;
   s.current_params = nullptr;
   s.gathered = false;
-  model_->set_group_buffers(group, nullptr, s.full_grads);
+  trained_->set_group_buffers(group, nullptr, s.full_grads);
 }
 
 // ---- hooks ----
@@ -269,12 +277,12 @@ void DataParallel::release_gathered(int group) {
 void DataParallel::before_forward(int group) {
   if (!shard_params_) return;
   ensure_gathered(group);
-  if (options_.prefetch && group + 1 < model_->num_groups()) start_gather(group + 1);
+  if (options_.prefetch && group + 1 < trained_->num_groups()) start_gather(group + 1);
 }
 
 void DataParallel::after_forward(int group) {
   if (!shard_params_ || !options_.reshard_after_forward) return;
-  int head = model_->layout().head_group();
+  int head = trained_->layout().head_group();
   // The head's backward follows at once, and a tied embedding is read again by the head.
   if (group == head || (tied_ && group == models::ParamLayout::kEmbedGroup)) return;
   release_gathered(group);
@@ -287,7 +295,7 @@ void DataParallel::before_backward(int group) {
   }
   if (shard_grads_) {
     acquire_grad_scratch(group);
-    if (tied_ && group == model_->layout().head_group()) acquire_grad_scratch(models::ParamLayout::kEmbedGroup);
+    if (tied_ && group == trained_->layout().head_group()) acquire_grad_scratch(models::ParamLayout::kEmbedGroup);
   }
 }
 
@@ -301,11 +309,11 @@ void DataParallel::after_backward(int group) {
 
 void DataParallel::acquire_grad_scratch(int group) {
   GroupState& s = *groups_[group];
-  if (s.full_grads) return;
+  if (s.full_grads || s.empty()) return;
   size_t n = s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel();
   s.full_grads = pool_take(n);
   backend_->zero(s.full_grads, n * sizeof(float));
-  model_->set_group_buffers(group, s.current_params, s.full_grads);
+  trained_->set_group_buffers(group, s.current_params, s.full_grads);
 }
 
 }  // namespace cohort::parallel

@@ -1,5 +1,7 @@
-// DataParallel: one engine for DDP, ZeRO-1/2/3 and FSDP2 over a model's flat
-// parameter groups (models/param_layout.h), on the mesh's data-parallel axis.
+// DataParallel: one engine for DDP, ZeRO-1/2/3 and FSDP2 over the flat
+// parameter groups a model trains (models/trainable_params.h: its own
+// weights, or LoRA adapters on its frozen base), on the mesh's
+// data-parallel axis.
 //
 //               params           grads                     optimizer (m, v)
 //   ddp         full             full, all-reduced          full
@@ -97,11 +99,15 @@ struct MemoryReport {
 
 class DataParallel {
  public:
-  // Takes over the model's parameter and gradient buffers (the model must
-  // already hold its initial weights, identical on every dp rank) and
-  // installs its hooks. Borrows model and mesh, which must outlive it.
+  // Takes over the parameter and gradient buffers of what it trains
+  // (`trained`: the model's own weights when null, or the LoRA adapters on
+  // a frozen model), which must already hold their initial values,
+  // identical on every dp rank, and installs its hooks on the model. Groups
+  // with nothing to train take no buffers and no collectives. Borrows
+  // model, mesh and trained, which must outlive it.
   static Result<std::unique_ptr<DataParallel>> create(models::Model* model, DeviceMesh* mesh,
-                                                      const DataParallelOptions& options);
+                                                      const DataParallelOptions& options,
+                                                      models::TrainableParams* trained = nullptr);
   ~DataParallel();
 
   // Before the first micro-step of an optimizer step: how many follow.
@@ -137,7 +143,8 @@ class DataParallel {
   struct GroupState;
 
  private:
-  DataParallel(models::Model* model, DeviceMesh* mesh, const DataParallelOptions& options);
+  DataParallel(models::Model* model, models::TrainableParams* trained, DeviceMesh* mesh,
+               const DataParallelOptions& options);
   Status setup();
   void install_hooks();
   void before_forward(int group);
@@ -164,7 +171,8 @@ class DataParallel {
   float* pool_take(size_t numel);
   void pool_return(float* buffer, size_t numel);
 
-  models::Model* model_;
+  models::Model* model_;              // runs the passes and calls the hooks
+  models::TrainableParams* trained_;  // what is sharded, reduced and updated
   DeviceMesh* mesh_;
   DataParallelOptions options_;
   models::Backend* backend_;

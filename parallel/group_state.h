@@ -43,6 +43,10 @@ struct DataParallel::GroupState {
   bool gathered = false;
   std::vector<float*> persistent;  // freed with the engine
 
+  // A group with nothing to train (LoRA's embedding and head): no buffers,
+  // no collectives.
+  bool empty() const { return spec->numel == 0; }
+
   float* keep(models::Backend& backend, size_t numel);
 };
 

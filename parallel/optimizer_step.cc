@@ -35,6 +35,7 @@ void DataParallel::sum_tp_partial_grads(int group, float* grads) {
 
 void DataParallel::reduce_gradients(int group) {
   GroupState& s = *groups_[group];
+  if (s.empty()) return;
   sum_tp_partial_grads(group, s.full_grads);
   auto& dp = mesh_->dp();
   if (!shard_grads_) {
@@ -94,7 +95,7 @@ Status DataParallel::wait_reductions() {
     size_t n = s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel();
     pool_return(s.full_grads, n);
     s.full_grads = nullptr;
-    model_->set_group_buffers(s.index, s.current_params, nullptr);
+    trained_->set_group_buffers(s.index, s.current_params, nullptr);
   }
   return first;
 }
@@ -178,6 +179,7 @@ Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, 
     options.stream = options_.stream;
     for (auto& state : groups_) {
       GroupState& s = *state;
+      if (s.empty()) continue;
       size_t S = s.layout.shard_numel();
       COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
                                                     s.full_params, S, DType::kF32, options));
@@ -191,6 +193,7 @@ Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, 
 void DataParallel::clear_gradients() {
   for (auto& state : groups_) {
     GroupState& s = *state;
+    if (s.empty()) continue;
     if (shard_grads_) backend_->zero(s.shard_grads, s.layout.shard_numel() * sizeof(float));
     else backend_->zero(s.full_grads, s.layout.padded_numel() * sizeof(float));
   }
@@ -219,6 +222,7 @@ Status DataParallel::read_shard(int group, std::vector<float>* params, std::vect
   params->resize(n);
   m->resize(n);
   v->resize(n);
+  if (s.empty()) return Status::ok();
   backend_->copy_to_host(params->data(), s.shard_params, n * sizeof(float));
   backend_->copy_to_host(m->data(), s.m, n * sizeof(float));
   backend_->copy_to_host(v->data(), s.v, n * sizeof(float));
@@ -232,6 +236,7 @@ Status DataParallel::write_shard(int group, const std::vector<float>& params, co
   if (params.size() != n || m.size() != n || v.size() != n)
     return invalid_argument(fmt::format("group {}: shard of {} floats expected, got {}/{}/{}", s.spec->name,
                                         n, params.size(), m.size(), v.size()));
+  if (s.empty()) return Status::ok();
   backend_->copy_from_host(s.shard_params, params.data(), n * sizeof(float));
   backend_->copy_from_host(s.m, m.data(), n * sizeof(float));
   backend_->copy_from_host(s.v, v.data(), n * sizeof(float));
@@ -249,6 +254,7 @@ Status DataParallel::write_shard(int group, const std::vector<float>& params, co
 Status DataParallel::gather_group(int group, std::vector<float>* params) {
   GroupState& s = *groups_[group];
   params->resize(s.spec->numel);
+  if (s.empty()) return Status::ok();
   if (!shard_params_) {
     backend_->copy_to_host(params->data(), s.full_params, s.spec->numel * sizeof(float));
     return Status::ok();

@@ -10,6 +10,8 @@ using collective::DType;
 
 ParallelModel::~ParallelModel() {
   data_parallel.reset();
+  if (model) model->set_lora(nullptr);
+  lora.reset();
   model.reset();
   mesh.reset();
 }
@@ -40,21 +42,42 @@ models::TensorParallelComm make_tensor_parallel_comm(collective::Communicator* t
   return comm;
 }
 
+namespace {
+
+// The frozen base and its adapters; the adapters become what is trained.
+Status attach_lora(ParallelModel& out, const models::LoraConfig& lora, const AdapterLoader& load_adapters) {
+  if (!load_adapters) return invalid_argument("parallelize: LoRA needs an adapter loader");
+  models::round_frozen_base(*out.model, lora.base_dtype);
+  COHORT_ASSIGN_OR_RETURN(out.lora, models::LoraAdapters::create(*out.model, lora));
+  COHORT_RETURN_IF_ERROR(load_adapters(*out.lora));
+  out.model->set_lora(out.lora.get());
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<ParallelModel> parallelize(const models::ModelConfig& config, collective::Communicator* world,
                                   models::Backend* backend, const ParallelConfig& parallel,
-                                  const WeightLoader& load_weights) {
+                                  const WeightLoader& load_weights, const AdapterLoader& load_adapters) {
   COHORT_ASSIGN_OR_RETURN(ParallelDims dims, ParallelDims::create(world->size(), parallel.tensor_parallel));
   ParallelModel out;
   COHORT_ASSIGN_OR_RETURN(out.mesh, DeviceMesh::create(world, dims));
   models::ShardSpec shard{out.mesh->tp_rank(), dims.tp};
   auto tp_comm = make_tensor_parallel_comm(&out.mesh->tp(), parallel.data_parallel.stream);
-  COHORT_ASSIGN_OR_RETURN(out.model, models::Model::create(config, shard, backend, tp_comm));
+  // A frozen base keeps no gradient buffers.
+  const auto buffers = parallel.lora ? models::Model::Buffers::kParamsOnly : models::Model::Buffers::kParamsAndGrads;
+  COHORT_ASSIGN_OR_RETURN(out.model, models::Model::create(config, shard, backend, tp_comm, buffers));
   COHORT_RETURN_IF_ERROR(load_weights(*out.model));
-  COHORT_ASSIGN_OR_RETURN(out.data_parallel,
-                          DataParallel::create(out.model.get(), out.mesh.get(), parallel.data_parallel));
-  if (world->rank() == 0)
+  if (parallel.lora) COHORT_RETURN_IF_ERROR(attach_lora(out, *parallel.lora, load_adapters));
+  COHORT_ASSIGN_OR_RETURN(out.data_parallel, DataParallel::create(out.model.get(), out.mesh.get(),
+                                                                  parallel.data_parallel, &out.trained()));
+  if (world->rank() == 0) {
+    if (out.lora)
+      spdlog::info("parallel: LoRA {}: {} trainable parameters on a frozen base of {}", models::describe(*parallel.lora),
+                   models::lora_parameter_count(config, *parallel.lora), config.num_parameters());
     spdlog::info("parallel: {} with {}; per rank {}", dims.to_string(),
                  strategy_name(parallel.data_parallel.strategy), out.data_parallel->memory().to_string());
+  }
   return out;
 }
 

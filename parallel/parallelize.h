@@ -5,14 +5,22 @@
 // group), then the data-parallel strategy over the dp group, block by block
 // (DataParallel). The same seed gives every rank the slices of the same
 // global model, so N ranks start exactly where 1 rank does.
+//
+// With LoRA (ParallelConfig::lora) the model is a frozen base: no gradient
+// buffers, no optimizer state, every rank holding its tensor-parallel slice
+// whole (replicated over dp) and, with base_dtype bf16, rounded to bf16. The
+// adapters on it (models/lora.h) are what the data-parallel strategy shards,
+// reduces and updates; tensor parallelism cuts them as their projections.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "collective/communicator.h"
 #include "models/backend.h"
 #include "models/config.h"
+#include "models/lora.h"
 #include "models/model.h"
 #include "parallel/data_parallel.h"
 #include "parallel/device_mesh.h"
@@ -22,12 +30,18 @@ namespace cohort::parallel {
 struct ParallelConfig {
   int tensor_parallel = 1;
   DataParallelOptions data_parallel;
+  std::optional<models::LoraConfig> lora;  // train adapters on a frozen base
 };
 
 struct ParallelModel {
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<models::Model> model;
-  std::unique_ptr<DataParallel> data_parallel;  // destroyed before the model
+  std::unique_ptr<models::LoraAdapters> lora;   // with ParallelConfig::lora
+  std::unique_ptr<DataParallel> data_parallel;  // destroyed before the adapters and the model
+  // What the optimizer trains: the adapters under LoRA, else the model.
+  models::TrainableParams& trained() const {
+    return lora ? static_cast<models::TrainableParams&>(*lora) : *model;
+  }
   ~ParallelModel();
   ParallelModel() = default;
   ParallelModel(ParallelModel&&) = default;
@@ -37,10 +51,13 @@ struct ParallelModel {
 // Fills the freshly created model's parameters (this rank's tp slice): from a
 // seed, a Hugging Face folder or a checkpoint. Called before sharding.
 using WeightLoader = std::function<Status(models::Model& model)>;
+// Fills fresh LoRA adapters (this rank's tp slice): seeded (LoraAdapters::init)
+// or from a PEFT adapter folder. Called before sharding, after the base loads.
+using AdapterLoader = std::function<Status(models::LoraAdapters& adapters)>;
 
 Result<ParallelModel> parallelize(const models::ModelConfig& config, collective::Communicator* world,
                                   models::Backend* backend, const ParallelConfig& parallel,
-                                  const WeightLoader& load_weights);
+                                  const WeightLoader& load_weights, const AdapterLoader& load_adapters = {});
 
 // The tp group's collectives as the model wants them (models/tensor_parallel.h).
 // A failure aborts the worker with a message naming the group: a model

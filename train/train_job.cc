@@ -10,6 +10,11 @@
 // the sum over micro-steps and ranks is the global mean and a resumed or
 // rescaled run follows the same curve.
 //
+// LoRA ([lora]): the model is a frozen base and the adapters on it are what
+// the strategy shards, reduces and steps; each micro-step is a training pass
+// of its own for the adapters' dropout, and checkpoints hold the adapters
+// (with a PEFT adapter folder) and where the base comes from.
+//
 // Precision: train.precision picks the GEMM numerics (worker/worker_context.h); fp16
 // adds dynamic loss scaling (models/loss_scaler.h): the loss is multiplied
 // by the scale before backward, finish_step divides it out, and a step whose
@@ -206,10 +211,13 @@ Status Trainer::train_step(int step) {
   const size_t micro = size_t(t_.micro_batch) * size_t(t_.seq_len);
   for (int k = 0; k < accumulation_; ++k) {
     dp.begin_micro_step(k);
+    // LoRA dropout: masks of their own for each micro-step of each rank.
+    if (pm_.lora) pm_.lora->begin_training_pass(uint64_t(t_.seed), (uint64_t(step) * accumulation_ + k) * dp_ + dp_rank_);
     loss_sum += pm_.model->forward(batch.inputs.data() + k * micro, batch.targets.data() + k * micro,
                                    t_.micro_batch, t_.seq_len).sum;
     pm_.model->backward(scale);
   }
+  if (pm_.lora) pm_.lora->end_training_pass();  // evaluation and samples run without dropout
   models::AdamWConfig adamw{float(lr), float(t_.beta1), float(t_.beta2), 1e-8f, float(t_.weight_decay)};
   COHORT_ASSIGN_OR_RETURN(parallel::StepOutcome outcome,
                           dp.finish_step(adamw, float(t_.grad_clip), optimizer_steps_ + 1, loss_scale));
@@ -259,8 +267,13 @@ Result<double> Trainer::evaluate() {
 
 Status Trainer::checkpoint(int steps_done) {
   parallel::TrainPosition position{steps_done, uint64_t(t_.seed), sampler_->step(), optimizer_steps_, std::nullopt,
-                                   tokenizer_dir_};
+                                   tokenizer_dir_, {}};
   if (scaler_) position.loss_scaler = scaler_->state();
+  if (pm_.lora) {  // where the frozen base comes from, for merging without the job file
+    const auto& m = spec_.model;
+    position.lora_base = {m.hf_dir, m.checkpoint.empty() ? "" : parallel::resolve_checkpoint_path(m.checkpoint),
+                          uint64_t(t_.seed)};
+  }
   COHORT_ASSIGN_OR_RETURN(std::string dir, parallel::save_checkpoint(spec_.job.output_dir, config_, pm_, position,
                                                            strategy_name(spec_.parallel.strategy), *ctx_.world.cpu,
                                                            storage_));

@@ -10,6 +10,7 @@
 #include "base/env_knobs.h"
 #include "parallel/checkpoint.h"
 #include "models/cuda_backend.h"
+#include "hf/peft_adapter.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
 #include "worker/compute_device.h"
@@ -81,6 +82,20 @@ models::DType training_param_dtype(const jobs::JobSpec& spec, bool gpu) {
   return models::matmul_operand_dtype(training_matmul_precision(spec, gpu));
 }
 
+Result<models::LoraConfig> lora_config(const jobs::JobSpec& spec) {
+  const jobs::LoraSection& l = spec.lora;
+  auto from_job = models::make_lora_config(l.rank, l.alpha, l.dropout, l.target_modules, l.use_rslora, l.init,
+                                           l.base_dtype);
+  if (!from_job) return from_job.status().with_context("[lora]");
+  if (l.adapter.empty()) return from_job;
+  auto folder = hf::read_peft_config(l.adapter);
+  if (!folder) return folder.status().with_context("lora.adapter");
+  models::LoraConfig lora = folder->lora;
+  lora.dropout = from_job->dropout;
+  lora.base_dtype = from_job->base_dtype;
+  return lora;
+}
+
 Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                                      WorkerContext& ctx, bool for_training) {
   parallel::ParallelConfig pc;
@@ -112,6 +127,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
                                  .with_context("model.attention = \"cudnn\""));
     }
     pc.data_parallel.param_dtype = training_param_dtype(spec, ctx.gpu);
+    if (spec.has_lora) { COHORT_ASSIGN_OR_RETURN(pc.lora, lora_config(spec)); }
   }
   uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
   const auto& m = spec.model;
@@ -121,7 +137,12 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
     model.init_weights(seed);
     return Status::ok();
   };
-  auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader);
+  parallel::AdapterLoader adapters = [&](models::LoraAdapters& lora) -> Status {
+    if (!spec.lora.adapter.empty()) return hf::load_peft_adapter(spec.lora.adapter, lora).with_context("lora.adapter");
+    lora.init(seed);
+    return Status::ok();
+  };
+  auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader, adapters);
   if (!pm) return pm.status().with_context("building the model");
   pm->model->set_fused_blocks(ctx.debug.fused_training_blocks);
   return pm;

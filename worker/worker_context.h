@@ -14,6 +14,7 @@
 #include "jobs/spec.h"
 #include "models/backend.h"
 #include "models/config.h"
+#include "models/lora_config.h"
 #include "parallel/parallelize.h"
 #include "worker/debug_switches.h"
 
@@ -47,8 +48,15 @@ models::MatmulPrecision training_matmul_precision(const jobs::JobSpec& spec, boo
 // GEMM precision's type.
 models::DType training_param_dtype(const jobs::JobSpec& spec, bool gpu);
 
+// [lora] as the worker runs it: the job's keys, or with lora.adapter the
+// adapter folder's r, lora_alpha, use_rslora and target_modules (dropout and
+// base_dtype stay the job's).
+Result<models::LoraConfig> lora_config(const jobs::JobSpec& spec);
+
 // The model sharded as [parallel] says, with its initial weights: from
-// hf_dir, from model.checkpoint, or seeded (train.seed / infer.seed).
+// hf_dir, from model.checkpoint, or seeded (train.seed / infer.seed). A
+// training job with [lora] gets a frozen base and adapters on it, seeded or
+// from lora.adapter.
 Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                                      WorkerContext& ctx, bool for_training);
 

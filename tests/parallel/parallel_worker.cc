@@ -12,6 +12,12 @@
 // by it, finish_step divides it out) and COHORT_TEST_POISON_STEP (that
 // step's loss scale is infinite, so its gradients are not finite);
 // COHORT_TEST_NO_WORKING_WEIGHTS=1 turns the 16-bit working copies off.
+// COHORT_TEST_LORA=RANK trains LoRA adapters of that rank on every
+// projection (alpha 2 · rank, fp32 base) instead of the whole model; the
+// params file then holds the adapters and COHORT_TEST_BASE_CHECK=1 adds the
+// frozen base's tensors, so that a test sees it unchanged.
+// COHORT_TEST_CHECKPOINTING (none | selective | full) sets activation
+// checkpointing.
 // Each losses line: step, loss, gradient norm (-1 when skipped), applied.
 #include <cmath>
 #include <cstdio>
@@ -54,21 +60,31 @@ int fail(const std::string& what, const Status& status) {
   return 1;
 }
 
-void write_params(const std::string& path, parallel::ParallelModel& pm) {
+void write_tensors(std::ofstream& out, const models::ParamGroup& group, const std::vector<float>& values,
+                   const std::string& prefix) {
+  for (const auto& p : group.params) {
+    // name, shard dim, shard begin, local shape, global shape, values
+    out << prefix << p.name << ' ' << int(p.shard_dim) << ' ' << p.shard_begin << ' ' << p.shape.size();
+    for (auto d : p.shape) out << ' ' << d;
+    for (auto d : p.global_shape) out << ' ' << d;
+    out << ' ' << p.numel << '\n';
+    out.write(reinterpret_cast<const char*>(values.data() + p.offset), std::streamsize(p.numel * sizeof(float)));
+    out << '\n';
+  }
+}
+
+void write_params(const std::string& path, parallel::ParallelModel& pm, bool with_base) {
   std::ofstream out(path, std::ios::binary);
-  const auto& layout = pm.model->layout();
-  for (int g = 0; g < pm.model->num_groups(); ++g) {
+  const auto& layout = pm.trained().layout();
+  for (int g = 0; g < pm.trained().num_groups(); ++g) {
     std::vector<float> values;
     if (!pm.data_parallel->gather_group(g, &values).is_ok()) std::exit(3);
-    for (const auto& p : layout.groups[g].params) {
-      // name, shard dim, shard begin, local shape, global shape, values
-      out << p.name << ' ' << int(p.shard_dim) << ' ' << p.shard_begin << ' ' << p.shape.size();
-      for (auto d : p.shape) out << ' ' << d;
-      for (auto d : p.global_shape) out << ' ' << d;
-      out << ' ' << p.numel << '\n';
-      out.write(reinterpret_cast<const char*>(values.data() + p.offset), std::streamsize(p.numel * sizeof(float)));
-      out << '\n';
-    }
+    write_tensors(out, layout.groups[g], values, "");
+    if (!with_base || !pm.lora) continue;
+    const auto& base = pm.model->layout().groups[g];
+    values.resize(base.numel);
+    pm.model->backend().copy_to_host(values.data(), pm.model->params(g), base.numel * sizeof(float));
+    write_tensors(out, base, values, "frozen.");
   }
 }
 
@@ -125,9 +141,21 @@ int main(int argc, char** argv) {
   pc.tensor_parallel = tp;
   pc.data_parallel.strategy = *strategy;
   pc.data_parallel.bucket_mb = 0.01;  // several buckets even for the tiny model
-  auto pm = parallel::parallelize(*config, comm.get(), backend.get(), pc,
-                                  [](models::Model& m) { m.init_weights(42); return Status::ok(); });
+  const int lora_rank = std::atoi(env_or("COHORT_TEST_LORA", "0").c_str());
+  if (lora_rank > 0) {
+    models::LoraConfig lora;
+    lora.rank = lora_rank, lora.alpha = 2.0 * lora_rank, lora.base_dtype = models::DType::kF32;
+    lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
+    pc.lora = lora;
+  }
+  auto pm = parallel::parallelize(
+      *config, comm.get(), backend.get(), pc, [](models::Model& m) { m.init_weights(42); return Status::ok(); },
+      [](models::LoraAdapters& a) { a.init(43); return Status::ok(); });
   if (!pm) return fail("parallelize", pm.status());
+  models::ActivationCheckpointing checkpointing = models::ActivationCheckpointing::kNone;
+  if (!models::parse_activation_checkpointing(env_or("COHORT_TEST_CHECKPOINTING", "none"), &checkpointing))
+    return fail("COHORT_TEST_CHECKPOINTING", invalid_argument("none, selective or full"));
+  pm->model->set_activation_checkpointing(checkpointing);
   auto& mesh = *pm->mesh;
   int dp = mesh.dims().dp, dp_rank = mesh.dp_rank();
   if (global_batch % (micro * dp) != 0) return fail("batch", invalid_argument("global batch does not divide"));
@@ -172,10 +200,11 @@ int main(int argc, char** argv) {
   auto mem = pm->data_parallel->memory();
   std::ofstream(out_prefix + ".rank" + std::to_string(world->rank) + ".memory")
       << mem.param_bytes << ' ' << mem.grad_bytes << ' ' << mem.optimizer_bytes << '\n';
-  if (dp_rank == 0) write_params(out_prefix + ".tp" + std::to_string(mesh.tp_rank()) + ".params", *pm);
+  const bool with_base = env_or("COHORT_TEST_BASE_CHECK", "0") == "1";
+  if (dp_rank == 0) write_params(out_prefix + ".tp" + std::to_string(mesh.tp_rank()) + ".params", *pm, with_base);
   else {
     // Sharded strategies gather collectively: every dp rank takes part.
-    for (int g = 0; g < pm->model->num_groups(); ++g) {
+    for (int g = 0; g < pm->trained().num_groups(); ++g) {
       std::vector<float> ignored;
       if (!pm->data_parallel->gather_group(g, &ignored).is_ok()) return 3;
     }
