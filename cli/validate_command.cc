@@ -17,6 +17,7 @@
 #include "jobs/load.h"
 #include "jobs/rank_plan.h"
 #include "jobs/schema.h"
+#include "hf/peft_config.h"
 #include "models/lora_config.h"
 
 namespace cohort::cli {
@@ -80,25 +81,31 @@ struct LoraPlan {
 LoraPlan plan_lora(const jobs::JobSpec& spec, const std::optional<models::ModelConfig>& model) {
   const auto& l = spec.lora;
   LoraPlan plan;
-  if (!l.adapter.empty()) {
-    plan.lines.push_back("starts from the PEFT adapter folder " + l.adapter +
-                         " (its adapter_config.json sets rank, alpha, use_rslora and target modules), dropout " +
-                         fmt::format("{:g}", l.dropout) + ", frozen base " + l.base_dtype);
-    plan.json = {{"adapter", l.adapter}, {"dropout", l.dropout}, {"base_dtype", l.base_dtype}};
-    return plan;
-  }
   auto config = models::make_lora_config(l.rank, l.alpha, l.dropout, l.target_modules, l.use_rslora, l.init,
                                          l.base_dtype);
+  if (config && !l.adapter.empty()) {
+    // The folder's adapters, with the job's dropout and base (as the worker runs them).
+    auto folder = hf::read_peft_config(l.adapter);
+    if (!folder) {
+      plan.error = "lora.adapter: " + folder.status().message();
+      return plan;
+    }
+    folder->lora.dropout = config->dropout;
+    folder->lora.base_dtype = config->base_dtype;
+    config = folder->lora;
+  }
   if (!config) {
     plan.error = config.status().message();
     return plan;
   }
   plan.lines.push_back(models::describe(*config));
+  if (!l.adapter.empty()) plan.lines.back() += "; starting from the adapters in " + l.adapter;
   nlohmann::json targets = nlohmann::json::array();
   for (auto t : config->targets) targets.push_back(models::peft_module_name(t));
   plan.json = {{"rank", config->rank}, {"alpha", config->alpha}, {"scale", config->scale()},
                {"dropout", config->dropout}, {"target_modules", targets}, {"use_rslora", config->use_rslora},
                {"init", models::to_string(config->init)}, {"base_dtype", l.base_dtype}};
+  if (!l.adapter.empty()) plan.json["adapter"] = l.adapter;
   if (model) {
     const int64_t trained = models::lora_parameter_count(*model, *config), total = model->num_parameters();
     plan.lines.push_back(fmt::format("{} trainable parameters in {} layers ({:.3g}% of the model's {}); the base "

@@ -61,7 +61,8 @@ bool LoraConfig::has_target(LoraTarget target) const {
 }
 
 Status LoraConfig::validate() const {
-  if (rank < 1) return invalid_argument(fmt::format("lora: rank {} must be at least 1", rank));
+  if (rank < 1 || rank > kMaxRank)
+    return invalid_argument(fmt::format("lora: rank {} must be between 1 and {}", rank, kMaxRank));
   if (!(alpha > 0) || !std::isfinite(alpha))
     return invalid_argument(fmt::format("lora: alpha {} must be a positive number", alpha));
   if (!(dropout >= 0 && dropout < 1))

@@ -47,6 +47,7 @@ enum class LoraInit {
 const char* to_string(LoraInit init);  // "kaiming_uniform", "gaussian"
 
 struct LoraConfig {
+  static constexpr int kMaxRank = 1 << 16;  // what an adapter file may declare before anything is sized from it
   int rank = 8;
   double alpha = 8.0;
   double dropout = 0.0;  // on the adapters' input, training passes only
@@ -60,7 +61,7 @@ struct LoraConfig {
   // alpha / rank, or alpha / sqrt(rank) with use_rslora.
   float scale() const;
   bool has_target(LoraTarget target) const;
-  // A rank of at least 1, a positive alpha, dropout in [0, 1), at least
+  // A rank in [1, kMaxRank], a positive alpha, dropout in [0, 1), at least
   // one target and no repeats, base bf16 or fp32.
   Status validate() const;
 };

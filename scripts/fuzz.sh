@@ -12,7 +12,7 @@ shift || true
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
 ((${#targets[@]})) || targets=(codec job_file override store_protocol http safetensors tokenizer checkpoint_index chat_template config_json
-                                openai_request)
+                                openai_request peft_config)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 launcher=()

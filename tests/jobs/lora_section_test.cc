@@ -158,6 +158,15 @@ TEST(LoraSection, ValidatePrintsThePlanAndItsShareOfTheModel) {
   ASSERT_EQ(run(cohort + " validate " + (dir / "job.toml").string() + " --set lora.base_dtype=nf4", &out), 2) << out;
   EXPECT_NE(out.find("--set lora.base_dtype=nf4: lora.base_dtype: \"nf4\" is not available yet"), std::string::npos)
       << out;
+  // With an adapter folder, its adapter_config.json sets the shape.
+  std::filesystem::create_directories(dir / "adapter");
+  std::ofstream(dir / "adapter" / "adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 6, "lora_alpha": 12, "target_modules": ["v_proj", "q_proj"]})";
+  out.clear();
+  ASSERT_EQ(run(cohort + " validate " + (dir / "job.toml").string() + " --set lora.adapter=" +
+                    (dir / "adapter").string(), &out), 0) << out;
+  EXPECT_NE(out.find("lora: rank 6, alpha 12 (scale 2), dropout 0 on q_proj, v_proj"), std::string::npos) << out;
+  EXPECT_NE(out.find("starting from the adapters in " + (dir / "adapter").string()), std::string::npos) << out;
 }
 
 }  // namespace
