@@ -167,7 +167,7 @@ class Model final : public TrainableParams {
   // path (the fused head keeps its logits in bf16, to itself). backward_head
   // overwrites them with their gradient.
   const float* logits() const;
-  // Bytes of activation and inference scratch allocated so far (the largest
+  // Bytes of activation and inference scratch allocated so far, LoRA's included (the largest
   // (B, T) seen): the "peak activations" line of a memory report.
   size_t activation_bytes() const;
 

@@ -3,6 +3,7 @@
 
 #include "base/check.h"
 #include "models/activations.h"
+#include "models/lora.h"
 #include "models/model.h"
 #include "models/spec.h"
 #include "models/ops/attention.h"
@@ -170,7 +171,7 @@ bool parse_activation_checkpointing(std::string_view name, ActivationCheckpointi
 }
 
 size_t Model::activation_bytes() const {
-  return acts_->training_bytes + acts_->infer_bytes;
+  return acts_->training_bytes + acts_->infer_bytes + (lora_ ? lora_->scratch_bytes() : 0);
 }
 
 }  // namespace cohort::models

@@ -72,9 +72,14 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
   COHORT_ASSIGN_OR_RETURN(out.data_parallel, DataParallel::create(out.model.get(), out.mesh.get(),
                                                                   parallel.data_parallel, &out.trained()));
   if (world->rank() == 0) {
-    if (out.lora)
-      spdlog::info("parallel: LoRA {}: {} trainable parameters on a frozen base of {}", models::describe(*parallel.lora),
-                   models::lora_parameter_count(config, *parallel.lora), config.num_parameters());
+    if (out.lora) {
+      size_t base_bytes = 0;
+      for (const auto& g : out.model->layout().groups) base_bytes += g.numel * sizeof(float);
+      spdlog::info("parallel: LoRA {}: {} trainable parameters on a frozen base of {} ({:.1f} MiB per rank, "
+                   "no gradients or optimizer state)",
+                   models::describe(*parallel.lora), models::lora_parameter_count(config, *parallel.lora),
+                   config.num_parameters(), double(base_bytes) / (1 << 20));
+    }
     spdlog::info("parallel: {} with {}; per rank {}", dims.to_string(),
                  strategy_name(parallel.data_parallel.strategy), out.data_parallel->memory().to_string());
   }
