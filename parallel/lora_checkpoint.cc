@@ -60,9 +60,12 @@ Status check_resumable(const std::string& dir, const std::optional<LoraCheckpoin
     return failed_precondition(dir + " is a full-model checkpoint; a [lora] run resumes only from its own "
                                "adapters (to train adapters on that model, start a new run with [model] "
                                "checkpoint = \"" + dir + "\")");
-  if (saved && (saved->lora.rank != job->rank || saved->lora.targets != job->targets))
+  // Dropout and init may change between attempts; what the adapters compute may not.
+  if (saved && (saved->lora.rank != job->rank || saved->lora.targets != job->targets ||
+                saved->lora.scale() != job->scale() || saved->lora.base_dtype != job->base_dtype))
     return failed_precondition(dir + " holds adapters of " + models::describe(saved->lora) + "; this run's [lora] "
-                               "asks for " + models::describe(*job) + " (rank and target modules must match to resume)");
+                               "asks for " + models::describe(*job) +
+                               " (rank, target modules, scale and base dtype must match to resume)");
   return Status::ok();
 }
 

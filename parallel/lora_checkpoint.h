@@ -28,7 +28,7 @@ Result<std::optional<LoraCheckpoint>> read_lora_entry(const nlohmann::json& inde
 
 // Whether a run with `job_lora` (null: full training) may resume from a
 // checkpoint with `saved` (null: a full-model checkpoint): the same kind, and
-// for LoRA the same rank and target modules.
+// for LoRA the same rank, target modules, scale and base dtype.
 Status check_resumable(const std::string& dir, const std::optional<LoraCheckpoint>& saved,
                        const models::LoraConfig* job_lora);
 
