@@ -17,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!config) return 0;
   const auto& lora = config->lora;
   if (!lora.validate().is_ok() || lora.rank > cohort::models::LoraConfig::kMaxRank) std::abort();
-  auto again = cohort::hf::parse_peft_config(cohort::hf::peft_config_json(lora, config->base_model_name_or_path),
-                                             "written");
+  auto again = cohort::hf::parse_peft_config(
+      cohort::hf::peft_config_json(lora, config->base_model_name_or_path), "written");
   if (!again || again->lora.rank != lora.rank || again->lora.targets != lora.targets ||
       again->lora.use_rslora != lora.use_rslora)
     std::abort();

@@ -20,7 +20,8 @@ namespace cohort::hf {
 // Writes dir/adapter_config.json and dir/adapter_model.safetensors (the
 // folder is created). `tensors` are the unsharded adapters.
 Status write_peft_adapter(const std::string& dir, const models::LoraConfig& lora,
-                          const std::string& base_model_name_or_path, const std::vector<TensorToWrite>& tensors);
+                          const std::string& base_model_name_or_path,
+                          const std::vector<TensorToWrite>& tensors);
 
 // Fills `adapters` (any tensor-parallel shard; its config must have the
 // folder's rank and target modules) with their slices of the folder's

@@ -69,7 +69,8 @@ std::string peft_config_json(const models::LoraConfig& lora, const std::string& 
 
 Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::string& source) {
   if (text.size() > kMaxConfigBytes)
-    return invalid_argument(source + ": " + std::to_string(text.size()) + " bytes; an adapter config is at most " +
+    return invalid_argument(source + ": " + std::to_string(text.size()) +
+                            " bytes; an adapter config is at most " +
                             std::to_string(kMaxConfigBytes));
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return invalid_argument(source + ": not a JSON object");
@@ -79,7 +80,8 @@ Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::
   };
   try {
     if (doc.value(field, std::string()) != "LORA")
-      return refuse(quoted(doc.value(field, std::string())) + ": cohort reads LoRA adapters (\"LORA\") only");
+      return refuse(quoted(doc.value(field, std::string())) +
+                    ": cohort reads LoRA adapters (\"LORA\") only");
     PeftAdapterConfig out;
     models::LoraConfig& lora = out.lora;
     field = "r";
@@ -92,10 +94,12 @@ Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::
     lora.use_rslora = doc.value(field, false);
     field = "init_lora_weights";
     const json init = doc.value(field, json(true));
-    lora.init = init.is_string() && init.get<std::string>() == "gaussian" ? models::LoraInit::kGaussian
-                                                                          : models::LoraInit::kKaimingUniform;
+    lora.init = init.is_string() && init.get<std::string>() == "gaussian"
+                    ? models::LoraInit::kGaussian
+                    : models::LoraInit::kKaimingUniform;
     field = "base_model_name_or_path";
-    if (doc.contains(field) && doc[field].is_string()) out.base_model_name_or_path = doc[field].get<std::string>();
+    if (doc.contains(field) && doc[field].is_string())
+      out.base_model_name_or_path = doc[field].get<std::string>();
     // What cohort's adapters are not: refused by name rather than ignored.
     for (const char* flag : {"use_dora", "fan_in_fan_out", "lora_bias"}) {
       field = flag;
@@ -104,11 +108,13 @@ Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::
     field = "bias";
     if (doc.value(field, std::string("none")) != "none")
       return refuse(quoted(doc[field].get<std::string>()) + ": cohort trains no biases (\"none\")");
-    for (const char* list : {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform",
-                             "layers_pattern", "exclude_modules", "target_parameters"}) {
+    for (const char* list :
+         {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform",
+          "layers_pattern", "exclude_modules", "target_parameters"}) {
       field = list;
       if (doc.contains(list) && !null_or_empty(doc[list]))
-        return refuse("is set; cohort's adapters have one rank and alpha on every layer's target modules");
+        return refuse(
+            "is set; cohort's adapters have one rank and alpha on every layer's target modules");
     }
     field = "target_modules";
     const json& targets = doc.at(field);
@@ -120,8 +126,8 @@ Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::
     } else {
       for (const json& t : targets) names.push_back(t.get<std::string>());
     }
-    auto made = models::make_lora_config(lora.rank, lora.alpha, lora.dropout, names, lora.use_rslora,
-                                         models::to_string(lora.init), "bf16");
+    auto made = models::make_lora_config(lora.rank, lora.alpha, lora.dropout, names,
+                                         lora.use_rslora, models::to_string(lora.init), "bf16");
     if (!made) return refuse(made.status().message());
     lora.targets = made->targets;
     return out;
@@ -133,8 +139,10 @@ Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::
 Result<PeftAdapterConfig> read_peft_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "adapter_config.json").string();
   std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + " is missing (a PEFT adapter folder holds adapter_config.json and "
-                                   "adapter_model.safetensors)");
+  if (!in)
+    return not_found(path +
+                     " is missing (a PEFT adapter folder holds adapter_config.json and "
+                     "adapter_model.safetensors)");
   std::stringstream text;
   text << in.rdbuf();
   return parse_peft_config(text.str(), path);

@@ -24,7 +24,8 @@ struct PeftAdapterConfig {
 };
 
 // The file's text: PEFT's fields, target_modules as the PEFT names.
-std::string peft_config_json(const models::LoraConfig& lora, const std::string& base_model_name_or_path);
+std::string peft_config_json(const models::LoraConfig& lora,
+                             const std::string& base_model_name_or_path);
 
 // Parses adapter_config.json text; errors start with `source` and name the field.
 Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::string& source);

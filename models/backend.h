@@ -162,8 +162,10 @@ class Backend {
   virtual void accumulate(float* dst, const float* src, size_t n) = 0;  // dst += src
   // LoRA's dropout on the adapters' input (ops/dropout.h): a mask drawn from
   // a counter-based hash, never stored.
-  virtual void dropout_forward(float* out, const float* x, int rows, int cols, const DropoutMask& mask) = 0;
-  virtual void dropout_backward(float* dx, const float* dout, int rows, int cols, const DropoutMask& mask) = 0;
+  virtual void dropout_forward(float* out, const float* x, int rows, int cols,
+                               const DropoutMask& mask) = 0;
+  virtual void dropout_backward(float* dx, const float* dout, int rows, int cols,
+                                const DropoutMask& mask) = 0;
   virtual void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,
                                               const int32_t* targets, int n, int vocab_local,
                                               int vocab_begin, float grad_scale,

@@ -127,7 +127,7 @@ class CpuBackend final : public Backend {
   void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                        const float* w, int n, int in, int out) override {
     if (precision_ != MatmulPrecision::kFp32) {
-      if (dw) x = rounded(x, size_t(n) * in, &scratch_[0]);  // a frozen weight's backward reads no x
+      if (dw) x = rounded(x, size_t(n) * in, &scratch_[0]);  // a frozen weight reads no x
       if (dx) w = weight_operand(w, size_t(out) * in, &scratch_[1]);
       dy = rounded(dy, size_t(n) * out, &scratch_[2]);
     }
@@ -174,10 +174,12 @@ class CpuBackend final : public Backend {
   void accumulate(float* dst, const float* src, size_t n) override {
     for (size_t i = 0; i < n; ++i) dst[i] += src[i];
   }
-  void dropout_forward(float* out, const float* x, int rows, int cols, const DropoutMask& mask) override {
+  void dropout_forward(float* out, const float* x, int rows, int cols,
+                       const DropoutMask& mask) override {
     cpu::dropout_forward(out, x, rows, cols, mask);
   }
-  void dropout_backward(float* dx, const float* dout, int rows, int cols, const DropoutMask& mask) override {
+  void dropout_backward(float* dx, const float* dout, int rows, int cols,
+                        const DropoutMask& mask) override {
     cpu::dropout_backward(dx, dout, rows, cols, mask);
   }
   void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,

@@ -19,12 +19,14 @@ namespace {
 
 bool is_lora_a(const ParamSpec& p) {
   const std::string suffix = "lora_A.weight";
-  return p.name.size() >= suffix.size() && p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return p.name.size() >= suffix.size() &&
+         p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<LoraAdapters>> LoraAdapters::create(const Model& model, const LoraConfig& config) {
+Result<std::unique_ptr<LoraAdapters>> LoraAdapters::create(const Model& model,
+                                                           const LoraConfig& config) {
   COHORT_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<LoraAdapters> lora(new LoraAdapters(model, config));
   COHORT_RETURN_IF_ERROR(lora->build_layout());
@@ -75,7 +77,8 @@ Status LoraAdapters::build_layout() {
       if (is_column_parallel(t)) {
         // B takes W's rows; A sees the whole input, and its gradient sums
         // what every tp rank's rows of B send back.
-        b.shard_dim = w->shard_dim, b.shard_begin = w->shard_begin, b.tp_partial_grad = w->tp_partial_grad;
+        b.shard_dim = w->shard_dim, b.shard_begin = w->shard_begin,
+        b.tp_partial_grad = w->tp_partial_grad;
         a.tp_partial_grad = tp > 1;
       } else {
         // A takes W's columns; B's gradient sums every rank's partial product.
@@ -104,8 +107,10 @@ void LoraAdapters::release_own_buffers() {
   for (float* p : owned_) {
     bool in_use = false;
     for (int g = 0; g < num_groups(); ++g) in_use = in_use || params_[g] == p || grads_[g] == p;
-    if (in_use) kept.push_back(p);
-    else backend_.free(p);
+    if (in_use)
+      kept.push_back(p);
+    else
+      backend_.free(p);
   }
   owned_ = std::move(kept);
 }
@@ -143,7 +148,8 @@ void LoraAdapters::begin_training_pass(uint64_t seed, uint64_t pass) {
 DropoutMask LoraAdapters::mask(int layer, LoraTarget target) const {
   const Slot& s = slot(target);
   DropoutMask m;
-  m.seed = splitmix64(*pass_ ^ ((uint64_t(layer) * 8 + uint64_t(target) + 1) * 0xd1b54a32d192ed03ull));
+  m.seed =
+      splitmix64(*pass_ ^ ((uint64_t(layer) * 8 + uint64_t(target) + 1) * 0xd1b54a32d192ed03ull));
   m.p = float(config_.dropout);
   m.col_begin = s.col_begin;
   m.global_cols = s.global_in;
@@ -175,7 +181,8 @@ const float* LoraAdapters::dropped_input(int layer, LoraTarget target, const flo
   return xd_;
 }
 
-void LoraAdapters::forward(int layer, const float* x, std::initializer_list<Output> outputs, int N) {
+void LoraAdapters::forward(int layer, const float* x, std::initializer_list<Output> outputs,
+                           int N) {
   ensure_scratch(N);
   for (const Output& o : outputs)
     if (slot(o.target).present) forward_one(layer, x, o, N);
@@ -193,7 +200,8 @@ void LoraAdapters::forward_one(int layer, const float* x, const Output& o, int N
   backend_.accumulate(o.y, delta_, size_t(N) * s.out);
 }
 
-void LoraAdapters::backward(int layer, const float* x, float* dx, std::initializer_list<OutputGrad> outputs, int N) {
+void LoraAdapters::backward(int layer, const float* x, float* dx,
+                            std::initializer_list<OutputGrad> outputs, int N) {
   ensure_scratch(N);
   for (const OutputGrad& o : outputs)
     if (slot(o.target).present) backward_one(layer, x, dx, o, N);
@@ -206,7 +214,8 @@ void LoraAdapters::backward_one(int layer, const float* x, float* dx, const Outp
   const int r = config_.rank, g = layout_.block_group(layer);
   const float* A = params_[g] + s.a;
   const float* B = params_[g] + s.b;
-  COHORT_CHECK_MSG(grads_[g] != nullptr, "lora: layer {}'s adapters have no gradient buffer", layer);
+  COHORT_CHECK_MSG(grads_[g] != nullptr, "lora: layer {}'s adapters have no gradient buffer",
+                   layer);
   float* dA = grads_[g] + s.a;
   float* dB = grads_[g] + s.b;
   const size_t nr = size_t(N) * r;
@@ -241,9 +250,10 @@ void round_frozen_base(Model& model, DType dtype) {
   }
 }
 
-void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank, float scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(out), int(in), rank, scale, b, rank, a, int(in), 1.0f,
-              w, int(in));
+void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank,
+                      float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(out), int(in), rank, scale, b, rank, a,
+              int(in), 1.0f, w, int(in));
 }
 
 }  // namespace cohort::models

@@ -89,7 +89,8 @@ class LoraAdapters final : public TrainableParams {
   };
   // dA, dB of each target += their gradients; dx [N, in_local] += the
   // adapters' part of d loss / d x (null: not wanted).
-  void backward(int layer, const float* x, float* dx, std::initializer_list<OutputGrad> outputs, int N);
+  void backward(int layer, const float* x, float* dx, std::initializer_list<OutputGrad> outputs,
+                int N);
 
   // Bytes of scratch allocated so far.
   size_t scratch_bytes() const { return scratch_floats_ * sizeof(float); }
@@ -98,8 +99,8 @@ class LoraAdapters final : public TrainableParams {
   // Where a target's tensors sit in a block group, and its local shape.
   struct Slot {
     bool present = false;
-    size_t a = 0, b = 0;  // offsets of lora_A, lora_B
-    int in = 0, out = 0;  // local W [out, in]
+    size_t a = 0, b = 0;               // offsets of lora_A, lora_B
+    int in = 0, out = 0;               // local W [out, in]
     int col_begin = 0, global_in = 0;  // x's columns in the unsharded input (dropout)
   };
   LoraAdapters(const Model& model, const LoraConfig& config);
@@ -136,6 +137,7 @@ void round_frozen_base(Model& model, DType dtype);
 // W [out, in] += scale · B [out, rank] · A [rank, in], on host memory: the
 // merged projection (`cohort export --merge`, a LoRA checkpoint loaded for
 // inference).
-void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank, float scale);
+void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank,
+                      float scale);
 
 }  // namespace cohort::models

@@ -10,26 +10,40 @@ namespace cohort::models {
 
 const char* peft_module_name(LoraTarget target) {
   switch (target) {
-    case LoraTarget::kQ: return "q_proj";
-    case LoraTarget::kK: return "k_proj";
-    case LoraTarget::kV: return "v_proj";
-    case LoraTarget::kO: return "o_proj";
-    case LoraTarget::kGate: return "gate_proj";
-    case LoraTarget::kUp: return "up_proj";
-    case LoraTarget::kDown: return "down_proj";
+    case LoraTarget::kQ:
+      return "q_proj";
+    case LoraTarget::kK:
+      return "k_proj";
+    case LoraTarget::kV:
+      return "v_proj";
+    case LoraTarget::kO:
+      return "o_proj";
+    case LoraTarget::kGate:
+      return "gate_proj";
+    case LoraTarget::kUp:
+      return "up_proj";
+    case LoraTarget::kDown:
+      return "down_proj";
   }
   return "?";
 }
 
 const char* hf_module_path(LoraTarget target) {
   switch (target) {
-    case LoraTarget::kQ: return "self_attn.q_proj";
-    case LoraTarget::kK: return "self_attn.k_proj";
-    case LoraTarget::kV: return "self_attn.v_proj";
-    case LoraTarget::kO: return "self_attn.o_proj";
-    case LoraTarget::kGate: return "mlp.gate_proj";
-    case LoraTarget::kUp: return "mlp.up_proj";
-    case LoraTarget::kDown: return "mlp.down_proj";
+    case LoraTarget::kQ:
+      return "self_attn.q_proj";
+    case LoraTarget::kK:
+      return "self_attn.k_proj";
+    case LoraTarget::kV:
+      return "self_attn.v_proj";
+    case LoraTarget::kO:
+      return "self_attn.o_proj";
+    case LoraTarget::kGate:
+      return "mlp.gate_proj";
+    case LoraTarget::kUp:
+      return "mlp.up_proj";
+    case LoraTarget::kDown:
+      return "mlp.down_proj";
   }
   return "?";
 }
@@ -71,7 +85,8 @@ Status LoraConfig::validate() const {
   for (size_t i = 0; i < targets.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (targets[i] == targets[j])
-        return invalid_argument(std::string("lora: target module ") + peft_module_name(targets[i]) + " named twice");
+        return invalid_argument(std::string("lora: target module ") + peft_module_name(targets[i]) +
+                                " named twice");
   if (base_dtype != DType::kBF16 && base_dtype != DType::kF32)
     return invalid_argument(std::string("lora: a frozen base in ") + dtype_name(base_dtype) +
                             " is not available (bf16 or fp32)");
@@ -93,33 +108,46 @@ Result<LoraConfig> make_lora_config(int rank, double alpha, double dropout,
     for (const std::string& name : target_modules) {
       LoraTarget t;
       if (!parse_lora_target(name, &t))
-        return invalid_argument("lora: unknown target module \"" + name +
-                                "\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or "
-                                "\"all-linear\" alone)");
+        return invalid_argument(
+            "lora: unknown target module \"" + name +
+            "\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or "
+            "\"all-linear\" alone)");
       lora.targets.push_back(t);
     }
-    std::sort(lora.targets.begin(), lora.targets.end());  // block order, whatever order they were named in
+    std::sort(lora.targets.begin(),
+              lora.targets.end());  // block order, whatever order they were named in
   }
-  if (init == "kaiming_uniform") lora.init = LoraInit::kKaimingUniform;
-  else if (init == "gaussian") lora.init = LoraInit::kGaussian;
-  else return invalid_argument("lora: unknown init \"" + init + "\" (kaiming_uniform or gaussian)");
-  if (base_dtype == "bf16") lora.base_dtype = DType::kBF16;
-  else if (base_dtype == "fp32") lora.base_dtype = DType::kF32;
+  if (init == "kaiming_uniform")
+    lora.init = LoraInit::kKaimingUniform;
+  else if (init == "gaussian")
+    lora.init = LoraInit::kGaussian;
   else
-    return invalid_argument("lora: base_dtype \"" + base_dtype + "\" is not available (bf16 or fp32)");
+    return invalid_argument("lora: unknown init \"" + init + "\" (kaiming_uniform or gaussian)");
+  if (base_dtype == "bf16")
+    lora.base_dtype = DType::kBF16;
+  else if (base_dtype == "fp32")
+    lora.base_dtype = DType::kF32;
+  else
+    return invalid_argument("lora: base_dtype \"" + base_dtype +
+                            "\" is not available (bf16 or fp32)");
   COHORT_RETURN_IF_ERROR(lora.validate());
   return lora;
 }
 
 ProjectionShape projection_shape(const ModelConfig& c, LoraTarget target) {
   switch (target) {
-    case LoraTarget::kQ: return {c.q_dim(), c.hidden};
+    case LoraTarget::kQ:
+      return {c.q_dim(), c.hidden};
     case LoraTarget::kK:
-    case LoraTarget::kV: return {c.kv_dim(), c.hidden};
-    case LoraTarget::kO: return {c.hidden, c.q_dim()};
+    case LoraTarget::kV:
+      return {c.kv_dim(), c.hidden};
+    case LoraTarget::kO:
+      return {c.hidden, c.q_dim()};
     case LoraTarget::kGate:
-    case LoraTarget::kUp: return {c.intermediate, c.hidden};
-    case LoraTarget::kDown: return {c.hidden, c.intermediate};
+    case LoraTarget::kUp:
+      return {c.intermediate, c.hidden};
+    case LoraTarget::kDown:
+      return {c.hidden, c.intermediate};
   }
   return {};
 }
@@ -134,16 +162,18 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora) 
 }
 
 std::string peft_tensor_name(int layer, LoraTarget target, bool a) {
-  return fmt::format("base_model.model.model.layers.{}.{}.lora_{}.weight", layer, hf_module_path(target),
-                     a ? 'A' : 'B');
+  return fmt::format("base_model.model.model.layers.{}.{}.lora_{}.weight", layer,
+                     hf_module_path(target), a ? 'A' : 'B');
 }
 
 std::string describe(const LoraConfig& lora) {
   std::string modules;
-  for (LoraTarget t : lora.targets) modules += std::string(modules.empty() ? "" : ", ") + peft_module_name(t);
-  return fmt::format("rank {}, alpha {:g} ({}scale {:g}), dropout {:g} on {}; A {}, B zero; frozen base {}",
-                     lora.rank, lora.alpha, lora.use_rslora ? "rsLoRA " : "", lora.scale(), lora.dropout, modules,
-                     to_string(lora.init), dtype_name(lora.base_dtype));
+  for (LoraTarget t : lora.targets)
+    modules += std::string(modules.empty() ? "" : ", ") + peft_module_name(t);
+  return fmt::format(
+      "rank {}, alpha {:g} ({}scale {:g}), dropout {:g} on {}; A {}, B zero; frozen base {}",
+      lora.rank, lora.alpha, lora.use_rslora ? "rsLoRA " : "", lora.scale(), lora.dropout, modules,
+      to_string(lora.init), dtype_name(lora.base_dtype));
 }
 
 }  // namespace cohort::models

@@ -24,9 +24,9 @@ namespace cohort::models {
 
 // The decoder block's projections, in the order a block runs them.
 enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr LoraTarget kAllLoraTargets[] = {LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,
-                                                 LoraTarget::kO,    LoraTarget::kGate, LoraTarget::kUp,
-                                                 LoraTarget::kDown};
+inline constexpr LoraTarget kAllLoraTargets[] = {
+    LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,   LoraTarget::kO,
+    LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown};
 // PEFT's target module name: "q_proj" ... "down_proj".
 const char* peft_module_name(LoraTarget target);
 // The module inside a Hugging Face decoder layer: "self_attn.q_proj", "mlp.down_proj".
@@ -47,7 +47,8 @@ enum class LoraInit {
 const char* to_string(LoraInit init);  // "kaiming_uniform", "gaussian"
 
 struct LoraConfig {
-  static constexpr int kMaxRank = 1 << 16;  // what an adapter file may declare before anything is sized from it
+  // The largest rank an adapter file may declare: buffers are sized from it.
+  static constexpr int kMaxRank = 1 << 16;
   int rank = 8;
   double alpha = 8.0;
   double dropout = 0.0;  // on the adapters' input, training passes only

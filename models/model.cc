@@ -109,7 +109,8 @@ void Model::release_own_buffers() {
 
 void Model::zero_grads() {
   for (int g = 0; g < num_groups(); ++g) {
-    if (grads_[g]) backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));  // null: frozen
+    if (!grads_[g]) continue;  // a frozen base (LoRA)
+    backend_->zero(grads_[g], layout_.groups[g].numel * sizeof(float));
   }
 }
 
@@ -258,20 +259,21 @@ void Model::block_forward(int layer, const BlockTensors& w, const BlockIo& io, i
   be.linear_forward(io.q, io.xn1, w.q, w.q_bias, N, H, Qd);
   be.linear_forward(io.k, io.xn1, w.k, w.k_bias, N, H, KVd);
   be.linear_forward(io.v, io.xn1, w.v, w.v_bias, N, H, KVd);
-  if (lora_) lora_->forward(layer, io.xn1, {{LoraTarget::kQ, io.q}, {LoraTarget::kK, io.k}, {LoraTarget::kV, io.v}}, N);
+  using T = LoraTarget;
+  if (lora_) lora_->forward(layer, io.xn1, {{T::kQ, io.q}, {T::kK, io.k}, {T::kV, io.v}}, N);
   rotate_qk(w, io, N);
   attend();
   be.linear_forward(io.tmp, io.y, w.o, nullptr, N, Qd, H);
-  if (lora_) lora_->forward(layer, io.y, {{LoraTarget::kO, io.tmp}}, N);
+  if (lora_) lora_->forward(layer, io.y, {{T::kO, io.tmp}}, N);
   tp_sum(io.tmp, nH);
   be.residual_forward(io.x2, io.x, io.tmp, nH);
   be.rmsnorm_forward(io.xn2, io.rstd2, io.x2, w.mlp_norm, N, H, eps);
   be.linear_forward(io.g, io.xn2, w.gate, nullptr, N, H, I);
   be.linear_forward(io.u, io.xn2, w.up, nullptr, N, H, I);
-  if (lora_) lora_->forward(layer, io.xn2, {{LoraTarget::kGate, io.g}, {LoraTarget::kUp, io.u}}, N);
+  if (lora_) lora_->forward(layer, io.xn2, {{T::kGate, io.g}, {T::kUp, io.u}}, N);
   be.swiglu_forward(io.h, io.g, io.u, static_cast<size_t>(N) * I);
   be.linear_forward(io.tmp, io.h, w.down, nullptr, N, I, H);
-  if (lora_) lora_->forward(layer, io.h, {{LoraTarget::kDown, io.tmp}}, N);
+  if (lora_) lora_->forward(layer, io.h, {{T::kDown, io.tmp}}, N);
   tp_sum(io.tmp, nH);
   be.residual_forward(io.out, io.x2, io.tmp, nH);
 }

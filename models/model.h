@@ -167,8 +167,9 @@ class Model final : public TrainableParams {
   // path (the fused head keeps its logits in bf16, to itself). backward_head
   // overwrites them with their gradient.
   const float* logits() const;
-  // Bytes of activation and inference scratch allocated so far, LoRA's included (the largest
-  // (B, T) seen): the "peak activations" line of a memory report.
+  // Bytes of activation and inference scratch allocated so far, LoRA's
+  // included (the largest (B, T) seen): the "peak activations" line of a
+  // memory report.
   size_t activation_bytes() const;
 
   // Inference with a KV cache (kv_cache.h). prefill appends n tokens to one
@@ -239,7 +240,8 @@ class Model final : public TrainableParams {
   // The decoder block, op by op, for N rows: the one definition that
   // training's forward and KV decode share. `attend` fills io.y from io.qr,
   // io.kr and io.v (causal attention over the batch, or over a cache).
-  void block_forward(int layer, const BlockTensors& w, const BlockIo& io, int N, const std::function<void()>& attend);
+  void block_forward(int layer, const BlockTensors& w, const BlockIo& io, int N,
+                     const std::function<void()>& attend);
   // io.qr, io.kr = RoPE of q, k (after Qwen3's per-head norms).
   void rotate_qk(const BlockTensors& w, const BlockIo& io, int N);
   std::vector<float> host_logits_;  // staging for TP gathers and losses

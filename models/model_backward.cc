@@ -46,14 +46,15 @@ void Model::block_mlp_backward(int l, const BlockTensors& w, const BlockTensors&
   const size_t nI = static_cast<size_t>(N) * I;
   be.zero(a.dh, nI * sizeof(float));
   be.linear_backward(a.dh, dw.down, nullptr, a.dres, a.h[l], w.down, N, I, H);
-  if (lora_) lora_->backward(l, a.h[l], a.dh, {{LoraTarget::kDown, a.dres}}, N);
+  using T = LoraTarget;
+  if (lora_) lora_->backward(l, a.h[l], a.dh, {{T::kDown, a.dres}}, N);
   be.zero(a.dg, nI * sizeof(float));
   be.zero(a.du, nI * sizeof(float));
   be.swiglu_backward(a.dg, a.du, a.dh, a.g[l], a.u[l], nI);
   be.zero(a.dtmp, static_cast<size_t>(N) * H * sizeof(float));
   be.linear_backward(a.dtmp, dw.gate, nullptr, a.dg, a.xn2[l], w.gate, N, H, I);
   be.linear_backward(a.dtmp, dw.up, nullptr, a.du, a.xn2[l], w.up, N, H, I);
-  if (lora_) lora_->backward(l, a.xn2[l], a.dtmp, {{LoraTarget::kGate, a.dg}, {LoraTarget::kUp, a.du}}, N);
+  if (lora_) lora_->backward(l, a.xn2[l], a.dtmp, {{T::kGate, a.dg}, {T::kUp, a.du}}, N);
   tp_sum(a.dtmp, static_cast<size_t>(N) * H);
   // dres (the gradient of x2 through the residual) gains the MLP branch.
   be.rmsnorm_backward(a.dres, dw.mlp_norm, a.dtmp, a.x2[l], w.mlp_norm, a.rstd2[l], N, H);
@@ -67,7 +68,8 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
   const size_t nQ = static_cast<size_t>(N) * Qd, nKV = static_cast<size_t>(N) * KVd;
   be.zero(a.dy, nQ * sizeof(float));
   be.linear_backward(a.dy, dw.o, nullptr, a.dres, a.y[l], w.o, N, Qd, H);
-  if (lora_) lora_->backward(l, a.y[l], a.dy, {{LoraTarget::kO, a.dres}}, N);
+  using T = LoraTarget;
+  if (lora_) lora_->backward(l, a.y[l], a.dy, {{T::kO, a.dres}}, N);
   be.zero(a.dq, nQ * sizeof(float));
   be.zero(a.dk, nKV * sizeof(float));
   be.zero(a.dv, nKV * sizeof(float));
@@ -91,7 +93,7 @@ void Model::block_attention_backward(int l, const BlockTensors& w, const BlockTe
   be.linear_backward(a.dtmp, dw.k, dw.k_bias, dk_lin, a.xn1[l], w.k, N, H, KVd);
   be.linear_backward(a.dtmp, dw.v, dw.v_bias, a.dv, a.xn1[l], w.v, N, H, KVd);
   if (lora_)
-    lora_->backward(l, a.xn1[l], a.dtmp, {{LoraTarget::kQ, dq_lin}, {LoraTarget::kK, dk_lin}, {LoraTarget::kV, a.dv}}, N);
+    lora_->backward(l, a.xn1[l], a.dtmp, {{T::kQ, dq_lin}, {T::kK, dk_lin}, {T::kV, a.dv}}, N);
   tp_sum(a.dtmp, static_cast<size_t>(N) * H);
   be.rmsnorm_backward(a.dres, dw.attn_norm, a.dtmp, a.res[l], w.attn_norm, a.rstd1[l], N, H);
 }

@@ -141,7 +141,7 @@ void Model::set_fused_blocks(bool on) {
 void Model::set_lora(LoraAdapters* lora) {
   if (lora == lora_) return;
   lora_ = lora;
-  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward (no fused blocks)
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward: no fused blocks
 }
 
 void Model::set_activation_checkpointing(ActivationCheckpointing mode) {

@@ -69,8 +69,8 @@ void AdamW::step() {
   for (int g = 0; g < params_.num_groups(); ++g) {
     const ParamGroup& group = params_.layout().groups[g];
     if (group.numel == 0) continue;
-    adamw_update_range(backend_, group, 0, group.numel, params_.params(g), params_.grads(g), m_[g], v_[g], config_,
-                       step_);
+    adamw_update_range(backend_, group, 0, group.numel, params_.params(g), params_.grads(g), m_[g],
+                       v_[g], config_, step_);
   }
 }
 

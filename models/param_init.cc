@@ -22,7 +22,8 @@ void fill(float* dst, const ParamSpec& p, const Draw& draw) {
   if (threads == 1) return run(0, p.numel);
   std::vector<std::thread> pool;
   const size_t chunk = (p.numel + threads - 1) / threads;
-  for (size_t t = 0; t < threads; ++t) pool.emplace_back(run, t * chunk, std::min(p.numel, (t + 1) * chunk));
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back(run, t * chunk, std::min(p.numel, (t + 1) * chunk));
   for (auto& th : pool) th.join();
 }
 
@@ -43,7 +44,8 @@ void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev) 
 }
 
 void fill_uniform(float* dst, const ParamSpec& p, uint64_t stream, float bound) {
-  fill(dst, p, [&](uint64_t index) { return bound * (2.0f * counter_uniform(stream, index) - 1.0f); });
+  fill(dst, p,
+       [&](uint64_t index) { return bound * (2.0f * counter_uniform(stream, index) - 1.0f); });
 }
 
 }  // namespace cohort::models

@@ -204,7 +204,8 @@ void DataParallel::refresh_working(int group) {
 void DataParallel::refresh_half_shards() {
   if (!half_params()) return;
   for (auto& state : groups_)
-    if (!state->empty()) backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->layout.shard_numel());
+    if (!state->empty())
+      backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->layout.shard_numel());
 }
 
 void DataParallel::start_gather(int group) {

@@ -16,9 +16,12 @@ nlohmann::json lora_index_entry(const models::LoraConfig& lora, const BaseModelS
   json targets = json::array();
   for (models::LoraTarget t : lora.targets) targets.push_back(models::peft_module_name(t));
   json source = json::object();
-  if (!base.hf_dir.empty()) source["hf_dir"] = base.hf_dir;
-  else if (!base.checkpoint.empty()) source["checkpoint"] = base.checkpoint;
-  else source["seed"] = base.seed;
+  if (!base.hf_dir.empty())
+    source["hf_dir"] = base.hf_dir;
+  else if (!base.checkpoint.empty())
+    source["checkpoint"] = base.checkpoint;
+  else
+    source["seed"] = base.seed;
   return {{"rank", lora.rank},
           {"alpha", lora.alpha},
           {"dropout", lora.dropout},
@@ -29,15 +32,17 @@ nlohmann::json lora_index_entry(const models::LoraConfig& lora, const BaseModelS
           {"base", source}};
 }
 
-Result<std::optional<LoraCheckpoint>> read_lora_entry(const nlohmann::json& index, const std::string& dir) {
+Result<std::optional<LoraCheckpoint>> read_lora_entry(const nlohmann::json& index,
+                                                      const std::string& dir) {
   if (!index.contains("lora")) return std::optional<LoraCheckpoint>();
   const json& entry = index.at("lora");
   try {
-    auto lora = models::make_lora_config(entry.at("rank").get<int>(), entry.at("alpha").get<double>(),
-                                         entry.at("dropout").get<double>(),
-                                         entry.at("target_modules").get<std::vector<std::string>>(),
-                                         entry.at("use_rslora").get<bool>(), entry.at("init").get<std::string>(),
-                                         entry.at("base_dtype").get<std::string>());
+    auto lora = models::make_lora_config(
+        entry.at("rank").get<int>(), entry.at("alpha").get<double>(),
+        entry.at("dropout").get<double>(),
+        entry.at("target_modules").get<std::vector<std::string>>(),
+        entry.at("use_rslora").get<bool>(), entry.at("init").get<std::string>(),
+        entry.at("base_dtype").get<std::string>());
     if (!lora) return lora.status().with_context(dir + "/index.json: lora");
     LoraCheckpoint out{*lora, {}};
     const json& base = entry.at("base");
@@ -53,25 +58,32 @@ Result<std::optional<LoraCheckpoint>> read_lora_entry(const nlohmann::json& inde
 Status check_resumable(const std::string& dir, const std::optional<LoraCheckpoint>& saved,
                        const models::LoraConfig* job) {
   if (saved && !job)
-    return failed_precondition(dir + " holds LoRA adapters (" + models::describe(saved->lora) +
-                               "), not a whole model: resume it with the same [lora] section, or `cohort export "
-                               "--merge` it and train from the merged folder");
+    return failed_precondition(
+        dir + " holds LoRA adapters (" + models::describe(saved->lora) +
+        "), not a whole model: resume it with the same [lora] section, or `cohort export "
+        "--merge` it and train from the merged folder");
   if (!saved && job)
-    return failed_precondition(dir + " is a full-model checkpoint; a [lora] run resumes only from its own "
-                               "adapters (to train adapters on that model, start a new run with [model] "
-                               "checkpoint = \"" + dir + "\")");
+    return failed_precondition(
+        dir +
+        " is a full-model checkpoint; a [lora] run resumes only from its own "
+        "adapters (to train adapters on that model, start a new run with [model] "
+        "checkpoint = \"" +
+        dir + "\")");
   // Dropout and init may change between attempts; what the adapters compute may not.
   if (saved && (saved->lora.rank != job->rank || saved->lora.targets != job->targets ||
                 saved->lora.scale() != job->scale() || saved->lora.base_dtype != job->base_dtype))
-    return failed_precondition(dir + " holds adapters of " + models::describe(saved->lora) + "; this run's [lora] "
-                               "asks for " + models::describe(*job) +
-                               " (rank, target modules, scale and base dtype must match to resume)");
+    return failed_precondition(
+        dir + " holds adapters of " + models::describe(saved->lora) +
+        "; this run's [lora] "
+        "asks for " +
+        models::describe(*job) +
+        " (rank, target modules, scale and base dtype must match to resume)");
   return Status::ok();
 }
 
-Result<bool> write_checkpoint_adapter(const std::string& dir, const LoraCheckpoint& saved, const PieceIndex& pieces,
-                                      const models::ModelConfig& config, const std::string& out_dir,
-                                      bool covered_only) {
+Result<bool> write_checkpoint_adapter(const std::string& dir, const LoraCheckpoint& saved,
+                                      const PieceIndex& pieces, const models::ModelConfig& config,
+                                      const std::string& out_dir, bool covered_only) {
   std::vector<std::vector<float>> storage;
   std::vector<hf::TensorToWrite> tensors;
   storage.reserve(size_t(config.layers) * saved.lora.targets.size() * 2);
@@ -81,10 +93,12 @@ Result<bool> write_checkpoint_adapter(const std::string& dir, const LoraCheckpoi
       const models::ProjectionShape w = models::projection_shape(config, t);
       for (bool a : {true, false}) {
         const std::string name = models::peft_tensor_name(l, t, a);
-        const std::vector<int64_t> shape = a ? std::vector<int64_t>{r, w.in} : std::vector<int64_t>{w.out, r};
+        const std::vector<int64_t> shape =
+            a ? std::vector<int64_t>{r, w.in} : std::vector<int64_t>{w.out, r};
         std::vector<char> covered;
-        COHORT_ASSIGN_OR_RETURN(auto global, assemble_global(dir, pieces, name, PieceTensor::kParam, shape,
-                                                             covered_only ? &covered : nullptr));
+        COHORT_ASSIGN_OR_RETURN(auto global,
+                                assemble_global(dir, pieces, name, PieceTensor::kParam, shape,
+                                                covered_only ? &covered : nullptr));
         for (char c : covered)
           if (!c) return false;
         storage.push_back(std::move(global));
@@ -97,8 +111,8 @@ Result<bool> write_checkpoint_adapter(const std::string& dir, const LoraCheckpoi
   return true;
 }
 
-Status load_merged_lora(const std::string& dir, const LoraCheckpoint& saved, const PieceIndex& pieces,
-                        models::Model& model) {
+Status load_merged_lora(const std::string& dir, const LoraCheckpoint& saved,
+                        const PieceIndex& pieces, models::Model& model) {
   const BaseModelSource& base = saved.base;
   if (!base.hf_dir.empty()) {
     Status loaded = hf::load_weights(model, base.hf_dir);
@@ -117,13 +131,17 @@ Status load_merged_lora(const std::string& dir, const LoraCheckpoint& saved, con
     const int g = model.layout().block_group(l);
     for (models::LoraTarget t : saved.lora.targets) {
       const models::ProjectionShape w = models::projection_shape(config, t);
-      COHORT_ASSIGN_OR_RETURN(auto a, assemble_global(dir, pieces, models::peft_tensor_name(l, t, true),
-                                                      PieceTensor::kParam, {r, w.in}));
-      COHORT_ASSIGN_OR_RETURN(auto b, assemble_global(dir, pieces, models::peft_tensor_name(l, t, false),
-                                                      PieceTensor::kParam, {w.out, r}));
+      COHORT_ASSIGN_OR_RETURN(auto a,
+                              assemble_global(dir, pieces, models::peft_tensor_name(l, t, true),
+                                              PieceTensor::kParam, {r, w.in}));
+      COHORT_ASSIGN_OR_RETURN(auto b,
+                              assemble_global(dir, pieces, models::peft_tensor_name(l, t, false),
+                                              PieceTensor::kParam, {w.out, r}));
       std::vector<float> delta(size_t(w.out) * size_t(w.in), 0.0f);
-      models::merge_lora_delta(delta.data(), a.data(), b.data(), w.out, w.in, r, saved.lora.scale());
-      const std::string name = fmt::format("model.layers.{}.{}.weight", l, models::hf_module_path(t));
+      models::merge_lora_delta(delta.data(), a.data(), b.data(), w.out, w.in, r,
+                               saved.lora.scale());
+      const std::string name =
+          fmt::format("model.layers.{}.{}.weight", l, models::hf_module_path(t));
       const models::ParamSpec* spec = model.layout().groups[g].find(name);
       if (!spec) return internal_error("the model has no " + name);
       std::vector<float> slice(spec->numel);

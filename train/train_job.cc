@@ -212,7 +212,8 @@ Status Trainer::train_step(int step) {
   for (int k = 0; k < accumulation_; ++k) {
     dp.begin_micro_step(k);
     // LoRA dropout: masks of their own for each micro-step of each rank.
-    if (pm_.lora) pm_.lora->begin_training_pass(uint64_t(t_.seed), (uint64_t(step) * accumulation_ + k) * dp_ + dp_rank_);
+    const uint64_t pass = (uint64_t(step) * accumulation_ + k) * dp_ + dp_rank_;
+    if (pm_.lora) pm_.lora->begin_training_pass(uint64_t(t_.seed), pass);
     loss_sum += pm_.model->forward(batch.inputs.data() + k * micro, batch.targets.data() + k * micro,
                                    t_.micro_batch, t_.seq_len).sum;
     pm_.model->backward(scale);

@@ -369,16 +369,20 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::accumulate_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dst, src, n);
     check_launch();
   }
-  void dropout_forward(float* out, const float* x, int rows, int cols, const DropoutMask& mask) override {
+  void dropout_forward(float* out, const float* x, int rows, int cols,
+                       const DropoutMask& mask) override {
     cuda::OpTimes::Scope timed(&op_times_, "dropout_forward", stream_);
     const size_t n = size_t(rows) * cols;
-    cuda::dropout_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(out, x, cols, n, mask);
+    cuda::dropout_forward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(out, x, cols, n,
+                                                                                     mask);
     check_launch();
   }
-  void dropout_backward(float* dx, const float* dout, int rows, int cols, const DropoutMask& mask) override {
+  void dropout_backward(float* dx, const float* dout, int rows, int cols,
+                        const DropoutMask& mask) override {
     cuda::OpTimes::Scope timed(&op_times_, "dropout_backward", stream_);
     const size_t n = size_t(rows) * cols;
-    cuda::dropout_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dx, dout, cols, n, mask);
+    cuda::dropout_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dx, dout, cols, n,
+                                                                                      mask);
     check_launch();
   }
   void cross_entropy_forward_backward(float* losses, float* logits, float* scratch,

@@ -8,7 +8,8 @@
 
 namespace cohort::models::cuda {
 
-__global__ void dropout_forward_kernel(float* out, const float* x, int cols, size_t n, DropoutMask mask) {
+__global__ void dropout_forward_kernel(float* out, const float* x, int cols, size_t n,
+                                       DropoutMask mask) {
   const float kept = 1.0f / (1.0f - mask.p);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -16,7 +17,8 @@ __global__ void dropout_forward_kernel(float* out, const float* x, int cols, siz
   }
 }
 
-__global__ void dropout_backward_kernel(float* dx, const float* dout, int cols, size_t n, DropoutMask mask) {
+__global__ void dropout_backward_kernel(float* dx, const float* dout, int cols, size_t n,
+                                        DropoutMask mask) {
   const float kept = 1.0f / (1.0f - mask.p);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {

@@ -17,13 +17,14 @@ namespace cohort::models {
 
 struct DropoutMask {
   uint64_t seed = 0;
-  float p = 0.0f;        // probability of dropping, in [0, 1)
-  int col_begin = 0;     // where the block's columns sit in the whole row
-  int global_cols = 0;   // the whole row's width
+  float p = 0.0f;       // probability of dropping, in [0, 1)
+  int col_begin = 0;    // where the block's columns sit in the whole row
+  int global_cols = 0;  // the whole row's width
 };
 
 COHORT_RANDOM_FN bool dropout_keeps(const DropoutMask& mask, uint64_t row, uint64_t col) {
-  return counter_uniform(mask.seed, row * uint64_t(mask.global_cols) + uint64_t(mask.col_begin) + col) >= mask.p;
+  return counter_uniform(mask.seed, row * uint64_t(mask.global_cols) + uint64_t(mask.col_begin) +
+                                        col) >= mask.p;
 }
 
 }  // namespace cohort::models

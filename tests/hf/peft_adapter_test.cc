@@ -9,8 +9,8 @@
 #include <fstream>
 #include <random>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "hf/peft_adapter.h"
 
@@ -38,8 +38,9 @@ struct Adapters {
   std::unique_ptr<models::Model> model;
   std::unique_ptr<models::LoraAdapters> lora;
   Adapters(const models::LoraConfig& l, models::ShardSpec shard = {}) {
-    model = std::move(models::Model::create(*models::preset_config("tiny"), shard, backend.get(), tiny_tp(shard),
-                                            models::Model::Buffers::kParamsOnly).value());
+    model = std::move(models::Model::create(*models::preset_config("tiny"), shard, backend.get(),
+                                            tiny_tp(shard), models::Model::Buffers::kParamsOnly)
+                          .value());
     lora = std::move(models::LoraAdapters::create(*model, l).value());
   }
   // A tp shard is only laid out here, never run: the callbacks are never called.
@@ -70,7 +71,8 @@ TEST(PeftAdapter, RoundTripsUnderPeftsNamesAndFields) {
   Adapters written(config(true));
   const auto tensors = random_tensors(written, 1);
   const fs::path dir = scratch("round_trip");
-  ASSERT_TRUE(write_peft_adapter(dir.string(), written.lora->config(), "Qwen/Qwen3-0.6B", tensors).is_ok());
+  ASSERT_TRUE(
+      write_peft_adapter(dir.string(), written.lora->config(), "Qwen/Qwen3-0.6B", tensors).is_ok());
 
   auto json = nlohmann::json::parse(std::ifstream(dir / "adapter_config.json"));
   EXPECT_EQ(json["peft_type"], "LORA");
@@ -88,8 +90,10 @@ TEST(PeftAdapter, RoundTripsUnderPeftsNamesAndFields) {
   auto file = SafetensorsFile::open((dir / "adapter_model.safetensors").string());
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
   EXPECT_EQ((*file)->tensors().size(), 2u * 3 * 2);
-  const SafetensorsInfo* a = (*file)->find("base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight");
-  const SafetensorsInfo* b = (*file)->find("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
+  const SafetensorsInfo* a =
+      (*file)->find("base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight");
+  const SafetensorsInfo* b =
+      (*file)->find("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->shape, (std::vector<int64_t>{3, 64}));  // [r, hidden]
   EXPECT_EQ(b->shape, (std::vector<int64_t>{64, 3}));  // [hidden, r]
@@ -126,7 +130,8 @@ TEST(PeftAdapter, ShardsReadTheirSlices) {
           size_t r = i / p.shape[1], c = i % p.shape[1];
           if (p.shard_dim == models::ShardDim::kRows) r += p.shard_begin;
           if (p.shard_dim == models::ShardDim::kCols) c += p.shard_begin;
-          ASSERT_EQ(shard.lora->params(g)[p.offset + i], whole.lora->params(g)[full->offset + r * full->shape[1] + c])
+          ASSERT_EQ(shard.lora->params(g)[p.offset + i],
+                    whole.lora->params(g)[full->offset + r * full->shape[1] + c])
               << p.name << " rank " << rank;
         }
       }
@@ -136,7 +141,9 @@ TEST(PeftAdapter, ShardsReadTheirSlices) {
 TEST(PeftAdapter, AFolderOfOtherAdaptersIsRefusedNamingTheDifference) {
   Adapters written(config());
   const fs::path dir = scratch("other");
-  ASSERT_TRUE(write_peft_adapter(dir.string(), written.lora->config(), "", random_tensors(written, 3)).is_ok());
+  ASSERT_TRUE(
+      write_peft_adapter(dir.string(), written.lora->config(), "", random_tensors(written, 3))
+          .is_ok());
   models::LoraConfig wider = config();
   wider.rank = 5;
   Adapters read(wider);
@@ -148,29 +155,37 @@ TEST(PeftAdapter, AFolderOfOtherAdaptersIsRefusedNamingTheDifference) {
 }
 
 TEST(PeftConfig, WhatCohortsAdaptersAreNotIsRefusedByField) {
-  const std::string base = R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"])";
+  const std::string base =
+      R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"])";
   auto refused = [&](const std::string& extra, const std::string& field) {
     auto r = parse_peft_config("{" + base + ", " + extra + "}", "adapter_config.json");
     ASSERT_FALSE(r.is_ok()) << extra;
-    EXPECT_EQ(r.status().message().rfind("adapter_config.json: " + field + ":", 0), 0u) << r.status().message();
+    EXPECT_EQ(r.status().message().rfind("adapter_config.json: " + field + ":", 0), 0u)
+        << r.status().message();
   };
   refused(R"("use_dora": true)", "use_dora");
   refused(R"("bias": "lora_only")", "bias");
   refused(R"("rank_pattern": {"q_proj": 4})", "rank_pattern");
   refused(R"("layers_to_transform": [0, 1])", "layers_to_transform");
   refused(R"("modules_to_save": ["lm_head"])", "modules_to_save");
-  auto pattern = parse_peft_config(R"({"peft_type": "LORA", "r": 8, "target_modules": ".*q_proj"})", "a.json");
-  EXPECT_NE(pattern.status().message().find("target_modules: \".*q_proj\": a pattern"), std::string::npos);
+  auto pattern =
+      parse_peft_config(R"({"peft_type": "LORA", "r": 8, "target_modules": ".*q_proj"})", "a.json");
+  EXPECT_NE(pattern.status().message().find("target_modules: \".*q_proj\": a pattern"),
+            std::string::npos);
   auto ia3 = parse_peft_config(R"({"peft_type": "IA3", "r": 8})", "a.json");
   EXPECT_NE(ia3.status().message().find("peft_type: \"IA3\""), std::string::npos);
-  auto lm_head = parse_peft_config(R"({"peft_type": "LORA", "r": 8, "target_modules": ["lm_head"]})", "a.json");
-  EXPECT_NE(lm_head.status().message().find("unknown target module \"lm_head\""), std::string::npos);
-  auto huge = parse_peft_config(R"({"peft_type": "LORA", "r": 100000000, "target_modules": ["q_proj"]})", "a.json");
+  auto lm_head = parse_peft_config(
+      R"({"peft_type": "LORA", "r": 8, "target_modules": ["lm_head"]})", "a.json");
+  EXPECT_NE(lm_head.status().message().find("unknown target module \"lm_head\""),
+            std::string::npos);
+  auto huge = parse_peft_config(
+      R"({"peft_type": "LORA", "r": 100000000, "target_modules": ["q_proj"]})", "a.json");
   EXPECT_FALSE(huge.is_ok()) << "a rank nothing could allocate";
   // PEFT's own spellings of what cohort does read: all-linear, gaussian init, no defaults written.
   auto all = parse_peft_config(R"({"peft_type": "LORA", "r": 4, "target_modules": "all-linear",
                                    "init_lora_weights": "gaussian", "rank_pattern": {}, "alpha_pattern": {},
-                                   "layers_to_transform": null})", "a.json");
+                                   "layers_to_transform": null})",
+                               "a.json");
   ASSERT_TRUE(all.is_ok()) << all.status().to_string();
   EXPECT_EQ(all->lora.targets.size(), 7u);
   EXPECT_EQ(all->lora.init, models::LoraInit::kGaussian);

@@ -20,8 +20,9 @@ std::string lora_job(const std::string& lora_lines) {
 }
 
 TEST(LoraSection, LoadsPeftNamesAndDefaults) {
-  auto r = load(lora_job("rank = 16\nalpha = 32\ndropout = 0.05\ntarget_modules = [\"q_proj\", \"down_proj\"]\n"
-                         "use_rslora = true\ninit = \"gaussian\"\nbase_dtype = \"fp32\"\n"));
+  auto r = load(lora_job(
+      "rank = 16\nalpha = 32\ndropout = 0.05\ntarget_modules = [\"q_proj\", \"down_proj\"]\n"
+      "use_rslora = true\ninit = \"gaussian\"\nbase_dtype = \"fp32\"\n"));
   ASSERT_TRUE(r.ok()) << r.error_text();
   EXPECT_TRUE(r.spec.has_lora);
   const LoraSection& l = r.spec.lora;
@@ -47,20 +48,25 @@ TEST(LoraSection, AllLinearIsAStringOrTheOnlyEntryOfAList) {
   ASSERT_TRUE(as_string.ok()) << as_string.error_text();
   EXPECT_EQ(as_string.spec.lora.target_modules, (std::vector<std::string>{"all-linear"}));
   auto mixed = load(lora_job("target_modules = [\"q_proj\", \"all-linear\"]\n"));
-  auto e = error_with(mixed, "lora.target_modules[1]: \"all-linear\" already names every projection");
+  auto e =
+      error_with(mixed, "lora.target_modules[1]: \"all-linear\" already names every projection");
   EXPECT_EQ(e.line, 11);
   EXPECT_EQ(e.column, 29);
 }
 
 TEST(LoraSection, UnknownModuleIsRefusedAtItsEntryWithTheNearestName) {
   auto r = load(lora_job("target_modules = [\"q_proj\", \"v_prj\"]\n"));
-  auto e = error_with(r, "lora.target_modules[1]: unknown module \"v_prj\" (one of: q_proj, k_proj, v_proj, o_proj, "
-                         "gate_proj, up_proj, down_proj, or \"all-linear\"); did you mean \"v_proj\"?");
+  auto e = error_with(
+      r,
+      "lora.target_modules[1]: unknown module \"v_prj\" (one of: q_proj, k_proj, v_proj, o_proj, "
+      "gate_proj, up_proj, down_proj, or \"all-linear\"); did you mean \"v_proj\"?");
   EXPECT_EQ(e.to_string().rfind("job.toml:11:29: ", 0), 0u) << e.to_string();
   error_with(load(lora_job("target_modules = [\"q_proj\", \"q_proj\"]\n")),
              "lora.target_modules[1]: \"q_proj\" is named twice");
-  error_with(load(lora_job("target_modules = []\n")), "lora.target_modules: name at least one module");
-  error_with(load(lora_job("target_modules = 3\n")), "lora.target_modules: expected a string or an array of strings");
+  error_with(load(lora_job("target_modules = []\n")),
+             "lora.target_modules: name at least one module");
+  error_with(load(lora_job("target_modules = 3\n")),
+             "lora.target_modules: expected a string or an array of strings");
 }
 
 TEST(LoraSection, QuantizedBasesAreRefusedAsNotAvailableYet) {
@@ -78,7 +84,8 @@ TEST(LoraSection, RangesAndTypesAreChecked) {
   EXPECT_EQ(rank.line, 11);
   error_with(load(lora_job("alpha = 0\n")), "lora.alpha: 0 is out of range");
   error_with(load(lora_job("dropout = 1.0\n")), "lora.dropout: 1 is out of range");
-  error_with(load(lora_job("init = \"normal\"\n")), "lora.init: unknown value \"normal\" (one of: kaiming_uniform, gaussian)");
+  error_with(load(lora_job("init = \"normal\"\n")),
+             "lora.init: unknown value \"normal\" (one of: kaiming_uniform, gaussian)");
   error_with(load(lora_job("rnak = 4\n")), "unknown key 'rnak' in [lora]; did you mean rank?");
   error_with(load(lora_job(""), {"lora.rank=abc"}), "lora.rank: expected an integer");
 }
@@ -88,15 +95,19 @@ TEST(LoraSection, AdapterFolderSetsTheShapeSoShapeKeysWarn) {
   ASSERT_TRUE(r.ok()) << r.error_text();
   EXPECT_EQ(r.spec.lora.adapter, "/base/adapters/run1");
   ASSERT_EQ(r.warnings.size(), 1u);
-  EXPECT_NE(r.warnings[0].find("lora.rank has no effect with lora.adapter"), std::string::npos) << r.warnings[0];
+  EXPECT_NE(r.warnings[0].find("lora.rank has no effect with lora.adapter"), std::string::npos)
+      << r.warnings[0];
   bool listed = false;
-  for (const auto& p : job_paths(r)) listed = listed || (p.key == "lora.adapter" && p.path == "/base/adapters/run1");
+  for (const auto& p : job_paths(r))
+    listed = listed || (p.key == "lora.adapter" && p.path == "/base/adapters/run1");
   EXPECT_TRUE(listed) << "lora.adapter is an input path validate checks";
 }
 
 TEST(LoraSection, OtherKindsWarnThatItHasNoEffect) {
-  auto r = load("[job]\nname = \"i\"\nkind = \"infer\"\n[model]\npreset = \"tiny\"\n[infer]\nprompts = \"p.jsonl\"\n"
-                "[lora]\nrank = 4\n");
+  auto r = load(
+      "[job]\nname = \"i\"\nkind = \"infer\"\n[model]\npreset = \"tiny\"\n[infer]\nprompts = "
+      "\"p.jsonl\"\n"
+      "[lora]\nrank = 4\n");
   ASSERT_TRUE(r.ok()) << r.error_text();
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_NE(r.warnings[0].find("[lora] has no effect for kind = \"infer\""), std::string::npos);
@@ -127,7 +138,8 @@ TEST(LoraSection, AcceptsExactlyTheModulesTheModelAdapts) {
     auto r = load(lora_job("target_modules = [\"" + name + "\"]\n"));
     EXPECT_TRUE(r.ok()) << name << ": " << r.error_text();
   }
-  error_with(load(lora_job("target_modules = [\"lm_head\"]\n")), "(one of: " + listed + ", or \"all-linear\")");
+  error_with(load(lora_job("target_modules = [\"lm_head\"]\n")),
+             "(one of: " + listed + ", or \"all-linear\")");
 }
 
 int run(const std::string& command, std::string* output) {
@@ -144,29 +156,44 @@ TEST(LoraSection, ValidatePrintsThePlanAndItsShareOfTheModel) {
   const auto dir = std::filesystem::temp_directory_path() / "cohort_lora_validate";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "corpus.txt") << "some text to train on\n";
-  std::ofstream(dir / "job.toml") << "[job]\nname = \"l\"\nkind = \"train\"\n[model]\npreset = \"tiny\"\n[train]\n"
-                                     "data = \"corpus.txt\"\nsteps = 2\nseq_len = 16\n[lora]\nrank = 4\nalpha = 8\n"
-                                     "target_modules = \"all-linear\"\n";
+  std::ofstream(dir / "job.toml")
+      << "[job]\nname = \"l\"\nkind = \"train\"\n[model]\npreset = \"tiny\"\n[train]\n"
+         "data = \"corpus.txt\"\nsteps = 2\nseq_len = 16\n[lora]\nrank = 4\nalpha = 8\n"
+         "target_modules = \"all-linear\"\n";
   std::string out;
   ASSERT_EQ(run(cohort + " validate " + (dir / "job.toml").string(), &out), 0) << out;
-  EXPECT_NE(out.find("lora: rank 4, alpha 8 (scale 2), dropout 0 on q_proj, k_proj, v_proj, o_proj, gate_proj, "
+  EXPECT_NE(out.find("lora: rank 4, alpha 8 (scale 2), dropout 0 on q_proj, k_proj, v_proj, "
+                     "o_proj, gate_proj, "
                      "up_proj, down_proj; A kaiming_uniform, B zero; frozen base bf16"),
-            std::string::npos) << out;
-  // tiny: 2 layers × 4 × (q 64+128 + k 64+64 + v 64+64 + o 128+64 + gate 64+128 + up 64+128 + down 128+64).
+            std::string::npos)
+      << out;
+  // tiny: 2 layers × 4 × (q 64+128 + k 64+64 + v 64+64 + o 128+64 + gate 64+128 + up 64+128 + down
+  // 128+64).
   EXPECT_NE(out.find("lora: 9728 trainable parameters in 2 layers"), std::string::npos) << out;
   out.clear();
-  ASSERT_EQ(run(cohort + " validate " + (dir / "job.toml").string() + " --set lora.base_dtype=nf4", &out), 2) << out;
-  EXPECT_NE(out.find("--set lora.base_dtype=nf4: lora.base_dtype: \"nf4\" is not available yet"), std::string::npos)
+  ASSERT_EQ(
+      run(cohort + " validate " + (dir / "job.toml").string() + " --set lora.base_dtype=nf4", &out),
+      2)
+      << out;
+  EXPECT_NE(out.find("--set lora.base_dtype=nf4: lora.base_dtype: \"nf4\" is not available yet"),
+            std::string::npos)
       << out;
   // With an adapter folder, its adapter_config.json sets the shape.
   std::filesystem::create_directories(dir / "adapter");
   std::ofstream(dir / "adapter" / "adapter_config.json")
       << R"({"peft_type": "LORA", "r": 6, "lora_alpha": 12, "target_modules": ["v_proj", "q_proj"]})";
   out.clear();
-  ASSERT_EQ(run(cohort + " validate " + (dir / "job.toml").string() + " --set lora.adapter=" +
-                    (dir / "adapter").string(), &out), 0) << out;
-  EXPECT_NE(out.find("lora: rank 6, alpha 12 (scale 2), dropout 0 on q_proj, v_proj"), std::string::npos) << out;
-  EXPECT_NE(out.find("starting from the adapters in " + (dir / "adapter").string()), std::string::npos) << out;
+  ASSERT_EQ(run(cohort + " validate " + (dir / "job.toml").string() +
+                    " --set lora.adapter=" + (dir / "adapter").string(),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("lora: rank 6, alpha 12 (scale 2), dropout 0 on q_proj, v_proj"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("starting from the adapters in " + (dir / "adapter").string()),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ struct AdaptedStep {
   bool fused = true;
 };
 
-AdaptedStep step(const ModelConfig& c, Backend* backend, double dropout, ActivationCheckpointing mode) {
+AdaptedStep step(const ModelConfig& c, Backend* backend, double dropout,
+                 ActivationCheckpointing mode) {
   auto model = std::move(Model::create(c, {}, backend, {}, Model::Buffers::kParamsOnly).value());
   model->init_weights(21, 0.05f);
   model->set_activation_checkpointing(mode);
@@ -50,13 +51,15 @@ AdaptedStep step(const ModelConfig& c, Backend* backend, double dropout, Activat
     backend->copy_to_host(host.data(), lora->params(g), host.size() * sizeof(float));
     for (const ParamSpec& p : group.params)
       if (p.name.find("lora_B") != std::string::npos)
-        for (size_t i = 0; i < p.numel; ++i) host[p.offset + i] = 0.02f * float(int((i * 37 + g) % 11) - 5);
+        for (size_t i = 0; i < p.numel; ++i)
+          host[p.offset + i] = 0.02f * float(int((i * 37 + g) % 11) - 5);
     backend->copy_from_host(lora->params(g), host.data(), host.size() * sizeof(float));
   }
   model->set_lora(lora.get());
   const int B = 2, T = 64;
   std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 131 + 7) % c.vocab_size, targets[i] = (i * 71 + 3) % c.vocab_size;
+  for (int i = 0; i < B * T; ++i)
+    tokens[i] = (i * 131 + 7) % c.vocab_size, targets[i] = (i * 71 + 3) % c.vocab_size;
   lora->zero_grads();
   lora->begin_training_pass(5, 1);
   AdaptedStep run;
@@ -78,7 +81,8 @@ AdaptedStep step(const ModelConfig& c, Backend* backend, double dropout, Activat
 }
 
 TEST(LoraGpu, MatchesTheCpuReferenceAndRunsOpByOp) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: the LoRA GPU tests run on the GPU machine";
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: the LoRA GPU tests run on the GPU machine";
   auto gpu = std::move(make_cuda_backend(0).value());
   auto cpu = make_cpu_backend();
   const ModelConfig c = qwen3_like();
@@ -96,20 +100,25 @@ TEST(LoraGpu, MatchesTheCpuReferenceAndRunsOpByOp) {
         EXPECT_LT(e, 5e-2) << "adapter group " << g;  // bf16 GEMM operands
         worst = std::max(worst, e);
       }
-      for (size_t g = 0; g < want.base.size(); ++g) EXPECT_EQ(got.base[g], want.base[g]) << "base group " << g;
-      std::printf("LoRA on CUDA, %s, dropout %.1f: loss %.5f (CPU %.5f), worst adapter gradient error %.4f\n",
-                  to_string(mode), dropout, got.loss, want.loss, worst);
+      for (size_t g = 0; g < want.base.size(); ++g)
+        EXPECT_EQ(got.base[g], want.base[g]) << "base group " << g;
+      std::printf(
+          "LoRA on CUDA, %s, dropout %.1f: loss %.5f (CPU %.5f), worst adapter gradient error "
+          "%.4f\n",
+          to_string(mode), dropout, got.loss, want.loss, worst);
     }
   }
 }
 
 TEST(LoraGpu, DropoutDrawsTheCpuMask) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: the LoRA GPU tests run on the GPU machine";
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << "no CUDA device visible: the LoRA GPU tests run on the GPU machine";
   auto gpu = std::move(make_cuda_backend(0).value());
   auto cpu = make_cpu_backend();
   const int rows = 37, cols = 300;
   const DropoutMask mask{77, 0.3f, 100, 1000};
-  std::vector<float> x = testing::random_vector(size_t(rows) * cols, 1), want(x.size()), got(x.size());
+  std::vector<float> x = testing::random_vector(size_t(rows) * cols, 1), want(x.size()),
+                     got(x.size());
   cpu->dropout_forward(want.data(), x.data(), rows, cols, mask);
   float* dx = gpu->alloc_floats(x.size());
   float* dout = gpu->alloc_floats(x.size());

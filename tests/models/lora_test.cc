@@ -46,8 +46,10 @@ struct Adapted {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   std::unique_ptr<Model> model;
   std::unique_ptr<LoraAdapters> lora;
-  Adapted(const ModelConfig& c, const LoraConfig& l, ShardSpec shard = {}, TensorParallelComm tp = {}) {
-    model = std::move(Model::create(c, shard, backend.get(), tp, Model::Buffers::kParamsOnly).value());
+  Adapted(const ModelConfig& c, const LoraConfig& l, ShardSpec shard = {},
+          TensorParallelComm tp = {}) {
+    model =
+        std::move(Model::create(c, shard, backend.get(), tp, Model::Buffers::kParamsOnly).value());
     model->init_weights(7, 0.3f);
     lora = std::move(LoraAdapters::create(*model, l).value());
     lora->init(9);
@@ -71,7 +73,9 @@ struct GradCase {
   bool qk_norm, tied, bias;
 };
 
-void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const GradCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class LoraGrad : public ::testing::TestWithParam<GradCase> {};
 
@@ -88,7 +92,8 @@ TEST_P(LoraGrad, AdaptersMatchFiniteDifferences) {
   m.lora->zero_grads();
   const LossSum l = m.model->forward(tokens.data(), targets.data(), B, T);
   m.model->backward(1.0f / l.count);
-  for (int g = 0; g < m.model->num_groups(); ++g) EXPECT_EQ(m.model->grads(g), nullptr) << "the base is frozen";
+  for (int g = 0; g < m.model->num_groups(); ++g)
+    EXPECT_EQ(m.model->grads(g), nullptr) << "the base is frozen";
   std::mt19937 rng(4);
   for (int g = 0; g < m.lora->num_groups(); ++g) {
     const ParamGroup& group = m.lora->layout().groups[g];
@@ -108,13 +113,14 @@ TEST_P(LoraGrad, AdaptersMatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, LoraGrad,
-                         ::testing::Values(GradCase{"qwen3", false, 0.0, true, false, false},
-                                           GradCase{"qwen3_rslora", true, 0.0, true, false, false},
-                                           GradCase{"llama_tied", false, 0.0, false, true, false},
-                                           GradCase{"qwen2_bias_rslora", true, 0.0, false, false, true},
-                                           GradCase{"qwen3_dropout", false, 0.3, true, false, false}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, LoraGrad,
+    ::testing::Values(GradCase{"qwen3", false, 0.0, true, false, false},
+                      GradCase{"qwen3_rslora", true, 0.0, true, false, false},
+                      GradCase{"llama_tied", false, 0.0, false, true, false},
+                      GradCase{"qwen2_bias_rslora", true, 0.0, false, false, true},
+                      GradCase{"qwen3_dropout", false, 0.3, true, false, false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Lora, ScaleIsAlphaOverRankOrOverItsSquareRoot) {
   LoraConfig l = all_linear(16, 32, false);
@@ -146,7 +152,8 @@ TEST(Lora, InitialisationFollowsPeft) {
       for (const ParamSpec& p : m.lora->layout().groups[g].params) {
         const float* v = m.lora->params(g) + p.offset;
         double sum2 = 0, largest = 0;
-        for (size_t i = 0; i < p.numel; ++i) sum2 += double(v[i]) * v[i], largest = std::max(largest, double(std::fabs(v[i])));
+        for (size_t i = 0; i < p.numel; ++i)
+          sum2 += double(v[i]) * v[i], largest = std::max(largest, double(std::fabs(v[i])));
         if (p.name.find("lora_B") != std::string::npos) {
           EXPECT_EQ(largest, 0.0) << p.name;
           continue;
@@ -154,7 +161,8 @@ TEST(Lora, InitialisationFollowsPeft) {
         const double in = double(p.shape[1]), rms = std::sqrt(sum2 / double(p.numel));
         if (init == LoraInit::kKaimingUniform) {
           EXPECT_LE(largest, 1.0 / std::sqrt(in)) << p.name;
-          EXPECT_NEAR(rms, 1.0 / std::sqrt(3.0 * in), 0.25 / std::sqrt(in)) << p.name;  // uniform's rms
+          EXPECT_NEAR(rms, 1.0 / std::sqrt(3.0 * in), 0.25 / std::sqrt(in))
+              << p.name;  // uniform's rms
         } else {
           EXPECT_NEAR(rms, 1.0 / 8, 0.04) << p.name;
         }
@@ -174,18 +182,20 @@ TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
   for (int l = 0; l < c.layers; ++l) {
     const int g = m.lora->layout().block_group(l);
     for (LoraTarget t : kAllLoraTargets) {
-      const std::string w_name = "model.layers." + std::to_string(l) + "." + hf_module_path(t) + ".weight";
+      const std::string w_name =
+          "model.layers." + std::to_string(l) + "." + hf_module_path(t) + ".weight";
       Tensor w = merged->param_view(w_name).value();
       const ParamSpec* a = m.lora->layout().groups[g].find(peft_tensor_name(l, t, true));
       const ParamSpec* b = m.lora->layout().groups[g].find(peft_tensor_name(l, t, false));
-      merge_lora_delta(static_cast<float*>(w.data), m.lora->params(g) + a->offset, m.lora->params(g) + b->offset,
-                       w.shape[0], w.shape[1], 4, scale);
+      merge_lora_delta(static_cast<float*>(w.data), m.lora->params(g) + a->offset,
+                       m.lora->params(g) + b->offset, w.shape[0], w.shape[1], 4, scale);
     }
   }
   const auto tokens = random_tokens(10, 32, 6);
   m.model->forward(tokens.data(), nullptr, 1, 10);
   merged->forward(tokens.data(), nullptr, 1, 10);
-  for (int i = 0; i < 10 * 32; ++i) ASSERT_NEAR(m.model->logits()[i], merged->logits()[i], 2e-5) << i;
+  for (int i = 0; i < 10 * 32; ++i)
+    ASSERT_NEAR(m.model->logits()[i], merged->logits()[i], 2e-5) << i;
 }
 
 // AdamW over the adapters: the loss falls, the base stays bit for bit.
@@ -194,7 +204,8 @@ TEST(Lora, StepsTrainTheAdaptersAndNeverTheBase) {
   Adapted m(c, all_linear(4, 8, false));
   std::vector<std::vector<float>> base_before;
   for (int g = 0; g < m.model->num_groups(); ++g)
-    base_before.emplace_back(m.model->params(g), m.model->params(g) + m.model->layout().groups[g].numel);
+    base_before.emplace_back(m.model->params(g),
+                             m.model->params(g) + m.model->layout().groups[g].numel);
   AdamWConfig config;
   config.lr = 1e-2f;
   AdamW opt(*m.lora, *m.backend, config);
@@ -212,7 +223,8 @@ TEST(Lora, StepsTrainTheAdaptersAndNeverTheBase) {
   EXPECT_LT(last, 0.7 * first);
   for (int g = 0; g < m.model->num_groups(); ++g) {
     EXPECT_EQ(m.model->grads(g), nullptr);
-    const std::vector<float> now(m.model->params(g), m.model->params(g) + m.model->layout().groups[g].numel);
+    const std::vector<float> now(m.model->params(g),
+                                 m.model->params(g) + m.model->layout().groups[g].numel);
     EXPECT_EQ(now, base_before[g]) << m.model->layout().groups[g].name;
   }
 }
@@ -223,7 +235,8 @@ TEST(Lora, ActivationCheckpointingGivesTheSameAdapterGradients) {
   ModelConfig c = small_config();
   c.layers = 3;
   std::vector<std::vector<float>> want;
-  for (auto mode : {ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective, ActivationCheckpointing::kFull}) {
+  for (auto mode : {ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective,
+                    ActivationCheckpointing::kFull}) {
     SCOPED_TRACE(to_string(mode));
     Adapted m(c, all_linear(4, 8, false, 0.2));
     m.randomize_b(2);
@@ -232,15 +245,18 @@ TEST(Lora, ActivationCheckpointingGivesTheSameAdapterGradients) {
     std::vector<std::vector<float>> got;
     for (int step = 0; step < 2; ++step) {
       m.lora->begin_training_pass(99, step);
-      const auto tokens = random_tokens(24, 32, 30 + step), targets = random_tokens(24, 32, 40 + step);
+      const auto tokens = random_tokens(24, 32, 30 + step),
+                 targets = random_tokens(24, 32, 40 + step);
       const LossSum loss = m.model->forward(tokens.data(), targets.data(), 3, 8);
       m.model->backward(1.0f / loss.count);
       got.push_back({float(loss.sum)});
     }
     for (int g = 0; g < m.lora->num_groups(); ++g)
       got.emplace_back(m.lora->grads(g), m.lora->grads(g) + m.lora->layout().groups[g].numel);
-    if (want.empty()) want = got;
-    else EXPECT_EQ(got, want);
+    if (want.empty())
+      want = got;
+    else
+      EXPECT_EQ(got, want);
   }
 }
 
@@ -343,14 +359,17 @@ TEST_P(LoraTensorParallel, ShardsReproduceTheUnshardedAdapters) {
     for (int g = 0; g < s.lora->num_groups(); ++g)  // B: this shard's slice of the full one
       for (const ParamSpec& p : s.lora->layout().groups[g].params) {
         const ParamSpec* fp = full.lora->layout().groups[g].find(p.name);
-        std::vector<float> global(full.lora->params(g) + fp->offset, full.lora->params(g) + fp->offset + fp->numel);
+        std::vector<float> global(full.lora->params(g) + fp->offset,
+                                  full.lora->params(g) + fp->offset + fp->numel);
         for (size_t i = 0; i < p.numel; ++i) {
           const size_t r = i / p.shape[1], col = i % p.shape[1];
           const size_t gr = r + (p.shard_dim == ShardDim::kRows ? p.shard_begin : 0);
           const size_t gc = col + (p.shard_dim == ShardDim::kCols ? p.shard_begin : 0);
           const float want = global[gr * fp->shape[1] + gc];
-          if (p.name.find("lora_A") != std::string::npos) ASSERT_EQ(s.lora->params(g)[p.offset + i], want) << p.name;
-          else s.lora->params(g)[p.offset + i] = want;
+          if (p.name.find("lora_A") != std::string::npos)
+            ASSERT_EQ(s.lora->params(g)[p.offset + i], want) << p.name;
+          else
+            s.lora->params(g)[p.offset + i] = want;
         }
       }
     losses[rank] = s.model->forward(tokens.data(), targets.data(), B, T);
@@ -367,21 +386,24 @@ TEST_P(LoraTensorParallel, ShardsReproduceTheUnshardedAdapters) {
           if (o != r && !lp->tp_partial_grad) continue;
           const ParamSpec* op = shards[o]->lora->layout().groups[g].find(fp.name);
           if (op->shard_begin != lp->shard_begin) continue;
-          for (size_t i = 0; i < lp->numel; ++i) got[i] += shards[o]->lora->grads(g)[op->offset + i];
+          for (size_t i = 0; i < lp->numel; ++i)
+            got[i] += shards[o]->lora->grads(g)[op->offset + i];
         }
         for (size_t i = 0; i < lp->numel; ++i) {
           const size_t row = i / lp->shape[1], col = i % lp->shape[1];
           const size_t gr = row + (lp->shard_dim == ShardDim::kRows ? lp->shard_begin : 0);
           const size_t gc = col + (lp->shard_dim == ShardDim::kCols ? lp->shard_begin : 0);
           const float want = full.lora->grads(g)[fp.offset + gr * fp.shape[1] + gc];
-          ASSERT_NEAR(got[i], want, 2e-5 + 1e-3 * std::abs(want)) << fp.name << " rank " << r << " " << i;
+          ASSERT_NEAR(got[i], want, 2e-5 + 1e-3 * std::abs(want))
+              << fp.name << " rank " << r << " " << i;
         }
       }
 }
 
 INSTANTIATE_TEST_SUITE_P(Degrees, LoraTensorParallel, ::testing::Values(TpCase{2, 4}, TpCase{4, 2}),
                          [](const auto& info) {
-                           return "tp" + std::to_string(info.param.tp) + "_kv" + std::to_string(info.param.kv_heads);
+                           return "tp" + std::to_string(info.param.tp) + "_kv" +
+                                  std::to_string(info.param.kv_heads);
                          });
 
 }  // namespace

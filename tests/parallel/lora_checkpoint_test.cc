@@ -39,9 +39,13 @@ TEST(LoraCheckpoint, AResumeKeepsTheKindAndWhatTheAdaptersCompute) {
   EXPECT_TRUE(check_resumable("ckpt", saved, &same).is_ok());
   models::LoraConfig other_dropout = adapters();
   other_dropout.dropout = 0.3;
-  EXPECT_TRUE(check_resumable("ckpt", saved, &other_dropout).is_ok()) << "dropout is the run's to change";
-  EXPECT_NE(check_resumable("ckpt", saved, nullptr).message().find("ckpt holds LoRA adapters"), std::string::npos);
-  EXPECT_NE(check_resumable("ckpt", std::nullopt, &same).message().find("ckpt is a full-model checkpoint"),
+  EXPECT_TRUE(check_resumable("ckpt", saved, &other_dropout).is_ok())
+      << "dropout is the run's to change";
+  EXPECT_NE(check_resumable("ckpt", saved, nullptr).message().find("ckpt holds LoRA adapters"),
+            std::string::npos);
+  EXPECT_NE(check_resumable("ckpt", std::nullopt, &same)
+                .message()
+                .find("ckpt is a full-model checkpoint"),
             std::string::npos);
   for (auto change : {+[](models::LoraConfig& l) { l.rank = 4; },
                       +[](models::LoraConfig& l) { l.targets.pop_back(); },

@@ -18,14 +18,15 @@ namespace cohort::parallel {
 namespace {
 
 using testing::Env;
-using testing::WorkerRun;
 using testing::expect_same_training;
+using testing::WorkerRun;
 
 constexpr int kSteps = 10;
 constexpr int kGlobalBatch = 8;
 const Env kLora = {{"COHORT_TEST_LORA", "4"}};
 
-WorkerRun run(const std::string& tag, const std::string& strategy, int world, int tp, int micro, Env env = kLora) {
+WorkerRun run(const std::string& tag, const std::string& strategy, int world, int tp, int micro,
+              Env env = kLora) {
   return testing::run_worker("lora_" + tag, strategy, world, tp, kGlobalBatch, micro, kSteps, env);
 }
 
@@ -45,7 +46,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
          (c.micro * c.world / c.tp < kGlobalBatch ? "_accumulating" : "");
 }
 
-void PrintTo(const Case& c, std::ostream* os) { *os << case_name({c, 0}); }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << case_name({c, 0});
+}
 
 class LoraEquivalence : public ::testing::TestWithParam<Case> {};
 
@@ -77,8 +80,9 @@ TEST(LoraTraining, ActivationCheckpointingFollowsTheSameCurve) {
   for (std::string mode : {"selective", "full"}) {
     Env env = kLora;
     env.push_back({"COHORT_TEST_CHECKPOINTING", mode});
-    expect_same_training(reference(), run("checkpointing_" + mode, "zero2", 2, 1, kGlobalBatch / 4, env), 1e-5, 1e-5,
-                         "zero2 with " + mode + " checkpointing");
+    expect_same_training(reference(),
+                         run("checkpointing_" + mode, "zero2", 2, 1, kGlobalBatch / 4, env), 1e-5,
+                         1e-5, "zero2 with " + mode + " checkpointing");
   }
 }
 
@@ -90,7 +94,8 @@ TEST(LoraTraining, TheBaseNeverChanges) {
   auto backend = models::make_cpu_backend();
   auto initial = std::move(models::Model::create(*config, {}, backend.get()).value());
   initial->init_weights(42);
-  for (const auto& [strategy, tp] : std::vector<std::pair<std::string, int>>{{"zero3", 1}, {"fsdp2", 2}}) {
+  for (const auto& [strategy, tp] :
+       std::vector<std::pair<std::string, int>>{{"zero3", 1}, {"fsdp2", 2}}) {
     Env env = kLora;
     env.push_back({"COHORT_TEST_BASE_CHECK", "1"});
     const WorkerRun got = run("base_" + strategy, strategy, 2, tp, kGlobalBatch / 2 * tp, env);
@@ -98,7 +103,8 @@ TEST(LoraTraining, TheBaseNeverChanges) {
       for (const models::ParamSpec& p : initial->layout().groups[g].params) {
         auto it = got.params.find("frozen." + p.name);
         ASSERT_NE(it, got.params.end()) << p.name;
-        const std::vector<float> want(initial->params(g) + p.offset, initial->params(g) + p.offset + p.numel);
+        const std::vector<float> want(initial->params(g) + p.offset,
+                                      initial->params(g) + p.offset + p.numel);
         EXPECT_EQ(it->second, want) << strategy << ": " << p.name << " changed";
       }
   }
@@ -115,7 +121,8 @@ TEST(LoraTraining, StrategiesHoldGradientsAndMomentsForTheAdaptersOnly) {
   const size_t adapters = size_t(models::lora_parameter_count(*config, lora));
   ASSERT_EQ(adapters, 9728u);
   const std::string prefix = testing::worker_scratch("lora_memory").string();
-  auto group = testing::start_ranks(testing::parallel_worker_path(), {"ddp", "1", "8", "4", "1", prefix}, 2, kLora);
+  auto group = testing::start_ranks(testing::parallel_worker_path(),
+                                    {"ddp", "1", "8", "4", "1", prefix}, 2, kLora);
   ASSERT_EQ(testing::wait_ranks(group), "");
   for (int rank = 0; rank < 2; ++rank) {
     std::ifstream in(prefix + ".rank" + std::to_string(rank) + ".memory");

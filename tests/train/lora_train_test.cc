@@ -17,7 +17,8 @@
 namespace cohort::testing {
 namespace {
 
-constexpr const char* kLoraSection = "[lora]\nrank = 4\nalpha = 8\ntarget_modules = \"all-linear\"\n";
+constexpr const char* kLoraSection =
+    "[lora]\nrank = 4\nalpha = 8\ntarget_modules = \"all-linear\"\n";
 
 TrainJob lora_job(const std::string& strategy = "zero2") {
   TrainJob job;
@@ -27,7 +28,8 @@ TrainJob lora_job(const std::string& strategy = "zero2") {
   return job;
 }
 
-fs::path run_job(const std::string& name, const TrainJob& job, int world, const std::vector<std::string>& sets = {}) {
+fs::path run_job(const std::string& name, const TrainJob& job, int world,
+                 const std::vector<std::string>& sets = {}) {
   fs::path dir = make_scratch(name);
   std::vector<std::string> args = {write_job(dir, job).string()};
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
@@ -46,7 +48,8 @@ std::vector<float> logits_of(models::Model& model) {
 double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
   return worst;
 }
 
@@ -60,7 +63,8 @@ struct AdaptedFromFolder {
     auto config = hf::read_peft_config(adapter.string());
     EXPECT_TRUE(config.is_ok()) << config.status().to_string();
     model = std::move(models::Model::create(*models::preset_config("tiny"), {}, backend.get(), {},
-                                            models::Model::Buffers::kParamsOnly).value());
+                                            models::Model::Buffers::kParamsOnly)
+                          .value());
     model->init_weights(1234);  // train.seed's default
     models::round_frozen_base(*model, DType::kBF16);
     lora = std::move(models::LoraAdapters::create(*model, config->lora).value());
@@ -112,7 +116,8 @@ TEST(LoraRun, CheckpointsHoldTheAdaptersAndAPeftFolderUnderPeftsNames) {
   AdaptedFromFolder loaded(adapter);
   for (int g = 0; g < loaded.lora->num_groups(); ++g)
     for (const models::ParamSpec& p : loaded.lora->layout().groups[g].params) {
-      const std::vector<float> got(loaded.lora->params(g) + p.offset, loaded.lora->params(g) + p.offset + p.numel);
+      const std::vector<float> got(loaded.lora->params(g) + p.offset,
+                                   loaded.lora->params(g) + p.offset + p.numel);
       EXPECT_EQ(got, state.at(p.name + "#0")) << p.name;
     }
 }
@@ -132,10 +137,12 @@ TEST(LoraRun, ResumesFromItsCheckpointOnTheSameCurve) {
   ASSERT_EQ(wait_ranks(group), "");
   const auto want = read_losses(straight / "out"), got = read_losses(resumed / "out");
   ASSERT_EQ(want.size(), 8u);
-  for (int step = 5; step <= 8; ++step) EXPECT_NEAR(got.at(step), want.at(step), 1e-6 * want.at(step)) << step;
-  EXPECT_LE(max_difference(read_checkpoint(parallel::latest_checkpoint((straight / "out").string())),
-                           read_checkpoint(parallel::latest_checkpoint((resumed / "out").string()))),
-            1e-6);
+  for (int step = 5; step <= 8; ++step)
+    EXPECT_NEAR(got.at(step), want.at(step), 1e-6 * want.at(step)) << step;
+  EXPECT_LE(
+      max_difference(read_checkpoint(parallel::latest_checkpoint((straight / "out").string())),
+                     read_checkpoint(parallel::latest_checkpoint((resumed / "out").string()))),
+      1e-6);
 }
 
 // A job naming a PEFT folder starts from its adapters (at a vanishing
@@ -143,7 +150,8 @@ TEST(LoraRun, ResumesFromItsCheckpointOnTheSameCurve) {
 // checkpoint refuses a resume by a job without [lora].
 TEST(LoraRun, StartsFromAPeftAdapterFolder) {
   fs::path first = run_job("lora_first", lora_job(), 1);
-  const fs::path adapter = fs::path(parallel::latest_checkpoint((first / "out").string())) / "adapter";
+  const fs::path adapter =
+      fs::path(parallel::latest_checkpoint((first / "out").string())) / "adapter";
   TrainJob job = lora_job();
   job.steps = 1;
   job.extra = "[lora]\nadapter = \"" + adapter.string() + "\"\n";
@@ -156,7 +164,8 @@ TEST(LoraRun, StartsFromAPeftAdapterFolder) {
     const auto& now = after.at(name);
     for (size_t i = 0; i < values.size(); ++i) {
       worst = std::max(worst, double(std::abs(now[i] - values[i])));
-      if (name.find("lora_B") != std::string::npos) largest_b = std::max(largest_b, double(std::abs(values[i])));
+      if (name.find("lora_B") != std::string::npos)
+        largest_b = std::max(largest_b, double(std::abs(values[i])));
     }
   }
   EXPECT_LT(worst, 1e-7);
@@ -180,7 +189,8 @@ TEST(LoraRun, MergedExportGivesTheAdaptedLogits) {
   const std::vector<float> want = logits_of(*adapted.model);
 
   fs::path merged = make_scratch("lora_merged");
-  ASSERT_TRUE(parallel::export_checkpoint(ckpt, merged.string(), DType::kF32, /*merge=*/true).is_ok());
+  ASSERT_TRUE(
+      parallel::export_checkpoint(ckpt, merged.string(), DType::kF32, /*merge=*/true).is_ok());
   auto backend = models::make_cpu_backend();
   auto exported = hf::load_model(merged.string(), {}, backend.get());
   ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
@@ -199,9 +209,11 @@ TEST(LoraRun, MergedExportGivesTheAdaptedLogits) {
   TrainJob full = lora_job();
   full.extra = "";
   fs::path plain = run_job("lora_plain", full, 1);
-  Status refused = parallel::export_checkpoint(parallel::latest_checkpoint((plain / "out").string()),
-                                               make_scratch("lora_plain_export").string(), DType::kF32, true);
-  EXPECT_NE(refused.message().find("is a full-model checkpoint"), std::string::npos) << refused.to_string();
+  Status refused =
+      parallel::export_checkpoint(parallel::latest_checkpoint((plain / "out").string()),
+                                  make_scratch("lora_plain_export").string(), DType::kF32, true);
+  EXPECT_NE(refused.message().find("is a full-model checkpoint"), std::string::npos)
+      << refused.to_string();
 }
 
 int run_command(const std::string& command, std::string* output) {
@@ -216,16 +228,21 @@ TEST(LoraRun, TheExampleJobRunsWithCohortRunAndExports) {
   const std::string bin = std::string(COHORT_BINARY_DIR) + "/bin/cohort";
   fs::path dir = make_scratch("lora_example");
   std::string out;
-  const std::string run = bin + " run " + COHORT_SOURCE_DIR + "/jobs/examples/lora.toml --set job.output_dir=" +
-                          (dir / "run").string() + " --set train.steps=3 --set train.seq_len=32 --set train.micro_batch=2" +
-                          " --set train.global_batch=4 --set train.checkpoint_every=0 --set train.warmup_steps=1";
+  const std::string run =
+      bin + " run " + COHORT_SOURCE_DIR +
+      "/jobs/examples/lora.toml --set job.output_dir=" + (dir / "run").string() +
+      " --set train.steps=3 --set train.seq_len=32 --set train.micro_batch=2" +
+      " --set train.global_batch=4 --set train.checkpoint_every=0 --set train.warmup_steps=1";
   ASSERT_EQ(run_command(run, &out), 0) << out;
   EXPECT_NE(out.find("parallel: LoRA rank 16, alpha 32 (scale 2)"), std::string::npos) << out;
   const std::string ckpt = parallel::latest_checkpoint((dir / "run").string());
   ASSERT_TRUE(fs::exists(fs::path(ckpt) / "adapter" / "adapter_config.json")) << out;
   out.clear();
-  ASSERT_EQ(run_command(bin + " export " + (dir / "run").string() + " --to " + (dir / "merged").string() + " --merge",
-                        &out), 0) << out;
+  ASSERT_EQ(run_command(bin + " export " + (dir / "run").string() + " --to " +
+                            (dir / "merged").string() + " --merge",
+                        &out),
+            0)
+      << out;
   EXPECT_TRUE(fs::exists(dir / "merged" / "config.json")) << out;
   EXPECT_TRUE(fs::exists(dir / "merged" / "model.safetensors")) << out;
 }
