@@ -10,6 +10,7 @@
 #include "infer/lockstep.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
+#include "models/spec.h"
 #include "parallel/parallelize.h"
 
 #include "models/decode/cuda_graph_engine.h"
@@ -57,6 +58,17 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     if (world.rank == 0) {
       spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "
                    "or 256); using the models library's CUDA engine", config.head_dim);
+    }
+    model_engine_wanted = true;
+  }
+  // A feature the graph engine hands to the op-by-op path (models/spec.h:
+  // moe_mlp) runs on the models library's engine.
+  const models::DecoderSpec decoder = models::DecoderSpec::of(config);
+  if (!model_engine_wanted &&
+      models::executor_support(models::Executor::kCudaDecode, decoder) == models::Support::kOpByOp) {
+    if (world.rank == 0) {
+      spdlog::info("infer: {}; using the models library's CUDA engine, op by op",
+                   models::check_executor(models::Executor::kCudaDecode, decoder).message());
     }
     model_engine_wanted = true;
   }

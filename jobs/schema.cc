@@ -103,7 +103,9 @@ std::vector<FieldDoc> build_schema() {
   // [model]
   f.push_back(bind("model", "preset", &J::model, &ModelSection::preset,
                    {.text = "A built-in model shape, randomly initialised from the seed.",
-                    .choices = {"tiny", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b"}, .omit_empty = true}));
+                    .choices = {"tiny", "tiny-moe", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b",
+                                "qwen3-moe-2.4b-a0.6b", "qwen3-30b-a3b"},
+                    .omit_empty = true}));
   f.push_back(bind("model", "hf_dir", &J::model, &ModelSection::hf_dir,
                    {.text = "A Hugging Face model folder: config.json and safetensors (sharded or not); or a model id (ORG/NAME) found in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub), never downloaded.",
                     .omit_empty = true}));

@@ -132,7 +132,8 @@ std::optional<double> model_flops_utilization(const models::ModelConfig& config,
   if (!ctx.gpu) return std::nullopt;
   double peak = 989e12;
   if (const char* env = read_env_knob(EnvKnob::kPeakTflops)) peak = std::atof(env) * 1e12;
-  double flops_per_token = 6.0 * double(config.num_parameters());
+  // A mixture of experts multiplies by the experts a token reads, not all.
+  double flops_per_token = 6.0 * double(config.num_active_parameters());
   // Per GPU: the job's tokens/s are spread over world GPUs.
   return flops_per_token * tokens_per_s / (peak * ctx.world.size);
 }

@@ -220,7 +220,7 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
         upload_bf16(lm_head_, {head + head_group.find("lm_head.weight")->offset}, {vocab_rows}));
   }
   for (int l = 0; l < config_.layers; ++l) {
-    const models::BlockTensors w = layout.block_tensors(model.params(layout.block_group(l)));
+    const models::BlockTensors w = layout.block_tensors(l, model.params(layout.block_group(l)));
     Layer& d = layers_[l];
     auto bf = [&](Bf16** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
       size_t total = 0;
