@@ -360,6 +360,7 @@ class CudaBackendImpl final : public CudaBackend {
   void moe_router_forward(float* probs, int32_t* experts, float* weights, float* prob_sums,
                           const float* logits, int n, int num_experts, int k,
                           bool renormalize) override {
+    if (n == 0) return;  // (an empty grid is a launch error)
     cuda::OpTimes::Scope timed(&op_times_, "moe_router_forward", stream_);
     cuda::moe_router_forward_kernel<<<cuda::moe_warp_blocks(n), 32 * cuda::kMoeRowsPerBlock, 0, stream_>>>(
         probs, experts, weights, logits, n, num_experts, k, renormalize);
@@ -372,6 +373,7 @@ class CudaBackendImpl final : public CudaBackend {
   void moe_router_backward(float* dlogits, const float* dweights, const float* probs,
                            const int32_t* experts, const float* dprob_all, int n, int num_experts,
                            int k, bool renormalize) override {
+    if (n == 0) return;
     cuda::OpTimes::Scope timed(&op_times_, "moe_router_backward", stream_);
     cuda::moe_router_backward_kernel<<<cuda::moe_warp_blocks(n), 32 * cuda::kMoeRowsPerBlock, 0, stream_>>>(
         dlogits, dweights, probs, experts, dprob_all, n, num_experts, k, renormalize);
@@ -401,6 +403,7 @@ class CudaBackendImpl final : public CudaBackend {
   void moe_combine_backward(float* dys, float* dweights, const float* dout, const float* ys,
                             const float* weights, const int32_t* slots, int n, int k,
                             int dim) override {
+    if (n == 0) return;
     cuda::OpTimes::Scope timed(&op_times_, "moe_combine_backward", stream_);
     const size_t total = static_cast<size_t>(n) * k * dim;
     cuda::moe_spread_gradient_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream_>>>(
