@@ -49,6 +49,12 @@ class SafetensorsFile {
   Status read_rows_f32(const std::string& name, int64_t begin, int64_t end, float* out) const;
   // Columns [begin, end) of a 2-D tensor, as f32 ([rows, end - begin]).
   Status read_cols_f32(const std::string& name, int64_t begin, int64_t end, float* out) const;
+  // Rows [row_begin, row_end) and columns [col_begin, col_end) of the tensor
+  // seen as 2-D (its last dimension the columns, all others the rows), as
+  // f32 ([row_end - row_begin, col_end - col_begin]): one expert's slice of
+  // a 3-D tensor of experts.
+  Status read_block_f32(const std::string& name, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                        int64_t col_end, float* out) const;
 
  private:
   SafetensorsFile() = default;

@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/parallel_for.h"
 #include "hf/config_json.h"
+#include "hf/fused_experts.h"
 #include "hf/safetensors.h"
 
 namespace cohort::hf {
@@ -28,7 +30,9 @@ Status load_weights(Model& model, const std::string& dir) {
   struct Piece {
     const ParamSpec* param;
     int64_t row_begin, row_end;  // of this rank's rows of the parameter
+    std::optional<FusedSlice> fused;  // read whole from a fused expert tensor (fused_experts.h)
   };
+  const int experts = model.config().moe.experts;
   std::vector<float> host;
   for (int g = 0; g < model.num_groups(); ++g) {
     const ParamGroup& group = model.layout().groups[g];
@@ -38,18 +42,34 @@ Status load_weights(Model& model, const std::string& dir) {
     for (const ParamSpec& p : group.params) {
       const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
       const int64_t row_elements = rows > 0 ? static_cast<int64_t>(p.numel) / rows : 0;
+      if (experts > 0 && !ckpt.contains(p.name)) {
+        std::optional<FusedSlice> fused = fused_expert_slice(p, experts);
+        if (fused && ckpt.contains(fused->tensor)) {
+          pieces.push_back({&p, 0, rows, std::move(fused)});
+          continue;
+        }
+      }
       if (p.shard_dim == ShardDim::kCols || p.shape.size() < 2 || row_elements == 0) {
-        pieces.push_back({&p, 0, rows});
+        pieces.push_back({&p, 0, rows, std::nullopt});
         continue;
       }
       const int64_t step = std::max<int64_t>(1, kPieceElements / row_elements);
-      for (int64_t r = 0; r < rows; r += step) pieces.push_back({&p, r, std::min(rows, r + step)});
+      for (int64_t r = 0; r < rows; r += step) pieces.push_back({&p, r, std::min(rows, r + step), std::nullopt});
     }
     std::vector<Status> results(pieces.size(), Status::ok());
     parallel_for(pieces.size(), [&](size_t i) {
       const Piece& piece = pieces[i];
       const ParamSpec& p = *piece.param;
       results[i] = [&]() -> Status {
+        if (piece.fused) {
+          const FusedSlice& f = *piece.fused;
+          COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(f.tensor));
+          if (file->find(f.tensor)->shape != f.shape) {
+            return invalid_argument(dir + ": " + f.tensor + " has shape " + shape_string(file->find(f.tensor)->shape) +
+                                    ", config.json implies " + shape_string(f.shape) + " (for " + p.name + ")");
+          }
+          return file->read_block_f32(f.tensor, f.row_begin, f.row_end, f.col_begin, f.col_end, base + p.offset);
+        }
         COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
         const SafetensorsInfo* info = file->find(p.name);
         if (info->shape != p.global_shape) {

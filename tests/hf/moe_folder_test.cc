@@ -192,5 +192,72 @@ TEST_F(HfMoeFolder, ExpertsRoundTripUnderHfNamesWholeAndSliced) {
   }
 }
 
+// A folder as transformers 5 saves it without the original format: each
+// sparse layer's experts as mlp.experts.gate_up_proj [E, 2I, H] and
+// mlp.experts.down_proj [E, H, I], Mixtral's router as mlp.gate.weight.
+// It loads into the same parameters, whole and as tensor-parallel slices.
+TEST_F(HfMoeFolder, FusedExpertTensorsLoadAsThePerExpertOnes) {
+  auto cpu = make_cpu_backend();
+  TensorParallelComm noop;
+  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
+  noop.all_gather = [](const float*, float*, size_t) {};
+  for (const char* type : {"qwen3_moe", "mixtral"}) {
+    SCOPED_TRACE(type);
+    const bool mixtral = std::string(type) == "mixtral";
+    ModelConfig c = *preset_config("tiny-moe");
+    c.model_type = type;
+    c.qk_norm = !mixtral;
+    if (mixtral) c.intermediate = c.moe.expert_intermediate;
+    auto a = std::move(Model::create(c, {}, cpu.get()).value());
+    a->init_weights(12);
+    const int64_t E = c.moe.experts, I = c.moe.expert_intermediate, H = c.hidden;
+    std::vector<std::vector<float>> storage;
+    storage.reserve(4 * c.layers + 64);
+    std::vector<TensorToWrite> tensors;
+    for (int g = 0; g < a->num_groups(); ++g) {
+      for (const ParamSpec& p : a->layout().groups[g].params) {
+        const bool expert = p.name.find(".experts.") != std::string::npos;
+        const bool router = p.name.find("block_sparse_moe.gate.weight") != std::string::npos;
+        if (expert) continue;
+        std::string name = p.name;
+        if (router) name.replace(name.find("block_sparse_moe"), 16, "mlp");
+        storage.emplace_back(a->params(g) + p.offset, a->params(g) + p.offset + p.numel);
+        tensors.push_back({name, p.shape, storage.back().data(), DType::kF32});
+      }
+      if (g == 0 || g == a->layout().head_group()) continue;
+      const int l = g - 1;
+      const BlockTensors w = a->layout().block_tensors(l, a->params(g));
+      std::vector<float> gate_up(E * 2 * I * H), down(E * H * I);
+      for (int e = 0; e < E; ++e) {
+        const ExpertTensors ex = a->layout().expert_tensors(w, e);
+        std::copy(ex.gate, ex.gate + I * H, gate_up.begin() + e * 2 * I * H);
+        std::copy(ex.up, ex.up + I * H, gate_up.begin() + (e * 2 + 1) * I * H);
+        std::copy(ex.down, ex.down + H * I, down.begin() + e * H * I);
+      }
+      const std::string pre = "model.layers." + std::to_string(l) + ".mlp.experts.";
+      storage.push_back(std::move(gate_up));
+      tensors.push_back({pre + "gate_up_proj", {E, 2 * I, H}, storage.back().data(), DType::kF32});
+      storage.push_back(std::move(down));
+      tensors.push_back({pre + "down_proj", {E, H, I}, storage.back().data(), DType::kF32});
+    }
+    const fs::path dir = dir_ / type;
+    fs::create_directories(dir);
+    ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
+    ASSERT_TRUE(write_config_json(dir.string(), c, DType::kF32).is_ok());
+    auto b = load_model(dir.string(), {}, cpu.get());
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    for (int g = 0; g < a->num_groups(); ++g) EXPECT_EQ(group_values(*a, g), group_values(**b, g)) << g;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto shard = load_model(dir.string(), {rank, 2}, cpu.get(), noop);
+      ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+      auto ref = std::move(Model::create(c, {rank, 2}, cpu.get(), noop).value());
+      ref->init_weights(12);
+      for (int g = 0; g < ref->num_groups(); ++g) {
+        EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " group " << g;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cohort::hf
