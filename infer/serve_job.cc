@@ -195,6 +195,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     o.max_connections = serve.max_connections;
     o.max_body_bytes = serve.max_body_bytes;
     o.max_live = serve.max_running + serve.max_queue;
+    o.defaults.max_choices = o.max_live;
     o.defaults.model_name = serve.model_name;
     o.defaults.max_tokens = serve.max_tokens;
     o.defaults.sampling = models::SamplingParams{static_cast<float>(serve.temperature), serve.top_k,

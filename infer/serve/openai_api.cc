@@ -1,6 +1,7 @@
 // OpenAI request parsing and response JSON (see openai_api.h).
 #include "infer/serve/openai_api.h"
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -75,19 +76,35 @@ std::optional<ApiError> text_prompt(const std::string& text, const std::string& 
   return std::nullopt;
 }
 
-// prompt: "text", [ids], ["text"] or [[ids]] (n = 1: one prompt per request).
-std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d,
-                                          text::Tokenizer* tokenizer, std::vector<int32_t>* out) {
+// prompt: "text", [ids], or a list of prompts ["text", ...] / [[ids], ...]
+// (strings and id lists may mix, as vLLM takes them).
+std::optional<ApiError> completion_prompts(const json& body, const ApiDefaults& d, text::Tokenizer* tokenizer,
+                                           std::vector<std::vector<int32_t>>* out) {
   if (!body.contains("prompt")) return bad("prompt", "'prompt' is required");
   const json& p = body["prompt"];
-  if (p.is_string()) return text_prompt(p.get<std::string>(), "prompt", tokenizer, out);
-  if (!p.is_array()) return bad("prompt", "'prompt' must be a string or an array of token ids");
-  if (p.size() == 1 && p[0].is_string()) return text_prompt(p[0].get<std::string>(), "prompt", tokenizer, out);
-  if (p.size() == 1 && p[0].is_array()) return token_ids(p[0], "prompt", d.vocab_size, out);
-  if (!p.empty() && (p[0].is_string() || p[0].is_array())) {
-    return bad("prompt", "'prompt' holds several prompts; this server takes one per request");
+  if (p.is_string()) {
+    out->emplace_back();
+    return text_prompt(p.get<std::string>(), "prompt", tokenizer, &out->back());
   }
-  return token_ids(p, "prompt", d.vocab_size, out);
+  if (!p.is_array()) return bad("prompt", "'prompt' must be a string, an array of token ids or an array of prompts");
+  if (p.empty() || !(p[0].is_string() || p[0].is_array())) {
+    out->emplace_back();
+    return token_ids(p, "prompt", d.vocab_size, &out->back());
+  }
+  if (p.size() > size_t(std::max(1, d.max_choices))) {
+    return bad("prompt", "'prompt' holds " + std::to_string(p.size()) + " prompts; this server takes at most " +
+                             std::to_string(d.max_choices) + " per request");
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string at = "prompt[" + std::to_string(i) + "]";
+    out->emplace_back();
+    std::optional<ApiError> e;
+    if (p[i].is_string()) e = text_prompt(p[i].get<std::string>(), at, tokenizer, &out->back());
+    else if (p[i].is_array()) e = token_ids(p[i], at, d.vocab_size, &out->back());
+    else e = bad(at, "'" + at + "' must be a string or an array of token ids");
+    if (e) return e;
+  }
+  return std::nullopt;
 }
 
 // Messages keep every field the template may read (tool_calls, name,
@@ -218,21 +235,32 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
     }
   }
   r->chat = chat;
-  auto e = chat ? chat_prompt(ordered, d, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
-  if (e) return e;
-  if (r->prompt.empty()) return bad(chat ? "messages" : "prompt", "the prompt has no tokens");
-  const int64_t room = int64_t(d.context) - int64_t(r->prompt.size());
-  if (room < 1) {
-    return bad(chat ? "messages" : "prompt", "the prompt has " + std::to_string(r->prompt.size()) +
-                                                 " tokens; this server's context is " +
-                                                 std::to_string(d.context) + " tokens");
+  std::optional<ApiError> e;
+  if (chat) {
+    r->prompts.emplace_back();
+    e = chat_prompt(ordered, d, tokenizer, &r->prompts.back());
+  } else {
+    e = completion_prompts(body, d, tokenizer, &r->prompts);
   }
+  if (e) return e;
+  // The longest prompt bounds max_tokens for all of them.
+  size_t longest = 0;
+  for (size_t i = 0; i < r->prompts.size(); ++i) {
+    const std::string at = chat ? "messages" : r->prompts.size() == 1 ? "prompt" : "prompt[" + std::to_string(i) + "]";
+    if (r->prompts[i].empty()) return bad(at, "the prompt has no tokens");
+    if (int64_t(r->prompts[i].size()) >= int64_t(d.context)) {
+      return bad(at, "the prompt has " + std::to_string(r->prompts[i].size()) + " tokens; this server's context is " +
+                         std::to_string(d.context) + " tokens");
+    }
+    longest = std::max(longest, r->prompts[i].size());
+  }
+  const int64_t room = int64_t(d.context) - int64_t(longest);
   int64_t n = 1, max_tokens = -1, top_k = d.sampling.top_k, seed = int64_t(d.sampling.seed);
   const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if ((e = integer(body, max_key, 1, INT32_MAX, &max_tokens))) return e;
   if (max_tokens > room) {
     return bad(max_key, std::string("'") + max_key + "' is " + std::to_string(max_tokens) + " but the prompt's " +
-                            std::to_string(r->prompt.size()) + " tokens leave " + std::to_string(room) +
+                            std::to_string(longest) + " tokens leave " + std::to_string(room) +
                             " of the context's " + std::to_string(d.context));
   }
   r->max_tokens = int(max_tokens > 0 ? max_tokens : std::min<int64_t>(d.max_tokens, room));
@@ -243,7 +271,14 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   if (body.contains("top_k") && body["top_k"] == -1) top_k = 0;  // vLLM's "off"
   else if ((e = integer(body, "top_k", 0, 1 << 30, &top_k))) return e;
   if ((e = integer(body, "seed", INT64_MIN, INT64_MAX, &seed))) return e;
-  if ((e = integer(body, "n", 1, 1, &n))) return e;
+  if ((e = integer(body, "n", 1, 128, &n))) return e;
+  if (int64_t(r->prompts.size()) * n > d.max_choices) {
+    return bad(n > 1 ? "n" : "prompt", "the request asks for " + std::to_string(int64_t(r->prompts.size()) * n) +
+                                           " choices (" + std::to_string(r->prompts.size()) + " prompt(s) × n = " +
+                                           std::to_string(n) + "); this server runs at most " +
+                                           std::to_string(d.max_choices) + " at once");
+  }
+  r->n = int(n);
   double presence = 0, frequency = 0, repetition = 1;
   int64_t min_tokens = 0;
   if ((e = number(body, "presence_penalty", -2, 2, &presence))) return e;
@@ -323,7 +358,7 @@ json logprobs_json(const ChoiceUpdate& c, bool chat) {
 }
 
 json choice_json(const ChoiceUpdate& c, const CompletionRequest& req, bool stream, bool first) {
-  json choice = {{"index", 0}};
+  json choice = {{"index", c.index}};
   if (req.chat) {
     json message = json::object();
     if (!stream || first) message["role"] = "assistant";
@@ -351,6 +386,7 @@ std::optional<ApiError> parse_completion_request(const std::string& body, bool c
                                                  const ApiDefaults& defaults,
                                                  text::Tokenizer* tokenizer,
                                                  CompletionRequest* out) {
+  *out = CompletionRequest{};
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the body is not valid JSON");
   if (!j.is_object()) return bad("", "the body must be a JSON object");
@@ -362,6 +398,12 @@ std::optional<ApiError> parse_completion_request(const std::string& body, bool c
   } catch (const json::exception& e) {  // a type the checks above missed
     return bad("", std::string("malformed request: ") + e.what());
   }
+}
+
+int64_t CompletionRequest::prompt_tokens() const {
+  int64_t total = 0;
+  for (const auto& p : prompts) total += int64_t(p.size());
+  return total;
 }
 
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -380,10 +422,11 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json completion_json(const ResponseHead& head, const ChoiceUpdate& choice, const CompletionRequest& req,
+json completion_json(const ResponseHead& head, const std::vector<ChoiceUpdate>& choices, const CompletionRequest& req,
                      int64_t prompt_tokens, int64_t completion_tokens) {
   json j = head_json(head, false);
-  j["choices"] = json::array({choice_json(choice, req, false, false)});
+  j["choices"] = json::array();
+  for (const ChoiceUpdate& c : choices) j["choices"].push_back(choice_json(c, req, false, false));
   j["usage"] = usage_json(prompt_tokens, completion_tokens);
   return j;
 }

@@ -42,12 +42,19 @@ struct ApiDefaults {
   models::SamplingParams sampling;  // temperature, top_p, top_k, seed
   int context = 0;                  // positions per sequence
   int vocab_size = 0;
+  // Sequences one request may start (prompts × n): the server's max_live,
+  // so that a request it accepts can run.
+  int max_choices = 64;
   std::shared_ptr<const hf::ChatFormat> chat;  // the model's chat format; null: ChatML
 };
 
 struct CompletionRequest {
   bool chat = false;
-  std::vector<int32_t> prompt;
+  // One prompt (chat, or a completions `prompt` of one string or id list),
+  // or a completions request's list of them; each gets `n` choices, choice
+  // i * n + j for prompt i (OpenAI's and vLLM's numbering).
+  std::vector<std::vector<int32_t>> prompts;
+  int n = 1;
   int max_tokens = 0;
   models::SamplingParams sampling;
   std::vector<int32_t> stop_ids;
@@ -59,6 +66,11 @@ struct CompletionRequest {
   bool return_token_ids = false;
   bool ignore_eos = false;        // decode past the model's end-of-sequence ids (benchmarks)
   bool skip_special_tokens = true;  // special tokens add no text
+
+  int choices() const { return static_cast<int>(prompts.size()) * n; }
+  const std::vector<int32_t>& prompt_of(int choice) const { return prompts[size_t(choice / n)]; }
+  // OpenAI's usage.prompt_tokens: each prompt once, whatever n is.
+  int64_t prompt_tokens() const;
 };
 
 // `tokenizer` may be null (then only token-id prompts are accepted). It is
@@ -72,6 +84,7 @@ std::optional<ApiError> parse_completion_request(const std::string& body, bool c
 std::string error_body(const ApiError& error);
 
 struct ChoiceUpdate {
+  int index = 0;                  // the choice's number (CompletionRequest)
   std::string text;               // new text (streaming) or all of it
   std::vector<int32_t> token_ids; // the tokens behind it, with return_token_ids
   std::vector<float> logprobs;    // one per token, with logprobs
@@ -89,11 +102,12 @@ struct ResponseHead {
 };
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
-// A whole (non-streaming) response.
-nlohmann::json completion_json(const ResponseHead& head, const ChoiceUpdate& choice,
+// A whole (non-streaming) response, its choices in index order.
+nlohmann::json completion_json(const ResponseHead& head, const std::vector<ChoiceUpdate>& choices,
                                const CompletionRequest& req, int64_t prompt_tokens,
                                int64_t completion_tokens);
-// One server-sent event, "data: {...}\n\n". `first` adds the chat role delta.
+// One server-sent event, "data: {...}\n\n", of one choice. `first` (the
+// choice's first chunk) adds the chat role delta.
 std::string stream_chunk(const ResponseHead& head, const ChoiceUpdate& choice,
                          const CompletionRequest& req, bool first);
 // The final usage chunk (stream_options.include_usage): empty choices.

@@ -32,7 +32,7 @@ TEST(OpenAiApi, ParsesACompletionRequest) {
                         "top_k": 3, "seed": 9, "stop": ["x"], "stop_token_ids": [7], "stream": true,
                         "stream_options": {"include_usage": true}, "logprobs": 1, "user": "ignored"})",
                      false, &r));
-  EXPECT_EQ(r.prompt, (std::vector<int32_t>{'h', 'i'}));
+  EXPECT_EQ(r.prompts, (std::vector<std::vector<int32_t>>{{'h', 'i'}}));
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_EQ(r.sampling.temperature, 0.0f);
   EXPECT_EQ(r.sampling.top_k, 3);
@@ -45,7 +45,8 @@ TEST(OpenAiApi, ParsesACompletionRequest) {
 TEST(OpenAiApi, DefaultsFillWhatTheRequestLeavesOut) {
   CompletionRequest r;
   ASSERT_FALSE(parse(R"({"prompt": [1, 2, 3]})", false, &r));
-  EXPECT_EQ(r.prompt.size(), 3u);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].size(), 3u);
   EXPECT_EQ(r.max_tokens, 16);
   EXPECT_EQ(r.sampling.temperature, 1.0f);
   ASSERT_FALSE(parse(R"({"prompt": [[4, 5]]})", false, &r));
@@ -94,7 +95,7 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
       {R"({"prompt": "x", "top_p": 0})", "top_p"},
       {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 64})", "max_tokens"},
-      {R"({"prompt": "x", "n": 3})", "n"},
+      {R"({"prompt": "x", "n": 0})", "n"},
       {R"({"prompt": "x", "stream": "yes"})", "stream"},
       {R"({"prompt": "x", "stop": [1]})", "stop"},
       {R"({"prompt": "x", "stop_token_ids": [300]})", "stop_token_ids"},
@@ -105,7 +106,6 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
       {R"({"prompt": "x", "min_tokens": 100000})", "min_tokens"},
       {R"({"prompt": "x", "stream_options": {"include_usage": 1}})", "stream_options.include_usage"},
       {R"({"prompt": [1, -1]})", "prompt"},
-      {R"({"prompt": ["a", "b"]})", "prompt"},
       {R"({"prompt": 5})", "prompt"},
       {R"({"prompt": ""})", "prompt"},
       {R"({"prompt": ")" + std::string(70, 'a') + R"("})", "prompt"},
@@ -150,7 +150,7 @@ TEST(OpenAiApi, ChatUsesTheModelsTemplateWhereItHasOne) {
   const std::string want =
       "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
       "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  EXPECT_EQ(r.prompt, bytes.encode(want));
+  EXPECT_EQ(r.prompts.at(0), bytes.encode(want));
   EXPECT_EQ(render_chat_prompt({{"user", " hi "}}, d.chat.get()).value(), want);
   const auto refused = parse_completion_request(
       R"({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})", true, d, &bytes, &r);
@@ -166,7 +166,7 @@ TEST(OpenAiApi, ChatMessagesAreRenderedAndChecked) {
                         "max_completion_tokens": 3, "logprobs": true})", true, &r));
   const std::string want = render_chat_prompt({{"user", "hi"}}).value();
   EXPECT_EQ(want, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(r.prompt.size(), want.size());
+  EXPECT_EQ(r.prompts.at(0).size(), want.size());
   EXPECT_EQ(r.max_tokens, 3);
   EXPECT_TRUE(r.logprobs && r.chat);
   for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
@@ -201,17 +201,55 @@ TEST(OpenAiApi, TopLogprobsInBothShapes) {
   c.token_texts = {"a", "b"};
   c.top = {{{"a", -0.1f}, {"z", -2.5f}}, {{"b", -0.5f}, {"a", -1.0f}}};
   ResponseHead head{"x", 1, "m", true};
-  const json chat = completion_json(head, c, chat_req, 3, 2)["choices"][0]["logprobs"]["content"];
+  const json chat = completion_json(head, {c}, chat_req, 3, 2)["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(chat.size(), 2u);
   EXPECT_EQ(chat[0]["top_logprobs"].size(), 2u);
   EXPECT_EQ(chat[0]["top_logprobs"][1]["token"], "z");
   EXPECT_FLOAT_EQ(chat[0]["top_logprobs"][1]["logprob"].get<float>(), -2.5f);
   EXPECT_EQ(chat[1]["top_logprobs"][1]["bytes"], json({97}));
   head.chat = false;
-  const json comp = completion_json(head, c, comp_req, 3, 2)["choices"][0]["logprobs"];
+  const json comp = completion_json(head, {c}, comp_req, 3, 2)["choices"][0]["logprobs"];
   ASSERT_EQ(comp["top_logprobs"].size(), 2u);
   EXPECT_FLOAT_EQ(comp["top_logprobs"][0]["z"].get<float>(), -2.5f);
   EXPECT_FLOAT_EQ(comp["top_logprobs"][1]["a"].get<float>(), -1.0f);
+}
+
+// A completions request may carry several prompts, each with n choices,
+// numbered prompt * n + choice; a request never asks for more sequences
+// than the server runs.
+TEST(OpenAiApi, SeveralPromptsAndNChoices) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"prompt": ["ab", [1, 2, 3], "c"], "n": 2})", false, &r));
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.choices(), 6);
+  EXPECT_EQ(r.prompt_of(3), r.prompts[1]);
+  EXPECT_EQ(r.prompt_of(5), r.prompts[2]);
+  EXPECT_EQ(r.prompt_tokens(), 6);
+  CompletionRequest chat;
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": "hi"}], "n": 3})", true, &chat));
+  EXPECT_EQ(chat.choices(), 3);
+  EXPECT_EQ(parse(R"({"prompt": "x", "n": 0})")->param, "n");
+  EXPECT_EQ(parse(R"({"prompt": "x", "n": 65})")->param, "n");  // over max_choices (64)
+  EXPECT_EQ(parse(R"({"prompt": ["a", "b"], "n": 40})")->param, "n");
+  EXPECT_EQ(parse(R"({"prompt": ["a", 5]})")->param, "prompt[1]");
+  EXPECT_EQ(parse(R"({"prompt": ["a", [1, 999]]})")->param, "prompt[1]");
+  EXPECT_EQ(parse(R"({"prompt": ["a", ""]})")->param, "prompt[1]");
+  // The longest prompt bounds max_tokens.
+  EXPECT_EQ(parse(json({{"prompt", {"a", std::string(60, 'b')}}, {"max_tokens", 5}}).dump())->param, "max_tokens");
+  std::vector<std::string> many(65, "a");
+  EXPECT_EQ(parse(json({{"prompt", many}}).dump())->param, "prompt");
+  ChoiceUpdate a, b;
+  a.text = "x", a.finish_reason = "length";
+  b.index = 1, b.text = "y", b.finish_reason = "stop";
+  ResponseHead head{"cmpl-1", 1, "m", false};
+  const json whole = completion_json(head, {a, b}, r, 2, 3);
+  ASSERT_EQ(whole["choices"].size(), 2u);
+  EXPECT_EQ(whole["choices"][1]["index"], 1);
+  EXPECT_EQ(whole["choices"][1]["text"], "y");
+  EXPECT_EQ(json::parse(stream_chunk(head, b, r, true).substr(6))["choices"][0]["index"], 1);
 }
 
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
@@ -224,7 +262,7 @@ TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   c.text = "hey";
   c.token_ids = {1, 2};
   c.finish_reason = "length";
-  const json whole = completion_json(head, c, req, 4, 2);
+  const json whole = completion_json(head, {c}, req, 4, 2);
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hey");
   EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");

@@ -75,7 +75,7 @@ async function startServer(name, serveLines, ranks = 1, jobLines = "") {
   const master = await freePort();
   const procs = [];
   for (let r = 0; r < ranks; r++) {
-    const env = { ...process.env, COHORT_INFER_DEVICE: "cpu", COHORT_COLLECTIVE_TIMEOUT_S: "60" };
+    const env = { ...process.env, COHORT_DEVICE: "cpu", COHORT_COLLECTIVE_TIMEOUT_S: "60" };
     if (ranks > 1) {
       Object.assign(env, { RANK: `${r}`, WORLD_SIZE: `${ranks}`, LOCAL_RANK: `${r}`, LOCAL_WORLD_SIZE: `${ranks}`,
                            MASTER_ADDR: "127.0.0.1", MASTER_PORT: `${master}`, COHORT_INFER_CHECK_LOCKSTEP: "1" });
@@ -97,7 +97,7 @@ function offlineTokens(prompts, maxNew) {
   const { dir, file } = jobFile("offline", "infer", `[infer]\nprompts = "${root}/offline/prompts.jsonl"\n` +
     `max_new_tokens = ${maxNew}\nbatch_size = 2\ntemperature = 0.0`);
   fs.writeFileSync(path.join(dir, "prompts.jsonl"), prompts.map((p) => JSON.stringify(p)).join("\n") + "\n");
-  const r = spawnSync(worker, [file], { env: { ...process.env, COHORT_INFER_DEVICE: "cpu" }, encoding: "utf8" });
+  const r = spawnSync(worker, [file], { env: { ...process.env, COHORT_DEVICE: "cpu" }, encoding: "utf8" });
   check(r.status === 0, `offline infer job failed: ${r.stderr}`);
   return fs.readFileSync(path.join(dir, "out", "outputs.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l).tokens);
 }
@@ -158,6 +158,42 @@ async function main() {
       check(out.finish === "length" && out.usage?.completion_tokens === N, JSON.stringify(out));
     }
   });
+  await step("several prompts and n choices: each choice has its prompt's tokens, streamed or not", async () => {
+    const r = await client.completions.create({ prompt: PROMPTS, n: 2, max_tokens: N, temperature: 0, return_token_ids: true });
+    check(r.choices.length === PROMPTS.length * 2, `${r.choices.length} choices`);
+    for (const ch of r.choices) {
+      const want = offline[Math.floor(ch.index / 2)];
+      check(JSON.stringify(ch.token_ids) === JSON.stringify(want), `choice ${ch.index}: ${ch.token_ids} vs ${want}`);
+    }
+    check(r.usage.prompt_tokens === PROMPTS.flat().length && r.usage.completion_tokens === N * PROMPTS.length * 2,
+          JSON.stringify(r.usage));
+    const s = await client.completions.create({ prompt: PROMPTS.slice(0, 2), n: 3, max_tokens: N, temperature: 0, stream: true,
+                                                stream_options: { include_usage: true }, return_token_ids: true });
+    const ids = {}, finish = {};
+    let usage = null;
+    for await (const c of s) {
+      if (c.usage) usage = c.usage;
+      for (const ch of c.choices) {
+        (ids[ch.index] ??= []).push(...(ch.token_ids || []));
+        if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+      }
+    }
+    for (let i = 0; i < 6; i++) {
+      const want = offline[Math.floor(i / 3)];
+      check(JSON.stringify(ids[i]) === JSON.stringify(want) && finish[i] === "length", `streamed choice ${i}: ${ids[i]}`);
+    }
+    check(usage?.completion_tokens === 6 * N, JSON.stringify(usage));
+  });
+  await step("n = 3 sampled chat choices differ, and repeat with the seed", async () => {
+    const ask = () => client.chat.completions.create({ messages: MESSAGES, n: 3, max_tokens: 8, temperature: 1, seed: 11,
+                                                       return_token_ids: true });
+    const [x, y] = [await ask(), await ask()];
+    check(x.choices.length === 3 && x.choices.every((c, i) => c.index === i && c.message.role === "assistant"),
+          JSON.stringify(x.choices));
+    const tokens = (r) => r.choices.map((c) => JSON.stringify(c.token_ids));
+    check(new Set(tokens(x)).size > 1, `all three choices sampled the same tokens: ${tokens(x)}`);
+    check(JSON.stringify(tokens(x)) === JSON.stringify(tokens(y)), "the same seed gave other choices");
+  });
   await step("chat completions use the chat rendering, streaming and not", async () => {
     const expect = offline[PROMPTS.length];
     const r = await client.chat.completions.create({ messages: MESSAGES, max_tokens: N, temperature: 0, return_token_ids: true });
@@ -204,7 +240,7 @@ async function main() {
                    ["/completions", `{"prompt": "x", "temperature": "hot"}`, "temperature"],
                    ["/completions", `{"prompt": "x", "max_tokens": 0}`, "max_tokens"],
                    ["/completions", `{"prompt": "x", "max_tokens": 99999}`, "max_tokens"],
-                   ["/completions", `{"prompt": "x", "n": 2}`, "n"], ["/completions", `{}`, "prompt"],
+                   ["/completions", `{"prompt": "x", "n": 0}`, "n"], ["/completions", `{}`, "prompt"],
                    ["/completions", `{"prompt": [1, 999]}`, "prompt"], ["/completions", `{"prompt": "x", "stop": 5}`, "stop"],
                    ["/chat/completions", `{"messages": []}`, "messages"],
                    ["/chat/completions", `{"messages": [{"role": "bot", "content": "x"}]}`, "messages[0].role"]];
