@@ -203,6 +203,12 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     o.defaults.context = setup.context;
     o.defaults.vocab_size = setup.config.vocab_size;
     o.defaults.chat = setup.chat;
+    if (serve.tool_parser == "auto") {
+      o.defaults.tool_format = detect_tool_call_format(setup.chat ? setup.chat->source() : "");
+    } else {
+      COHORT_ASSIGN_OR_RETURN(o.defaults.tool_format, parse_tool_call_format(serve.tool_parser));
+    }
+    spdlog::info("serve: tool calls are read in the {} format", to_string(o.defaults.tool_format));
     o.tokenizer = setup.tokenizer;
     o.eos = setup.eos;
     COHORT_ASSIGN_OR_RETURN(http, ServeHttp::start(std::move(o), &queue, &metrics));

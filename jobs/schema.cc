@@ -285,6 +285,11 @@ std::vector<FieldDoc> build_schema() {
                             "context). The bf16 CUDA engine shares them; the CPU engine gives each slot its "
                             "context.",
                     .min = 0, .max = 1e12}));
+  f.push_back(bind("serve", "tool_parser", &J::serve, &ServeSection::tool_parser,
+                   {.text = "How a chat reply's tool calls are read from its text when a request gives tools: "
+                            "hermes (<tool_call>{...}</tool_call>, Qwen's), llama3_json (the reply is the call's "
+                            "JSON), or auto (the one the model's chat template shows).",
+                    .choices = {"auto", "hermes", "llama3_json"}}));
   f.push_back(bind("serve", "max_tokens", &J::serve, &ServeSection::max_tokens,
                    {.text = "max_tokens of a request that gives none.", .min = 1, .max = 1e7}));
   f.push_back(bind("serve", "temperature", &J::serve, &ServeSection::temperature,

@@ -198,6 +198,7 @@ struct ServeSection {
   int64_t seed = 1234;          // preset weights' init, and requests without a seed
   int tensor_parallel = 0;      // 0: all of the job's ranks
   bool cuda_graphs = true;
+  std::string tool_parser = "auto";  // tool calls read from the text: auto (from the chat template), hermes, llama3_json
 };
 
 struct CommandSection {

@@ -148,9 +148,21 @@ std::optional<ApiError> chat_prompt(const ojson& body, const ApiDefaults& d, tex
   ojson tools;
   if (body.contains("tools") && !body["tools"].is_null()) {
     tools = body["tools"];
-    if (!tools.is_array()) return bad("tools", "'tools' must be an array of tool objects");
-    for (size_t i = 0; i < tools.size(); ++i)
-      if (!tools[i].is_object()) return bad("tools[" + std::to_string(i) + "]", "each tool must be an object");
+    if (!tools.is_array() || tools.size() > 128) return bad("tools", "'tools' must be an array of at most 128 tools");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      const ojson& t = tools[i];
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object()) {
+        return bad(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
+      }
+      const ojson& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty()) {
+        return bad(at + ".function.name", "'" + at + ".function.name' must be a non-empty string");
+      }
+      if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null()) {
+        return bad(at + ".function.parameters", "'" + at + ".function.parameters' must be a JSON schema object");
+      }
+    }
   }
   auto text = render_chat_prompt(messages, tools, d.chat.get());
   if (!text) return bad("messages", "the model's chat template refused the messages: " + text.status().message());
@@ -193,7 +205,8 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
                                       "top_logprobs", "ignore_eos", "skip_special_tokens", "return_token_ids", "user",
                                                         "presence_penalty", "frequency_penalty", "repetition_penalty",
                                                         "min_tokens"};
-  static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools"};
+  static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools", "tool_choice",
+                                                      "parallel_tool_calls"};
   static const std::vector<std::string_view> kCompletions = {"prompt"};
   auto listed = [](const std::string& key, const std::vector<std::string_view>& list) {
     for (std::string_view k : list) if (key == k) return true;
@@ -202,8 +215,7 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
   for (const auto& [key, value] : body.items()) {
     if (listed(key, kBoth) || listed(key, chat ? kChat : kCompletions)) continue;
     // The no-op values: no logit bias, best_of 1, no echo
-    // or suffix, plain text responses, tool_choice "none" or "auto" (the
-    // template renders `tools`; calls come back as text).
+    // or suffix, plain text responses.
     const bool no_op =
         value.is_null() ||
         (key == "logit_bias" && value.is_object() && value.empty()) ||
@@ -211,9 +223,6 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
         (!chat && key == "echo" && value.is_boolean() && !value.get<bool>()) ||
         (!chat && key == "suffix" && value.is_string() && value.get<std::string>().empty()) ||
         (chat && key == "response_format" && value.is_object() && value.value("type", "") == "text") ||
-        (chat && key == "tool_choice" && value.is_string() &&
-         (value.get<std::string>() == "none" || value.get<std::string>() == "auto")) ||
-        (chat && key == "parallel_tool_calls" && value.is_boolean()) ||
         ((key == "metadata" || key == "store" || key == "service_tier") && !value.is_array());
     if (!no_op) {
       return ApiError{400, "'" + key + "' is not supported by this server (with this value: " + value.dump() +
@@ -221,6 +230,30 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
                       "invalid_request_error", key, "unsupported_parameter"};
     }
   }
+  return std::nullopt;
+}
+
+// tool_choice "auto" (the default with tools) reads the reply for calls;
+// "none" leaves it text. Forcing a call ("required", or a named function)
+// needs the reply constrained to a call, which this server does not do.
+std::optional<ApiError> tool_choice(const json& body, const ApiDefaults& d, CompletionRequest* r) {
+  const bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
+  std::string choice = has_tools ? "auto" : "none";
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const json& c = body["tool_choice"];
+    if (!c.is_string() && !c.is_object()) return bad("tool_choice", "'tool_choice' must be a string or an object");
+    if (c.is_object() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
+      return ApiError{400, "'tool_choice' " + c.dump() + " is not supported by this server: give \"auto\" or \"none\"",
+                      "invalid_request_error", "tool_choice", "unsupported_parameter"};
+    }
+    choice = has_tools ? c.get<std::string>() : "none";  // "auto" without tools has nothing to call
+  }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
+      !body["parallel_tool_calls"].is_boolean()) {
+    return bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  }
+  r->parse_tool_calls = choice == "auto";
+  r->tool_format = d.tool_format;
   return std::nullopt;
 }
 
@@ -319,6 +352,7 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     return bad("top_logprobs", "completions take 'logprobs': k for the k likeliest tokens");
   }
+  if (chat && (e = tool_choice(body, d, r))) return e;
   if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
   if ((e = boolean(body, "skip_special_tokens", &r->skip_special_tokens))) return e;
   return boolean(body, "return_token_ids", &r->return_token_ids);
@@ -363,6 +397,24 @@ json choice_json(const ChoiceUpdate& c, const CompletionRequest& req, bool strea
     json message = json::object();
     if (!stream || first) message["role"] = "assistant";
     if (!stream || !c.text.empty() || !first) message["content"] = c.text;
+    if (!c.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallDelta& t : c.tool_calls) {
+        json call = {{"index", t.index}};
+        if (!t.id.empty()) call["id"] = t.id, call["type"] = "function";
+        json function = json::object();
+        if (!t.name.empty()) function["name"] = t.name;
+        function["arguments"] = t.arguments;
+        call["function"] = function;
+        if (!stream) call.erase("index");
+        calls.push_back(std::move(call));
+      }
+      message["tool_calls"] = calls;
+      // OpenAI's reply that calls tools has no content beside them but
+      // what the model wrote that is more than layout.
+      if (!stream && c.text.find_first_not_of(" \n\t\r") == std::string::npos) message["content"] = nullptr;
+      if (stream && c.text.empty()) message.erase("content");
+    }
     choice[stream ? "delta" : "message"] = message;
   } else {
     choice["text"] = c.text;

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/serve/chat_prompt.h"
+#include "infer/serve/tool_calls.h"
 #include "models/token_sampler.h"
 #include "text/tokenizer.h"
 
@@ -46,6 +47,7 @@ struct ApiDefaults {
   // so that a request it accepts can run.
   int max_choices = 64;
   std::shared_ptr<const hf::ChatFormat> chat;  // the model's chat format; null: ChatML
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;  // how replies call tools ([serve] tool_parser)
 };
 
 struct CompletionRequest {
@@ -66,6 +68,10 @@ struct CompletionRequest {
   bool return_token_ids = false;
   bool ignore_eos = false;        // decode past the model's end-of-sequence ids (benchmarks)
   bool skip_special_tokens = true;  // special tokens add no text
+  // Chat with `tools` and tool_choice "auto": replies are read for calls
+  // (tool_calls.h) in this format.
+  bool parse_tool_calls = false;
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
 
   int choices() const { return static_cast<int>(prompts.size()) * n; }
   const std::vector<int32_t>& prompt_of(int choice) const { return prompts[size_t(choice / n)]; }
@@ -91,6 +97,9 @@ struct ChoiceUpdate {
   std::vector<std::string> token_texts;  // each token's text, with logprobs
   // Each token's likeliest alternatives (text, logprob), with top_logprobs.
   std::vector<std::vector<std::pair<std::string, float>>> top;
+  // Chat: the tool calls in this piece of the reply (whole calls when not
+  // streaming), as tool_calls.h gives them.
+  std::vector<ToolCallDelta> tool_calls;
   std::string finish_reason;      // "" while unfinished
 };
 

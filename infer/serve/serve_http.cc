@@ -21,6 +21,7 @@
 #include "base/http_server.h"
 #include "infer/output_processor.h"
 #include "infer/serve/prompt_workers.h"
+#include "infer/serve/tool_calls.h"
 
 namespace cohort::infer {
 namespace {
@@ -93,6 +94,7 @@ class Connection final : public http_core::Connection {
   // consecutive ids from first_id_.
   struct Choice {
     std::optional<OutputProcessor> output;
+    std::unique_ptr<ToolCallParser> tools;  // with parse_tool_calls
     size_t sent_tokens = 0;        // streamed so far
     bool done = false;
     std::string finish_reason;     // once done
@@ -311,6 +313,11 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
                            " requests are running or waiting; retry later",
                   "rate_limit_error", "", "queue_full"});
   }
+  if (req_.parse_tool_calls) {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].tools = make_tool_call_parser(req_.tool_format, std::to_string(first_id_) + "_" + std::to_string(i));
+    }
+  }
   arrived_ = Clock::now();
   head_ = ResponseHead{std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(first_id_),
                        std::chrono::duration_cast<std::chrono::seconds>(
@@ -375,6 +382,14 @@ ChoiceUpdate Connection::update(int i, const std::string& finish_reason) {
   const size_t from = req_.stream ? ch.sent_tokens : 0;
   c.text = out.take_text(!finish_reason.empty());
   ch.sent_tokens = tokens.size();
+  if (ch.tools) {
+    ToolParseOutput parsed = ch.tools->feed(c.text);
+    if (!finish_reason.empty()) parsed.append(ch.tools->finish());
+    c.text = std::move(parsed.content);
+    c.tool_calls = std::move(parsed.calls);
+    // A reply that ended by itself after calling tools ends for them.
+    if (finish_reason == "stop" && ch.tools->calls() > 0) c.finish_reason = "tool_calls";
+  }
   if (req_.return_token_ids) c.token_ids.assign(tokens.begin() + from, tokens.end());
   if (req_.logprobs) {
     for (size_t t = from; t < tokens.size(); ++t) {

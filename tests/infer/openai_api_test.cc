@@ -252,6 +252,52 @@ TEST(OpenAiApi, SeveralPromptsAndNChoices) {
   EXPECT_EQ(json::parse(stream_chunk(head, b, r, true).substr(6))["choices"][0]["index"], 1);
 }
 
+// tools are checked; tool_choice "auto" reads the reply for calls, which
+// come back in OpenAI's shape, whole or as stream deltas.
+TEST(OpenAiApi, ToolsAndToolCalls) {
+  const std::string base = R"({"messages": [{"role": "user", "content": "weather?"}], )";
+  const std::string tool = R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}})";
+  CompletionRequest r;
+  ASSERT_FALSE(parse(base + R"("tools": [)" + tool + "]}", true, &r));
+  EXPECT_TRUE(r.parse_tool_calls);
+  ASSERT_FALSE(parse(base + R"("tools": [)" + tool + R"(], "tool_choice": "none"})", true, &r));
+  EXPECT_FALSE(r.parse_tool_calls);
+  ASSERT_FALSE(parse(base + R"("tool_choice": "auto"})", true, &r));
+  EXPECT_FALSE(r.parse_tool_calls);  // nothing to call
+  EXPECT_EQ(parse(base + R"("tools": [{"type": "function"}]})", true)->param, "tools[0]");
+  EXPECT_EQ(parse(base + R"("tools": [{"type": "function", "function": {"name": ""}}]})", true)->param,
+            "tools[0].function.name");
+  EXPECT_EQ(parse(base + R"("tools": {}})", true)->param, "tools");
+  auto forced = parse(base + R"("tools": [)" + tool + R"(], "tool_choice": "required"})", true);
+  ASSERT_TRUE(forced);
+  EXPECT_EQ(forced->param, "tool_choice");
+  EXPECT_EQ(forced->code, "unsupported_parameter");
+  EXPECT_EQ(parse(base + R"("parallel_tool_calls": 1})", true)->param, "parallel_tool_calls");
+
+  ResponseHead head{"chatcmpl-1", 1, "m", true};
+  ChoiceUpdate c;
+  c.text = "\n";
+  c.finish_reason = "tool_calls";
+  c.tool_calls = {{0, "call_1_0_0", "get_weather", R"({"city": "Paris"})"}};
+  const json whole = completion_json(head, {c}, r, 5, 9)["choices"][0];
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+  EXPECT_TRUE(whole["message"]["content"].is_null());
+  const json call = whole["message"]["tool_calls"][0];
+  EXPECT_EQ(call["id"], "call_1_0_0");
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city": "Paris"})");
+  EXPECT_FALSE(call.contains("index"));
+  ChoiceUpdate more;
+  more.tool_calls = {{0, "", "", R"(, "unit": "C"})"}};
+  const json delta = json::parse(stream_chunk(head, more, r, false).substr(6))["choices"][0]["delta"];
+  EXPECT_FALSE(delta.contains("content"));
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+  EXPECT_FALSE(delta["tool_calls"][0].contains("id"));
+  EXPECT_FALSE(delta["tool_calls"][0]["function"].contains("name"));
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], R"(, "unit": "C"})");
+}
+
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   CompletionRequest req;
   req.chat = true;
