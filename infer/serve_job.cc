@@ -81,6 +81,7 @@ struct ServeSetup {
   std::shared_ptr<text::Tokenizer> tokenizer;
   std::vector<int32_t> eos;
   std::shared_ptr<const hf::ChatFormat> chat;  // null: ChatML
+  std::shared_ptr<const text::TokenVocabulary> vocabulary;  // structured output's; null without a tokenizer
 };
 
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
@@ -102,6 +103,7 @@ Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, s.config));
   s.tokenizer = std::move(tokenizer);
   s.eos = model_eos_tokens(spec.model, s.tokenizer.get());
+  if (s.tokenizer) s.vocabulary = text::TokenVocabulary::build(*s.tokenizer, s.eos);
   if (!spec.model.hf_dir.empty()) {
     COHORT_ASSIGN_OR_RETURN(hf::ModelFolder folder, hf::ModelFolder::open(spec.model.hf_dir));
     s.chat = folder.chat();
@@ -152,7 +154,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
     if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     std::vector<TokenEvent> rejected;
-    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) break;
     std::vector<TokenEvent> events = scheduler.idle() ? std::vector<TokenEvent>{} : scheduler.step();
     if (!events.empty() || !rejected.empty()) {
@@ -171,7 +173,7 @@ Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& 
     StepInput input;
     COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     std::vector<TokenEvent> rejected;
-    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) return Status::ok();
     if (!scheduler.idle()) scheduler.step();
   }
@@ -211,6 +213,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     spdlog::info("serve: tool calls are read in the {} format", to_string(o.defaults.tool_format));
     o.tokenizer = setup.tokenizer;
     o.eos = setup.eos;
+    o.vocabulary = setup.vocabulary;
     COHORT_ASSIGN_OR_RETURN(http, ServeHttp::start(std::move(o), &queue, &metrics));
     COHORT_RETURN_IF_ERROR(announce(spec, http->port()));
   }

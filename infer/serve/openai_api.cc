@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "infer/serve/chat_prompt.h"
+#include "infer/structured_output.h"
 
 namespace cohort::infer {
 namespace {
@@ -204,7 +205,7 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
                                       "stop", "stop_token_ids", "stream", "stream_options", "logprobs",
                                       "top_logprobs", "ignore_eos", "skip_special_tokens", "return_token_ids", "user",
                                                         "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                                        "min_tokens"};
+                                                        "min_tokens", "response_format"};
   static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools", "tool_choice",
                                                       "parallel_tool_calls"};
   static const std::vector<std::string_view> kCompletions = {"prompt"};
@@ -222,7 +223,6 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
         (key == "best_of" && value.is_number_integer() && value.get<int64_t>() == 1) ||
         (!chat && key == "echo" && value.is_boolean() && !value.get<bool>()) ||
         (!chat && key == "suffix" && value.is_string() && value.get<std::string>().empty()) ||
-        (chat && key == "response_format" && value.is_object() && value.value("type", "") == "text") ||
         ((key == "metadata" || key == "store" || key == "service_tier") && !value.is_array());
     if (!no_op) {
       return ApiError{400, "'" + key + "' is not supported by this server (with this value: " + value.dump() +
@@ -233,27 +233,100 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
   return std::nullopt;
 }
 
+// The tool-call grammar of a forced call: one call of one of `tools` (all,
+// or the one named), its arguments held to the tool's parameters, written
+// the way the model's format writes calls, so that the parser reads it back.
+std::string forced_call_spec(const ojson& tools, const std::string& only, ToolCallFormat format) {
+  ojson choices = ojson::array();
+  const char* args_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
+  for (const ojson& t : tools) {
+    const ojson& f = t["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (!only.empty() && name != only) continue;
+    ojson params = f.contains("parameters") && f["parameters"].is_object() ? f["parameters"] : ojson{{"type", "object"}};
+    ojson call = {{"type", "object"},
+                  {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
+                  {"required", {"name", args_key}}};
+    // A tool's schema may keep its definitions beside its parameters.
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (params.contains(defs)) call[defs] = params[defs];
+    }
+    choices.push_back(std::move(call));
+  }
+  const ojson schema = choices.size() == 1 ? choices[0] : ojson{{"anyOf", choices}};
+  if (format == ToolCallFormat::kLlama3Json) return constraint_spec(schema);
+  return constraint_spec(schema, "<tool_call>\n", "\n</tool_call>");
+}
+
 // tool_choice "auto" (the default with tools) reads the reply for calls;
-// "none" leaves it text. Forcing a call ("required", or a named function)
-// needs the reply constrained to a call, which this server does not do.
-std::optional<ApiError> tool_choice(const json& body, const ApiDefaults& d, CompletionRequest* r) {
+// "none" leaves it text; "required" or {"type": "function", "function":
+// {"name": ...}} holds the reply to one call (structured output).
+std::optional<ApiError> tool_choice(const json& body, const ojson& ordered, const ApiDefaults& d,
+                                    CompletionRequest* r) {
   const bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
-  std::string choice = has_tools ? "auto" : "none";
+  std::string choice = has_tools ? "auto" : "none", named;
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const json& c = body["tool_choice"];
-    if (!c.is_string() && !c.is_object()) return bad("tool_choice", "'tool_choice' must be a string or an object");
-    if (c.is_object() || (c.get<std::string>() != "auto" && c.get<std::string>() != "none")) {
-      return ApiError{400, "'tool_choice' " + c.dump() + " is not supported by this server: give \"auto\" or \"none\"",
-                      "invalid_request_error", "tool_choice", "unsupported_parameter"};
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
+      choice = c.get<std::string>();
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+      choice = "named";
+      named = c["function"]["name"].get<std::string>();
+    } else {
+      return bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
-    choice = has_tools ? c.get<std::string>() : "none";  // "auto" without tools has nothing to call
+    if ((choice == "required" || choice == "named") && !has_tools) {
+      return bad("tool_choice", "'tool_choice' " + c.dump() + " needs 'tools'");
+    }
+    if (choice == "auto" && !has_tools) choice = "none";  // nothing to call
   }
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
       !body["parallel_tool_calls"].is_boolean()) {
     return bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
   }
-  r->parse_tool_calls = choice == "auto";
+  r->parse_tool_calls = choice != "none";
   r->tool_format = d.tool_format;
+  if (choice == "required" || choice == "named") {
+    if (!r->constraint.empty()) return bad("tool_choice", "'tool_choice' forcing a call cannot be combined with 'response_format'");
+    if (choice == "named") {
+      bool found = false;
+      for (const json& t : body["tools"]) found = found || t["function"]["name"] == named;
+      if (!found) return bad("tool_choice", "'tool_choice' names '" + named + "', which is not among the tools");
+    }
+    r->constraint = forced_call_spec(ordered.at("tools"), named, d.tool_format);
+    auto grammar = compile_constraint(r->constraint);
+    if (!grammar.is_ok()) return bad("tools", "a tool's parameters: " + grammar.status().message());
+    r->grammar = std::move(*grammar);
+  }
+  return std::nullopt;
+}
+
+// response_format: "text", "json_object" (any JSON object) or "json_schema"
+// ({"json_schema": {"name", "schema", "strict"}}), for both endpoints.
+std::optional<ApiError> response_format(const json& body, const ojson& ordered, CompletionRequest* r) {
+  if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
+  const json& f = body["response_format"];
+  const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r->constraint = constraint_spec(ojson());
+  } else if (type == "json_schema") {
+    if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema")) {
+      return bad("response_format.json_schema", "'response_format.json_schema' must be {\"name\": ..., \"schema\": {...}}");
+    }
+    r->constraint = constraint_spec(ordered.at("response_format").at("json_schema").at("schema"));
+  } else {
+    return bad("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  auto grammar = compile_constraint(r->constraint);
+  if (!grammar.is_ok()) {
+    // "schema.properties.a.pattern: ..." names the keyword's place.
+    return ApiError{400, "'response_format.json_schema' " + grammar.status().message(), "invalid_request_error",
+                    "response_format.json_schema.schema", "unsupported_parameter"};
+  }
+  r->grammar = std::move(*grammar);
   return std::nullopt;
 }
 
@@ -352,7 +425,8 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     return bad("top_logprobs", "completions take 'logprobs': k for the k likeliest tokens");
   }
-  if (chat && (e = tool_choice(body, d, r))) return e;
+  if ((e = response_format(body, ordered, r))) return e;
+  if (chat && (e = tool_choice(body, ordered, d, r))) return e;
   if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
   if ((e = boolean(body, "skip_special_tokens", &r->skip_special_tokens))) return e;
   return boolean(body, "return_token_ids", &r->return_token_ids);
@@ -442,9 +516,10 @@ std::optional<ApiError> parse_completion_request(const std::string& body, bool c
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the body is not valid JSON");
   if (!j.is_object()) return bad("", "the body must be a JSON object");
-  // Chat requests are read again keeping key order: templates print tool
-  // schemas with tojson, in the order the client wrote them.
-  const ojson ordered = chat ? ojson::parse(body, nullptr, /*allow_exceptions=*/false) : ojson();
+  // The body is read again keeping key order: templates print tool schemas
+  // with tojson, and structured output generates properties, in the order
+  // the client wrote them.
+  const ojson ordered = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
   try {
     return parse_fields(j, ordered, chat, defaults, tokenizer, out);
   } catch (const json::exception& e) {  // a type the checks above missed

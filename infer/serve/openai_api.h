@@ -23,6 +23,7 @@
 
 #include "infer/serve/chat_prompt.h"
 #include "infer/serve/tool_calls.h"
+#include "text/json_grammar.h"
 #include "models/token_sampler.h"
 #include "text/tokenizer.h"
 
@@ -72,6 +73,11 @@ struct CompletionRequest {
   // (tool_calls.h) in this format.
   bool parse_tool_calls = false;
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  // Structured output (response_format json_object / json_schema, or a
+  // forced tool call): the grammar every choice's tokens are held to
+  // (infer/structured_output.h); empty: none.
+  std::string constraint;
+  std::shared_ptr<const text::JsonGrammar> grammar;
 
   int choices() const { return static_cast<int>(prompts.size()) * n; }
   const std::vector<int32_t>& prompt_of(int choice) const { return prompts[size_t(choice / n)]; }

@@ -95,6 +95,7 @@ class Connection final : public http_core::Connection {
   struct Choice {
     std::optional<OutputProcessor> output;
     std::unique_ptr<ToolCallParser> tools;  // with parse_tool_calls
+    std::shared_ptr<text::TokenConstraint> guide;  // with structured output
     size_t sent_tokens = 0;        // streamed so far
     bool done = false;
     std::string finish_reason;     // once done
@@ -308,10 +309,21 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
     if (!output.is_ok()) return error({400, output.status().message(), "invalid_request_error", "stop", ""});
     c.output.emplace(std::move(*output));
   }
+  if (req_.grammar && !opts.vocabulary) {
+    return error({400, "structured output needs the model's tokenizer, which this server has not", "invalid_request_error",
+                  "response_format", ""});
+  }
   if (!server_.admit(self(), req_.choices(), &first_id_)) {
     return error({429, "the server is full: " + std::to_string(opts.max_live) +
                            " requests are running or waiting; retry later",
                   "rate_limit_error", "", "queue_full"});
+  }
+  if (req_.grammar) {
+    // The n choices share their masks (one grammar, the same states).
+    auto masks = std::make_shared<text::MaskCache>();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].guide = std::make_shared<text::TokenConstraint>(req_.grammar, opts.vocabulary, masks);
+    }
   }
   if (req_.parse_tool_calls) {
     for (size_t i = 0; i < choices_.size(); ++i) {
@@ -337,6 +349,8 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
     r.top_logprobs = req_.top_logprobs;
     r.stop_ids = req_.stop_ids;
     r.stop_strings = req_.stop_strings;
+    r.constraint = req_.constraint;
+    r.guide = choices_[size_t(i)].guide;
     server_.metrics().add_tokens(static_cast<int64_t>(r.prompt.size()), 0);
     server_.queue().submit(std::move(r));
   }

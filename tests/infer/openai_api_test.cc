@@ -80,7 +80,7 @@ TEST(OpenAiApi, UnknownFieldsAreRefusedUnlessTheyChangeNothing) {
     EXPECT_FALSE(parse(body)) << body << ": " << parse(body)->message;
   }
   const std::string chat_base = R"({"messages": [{"role": "user", "content": "hi"}], )";
-  auto json_output = parse(chat_base + R"("response_format": {"type": "json_object"}})", true);
+  auto json_output = parse(chat_base + R"("response_format": {"type": "yaml"}})", true);
   ASSERT_TRUE(json_output);
   EXPECT_EQ(json_output->param, "response_format");
   EXPECT_TRUE(parse(chat_base + R"("prompt": "x"})", true));  // a completions field in a chat request
@@ -268,10 +268,9 @@ TEST(OpenAiApi, ToolsAndToolCalls) {
   EXPECT_EQ(parse(base + R"("tools": [{"type": "function", "function": {"name": ""}}]})", true)->param,
             "tools[0].function.name");
   EXPECT_EQ(parse(base + R"("tools": {}})", true)->param, "tools");
-  auto forced = parse(base + R"("tools": [)" + tool + R"(], "tool_choice": "required"})", true);
+  auto forced = parse(base + R"("tools": [)" + tool + R"(], "tool_choice": "always"})", true);
   ASSERT_TRUE(forced);
   EXPECT_EQ(forced->param, "tool_choice");
-  EXPECT_EQ(forced->code, "unsupported_parameter");
   EXPECT_EQ(parse(base + R"("parallel_tool_calls": 1})", true)->param, "parallel_tool_calls");
 
   ResponseHead head{"chatcmpl-1", 1, "m", true};
@@ -296,6 +295,39 @@ TEST(OpenAiApi, ToolsAndToolCalls) {
   EXPECT_FALSE(delta["tool_calls"][0].contains("id"));
   EXPECT_FALSE(delta["tool_calls"][0]["function"].contains("name"));
   EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], R"(, "unit": "C"})");
+}
+
+// response_format asks for JSON: any object, or one of a schema (whose
+// unsupported keywords are named); a forced tool call is a grammar too.
+TEST(OpenAiApi, StructuredOutputRequests) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})", false, &r));
+  ASSERT_TRUE(r.grammar);
+  EXPECT_NE(r.constraint.find("\"schema\":null"), std::string::npos) << r.constraint;
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  ASSERT_FALSE(parse(chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "schema": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}}}})", true, &r));
+  ASSERT_TRUE(r.grammar);
+  EXPECT_LT(r.constraint.find("\"b\""), r.constraint.find("\"a\""));  // the client's order is kept
+  auto e = parse(chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}}})", true);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "response_format.json_schema.schema");
+  EXPECT_NE(e->message.find("schema.properties.a.pattern"), std::string::npos) << e->message;
+  EXPECT_EQ(parse(chat + R"("response_format": {"type": "json_schema"}})", true)->param, "response_format.json_schema");
+
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}, {"type": "function", "function": {"name": "g"}}])";
+  ASSERT_FALSE(parse(chat + tools + R"(, "tool_choice": "required"})", true, &r));
+  EXPECT_TRUE(r.parse_tool_calls && r.grammar);
+  text::JsonMatcher m(r.grammar);
+  EXPECT_TRUE(m.feed("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>") && m.complete());
+  ASSERT_FALSE(parse(chat + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})", true, &r));
+  text::JsonMatcher g(r.grammar);
+  EXPECT_FALSE(g.feed("<tool_call>\n{\"name\": \"f"));
+  EXPECT_EQ(parse(chat + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "h"}}})", true)->param,
+            "tool_choice");
+  EXPECT_EQ(parse(chat + R"("tool_choice": "required"})", true)->param, "tool_choice");
 }
 
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {

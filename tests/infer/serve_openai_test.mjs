@@ -194,6 +194,59 @@ async function main() {
     check(new Set(tokens(x)).size > 1, `all three choices sampled the same tokens: ${tokens(x)}`);
     check(JSON.stringify(tokens(x)) === JSON.stringify(tokens(y)), "the same seed gave other choices");
   });
+  await step("response_format json_schema and json_object: the (random) model's replies parse and fit the schema", async () => {
+    const schema = { type: "object", properties: { city: { type: "string", maxLength: 12 }, rain: { type: "boolean" },
+                     days: { type: "array", items: { type: "integer" }, maxItems: 3 } }, required: ["city", "rain", "days"],
+                     additionalProperties: false };
+    const r = await client.chat.completions.create({ messages: MESSAGES, max_tokens: 300, temperature: 1, seed: 3, n: 3,
+      response_format: { type: "json_schema", json_schema: { name: "weather", schema, strict: true } } });
+    for (const ch of r.choices) {
+      check(ch.finish_reason === "stop", `choice ${ch.index} ended with ${ch.finish_reason}: ${ch.message.content}`);
+      const doc = JSON.parse(ch.message.content);
+      check(Object.keys(doc).join() === "city,rain,days" && typeof doc.city === "string" && [...doc.city].length <= 12 &&
+            typeof doc.rain === "boolean" && doc.days.length <= 3 && doc.days.every(Number.isInteger), ch.message.content);
+    }
+    const o = await client.completions.create({ prompt: "{", max_tokens: 200, temperature: 0, response_format: { type: "json_object" } });
+    if (o.choices[0].finish_reason === "stop") {
+      const doc = JSON.parse(o.choices[0].text);
+      check(typeof doc === "object" && !Array.isArray(doc), o.choices[0].text);
+    }
+    const bad = await client.chat.completions.create({ messages: MESSAGES, response_format: { type: "json_schema",
+      json_schema: { name: "x", schema: { type: "string", pattern: "^a" } } } }).catch((e) => e);
+    check(bad.status === 400 && bad.param === "response_format.json_schema.schema" && /pattern/.test(bad.message), bad.message);
+  });
+  await step("tools: a forced call comes back as tool_calls, whole and streamed", async () => {
+    const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+                     parameters: { type: "object", properties: { city: { type: "string", maxLength: 10 }, days: { type: "integer" } },
+                                   required: ["city", "days"] } } },
+                   { type: "function", function: { name: "noop", parameters: { type: "object", properties: {} } } }];
+    const r = await client.chat.completions.create({ messages: [{ role: "user", content: "Weather in Paris?" }], tools,
+      tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 300, temperature: 0 });
+    const ch = r.choices[0];
+    check(ch.finish_reason === "tool_calls" && ch.message.tool_calls?.length === 1, JSON.stringify(ch));
+    const call = ch.message.tool_calls[0];
+    const args = JSON.parse(call.function.arguments);
+    check(call.type === "function" && call.function.name === "get_weather" && call.id.startsWith("call_") &&
+          typeof args.city === "string" && Number.isInteger(args.days), JSON.stringify(call));
+    const s = await client.chat.completions.create({ messages: [{ role: "user", content: "Weather in Paris?" }], tools,
+      tool_choice: "required", max_tokens: 300, temperature: 0.8, seed: 5, stream: true });
+    const calls = [];
+    let finish = null, deltas = 0;
+    for await (const c of s) {
+      for (const d of c.choices) {
+        for (const t of d.delta?.tool_calls || []) {
+          deltas++;
+          if (t.id) calls[t.index] = { id: t.id, name: t.function.name, arguments: "" };
+          calls[t.index].arguments += t.function.arguments || "";
+        }
+        finish = d.finish_reason || finish;
+      }
+    }
+    check(finish === "tool_calls" && calls.length === 1 && ["get_weather", "noop"].includes(calls[0].name),
+          `${finish} ${JSON.stringify(calls)}`);
+    JSON.parse(calls[0].arguments);
+    console.log(`     (the streamed call came in ${deltas} deltas: ${calls[0].name}(${calls[0].arguments}))`);
+  });
   await step("chat completions use the chat rendering, streaming and not", async () => {
     const expect = offline[PROMPTS.length];
     const r = await client.chat.completions.create({ messages: MESSAGES, max_tokens: N, temperature: 0, return_token_ids: true });
@@ -373,6 +426,14 @@ async function main() {
     outs.forEach((o, i) => check(JSON.stringify(o.ids) === JSON.stringify(offline[i]), `prompt ${i}: ${o.ids} vs ${offline[i]}`));
     const sampled = await Promise.all([1, 2, 3].map((seed) => tp.completions.create({ prompt: "xy", max_tokens: 20, temperature: 1, seed })));
     check(sampled.every((r) => r.usage.completion_tokens === 20), "sampled requests on tp 2");
+    // Structured output: the other rank holds its sequence to the same grammar.
+    const guided = { messages: MESSAGES, max_tokens: 200, temperature: 1, seed: 9, response_format: { type: "json_schema",
+      json_schema: { name: "p", schema: { type: "object", properties: { n: { type: "integer" }, ok: { type: "boolean" } },
+                                          required: ["n", "ok"] } } } };
+    const [one, two] = await Promise.all([tp.chat.completions.create(guided), tp.chat.completions.create(guided)]);
+    const doc = JSON.parse(two.choices[0].message.content);
+    check(one.choices[0].message.content === two.choices[0].message.content && Number.isInteger(doc.n) &&
+          typeof doc.ok === "boolean", `${one.choices[0].message.content} / ${two.choices[0].message.content}`);
   });
   await step("tensor parallel: SIGTERM stops both ranks cleanly", async () => {
     for (const p of T.procs) p.kill("SIGTERM");
