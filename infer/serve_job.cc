@@ -224,7 +224,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   const auto t0 = Clock::now();
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
                           build_engine(engine_spec, setup.config, world, world.size, serve.max_running, setup.context,
-                                       serve.kv_cache_tokens));
+                                       serve.kv_cache_tokens, serve.gpu_memory_fraction));
   SchedulerOptions so;
   so.prefill_chunk = serve.prefill_chunk;
   Scheduler scheduler(*bundle.engine, so);

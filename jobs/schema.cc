@@ -281,13 +281,18 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("serve", "kv_cache_tokens", &J::serve, &ServeSection::kv_cache_tokens,
                    {.text = "Positions the KV cache holds for all running sequences together, in blocks of 16 "
                             "handed out as sequences grow; a request waits until its prompt plus max_tokens fits "
-                            "beside the running ones (0: max_running × context, so every slot can fill its "
-                            "context). The bf16 CUDA engine shares them; the CPU engine gives each slot its "
-                            "context.",
+                            "beside the running ones (0: what gpu_memory_fraction leaves after the model, at most "
+                            "max_running × context). The bf16 CUDA engine shares them; the CPU engine gives each "
+                            "slot its context.",
                     .min = 0, .max = 1e12}));
+  f.push_back(bind("serve", "gpu_memory_fraction", &J::serve, &ServeSection::gpu_memory_fraction,
+                   {.text = "Share of the GPU's memory the server may use for the model, its buffers and the KV "
+                            "cache, when kv_cache_tokens is 0; the cache gets what is left, and a job whose cache "
+                            "cannot hold one sequence of context stops with the numbers.",
+                    .min = 0.05, .max = 1.0}));
   f.push_back(bind("serve", "tool_parser", &J::serve, &ServeSection::tool_parser,
                    {.text = "How a chat reply's tool calls are read from its text when a request gives tools: "
-                            "hermes (<tool_call>{...}</tool_call>, Qwen's), llama3_json (the reply is the call's "
+                            "hermes (`<tool_call>{...}</tool_call>`, Qwen's), llama3_json (the reply is the call's "
                             "JSON), or auto (the one the model's chat template shows).",
                     .choices = {"auto", "hermes", "llama3_json"}}));
   f.push_back(bind("serve", "max_tokens", &J::serve, &ServeSection::max_tokens,
