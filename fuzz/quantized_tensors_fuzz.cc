@@ -30,7 +30,8 @@ std::vector<QuantizationConfig> configs() {
   all.push_back(fp8);
   for (int bits : {4, 8}) {
     QuantizationConfig gptq;
-    gptq.method = QuantMethod::kGptq, gptq.bits = bits, gptq.group_size = 32, gptq.desc_act = bits == 4;
+    gptq.method = QuantMethod::kGptq, gptq.bits = bits, gptq.group_size = 32,
+    gptq.desc_act = bits == 4;
     gptq.gptq_zeros = bits == 4 ? cohort::models::quant::GptqZeros::kStoredMinusOne
                                 : cohort::models::quant::GptqZeros::kStored;
     all.push_back(gptq);
@@ -42,7 +43,8 @@ std::vector<QuantizationConfig> configs() {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -64,11 +66,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto file = checkpoint->file(name);
     if (!file) continue;
     const auto& shape = (*file)->find(name)->shape;
-    if (shape.size() != 2 || shape[0] <= 0 || shape[1] <= 0 || shape[0] > 4096 || shape[1] > 4096) continue;
+    if (shape.size() != 2 || shape[0] <= 0 || shape[1] <= 0 || shape[0] > 4096 || shape[1] > 4096)
+      continue;
     for (const QuantizationConfig& config : all) {
       // The [out, in] each packing implies for the stored tensor's shape.
       std::vector<int64_t> implied = shape;
-      if (packed && config.method == QuantMethod::kGptq) implied = {shape[1], shape[0] * (32 / config.bits)};
+      if (packed && config.method == QuantMethod::kGptq)
+        implied = {shape[1], shape[0] * (32 / config.bits)};
       if (packed && config.method == QuantMethod::kAwq) implied = {shape[1] * 8, shape[0]};
       auto q = cohort::hf::read_quantized_weight(*checkpoint, config, weight, implied);
       (void)cohort::hf::stored_weight_format(*checkpoint, config, weight);

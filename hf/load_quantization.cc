@@ -47,12 +47,13 @@ Status check_cut_on_grid(const ParamSpec& p, WeightFormat format, Grid grid) {
   const int64_t whole = rows ? p.global_shape[0] : p.global_shape[1];
   if (begin % unit == 0 && (end % unit == 0 || end == whole)) return Status::ok();
   const std::string axis = rows ? "row" : "column";
-  return invalid_argument("model.quantize = \"" + std::string(to_string(format)) + "\": tensor parallelism cuts " +
-                          p.name + " at " + axis + " " + std::to_string(begin % unit ? begin : end) +
-                          ", inside a group of " + std::to_string(unit) + " " + axis +
-                          "s, so this rank would quantize it differently from the whole weight; use a "
-                          "tensor-parallel degree that cuts on multiples of " + std::to_string(unit) +
-                          ", or tensor_parallel 1");
+  return invalid_argument(
+      "model.quantize = \"" + std::string(to_string(format)) + "\": tensor parallelism cuts " +
+      p.name + " at " + axis + " " + std::to_string(begin % unit ? begin : end) +
+      ", inside a group of " + std::to_string(unit) + " " + axis +
+      "s, so this rank would quantize it differently from the whole weight; use a "
+      "tensor-parallel degree that cuts on multiples of " +
+      std::to_string(unit) + ", or tensor_parallel 1");
 }
 
 }  // namespace
@@ -66,12 +67,13 @@ Result<std::optional<WeightFormat>> parse_quantize_option(const std::string& val
 }
 
 bool is_projection_weight(const std::string& name) {
-  static const char* const kProjections[] = {".q_proj.weight", ".k_proj.weight",    ".v_proj.weight",
-                                             ".o_proj.weight", ".gate_proj.weight", ".up_proj.weight",
-                                             ".down_proj.weight"};
+  static const char* const kProjections[] = {
+      ".q_proj.weight",    ".k_proj.weight",  ".v_proj.weight",   ".o_proj.weight",
+      ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"};
   for (const char* suffix : kProjections) {
     const std::string s(suffix);
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      return true;
   }
   return false;
 }
@@ -104,19 +106,22 @@ Status quantize_round_trip(models::Model& model, WeightFormat format) {
       results[i] = q.is_ok() ? models::quant::dequantize(*q, w) : q.status();
     });
     for (const Status& s : results) COHORT_RETURN_IF_ERROR(s.with_context("model.quantize"));
-    if (!on_host) model.backend().copy_from_host(model.params(g), host.data(), group.numel * sizeof(float));
+    if (!on_host)
+      model.backend().copy_from_host(model.params(g), host.data(), group.numel * sizeof(float));
   }
   return Status::ok();
 }
 
-Status apply_quantize_option(models::Model& model, const std::string& quantize, const std::string& hf_dir) {
+Status apply_quantize_option(models::Model& model, const std::string& quantize,
+                             const std::string& hf_dir) {
   COHORT_ASSIGN_OR_RETURN(const auto format, parse_quantize_option(quantize));
   if (!format) return Status::ok();
   if (!hf_dir.empty()) {
     COHORT_ASSIGN_OR_RETURN(const QuantizationConfig stored, load_quantization_config(hf_dir));
     if (stored.quantized()) {
-      return invalid_argument("model.quantize = \"" + quantize + "\" but " + hf_dir + " is already quantized (" +
-                              stored.describe() + "); remove model.quantize to load it as it is");
+      return invalid_argument("model.quantize = \"" + quantize + "\" but " + hf_dir +
+                              " is already quantized (" + stored.describe() +
+                              "); remove model.quantize to load it as it is");
     }
   }
   return quantize_round_trip(model, *format);
@@ -125,13 +130,16 @@ Status apply_quantize_option(models::Model& model, const std::string& quantize, 
 std::string WeightFormatSummary::describe() const {
   std::vector<std::pair<int, std::string>> by_count;
   for (const auto& [format, count] : weights_by_format) by_count.emplace_back(count, format);
-  std::stable_sort(by_count.begin(), by_count.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(by_count.begin(), by_count.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string out;
-  for (const auto& [count, format] : by_count) out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + format;
+  for (const auto& [count, format] : by_count)
+    out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + format;
   return out;
 }
 
-Result<WeightFormatSummary> summarize_weight_formats(const models::ModelConfig& config, const std::string& hf_dir,
+Result<WeightFormatSummary> summarize_weight_formats(const models::ModelConfig& config,
+                                                     const std::string& hf_dir,
                                                      const std::string& quantize) {
   COHORT_ASSIGN_OR_RETURN(const auto format, parse_quantize_option(quantize));
   COHORT_ASSIGN_OR_RETURN(const models::ParamLayout layout, models::make_param_layout(config, {}));

@@ -41,7 +41,8 @@ Status quantize_round_trip(models::Model& model, models::quant::WeightFormat for
 
 // `quantize` applied after loading from `hf_dir` (may be empty: a preset or
 // checkpoint): refused for a folder that is already quantized.
-Status apply_quantize_option(models::Model& model, const std::string& quantize, const std::string& hf_dir);
+Status apply_quantize_option(models::Model& model, const std::string& quantize,
+                             const std::string& hf_dir);
 
 struct WeightFormatSummary {
   std::map<std::string, int> weights_by_format;  // "fp8-block 128x128" -> 196, "bf16" -> 57
@@ -52,7 +53,8 @@ struct WeightFormatSummary {
 // The formats of every weight of `config`'s model as it will load: from
 // `hf_dir`'s headers (quantized sets and plain dtypes), "f32" for presets and
 // checkpoints, and `quantize`'s format for the projections it applies to.
-Result<WeightFormatSummary> summarize_weight_formats(const models::ModelConfig& config, const std::string& hf_dir,
+Result<WeightFormatSummary> summarize_weight_formats(const models::ModelConfig& config,
+                                                     const std::string& hf_dir,
                                                      const std::string& quantize);
 
 }  // namespace cohort::hf

@@ -56,8 +56,8 @@ Status bool_field(const json& j, const char* key, bool fallback, bool* out) {
   return Status::ok();
 }
 
-Status string_field(const json& j, std::initializer_list<const char*> keys, const std::string& fallback,
-                    std::string* out) {
+Status string_field(const json& j, std::initializer_list<const char*> keys,
+                    const std::string& fallback, std::string* out) {
   const json* v = find(j, keys);
   if (!v) {
     *out = fallback;
@@ -75,9 +75,10 @@ Status parse_fp8(const json& j, QuantizationConfig* c) {
   if (lower(fmt) != "e4m3") return field_error("fmt", "\"" + fmt + "\" is not supported (e4m3 is)");
   COHORT_RETURN_IF_ERROR(string_field(j, {"activation_scheme"}, "dynamic", &scheme));
   if (scheme != "dynamic") {
-    return field_error("activation_scheme", "\"" + scheme +
-                                                "\" is not supported: cohort reads FP8 weights with dynamic "
-                                                "activations (no input_scale)");
+    return field_error("activation_scheme",
+                       "\"" + scheme +
+                           "\" is not supported: cohort reads FP8 weights with dynamic "
+                           "activations (no input_scale)");
   }
   // Absent: transformers' default tile, 128 x 128; null: per-tensor or
   // per-channel scales.
@@ -86,10 +87,11 @@ Status parse_fp8(const json& j, QuantizationConfig* c) {
     const json& b = j["weight_block_size"];
     if (b.is_null()) {
       c->weight_block_size = {0, 0};
-    } else if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
-               b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > 65536 ||
-               b[1].get<int64_t>() > 65536) {
-      return field_error("weight_block_size", "must be null or two positive integers, got " + b.dump());
+    } else if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() ||
+               !b[1].is_number_integer() || b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 ||
+               b[0].get<int64_t>() > 65536 || b[1].get<int64_t>() > 65536) {
+      return field_error("weight_block_size",
+                         "must be null or two positive integers, got " + b.dump());
     } else {
       c->weight_block_size = {b[0].get<int>(), b[1].get<int>()};
     }
@@ -100,11 +102,13 @@ Status parse_fp8(const json& j, QuantizationConfig* c) {
 Status parse_gptq(const json& j, QuantizationConfig* c) {
   COHORT_RETURN_IF_ERROR(int_field(j, {"bits"}, 4, &c->bits));
   if (c->bits != 4 && c->bits != 8) {
-    return field_error("bits", "is " + std::to_string(c->bits) + "; cohort loads 4- and 8-bit GPTQ");
+    return field_error("bits",
+                       "is " + std::to_string(c->bits) + "; cohort loads 4- and 8-bit GPTQ");
   }
   COHORT_RETURN_IF_ERROR(int_field(j, {"group_size"}, 128, &c->group_size));
   if (c->group_size == 0 || c->group_size < -1) {
-    return field_error("group_size", "must be positive or -1, got " + std::to_string(c->group_size));
+    return field_error("group_size",
+                       "must be positive or -1, got " + std::to_string(c->group_size));
   }
   COHORT_RETURN_IF_ERROR(bool_field(j, "desc_act", false, &c->desc_act));
   COHORT_RETURN_IF_ERROR(bool_field(j, "sym", true, &c->sym));
@@ -115,23 +119,28 @@ Status parse_gptq(const json& j, QuantizationConfig* c) {
   } else if (format == "gptq_v2") {
     c->gptq_zeros = models::quant::GptqZeros::kStored;
   } else {
-    return field_error("checkpoint_format", "\"" + format + "\" is not supported (gptq and gptq_v2 are)");
+    return field_error("checkpoint_format",
+                       "\"" + format + "\" is not supported (gptq and gptq_v2 are)");
   }
   return Status::ok();
 }
 
 Status parse_awq(const json& j, QuantizationConfig* c) {
   COHORT_RETURN_IF_ERROR(int_field(j, {"bits", "w_bit"}, 4, &c->bits));
-  if (c->bits != 4) return field_error("bits", "is " + std::to_string(c->bits) + "; AWQ checkpoints are 4-bit");
+  if (c->bits != 4)
+    return field_error("bits", "is " + std::to_string(c->bits) + "; AWQ checkpoints are 4-bit");
   COHORT_RETURN_IF_ERROR(int_field(j, {"group_size", "q_group_size"}, 128, &c->group_size));
-  if (c->group_size <= 0) return field_error("group_size", "must be positive, got " + std::to_string(c->group_size));
+  if (c->group_size <= 0)
+    return field_error("group_size", "must be positive, got " + std::to_string(c->group_size));
   bool zero_point = true;
   COHORT_RETURN_IF_ERROR(bool_field(j, "zero_point", true, &zero_point));
-  if (!zero_point) return field_error("zero_point", "is false; cohort reads AWQ's GEMM packing with zero points");
+  if (!zero_point)
+    return field_error("zero_point", "is false; cohort reads AWQ's GEMM packing with zero points");
   std::string version, backend;
   COHORT_RETURN_IF_ERROR(string_field(j, {"version"}, "gemm", &version));
   if (lower(version) != "gemm") {
-    return field_error("version", "\"" + version + "\" is not supported: cohort reads the GEMM packing");
+    return field_error("version",
+                       "\"" + version + "\" is not supported: cohort reads the GEMM packing");
   }
   COHORT_RETURN_IF_ERROR(string_field(j, {"backend"}, "autoawq", &backend));
   if (lower(backend) != "autoawq") {
@@ -145,22 +154,24 @@ Status parse_awq(const json& j, QuantizationConfig* c) {
 std::string QuantizationConfig::describe() const {
   const std::string group = group_size == -1 ? " per-row" : " g" + std::to_string(group_size);
   switch (method) {
-    case QuantMethod::kNone: return "";
+    case QuantMethod::kNone:
+      return "";
     case QuantMethod::kFp8:
-      return weight_block_size[0] > 0
-                 ? "fp8 e4m3 " + std::to_string(weight_block_size[0]) + "x" + std::to_string(weight_block_size[1]) +
-                       " blocks"
-                 : "fp8 e4m3 per-tensor/channel";
+      return weight_block_size[0] > 0 ? "fp8 e4m3 " + std::to_string(weight_block_size[0]) + "x" +
+                                            std::to_string(weight_block_size[1]) + " blocks"
+                                      : "fp8 e4m3 per-tensor/channel";
     case QuantMethod::kGptq:
       return "gptq int" + std::to_string(bits) + group + (desc_act ? " act-order" : "") +
              (gptq_zeros == models::quant::GptqZeros::kStored ? " v2" : "");
-    case QuantMethod::kAwq: return "awq int4" + group;
+    case QuantMethod::kAwq:
+      return "awq int4" + group;
   }
   return "";
 }
 
 Result<QuantizationConfig> parse_quantization_config(const json& j) {
-  if (!j.is_object()) return invalid_argument("config.json: quantization_config must be an object, got " + j.dump());
+  if (!j.is_object())
+    return invalid_argument("config.json: quantization_config must be an object, got " + j.dump());
   QuantizationConfig c;
   std::string method;
   COHORT_RETURN_IF_ERROR(string_field(j, {"quant_method"}, "", &method));
@@ -175,14 +186,16 @@ Result<QuantizationConfig> parse_quantization_config(const json& j) {
     c.method = QuantMethod::kAwq;
     COHORT_RETURN_IF_ERROR(parse_awq(j, &c));
   } else {
-    return field_error("quant_method", "\"" + method +
-                                           "\" is not supported: cohort loads fp8, gptq and awq checkpoints "
-                                           "(or use a bf16 folder with [model] quantize)");
+    return field_error("quant_method",
+                       "\"" + method +
+                           "\" is not supported: cohort loads fp8, gptq and awq checkpoints "
+                           "(or use a bf16 folder with [model] quantize)");
   }
   if (const json* m = find(j, {"modules_to_not_convert"})) {
     if (!m->is_array()) return field_error("modules_to_not_convert", "must be a list of names");
     for (const json& name : *m) {
-      if (!name.is_string()) return field_error("modules_to_not_convert", "must be a list of names");
+      if (!name.is_string())
+        return field_error("modules_to_not_convert", "must be a list of names");
       c.modules_to_not_convert.push_back(name.get<std::string>());
     }
   }
@@ -196,8 +209,10 @@ Result<QuantizationConfig> load_quantization_config(const std::string& dir) {
   if (!fs::is_regular_file(file, ec)) return QuantizationConfig{};
   std::ifstream in(file);
   const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return invalid_argument(file.string() + ": not a JSON object");
-  if (!j.contains("quantization_config") || j["quantization_config"].is_null()) return QuantizationConfig{};
+  if (j.is_discarded() || !j.is_object())
+    return invalid_argument(file.string() + ": not a JSON object");
+  if (!j.contains("quantization_config") || j["quantization_config"].is_null())
+    return QuantizationConfig{};
   auto config = parse_quantization_config(j["quantization_config"]);
   if (!config.is_ok()) return config.status().with_context(file.string());
   return config;

@@ -33,12 +33,13 @@ enum class QuantMethod { kNone, kFp8, kGptq, kAwq };
 
 struct QuantizationConfig {
   QuantMethod method = QuantMethod::kNone;
-  int bits = 0;             // gptq 4 | 8, awq 4, fp8 8
-  int group_size = 0;       // gptq / awq: input columns per scale; -1: the whole row
-  bool desc_act = false;    // gptq act-order: g_idx permutes the groups
-  bool sym = true;          // gptq: symmetric (zero points are then all 8)
+  int bits = 0;           // gptq 4 | 8, awq 4, fp8 8
+  int group_size = 0;     // gptq / awq: input columns per scale; -1: the whole row
+  bool desc_act = false;  // gptq act-order: g_idx permutes the groups
+  bool sym = true;        // gptq: symmetric (zero points are then all 8)
   models::quant::GptqZeros gptq_zeros = models::quant::GptqZeros::kStoredMinusOne;
-  std::array<int, 2> weight_block_size = {0, 0};  // fp8: [rows, cols] per scale; 0: per tensor / channel
+  std::array<int, 2> weight_block_size = {
+      0, 0};  // fp8: [rows, cols] per scale; 0: per tensor / channel
   std::vector<std::string> modules_to_not_convert;
 
   bool quantized() const { return method != QuantMethod::kNone; }

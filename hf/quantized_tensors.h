@@ -32,21 +32,21 @@ namespace cohort::hf {
 // The quantized set stored for `weight_name` (P.weight), checked against
 // `shape` [out, in] and the config; nullopt when it is a plain tensor. A
 // quantized set the config does not declare is an error.
-Result<std::optional<models::quant::QuantizedWeight>> read_quantized_weight(const SafetensorsCheckpoint& checkpoint,
-                                                                            const QuantizationConfig& config,
-                                                                            const std::string& weight_name,
-                                                                            const std::vector<int64_t>& shape);
+Result<std::optional<models::quant::QuantizedWeight>> read_quantized_weight(
+    const SafetensorsCheckpoint& checkpoint, const QuantizationConfig& config,
+    const std::string& weight_name, const std::vector<int64_t>& shape);
 
 // How `name` is stored, from the headers alone: the quantized format
 // ("fp8-block 128x128", "gptq int4 g128 act-order", ...) or the plain
 // tensor's dtype ("bf16", "f32"). For logs and summaries.
-Result<std::string> stored_weight_format(const SafetensorsCheckpoint& checkpoint, const QuantizationConfig& config,
-                                         const std::string& name);
+Result<std::string> stored_weight_format(const SafetensorsCheckpoint& checkpoint,
+                                         const QuantizationConfig& config, const std::string& name);
 
 // Rows [row_begin, row_end) of this rank's slice of parameter `param`
 // (ParamSpec's tensor-parallel cut of the global weight `weight`) into
 // `param_data` (the parameter's own storage, [param.shape]).
-Status dequantize_param_rows(const models::quant::QuantizedWeight& weight, const models::ParamSpec& param,
-                             int64_t row_begin, int64_t row_end, float* param_data);
+Status dequantize_param_rows(const models::quant::QuantizedWeight& weight,
+                             const models::ParamSpec& param, int64_t row_begin, int64_t row_end,
+                             float* param_data);
 
 }  // namespace cohort::hf

@@ -23,6 +23,8 @@ inline constexpr uint8_t kE4m3MaxBits = 0x7e;  // +448
 
 float e4m3_to_float(uint8_t bits);
 uint8_t float_to_e4m3(float value);
-inline bool e4m3_is_nan(uint8_t bits) { return (bits & 0x7f) == 0x7f; }
+inline bool e4m3_is_nan(uint8_t bits) {
+  return (bits & 0x7f) == 0x7f;
+}
 
 }  // namespace cohort::models::quant

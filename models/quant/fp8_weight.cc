@@ -13,12 +13,14 @@
 namespace cohort::models::quant::detail {
 
 Status validate_fp8(const QuantizedWeight& w) {
-  COHORT_RETURN_IF_ERROR(expect_count(w, "the e4m3 weight", w.packed.size(), size_t(w.rows * w.cols)));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "the e4m3 weight", w.packed.size(), size_t(w.rows * w.cols)));
   size_t scales = 1;
   if (w.format == WeightFormat::kFp8Channel) scales = size_t(w.rows);
   if (w.format == WeightFormat::kFp8Block) {
     if (w.block_rows <= 0 || w.block_cols <= 0) {
-      return weight_error(w, "the block size " + std::to_string(w.block_rows) + "x" + std::to_string(w.block_cols) +
+      return weight_error(w, "the block size " + std::to_string(w.block_rows) + "x" +
+                                 std::to_string(w.block_cols) +
                                  " must be positive (quantization_config.weight_block_size)");
     }
     scales = size_t(ceil_div(w.rows, w.block_rows) * ceil_div(w.cols, w.block_cols));
@@ -26,10 +28,12 @@ Status validate_fp8(const QuantizedWeight& w) {
   return expect_count(w, "the scales (weight_scale_inv / weight_scale)", w.scales.size(), scales);
 }
 
-void dequantize_fp8_rows(const QuantizedWeight& w, int64_t row_begin, int64_t row_end, float* out) {
-  const int64_t tiles_per_row = w.format == WeightFormat::kFp8Block ? ceil_div(w.cols, w.block_cols) : 0;
+void dequantize_fp8_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                         float* out) {
+  const int64_t tiles_per_row =
+      w.format == WeightFormat::kFp8Block ? ceil_div(w.cols, w.block_cols) : 0;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* q = w.packed.data() + r * w.cols;
+    const uint8_t* q = w.packed + r * w.cols;
     float* dst = out + (r - row_begin) * w.cols;
     for (int64_t c = 0; c < w.cols; ++c) {
       float scale;
@@ -37,22 +41,27 @@ void dequantize_fp8_rows(const QuantizedWeight& w, int64_t row_begin, int64_t ro
         case WeightFormat::kFp8Block:
           scale = w.scales[(r / w.block_rows) * tiles_per_row + c / w.block_cols];
           break;
-        case WeightFormat::kFp8Channel: scale = w.scales[r]; break;
-        default: scale = w.scales[0]; break;
+        case WeightFormat::kFp8Channel:
+          scale = w.scales[r];
+          break;
+        default:
+          scale = w.scales[0];
+          break;
       }
       dst[c] = e4m3_to_float(q[c]) * scale;
     }
   }
 }
 
-Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float* x, int64_t rows, int64_t cols,
-                                           int64_t block_rows, int64_t block_cols) {
+Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float* x, int64_t rows,
+                                           int64_t cols, int64_t block_rows, int64_t block_cols) {
   QuantizedWeight w;
   w.format = WeightFormat::kFp8Block;
   w.name = name;
   w.rows = rows, w.cols = cols, w.bits = 8;
   w.block_rows = block_rows, w.block_cols = block_cols;
-  if (block_rows <= 0 || block_cols <= 0) return weight_error(w, "the FP8 block size must be positive");
+  if (block_rows <= 0 || block_cols <= 0)
+    return weight_error(w, "the FP8 block size must be positive");
   const int64_t tile_rows = ceil_div(rows, block_rows), tile_cols = ceil_div(cols, block_cols);
   w.packed.resize(size_t(rows * cols));
   w.scales.resize(size_t(tile_rows * tile_cols));

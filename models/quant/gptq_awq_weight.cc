@@ -23,13 +23,16 @@ Status validate_gptq(const QuantizedWeight& w) {
   }
   const int64_t per_word = 32 / w.bits;
   if (w.cols % per_word != 0 || w.rows % per_word != 0) {
-    return weight_error(w, "GPTQ packs " + std::to_string(per_word) +
-                               " values a word: in_features and out_features must be multiples of it");
+    return weight_error(w,
+                        "GPTQ packs " + std::to_string(per_word) +
+                            " values a word: in_features and out_features must be multiples of it");
   }
   if (w.group_size <= 0) return weight_error(w, "the GPTQ group size must be positive");
   const int64_t groups = ceil_div(w.cols, w.group_size);
-  COHORT_RETURN_IF_ERROR(expect_count(w, "qweight (bytes)", w.packed.size(), size_t(w.cols / per_word * w.rows * 4)));
-  COHORT_RETURN_IF_ERROR(expect_count(w, "qzeros (bytes)", w.zeros.size(), size_t(groups * (w.rows / per_word) * 4)));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "qweight (bytes)", w.packed.size(), size_t(w.cols / per_word * w.rows * 4)));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "qzeros (bytes)", w.zeros.size(), size_t(groups * (w.rows / per_word) * 4)));
   COHORT_RETURN_IF_ERROR(expect_count(w, "scales", w.scales.size(), size_t(groups * w.rows)));
   if (!w.g_idx.empty()) {
     COHORT_RETURN_IF_ERROR(expect_count(w, "g_idx", w.g_idx.size(), size_t(w.cols)));
@@ -43,18 +46,19 @@ Status validate_gptq(const QuantizedWeight& w) {
   return Status::ok();
 }
 
-void dequantize_gptq_rows(const QuantizedWeight& w, int64_t row_begin, int64_t row_end, float* out) {
+void dequantize_gptq_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                          float* out) {
   const int64_t per_word = 32 / w.bits;
-  const int zero_offset = w.gptq_zeros == GptqZeros::kStoredMinusOne ? 1 : 0;
   const int64_t zero_words_per_group = w.rows / per_word;
   // k outside, n inside: qweight's words for one k are contiguous along n.
   for (int64_t k = 0; k < w.cols; ++k) {
-    const int64_t g = w.g_idx.empty() ? k / w.group_size : w.g_idx[k];
+    const int64_t g = w.g_idx ? w.g_idx[k] : k / w.group_size;
     for (int64_t n = row_begin; n < row_end; ++n) {
-      const int32_t q = field(word_at(w.packed, size_t((k / per_word) * w.rows + n)), w.bits, k % per_word);
-      const int32_t z =
-          field(word_at(w.zeros, size_t(g * zero_words_per_group + n / per_word)), w.bits, n % per_word) +
-          zero_offset;
+      const int32_t q =
+          field(word_at(w.packed, size_t((k / per_word) * w.rows + n)), w.bits, k % per_word);
+      const int32_t z = field(word_at(w.zeros, size_t(g * zero_words_per_group + n / per_word)),
+                              w.bits, n % per_word) +
+                        w.gptq_zero_offset;
       out[(n - row_begin) * w.cols + k] = w.scales[g * w.rows + n] * static_cast<float>(q - z);
     }
   }
@@ -65,19 +69,25 @@ void dequantize_gptq_rows(const QuantizedWeight& w, int64_t row_begin, int64_t r
 constexpr int kAwqNibbleOfColumn[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 Status validate_awq(const QuantizedWeight& w) {
-  if (w.bits != 4) return weight_error(w, std::to_string(w.bits) + "-bit AWQ is not supported (4 is)");
-  if (w.rows % 8 != 0) return weight_error(w, "AWQ packs 8 output columns a word: out_features must be a multiple of 8");
+  if (w.bits != 4)
+    return weight_error(w, std::to_string(w.bits) + "-bit AWQ is not supported (4 is)");
+  if (w.rows % 8 != 0)
+    return weight_error(w,
+                        "AWQ packs 8 output columns a word: out_features must be a multiple of 8");
   if (w.group_size <= 0 || w.cols % w.group_size != 0) {
-    return weight_error(w, "the AWQ group size " + std::to_string(w.group_size) + " does not divide in_features " +
-                               std::to_string(w.cols));
+    return weight_error(w, "the AWQ group size " + std::to_string(w.group_size) +
+                               " does not divide in_features " + std::to_string(w.cols));
   }
   const int64_t groups = w.cols / w.group_size, words_per_row = w.rows / 8;
-  COHORT_RETURN_IF_ERROR(expect_count(w, "qweight (bytes)", w.packed.size(), size_t(w.cols * words_per_row * 4)));
-  COHORT_RETURN_IF_ERROR(expect_count(w, "qzeros (bytes)", w.zeros.size(), size_t(groups * words_per_row * 4)));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "qweight (bytes)", w.packed.size(), size_t(w.cols * words_per_row * 4)));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "qzeros (bytes)", w.zeros.size(), size_t(groups * words_per_row * 4)));
   return expect_count(w, "scales", w.scales.size(), size_t(groups * w.rows));
 }
 
-void dequantize_awq_rows(const QuantizedWeight& w, int64_t row_begin, int64_t row_end, float* out) {
+void dequantize_awq_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                         float* out) {
   const int64_t words_per_row = w.rows / 8;
   for (int64_t k = 0; k < w.cols; ++k) {
     const int64_t g = k / w.group_size;

@@ -45,20 +45,22 @@ int nearest_index(const float* table, int size, float x) {
 namespace detail {
 namespace {
 
-constexpr int kZeroLevel = 7;        // kNf4Levels[7] == 0
-constexpr int kDynamicZero = 127;    // dynamic_map()[127] == 0
+constexpr int kZeroLevel = 7;      // kNf4Levels[7] == 0
+constexpr int kDynamicZero = 127;  // dynamic_map()[127] == 0
 
-int64_t element_count(const QuantizedWeight& w) { return w.rows * w.cols; }
+int64_t element_count(const QuantizedWeight& w) {
+  return w.rows * w.cols;
+}
 
-inline int code_at(const QuantizedWeight& w, int64_t e) {
+inline int code_at(const PackedWeightView& w, int64_t e) {
   const uint8_t byte = w.packed[size_t(e / 2)];
   return e % 2 == 0 ? byte >> 4 : byte & 0xf;
 }
 
 // The dequantized absmax of NF4 block b.
-inline float block_absmax(const QuantizedWeight& w, int64_t b) {
-  const Nf4Absmax& a = w.nf4_absmax;
-  return dynamic_map()[a.codes[size_t(b)]] * a.scales[size_t(b / kNf4AbsmaxBlock)] + a.offset;
+inline float block_absmax(const PackedWeightView& w, int64_t b) {
+  return dynamic_map()[w.nf4_absmax_codes[b]] * w.nf4_absmax_scales[b / kNf4AbsmaxBlock] +
+         w.nf4_absmax_offset;
 }
 
 }  // namespace
@@ -67,13 +69,16 @@ Status validate_nf4(const QuantizedWeight& w) {
   if (w.bits != 4) return weight_error(w, "NF4 is 4-bit; bits is " + std::to_string(w.bits));
   if (w.group_size <= 0) return weight_error(w, "the NF4 block size must be positive");
   const int64_t n = element_count(w), blocks = ceil_div(n, w.group_size);
-  COHORT_RETURN_IF_ERROR(expect_count(w, "the packed codes (bytes)", w.packed.size(), size_t(ceil_div(n, 2))));
-  COHORT_RETURN_IF_ERROR(expect_count(w, "the absmax codes", w.nf4_absmax.codes.size(), size_t(blocks)));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "the packed codes (bytes)", w.packed.size(), size_t(ceil_div(n, 2))));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "the absmax codes", w.nf4_absmax.codes.size(), size_t(blocks)));
   return expect_count(w, "the absmax scales", w.nf4_absmax.scales.size(),
                       size_t(ceil_div(blocks, kNf4AbsmaxBlock)));
 }
 
-void dequantize_nf4_rows(const QuantizedWeight& w, int64_t row_begin, int64_t row_end, float* out) {
+void dequantize_nf4_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                         float* out) {
   const int64_t first = row_begin * w.cols, last = row_end * w.cols;
   int64_t cached_block = -1;
   float absmax = 0.0f;
@@ -84,8 +89,8 @@ void dequantize_nf4_rows(const QuantizedWeight& w, int64_t row_begin, int64_t ro
   }
 }
 
-Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float* x, int64_t rows, int64_t cols,
-                                            int64_t block) {
+Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float* x, int64_t rows,
+                                            int64_t cols, int64_t block) {
   QuantizedWeight w;
   w.format = WeightFormat::kNf4;
   w.name = name;
@@ -101,7 +106,8 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
     for (int64_t e = e0; e < e1; ++e) a = std::max(a, std::fabs(x[e]));
     absmax[size_t(b)] = a;
     for (int64_t e = e0; e < e1; ++e) {
-      const int q = a > 0.0f ? nearest_index(kNf4Levels, 16, std::clamp(x[e] / a, -1.0f, 1.0f)) : kZeroLevel;
+      const int q =
+          a > 0.0f ? nearest_index(kNf4Levels, 16, std::clamp(x[e] / a, -1.0f, 1.0f)) : kZeroLevel;
       w.packed[size_t(e / 2)] |= static_cast<uint8_t>(e % 2 == 0 ? q << 4 : q);
     }
   }
@@ -122,7 +128,8 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
     for (size_t b = b0; b < b1; ++b) {
       const float centred = absmax[b] - stats.offset;
       stats.codes[b] = static_cast<uint8_t>(
-          a2 > 0.0f ? nearest_index(map.data(), 256, std::clamp(centred / a2, -1.0f, 1.0f)) : kDynamicZero);
+          a2 > 0.0f ? nearest_index(map.data(), 256, std::clamp(centred / a2, -1.0f, 1.0f))
+                    : kDynamicZero);
     }
   }
   return w;

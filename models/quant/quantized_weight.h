@@ -79,32 +79,54 @@ enum class GptqZeros {
 
 // NF4's double-quantized block absmax (bitsandbytes' compress_statistics).
 struct Nf4Absmax {
-  std::vector<uint8_t> codes;   // one per NF4 block: an index into the dynamic map
-  std::vector<float> scales;    // one per `kNf4AbsmaxBlock` codes: that block's absmax
-  float offset = 0.0f;          // the mean absmax, subtracted before quantizing
+  std::vector<uint8_t> codes;  // one per NF4 block: an index into the dynamic map
+  std::vector<float> scales;   // one per `kNf4AbsmaxBlock` codes: that block's absmax
+  float offset = 0.0f;         // the mean absmax, subtracted before quantizing
 };
 
 struct QuantizedWeight {
   WeightFormat format = WeightFormat::kInt8;
-  std::string name;       // the Hugging Face tensor, e.g. model.layers.0.mlp.up_proj.weight
-  int64_t rows = 0;       // out_features
-  int64_t cols = 0;       // in_features
-  int bits = 8;           // 4 or 8 (GPTQ takes either; AWQ, int4 and NF4 are 4)
-  int64_t group_size = 0;   // input columns a scale covers (GPTQ, AWQ, int8/4), NF4's block
-  int64_t block_rows = 0;   // kFp8Block's tile
+  std::string name;        // the Hugging Face tensor, e.g. model.layers.0.mlp.up_proj.weight
+  int64_t rows = 0;        // out_features
+  int64_t cols = 0;        // in_features
+  int bits = 8;            // 4 or 8 (GPTQ takes either; AWQ, int4 and NF4 are 4)
+  int64_t group_size = 0;  // input columns a scale covers (GPTQ, AWQ, int8/4), NF4's block
+  int64_t block_rows = 0;  // kFp8Block's tile
   int64_t block_cols = 0;
-  std::vector<uint8_t> packed;   // the quantized values, in the format's layout
-  std::vector<float> scales;     // in the format's layout
-  std::vector<uint8_t> zeros;    // GPTQ/AWQ `qzeros` (little-endian int32 words)
-  std::vector<int32_t> g_idx;    // GPTQ only
+  std::vector<uint8_t> packed;  // the quantized values, in the format's layout
+  std::vector<float> scales;    // in the format's layout
+  std::vector<uint8_t> zeros;   // GPTQ/AWQ `qzeros` (little-endian int32 words)
+  std::vector<int32_t> g_idx;   // GPTQ only
   GptqZeros gptq_zeros = GptqZeros::kStoredMinusOne;
-  Nf4Absmax nf4_absmax;          // kNf4 only
+  Nf4Absmax nf4_absmax;  // kNf4 only
 
   // "gptq int4 g128 act-order", "fp8-block 128x128", "int8 g128": for logs.
   std::string describe() const;
   // Bytes of packed values, scales and zero points.
   size_t stored_bytes() const;
 };
+
+// The same weight borrowed: its fields and pointers to its buffers, in host
+// memory for the CPU reference or in device memory once an engine has
+// uploaded the same buffers (quantized_projection.h hands views to
+// kernels). A view does not own and is valid while the buffers live; it is
+// only ever made from a weight that validate() accepted (view_of on the
+// host; an engine's upload of such a weight on the device).
+struct PackedWeightView {
+  WeightFormat format = WeightFormat::kInt8;
+  int64_t rows = 0, cols = 0;
+  int bits = 8;
+  int64_t group_size = 0, block_rows = 0, block_cols = 0;
+  const uint8_t* packed = nullptr;
+  const float* scales = nullptr;
+  const uint8_t* zeros = nullptr;  // GPTQ/AWQ packed zero points
+  const int32_t* g_idx = nullptr;  // GPTQ; null: column k is in group k / group_size
+  int gptq_zero_offset = 0;        // added to GPTQ's stored zeros: 1 for "gptq" (v1), 0 for v2
+  const uint8_t* nf4_absmax_codes = nullptr;
+  const float* nf4_absmax_scales = nullptr;
+  float nf4_absmax_offset = 0.0f;
+};
+PackedWeightView view_of(const QuantizedWeight& weight);
 
 // Every buffer has the size the format and shape imply, group sizes divide
 // where the format needs it, and g_idx names existing groups; otherwise
@@ -113,23 +135,28 @@ Status validate(const QuantizedWeight& weight);
 
 // Rows [row_begin, row_end) of W as fp32, row-major [row_end - row_begin, cols].
 // Validates first.
-Status dequantize_rows(const QuantizedWeight& weight, int64_t row_begin, int64_t row_end, float* out);
+Status dequantize_rows(const QuantizedWeight& weight, int64_t row_begin, int64_t row_end,
+                       float* out);
+// The same from a view, without checks (the view's weight was validated).
+// The reference each kernel is held to.
+void dequantize_view_rows(const PackedWeightView& weight, int64_t row_begin, int64_t row_end,
+                          float* out);
 // All of W, fp32 [rows, cols].
 Status dequantize(const QuantizedWeight& weight, float* out);
 // All of W rounded to bf16 (nearest even) from the fp32 values above.
 Status dequantize_bf16(const QuantizedWeight& weight, uint16_t* out);
 
 struct QuantizeOptions {
-  int64_t group_size = 128;   // kInt8, kInt4
-  int64_t block_rows = 128;   // kFp8Block
+  int64_t group_size = 128;  // kInt8, kInt4
+  int64_t block_rows = 128;  // kFp8Block
   int64_t block_cols = 128;
-  int64_t nf4_block = 64;     // kNf4
+  int64_t nf4_block = 64;  // kNf4
 };
 
 // Quantizes W [rows, cols] (fp32, row-major) into kFp8Block, kInt8, kInt4 or
 // kNf4 (the formats cohort makes at load; the others are read only). A
 // non-finite value is an error naming the tensor and its position.
-Result<QuantizedWeight> quantize(WeightFormat format, const std::string& name, const float* w, int64_t rows,
-                                 int64_t cols, const QuantizeOptions& options = {});
+Result<QuantizedWeight> quantize(WeightFormat format, const std::string& name, const float* w,
+                                 int64_t rows, int64_t cols, const QuantizeOptions& options = {});
 
 }  // namespace cohort::models::quant

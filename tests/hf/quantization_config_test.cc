@@ -28,34 +28,50 @@ json qwen3_with(const json& quantization) {
 }
 
 TEST(QuantizationConfig, ParsesTheVariantsCohortLoads) {
-  auto fp8 = parse_quantization_config(
-      {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}});
+  auto fp8 = parse_quantization_config({{"quant_method", "fp8"},
+                                        {"activation_scheme", "dynamic"},
+                                        {"fmt", "e4m3"},
+                                        {"weight_block_size", {128, 128}}});
   ASSERT_TRUE(fp8.is_ok()) << fp8.status().to_string();
   EXPECT_EQ(fp8->describe(), "fp8 e4m3 128x128 blocks");
-  auto per_tensor = parse_quantization_config({{"quant_method", "fp8"}, {"weight_block_size", nullptr}});
+  auto per_tensor =
+      parse_quantization_config({{"quant_method", "fp8"}, {"weight_block_size", nullptr}});
   ASSERT_TRUE(per_tensor.is_ok());
   EXPECT_EQ(per_tensor->weight_block_size[0], 0);
-  auto gptq = parse_quantization_config({{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128},
-                                         {"desc_act", true}, {"sym", true}, {"checkpoint_format", "gptq_v2"},
-                                         {"damp_percent", 0.01}, {"true_sequential", true}});
+  auto gptq = parse_quantization_config({{"quant_method", "gptq"},
+                                         {"bits", 4},
+                                         {"group_size", 128},
+                                         {"desc_act", true},
+                                         {"sym", true},
+                                         {"checkpoint_format", "gptq_v2"},
+                                         {"damp_percent", 0.01},
+                                         {"true_sequential", true}});
   ASSERT_TRUE(gptq.is_ok()) << gptq.status().to_string();
   EXPECT_EQ(gptq->describe(), "gptq int4 g128 act-order v2");
   EXPECT_EQ(gptq->gptq_zeros, quant::GptqZeros::kStored);
-  auto awq = parse_quantization_config({{"quant_method", "awq"}, {"w_bit", 4}, {"q_group_size", 64},
-                                        {"zero_point", true}, {"version", "GEMM"}, {"modules_to_not_convert", {"visual"}}});
+  auto awq = parse_quantization_config({{"quant_method", "awq"},
+                                        {"w_bit", 4},
+                                        {"q_group_size", 64},
+                                        {"zero_point", true},
+                                        {"version", "GEMM"},
+                                        {"modules_to_not_convert", {"visual"}}});
   ASSERT_TRUE(awq.is_ok()) << awq.status().to_string();
   EXPECT_EQ(awq->describe(), "awq int4 g64");
   EXPECT_EQ(awq->modules_to_not_convert, std::vector<std::string>{"visual"});
   // Through config.json as every job kind reads it.
-  EXPECT_TRUE(parse_config_json(qwen3_with({{"quant_method", "gptq"}, {"bits", 4}, {"group_size", -1}}).dump()).is_ok());
+  EXPECT_TRUE(parse_config_json(
+                  qwen3_with({{"quant_method", "gptq"}, {"bits", 4}, {"group_size", -1}}).dump())
+                  .is_ok());
 }
 
 TEST(QuantizationConfig, UnsupportedMethodsAndVariantsAreRefusedNamingTheField) {
   const std::vector<std::pair<json, std::string>> cases = {
-      {{{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}, "quant_method \"bitsandbytes\" is not supported"},
+      {{{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}},
+       "quant_method \"bitsandbytes\" is not supported"},
       {{{"quant_method", "compressed-tensors"}}, "quant_method \"compressed-tensors\""},
       {{{"quant_method", "gptq"}, {"bits", 3}}, "quantization_config.bits is 3"},
-      {{{"quant_method", "gptq"}, {"bits", 4}, {"checkpoint_format", "marlin"}}, "checkpoint_format \"marlin\""},
+      {{{"quant_method", "gptq"}, {"bits", 4}, {"checkpoint_format", "marlin"}},
+       "checkpoint_format \"marlin\""},
       {{{"quant_method", "gptq"}, {"group_size", 0}}, "group_size must be positive or -1"},
       {{{"quant_method", "gptq"}, {"desc_act", "yes"}}, "desc_act must be true or false"},
       {{{"quant_method", "awq"}, {"version", "gemv"}}, "version \"gemv\" is not supported"},
@@ -63,7 +79,8 @@ TEST(QuantizationConfig, UnsupportedMethodsAndVariantsAreRefusedNamingTheField) 
       {{{"quant_method", "awq"}, {"bits", 8}}, "AWQ checkpoints are 4-bit"},
       {{{"quant_method", "fp8"}, {"activation_scheme", "static"}}, "activation_scheme \"static\""},
       {{{"quant_method", "fp8"}, {"fmt", "e5m2"}}, "fmt \"e5m2\""},
-      {{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "weight_block_size must be null or two positive"},
+      {{{"quant_method", "fp8"}, {"weight_block_size", {128}}},
+       "weight_block_size must be null or two positive"},
       {json::array({1, 2}), "quantization_config must be an object"},
   };
   for (const auto& [section, fragment] : cases) {
@@ -104,7 +121,8 @@ TEST_F(QuantizeOption, ProjectionsCarryTheirRoundTripAndTheRestIsUntouched) {
           auto q = quant::quantize(format, p.name, before, p.shape[0], p.shape[1]);
           ASSERT_TRUE(q.is_ok());
           ASSERT_TRUE(quant::dequantize(*q, want.data()).is_ok());
-          EXPECT_NE(want, std::vector<float>(before, before + p.numel)) << p.name << " unchanged by " << option;
+          EXPECT_NE(want, std::vector<float>(before, before + p.numel))
+              << p.name << " unchanged by " << option;
         }
         EXPECT_EQ(std::vector<float>(after, after + p.numel), want) << p.name << " " << option;
       }
@@ -124,11 +142,13 @@ TEST_F(QuantizeOption, ShardsCutInsideAGroupAreRefusedNamingTheWeight) {
   auto shard = tiny({0, 2});
   const Status int8 = apply_quantize_option(*shard, "int8", "");
   ASSERT_FALSE(int8.is_ok());
-  EXPECT_NE(int8.message().find("o_proj.weight at column 64, inside a group of 128 columns"), std::string::npos)
+  EXPECT_NE(int8.message().find("o_proj.weight at column 64, inside a group of 128 columns"),
+            std::string::npos)
       << int8.message();
   const Status fp8 = apply_quantize_option(*tiny({1, 2}), "fp8", "");
   ASSERT_FALSE(fp8.is_ok());
-  EXPECT_NE(fp8.message().find("q_proj.weight at row 64, inside a group of 128 rows"), std::string::npos)
+  EXPECT_NE(fp8.message().find("q_proj.weight at row 64, inside a group of 128 rows"),
+            std::string::npos)
       << fp8.message();
 }
 
@@ -165,14 +185,18 @@ TEST_F(QuantizeOption, RowShardsOfInt4EqualTheWholeWeightsRoundTripSliced) {
 }
 
 TEST_F(QuantizeOption, AnAlreadyQuantizedFolderRefusesTheOption) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("cohort_hfq_opt_" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("cohort_hfq_opt_" + std::to_string(::getpid())))
+          .string();
   auto reference = tiny();
-  testing::write_quantized_folder(dir, *reference,
-                                  {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"version", "gemm"}},
-                                  testing::awq_store(32));
+  testing::write_quantized_folder(
+      dir, *reference,
+      {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"version", "gemm"}},
+      testing::awq_store(32));
   const Status s = apply_quantize_option(*tiny(), "int8", dir);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("is already quantized (awq int4 g32); remove model.quantize"), std::string::npos)
+  EXPECT_NE(s.message().find("is already quantized (awq int4 g32); remove model.quantize"),
+            std::string::npos)
       << s.message();
   auto summary = summarize_weight_formats(*preset_config("tiny"), "", "int4");
   ASSERT_TRUE(summary.is_ok());

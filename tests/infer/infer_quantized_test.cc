@@ -19,13 +19,15 @@ void expect_identical(const InferRun& want, const InferRun& got, const std::stri
   ASSERT_EQ(got.error, "") << what;
   ASSERT_EQ(got.outputs.size(), want.outputs.size()) << what;
   for (size_t i = 0; i < want.outputs.size(); ++i)
-    EXPECT_EQ(got.outputs[i].at("tokens"), want.outputs[i].at("tokens")) << what << ", prompt " << i;
+    EXPECT_EQ(got.outputs[i].at("tokens"), want.outputs[i].at("tokens"))
+        << what << ", prompt " << i;
   ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
   for (const auto& [index, values] : want.logits) {
     const std::vector<float>& other = got.logits.at(index);
     ASSERT_EQ(other.size(), values.size());
     float worst = 0;
-    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(other[i] - values[i]));
+    for (size_t i = 0; i < values.size(); ++i)
+      worst = std::max(worst, std::fabs(other[i] - values[i]));
     EXPECT_LE(worst, 1e-5f) << what << ", prompt " << index;
   }
 }
@@ -45,34 +47,43 @@ InferJob job_for(const std::string& name, const std::string& model_lines, int wo
 
 TEST(InferQuantized, GptqFolderGeneratesWhatItsDequantizedWeightsGenerateAtTp1And2) {
   auto cpu = models::make_cpu_backend();
-  auto model = std::move(models::Model::create(*models::preset_config("tiny"), {}, cpu.get()).value());
+  auto model =
+      std::move(models::Model::create(*models::preset_config("tiny"), {}, cpu.get()).value());
   model->init_weights(31);
   const std::string quantized = scratch_dir("gptq_folder").string();
-  hf::testing::write_quantized_folder(quantized, *model,
-                                      {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 32}, {"desc_act", true}},
-                                      hf::testing::gptq_store(32, true));
+  hf::testing::write_quantized_folder(
+      quantized, *model,
+      {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 32}, {"desc_act", true}},
+      hf::testing::gptq_store(32, true));
   const std::string plain = scratch_dir("gptq_dequantized").string();
   ASSERT_TRUE(hf::save_model_folder(*model, plain, models::DType::kF32).is_ok());
 
-  const InferRun reference = run_infer_job(job_for("gptq_reference", "hf_dir = \"" + plain + "\"", 1));
+  const InferRun reference =
+      run_infer_job(job_for("gptq_reference", "hf_dir = \"" + plain + "\"", 1));
   const InferRun tp1 = run_infer_job(job_for("gptq_tp1", "hf_dir = \"" + quantized + "\"", 1));
   expect_identical(reference, tp1, "gptq tp 1");
-  expect_identical(reference, run_infer_job(job_for("gptq_tp2", "hf_dir = \"" + quantized + "\"", 2)), "gptq tp 2");
-  EXPECT_EQ(tp1.summary.at("weights"), nlohmann::json({{"gptq int4 g32 act-order", 14}, {"f32", 11}}));
+  expect_identical(reference,
+                   run_infer_job(job_for("gptq_tp2", "hf_dir = \"" + quantized + "\"", 2)),
+                   "gptq tp 2");
+  EXPECT_EQ(tp1.summary.at("weights"),
+            nlohmann::json({{"gptq int4 g32 act-order", 14}, {"f32", 11}}));
   EXPECT_EQ(tp1.summary.at("quantize"), "none");
 }
 
 TEST(InferQuantized, QuantizeOptionRunsTheRoundTrippedWeights) {
   // The infer job initialises the preset from infer.seed (1234).
   auto cpu = models::make_cpu_backend();
-  auto model = std::move(models::Model::create(*models::preset_config("tiny"), {}, cpu.get()).value());
+  auto model =
+      std::move(models::Model::create(*models::preset_config("tiny"), {}, cpu.get()).value());
   model->init_weights(1234);
   ASSERT_TRUE(hf::apply_quantize_option(*model, "int4", "").is_ok());
   const std::string plain = scratch_dir("int4_round_trip").string();
   ASSERT_TRUE(hf::save_model_folder(*model, plain, models::DType::kF32).is_ok());
 
-  const InferRun reference = run_infer_job(job_for("int4_reference", "hf_dir = \"" + plain + "\"", 1));
-  const InferRun quantized = run_infer_job(job_for("int4_option", "preset = \"tiny\"\nquantize = \"int4\"", 1));
+  const InferRun reference =
+      run_infer_job(job_for("int4_reference", "hf_dir = \"" + plain + "\"", 1));
+  const InferRun quantized =
+      run_infer_job(job_for("int4_option", "preset = \"tiny\"\nquantize = \"int4\"", 1));
   expect_identical(reference, quantized, "quantize = int4");
   EXPECT_EQ(quantized.summary.at("weights"), nlohmann::json({{"int4 g128", 14}, {"f32", 11}}));
   EXPECT_EQ(quantized.summary.at("quantize"), "int4");

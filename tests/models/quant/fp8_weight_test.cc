@@ -16,7 +16,8 @@ namespace {
 using testing::e4m3_reference;
 
 // Random finite e4m3 bytes and random fp32 scales: a checkpoint's tensors.
-QuantizedWeight random_fp8(WeightFormat format, int64_t rows, int64_t cols, int64_t block, uint64_t seed) {
+QuantizedWeight random_fp8(WeightFormat format, int64_t rows, int64_t cols, int64_t block,
+                           uint64_t seed) {
   std::mt19937_64 rng(seed);
   QuantizedWeight w;
   w.format = format;
@@ -25,12 +26,14 @@ QuantizedWeight random_fp8(WeightFormat format, int64_t rows, int64_t cols, int6
   w.block_rows = w.block_cols = block;
   for (int64_t i = 0; i < rows * cols; ++i) {
     uint8_t b;
-    do b = uint8_t(rng()); while ((b & 0x7f) == 0x7f);
+    do b = uint8_t(rng());
+    while ((b & 0x7f) == 0x7f);
     w.packed.push_back(b);
   }
   size_t scales = 1;
   if (format == WeightFormat::kFp8Channel) scales = size_t(rows);
-  if (format == WeightFormat::kFp8Block) scales = size_t(((rows + block - 1) / block) * ((cols + block - 1) / block));
+  if (format == WeightFormat::kFp8Block)
+    scales = size_t(((rows + block - 1) / block) * ((cols + block - 1) / block));
   std::uniform_real_distribution<float> scale(1e-4f, 1e-2f);
   for (size_t i = 0; i < scales; ++i) w.scales.push_back(scale(rng));
   return w;
@@ -46,7 +49,8 @@ TEST(Fp8Weight, BlockScaledDequantizationIsTheTileScaleTimesTheValue) {
   for (int64_t r = 0; r < 300; ++r) {
     for (int64_t c = 0; c < 260; ++c) {
       const float scale = w.scales[(r / 128) * tiles_per_row + c / 128];
-      ASSERT_EQ(out[r * 260 + c], float(e4m3_reference(w.packed[r * 260 + c])) * scale) << r << "," << c;
+      ASSERT_EQ(out[r * 260 + c], float(e4m3_reference(w.packed[r * 260 + c])) * scale)
+          << r << "," << c;
     }
   }
 }
@@ -88,12 +92,14 @@ TEST(Fp8Weight, BlockQuantizationFollowsTransformersRecipe) {
     for (int64_t tc = 0; tc < 2; ++tc) {
       float amax = 0;
       for (int64_t r = tr * 128; r < std::min(rows, tr * 128 + 128); ++r)
-        for (int64_t c = tc * 128; c < std::min(cols, tc * 128 + 128); ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+        for (int64_t c = tc * 128; c < std::min(cols, tc * 128 + 128); ++c)
+          amax = std::max(amax, std::fabs(x[r * cols + c]));
       const float scale = 448.0f / amax;
       EXPECT_EQ(q->scales[tr * 2 + tc], 1.0f / scale);
       for (int64_t r = tr * 128; r < std::min(rows, tr * 128 + 128); ++r)
         for (int64_t c = tc * 128; c < std::min(cols, tc * 128 + 128); ++c)
-          ASSERT_EQ(q->packed[r * cols + c], float_to_e4m3(std::clamp(x[r * cols + c] * scale, -448.0f, 448.0f)));
+          ASSERT_EQ(q->packed[r * cols + c],
+                    float_to_e4m3(std::clamp(x[r * cols + c] * scale, -448.0f, 448.0f)));
     }
   }
 }

@@ -20,7 +20,8 @@ using testing::PackedTensors;
 using testing::random_integer_weight;
 
 QuantizedWeight gptq_weight(const IntegerWeight& w, int bits, GptqZeros zeros) {
-  const PackedTensors t = testing::pack_gptq_reference(w, bits, zeros == GptqZeros::kStoredMinusOne);
+  const PackedTensors t =
+      testing::pack_gptq_reference(w, bits, zeros == GptqZeros::kStoredMinusOne);
   QuantizedWeight q;
   q.format = WeightFormat::kGptq;
   q.name = "model.layers.3.self_attn.o_proj.weight";
@@ -46,7 +47,8 @@ void expect_dequantizes_to(const QuantizedWeight& q, const IntegerWeight& w, boo
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   for (int64_t n = 0; n < w.out; ++n)
     for (int64_t k = 0; k < w.in; ++k)
-      ASSERT_EQ(out[size_t(n * w.in + k)], testing::integer_weight_value(w, n, k, by_g_idx)) << "row " << n << " col " << k;
+      ASSERT_EQ(out[size_t(n * w.in + k)], testing::integer_weight_value(w, n, k, by_g_idx))
+          << "row " << n << " col " << k;
 }
 
 TEST(Gptq, Int4Group128DequantizesToScaleTimesValueMinusZero) {
@@ -84,7 +86,8 @@ TEST(Gptq, RowRangesMatchTheWholeMatrix) {
   std::vector<float> part(static_cast<size_t>(13 * w.in));
   ASSERT_TRUE(dequantize_rows(q, 20, 33, part.data()).is_ok());
   for (int64_t n = 20; n < 33; ++n)
-    for (int64_t k = 0; k < w.in; ++k) ASSERT_EQ(part[size_t((n - 20) * w.in + k)], testing::integer_weight_value(w, n, k, true));
+    for (int64_t k = 0; k < w.in; ++k)
+      ASSERT_EQ(part[size_t((n - 20) * w.in + k)], testing::integer_weight_value(w, n, k, true));
 }
 
 TEST(Awq, GemmPackingDequantizesWithTheInterleavedNibbleOrder) {

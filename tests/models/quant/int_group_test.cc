@@ -23,7 +23,8 @@ class IntGroup : public ::testing::TestWithParam<Case> {};
 TEST_P(IntGroup, DequantizationOfTestPackedBytesIsValueTimesGroupScale) {
   const Case c = GetParam();
   const bool int8 = c.format == WeightFormat::kInt8;
-  const int64_t groups = (c.cols + c.group - 1) / c.group, stride = int8 ? c.cols : (c.cols + 1) / 2;
+  const int64_t groups = (c.cols + c.group - 1) / c.group,
+                stride = int8 ? c.cols : (c.cols + 1) / 2;
   std::mt19937 rng(11);
   std::vector<int> values(static_cast<size_t>(c.rows * c.cols));
   for (int& v : values) v = int8 ? int(rng() % 255) - 127 : int(rng() % 16) - 8;
@@ -35,8 +36,10 @@ TEST_P(IntGroup, DequantizationOfTestPackedBytesIsValueTimesGroupScale) {
   for (int64_t r = 0; r < c.rows; ++r)
     for (int64_t k = 0; k < c.cols; ++k) {
       const int v = values[size_t(r * c.cols + k)];
-      if (int8) w.packed[size_t(r * stride + k)] = uint8_t(int8_t(v));
-      else w.packed[size_t(r * stride + k / 2)] |= uint8_t((v & 15) << (k % 2 ? 4 : 0));
+      if (int8)
+        w.packed[size_t(r * stride + k)] = uint8_t(int8_t(v));
+      else
+        w.packed[size_t(r * stride + k / 2)] |= uint8_t((v & 15) << (k % 2 ? 4 : 0));
     }
   std::uniform_real_distribution<float> s(1e-4f, 1e-2f);
   for (int64_t i = 0; i < c.rows * groups; ++i) w.scales.push_back(s(rng));
@@ -44,7 +47,8 @@ TEST_P(IntGroup, DequantizationOfTestPackedBytesIsValueTimesGroupScale) {
   ASSERT_TRUE(dequantize(w, out.data()).is_ok());
   for (int64_t r = 0; r < c.rows; ++r)
     for (int64_t k = 0; k < c.cols; ++k)
-      ASSERT_EQ(out[size_t(r * c.cols + k)], float(values[size_t(r * c.cols + k)]) * w.scales[size_t(r * groups + k / c.group)]);
+      ASSERT_EQ(out[size_t(r * c.cols + k)],
+                float(values[size_t(r * c.cols + k)]) * w.scales[size_t(r * groups + k / c.group)]);
 }
 
 // Bound: |w - deq| <= scale / 2 (+ 2^-20 |w| for the division's rounding),
@@ -61,12 +65,14 @@ TEST_P(IntGroup, RoundTripIsWithinHalfAScaleStep) {
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       float amax = 0;
-      for (int64_t k = g * c.group; k < std::min(c.cols, (g + 1) * c.group); ++k) amax = std::max(amax, std::fabs(x[size_t(r * c.cols + k)]));
+      for (int64_t k = g * c.group; k < std::min(c.cols, (g + 1) * c.group); ++k)
+        amax = std::max(amax, std::fabs(x[size_t(r * c.cols + k)]));
       const float scale = q->scales[size_t(r * groups + g)];
       EXPECT_EQ(scale, amax / float(levels));
       for (int64_t k = g * c.group; k < std::min(c.cols, (g + 1) * c.group); ++k) {
         const float v = x[size_t(r * c.cols + k)];
-        ASSERT_LE(std::fabs(back[size_t(r * c.cols + k)] - v), scale / 2 + std::fabs(v) * 0x1p-20) << r << "," << k;
+        ASSERT_LE(std::fabs(back[size_t(r * c.cols + k)] - v), scale / 2 + std::fabs(v) * 0x1p-20)
+            << r << "," << k;
         ASSERT_LE(std::fabs(back[size_t(r * c.cols + k)]), amax * (1 + 0x1p-20));
       }
     }
@@ -74,12 +80,16 @@ TEST_P(IntGroup, RoundTripIsWithinHalfAScaleStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, IntGroup,
-                         ::testing::Values(Case{WeightFormat::kInt8, 16, 256, 128}, Case{WeightFormat::kInt8, 5, 100, 32},
-                                           Case{WeightFormat::kInt4, 16, 256, 128}, Case{WeightFormat::kInt4, 7, 77, 32},
+                         ::testing::Values(Case{WeightFormat::kInt8, 16, 256, 128},
+                                           Case{WeightFormat::kInt8, 5, 100, 32},
+                                           Case{WeightFormat::kInt4, 16, 256, 128},
+                                           Case{WeightFormat::kInt4, 7, 77, 32},
                                            Case{WeightFormat::kInt4, 3, 64, 128}),
                          [](const auto& info) {
-                           return std::string(to_string(info.param.format)) + "_" + std::to_string(info.param.rows) + "x" +
-                                  std::to_string(info.param.cols) + "_g" + std::to_string(info.param.group);
+                           return std::string(to_string(info.param.format)) + "_" +
+                                  std::to_string(info.param.rows) + "x" +
+                                  std::to_string(info.param.cols) + "_g" +
+                                  std::to_string(info.param.group);
                          });
 
 TEST(IntGroupQuantize, ExtremesMapToTheLargestLevelExactly) {

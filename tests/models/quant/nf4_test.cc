@@ -47,15 +47,16 @@ TEST(Nf4, DynamicMapHasSevenDecadesOfMidpointsAroundZeroAndOne) {
   EXPECT_TRUE(std::is_sorted(map.begin(), map.end()));
   EXPECT_EQ(map[127], 0.0f);
   EXPECT_EQ(map[255], 1.0f);
-  EXPECT_FLOAT_EQ(map[128], 0.55e-6f);         // 10^-6 x midpoint of linspace(0.1, 1, 2)
-  EXPECT_FLOAT_EQ(map[254], 0.99296875f);      // (0.9859375 + 1) / 2, the last decade's top
+  EXPECT_FLOAT_EQ(map[128], 0.55e-6f);     // 10^-6 x midpoint of linspace(0.1, 1, 2)
+  EXPECT_FLOAT_EQ(map[254], 0.99296875f);  // (0.9859375 + 1) / 2, the last decade's top
   EXPECT_FLOAT_EQ(map[0], -0.99296875f);
   // Decade 10^(i-6) holds 2^i values of each sign.
   for (int i = 0; i < 7; ++i) {
     const double lo = 0.1 * std::pow(10.0, i - 6), hi = std::pow(10.0, i - 6);
     const auto in_decade = [&](float v) { return v > lo * 0.999 && v < hi * 0.999; };
     EXPECT_EQ(std::count_if(map.begin(), map.end(), in_decade), 1 << i) << "decade " << i;
-    EXPECT_EQ(std::count_if(map.begin(), map.end(), [&](float v) { return in_decade(-v); }), 1 << i);
+    EXPECT_EQ(std::count_if(map.begin(), map.end(), [&](float v) { return in_decade(-v); }),
+              1 << i);
   }
 }
 
@@ -67,10 +68,12 @@ int argmin_of(const float* table, int size, float x) {
 }
 
 TEST(Nf4, QuantizedCodesAndDoubleQuantizedAbsmaxFollowTheDefinition) {
-  const int64_t rows = 128, cols = 192, n = rows * cols, blocks = n / 64;  // 384 blocks: two absmax blocks
+  const int64_t rows = 128, cols = 192, n = rows * cols,
+                blocks = n / 64;  // 384 blocks: two absmax blocks
   std::vector<float> x = testing::random_weights(size_t(n), 21);
   for (int64_t b = 0; b < blocks; b += 7) x[size_t(b * 64 + 3)] *= 8.0f;  // uneven block scales
-  auto q = quantize(WeightFormat::kNf4, "model.layers.0.mlp.gate_proj.weight", x.data(), rows, cols);
+  auto q =
+      quantize(WeightFormat::kNf4, "model.layers.0.mlp.gate_proj.weight", x.data(), rows, cols);
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();
   ASSERT_EQ(q->nf4_absmax.codes.size(), size_t(blocks));
   ASSERT_EQ(q->nf4_absmax.scales.size(), 2u);
@@ -95,22 +98,27 @@ TEST(Nf4, QuantizedCodesAndDoubleQuantizedAbsmaxFollowTheDefinition) {
     for (int64_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(absmax[size_t(b)] - offset));
     EXPECT_EQ(q->nf4_absmax.scales[size_t(s)], a2);
     for (int64_t b = b0; b < b1; ++b)
-      ASSERT_EQ(q->nf4_absmax.codes[size_t(b)], argmin_of(dynamic_map().data(), 256, (absmax[size_t(b)] - offset) / a2));
+      ASSERT_EQ(q->nf4_absmax.codes[size_t(b)],
+                argmin_of(dynamic_map().data(), 256, (absmax[size_t(b)] - offset) / a2));
   }
 
   // Dequantization: level * (map[code] * block scale + offset).
   std::vector<float> back(static_cast<size_t>(n));
   ASSERT_TRUE(dequantize(*q, back.data()).is_ok());
   double widest_gap = 0;  // -1 to -0.696: the negative side has one level fewer
-  for (int i = 0; i + 1 < 16; ++i) widest_gap = std::max(widest_gap, double(kNf4Levels[i + 1] - kNf4Levels[i]));
+  for (int i = 0; i + 1 < 16; ++i)
+    widest_gap = std::max(widest_gap, double(kNf4Levels[i + 1] - kNf4Levels[i]));
   for (int64_t e = 0; e < n; ++e) {
     const int64_t b = e / 64;
-    const float a_hat = dynamic_map()[q->nf4_absmax.codes[size_t(b)]] * q->nf4_absmax.scales[size_t(b / 256)] + offset;
+    const float a_hat =
+        dynamic_map()[q->nf4_absmax.codes[size_t(b)]] * q->nf4_absmax.scales[size_t(b / 256)] +
+        offset;
     const int code = e % 2 == 0 ? q->packed[size_t(e / 2)] >> 4 : q->packed[size_t(e / 2)] & 15;
     ASSERT_EQ(back[size_t(e)], kNf4Levels[code] * a_hat);
     // Bound: half the widest level gap of the true absmax, plus the
     // double quantization's absmax error (|level| <= 1).
-    const double bound = absmax[size_t(b)] * widest_gap / 2 + std::fabs(a_hat - absmax[size_t(b)]) + 1e-7;
+    const double bound =
+        absmax[size_t(b)] * widest_gap / 2 + std::fabs(a_hat - absmax[size_t(b)]) + 1e-7;
     ASSERT_LE(std::fabs(back[size_t(e)] - x[size_t(e)]), bound) << "element " << e;
   }
 }

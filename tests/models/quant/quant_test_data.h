@@ -22,7 +22,9 @@ inline std::vector<float> random_weights(size_t n, uint64_t seed, float scale = 
 }
 
 // A value fp16 can hold exactly (checkpoints store GPTQ/AWQ scales in fp16).
-inline float fp16_value(float x) { return f16_bits_to_float(float_to_f16_bits(x)); }
+inline float fp16_value(float x) {
+  return f16_bits_to_float(float_to_f16_bits(x));
+}
 
 // e4m3 from its bit fields: sign, 4-bit exponent with bias 7, 3-bit
 // mantissa, exponent 0 subnormal, S.1111.111 NaN.

@@ -107,7 +107,9 @@ TEST(QuantizedWeightErrors, QuantizingNonFiniteValuesOrUnmadeFormatsIsAnError) {
   x[9] = NAN;
   auto q = quantize(WeightFormat::kInt8, kName, x.data(), 2, 8);
   ASSERT_FALSE(q.is_ok());
-  EXPECT_NE(q.status().message().find(std::string(kName) + ": cannot quantize the non-finite value"), std::string::npos);
+  EXPECT_NE(
+      q.status().message().find(std::string(kName) + ": cannot quantize the non-finite value"),
+      std::string::npos);
   EXPECT_NE(q.status().message().find("[1, 1]"), std::string::npos) << q.status().message();
   x[9] = 0.1f;
   auto g = quantize(WeightFormat::kGptq, kName, x.data(), 2, 8);

@@ -32,8 +32,8 @@ struct IntegerWeight {
   std::vector<int32_t> g_idx;             // [in]
 };
 
-inline IntegerWeight random_integer_weight(int64_t out, int64_t in, int64_t group, int bits, int min_zero,
-                                           bool act_order, uint64_t seed) {
+inline IntegerWeight random_integer_weight(int64_t out, int64_t in, int64_t group, int bits,
+                                           int min_zero, bool act_order, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int levels = 1 << bits;
   const int64_t groups = (in + group - 1) / group;
@@ -63,13 +63,15 @@ inline IntegerWeight random_integer_weight(int64_t out, int64_t in, int64_t grou
 inline float integer_weight_value(const IntegerWeight& w, int64_t n, int64_t k, bool by_g_idx) {
   const int64_t g = by_g_idx ? w.g_idx[static_cast<size_t>(k)] : k / w.group;
   return w.scale[static_cast<size_t>(g)][static_cast<size_t>(n)] *
-         float(w.q[static_cast<size_t>(k)][static_cast<size_t>(n)] - w.zero[static_cast<size_t>(g)][static_cast<size_t>(n)]);
+         float(w.q[static_cast<size_t>(k)][static_cast<size_t>(n)] -
+               w.zero[static_cast<size_t>(g)][static_cast<size_t>(n)]);
 }
 
 inline std::vector<float> integer_weight_matrix(const IntegerWeight& w, bool by_g_idx) {
   std::vector<float> m(static_cast<size_t>(w.out * w.in));
   for (int64_t n = 0; n < w.out; ++n)
-    for (int64_t k = 0; k < w.in; ++k) m[static_cast<size_t>(n * w.in + k)] = integer_weight_value(w, n, k, by_g_idx);
+    for (int64_t k = 0; k < w.in; ++k)
+      m[static_cast<size_t>(n * w.in + k)] = integer_weight_value(w, n, k, by_g_idx);
   return m;
 }
 
@@ -80,14 +82,16 @@ struct PackedTensors {
   std::vector<int32_t> g_idx;
 };
 
-inline PackedTensors pack_gptq_reference(const IntegerWeight& w, int bits, bool stores_zero_minus_one) {
+inline PackedTensors pack_gptq_reference(const IntegerWeight& w, int bits,
+                                         bool stores_zero_minus_one) {
   const int per = 32 / bits;
   PackedTensors t;
   for (int64_t word_row = 0; word_row < w.in / per; ++word_row) {
     for (int64_t n = 0; n < w.out; ++n) {
       uint32_t word = 0;
       for (int j = 0; j < per; ++j)
-        word |= uint32_t(w.q[static_cast<size_t>(word_row * per + j)][static_cast<size_t>(n)]) << (bits * j);
+        word |= uint32_t(w.q[static_cast<size_t>(word_row * per + j)][static_cast<size_t>(n)])
+                << (bits * j);
       push_word(t.qweight, word);
     }
   }
@@ -95,7 +99,8 @@ inline PackedTensors pack_gptq_reference(const IntegerWeight& w, int bits, bool 
   for (const auto& zero_row : w.zero) {
     for (int64_t col = 0; col < w.out / per; ++col) {
       uint32_t word = 0;
-      for (int j = 0; j < per; ++j) word |= uint32_t(zero_row[static_cast<size_t>(col * per + j)] - offset) << (bits * j);
+      for (int j = 0; j < per; ++j)
+        word |= uint32_t(zero_row[static_cast<size_t>(col * per + j)] - offset) << (bits * j);
       push_word(t.qzeros, word);
     }
   }
@@ -111,7 +116,8 @@ inline PackedTensors pack_awq_reference(const IntegerWeight& w) {
     for (const auto& row : values) {
       for (int64_t col = 0; col < w.out / 8; ++col) {
         uint32_t word = 0;
-        for (int i = 0; i < 8; ++i) word |= uint32_t(row[static_cast<size_t>(col * 8 + order_map[i])]) << (4 * i);
+        for (int i = 0; i < 8; ++i)
+          word |= uint32_t(row[static_cast<size_t>(col * 8 + order_map[i])]) << (4 * i);
         push_word(bytes, word);
       }
     }
