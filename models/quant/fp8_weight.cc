@@ -3,7 +3,10 @@
 // FineGrainedFP8HfQuantizer.create_quantized_param
 // (src/transformers/quantizers/quantizer_finegrained_fp8.py): per tile
 // scale = 448 / amax, q = e4m3(clamp(w * scale, -448, 448)), and the stored
-// weight_scale_inv is 1 / scale, multiplied back at dequantization.
+// weight_scale_inv is 1 / scale, multiplied back at dequantization. Edge
+// tiles of a shape that 128 does not divide keep their own scale, as the
+// ceil-divided weight_scale_inv grid of transformers' FP8Linear holds them
+// (its on-the-fly quantizer refuses such shapes; cohort makes them).
 #include <algorithm>
 #include <cmath>
 
