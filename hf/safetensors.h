@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -49,6 +50,9 @@ class SafetensorsFile {
   Status read_rows_f32(const std::string& name, int64_t begin, int64_t end, float* out) const;
   // Columns [begin, end) of a 2-D tensor, as f32 ([rows, end - begin]).
   Status read_cols_f32(const std::string& name, int64_t begin, int64_t end, float* out) const;
+  // The bytes `name` holds in the file, whatever its dtype: quantized
+  // weights' F8_E4M3 and I32 tensors, which hf/quantized_tensors.h decodes.
+  Result<std::string_view> raw_bytes(const std::string& name) const;
 
  private:
   SafetensorsFile() = default;

@@ -229,9 +229,11 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   so.prefill_chunk = serve.prefill_chunk;
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
-    spdlog::info("serve: {} from {} ready in {:.2f} s: tp {}, {} slots of {} positions, KV cache of {} "
-                 "positions, queue {}",
+    const auto formats = weight_formats(spec.model, setup.config);  // the load above read the same headers
+    spdlog::info("serve: {} from {} (weights {}) ready in {:.2f} s: tp {}, {} slots of {} positions, KV cache "
+                 "of {} positions, queue {}",
                  bundle.engine->describe(), model_source(spec.model),
+                 formats.is_ok() ? *formats : formats.status().message(),
                  std::chrono::duration<double>(Clock::now() - t0).count(), world.size, serve.max_running,
                  setup.context, scheduler.kv_total(), serve.max_queue);
     http->set_state(ServeState::kReady);

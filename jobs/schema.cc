@@ -119,6 +119,14 @@ std::vector<FieldDoc> build_schema() {
                             "reference; auto: cudnn where the library loads and has an engine for the shape, else "
                             "flash where it applies, else math. CPU runs use math.",
                     .choices = {"auto", "cudnn", "flash", "math"}}));
+  f.push_back(bind("model", "quantize", &J::model, &ModelSection::quantize,
+                   {.text = "Weight-only quantization at load, for a bf16/fp32 source: every linear projection "
+                            "(q/k/v/o, gate/up/down) is quantized and dequantized back, so the model computes with "
+                            "the numbers a quantized engine has. fp8: e4m3 in 128 x 128 tiles with one scale each "
+                            "(transformers' FineGrainedFP8); int8 / int4: symmetric, one scale per 128 input "
+                            "columns. Embeddings, norms and the LM head are kept. Pre-quantized folders (config.json "
+                            "quant_method fp8, gptq or awq) load as they are and refuse this option.",
+                    .choices = {"none", "fp8", "int8", "int4"}}));
   // [parallel]
   f.push_back(bind("parallel", "strategy", &J::parallel, &ParallelSection::strategy,
                    {.text = "Data-parallel strategy on the data-parallel axis."}));

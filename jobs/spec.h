@@ -102,6 +102,7 @@ struct ModelSection {
   std::string checkpoint;    // a cohort checkpoint folder (infer, or train init)
   int max_seq = 0;           // 0: the preset's or config's own
   std::string attention = "auto";  // auto | cudnn | flash | math
+  std::string quantize = "none";   // none | fp8 | int8 | int4: weights round-tripped at load (hf/load_quantization.h)
 };
 
 struct ParallelSection {
