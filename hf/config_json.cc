@@ -3,6 +3,7 @@
 #include "hf/config_json.h"
 
 #include "base/atomic_file.h"
+#include "hf/quantization_config.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -197,6 +198,11 @@ Result<ModelConfig> parse_config_json(const std::string& text, int max_seq_cap) 
                                               : max_seq_cap;
     COHORT_RETURN_IF_ERROR(parse_rope_scaling(j, &c));
     if (is_moe_type(c.model_type)) COHORT_RETURN_IF_ERROR(parse_moe(j, &c));
+    // Quantized checkpoints: an unsupported method or variant is refused here,
+    // before anything is loaded (hf/quantization_config.h).
+    if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+      COHORT_RETURN_IF_ERROR(status_of(parse_quantization_config(j["quantization_config"])));
+    }
   } catch (const json::exception& e) {
     return invalid_argument(std::string("config.json: ") + e.what());
   }

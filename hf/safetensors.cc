@@ -160,6 +160,12 @@ Result<const SafetensorsInfo*> SafetensorsFile::lookup(const std::string& name) 
   return info;
 }
 
+Result<std::string_view> SafetensorsFile::raw_bytes(const std::string& name) const {
+  const SafetensorsInfo* info = find(name);
+  if (!info) return not_found("safetensors " + path_ + ": no tensor named " + name);
+  return std::string_view(data_ + info->begin, info->end - info->begin);
+}
+
 Status SafetensorsFile::read_f32(const std::string& name, float* out) const {
   COHORT_ASSIGN_OR_RETURN(const SafetensorsInfo* info, lookup(name));
   convert_to_f32(out, data_ + info->begin, info->dtype,

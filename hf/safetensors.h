@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -55,6 +56,9 @@ class SafetensorsFile {
   // a 3-D tensor of experts.
   Status read_block_f32(const std::string& name, int64_t row_begin, int64_t row_end, int64_t col_begin,
                         int64_t col_end, float* out) const;
+  // The bytes `name` holds in the file, whatever its dtype: quantized
+  // weights' F8_E4M3 and I32 tensors, which hf/quantized_tensors.h decodes.
+  Result<std::string_view> raw_bytes(const std::string& name) const;
 
  private:
   SafetensorsFile() = default;

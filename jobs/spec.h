@@ -102,6 +102,7 @@ struct ModelSection {
   std::string checkpoint;    // a cohort checkpoint folder (infer, or train init)
   int max_seq = 0;           // 0: the preset's or config's own
   std::string attention = "auto";  // auto | cudnn | flash | math
+  std::string quantize = "none";   // none | fp8 | int8 | int4: weights round-tripped at load (hf/load_quantization.h)
 };
 
 struct ParallelSection {
@@ -190,7 +191,8 @@ struct ServeSection {
   int max_body_bytes = 1 << 20; // request bodies above this get 413
   int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq, at most 4096
   int prefill_chunk = 256;      // prompt tokens prefilled per step
-  int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: max_running × context
+  int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: by gpu_memory_fraction
+  double gpu_memory_fraction = 0.9;  // of the GPU's memory the server may take (weights, buffers, KV cache)
   int max_tokens = 256;         // a request's max_tokens when it gives none
   double temperature = 1.0;     // defaults for requests that give none
   double top_p = 1.0;
@@ -198,6 +200,7 @@ struct ServeSection {
   int64_t seed = 1234;          // preset weights' init, and requests without a seed
   int tensor_parallel = 0;      // 0: all of the job's ranks
   bool cuda_graphs = true;
+  std::string tool_parser = "auto";  // tool calls read from the text: auto (from the chat template), hermes, llama3_json
 };
 
 struct CommandSection {

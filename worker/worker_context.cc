@@ -10,6 +10,7 @@
 #include "base/env_knobs.h"
 #include "parallel/checkpoint.h"
 #include "models/cuda_backend.h"
+#include "hf/load_quantization.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
 #include "worker/compute_device.h"
@@ -116,10 +117,14 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
   const auto& m = spec.model;
   parallel::WeightLoader loader = [&](models::Model& model) -> Status {
-    if (!m.hf_dir.empty()) return hf::load_weights(model, m.hf_dir);
-    if (!m.checkpoint.empty()) return parallel::load_checkpoint_params(parallel::resolve_checkpoint_path(m.checkpoint), model);
-    model.init_weights(seed);
-    return Status::ok();
+    if (!m.hf_dir.empty()) {
+      COHORT_RETURN_IF_ERROR(hf::load_weights(model, m.hf_dir));
+    } else if (!m.checkpoint.empty()) {
+      COHORT_RETURN_IF_ERROR(parallel::load_checkpoint_params(parallel::resolve_checkpoint_path(m.checkpoint), model));
+    } else {
+      model.init_weights(seed);
+    }
+    return hf::apply_quantize_option(model, m.quantize, m.hf_dir);
   };
   auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader);
   if (!pm) return pm.status().with_context("building the model");
