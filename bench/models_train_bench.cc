@@ -93,9 +93,10 @@ int main(int argc, char** argv) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens_per_s = static_cast<double>(B) * T * steps / seconds;
-  // 6 N per token for the matmuls plus 12 * layers * T * q_dim for attention
-  // (forward + backward), the usual MFU accounting.
-  const double flops_per_token = 6.0 * static_cast<double>(config->num_parameters()) +
+  // 6 N per token for the matmuls (N: the parameters a token reads; a
+  // mixture of experts' active ones) plus 12 * layers * T * q_dim for
+  // attention (forward + backward), the usual MFU accounting.
+  const double flops_per_token = 6.0 * static_cast<double>(config->num_active_parameters()) +
                                  12.0 * config->layers * T * config->q_dim();
   const double peak = device == "cuda" ? 989e12 : 0.0;  // H100/H200 dense bf16
   std::printf(

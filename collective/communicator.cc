@@ -65,6 +65,11 @@ Status Communicator::all_gather_v(const void* send, void* recv, const std::vecto
                                   DType dtype, const AllGatherOptions& options) {
   return all_gather_v_async(send, recv, counts, dtype, options)->wait();
 }
+Status Communicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                                  void* recv, const std::vector<size_t>& recv_counts, DType dtype,
+                                  const AllToAllOptions& options) {
+  return all_to_all_v_async(send, send_counts, recv, recv_counts, dtype, options)->wait();
+}
 Status Communicator::broadcast(void* buf, size_t count, DType dtype,
                                const BroadcastOptions& options) {
   return broadcast_async(buf, count, dtype, options)->wait();
@@ -116,6 +121,30 @@ Status Communicator::check_all_gather_v(const void* send, const void* recv,
   }
   for (size_t c : counts) *total += c;
   return check_buffers("all_gather_v", counts[rank()] > 0 ? send : recv, recv, *total);
+}
+
+Status Communicator::check_all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                                        const void* recv, const std::vector<size_t>& recv_counts,
+                                        DType dtype, size_t* send_total, size_t* recv_total) const {
+  *send_total = *recv_total = 0;
+  for (const auto* counts : {&send_counts, &recv_counts}) {
+    if (counts->size() != static_cast<size_t>(size())) {
+      return invalid_argument("all_to_all_v on group '" + name() + "': " + std::to_string(counts->size()) +
+                              (counts == &send_counts ? " send" : " recv") + " counts given for a group of " +
+                              std::to_string(size()) + " ranks");
+    }
+  }
+  for (size_t c : send_counts) *send_total += c;
+  for (size_t c : recv_counts) *recv_total += c;
+  COHORT_RETURN_IF_ERROR(check_buffers("all_to_all_v", send, send, *send_total));
+  COHORT_RETURN_IF_ERROR(check_buffers("all_to_all_v", recv, recv, *recv_total));
+  const char* s = static_cast<const char*>(send);
+  const char* r = static_cast<const char*>(recv);
+  const size_t esize = dtype_size(dtype);
+  if (*send_total > 0 && *recv_total > 0 && s < r + *recv_total * esize && r < s + *send_total * esize) {
+    return invalid_argument("all_to_all_v on group '" + name() + "': send and recv overlap (it has no in-place form)");
+  }
+  return Status::ok();
 }
 
 Status Communicator::check_split(const std::vector<int>& ranks, int* new_rank) const {

@@ -14,7 +14,8 @@
 //  - In place: all_reduce with send == recv; reduce_scatter with
 //    recv == send + rank * recv_count; all_gather with
 //    send == recv + rank * send_count; all_gather_v with send at this rank's
-//    offset in recv; broadcast is always in place.
+//    offset in recv; broadcast is always in place; all_to_all_v never is
+//    (send and recv must not overlap).
 //  - kAvg divides the sum by the group size once, at the end (integers
 //    truncate, as NCCL's average does).
 //
@@ -75,6 +76,10 @@ struct AllGatherOptions {
   Milliseconds timeout{0};
   void* stream = nullptr;
   bool overlap = false;
+};
+struct AllToAllOptions {
+  Milliseconds timeout{0};
+  void* stream = nullptr;
 };
 struct BroadcastOptions {
   int root = 0;
@@ -142,6 +147,20 @@ class Communicator {
   virtual std::shared_ptr<Work> all_gather_v_async(const void* send, void* recv,
                                                    const std::vector<size_t>& counts, DType dtype,
                                                    const AllGatherOptions& options) = 0;
+  // Variable all-to-all (tokens travelling to their experts' ranks): this
+  // rank sends send_counts[p] elements to each rank p, the blocks back to
+  // back in `send` in rank order, and receives recv_counts[p] elements from
+  // each rank p, back to back in `recv` in rank order; its own block is
+  // copied. Both lists have size() entries, and recv_counts[p] here must
+  // equal send_counts[rank()] on rank p: exchange the counts first (an
+  // all_gather of each rank's send_counts) where they are not known. A
+  // mismatch is the caller's error; gloo and mpi report it or time out,
+  // nccl does not detect it.
+  virtual std::shared_ptr<Work> all_to_all_v_async(const void* send,
+                                                   const std::vector<size_t>& send_counts,
+                                                   void* recv,
+                                                   const std::vector<size_t>& recv_counts,
+                                                   DType dtype, const AllToAllOptions& options) = 0;
   virtual std::shared_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype,
                                                 const BroadcastOptions& options) = 0;
   virtual std::shared_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer,
@@ -175,6 +194,9 @@ class Communicator {
                     const AllGatherOptions& options = {});
   Status all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                       const AllGatherOptions& options = {});
+  Status all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                      const std::vector<size_t>& recv_counts, DType dtype,
+                      const AllToAllOptions& options = {});
   Status broadcast(void* buf, size_t count, DType dtype, const BroadcastOptions& options = {});
   Status send(const void* buf, size_t count, DType dtype, int peer,
               const SendRecvOptions& options = {});
@@ -196,6 +218,11 @@ class Communicator {
   // *total to the sum of the counts.
   Status check_all_gather_v(const void* send, const void* recv, const std::vector<size_t>& counts,
                             size_t* total) const;
+  // all_to_all_v's arguments: one count per rank in each list, buffers for
+  // them, no overlap; sets the totals sent and received.
+  Status check_all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                            const void* recv, const std::vector<size_t>& recv_counts, DType dtype,
+                            size_t* send_total, size_t* recv_total) const;
   Status check_split(const std::vector<int>& ranks, int* new_rank) const;
   // The name a split gets when SplitOptions::name is empty.
   std::string split_name(const std::vector<int>& ranks, const SplitOptions& options) const;

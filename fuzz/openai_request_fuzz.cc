@@ -74,9 +74,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)infer::error_body(*error);
     return 0;
   }
-  if (request.max_tokens < 0 || int64_t(request.prompt.size()) > defaults.context) std::abort();
-  for (int32_t id : request.prompt) {
-    if (id < 0 || id >= defaults.vocab_size) std::abort();
+  if (request.max_tokens < 0 || request.prompts.empty() || request.choices() > defaults.max_choices) std::abort();
+  for (const auto& prompt : request.prompts) {
+    if (prompt.empty() || int64_t(prompt.size()) + request.max_tokens > defaults.context) std::abort();
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= defaults.vocab_size) std::abort();
+    }
   }
+  if (!request.constraint.empty() && !request.grammar) std::abort();
   return 0;
 }

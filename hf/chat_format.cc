@@ -7,7 +7,7 @@ Result<std::shared_ptr<const ChatFormat>> ChatFormat::create(const std::string& 
                                                              std::string eos_token, const std::string& origin) {
   auto parsed = text::ChatTemplate::parse(source);
   if (!parsed) return parsed.status().with_context(origin + " chat_template");
-  return std::shared_ptr<const ChatFormat>(new ChatFormat(std::move(*parsed), std::move(bos_token), std::move(eos_token)));
+  return std::shared_ptr<const ChatFormat>(new ChatFormat(std::move(*parsed), source, std::move(bos_token), std::move(eos_token)));
 }
 
 Result<text::RenderedChat> ChatFormat::render(const nlohmann::ordered_json& messages,

@@ -33,12 +33,14 @@ class ChatFormat {
 
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
+  // The template's text (what the server reads the tool-call syntax from).
+  const std::string& source() const { return source_; }
 
  private:
-  ChatFormat(text::ChatTemplate t, std::string bos, std::string eos)
-      : template_(std::move(t)), bos_token_(std::move(bos)), eos_token_(std::move(eos)) {}
+  ChatFormat(text::ChatTemplate t, std::string source, std::string bos, std::string eos)
+      : template_(std::move(t)), source_(std::move(source)), bos_token_(std::move(bos)), eos_token_(std::move(eos)) {}
   text::ChatTemplate template_;
-  std::string bos_token_, eos_token_;
+  std::string source_, bos_token_, eos_token_;
 };
 
 }  // namespace cohort::hf

@@ -3,6 +3,7 @@
 #include "hf/config_json.h"
 
 #include "base/atomic_file.h"
+#include "hf/quantization_config.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -73,6 +74,89 @@ Status int_field(const json& j, const char* key, const int* fallback, int* out) 
   return Status::ok();
 }
 
+// A boolean field: anything but true, false or absent (`fallback`) is an
+// error naming the field.
+Status bool_field(const json& j, const char* key, bool fallback, bool* out) {
+  if (!j.contains(key) || j[key].is_null()) {
+    *out = fallback;
+    return Status::ok();
+  }
+  if (!j[key].is_boolean()) {
+    return invalid_argument(std::string("config.json: ") + key + " must be true or false, got " + j[key].dump());
+  }
+  *out = j[key].get<bool>();
+  return Status::ok();
+}
+
+Status float_field(const json& j, const char* key, float fallback, float* out) {
+  if (!j.contains(key) || j[key].is_null()) {
+    *out = fallback;
+    return Status::ok();
+  }
+  if (!j[key].is_number()) {
+    return invalid_argument(std::string("config.json: ") + key + " must be a number, got " + j[key].dump());
+  }
+  *out = j[key].get<float>();
+  return Status::ok();
+}
+
+// The mixture-of-experts fields, with transformers' defaults where a
+// config.json leaves them out (Qwen3MoeConfig, MixtralConfig). validate()
+// then bounds them.
+Status parse_moe(const json& j, ModelConfig* c) {
+  models::MoeConfig& m = c->moe;
+  if (c->model_type == "mixtral") {
+    const int experts = 8, top = 2;
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_local_experts", &experts, &m.experts));
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_experts_per_tok", &top, &m.experts_per_token));
+    m.expert_intermediate = c->intermediate;  // Mixtral's experts are intermediate_size wide
+    m.normalize_top_k = true;                 // and always renormalise their top-k weights
+    float jitter = 0;
+    COHORT_RETURN_IF_ERROR(float_field(j, "router_jitter_noise", 0.0f, &jitter));
+    if (jitter != 0) {
+      return invalid_argument("config.json: router_jitter_noise is " + j["router_jitter_noise"].dump() +
+                              "; cohort routes without jitter (set it to 0)");
+    }
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+      return invalid_argument("config.json: sliding_window is " + j["sliding_window"].dump() +
+                              "; sliding-window attention is not supported (null is)");
+    }
+  } else {
+    const int experts = 128, top = 8, size = 768, step = 1;
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_experts", &experts, &m.experts));
+    COHORT_RETURN_IF_ERROR(int_field(j, "num_experts_per_tok", &top, &m.experts_per_token));
+    COHORT_RETURN_IF_ERROR(int_field(j, "moe_intermediate_size", &size, &m.expert_intermediate));
+    COHORT_RETURN_IF_ERROR(bool_field(j, "norm_topk_prob", false, &m.normalize_top_k));
+    COHORT_RETURN_IF_ERROR(int_field(j, "decoder_sparse_step", &step, &m.sparse_step));
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      const json& layers = j["mlp_only_layers"];
+      if (!layers.is_array() || layers.size() > size_t(models::ModelLimits::kMaxLayers)) {
+        return invalid_argument("config.json: mlp_only_layers must be a list of layer indices, got " +
+                                layers.dump().substr(0, 80));
+      }
+      for (const json& layer : layers) {
+        int index = 0;
+        COHORT_RETURN_IF_ERROR(int_field(json{{"mlp_only_layers", layer}}, "mlp_only_layers", nullptr, &index));
+        m.dense_layers.push_back(index);
+      }
+    }
+  }
+  COHORT_RETURN_IF_ERROR(bool_field(j, "output_router_logits", false, &m.aux_loss));
+  return float_field(j, "router_aux_loss_coef", 0.001f, &m.aux_loss_coef);
+}
+
+bool is_moe_type(const std::string& model_type) {
+  return model_type == "qwen3_moe" || model_type == "mixtral";
+}
+
+const char* architecture(const std::string& model_type) {
+  if (model_type == "qwen3") return "Qwen3ForCausalLM";
+  if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  if (model_type == "qwen3_moe") return "Qwen3MoeForCausalLM";
+  if (model_type == "mixtral") return "MixtralForCausalLM";
+  return "LlamaForCausalLM";
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_config_json(const std::string& text, int max_seq_cap) {
@@ -80,9 +164,10 @@ Result<ModelConfig> parse_config_json(const std::string& text, int max_seq_cap) 
   try {
     const json j = json::parse(text);
     c.model_type = j.at("model_type").get<std::string>();
-    if (c.model_type != "qwen3" && c.model_type != "qwen2" && c.model_type != "llama") {
+    if (c.model_type != "qwen3" && c.model_type != "qwen2" && c.model_type != "llama" &&
+        !is_moe_type(c.model_type)) {
       return invalid_argument("config.json: model_type '" + c.model_type +
-                              "' is not supported (qwen3, qwen2, llama are)");
+                              "' is not supported (qwen3, qwen2, llama, qwen3_moe, mixtral are)");
     }
     if (j.value("hidden_act", std::string("silu")) != "silu") {
       return invalid_argument("config.json: hidden_act must be silu");
@@ -104,7 +189,7 @@ Result<ModelConfig> parse_config_json(const std::string& text, int max_seq_cap) 
     c.rope_theta = parse_rope_theta(j);
     c.rms_eps = j.value("rms_norm_eps", 1e-6f);
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.qk_norm = c.model_type == "qwen3";
+    c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
     c.attention_bias = c.model_type == "qwen2" ? true : j.value("attention_bias", false);
     const int no_limit = 0;
     COHORT_RETURN_IF_ERROR(
@@ -112,6 +197,12 @@ Result<ModelConfig> parse_config_json(const std::string& text, int max_seq_cap) 
     c.max_seq = c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, max_seq_cap)
                                               : max_seq_cap;
     COHORT_RETURN_IF_ERROR(parse_rope_scaling(j, &c));
+    if (is_moe_type(c.model_type)) COHORT_RETURN_IF_ERROR(parse_moe(j, &c));
+    // Quantized checkpoints: an unsupported method or variant is refused here,
+    // before anything is loaded (hf/quantization_config.h).
+    if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+      COHORT_RETURN_IF_ERROR(status_of(parse_quantization_config(j["quantization_config"])));
+    }
   } catch (const json::exception& e) {
     return invalid_argument(std::string("config.json: ") + e.what());
   }
@@ -132,10 +223,7 @@ Result<ModelConfig> load_config_json(const std::string& path, int max_seq_cap) {
 }
 
 std::string config_json_text(const ModelConfig& c, DType dtype) {
-  const char* arch = c.model_type == "qwen3"   ? "Qwen3ForCausalLM"
-                     : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                               : "LlamaForCausalLM";
-  json j = {{"architectures", {arch}},
+  json j = {{"architectures", {architecture(c.model_type)}},
             {"model_type", c.model_type},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden},
@@ -161,6 +249,23 @@ std::string config_json_text(const ModelConfig& c, DType dtype) {
         {"low_freq_factor", c.rope_scaling.low_freq_factor},
         {"high_freq_factor", c.rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+  }
+  if (c.model_type == "mixtral") {
+    j["num_local_experts"] = c.moe.experts;
+    j["router_jitter_noise"] = 0.0;
+    j["sliding_window"] = nullptr;
+  } else if (c.model_type == "qwen3_moe") {
+    j["num_experts"] = c.moe.experts;
+    j["moe_intermediate_size"] = c.moe.expert_intermediate;
+    j["norm_topk_prob"] = c.moe.normalize_top_k;
+    j["decoder_sparse_step"] = c.moe.sparse_step;
+    j["mlp_only_layers"] = c.moe.dense_layers;
+    j["use_sliding_window"] = false;
+  }
+  if (is_moe_type(c.model_type)) {
+    j["num_experts_per_tok"] = c.moe.experts_per_token;
+    j["output_router_logits"] = c.moe.aux_loss;
+    j["router_aux_loss_coef"] = c.moe.aux_loss_coef;
   }
   return j.dump(2) + "\n";
 }

@@ -1,5 +1,5 @@
 // config.json of a Hugging Face model folder (model_type qwen3, qwen2,
-// llama): parsed into a ModelConfig that validate() has checked against
+// llama, and the mixtures of experts qwen3_moe and mixtral): parsed into a ModelConfig that validate() has checked against
 // ModelLimits before anything is sized from it, and written back for exports.
 // Errors name the file and the field.
 #pragma once

@@ -160,6 +160,12 @@ Result<const SafetensorsInfo*> SafetensorsFile::lookup(const std::string& name) 
   return info;
 }
 
+Result<std::string_view> SafetensorsFile::raw_bytes(const std::string& name) const {
+  const SafetensorsInfo* info = find(name);
+  if (!info) return not_found("safetensors " + path_ + ": no tensor named " + name);
+  return std::string_view(data_ + info->begin, info->end - info->begin);
+}
+
 Status SafetensorsFile::read_f32(const std::string& name, float* out) const {
   COHORT_ASSIGN_OR_RETURN(const SafetensorsInfo* info, lookup(name));
   convert_to_f32(out, data_ + info->begin, info->dtype,
@@ -193,6 +199,26 @@ Status SafetensorsFile::read_cols_f32(const std::string& name, int64_t begin, in
   const size_t es = dtype_size(info->dtype), cols = info->shape[1], width = end - begin;
   for (int64_t r = 0; r < info->shape[0]; ++r) {
     convert_to_f32(out + r * width, data_ + info->begin + (r * cols + begin) * es, info->dtype,
+                   width);
+  }
+  return Status::ok();
+}
+
+Status SafetensorsFile::read_block_f32(const std::string& name, int64_t row_begin, int64_t row_end,
+                                       int64_t col_begin, int64_t col_end, float* out) const {
+  COHORT_ASSIGN_OR_RETURN(const SafetensorsInfo* info, lookup(name));
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < info->shape.size(); ++d) rows *= info->shape[d];
+  const int64_t cols = info->shape.empty() ? 0 : info->shape.back();
+  if (info->shape.size() < 2 || row_begin < 0 || row_begin > row_end || row_end > rows || col_begin < 0 ||
+      col_begin > col_end || col_end > cols) {
+    return invalid_argument("safetensors " + path_ + ": rows [" + std::to_string(row_begin) + ", " +
+                            std::to_string(row_end) + ") and columns [" + std::to_string(col_begin) + ", " +
+                            std::to_string(col_end) + ") outside " + name + " " + shape_string(info->shape));
+  }
+  const size_t es = dtype_size(info->dtype), width = col_end - col_begin;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    convert_to_f32(out + (r - row_begin) * width, data_ + info->begin + (r * cols + col_begin) * es, info->dtype,
                    width);
   }
   return Status::ok();

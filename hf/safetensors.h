@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -49,6 +50,15 @@ class SafetensorsFile {
   Status read_rows_f32(const std::string& name, int64_t begin, int64_t end, float* out) const;
   // Columns [begin, end) of a 2-D tensor, as f32 ([rows, end - begin]).
   Status read_cols_f32(const std::string& name, int64_t begin, int64_t end, float* out) const;
+  // Rows [row_begin, row_end) and columns [col_begin, col_end) of the tensor
+  // seen as 2-D (its last dimension the columns, all others the rows), as
+  // f32 ([row_end - row_begin, col_end - col_begin]): one expert's slice of
+  // a 3-D tensor of experts.
+  Status read_block_f32(const std::string& name, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                        int64_t col_end, float* out) const;
+  // The bytes `name` holds in the file, whatever its dtype: quantized
+  // weights' F8_E4M3 and I32 tensors, which hf/quantized_tensors.h decodes.
+  Result<std::string_view> raw_bytes(const std::string& name) const;
 
  private:
   SafetensorsFile() = default;

@@ -4,10 +4,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/parallel_for.h"
 #include "hf/config_json.h"
+#include "hf/fused_experts.h"
+#include "hf/quantized_tensors.h"
 #include "hf/safetensors.h"
 
 namespace cohort::hf {
@@ -20,36 +24,72 @@ using namespace models;
 // files are mapped, so the pieces share nothing but the page cache, and a
 // 155M-element embedding no longer converts (and faults in its pages) on one
 // thread while the others wait. On the CPU backend the reads land in the
-// model's buffers directly.
+// model's buffers directly. A quantized weight (quantized_tensors.h) is read
+// whole once and dequantized in row pieces the same way.
 Status load_weights(Model& model, const std::string& dir) {
   COHORT_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::open(dir));
+  COHORT_ASSIGN_OR_RETURN(const QuantizationConfig quantization, load_quantization_config(dir));
   const bool direct = model.backend().device() == Device::kCpu;
   constexpr int64_t kPieceElements = int64_t{1} << 20;
   struct Piece {
     const ParamSpec* param;
     int64_t row_begin, row_end;  // of this rank's rows of the parameter
+    std::optional<FusedSlice> fused;  // read whole from a fused expert tensor (fused_experts.h)
+    const quant::QuantizedWeight* quantized = nullptr;  // null: a plain tensor
   };
+  const int experts = model.config().moe.experts;
   std::vector<float> host;
   for (int g = 0; g < model.num_groups(); ++g) {
     const ParamGroup& group = model.layout().groups[g];
     if (!direct) host.resize(group.numel);
     float* base = direct ? model.params(g) : host.data();
     std::vector<Piece> pieces;
+    std::vector<std::unique_ptr<quant::QuantizedWeight>> quantized;  // this group's
     for (const ParamSpec& p : group.params) {
       const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
       const int64_t row_elements = rows > 0 ? static_cast<int64_t>(p.numel) / rows : 0;
+      if (experts > 0 && !ckpt.contains(p.name)) {
+        std::optional<FusedSlice> fused = fused_expert_slice(p, experts);
+        if (fused && ckpt.contains(fused->tensor)) {
+          pieces.push_back({&p, 0, rows, std::move(fused), nullptr});
+          continue;
+        }
+      }
+      auto stored = read_quantized_weight(ckpt, quantization, p.name, p.global_shape);
+      if (!stored.is_ok()) return stored.status().with_context(dir);
+      if (*stored) {
+        quantized.push_back(std::make_unique<quant::QuantizedWeight>(std::move(**stored)));
+        const int64_t step = std::max<int64_t>(1, kPieceElements / p.global_shape[1]);
+        for (int64_t r = 0; r < rows; r += step)
+          pieces.push_back({&p, r, std::min(rows, r + step), std::nullopt, quantized.back().get()});
+        continue;
+      }
       if (p.shard_dim == ShardDim::kCols || p.shape.size() < 2 || row_elements == 0) {
-        pieces.push_back({&p, 0, rows});
+        pieces.push_back({&p, 0, rows, std::nullopt, nullptr});
         continue;
       }
       const int64_t step = std::max<int64_t>(1, kPieceElements / row_elements);
-      for (int64_t r = 0; r < rows; r += step) pieces.push_back({&p, r, std::min(rows, r + step)});
+      for (int64_t r = 0; r < rows; r += step)
+        pieces.push_back({&p, r, std::min(rows, r + step), std::nullopt, nullptr});
     }
     std::vector<Status> results(pieces.size(), Status::ok());
     parallel_for(pieces.size(), [&](size_t i) {
       const Piece& piece = pieces[i];
       const ParamSpec& p = *piece.param;
       results[i] = [&]() -> Status {
+        if (piece.fused) {
+          const FusedSlice& f = *piece.fused;
+          COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(f.tensor));
+          if (file->find(f.tensor)->shape != f.shape) {
+            return invalid_argument(dir + ": " + f.tensor + " has shape " + shape_string(file->find(f.tensor)->shape) +
+                                    ", config.json implies " + shape_string(f.shape) + " (for " + p.name + ")");
+          }
+          return file->read_block_f32(f.tensor, f.row_begin, f.row_end, f.col_begin, f.col_end, base + p.offset);
+        }
+        if (piece.quantized) {
+          return dequantize_param_rows(*piece.quantized, p, piece.row_begin, piece.row_end, base + p.offset)
+              .with_context(dir);
+        }
         COHORT_ASSIGN_OR_RETURN(const SafetensorsFile* file, ckpt.file(p.name));
         const SafetensorsInfo* info = file->find(p.name);
         if (info->shape != p.global_shape) {

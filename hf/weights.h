@@ -2,7 +2,9 @@
 //
 // Loading is shard-aware: load_weights fills a (possibly tensor-parallel)
 // Model by reading only the rows or columns its ParamLayout says it holds,
-// from mmapped files, so a rank never reads the whole checkpoint.
+// from mmapped files, so a rank never reads the whole checkpoint. Experts
+// are read under the Hub's per-expert names, or from transformers 5's fused
+// expert tensors where a folder has those instead (fused_experts.h).
 // Errors name the folder, the tensor and what did not match.
 #pragma once
 

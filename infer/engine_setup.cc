@@ -5,11 +5,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "infer/lockstep.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
+#include "models/spec.h"
 #include "parallel/parallelize.h"
 
 #include "models/decode/cuda_graph_engine.h"
@@ -33,10 +35,40 @@ Result<std::unique_ptr<models::decode::ModelEngine>> model_engine(const jobs::Jo
   return models::decode::ModelEngine::create(std::move(backend), std::move(model), slots, capacity);
 }
 
+#ifdef COHORT_HAVE_CUDA
+// The paged cache's blocks when the job gives no size: what the GPU has
+// room for (the least over the ranks, whose schedulers must agree), at most
+// what the slots can fill.
+Result<int64_t> kv_blocks_by_memory(const models::ModelConfig& config, const models::decode::CudaEngineOptions& options,
+                                    double fraction, collective::World& world) {
+  COHORT_ASSIGN_OR_RETURN(const models::decode::KvMemoryPlan plan,
+                          models::decode::plan_kv_memory(config, options, fraction));
+  const int64_t per_slot = (options.capacity + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
+  int64_t blocks = std::min<int64_t>(plan.blocks, int64_t(options.slots) * per_slot);
+  COHORT_RETURN_IF_ERROR(world.cpu->all_reduce(&blocks, 1, collective::DType::kI64, {.op = collective::ReduceOp::kMin}));
+  auto mib = [](double bytes) { return std::to_string(int64_t(bytes / (1 << 20))) + " MiB"; };
+  if (blocks < per_slot) {
+    return failed_precondition(
+        "the KV cache does not fit one sequence of " + std::to_string(options.capacity) + " positions (" +
+        mib(double(per_slot) * double(plan.block_bytes)) + "): the GPU has " + mib(double(plan.free_bytes)) +
+        " free of " + mib(double(plan.total_bytes)) + ", the model's weights and buffers take " +
+        mib(double(plan.engine_bytes)) + " and gpu_memory_fraction " + std::to_string(fraction).substr(0, 4) +
+        " keeps " + mib(double(plan.kept_bytes)) + "; lower serve.context or raise serve.gpu_memory_fraction");
+  }
+  if (world.rank == 0) {
+    spdlog::info("infer: KV cache of {} positions ({} blocks, {}), by {} free of {} after {} for the model",
+                 blocks * models::decode::kKvBlockSize, blocks, mib(double(blocks) * double(plan.block_bytes)),
+                 mib(double(plan.free_bytes)), mib(double(plan.total_bytes)), mib(double(plan.engine_bytes)));
+  }
+  return blocks;
+}
+#endif
+
 Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                      collective::World& world, int tensor_parallel, int slots,
-                                     int capacity, int64_t kv_positions, const worker::DebugSwitches& debug) {
-  (void)kv_positions;  // only the bf16 CUDA engine's cache is paged
+                                     int capacity, int64_t kv_positions, double gpu_memory_fraction,
+                                     const worker::DebugSwitches& debug) {
+  (void)gpu_memory_fraction;  // only the bf16 CUDA engine's cache is paged
   COHORT_ASSIGN_OR_RETURN(ParallelDims dims,
                           ParallelDims::create(world.size, tensor_parallel));
   COHORT_ASSIGN_OR_RETURN(worker::ComputeDevice device, worker::choose_compute_device(world, debug.device));
@@ -57,6 +89,17 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     if (world.rank == 0) {
       spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "
                    "or 256); using the models library's CUDA engine", config.head_dim);
+    }
+    model_engine_wanted = true;
+  }
+  // A feature the graph engine hands to the op-by-op path (models/spec.h:
+  // moe_mlp) runs on the models library's engine.
+  const models::DecoderSpec decoder = models::DecoderSpec::of(config);
+  if (!model_engine_wanted &&
+      models::executor_support(models::Executor::kCudaDecode, decoder) == models::Support::kOpByOp) {
+    if (world.rank == 0) {
+      spdlog::info("infer: {}; using the models library's CUDA engine, op by op",
+                   models::check_executor(models::Executor::kCudaDecode, decoder).message());
     }
     model_engine_wanted = true;
   }
@@ -81,8 +124,12 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   options.slots = slots;
   options.capacity = capacity;
   options.cuda_graphs = spec.infer.cuda_graphs;
-  options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
+  if (kv_positions > 0) {
+    options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
+  } else {
+    COHORT_ASSIGN_OR_RETURN(options.kv_blocks, kv_blocks_by_memory(config, options, gpu_memory_fraction, world));
+  }
   options.overrides = debug.decode;
   auto load = [&spec](models::Model& m) { return load_infer_weights(spec.model, spec.infer.seed, m); };
   COHORT_ASSIGN_OR_RETURN(
@@ -100,10 +147,10 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 
 Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                   collective::World& world, int tensor_parallel, int slots,
-                                  int capacity, int64_t kv_positions) {
+                                  int capacity, int64_t kv_positions, double gpu_memory_fraction) {
   COHORT_ASSIGN_OR_RETURN(const worker::DebugSwitches debug, worker::read_debug_switches());
-  COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
-                          build_unchecked(spec, config, world, tensor_parallel, slots, capacity, kv_positions, debug));
+  COHORT_ASSIGN_OR_RETURN(EngineBundle bundle, build_unchecked(spec, config, world, tensor_parallel, slots, capacity,
+                                                               kv_positions, gpu_memory_fraction, debug));
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
   // checked against the tp group's (lockstep.h). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.

@@ -33,9 +33,15 @@ struct EngineBundle {
 
 // `slots` 0 builds the mesh only (a data-parallel replica with no prompts).
 // `kv_positions`: the positions a paged engine's cache holds for all slots
-// together (0: slots × capacity); engines whose slots own their rows ignore it.
+// together; 0: what `gpu_memory_fraction` of the GPU leaves after the
+// engine's weights and buffers (models/decode/cuda_graph_engine.h,
+// plan_kv_memory), at most slots × capacity, the same on every rank (the
+// smallest); an error naming the numbers when one sequence of `capacity`
+// does not fit. Engines whose slots own their rows ignore both.
+inline constexpr double kDefaultGpuMemoryFraction = 0.9;
 Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                   collective::World& world, int tensor_parallel, int slots,
-                                  int capacity, int64_t kv_positions = 0);
+                                  int capacity, int64_t kv_positions = 0,
+                                  double gpu_memory_fraction = kDefaultGpuMemoryFraction);
 
 }  // namespace cohort::infer

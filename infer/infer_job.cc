@@ -107,10 +107,12 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     if (p.index % dp == replica) mine.push_back(p);
   }
   const int slots = std::min(infer.batch_size, static_cast<int>(mine.size()));
+  std::map<std::string, int> weights;
+  COHORT_ASSIGN_OR_RETURN(const std::string formats, weight_formats(spec.model, config, &weights));
   if (world.rank == 0) {
-    spdlog::info("infer: {} ({} layers, hidden {}, vocab {}), {} prompts, tp {} x dp {}, "
+    spdlog::info("infer: {} ({} layers, hidden {}, vocab {}; weights {}), {} prompts, tp {} x dp {}, "
                  "batch {}, max_new_tokens {}",
-                 model_source(spec.model), config.layers, config.hidden, config.vocab_size,
+                 model_source(spec.model), config.layers, config.hidden, config.vocab_size, formats,
                  prompts.size(), tp, dp, infer.batch_size, infer.max_new_tokens);
     if (!eos.empty()) {
       spdlog::info("infer: sequences also end at the model's end-of-sequence ids [{}] "
@@ -155,6 +157,8 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   facts.output_dir = spec.job.output_dir;
   facts.model = model_source(spec.model);
   facts.engine = bundle.engine ? bundle.engine->describe() : "none";
+  facts.weights = weights;
+  facts.quantize = spec.model.quantize;
   facts.world = world.size, facts.tp = tp, facts.dp = dp;
   facts.batch_size = infer.batch_size;
   facts.max_new_tokens = infer.max_new_tokens;

@@ -1,11 +1,12 @@
 // Where an inference job's weights come from: `[model] preset` (random init
-// from infer.seed), `hf_dir` (safetensors, sharded or not) or `checkpoint`
-// (parallel::resolve_checkpoint_path). Weight loading reads only the slices
-// the model's tensor-parallel shard holds. The config is
-// worker::resolve_model_config's, shared with training.
+// from infer.seed), `hf_dir` (safetensors, sharded or not, pre-quantized or
+// not) or `checkpoint` (parallel::resolve_checkpoint_path), then `quantize`.
+// Weight loading reads only the slices the model's tensor-parallel shard
+// holds. The config is worker::resolve_model_config's, shared with training.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "base/status.h"
@@ -20,5 +21,11 @@ Status load_infer_weights(const jobs::ModelSection& model, int64_t seed, models:
 
 // "preset tiny", "hf_dir /path", "checkpoint /path", for logs and the summary.
 std::string model_source(const jobs::ModelSection& model);
+
+// Which format each weight uses as loaded, [model] quantize included:
+// "196 fp8-block 128x128, 57 bf16" for logs; the counts by format for
+// summary.json when `by_format` is given (hf/load_quantization.h).
+Result<std::string> weight_formats(const jobs::ModelSection& model, const models::ModelConfig& config,
+                                   std::map<std::string, int>* by_format = nullptr);
 
 }  // namespace cohort::infer

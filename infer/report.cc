@@ -114,6 +114,7 @@ Status write_files(const std::vector<json>& replicas, const RunFacts& facts) {
   for (double t : prefills) prefill_mean += t / static_cast<double>(prefills.size());
   const double out_rate = wall > 0 ? static_cast<double>(out_tokens) / wall : 0;
   json summary = {{"model", facts.model},          {"engine", facts.engine},
+                  {"weights", facts.weights},      {"quantize", facts.quantize},
                   {"world", facts.world},          {"tensor_parallel", facts.tp},
                   {"data_parallel", facts.dp},     {"batch_size", facts.batch_size},
                   {"max_new_tokens", facts.max_new_tokens},

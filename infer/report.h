@@ -10,13 +10,15 @@
 // U+FFFD), finish_reason ("stop" or "length"), ttft_s (from the start of
 // generation, slot waits included), prefill_s, decode_s (first to last
 // token), tokens_per_s (this sequence).
-// summary.json: model, engine, world, tensor_parallel, data_parallel,
-// batch_size, max_new_tokens, prompts, prompt_tokens, output_tokens, load_s,
+// summary.json: model, engine, weights (count of weights per storage
+// format: {"fp8-block 128x128": 196, "bf16": 57}), quantize ([model]
+// quantize), world, tensor_parallel, data_parallel, batch_size, max_new_tokens, prompts, prompt_tokens, output_tokens, load_s,
 // generate_s, ttft_s_mean/p50/p90, prefill_s_mean, output_tokens_per_s (all output tokens
 // over the generation wall time, prefills included) and decode_tokens_per_s
 // (decode-step tokens over decode-step time, summed over replicas).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,8 @@ struct RunFacts {
   std::string output_dir;
   std::string model;   // model_source()
   std::string engine;  // models::decode::InferenceEngine::describe()
+  std::map<std::string, int> weights;  // weight_formats(): count per storage format
+  std::string quantize = "none";       // [model] quantize
   int world = 1, tp = 1, dp = 1;
   int batch_size = 1;
   int max_new_tokens = 0;

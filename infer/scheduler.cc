@@ -90,7 +90,8 @@ int64_t Scheduler::kv_used() const {
 
 bool Scheduler::wants_logits(const Slot& s) const {
   const models::SamplingParams& p = s.req.sampling;
-  return options_.return_logits || p.temperature > 0 || s.req.logprobs || p.has_penalties() || p.min_tokens > 0;
+  return options_.return_logits || p.temperature > 0 || s.req.logprobs || p.has_penalties() || p.min_tokens > 0 ||
+         s.req.guide != nullptr;
 }
 
 void Scheduler::release(int s) {
@@ -107,18 +108,29 @@ int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, boo
   const int V = engine_.vocab_size();
   if (options_.on_logits) options_.on_logits(slot.req.id, row, V);
   const models::SamplingParams& p = slot.req.sampling;
-  if (!p.has_penalties() && static_cast<int>(slot.generated.size()) >= p.min_tokens) return slot.sampler.sample(row, V);
-  // Penalties change a copy: logprobs report the model's own distribution.
+  if (!p.has_penalties() && static_cast<int>(slot.generated.size()) >= p.min_tokens && !slot.req.guide) {
+    return slot.sampler.sample(row, V);
+  }
+  // Penalties and grammars change a copy: logprobs report the model's own
+  // distribution.
   penalized_.assign(row, row + V);
   static const std::vector<int32_t> kNoStops;
   const StopCondition* stop = slot.req.stop.get();
   models::apply_penalties(penalized_.data(), V, p, slot.req.prompt, slot.generated,
                           stop ? stop->stop_tokens() : kNoStops);
+  if (slot.req.guide && !slot.req.guide->mask_logits(penalized_.data(), V)) return -1;  // the grammar allows nothing
   return slot.sampler.sample(penalized_.data(), V);
 }
 
 bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events) {
   Slot& slot = slots_[s];
+  text::TokenConstraint* guide = slot.req.guide.get();
+  if (guide && (t < 0 || !guide->advance(t))) {
+    // Nothing the grammar allows (its bounds ran out): the reply ends here.
+    events.push_back(TokenEvent{slot.req.id, -1, 0, true, "stop", {}});
+    release(s);
+    return false;
+  }
   slot.generated.push_back(t);
   TokenEvent e;
   e.id = slot.req.id;
@@ -131,7 +143,8 @@ bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>
   }
   const StopCondition* stop = slot.req.stop.get();
   const bool may_stop = static_cast<int>(slot.generated.size()) >= slot.req.sampling.min_tokens;
-  if (stop && may_stop && (stop->is_stop_token(t) || stop->hits_stop_string(slot.generated))) {
+  if ((stop && may_stop && (stop->is_stop_token(t) || stop->hits_stop_string(slot.generated))) ||
+      (guide && guide->complete())) {
     e.finished = true, e.finish_reason = "stop";
   } else if (static_cast<int>(slot.generated.size()) >= slot.req.max_new_tokens) {
     e.finished = true, e.finish_reason = "length";

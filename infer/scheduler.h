@@ -42,6 +42,7 @@
 #include "models/decode/engine.h"
 #include "infer/prompts.h"
 #include "models/token_sampler.h"
+#include "text/token_constraint.h"
 
 namespace cohort::infer {
 
@@ -56,6 +57,12 @@ struct SequenceRequest {
   // end-of-sequence ids): the server sends these to its other ranks.
   std::vector<int32_t> stop_ids;
   std::vector<std::string> stop_strings;
+  // Structured output: the grammar's spec as text (what the server sends
+  // its other ranks; infer/structured_output.h), and the sequence's own
+  // state in it, which holds each token to the grammar. The sequence ends
+  // ("stop") once its text is a whole value.
+  std::string constraint;
+  std::shared_ptr<text::TokenConstraint> guide;
   bool logprobs = false;          // report each chosen token's log-probability
   int top_logprobs = 0;           // and the k likeliest tokens' (with logprobs; 0: none)
 };

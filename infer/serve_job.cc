@@ -81,6 +81,7 @@ struct ServeSetup {
   std::shared_ptr<text::Tokenizer> tokenizer;
   std::vector<int32_t> eos;
   std::shared_ptr<const hf::ChatFormat> chat;  // null: ChatML
+  std::shared_ptr<const text::TokenVocabulary> vocabulary;  // structured output's; null without a tokenizer
 };
 
 Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
@@ -102,6 +103,7 @@ Result<ServeSetup> prepare(const jobs::JobSpec& spec) {
   COHORT_ASSIGN_OR_RETURN(auto tokenizer, open_tokenizer(spec.model, s.config));
   s.tokenizer = std::move(tokenizer);
   s.eos = model_eos_tokens(spec.model, s.tokenizer.get());
+  if (s.tokenizer) s.vocabulary = text::TokenVocabulary::build(*s.tokenizer, s.eos);
   if (!spec.model.hf_dir.empty()) {
     COHORT_ASSIGN_OR_RETURN(hf::ModelFolder folder, hf::ModelFolder::open(spec.model.hf_dir));
     s.chat = folder.chat();
@@ -152,7 +154,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
     if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     std::vector<TokenEvent> rejected;
-    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) break;
     std::vector<TokenEvent> events = scheduler.idle() ? std::vector<TokenEvent>{} : scheduler.step();
     if (!events.empty() || !rejected.empty()) {
@@ -171,7 +173,7 @@ Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& 
     StepInput input;
     COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     std::vector<TokenEvent> rejected;
-    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected);
+    apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) return Status::ok();
     if (!scheduler.idle()) scheduler.step();
   }
@@ -195,6 +197,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     o.max_connections = serve.max_connections;
     o.max_body_bytes = serve.max_body_bytes;
     o.max_live = serve.max_running + serve.max_queue;
+    o.defaults.max_choices = o.max_live;
     o.defaults.model_name = serve.model_name;
     o.defaults.max_tokens = serve.max_tokens;
     o.defaults.sampling = models::SamplingParams{static_cast<float>(serve.temperature), serve.top_k,
@@ -202,8 +205,15 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     o.defaults.context = setup.context;
     o.defaults.vocab_size = setup.config.vocab_size;
     o.defaults.chat = setup.chat;
+    if (serve.tool_parser == "auto") {
+      o.defaults.tool_format = detect_tool_call_format(setup.chat ? setup.chat->source() : "");
+    } else {
+      COHORT_ASSIGN_OR_RETURN(o.defaults.tool_format, parse_tool_call_format(serve.tool_parser));
+    }
+    spdlog::info("serve: tool calls are read in the {} format", to_string(o.defaults.tool_format));
     o.tokenizer = setup.tokenizer;
     o.eos = setup.eos;
+    o.vocabulary = setup.vocabulary;
     COHORT_ASSIGN_OR_RETURN(http, ServeHttp::start(std::move(o), &queue, &metrics));
     COHORT_RETURN_IF_ERROR(announce(spec, http->port()));
   }
@@ -214,14 +224,16 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   const auto t0 = Clock::now();
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle,
                           build_engine(engine_spec, setup.config, world, world.size, serve.max_running, setup.context,
-                                       serve.kv_cache_tokens));
+                                       serve.kv_cache_tokens, serve.gpu_memory_fraction));
   SchedulerOptions so;
   so.prefill_chunk = serve.prefill_chunk;
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
-    spdlog::info("serve: {} from {} ready in {:.2f} s: tp {}, {} slots of {} positions, KV cache of {} "
-                 "positions, queue {}",
+    const auto formats = weight_formats(spec.model, setup.config);  // the load above read the same headers
+    spdlog::info("serve: {} from {} (weights {}) ready in {:.2f} s: tp {}, {} slots of {} positions, KV cache "
+                 "of {} positions, queue {}",
                  bundle.engine->describe(), model_source(spec.model),
+                 formats.is_ok() ? *formats : formats.status().message(),
                  std::chrono::duration<double>(Clock::now() - t0).count(), world.size, serve.max_running,
                  setup.context, scheduler.kv_total(), serve.max_queue);
     http->set_state(ServeState::kReady);

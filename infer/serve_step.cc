@@ -1,6 +1,8 @@
 // StepInput encoding and sharing (see serve_step.h).
 #include "infer/serve_step.h"
 
+#include "infer/structured_output.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -70,6 +72,8 @@ std::vector<int64_t> encode_step_input(const StepInput& in) {
       d.push_back(static_cast<int64_t>(s.size()));
       for (unsigned char c : s) d.push_back(c);
     }
+    d.push_back(static_cast<int64_t>(r.constraint.size()));
+    for (unsigned char c : r.constraint) d.push_back(c);
   }
   return d;
 }
@@ -101,6 +105,7 @@ Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text
       for (size_t k = 0, len = r.count(); k < len && r.ok; ++k) s.push_back(static_cast<char>(r.next()));
       q.stop_strings.push_back(std::move(s));
     }
+    for (size_t k = 0, len = r.count(); k < len && r.ok; ++k) q.constraint.push_back(static_cast<char>(r.next()));
     Status status = Status::ok();
     q.stop = make_stop(q, tokenizer, eos, &status);
     if (!status.is_ok()) return status;
@@ -124,7 +129,8 @@ Status broadcast_step_input(collective::Communicator& comm, StepInput* input, co
 }
 
 void apply_step_input(StepInput& input, Scheduler& scheduler, const text::Tokenizer* tokenizer,
-                      const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected) {
+                      const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected,
+                      const std::shared_ptr<const text::TokenVocabulary>& vocabulary) {
   for (int64_t id : input.cancels) {
     spdlog::debug("serve: cancelling request {}", id);
     scheduler.cancel(id);
@@ -133,6 +139,16 @@ void apply_step_input(StepInput& input, Scheduler& scheduler, const text::Tokeni
     const int64_t id = r.id;
     Status status = Status::ok();
     if (!r.stop) r.stop = make_stop(r, tokenizer, eos, &status);
+    if (status.is_ok() && !r.guide && !r.constraint.empty()) {
+      // The other ranks hold their sequences to the same grammar, so they
+      // pick the same tokens.
+      auto grammar = compile_constraint(r.constraint);
+      if (!grammar.is_ok() || !vocabulary) {
+        status = grammar.is_ok() ? failed_precondition("structured output without a vocabulary") : grammar.status();
+      } else {
+        r.guide = std::make_shared<text::TokenConstraint>(*grammar, vocabulary);
+      }
+    }
     if (status.is_ok()) status = scheduler.add(std::move(r));
     if (!status.is_ok()) {
       spdlog::error("serve: request {} refused by the scheduler: {}", id, status.message());

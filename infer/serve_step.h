@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "collective/communicator.h"
 #include "infer/scheduler.h"
+#include "text/token_constraint.h"
 #include "text/tokenizer.h"
 
 namespace cohort::infer {
@@ -34,10 +35,13 @@ Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text
 Status broadcast_step_input(collective::Communicator& comm, StepInput* input, const text::Tokenizer* tokenizer,
                             const std::vector<int32_t>& eos);
 
-// Cancels, then adds the arrivals in order. An arrival the scheduler refuses
+// Cancels, then adds the arrivals in order; an arrival with a structured-
+// output spec and no guide (the other ranks') gets one over `vocabulary`.
+// An arrival the scheduler refuses
 // becomes a finished event with reason "error" in *rejected (the HTTP side
 // checks the same limits first, so this is a bug guard).
 void apply_step_input(StepInput& input, Scheduler& scheduler, const text::Tokenizer* tokenizer,
-                      const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected);
+                      const std::vector<int32_t>& eos, std::vector<TokenEvent>* rejected,
+                      const std::shared_ptr<const text::TokenVocabulary>& vocabulary = nullptr);
 
 }  // namespace cohort::infer

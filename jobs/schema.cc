@@ -103,7 +103,9 @@ std::vector<FieldDoc> build_schema() {
   // [model]
   f.push_back(bind("model", "preset", &J::model, &ModelSection::preset,
                    {.text = "A built-in model shape, randomly initialised from the seed.",
-                    .choices = {"tiny", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b"}, .omit_empty = true}));
+                    .choices = {"tiny", "tiny-moe", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b",
+                                "qwen3-moe-2.4b-a0.6b", "qwen3-30b-a3b"},
+                    .omit_empty = true}));
   f.push_back(bind("model", "hf_dir", &J::model, &ModelSection::hf_dir,
                    {.text = "A Hugging Face model folder: config.json and safetensors (sharded or not); or a model id (ORG/NAME) found in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub), never downloaded.",
                     .omit_empty = true}));
@@ -119,6 +121,14 @@ std::vector<FieldDoc> build_schema() {
                             "reference; auto: cudnn where the library loads and has an engine for the shape, else "
                             "flash where it applies, else math. CPU runs use math.",
                     .choices = {"auto", "cudnn", "flash", "math"}}));
+  f.push_back(bind("model", "quantize", &J::model, &ModelSection::quantize,
+                   {.text = "Weight-only quantization at load, for a bf16/fp32 source: every linear projection "
+                            "(q/k/v/o, gate/up/down) is quantized and dequantized back, so the model computes with "
+                            "the numbers a quantized engine has. fp8: e4m3 in 128 x 128 tiles with one scale each "
+                            "(transformers' FineGrainedFP8); int8 / int4: symmetric, one scale per 128 input "
+                            "columns. Embeddings, norms and the LM head are kept. Pre-quantized folders (config.json "
+                            "quant_method fp8, gptq or awq) load as they are and refuse this option.",
+                    .choices = {"none", "fp8", "int8", "int4"}}));
   // [parallel]
   f.push_back(bind("parallel", "strategy", &J::parallel, &ParallelSection::strategy,
                    {.text = "Data-parallel strategy on the data-parallel axis."}));
@@ -281,10 +291,20 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("serve", "kv_cache_tokens", &J::serve, &ServeSection::kv_cache_tokens,
                    {.text = "Positions the KV cache holds for all running sequences together, in blocks of 16 "
                             "handed out as sequences grow; a request waits until its prompt plus max_tokens fits "
-                            "beside the running ones (0: max_running × context, so every slot can fill its "
-                            "context). The bf16 CUDA engine shares them; the CPU engine gives each slot its "
-                            "context.",
+                            "beside the running ones (0: what gpu_memory_fraction leaves after the model, at most "
+                            "max_running × context). The bf16 CUDA engine shares them; the CPU engine gives each "
+                            "slot its context.",
                     .min = 0, .max = 1e12}));
+  f.push_back(bind("serve", "gpu_memory_fraction", &J::serve, &ServeSection::gpu_memory_fraction,
+                   {.text = "Share of the GPU's memory the server may use for the model, its buffers and the KV "
+                            "cache, when kv_cache_tokens is 0; the cache gets what is left, and a job whose cache "
+                            "cannot hold one sequence of context stops with the numbers.",
+                    .min = 0.05, .max = 1.0}));
+  f.push_back(bind("serve", "tool_parser", &J::serve, &ServeSection::tool_parser,
+                   {.text = "How a chat reply's tool calls are read from its text when a request gives tools: "
+                            "hermes (`<tool_call>{...}</tool_call>`, Qwen's), llama3_json (the reply is the call's "
+                            "JSON), or auto (the one the model's chat template shows).",
+                    .choices = {"auto", "hermes", "llama3_json"}}));
   f.push_back(bind("serve", "max_tokens", &J::serve, &ServeSection::max_tokens,
                    {.text = "max_tokens of a request that gives none.", .min = 1, .max = 1e7}));
   f.push_back(bind("serve", "temperature", &J::serve, &ServeSection::temperature,

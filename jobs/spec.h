@@ -97,11 +97,12 @@ struct JobSection {
 };
 
 struct ModelSection {
-  std::string preset;        // tiny | qwen3-0.6b | qwen3-1.7b | llama-3.2-1b
+  std::string preset;        // tiny | tiny-moe | qwen3-0.6b | qwen3-1.7b | llama-3.2-1b | qwen3-moe-2.4b-a0.6b | qwen3-30b-a3b
   std::string hf_dir;        // a Hugging Face folder: config.json + safetensors
   std::string checkpoint;    // a cohort checkpoint folder (infer, or train init)
   int max_seq = 0;           // 0: the preset's or config's own
   std::string attention = "auto";  // auto | cudnn | flash | math
+  std::string quantize = "none";   // none | fp8 | int8 | int4: weights round-tripped at load (hf/load_quantization.h)
 };
 
 struct ParallelSection {
@@ -190,7 +191,8 @@ struct ServeSection {
   int max_body_bytes = 1 << 20; // request bodies above this get 413
   int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq, at most 4096
   int prefill_chunk = 256;      // prompt tokens prefilled per step
-  int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: max_running × context
+  int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: by gpu_memory_fraction
+  double gpu_memory_fraction = 0.9;  // of the GPU's memory the server may take (weights, buffers, KV cache)
   int max_tokens = 256;         // a request's max_tokens when it gives none
   double temperature = 1.0;     // defaults for requests that give none
   double top_p = 1.0;
@@ -198,6 +200,7 @@ struct ServeSection {
   int64_t seed = 1234;          // preset weights' init, and requests without a seed
   int tensor_parallel = 0;      // 0: all of the job's ranks
   bool cuda_graphs = true;
+  std::string tool_parser = "auto";  // tool calls read from the text: auto (from the chat template), hermes, llama3_json
 };
 
 struct CommandSection {

@@ -8,6 +8,23 @@
 
 namespace cohort::models {
 
+// What a sparse (mixture-of-experts) layer's forward writes and its backward
+// reads (model_moe.cc, ops/moe_routing.h), for N rows, E experts, top k and
+// each expert's Ie intermediate rows on this rank.
+struct MoeIo {
+  float* probs = nullptr;          // [N, E]: the router's logits, then their softmax in place
+  int32_t* experts = nullptr;      // [N, k] chosen experts
+  float* weights = nullptr;        // [N, k] their weights
+  float* prob_sums = nullptr;      // [E] column sums of probs; null without the load-balancing loss
+  int32_t* offsets = nullptr;      // [E + 1] each expert's first sorted row
+  int32_t* source_rows = nullptr;  // [N * k] the token of each sorted row
+  int32_t* slots = nullptr;        // [N * k] the sorted row of each (token, choice)
+  float* xs = nullptr;             // [N * k, H] the normalised input, sorted by expert
+  float *g = nullptr, *u = nullptr, *h = nullptr;  // [N * k, Ie] the experts' SwiGLU
+  float* ys = nullptr;             // [N * k, H] the experts' outputs, sorted
+  std::vector<int32_t>* host_offsets = nullptr;    // offsets on the host: the GEMMs' row ranges
+};
+
 struct Activations {
   int capacity_tokens = 0;  // B*T the training buffers hold
   int capacity_seq = 0;     // T the score scratch holds
@@ -28,6 +45,16 @@ struct Activations {
         *dk = nullptr, *dv = nullptr, *dk_lin = nullptr, *dg = nullptr, *du = nullptr,
         *dh = nullptr, *attn_scratch = nullptr;
   std::vector<float> host_losses;
+  // Sparse layers: per layer (shared by all under full checkpointing,
+  // except prob_sums and the host offsets, which the load-balancing loss
+  // reads after every layer ran), the backward's scratch, and the
+  // load-balancing loss's gradient per probability (host, then device,
+  // scaled by backward's grad_scale).
+  std::vector<MoeIo> moe;
+  std::vector<std::vector<int32_t>> moe_host_offsets;
+  float *moe_dlogits = nullptr, *moe_dweights = nullptr, *moe_dxs = nullptr, *moe_dg = nullptr,
+        *moe_du = nullptr, *moe_dh = nullptr, *moe_aux_grad = nullptr;
+  std::vector<float> moe_aux_dprob;
 
   // Incremental inference scratch (separate capacity, allocated on demand).
   int infer_tokens = 0, infer_rows = 0, infer_context = 0;
@@ -35,6 +62,8 @@ struct Activations {
   float *ix = nullptr, *ixn = nullptr, *iq = nullptr, *ik = nullptr, *iv = nullptr, *iy = nullptr,
         *itmp = nullptr, *ig = nullptr, *iu = nullptr, *ih = nullptr, *irstd = nullptr,
         *ilast = nullptr, *ilogits = nullptr, *igathered = nullptr, *iscores = nullptr;
+  MoeIo infer_moe;
+  std::vector<int32_t> infer_moe_host_offsets;
 
   std::vector<void*> training_allocations, infer_allocations;
   size_t training_bytes = 0, infer_bytes = 0;

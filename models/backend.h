@@ -159,6 +159,23 @@ class Backend {
   virtual void swiglu_backward(float* dg, float* du, const float* dh, const float* g,
                                const float* u, size_t n) = 0;
   virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  // Mixture-of-experts routing (ops/moe_routing.h; gather_rows: dst [m, dim]
+  // = src rows rows[0..m), ops/embedding.h); the experts' GEMMs are
+  // linear_forward/backward over each expert's rows.
+  virtual void moe_router_forward(float* probs, int32_t* experts, float* weights, float* prob_sums,
+                                  const float* logits, int n, int num_experts, int k,
+                                  bool renormalize) = 0;
+  virtual void moe_router_backward(float* dlogits, const float* dweights, const float* probs,
+                                   const int32_t* experts, const float* dprob_all, int n,
+                                   int num_experts, int k, bool renormalize) = 0;
+  virtual void moe_permute(int32_t* offsets, int32_t* source_rows, int32_t* slots,
+                           const int32_t* experts, int n, int num_experts, int k) = 0;
+  virtual void gather_rows(float* dst, const float* src, const int32_t* rows, int m, int dim) = 0;
+  virtual void moe_combine(float* out, const float* ys, const int32_t* slots, const float* weights,
+                           int n, int k, int dim) = 0;
+  virtual void moe_combine_backward(float* dys, float* dweights, const float* dout, const float* ys,
+                                    const float* weights, const int32_t* slots, int n, int k,
+                                    int dim) = 0;
   virtual void accumulate(float* dst, const float* src, size_t n) = 0;  // dst += src
   // LoRA's dropout on the adapters' input (ops/dropout.h): a mask drawn from
   // a counter-based hash, never stored.

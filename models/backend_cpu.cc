@@ -20,6 +20,7 @@
 #include "models/ops/cross_entropy.h"
 #include "models/ops/embedding.h"
 #include "models/ops/linear.h"
+#include "models/ops/moe_routing.h"
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
@@ -170,6 +171,32 @@ class CpuBackend final : public Backend {
   }
   void residual_forward(float* out, const float* a, const float* b, size_t n) override {
     cpu::residual_forward(out, a, b, n);
+  }
+  void moe_router_forward(float* probs, int32_t* experts, float* weights, float* prob_sums,
+                          const float* logits, int n, int num_experts, int k,
+                          bool renormalize) override {
+    cpu::moe_router_forward(probs, experts, weights, prob_sums, logits, n, num_experts, k, renormalize);
+  }
+  void moe_router_backward(float* dlogits, const float* dweights, const float* probs,
+                           const int32_t* experts, const float* dprob_all, int n, int num_experts,
+                           int k, bool renormalize) override {
+    cpu::moe_router_backward(dlogits, dweights, probs, experts, dprob_all, n, num_experts, k, renormalize);
+  }
+  void moe_permute(int32_t* offsets, int32_t* source_rows, int32_t* slots, const int32_t* experts,
+                   int n, int num_experts, int k) override {
+    cpu::moe_permute(offsets, source_rows, slots, experts, n, num_experts, k);
+  }
+  void gather_rows(float* dst, const float* src, const int32_t* rows, int m, int dim) override {
+    cpu::gather_rows(dst, src, rows, m, dim);  // ops/embedding.h
+  }
+  void moe_combine(float* out, const float* ys, const int32_t* slots, const float* weights, int n,
+                   int k, int dim) override {
+    cpu::moe_combine(out, ys, slots, weights, n, k, dim);
+  }
+  void moe_combine_backward(float* dys, float* dweights, const float* dout, const float* ys,
+                            const float* weights, const int32_t* slots, int n, int k,
+                            int dim) override {
+    cpu::moe_combine_backward(dys, dweights, dout, ys, weights, slots, n, k, dim);
   }
   void accumulate(float* dst, const float* src, size_t n) override {
     for (size_t i = 0; i < n; ++i) dst[i] += src[i];

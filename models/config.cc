@@ -27,7 +27,63 @@ Status divides(const char* what, int64_t n, const char* by_what, int64_t by) {
                           ") is not divisible by " + by_what + " (" + std::to_string(by) + ")");
 }
 
+// The MoE fields, under the names config.json gives them.
+Status validate_moe(const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  const bool mixtral = c.model_type == "mixtral";
+  const char* experts_field = mixtral ? "num_local_experts" : "num_experts";
+  if (m.experts == 0) {
+    if (c.model_type == "qwen3_moe" || mixtral) {
+      return invalid_argument("model config: " + c.model_type + " needs " + experts_field + " > 0");
+    }
+    return Status::ok();
+  }
+  if (c.model_type != "qwen3_moe" && !mixtral) {
+    return invalid_argument("model config: " + std::string(experts_field) + " is " + std::to_string(m.experts) +
+                            " but model_type '" + c.model_type + "' is dense (qwen3_moe and mixtral have experts)");
+  }
+  COHORT_RETURN_IF_ERROR(positive(experts_field, m.experts));
+  COHORT_RETURN_IF_ERROR(at_most(experts_field, m.experts, ModelLimits::kMaxExperts));
+  COHORT_RETURN_IF_ERROR(positive("num_experts_per_tok", m.experts_per_token));
+  if (m.experts_per_token > m.experts) {
+    return invalid_argument("model config: num_experts_per_tok (" + std::to_string(m.experts_per_token) +
+                            ") exceeds " + experts_field + " (" + std::to_string(m.experts) + ")");
+  }
+  const char* size_field = mixtral ? "intermediate_size" : "moe_intermediate_size";
+  COHORT_RETURN_IF_ERROR(positive(size_field, m.expert_intermediate));
+  COHORT_RETURN_IF_ERROR(at_most(size_field, m.expert_intermediate, ModelLimits::kMaxIntermediate));
+  COHORT_RETURN_IF_ERROR(positive("decoder_sparse_step", m.sparse_step));
+  for (int l : m.dense_layers) {
+    if (l < 0 || l >= c.layers) {
+      return invalid_argument("model config: mlp_only_layers holds layer " + std::to_string(l) +
+                              ", outside num_hidden_layers (" + std::to_string(c.layers) + ")");
+    }
+  }
+  if (!(m.aux_loss_coef >= 0) || m.aux_loss_coef > 1e6f) {
+    return invalid_argument("model config: router_aux_loss_coef must be finite and >= 0, got " +
+                            std::to_string(m.aux_loss_coef));
+  }
+  if (mixtral && (m.sparse_step != 1 || !m.dense_layers.empty() || !m.normalize_top_k ||
+                  c.intermediate != m.expert_intermediate)) {
+    // Mixtral's every layer is sparse, its top-2 weights renormalised, its
+    // experts as wide as intermediate_size: anything else is not Mixtral.
+    return invalid_argument("model config: mixtral has a sparse MLP in every layer with renormalised "
+                            "top-k weights and experts of intermediate_size; a config that says "
+                            "otherwise (decoder_sparse_step, mlp_only_layers, norm_topk_prob, "
+                            "moe_intermediate_size) is not mixtral");
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  if (moe.experts <= 0 || moe.sparse_step <= 0) return false;
+  for (int l : moe.dense_layers) {
+    if (l == layer) return false;
+  }
+  return (layer + 1) % moe.sparse_step == 0;
+}
 
 Status ModelConfig::validate() const {
   COHORT_RETURN_IF_ERROR(positive("vocab_size", vocab_size));
@@ -47,6 +103,7 @@ Status ModelConfig::validate() const {
   COHORT_RETURN_IF_ERROR(at_most("num_attention_heads * head_dim", int64_t(heads) * head_dim, ModelLimits::kMaxHidden));
   COHORT_RETURN_IF_ERROR(at_most("intermediate_size", intermediate, ModelLimits::kMaxIntermediate));
   COHORT_RETURN_IF_ERROR(at_most("max_seq (max_position_embeddings or [model] max_seq)", max_seq, ModelLimits::kMaxSeq));
+  COHORT_RETURN_IF_ERROR(validate_moe(*this));
   COHORT_RETURN_IF_ERROR(at_most("parameters", num_parameters(), ModelLimits::kMaxParameters));
   COHORT_RETURN_IF_ERROR(divides("num_attention_heads", heads, "num_key_value_heads", kv_heads));
   if (head_dim % 2 != 0) return invalid_argument("model config: head_dim must be even for RoPE");
@@ -55,19 +112,63 @@ Status ModelConfig::validate() const {
   return Status::ok();
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t h = hidden;
-  int64_t block = 2 * h + h * q_dim() + 2 * h * kv_dim() + q_dim() * h + 3 * h * intermediate;
-  if (qk_norm) block += 2 * head_dim;
-  if (attention_bias) block += q_dim() + 2 * kv_dim();
-  int64_t total = block * layers + static_cast<int64_t>(vocab_size) * h + h;
-  if (!tie_embeddings) total += static_cast<int64_t>(vocab_size) * h;
+namespace {
+
+// Parameters of the model when a sparse layer reads `experts_read` of its
+// experts (all of them: the model's size; experts_per_token: one token's).
+// Every factor is bounded by ModelLimits before this is called from
+// validate(), so no product wraps.
+int64_t parameters_reading(const ModelConfig& c, int64_t experts_read) {
+  const int64_t h = c.hidden;
+  int64_t attention = 2 * h + h * c.q_dim() + 2 * h * c.kv_dim() + c.q_dim() * h;
+  if (c.qk_norm) attention += 2 * c.head_dim;
+  if (c.attention_bias) attention += c.q_dim() + 2 * c.kv_dim();
+  const int64_t dense_mlp = 3 * h * c.intermediate;
+  const int64_t sparse_mlp = c.moe.experts * h + experts_read * 3 * h * c.moe.expert_intermediate;
+  int64_t total = static_cast<int64_t>(c.vocab_size) * h + h;
+  if (!c.tie_embeddings) total += static_cast<int64_t>(c.vocab_size) * h;
+  for (int l = 0; l < c.layers; ++l) total += attention + (c.is_moe_layer(l) ? sparse_mlp : dense_mlp);
   return total;
+}
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  return parameters_reading(*this, moe.experts);
+}
+
+int64_t ModelConfig::num_active_parameters() const {
+  return parameters_reading(*this, moe.experts_per_token);
 }
 
 Result<ModelConfig> preset_config(const std::string& name) {
   ModelConfig c;
   if (name == "tiny") return c;  // the defaults above: byte vocab, 2 layers, GQA 8/4
+  if (name == "tiny-moe") {
+    // tiny's attention, 8 experts of 32, top 2, with the load-balancing loss.
+    c.model_type = "qwen3_moe";
+    c.moe = MoeConfig{8, 2, 32, true, 1, {}, true, 0.01f};
+    return c;
+  }
+  if (name == "qwen3-moe-2.4b-a0.6b" || name == "qwen3-30b-a3b") {
+    const bool small = name == "qwen3-moe-2.4b-a0.6b";
+    c.model_type = "qwen3_moe";
+    c.vocab_size = 151936;
+    c.hidden = small ? 1024 : 2048;
+    c.layers = small ? 28 : 48;
+    c.heads = small ? 16 : 32;
+    c.kv_heads = small ? 8 : 4;
+    c.head_dim = 128;
+    c.intermediate = small ? 3072 : 6144;  // mlp_only_layers' (none here)
+    c.rope_theta = 1000000.0f;
+    c.rms_eps = 1e-6f;
+    c.tie_embeddings = small;
+    c.qk_norm = true;
+    c.max_seq = 4096;
+    c.max_position_embeddings = 40960;
+    c.moe = MoeConfig{small ? 64 : 128, 8, small ? 384 : 768, true, 1, {}, false, 0.001f};
+    return c;
+  }
   if (name == "qwen3-0.6b" || name == "qwen3-1.7b") {
     c.model_type = "qwen3";
     c.vocab_size = 151936;
@@ -104,7 +205,8 @@ Result<ModelConfig> preset_config(const std::string& name) {
     return c;
   }
   return invalid_argument("unknown model preset '" + name +
-                          "' (known: tiny, qwen3-0.6b, qwen3-1.7b, llama-3.2-1b)");
+                          "' (known: tiny, tiny-moe, qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, "
+                          "qwen3-moe-2.4b-a0.6b, qwen3-30b-a3b)");
 }
 
 int LocalDims::q_dim() const {
@@ -143,6 +245,13 @@ Result<LocalDims> local_dims(const ModelConfig& c, const ShardSpec& shard) {
   }
   d.intermediate = c.intermediate / tp;
   d.intermediate_begin = shard.tp_rank * d.intermediate;
+  if (c.is_moe()) {
+    // Each expert splits like the dense MLP (model.h, tensor parallelism).
+    COHORT_RETURN_IF_ERROR(divides(c.model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size",
+                                   c.moe.expert_intermediate, "tensor_parallel", tp));
+    d.expert_intermediate = c.moe.expert_intermediate / tp;
+    d.expert_intermediate_begin = shard.tp_rank * d.expert_intermediate;
+  }
   d.vocab = c.vocab_size / tp;
   d.vocab_begin = shard.tp_rank * d.vocab;
   return d;

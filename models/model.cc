@@ -232,12 +232,13 @@ Model::BlockIo Model::training_block_io(int l) const {
   Activations& a = *acts_;
   return BlockIo{a.res[l], a.xn1[l], a.rstd1[l], a.q[l],  a.k[l],   a.v[l], a.qr[l],
                  a.kr[l],  a.rstd_q[l], a.rstd_k[l], a.y[l], a.tmp, a.x2[l], a.xn2[l],
-                 a.rstd2[l], a.g[l], a.u[l], a.h[l], a.res[l + 1], a.pos};
+                 a.rstd2[l], a.g[l], a.u[l], a.h[l], a.res[l + 1], a.pos,
+                 config_.is_moe_layer(l) ? &a.moe[l] : nullptr};
 }
 
 void Model::forward_block(int l) {
   Activations& a = *acts_;
-  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  const BlockTensors w = layout_.block_tensors(l, params_[layout_.block_group(l)]);
   if (engine_) {
     engine_->forward(l, w, a.res[l], a.res[l + 1], block_pass());
     return;
@@ -268,12 +269,16 @@ void Model::block_forward(int layer, const BlockTensors& w, const BlockIo& io, i
   tp_sum(io.tmp, nH);
   be.residual_forward(io.x2, io.x, io.tmp, nH);
   be.rmsnorm_forward(io.xn2, io.rstd2, io.x2, w.mlp_norm, N, H, eps);
-  be.linear_forward(io.g, io.xn2, w.gate, nullptr, N, H, I);
-  be.linear_forward(io.u, io.xn2, w.up, nullptr, N, H, I);
-  if (lora_) lora_->forward(layer, io.xn2, {{T::kGate, io.g}, {T::kUp, io.u}}, N);
-  be.swiglu_forward(io.h, io.g, io.u, static_cast<size_t>(N) * I);
-  be.linear_forward(io.tmp, io.h, w.down, nullptr, N, I, H);
-  if (lora_) lora_->forward(layer, io.h, {{T::kDown, io.tmp}}, N);
+  if (io.moe) {
+    moe_forward(w, *io.moe, io.xn2, io.tmp, N);
+  } else {
+    be.linear_forward(io.g, io.xn2, w.gate, nullptr, N, H, I);
+    be.linear_forward(io.u, io.xn2, w.up, nullptr, N, H, I);
+    if (lora_) lora_->forward(layer, io.xn2, {{T::kGate, io.g}, {T::kUp, io.u}}, N);
+    be.swiglu_forward(io.h, io.g, io.u, static_cast<size_t>(N) * I);
+    be.linear_forward(io.tmp, io.h, w.down, nullptr, N, I, H);
+    if (lora_) lora_->forward(layer, io.h, {{T::kDown, io.tmp}}, N);
+  }
   tp_sum(io.tmp, nH);
   be.residual_forward(io.out, io.x2, io.tmp, nH);
 }
@@ -297,11 +302,18 @@ void Model::recompute_block_elementwise(int l) {
   Backend& be = *backend_;
   const int N = a.B * a.T, H = config_.hidden;
   const float eps = config_.rms_eps;
-  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  const BlockTensors w = layout_.block_tensors(l, params_[layout_.block_group(l)]);
   if (engine_) return engine_->recompute(l, w, a.res[l], block_pass());
   be.rmsnorm_forward(a.xn1[l], a.rstd1[l], a.res[l], w.attn_norm, N, H, eps);
   rotate_qk(w, training_block_io(l), N);
   be.rmsnorm_forward(a.xn2[l], a.rstd2[l], a.x2[l], w.mlp_norm, N, H, eps);
+  if (config_.is_moe_layer(l)) {
+    const MoeIo& m = a.moe[l];
+    const int rows = N * config_.moe.experts_per_token;
+    be.gather_rows(m.xs, a.xn2[l], m.source_rows, rows, H);
+    be.swiglu_forward(m.h, m.g, m.u, static_cast<size_t>(rows) * dims_.expert_intermediate);
+    return;
+  }
   be.swiglu_forward(a.h[l], a.g[l], a.u[l], static_cast<size_t>(N) * dims_.intermediate);
 }
 
@@ -322,6 +334,7 @@ LossSum Model::forward_head() {
     loss.sum += a.host_losses[i];
     loss.count += 1;
   }
+  if (config_.is_moe() && config_.moe.aux_loss) add_router_aux_loss(&loss);
   return loss;
 }
 

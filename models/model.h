@@ -1,5 +1,6 @@
-// The decoder-only transformer (Llama / Qwen2 / Qwen3): explicit forward and
-// backward, group by group, over flat parameter buffers.
+// The decoder-only transformer (Llama / Qwen2 / Qwen3, and the mixtures of
+// experts Qwen3-MoE and Mixtral): explicit forward and backward, group by
+// group, over flat parameter buffers.
 //
 // Building. Model::create(config, shard, backend, tp) lays out the parameters
 // (param_layout.h: one flat buffer per group = embedding, each block, head)
@@ -30,7 +31,20 @@
 // Tensor parallelism. Pass the TensorParallelComm of the TP group; the model
 // calls it where row-parallel outputs and column-parallel input gradients must
 // be summed (tensor_parallel.h). Logits are vocab-sharded: logits() holds
-// [B*T, vocab_local].
+// [B*T, vocab_local]. A sparse layer's experts split like the dense MLP,
+// each expert's intermediate rows across the ranks; every rank routes every
+// token the same way with the replicated router.
+//
+// Mixture of experts. A sparse layer (ModelConfig::is_moe_layer) routes
+// each token to its top-k experts and sums their SwiGLU outputs
+// (model_moe.cc, ops/moe_routing.h), dropless; with MoeConfig::aux_loss the
+// training loss gains router_aux_loss_coef times transformers'
+// load-balancing loss over all sparse layers of the pass, counted once per
+// valid target so that the mean loss of a micro-batch is transformers'
+// (cross-entropy + coef * aux), and backward follows it into the routers.
+// Like transformers', it is a loss of each forward's tokens: micro-batches
+// and data-parallel ranks each have their own, so a run split differently
+// routes the same but balances over other token sets.
 //
 // Memory. Activations for a (B, T) are allocated on first use and reused; a
 // larger B*T reallocates (warm-up). No allocation happens after that.
@@ -86,6 +100,7 @@ struct LossSum {
 class KvCache;
 class LoraAdapters;
 struct Activations;
+struct MoeIo;
 
 class Model final : public TrainableParams {
  public:
@@ -191,6 +206,16 @@ class Model final : public TrainableParams {
   void tp_sum(float* data, size_t n);
   void block_attention_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
   void block_mlp_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
+  // Sparse layers (model_moe.cc): out [N, H] = the mixture of experts of the
+  // normalised x [N, H] (this rank's slice of each expert under tensor
+  // parallelism: a partial sum, as the dense MLP's down projection), and its
+  // backward from acts_->dres into dtmp (before tp_sum) and the router's.
+  void moe_forward(const BlockTensors& w, const MoeIo& m, const float* x, float* out, int N);
+  void block_moe_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
+  // forward_head's share of the load-balancing loss over every sparse layer
+  // of the pass, and backward_head's scaling of its gradient.
+  void add_router_aux_loss(LossSum* loss);
+  void prepare_router_aux_grad(float grad_scale);
   Result<Tensor> view(const std::string& name, const std::vector<float*>& buffers) const;
   float* embedding_table() const { return params_[ParamLayout::kEmbedGroup]; }
   float* lm_head_weight() const;
@@ -235,6 +260,7 @@ class Model final : public TrainableParams {
     float *xn1, *rstd1, *q, *k, *v, *qr, *kr, *rstd_q, *rstd_k, *y, *tmp, *x2, *xn2, *rstd2, *g,
         *u, *h, *out;
     const int32_t* pos;  // each row's position
+    const MoeIo* moe;    // a sparse layer's (g, u, h unused), else null
   };
   BlockIo training_block_io(int l) const;
   // The decoder block, op by op, for N rows: the one definition that

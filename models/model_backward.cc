@@ -15,6 +15,7 @@ void Model::backward_head(float grad_scale) {
   Backend& be = *backend_;
   const int N = a.B * a.T, H = config_.hidden;
   const int head = layout_.head_group();
+  if (config_.is_moe() && config_.moe.aux_loss) prepare_router_aux_grad(grad_scale);
   if (engine_) {
     COHORT_CHECK_MSG(grads_[head] != nullptr, "group {} has no gradient buffer", head);
     return engine_->head_backward(head_tensors(), a.res[config_.layers], a.targets, grad_scale,
@@ -106,11 +107,15 @@ void Model::backward_block(int l) {
   // block's own forward again, or its elementwise part, from what it did.
   if (checkpointing_ == ActivationCheckpointing::kFull) forward_block(l);
   if (checkpointing_ == ActivationCheckpointing::kSelective) recompute_block_elementwise(l);
-  const BlockTensors w = layout_.block_tensors(params_[g]);
+  const BlockTensors w = layout_.block_tensors(l, params_[g]);
   // No gradient buffer: the base is frozen under LoRA adapters (set_lora).
-  const BlockTensors dw = grads_[g] ? layout_.block_tensors(grads_[g]) : BlockTensors{};
+  const BlockTensors dw = grads_[g] ? layout_.block_tensors(l, grads_[g]) : BlockTensors{};
   if (engine_) return engine_->backward(l, w, dw, acts_->dres, acts_->res[l], block_pass());
-  block_mlp_backward(l, w, dw);
+  if (config_.is_moe_layer(l)) {
+    block_moe_backward(l, w, dw);
+  } else {
+    block_mlp_backward(l, w, dw);
+  }
   block_attention_backward(l, w, dw);
 }
 

@@ -113,6 +113,21 @@ void ensure_infer_scratch(Backend* be, Activations& a, const ModelConfig& c, con
   a.ilogits = take(static_cast<size_t>(rows) * d.vocab);
   a.igathered = take(static_cast<size_t>(rows) * d.vocab * tp_size);
   a.iscores = take(context);
+  if (c.is_moe()) {
+    // One sparse layer's routing and experts at a time (model_moe.cc).
+    MoeIo& m = a.infer_moe;
+    const size_t E = c.moe.experts, rows_k = N * c.moe.experts_per_token, Ie = d.expert_intermediate;
+    m.probs = take(N * E);
+    m.experts = reinterpret_cast<int32_t*>(take(rows_k));
+    m.weights = take(rows_k);
+    m.prob_sums = nullptr;  // the load-balancing loss is training's
+    m.offsets = reinterpret_cast<int32_t*>(take(E + 1));
+    m.source_rows = reinterpret_cast<int32_t*>(take(rows_k));
+    m.slots = reinterpret_cast<int32_t*>(take(rows_k));
+    m.xs = take(rows_k * H), m.ys = take(rows_k * H);
+    m.g = take(rows_k * Ie), m.u = take(rows_k * Ie), m.h = take(rows_k * Ie);
+    m.host_offsets = &a.infer_moe_host_offsets;
+  }
   a.infer_tokens = n, a.infer_rows = rows, a.infer_context = context;
 }
 
@@ -159,9 +174,10 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
 // cached prefix.
 void Model::incremental_block(KvCache& cache, const std::vector<Segment>& segments, int N, int l) {
   Activations& a = *acts_;
-  const BlockTensors w = layout_.block_tensors(params_[layout_.block_group(l)]);
+  const BlockTensors w = layout_.block_tensors(l, params_[layout_.block_group(l)]);
   const BlockIo io{a.ix, a.ixn, a.irstd, a.iq, a.ik, a.iv, a.iq, a.ik, a.irstd, a.irstd,
-                   a.iy, a.itmp, a.ix, a.ixn, a.irstd, a.ig, a.iu, a.ih, a.ix, a.infer_pos};
+                   a.iy, a.itmp, a.ix, a.ixn, a.irstd, a.ig, a.iu, a.ih, a.ix, a.infer_pos,
+                   config_.is_moe_layer(l) ? &a.infer_moe : nullptr};
   block_forward(l, w, io, N, [&] {
     Backend& be = *backend_;
     const int D = config_.head_dim, hq = dims_.heads, hkv = dims_.kv_heads;

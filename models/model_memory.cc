@@ -1,5 +1,6 @@
 // Activation arenas: sized at warm-up for the largest (B, T) seen, reused after.
 #include <algorithm>
+#include <type_traits>
 
 #include "base/check.h"
 #include "models/activations.h"
@@ -77,22 +78,57 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
     // rest is one slice every layer shares and backward recomputes.
     const bool full = checkpointing_ == ActivationCheckpointing::kFull;
     const bool lean = checkpointing_ != ActivationCheckpointing::kNone;
-    auto per_layer = [&](std::vector<float*>& v, size_t count, bool kept) {
+    // Buffers of the layers `wanted` (all, the dense ones or the sparse ones).
+    enum class Layers { kAll, kDense, kSparse };
+    auto has = [&](Layers wanted, size_t l) {
+      return wanted == Layers::kAll || config_.is_moe_layer(static_cast<int>(l)) == (wanted == Layers::kSparse);
+    };
+    auto per_layer_of = [&](Layers wanted, auto& v, size_t count, bool kept) {
+      using Pointer = typename std::decay_t<decltype(v)>::value_type;
       v.assign(L, nullptr);
       if (!op_blocks) return;
-      if (!kept) {
-        float* shared = arena.take(count);
-        for (auto& p : v) p = shared;
-        return;
+      Pointer shared = nullptr;
+      bool taken = false;  // (the counting pass's slices are all null)
+      for (size_t l = 0; l < L; ++l) {
+        if (!has(wanted, l)) continue;
+        if (kept || !taken) shared = reinterpret_cast<Pointer>(arena.take(count)), taken = true;
+        v[l] = shared;
       }
-      for (auto& p : v) p = arena.take(count);
+    };
+    auto per_layer = [&](std::vector<float*>& v, size_t count, bool kept) {
+      per_layer_of(Layers::kAll, v, count, kept);
     };
     per_layer(a.xn1, n * H, !lean), per_layer(a.rstd1, n, !full), per_layer(a.q, n * Qd, !full);
     per_layer(a.k, n * KVd, !full), per_layer(a.v, n * KVd, !full), per_layer(a.rstd_q, n * hq, !full);
     per_layer(a.rstd_k, n * hkv, !full), per_layer(a.qr, n * Qd, !lean), per_layer(a.kr, n * KVd, !lean);
     per_layer(a.lse, n * hq, !full), per_layer(a.y, n * Qd, !full), per_layer(a.x2, n * H, !full);
-    per_layer(a.xn2, n * H, !lean), per_layer(a.rstd2, n, !full), per_layer(a.g, n * I, !full);
-    per_layer(a.u, n * I, !full), per_layer(a.h, n * I, !lean);
+    per_layer(a.xn2, n * H, !lean), per_layer(a.rstd2, n, !full);
+    per_layer_of(Layers::kDense, a.g, n * I, !full), per_layer_of(Layers::kDense, a.u, n * I, !full);
+    per_layer_of(Layers::kDense, a.h, n * I, !lean);
+    if (config_.is_moe()) {
+      // A sparse layer's routing and experts (activations.h, MoeIo): kept
+      // as the dense MLP's are, xs (a gather of xn2) and h recomputed under
+      // selective checkpointing.
+      const size_t E = config_.moe.experts, rows = n * config_.moe.experts_per_token;
+      const size_t Ie = dims_.expert_intermediate;
+      std::vector<float*> probs, weights, prob_sums, xs, g, u, h, ys;
+      std::vector<int32_t*> experts, offsets, source_rows, slots;
+      per_layer_of(Layers::kSparse, probs, n * E, !full), per_layer_of(Layers::kSparse, weights, rows, !full);
+      per_layer_of(Layers::kSparse, experts, rows, !full), per_layer_of(Layers::kSparse, offsets, E + 1, !full);
+      per_layer_of(Layers::kSparse, source_rows, rows, !full), per_layer_of(Layers::kSparse, slots, rows, !full);
+      per_layer_of(Layers::kSparse, xs, rows * H, !lean), per_layer_of(Layers::kSparse, g, rows * Ie, !full);
+      per_layer_of(Layers::kSparse, u, rows * Ie, !full), per_layer_of(Layers::kSparse, h, rows * Ie, !lean);
+      per_layer_of(Layers::kSparse, ys, rows * H, !full);
+      // The load-balancing loss reads every layer's after the last ran.
+      if (config_.moe.aux_loss) per_layer_of(Layers::kSparse, prob_sums, E, true);
+      a.moe.assign(L, MoeIo{});
+      a.moe_host_offsets.resize(L);
+      for (size_t l = 0; l < L; ++l) {
+        a.moe[l] = MoeIo{probs[l], experts[l], weights[l], config_.moe.aux_loss ? prob_sums[l] : nullptr,
+                         offsets[l], source_rows[l], slots[l], xs[l], g[l], u[l], h[l], ys[l],
+                         &a.moe_host_offsets[l]};
+      }
+    }
     a.logit_rows = head_chunk_ > 0 ? std::min(N, head_chunk_) : N;
     a.losses = arena.take(n);
     if (a.fp32_head) {
@@ -107,6 +143,14 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
     a.dv = arena.take(n * KVd), a.dk_lin = arena.take(n * KVd), a.dg = arena.take(n * I);
     a.du = arena.take(n * I), a.dh = arena.take(n * I);
+    if (config_.is_moe()) {
+      const size_t E = config_.moe.experts, rows = n * config_.moe.experts_per_token;
+      const size_t Ie = dims_.expert_intermediate;
+      a.moe_dlogits = arena.take(n * E), a.moe_dweights = arena.take(rows);
+      a.moe_dxs = arena.take(rows * H), a.moe_dg = arena.take(rows * Ie);
+      a.moe_du = arena.take(rows * Ie), a.moe_dh = arena.take(rows * Ie);
+      a.moe_aux_grad = arena.take(E);
+    }
     // The fused kernels need one float per (token, head); the math path a
     // [heads, T, T] block pair.
     a.attn_scratch = arena.take(backend_->attention_runs_fused(config_.head_dim)

@@ -27,11 +27,36 @@ class GroupBuilder {
   size_t replicated(std::string name, int64_t n, bool tp_partial = false) {
     return add(std::move(name), {n}, {n}, ShardDim::kReplicated, 0, tp_partial);
   }
+  size_t replicated_matrix(std::string name, int64_t rows, int64_t cols) {
+    return add(std::move(name), {rows, cols}, {rows, cols}, ShardDim::kReplicated, 0);
+  }
   ParamGroup take() { return std::move(group_); }
 
  private:
   ParamGroup group_;
 };
+
+// A sparse layer's router and experts under HF's names: qwen3_moe's
+// mlp.gate and mlp.experts.e.{gate,up,down}_proj, Mixtral's
+// block_sparse_moe.gate and block_sparse_moe.experts.e.{w1,w3,w2}.
+void add_experts(const ModelConfig& c, const LocalDims& d, const std::string& pre, GroupBuilder& g,
+                 BlockOffsets* off) {
+  const bool mixtral = c.model_type == "mixtral";
+  const std::string moe = pre + (mixtral ? "block_sparse_moe." : "mlp.");
+  const char* gate = mixtral ? "w1" : "gate_proj";
+  const char* up = mixtral ? "w3" : "up_proj";
+  const char* down = mixtral ? "w2" : "down_proj";
+  const int64_t H = c.hidden, E = c.moe.experts, Ie = c.moe.expert_intermediate;
+  const int64_t Iel = d.expert_intermediate, i0 = d.expert_intermediate_begin;
+  off->router = g.replicated_matrix(moe + "gate.weight", E, H);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string expert = moe + "experts." + std::to_string(e) + ".";
+    const size_t first = g.add(expert + gate + ".weight", {Iel, H}, {Ie, H}, ShardDim::kRows, i0);
+    g.add(expert + up + ".weight", {Iel, H}, {Ie, H}, ShardDim::kRows, i0);
+    g.add(expert + down + ".weight", {H, Iel}, {H, Ie}, ShardDim::kCols, i0);
+    if (e == 0) off->experts = first;
+  }
+}
 
 ParamGroup block_group(const ModelConfig& c, const LocalDims& d, int tp, int layer,
                        BlockOffsets* off) {
@@ -67,6 +92,11 @@ ParamGroup block_group(const ModelConfig& c, const LocalDims& d, int tp, int lay
     off->k_norm = g.replicated(pre + "self_attn.k_norm.weight", D, tp > 1);
   }
   off->mlp_norm = g.replicated(pre + "post_attention_layernorm.weight", H);
+  off->gate = off->up = off->down = off->router = off->experts = absent;
+  if (c.is_moe_layer(layer)) {
+    add_experts(c, d, pre, g, off);
+    return g.take();
+  }
   const int64_t i0 = d.intermediate_begin;
   off->gate =
       g.add(pre + "mlp.gate_proj.weight", {Il, H}, {c.intermediate, H}, ShardDim::kRows, i0);
@@ -91,12 +121,19 @@ size_t ParamLayout::total_numel() const {
   return n;
 }
 
-BlockTensors ParamLayout::block_tensors(float* base) const {
+BlockTensors ParamLayout::block_tensors(int layer, float* base) const {
+  const BlockOffsets& b = blocks.at(layer);
   auto at = [base](size_t off) { return off == BlockOffsets::kAbsent ? nullptr : base + off; };
-  return BlockTensors{at(block.attn_norm), at(block.q),      at(block.q_bias),   at(block.k),
-                      at(block.k_bias),    at(block.v),      at(block.v_bias),   at(block.o),
-                      at(block.q_norm),    at(block.k_norm), at(block.mlp_norm), at(block.gate),
-                      at(block.up),        at(block.down)};
+  return BlockTensors{at(b.attn_norm), at(b.q),      at(b.q_bias),   at(b.k),      at(b.k_bias),
+                      at(b.v),         at(b.v_bias), at(b.o),        at(b.q_norm), at(b.k_norm),
+                      at(b.mlp_norm),  at(b.gate),   at(b.up),       at(b.down),   at(b.router),
+                      at(b.experts)};
+}
+
+ExpertTensors ParamLayout::expert_tensors(const BlockTensors& block, int expert) const {
+  float* gate = block.experts + expert * expert_stride;
+  const size_t matrix = expert_stride / 3;  // gate, up and down are equal in size
+  return ExpertTensors{gate, gate + matrix, gate + 2 * matrix};
 }
 
 Result<ParamLayout> make_param_layout(const ModelConfig& c, const ShardSpec& shard) {
@@ -109,9 +146,11 @@ Result<ParamLayout> make_param_layout(const ModelConfig& c, const ShardSpec& sha
   embed.add("model.embed_tokens.weight", {d.vocab, H}, {c.vocab_size, H}, ShardDim::kRows,
             d.vocab_begin);
   layout.groups.push_back(embed.take());
+  layout.blocks.resize(c.layers);
   for (int i = 0; i < c.layers; ++i) {
-    layout.groups.push_back(block_group(c, d, shard.tp_size, i, &layout.block));
+    layout.groups.push_back(block_group(c, d, shard.tp_size, i, &layout.blocks[i]));
   }
+  layout.expert_stride = 3 * static_cast<size_t>(d.expert_intermediate) * static_cast<size_t>(c.hidden);
   GroupBuilder head("head");
   head.replicated("model.norm.weight", H);
   if (!c.tie_embeddings) {

@@ -7,6 +7,11 @@
 //                                 o_proj [H, Hq_l*D], q_norm [D], k_norm [D] (qk_norm),
 //                                 post_attention_layernorm [H], gate_proj [I_l, H],
 //                                 up_proj [I_l, H], down_proj [H, I_l]
+//                                 or, in a sparse layer (ModelConfig::is_moe_layer),
+//                                 the router mlp.gate [E, H], then for each expert
+//                                 e in order mlp.experts.e.gate_proj [Ie_l, H],
+//                                 up_proj [Ie_l, H], down_proj [H, Ie_l] (Mixtral:
+//                                 block_sparse_moe.gate, experts.e.w1, w3, w2)
 //   group 1 + layers   "head"     model.norm.weight [H], lm_head.weight [V_local, H]
 //                                 (absent when tied: the head then reads and
 //                                 accumulates into the embedding group)
@@ -16,7 +21,10 @@
 // and reduce, and gradients use the identical layout in a parallel buffer.
 // Under tensor parallelism each ParamSpec records how its local tensor is cut
 // from the global HF tensor (rows for column-parallel q/k/v/gate/up/embedding/
-// lm_head, columns for row-parallel o/down, replicated for norms).
+// lm_head, columns for row-parallel o/down, replicated for norms). An
+// expert splits as the dense MLP does (its gate/up rows, its down columns);
+// the router is replicated. One expert's three matrices are adjacent, so
+// that a range of experts is one range of the group (expert parallelism).
 #pragma once
 
 #include <cstddef>
@@ -54,29 +62,42 @@ struct ParamGroup {
 };
 
 // Offsets (in floats) of each block parameter inside a block group; kAbsent
-// for parameters the config does not have. Identical for every block.
+// for parameters the config does not have. A dense block has gate, up and
+// down, a sparse one router and experts (expert 0's gate_proj; expert e's
+// three matrices start expert_stride floats further per e).
 struct BlockOffsets {
   static constexpr size_t kAbsent = static_cast<size_t>(-1);
-  size_t attn_norm, q, q_bias, k, k_bias, v, v_bias, o, q_norm, k_norm, mlp_norm, gate, up, down;
+  size_t attn_norm, q, q_bias, k, k_bias, v, v_bias, o, q_norm, k_norm, mlp_norm, gate, up, down,
+      router, experts;
 };
 
 // Pointers into one block's params (or grads) buffer: the llm.c pointer table.
 struct BlockTensors {
   float *attn_norm, *q, *q_bias, *k, *k_bias, *v, *v_bias, *o, *q_norm, *k_norm, *mlp_norm, *gate,
-      *up, *down;
+      *up, *down, *router, *experts;
+};
+
+// One expert's matrices inside a sparse block (its gate_proj, up_proj,
+// down_proj), from BlockTensors::experts.
+struct ExpertTensors {
+  float *gate, *up, *down;
 };
 
 struct ParamLayout {
   std::vector<ParamGroup> groups;
-  BlockOffsets block;
+  std::vector<BlockOffsets> blocks;  // per layer
   int layers = 0;
   bool tied = false;
+  size_t expert_stride = 0;  // floats from one expert's gate_proj to the next's
 
   static constexpr int kEmbedGroup = 0;
   int block_group(int layer) const { return 1 + layer; }
   int head_group() const { return 1 + layers; }
   size_t total_numel() const;
-  BlockTensors block_tensors(float* base) const;  // nullptr for absent params
+  // Layer `layer`'s table over its group buffer `base` (params or grads);
+  // nullptr for absent params.
+  BlockTensors block_tensors(int layer, float* base) const;
+  ExpertTensors expert_tensors(const BlockTensors& block, int expert) const;
 };
 
 Result<ParamLayout> make_param_layout(const ModelConfig& config, const ShardSpec& shard);

@@ -7,7 +7,7 @@ namespace cohort::models {
 
 // A field added to ModelConfig changes what a decoder may do: declare it
 // as a SpecFeature (or as a size) before changing this number.
-static_assert(sizeof(ModelConfig) == 104, "ModelConfig changed: update DecoderSpec (models/spec.h)");
+static_assert(sizeof(ModelConfig) == 160, "ModelConfig changed: update DecoderSpec (models/spec.h)");
 
 const char* to_string(SpecFeature feature) {
   switch (feature) {
@@ -19,6 +19,7 @@ const char* to_string(SpecFeature feature) {
     case SpecFeature::kRopeLlama3Scaling: return "rope_scaling llama3";
     case SpecFeature::kTiedEmbeddings: return "tie_word_embeddings";
     case SpecFeature::kSwiGluMlp: return "swiglu_mlp";
+    case SpecFeature::kMoeMlp: return "moe_mlp";
   }
   return "?";
 }
@@ -41,6 +42,7 @@ DecoderSpec DecoderSpec::of(const ModelConfig& c) {
   s.rope_theta = c.rope_theta;
   s.rope_scaling = c.rope_scaling;
   s.tied_embeddings = c.tie_embeddings;
+  s.moe_mlp = c.is_moe();
   return s;
 }
 
@@ -54,6 +56,7 @@ bool DecoderSpec::uses(SpecFeature feature) const {
     case SpecFeature::kGroupedQueryAttention: return grouped_query_attention;
     case SpecFeature::kRopeLlama3Scaling: return rope_scaling.enabled;
     case SpecFeature::kTiedEmbeddings: return tied_embeddings;
+    case SpecFeature::kMoeMlp: return moe_mlp;
   }
   return false;
 }
@@ -69,15 +72,31 @@ Support executor_support(Executor executor, SpecFeature feature) {
     case Executor::kCpuReference:
       return Support::kRuns;  // the reference defines every feature
     case Executor::kCudaTrainBlocks:
-      // The fused blocks' projections carry no bias; such a model trains on
-      // the CUDA backend's op-by-op path. RoPE variants differ only in the
-      // shared table (ops/rope.h), the head and embeddings are outside the
-      // blocks.
-      return feature == SpecFeature::kAttentionBias ? Support::kOpByOp : Support::kRuns;
+      // The fused blocks' projections carry no bias and their MLP is one
+      // dense gate|up GEMM; such models train on the CUDA backend's op-by-op
+      // path (whose MoE ops are ops/moe_routing.cuh). RoPE variants differ
+      // only in the shared table (ops/rope.h), the head and embeddings are
+      // outside the blocks.
+      return feature == SpecFeature::kAttentionBias || feature == SpecFeature::kMoeMlp
+                 ? Support::kOpByOp
+                 : Support::kRuns;
     case Executor::kCudaDecode:
-      return Support::kRuns;
+      // The graph engine's layers are dense; a MoE model is served by the
+      // models library's engine on the CUDA backend, op by op
+      // (infer/engine_setup.cc).
+      return feature == SpecFeature::kMoeMlp ? Support::kOpByOp : Support::kRuns;
   }
   return Support::kRefused;
+}
+
+Support executor_support(Executor executor, const DecoderSpec& spec) {
+  Support least = Support::kRuns;
+  for (SpecFeature f : spec.features()) {
+    const Support s = executor_support(executor, f);
+    if (s == Support::kRefused) return s;
+    if (s == Support::kOpByOp) least = s;
+  }
+  return least;
 }
 
 Status check_executor(Executor executor, const DecoderSpec& spec) {

@@ -34,11 +34,12 @@ enum class SpecFeature {
   kRopeLlama3Scaling,     // Llama 3's frequency-dependent RoPE rescaling
   kTiedEmbeddings,        // the LM head is the embedding matrix
   kSwiGluMlp,             // down(silu(gate(x)) * up(x))
+  kMoeMlp,                // Qwen3-MoE / Mixtral: a router's top-k of SwiGLU experts (config.h, MoeConfig)
 };
 inline constexpr SpecFeature kAllSpecFeatures[] = {
     SpecFeature::kRmsNorm, SpecFeature::kQkNorm,  SpecFeature::kAttentionBias,
     SpecFeature::kGroupedQueryAttention, SpecFeature::kRope, SpecFeature::kRopeLlama3Scaling,
-    SpecFeature::kTiedEmbeddings, SpecFeature::kSwiGluMlp};
+    SpecFeature::kTiedEmbeddings, SpecFeature::kSwiGluMlp, SpecFeature::kMoeMlp};
 // "qk_norm", "attention_bias", ...: as errors and logs name them.
 const char* to_string(SpecFeature feature);
 
@@ -50,6 +51,7 @@ struct DecoderSpec {
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
   bool tied_embeddings = false;
+  bool moe_mlp = false;
 
   static DecoderSpec of(const ModelConfig& config);
   // The features this decoder uses, in kAllSpecFeatures order.
@@ -68,6 +70,9 @@ enum class Support {
   kRefused,    // the executor refuses such a model at load
 };
 Support executor_support(Executor executor, SpecFeature feature);
+// The least an executor does for a whole decoder: kRefused if it refuses
+// any feature, else kOpByOp if it hands any over, else kRuns.
+Support executor_support(Executor executor, const DecoderSpec& spec);
 
 // Ok when `executor` runs every feature of `spec` itself; otherwise the
 // first feature it does not, named ("the fused CUDA training blocks lack

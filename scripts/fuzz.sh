@@ -11,8 +11,8 @@ seconds=${1:-20}
 shift || true
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
-((${#targets[@]})) || targets=(codec job_file override store_protocol http safetensors tokenizer checkpoint_index chat_template config_json
-                                openai_request peft_config)
+((${#targets[@]})) || targets=(codec job_file override store_protocol http safetensors quantized_tensors tokenizer checkpoint_index
+                                chat_template config_json openai_request json_grammar peft_config)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 launcher=()

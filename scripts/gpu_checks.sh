@@ -13,6 +13,8 @@
 #   scripts/gpu_checks.sh gpu_tests OUTDIR only the GPU test binaries (GPU_TESTS="a b" narrows them)
 #   scripts/gpu_checks.sh redesign OUTDIR  spec × executor and GPU tests, HF parity, then training and decode
 #                                          throughput before (BEFORE=folder of binaries) and after, alternating
+#   scripts/gpu_checks.sh serve OUTDIR     the server's checks (bench/serve_checks.py): the KV cache sized by
+#                                          GPU memory, structured output's cost on a 152k vocabulary
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -97,6 +99,10 @@ elif [[ $phase == gpu_tests ]]; then
   for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
+elif [[ $phase == serve ]]; then
+  STEP_TIMEOUT=${SERVE_TIMEOUT:-420} step serve_checks python3 bench/serve_checks.py --worker "$bin/cohort-worker" \
+    --work /tmp/serve-checks
+  grep -E "^(by_memory|too_small|structured|serve checks)" "$out/serve_checks.log"
 elif [[ $phase == decode ]]; then
   STEP_TIMEOUT=120 step models_decode_ops_parity_test "$tests/models_decode_ops_parity_test"
   grep -E "FAILED|Failure|Which is|splits|paged|contiguous" "$out/models_decode_ops_parity_test.log" | head -20

@@ -22,6 +22,10 @@ class SentencePieceTokenizer final : public Tokenizer {
     sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &out).IgnoreError();
     return out;
   }
+  std::string token_bytes(int32_t id) const override {
+    if (id < 0 || id >= sp_->GetPieceSize()) return "";
+    return vocabulary_piece_bytes(sp_->IdToPiece(id));
+  }
   int vocab_size() const override { return sp_->GetPieceSize(); }
   std::optional<int32_t> token_id(const std::string& token) const override {
     const int id = sp_->PieceToId(token);

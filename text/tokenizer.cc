@@ -143,6 +143,41 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) {
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const { return pipeline_->decode(ids); }
+std::string BpeTokenizer::token_bytes(int32_t id) const { return pipeline_->token_bytes(id); }
+
+std::string vocabulary_piece_bytes(const std::string& piece) {
+  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>') {
+    char* end = nullptr;
+    const long v = std::strtol(piece.substr(3, 2).c_str(), &end, 16);
+    if (end && *end == 0) return std::string(1, static_cast<char>(v));
+  }
+  static const std::unordered_map<uint32_t, char> table = [] {
+    std::unordered_map<uint32_t, char> t;
+    for (int b = 0; b < 256; ++b) t[byte_to_unicode()[size_t(b)]] = static_cast<char>(b);
+    return t;
+  }();
+  // Byte-level: every character one of the 256 stand-ins.
+  std::string bytes;
+  bool byte_level = true;
+  for (size_t k = 0; k < piece.size() && byte_level;) {
+    const auto c = static_cast<unsigned char>(piece[k]);
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || k + size_t(len) > piece.size()) break;
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (int m = 1; m < len; ++m) cp = (cp << 6) | (static_cast<unsigned char>(piece[k + size_t(m)]) & 0x3f);
+    k += size_t(len);
+    auto it = table.find(cp);
+    if (it == table.end()) byte_level = false;
+    else bytes.push_back(it->second);
+  }
+  if (byte_level) return bytes;
+  std::string out;
+  for (size_t k = 0; k < piece.size();) {
+    if (piece.compare(k, 3, "\xe2\x96\x81") == 0) out.push_back(' '), k += 3;  // U+2581
+    else out.push_back(piece[k++]);
+  }
+  return out;
+}
 int BpeTokenizer::vocab_size() const { return pipeline_->vocab_size; }
 bool BpeTokenizer::is_special(int32_t id) const { return pipeline_->is_special(id); }
 std::optional<int32_t> BpeTokenizer::token_id(const std::string& token) const { return pipeline_->token_id(token); }

@@ -41,6 +41,9 @@ class Tokenizer {
   // "special", SentencePiece's control tokens), which decoding with
   // skip_special_tokens leaves out of the text, as transformers does.
   virtual bool is_special(int32_t id) const { (void)id; return false; }
+  // The bytes token `id` adds to a text in its middle (no UTF-8 repair, no
+  // stripping at the start), as structured output matches them.
+  virtual std::string token_bytes(int32_t id) const { return decode({id}); }
   // Tokens the post-processor puts around a single text (Llama 3's
   // <|begin_of_text|>; nothing for Qwen), as tokenizer(text) does in Python.
   virtual std::vector<int32_t> prefix_tokens() const { return {}; }
@@ -56,6 +59,7 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override { return 256; }
   std::optional<int32_t> token_id(const std::string& token) const override;
+  std::string token_bytes(int32_t id) const override { return std::string(1, static_cast<char>(id)); }
   std::unique_ptr<Tokenizer> clone() const override { return std::make_unique<ByteTokenizer>(); }
 };
 
@@ -77,6 +81,7 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override;
   std::optional<int32_t> token_id(const std::string& token) const override;
   bool is_special(int32_t id) const override;
+  std::string token_bytes(int32_t id) const override;
   std::vector<int32_t> prefix_tokens() const override;
   std::vector<int32_t> suffix_tokens() const override;
   std::unique_ptr<Tokenizer> clone() const override;
@@ -99,6 +104,10 @@ void append_utf8(uint32_t cp, std::string* out);
 // Invalid UTF-8 replaced by U+FFFD per maximal subpart (as Rust's
 // String::from_utf8_lossy, which HF decoding uses).
 std::string utf8_lossy(const std::string& bytes);
+// A vocabulary entry's bytes: byte-level alphabet characters back to their
+// bytes, "<0xXX>" byte-fallback pieces to the byte, SentencePiece's "▁" to a
+// space (the conventions of the tokenizers cohort reads).
+std::string vocabulary_piece_bytes(const std::string& piece);
 
 
 }  // namespace cohort::text

@@ -152,6 +152,12 @@ std::string TokenizerPipeline::decode(const std::vector<int32_t>& ids) const {
   return utf8_lossy(out);
 }
 
+std::string TokenizerPipeline::token_bytes(int32_t id) const {
+  if (auto a = added_by_id_.find(id); a != added_by_id_.end()) return added_[a->second].content;
+  const std::string* t = model_.token(id);
+  return t ? vocabulary_piece_bytes(*t) : std::string();
+}
+
 std::optional<int32_t> TokenizerPipeline::token_id(const std::string& token) const {
   for (const AddedToken& a : added_)
     if (a.content == token) return a.id;

@@ -124,6 +124,7 @@ class TokenizerPipeline {
   void encode(const std::string& text, std::vector<int32_t>* out,
               std::unordered_map<std::string, std::vector<int32_t>>* cache) const;
   std::string decode(const std::vector<int32_t>& ids) const;
+  std::string token_bytes(int32_t id) const;
   std::optional<int32_t> token_id(const std::string& token) const;
   bool is_special(int32_t id) const {
     auto it = added_by_id_.find(id);

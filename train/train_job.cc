@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "hf/load_quantization.h"
 #include "hf/model_folder.h"
 #include "base/env_knobs.h"
 #include "collective/bootstrap.h"
@@ -168,6 +169,11 @@ Status Trainer::setup() {
                                               t_.tensorboard);
   inputs_.resize(size_t(t_.micro_batch) * t_.seq_len);
   targets_.resize(inputs_.size());
+  if (ctx_.world.rank == 0) {
+    const auto formats = hf::summarize_weight_formats(config_, spec_.model.hf_dir, spec_.model.quantize);
+    spdlog::info("weights: {}{}", formats.is_ok() ? formats->describe() : formats.status().message(),
+                 spec_.model.quantize == "none" ? "" : " (model.quantize = " + spec_.model.quantize + ")");
+  }
   if (ctx_.world.rank == 0)
     spdlog::info("training {} ({:.1f}M parameters) on {} ({} × {}): global batch {} = micro {} × dp {} × accumulation {}; "
                  "{} GEMMs; memory per rank: {}", spec_.job.name, config_.num_parameters() / 1e6, ctx_.device_name,

@@ -11,6 +11,7 @@
 #include "parallel/checkpoint.h"
 #include "models/cuda_backend.h"
 #include "hf/peft_adapter.h"
+#include "hf/load_quantization.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
 #include "worker/compute_device.h"
@@ -132,10 +133,14 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   uint64_t seed = uint64_t(for_training ? spec.train.seed : spec.infer.seed);
   const auto& m = spec.model;
   parallel::WeightLoader loader = [&](models::Model& model) -> Status {
-    if (!m.hf_dir.empty()) return hf::load_weights(model, m.hf_dir);
-    if (!m.checkpoint.empty()) return parallel::load_checkpoint_params(parallel::resolve_checkpoint_path(m.checkpoint), model);
-    model.init_weights(seed);
-    return Status::ok();
+    if (!m.hf_dir.empty()) {
+      COHORT_RETURN_IF_ERROR(hf::load_weights(model, m.hf_dir));
+    } else if (!m.checkpoint.empty()) {
+      COHORT_RETURN_IF_ERROR(parallel::load_checkpoint_params(parallel::resolve_checkpoint_path(m.checkpoint), model));
+    } else {
+      model.init_weights(seed);
+    }
+    return hf::apply_quantize_option(model, m.quantize, m.hf_dir);
   };
   parallel::AdapterLoader adapters = [&](models::LoraAdapters& lora) -> Status {
     if (!spec.lora.adapter.empty()) return hf::load_peft_adapter(spec.lora.adapter, lora).with_context("lora.adapter");
@@ -153,7 +158,8 @@ std::optional<double> model_flops_utilization(const models::ModelConfig& config,
   if (!ctx.gpu) return std::nullopt;
   double peak = 989e12;
   if (const char* env = read_env_knob(EnvKnob::kPeakTflops)) peak = std::atof(env) * 1e12;
-  double flops_per_token = 6.0 * double(config.num_parameters());
+  // A mixture of experts multiplies by the experts a token reads, not all.
+  double flops_per_token = 6.0 * double(config.num_active_parameters());
   // Per GPU: the job's tokens/s are spread over world GPUs.
   return flops_per_token * tokens_per_s / (peak * ctx.world.size);
 }

@@ -9,6 +9,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -236,6 +237,40 @@ std::shared_ptr<Work> GlooCommunicator::all_gather_v_async(const void* send, voi
     o.setOutput(out, bytes);
     o.setTimeout(timeout);
     ::gloo::allgatherv(o);
+  });
+}
+
+std::shared_ptr<Work> GlooCommunicator::all_to_all_v_async(const void* send,
+                                                           const std::vector<size_t>& send_counts,
+                                                           void* recv,
+                                                           const std::vector<size_t>& recv_counts,
+                                                           DType dtype,
+                                                           const AllToAllOptions& options) {
+  size_t send_total = 0, recv_total = 0;
+  Status s = check_all_to_all_v(send, send_counts, recv, recv_counts, dtype, &send_total, &recv_total);
+  if (!s.is_ok() || (send_total == 0 && recv_total == 0)) return completed_work(s);
+  auto timeout = effective_timeout(options.timeout);
+  return enqueue("all_to_all_v", timeout, [=, this] {
+    // Gloo counts elements of one byte: only the sizes matter.
+    const size_t esize = dtype_size(dtype);
+    std::vector<int64_t> in_bytes(size_), out_bytes(size_);
+    for (int p = 0; p < size_; ++p) {
+      in_bytes[p] = static_cast<int64_t>(send_counts[p] * esize);
+      out_bytes[p] = static_cast<int64_t>(recv_counts[p] * esize);
+    }
+    // Empty sides still need an address for Gloo's buffers.
+    uint8_t none = 0;
+    auto* in = send_total ? static_cast<uint8_t*>(const_cast<void*>(send)) : &none;
+    auto* out = recv_total ? static_cast<uint8_t*>(recv) : &none;
+    if (size_ == 1) {
+      std::memcpy(out, in, static_cast<size_t>(in_bytes[0]));
+      return;
+    }
+    ::gloo::AlltoallvOptions o(context_);
+    o.setInput(in, in_bytes);
+    o.setOutput(out, out_bytes);
+    o.setTimeout(timeout);
+    ::gloo::alltoallv(o);
   });
 }
 

@@ -71,6 +71,9 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<Work> all_gather_v_async(const void* send, void* recv,
                                            const std::vector<size_t>& counts, DType dtype,
                                            const AllGatherOptions& options) override;
+  std::shared_ptr<Work> all_to_all_v_async(const void* send, const std::vector<size_t>& send_counts,
+                                           void* recv, const std::vector<size_t>& recv_counts,
+                                           DType dtype, const AllToAllOptions& options) override;
   std::shared_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype,
                                         const BroadcastOptions& options) override;
   std::shared_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer,

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -376,6 +377,36 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_v_async(const void* send, void
         MPI_Datatype t = mpi_type(dtype);
         return MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, n, t, recv, recvcounts, displs, t,
                                comm, req);
+      },
+      nullptr, std::move(scratch));
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_to_all_v_async(const void* send,
+                                                          const std::vector<size_t>& send_counts,
+                                                          void* recv,
+                                                          const std::vector<size_t>& recv_counts,
+                                                          DType dtype, const AllToAllOptions& options) {
+  size_t send_total = 0, recv_total = 0;
+  Status s = check_all_to_all_v(send, send_counts, recv, recv_counts, dtype, &send_total, &recv_total);
+  if (s.is_ok()) s = check_int("all_to_all_v", std::max(send_total, recv_total));
+  if (!s.is_ok() || (send_total == 0 && recv_total == 0)) return completed_work(s);
+  auto timeout = effective_timeout(options.timeout);
+  // Counts and displacements as MPI's ints, alive until the request ends.
+  const size_t n = static_cast<size_t>(size_);
+  auto scratch = std::make_shared<std::vector<char>>(4 * n * sizeof(int));
+  int* ints = reinterpret_cast<int*>(scratch->data());
+  int *sendcounts = ints, *sdispls = ints + n, *recvcounts = ints + 2 * n, *rdispls = ints + 3 * n;
+  int send_offset = 0, recv_offset = 0;
+  for (size_t p = 0; p < n; ++p) {
+    sendcounts[p] = static_cast<int>(send_counts[p]), sdispls[p] = send_offset;
+    recvcounts[p] = static_cast<int>(recv_counts[p]), rdispls[p] = recv_offset;
+    send_offset += sendcounts[p], recv_offset += recvcounts[p];
+  }
+  return post(
+      state_, timeout, COHORT_MPI_CONTEXT("all_to_all_v", timeout),
+      [=](MPI_Comm comm, MPI_Request* req) {
+        MPI_Datatype t = mpi_type(dtype);
+        return MPI_Ialltoallv(send, sendcounts, sdispls, t, recv, recvcounts, rdispls, t, comm, req);
       },
       nullptr, std::move(scratch));
 }

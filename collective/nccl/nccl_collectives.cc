@@ -69,6 +69,36 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_v_async(const void* send, voi
       });
 }
 
+// One group of sends and receives, as NCCL's own alltoallv example does: a
+// send and a receive per peer with a non-empty block (itself included).
+std::shared_ptr<Work> NcclCommunicator::all_to_all_v_async(const void* send,
+                                                           const std::vector<size_t>& send_counts,
+                                                           void* recv,
+                                                           const std::vector<size_t>& recv_counts,
+                                                           DType dtype,
+                                                           const AllToAllOptions& options) {
+  size_t send_total = 0, recv_total = 0;
+  Status s = check_all_to_all_v(send, send_counts, recv, recv_counts, dtype, &send_total, &recv_total);
+  if (!s.is_ok() || (send_total == 0 && recv_total == 0)) return completed_work(s);
+  return launch("all_to_all_v", options.timeout, options.stream, true, [&](ncclComm_t comm, cudaStream_t stream) {
+    const size_t esize = dtype_size(dtype);
+    const char* in = static_cast<const char*>(send);
+    char* out = static_cast<char*>(recv);
+    COHORT_NCCL_CHECK(ncclGroupStart());
+    size_t in_offset = 0, out_offset = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (send_counts[p] > 0)
+        COHORT_NCCL_CHECK(ncclSend(in + in_offset, send_counts[p], nccl_type(dtype), p, comm, stream));
+      if (recv_counts[p] > 0)
+        COHORT_NCCL_CHECK(ncclRecv(out + out_offset, recv_counts[p], nccl_type(dtype), p, comm, stream));
+      in_offset += send_counts[p] * esize;
+      out_offset += recv_counts[p] * esize;
+    }
+    COHORT_NCCL_CHECK(ncclGroupEnd());
+    return Status::ok();
+  });
+}
+
 std::shared_ptr<Work> NcclCommunicator::broadcast_async(void* buf, size_t count, DType dtype,
                                                         const BroadcastOptions& options) {
   Status s = check_peer("broadcast", options.root);

@@ -74,6 +74,9 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> all_gather_v_async(const void* send, void* recv,
                                            const std::vector<size_t>& counts, DType dtype,
                                            const AllGatherOptions& options) override;
+  std::shared_ptr<Work> all_to_all_v_async(const void* send, const std::vector<size_t>& send_counts,
+                                           void* recv, const std::vector<size_t>& recv_counts,
+                                           DType dtype, const AllToAllOptions& options) override;
   std::shared_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype,
                                         const BroadcastOptions& options) override;
   // NCCL point-to-point blocks until the peer posts its half: pair sends and

@@ -1,10 +1,12 @@
 // OpenAI request parsing and response JSON (see openai_api.h).
 #include "infer/serve/openai_api.h"
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
 #include "infer/serve/chat_prompt.h"
+#include "infer/structured_output.h"
 
 namespace cohort::infer {
 namespace {
@@ -75,19 +77,35 @@ std::optional<ApiError> text_prompt(const std::string& text, const std::string& 
   return std::nullopt;
 }
 
-// prompt: "text", [ids], ["text"] or [[ids]] (n = 1: one prompt per request).
-std::optional<ApiError> completion_prompt(const json& body, const ApiDefaults& d,
-                                          text::Tokenizer* tokenizer, std::vector<int32_t>* out) {
+// prompt: "text", [ids], or a list of prompts ["text", ...] / [[ids], ...]
+// (strings and id lists may mix, as vLLM takes them).
+std::optional<ApiError> completion_prompts(const json& body, const ApiDefaults& d, text::Tokenizer* tokenizer,
+                                           std::vector<std::vector<int32_t>>* out) {
   if (!body.contains("prompt")) return bad("prompt", "'prompt' is required");
   const json& p = body["prompt"];
-  if (p.is_string()) return text_prompt(p.get<std::string>(), "prompt", tokenizer, out);
-  if (!p.is_array()) return bad("prompt", "'prompt' must be a string or an array of token ids");
-  if (p.size() == 1 && p[0].is_string()) return text_prompt(p[0].get<std::string>(), "prompt", tokenizer, out);
-  if (p.size() == 1 && p[0].is_array()) return token_ids(p[0], "prompt", d.vocab_size, out);
-  if (!p.empty() && (p[0].is_string() || p[0].is_array())) {
-    return bad("prompt", "'prompt' holds several prompts; this server takes one per request");
+  if (p.is_string()) {
+    out->emplace_back();
+    return text_prompt(p.get<std::string>(), "prompt", tokenizer, &out->back());
   }
-  return token_ids(p, "prompt", d.vocab_size, out);
+  if (!p.is_array()) return bad("prompt", "'prompt' must be a string, an array of token ids or an array of prompts");
+  if (p.empty() || !(p[0].is_string() || p[0].is_array())) {
+    out->emplace_back();
+    return token_ids(p, "prompt", d.vocab_size, &out->back());
+  }
+  if (p.size() > size_t(std::max(1, d.max_choices))) {
+    return bad("prompt", "'prompt' holds " + std::to_string(p.size()) + " prompts; this server takes at most " +
+                             std::to_string(d.max_choices) + " per request");
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string at = "prompt[" + std::to_string(i) + "]";
+    out->emplace_back();
+    std::optional<ApiError> e;
+    if (p[i].is_string()) e = text_prompt(p[i].get<std::string>(), at, tokenizer, &out->back());
+    else if (p[i].is_array()) e = token_ids(p[i], at, d.vocab_size, &out->back());
+    else e = bad(at, "'" + at + "' must be a string or an array of token ids");
+    if (e) return e;
+  }
+  return std::nullopt;
 }
 
 // Messages keep every field the template may read (tool_calls, name,
@@ -131,9 +149,21 @@ std::optional<ApiError> chat_prompt(const ojson& body, const ApiDefaults& d, tex
   ojson tools;
   if (body.contains("tools") && !body["tools"].is_null()) {
     tools = body["tools"];
-    if (!tools.is_array()) return bad("tools", "'tools' must be an array of tool objects");
-    for (size_t i = 0; i < tools.size(); ++i)
-      if (!tools[i].is_object()) return bad("tools[" + std::to_string(i) + "]", "each tool must be an object");
+    if (!tools.is_array() || tools.size() > 128) return bad("tools", "'tools' must be an array of at most 128 tools");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      const ojson& t = tools[i];
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object()) {
+        return bad(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
+      }
+      const ojson& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty()) {
+        return bad(at + ".function.name", "'" + at + ".function.name' must be a non-empty string");
+      }
+      if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null()) {
+        return bad(at + ".function.parameters", "'" + at + ".function.parameters' must be a JSON schema object");
+      }
+    }
   }
   auto text = render_chat_prompt(messages, tools, d.chat.get());
   if (!text) return bad("messages", "the model's chat template refused the messages: " + text.status().message());
@@ -175,8 +205,9 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
                                       "stop", "stop_token_ids", "stream", "stream_options", "logprobs",
                                       "top_logprobs", "ignore_eos", "skip_special_tokens", "return_token_ids", "user",
                                                         "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                                        "min_tokens"};
-  static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools"};
+                                                        "min_tokens", "response_format"};
+  static const std::vector<std::string_view> kChat = {"messages", "max_completion_tokens", "tools", "tool_choice",
+                                                      "parallel_tool_calls"};
   static const std::vector<std::string_view> kCompletions = {"prompt"};
   auto listed = [](const std::string& key, const std::vector<std::string_view>& list) {
     for (std::string_view k : list) if (key == k) return true;
@@ -185,18 +216,13 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
   for (const auto& [key, value] : body.items()) {
     if (listed(key, kBoth) || listed(key, chat ? kChat : kCompletions)) continue;
     // The no-op values: no logit bias, best_of 1, no echo
-    // or suffix, plain text responses, tool_choice "none" or "auto" (the
-    // template renders `tools`; calls come back as text).
+    // or suffix, plain text responses.
     const bool no_op =
         value.is_null() ||
         (key == "logit_bias" && value.is_object() && value.empty()) ||
         (key == "best_of" && value.is_number_integer() && value.get<int64_t>() == 1) ||
         (!chat && key == "echo" && value.is_boolean() && !value.get<bool>()) ||
         (!chat && key == "suffix" && value.is_string() && value.get<std::string>().empty()) ||
-        (chat && key == "response_format" && value.is_object() && value.value("type", "") == "text") ||
-        (chat && key == "tool_choice" && value.is_string() &&
-         (value.get<std::string>() == "none" || value.get<std::string>() == "auto")) ||
-        (chat && key == "parallel_tool_calls" && value.is_boolean()) ||
         ((key == "metadata" || key == "store" || key == "service_tier") && !value.is_array());
     if (!no_op) {
       return ApiError{400, "'" + key + "' is not supported by this server (with this value: " + value.dump() +
@@ -204,6 +230,103 @@ std::optional<ApiError> unknown_fields(const json& body, bool chat) {
                       "invalid_request_error", key, "unsupported_parameter"};
     }
   }
+  return std::nullopt;
+}
+
+// The tool-call grammar of a forced call: one call of one of `tools` (all,
+// or the one named), its arguments held to the tool's parameters, written
+// the way the model's format writes calls, so that the parser reads it back.
+std::string forced_call_spec(const ojson& tools, const std::string& only, ToolCallFormat format) {
+  ojson choices = ojson::array();
+  const char* args_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
+  for (const ojson& t : tools) {
+    const ojson& f = t["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (!only.empty() && name != only) continue;
+    ojson params = f.contains("parameters") && f["parameters"].is_object() ? f["parameters"] : ojson{{"type", "object"}};
+    ojson call = {{"type", "object"},
+                  {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
+                  {"required", {"name", args_key}}};
+    // A tool's schema may keep its definitions beside its parameters.
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (params.contains(defs)) call[defs] = params[defs];
+    }
+    choices.push_back(std::move(call));
+  }
+  const ojson schema = choices.size() == 1 ? choices[0] : ojson{{"anyOf", choices}};
+  if (format == ToolCallFormat::kLlama3Json) return constraint_spec(schema);
+  return constraint_spec(schema, "<tool_call>\n", "\n</tool_call>");
+}
+
+// tool_choice "auto" (the default with tools) reads the reply for calls;
+// "none" leaves it text; "required" or {"type": "function", "function":
+// {"name": ...}} holds the reply to one call (structured output).
+std::optional<ApiError> tool_choice(const json& body, const ojson& ordered, const ApiDefaults& d,
+                                    CompletionRequest* r) {
+  const bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
+  std::string choice = has_tools ? "auto" : "none", named;
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const json& c = body["tool_choice"];
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
+      choice = c.get<std::string>();
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
+      choice = "named";
+      named = c["function"]["name"].get<std::string>();
+    } else {
+      return bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if ((choice == "required" || choice == "named") && !has_tools) {
+      return bad("tool_choice", "'tool_choice' " + c.dump() + " needs 'tools'");
+    }
+    if (choice == "auto" && !has_tools) choice = "none";  // nothing to call
+  }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
+      !body["parallel_tool_calls"].is_boolean()) {
+    return bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  }
+  r->parse_tool_calls = choice != "none";
+  r->tool_format = d.tool_format;
+  if (choice == "required" || choice == "named") {
+    if (!r->constraint.empty()) return bad("tool_choice", "'tool_choice' forcing a call cannot be combined with 'response_format'");
+    if (choice == "named") {
+      bool found = false;
+      for (const json& t : body["tools"]) found = found || t["function"]["name"] == named;
+      if (!found) return bad("tool_choice", "'tool_choice' names '" + named + "', which is not among the tools");
+    }
+    r->constraint = forced_call_spec(ordered.at("tools"), named, d.tool_format);
+    auto grammar = compile_constraint(r->constraint);
+    if (!grammar.is_ok()) return bad("tools", "a tool's parameters: " + grammar.status().message());
+    r->grammar = std::move(*grammar);
+  }
+  return std::nullopt;
+}
+
+// response_format: "text", "json_object" (any JSON object) or "json_schema"
+// ({"json_schema": {"name", "schema", "strict"}}), for both endpoints.
+std::optional<ApiError> response_format(const json& body, const ojson& ordered, CompletionRequest* r) {
+  if (!body.contains("response_format") || body["response_format"].is_null()) return std::nullopt;
+  const json& f = body["response_format"];
+  const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r->constraint = constraint_spec(ojson());
+  } else if (type == "json_schema") {
+    if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema")) {
+      return bad("response_format.json_schema", "'response_format.json_schema' must be {\"name\": ..., \"schema\": {...}}");
+    }
+    r->constraint = constraint_spec(ordered.at("response_format").at("json_schema").at("schema"));
+  } else {
+    return bad("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  auto grammar = compile_constraint(r->constraint);
+  if (!grammar.is_ok()) {
+    // "schema.properties.a.pattern: ..." names the keyword's place.
+    return ApiError{400, "'response_format.json_schema' " + grammar.status().message(), "invalid_request_error",
+                    "response_format.json_schema.schema", "unsupported_parameter"};
+  }
+  r->grammar = std::move(*grammar);
   return std::nullopt;
 }
 
@@ -218,21 +341,32 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
     }
   }
   r->chat = chat;
-  auto e = chat ? chat_prompt(ordered, d, tokenizer, &r->prompt) : completion_prompt(body, d, tokenizer, &r->prompt);
-  if (e) return e;
-  if (r->prompt.empty()) return bad(chat ? "messages" : "prompt", "the prompt has no tokens");
-  const int64_t room = int64_t(d.context) - int64_t(r->prompt.size());
-  if (room < 1) {
-    return bad(chat ? "messages" : "prompt", "the prompt has " + std::to_string(r->prompt.size()) +
-                                                 " tokens; this server's context is " +
-                                                 std::to_string(d.context) + " tokens");
+  std::optional<ApiError> e;
+  if (chat) {
+    r->prompts.emplace_back();
+    e = chat_prompt(ordered, d, tokenizer, &r->prompts.back());
+  } else {
+    e = completion_prompts(body, d, tokenizer, &r->prompts);
   }
+  if (e) return e;
+  // The longest prompt bounds max_tokens for all of them.
+  size_t longest = 0;
+  for (size_t i = 0; i < r->prompts.size(); ++i) {
+    const std::string at = chat ? "messages" : r->prompts.size() == 1 ? "prompt" : "prompt[" + std::to_string(i) + "]";
+    if (r->prompts[i].empty()) return bad(at, "the prompt has no tokens");
+    if (int64_t(r->prompts[i].size()) >= int64_t(d.context)) {
+      return bad(at, "the prompt has " + std::to_string(r->prompts[i].size()) + " tokens; this server's context is " +
+                         std::to_string(d.context) + " tokens");
+    }
+    longest = std::max(longest, r->prompts[i].size());
+  }
+  const int64_t room = int64_t(d.context) - int64_t(longest);
   int64_t n = 1, max_tokens = -1, top_k = d.sampling.top_k, seed = int64_t(d.sampling.seed);
   const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if ((e = integer(body, max_key, 1, INT32_MAX, &max_tokens))) return e;
   if (max_tokens > room) {
     return bad(max_key, std::string("'") + max_key + "' is " + std::to_string(max_tokens) + " but the prompt's " +
-                            std::to_string(r->prompt.size()) + " tokens leave " + std::to_string(room) +
+                            std::to_string(longest) + " tokens leave " + std::to_string(room) +
                             " of the context's " + std::to_string(d.context));
   }
   r->max_tokens = int(max_tokens > 0 ? max_tokens : std::min<int64_t>(d.max_tokens, room));
@@ -243,7 +377,14 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   if (body.contains("top_k") && body["top_k"] == -1) top_k = 0;  // vLLM's "off"
   else if ((e = integer(body, "top_k", 0, 1 << 30, &top_k))) return e;
   if ((e = integer(body, "seed", INT64_MIN, INT64_MAX, &seed))) return e;
-  if ((e = integer(body, "n", 1, 1, &n))) return e;
+  if ((e = integer(body, "n", 1, 128, &n))) return e;
+  if (int64_t(r->prompts.size()) * n > d.max_choices) {
+    return bad(n > 1 ? "n" : "prompt", "the request asks for " + std::to_string(int64_t(r->prompts.size()) * n) +
+                                           " choices (" + std::to_string(r->prompts.size()) + " prompt(s) × n = " +
+                                           std::to_string(n) + "); this server runs at most " +
+                                           std::to_string(d.max_choices) + " at once");
+  }
+  r->n = int(n);
   double presence = 0, frequency = 0, repetition = 1;
   int64_t min_tokens = 0;
   if ((e = number(body, "presence_penalty", -2, 2, &presence))) return e;
@@ -284,6 +425,8 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     return bad("top_logprobs", "completions take 'logprobs': k for the k likeliest tokens");
   }
+  if ((e = response_format(body, ordered, r))) return e;
+  if (chat && (e = tool_choice(body, ordered, d, r))) return e;
   if ((e = boolean(body, "ignore_eos", &r->ignore_eos))) return e;
   if ((e = boolean(body, "skip_special_tokens", &r->skip_special_tokens))) return e;
   return boolean(body, "return_token_ids", &r->return_token_ids);
@@ -323,11 +466,29 @@ json logprobs_json(const ChoiceUpdate& c, bool chat) {
 }
 
 json choice_json(const ChoiceUpdate& c, const CompletionRequest& req, bool stream, bool first) {
-  json choice = {{"index", 0}};
+  json choice = {{"index", c.index}};
   if (req.chat) {
     json message = json::object();
     if (!stream || first) message["role"] = "assistant";
     if (!stream || !c.text.empty() || !first) message["content"] = c.text;
+    if (!c.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallDelta& t : c.tool_calls) {
+        json call = {{"index", t.index}};
+        if (!t.id.empty()) call["id"] = t.id, call["type"] = "function";
+        json function = json::object();
+        if (!t.name.empty()) function["name"] = t.name;
+        function["arguments"] = t.arguments;
+        call["function"] = function;
+        if (!stream) call.erase("index");
+        calls.push_back(std::move(call));
+      }
+      message["tool_calls"] = calls;
+      // OpenAI's reply that calls tools has no content beside them but
+      // what the model wrote that is more than layout.
+      if (!stream && c.text.find_first_not_of(" \n\t\r") == std::string::npos) message["content"] = nullptr;
+      if (stream && c.text.empty()) message.erase("content");
+    }
     choice[stream ? "delta" : "message"] = message;
   } else {
     choice["text"] = c.text;
@@ -351,17 +512,25 @@ std::optional<ApiError> parse_completion_request(const std::string& body, bool c
                                                  const ApiDefaults& defaults,
                                                  text::Tokenizer* tokenizer,
                                                  CompletionRequest* out) {
+  *out = CompletionRequest{};
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the body is not valid JSON");
   if (!j.is_object()) return bad("", "the body must be a JSON object");
-  // Chat requests are read again keeping key order: templates print tool
-  // schemas with tojson, in the order the client wrote them.
-  const ojson ordered = chat ? ojson::parse(body, nullptr, /*allow_exceptions=*/false) : ojson();
+  // The body is read again keeping key order: templates print tool schemas
+  // with tojson, and structured output generates properties, in the order
+  // the client wrote them.
+  const ojson ordered = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
   try {
     return parse_fields(j, ordered, chat, defaults, tokenizer, out);
   } catch (const json::exception& e) {  // a type the checks above missed
     return bad("", std::string("malformed request: ") + e.what());
   }
+}
+
+int64_t CompletionRequest::prompt_tokens() const {
+  int64_t total = 0;
+  for (const auto& p : prompts) total += int64_t(p.size());
+  return total;
 }
 
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -380,10 +549,11 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json completion_json(const ResponseHead& head, const ChoiceUpdate& choice, const CompletionRequest& req,
+json completion_json(const ResponseHead& head, const std::vector<ChoiceUpdate>& choices, const CompletionRequest& req,
                      int64_t prompt_tokens, int64_t completion_tokens) {
   json j = head_json(head, false);
-  j["choices"] = json::array({choice_json(choice, req, false, false)});
+  j["choices"] = json::array();
+  for (const ChoiceUpdate& c : choices) j["choices"].push_back(choice_json(c, req, false, false));
   j["usage"] = usage_json(prompt_tokens, completion_tokens);
   return j;
 }

@@ -21,6 +21,7 @@
 #include "base/http_server.h"
 #include "infer/output_processor.h"
 #include "infer/serve/prompt_workers.h"
+#include "infer/serve/tool_calls.h"
 
 namespace cohort::infer {
 namespace {
@@ -69,7 +70,6 @@ class Connection final : public http_core::Connection {
   Connection(tcp::socket socket, std::shared_ptr<http_core::SlotTable> table, uint64_t slot, Server& server);
   ~Connection() override;
   void on_event(const TokenEvent& e);
-  int64_t id() const { return id_; }
 
  private:
   std::shared_ptr<Connection> self() { return std::static_pointer_cast<Connection>(shared_from_this()); }
@@ -90,14 +90,30 @@ class Connection final : public http_core::Connection {
   std::string body_;  // the request's, for the prompt thread
   bool responding_ = false;  // counted in Server::responding_
   char probe_[256];
+  // One sequence per choice (CompletionRequest::choices()), with
+  // consecutive ids from first_id_.
+  struct Choice {
+    std::optional<OutputProcessor> output;
+    std::unique_ptr<ToolCallParser> tools;  // with parse_tool_calls
+    std::shared_ptr<text::TokenConstraint> guide;  // with structured output
+    size_t sent_tokens = 0;        // streamed so far
+    bool done = false;
+    std::string finish_reason;     // once done
+    Clock::time_point last_token;
+  };
+  // What the client gets of choice i: its new text (all of it when not
+  // streaming) and, as asked, the tokens, logprobs and alternatives behind it.
+  ChoiceUpdate update(int i, const std::string& finish_reason);
+  void cancel_unfinished();
+
   // The generation, once accepted.
-  int64_t id_ = -1;
-  bool done_ = false, cancelled_ = false;
+  int64_t first_id_ = -1;
+  bool done_ = false, cancelled_ = false, failed_ = false;
+  int finished_ = 0;               // choices done
   CompletionRequest req_;
   ResponseHead head_;
-  std::optional<OutputProcessor> output_;
-  size_t sent_tokens_ = 0;
-  Clock::time_point arrived_, last_token_;
+  std::vector<Choice> choices_;
+  Clock::time_point arrived_;
 };
 
 class Server final : public ServeHttp {
@@ -164,11 +180,13 @@ class Server final : public ServeHttp {
     });
   }
 
-  // Registers an accepted generation; false when the server is full.
-  bool admit(const std::shared_ptr<Connection>& c, int64_t* id) {
-    if (static_cast<int>(live_.size()) >= options_.max_live) return false;
-    *id = next_id_++;
-    live_[*id] = c;
+  // Registers an accepted generation of `count` sequences under consecutive
+  // ids from *first; false when the server is full.
+  bool admit(const std::shared_ptr<Connection>& c, int count, int64_t* first) {
+    if (static_cast<int>(live_.size()) + count > options_.max_live) return false;
+    *first = next_id_;
+    next_id_ += count;
+    for (int i = 0; i < count; ++i) live_[*first + i] = c;
     live_count_ = static_cast<int>(live_.size());
     return true;
   }
@@ -285,31 +303,57 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   // The model's end-of-sequence ids join the client's stop ids, so that the
   // other ranks rebuild the same condition from the ids alone.
   if (!req_.ignore_eos) req_.stop_ids.insert(req_.stop_ids.end(), opts.eos.begin(), opts.eos.end());
-  auto output = OutputProcessor::create(opts.tokenizer.get(), req_.stop_ids, req_.stop_strings, req_.skip_special_tokens);
-  if (!output.is_ok()) return error({400, output.status().message(), "invalid_request_error", "stop", ""});
-  output_.emplace(std::move(*output));
-  if (!server_.admit(self(), &id_)) {
+  choices_.resize(size_t(req_.choices()));
+  for (Choice& c : choices_) {
+    auto output = OutputProcessor::create(opts.tokenizer.get(), req_.stop_ids, req_.stop_strings, req_.skip_special_tokens);
+    if (!output.is_ok()) return error({400, output.status().message(), "invalid_request_error", "stop", ""});
+    c.output.emplace(std::move(*output));
+  }
+  if (req_.grammar && !opts.vocabulary) {
+    return error({400, "structured output needs the model's tokenizer, which this server has not", "invalid_request_error",
+                  "response_format", ""});
+  }
+  if (!server_.admit(self(), req_.choices(), &first_id_)) {
     return error({429, "the server is full: " + std::to_string(opts.max_live) +
                            " requests are running or waiting; retry later",
                   "rate_limit_error", "", "queue_full"});
   }
+  if (req_.grammar) {
+    // The n choices share their masks (one grammar, the same states).
+    auto masks = std::make_shared<text::MaskCache>();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].guide = std::make_shared<text::TokenConstraint>(req_.grammar, opts.vocabulary, masks);
+    }
+  }
+  if (req_.parse_tool_calls) {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].tools = make_tool_call_parser(req_.tool_format, std::to_string(first_id_) + "_" + std::to_string(i));
+    }
+  }
   arrived_ = Clock::now();
-  head_ = ResponseHead{std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(id_),
+  head_ = ResponseHead{std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(first_id_),
                        std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count(),
                        opts.defaults.model_name, chat};
-  SequenceRequest r;
-  r.id = id_;
-  r.prompt = req_.prompt;
-  r.max_new_tokens = req_.max_tokens;
-  r.sampling = req_.sampling;
-  r.stop = output_->stop();
-  r.logprobs = req_.logprobs;
-  r.top_logprobs = req_.top_logprobs;
-  r.stop_ids = req_.stop_ids;
-  r.stop_strings = req_.stop_strings;
-  server_.metrics().add_tokens(static_cast<int64_t>(req_.prompt.size()), 0);
-  server_.queue().submit(std::move(r));
+  for (int i = 0; i < req_.choices(); ++i) {
+    SequenceRequest r;
+    r.id = first_id_ + i;
+    r.prompt = req_.prompt_of(i);
+    r.max_new_tokens = req_.max_tokens;
+    r.sampling = req_.sampling;
+    // Choice j of each prompt samples from stream j: the n choices differ,
+    // and a request with a seed repeats.
+    r.sampler_stream = static_cast<uint64_t>(i % req_.n);
+    r.stop = choices_[size_t(i)].output->stop();
+    r.logprobs = req_.logprobs;
+    r.top_logprobs = req_.top_logprobs;
+    r.stop_ids = req_.stop_ids;
+    r.stop_strings = req_.stop_strings;
+    r.constraint = req_.constraint;
+    r.guide = choices_[size_t(i)].guide;
+    server_.metrics().add_tokens(static_cast<int64_t>(r.prompt.size()), 0);
+    server_.queue().submit(std::move(r));
+  }
   if (req_.stream) {
     server_.metrics().count_response(200);
     respond("HTTP/1.1 200 OK\r\nServer: cohort\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -330,76 +374,110 @@ void Connection::watch_client() {
 
 void Connection::gone() {
   mark_closed();
-  if (id_ >= 0 && !done_ && !cancelled_) {
+  if (first_id_ >= 0 && !done_ && !cancelled_) {
     cancelled_ = true;
-    server_.queue().cancel(id_);
+    cancel_unfinished();
   }
+}
+
+void Connection::cancel_unfinished() {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (!choices_[i].done) server_.queue().cancel(first_id_ + int64_t(i));
+  }
+}
+
+ChoiceUpdate Connection::update(int i, const std::string& finish_reason) {
+  Choice& ch = choices_[size_t(i)];
+  OutputProcessor& out = *ch.output;
+  ChoiceUpdate c;
+  c.index = i;
+  c.finish_reason = finish_reason;
+  const std::vector<int32_t>& tokens = out.tokens();
+  const size_t from = req_.stream ? ch.sent_tokens : 0;
+  c.text = out.take_text(!finish_reason.empty());
+  ch.sent_tokens = tokens.size();
+  if (ch.tools) {
+    ToolParseOutput parsed = ch.tools->feed(c.text);
+    if (!finish_reason.empty()) parsed.append(ch.tools->finish());
+    c.text = std::move(parsed.content);
+    c.tool_calls = std::move(parsed.calls);
+    // A reply that ended by itself after calling tools ends for them.
+    if (finish_reason == "stop" && ch.tools->calls() > 0) c.finish_reason = "tool_calls";
+  }
+  if (req_.return_token_ids) c.token_ids.assign(tokens.begin() + from, tokens.end());
+  if (req_.logprobs) {
+    for (size_t t = from; t < tokens.size(); ++t) {
+      c.logprobs.push_back(out.logprobs()[t]);
+      c.token_texts.push_back(out.token_text(t));
+      if (req_.top_logprobs > 0) {
+        std::vector<std::pair<std::string, float>> alternatives;
+        if (t < out.top_logprobs().size()) {
+          for (const auto& [id, lp] : out.top_logprobs()[t]) alternatives.emplace_back(out.id_text(id), lp);
+        }
+        c.top.push_back(std::move(alternatives));
+      }
+    }
+  }
+  return c;
 }
 
 void Connection::on_event(const TokenEvent& e) {
   const auto now = Clock::now();
+  const int i = static_cast<int>(e.id - first_id_);
+  if (i < 0 || i >= static_cast<int>(choices_.size())) return;
+  Choice& ch = choices_[size_t(i)];
   if (e.token >= 0) {
-    if (output_->tokens().empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
-    else server_.metrics().observe_inter_token(seconds(last_token_, now));
-    last_token_ = now;
-    output_->add(e.token, e.logprob, e.top);
+    if (ch.output->tokens().empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
+    else server_.metrics().observe_inter_token(seconds(ch.last_token, now));
+    ch.last_token = now;
+    ch.output->add(e.token, e.logprob, e.top);
     server_.metrics().add_tokens(0, 1);
   }
-  if (e.finished) {
-    spdlog::debug("serve: request {} finished ({}) after {} tokens", id_, e.finish_reason, output_->tokens().size());
-    done_ = true;
-    server_.unregister(id_);
+  const bool first_chunk = ch.sent_tokens == 0;
+  if (e.finished && !ch.done) {
+    spdlog::debug("serve: request {} finished ({}) after {} tokens", e.id, e.finish_reason, ch.output->tokens().size());
+    ch.done = true;
+    ch.finish_reason = e.finish_reason;
+    ++finished_;
+    server_.unregister(e.id);
     server_.metrics().count_finish(e.finish_reason);
-    server_.metrics().observe_e2e(seconds(arrived_, now));
+    if (finished_ == static_cast<int>(choices_.size())) {
+      done_ = true;
+      server_.metrics().observe_e2e(seconds(arrived_, now));
+    }
   }
-  if (cancelled_ || closed()) return;
+  if (cancelled_ || failed_ || closed()) return;
   const std::string reason = e.finished ? e.finish_reason : "";
+  int64_t generated = 0;
+  for (const Choice& c : choices_) generated += static_cast<int64_t>(c.output->tokens().size());
+  const std::string stream_end =
+      (req_.include_usage ? stream_usage_chunk(head_, req_.prompt_tokens(), generated) : "") + "data: [DONE]\n\n";
   if (reason == "cancelled" || reason == "error") {  // not asked for by this client
     const bool drained = reason[0] == 'c';  // the server cancels only when a drain outlasts its grace
     if (!req_.stream) {
+      failed_ = true;
+      cancel_unfinished();
       return drained ? error({503, "the server stopped before this request finished; retry elsewhere", "server_error",
                               "", "unavailable"})
                      : error({500, "the request failed in the engine", "server_error", "", ""});
     }
     // A stream says it was cut, as vLLM's do: finish_reason "abort" with
     // whatever text was held back, never a bare [DONE] that looks finished.
-    ChoiceUpdate c;
-    c.finish_reason = "abort";
-    c.text = output_->take_text(/*finished=*/true);
-    return respond(chunk(stream_chunk(head_, c, req_, sent_tokens_ == 0) + "data: [DONE]\n\n") + "0\r\n\r\n",
-                   /*last=*/true);
+    std::string data = stream_chunk(head_, update(i, "abort"), req_, first_chunk);
+    if (!done_) return respond(chunk(data), /*last=*/false);
+    return respond(chunk(data + stream_end) + "0\r\n\r\n", /*last=*/true);
   }
-  if (!req_.stream && !e.finished) return;
-  ChoiceUpdate c;
-  c.finish_reason = reason;
-  const std::vector<int32_t>& tokens = output_->tokens();
-  const size_t from_token = req_.stream ? sent_tokens_ : 0;
-  c.text = output_->take_text(e.finished);
-  sent_tokens_ = tokens.size();
-  if (req_.return_token_ids) c.token_ids.assign(tokens.begin() + from_token, tokens.end());
-  if (req_.logprobs) {
-    for (size_t i = from_token; i < tokens.size(); ++i) {
-      c.logprobs.push_back(output_->logprobs()[i]);
-      c.token_texts.push_back(output_->token_text(i));
-      if (req_.top_logprobs > 0) {
-        std::vector<std::pair<std::string, float>> alternatives;
-        if (i < output_->top_logprobs().size()) {
-          for (const auto& [id, lp] : output_->top_logprobs()[i]) alternatives.emplace_back(output_->id_text(id), lp);
-        }
-        c.top.push_back(std::move(alternatives));
-      }
-    }
-  }
-  const int64_t prompt = static_cast<int64_t>(req_.prompt.size()), generated = static_cast<int64_t>(tokens.size());
   if (!req_.stream) {
-    return reply(200, "application/json", dump_json(completion_json(head_, c, req_, prompt, generated)));
+    if (!done_) return;
+    std::vector<ChoiceUpdate> all;
+    for (int k = 0; k < static_cast<int>(choices_.size()); ++k) {
+      all.push_back(update(k, choices_[size_t(k)].finish_reason));
+    }
+    return reply(200, "application/json",
+                 dump_json(completion_json(head_, all, req_, req_.prompt_tokens(), generated)));
   }
-  std::string data = stream_chunk(head_, c, req_, from_token == 0);
-  if (e.finished) {
-    if (req_.include_usage) data += stream_usage_chunk(head_, prompt, generated);
-    data += "data: [DONE]\n\n";
-    return respond(chunk(data) + "0\r\n\r\n", /*last=*/true);
-  }
+  std::string data = stream_chunk(head_, update(i, reason), req_, first_chunk);
+  if (done_) return respond(chunk(data + stream_end) + "0\r\n\r\n", /*last=*/true);
   respond(chunk(data), /*last=*/false);
 }
 

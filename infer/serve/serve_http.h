@@ -30,6 +30,7 @@
 #include "infer/serve/openai_api.h"
 #include "infer/scheduler.h"
 #include "infer/serve/serve_metrics.h"
+#include "text/token_constraint.h"
 #include "text/tokenizer.h"
 
 namespace cohort::infer {
@@ -64,6 +65,9 @@ struct ServeHttpOptions {
   ApiDefaults defaults;
   std::shared_ptr<text::Tokenizer> tokenizer;  // may be null (token-id prompts only)
   std::vector<int32_t> eos;          // stop ids every request gets
+  // The tokenizer's vocabulary as structured output matches it (null:
+  // requests for JSON output or forced tool calls get 400).
+  std::shared_ptr<const text::TokenVocabulary> vocabulary;
 };
 
 class ServeHttp {

@@ -25,6 +25,7 @@
 #include "models/ops/decode_attention.cuh"
 #include "models/ops/embedding.cuh"
 #include "models/ops/linear.cuh"
+#include "models/ops/moe_routing.cuh"
 #include "models/ops/rmsnorm.cuh"
 #include "models/ops/rope.cuh"
 #include "models/ops/skinny_gemm.cuh"
@@ -357,6 +358,62 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::OpTimes::Scope timed(&op_times_, "swiglu_backward", stream_);
     cuda::swiglu_backward_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(dg, du, dh, g,
                                                                                     u, n);
+    check_launch();
+  }
+  void moe_router_forward(float* probs, int32_t* experts, float* weights, float* prob_sums,
+                          const float* logits, int n, int num_experts, int k,
+                          bool renormalize) override {
+    if (n == 0) return;  // (an empty grid is a launch error)
+    cuda::OpTimes::Scope timed(&op_times_, "moe_router_forward", stream_);
+    cuda::moe_router_forward_kernel<<<cuda::moe_warp_blocks(n), 32 * cuda::kMoeRowsPerBlock, 0, stream_>>>(
+        probs, experts, weights, logits, n, num_experts, k, renormalize);
+    if (prob_sums) {
+      cuda::moe_prob_sums_kernel<<<(num_experts + cuda::kThreads - 1) / cuda::kThreads, cuda::kThreads, 0,
+                                   stream_>>>(prob_sums, probs, n, num_experts);
+    }
+    check_launch();
+  }
+  void moe_router_backward(float* dlogits, const float* dweights, const float* probs,
+                           const int32_t* experts, const float* dprob_all, int n, int num_experts,
+                           int k, bool renormalize) override {
+    if (n == 0) return;
+    cuda::OpTimes::Scope timed(&op_times_, "moe_router_backward", stream_);
+    cuda::moe_router_backward_kernel<<<cuda::moe_warp_blocks(n), 32 * cuda::kMoeRowsPerBlock, 0, stream_>>>(
+        dlogits, dweights, probs, experts, dprob_all, n, num_experts, k, renormalize);
+    check_launch();
+  }
+  void moe_permute(int32_t* offsets, int32_t* source_rows, int32_t* slots, const int32_t* experts,
+                   int n, int num_experts, int k) override {
+    cuda::OpTimes::Scope timed(&op_times_, "moe_permute", stream_);
+    cuda::moe_permute_kernel<<<num_experts, cuda::kThreads, 0, stream_>>>(offsets, source_rows, slots, experts,
+                                                                         n * k, num_experts, k);
+    check_launch();
+  }
+  void gather_rows(float* dst, const float* src, const int32_t* rows, int m, int dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "gather_rows", stream_);
+    if (m == 0) return;
+    cuda::gather_rows_kernel<<<m, cuda::kThreads, 0, stream_>>>(dst, src, rows, dim);
+    check_launch();
+  }
+  void moe_combine(float* out, const float* ys, const int32_t* slots, const float* weights, int n,
+                   int k, int dim) override {
+    cuda::OpTimes::Scope timed(&op_times_, "moe_combine", stream_);
+    const size_t total = static_cast<size_t>(n) * dim;
+    cuda::moe_combine_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream_>>>(out, ys, slots, weights,
+                                                                                   n, k, dim);
+    check_launch();
+  }
+  void moe_combine_backward(float* dys, float* dweights, const float* dout, const float* ys,
+                            const float* weights, const int32_t* slots, int n, int k,
+                            int dim) override {
+    if (n == 0) return;
+    cuda::OpTimes::Scope timed(&op_times_, "moe_combine_backward", stream_);
+    const size_t total = static_cast<size_t>(n) * k * dim;
+    cuda::moe_spread_gradient_kernel<<<cuda::grid_for(total), cuda::kThreads, 0, stream_>>>(
+        dys, dout, weights, slots, n, k, dim);
+    cuda::moe_weight_gradient_kernel<<<cuda::moe_warp_blocks(static_cast<size_t>(n) * k),
+                                       32 * cuda::kMoeRowsPerBlock, 0, stream_>>>(dweights, dout, ys, slots,
+                                                                                n, k, dim);
     check_launch();
   }
   void residual_forward(float* out, const float* a, const float* b, size_t n) override {

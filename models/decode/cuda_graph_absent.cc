@@ -13,4 +13,8 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
   return failed_precondition("this build has no CUDA: the bf16 graph engine is absent");
 }
 
+Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig&, const CudaEngineOptions&, double) {
+  return failed_precondition("this build has no CUDA: no GPU memory to plan");
+}
+
 }  // namespace cohort::models::decode

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <chrono>
 #include <cstring>
@@ -220,7 +221,7 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
         upload_bf16(lm_head_, {head + head_group.find("lm_head.weight")->offset}, {vocab_rows}));
   }
   for (int l = 0; l < config_.layers; ++l) {
-    const models::BlockTensors w = layout.block_tensors(model.params(layout.block_group(l)));
+    const models::BlockTensors w = layout.block_tensors(l, model.params(layout.block_group(l)));
     Layer& d = layers_[l];
     auto bf = [&](Bf16** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
       size_t total = 0;
@@ -324,6 +325,36 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, rope.sin, stream_));
   lengths_.assign(options_.slots, 0);
   return Status::ok();
+}
+
+Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const CudaEngineOptions& options,
+                                    double gpu_memory_fraction) {
+  COHORT_ASSIGN_OR_RETURN(const models::LocalDims dims, models::local_dims(config, options.shard));
+  const size_t H = config.hidden, Qd = dims.q_dim(), KVd = dims.kv_dim(), I = dims.intermediate, V = dims.vocab,
+               D = config.head_dim, L = config.layers, tp = options.shard.tp_size;
+  // What upload_weights and alloc_buffers allocate besides the cache (their
+  // sizes, summed here; the workspace is init's).
+  size_t weights = V * H * 2 * (config.tie_embeddings ? 1 : 2) + H * 4;
+  weights += L * ((Qd + 2 * KVd) * H + H * Qd + 3 * I * H) * 2;
+  weights += L * (2 * H + (config.qk_norm ? 2 * D : 0) + (config.attention_bias ? Qd + 2 * KVd : 0)) * 4;
+  const size_t B = size_t(decode_buckets(options.slots).back());
+  const size_t R = std::max<size_t>(size_t(options.capacity), B);
+  size_t buffers = R * (H * 4 + H * 2 + (Qd + 2 * KVd) * 4 + Qd * 4 + Qd * 2 + H * 4 + 2 * I * 4 + I * 2 + 3 * 4);
+  buffers += B * V * 4 * (1 + tp) + B * (2 * 4 * (1 + tp) + 4 + 4 + H * 2 + ((H + 63) / 64) * 4);
+  buffers += (models::cuda::kSkinnyScratchFloats + models::cuda::kSkinnyScratchTiles + models::cuda::kDecodeAttnScratchFloats +
+              models::cuda::kDecodeAttnScratchBlocks) * 4;
+  buffers += size_t{32} << 20;  // cuBLASLt's workspace
+  KvMemoryPlan plan;
+  COHORT_CUDA_CHECK(cudaSetDevice(options.device));
+  COHORT_CUDA_CHECK(cudaMemGetInfo(&plan.free_bytes, &plan.total_bytes));
+  plan.block_bytes = L * 2 * size_t(dims.kv_heads) * kKvBlockSize * D * 2;
+  plan.engine_bytes = weights + buffers;
+  const double fraction = std::clamp(gpu_memory_fraction, 0.0, 1.0);
+  plan.kept_bytes = size_t((1.0 - fraction) * double(plan.total_bytes)) + kEngineHeadroomBytes;
+  const double left = double(plan.free_bytes) - double(plan.engine_bytes) - double(plan.kept_bytes);
+  // One block of every layer is the spare the engine writes padding rows to.
+  plan.blocks = int64_t(std::floor(left / double(plan.block_bytes))) - 1;
+  return plan;
 }
 
 bool cuda_graph_engine_supports(const models::ModelConfig& config) {

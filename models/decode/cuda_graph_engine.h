@@ -72,6 +72,22 @@ using EngineWeightLoader = std::function<Status(models::Model& model)>;
 // or 256: a multiple of 16 whose 8-dim pieces divide a warp).
 bool cuda_graph_engine_supports(const models::ModelConfig& config);
 
+// How much KV cache fits beside the engine on its GPU: what is free now,
+// less the weights and buffers the engine will allocate for `options`
+// (kv_blocks aside), less the share of the GPU the fraction leaves to
+// others ((1 - fraction) × total) and a fixed headroom for CUDA graphs and
+// libraries. vLLM's gpu_memory_utilization, measured before loading.
+struct KvMemoryPlan {
+  int64_t blocks = 0;          // of kKvBlockSize positions (may be 0 or less: nothing fits)
+  size_t block_bytes = 0;      // one block's K and V over all layers
+  size_t engine_bytes = 0;     // weights and buffers
+  size_t free_bytes = 0, total_bytes = 0;
+  size_t kept_bytes = 0;       // (1 - fraction) × total plus the headroom
+};
+inline constexpr size_t kEngineHeadroomBytes = size_t{768} << 20;
+Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const CudaEngineOptions& options,
+                                    double gpu_memory_fraction);
+
 // `make_tp`: builds this rank's tensor-parallel group (size shard.tp_size)
 // on the engine's runtime thread; unused at tp 1.
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,

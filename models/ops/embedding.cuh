@@ -52,6 +52,13 @@ __global__ void gather_rows_bf16_kernel(Bf16Bits* dst, const Bf16Bits* src, cons
   }
 }
 
+// The fp32 form (Backend::gather_rows; a sparse layer's rows sorted by
+// expert): one block per row.
+__global__ void gather_rows_kernel(float* dst, const float* src, const int32_t* idx, int dim) {
+  const float* row = src + static_cast<size_t>(idx[blockIdx.x]) * dim;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) dst[static_cast<size_t>(blockIdx.x) * dim + j] = row[j];
+}
+
 void embed_bf16(float* x, const Bf16Bits* table, const int32_t* tokens, int n, int hidden,
                 int vocab_begin, int vocab_rows, CUstream_st* stream) {
   launch_dependent(embed_bf16_kernel, n, kThreads, 0, stream, x, table, tokens, hidden, vocab_begin,

@@ -128,6 +128,54 @@ class Matrix {
         out);
   }
 
+  // Rank r sends block_count(r, p) elements to each rank p: uneven, with an
+  // empty block from each rank to the next (and every block empty at n 0).
+  // Each block holds the sender's values at its offset in the send buffer.
+  void all_to_all_v(DType t, size_t n) {
+    const int size = comm_.size(), me = comm_.rank();
+    auto block_count = [&](int from, int to) -> size_t {
+      if (n == 0 || (size > 1 && to == (from + 1) % size)) return 0;
+      return n + static_cast<size_t>(from + 2 * to) % 3;
+    };
+    auto send_offset = [&](int from, int to) {
+      size_t offset = 0;
+      for (int q = 0; q < to; ++q) offset += block_count(from, q);
+      return offset;
+    };
+    std::vector<size_t> send_counts(size), recv_counts(size), recv_offsets(size);
+    size_t send_total = 0, recv_total = 0;
+    for (int p = 0; p < size; ++p) {
+      send_counts[p] = block_count(me, p), send_total += send_counts[p];
+      recv_offsets[p] = recv_total;
+      recv_counts[p] = block_count(p, me), recv_total += recv_counts[p];
+    }
+    Buffer in(memory_, t, send_total), out(memory_, t, recv_total);
+    fill(t, in.host.data(), me, send_total);
+    in.push();
+    if (!run("all_to_all_v", t, n, comm_.all_to_all_v(in.ptr(), send_counts, out.ptr(), recv_counts, t))) return;
+    out.pull();
+    check(
+        "all_to_all_v", t, recv_total,
+        [&](size_t i) {
+          int p = 0;
+          while (p + 1 < size && recv_offsets[p + 1] <= i) ++p;
+          return Expected{value_at(t, p, send_offset(p, me) + i - recv_offsets[p]), 0};
+        },
+        out);
+  }
+
+  // Counts that do not fit the group and overlapping buffers are argument
+  // errors, and the communicator stays usable.
+  void all_to_all_v_argument_errors() {
+    const size_t size = static_cast<size_t>(comm_.size());
+    Buffer buf(memory_, DType::kI32, 4 * size);
+    std::vector<size_t> ones(size, 1), short_list(size + 1, 1);
+    Status wrong = comm_.all_to_all_v(buf.ptr(), short_list, buf.ptr(2 * size), ones, DType::kI32);
+    Status overlap = comm_.all_to_all_v(buf.ptr(), ones, buf.ptr(size - 1), ones, DType::kI32);
+    if (wrong.code() != StatusCode::kInvalidArgument) fail("all_to_all_v with a wrong count list: " + wrong.to_string());
+    if (overlap.code() != StatusCode::kInvalidArgument) fail("all_to_all_v in place: " + overlap.to_string());
+  }
+
   void broadcast(DType t, size_t n) {
     int root = comm_.size() - 1;
     Buffer buf(memory_, t, n);
@@ -265,14 +313,17 @@ void run_on(Communicator& comm, Memory* memory, size_t big, bool unpaired_p2p, i
       m.all_gather(t, n, false);
       m.all_gather(t, n, true);
       m.all_gather_v(t, n);
+      m.all_to_all_v(t, n);
       m.broadcast(t, n);
     }
   }
+  m.all_to_all_v_argument_errors();
   if (big > 0) {
     for (DType t : {DType::kF32, DType::kBF16, DType::kI32}) {
       m.all_reduce(t, big, ReduceOp::kSum, false);
       m.reduce_scatter(t, big / comm.size(), ReduceOp::kSum, false);
       m.all_gather(t, big / comm.size(), false);
+      m.all_to_all_v(t, big / comm.size());
     }
   }
   m.barrier();

@@ -108,8 +108,8 @@ TEST_P(ChatPaths, TrainingAndServingGiveTheSamePromptTokens) {
     const std::vector<int32_t> training_prompt(trained->tokens.begin(), trained->tokens.begin() + long(reply));
 
     ASSERT_FALSE(error) << error->message;
-    EXPECT_EQ(served.prompt, training_prompt)
-        << "served: " << (*encoder)->tokenizer().decode(served.prompt)
+    EXPECT_EQ(served.prompts.at(0), training_prompt)
+        << "served: " << (*encoder)->tokenizer().decode(served.prompts.at(0))
         << "\ntrained: " << (*encoder)->tokenizer().decode(training_prompt);
   }
 }

@@ -9,6 +9,7 @@
 
 #include "infer/scheduler.h"
 #include "infer/serve_step.h"
+#include "infer/structured_output.h"
 #include "tests/infer/tiny_engine.h"
 
 namespace cohort::infer {
@@ -150,6 +151,54 @@ TEST(InferScheduler, TopLogprobsComeWithEachToken) {
   EXPECT_EQ(tokens, 6);
 }
 
+// A sequence held to a schema: whatever the (random) model prefers, its
+// tokens form a document of the schema, and it ends once that is whole;
+// the same request on another rank (spec only, as serve_step sends it)
+// picks the same tokens.
+TEST(InferScheduler, AGuidedSequenceWritesJsonOfItsSchema) {
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"},
+          "tag": {"enum": ["alpha", "beta"]}, "note": {"type": "string", "maxLength": 8}},
+          "required": ["ok", "n", "tag", "note"]})");
+  text::ByteTokenizer bytes;
+  auto vocabulary = text::TokenVocabulary::build(bytes, {});
+  auto grammar = compile_constraint(constraint_spec(schema));
+  ASSERT_TRUE(grammar.is_ok()) << grammar.status().message();
+  std::vector<std::string> texts;
+  for (float temperature : {0.0f, 1.0f}) {
+    for (int copy = 0; copy < 2; ++copy) {
+      auto engine = tiny_engine(2, 512);
+      Scheduler s(*engine, {});
+      SequenceRequest r = request(1, 5, 400);
+      r.sampling.temperature = temperature;
+      r.constraint = constraint_spec(schema);
+      if (copy == 0) r.guide = std::make_shared<text::TokenConstraint>(*grammar, vocabulary);
+      std::vector<TokenEvent> rejected;
+      StepInput in;
+      in.arrivals.push_back(r);
+      apply_step_input(in, s, &bytes, {}, &rejected, vocabulary);
+      ASSERT_TRUE(rejected.empty());
+      std::string text;
+      const char* finish = "";
+      while (!s.idle()) {
+        for (const TokenEvent& e : s.step()) {
+          if (e.token >= 0) text.push_back(static_cast<char>(e.token));
+          if (e.finished) finish = e.finish_reason;
+        }
+      }
+      EXPECT_STREQ(finish, "stop") << text;
+      const auto doc = nlohmann::json::parse(text, nullptr, false);
+      ASSERT_FALSE(doc.is_discarded()) << text;
+      EXPECT_TRUE(doc["ok"].is_boolean() && doc["n"].is_number_integer()) << text;
+      EXPECT_TRUE(doc["tag"] == "alpha" || doc["tag"] == "beta") << text;
+      EXPECT_LE(doc["note"].get<std::string>().size(), 8u * 4) << text;
+      texts.push_back(text);
+    }
+  }
+  EXPECT_EQ(texts[0], texts[1]);  // greedy, guide built here or from the spec
+  EXPECT_EQ(texts[2], texts[3]);  // sampled with the same seed
+}
+
 TEST(InferScheduler, RefusesRequestsThatDoNotFitASlot) {
   auto engine = tiny_engine(1, 16);
   Scheduler s(*engine, {});
@@ -173,6 +222,7 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   r.logprobs = true;
   r.stop_ids = {3};
   r.stop_strings = {"ab", ""};
+  r.constraint = constraint_spec(nlohmann::ordered_json{{"type", "object"}});
   in.arrivals.push_back(r);
   text::ByteTokenizer bytes;
   auto out = decode_step_input(encode_step_input(in), &bytes, {1});
@@ -194,6 +244,7 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   EXPECT_EQ(q.sampling.min_tokens, 4);
   EXPECT_TRUE(q.logprobs);
   EXPECT_EQ(q.stop_strings, r.stop_strings);
+  EXPECT_EQ(q.constraint, r.constraint);
   ASSERT_TRUE(q.stop);
   EXPECT_TRUE(q.stop->is_stop_token(3));
   EXPECT_TRUE(q.stop->is_stop_token(1));  // the model's eos

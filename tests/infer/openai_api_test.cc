@@ -32,7 +32,7 @@ TEST(OpenAiApi, ParsesACompletionRequest) {
                         "top_k": 3, "seed": 9, "stop": ["x"], "stop_token_ids": [7], "stream": true,
                         "stream_options": {"include_usage": true}, "logprobs": 1, "user": "ignored"})",
                      false, &r));
-  EXPECT_EQ(r.prompt, (std::vector<int32_t>{'h', 'i'}));
+  EXPECT_EQ(r.prompts, (std::vector<std::vector<int32_t>>{{'h', 'i'}}));
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_EQ(r.sampling.temperature, 0.0f);
   EXPECT_EQ(r.sampling.top_k, 3);
@@ -45,7 +45,8 @@ TEST(OpenAiApi, ParsesACompletionRequest) {
 TEST(OpenAiApi, DefaultsFillWhatTheRequestLeavesOut) {
   CompletionRequest r;
   ASSERT_FALSE(parse(R"({"prompt": [1, 2, 3]})", false, &r));
-  EXPECT_EQ(r.prompt.size(), 3u);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].size(), 3u);
   EXPECT_EQ(r.max_tokens, 16);
   EXPECT_EQ(r.sampling.temperature, 1.0f);
   ASSERT_FALSE(parse(R"({"prompt": [[4, 5]]})", false, &r));
@@ -79,7 +80,7 @@ TEST(OpenAiApi, UnknownFieldsAreRefusedUnlessTheyChangeNothing) {
     EXPECT_FALSE(parse(body)) << body << ": " << parse(body)->message;
   }
   const std::string chat_base = R"({"messages": [{"role": "user", "content": "hi"}], )";
-  auto json_output = parse(chat_base + R"("response_format": {"type": "json_object"}})", true);
+  auto json_output = parse(chat_base + R"("response_format": {"type": "yaml"}})", true);
   ASSERT_TRUE(json_output);
   EXPECT_EQ(json_output->param, "response_format");
   EXPECT_TRUE(parse(chat_base + R"("prompt": "x"})", true));  // a completions field in a chat request
@@ -94,7 +95,7 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
       {R"({"prompt": "x", "top_p": 0})", "top_p"},
       {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 64})", "max_tokens"},
-      {R"({"prompt": "x", "n": 3})", "n"},
+      {R"({"prompt": "x", "n": 0})", "n"},
       {R"({"prompt": "x", "stream": "yes"})", "stream"},
       {R"({"prompt": "x", "stop": [1]})", "stop"},
       {R"({"prompt": "x", "stop_token_ids": [300]})", "stop_token_ids"},
@@ -105,7 +106,6 @@ TEST(OpenAiApi, BadFieldsAreNamed) {
       {R"({"prompt": "x", "min_tokens": 100000})", "min_tokens"},
       {R"({"prompt": "x", "stream_options": {"include_usage": 1}})", "stream_options.include_usage"},
       {R"({"prompt": [1, -1]})", "prompt"},
-      {R"({"prompt": ["a", "b"]})", "prompt"},
       {R"({"prompt": 5})", "prompt"},
       {R"({"prompt": ""})", "prompt"},
       {R"({"prompt": ")" + std::string(70, 'a') + R"("})", "prompt"},
@@ -150,7 +150,7 @@ TEST(OpenAiApi, ChatUsesTheModelsTemplateWhereItHasOne) {
   const std::string want =
       "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
       "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  EXPECT_EQ(r.prompt, bytes.encode(want));
+  EXPECT_EQ(r.prompts.at(0), bytes.encode(want));
   EXPECT_EQ(render_chat_prompt({{"user", " hi "}}, d.chat.get()).value(), want);
   const auto refused = parse_completion_request(
       R"({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})", true, d, &bytes, &r);
@@ -166,7 +166,7 @@ TEST(OpenAiApi, ChatMessagesAreRenderedAndChecked) {
                         "max_completion_tokens": 3, "logprobs": true})", true, &r));
   const std::string want = render_chat_prompt({{"user", "hi"}}).value();
   EXPECT_EQ(want, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(r.prompt.size(), want.size());
+  EXPECT_EQ(r.prompts.at(0).size(), want.size());
   EXPECT_EQ(r.max_tokens, 3);
   EXPECT_TRUE(r.logprobs && r.chat);
   for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
@@ -201,17 +201,133 @@ TEST(OpenAiApi, TopLogprobsInBothShapes) {
   c.token_texts = {"a", "b"};
   c.top = {{{"a", -0.1f}, {"z", -2.5f}}, {{"b", -0.5f}, {"a", -1.0f}}};
   ResponseHead head{"x", 1, "m", true};
-  const json chat = completion_json(head, c, chat_req, 3, 2)["choices"][0]["logprobs"]["content"];
+  const json chat = completion_json(head, {c}, chat_req, 3, 2)["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(chat.size(), 2u);
   EXPECT_EQ(chat[0]["top_logprobs"].size(), 2u);
   EXPECT_EQ(chat[0]["top_logprobs"][1]["token"], "z");
   EXPECT_FLOAT_EQ(chat[0]["top_logprobs"][1]["logprob"].get<float>(), -2.5f);
   EXPECT_EQ(chat[1]["top_logprobs"][1]["bytes"], json({97}));
   head.chat = false;
-  const json comp = completion_json(head, c, comp_req, 3, 2)["choices"][0]["logprobs"];
+  const json comp = completion_json(head, {c}, comp_req, 3, 2)["choices"][0]["logprobs"];
   ASSERT_EQ(comp["top_logprobs"].size(), 2u);
   EXPECT_FLOAT_EQ(comp["top_logprobs"][0]["z"].get<float>(), -2.5f);
   EXPECT_FLOAT_EQ(comp["top_logprobs"][1]["a"].get<float>(), -1.0f);
+}
+
+// A completions request may carry several prompts, each with n choices,
+// numbered prompt * n + choice; a request never asks for more sequences
+// than the server runs.
+TEST(OpenAiApi, SeveralPromptsAndNChoices) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"prompt": ["ab", [1, 2, 3], "c"], "n": 2})", false, &r));
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.choices(), 6);
+  EXPECT_EQ(r.prompt_of(3), r.prompts[1]);
+  EXPECT_EQ(r.prompt_of(5), r.prompts[2]);
+  EXPECT_EQ(r.prompt_tokens(), 6);
+  CompletionRequest chat;
+  ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": "hi"}], "n": 3})", true, &chat));
+  EXPECT_EQ(chat.choices(), 3);
+  EXPECT_EQ(parse(R"({"prompt": "x", "n": 0})")->param, "n");
+  EXPECT_EQ(parse(R"({"prompt": "x", "n": 65})")->param, "n");  // over max_choices (64)
+  EXPECT_EQ(parse(R"({"prompt": ["a", "b"], "n": 40})")->param, "n");
+  EXPECT_EQ(parse(R"({"prompt": ["a", 5]})")->param, "prompt[1]");
+  EXPECT_EQ(parse(R"({"prompt": ["a", [1, 999]]})")->param, "prompt[1]");
+  EXPECT_EQ(parse(R"({"prompt": ["a", ""]})")->param, "prompt[1]");
+  // The longest prompt bounds max_tokens.
+  EXPECT_EQ(parse(json({{"prompt", {"a", std::string(60, 'b')}}, {"max_tokens", 5}}).dump())->param, "max_tokens");
+  std::vector<std::string> many(65, "a");
+  EXPECT_EQ(parse(json({{"prompt", many}}).dump())->param, "prompt");
+  ChoiceUpdate a, b;
+  a.text = "x", a.finish_reason = "length";
+  b.index = 1, b.text = "y", b.finish_reason = "stop";
+  ResponseHead head{"cmpl-1", 1, "m", false};
+  const json whole = completion_json(head, {a, b}, r, 2, 3);
+  ASSERT_EQ(whole["choices"].size(), 2u);
+  EXPECT_EQ(whole["choices"][1]["index"], 1);
+  EXPECT_EQ(whole["choices"][1]["text"], "y");
+  EXPECT_EQ(json::parse(stream_chunk(head, b, r, true).substr(6))["choices"][0]["index"], 1);
+}
+
+// tools are checked; tool_choice "auto" reads the reply for calls, which
+// come back in OpenAI's shape, whole or as stream deltas.
+TEST(OpenAiApi, ToolsAndToolCalls) {
+  const std::string base = R"({"messages": [{"role": "user", "content": "weather?"}], )";
+  const std::string tool = R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}})";
+  CompletionRequest r;
+  ASSERT_FALSE(parse(base + R"("tools": [)" + tool + "]}", true, &r));
+  EXPECT_TRUE(r.parse_tool_calls);
+  ASSERT_FALSE(parse(base + R"("tools": [)" + tool + R"(], "tool_choice": "none"})", true, &r));
+  EXPECT_FALSE(r.parse_tool_calls);
+  ASSERT_FALSE(parse(base + R"("tool_choice": "auto"})", true, &r));
+  EXPECT_FALSE(r.parse_tool_calls);  // nothing to call
+  EXPECT_EQ(parse(base + R"("tools": [{"type": "function"}]})", true)->param, "tools[0]");
+  EXPECT_EQ(parse(base + R"("tools": [{"type": "function", "function": {"name": ""}}]})", true)->param,
+            "tools[0].function.name");
+  EXPECT_EQ(parse(base + R"("tools": {}})", true)->param, "tools");
+  auto forced = parse(base + R"("tools": [)" + tool + R"(], "tool_choice": "always"})", true);
+  ASSERT_TRUE(forced);
+  EXPECT_EQ(forced->param, "tool_choice");
+  EXPECT_EQ(parse(base + R"("parallel_tool_calls": 1})", true)->param, "parallel_tool_calls");
+
+  ResponseHead head{"chatcmpl-1", 1, "m", true};
+  ChoiceUpdate c;
+  c.text = "\n";
+  c.finish_reason = "tool_calls";
+  c.tool_calls = {{0, "call_1_0_0", "get_weather", R"({"city": "Paris"})"}};
+  const json whole = completion_json(head, {c}, r, 5, 9)["choices"][0];
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+  EXPECT_TRUE(whole["message"]["content"].is_null());
+  const json call = whole["message"]["tool_calls"][0];
+  EXPECT_EQ(call["id"], "call_1_0_0");
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city": "Paris"})");
+  EXPECT_FALSE(call.contains("index"));
+  ChoiceUpdate more;
+  more.tool_calls = {{0, "", "", R"(, "unit": "C"})"}};
+  const json delta = json::parse(stream_chunk(head, more, r, false).substr(6))["choices"][0]["delta"];
+  EXPECT_FALSE(delta.contains("content"));
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+  EXPECT_FALSE(delta["tool_calls"][0].contains("id"));
+  EXPECT_FALSE(delta["tool_calls"][0]["function"].contains("name"));
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], R"(, "unit": "C"})");
+}
+
+// response_format asks for JSON: any object, or one of a schema (whose
+// unsupported keywords are named); a forced tool call is a grammar too.
+TEST(OpenAiApi, StructuredOutputRequests) {
+  CompletionRequest r;
+  ASSERT_FALSE(parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})", false, &r));
+  ASSERT_TRUE(r.grammar);
+  EXPECT_NE(r.constraint.find("\"schema\":null"), std::string::npos) << r.constraint;
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  ASSERT_FALSE(parse(chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "schema": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}}}})", true, &r));
+  ASSERT_TRUE(r.grammar);
+  EXPECT_LT(r.constraint.find("\"b\""), r.constraint.find("\"a\""));  // the client's order is kept
+  auto e = parse(chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}}})", true);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "response_format.json_schema.schema");
+  EXPECT_NE(e->message.find("schema.properties.a.pattern"), std::string::npos) << e->message;
+  EXPECT_EQ(parse(chat + R"("response_format": {"type": "json_schema"}})", true)->param, "response_format.json_schema");
+
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}, {"type": "function", "function": {"name": "g"}}])";
+  ASSERT_FALSE(parse(chat + tools + R"(, "tool_choice": "required"})", true, &r));
+  EXPECT_TRUE(r.parse_tool_calls && r.grammar);
+  text::JsonMatcher m(r.grammar);
+  EXPECT_TRUE(m.feed("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>") && m.complete());
+  ASSERT_FALSE(parse(chat + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})", true, &r));
+  text::JsonMatcher g(r.grammar);
+  EXPECT_FALSE(g.feed("<tool_call>\n{\"name\": \"f"));
+  EXPECT_EQ(parse(chat + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "h"}}})", true)->param,
+            "tool_choice");
+  EXPECT_EQ(parse(chat + R"("tool_choice": "required"})", true)->param, "tool_choice");
 }
 
 TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
@@ -224,7 +340,7 @@ TEST(OpenAiApi, ResponsesHaveOpenAisShape) {
   c.text = "hey";
   c.token_ids = {1, 2};
   c.finish_reason = "length";
-  const json whole = completion_json(head, c, req, 4, 2);
+  const json whole = completion_json(head, {c}, req, 4, 2);
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hey");
   EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");

@@ -75,7 +75,7 @@ async function startServer(name, serveLines, ranks = 1, jobLines = "") {
   const master = await freePort();
   const procs = [];
   for (let r = 0; r < ranks; r++) {
-    const env = { ...process.env, COHORT_INFER_DEVICE: "cpu", COHORT_COLLECTIVE_TIMEOUT_S: "60" };
+    const env = { ...process.env, COHORT_DEVICE: "cpu", COHORT_COLLECTIVE_TIMEOUT_S: "60" };
     if (ranks > 1) {
       Object.assign(env, { RANK: `${r}`, WORLD_SIZE: `${ranks}`, LOCAL_RANK: `${r}`, LOCAL_WORLD_SIZE: `${ranks}`,
                            MASTER_ADDR: "127.0.0.1", MASTER_PORT: `${master}`, COHORT_INFER_CHECK_LOCKSTEP: "1" });
@@ -97,7 +97,7 @@ function offlineTokens(prompts, maxNew) {
   const { dir, file } = jobFile("offline", "infer", `[infer]\nprompts = "${root}/offline/prompts.jsonl"\n` +
     `max_new_tokens = ${maxNew}\nbatch_size = 2\ntemperature = 0.0`);
   fs.writeFileSync(path.join(dir, "prompts.jsonl"), prompts.map((p) => JSON.stringify(p)).join("\n") + "\n");
-  const r = spawnSync(worker, [file], { env: { ...process.env, COHORT_INFER_DEVICE: "cpu" }, encoding: "utf8" });
+  const r = spawnSync(worker, [file], { env: { ...process.env, COHORT_DEVICE: "cpu" }, encoding: "utf8" });
   check(r.status === 0, `offline infer job failed: ${r.stderr}`);
   return fs.readFileSync(path.join(dir, "out", "outputs.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l).tokens);
 }
@@ -158,6 +158,95 @@ async function main() {
       check(out.finish === "length" && out.usage?.completion_tokens === N, JSON.stringify(out));
     }
   });
+  await step("several prompts and n choices: each choice has its prompt's tokens, streamed or not", async () => {
+    const r = await client.completions.create({ prompt: PROMPTS, n: 2, max_tokens: N, temperature: 0, return_token_ids: true });
+    check(r.choices.length === PROMPTS.length * 2, `${r.choices.length} choices`);
+    for (const ch of r.choices) {
+      const want = offline[Math.floor(ch.index / 2)];
+      check(JSON.stringify(ch.token_ids) === JSON.stringify(want), `choice ${ch.index}: ${ch.token_ids} vs ${want}`);
+    }
+    check(r.usage.prompt_tokens === PROMPTS.flat().length && r.usage.completion_tokens === N * PROMPTS.length * 2,
+          JSON.stringify(r.usage));
+    const s = await client.completions.create({ prompt: PROMPTS.slice(0, 2), n: 3, max_tokens: N, temperature: 0, stream: true,
+                                                stream_options: { include_usage: true }, return_token_ids: true });
+    const ids = {}, finish = {};
+    let usage = null;
+    for await (const c of s) {
+      if (c.usage) usage = c.usage;
+      for (const ch of c.choices) {
+        (ids[ch.index] ??= []).push(...(ch.token_ids || []));
+        if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+      }
+    }
+    for (let i = 0; i < 6; i++) {
+      const want = offline[Math.floor(i / 3)];
+      check(JSON.stringify(ids[i]) === JSON.stringify(want) && finish[i] === "length", `streamed choice ${i}: ${ids[i]}`);
+    }
+    check(usage?.completion_tokens === 6 * N, JSON.stringify(usage));
+  });
+  await step("n = 3 sampled chat choices differ, and repeat with the seed", async () => {
+    const ask = () => client.chat.completions.create({ messages: MESSAGES, n: 3, max_tokens: 8, temperature: 1, seed: 11,
+                                                       return_token_ids: true });
+    const [x, y] = [await ask(), await ask()];
+    check(x.choices.length === 3 && x.choices.every((c, i) => c.index === i && c.message.role === "assistant"),
+          JSON.stringify(x.choices));
+    const tokens = (r) => r.choices.map((c) => JSON.stringify(c.token_ids));
+    check(new Set(tokens(x)).size > 1, `all three choices sampled the same tokens: ${tokens(x)}`);
+    check(JSON.stringify(tokens(x)) === JSON.stringify(tokens(y)), "the same seed gave other choices");
+  });
+  await step("response_format json_schema and json_object: the (random) model's replies parse and fit the schema", async () => {
+    const schema = { type: "object", properties: { city: { type: "string", maxLength: 12 }, rain: { type: "boolean" },
+                     days: { type: "array", items: { type: "integer" }, maxItems: 3 } }, required: ["city", "rain", "days"],
+                     additionalProperties: false };
+    const r = await client.chat.completions.create({ messages: MESSAGES, max_tokens: 300, temperature: 1, seed: 3, n: 3,
+      response_format: { type: "json_schema", json_schema: { name: "weather", schema, strict: true } } });
+    for (const ch of r.choices) {
+      check(ch.finish_reason === "stop", `choice ${ch.index} ended with ${ch.finish_reason}: ${ch.message.content}`);
+      const doc = JSON.parse(ch.message.content);
+      check(Object.keys(doc).join() === "city,rain,days" && typeof doc.city === "string" && [...doc.city].length <= 12 &&
+            typeof doc.rain === "boolean" && doc.days.length <= 3 && doc.days.every(Number.isInteger), ch.message.content);
+    }
+    const o = await client.completions.create({ prompt: "{", max_tokens: 200, temperature: 0, response_format: { type: "json_object" } });
+    if (o.choices[0].finish_reason === "stop") {
+      const doc = JSON.parse(o.choices[0].text);
+      check(typeof doc === "object" && !Array.isArray(doc), o.choices[0].text);
+    }
+    const bad = await client.chat.completions.create({ messages: MESSAGES, response_format: { type: "json_schema",
+      json_schema: { name: "x", schema: { type: "string", pattern: "^a" } } } }).catch((e) => e);
+    check(bad.status === 400 && bad.param === "response_format.json_schema.schema" && /pattern/.test(bad.message), bad.message);
+  });
+  await step("tools: a forced call comes back as tool_calls, whole and streamed", async () => {
+    const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+                     parameters: { type: "object", properties: { city: { type: "string", maxLength: 10 }, days: { type: "integer" } },
+                                   required: ["city", "days"] } } },
+                   { type: "function", function: { name: "noop", parameters: { type: "object", properties: {} } } }];
+    const r = await client.chat.completions.create({ messages: [{ role: "user", content: "Weather in Paris?" }], tools,
+      tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 300, temperature: 0 });
+    const ch = r.choices[0];
+    check(ch.finish_reason === "tool_calls" && ch.message.tool_calls?.length === 1, JSON.stringify(ch));
+    const call = ch.message.tool_calls[0];
+    const args = JSON.parse(call.function.arguments);
+    check(call.type === "function" && call.function.name === "get_weather" && call.id.startsWith("call_") &&
+          typeof args.city === "string" && Number.isInteger(args.days), JSON.stringify(call));
+    const s = await client.chat.completions.create({ messages: [{ role: "user", content: "Weather in Paris?" }], tools,
+      tool_choice: "required", max_tokens: 300, temperature: 0.8, seed: 5, stream: true });
+    const calls = [];
+    let finish = null, deltas = 0;
+    for await (const c of s) {
+      for (const d of c.choices) {
+        for (const t of d.delta?.tool_calls || []) {
+          deltas++;
+          if (t.id) calls[t.index] = { id: t.id, name: t.function.name, arguments: "" };
+          calls[t.index].arguments += t.function.arguments || "";
+        }
+        finish = d.finish_reason || finish;
+      }
+    }
+    check(finish === "tool_calls" && calls.length === 1 && ["get_weather", "noop"].includes(calls[0].name),
+          `${finish} ${JSON.stringify(calls)}`);
+    JSON.parse(calls[0].arguments);
+    console.log(`     (the streamed call came in ${deltas} deltas: ${calls[0].name}(${calls[0].arguments}))`);
+  });
   await step("chat completions use the chat rendering, streaming and not", async () => {
     const expect = offline[PROMPTS.length];
     const r = await client.chat.completions.create({ messages: MESSAGES, max_tokens: N, temperature: 0, return_token_ids: true });
@@ -204,7 +293,7 @@ async function main() {
                    ["/completions", `{"prompt": "x", "temperature": "hot"}`, "temperature"],
                    ["/completions", `{"prompt": "x", "max_tokens": 0}`, "max_tokens"],
                    ["/completions", `{"prompt": "x", "max_tokens": 99999}`, "max_tokens"],
-                   ["/completions", `{"prompt": "x", "n": 2}`, "n"], ["/completions", `{}`, "prompt"],
+                   ["/completions", `{"prompt": "x", "n": 0}`, "n"], ["/completions", `{}`, "prompt"],
                    ["/completions", `{"prompt": [1, 999]}`, "prompt"], ["/completions", `{"prompt": "x", "stop": 5}`, "stop"],
                    ["/chat/completions", `{"messages": []}`, "messages"],
                    ["/chat/completions", `{"messages": [{"role": "bot", "content": "x"}]}`, "messages[0].role"]];
@@ -337,6 +426,14 @@ async function main() {
     outs.forEach((o, i) => check(JSON.stringify(o.ids) === JSON.stringify(offline[i]), `prompt ${i}: ${o.ids} vs ${offline[i]}`));
     const sampled = await Promise.all([1, 2, 3].map((seed) => tp.completions.create({ prompt: "xy", max_tokens: 20, temperature: 1, seed })));
     check(sampled.every((r) => r.usage.completion_tokens === 20), "sampled requests on tp 2");
+    // Structured output: the other rank holds its sequence to the same grammar.
+    const guided = { messages: MESSAGES, max_tokens: 200, temperature: 1, seed: 9, response_format: { type: "json_schema",
+      json_schema: { name: "p", schema: { type: "object", properties: { n: { type: "integer" }, ok: { type: "boolean" } },
+                                          required: ["n", "ok"] } } } };
+    const [one, two] = await Promise.all([tp.chat.completions.create(guided), tp.chat.completions.create(guided)]);
+    const doc = JSON.parse(two.choices[0].message.content);
+    check(one.choices[0].message.content === two.choices[0].message.content && Number.isInteger(doc.n) &&
+          typeof doc.ok === "boolean", `${one.choices[0].message.content} / ${two.choices[0].message.content}`);
   });
   await step("tensor parallel: SIGTERM stops both ranks cleanly", async () => {
     for (const p of T.procs) p.kill("SIGTERM");

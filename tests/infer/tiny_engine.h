@@ -3,6 +3,7 @@
 // tests, and the requests they queue.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@ namespace cohort::testing {
 
 inline std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int capacity) {
   auto config = models::preset_config("tiny");
+  config->max_seq = std::max(config->max_seq, capacity);  // the weights do not depend on it
   auto backend = models::make_cpu_backend();
   auto model = models::Model::create(*config, {0, 1}, backend.get());
   EXPECT_TRUE(model.is_ok());

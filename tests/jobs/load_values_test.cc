@@ -70,6 +70,19 @@ TEST(JobFileValues, InferStopListMixesIdsAndStrings) {
   EXPECT_EQ(r.spec.infer.stop_strings, (std::vector<std::string>{"\n\n"}));
 }
 
+// [model] quantize: the formats a model can be quantized to at load, kept in
+// the resolved file (what the worker and summary.json record).
+TEST(JobFileValues, ModelQuantizeTakesItsFormatsAndIsRecorded) {
+  auto r = load("[job]\nname = \"i\"\nkind = \"infer\"\n[model]\npreset = \"tiny\"\nquantize = \"int4\"\n"
+                "[infer]\nprompts = \"p.jsonl\"\n");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.spec.model.quantize, "int4");
+  EXPECT_NE(to_toml(r.spec).find("quantize = 'int4'"), std::string::npos) << to_toml(r.spec);
+  EXPECT_EQ(load(testing::kTrainJob).spec.model.quantize, "none");
+  auto bad = load(testing::kTrainJob, {"model.quantize=nf4"});
+  testing::error_with(bad, "model.quantize: unknown value \"nf4\" (one of: none, fp8, int8, int4)");
+}
+
 TEST(JobFileValues, ResolvedTomlLoadsBackToTheSameSpec) {
   auto first = load(std::string(testing::kTrainJob) + "lr = 0.0007\nglobal_batch = 64\n[parallel]\nstrategy = \"zero2\"\n",
                     {"job.env.X=y", "job.nodes=1:2"});

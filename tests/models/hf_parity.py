@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Parity of cohort's decoder with Hugging Face transformers (GPU machine).
 
-Builds random-init Qwen3 and Llama models with transformers (small shapes,
-fp32), saves them as HF folders, runs cohort's `models_hf_dump` on the same
+Builds random-init Qwen3, Llama, Qwen2, Qwen3-MoE and Mixtral models with
+transformers (small shapes, fp32), saves them as HF folders, runs cohort's `models_hf_dump` on the same
 prompt and compares:
   - full-prompt logits: max |cohort - hf| / max |hf| below 1e-4 (fp32, CPU
     backend) or 2e-2 (CUDA backend: bf16 tensor-core GEMMs);
@@ -38,6 +38,16 @@ def configs():
         **common)
     yield "qwen2", transformers.Qwen2Config(rope_theta=10000.0, tie_word_embeddings=False,
                                             **common)
+    # Mixtures of experts: a dense first layer, then 8 experts of 32, top 2.
+    # On CUDA (bf16 GEMMs) a router near a tie may choose differently from
+    # the fp32 model; the CPU run is the exact check.
+    yield "qwen3_moe", transformers.Qwen3MoeConfig(
+        head_dim=16, rope_theta=1000000.0, tie_word_embeddings=False, num_experts=8,
+        num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[0], **common)
+    yield "mixtral", transformers.MixtralConfig(
+        head_dim=16, rope_theta=1000000.0, tie_word_embeddings=False, num_local_experts=4,
+        num_experts_per_tok=2, **common)
 
 
 def main():

@@ -54,6 +54,15 @@ inline models::ModelConfig spec_config_with(models::SpecFeature feature) {
       break;
     case F::kTiedEmbeddings: c.tie_embeddings = true; break;
     case F::kSwiGluMlp: c.intermediate = 256; break;
+    case F::kMoeMlp:
+      // Every expert chosen (4 of 4): the GPU tests compare bf16 GEMMs with
+      // the fp32 reference, and a top-k choice that flipped on rounding would
+      // compare different experts. The choice itself is tested on the CPU
+      // (moe_ops_test.cc, moe_test.cc) and op by op on the GPU
+      // (moe_routing_gpu_test.cc).
+      c.model_type = "qwen3_moe";
+      c.moe = models::MoeConfig{4, 4, 96, true, 1, {}, false, 0.001f};
+      break;
   }
   return c;
 }

@@ -63,10 +63,24 @@ TEST(Spec, AnExecutorThatLacksAFeatureRefusesTheModelNamingIt) {
       EXPECT_NE(s.message().find(to_string(e)), std::string::npos) << s.message();
     }
   }
-  // The one gap today: the fused training blocks have no projection biases.
+  // The gaps today: the fused training blocks have no projection biases.
   const Status s = check_executor(Executor::kCudaTrainBlocks,
                                   DecoderSpec::of(spec_config_with(SpecFeature::kAttentionBias)));
   EXPECT_EQ(s.message(), "the fused CUDA training blocks lack attention_bias (models/spec.h)");
+}
+
+// Neither CUDA executor computes a mixture of experts itself; both hand it
+// to the op-by-op path (the CUDA backend's MoE ops), which the reference is.
+TEST(Spec, MixturesOfExpertsRunOpByOpOnCuda) {
+  const DecoderSpec moe = DecoderSpec::of(spec_config_with(SpecFeature::kMoeMlp));
+  EXPECT_TRUE(moe.moe_mlp);
+  EXPECT_EQ(executor_support(Executor::kCpuReference, moe), Support::kRuns);
+  for (Executor e : {Executor::kCudaTrainBlocks, Executor::kCudaDecode}) {
+    EXPECT_EQ(executor_support(e, moe), Support::kOpByOp) << to_string(e);
+    EXPECT_NE(check_executor(e, moe).message().find("moe_mlp"), std::string::npos);
+  }
+  EXPECT_EQ(executor_support(Executor::kCudaDecode, DecoderSpec::of(spec_baseline_config())), Support::kRuns);
+  EXPECT_FALSE(DecoderSpec::of(spec_baseline_config()).moe_mlp);
 }
 
 TEST(Spec, TheBaselineUsesOnlyTheFeaturesEveryDecoderHas) {

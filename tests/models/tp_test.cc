@@ -1,6 +1,7 @@
 // Tensor parallelism inside the model: tp = 2 and 4 shards, run as threads
 // over an in-process TP group, reproduce the unsharded loss, gradients and
-// generation exactly up to fp32 reassociation.
+// generation exactly up to fp32 reassociation, dense and mixture-of-experts
+// (each expert split like the dense MLP, the router replicated).
 #include <gtest/gtest.h>
 
 #include "models/kv_cache.h"
@@ -34,13 +35,14 @@ struct TpCase {
   int tp;
   int kv_heads;
   bool tied;
+  bool moe = false;  // the tiny-moe preset, with its load-balancing loss
 };
 
 class TensorParallel : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TensorParallel, ShardsReproduceTheFullModel) {
   const TpCase tc = GetParam();
-  ModelConfig c = *preset_config("tiny");
+  ModelConfig c = *preset_config(tc.moe ? "tiny-moe" : "tiny");
   c.kv_heads = tc.kv_heads;
   c.tie_embeddings = tc.tied;
   const int B = 2, T = 8;
@@ -105,11 +107,12 @@ TEST_P(TensorParallel, ShardsReproduceTheFullModel) {
 
 INSTANTIATE_TEST_SUITE_P(Degrees, TensorParallel,
                          ::testing::Values(TpCase{2, 4, false}, TpCase{4, 4, true},
-                                           TpCase{4, 2, false}),
+                                           TpCase{4, 2, false}, TpCase{2, 4, false, true},
+                                           TpCase{4, 2, true, true}),
                          [](const auto& info) {
                            return "tp" + std::to_string(info.param.tp) + "_kv" +
                                   std::to_string(info.param.kv_heads) +
-                                  (info.param.tied ? "_tied" : "");
+                                  (info.param.tied ? "_tied" : "") + (info.param.moe ? "_moe" : "");
                          });
 
 }  // namespace

@@ -13,11 +13,13 @@
 
 #include "data/shard_format.h"
 #include "data/tokenize.h"
+#include "hf/load_quantization.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
 #include "parallel/checkpoint.h"
 #include "models/model.h"
 #include "tests/data/data_fixture.h"
+#include "tests/hf/quantized_folder.h"
 #include "tests/train/train_fixture.h"
 
 namespace cohort::testing {
@@ -169,6 +171,43 @@ TEST(TrainingData, ExportCarriesTheTokenizerAndGenerationConfig) {
   auto gen = nlohmann::json::parse(read_text_file(hf / "generation_config.json"));
   EXPECT_EQ(gen.value("eos_token_id", -1), 268);
   EXPECT_NE(read_text_file(hf / "config.json").find("bfloat16"), std::string::npos);
+}
+
+// A pre-quantized folder trains: a GPTQ act-order folder (packed by the
+// tests' own packer) gives the losses of an f32 folder of its dequantized
+// weights, step for step; so does [model] quantize against an f32 folder of
+// the round-tripped weights.
+TEST(TrainingData, QuantizedWeightsTrainAsTheirDequantizedValuesDo) {
+  auto cpu = models::make_cpu_backend();
+  auto model = hf::load_model(model_folder().string(), {}, cpu.get());
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const fs::path quantized = make_scratch("gptq_model"), plain = make_scratch("gptq_dequantized");
+  hf::testing::write_quantized_folder(quantized.string(), **model,
+                                      {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 32}, {"desc_act", true}},
+                                      hf::testing::gptq_store(32, true));
+  ASSERT_TRUE(hf::save_model_folder(**model, plain.string(), models::DType::kF32).is_ok());
+  write_tokenizer_folder(quantized);
+  write_tokenizer_folder(plain);
+  auto job_on = [&](const std::string& name, const fs::path& folder, const std::string& quantize) {
+    std::string job = read_text_file(data_job(name, quoted(inputs() / "corpus.txt"), 4) / "job.toml");
+    job.replace(job.find(model_folder().string()), model_folder().string().size(), folder.string());
+    job.replace(job.find("[train]"), 7, "quantize = \"" + quantize + "\"\n[train]");
+    std::ofstream(scratch_dir(name) / "job.toml") << job;
+    return scratch_dir(name);
+  };
+  const auto from_gptq = run_job(job_on("train_gptq", quantized, "none"));
+  ASSERT_EQ(from_gptq.size(), 4u);
+  EXPECT_EQ(from_gptq, run_job(job_on("train_gptq_f32", plain, "none")));
+
+  auto original = hf::load_model(model_folder().string(), {}, cpu.get());
+  ASSERT_TRUE(original.is_ok());
+  ASSERT_TRUE(hf::apply_quantize_option(**original, "int8", "").is_ok());
+  const fs::path round_tripped = make_scratch("int8_round_trip");
+  ASSERT_TRUE(hf::save_model_folder(**original, round_tripped.string(), models::DType::kF32).is_ok());
+  write_tokenizer_folder(round_tripped);
+  const auto with_option = run_job(job_on("train_int8", model_folder(), "int8"));
+  ASSERT_EQ(with_option.size(), 4u);
+  EXPECT_EQ(with_option, run_job(job_on("train_int8_f32", round_tripped, "none")));
 }
 
 // A 2 GiB cohort shard (sparse): the worker maps it and its peak resident

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Serving checks on a GPU machine (issue 40), cohort only:
+
+  python3 bench/serve_checks.py --worker build/bin/cohort-worker --work /tmp/serve-checks
+
+1. KV cache sized by GPU memory: a Qwen3-1.7B-shaped server (preset weights)
+   with max_running 2048 and context 4096 (1 TB of cache if reserved) starts
+   with the default settings, logs its cache, and serves 64 streams.
+2. The same with gpu_memory_fraction 0.05 stops with the numbers.
+3. Structured output on a 151,936-token vocabulary (bench/make_hf_folder.py,
+   qwen3-small shape): tokens/s of replies held to a JSON schema and of free
+   ones, 1 and 16 streams, and a forced tool call.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(worker, work, name, model_lines, serve_lines):
+    os.makedirs(f"{work}/{name}", exist_ok=True)
+    port = free_port()
+    job = (f'[job]\nname = "{name}"\nkind = "serve"\noutput_dir = "{work}/{name}/out"\n'
+           f"[model]\n{model_lines}\n[serve]\nport = {port}\n{serve_lines}\n")
+    path = f"{work}/{name}/job.toml"
+    with open(path, "w") as f:
+        f.write(job)
+    log = open(f"{work}/{name}/log", "w")
+    env = dict(os.environ, COHORT_LOG="info")
+    proc = subprocess.Popen([worker, path], stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, port, f"{work}/{name}/log"
+
+
+def wait_health(proc, port, seconds=600):
+    end = time.time() + seconds
+    while time.time() < end:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except Exception:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/{path}", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def rate(port, body, streams, per_stream, path="chat/completions"):
+    """Output tokens/s of `streams` clients sending `per_stream` requests each."""
+    tokens = [0]
+    lock = threading.Lock()
+    errors = []
+
+    def client():
+        for _ in range(per_stream):
+            try:
+                r = post(port, path, body)
+                with lock:
+                    tokens[0] += r["usage"]["completion_tokens"]
+                    if body.get("response_format"):
+                        json.loads(r["choices"][0]["message"]["content"])
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+    t = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(streams)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return tokens[0] / (time.perf_counter() - t), errors
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", default="build/bin/cohort-worker")
+    ap.add_argument("--work", default="/tmp/serve-checks")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    failed = 0
+
+    # 1. The cache by memory.
+    model = 'preset = "qwen3-1.7b"\nmax_seq = 4096'
+    proc, port, log = start(args.worker, args.work, "by_memory", model,
+                            "max_running = 2048\nmax_queue = 4096\ncontext = 4096\ntemperature = 0.0")
+    up = wait_health(proc, port)
+    text = open(log).read()
+    cache = re.findall(r"KV cache of .*", text)
+    print(f"by_memory: started={up}; {cache[0] if cache else 'no KV cache line'}")
+    if up:
+        body = {"prompt": [(7 * i) % 151000 + 10 for i in range(512)], "max_tokens": 256, "temperature": 0,
+                "ignore_eos": True}
+        tps, errors = rate(port, body, 64, 2, path="completions")
+        print(f"by_memory: 64 streams, 512-token prompts, 256 new: {tps:,.0f} output tok/s, {len(errors)} errors")
+        failed += bool(errors)
+    else:
+        print(text[-2000:])
+        failed += 1
+    print(f"by_memory: exit {stop(proc)}")
+
+    # 2. Too small a share: the job says why.
+    proc, port, log = start(args.worker, args.work, "too_small", model,
+                            "max_running = 16\ncontext = 4096\ngpu_memory_fraction = 0.05")
+    code = proc.wait(timeout=600)
+    lines = [l for l in open(log).read().splitlines() if "does not fit" in l]
+    print(f"too_small: exit {code}; {lines[0][-300:] if lines else 'no message'}")
+    failed += code == 0 or not lines
+
+    # 3. Structured output over a 151,936-token vocabulary.
+    folder = f"{args.work}/small"
+    if not os.path.exists(f"{folder}/config.json"):
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "make_hf_folder.py"), folder,
+                        "--shape", "qwen3-small"], check=True)
+    proc, port, log = start(args.worker, args.work, "structured", f'hf_dir = "{folder}"',
+                            "max_running = 64\ncontext = 2048")
+    if wait_health(proc, port):
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                                   "days": {"type": "array", "items": {"type": "integer"}, "maxItems": 5},
+                                                   "note": {"type": "string"}}, "required": ["city", "days", "note"]}
+        base = {"messages": [{"role": "user", "content": "weather?"}], "max_tokens": 128, "temperature": 1.0}
+        guided = dict(base, response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}})
+        for streams in (1, 16):
+            free_tps, e1 = rate(port, dict(base, ignore_eos=True), streams, 4)
+            json_tps, e2 = rate(port, guided, streams, 4)
+            print(f"structured: {streams} streams: free {free_tps:,.0f} tok/s, json_schema {json_tps:,.0f} tok/s, "
+                  f"{len(e1) + len(e2)} errors {(e1 + e2)[:2]}")
+            failed += bool(e1 or e2)
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": schema}}]
+        r = post(port, "chat/completions", dict(base, tools=tools, tool_choice="required"))
+        call = r["choices"][0]["message"].get("tool_calls", [{}])[0]
+        print(f"structured: forced call {call.get('function', {}).get('name')} finish {r['choices'][0]['finish_reason']} "
+              f"arguments {call.get('function', {}).get('arguments', '')[:80]}")
+        json.loads(call["function"]["arguments"])
+    else:
+        print(open(log).read()[-2000:])
+        failed += 1
+    print(f"structured: exit {stop(proc)}")
+    print("serve checks:", "FAILED" if failed else "passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+// CUDA mixture-of-experts routing (CPU reference and the math: moe_routing.h).
+// Layouts are the reference's, all fp32. Deterministic: no atomics. The
+// router runs one warp per token (softmax and k warp-wide arg-max passes,
+// each choice the best of those ranked after the previous, so no list of
+// chosen experts is kept); the column sums one thread per expert; the sort
+// one block per expert, which counts the pairs of lower experts for its
+// first row, then places its own pairs in pair order (a ballot prefix per
+// chunk), so the sorted order is the reference's exactly.
+#pragma once
+
+#include <climits>
+
+#include "models/cuda/common.cuh"
+#include "models/ops/moe_routing.h"
+
+namespace cohort::models::cuda {
+
+constexpr int kMoeRowsPerBlock = 4;  // warps (one per token) in a router block
+
+__device__ inline bool moe_ranks_before(float pa, int ia, float pb, int ib) {
+  return pa > pb || (pa == pb && ia < ib);
+}
+
+__global__ void moe_router_forward_kernel(float* probs, int32_t* experts, float* weights,
+                                          const float* logits, int n, int E, int k,
+                                          bool renormalize) {
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kMoeRowsPerBlock + (threadIdx.x >> 5);
+  if (t >= n) return;  // whole warps leave together
+  const float* z = logits + static_cast<size_t>(t) * E;
+  float* p = probs + static_cast<size_t>(t) * E;
+  float max = -INFINITY;
+  for (int e = lane; e < E; e += 32) max = fmaxf(max, z[e]);
+  max = warp_max(max);
+  float total = 0;
+  for (int e = lane; e < E; e += 32) total += expf(z[e] - max);
+  total = warp_sum(total);
+  for (int e = lane; e < E; e += 32) p[e] = expf(z[e] - max) / total;  // z may be p
+  __syncwarp();
+  float prev_p = 0, chosen_sum = 0;
+  int prev_i = -1;
+  for (int j = 0; j < k; ++j) {
+    float best_p = -INFINITY;
+    int best_i = INT_MAX;
+    for (int e = lane; e < E; e += 32) {
+      const float pe = p[e];
+      const bool after = j == 0 || moe_ranks_before(prev_p, prev_i, pe, e);
+      if (after && moe_ranks_before(pe, e, best_p, best_i)) best_p = pe, best_i = e;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float other_p = __shfl_xor_sync(0xffffffffu, best_p, o);
+      const int other_i = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (moe_ranks_before(other_p, other_i, best_p, best_i)) best_p = other_p, best_i = other_i;
+    }
+    if (best_i >= E) best_i = 0, best_p = p[0];  // only non-finite logits rank nothing
+    prev_p = best_p, prev_i = best_i;
+    chosen_sum += best_p;
+    if (lane == 0) experts[static_cast<size_t>(t) * k + j] = best_i;
+    if (lane == 0) weights[static_cast<size_t>(t) * k + j] = best_p;
+  }
+  if (renormalize && lane == 0) {
+    for (int j = 0; j < k; ++j) weights[static_cast<size_t>(t) * k + j] /= chosen_sum;
+  }
+}
+
+// One thread per expert: adjacent threads read adjacent columns of a row.
+__global__ void moe_prob_sums_kernel(float* sums, const float* probs, int n, int E) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= E) return;
+  double s = 0;
+  for (int t = 0; t < n; ++t) s += probs[static_cast<size_t>(t) * E + e];
+  sums[e] = static_cast<float>(s);
+}
+
+// dprob of one expert of a row (see moe_routing.h): the auxiliary term plus,
+// for a chosen expert, the top-k weights' gradient.
+__device__ inline float moe_dprob(int e, const int32_t* chosen, const float* dw, int k, float S,
+                                  float dot_w, const float* dprob_all, bool renormalize) {
+  float dp = dprob_all ? dprob_all[e] : 0.0f;
+  for (int j = 0; j < k; ++j) {
+    if (chosen[j] == e) dp += renormalize ? (dw[j] - dot_w) / S : dw[j];
+  }
+  return dp;
+}
+
+__global__ void moe_router_backward_kernel(float* dlogits, const float* dweights,
+                                           const float* probs, const int32_t* experts,
+                                           const float* dprob_all, int n, int E, int k,
+                                           bool renormalize) {
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kMoeRowsPerBlock + (threadIdx.x >> 5);
+  if (t >= n) return;
+  const float* p = probs + static_cast<size_t>(t) * E;
+  const int32_t* chosen = experts + static_cast<size_t>(t) * k;
+  const float* dw = dweights + static_cast<size_t>(t) * k;
+  float S = 0, dot_w = 0;
+  for (int j = 0; j < k; ++j) S += p[chosen[j]];
+  for (int j = 0; j < k; ++j) dot_w += dw[j] * (p[chosen[j]] / S);
+  float dot_p = 0;
+  for (int e = lane; e < E; e += 32) {
+    dot_p += p[e] * moe_dprob(e, chosen, dw, k, S, dot_w, dprob_all, renormalize);
+  }
+  dot_p = warp_sum(dot_p);
+  float* dz = dlogits + static_cast<size_t>(t) * E;
+  for (int e = lane; e < E; e += 32) {
+    dz[e] += p[e] * (moe_dprob(e, chosen, dw, k, S, dot_w, dprob_all, renormalize) - dot_p);
+  }
+}
+
+// Block e: its first sorted row is the number of pairs with a lower expert;
+// then its pairs, in pair order, take the rows after it.
+__global__ void moe_permute_kernel(int32_t* offsets, int32_t* source_rows, int32_t* slots,
+                                   const int32_t* experts, int pairs, int E, int k) {
+  __shared__ int warp_counts[32];
+  const int e = blockIdx.x;
+  int first = 0;
+  for (int base = 0; base < pairs; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    first += __syncthreads_count(i < pairs && experts[i] < e);
+  }
+  offsets[e] = first;
+  if (e == E - 1 && threadIdx.x == 0) offsets[E] = pairs;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  int next = first;
+  for (int base = 0; base < pairs; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const bool mine = i < pairs && experts[i] == e;
+    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, chunk = 0;
+    for (int w = 0; w < warps; ++w) {
+      if (w < warp) before += warp_counts[w];
+      chunk += warp_counts[w];
+    }
+    if (mine) {
+      const int row = next + before + __popc(ballot & ((1u << lane) - 1u));
+      slots[i] = row;
+      source_rows[row] = i / k;
+    }
+    next += chunk;
+    __syncthreads();  // warp_counts is rewritten by the next chunk
+  }
+}
+
+__global__ void moe_combine_kernel(float* out, const float* ys, const int32_t* slots,
+                                   const float* weights, int n, int k, int dim) {
+  const size_t total = static_cast<size_t>(n) * dim;
+  for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < total;
+       x += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t t = x / dim, c = x % dim;
+    float sum = 0;
+    for (int j = 0; j < k; ++j) {
+      const size_t pair = t * k + j;
+      sum += (weights ? weights[pair] : 1.0f) * ys[static_cast<size_t>(slots[pair]) * dim + c];
+    }
+    out[x] += sum;
+  }
+}
+
+__global__ void moe_spread_gradient_kernel(float* dys, const float* dout, const float* weights,
+                                           const int32_t* slots, int n, int k, int dim) {
+  const size_t total = static_cast<size_t>(n) * k * dim;
+  for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < total;
+       x += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t pair = x / dim, c = x % dim;
+    dys[static_cast<size_t>(slots[pair]) * dim + c] = weights[pair] * dout[(pair / k) * dim + c];
+  }
+}
+
+// One warp per (token, choice): dweights = dout[t] . ys[slot].
+__global__ void moe_weight_gradient_kernel(float* dweights, const float* dout, const float* ys,
+                                           const int32_t* slots, int n, int k, int dim) {
+  const int lane = threadIdx.x & 31;
+  const size_t pair = static_cast<size_t>(blockIdx.x) * kMoeRowsPerBlock + (threadIdx.x >> 5);
+  if (pair >= static_cast<size_t>(n) * k) return;
+  const float* d = dout + (pair / k) * dim;
+  const float* y = ys + static_cast<size_t>(slots[pair]) * dim;
+  float dot = 0;
+  for (int c = lane; c < dim; c += 32) dot += d[c] * y[c];
+  dot = warp_sum(dot);
+  if (lane == 0) dweights[pair] = dot;
+}
+
+inline unsigned moe_warp_blocks(size_t rows) {
+  return static_cast<unsigned>((rows + kMoeRowsPerBlock - 1) / kMoeRowsPerBlock);
+}
+
+}  // namespace cohort::models::cuda

@@ -1,0 +1,57 @@
+// Private to models/quant: each format's checks, dequantization and (where
+// cohort makes the format) quantization, which quantized_weight.cc dispatches
+// to. Dequantizers read views of validated weights, over valid row ranges only.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "models/quant/quantized_weight.h"
+
+namespace cohort::models::quant::detail {
+
+// InvalidArgument "NAME (FORMAT [rows, cols]): what".
+Status weight_error(const QuantizedWeight& w, const std::string& what);
+// Ok when `buffer` holds `have` elements and the format needs `need`.
+Status expect_count(const QuantizedWeight& w, const char* buffer, size_t have, size_t need);
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Little-endian int32 word `i` of a packed buffer, as safetensors stores I32.
+inline uint32_t word_at(const uint8_t* bytes, size_t i) {
+  uint32_t w;
+  std::memcpy(&w, bytes + 4 * i, 4);
+  return w;
+}
+
+Status validate_fp8(const QuantizedWeight& w);
+void dequantize_fp8_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end, float* out);
+Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float* x, int64_t rows,
+                                           int64_t cols, int64_t block_rows, int64_t block_cols);
+
+Status validate_gptq(const QuantizedWeight& w);
+void dequantize_gptq_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                          float* out);
+
+Status validate_awq(const QuantizedWeight& w);
+void dequantize_awq_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end, float* out);
+
+Status validate_int_group(const QuantizedWeight& w);
+void dequantize_int_group_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                               float* out);
+Result<QuantizedWeight> quantize_int_group(WeightFormat format, const std::string& name,
+                                           const float* x, int64_t rows, int64_t cols,
+                                           int64_t group_size);
+
+Status validate_nf4(const QuantizedWeight& w);
+void dequantize_nf4_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end, float* out);
+Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float* x, int64_t rows,
+                                            int64_t cols, int64_t block);
+
+// Error naming the first non-finite element of x [rows, cols], else ok.
+Status check_finite(const std::string& name, const float* x, int64_t rows, int64_t cols);
+
+}  // namespace cohort::models::quant::detail

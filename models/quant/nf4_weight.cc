@@ -1,0 +1,139 @@
+// NF4 with double-quantized block scales (definition in nf4.h).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "models/quant/formats.h"
+#include "models/quant/nf4.h"
+
+namespace cohort::models::quant {
+
+const std::array<float, 256>& dynamic_map() {
+  static const std::array<float, 256> map = [] {
+    std::vector<double> values;
+    // Exponent i gives 2^i values: the midpoints of linspace(0.1, 1, 2^i + 1)
+    // times 10^(i - 6), and their negatives (7 exponents, 127 of each sign).
+    for (int i = 0; i < 7; ++i) {
+      const int boundaries = (1 << i) + 1;
+      const double step = 0.9 / (boundaries - 1), magnitude = std::pow(10.0, i - 6);
+      for (int j = 0; j + 1 < boundaries; ++j) {
+        const double mean = ((0.1 + j * step) + (0.1 + (j + 1) * step)) / 2.0;
+        values.push_back(magnitude * mean);
+        values.push_back(-magnitude * mean);
+      }
+    }
+    values.push_back(0.0);
+    values.push_back(1.0);
+    std::sort(values.begin(), values.end());
+    std::array<float, 256> out{};
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(values[i]);
+    return out;
+  }();
+  return map;
+}
+
+int nearest_index(const float* table, int size, float x) {
+  int best = 0;
+  float best_distance = std::fabs(x - table[0]);
+  for (int i = 1; i < size; ++i) {
+    const float d = std::fabs(x - table[i]);
+    if (d < best_distance) best = i, best_distance = d;
+  }
+  return best;
+}
+
+namespace detail {
+namespace {
+
+constexpr int kZeroLevel = 7;      // kNf4Levels[7] == 0
+constexpr int kDynamicZero = 127;  // dynamic_map()[127] == 0
+
+int64_t element_count(const QuantizedWeight& w) {
+  return w.rows * w.cols;
+}
+
+inline int code_at(const PackedWeightView& w, int64_t e) {
+  const uint8_t byte = w.packed[size_t(e / 2)];
+  return e % 2 == 0 ? byte >> 4 : byte & 0xf;
+}
+
+// The dequantized absmax of NF4 block b.
+inline float block_absmax(const PackedWeightView& w, int64_t b) {
+  return dynamic_map()[w.nf4_absmax_codes[b]] * w.nf4_absmax_scales[b / kNf4AbsmaxBlock] +
+         w.nf4_absmax_offset;
+}
+
+}  // namespace
+
+Status validate_nf4(const QuantizedWeight& w) {
+  if (w.bits != 4) return weight_error(w, "NF4 is 4-bit; bits is " + std::to_string(w.bits));
+  if (w.group_size <= 0) return weight_error(w, "the NF4 block size must be positive");
+  const int64_t n = element_count(w), blocks = ceil_div(n, w.group_size);
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "the packed codes (bytes)", w.packed.size(), size_t(ceil_div(n, 2))));
+  COHORT_RETURN_IF_ERROR(
+      expect_count(w, "the absmax codes", w.nf4_absmax.codes.size(), size_t(blocks)));
+  return expect_count(w, "the absmax scales", w.nf4_absmax.scales.size(),
+                      size_t(ceil_div(blocks, kNf4AbsmaxBlock)));
+}
+
+void dequantize_nf4_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
+                         float* out) {
+  const int64_t first = row_begin * w.cols, last = row_end * w.cols;
+  int64_t cached_block = -1;
+  float absmax = 0.0f;
+  for (int64_t e = first; e < last; ++e) {
+    const int64_t b = e / w.group_size;
+    if (b != cached_block) absmax = block_absmax(w, b), cached_block = b;
+    out[e - first] = kNf4Levels[code_at(w, e)] * absmax;
+  }
+}
+
+Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float* x, int64_t rows,
+                                            int64_t cols, int64_t block) {
+  QuantizedWeight w;
+  w.format = WeightFormat::kNf4;
+  w.name = name;
+  w.rows = rows, w.cols = cols, w.bits = 4;
+  w.group_size = block;
+  if (block <= 0) return weight_error(w, "the NF4 block size must be positive");
+  const int64_t n = rows * cols, blocks = ceil_div(n, block);
+  w.packed.assign(size_t(ceil_div(n, 2)), 0);
+  std::vector<float> absmax(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t e0 = b * block, e1 = std::min(n, e0 + block);
+    float a = 0.0f;
+    for (int64_t e = e0; e < e1; ++e) a = std::max(a, std::fabs(x[e]));
+    absmax[size_t(b)] = a;
+    for (int64_t e = e0; e < e1; ++e) {
+      const int q =
+          a > 0.0f ? nearest_index(kNf4Levels, 16, std::clamp(x[e] / a, -1.0f, 1.0f)) : kZeroLevel;
+      w.packed[size_t(e / 2)] |= static_cast<uint8_t>(e % 2 == 0 ? q << 4 : q);
+    }
+  }
+  // Double quantization of the absmax: around their mean, 8-bit dynamic
+  // codes in blocks of 256, each block scaled by its own absmax.
+  double sum = 0.0;
+  for (float a : absmax) sum += a;
+  Nf4Absmax& stats = w.nf4_absmax;
+  stats.offset = static_cast<float>(sum / static_cast<double>(blocks));
+  stats.codes.resize(size_t(blocks));
+  stats.scales.resize(size_t(ceil_div(blocks, kNf4AbsmaxBlock)));
+  const std::array<float, 256>& map = dynamic_map();
+  for (size_t s = 0; s < stats.scales.size(); ++s) {
+    const size_t b0 = s * kNf4AbsmaxBlock, b1 = std::min(size_t(blocks), b0 + kNf4AbsmaxBlock);
+    float a2 = 0.0f;
+    for (size_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(absmax[b] - stats.offset));
+    stats.scales[s] = a2;
+    for (size_t b = b0; b < b1; ++b) {
+      const float centred = absmax[b] - stats.offset;
+      stats.codes[b] = static_cast<uint8_t>(
+          a2 > 0.0f ? nearest_index(map.data(), 256, std::clamp(centred / a2, -1.0f, 1.0f))
+                    : kDynamicZero);
+    }
+  }
+  return w;
+}
+
+}  // namespace detail
+}  // namespace cohort::models::quant
