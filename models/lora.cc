@@ -68,6 +68,12 @@ Status LoraAdapters::build_layout() {
     };
     for (LoraTarget t : kAllLoraTargets) {
       if (!config_.has_target(t)) continue;
+      const bool mlp = t == LoraTarget::kGate || t == LoraTarget::kUp || t == LoraTarget::kDown;
+      if (mlp && model_.config().moe.experts > 0) {
+        return failed_precondition(
+            "[lora] target_modules: this model's MLPs are mixtures of experts, and adapters on the experts are "
+            "not supported yet; target the attention projections (q_proj, k_proj, v_proj, o_proj)");
+      }
       const std::string w_name = fmt::format("model.layers.{}.{}.weight", l, hf_module_path(t));
       const ParamSpec* w = base.groups[base.block_group(l)].find(w_name);
       if (!w) return internal_error("lora: the model has no " + w_name);

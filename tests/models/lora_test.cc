@@ -122,6 +122,19 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{"qwen3_dropout", false, 0.3, true, false, false}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Adapters on a mixture of experts' MLPs are refused, naming what works.
+TEST(Lora, ExpertMlpsAreRefusedAttentionIsAdapted) {
+  auto backend = make_cpu_backend();
+  auto model = Model::create(*preset_config("tiny-moe"), {}, backend.get(), {}, Model::Buffers::kParamsOnly);
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  auto refused = LoraAdapters::create(**model, all_linear(4, 8, false));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("mixtures of experts"), std::string::npos) << refused.status().message();
+  LoraConfig attention = all_linear(4, 8, false);
+  attention.targets = {LoraTarget::kQ, LoraTarget::kV};
+  EXPECT_TRUE(LoraAdapters::create(**model, attention).is_ok());
+}
+
 TEST(Lora, ScaleIsAlphaOverRankOrOverItsSquareRoot) {
   LoraConfig l = all_linear(16, 32, false);
   EXPECT_FLOAT_EQ(l.scale(), 2.0f);
