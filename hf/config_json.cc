@@ -123,7 +123,11 @@ Status parse_moe(const json& j, ModelConfig* c) {
     }
   } else {
     const int experts = 128, top = 8, size = 768, step = 1;
-    COHORT_RETURN_IF_ERROR(int_field(j, "num_experts", &experts, &m.experts));
+    // transformers 5 writes Qwen3-MoE's expert count as num_local_experts
+    // (Mixtral's name); the published checkpoints say num_experts.
+    const char* experts_key = !j.contains("num_experts") && j.contains("num_local_experts") ? "num_local_experts"
+                                                                                           : "num_experts";
+    COHORT_RETURN_IF_ERROR(int_field(j, experts_key, &experts, &m.experts));
     COHORT_RETURN_IF_ERROR(int_field(j, "num_experts_per_tok", &top, &m.experts_per_token));
     COHORT_RETURN_IF_ERROR(int_field(j, "moe_intermediate_size", &size, &m.expert_intermediate));
     COHORT_RETURN_IF_ERROR(bool_field(j, "norm_topk_prob", false, &m.normalize_top_k));

@@ -299,7 +299,7 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "Share of the GPU's memory the server may use for the model, its buffers and the KV "
                             "cache, when kv_cache_tokens is 0; the cache gets what is left, and a job whose cache "
                             "cannot hold one sequence of context stops with the numbers.",
-                    .min = 0.05, .max = 1.0}));
+                    .min = 0.01, .max = 1.0}));
   f.push_back(bind("serve", "tool_parser", &J::serve, &ServeSection::tool_parser,
                    {.text = "How a chat reply's tool calls are read from its text when a request gives tools: "
                             "hermes (`<tool_call>{...}</tool_call>`, Qwen's), llama3_json (the reply is the call's "

@@ -111,6 +111,10 @@ TEST(HfMoeConfig, OutOfBoundsFieldsAreRefusedByName) {
     EXPECT_NE(c.status().message().find(word), std::string::npos) << c.status().to_string();
   }
   // Experts beyond the limits are refused before anything is sized.
+  // transformers 5 saves Qwen3-MoE's expert count under Mixtral's name.
+  auto renamed = parse_config_json("{" + qwen + R"(,"num_local_experts":6,"num_experts_per_tok":2})", 4096);
+  ASSERT_TRUE(renamed.is_ok()) << renamed.status().message();
+  EXPECT_EQ(renamed->moe.experts, 6);
   auto huge = parse_config_json("{" + qwen + R"(,"num_experts":100000})", 4096);
   EXPECT_NE(huge.status().message().find("limit"), std::string::npos) << huge.status().to_string();
   // A dense model_type with experts is not a mixture of experts.
