@@ -176,8 +176,19 @@ class ParserBase : public ToolCallParser {
  public:
   explicit ParserBase(std::string id_prefix) : id_prefix_(std::move(id_prefix)) {}
   int calls() const override { return calls_; }
+  // The text waits in pending_ until the format's state machine (advance)
+  // can tell what it is.
+  ToolParseOutput feed(const std::string& text) final {
+    ToolParseOutput out;
+    pending_ += text;
+    for (bool progress = true; progress;) progress = advance(out);
+    return out;
+  }
 
  protected:
+  // One move over pending_; false when it must wait for more text.
+  virtual bool advance(ToolParseOutput& out) = 0;
+  std::string pending_;
   // Feeds the current call; adds its deltas to `out`. Returns the text it
   // did not consume (after the object's end).
   std::string feed_call(const std::string& text, ToolParseOutput& out) {
@@ -214,13 +225,6 @@ class HermesParser final : public ParserBase {
  public:
   using ParserBase::ParserBase;
 
-  ToolParseOutput feed(const std::string& text) override {
-    ToolParseOutput out;
-    pending_ += text;
-    for (bool progress = true; progress;) progress = advance(out);
-    return out;
-  }
-
   ToolParseOutput finish() override {
     ToolParseOutput out;
     if (state_ == State::kText || state_ == State::kAfterCall) out.content += pending_;
@@ -234,8 +238,7 @@ class HermesParser final : public ParserBase {
  private:
   enum class State { kText, kCall, kBad, kAfterCall };
 
-  // One move of the state machine over pending_; false when it must wait.
-  bool advance(ToolParseOutput& out) {
+  bool advance(ToolParseOutput& out) override {
     switch (state_) {
       case State::kText: {
         const size_t at = pending_.find(kToolCallOpen);
@@ -299,7 +302,6 @@ class HermesParser final : public ParserBase {
   }
 
   State state_ = State::kText;
-  std::string pending_;
   std::string opened_with_;  // whitespace after <tool_call>, for content if it is no call
 };
 
@@ -308,13 +310,6 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 class Llama3JsonParser final : public ParserBase {
  public:
   using ParserBase::ParserBase;
-
-  ToolParseOutput feed(const std::string& text) override {
-    ToolParseOutput out;
-    pending_ += text;
-    for (bool progress = true; progress;) progress = advance(out);
-    return out;
-  }
 
   ToolParseOutput finish() override {
     ToolParseOutput out;
@@ -327,7 +322,7 @@ class Llama3JsonParser final : public ParserBase {
  private:
   enum class State { kStart, kCall, kBetween, kText };
 
-  bool advance(ToolParseOutput& out) {
+  bool advance(ToolParseOutput& out) override {
     switch (state_) {
       case State::kStart: {
         size_t i = 0;
@@ -387,7 +382,6 @@ class Llama3JsonParser final : public ParserBase {
   }
 
   State state_ = State::kStart;
-  std::string pending_;
 };
 
 }  // namespace
