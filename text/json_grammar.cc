@@ -515,6 +515,7 @@ bool JsonMatcher::feed(unsigned char byte) {
   // The same stack reached two ways is one future.
   std::vector<Stack> unique;
   for (Stack& s : next) {
+    if (unique.size() >= size_t(JsonGrammar::kMaxWays)) break;
     if (std::find(unique.begin(), unique.end(), s) == unique.end()) unique.push_back(std::move(s));
   }
   stacks_ = std::move(unique);

@@ -42,6 +42,11 @@ class JsonGrammar {
   static constexpr int kMaxNodes = 4096;       // schema size after $refs are resolved
   static constexpr int kMaxFreeItems = 512;    // array items and free-object keys when unbounded
   static constexpr int kMaxKeyBytes = 256;     // keys of objects without listed properties
+  // Parses a matcher follows at once (anyOf, enums, optional properties):
+  // past this, the later alternatives are dropped, so a schema cannot make
+  // a step's cost grow without bound; the matcher may then refuse text
+  // that only a dropped alternative took, never accept text none takes.
+  static constexpr int kMaxWays = 64;
 
   // `schema` null: any JSON object (response_format json_object). Errors
   // name the keyword and its place ("schema.properties.a.pattern").
@@ -91,6 +96,8 @@ class JsonMatcher {
   // The text so far is a whole value (with the suffix): nothing more may come.
   bool complete() const;
   bool dead() const { return stacks_.empty(); }
+  // Parses followed at once (at most JsonGrammar::kMaxWays).
+  size_t ways() const { return stacks_.size(); }
   // A key for the state (equal keys: equal futures), for caching masks.
   std::string key() const;
 

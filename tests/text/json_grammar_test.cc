@@ -96,6 +96,20 @@ TEST(JsonGrammar, EnumsConstsUnionsAndReferences) {
   EXPECT_TRUE(accepts(c, R"({"k":[1,2]})"));
 }
 
+// A schema with more alternatives than kMaxWays costs no more per byte:
+// the earliest ones are followed, and text of a dropped one is refused.
+TEST(JsonGrammar, AlternativesFollowedAtOnceAreBounded) {
+  ojson values = ojson::array();
+  for (int i = 0; i < 200; ++i) values.push_back("v" + std::to_string(1000 + i));
+  auto g = JsonGrammar::compile(ojson{{"enum", values}});
+  ASSERT_TRUE(g.is_ok());
+  JsonMatcher m(*g);
+  ASSERT_TRUE(m.feed('"'));
+  EXPECT_EQ(m.ways(), size_t(JsonGrammar::kMaxWays));
+  EXPECT_TRUE(accepts(*g, "\"v1000\""));
+  EXPECT_FALSE(accepts(*g, "\"v1199\""));
+}
+
 TEST(JsonGrammar, PrefixAndSuffixAroundTheValue) {
   auto g = grammar(R"({"type": "object", "properties": {"name": {"const": "f"}, "arguments": {"type": "object"}},
                        "required": ["name", "arguments"]})",
