@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cmath>
 
 namespace cohort::infer {
@@ -168,106 +167,44 @@ void Scheduler::drop_cancelled(std::vector<TokenEvent>& events) {
   cancels_.clear();
 }
 
-void Scheduler::prefill(std::vector<TokenEvent>& events, StepStats& st) {
-  const auto t0 = Clock::now();
-  int budget = options_.prefill_chunk > 0 ? options_.prefill_chunk : INT_MAX;
-  continue_prefills(events, st, budget);  // they hold a slot: they go first
-  while (budget > 0 && !waiting_.empty()) {
-    if (!admit_round(events, st, budget)) break;
-  }
-  st.prefill_s += seconds_since(t0);
+int Scheduler::admit_head() {
+  int s = 0;
+  while (s < static_cast<int>(slots_.size()) && slots_[s].busy) ++s;
+  if (s == static_cast<int>(slots_.size())) return -1;
+  const int64_t need = blocks_needed(waiting_.front());
+  if (reserved_blocks_ + need > engine_.kv_blocks()) return -1;  // until blocks come back
+  Slot& slot = slots_[s];
+  slot.req = std::move(waiting_.front());
+  waiting_.pop_front();
+  slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
+  slot.reserved = need, reserved_blocks_ += need;
+  slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
+  ++running_;
+  return s;
 }
 
-void Scheduler::continue_prefills(std::vector<TokenEvent>& events, StepStats& st, int& budget) {
+void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step) {
+  const bool cut = options_.max_batched_tokens > 0 && engine_.can_extend();
+  // Sequences part-way through their prompt hold a slot: they go first.
   for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {
     Slot& slot = slots_[s];
     if (!slot.busy || slot.prefilled >= slot.req.prompt.size()) continue;
     const int n = static_cast<int>(std::min<size_t>(slot.req.prompt.size() - slot.prefilled, budget));
-    const bool last = slot.prefilled + n == slot.req.prompt.size();
-    const bool logits = last && wants_logits(slot);
-    engine_.extend(static_cast<int>(s), slot.req.prompt.data() + slot.prefilled, n,
-                   logits ? logits_.data() : nullptr, greedy_.data());
-    slot.prefilled += n, budget -= n, st.prefill_tokens += n;
-    if (last) emit(static_cast<int>(s), pick(slot, logits_.data(), greedy_[0], logits),
-                   logits ? logits_.data() : nullptr, events);
+    chunks.push_back(Chunk{static_cast<int>(s), slot.req.prompt.data() + slot.prefilled, n, false});
+    budget -= n;
   }
-}
-
-bool Scheduler::admit_round(std::vector<TokenEvent>& events, StepStats& st, int& budget) {
-  const size_t V = static_cast<size_t>(engine_.vocab_size());
-  const int chunk = options_.prefill_chunk;
-  const bool chunked = chunk > 0 && engine_.can_extend();
-  std::vector<int> admit;
-  std::vector<const std::vector<int32_t>*> prompts;
-  bool logits = false;
-  for (size_t s = 0; s < slots_.size() && budget > 0 && !waiting_.empty(); ++s) {
-    if (slots_[s].busy) continue;
+  while (budget > 0 && !waiting_.empty()) {
     const int size = static_cast<int>(waiting_.front().prompt.size());
     // An engine that cannot extend takes a long prompt whole, but only in a
-    // step that has spent nothing yet, so one step stays near the budget.
-    if (size > budget && !chunked && budget < chunk) {
-      budget = 0;
-      break;
-    }
-    const int64_t need = blocks_needed(waiting_.front());
-    if (reserved_blocks_ + need > engine_.kv_blocks()) break;  // until blocks come back
-    Slot& slot = slots_[s];
-    slot.req = std::move(waiting_.front());
-    waiting_.pop_front();
-    slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
-    slot.reserved = need, reserved_blocks_ += need;
-    slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
-    ++running_, ++st.admitted;
-    if (size > budget && chunked) {  // the first chunk now, the rest in later steps
-      engine_.prefill(static_cast<int>(s), slot.req.prompt.data(), budget, nullptr, greedy_.data());
-      slot.prefilled = budget, st.prefill_tokens += budget, budget = 0;
-      break;
-    }
-    budget = size >= budget ? 0 : budget - size;
-    admit.push_back(static_cast<int>(s));
-    prompts.push_back(&slot.req.prompt);
-    logits = logits || wants_logits(slot);
-  }
-  if (admit.empty()) return false;
-  engine_.prefill_many(admit.data(), prompts, logits ? logits_.data() : nullptr, greedy_.data());
-  std::vector<int32_t> first(admit.size());
-  for (size_t j = 0; j < admit.size(); ++j) {
-    first[j] = pick(slots_[admit[j]], logits_.data() + j * V, greedy_[j], logits);
-  }
-  // A sequence that ends on its first token frees its slot for the next round.
-  for (size_t j = 0; j < admit.size(); ++j) {
-    Slot& slot = slots_[admit[j]];
-    slot.prefilled = slot.req.prompt.size();
-    st.prefill_tokens += static_cast<int64_t>(slot.req.prompt.size());
-    emit(admit[j], first[j], logits ? logits_.data() + j * V : nullptr, events);
-  }
-  return true;
-}
-
-void Scheduler::decode(std::vector<TokenEvent>& events, StepStats& st) {
-  const size_t V = static_cast<size_t>(engine_.vocab_size());
-  std::vector<int> batch;
-  std::vector<int32_t> tokens;
-  bool logits = false;
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    const Slot& slot = slots_[s];
-    if (!slot.busy || slot.prefilled < slot.req.prompt.size()) continue;
-    batch.push_back(static_cast<int>(s));
-    tokens.push_back(slot.generated.back());
-    logits = logits || wants_logits(slot);
-  }
-  if (batch.empty()) return;
-  const auto t0 = Clock::now();
-  const int B = static_cast<int>(batch.size());
-  engine_.decode(batch.data(), tokens.data(), B, logits ? logits_.data() : nullptr, greedy_.data());
-  std::vector<int32_t> next(batch.size());
-  for (int b = 0; b < B; ++b) {
-    next[b] = pick(slots_[batch[b]], logits_.data() + b * V, greedy_[b], logits);
-  }
-  st.decode_s += seconds_since(t0);
-  st.decode_batch = B;
-  for (int b = 0; b < B; ++b) {
-    emit(batch[b], next[b], logits ? logits_.data() + b * V : nullptr, events);
+    // step that holds nothing else, so one step stays near the budget.
+    const bool whole_past_budget = !cut && size > budget;
+    if (whole_past_budget && !(empty_step && chunks.empty())) break;
+    const int s = admit_head();
+    if (s < 0) break;
+    ++st.admitted;
+    const int n = whole_past_budget ? size : std::min(size, budget);
+    chunks.push_back(Chunk{s, slots_[s].req.prompt.data(), n, true});
+    budget = n >= budget ? 0 : budget - n;
   }
 }
 
@@ -275,8 +212,58 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   std::vector<TokenEvent> events;
   StepStats st;
   drop_cancelled(events);
-  prefill(events, st);
-  decode(events, st);
+  std::vector<int> decode_slots;
+  std::vector<int32_t> decode_tokens;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (!slot.busy || slot.prefilled < slot.req.prompt.size()) continue;
+    decode_slots.push_back(static_cast<int>(s));
+    decode_tokens.push_back(slot.generated.back());
+  }
+  const int d = static_cast<int>(decode_slots.size());
+  const int rows_left = std::max(engine_.max_step_rows() - d, 0);
+  const int budget = options_.max_batched_tokens > 0
+                         ? std::min(std::max(options_.max_batched_tokens - d, 1), rows_left)
+                         : rows_left;
+  std::vector<Chunk> chunks;
+  plan_prompts(chunks, st, budget, d == 0);
+  if (d == 0 && chunks.empty()) {
+    if (stats) *stats = st;
+    return events;
+  }
+  // Outputs: the decode rows, then each chunk's last position, which only
+  // a chunk that ends its prompt uses.
+  std::vector<int> out_slots = decode_slots;
+  std::vector<bool> used(d, true);
+  bool logits = false;
+  for (int s : decode_slots) logits = logits || wants_logits(slots_[s]);
+  for (const Chunk& c : chunks) {
+    const Slot& slot = slots_[c.slot];
+    const bool last = slot.prefilled + c.n == slot.req.prompt.size();
+    out_slots.push_back(c.slot);
+    used.push_back(last);
+    logits = logits || (last && wants_logits(slot));
+    st.prefill_tokens += c.n;
+  }
+  const auto t0 = Clock::now();
+  engine_.step(decode_slots.data(), decode_tokens.data(), d, chunks, logits ? logits_.data() : nullptr,
+               greedy_.data());
+  for (const Chunk& c : chunks) slots_[c.slot].prefilled += c.n;
+  const size_t V = static_cast<size_t>(engine_.vocab_size());
+  std::vector<int32_t> next(out_slots.size(), -1);
+  for (size_t j = 0; j < out_slots.size(); ++j) {
+    if (used[j]) next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], logits);
+  }
+  const double elapsed = seconds_since(t0);
+  if (chunks.empty()) {
+    st.decode_s = elapsed, st.decode_batch = d;
+  } else {
+    st.prefill_s = elapsed;
+  }
+  st.decode_rows = d;
+  for (size_t j = 0; j < out_slots.size(); ++j) {
+    if (used[j]) emit(out_slots[j], next[j], logits ? logits_.data() + j * V : nullptr, events);
+  }
   if (stats) *stats = st;
   return events;
 }

@@ -2,24 +2,23 @@
 // at a time. The offline job (generate_all) and the server (serve_job) both
 // drive it; there is no other generation loop.
 //
-// A step, in order:
+// A step is one forward (InferenceEngine::step), filled in order:
 //   1. cancelled requests leave (a waiting one is dropped, a running one frees
 //      its slot), each reported once with finish_reason "cancelled";
-//   2. prefill: sequences part-way through their prompt continue, then waiting
+//   2. every sequence past its prefill gets its next token's row;
+//   3. the rest of the step's token budget (max_batched_tokens) goes to
+//      prompts: sequences part-way through theirs continue, then waiting
 //      requests are admitted into free slots, first come first served, until
-//      the step's prompt-token budget (prefill_chunk) is spent or the KV
-//      cache's free blocks are: a request is admitted only when the blocks
-//      not reserved by running sequences hold its whole length (prompt plus
-//      max_new_tokens), so a running sequence never runs out of cache and
-//      none is ever preempted; the queue's head waits for blocks to come
-//      back rather than be overtaken. A prompt
-//      longer than the budget is prefilled in chunks over several steps, so
-//      running streams keep getting a token every step. Requests whose whole
-//      prompt fits go through one prefill_many call; a sequence that ends on
-//      its first token frees its slot for another admission round;
-//   3. decode: every sequence past its prefill gets one token, in one call.
-// With prefill_chunk 0 (the offline job) prompts are prefilled whole, which
-// gives the engine the same calls as before the server existed.
+//      the budget or the KV cache's free blocks are spent: a request is
+//      admitted only when the blocks not reserved by running sequences hold
+//      its whole length (prompt plus max_new_tokens), so a running sequence
+//      never runs out of cache and none is ever preempted; the queue's head
+//      waits for blocks to come back rather than be overtaken. A prompt
+//      longer than what is left is cut, and the rest goes on in later steps,
+//      so running streams keep getting a token every step.
+// A sequence whose prompt ends in a step gets its first token from it.
+// With max_batched_tokens 0 (the offline job) prompts are prefilled whole,
+// as many as the engine's rows hold.
 //
 // Determinism: a sequence samples with its own generator (sampling.seed,
 // stream), so its tokens do not depend on what it is batched with; decisions
@@ -76,15 +75,21 @@ struct TokenEvent {
   std::vector<std::pair<int32_t, float>> top;  // its top_logprobs likeliest (id, logprob), likeliest first
 };
 
+// A step's time is prefill_s when it carried prompt tokens, else decode_s
+// (decode-only steps, whose rate is the engine's decode speed).
 struct StepStats {
   double prefill_s = 0, decode_s = 0;
   int64_t prefill_tokens = 0;     // prompt tokens that went through the engine
-  int decode_batch = 0;           // sequences in the decode call (0: none)
+  int decode_batch = 0;           // sequences in a decode-only step (0: none, or the step had prompts)
+  int decode_rows = 0;            // sequences that got a next token beside any prompts
   int admitted = 0;               // requests that took a slot this step
 };
 
 struct SchedulerOptions {
-  int prefill_chunk = 0;          // prompt tokens per step; 0: whole prompts
+  // Tokens one step's forward takes, decode rows first (at least one prompt
+  // token a step beyond them, so prompts always move); 0: no bound but the
+  // engine's rows, and prompts go whole.
+  int max_batched_tokens = 0;
   // Full logits for every call even when all sequences decode greedily (for
   // on_logits); must be alike on every rank of a tensor-parallel group.
   bool return_logits = false;
@@ -128,12 +133,14 @@ class Scheduler {
   int64_t blocks_needed(const SequenceRequest& r) const;
 
   void drop_cancelled(std::vector<TokenEvent>& events);
-  void prefill(std::vector<TokenEvent>& events, StepStats& st);
-  // Both spend from `budget` (prompt tokens left this step).
-  void continue_prefills(std::vector<TokenEvent>& events, StepStats& st, int& budget);
-  // Admits waiting requests into free slots, one prefill_many; false when none was.
-  bool admit_round(std::vector<TokenEvent>& events, StepStats& st, int& budget);
-  void decode(std::vector<TokenEvent>& events, StepStats& st);
+  // The step's prompt chunks: sequences part-way through their prompt, then
+  // admissions, within `budget` prompt tokens; `empty_step`: no decode row,
+  // so a prompt an engine cannot cut may go whole past the budget.
+  using Chunk = models::decode::InferenceEngine::Chunk;
+  void plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step);
+  // Takes a slot for the queue's head; -1 when none is free or the KV cache
+  // cannot hold its whole length beside the running reservations.
+  int admit_head();
   bool wants_logits(const Slot& s) const;
   // Records token t for slot s; false when the sequence ended (slot freed).
   bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);

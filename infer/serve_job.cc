@@ -226,7 +226,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                           build_engine(engine_spec, setup.config, world, world.size, serve.max_running, setup.context,
                                        serve.kv_cache_tokens, serve.gpu_memory_fraction));
   SchedulerOptions so;
-  so.prefill_chunk = serve.prefill_chunk;
+  so.max_batched_tokens = serve.max_batched_tokens;
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
     const auto formats = weight_formats(spec.model, setup.config);  // the load above read the same headers

@@ -206,6 +206,11 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
   if (spec.model.max_seq > 0 && s.context > spec.model.max_seq)
     ctx.error_at("serve.context", "serve.context: " + std::to_string(s.context) +
                                       " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
+  // Every running sequence's next token is in every step.
+  if (s.max_batched_tokens < s.max_running)
+    ctx.error_at("serve.max_batched_tokens", "serve.max_batched_tokens: " + std::to_string(s.max_batched_tokens) +
+                                                 " is less than serve.max_running " + std::to_string(s.max_running) +
+                                                 ": a step holds one token of every running sequence");
   // A cache smaller than one context would accept requests it can never
   // admit. (With context 0 the server checks once it knows the model's.)
   if (s.kv_cache_tokens > 0 && s.context > 0 && s.kv_cache_tokens < s.context)

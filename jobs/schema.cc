@@ -284,10 +284,11 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "Positions per sequence, prompt plus output; the KV cache holds max_running of them "
                             "(0: the model's max_seq, at most 4096).",
                     .min = 0, .max = 1e7}));
-  f.push_back(bind("serve", "prefill_chunk", &J::serve, &ServeSection::prefill_chunk,
-                   {.text = "Prompt tokens prefilled per step, so long prompts do not stall running streams "
-                            "(0: whole prompts).",
-                    .min = 0, .max = 1e7}));
+  f.push_back(bind("serve", "max_batched_tokens", &J::serve, &ServeSection::max_batched_tokens,
+                   {.text = "Tokens one forward step takes: every running sequence's next token first, then "
+                            "prompts, a long one in chunks over several steps, so running streams keep getting "
+                            "a token every step. At least max_running.",
+                    .min = 1, .max = 1e6}));
   f.push_back(bind("serve", "kv_cache_tokens", &J::serve, &ServeSection::kv_cache_tokens,
                    {.text = "Positions the KV cache holds for all running sequences together, in blocks of 16 "
                             "handed out as sequences grow; a request waits until its prompt plus max_tokens fits "

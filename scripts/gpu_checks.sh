@@ -15,6 +15,9 @@
 #                                          throughput before (BEFORE=folder of binaries) and after, alternating
 #   scripts/gpu_checks.sh serve OUTDIR     the server's checks (bench/serve_checks.py): the KV cache sized by
 #                                          GPU memory, structured output's cost on a 152k vocabulary
+#   scripts/gpu_checks.sh prefill OUTDIR   prefill attention and the one-forward step: their GPU tests,
+#                                          then offline prefill and bench/serve_speed.sh after and before
+#                                          (BEFORE=folder of the earlier cohort-worker), one call
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -103,6 +106,21 @@ elif [[ $phase == serve ]]; then
   STEP_TIMEOUT=${SERVE_TIMEOUT:-420} step serve_checks python3 bench/serve_checks.py --worker "$bin/cohort-worker" \
     --work /tmp/serve-checks
   grep -E "^(by_memory|too_small|structured|serve checks)" "$out/serve_checks.log"
+elif [[ $phase == prefill ]]; then
+  for t in models_decode_ops_parity_test infer_gpu_test models_spec_executors_gpu_test; do
+    STEP_TIMEOUT=150 step "$t" "$tests/$t"
+    grep -E "FAILED|Failure|Which is" "$out/$t.log" | head -20
+  done
+  folder=/tmp/qwen3-0.6b
+  [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder.log" 2>&1
+  for which in after ${BEFORE:+before}; do
+    dir=$bin; [[ $which == before ]] && dir=$BEFORE
+    STEP_TIMEOUT=200 step "offline_$which" python3 bench/infer_bench.py --worker "$dir/cohort-worker" \
+      --no-transformers --batches 1,64 --prompt-lens 512,1984 --new 32 --work "/tmp/offline-$which"
+    tail -6 "$out/offline_$which.log"
+    STEP_TIMEOUT=300 step "serve_$which" bench/serve_speed.sh "$dir/cohort-worker" "$folder" "$out/serve" "$which"
+    grep -E "^#|^[a-z0-9]+ \|" "$out/serve_$which.log"
+  done
 elif [[ $phase == decode ]]; then
   STEP_TIMEOUT=120 step models_decode_ops_parity_test "$tests/models_decode_ops_parity_test"
   grep -E "FAILED|Failure|Which is|splits|paged|contiguous" "$out/models_decode_ops_parity_test.log" | head -20

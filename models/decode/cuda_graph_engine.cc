@@ -180,6 +180,7 @@ Status CudaGraphEngine::init_runtime(const models::EnqueuedTensorParallelFactory
     time_steps_ = true;
   }
   if (overrides.fused_attention_rows >= 0) fused_attention_rows_ = overrides.fused_attention_rows;
+  prefill_tiles_ = models::cuda::prefill_attention_supports(config_.head_dim);
   if (!overrides.attention.empty()) {
     COHORT_ASSIGN_OR_RETURN(attention_form_, models::cuda::parse_decode_attention_form(overrides.attention));
   }
@@ -264,7 +265,7 @@ Status CudaGraphEngine::alloc_buffers() {
   const size_t I = dims_.intermediate, V = dims_.vocab, D = config_.head_dim;
   buckets_ = decode_buckets(options_.slots);
   max_batch_ = buckets_.back();
-  max_rows_ = std::max(options_.capacity, max_batch_);
+  max_rows_ = std::max({options_.capacity, max_batch_, options_.step_rows});
   const size_t R = max_rows_, B = max_batch_;
   auto take = [&](size_t bytes) -> Result<void*> { return device_alloc(bytes); };
   // Paged: blocks of kKvBlockSize positions plus the spare block.
@@ -291,7 +292,7 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* pairs, take(B * 2 * 4));
   COHORT_ASSIGN_OR_RETURN(void* pairs_all, take(tp_ * B * 2 * 4));
   COHORT_ASSIGN_OR_RETURN(void* tokens, take(B * 4));
-  COHORT_ASSIGN_OR_RETURN(void* rows, take(3 * R * 4));
+  COHORT_ASSIGN_OR_RETURN(void* rows, take(kRowIndexParts * R * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
   COHORT_ASSIGN_OR_RETURN(void* sumsq, take(B * ((H + 63) / 64) * 4));
@@ -314,7 +315,7 @@ Status CudaGraphEngine::alloc_buffers() {
   block_table_ = static_cast<int32_t*>(table);
   COHORT_CUDA_CHECK(cudaMallocHost(&host_table_, table_bytes));
   row_index_ = models::DecodeRows{r, r + R, r + 2 * R, block_table_};
-  COHORT_CUDA_CHECK(cudaMallocHost(&host_rows_, 3 * R * 4));
+  COHORT_CUDA_CHECK(cudaMallocHost(&host_rows_, kRowIndexParts * R * 4));
   COHORT_CUDA_CHECK(cudaMallocHost(&host_tokens_, B * 4));
   COHORT_CUDA_CHECK(cudaMallocHost(&host_head_rows_, B * 4));
   const models::RopeTable rope = models::make_rope_table(config_);
@@ -338,8 +339,8 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   weights += L * ((Qd + 2 * KVd) * H + H * Qd + 3 * I * H) * 2;
   weights += L * (2 * H + (config.qk_norm ? 2 * D : 0) + (config.attention_bias ? Qd + 2 * KVd : 0)) * 4;
   const size_t B = size_t(decode_buckets(options.slots).back());
-  const size_t R = std::max<size_t>(size_t(options.capacity), B);
-  size_t buffers = R * (H * 4 + H * 2 + (Qd + 2 * KVd) * 4 + Qd * 4 + Qd * 2 + H * 4 + 2 * I * 4 + I * 2 + 3 * 4);
+  const size_t R = std::max({size_t(options.capacity), B, size_t(std::max(options.step_rows, 0))});
+  size_t buffers = R * (H * 4 + H * 2 + (Qd + 2 * KVd) * 4 + Qd * 4 + Qd * 2 + H * 4 + 2 * I * 4 + I * 2 + kRowIndexParts * 4);
   buffers += B * V * 4 * (1 + tp) + B * (2 * 4 * (1 + tp) + 4 + 4 + H * 2 + ((H + 63) / 64) * 4);
   buffers += (models::cuda::kSkinnyScratchFloats + models::cuda::kSkinnyScratchTiles + models::cuda::kDecodeAttnScratchFloats +
               models::cuda::kDecodeAttnScratchBlocks) * 4;

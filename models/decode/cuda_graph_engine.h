@@ -24,7 +24,10 @@
 //
 // Decode: the batch is padded up to the next captured size (1, 2, 4, 8, 16,
 // 24, 32, 48, 64, then multiples of 32); a size is run eagerly the first time
-// and captured for later steps. Prefill runs eagerly (its length varies).
+// and captured for later steps. Prefill runs eagerly (its length varies),
+// its projections on cuBLASLt and its attention flash-style over the cache,
+// 64 rows of a prompt against 64 cached positions at a time
+// (models/ops/prefill_attention.h).
 // Greedy picks happen on the device (each rank's argmax, gathered and merged);
 // only when the caller wants logits are they gathered and copied out.
 // Errors at creation: head_dim not 16, 32, 64, 128 or 256, CUDA,
@@ -53,6 +56,9 @@ struct CudaEngineOptions {
   // The paged KV cache's blocks of kKvBlockSize positions, shared by the
   // slots by need (kv_blocks.h); 0: enough for every slot to reach capacity.
   int64_t kv_blocks = 0;
+  // Rows one forward may take (a packed prefill, a mixed step); at least
+  // capacity and the largest decode bucket.
+  int step_rows = 0;
   // Choices warm-up otherwise makes, and timers, for diagnosis and A/B
   // runs: set only from the debugging switches (worker/debug_switches.h).
   struct Overrides {

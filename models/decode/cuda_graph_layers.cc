@@ -79,6 +79,18 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
   }
   mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
                      rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+  // A prefill or mixed step: its leading decode rows (a mixed step's) take
+  // the decode kernel, its prompt rows the prefill tiles; rows are
+  // independent, so the two launches split them.
+  if (!decode_step && prefill_tiles_) {
+    if (decode_rows_ > 0) {
+      mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, decode_rows_, shape,
+                           attention_scratch_, stream_, 0, attention_form_);
+    }
+    mc::prefill_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, buf_.rows + 3 * max_rows_,
+                          tile_count_, shape, stream_);
+    return;
+  }
   mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
                        attention_scratch_, stream_, 0, attention_form_);
 }

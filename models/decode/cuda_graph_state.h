@@ -20,6 +20,7 @@
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
 #include "models/ops/gemv.h"
+#include "models/ops/prefill_attention.h"
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
@@ -31,6 +32,10 @@ namespace cohort::models::decode {
 std::vector<int> decode_buckets(int slots);
 
 using Bf16 = models::Bf16Bits;
+
+// The row index buffers' parts of R ints each: tokens, slots, positions,
+// and two for the prefill attention's tiles (prefill_attention.h).
+inline constexpr int kRowIndexParts = 5;
 
 class CudaGraphEngine final : public InferenceEngine {
  public:
@@ -56,6 +61,12 @@ class CudaGraphEngine final : public InferenceEngine {
   // positions start at the slot's length.
   bool can_extend() const override { return true; }
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
+  // Decode rows and prompt chunks as one eager forward (decode rows first,
+  // their attention the decode kernel's, the chunks' the prefill tiles');
+  // a step of decode rows only is decode(), replayed from its graph.
+  void step(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
+            float* logits, int32_t* greedy) override;
+  int max_step_rows() const override { return max_rows_; }
   int kv_block_size() const override { return kKvBlockSize; }
   int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
   void release(int slot) override;
@@ -94,7 +105,8 @@ class CudaGraphEngine final : public InferenceEngine {
     float* pairs;        // [B, 2] local argmax
     float* pairs_all;    // [tp, B, 2]
     int32_t* tokens;     // [B] greedy picks
-    int32_t* rows;       // [3, R] tokens, slots, positions
+    int32_t* rows;       // [kRowIndexParts, R] tokens, slots, positions, then a prefill's
+                         // attention tiles (up to R (first row, count) pairs)
     int32_t* head_rows;  // [B] rows the LM head reads in a packed prefill
     Bf16* head_x;  // [B, H] those rows, gathered
     float* sumsq;  // [B, H / 64] a folded norm's chunk sums (FoldedNorm, gemv.h)
@@ -118,6 +130,14 @@ class CudaGraphEngine final : public InferenceEngine {
   void gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I,
                       const models::cuda::FoldedNorm& norm = {});
   void enqueue_attention(const Layer& L, int n, bool decode_step);
+  // A prefill's rows in runs of one slot at consecutive positions go
+  // through the flash-style prefill attention (prefill_attention.h) where
+  // the head size allows: tile_count_ tiles, listed at part 3 of the row
+  // index, set by run() for every step that is not a decode step.
+  bool prefill_tiles_ = false;
+  int tile_count_ = 0;
+  int decode_rows_ = 0;  // a mixed step's leading decode rows (step()); 0 otherwise
+  std::vector<int32_t> tiles_;
   // Whether a decode step of n rows folds its RMSNorms into the tile
   // projections (one rank, every projection on the tiles).
   bool folds_norms(int n) const;
@@ -167,7 +187,7 @@ class CudaGraphEngine final : public InferenceEngine {
   models::DecodeRows row_index_{};
   models::cuda::SkinnyScratch skinny_{};  // the tensor-core projections' split-K meeting place
   models::cuda::DecodeAttentionScratch attention_scratch_{};  // attention split over the context
-  int32_t* host_rows_ = nullptr;    // pinned [3, R]
+  int32_t* host_rows_ = nullptr;    // pinned [kRowIndexParts, R]
   int32_t* host_tokens_ = nullptr;  // pinned [B]
   int32_t* host_head_rows_ = nullptr;  // pinned [B]
   int max_rows_ = 0, max_batch_ = 0;

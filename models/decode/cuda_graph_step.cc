@@ -204,10 +204,23 @@ void CudaGraphEngine::upload_table() {
 }
 
 void CudaGraphEngine::stage_rows(int n, int head_count, bool gathered) {
+  // A prefill's attention tiles (up to one a row) follow the positions.
+  tile_count_ = 0;
+  if (gathered && prefill_tiles_) {
+    tiles_.clear();
+    models::prefill_attention_tiles(host_rows_ + max_rows_, host_rows_ + 2 * max_rows_, decode_rows_, n,
+                                    tiles_);
+    std::copy(tiles_.begin(), tiles_.end(), host_rows_ + 3 * max_rows_);
+    tile_count_ = static_cast<int>(tiles_.size() / 2);
+  }
   for (int part = 0; part < 3; ++part) {
     COHORT_CUDA_CHECK_FATAL(
         cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
                         static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
+  }
+  if (tile_count_ > 0) {
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(buf_.rows + 3 * max_rows_, host_rows_ + 3 * max_rows_,
+                                            tiles_.size() * 4, cudaMemcpyHostToDevice, stream_));
   }
   if (gathered) {
     COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(buf_.head_rows, host_head_rows_,
@@ -355,6 +368,52 @@ void CudaGraphEngine::extend(int slot, const int32_t* tokens, int n, float* logi
   lengths_[slot] = start + n;
   int32_t unused = 0;
   run(n, 1, 1, false, true, logits, greedy ? greedy : &unused);
+}
+
+void CudaGraphEngine::step(const int* decode_slots, const int32_t* decode_tokens, int d,
+                           const std::vector<Chunk>& chunks, float* logits, int32_t* greedy) {
+  if (chunks.empty()) {
+    if (d > 0) decode(decode_slots, decode_tokens, d, logits, greedy);
+    return;
+  }
+  int n = d;
+  for (const Chunk& c : chunks) n += c.n;
+  const int heads = d + static_cast<int>(chunks.size());
+  COHORT_CHECK_MSG(n <= max_rows_ && heads <= max_batch_,
+                   "a step of {} rows and {} outputs exceeds the row buffers ({} rows, {} outputs)", n, heads,
+                   max_rows_, max_batch_);
+  for (int b = 0; b < d; ++b) {
+    const int slot = decode_slots[b], pos = lengths_.at(slot);
+    COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slot, pos);
+    hold(slot, pos + 1);
+    lengths_[slot] = pos + 1;
+    host_rows_[b] = decode_tokens[b];
+    host_rows_[max_rows_ + b] = slot;
+    host_rows_[2 * max_rows_ + b] = pos;
+    host_head_rows_[b] = b;
+  }
+  int row = d;
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    const Chunk& c = chunks[j];
+    if (c.fresh) {
+      pool_->release(c.slot);
+      lengths_.at(c.slot) = 0;
+    }
+    const int start = lengths_.at(c.slot);
+    COHORT_CHECK_MSG(c.n >= 1 && start + c.n <= options_.capacity,
+                     "a chunk of {} tokens for slot {} at {} (capacity {})", c.n, c.slot, start, options_.capacity);
+    for (int i = 0; i < c.n; ++i, ++row) {
+      host_rows_[row] = c.tokens[i];
+      host_rows_[max_rows_ + row] = c.slot;
+      host_rows_[2 * max_rows_ + row] = start + i;
+    }
+    host_head_rows_[d + j] = row - 1;
+    hold(c.slot, start + c.n);
+    lengths_[c.slot] = start + c.n;
+  }
+  decode_rows_ = d;
+  run(n, heads, heads, false, true, logits, greedy);
+  decode_rows_ = 0;
 }
 
 void CudaGraphEngine::hold(int slot, int positions) {

@@ -26,6 +26,22 @@ void InferenceEngine::prefill_many(const int* slots,
   }
 }
 
+void InferenceEngine::step(const int* decode_slots, const int32_t* decode_tokens, int d,
+                           const std::vector<Chunk>& chunks, float* logits, int32_t* greedy) {
+  const size_t V = static_cast<size_t>(vocab_size());
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    const Chunk& c = chunks[j];
+    const size_t row = static_cast<size_t>(d) + j;
+    float* out = logits ? logits + row * V : nullptr;
+    if (c.fresh) {
+      prefill(c.slot, c.tokens, c.n, out, greedy + row);
+    } else {
+      extend(c.slot, c.tokens, c.n, out, greedy + row);
+    }
+  }
+  if (d > 0) decode(decode_slots, decode_tokens, d, logits, greedy);
+}
+
 void InferenceEngine::extend(int, const int32_t*, int, float*, int32_t*) {
   COHORT_CHECK_MSG(false, "{} cannot extend a prefill (can_extend() is false)", describe());
 }

@@ -53,6 +53,24 @@ class InferenceEngine {
   virtual bool can_extend() const { return false; }
   virtual void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy);
 
+  // One forward over mixed work: `d` decode rows (one token for each of the
+  // distinct slots decode_slots, as decode() takes them) and prompt chunks
+  // (each n tokens for a slot no decode row names: a fresh chunk starts the
+  // slot as prefill() does, a later one appends as extend() does). Outputs
+  // are rows [0, d) for the decode rows, then one per chunk (its last
+  // position's), as logits [d + chunks, vocab] or greedy tokens. The default
+  // makes the calls above one by one; an engine that can runs the rows as
+  // one forward, at most max_step_rows() of them (the caller's bound).
+  struct Chunk {
+    int slot = 0;
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    bool fresh = false;
+  };
+  virtual void step(const int* decode_slots, const int32_t* decode_tokens, int d,
+                    const std::vector<Chunk>& chunks, float* logits, int32_t* greedy);
+  virtual int max_step_rows() const { return 1 << 30; }
+
   // The KV cache in blocks of kv_block_size() positions: a sequence of p
   // positions holds ceil(p / kv_block_size()) of the kv_blocks(). A paged
   // engine shares its blocks among slots by need (kv_blocks.h); one whose

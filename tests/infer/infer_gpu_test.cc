@@ -172,7 +172,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
   ASSERT_TRUE(config.is_ok()) << config.status().message();
   std::map<int64_t, std::vector<int32_t>> by_chunk[2];
   std::map<int64_t, std::vector<std::vector<float>>> whole_logits;
-  const int chunks[2] = {0, 7};
+  const int chunks[2] = {0, 10};  // 0: whole prompts; 10: up to 3 decode rows and chunks of the rest
   for (int c = 0; c < 2; ++c) {
     models::decode::CudaEngineOptions options;
     options.slots = 3;
@@ -182,7 +182,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     });
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     infer::SchedulerOptions o;
-    o.prefill_chunk = chunks[c];
+    o.max_batched_tokens = chunks[c];
     o.return_logits = true;
     o.on_logits = [&, c](int64_t id, const float* row, int vocab) {
       if (c == 0) whole_logits[id].emplace_back(row, row + vocab);

@@ -37,7 +37,7 @@ TEST(InferScheduler, ChunkedPrefillGivesTheTokensOfWholePrefill) {
   for (int c = 0; c < 3; ++c) {
     auto engine = tiny_engine(2);
     SchedulerOptions o;
-    o.prefill_chunk = chunks[c];
+    o.max_batched_tokens = chunks[c];
     Scheduler s(*engine, o);
     for (int id = 0; id < 5; ++id) ASSERT_TRUE(s.add(request(id, 3 + 6 * id, 8)).is_ok());
     by_chunk[c] = drain(s);
@@ -50,7 +50,7 @@ TEST(InferScheduler, ChunkedPrefillGivesTheTokensOfWholePrefill) {
 TEST(InferScheduler, RunningStreamsGetATokenEveryStepWhileALongPromptPrefills) {
   auto engine = tiny_engine(2);
   SchedulerOptions o;
-  o.prefill_chunk = 4;
+  o.max_batched_tokens = 5;  // request 1's next token and 4 prompt tokens a step
   Scheduler s(*engine, o);
   ASSERT_TRUE(s.add(request(1, 2, 40)).is_ok());
   s.step();  // request 1 prefilled and decoding
@@ -68,6 +68,72 @@ TEST(InferScheduler, RunningStreamsGetATokenEveryStepWhileALongPromptPrefills) {
     ASSERT_LT(steps_until_first_of_2, 20);
   }
   EXPECT_EQ(steps_until_first_of_2, 10);
+}
+
+// The CPU engine, recording each forward the scheduler asks for.
+class StepRecorder final : public models::decode::InferenceEngine {
+ public:
+  explicit StepRecorder(std::unique_ptr<models::decode::ModelEngine> inner) : inner_(std::move(inner)) {}
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int slots() const override { return inner_->slots(); }
+  int capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return "recorded " + inner_->describe(); }
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    inner_->prefill(slot, tokens, n, logits, greedy);
+  }
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
+    inner_->decode(slots, tokens, B, logits, greedy);
+  }
+  bool can_extend() const override { return true; }
+  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    inner_->extend(slot, tokens, n, logits, greedy);
+  }
+  void step(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
+            float* logits, int32_t* greedy) override {
+    Forward f{d, static_cast<int>(chunks.size()), d};
+    for (const Chunk& c : chunks) f.rows += c.n;
+    forwards.push_back(f);
+    InferenceEngine::step(decode_slots, decode_tokens, d, chunks, logits, greedy);
+  }
+  struct Forward {
+    int decode_rows = 0, chunks = 0, rows = 0;
+  };
+  std::vector<Forward> forwards;
+
+ private:
+  std::unique_ptr<models::decode::ModelEngine> inner_;
+};
+
+// A step is one forward of at most max_batched_tokens rows, decode rows and
+// prompt chunks together, and the tokens are whole prefill's.
+TEST(InferScheduler, EachStepIsOneForwardOfDecodeRowsAndPromptChunksWithinTheBudget) {
+  std::map<int64_t, std::vector<int32_t>> whole;
+  {
+    auto engine = tiny_engine(4);
+    Scheduler s(*engine, {});
+    for (int id = 0; id < 6; ++id) ASSERT_TRUE(s.add(request(id, 3 + 5 * id, 6)).is_ok());
+    whole = drain(s);
+  }
+  StepRecorder engine(tiny_engine(4));
+  SchedulerOptions o;
+  o.max_batched_tokens = 8;
+  Scheduler s(engine, o);
+  for (int id = 0; id < 6; ++id) ASSERT_TRUE(s.add(request(id, 3 + 5 * id, 6)).is_ok());
+  std::map<int64_t, std::vector<int32_t>> mixed_tokens;
+  for (int guard = 0; !s.idle() && guard < 1000; ++guard) {
+    const size_t before = engine.forwards.size();
+    for (const TokenEvent& e : s.step()) {
+      if (e.token >= 0) mixed_tokens[e.id].push_back(e.token);
+    }
+    EXPECT_EQ(engine.forwards.size(), before + 1) << "step " << guard;
+  }
+  bool mixed = false;
+  for (const auto& f : engine.forwards) {
+    EXPECT_LE(f.rows, 8);
+    mixed = mixed || (f.decode_rows > 0 && f.chunks > 0);
+  }
+  EXPECT_TRUE(mixed) << "no forward carried decode rows and prompt chunks together";
+  EXPECT_EQ(mixed_tokens, whole);
 }
 
 TEST(InferScheduler, ACancelledRequestFreesItsSlotAtTheNextStep) {

@@ -106,7 +106,7 @@ TEST(KvAdmission, RequestsWaitForFreeBlocksAndGiveTheTokensOfAnAmpleCache) {
     // needs 3 blocks (10 + 12 = 22 positions), so two run at a time.
     BlockAccountedEngine engine(testing::tiny_engine(6, 64), limited ? 7 : 48);
     SchedulerOptions o;
-    o.prefill_chunk = 6;
+    o.max_batched_tokens = 12;  // six decode rows and six prompt tokens
     Scheduler s(engine, o);
     for (int id = 0; id < 6; ++id) ASSERT_TRUE(s.add(request(id, 10, 12)).is_ok());
     for (int guard = 0; !s.idle() && guard < 1000; ++guard) {

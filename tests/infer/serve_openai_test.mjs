@@ -133,7 +133,7 @@ const N = 12;
 
 async function main() {
   const offline = offlineTokens([...PROMPTS.map((t) => ({ tokens: t })), { prompt: chatml(MESSAGES) }], N);
-  const A = await startServer("a", `max_running = 8\nmax_queue = 40\nprefill_chunk = 4`);
+  const A = await startServer("a", `max_running = 8\nmax_queue = 40\nmax_batched_tokens = 12`);
   const client = new OpenAI({ baseURL: A.url, apiKey: "unused", maxRetries: 0 });
   console.log(`server a at ${A.url}`);
 

@@ -104,7 +104,7 @@ namespace {
 
 TEST(JobFileValues, ServeKeysLoadWithDefaultsAndRoundTrip) {
   auto r = testing::load("[job]\nname = \"s\"\nkind = \"serve\"\ngpus_per_node = 2\n[model]\npreset = \"tiny\"\n"
-                         "[serve]\nport = 0\nmax_running = 4\nprefill_chunk = 32\ntemperature = 0.0\n");
+                         "[serve]\nport = 0\nmax_running = 4\nmax_batched_tokens = 32\ntemperature = 0.0\n");
   ASSERT_TRUE(r.ok()) << r.error_text();
   const auto& s = r.spec.serve;
   EXPECT_EQ(r.spec.job.kind, JobKind::kServe);
@@ -113,7 +113,7 @@ TEST(JobFileValues, ServeKeysLoadWithDefaultsAndRoundTrip) {
   EXPECT_EQ(s.max_running, 4);
   EXPECT_EQ(s.max_queue, 64);
   EXPECT_EQ(s.model_name, "s");  // the job's name
-  EXPECT_EQ(s.prefill_chunk, 32);
+  EXPECT_EQ(s.max_batched_tokens, 32);
   auto again = load_job_text(to_toml(r.spec), "resolved.toml", {});
   ASSERT_TRUE(again.ok()) << again.error_text();
   EXPECT_EQ(to_toml(again.spec), to_toml(r.spec));

@@ -14,6 +14,7 @@
 
 #include "models/ops/argmax.h"
 #include "models/ops/decode_attention.h"
+#include "models/ops/prefill_attention.h"
 #include "models/ops/embedding.h"
 #include "models/ops/gemv.h"
 #include "models/ops/rmsnorm.h"
@@ -226,6 +227,48 @@ TEST_P(DecodeShapes, DecodeAttentionMatchesCachedAttentionRowByRow) {
   }
 }
 
+// The prefill form against the same reference: runs of prompt rows (whole
+// tiles, partial ones, a chunk past a cached prefix at an unaligned
+// position, a lone row, the cache's last positions) over random cache
+// contents, every output row written.
+TEST_P(DecodeShapes, PrefillAttentionMatchesCachedAttentionRowByRow) {
+  const auto [hq, hkv, D, qwen3] = GetParam();
+  (void)qwen3;
+  if (!cuda::prefill_attention_supports(D)) GTEST_SKIP() << "head_dim " << D << " takes decode attention";
+  for (bool paged : {false, true}) {
+  SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
+  const int slots = 5, capacity = 1040;
+  Rows rows;
+  auto run = [&](int slot, int first, int count) {
+    for (int p = first; p < first + count; ++p) {
+      rows.slots.push_back(slot), rows.positions.push_back(p), rows.tokens.push_back(0);
+    }
+  };
+  run(0, 0, 200);
+  run(1, 301, 70);
+  run(2, 5, 1);
+  run(3, 0, 64);
+  run(4, capacity - 40, 40);
+  const int n = static_cast<int>(rows.slots.size());
+  std::vector<int32_t> tiles;
+  prefill_attention_tiles(rows.slots.data(), rows.positions.data(), 0, n, tiles);
+  const CacheLayout layout = cache_layout(paged, slots, capacity);
+  const DecodeShape shape{hq, hkv, D, capacity, 1e-6f, layout.block_shift};
+  const size_t cache = size_t(slots) * hkv * capacity * D;
+  const auto k = rounded(testing::random_vector(cache, 51)), v = rounded(testing::random_vector(cache, 52));
+  const auto q = testing::random_vector(size_t(n) * hq * D, 53);
+  std::vector<float> want(q.size());
+  const DecodeRows host{rows.tokens.data(), rows.slots.data(), rows.positions.data(),
+                        paged ? layout.table.data() : nullptr};
+  cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
+  const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
+  uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
+  cuda::prefill_attention(y, up(q), up(to_bf16(k)), up(to_bf16(v)), dev, up(tiles),
+                          static_cast<int>(tiles.size() / 2), shape, stream_);
+  EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  }
+}
+
 // The fused decode-step form against qkv_rope_cache then attention: one row
 // per slot (as a decode step has), at positions from 0 to the far end of
 // the cache, over earlier positions of random contents. The rows' K/V must
@@ -358,6 +401,25 @@ TEST(DecodeCacheLayouts, ThePagedCpuReferenceEqualsTheContiguousOne) {
     cpu::decode_attention(y[paged].data(), q.data(), k.data(), v.data(), host, n, shape);
   }
   EXPECT_EQ(y[0], y[1]);
+}
+
+// Tiles break where the slot changes or a position does not follow, and
+// every 64 rows of a run (this runs everywhere).
+TEST(PrefillAttentionTiles, RunsAreCutAtSlotsGapsAndEverySixtyFourRows) {
+  std::vector<int32_t> slots, positions;
+  auto run = [&](int slot, int first, int count) {
+    for (int p = first; p < first + count; ++p) slots.push_back(slot), positions.push_back(p);
+  };
+  run(0, 0, 130);  // 64 + 64 + 2
+  run(0, 200, 3);  // the same slot, not following
+  run(1, 7, 64);
+  run(2, 0, 1);
+  std::vector<int32_t> tiles;
+  prefill_attention_tiles(slots.data(), positions.data(), 0, int(slots.size()), tiles);
+  EXPECT_EQ(tiles, (std::vector<int32_t>{0, 64, 64, 64, 128, 2, 130, 3, 133, 64, 197, 1}));
+  tiles.clear();
+  prefill_attention_tiles(slots.data(), positions.data(), 60, 70, tiles);  // a range starts a run
+  EXPECT_EQ(tiles, (std::vector<int32_t>{60, 10}));
 }
 
 // (q heads, kv heads, head_dim, Qwen3-style q/k norm instead of a qkv bias)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The serving figures issue 40 is judged by, for one cohort-worker binary:
+#   bench/serve_speed.sh WORKER HF_DIR OUT_DIR [LABEL]
+# A serve job on HF_DIR (bench/make_hf_folder.py makes one: its tokenizer
+# makes "hello" one token, so bench/serve_load.py's prompts have the length
+# asked), then streaming completions, greedy, ignore_eos:
+#   ttft2k    one 2,048-token prompt at a time, 8 new tokens (time to first token)
+#   single    one stream, 512-token prompts, 256 new
+#   burst64   64 requests at once, 512/256
+#   streams64 64 streams, 4 requests each, 512/256
+#   mixed64   64 streams, prompts 16-1,024 and outputs 16-512 tokens
+# Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
+# serve.max_batched_tokens when the binary knows it.
+set -euo pipefail
+worker=$(realpath "$1") hf=$(realpath "$2") out=$(mkdir -p "$3" && realpath "$3") label=${4:-cohort}
+cd "$(dirname "$0")/.."
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$out/$label.toml" <<TOML
+[job]
+name = "bench"
+kind = "serve"
+output_dir = "$out/$label-run"
+[model]
+hf_dir = "$hf"
+[serve]
+port = $port
+max_running = 256
+max_queue = 1024
+context = 4096
+temperature = 0.0
+${MAX_BATCHED:+max_batched_tokens = $MAX_BATCHED}
+TOML
+COHORT_LOG=info "$worker" "$out/$label.toml" >"$out/$label.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for _ in $(seq 300); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  kill -0 $pid 2>/dev/null || { echo "the server exited:" >&2; tail -20 "$out/$label.log" >&2; exit 1; }
+  sleep 1
+done
+load() {  # name args...
+  local name=$1; shift
+  python3 bench/serve_load.py --url "http://127.0.0.1:$port/v1" --label "$label $name" --endpoint completions \
+    --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
+}
+echo "# $label: $(grep -o 'ready in [0-9.]* s' "$out/$label.log" | head -1)"
+echo "| load | concurrency | requests | errors | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | e2e p50 s |"
+load ttft2k --concurrency 1 --requests-per-stream 8 --min-requests 8 --prompt-tokens 2048 --output-tokens 8
+load single --concurrency 1 --requests-per-stream 4 --min-requests 4 --prompt-tokens 512 --output-tokens 256
+load burst64 --concurrency 64 --requests-per-stream 1 --min-requests 64 --prompt-tokens 512 --output-tokens 256
+load streams64 --concurrency 64 --requests-per-stream 4 --prompt-tokens 512 --output-tokens 256
+load mixed64 --concurrency 64 --requests-per-stream 4 --mixed
+kill -INT $pid; wait $pid || true

@@ -1,0 +1,202 @@
+// CUDA prefill attention (contract: prefill_attention.h): the training
+// forward's flash scheme (flash_attention.cuh) with its keys and values
+// read from the paged or contiguous KV cache instead of packed matrices.
+//
+// Block = (tile of up to 64 rows of one run, query head): 4 warps x 16 rows,
+// the queries staged once (fp32 rounded to bf16, as the GEMMs round their
+// operands), then 64-key tiles of the cache from position 0 up to the
+// tile's last row, double-buffered with cp.async so tile kt + 1 is in flight
+// while tile kt is multiplied. A key tile's 64 positions are gathered 16
+// bytes at a time through the block table (a paged block holds 16
+// consecutive positions, so each cache row is one contiguous piece).
+// Scores stay in registers with an online softmax in fp32; y is written in
+// bf16. The causal mask compares key positions with each row's position,
+// so a run that starts past position 0 (a later chunk, a reused prefix)
+// attends to what is in the cache before it.
+#pragma once
+
+#include "models/ops/flash_tiles.cuh"
+#include "models/ops/prefill_attention.h"
+
+namespace cohort::models::cuda {
+namespace prefill {
+
+using flash::bf16;
+
+template <int D>
+struct Tiles {
+  static constexpr int kRows = kPrefillTileRows, kKeys = 64, kLd = D + 8;
+  static constexpr size_t kShared = (size_t(kRows) + 4 * size_t(kKeys)) * kLd * sizeof(bf16);
+};
+
+// Positions [key0, key0 + kKeys) of (slot, kv head) into s [kKeys][kLd];
+// positions past `last` are zeros (their probabilities are zero, and a zero
+// V row keeps the product finite).
+template <int D>
+__device__ inline void stage_keys(bf16* s, const Bf16Bits* cache, const DecodeRows& rows,
+                                  const DecodeShape& shape, int slot, int kvh, int key0, int last) {
+  using T = Tiles<D>;
+  constexpr int kVec = D / 8;
+  for (int i = threadIdx.x; i < T::kKeys * kVec; i += flash::kThreadsPerBlock) {
+    const int r = i / kVec, c = (i % kVec) * 8, pos = key0 + r;
+    bf16* dst = s + r * T::kLd + c;
+    if (pos <= last) {
+      cp_async16(dst, cache + cache_offset(rows, shape, slot, kvh, pos) + c);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(flash::kThreadsPerBlock)
+    prefill_attention_kernel(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
+                             const Bf16Bits* v_cache, DecodeRows rows, const int32_t* tiles,
+                             DecodeShape shape) {
+  using namespace flash;
+  using T = Tiles<D>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  bf16* sQ = reinterpret_cast<bf16*>(shared);
+  bf16* sKV = sQ + T::kRows * T::kLd;  // [buffer][K, V][kKeys][kLd]
+  constexpr int kTile = T::kKeys * T::kLd;
+  // Later tiles of a run have more keys: they start first.
+  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int row0 = tiles[2 * tile], count = tiles[2 * tile + 1];
+  const int h = blockIdx.y, kvh = h / (shape.hq / shape.hkv);
+  const int slot = rows.slots[row0], p0 = rows.positions[row0], last = p0 + count - 1;
+  const int ldq = shape.hq * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+  stage<D>(sQ, T::kLd, q + h * D, ldq, row0, T::kRows, row0 + count);
+  stage_keys<D>(sKV, k_cache, rows, shape, slot, kvh, 0, last);
+  stage_keys<D>(sKV + kTile, v_cache, rows, shape, slot, kvh, 0, last);
+  cp_async_commit();
+  uint32_t qf[D / 16][4];
+  const float scale2 = rsqrtf(float(D)) * kLog2e;
+  const int pos[2] = {p0 + warp * 16 + g, p0 + warp * 16 + g + 8};
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int last_tile = last / T::kKeys;
+  for (int kt = 0; kt <= last_tile; ++kt) {
+    const int key0 = kt * T::kKeys;
+    bf16* sK = sKV + (kt & 1) * 2 * kTile;
+    bf16* sV = sK + kTile;
+    if (kt < last_tile) {  // the next tile into the other buffer, freed by the last barrier
+      bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
+      stage_keys<D>(nK, k_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
+      stage_keys<D>(nK + kTile, v_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, T::kLd, warp * 16, kk * 16);
+    }
+    float s[T::kKeys / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < T::kKeys / 8; nt += 2) {
+        uint32_t b0[2], b1[2];
+        load_b2(b0, b1, sK, T::kLd, nt * 8, kk * 16);
+        mma(s[nt], qf[kk], b0);
+        mma(s[nt + 1], qf[kk], b1);
+      }
+    }
+    const bool masked = key0 + T::kKeys - 1 > p0 + warp * 16;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < T::kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t + (e & 1);
+        float x = s[nt][e] * scale2;
+        if (masked && key > pos[e >> 1]) x = -INFINITY;
+        s[nt][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      // Key tile 0 comes first and holds position 0, which every row sees,
+      // so m is finite from then on and a fully masked later tile adds 0.
+      const float m_new = fmaxf(m[r], mx[r]);
+      const float alpha = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        o[nd][2 * r] *= alpha;
+        o[nd][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < T::kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[nt][e] - m[e >> 1]);
+        s[nt][e] = p;
+        l[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < T::kKeys / 16; ++kk) {
+      uint32_t pa[4];
+      accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int nd = 0; nd < D / 8; nd += 2) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, sV, T::kLd, nd * 8, kk * 16);
+        mma(o[nd], pa, b0);
+        mma(o[nd + 1], pa, b1);
+      }
+    }
+    __syncthreads();  // this buffer is the next iteration's prefetch target
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int local = warp * 16 + g + 8 * r;
+    if (local >= count) continue;
+    const float inv = 1.0f / l[r];
+    bf16* yr = reinterpret_cast<bf16*>(y) + static_cast<size_t>(row0 + local) * ldq + h * D;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      store_pair(yr + nd * 8 + 2 * t, o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv, false);
+    }
+  }
+}
+
+template <int D>
+void launch(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
+            DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
+            cudaStream_t stream) {
+  const auto kernel = prefill_attention_kernel<D>;
+  // Past the default 48 KiB of dynamic shared memory; a host-side setting,
+  // not a stream operation, so this is safe during graph capture too.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles<D>::kShared));
+  const dim3 grid(tile_count, shape.hq);
+  kernel<<<grid, flash::kThreadsPerBlock, Tiles<D>::kShared, stream>>>(y, q, k_cache, v_cache, rows,
+                                                                       tiles, shape);
+}
+
+}  // namespace prefill
+
+bool prefill_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+void prefill_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
+                       DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
+                       CUstream_st* stream) {
+  if (tile_count == 0) return;
+  if (shape.head_dim == 128) {
+    prefill::launch<128>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, stream);
+  } else {
+    prefill::launch<64>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, stream);
+  }
+}
+
+}  // namespace cohort::models::cuda
