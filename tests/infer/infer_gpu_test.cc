@@ -29,7 +29,7 @@ std::string gpu_model_dir() {
   models::ModelConfig c;
   c.model_type = "qwen3";
   c.vocab_size = 1024, c.hidden = 256, c.layers = 3, c.heads = 8, c.kv_heads = 4;
-  c.head_dim = 32, c.intermediate = 512, c.max_seq = 256;
+  c.head_dim = 64, c.intermediate = 512, c.max_seq = 256;  // 64: prompts take the prefill tiles
   auto backend = models::make_cpu_backend();
   auto model = models::Model::create(c, {0, 1}, backend.get());
   EXPECT_TRUE(model.is_ok());
