@@ -22,6 +22,7 @@ kind = "serve"
 output_dir = "$out/$label-run"
 [model]
 hf_dir = "$hf"
+max_seq = 4096
 [serve]
 port = $port
 max_running = 256

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 
 namespace cohort::infer {
@@ -221,10 +222,12 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
     decode_tokens.push_back(slot.generated.back());
   }
   const int d = static_cast<int>(decode_slots.size());
-  const int rows_left = std::max(engine_.max_step_rows() - d, 0);
+  // A bounded step is one forward; an unbounded one (the offline job)
+  // takes every prompt the slots hold, in as many forwards as the engine needs.
   const int budget = options_.max_batched_tokens > 0
-                         ? std::min(std::max(options_.max_batched_tokens - d, 1), rows_left)
-                         : rows_left;
+                         ? std::min(std::max(options_.max_batched_tokens - d, 1),
+                                    std::max(engine_.max_step_rows() - d, 0))
+                         : INT_MAX;
   std::vector<Chunk> chunks;
   plan_prompts(chunks, st, budget, d == 0);
   if (d == 0 && chunks.empty()) {

@@ -18,7 +18,7 @@
 //      so running streams keep getting a token every step.
 // A sequence whose prompt ends in a step gets its first token from it.
 // With max_batched_tokens 0 (the offline job) prompts are prefilled whole,
-// as many as the engine's rows hold.
+// every one the free slots take, in as many forwards as the engine needs.
 //
 // Determinism: a sequence samples with its own generator (sampling.seed,
 // stream), so its tokens do not depend on what it is batched with; decisions

@@ -121,6 +121,18 @@ elif [[ $phase == prefill ]]; then
     STEP_TIMEOUT=300 step "serve_$which" bench/serve_speed.sh "$dir/cohort-worker" "$folder" "$out/serve" "$which"
     grep -E "^#|^[a-z0-9]+ \|" "$out/serve_$which.log"
   done
+  # Where a prefill's time goes: 16 prompts of 1,984 tokens, 2 new, under
+  # the CUPTI kernel timer (eager kernels' totals, warm-up's included).
+  preload=$bin/libcohort_kernel_times.so
+  if [[ -f $preload ]]; then
+    wrapper=$out/worker-with-kernel-times
+    printf '#!/bin/sh\nexport KERNEL_TIMES=%s LD_PRELOAD=%s\nexec %s "$@"\n' "$out/kernel-times" "$preload" \
+      "$bin/cohort-worker" >"$wrapper"
+    chmod +x "$wrapper"
+    STEP_TIMEOUT=150 step prefill_profiled python3 bench/infer_bench.py --worker "$wrapper" --no-transformers \
+      --batches 16 --prompt-lens 1984 --new 2 --work "$out/profile"
+    for f in "$out"/kernel-times.*.txt; do sed -n '/outside graphs/,$p' "$f" | head -30; done
+  fi
 elif [[ $phase == decode ]]; then
   STEP_TIMEOUT=120 step models_decode_ops_parity_test "$tests/models_decode_ops_parity_test"
   grep -E "FAILED|Failure|Which is|splits|paged|contiguous" "$out/models_decode_ops_parity_test.log" | head -20

@@ -67,6 +67,10 @@ class CudaGraphEngine final : public InferenceEngine {
   void step(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
             float* logits, int32_t* greedy) override;
   int max_step_rows() const override { return max_rows_; }
+  // One forward of d decode rows and chunks [begin, end), which fit the row
+  // buffers; outputs from row 0 of logits/greedy.
+  void forward_rows(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
+                    size_t begin, size_t end, float* logits, int32_t* greedy);
   int kv_block_size() const override { return kKvBlockSize; }
   int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
   void release(int slot) override;

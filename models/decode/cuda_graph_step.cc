@@ -376,12 +376,31 @@ void CudaGraphEngine::step(const int* decode_slots, const int32_t* decode_tokens
     if (d > 0) decode(decode_slots, decode_tokens, d, logits, greedy);
     return;
   }
-  int n = d;
-  for (const Chunk& c : chunks) n += c.n;
-  const int heads = d + static_cast<int>(chunks.size());
-  COHORT_CHECK_MSG(n <= max_rows_ && heads <= max_batch_,
-                   "a step of {} rows and {} outputs exceeds the row buffers ({} rows, {} outputs)", n, heads,
-                   max_rows_, max_batch_);
+  // Forwards of whole chunks that fit the row buffers, the decode rows in
+  // the first (a chunk fits alone: it is at most a context).
+  const size_t V = static_cast<size_t>(config_.vocab_size);
+  size_t begin = 0;
+  int out = 0;
+  while (begin < chunks.size()) {
+    const int lead = begin == 0 ? d : 0;
+    size_t end = begin;
+    int rows = lead;
+    while (end < chunks.size() && rows + chunks[end].n <= max_rows_ &&
+           lead + static_cast<int>(end - begin) < max_batch_) {
+      rows += chunks[end++].n;
+    }
+    COHORT_CHECK_MSG(end > begin, "a chunk of {} tokens beside {} decode rows exceeds the row buffers ({})",
+                     chunks[begin].n, lead, max_rows_);
+    forward_rows(decode_slots, decode_tokens, lead, chunks, begin, end, logits ? logits + out * V : nullptr,
+                 greedy + out);
+    out += lead + static_cast<int>(end - begin);
+    begin = end;
+  }
+}
+
+void CudaGraphEngine::forward_rows(const int* decode_slots, const int32_t* decode_tokens, int d,
+                                   const std::vector<Chunk>& chunks, size_t begin, size_t end, float* logits,
+                                   int32_t* greedy) {
   for (int b = 0; b < d; ++b) {
     const int slot = decode_slots[b], pos = lengths_.at(slot);
     COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slot, pos);
@@ -393,7 +412,7 @@ void CudaGraphEngine::step(const int* decode_slots, const int32_t* decode_tokens
     host_head_rows_[b] = b;
   }
   int row = d;
-  for (size_t j = 0; j < chunks.size(); ++j) {
+  for (size_t j = begin; j < end; ++j) {
     const Chunk& c = chunks[j];
     if (c.fresh) {
       pool_->release(c.slot);
@@ -407,12 +426,13 @@ void CudaGraphEngine::step(const int* decode_slots, const int32_t* decode_tokens
       host_rows_[max_rows_ + row] = c.slot;
       host_rows_[2 * max_rows_ + row] = start + i;
     }
-    host_head_rows_[d + j] = row - 1;
+    host_head_rows_[d + (j - begin)] = row - 1;
     hold(c.slot, start + c.n);
     lengths_[c.slot] = start + c.n;
   }
+  const int heads = d + static_cast<int>(end - begin);
   decode_rows_ = d;
-  run(n, heads, heads, false, true, logits, greedy);
+  run(row, heads, heads, false, true, logits, greedy);
   decode_rows_ = 0;
 }
 

@@ -60,7 +60,7 @@ class InferenceEngine {
   // are rows [0, d) for the decode rows, then one per chunk (its last
   // position's), as logits [d + chunks, vocab] or greedy tokens. The default
   // makes the calls above one by one; an engine that can runs the rows as
-  // one forward, at most max_step_rows() of them (the caller's bound).
+  // one forward when they are at most max_step_rows(), else as several.
   struct Chunk {
     int slot = 0;
     const int32_t* tokens = nullptr;
