@@ -25,16 +25,17 @@ namespace {
 
 // A Qwen3-style model with peaked logits (init stddev 0.2), so greedy choices
 // are not decided by bf16 rounding.
-std::string gpu_model_dir() {
+// head_dim 64 makes prompts take the prefill tiles (32: the decode kernel).
+std::string gpu_model_dir(int head_dim = 32) {
   models::ModelConfig c;
   c.model_type = "qwen3";
   c.vocab_size = 1024, c.hidden = 256, c.layers = 3, c.heads = 8, c.kv_heads = 4;
-  c.head_dim = 64, c.intermediate = 512, c.max_seq = 256;  // 64: prompts take the prefill tiles
+  c.head_dim = head_dim, c.intermediate = 512, c.max_seq = 256;
   auto backend = models::make_cpu_backend();
   auto model = models::Model::create(c, {0, 1}, backend.get());
   EXPECT_TRUE(model.is_ok());
   (*model)->init_weights(21, 0.2f);
-  const auto dir = scratch_dir("gpu_hf");
+  const auto dir = scratch_dir("gpu_hf_" + std::to_string(head_dim));
   EXPECT_TRUE(hf::save_model_folder(**model, dir.string()).is_ok());
   return dir.string();
 }
@@ -154,12 +155,13 @@ TEST(InferGpu, GraphReplayEqualsEagerAndTheFp32EngineMatchesTheCpu) {
   expect_tokens_agree_up_to_ties(cpu, graphs, 0.15f, "bf16 graph engine vs CPU");
 }
 
-// The serve path's chunked prefill on the bf16 engine: prompts prefilled in
-// chunks of 7 (interleaved with other streams' decode steps) give the greedy
-// tokens of prompts prefilled whole, as on the CPU engine
-// (infer_scheduler_test.cc). A chunk's projections run with other row
-// counts, so their bf16 sums may round differently: where the two part
-// ways, whole prefill's logits must show a near tie.
+// The serve path's steps on the bf16 engine: forwards of at most 10 rows,
+// running streams' decode rows beside chunks of other prompts (head_dim 64:
+// their attention is the prefill tiles'), give the greedy tokens of prompts
+// prefilled whole, as on the CPU engine (infer_scheduler_test.cc). A chunk's
+// projections run with other row counts, so their bf16 sums may round
+// differently: where the two part ways, whole prefill's logits must show a
+// near tie.
 TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
 #ifndef COHORT_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
@@ -167,7 +169,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
   if (models::cuda_device_count() < 1) {
     GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
   }
-  const std::string dir = gpu_model_dir();
+  const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
   std::map<int64_t, std::vector<int32_t>> by_chunk[2];
