@@ -11,7 +11,11 @@ arrival times) and end-to-end latency.
   bench/serve_load.py --url ... --mixed            # prompt 16-1024, output 16-512 tokens
   bench/serve_load.py --url ... --endpoint completions --json out.json
 
-Prompts are "hello" repeated (one BPE token each for Qwen/Llama tokenizers).
+Prompts are "hello" repeated (one BPE token each for Qwen/Llama tokenizers)
+after a few words that number the request, so no two prompts share a KV
+block and a server's prefix cache finds nothing; --shared-prefix N puts the
+same N words before that number (a system prompt or a conversation every
+request repeats).
 Requests ask for exactly max_tokens: `ignore_eos` for servers that know it
 (cohort, vLLM); start others so that they do not stop early, or read the
 reported output tokens, which count what came back (usage when the server
@@ -109,12 +113,14 @@ async def one_request(args, url, body):
     return times[0] - t0, gaps, usage_tokens or len(times), end - t0
 
 
-def request_body(args, rng):
+def request_body(args, rng, index):
     if args.mixed:
         prompt_len, out_len = rng.randint(16, 1024), rng.randint(16, 512)
     else:
         prompt_len, out_len = args.prompt_tokens, args.output_tokens
-    text = " ".join(["hello"] * prompt_len)
+    shared = "hello " * args.shared_prefix
+    # A number no other run draws (the lengths stay seeded).
+    text = f"{shared}request {index} {random.SystemRandom().getrandbits(40)}: " + " ".join(["hello"] * prompt_len)
     body = {"model": args.model, "max_tokens": out_len, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
     if args.endpoint == "chat":
@@ -127,7 +133,7 @@ def request_body(args, rng):
 async def run_level(args, url, concurrency):
     rng = random.Random(args.seed + concurrency)
     total = max(args.min_requests, args.requests_per_stream * concurrency)
-    bodies = [request_body(args, rng) for _ in range(total)]
+    bodies = [request_body(args, rng, i) for i in range(total)]
     results, errors = [], []
     queue = list(reversed(bodies))
 
@@ -174,6 +180,7 @@ def main():
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--mixed", action="store_true", help="prompt 16-1024 and output 16-512 tokens, seeded")
+    p.add_argument("--shared-prefix", type=int, default=0, help="words every prompt starts with")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--label", default="", help="a name for this server in the output")
     p.add_argument("--json", help="also write the results here")

@@ -9,8 +9,11 @@
 #   burst64   64 requests at once, 512/256
 #   streams64 64 streams, 4 requests each, 512/256
 #   mixed64   64 streams, prompts 16-1,024 and outputs 16-512 tokens
+#   prefix2k  one at a time, 2,048 words every prompt shares, then 16 of its
+#             own, 8 new tokens: after the first, the prefix is cached
 # Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
-# serve.max_batched_tokens when the binary knows it.
+# serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
+# turns serve.prefix_caching off.
 set -euo pipefail
 worker=$(realpath "$1") hf=$(realpath "$2") out=$(mkdir -p "$3" && realpath "$3") label=${4:-cohort}
 cd "$(dirname "$0")/.."
@@ -30,8 +33,10 @@ max_queue = 1024
 context = 4096
 temperature = 0.0
 ${MAX_BATCHED:+max_batched_tokens = $MAX_BATCHED}
+${PREFIX_CACHING:+prefix_caching = $PREFIX_CACHING}
 TOML
-COHORT_LOG=info "$worker" "$out/$label.toml" >"$out/$label.log" 2>&1 &
+# STEP_TIMES=1: the engine logs its decode steps' GPU, launch and wall time at the end.
+env COHORT_LOG=info ${STEP_TIMES:+COHORT_INFER_STEP_TIMES=1} "$worker" "$out/$label.toml" >"$out/$label.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 300); do
@@ -51,4 +56,8 @@ load single --concurrency 1 --requests-per-stream 4 --min-requests 4 --prompt-to
 load burst64 --concurrency 64 --requests-per-stream 1 --min-requests 64 --prompt-tokens 512 --output-tokens 256
 load streams64 --concurrency 64 --requests-per-stream 4 --prompt-tokens 512 --output-tokens 256
 load mixed64 --concurrency 64 --requests-per-stream 4 --mixed
+load prefix2k --concurrency 1 --requests-per-stream 8 --min-requests 8 --shared-prefix 2048 --prompt-tokens 16 \
+  --output-tokens 8
+curl -s "http://127.0.0.1:$port/metrics" | grep -E "^cohort_serve_prefix_cache" || true
 kill -INT $pid; wait $pid || true
+grep -E "decode steps of (1|64|256) rows" "$out/$label.log" | cut -c1-260 || true

@@ -128,6 +128,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   // and prompt chunks); the offline job's, whole prompts up to 8192 rows
   // (a packed prefill runs at the GEMMs' speed from a few thousand rows).
   options.step_rows = spec.job.kind == jobs::JobKind::kServe ? spec.serve.max_batched_tokens : 8192;
+  options.prefix_caching = spec.job.kind == jobs::JobKind::kServe && spec.serve.prefix_caching;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
   if (kv_positions > 0) {
     options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;

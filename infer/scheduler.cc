@@ -203,8 +203,13 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
     const int s = admit_head();
     if (s < 0) break;
     ++st.admitted;
-    const int n = whole_past_budget ? size : std::min(size, budget);
-    chunks.push_back(Chunk{s, slots_[s].req.prompt.data(), n, true});
+    Slot& slot = slots_[s];
+    const int cached = engine_.reuse_prefix(s, slot.req.prompt.data(), size);
+    slot.prefilled = static_cast<size_t>(cached);
+    st.prefix_hit_tokens += cached, prefix_hit_tokens_ += cached, prompt_tokens_admitted_ += size;
+    const int rest = size - cached;
+    const int n = whole_past_budget ? rest : std::min(rest, budget);
+    chunks.push_back(Chunk{s, slot.req.prompt.data() + cached, n, cached == 0});
     budget = n >= budget ? 0 : budget - n;
   }
 }

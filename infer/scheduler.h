@@ -16,7 +16,9 @@
 //      waits for blocks to come back rather than be overtaken. A prompt
 //      longer than what is left is cut, and the rest goes on in later steps,
 //      so running streams keep getting a token every step.
-// A sequence whose prompt ends in a step gets its first token from it.
+// A sequence whose prompt ends in a step gets its first token from it. An
+// admitted prompt starts past the part the engine's prefix cache holds
+// (InferenceEngine::reuse_prefix), so a shared prefix is computed once.
 // With max_batched_tokens 0 (the offline job) prompts are prefilled whole,
 // every one the free slots take, in as many forwards as the engine needs.
 //
@@ -83,6 +85,7 @@ struct StepStats {
   int decode_batch = 0;           // sequences in a decode-only step (0: none, or the step had prompts)
   int decode_rows = 0;            // sequences that got a next token beside any prompts
   int admitted = 0;               // requests that took a slot this step
+  int64_t prefix_hit_tokens = 0;  // of their prompts, positions found in the engine's prefix cache
 };
 
 struct SchedulerOptions {
@@ -120,6 +123,10 @@ class Scheduler {
   int64_t kv_reserved_blocks() const { return reserved_blocks_; }
   int64_t kv_reserved() const { return reserved_blocks_ * engine_.kv_block_size(); }
   int capacity() const { return engine_.capacity(); }
+  // Since the start: prompt tokens of admitted requests, and how many of
+  // them the engine's prefix cache already held.
+  int64_t prompt_tokens_admitted() const { return prompt_tokens_admitted_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
 
  private:
   struct Slot {
@@ -154,6 +161,7 @@ class Scheduler {
   std::vector<int64_t> cancels_;
   int running_ = 0;
   int64_t reserved_blocks_ = 0;
+  int64_t prompt_tokens_admitted_ = 0, prefix_hit_tokens_ = 0;
   std::vector<float> logits_;
   std::vector<float> penalized_;  // a row with its sequence's penalties applied
   std::vector<int32_t> greedy_;

@@ -289,6 +289,11 @@ std::vector<FieldDoc> build_schema() {
                             "prompts, a long one in chunks over several steps, so running streams keep getting "
                             "a token every step. At least max_running.",
                     .min = 1, .max = 1e6}));
+  f.push_back(bind("serve", "prefix_caching", &J::serve, &ServeSection::prefix_caching,
+                   {.text = "Keep full KV-cache blocks (16 positions) keyed by their token prefix after their "
+                            "request ends, and start a later prompt with the same prefix past them, so a shared "
+                            "system prompt or conversation is computed once; cached blocks no request holds are "
+                            "reused for new ones least recently used first. The bf16 CUDA engine only."}));
   f.push_back(bind("serve", "kv_cache_tokens", &J::serve, &ServeSection::kv_cache_tokens,
                    {.text = "Positions the KV cache holds for all running sequences together, in blocks of 16 "
                             "handed out as sequences grow; a request waits until its prompt plus max_tokens fits "

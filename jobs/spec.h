@@ -191,6 +191,7 @@ struct ServeSection {
   int max_body_bytes = 1 << 20; // request bodies above this get 413
   int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq, at most 4096
   int max_batched_tokens = 8192;  // tokens per forward: running sequences' next tokens, then prompt chunks
+  bool prefix_caching = true;   // full KV blocks reused by later prompts with the same prefix
   int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: by gpu_memory_fraction
   double gpu_memory_fraction = 0.9;  // of the GPU's memory the server may take (weights, buffers, KV cache)
   int max_tokens = 256;         // a request's max_tokens when it gives none

@@ -119,7 +119,13 @@ elif [[ $phase == prefill ]]; then
       --no-transformers --batches 1,64 --prompt-lens 512,1984 --new 32 --work "/tmp/offline-$which"
     tail -6 "$out/offline_$which.log"
     STEP_TIMEOUT=300 step "serve_$which" bench/serve_speed.sh "$dir/cohort-worker" "$folder" "$out/serve" "$which"
-    grep -E "^#|^[a-z0-9]+ \|" "$out/serve_$which.log"
+    grep -E "^#|^[a-z0-9]+ \||prefix_cache|decode steps" "$out/serve_$which.log"
+  done
+  # The server at other step budgets (SERVE_BUDGETS="2048 4096"), after only.
+  for budget in ${SERVE_BUDGETS:-}; do
+    MAX_BATCHED=$budget STEP_TIMEOUT=300 step "serve_after_$budget" bench/serve_speed.sh "$bin/cohort-worker" \
+      "$folder" "$out/serve" "after-$budget"
+    grep -E "^#|^[a-z0-9]+ \||decode steps" "$out/serve_after_$budget.log"
   done
   # Where a prefill's time goes: 16 prompts of 1,984 tokens, 2 new, under
   # the CUPTI kernel timer (eager kernels' totals, warm-up's included).

@@ -76,6 +76,11 @@ std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) 
         "request is admitted when its own fits in the rest (0 to 1).",
         g.kv_total > 0 ? double(g.kv_reserved) / double(g.kv_total) : 0.0);
   gauge("cohort_serve_steps_total", "counter", "Scheduler steps run.", double(g.steps));
+  gauge("cohort_serve_prefix_cache_queries_total", "counter",
+        "Prompt tokens of admitted requests, looked up in the prefix cache.", double(g.prefix_query_tokens));
+  gauge("cohort_serve_prefix_cache_hits_total", "counter",
+        "Of those, tokens whose KV the prefix cache held (the hit rate is hits / queries).",
+        double(g.prefix_hit_tokens));
   gauge("cohort_serve_ready", "gauge", "1 when serving, 0 while loading or draining.", state == "ready" ? 1 : 0);
   gauge("cohort_serve_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
         double(prompt_tokens_));

@@ -22,6 +22,8 @@ struct LoopGauges {
   // plus max_tokens): what a waiting request's admission waits on.
   int64_t kv_reserved = 0;
   int64_t steps = 0;
+  // Prompt tokens admitted, and those the prefix cache held.
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
 };
 
 class ServeMetrics {

@@ -325,6 +325,7 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_RETURN_IF_ERROR(upload_f32(rope_cos_, rope.cos, stream_));
   COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, rope.sin, stream_));
   lengths_.assign(options_.slots, 0);
+  slot_tokens_.assign(options_.slots, {});
   return Status::ok();
 }
 

@@ -26,7 +26,7 @@
 // 24, 32, 48, 64, then multiples of 32); a size is run eagerly the first time
 // and captured for later steps. Prefill runs eagerly (its length varies),
 // its projections on cuBLASLt and its attention flash-style over the cache,
-// 64 rows of a prompt against 64 cached positions at a time
+// 128 rows of a prompt against 64 cached positions at a time
 // (models/ops/prefill_attention.h).
 // Greedy picks happen on the device (each rank's argmax, gathered and merged);
 // only when the caller wants logits are they gathered and copied out.
@@ -59,6 +59,9 @@ struct CudaEngineOptions {
   // Rows one forward may take (a packed prefill, a mixed step); at least
   // capacity and the largest decode bucket.
   int step_rows = 0;
+  // Full KV blocks stay cached by their token prefix for later sequences
+  // (kv_blocks.h, reuse_prefix()).
+  bool prefix_caching = false;
   // Choices warm-up otherwise makes, and timers, for diagnosis and A/B
   // runs: set only from the debugging switches (worker/debug_switches.h).
   struct Overrides {

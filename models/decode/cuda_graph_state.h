@@ -67,6 +67,7 @@ class CudaGraphEngine final : public InferenceEngine {
   void step(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
             float* logits, int32_t* greedy) override;
   int max_step_rows() const override { return max_rows_; }
+  int reuse_prefix(int slot, const int32_t* tokens, int n) override;
   // One forward of d decode rows and chunks [begin, end), which fit the row
   // buffers; outputs from row 0 of logits/greedy.
   void forward_rows(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
@@ -202,6 +203,11 @@ class CudaGraphEngine final : public InferenceEngine {
   int32_t* block_table_ = nullptr;  // device [slots + 1, blocks per slot]
   // Makes `slot` hold blocks for `positions` (within its reservation).
   void hold(int slot, int positions);
+  // With prefix caching: the tokens at each slot's positions, whose full
+  // blocks note() keys in the pool as the slot grows (forget() on a fresh start).
+  std::vector<std::vector<int32_t>> slot_tokens_;
+  void note(int slot, const int32_t* tokens, int n);
+  void forget(int slot);
   // options.overrides.time_steps: per padded decode size, steps timed, their GPU
   // time (row copies + graph, CUDA events; the graph's part from the event
   // after the copies), the host's time in cudaGraphLaunch and the wall time,

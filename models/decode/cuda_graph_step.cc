@@ -345,8 +345,10 @@ void CudaGraphEngine::prefill_chunk(const int* slots,
     }
     host_head_rows_[j - begin] = row - 1;
     pool_->release(slots[j]);  // a prefill starts the slot afresh
+    forget(slots[j]);
     hold(slots[j], n);
     lengths_.at(slots[j]) = n;
+    note(slots[j], p.data(), n);
   }
   const size_t V = static_cast<size_t>(config_.vocab_size);
   run(row, k, k, false, true, logits ? logits + begin * V : nullptr, greedy + begin);
@@ -366,6 +368,7 @@ void CudaGraphEngine::extend(int slot, const int32_t* tokens, int n, float* logi
   host_head_rows_[0] = n - 1;
   hold(slot, start + n);
   lengths_[slot] = start + n;
+  note(slot, tokens, n);
   int32_t unused = 0;
   run(n, 1, 1, false, true, logits, greedy ? greedy : &unused);
 }
@@ -406,6 +409,7 @@ void CudaGraphEngine::forward_rows(const int* decode_slots, const int32_t* decod
     COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slot, pos);
     hold(slot, pos + 1);
     lengths_[slot] = pos + 1;
+    note(slot, decode_tokens + b, 1);
     host_rows_[b] = decode_tokens[b];
     host_rows_[max_rows_ + b] = slot;
     host_rows_[2 * max_rows_ + b] = pos;
@@ -416,6 +420,7 @@ void CudaGraphEngine::forward_rows(const int* decode_slots, const int32_t* decod
     const Chunk& c = chunks[j];
     if (c.fresh) {
       pool_->release(c.slot);
+      forget(c.slot);
       lengths_.at(c.slot) = 0;
     }
     const int start = lengths_.at(c.slot);
@@ -429,6 +434,7 @@ void CudaGraphEngine::forward_rows(const int* decode_slots, const int32_t* decod
     host_head_rows_[d + (j - begin)] = row - 1;
     hold(c.slot, start + c.n);
     lengths_[c.slot] = start + c.n;
+    note(c.slot, c.tokens, c.n);
   }
   const int heads = d + static_cast<int>(end - begin);
   decode_rows_ = d;
@@ -445,7 +451,30 @@ void CudaGraphEngine::hold(int slot, int positions) {
 
 void CudaGraphEngine::release(int slot) {
   pool_->release(slot);
+  forget(slot);
   lengths_.at(slot) = 0;
+}
+
+int CudaGraphEngine::reuse_prefix(int slot, const int32_t* tokens, int n) {
+  if (!options_.prefix_caching) return 0;
+  release(slot);
+  const int cached = pool_->match_prefix(slot, tokens, n);
+  lengths_.at(slot) = cached;
+  slot_tokens_.at(slot).assign(tokens, tokens + cached);
+  return cached;
+}
+
+// Keys are made as the positions are enqueued; a match is only looked for
+// between steps, when every enqueued position has been written.
+void CudaGraphEngine::note(int slot, const int32_t* tokens, int n) {
+  if (!options_.prefix_caching || slot >= options_.slots) return;
+  std::vector<int32_t>& t = slot_tokens_.at(slot);
+  t.insert(t.end(), tokens, tokens + n);
+  pool_->commit(slot, t.data(), static_cast<int>(t.size()));
+}
+
+void CudaGraphEngine::forget(int slot) {
+  if (options_.prefix_caching && slot < options_.slots) slot_tokens_.at(slot).clear();
 }
 
 void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
@@ -455,7 +484,7 @@ void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, flo
     const bool real = b < B;
     const int pos = real ? lengths_.at(slots[b]) : 0;
     COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slots[b], pos);
-    if (real) hold(slots[b], pos + 1);
+    if (real) hold(slots[b], pos + 1), note(slots[b], tokens + b, 1);
     host_rows_[b] = real ? tokens[b] : 0;
     host_rows_[max_rows_ + b] = real ? slots[b] : options_.slots;  // the spare slot
     host_rows_[2 * max_rows_ + b] = pos;

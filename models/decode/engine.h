@@ -70,6 +70,15 @@ class InferenceEngine {
   virtual void step(const int* decode_slots, const int32_t* decode_tokens, int d,
                     const std::vector<Chunk>& chunks, float* logits, int32_t* greedy);
   virtual int max_step_rows() const { return 1 << 30; }
+  // Prefix caching: starts `slot` afresh holding the cached KV of the
+  // longest prefix of tokens[0, n) that an earlier sequence computed (whole
+  // KV blocks, fewer than n positions) and returns how many positions that
+  // is; the caller extends the slot from there. 0, with nothing done, where
+  // the engine caches no prefixes.
+  virtual int reuse_prefix(int slot, const int32_t* tokens, int n) {
+    (void)slot, (void)tokens, (void)n;
+    return 0;
+  }
 
   // The KV cache in blocks of kv_block_size() positions: a sequence of p
   // positions holds ceil(p / kv_block_size()) of the kv_blocks(). A paged

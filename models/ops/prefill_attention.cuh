@@ -2,13 +2,14 @@
 // forward's flash scheme (flash_attention.cuh) with its keys and values
 // read from the paged or contiguous KV cache instead of packed matrices.
 //
-// Block = (tile of up to 64 rows of one run, query head): 4 warps x 16 rows,
-// the queries staged once (fp32 rounded to bf16, as the GEMMs round their
-// operands), then 64-key tiles of the cache from position 0 up to the
+// Block = (tile of up to 128 rows of one run, query head): 8 warps x 16
+// rows, the queries staged once (fp32 rounded to bf16, as the GEMMs round
+// their operands), then 64-key tiles of the cache from position 0 up to the
 // tile's last row, double-buffered with cp.async so tile kt + 1 is in flight
-// while tile kt is multiplied. A key tile's 64 positions are gathered 16
-// bytes at a time through the block table (a paged block holds 16
-// consecutive positions, so each cache row is one contiguous piece).
+// while tile kt is multiplied; each staged key tile serves 128 rows. A key
+// tile's 64 positions are gathered 16 bytes at a time through the block
+// table (a paged block holds 16 consecutive positions, so each cache row is
+// one contiguous piece), K and V from the same offset.
 // Scores stay in registers with an online softmax in fp32; y is written in
 // bf16. The causal mask compares key positions with each row's position,
 // so a run that starts past position 0 (a later chunk, a reused prefix)
@@ -23,33 +24,52 @@ namespace prefill {
 
 using flash::bf16;
 
+constexpr int kWarps = kPrefillTileRows / 16;
+constexpr int kThreads = 32 * kWarps;
+
 template <int D>
 struct Tiles {
   static constexpr int kRows = kPrefillTileRows, kKeys = 64, kLd = D + 8;
   static constexpr size_t kShared = (size_t(kRows) + 4 * size_t(kKeys)) * kLd * sizeof(bf16);
 };
 
-// Positions [key0, key0 + kKeys) of (slot, kv head) into s [kKeys][kLd];
-// positions past `last` are zeros (their probabilities are zero, and a zero
-// V row keeps the product finite).
+// The tile's queries: rows [row0, row0 + count) of q (fp32, row stride ld)
+// as bf16 into s [kRows][kLd]; rows past count are zeros.
 template <int D>
-__device__ inline void stage_keys(bf16* s, const Bf16Bits* cache, const DecodeRows& rows,
-                                  const DecodeShape& shape, int slot, int kvh, int key0, int last) {
+__device__ inline void stage_queries(bf16* s, const float* q, size_t ld, int row0, int count) {
+  using T = Tiles<D>;
+  constexpr int kVec = D / 4;
+  for (int i = threadIdx.x; i < T::kRows * kVec; i += kThreads) {
+    const int r = i / kVec, c = (i % kVec) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < count) x = *reinterpret_cast<const float4*>(q + static_cast<size_t>(row0 + r) * ld + c);
+    uint2 packed;
+    packed.x = pack_bf16x2(x.x, x.y);
+    packed.y = pack_bf16x2(x.z, x.w);
+    *reinterpret_cast<uint2*>(s + r * T::kLd + c) = packed;
+  }
+}
+
+// Positions [key0, key0 + kKeys) of (slot, kv head) into sK and sV
+// [kKeys][kLd]; positions past `last` are zeros (their probabilities are
+// zero, and a zero V row keeps the product finite).
+template <int D>
+__device__ inline void stage_keys(bf16* sK, bf16* sV, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
+                                  const DecodeRows& rows, const DecodeShape& shape, int slot, int kvh, int key0,
+                                  int last) {
   using T = Tiles<D>;
   constexpr int kVec = D / 8;
-  for (int i = threadIdx.x; i < T::kKeys * kVec; i += flash::kThreadsPerBlock) {
+  for (int i = threadIdx.x; i < T::kKeys * kVec; i += kThreads) {
     const int r = i / kVec, c = (i % kVec) * 8, pos = key0 + r;
-    bf16* dst = s + r * T::kLd + c;
-    if (pos <= last) {
-      cp_async16(dst, cache + cache_offset(rows, shape, slot, kvh, pos) + c);
-    } else {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    }
+    const bool valid = pos <= last;
+    const size_t offset = valid ? cache_offset(rows, shape, slot, kvh, pos) + c : 0;
+    cp_async16(sK + r * T::kLd + c, k_cache + offset, valid);
+    cp_async16(sV + r * T::kLd + c, v_cache + offset, valid);
   }
 }
 
 template <int D>
-__global__ void __launch_bounds__(flash::kThreadsPerBlock)
+__global__ void __launch_bounds__(kThreads)
     prefill_attention_kernel(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                              const Bf16Bits* v_cache, DecodeRows rows, const int32_t* tiles,
                              DecodeShape shape) {
@@ -67,9 +87,8 @@ __global__ void __launch_bounds__(flash::kThreadsPerBlock)
   const int ldq = shape.hq * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
-  stage<D>(sQ, T::kLd, q + h * D, ldq, row0, T::kRows, row0 + count);
-  stage_keys<D>(sKV, k_cache, rows, shape, slot, kvh, 0, last);
-  stage_keys<D>(sKV + kTile, v_cache, rows, shape, slot, kvh, 0, last);
+  stage_queries<D>(sQ, q + h * D, ldq, row0, count);
+  stage_keys<D>(sKV, sKV + kTile, k_cache, v_cache, rows, shape, slot, kvh, 0, last);
   cp_async_commit();
   uint32_t qf[D / 16][4];
   const float scale2 = rsqrtf(float(D)) * kLog2e;
@@ -83,8 +102,7 @@ __global__ void __launch_bounds__(flash::kThreadsPerBlock)
     bf16* sV = sK + kTile;
     if (kt < last_tile) {  // the next tile into the other buffer, freed by the last barrier
       bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
-      stage_keys<D>(nK, k_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
-      stage_keys<D>(nK + kTile, v_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
+      stage_keys<D>(nK, nK + kTile, k_cache, v_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -180,8 +198,7 @@ void launch(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits
   // not a stream operation, so this is safe during graph capture too.
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles<D>::kShared));
   const dim3 grid(tile_count, shape.hq);
-  kernel<<<grid, flash::kThreadsPerBlock, Tiles<D>::kShared, stream>>>(y, q, k_cache, v_cache, rows,
-                                                                       tiles, shape);
+  kernel<<<grid, kThreads, Tiles<D>::kShared, stream>>>(y, q, k_cache, v_cache, rows, tiles, shape);
 }
 
 }  // namespace prefill

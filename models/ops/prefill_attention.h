@@ -7,10 +7,10 @@
 // prefill adds is that its rows come in runs: consecutive rows of one slot
 // at consecutive positions (a prompt, or a chunk of one after the positions
 // an earlier chunk or a shared prefix left in the cache). A run's rows
-// share their keys, so the kernel takes them 64 at a time as one tile of
+// share their keys, so the kernel takes them 128 at a time as one tile of
 // queries against 64-key tiles of the cache on the tensor cores, where
 // decode attention would read each row's keys once per row: at a
-// 2,048-token prompt that is the difference between reading the cache 32
+// 2,048-token prompt that is the difference between reading the cache 16
 // times and 2,048 times.
 //
 // A launch takes a list of tiles (prefill_attention_tiles below), each up
@@ -25,7 +25,7 @@
 
 namespace cohort::models {
 
-inline constexpr int kPrefillTileRows = 64;
+inline constexpr int kPrefillTileRows = 128;
 
 // The tiles of rows [begin, end): runs broken where the slot changes or the
 // position does not follow, each run cut every kPrefillTileRows rows.

@@ -1,7 +1,7 @@
 // CUDA RoPE (CPU reference and contract: rope.h): one thread per rotated
 // pair (token, head, i < D/2), in place; sign -1 applies the inverse.
-// The decode engine's qkv_rope_cache: one block per (row, head), thread
-// i < D/2 holding elements i and i + D/2, the per-head norm a block sum.
+// The decode engine's qkv_rope_cache: one warp per (row, head), the
+// per-head norm a warp sum.
 #pragma once
 
 #include "models/cuda/common.cuh"
@@ -27,52 +27,72 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int n, int heads, int 
   }
 }
 
-__global__ void qkv_rope_cache_kernel(const float* qkv, const float* bias, const float* q_norm,
-                                      const float* k_norm, const float* rope_cos,
-                                      const float* rope_sin, DecodeRows rows, DecodeShape s,
-                                      float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache) {
+// One warp per (row, head): lane j holds the pairs (j + 32k, j + 32k + D/2),
+// so a warp's loads are contiguous and the norm's sum is a warp sum, with no
+// block barrier (a prefill of thousands of rows launches n × heads warps,
+// not that many small blocks).
+constexpr int kQkvRopeWarps = 8;
+constexpr int kQkvRopeMaxPairs = 4;  // head_dim up to 256
+
+__global__ void __launch_bounds__(32 * kQkvRopeWarps)
+    qkv_rope_cache_kernel(const float* qkv, const float* bias, const float* q_norm, const float* k_norm,
+                          const float* rope_cos, const float* rope_sin, DecodeRows rows, DecodeShape s, int n,
+                          float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache) {
   begin_dependent();
-  const int r = blockIdx.x, head = blockIdx.y, D = s.head_dim, half = D / 2;
-  const int i = threadIdx.x;
-  const bool active = i < half;
-  const size_t ld = static_cast<size_t>(s.hq + 2 * s.hkv) * D;
+  const int heads = s.hq + 2 * s.hkv, D = s.head_dim, half = D / 2;
+  const int job = blockIdx.x * kQkvRopeWarps + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int r = job / heads, head = job % heads;
+  if (r >= n) return;  // whole warps leave: no barrier below
+  const size_t ld = static_cast<size_t>(heads) * D;
   const size_t col = static_cast<size_t>(head) * D;
   const float* src = qkv + r * ld + col;
-  float a = active ? src[i] : 0.0f, b = active ? src[i + half] : 0.0f;
-  if (bias && active) a += bias[col + i], b += bias[col + i + half];
+  float a[kQkvRopeMaxPairs], b[kQkvRopeMaxPairs];
+  float sumsq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQkvRopeMaxPairs; ++k) {
+    const int i = lane + 32 * k;
+    a[k] = b[k] = 0.0f;
+    if (i < half) {
+      a[k] = src[i], b[k] = src[i + half];
+      if (bias) a[k] += bias[col + i], b[k] += bias[col + i + half];
+      sumsq += a[k] * a[k] + b[k] * b[k];
+    }
+  }
   const int pos = rows.positions[r], slot = rows.slots[r];
   const bool is_q = head < s.hq, is_k = !is_q && head < s.hq + s.hkv;
   const float* norm = is_q ? q_norm : (is_k ? k_norm : nullptr);
-  if (norm) {  // uniform across the block: the barriers inside are safe
-    const float rstd = rsqrtf(block_reduce<false>(a * a + b * b) / static_cast<float>(D) + s.eps);
-    if (active) a = norm[i] * (a * rstd), b = norm[i + half] * (b * rstd);
-  }
-  if (!active) return;
-  if (is_q || is_k) {
-    const float c = rope_cos[static_cast<size_t>(pos) * half + i];
-    const float sn = rope_sin[static_cast<size_t>(pos) * half + i];
-    const float ra = a * c - b * sn, rb = b * c + a * sn;
-    a = ra, b = rb;
-  }
-  if (is_q) {
-    float* dst = q_out + (static_cast<size_t>(r) * s.hq + head) * D;
-    dst[i] = a, dst[i + half] = b;
-    return;
-  }
+  const float rstd = norm ? rsqrtf(warp_sum(sumsq) / static_cast<float>(D) + s.eps) : 1.0f;
   const int kv = is_k ? head - s.hq : head - s.hq - s.hkv;
-  Bf16Bits* cache = is_k ? k_cache : v_cache;
-  Bf16Bits* dst = cache + cache_offset(rows, s, slot, kv, pos);
-  dst[i] = to_bf16_bits(a), dst[i + half] = to_bf16_bits(b);
+  Bf16Bits* cache = is_q ? nullptr : (is_k ? k_cache : v_cache) + cache_offset(rows, s, slot, kv, pos);
+  float* q_dst = is_q ? q_out + (static_cast<size_t>(r) * s.hq + head) * D : nullptr;
+#pragma unroll
+  for (int k = 0; k < kQkvRopeMaxPairs; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= half) break;
+    float x = a[k], y = b[k];
+    if (norm) x = norm[i] * (x * rstd), y = norm[i + half] * (y * rstd);
+    if (is_q || is_k) {
+      const float c = rope_cos[static_cast<size_t>(pos) * half + i];
+      const float sn = rope_sin[static_cast<size_t>(pos) * half + i];
+      const float rx = x * c - y * sn, ry = y * c + x * sn;
+      x = rx, y = ry;
+    }
+    if (is_q) {
+      q_dst[i] = x, q_dst[i + half] = y;
+    } else {
+      cache[i] = to_bf16_bits(x), cache[i + half] = to_bf16_bits(y);
+    }
+  }
 }
 
 void qkv_rope_cache(float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
                     const float* qkv_bias, const float* q_norm, const float* k_norm,
                     const float* cos, const float* sin, DecodeRows rows, int n,
                     const DecodeShape& shape, CUstream_st* stream) {
-  const dim3 grid(n, shape.hq + 2 * shape.hkv);
-  const int threads = ((shape.head_dim / 2 + 31) / 32) * 32;
-  launch_dependent(qkv_rope_cache_kernel, grid, threads, 0, stream, qkv, qkv_bias, q_norm, k_norm, cos, sin,
-                                                      rows, shape, q_out, k_cache, v_cache);
+  const int64_t jobs = static_cast<int64_t>(n) * (shape.hq + 2 * shape.hkv);
+  const int blocks = static_cast<int>((jobs + kQkvRopeWarps - 1) / kQkvRopeWarps);
+  launch_dependent(qkv_rope_cache_kernel, dim3(blocks), dim3(32 * kQkvRopeWarps), 0, stream, qkv, qkv_bias,
+                   q_norm, k_norm, cos, sin, rows, shape, n, q_out, k_cache, v_cache);
 }
 
 }  // namespace cohort::models::cuda

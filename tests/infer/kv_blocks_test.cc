@@ -53,6 +53,79 @@ TEST(KvBlockPool, SlotsGrowByBlocksAndGiveThemBack) {
   EXPECT_EQ(pool.free(), 0);
 }
 
+// Prefix caching: full blocks keyed by their tokens and all before them.
+std::vector<int32_t> tokens(int n, int seed) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (seed * 7919 + i * 31) % 1000;
+  return t;
+}
+
+TEST(KvBlockPool, ABlockKeyedByItsPrefixIsReusedAfterItsSlotIsReleased) {
+  models::decode::KvBlockPool pool(8, 16, 3, 4);
+  const std::vector<int32_t> a = tokens(40, 1);  // two full blocks and 8 positions
+  ASSERT_TRUE(pool.grow(0, 40));
+  pool.commit(0, a.data(), 40);
+  EXPECT_EQ(pool.cached(), 2);
+  const int32_t first = pool.table()[0], second = pool.table()[1];
+  pool.release(0);
+  EXPECT_EQ(pool.free(), 8);  // cached blocks count as free: grow() may take them
+  // The same 40 tokens: both blocks, the rest to compute.
+  EXPECT_EQ(pool.match_prefix(1, a.data(), 40), 32);
+  EXPECT_EQ(pool.held(1), 2);
+  EXPECT_EQ(pool.table()[4], first);
+  EXPECT_EQ(pool.table()[5], second);
+  EXPECT_EQ(pool.free(), 6);
+  pool.release(1);
+  // At least one token is left to compute: 32 tokens reuse one block.
+  EXPECT_EQ(pool.match_prefix(1, a.data(), 32), 16);
+  pool.release(1);
+  // A change in the second block keeps the first; in the first, nothing.
+  std::vector<int32_t> b = a;
+  b[20] += 1;
+  EXPECT_EQ(pool.match_prefix(1, b.data(), 40), 16);
+  pool.release(1);
+  b[3] += 1;
+  EXPECT_EQ(pool.match_prefix(1, b.data(), 40), 0);
+  EXPECT_EQ(pool.held(1), 0);
+}
+
+TEST(KvBlockPool, ABlockTwoSlotsHoldIsFreedOnlyWhenBothLetGo) {
+  models::decode::KvBlockPool pool(6, 16, 3, 4);
+  const std::vector<int32_t> a = tokens(33, 2);
+  ASSERT_TRUE(pool.grow(0, 33));
+  pool.commit(0, a.data(), 33);
+  EXPECT_EQ(pool.match_prefix(1, a.data(), 33), 32);  // while slot 0 still runs
+  EXPECT_EQ(pool.free(), 3);  // slot 1 took no new block
+  ASSERT_TRUE(pool.grow(1, 40));  // its own third block
+  EXPECT_NE(pool.table()[4 + 2], pool.table()[2]);
+  EXPECT_EQ(pool.free(), 2);
+  pool.release(0);
+  EXPECT_EQ(pool.free(), 3);  // only slot 0's own third block came back
+  pool.release(1);
+  EXPECT_EQ(pool.free(), 6);
+  EXPECT_EQ(pool.match_prefix(2, a.data(), 33), 32);
+}
+
+TEST(KvBlockPool, CachedBlocksAreTakenLastAndLeastRecentlyReleasedFirst) {
+  models::decode::KvBlockPool pool(4, 16, 3, 4);
+  const std::vector<int32_t> a = tokens(17, 3), b = tokens(17, 4);
+  ASSERT_TRUE(pool.grow(0, 17));
+  pool.commit(0, a.data(), 17);
+  ASSERT_TRUE(pool.grow(1, 17));
+  pool.commit(1, b.data(), 17);
+  pool.release(0);  // a's block released first
+  pool.release(1);
+  EXPECT_EQ(pool.cached(), 2);
+  ASSERT_TRUE(pool.grow(2, 32));  // the two never-keyed blocks first
+  EXPECT_EQ(pool.cached(), 2);
+  ASSERT_TRUE(pool.grow(2, 48));  // then a's block, released longest ago
+  EXPECT_EQ(pool.cached(), 1);
+  pool.release(2);
+  EXPECT_EQ(pool.match_prefix(0, a.data(), 17), 0);
+  EXPECT_EQ(pool.match_prefix(1, b.data(), 17), 16);
+  EXPECT_FALSE(pool.grow(2, 65));  // more than a slot's row
+}
+
 // The CPU engine with a paged engine's accounting: `blocks` blocks of 8
 // positions for all its slots, and a check that no slot is ever asked for
 // more than the pool the scheduler reserved from (as the CUDA engine's

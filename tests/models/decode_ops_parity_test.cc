@@ -244,10 +244,10 @@ TEST_P(DecodeShapes, PrefillAttentionMatchesCachedAttentionRowByRow) {
       rows.slots.push_back(slot), rows.positions.push_back(p), rows.tokens.push_back(0);
     }
   };
-  run(0, 0, 200);
+  run(0, 0, 300);
   run(1, 301, 70);
   run(2, 5, 1);
-  run(3, 0, 64);
+  run(3, 0, 128);
   run(4, capacity - 40, 40);
   const int n = static_cast<int>(rows.slots.size());
   std::vector<int32_t> tiles;
@@ -404,19 +404,20 @@ TEST(DecodeCacheLayouts, ThePagedCpuReferenceEqualsTheContiguousOne) {
 }
 
 // Tiles break where the slot changes or a position does not follow, and
-// every 64 rows of a run (this runs everywhere).
-TEST(PrefillAttentionTiles, RunsAreCutAtSlotsGapsAndEverySixtyFourRows) {
+// every kPrefillTileRows rows of a run (this runs everywhere).
+TEST(PrefillAttentionTiles, RunsAreCutAtSlotsGapsAndEveryTileOfRows) {
+  constexpr int T = kPrefillTileRows;
   std::vector<int32_t> slots, positions;
   auto run = [&](int slot, int first, int count) {
     for (int p = first; p < first + count; ++p) slots.push_back(slot), positions.push_back(p);
   };
-  run(0, 0, 130);  // 64 + 64 + 2
-  run(0, 200, 3);  // the same slot, not following
-  run(1, 7, 64);
+  run(0, 0, 2 * T + 2);  // two whole tiles and 2 rows
+  run(0, 3 * T, 3);      // the same slot, not following
+  run(1, 7, T);
   run(2, 0, 1);
   std::vector<int32_t> tiles;
   prefill_attention_tiles(slots.data(), positions.data(), 0, int(slots.size()), tiles);
-  EXPECT_EQ(tiles, (std::vector<int32_t>{0, 64, 64, 64, 128, 2, 130, 3, 133, 64, 197, 1}));
+  EXPECT_EQ(tiles, (std::vector<int32_t>{0, T, T, T, 2 * T, 2, 2 * T + 2, 3, 2 * T + 5, T, 3 * T + 5, 1}));
   tiles.clear();
   prefill_attention_tiles(slots.data(), positions.data(), 60, 70, tiles);  // a range starts a run
   EXPECT_EQ(tiles, (std::vector<int32_t>{60, 10}));
