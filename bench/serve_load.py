@@ -201,7 +201,7 @@ def main():
               f"{r['ttft_p99_ms']:.1f} | {r['itl_p50_ms']:.2f} | {r['itl_p99_ms']:.2f} | {r['e2e_p50_s']:.2f} |",
               flush=True)
         if r["errors"]:
-            print(f"#   first error: {r['first_error']}", file=sys.stderr)
+            print(f"#   first error: {r['first_error']!r}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

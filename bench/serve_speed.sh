@@ -13,7 +13,8 @@
 #             own, 8 new tokens: after the first, the prefix is cached
 # Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
 # serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
-# turns serve.prefix_caching off.
+# turns serve.prefix_caching off, KV_TOKENS sets serve.kv_cache_tokens, and
+# LOADS="single streams64" (or single+streams64) runs only those loads.
 set -euo pipefail
 worker=$(realpath "$1") hf=$(realpath "$2") out=$(mkdir -p "$3" && realpath "$3") label=${4:-cohort}
 cd "$(dirname "$0")/.."
@@ -34,6 +35,7 @@ context = 4096
 temperature = 0.0
 ${MAX_BATCHED:+max_batched_tokens = $MAX_BATCHED}
 ${PREFIX_CACHING:+prefix_caching = $PREFIX_CACHING}
+${KV_TOKENS:+kv_cache_tokens = $KV_TOKENS}
 TOML
 # STEP_TIMES=1: the engine logs its decode steps' GPU, launch and wall time at the end.
 env COHORT_LOG=info ${STEP_TIMES:+COHORT_INFER_STEP_TIMES=1} "$worker" "$out/$label.toml" >"$out/$label.log" 2>&1 &
@@ -46,6 +48,7 @@ for _ in $(seq 300); do
 done
 load() {  # name args...
   local name=$1; shift
+  [[ -z ${LOADS:-} || " ${LOADS//+/ } " == *" $name "* ]] || return 0
   python3 bench/serve_load.py --url "http://127.0.0.1:$port/v1" --label "$label $name" --endpoint completions \
     --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
 }

@@ -121,6 +121,14 @@ elif [[ $phase == prefill ]]; then
     STEP_TIMEOUT=300 step "serve_$which" bench/serve_speed.sh "$dir/cohort-worker" "$folder" "$out/serve" "$which"
     grep -E "^#|^[a-z0-9]+ \||prefix_cache|decode steps" "$out/serve_$which.log"
   done
+  # Variants of the server, after only: SERVE_VARIANTS="NAME:VAR=VALUE,VAR=VALUE ..." (serve_speed.sh's
+  # variables), e.g. "nocache:PREFIX_CACHING=false small:KV_TOKENS=131072,LOADS=streams64".
+  for variant in ${SERVE_VARIANTS:-}; do
+    name=${variant%%:*}
+    STEP_TIMEOUT=300 step "serve_$name" env $(tr , " " <<<"${variant#*:}") bench/serve_speed.sh "$bin/cohort-worker" "$folder" \
+      "$out/serve" "$name"
+    grep -E "^#|^[a-z0-9]+ \||decode steps" "$out/serve_$name.log"
+  done
   # The server at other step budgets (SERVE_BUDGETS="2048 4096"), after only.
   for budget in ${SERVE_BUDGETS:-}; do
     MAX_BATCHED=$budget STEP_TIMEOUT=300 step "serve_after_$budget" bench/serve_speed.sh "$bin/cohort-worker" \
