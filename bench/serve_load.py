@@ -11,7 +11,8 @@ arrival times) and end-to-end latency.
   bench/serve_load.py --url ... --mixed            # prompt 16-1024, output 16-512 tokens
   bench/serve_load.py --url ... --endpoint completions --json out.json
 
-Prompts are "hello" repeated (one BPE token each for Qwen/Llama tokenizers)
+Prompts are "hello" repeated (about one BPE token each for Qwen/Llama
+tokenizers; --token-ids sends completions prompts as token ids instead)
 after a few words that number the request, so no two prompts share a KV
 block and a server's prefix cache finds nothing; --shared-prefix N puts the
 same N words before that number (a system prompt or a conversation every
@@ -118,11 +119,19 @@ def request_body(args, rng, index):
         prompt_len, out_len = rng.randint(16, 1024), rng.randint(16, 512)
     else:
         prompt_len, out_len = args.prompt_tokens, args.output_tokens
-    shared = "hello " * args.shared_prefix
-    # A number no other run draws (the lengths stay seeded).
-    text = f"{shared}request {index} {random.SystemRandom().getrandbits(40)}: " + " ".join(["hello"] * prompt_len)
     body = {"model": args.model, "max_tokens": out_len, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
+    unique = random.SystemRandom()  # what no other run draws (the lengths stay seeded)
+    if args.token_ids:
+        # Exactly shared_prefix + prompt_len ids: the shared ones fixed, the
+        # first of the rest drawn afresh so no two prompts share a block.
+        ids = [1000 + (7 * i) % 50000 for i in range(args.shared_prefix)]
+        ids += [unique.randint(1000, 100000) for _ in range(min(4, prompt_len))]
+        ids += [rng.randint(1000, 100000) for _ in range(prompt_len - min(4, prompt_len))]
+        body["prompt"] = ids
+        return body
+    shared = "hello " * args.shared_prefix
+    text = f"{shared}request {index} {unique.getrandbits(40)}: " + " ".join(["hello"] * prompt_len)
     if args.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": text}]
     else:
@@ -180,7 +189,9 @@ def main():
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--mixed", action="store_true", help="prompt 16-1024 and output 16-512 tokens, seeded")
-    p.add_argument("--shared-prefix", type=int, default=0, help="words every prompt starts with")
+    p.add_argument("--shared-prefix", type=int, default=0, help="words (or ids) every prompt starts with")
+    p.add_argument("--token-ids", action="store_true",
+                   help="completions prompts as token ids of exactly the lengths asked (no tokenizer between)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--label", default="", help="a name for this server in the output")
     p.add_argument("--json", help="also write the results here")

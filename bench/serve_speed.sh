@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The serving figures issue 40 is judged by, for one cohort-worker binary:
 #   bench/serve_speed.sh WORKER HF_DIR OUT_DIR [LABEL]
-# A serve job on HF_DIR (bench/make_hf_folder.py makes one: its tokenizer
-# makes "hello" one token, so bench/serve_load.py's prompts have the length
-# asked), then streaming completions, greedy, ignore_eos:
+# A serve job on HF_DIR (bench/make_hf_folder.py makes one), then streaming
+# completions of token-id prompts of exactly the lengths below, greedy,
+# ignore_eos:
 #   ttft2k    one 2,048-token prompt at a time, 8 new tokens (time to first token)
 #   single    one stream, 512-token prompts, 256 new
 #   burst64   64 requests at once, 512/256
 #   streams64 64 streams, 4 requests each, 512/256
 #   mixed64   64 streams, prompts 16-1,024 and outputs 16-512 tokens
-#   prefix2k  one at a time, 2,048 words every prompt shares, then 16 of its
+#   prefix2k  one at a time, 2,048 tokens every prompt shares, then 16 of its
 #             own, 8 new tokens: after the first, the prefix is cached
 # Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
 # serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
@@ -50,7 +50,7 @@ load() {  # name args...
   local name=$1; shift
   [[ -z ${LOADS:-} || " ${LOADS//+/ } " == *" $name "* ]] || return 0
   python3 bench/serve_load.py --url "http://127.0.0.1:$port/v1" --label "$label $name" --endpoint completions \
-    --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
+    --token-ids --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
 }
 echo "# $label: $(grep -o 'ready in [0-9.]* s' "$out/$label.log" | head -1)"
 echo "| load | concurrency | requests | errors | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | e2e p50 s |"
