@@ -302,6 +302,10 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* attn_partials, take(models::cuda::kDecodeAttnScratchFloats * 4));
   COHORT_ASSIGN_OR_RETURN(void* attn_arrivals, take(models::cuda::kDecodeAttnScratchBlocks * 4));
   attention_scratch_ = {static_cast<float*>(attn_partials), static_cast<int*>(attn_arrivals)};
+  if (prefill_tiles_) {
+    COHORT_ASSIGN_OR_RETURN(void* prefill_partials, take(models::cuda::kPrefillScratchFloats * 4));
+    prefill_scratch_.partials = static_cast<float*>(prefill_partials);
+  }
   buf_ = Buffers{
       static_cast<float*>(x),        static_cast<Bf16*>(xn),      static_cast<float*>(qkv),
       static_cast<float*>(q),        static_cast<Bf16*>(y),       static_cast<float*>(tmp),
@@ -344,7 +348,7 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   size_t buffers = R * (H * 4 + H * 2 + (Qd + 2 * KVd) * 4 + Qd * 4 + Qd * 2 + H * 4 + 2 * I * 4 + I * 2 + kRowIndexParts * 4);
   buffers += B * V * 4 * (1 + tp) + B * (2 * 4 * (1 + tp) + 4 + 4 + H * 2 + ((H + 63) / 64) * 4);
   buffers += (models::cuda::kSkinnyScratchFloats + models::cuda::kSkinnyScratchTiles + models::cuda::kDecodeAttnScratchFloats +
-              models::cuda::kDecodeAttnScratchBlocks) * 4;
+              models::cuda::kDecodeAttnScratchBlocks + models::cuda::kPrefillScratchFloats) * 4;
   buffers += size_t{32} << 20;  // cuBLASLt's workspace
   KvMemoryPlan plan;
   COHORT_CUDA_CHECK(cudaSetDevice(options.device));

@@ -88,7 +88,7 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
                            attention_scratch_, stream_, 0, attention_form_);
     }
     mc::prefill_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, buf_.rows + 3 * max_rows_,
-                          tile_count_, shape, stream_);
+                          tile_count_, shape, stream_, prefill_scratch_, tile_longest_);
     return;
   }
   mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,

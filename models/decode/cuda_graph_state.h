@@ -141,6 +141,8 @@ class CudaGraphEngine final : public InferenceEngine {
   // index, set by run() for every step that is not a decode step.
   bool prefill_tiles_ = false;
   int tile_count_ = 0;
+  int tile_longest_ = 0;  // positions the last row of the longest tile sees
+  models::cuda::PrefillAttentionScratch prefill_scratch_{};  // its split over the keys
   int decode_rows_ = 0;  // a mixed step's leading decode rows (step()); 0 otherwise
   std::vector<int32_t> tiles_;
   // Whether a decode step of n rows folds its RMSNorms into the tile

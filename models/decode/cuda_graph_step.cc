@@ -212,6 +212,10 @@ void CudaGraphEngine::stage_rows(int n, int head_count, bool gathered) {
                                     tiles_);
     std::copy(tiles_.begin(), tiles_.end(), host_rows_ + 3 * max_rows_);
     tile_count_ = static_cast<int>(tiles_.size() / 2);
+    tile_longest_ = 0;
+    for (size_t t = 0; t < tiles_.size(); t += 2) {
+      tile_longest_ = std::max(tile_longest_, host_rows_[2 * max_rows_ + tiles_[t] + tiles_[t + 1] - 1] + 1);
+    }
   }
   for (int part = 0; part < 3; ++part) {
     COHORT_CUDA_CHECK_FATAL(

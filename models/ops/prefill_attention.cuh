@@ -16,6 +16,8 @@
 // attends to what is in the cache before it.
 #pragma once
 
+#include <algorithm>
+
 #include "models/ops/flash_tiles.cuh"
 #include "models/ops/prefill_attention.h"
 
@@ -68,11 +70,21 @@ __device__ inline void stage_keys(bf16* sK, bf16* sV, const Bf16Bits* k_cache, c
   }
 }
 
+// Split over the keys (split.count > 1): block z takes key tiles
+// [z * per, (z + 1) * per) of its tile and leaves its unnormalised output
+// and softmax state (max in log2 units, sum) in the scratch, which
+// merge_kernel folds. A split may hold no key a row sees: its state stays
+// (-inf, 0) and merges as nothing.
+struct Split {
+  int count = 1;
+  float* partials = nullptr;  // [tile, head, split, kRows, D + 2]
+};
+
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     prefill_attention_kernel(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                              const Bf16Bits* v_cache, DecodeRows rows, const int32_t* tiles,
-                             DecodeShape shape) {
+                             DecodeShape shape, Split split) {
   using namespace flash;
   using T = Tiles<D>;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -86,100 +98,123 @@ __global__ void __launch_bounds__(kThreads)
   const int slot = rows.slots[row0], p0 = rows.positions[row0], last = p0 + count - 1;
   const int ldq = shape.hq * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  // Warps whose 16 rows are all past the tile's rows stage and wait with
+  // the others but compute nothing.
+  const bool busy = warp * 16 < count;
+  const int tiles_total = last / T::kKeys + 1;
+  const int per = (tiles_total + split.count - 1) / split.count;
+  const int kt_begin = blockIdx.z * per, kt_end = min(tiles_total, kt_begin + per);
 
   stage_queries<D>(sQ, q + h * D, ldq, row0, count);
-  stage_keys<D>(sKV, sKV + kTile, k_cache, v_cache, rows, shape, slot, kvh, 0, last);
+  if (kt_begin < kt_end) {
+    stage_keys<D>(sKV + (kt_begin & 1) * 2 * kTile, sKV + (kt_begin & 1) * 2 * kTile + kTile, k_cache, v_cache,
+                  rows, shape, slot, kvh, kt_begin * T::kKeys, last);
+  }
   cp_async_commit();
   uint32_t qf[D / 16][4];
   const float scale2 = rsqrtf(float(D)) * kLog2e;
   const int pos[2] = {p0 + warp * 16 + g, p0 + warp * 16 + g + 8};
   float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int last_tile = last / T::kKeys;
-  for (int kt = 0; kt <= last_tile; ++kt) {
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
     const int key0 = kt * T::kKeys;
     bf16* sK = sKV + (kt & 1) * 2 * kTile;
     bf16* sV = sK + kTile;
-    if (kt < last_tile) {  // the next tile into the other buffer, freed by the last barrier
+    if (kt + 1 < kt_end) {  // the next tile into the other buffer, freed by the last barrier
       bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
       stage_keys<D>(nK, nK + kTile, k_cache, v_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (kt == 0) {
+    if (busy) {
+      if (kt == kt_begin) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, T::kLd, warp * 16, kk * 16);
-    }
-    float s[T::kKeys / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int nt = 0; nt < T::kKeys / 8; nt += 2) {
-        uint32_t b0[2], b1[2];
-        load_b2(b0, b1, sK, T::kLd, nt * 8, kk * 16);
-        mma(s[nt], qf[kk], b0);
-        mma(s[nt + 1], qf[kk], b1);
+        for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, T::kLd, warp * 16, kk * 16);
       }
-    }
-    const bool masked = key0 + T::kKeys - 1 > p0 + warp * 16;
-    float mx[2] = {-INFINITY, -INFINITY};
+      float s[T::kKeys / 8][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < T::kKeys / 8; ++nt) {
+      for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt * 8 + 2 * t + (e & 1);
-        float x = s[nt][e] * scale2;
-        if (masked && key > pos[e >> 1]) x = -INFINITY;
-        s[nt][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        for (int nt = 0; nt < T::kKeys / 8; nt += 2) {
+          uint32_t b0[2], b1[2];
+          load_b2(b0, b1, sK, T::kLd, nt * 8, kk * 16);
+          mma(s[nt], qf[kk], b0);
+          mma(s[nt + 1], qf[kk], b1);
+        }
       }
-    }
+      const bool masked = key0 + T::kKeys - 1 > p0 + warp * 16;
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      // Key tile 0 comes first and holds position 0, which every row sees,
-      // so m is finite from then on and a fully masked later tile adds 0.
-      const float m_new = fmaxf(m[r], mx[r]);
-      const float alpha = exp2f(m[r] - m_new);
-      m[r] = m_new;
-      l[r] *= alpha;
+      for (int nt = 0; nt < T::kKeys / 8; ++nt) {
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        o[nd][2 * r] *= alpha;
-        o[nd][2 * r + 1] *= alpha;
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + nt * 8 + 2 * t + (e & 1);
+          float x = s[nt][e] * scale2;
+          if (masked && key > pos[e >> 1]) x = -INFINITY;
+          s[nt][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
       }
-    }
 #pragma unroll
-    for (int nt = 0; nt < T::kKeys / 8; ++nt) {
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        // A row that has seen no key yet (a split past position 0) keeps
+        // the state (-inf, 0): no scaling, and its probabilities are 0.
+        const float m_new = fmaxf(m[r], mx[r]);
+        const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= alpha;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nt][e] - m[e >> 1]);
-        s[nt][e] = p;
-        l[e >> 1] += p;
+        for (int nd = 0; nd < D / 8; ++nd) {
+          o[nd][2 * r] *= alpha;
+          o[nd][2 * r + 1] *= alpha;
+        }
       }
-    }
 #pragma unroll
-    for (int kk = 0; kk < T::kKeys / 16; ++kk) {
-      uint32_t pa[4];
-      accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+      for (int nt = 0; nt < T::kKeys / 8; ++nt) {
 #pragma unroll
-      for (int nd = 0; nd < D / 8; nd += 2) {
-        uint32_t b0[2], b1[2];
-        load_b2_trans(b0, b1, sV, T::kLd, nd * 8, kk * 16);
-        mma(o[nd], pa, b0);
-        mma(o[nd + 1], pa, b1);
+        for (int e = 0; e < 4; ++e) {
+          const float mr = m[e >> 1];
+          const float p = mr == -INFINITY ? 0.0f : exp2f(s[nt][e] - mr);
+          s[nt][e] = p;
+          l[e >> 1] += p;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < T::kKeys / 16; ++kk) {
+        uint32_t pa[4];
+        accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int nd = 0; nd < D / 8; nd += 2) {
+          uint32_t b0[2], b1[2];
+          load_b2_trans(b0, b1, sV, T::kLd, nd * 8, kk * 16);
+          mma(o[nd], pa, b0);
+          mma(o[nd + 1], pa, b1);
+        }
       }
     }
     __syncthreads();  // this buffer is the next iteration's prefetch target
   }
+  if (!busy) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     const int local = warp * 16 + g + 8 * r;
     if (local >= count) continue;
+    if (split.count > 1) {
+      float* part = split.partials +
+                    ((static_cast<size_t>(tile) * gridDim.y + h) * split.count + blockIdx.z) * T::kRows * (D + 2) +
+                    static_cast<size_t>(local) * (D + 2);
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd) {
+        *reinterpret_cast<float2*>(part + nd * 8 + 2 * t) = make_float2(o[nd][2 * r], o[nd][2 * r + 1]);
+      }
+      if (t == 0) part[D] = m[r], part[D + 1] = l[r];
+      continue;
+    }
     const float inv = 1.0f / l[r];
     bf16* yr = reinterpret_cast<bf16*>(y) + static_cast<size_t>(row0 + local) * ldq + h * D;
 #pragma unroll
@@ -189,30 +224,76 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Folds the splits of each (tile row, head): one warp each, lane j holding
+// dims j, j + 32, ... of D.
+template <int D>
+__global__ void merge_kernel(Bf16Bits* y, const int32_t* tiles, int tile_count, int heads, int ldq, Split split) {
+  const int job = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int tile = job / (heads * kPrefillTileRows), rest = job % (heads * kPrefillTileRows);
+  const int h = rest / kPrefillTileRows, local = rest % kPrefillTileRows;
+  if (tile >= tile_count || local >= tiles[2 * tile + 1]) return;
+  const size_t stride = static_cast<size_t>(kPrefillTileRows) * (D + 2);
+  const float* base = split.partials + (static_cast<size_t>(tile) * heads + h) * split.count * stride +
+                      static_cast<size_t>(local) * (D + 2);
+  float top = -INFINITY;
+  for (int z = 0; z < split.count; ++z) top = fmaxf(top, base[z * stride + D]);
+  float sum = 0.0f, acc[D / 32] = {};
+  for (int z = 0; z < split.count; ++z) {
+    const float* part = base + z * stride;
+    const float mz = part[D];
+    if (mz == -INFINITY) continue;
+    const float w = exp2f(mz - top);
+    sum += part[D + 1] * w;
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k) acc[k] += part[lane + 32 * k] * w;
+  }
+  __nv_bfloat16* yr = reinterpret_cast<__nv_bfloat16*>(y) + static_cast<size_t>(tiles[2 * tile] + local) * ldq + h * D;
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) yr[lane + 32 * k] = __float2bfloat16(acc[k] / sum);
+}
+
 template <int D>
 void launch(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
             DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
-            cudaStream_t stream) {
+            const PrefillAttentionScratch& scratch, int longest, cudaStream_t stream) {
   const auto kernel = prefill_attention_kernel<D>;
   // Past the default 48 KiB of dynamic shared memory; a host-side setting,
   // not a stream operation, so this is safe during graph capture too.
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles<D>::kShared));
-  const dim3 grid(tile_count, shape.hq);
-  kernel<<<grid, kThreads, Tiles<D>::kShared, stream>>>(y, q, k_cache, v_cache, rows, tiles, shape);
+  Split split;
+  split.count = prefill_attention_splits(tile_count, shape.hq, longest, scratch.partials != nullptr);
+  split.partials = scratch.partials;
+  const dim3 grid(tile_count, shape.hq, split.count);
+  kernel<<<grid, kThreads, Tiles<D>::kShared, stream>>>(y, q, k_cache, v_cache, rows, tiles, shape, split);
+  if (split.count > 1) {
+    const int jobs = tile_count * shape.hq * kPrefillTileRows, warps = 8;
+    merge_kernel<D><<<(jobs + warps - 1) / warps, 32 * warps, 0, stream>>>(y, tiles, tile_count, shape.hq,
+                                                                             shape.hq * D, split);
+  }
 }
 
 }  // namespace prefill
 
 bool prefill_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
+int prefill_attention_splits(int tile_count, int heads, int longest, bool have_scratch) {
+  const int blocks = tile_count * heads;
+  if (!have_scratch || blocks >= device_multiprocessors()) return 1;
+  const int key_tiles = (longest + 63) / 64;
+  // Enough blocks to fill the GPU once, at least two key tiles a split,
+  // within the scratch.
+  const int wanted = std::min(device_multiprocessors() / blocks, key_tiles / 2);
+  return std::max(1, std::min({wanted, kPrefillMaxSplits, kPrefillScratchBlocks / blocks}));
+}
+
 void prefill_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
                        DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
-                       CUstream_st* stream) {
+                       CUstream_st* stream, const PrefillAttentionScratch& scratch, int longest) {
   if (tile_count == 0) return;
   if (shape.head_dim == 128) {
-    prefill::launch<128>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, stream);
+    prefill::launch<128>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, scratch, longest, stream);
   } else {
-    prefill::launch<64>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, stream);
+    prefill::launch<64>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, scratch, longest, stream);
   }
 }
 

@@ -40,12 +40,30 @@ namespace cohort::models::cuda {
 // head_dim 64 or 128 (the flash kernels' sizes).
 bool prefill_attention_supports(int head_dim);
 
+// Where a launch split over the keys meets: a few tiles over a long context
+// (a short chunk after a cached prefix or earlier chunks) are too few blocks
+// for the GPU, so each (tile, head) is cut into splits of its key tiles
+// whose partial states a second kernel folds. Device memory the caller
+// allocates once (kPrefillScratchFloats); without it every (tile, head) is
+// one block.
+inline constexpr int kPrefillMaxSplits = 16;
+inline constexpr int kPrefillScratchBlocks = 256;  // (tile, head, split) triples
+inline constexpr size_t kPrefillScratchFloats = size_t{kPrefillScratchBlocks} * kPrefillTileRows * (128 + 2);
+struct PrefillAttentionScratch {
+  float* partials = nullptr;
+};
+
+// The splits a launch takes: enough blocks to fill the GPU once, at least
+// two key tiles each, within the scratch; `longest`: the most positions a
+// tile's last row sees.
+int prefill_attention_splits(int tile_count, int heads, int longest, bool have_scratch);
+
 // Device pointers, on `stream`, no allocation: `tiles` holds tile_count
 // (first row, row count) pairs as prefill_attention_tiles makes them; q
 // [n, hq * D] fp32 as qkv_rope_cache leaves it, y [n, hq * D] bf16, both
 // indexed by row as `rows` is.
 void prefill_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
                        DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
-                       CUstream_st* stream);
+                       CUstream_st* stream, const PrefillAttentionScratch& scratch = {}, int longest = 0);
 
 }  // namespace cohort::models::cuda

@@ -262,10 +262,35 @@ TEST_P(DecodeShapes, PrefillAttentionMatchesCachedAttentionRowByRow) {
                         paged ? layout.table.data() : nullptr};
   cpu::decode_attention(want.data(), q.data(), k.data(), v.data(), host, n, shape);
   const DecodeRows dev{up(rows.tokens), up(rows.slots), up(rows.positions), paged ? up(layout.table) : nullptr};
+  const float* gq = up(q);
+  const uint16_t *gk = up(to_bf16(k)), *gv = up(to_bf16(v));
+  const int32_t* gtiles = up(tiles);
+  const int tile_count = static_cast<int>(tiles.size() / 2);
+  // Without the scratch (one block a tile and head), and with it: split over
+  // the keys where the tiles are fewer blocks than the GPU has multiprocessors.
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split over the keys where few tiles" : "one block a tile and head");
+    cuda::PrefillAttentionScratch scratch;
+    if (split) scratch.partials = up(std::vector<float>(cuda::kPrefillScratchFloats, NAN));
+    uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
+    cuda::prefill_attention(y, gq, gk, gv, dev, gtiles, tile_count, shape, stream_, scratch, capacity);
+    EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  }
+  // A short chunk far into the context alone: few blocks, so it splits.
+  const int first = n - 40;  // slot 4's run at the cache's end
+  std::vector<int32_t> last_tiles;
+  prefill_attention_tiles(rows.slots.data(), rows.positions.data(), first, n, last_tiles);
+  ASSERT_EQ(last_tiles.size(), 2u);
+  EXPECT_GT(cuda::prefill_attention_splits(1, hq, capacity, true), 1);
+  cuda::PrefillAttentionScratch scratch;
+  scratch.partials = up(std::vector<float>(cuda::kPrefillScratchFloats, NAN));
   uint16_t* y = up(std::vector<uint16_t>(q.size(), kBf16NaN));
-  cuda::prefill_attention(y, up(q), up(to_bf16(k)), up(to_bf16(v)), dev, up(tiles),
-                          static_cast<int>(tiles.size() / 2), shape, stream_);
-  EXPECT_LT(norm_relative(want, down_bf16(y, want.size())), kBf16Tol);
+  cuda::prefill_attention(y, gq, gk, gv, dev, up(last_tiles), 1, shape, stream_, scratch, capacity);
+  const auto got = down_bf16(y, q.size());
+  const size_t from = size_t(first) * hq * D;
+  EXPECT_LT(norm_relative(std::vector<float>(want.begin() + from, want.end()),
+                          std::vector<float>(got.begin() + from, got.end())),
+            kBf16Tol);
   }
 }
 
