@@ -2,7 +2,7 @@
 """Writes a Hugging Face model folder with random bf16 weights for benchmarks
 and parity checks on the GPU machine (which has no internet to fetch one).
 
-  python3 bench/make_hf_folder.py OUT [--shape qwen3-0.6b|qwen3-1.7b|qwen3-small]
+  python3 bench/make_hf_folder.py OUT [--shape qwen3-0.6b|qwen3-1.7b|qwen3-8b|qwen3-small]
                                       [--tokenizer full|trained] [--corpus FILE]
 
 --tokenizer full (default): a byte-level BPE whose vocabulary covers every id
@@ -30,6 +30,9 @@ SHAPES = {
                        num_attention_heads=16, num_key_value_heads=8, head_dim=128),
     "qwen3-small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
                         num_attention_heads=8, num_key_value_heads=4, head_dim=64),
+    # The 8B serving shape (Qwen3-8B's: 36 layers, an untied head).
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
 }
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -131,11 +134,14 @@ def main():
     fast.save_pretrained(args.out)
     vocab = 151936 if args.tokenizer == "full" else len(fast)
     eos = fast.convert_tokens_to_ids("<|im_end|>")
+    shape = dict(tie_word_embeddings=True, **SHAPES[args.shape]) if "tie_word_embeddings" not in SHAPES[args.shape] \
+        else dict(SHAPES[args.shape])
     cfg = transformers.Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, rope_theta=1e6,
-                                   rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=eos,
-                                   bos_token_id=None, **SHAPES[args.shape])
+                                   rms_norm_eps=1e-6, eos_token_id=eos, bos_token_id=None, **shape)
     torch.manual_seed(args.seed)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    # Initialised on the GPU where there is one: an 8B model takes minutes on the host.
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.generation_config.eos_token_id = eos
     model.save_pretrained(args.out)
     print(json.dumps({"folder": args.out, "shape": args.shape, "vocab": vocab, "tokenizer": len(fast),
