@@ -87,66 +87,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) load_a(qf[kk], sQ, F::kLd, warp * 16, kk * 16);
     }
-    float s[F::kKeys / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int nt = 0; nt < F::kKeys / 8; nt += 2) {
-        uint32_t b0[2], b1[2];
-        load_b2(b0, b1, sK, F::kLd, nt * 8, kk * 16);
-        mma(s[nt], qf[kk], b0);
-        mma(s[nt + 1], qf[kk], b1);
-      }
-    }
-    const bool masked = key0 + F::kKeys - 1 > q0 + warp * 16;
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < F::kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt * 8 + 2 * t + (e & 1);
-        float x = s[nt][e] * scale2;
-        if (masked && key > row[e >> 1]) x = -INFINITY;
-        s[nt][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      // Every row has at least one key in every tile it visits (key0 <= row).
-      const float m_new = fmaxf(m[r], mx[r]);
-      const float alpha = exp2f(m[r] - m_new);
-      m[r] = m_new;
-      l[r] *= alpha;
-#pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        o[nd][2 * r] *= alpha;
-        o[nd][2 * r + 1] *= alpha;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < F::kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nt][e] - m[e >> 1]);
-        s[nt][e] = p;
-        l[e >> 1] += p;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < F::kKeys / 16; ++kk) {
-      uint32_t pa[4];
-      accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int nd = 0; nd < D / 8; nd += 2) {
-        uint32_t b0[2], b1[2];
-        load_b2_trans(b0, b1, sV, F::kLd, nd * 8, kk * 16);
-        mma(o[nd], pa, b0);
-        mma(o[nd + 1], pa, b1);
-      }
-    }
+    // Every row has at least one key in every tile it visits (key0 <= row).
+    attend_tile<D, F::kKeys, false>(o, m, l, qf, sK, sV, F::kLd, key0, row,
+                                    key0 + F::kKeys - 1 > q0 + warp * 16, scale2);
     __syncthreads();  // this buffer is the next iteration's prefetch target
   }
 #pragma unroll

@@ -133,6 +133,80 @@ __device__ inline void store_pair(bf16* p, float x, float y, bool /*accumulate*/
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
 
+// One key tile of a warp's 16 query rows in a flash forward: the scores
+// on the tensor cores (q fragments qf against sK [kKeys][ld]), the causal
+// mask where `masked` (a key past row[r], each lane's two rows' positions),
+// the online softmax update of the running max m (log2 units, scale2
+// folded in), sum l and output o, then o += P·V from sV [kKeys][ld].
+// kMaybeEmpty: a row may have seen no key yet (the keys split over blocks,
+// one starting past it), so the state (-inf, 0) stays as it is; otherwise
+// every row has a key in every tile it visits.
+template <int D, int kKeys, bool kMaybeEmpty>
+__device__ inline void attend_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
+                                   const uint32_t (&qf)[D / 16][4], const bf16* sK, const bf16* sV, int ld,
+                                   int key0, const int (&row)[2], bool masked, float scale2) {
+  const int t = threadIdx.x & 3;
+  float s[kKeys / 8][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; nt += 2) {
+      uint32_t b0[2], b1[2];
+      load_b2(b0, b1, sK, ld, nt * 8, kk * 16);
+      mma(s[nt], qf[kk], b0);
+      mma(s[nt + 1], qf[kk], b1);
+    }
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + nt * 8 + 2 * t + (e & 1);
+      float x = s[nt][e] * scale2;
+      if (masked && key > row[e >> 1]) x = -INFINITY;
+      s[nt][e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r]);
+    const float alpha = kMaybeEmpty && m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
+    m[r] = m_new;
+    l[r] *= alpha;
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      o[nd][2 * r] *= alpha;
+      o[nd][2 * r + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float mr = m[e >> 1];
+      const float p = kMaybeEmpty && mr == -INFINITY ? 0.0f : exp2f(s[nt][e] - mr);
+      s[nt][e] = p;
+      l[e >> 1] += p;
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t pa[4];
+    accum_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b0[2], b1[2];
+      load_b2_trans(b0, b1, sV, ld, nd * 8, kk * 16);
+      mma(o[nd], pa, b0);
+      mma(o[nd + 1], pa, b1);
+    }
+  }
+}
+
 // Row strides (elements) of the matrices: q and dq ldq, k, v, dk and dv
 // ldk, y and dy ldo. Batch b's rows start at b * T * stride.
 struct Shape {

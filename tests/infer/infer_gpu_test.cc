@@ -25,6 +25,29 @@ namespace {
 
 // A Qwen3-style model with peaked logits (init stddev 0.2), so greedy choices
 // are not decided by bf16 rounding.
+// How many requests' greedy tokens part between a reference run (`want`,
+// whose logits at each step are `logits`) and another; each must part only
+// where the reference's logits show a near tie, and every request must have
+// `length` tokens in both.
+using TokenRuns = std::map<int64_t, std::vector<int32_t>>;
+int parted_at_near_ties(const TokenRuns& want_runs, const TokenRuns& got_runs,
+                        const std::map<int64_t, std::vector<std::vector<float>>>& logits, size_t length) {
+  int parted = 0;
+  for (const auto& [id, want] : want_runs) {
+    const std::vector<int32_t>& got = got_runs.at(id);
+    EXPECT_EQ(want.size(), length) << id;
+    EXPECT_EQ(got.size(), length) << id;
+    size_t k = 0;
+    while (k < want.size() && k < got.size() && want[k] == got[k]) ++k;
+    if (k == want.size() || k == got.size()) continue;
+    ++parted;
+    const std::vector<float>& row = logits.at(id).at(k);
+    EXPECT_LE(row[want[k]] - row[got[k]], 0.15f)
+        << "request " << id << " step " << k << ": " << want[k] << " vs " << got[k] << " is not a near tie";
+  }
+  return parted;
+}
+
 // head_dim 64 makes prompts take the prefill tiles (32: the decode kernel).
 std::string gpu_model_dir(int head_dim = 32) {
   models::ModelConfig c;
@@ -205,19 +228,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     ASSERT_TRUE(s.idle());
   }
   ASSERT_EQ(by_chunk[0].size(), 6u);
-  int parted = 0;
-  for (const auto& [id, want] : by_chunk[0]) {
-    const std::vector<int32_t>& got = by_chunk[1].at(id);
-    ASSERT_EQ(want.size(), 12u) << id;
-    ASSERT_EQ(got.size(), 12u) << id;
-    size_t k = 0;
-    while (k < want.size() && want[k] == got[k]) ++k;
-    if (k == want.size()) continue;
-    ++parted;
-    const std::vector<float>& row = whole_logits.at(id).at(k);
-    EXPECT_LE(row[want[k]] - row[got[k]], 0.15f)
-        << "request " << id << " step " << k << ": " << want[k] << " vs " << got[k] << " is not a near tie";
-  }
+  const int parted = parted_at_near_ties(by_chunk[0], by_chunk[1], whole_logits, 12);
   std::printf("chunked vs whole prefill: %d of 6 requests parted at a near tie\n", parted);
 #endif
 }
@@ -280,19 +291,7 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
   }
   // Requests 1 to 3 each found the prefix's two full blocks.
   EXPECT_GE(hits, 3 * 32);
-  int parted = 0;
-  for (const auto& [id, want] : tokens[0]) {
-    const std::vector<int32_t>& got = tokens[1].at(id);
-    ASSERT_EQ(want.size(), 12u) << id;
-    ASSERT_EQ(got.size(), 12u) << id;
-    size_t k = 0;
-    while (k < want.size() && want[k] == got[k]) ++k;
-    if (k == want.size()) continue;
-    ++parted;
-    const std::vector<float>& row = uncached_logits.at(id).at(k);
-    EXPECT_LE(row[want[k]] - row[got[k]], 0.15f)
-        << "request " << id << " step " << k << ": " << want[k] << " vs " << got[k] << " is not a near tie";
-  }
+  const int parted = parted_at_near_ties(tokens[0], tokens[1], uncached_logits, 12);
   std::printf("prefix cached vs computed: %d of 4 requests parted at a near tie, %lld positions reused\n", parted,
               static_cast<long long>(hits));
 #endif
