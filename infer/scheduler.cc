@@ -1,6 +1,8 @@
 // Continuous batching, one step at a time (see scheduler.h).
 #include "infer/scheduler.h"
 
+#include "base/check.h"
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -83,9 +85,50 @@ void Scheduler::cancel(int64_t id) { cancels_.push_back(id); }
 int64_t Scheduler::kv_used() const {
   int64_t used = 0;
   for (const Slot& s : slots_) {
-    if (s.busy) used += static_cast<int64_t>(s.prefilled + s.generated.size());
+    if (s.busy) used += s.cached;
   }
   return used;
+}
+
+int64_t Scheduler::blocks_for(int64_t positions) const {
+  const int64_t block = engine_.kv_block_size();
+  return (positions + block - 1) / block;
+}
+
+int64_t Scheduler::kv_held_blocks() const {
+  int64_t held = 0;
+  for (const Slot& s : slots_) {
+    if (s.busy) held += blocks_for(s.cached);
+  }
+  return held;
+}
+
+int64_t Scheduler::free_blocks() const {
+  const int64_t counted = engine_.kv_free_blocks();
+  return counted >= 0 ? counted : engine_.kv_blocks() - kv_held_blocks();
+}
+
+void Scheduler::preempt_newest() {
+  int newest = -1;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].busy && (newest < 0 || slots_[s].order > slots_[newest].order)) newest = static_cast<int>(s);
+  }
+  Slot saved = std::move(slots_[newest]);
+  saved.busy = false;
+  if (!saved.generated.empty()) {
+    saved.resume = saved.req.prompt;
+    saved.resume.insert(saved.resume.end(), saved.generated.begin(), saved.generated.end());
+  } else {
+    saved.resume.clear();  // preempted during its prompt: the prompt again
+  }
+  saved.prefilled = 0, saved.cached = 0;
+  slots_[newest] = Slot{};
+  --running_;
+  ++preemptions_;
+  engine_.release(newest);
+  auto at = std::find_if(preempted_.begin(), preempted_.end(),
+                         [&](const Slot& p) { return p.order > saved.order; });
+  preempted_.insert(at, std::move(saved));
 }
 
 bool Scheduler::wants_logits(const Slot& s) const {
@@ -95,10 +138,7 @@ bool Scheduler::wants_logits(const Slot& s) const {
 }
 
 void Scheduler::release(int s) {
-  slots_[s].busy = false;
-  slots_[s].generated.clear();
-  reserved_blocks_ -= slots_[s].reserved;
-  slots_[s].reserved = 0;
+  slots_[s] = Slot{};
   --running_;
   engine_.release(s);
 }
@@ -163,53 +203,87 @@ void Scheduler::drop_cancelled(std::vector<TokenEvent>& events) {
     for (auto it = waiting_.begin(); it != waiting_.end() && !found; ++it) {
       if (it->id == id) waiting_.erase(it), found = true;
     }
+    for (auto it = preempted_.begin(); it != preempted_.end() && !found; ++it) {
+      if (it->req.id == id) preempted_.erase(it), found = true;
+    }
     if (found) events.push_back(TokenEvent{id, -1, 0, true, "cancelled", {}});
   }
   cancels_.clear();
 }
 
-int Scheduler::admit_head() {
+int Scheduler::admit_next(int chunk, int64_t free) {
   int s = 0;
   while (s < static_cast<int>(slots_.size()) && slots_[s].busy) ++s;
   if (s == static_cast<int>(slots_.size())) return -1;
-  const int64_t need = blocks_needed(waiting_.front());
-  if (reserved_blocks_ + need > engine_.kv_blocks()) return -1;  // until blocks come back
+  if (blocks_for(chunk) > free) return -1;
   Slot& slot = slots_[s];
-  slot.req = std::move(waiting_.front());
-  waiting_.pop_front();
-  slot.busy = true, slot.generated.clear(), slot.prefilled = 0;
-  slot.reserved = need, reserved_blocks_ += need;
-  slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
+  if (!preempted_.empty()) {
+    slot = std::move(preempted_.front());
+    preempted_.pop_front();
+  } else {
+    slot = Slot{};
+    slot.req = std::move(waiting_.front());
+    waiting_.pop_front();
+    slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
+    slot.order = next_order_++;
+  }
+  slot.busy = true;
   ++running_;
   return s;
 }
 
 void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step) {
   const bool cut = options_.max_batched_tokens > 0 && engine_.can_extend();
+  const int64_t block = engine_.kv_block_size();
+  // Free blocks this step's chunks may take, after the decode rows' growth.
+  int64_t free = free_blocks();
+  for (const Slot& slot : slots_) {
+    if (slot.busy && slot.prefilled == prefill_of(slot).size()) free -= blocks_for(slot.cached + 1) - blocks_for(slot.cached);
+  }
+  // How many of n more positions fit a slot at `cached` within `free`.
+  auto fitting = [&](int64_t cached, int n) {
+    const int64_t room = (blocks_for(cached) + std::max<int64_t>(free, 0)) * block - cached;
+    return static_cast<int>(std::min<int64_t>(n, room));
+  };
   // Sequences part-way through their prompt hold a slot: they go first.
   for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {
     Slot& slot = slots_[s];
-    if (!slot.busy || slot.prefilled >= slot.req.prompt.size()) continue;
-    const int n = static_cast<int>(std::min<size_t>(slot.req.prompt.size() - slot.prefilled, budget));
-    chunks.push_back(Chunk{static_cast<int>(s), slot.req.prompt.data() + slot.prefilled, n, false});
+    if (!slot.busy || slot.prefilled >= prefill_of(slot).size()) continue;
+    const int n = fitting(slot.cached, static_cast<int>(std::min<size_t>(prefill_of(slot).size() - slot.prefilled, budget)));
+    if (n <= 0) continue;
+    chunks.push_back(Chunk{static_cast<int>(s), prefill_of(slot).data() + slot.prefilled, n, false});
+    free -= blocks_for(slot.cached + n) - blocks_for(slot.cached);
     budget -= n;
   }
-  while (budget > 0 && !waiting_.empty()) {
-    const int size = static_cast<int>(waiting_.front().prompt.size());
+  while (budget > 0 && (!preempted_.empty() || !waiting_.empty())) {
+    const int size = static_cast<int>(preempted_.empty() ? waiting_.front().prompt.size()
+                                                          : prefill_of(preempted_.front()).size());
     // An engine that cannot extend takes a long prompt whole, but only in a
     // step that holds nothing else, so one step stays near the budget.
     const bool whole_past_budget = !cut && size > budget;
     if (whole_past_budget && !(empty_step && chunks.empty())) break;
-    const int s = admit_head();
+    const int first = whole_past_budget || !cut ? size : std::min(size, budget);
+    const int s = admit_next(first, free);
     if (s < 0) break;
     ++st.admitted;
     Slot& slot = slots_[s];
-    const int cached = engine_.reuse_prefix(s, slot.req.prompt.data(), size);
-    slot.prefilled = static_cast<size_t>(cached);
+    const std::vector<int32_t>& tokens = prefill_of(slot);
+    const int cached = engine_.reuse_prefix(s, tokens.data(), size);
+    slot.prefilled = static_cast<size_t>(cached), slot.cached = cached;
     st.prefix_hit_tokens += cached, prefix_hit_tokens_ += cached, prompt_tokens_admitted_ += size;
+    // What the prefix took came out of the free blocks too.
+    free = free_blocks();
+    for (const Slot& other : slots_) {
+      if (other.busy && other.prefilled == prefill_of(other).size()) free -= blocks_for(other.cached + 1) - blocks_for(other.cached);
+    }
+    for (const Chunk& c : chunks) free -= blocks_for(slots_[c.slot].cached + c.n) - blocks_for(slots_[c.slot].cached);
     const int rest = size - cached;
-    const int n = whole_past_budget ? rest : std::min(rest, budget);
-    chunks.push_back(Chunk{s, slot.req.prompt.data() + cached, n, cached == 0});
+    const int n = fitting(cached, whole_past_budget || !cut ? rest : std::min(rest, budget));
+    // admit_next saw room for `first` positions; the prefix only took blocks
+    // those positions would have needed.
+    COHORT_CHECK_MSG(n >= 1 && (cut || n == rest), "a chunk of {} of {} prompt tokens fits the KV cache", n, rest);
+    chunks.push_back(Chunk{s, tokens.data() + cached, n, cached == 0});
+    free -= blocks_for(cached + n) - blocks_for(cached);
     budget = n >= budget ? 0 : budget - n;
   }
 }
@@ -220,11 +294,21 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   drop_cancelled(events);
   std::vector<int> decode_slots;
   std::vector<int32_t> decode_tokens;
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    const Slot& slot = slots_[s];
-    if (!slot.busy || slot.prefilled < slot.req.prompt.size()) continue;
-    decode_slots.push_back(static_cast<int>(s));
-    decode_tokens.push_back(slot.generated.back());
+  // Every decoding sequence's next position must find a block: while not,
+  // the newest sequence makes room.
+  for (;;) {
+    decode_slots.clear(), decode_tokens.clear();
+    int64_t growth = 0;
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const Slot& slot = slots_[s];
+      if (!slot.busy || slot.prefilled < prefill_of(slot).size()) continue;
+      decode_slots.push_back(static_cast<int>(s));
+      decode_tokens.push_back(slot.generated.back());
+      growth += blocks_for(slot.cached + 1) - blocks_for(slot.cached);
+    }
+    if (growth <= free_blocks() || running_ <= 1) break;
+    preempt_newest();
+    ++st.preempted;
   }
   const int d = static_cast<int>(decode_slots.size());
   // A bounded step is one forward; an unbounded one (the offline job)
@@ -235,6 +319,13 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
                          : INT_MAX;
   std::vector<Chunk> chunks;
   plan_prompts(chunks, st, budget, d == 0);
+  // Sequences part-way through their prompts with no block left for any of
+  // them: the newest makes room (one sequence alone always fits).
+  while (d == 0 && chunks.empty() && running_ > 1) {
+    preempt_newest();
+    ++st.preempted;
+    plan_prompts(chunks, st, budget, true);
+  }
   if (d == 0 && chunks.empty()) {
     if (stats) *stats = st;
     return events;
@@ -247,7 +338,7 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   for (int s : decode_slots) logits = logits || wants_logits(slots_[s]);
   for (const Chunk& c : chunks) {
     const Slot& slot = slots_[c.slot];
-    const bool last = slot.prefilled + c.n == slot.req.prompt.size();
+    const bool last = slot.prefilled + c.n == prefill_of(slot).size();
     out_slots.push_back(c.slot);
     used.push_back(last);
     logits = logits || (last && wants_logits(slot));
@@ -256,7 +347,8 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   const auto t0 = Clock::now();
   engine_.step(decode_slots.data(), decode_tokens.data(), d, chunks, logits ? logits_.data() : nullptr,
                greedy_.data());
-  for (const Chunk& c : chunks) slots_[c.slot].prefilled += c.n;
+  for (const Chunk& c : chunks) slots_[c.slot].prefilled += c.n, slots_[c.slot].cached += c.n;
+  for (int s : decode_slots) ++slots_[s].cached;
   const size_t V = static_cast<size_t>(engine_.vocab_size());
   std::vector<int32_t> next(out_slots.size(), -1);
   for (size_t j = 0; j < out_slots.size(); ++j) {

@@ -5,17 +5,21 @@
 // A step is one forward (InferenceEngine::step), filled in order:
 //   1. cancelled requests leave (a waiting one is dropped, a running one frees
 //      its slot), each reported once with finish_reason "cancelled";
-//   2. every sequence past its prefill gets its next token's row;
+//   2. every sequence past its prefill gets its next token's row. When the
+//      KV cache has no block for a row that needs one, the sequence admitted
+//      last is preempted (vLLM's recompute): its blocks go back, and it
+//      waits, ahead of new requests, with its sampler, its tokens so far and
+//      its grammar state, to be prefilled again over its prompt and the
+//      tokens it had generated (mostly from the prefix cache, where the
+//      engine keeps one), after which it goes on where it stopped;
 //   3. the rest of the step's token budget (max_batched_tokens) goes to
-//      prompts: sequences part-way through theirs continue, then waiting
-//      requests are admitted into free slots, first come first served, until
-//      the budget or the KV cache's free blocks are spent: a request is
-//      admitted only when the blocks not reserved by running sequences hold
-//      its whole length (prompt plus max_new_tokens), so a running sequence
-//      never runs out of cache and none is ever preempted; the queue's head
-//      waits for blocks to come back rather than be overtaken. A prompt
-//      longer than what is left is cut, and the rest goes on in later steps,
-//      so running streams keep getting a token every step.
+//      prompts: sequences part-way through theirs continue, then preempted
+//      and waiting requests are admitted into free slots, oldest first,
+//      while the cache's free blocks (after this step's decode rows) hold
+//      their next chunk. Memory is taken as sequences grow, not reserved
+//      for their whole length. A prompt longer than what is
+//      left is cut, and the rest goes on in later steps, so running streams
+//      keep getting a token every step.
 // A sequence whose prompt ends in a step gets its first token from it. An
 // admitted prompt starts past the part the engine's prefix cache holds
 // (InferenceEngine::reuse_prefix), so a shared prefix is computed once.
@@ -86,6 +90,7 @@ struct StepStats {
   int decode_rows = 0;            // sequences that got a next token beside any prompts
   int admitted = 0;               // requests that took a slot this step
   int64_t prefix_hit_tokens = 0;  // of their prompts, positions found in the engine's prefix cache
+  int preempted = 0;              // running sequences sent back to wait for KV blocks
 };
 
 struct SchedulerOptions {
@@ -104,24 +109,26 @@ class Scheduler {
   Scheduler(models::decode::InferenceEngine& engine, SchedulerOptions options);
 
   // Queues a request (unbounded: the caller bounds its queue). Errors when
-  // the prompt plus max_new_tokens does not fit a slot, naming the numbers.
+  // the prompt plus max_new_tokens does not fit a slot or the whole KV
+  // cache, naming the numbers.
   Status add(SequenceRequest request);
   // The request leaves at the next step; unknown ids are ignored.
   void cancel(int64_t id);
   // One step; the tokens it produced, in slot order.
   std::vector<TokenEvent> step(StepStats* stats = nullptr);
 
-  bool idle() const { return waiting_.empty() && running_ == 0 && cancels_.empty(); }
+  bool idle() const { return waiting_.empty() && preempted_.empty() && running_ == 0 && cancels_.empty(); }
   int running() const { return running_; }
-  int waiting() const { return static_cast<int>(waiting_.size()); }
+  // Waiting requests, preempted ones included.
+  int waiting() const { return static_cast<int>(waiting_.size() + preempted_.size()); }
   int slots() const { return engine_.slots(); }
   // KV positions held by running sequences, and the cache's total.
   int64_t kv_used() const;
   int64_t kv_total() const { return engine_.kv_blocks() * engine_.kv_block_size(); }
-  // KV blocks reserved for the running sequences' whole lengths, and those
-  // blocks' positions.
-  int64_t kv_reserved_blocks() const { return reserved_blocks_; }
-  int64_t kv_reserved() const { return reserved_blocks_ * engine_.kv_block_size(); }
+  // KV blocks the running sequences hold (a block two share counted twice).
+  int64_t kv_held_blocks() const;
+  // Sequences preempted since the start.
+  int64_t preemptions() const { return preemptions_; }
   int capacity() const { return engine_.capacity(); }
   // Since the start: prompt tokens of admitted requests, and how many of
   // them the engine's prefix cache already held.
@@ -133,10 +140,15 @@ class Scheduler {
     bool busy = false;
     SequenceRequest req;
     models::TokenSampler sampler{models::SamplingParams{}, 0};
-    size_t prefilled = 0;          // prompt tokens in the cache
+    // A preempted sequence's prompt and the tokens it had generated: what
+    // it prefills when it comes back (empty: it prefills its prompt).
+    std::vector<int32_t> resume;
+    size_t prefilled = 0;          // tokens of its prefill in the cache
+    int64_t cached = 0;            // positions in the KV cache
     std::vector<int32_t> generated;
-    int64_t reserved = 0;          // KV blocks set aside for its whole length
+    int64_t order = 0;             // admission order: the newest is preempted first
   };
+  static const std::vector<int32_t>& prefill_of(const Slot& s) { return s.resume.empty() ? s.req.prompt : s.resume; }
   int64_t blocks_needed(const SequenceRequest& r) const;
 
   void drop_cancelled(std::vector<TokenEvent>& events);
@@ -145,9 +157,16 @@ class Scheduler {
   // so a prompt an engine cannot cut may go whole past the budget.
   using Chunk = models::decode::InferenceEngine::Chunk;
   void plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step);
-  // Takes a slot for the queue's head; -1 when none is free or the KV cache
-  // cannot hold its whole length beside the running reservations.
-  int admit_head();
+  int64_t blocks_for(int64_t positions) const;
+  // Blocks free for this step: the engine's count where it keeps one (a
+  // prefix cache shares blocks), else the cache less what slots hold.
+  int64_t free_blocks() const;
+  // The newest running sequence leaves for preempted_; its slot is freed.
+  void preempt_newest();
+  // Takes a free slot for the oldest preempted sequence, else the queue's
+  // head, when `free` blocks (what this step's decode rows and earlier
+  // chunks leave) hold its first `chunk` positions; -1 otherwise.
+  int admit_next(int chunk, int64_t free);
   bool wants_logits(const Slot& s) const;
   // Records token t for slot s; false when the sequence ended (slot freed).
   bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);
@@ -158,9 +177,10 @@ class Scheduler {
   SchedulerOptions options_;
   std::vector<Slot> slots_;
   std::deque<SequenceRequest> waiting_;
+  std::deque<Slot> preempted_;   // oldest admitted first; they come back before waiting_
   std::vector<int64_t> cancels_;
   int running_ = 0;
-  int64_t reserved_blocks_ = 0;
+  int64_t next_order_ = 0, preemptions_ = 0;
   int64_t prompt_tokens_admitted_ = 0, prefix_hit_tokens_ = 0;
   std::vector<float> logits_;
   std::vector<float> penalized_;  // a row with its sequence's penalties applied

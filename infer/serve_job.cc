@@ -57,7 +57,7 @@ class LoopQueue final : public GenerationQueue {
   }
   void set_gauges(const Scheduler& s, int64_t steps) {
     std::lock_guard<std::mutex> lock(mu_);
-    gauges_ = LoopGauges{s.running(), s.waiting(), s.kv_used(), s.kv_total(), s.kv_reserved(), steps,
+    gauges_ = LoopGauges{s.running(), s.waiting(), s.kv_used(), s.kv_total(), s.preemptions(), steps,
                          s.prompt_tokens_admitted(), s.prefix_hit_tokens()};
   }
   // What arrived since the last call; waits up to `wait` for something.

@@ -296,10 +296,10 @@ std::vector<FieldDoc> build_schema() {
                             "reused for new ones least recently used first. The bf16 CUDA engine only."}));
   f.push_back(bind("serve", "kv_cache_tokens", &J::serve, &ServeSection::kv_cache_tokens,
                    {.text = "Positions the KV cache holds for all running sequences together, in blocks of 16 "
-                            "handed out as sequences grow; a request waits until its prompt plus max_tokens fits "
-                            "beside the running ones (0: what gpu_memory_fraction leaves after the model, at most "
-                            "max_running × context). The bf16 CUDA engine shares them; the CPU engine gives each "
-                            "slot its context.",
+                            "handed out as sequences grow; a request is admitted when its prompt's blocks are free, "
+                            "and when running ones outgrow the cache the newest waits to resume (0: what "
+                            "gpu_memory_fraction leaves after the model, at most max_running × context). The bf16 "
+                            "CUDA engine shares them; the CPU engine gives each slot its context.",
                     .min = 0, .max = 1e12}));
   f.push_back(bind("serve", "gpu_memory_fraction", &J::serve, &ServeSection::gpu_memory_fraction,
                    {.text = "Share of the GPU's memory the server may use for the model, its buffers and the KV "

@@ -71,10 +71,10 @@ std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) 
   gauge("cohort_serve_waiting", "gauge", "Accepted requests waiting for a slot.", g.waiting);
   gauge("cohort_serve_kv_cache_usage", "gauge", "Share of KV-cache positions held (0 to 1).",
         g.kv_total > 0 ? double(g.kv_used) / double(g.kv_total) : 0.0);
-  gauge("cohort_serve_kv_cache_reserved", "gauge",
-        "Share of KV-cache positions reserved for the running requests' whole lengths; a waiting "
-        "request is admitted when its own fits in the rest (0 to 1).",
-        g.kv_total > 0 ? double(g.kv_reserved) / double(g.kv_total) : 0.0);
+  gauge("cohort_serve_preemptions_total", "counter",
+        "Running requests sent back to wait when the KV cache had no block for them; they resume where "
+        "they stopped, their prefix recomputed or found in the prefix cache.",
+        double(g.preemptions));
   gauge("cohort_serve_steps_total", "counter", "Scheduler steps run.", double(g.steps));
   gauge("cohort_serve_prefix_cache_queries_total", "counter",
         "Prompt tokens of admitted requests, looked up in the prefix cache.", double(g.prefix_query_tokens));

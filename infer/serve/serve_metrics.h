@@ -18,9 +18,8 @@ struct LoopGauges {
   int running = 0;
   int waiting = 0;
   int64_t kv_used = 0, kv_total = 0;  // positions
-  // Positions set aside for the running sequences' whole lengths (prompt
-  // plus max_tokens): what a waiting request's admission waits on.
-  int64_t kv_reserved = 0;
+  // Running sequences preempted for KV blocks since the start.
+  int64_t preemptions = 0;
   int64_t steps = 0;
   // Prompt tokens admitted, and those the prefix cache held.
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;

@@ -74,6 +74,7 @@ class CudaGraphEngine final : public InferenceEngine {
                     size_t begin, size_t end, float* logits, int32_t* greedy);
   int kv_block_size() const override { return kKvBlockSize; }
   int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
+  int64_t kv_free_blocks() const override { return pool_ ? pool_->free() : 0; }
   void release(int slot) override;
 
   Status init_runtime(const models::EnqueuedTensorParallelFactory& make_tp);

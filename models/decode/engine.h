@@ -86,6 +86,9 @@ class InferenceEngine {
   // slots own their rows has a block of capacity() per slot, the defaults.
   virtual int kv_block_size() const { return capacity(); }
   virtual int64_t kv_blocks() const { return slots(); }
+  // Blocks no slot holds, where the engine counts them itself (blocks
+  // shared by slots or kept for a prefix cache); -1: the caller counts.
+  virtual int64_t kv_free_blocks() const { return -1; }
   // The scheduler is done with `slot` (its sequence ended or left): a paged
   // engine takes its blocks back. prefill() on a slot also starts it afresh.
   virtual void release(int slot) { (void)slot; }

@@ -128,7 +128,7 @@ TEST(KvBlockPool, CachedBlocksAreTakenLastAndLeastRecentlyReleasedFirst) {
 
 // The CPU engine with a paged engine's accounting: `blocks` blocks of 8
 // positions for all its slots, and a check that no slot is ever asked for
-// more than the pool the scheduler reserved from (as the CUDA engine's
+// more than the pool has free (as the CUDA engine's
 // models::decode::KvBlockPool would refuse).
 class BlockAccountedEngine final : public models::decode::InferenceEngine {
  public:
@@ -141,6 +141,7 @@ class BlockAccountedEngine final : public models::decode::InferenceEngine {
   std::string describe() const override { return "block-accounted " + inner_->describe(); }
   int kv_block_size() const override { return 8; }
   int64_t kv_blocks() const override { return pool_.total(); }
+  int64_t kv_free_blocks() const override { return pool_.free(); }
   void release(int slot) override { pool_.release(slot), length_[slot] = 0; }
   void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
     pool_.release(slot);
@@ -171,41 +172,78 @@ class BlockAccountedEngine final : public models::decode::InferenceEngine {
 
 using testing::request;
 
-TEST(KvAdmission, RequestsWaitForFreeBlocksAndGiveTheTokensOfAnAmpleCache) {
+// A cache too small for every request's whole length: requests are
+// admitted by the blocks their prompts need now, so more run at once than
+// whole lengths would allow; when the running ones outgrow the cache the
+// newest is preempted and later comes back where it stopped; and every
+// request gets the tokens an ample cache gives.
+TEST(KvAdmission, ASmallCacheAdmitsByPresentNeedPreemptsTheNewestAndGivesTheTokensOfAnAmpleCache) {
   std::map<int64_t, std::vector<int32_t>> tokens[2];
   int most_running[2] = {0, 0};
+  int64_t preemptions[2] = {0, 0};
   for (int limited = 0; limited < 2; ++limited) {
     // 6 slots; limited: 7 blocks of 8 = 56 positions, while each request
-    // needs 3 blocks (10 + 12 = 22 positions), so two run at a time.
+    // grows to 3 blocks (10 + 12 = 22 positions).
     BlockAccountedEngine engine(testing::tiny_engine(6, 64), limited ? 7 : 48);
     SchedulerOptions o;
     o.max_batched_tokens = 12;  // six decode rows and six prompt tokens
     Scheduler s(engine, o);
     for (int id = 0; id < 6; ++id) ASSERT_TRUE(s.add(request(id, 10, 12)).is_ok());
-    for (int guard = 0; !s.idle() && guard < 1000; ++guard) {
+    for (int guard = 0; !s.idle() && guard < 2000; ++guard) {
       for (const TokenEvent& e : s.step()) {
+        ASSERT_FALSE(e.finished && e.token < 0) << "request " << e.id << " ended without a token";
         if (e.token >= 0) tokens[limited][e.id].push_back(e.token);
       }
       most_running[limited] = std::max(most_running[limited], s.running());
-      EXPECT_LE(s.kv_reserved_blocks(), engine.kv_blocks());
+      EXPECT_LE(s.kv_held_blocks(), engine.kv_blocks());
     }
     ASSERT_TRUE(s.idle());
-    EXPECT_EQ(s.kv_reserved_blocks(), 0);
-    if (limited) {
-      EXPECT_LE(engine.most_held, 6);
-    }
+    EXPECT_EQ(s.kv_held_blocks(), 0);
+    EXPECT_EQ(engine.kv_free_blocks(), engine.kv_blocks());
+    preemptions[limited] = s.preemptions();
   }
   EXPECT_EQ(most_running[0], 6);
-  EXPECT_EQ(most_running[1], 2);
+  EXPECT_EQ(preemptions[0], 0);
+  EXPECT_GT(most_running[1], 2) << "whole lengths would have let two run";
+  EXPECT_GT(preemptions[1], 0);
   EXPECT_EQ(tokens[1], tokens[0]);
   for (const auto& [id, t] : tokens[0]) EXPECT_EQ(t.size(), 12u) << id;
+}
+
+// A preempted sequence keeps its sampler: with temperature 1 and its own
+// seed it draws the tokens it would have drawn unpreempted.
+TEST(KvAdmission, APreemptedSampledSequenceDrawsTheTokensItWouldHaveDrawn) {
+  std::map<int64_t, std::vector<int32_t>> tokens[2];
+  int64_t preemptions = 0;
+  for (int limited = 0; limited < 2; ++limited) {
+    BlockAccountedEngine engine(testing::tiny_engine(4, 64), limited ? 6 : 48);
+    SchedulerOptions o;
+    o.max_batched_tokens = 8;
+    Scheduler s(engine, o);
+    for (int id = 0; id < 4; ++id) {
+      SequenceRequest r = request(id, 9, 14);
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = 77;
+      r.sampler_stream = static_cast<uint64_t>(id);
+      ASSERT_TRUE(s.add(std::move(r)).is_ok());
+    }
+    for (int guard = 0; !s.idle() && guard < 2000; ++guard) {
+      for (const TokenEvent& e : s.step()) {
+        if (e.token >= 0) tokens[limited][e.id].push_back(e.token);
+      }
+    }
+    ASSERT_TRUE(s.idle());
+    if (limited) preemptions = s.preemptions();
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_EQ(tokens[1], tokens[0]);
 }
 
 TEST(KvAdmission, TheQueuesHeadIsNotOvertakenByASmallerRequest) {
   BlockAccountedEngine engine(testing::tiny_engine(4, 64), 8);  // 64 positions in all
   Scheduler s(engine, {});
-  ASSERT_TRUE(s.add(request(1, 20, 20)).is_ok());  // 5 blocks
-  ASSERT_TRUE(s.add(request(2, 20, 20)).is_ok());  // 5 more: must wait for 1
+  ASSERT_TRUE(s.add(request(1, 40, 20)).is_ok());  // 5 blocks now, 8 at the end
+  ASSERT_TRUE(s.add(request(2, 30, 20)).is_ok());  // 4 now: not beside request 1's 5 and its growth
   ASSERT_TRUE(s.add(request(3, 4, 4)).is_ok());    // 1 block would fit, but comes after 2
   s.step();
   EXPECT_EQ(s.running(), 1);

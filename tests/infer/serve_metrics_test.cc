@@ -53,7 +53,7 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   metrics.observe_inter_token(0.004);
   metrics.observe_e2e(1.5);
   LoopGauges g;
-  g.running = 3, g.waiting = 2, g.kv_used = 100, g.kv_total = 400, g.kv_reserved = 200, g.steps = 7;
+  g.running = 3, g.waiting = 2, g.kv_used = 100, g.kv_total = 400, g.preemptions = 2, g.steps = 7;
   std::set<std::string> typed;
   const auto s = samples(metrics.render(g, "ready"), &typed);
   EXPECT_EQ(s.at("cohort_serve_requests_total{status=\"200\"}"), "2");
@@ -62,7 +62,7 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   EXPECT_EQ(s.at("cohort_serve_running"), "3");
   EXPECT_EQ(s.at("cohort_serve_waiting"), "2");
   EXPECT_EQ(s.at("cohort_serve_kv_cache_usage"), "0.25");
-  EXPECT_EQ(s.at("cohort_serve_kv_cache_reserved"), "0.5");
+  EXPECT_EQ(s.at("cohort_serve_preemptions_total"), "2");
   EXPECT_EQ(s.at("cohort_serve_steps_total"), "7");
   EXPECT_EQ(s.at("cohort_serve_ready"), "1");
   EXPECT_EQ(s.at("cohort_serve_prompt_tokens_total"), "12");
@@ -77,7 +77,7 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   // Draining or loading: not ready; an empty cache reads as no use.
   const auto draining = samples(metrics.render(LoopGauges{}, "draining"), &typed);
   EXPECT_EQ(draining.at("cohort_serve_ready"), "0");
-  EXPECT_EQ(draining.at("cohort_serve_kv_cache_reserved"), "0");
+  EXPECT_EQ(draining.at("cohort_serve_preemptions_total"), "0");
 }
 
 }  // namespace
