@@ -61,6 +61,6 @@ load streams64 --concurrency 64 --requests-per-stream 4 --prompt-tokens 512 --ou
 load mixed64 --concurrency 64 --requests-per-stream 4 --mixed
 load prefix2k --concurrency 1 --requests-per-stream 8 --min-requests 8 --shared-prefix 2048 --prompt-tokens 16 \
   --output-tokens 8
-curl -s "http://127.0.0.1:$port/metrics" | grep -E "^cohort_serve_prefix_cache" || true
+curl -s "http://127.0.0.1:$port/metrics" | grep -E "^cohort_serve_(prefix_cache|preemptions)" || true
 kill -INT $pid; wait $pid || true
 grep -E "decode steps of (1|64|256) rows" "$out/$label.log" | cut -c1-260 || true
