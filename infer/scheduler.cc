@@ -2,6 +2,7 @@
 #include "infer/scheduler.h"
 
 #include "base/check.h"
+#include "base/parallel_for.h"
 
 #include <algorithm>
 #include <chrono>
@@ -143,7 +144,8 @@ void Scheduler::release(int s) {
   engine_.release(s);
 }
 
-int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits) {
+int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits,
+                        std::vector<float>& penalized) {
   if (!have_logits) return device_greedy;
   const int V = engine_.vocab_size();
   if (options_.on_logits) options_.on_logits(slot.req.id, row, V);
@@ -153,13 +155,13 @@ int32_t Scheduler::pick(Slot& slot, const float* row, int32_t device_greedy, boo
   }
   // Penalties and grammars change a copy: logprobs report the model's own
   // distribution.
-  penalized_.assign(row, row + V);
+  penalized.assign(row, row + V);
   static const std::vector<int32_t> kNoStops;
   const StopCondition* stop = slot.req.stop.get();
-  models::apply_penalties(penalized_.data(), V, p, slot.req.prompt, slot.generated,
+  models::apply_penalties(penalized.data(), V, p, slot.req.prompt, slot.generated,
                           stop ? stop->stop_tokens() : kNoStops);
-  if (slot.req.guide && !slot.req.guide->mask_logits(penalized_.data(), V)) return -1;  // the grammar allows nothing
-  return slot.sampler.sample(penalized_.data(), V);
+  if (slot.req.guide && !slot.req.guide->mask_logits(penalized.data(), V)) return -1;  // the grammar allows nothing
+  return slot.sampler.sample(penalized.data(), V);
 }
 
 bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events) {
@@ -351,9 +353,27 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   for (int s : decode_slots) ++slots_[s].cached;
   const size_t V = static_cast<size_t>(engine_.vocab_size());
   std::vector<int32_t> next(out_slots.size(), -1);
+  // A row held to a grammar costs a walk of the vocabulary tree for its
+  // mask: such rows are picked on several threads (each sequence's sampler
+  // and grammar state are its own; the mask cache locks). Without logits
+  // every pick is the device's greedy token.
+  std::vector<size_t> guided;
   for (size_t j = 0; j < out_slots.size(); ++j) {
-    if (used[j]) next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], logits);
+    if (!used[j]) continue;
+    if (logits && slots_[out_slots[j]].req.guide && !options_.on_logits) {
+      guided.push_back(j);
+    } else {
+      next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], logits, penalized_);
+    }
   }
+  if (guided.size() > pick_buffers_.size()) pick_buffers_.resize(guided.size());
+  parallel_for(
+      guided.size(),
+      [&](size_t i) {
+        const size_t j = guided[i];
+        next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], true, pick_buffers_[i]);
+      },
+      std::min<size_t>(guided.size(), kPickThreads));
   const double elapsed = seconds_since(t0);
   if (chunks.empty()) {
     st.decode_s = elapsed, st.decode_batch = d;

@@ -33,7 +33,8 @@
 // steps therefore make identical engine calls and pick identical tokens
 // (serve_job.cc relies on this to keep followers in lockstep).
 //
-// Threading: none; one thread owns a Scheduler and its engine.
+// Threading: one thread owns a Scheduler and its engine; a step picks the
+// rows held to a grammar on up to kPickThreads short-lived threads.
 #pragma once
 
 #include <cstdint>
@@ -170,7 +171,11 @@ class Scheduler {
   bool wants_logits(const Slot& s) const;
   // Records token t for slot s; false when the sequence ended (slot freed).
   bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);
-  int32_t pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits);
+  // `penalized`: the caller's buffer for a row that penalties or a grammar change.
+  int32_t pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits, std::vector<float>& penalized);
+  // Threads that pick rows held to a grammar at once, and their buffers.
+  static constexpr size_t kPickThreads = 8;
+  std::vector<std::vector<float>> pick_buffers_;
   void release(int s);
 
   models::decode::InferenceEngine& engine_;
