@@ -1,5 +1,6 @@
 // The CudaGraphEngine class, private to cuda_graph_engine.cc (creation,
-// weights, buffers) and cuda_graph_step.cc (the forward step and its graphs).
+// weights, buffers), cuda_graph_rows.cc (what each call puts in the row
+// buffers) and cuda_graph_step.cc (the forward step and its graphs).
 // Its kernels are the models library's decode ops (models/ops/, each beside
 // its CPU reference); its collectives are the callbacks of the
 // tensor-parallel group it is given (models/tensor_parallel.h).
