@@ -234,6 +234,18 @@ int Scheduler::admit_next(int chunk, int64_t free) {
   return s;
 }
 
+bool Scheduler::starts_like_an_admission(const std::vector<int32_t>& prompt, const std::vector<Chunk>& chunks) const {
+  const size_t block = static_cast<size_t>(engine_.kv_block_size());
+  if (prompt.size() <= block) return false;  // nothing whole to share
+  for (const Chunk& c : chunks) {
+    const std::vector<int32_t>& other = prefill_of(slots_[c.slot]);
+    if (c.fresh && other.size() > block && std::equal(prompt.begin(), prompt.begin() + block, other.begin())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step) {
   const bool cut = options_.max_batched_tokens > 0 && engine_.can_extend();
   const int64_t block = engine_.kv_block_size();
@@ -257,9 +269,15 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
     free -= blocks_for(slot.cached + n) - blocks_for(slot.cached);
     budget -= n;
   }
+  const bool shares = engine_.caches_prefixes();
   while (budget > 0 && (!preempted_.empty() || !waiting_.empty())) {
-    const int size = static_cast<int>(preempted_.empty() ? waiting_.front().prompt.size()
-                                                          : prefill_of(preempted_.front()).size());
+    const std::vector<int32_t>& next = preempted_.empty() ? waiting_.front().prompt : prefill_of(preempted_.front());
+    const int size = static_cast<int>(next.size());
+    // A prompt whose first KV block a prompt admitted in this step starts
+    // with (the n choices of one request, a system prompt many requests
+    // share) waits one step: by then that block and those after it are in
+    // the prefix cache, and it computes only what differs.
+    if (shares && starts_like_an_admission(next, chunks)) break;
     // An engine that cannot extend takes a long prompt whole, but only in a
     // step that holds nothing else, so one step stays near the budget.
     const bool whole_past_budget = !cut && size > budget;

@@ -22,7 +22,9 @@
 //      keep getting a token every step.
 // A sequence whose prompt ends in a step gets its first token from it. An
 // admitted prompt starts past the part the engine's prefix cache holds
-// (InferenceEngine::reuse_prefix), so a shared prefix is computed once.
+// (InferenceEngine::reuse_prefix), so a shared prefix is computed once; a
+// prompt that starts like one admitted in the same step waits a step for
+// that one's blocks (n choices of a request, a burst with one system prompt).
 // With max_batched_tokens 0 (the offline job) prompts are prefilled whole,
 // every one the free slots take, in as many forwards as the engine needs.
 //
@@ -168,6 +170,9 @@ class Scheduler {
   // head, when `free` blocks (what this step's decode rows and earlier
   // chunks leave) hold its first `chunk` positions; -1 otherwise.
   int admit_next(int chunk, int64_t free);
+  // Whether `prompt`'s first KV block is that of a prompt whose first chunk
+  // is among `chunks` (admitted this step).
+  bool starts_like_an_admission(const std::vector<int32_t>& prompt, const std::vector<Chunk>& chunks) const;
   bool wants_logits(const Slot& s) const;
   // Records token t for slot s; false when the sequence ended (slot freed).
   bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);

@@ -69,6 +69,7 @@ class CudaGraphEngine final : public InferenceEngine {
             float* logits, int32_t* greedy) override;
   int max_step_rows() const override { return max_rows_; }
   int reuse_prefix(int slot, const int32_t* tokens, int n) override;
+  bool caches_prefixes() const override { return options_.prefix_caching; }
   // One forward of d decode rows and chunks [begin, end), which fit the row
   // buffers; outputs from row 0 of logits/greedy.
   void forward_rows(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,

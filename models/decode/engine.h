@@ -79,6 +79,9 @@ class InferenceEngine {
     (void)slot, (void)tokens, (void)n;
     return 0;
   }
+  // Whether reuse_prefix can find anything (a prompt's full blocks are
+  // cached from the forward that computes them).
+  virtual bool caches_prefixes() const { return false; }
 
   // The KV cache in blocks of kv_block_size() positions: a sequence of p
   // positions holds ceil(p / kv_block_size()) of the kv_blocks(). A paged
