@@ -70,4 +70,13 @@ Status load_peft_adapter(const std::string& dir, models::LoraAdapters& adapters)
   return Status::ok();
 }
 
+
+Status merge_peft_adapter(const std::string& dir, models::Model& model) {
+  COHORT_ASSIGN_OR_RETURN(PeftAdapterConfig config, read_peft_config(dir));
+  auto adapters = models::LoraAdapters::create(model, config.lora);
+  if (!adapters.is_ok()) return adapters.status().with_context(dir);
+  COHORT_RETURN_IF_ERROR(load_peft_adapter(dir, **adapters));
+  return models::merge_lora_adapters(**adapters, model).with_context(dir);
+}
+
 }  // namespace cohort::hf

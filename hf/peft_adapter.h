@@ -29,4 +29,10 @@ Status write_peft_adapter(const std::string& dir, const models::LoraConfig& lora
 // shape differs.
 Status load_peft_adapter(const std::string& dir, models::LoraAdapters& adapters);
 
+// Reads the folder's adapters for `model`'s shard and merges them into its
+// weights (models::merge_lora_adapters): `[model] adapter` for inference
+// and serving. Errors name the folder (a config cohort's adapters cannot
+// be, a missing or misshapen tensor, a model LoRA cannot sit on).
+Status merge_peft_adapter(const std::string& dir, models::Model& model);
+
 }  // namespace cohort::hf

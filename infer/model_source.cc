@@ -3,6 +3,7 @@
 #include "infer/model_source.h"
 
 #include "hf/load_quantization.h"
+#include "hf/peft_adapter.h"
 #include "hf/weights.h"
 #include "parallel/checkpoint.h"
 
@@ -15,6 +16,9 @@ Status load_infer_weights(const jobs::ModelSection& model, int64_t seed, models:
     COHORT_RETURN_IF_ERROR(parallel::load_checkpoint_params(parallel::resolve_checkpoint_path(model.checkpoint), target));
   } else {
     target.init_weights(static_cast<uint64_t>(seed));
+  }
+  if (!model.adapter.empty()) {
+    COHORT_RETURN_IF_ERROR(hf::merge_peft_adapter(model.adapter, target).with_context("model.adapter"));
   }
   return hf::apply_quantize_option(target, model.quantize, model.hf_dir);
 }

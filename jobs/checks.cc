@@ -85,6 +85,10 @@ void check_required(JobSpec& spec, LoadContext& ctx) {
     else if (sources > 1)
       ctx.error_at("model", "[model]: give only one of preset, hf_dir and checkpoint");
   }
+  if (!spec.model.adapter.empty() && spec.job.kind != JobKind::kInfer && spec.job.kind != JobKind::kServe)
+    ctx.error_at("model.adapter",
+                 std::string("model.adapter is merged for kind infer and serve, not \"") + to_string(spec.job.kind) +
+                     "\" (to train on from an adapter, set lora.adapter)");
   if (spec.job.kind != JobKind::kCommand && spec.has_command)
     ctx.warn("[command] has no effect for kind = \"" + std::string(to_string(spec.job.kind)) + "\"");
   if (spec.job.kind != JobKind::kTrain && spec.has_train)
@@ -340,6 +344,7 @@ void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& 
   for (auto& d : spec.train.data) d.path = absolute(d.path, base("train.data"));
   spec.infer.prompts = absolute(spec.infer.prompts, base("infer.prompts"));
   spec.lora.adapter = absolute(spec.lora.adapter, base("lora.adapter"));
+  spec.model.adapter = absolute(spec.model.adapter, base("model.adapter"));
   if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
   // The default sequence length never exceeds what the model supports.
   int max_seq = spec.model.max_seq > 0 ? spec.model.max_seq : preset_max_seq(spec.model.preset);

@@ -81,6 +81,8 @@ std::vector<JobPath> job_paths(const LoadResult& result) {
     if (!spec.model.hf_dir.empty()) out.push_back({"model.hf_dir", spec.model.hf_dir, origin("model.hf_dir"), Use::kInput, ""});
     if (!spec.model.checkpoint.empty())
       out.push_back({"model.checkpoint", spec.model.checkpoint, origin("model.checkpoint"), Use::kInput, ""});
+    if (!spec.model.adapter.empty())
+      out.push_back({"model.adapter", spec.model.adapter, origin("model.adapter"), Use::kInput, ""});
   }
   if (spec.job.kind == JobKind::kTrain) {
     for (size_t i = 0; i < spec.train.data.size(); ++i) {

@@ -121,6 +121,13 @@ std::vector<FieldDoc> build_schema() {
                             "reference; auto: cudnn where the library loads and has an engine for the shape, else "
                             "flash where it applies, else math. CPU runs use math.",
                     .choices = {"auto", "cudnn", "flash", "math"}}));
+  f.push_back(bind("model", "adapter", &J::model, &ModelSection::adapter,
+                   {.text = "kind infer and serve: a PEFT LoRA adapter folder (adapter_config.json, "
+                            "adapter_model.safetensors, as PEFT or cohort writes it) merged into the model's "
+                            "weights when it loads, so the fine-tune is served at the base's speed. Its targets "
+                            "and shapes must fit the model; training continues from an adapter with "
+                            "lora.adapter.",
+                    .omit_empty = true}));
   f.push_back(bind("model", "quantize", &J::model, &ModelSection::quantize,
                    {.text = "Weight-only quantization at load, for a bf16/fp32 source: every linear projection "
                             "(q/k/v/o, gate/up/down) is quantized and dequantized back, so the model computes with "

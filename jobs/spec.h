@@ -103,6 +103,7 @@ struct ModelSection {
   int max_seq = 0;           // 0: the preset's or config's own
   std::string attention = "auto";  // auto | cudnn | flash | math
   std::string quantize = "none";   // none | fp8 | int8 | int4: weights round-tripped at load (hf/load_quantization.h)
+  std::string adapter;       // infer and serve: a PEFT LoRA adapter folder merged into the weights at load
 };
 
 struct ParallelSection {

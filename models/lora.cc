@@ -262,4 +262,43 @@ void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int
               int(in), 1.0f, w, int(in));
 }
 
+
+Status merge_lora_adapters(const LoraAdapters& adapters, Model& model) {
+  const LoraConfig& config = adapters.config();
+  const ParamLayout& own = adapters.layout();
+  // An adapter tensor's group and place in the adapters' layout.
+  auto locate = [&](const std::string& name, int* group) -> const ParamSpec* {
+    for (int g = 0; g < static_cast<int>(own.groups.size()); ++g) {
+      if (const ParamSpec* p = own.groups[g].find(name)) return *group = g, p;
+    }
+    return nullptr;
+  };
+  std::vector<float> a, b, w;
+  const int r = config.rank;
+  for (int l = 0; l < model.config().layers; ++l) {
+    const int wg = model.layout().block_group(l);
+    for (LoraTarget t : config.targets) {
+      int ag = 0, bg = 0;
+      const ParamSpec* pa = locate(peft_tensor_name(l, t, true), &ag);
+      const ParamSpec* pb = locate(peft_tensor_name(l, t, false), &bg);
+      const std::string weight = fmt::format("model.layers.{}.{}.weight", l, hf_module_path(t));
+      const ParamSpec* pw = model.layout().groups[wg].find(weight);
+      if (!pa || !pb || !pw) return internal_error("merging adapters: no tensors for " + weight);
+      const int64_t in = static_cast<int64_t>(pa->numel) / r, out = static_cast<int64_t>(pb->numel) / r;
+      if (static_cast<int64_t>(pw->numel) != in * out) {
+        return internal_error(fmt::format("merging adapters: {} holds {} values, its adapter [{}, {}]", weight,
+                                          pw->numel, out, in));
+      }
+      a.resize(pa->numel), b.resize(pb->numel), w.resize(pw->numel);
+      adapters.backend().copy_to_host(a.data(), adapters.params(ag) + pa->offset, a.size() * sizeof(float));
+      adapters.backend().copy_to_host(b.data(), adapters.params(bg) + pb->offset, b.size() * sizeof(float));
+      float* dst = model.params(wg) + pw->offset;
+      model.backend().copy_to_host(w.data(), dst, w.size() * sizeof(float));
+      merge_lora_delta(w.data(), a.data(), b.data(), out, in, r, config.scale());
+      model.backend().copy_from_host(dst, w.data(), w.size() * sizeof(float));
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace cohort::models

@@ -137,6 +137,12 @@ void round_frozen_base(Model& model, DType dtype);
 // W [out, in] += scale · B [out, rank] · A [rank, in], on host memory: the
 // merged projection (`cohort export --merge`, a LoRA checkpoint loaded for
 // inference).
+// Adds each adapter's scale · B · A into the projection it sits on, in
+// `model`'s own (frozen) weights and tensor-parallel shard: the model then
+// computes what base plus adapters compute, at the base's cost (serving a
+// PEFT adapter, [model] adapter). `adapters` must be `model`'s.
+Status merge_lora_adapters(const LoraAdapters& adapters, Model& model);
+
 void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank,
                       float scale);
 

@@ -113,6 +113,44 @@ TEST(PeftAdapter, RoundTripsUnderPeftsNamesAndFields) {
   EXPECT_FLOAT_EQ(parsed->lora.scale(), written.lora->config().scale());
 }
 
+// [model] adapter: a folder's adapters merged into a model's weights equal
+// the same adapters merged from memory, and a folder whose shapes do not fit
+// the model is refused naming it.
+TEST(PeftAdapter, AFoldersAdaptersMergeIntoTheWeightsAsTheyDoFromMemory) {
+  Adapters written(config());
+  const auto tensors = random_tensors(written, 3);
+  const fs::path dir = scratch("merge");
+  ASSERT_TRUE(write_peft_adapter(dir.string(), written.lora->config(), "tiny", tensors).is_ok());
+  auto backend = models::make_cpu_backend();
+  auto make = [&] {
+    auto m = std::move(models::Model::create(*models::preset_config("tiny"), {}, backend.get(), {},
+                                             models::Model::Buffers::kParamsOnly)
+                           .value());
+    m->init_weights(5, 0.2f);
+    return m;
+  };
+  auto from_folder = make(), from_memory = make(), base = make();
+  ASSERT_TRUE(merge_peft_adapter(dir.string(), *from_folder).is_ok());
+  ASSERT_TRUE(models::merge_lora_adapters(*written.lora, *from_memory).is_ok());
+  int changed = 0;
+  for (int g = 0; g < static_cast<int>(from_folder->layout().groups.size()); ++g) {
+    const size_t n = from_folder->layout().groups[g].numel;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(from_folder->params(g)[i], from_memory->params(g)[i]) << g << " " << i;
+      changed += from_folder->params(g)[i] != base->params(g)[i];
+    }
+  }
+  EXPECT_GT(changed, 0);
+
+  models::ModelConfig other = *models::preset_config("tiny");
+  other.hidden *= 2;
+  other.head_dim *= 2;
+  auto wider = std::move(models::Model::create(other, {}, backend.get(), {}, models::Model::Buffers::kParamsOnly).value());
+  const Status refused = merge_peft_adapter(dir.string(), *wider);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find(dir.string()), std::string::npos) << refused.message();
+}
+
 // Each tensor-parallel shard reads its slices: B's rows under q and v, A's
 // columns under down.
 TEST(PeftAdapter, ShardsReadTheirSlices) {

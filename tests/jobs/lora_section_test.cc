@@ -103,6 +103,20 @@ TEST(LoraSection, AdapterFolderSetsTheShapeSoShapeKeysWarn) {
   EXPECT_TRUE(listed) << "lora.adapter is an input path validate checks";
 }
 
+// [model] adapter: merged for inference and serving, an input path there,
+// refused for training (which starts from one with lora.adapter).
+TEST(LoraSection, AModelAdapterIsForInferenceAndServing) {
+  auto serve = load("[job]\nname = \"s\"\nkind = \"serve\"\n[model]\nhf_dir = \"base\"\nadapter = \"adapters/run1\"\n");
+  ASSERT_TRUE(serve.ok()) << serve.error_text();
+  EXPECT_EQ(serve.spec.model.adapter, "/base/adapters/run1");
+  bool listed = false;
+  for (const auto& p : job_paths(serve))
+    listed = listed || (p.key == "model.adapter" && p.path == "/base/adapters/run1");
+  EXPECT_TRUE(listed) << "model.adapter is an input path validate checks";
+  error_with(load(lora_job(""), {"model.adapter=adapters/run1"}),
+             "model.adapter is merged for kind infer and serve, not \"train\"");
+}
+
 TEST(LoraSection, OtherKindsWarnThatItHasNoEffect) {
   auto r = load(
       "[job]\nname = \"i\"\nkind = \"infer\"\n[model]\npreset = \"tiny\"\n[infer]\nprompts = "

@@ -183,7 +183,8 @@ TEST(Lora, InitialisationFollowsPeft) {
   }
 }
 
-// W + scale · B A, put into a plain model, gives the adapted model's logits.
+// W + scale · B A, put into a plain model (merge_lora_adapters), gives the
+// adapted model's logits.
 TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
   const ModelConfig c = small_config(false, true, true);
   Adapted m(c, all_linear(4, 8, true));
@@ -191,19 +192,7 @@ TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
   auto backend = make_cpu_backend();
   auto merged = std::move(Model::create(c, {}, backend.get()).value());
   merged->init_weights(7, 0.3f);
-  const float scale = m.lora->config().scale();
-  for (int l = 0; l < c.layers; ++l) {
-    const int g = m.lora->layout().block_group(l);
-    for (LoraTarget t : kAllLoraTargets) {
-      const std::string w_name =
-          "model.layers." + std::to_string(l) + "." + hf_module_path(t) + ".weight";
-      Tensor w = merged->param_view(w_name).value();
-      const ParamSpec* a = m.lora->layout().groups[g].find(peft_tensor_name(l, t, true));
-      const ParamSpec* b = m.lora->layout().groups[g].find(peft_tensor_name(l, t, false));
-      merge_lora_delta(static_cast<float*>(w.data), m.lora->params(g) + a->offset,
-                       m.lora->params(g) + b->offset, w.shape[0], w.shape[1], 4, scale);
-    }
-  }
+  ASSERT_TRUE(merge_lora_adapters(*m.lora, *merged).is_ok());
   const auto tokens = random_tokens(10, 32, 6);
   m.model->forward(tokens.data(), nullptr, 1, 10);
   merged->forward(tokens.data(), nullptr, 1, 10);
