@@ -215,6 +215,8 @@ Command add_serve_command(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--max-model-len,--context", args->line.context, "positions per sequence")
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--adapter", args->line.adapter,
+                  "a PEFT LoRA adapter folder, merged into the model's weights when it loads");
   add_embedded_flags(app, &args->run);
   return {app, [args] { return run_serve(*args); }};
 }

@@ -75,7 +75,9 @@ std::string serve_job_toml(const ServeCommandLine& line) {
   std::string text = "[job]\nname = " + quoted(name) + "\nkind = \"serve\"\ngpus_per_node = " +
                      std::to_string(std::max(1, line.tensor_parallel)) + "\noutput_dir = " +
                      quoted("runs/" + name) + "\n[model]\n";
-  text += (is_checkpoint(line.model) ? "checkpoint = " : "hf_dir = ") + quoted(line.model) + "\n[serve]\n";
+  text += (is_checkpoint(line.model) ? "checkpoint = " : "hf_dir = ") + quoted(line.model) + "\n";
+  if (!line.adapter.empty()) text += "adapter = " + quoted(line.adapter) + "\n";
+  text += "[serve]\n";
   text += "host = " + quoted(line.host.empty() ? "127.0.0.1" : line.host) + "\n";
   text += "port = " + std::to_string(line.port < 0 ? 8000 : line.port) + "\n";
   if (!line.api_key.empty()) text += "api_key = " + quoted(line.api_key) + "\n";

@@ -29,6 +29,7 @@ struct ServeCommandLine {
   std::string served_model_name;
   int max_running = 0;
   int context = 0;
+  std::string adapter;          // a PEFT adapter folder merged into the model ([model] adapter)
 };
 std::string serve_job_toml(const ServeCommandLine& line);
 
