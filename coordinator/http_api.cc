@@ -188,7 +188,7 @@ class Server final : public HttpApi {
     auto colon = listen.rfind(':');
     if (colon == std::string::npos) return invalid_argument("--http wants HOST:PORT, got '" + listen + "'");
     boost::system::error_code ec;
-    auto address = asio::ip::make_address(listen.substr(0, colon), ec);
+    asio::ip::make_address(listen.substr(0, colon), ec);  // only checked here; the listener binds it
     if (ec) return invalid_argument("--http: bad address in '" + listen + "': " + ec.message());
     // Anyone who can reach the page sees every job's logs; off loopback the
     // operator must have chosen a token (DESIGN §4).
