@@ -67,6 +67,24 @@ TEST(ValidateModel, ASeqLenBeyondTheModelsMaxSeqIsRefusedAtItsKey) {
   EXPECT_NE(run.err.find("train.seq_len: 1024 is beyond the model's max_seq 512"), std::string::npos) << run.err;
 }
 
+// [model] adapter: a folder whose adapter_config.json describes what
+// cohort's adapters are not (DoRA) fails validation at its key, naming the field.
+TEST(ValidateModel, AnAdapterCohortCannotMergeIsRefusedAtItsKey) {
+  const fs::path dir = testing::data_scratch("validate_adapter");
+  fs::create_directories(dir / "model");
+  fs::create_directories(dir / "adapter");
+  write_file((dir / "model" / "config.json").string(), config_json(512));
+  write_file((dir / "adapter" / "adapter_config.json").string(),
+             R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "use_dora": true})");
+  write_file((dir / "serve.toml").string(),
+             "[job]\nname = \"s\"\nkind = \"serve\"\n[model]\nhf_dir = \"model\"\nadapter = \"adapter\"\n");
+  auto r = run_cohort({"validate", (dir / "serve.toml").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("serve.toml:6"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.adapter: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("use_dora"), std::string::npos) << r.err;
+}
+
 TEST(ValidateModel, ATokenizerLargerThanTheVocabularyIsRefused) {
   const fs::path dir = testing::data_scratch("validate_vocab");
   fs::create_directories(dir / "model");
