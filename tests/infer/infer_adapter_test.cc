@@ -15,19 +15,6 @@
 namespace cohort::testing {
 namespace {
 
-InferJob adapter_job(const std::string& name, const std::string& model_lines, int world) {
-  InferJob job;
-  job.name = name;
-  job.world = world;
-  job.tensor_parallel = world;
-  job.model_lines = model_lines;
-  job.prompts_path = write_token_prompts(scratch_dir("adapter_prompts") / (name + ".jsonl"),
-                                         {{1, 2, 3}, {40, 41, 42, 43, 44}, {200, 7}});
-  job.max_new_tokens = 6;
-  job.batch_size = 3;
-  return job;
-}
-
 TEST(InferAdapter, AnAdapterFolderGeneratesWhatItsMergedWeightsGenerateAtTp1And2) {
   auto cpu = models::make_cpu_backend();
   const models::ModelConfig config = *models::preset_config("tiny");
@@ -58,25 +45,13 @@ TEST(InferAdapter, AnAdapterFolderGeneratesWhatItsMergedWeightsGenerateAtTp1And2
   const std::string merged = scratch_dir("adapter_merged").string();
   ASSERT_TRUE(hf::save_model_folder(*model, merged, models::DType::kF32).is_ok());
 
-  const InferRun reference = run_infer_job(adapter_job("merged", "hf_dir = \"" + merged + "\"", 1));
-  ASSERT_EQ(reference.error, "");
+  const InferRun reference = run_infer_job(three_prompt_job("merged", "hf_dir = \"" + merged + "\"", 1));
   const std::string with_adapter = "hf_dir = \"" + base + "\"\nadapter = \"" + adapter + "\"";
   for (int world : {1, 2}) {
-    const InferRun run = run_infer_job(adapter_job("adapter_tp" + std::to_string(world), with_adapter, world));
-    ASSERT_EQ(run.error, "") << "tp " << world;
-    ASSERT_EQ(run.outputs.size(), reference.outputs.size());
-    for (size_t i = 0; i < run.outputs.size(); ++i) {
-      EXPECT_EQ(run.outputs[i].at("tokens"), reference.outputs[i].at("tokens")) << "tp " << world << ", prompt " << i;
-    }
-    for (const auto& [index, values] : reference.logits) {
-      const std::vector<float>& got = run.logits.at(index);
-      ASSERT_EQ(got.size(), values.size());
-      float worst = 0;
-      for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(got[i] - values[i]));
-      EXPECT_LE(worst, 1e-4f) << "tp " << world << ", prompt " << index;
-    }
+    const std::string name = "adapter_tp" + std::to_string(world);
+    expect_same_generation(reference, run_infer_job(three_prompt_job(name, with_adapter, world)), name, 1e-4f);
   }
-  const InferRun plain = run_infer_job(adapter_job("base_only", "hf_dir = \"" + base + "\"", 1));
+  const InferRun plain = run_infer_job(three_prompt_job("base_only", "hf_dir = \"" + base + "\"", 1));
   ASSERT_EQ(plain.error, "");
   EXPECT_NE(plain.logits.at(0), reference.logits.at(0)) << "the adapter changed nothing";
 }

@@ -6,11 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 namespace cohort::testing {
 namespace fs = std::filesystem;
@@ -103,6 +107,38 @@ InferRun run_infer_job(const InferJob& job) {
     }
   }
   return run;
+}
+
+
+InferJob three_prompt_job(const std::string& name, const std::string& model_lines, int world) {
+  InferJob job;
+  job.name = name;
+  job.world = world;
+  job.tensor_parallel = world;
+  job.model_lines = model_lines;
+  job.prompts_path = write_token_prompts(scratch_dir("prompts") / (name + ".jsonl"),
+                                         {{1, 2, 3}, {40, 41, 42, 43, 44}, {200, 7}});
+  job.max_new_tokens = 6;
+  job.batch_size = 3;
+  return job;
+}
+
+void expect_same_generation(const InferRun& want, const InferRun& got, const std::string& what, float tolerance) {
+  ASSERT_EQ(want.error, "") << what;
+  ASSERT_EQ(got.error, "") << what;
+  ASSERT_EQ(got.outputs.size(), want.outputs.size()) << what;
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    EXPECT_EQ(got.outputs[i].at("index"), static_cast<int>(i)) << what;
+    EXPECT_EQ(got.outputs[i].at("tokens"), want.outputs[i].at("tokens")) << what << ", prompt " << i;
+  }
+  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+  for (const auto& [index, values] : want.logits) {
+    const std::vector<float>& other = got.logits.at(index);
+    ASSERT_EQ(other.size(), values.size());
+    float worst = 0;
+    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(other[i] - values[i]));
+    EXPECT_LE(worst, tolerance) << what << ", prompt " << index;
+  }
 }
 
 }  // namespace cohort::testing

@@ -40,4 +40,13 @@ std::string write_token_prompts(const std::filesystem::path& path,
 
 InferRun run_infer_job(const InferJob& job);
 
+// A job of three fixed token prompts, 6 new tokens, batch 3, at tp `world`:
+// the runs that compare weight sources (quantized folders, adapters).
+InferJob three_prompt_job(const std::string& name, const std::string& model_lines, int world);
+
+// Both runs succeeded with the same tokens for every prompt, in order, and
+// logits within `tolerance` where both have them.
+void expect_same_generation(const InferRun& want, const InferRun& got, const std::string& what,
+                            float tolerance = 1e-5f);
+
 }  // namespace cohort::testing

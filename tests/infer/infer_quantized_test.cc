@@ -14,37 +14,6 @@
 namespace cohort::testing {
 namespace {
 
-void expect_identical(const InferRun& want, const InferRun& got, const std::string& what) {
-  ASSERT_EQ(want.error, "") << what;
-  ASSERT_EQ(got.error, "") << what;
-  ASSERT_EQ(got.outputs.size(), want.outputs.size()) << what;
-  for (size_t i = 0; i < want.outputs.size(); ++i)
-    EXPECT_EQ(got.outputs[i].at("tokens"), want.outputs[i].at("tokens"))
-        << what << ", prompt " << i;
-  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-  for (const auto& [index, values] : want.logits) {
-    const std::vector<float>& other = got.logits.at(index);
-    ASSERT_EQ(other.size(), values.size());
-    float worst = 0;
-    for (size_t i = 0; i < values.size(); ++i)
-      worst = std::max(worst, std::fabs(other[i] - values[i]));
-    EXPECT_LE(worst, 1e-5f) << what << ", prompt " << index;
-  }
-}
-
-InferJob job_for(const std::string& name, const std::string& model_lines, int world) {
-  InferJob job;
-  job.name = name;
-  job.world = world;
-  job.tensor_parallel = world;
-  job.model_lines = model_lines;
-  job.prompts_path = write_token_prompts(scratch_dir("prompts") / (name + ".jsonl"),
-                                         {{1, 2, 3}, {40, 41, 42, 43, 44}, {200, 7}});
-  job.max_new_tokens = 6;
-  job.batch_size = 3;
-  return job;
-}
-
 TEST(InferQuantized, GptqFolderGeneratesWhatItsDequantizedWeightsGenerateAtTp1And2) {
   auto cpu = models::make_cpu_backend();
   auto model =
@@ -59,11 +28,11 @@ TEST(InferQuantized, GptqFolderGeneratesWhatItsDequantizedWeightsGenerateAtTp1An
   ASSERT_TRUE(hf::save_model_folder(*model, plain, models::DType::kF32).is_ok());
 
   const InferRun reference =
-      run_infer_job(job_for("gptq_reference", "hf_dir = \"" + plain + "\"", 1));
-  const InferRun tp1 = run_infer_job(job_for("gptq_tp1", "hf_dir = \"" + quantized + "\"", 1));
-  expect_identical(reference, tp1, "gptq tp 1");
-  expect_identical(reference,
-                   run_infer_job(job_for("gptq_tp2", "hf_dir = \"" + quantized + "\"", 2)),
+      run_infer_job(three_prompt_job("gptq_reference", "hf_dir = \"" + plain + "\"", 1));
+  const InferRun tp1 = run_infer_job(three_prompt_job("gptq_tp1", "hf_dir = \"" + quantized + "\"", 1));
+  expect_same_generation(reference, tp1, "gptq tp 1");
+  expect_same_generation(reference,
+                   run_infer_job(three_prompt_job("gptq_tp2", "hf_dir = \"" + quantized + "\"", 2)),
                    "gptq tp 2");
   EXPECT_EQ(tp1.summary.at("weights"),
             nlohmann::json({{"gptq int4 g32 act-order", 14}, {"f32", 11}}));
@@ -81,13 +50,13 @@ TEST(InferQuantized, QuantizeOptionRunsTheRoundTrippedWeights) {
   ASSERT_TRUE(hf::save_model_folder(*model, plain, models::DType::kF32).is_ok());
 
   const InferRun reference =
-      run_infer_job(job_for("int4_reference", "hf_dir = \"" + plain + "\"", 1));
+      run_infer_job(three_prompt_job("int4_reference", "hf_dir = \"" + plain + "\"", 1));
   const InferRun quantized =
-      run_infer_job(job_for("int4_option", "preset = \"tiny\"\nquantize = \"int4\"", 1));
-  expect_identical(reference, quantized, "quantize = int4");
+      run_infer_job(three_prompt_job("int4_option", "preset = \"tiny\"\nquantize = \"int4\"", 1));
+  expect_same_generation(reference, quantized, "quantize = int4");
   EXPECT_EQ(quantized.summary.at("weights"), nlohmann::json({{"int4 g128", 14}, {"f32", 11}}));
   EXPECT_EQ(quantized.summary.at("quantize"), "int4");
-  const InferRun unquantized = run_infer_job(job_for("int4_off", "preset = \"tiny\"", 1));
+  const InferRun unquantized = run_infer_job(three_prompt_job("int4_off", "preset = \"tiny\"", 1));
   ASSERT_EQ(unquantized.error, "");
   EXPECT_NE(unquantized.logits.at(0), quantized.logits.at(0)) << "quantize changed nothing";
 }

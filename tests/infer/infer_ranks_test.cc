@@ -29,27 +29,6 @@ std::vector<std::vector<int>> random_prompts(int count, int vocab, uint32_t seed
   return prompts;
 }
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
-// Same tokens for every prompt; logits within 1e-5 where both have them.
-void expect_same_generation(const InferRun& want, const InferRun& got, const std::string& what) {
-  ASSERT_EQ(got.error, "") << what;
-  ASSERT_EQ(got.outputs.size(), want.outputs.size()) << what;
-  for (size_t i = 0; i < want.outputs.size(); ++i) {
-    EXPECT_EQ(got.outputs[i].at("index"), static_cast<int>(i)) << what;
-    EXPECT_EQ(got.outputs[i].at("tokens"), want.outputs[i].at("tokens")) << what << ", prompt " << i;
-  }
-  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-  for (const auto& [index, values] : want.logits) {
-    ASSERT_EQ(got.logits.at(index).size(), values.size()) << what << ", prompt " << index;
-    EXPECT_LE(max_abs_diff(got.logits.at(index), values), 1e-5f) << what << ", prompt " << index;
-  }
-}
-
 InferJob tiny_job(const std::string& name, int world, int tp) {
   InferJob job;
   job.name = name;
