@@ -246,17 +246,24 @@ bool Scheduler::starts_like_an_admission(const std::vector<int32_t>& prompt, con
   return false;
 }
 
+int64_t Scheduler::growth(int64_t cached, int64_t n) const { return blocks_for(cached + n) - blocks_for(cached); }
+
+int64_t Scheduler::free_after(const std::vector<Chunk>& chunks) const {
+  int64_t free = free_blocks();
+  for (const Slot& s : slots_) {
+    if (s.busy && s.prefilled == prefill_of(s).size()) free -= growth(s.cached, 1);
+  }
+  for (const Chunk& c : chunks) free -= growth(slots_[c.slot].cached, c.n);
+  return free;
+}
+
 void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step) {
   const bool cut = options_.max_batched_tokens > 0 && engine_.can_extend();
   const int64_t block = engine_.kv_block_size();
-  // Free blocks this step's chunks may take, after the decode rows' growth.
-  int64_t free = free_blocks();
-  for (const Slot& slot : slots_) {
-    if (slot.busy && slot.prefilled == prefill_of(slot).size()) free -= blocks_for(slot.cached + 1) - blocks_for(slot.cached);
-  }
-  // How many of n more positions fit a slot at `cached` within `free`.
+  // How many of n more positions fit a slot at `cached` in what the decode
+  // rows and the chunks so far leave.
   auto fitting = [&](int64_t cached, int n) {
-    const int64_t room = (blocks_for(cached) + std::max<int64_t>(free, 0)) * block - cached;
+    const int64_t room = (blocks_for(cached) + std::max<int64_t>(free_after(chunks), 0)) * block - cached;
     return static_cast<int>(std::min<int64_t>(n, room));
   };
   // Sequences part-way through their prompt hold a slot: they go first.
@@ -266,7 +273,6 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
     const int n = fitting(slot.cached, static_cast<int>(std::min<size_t>(prefill_of(slot).size() - slot.prefilled, budget)));
     if (n <= 0) continue;
     chunks.push_back(Chunk{static_cast<int>(s), prefill_of(slot).data() + slot.prefilled, n, false});
-    free -= blocks_for(slot.cached + n) - blocks_for(slot.cached);
     budget -= n;
   }
   const bool shares = engine_.caches_prefixes();
@@ -283,7 +289,7 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
     const bool whole_past_budget = !cut && size > budget;
     if (whole_past_budget && !(empty_step && chunks.empty())) break;
     const int first = whole_past_budget || !cut ? size : std::min(size, budget);
-    const int s = admit_next(first, free);
+    const int s = admit_next(first, free_after(chunks));
     if (s < 0) break;
     ++st.admitted;
     Slot& slot = slots_[s];
@@ -291,19 +297,13 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
     const int cached = engine_.reuse_prefix(s, tokens.data(), size);
     slot.prefilled = static_cast<size_t>(cached), slot.cached = cached;
     st.prefix_hit_tokens += cached, prefix_hit_tokens_ += cached, prompt_tokens_admitted_ += size;
-    // What the prefix took came out of the free blocks too.
-    free = free_blocks();
-    for (const Slot& other : slots_) {
-      if (other.busy && other.prefilled == prefill_of(other).size()) free -= blocks_for(other.cached + 1) - blocks_for(other.cached);
-    }
-    for (const Chunk& c : chunks) free -= blocks_for(slots_[c.slot].cached + c.n) - blocks_for(slots_[c.slot].cached);
     const int rest = size - cached;
+    // fitting() counts what the prefix took from the free blocks too.
     const int n = fitting(cached, whole_past_budget || !cut ? rest : std::min(rest, budget));
     // admit_next saw room for `first` positions; the prefix only took blocks
     // those positions would have needed.
     COHORT_CHECK_MSG(n >= 1 && (cut || n == rest), "a chunk of {} of {} prompt tokens fits the KV cache", n, rest);
     chunks.push_back(Chunk{s, tokens.data() + cached, n, cached == 0});
-    free -= blocks_for(cached + n) - blocks_for(cached);
     budget = n >= budget ? 0 : budget - n;
   }
 }
@@ -316,19 +316,15 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   std::vector<int32_t> decode_tokens;
   // Every decoding sequence's next position must find a block: while not,
   // the newest sequence makes room.
-  for (;;) {
-    decode_slots.clear(), decode_tokens.clear();
-    int64_t growth = 0;
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      const Slot& slot = slots_[s];
-      if (!slot.busy || slot.prefilled < prefill_of(slot).size()) continue;
-      decode_slots.push_back(static_cast<int>(s));
-      decode_tokens.push_back(slot.generated.back());
-      growth += blocks_for(slot.cached + 1) - blocks_for(slot.cached);
-    }
-    if (growth <= free_blocks() || running_ <= 1) break;
+  while (free_after({}) < 0 && running_ > 1) {
     preempt_newest();
     ++st.preempted;
+  }
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (!slot.busy || slot.prefilled < prefill_of(slot).size()) continue;
+    decode_slots.push_back(static_cast<int>(s));
+    decode_tokens.push_back(slot.generated.back());
   }
   const int d = static_cast<int>(decode_slots.size());
   // A bounded step is one forward; an unbounded one (the offline job)

@@ -161,6 +161,8 @@ class Scheduler {
   using Chunk = models::decode::InferenceEngine::Chunk;
   void plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step);
   int64_t blocks_for(int64_t positions) const;
+  // Blocks n more positions take a sequence at `cached`.
+  int64_t growth(int64_t cached, int64_t n) const;
   // Blocks free for this step: the engine's count where it keeps one (a
   // prefix cache shares blocks), else the cache less what slots hold.
   int64_t free_blocks() const;
@@ -172,6 +174,8 @@ class Scheduler {
   int admit_next(int chunk, int64_t free);
   // Whether `prompt`'s first KV block is that of a prompt whose first chunk
   // is among `chunks` (admitted this step).
+  // Free blocks once this step's decode rows and `chunks` have grown.
+  int64_t free_after(const std::vector<Chunk>& chunks) const;
   bool starts_like_an_admission(const std::vector<int32_t>& prompt, const std::vector<Chunk>& chunks) const;
   bool wants_logits(const Slot& s) const;
   // Records token t for slot s; false when the sequence ended (slot freed).
