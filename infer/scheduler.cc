@@ -380,12 +380,14 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
       next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], logits, penalized_);
     }
   }
-  if (guided.size() > pick_buffers_.size()) pick_buffers_.resize(guided.size());
+  // One row buffer a thread, so that memory stays kPickThreads rows
+  // whatever the number of guided sequences.
   parallel_for(
       guided.size(),
       [&](size_t i) {
+        thread_local std::vector<float> buffer;
         const size_t j = guided[i];
-        next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], true, pick_buffers_[i]);
+        next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], true, buffer);
       },
       std::min<size_t>(guided.size(), kPickThreads));
   const double elapsed = seconds_since(t0);

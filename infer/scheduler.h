@@ -182,9 +182,8 @@ class Scheduler {
   bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);
   // `penalized`: the caller's buffer for a row that penalties or a grammar change.
   int32_t pick(Slot& slot, const float* row, int32_t device_greedy, bool have_logits, std::vector<float>& penalized);
-  // Threads that pick rows held to a grammar at once, and their buffers.
+  // Threads that pick rows held to a grammar at once.
   static constexpr size_t kPickThreads = 8;
-  std::vector<std::vector<float>> pick_buffers_;
   void release(int s);
 
   models::decode::InferenceEngine& engine_;
