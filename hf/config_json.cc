@@ -34,6 +34,8 @@ float parse_rope_theta(const json& j) {
   return 10000.0f;
 }
 
+Status int_field(const json& j, const char* key, const int* fallback, int* out);
+
 Status parse_rope_scaling(const json& j, ModelConfig* c) {
   const json* section = rope_section(j);
   if (!section) return Status::ok();
@@ -48,8 +50,9 @@ Status parse_rope_scaling(const json& j, ModelConfig* c) {
   c->rope_scaling.factor = r.value("factor", 8.0f);
   c->rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0f);
   c->rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0f);
-  c->rope_scaling.original_max_position = r.value("original_max_position_embeddings", 8192);
-  return Status::ok();
+  const int default_original = 8192;
+  return int_field(r, "original_max_position_embeddings", &default_original,
+                   &c->rope_scaling.original_max_position);
 }
 
 // An integer field of config.json: a float, a string or a value beyond int

@@ -85,7 +85,14 @@ Result<PeftAdapterConfig> parse_peft_config(const std::string& text, const std::
     PeftAdapterConfig out;
     models::LoraConfig& lora = out.lora;
     field = "r";
-    lora.rank = doc.at(field).get<int>();
+    // Checked before converting: nlohmann's conversion of a float beyond
+    // int is undefined behaviour, not an error.
+    const json& rank = doc.at(field);
+    if (!rank.is_number_integer() || rank.get<int64_t>() < 1 ||
+        rank.get<int64_t>() > models::LoraConfig::kMaxRank)
+      return refuse(rank.dump() + ": the rank is an integer from 1 to " +
+                    std::to_string(models::LoraConfig::kMaxRank));
+    lora.rank = int(rank.get<int64_t>());
     field = "lora_alpha";
     lora.alpha = doc.value(field, 8.0);
     field = "lora_dropout";

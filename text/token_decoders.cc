@@ -111,7 +111,18 @@ Result<Decoder> one_decoder(const json& j) {
   }
   if (type == "Strip") {
     const std::string content = j.at("content").get<std::string>();
-    const size_t start = j.value("start", 0), stop = j.value("stop", 0);
+    // Counts of `content` to strip; checked before converting (a float
+    // beyond size_t is undefined behaviour in nlohmann's conversion).
+    size_t counts[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      const char* key = i == 0 ? "start" : "stop";
+      if (!j.contains(key)) continue;
+      const json& v = j[key];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t(1) << 20))
+        return invalid_argument(std::string("decoder Strip: ") + key + " must be a count, got " + v.dump());
+      counts[i] = size_t(v.get<int64_t>());
+    }
+    const size_t start = counts[0], stop = counts[1];
     return Decoder([=](Tokens& t) {
       for (auto& s : t) {
         for (size_t i = 0; i < start && s.compare(0, content.size(), content) == 0; ++i) s.erase(0, content.size());

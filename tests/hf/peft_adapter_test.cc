@@ -219,6 +219,14 @@ TEST(PeftConfig, WhatCohortsAdaptersAreNotIsRefusedByField) {
   auto huge = parse_peft_config(
       R"({"peft_type": "LORA", "r": 100000000, "target_modules": ["q_proj"]})", "a.json");
   EXPECT_FALSE(huge.is_ok()) << "a rank nothing could allocate";
+  // A rank beyond int as a float (once undefined behaviour in the conversion) or a fraction.
+  for (const char* rank : {"5555555555555555555555555555555555555555555555", "8.5", "\"8\""}) {
+    auto bad = parse_peft_config(std::string(R"({"peft_type": "LORA", "r": )") + rank +
+                                     R"(, "target_modules": ["q_proj"]})",
+                                 "a.json");
+    ASSERT_FALSE(bad.is_ok()) << rank;
+    EXPECT_EQ(bad.status().message().rfind("a.json: r: ", 0), 0u) << bad.status().message();
+  }
   // PEFT's own spellings of what cohort does read: all-linear, gaussian init, no defaults written.
   auto all = parse_peft_config(R"({"peft_type": "LORA", "r": 4, "target_modules": "all-linear",
                                    "init_lora_weights": "gaussian", "rank_pattern": {}, "alpha_pattern": {},
