@@ -1,0 +1,197 @@
+// RowPackedWeight (row_packed.h). The codes and zero points come out of each
+// format's own reference dequantizer run on altered views, so the bit
+// layouts of GPTQ, AWQ and cohort's int4 are defined once (formats.h):
+// with every scale 1 the dequantizer yields q - z exactly (small integers),
+// and with the packed values zeroed it yields -z. e4m3 codes are the bytes
+// themselves, and their scales the dequantizer's output for the code of 1.0.
+#include "models/quant/row_packed.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/quant/fp8_e4m3.h"
+#include "models/quant/formats.h"
+
+namespace cohort::models::quant {
+namespace {
+
+using detail::ceil_div;
+using detail::weight_error;
+
+constexpr uint8_t kE4m3One = 0x38;
+
+// Columns one 16-byte load of codes covers: groups and widths are made of them.
+int64_t load_columns(CodeKind kind) { return 16 * 8 / code_bits(kind); }
+
+Status check_shape(const QuantizedWeight& w, CodeKind kind, int64_t group) {
+  const int64_t unit = load_columns(kind);
+  if (w.cols % unit != 0 || group % unit != 0) {
+    return weight_error(w, "the row layout needs in_features and the group (" + std::to_string(group) +
+                               ") to be multiples of " + std::to_string(unit) + " columns");
+  }
+  return Status::ok();
+}
+
+void put_code(RowPackedWeight& out, int64_t n, int64_t k, int code) {
+  if (out.kind == CodeKind::kUint4) {
+    uint8_t& byte = out.codes[size_t(n * out.row_bytes() + k / 2)];
+    byte = uint8_t(k % 2 == 0 ? (byte & 0xf0) | code : (byte & 0x0f) | (code << 4));
+  } else {
+    out.codes[size_t(n * out.row_bytes() + k)] = uint8_t(code);
+  }
+}
+
+// Integer formats: q - z from a view with unit scales, -z from one whose
+// values are zero, the scale from the format's own array.
+Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, int offset) {
+  RowPackedWeight out;
+  out.kind = w.bits == 4 ? CodeKind::kUint4 : CodeKind::kUint8;
+  out.rows = w.rows, out.cols = w.cols, out.group = group;
+  COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, group));
+  const int64_t groups = out.groups();
+  out.codes.assign(size_t(w.rows * out.row_bytes()), 0);
+  out.scales.resize(size_t(w.rows * groups));
+  out.zeros.resize(size_t(w.rows * groups));
+  const bool transposed = w.format == WeightFormat::kGptq || w.format == WeightFormat::kAwq;
+  std::vector<float> ones(w.scales.size(), 1.0f);
+  std::vector<uint8_t> no_values(w.packed.size(), 0);
+  PackedWeightView centred = view_of(w), zeros = view_of(w);
+  centred.scales = ones.data();
+  zeros.scales = ones.data(), zeros.packed = no_values.data();
+  std::vector<float> value(size_t(w.cols)), minus_zero(size_t(w.cols));
+  const int levels = 1 << w.bits;
+  for (int64_t n = 0; n < w.rows; ++n) {
+    dequantize_view_rows(centred, n, n + 1, value.data());
+    if (transposed) dequantize_view_rows(zeros, n, n + 1, minus_zero.data());
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const int64_t g = k / group;
+      // Signed formats have no stored zero: the code is shifted by `offset`.
+      const int zero = transposed ? int(-minus_zero[size_t(k)]) : offset;
+      const int code = int(value[size_t(k)]) + zero;
+      if (code < 0 || code >= levels || zero < 0 || zero > levels) {
+        return weight_error(w, "the value at [" + std::to_string(n) + ", " + std::to_string(k) +
+                                   "] has no " + std::to_string(w.bits) + "-bit code");
+      }
+      put_code(out, n, k, code);
+      if (k % group == 0) {
+        out.zeros[size_t(n * groups + g)] = float(zero);
+        out.scales[size_t(n * groups + g)] =
+            transposed ? w.scales[size_t(g * w.rows + n)] : w.scales[size_t(n * groups + g)];
+      }
+    }
+  }
+  return out;
+}
+
+// e4m3: the bytes as they are; each group's scale from the dequantizer's
+// output for a weight of ones (the tile, tensor or row scale).
+Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
+  RowPackedWeight out;
+  out.kind = CodeKind::kE4m3;
+  out.rows = w.rows, out.cols = w.cols;
+  out.group = w.format == WeightFormat::kFp8Block ? w.block_cols : std::min<int64_t>(w.cols, 128);
+  if (w.format != WeightFormat::kFp8Block && w.cols % 128 != 0) out.group = w.cols;
+  COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, out.group));
+  out.codes = w.packed;
+  const int64_t groups = out.groups();
+  out.scales.resize(size_t(w.rows * groups));
+  std::vector<uint8_t> ones(w.packed.size(), kE4m3One);
+  PackedWeightView unit = view_of(w);
+  unit.packed = ones.data();
+  std::vector<float> row(size_t(w.cols));
+  for (int64_t n = 0; n < w.rows; ++n) {
+    dequantize_view_rows(unit, n, n + 1, row.data());
+    for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = row[size_t(g * out.group)];
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(CodeKind kind) {
+  switch (kind) {
+    case CodeKind::kUint4: return "uint4";
+    case CodeKind::kUint8: return "uint8";
+    case CodeKind::kE4m3: return "e4m3";
+  }
+  return "?";
+}
+
+int code_bits(CodeKind kind) { return kind == CodeKind::kUint4 ? 4 : 8; }
+
+Result<RowPackedWeight> pack_rows(const QuantizedWeight& weight) {
+  COHORT_RETURN_IF_ERROR(validate(weight));
+  Result<RowPackedWeight> packed = internal_error("unreached");
+  switch (weight.format) {
+    case WeightFormat::kFp8Block:
+    case WeightFormat::kFp8Tensor:
+    case WeightFormat::kFp8Channel:
+      packed = pack_e4m3(weight);
+      break;
+    case WeightFormat::kInt8:
+      packed = pack_integer(weight, weight.group_size, 128);
+      break;
+    case WeightFormat::kInt4:
+      packed = pack_integer(weight, weight.group_size, 8);
+      break;
+    case WeightFormat::kGptq:
+      for (size_t k = 0; k < weight.g_idx.size(); ++k) {
+        if (weight.g_idx[k] != int32_t(int64_t(k) / weight.group_size)) {
+          return weight_error(weight, "act-order (g_idx out of column order) has no row layout");
+        }
+      }
+      packed = pack_integer(weight, weight.group_size, 0);
+      break;
+    case WeightFormat::kAwq:
+      packed = pack_integer(weight, weight.group_size, 0);
+      break;
+    case WeightFormat::kNf4:
+      return weight_error(weight, "NF4 is a table of levels, not an affine code: no row layout");
+  }
+  if (packed.is_ok()) packed->format = weight.describe();
+  return packed;
+}
+
+Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts) {
+  if (parts.empty()) return invalid_argument("stack_rows: no weights");
+  RowPackedWeight out;
+  const RowPackedWeight& first = parts.front();
+  out.kind = first.kind, out.cols = first.cols, out.group = first.group, out.format = first.format;
+  bool zeros = false;
+  for (const auto& p : parts) {
+    if (p.kind != first.kind || p.cols != first.cols || p.group != first.group) {
+      return invalid_argument("stack_rows: " + p.format + " [" + std::to_string(p.cols) + "] g" +
+                              std::to_string(p.group) + " does not stack on " + first.format + " [" +
+                              std::to_string(first.cols) + "] g" + std::to_string(first.group));
+    }
+    zeros = zeros || !p.zeros.empty();
+    out.rows += p.rows;
+  }
+  for (const auto& p : parts) {
+    out.codes.insert(out.codes.end(), p.codes.begin(), p.codes.end());
+    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
+    if (zeros && p.zeros.empty()) out.zeros.insert(out.zeros.end(), p.scales.size(), 0.0f);
+    else out.zeros.insert(out.zeros.end(), p.zeros.begin(), p.zeros.end());
+  }
+  return out;
+}
+
+void dequantize(const RowPackedWeight& w, float* out) {
+  const int64_t groups = w.groups(), stride = w.row_bytes();
+  for (int64_t n = 0; n < w.rows; ++n) {
+    const uint8_t* row = w.codes.data() + n * stride;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const size_t g = size_t(n * groups + k / w.group);
+      float value;
+      switch (w.kind) {
+        case CodeKind::kUint4: value = float(k % 2 == 0 ? row[k / 2] & 0xf : row[k / 2] >> 4); break;
+        case CodeKind::kUint8: value = float(row[k]); break;
+        default: value = e4m3_to_float(row[k]); break;
+      }
+      const float zero = w.zeros.empty() ? 0.0f : w.zeros[g];
+      out[n * w.cols + k] = w.scales[g] * (value - zero);
+    }
+  }
+}
+
+}  // namespace cohort::models::quant

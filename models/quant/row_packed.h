@@ -1,0 +1,71 @@
+// The one layout cohort's CUDA projections read, whatever format a weight
+// arrived in (quantized_weight.h): each output row's codes contiguous along
+// the input, and one scale and one zero point per (row, group of input
+// columns):
+//
+//   W[n, k] = scale[n, g] * (value(code[n, k]) - zero[n, g]),  g = k / group
+//
+// with value() the code as an unsigned integer (4 or 8 bits) or as an e4m3
+// number. Every format maps onto it exactly:
+//   int8, int4 (cohort's, symmetric)  code = q + 128 / q + 8, zero 128 / 8
+//   gptq (4 or 8 bits), awq           code = q, zero = the stored zero (+1
+//                                     for GPTQ v1 checkpoints), their scale
+//   fp8-block / -tensor / -channel    code = the e4m3 byte, zero 0, the
+//                                     scale of the element's tile, tensor
+//                                     or row
+// so one kernel family serves them all, reading a weight row as the bf16
+// GEMV does (a warp per output row, 16-byte loads along the input). A 4-bit
+// row holds two codes a byte, the even column in the low nibble.
+//
+// Why repack instead of reading the checkpoints' layouts: GPTQ and AWQ keep
+// W transposed ([in, out]) with values of one row spread over words of
+// other rows; a row-contiguous layout gives the decode GEMV coalesced
+// loads and one code path for every format.
+//
+// Not representable (pack_rows refuses, naming the weight): NF4 (a table,
+// not an affine code), GPTQ with act-order (a column's group is not
+// k / group), groups that are not whole multiples of a 16-byte load of
+// codes (32 columns at 4 bits, 16 at 8), and input widths that are not.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "models/quant/quantized_weight.h"
+
+namespace cohort::models::quant {
+
+enum class CodeKind { kUint4, kUint8, kE4m3 };
+const char* to_string(CodeKind kind);
+int code_bits(CodeKind kind);
+
+struct RowPackedWeight {
+  CodeKind kind = CodeKind::kUint8;
+  int64_t rows = 0, cols = 0;
+  int64_t group = 0;           // input columns per scale; the last group may be partial
+  std::vector<uint8_t> codes;  // [rows, cols * bits / 8]
+  std::vector<float> scales;   // [rows, groups()]
+  std::vector<float> zeros;    // [rows, groups()]; empty: every zero is 0 (e4m3)
+  std::string format;          // what it came from, for logs: "gptq int4 g128"
+
+  int64_t groups() const { return (cols + group - 1) / group; }
+  int64_t row_bytes() const { return cols * code_bits(kind) / 8; }
+  size_t bytes() const { return codes.size() + 4 * (scales.size() + zeros.size()); }
+};
+
+// The weight in the row layout; errors name the weight and what the layout
+// cannot hold.
+Result<RowPackedWeight> pack_rows(const QuantizedWeight& weight);
+
+// Rows of several weights one above the other (q|k|v, gate|up): the same
+// code kind, width and group; zeros kept when any part has them.
+Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts);
+
+// The reference: W [rows, cols] in fp32, each element one rounding of
+// scale * (value - zero) (exact for the integer formats, whose products fit
+// float's mantissa), equal to dequantize() of the weight it was packed from.
+void dequantize(const RowPackedWeight& weight, float* out);
+
+}  // namespace cohort::models::quant

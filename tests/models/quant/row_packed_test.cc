@@ -1,0 +1,130 @@
+// The row layout the CUDA projections read (models/quant/row_packed.h):
+// every format it takes packs to codes, scales and zeros whose
+// dequantization equals the format's own, bit for bit; what it cannot hold
+// is refused by name.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "models/quant/row_packed.h"
+#include "tests/models/quant/reference_packers.h"
+
+namespace cohort::models::quant {
+namespace {
+
+constexpr int64_t kOut = 40, kIn = 256;
+
+QuantizedWeight integer_checkpoint(WeightFormat format, int bits, int64_t group, bool act_order,
+                                   GptqZeros zeros, uint64_t seed) {
+  const bool gptq = format == WeightFormat::kGptq;
+  const testing::IntegerWeight iw =
+      testing::random_integer_weight(kOut, kIn, group, bits, gptq && zeros == GptqZeros::kStoredMinusOne,
+                                     act_order, seed);
+  const testing::PackedTensors t =
+      gptq ? testing::pack_gptq_reference(iw, bits, zeros == GptqZeros::kStoredMinusOne)
+           : testing::pack_awq_reference(iw);
+  QuantizedWeight w;
+  w.format = format, w.name = "model.layers.0.self_attn.q_proj.weight";
+  w.rows = kOut, w.cols = kIn, w.bits = bits, w.group_size = group;
+  w.packed = t.qweight, w.zeros = t.qzeros, w.scales = t.scales, w.gptq_zeros = zeros;
+  if (gptq) w.g_idx = t.g_idx;
+  return w;
+}
+
+QuantizedWeight made(WeightFormat format, uint64_t seed, int64_t group = 128) {
+  const std::vector<float> x = testing::random_weights(kOut * kIn, seed);
+  QuantizeOptions options;
+  options.group_size = group;
+  return *quantize(format, "model.layers.0.mlp.down_proj.weight", x.data(), kOut, kIn, options);
+}
+
+QuantizedWeight e4m3_with_scales(WeightFormat format, uint64_t seed) {
+  QuantizedWeight w = made(WeightFormat::kFp8Block, seed);
+  w.format = format;
+  w.scales = format == WeightFormat::kFp8Tensor ? std::vector<float>{0.0173f}
+                                                : testing::random_weights(kOut, seed + 1, 0.02f);
+  for (float& s : w.scales) s = std::abs(s) + 1e-4f;
+  w.block_rows = w.block_cols = 0;
+  return w;
+}
+
+void expect_same_numbers(const QuantizedWeight& w) {
+  auto packed = pack_rows(w);
+  ASSERT_TRUE(packed.is_ok()) << w.describe() << ": " << packed.status().to_string();
+  std::vector<float> want(size_t(kOut * kIn)), got(want.size());
+  ASSERT_TRUE(dequantize(w, want.data()).is_ok());
+  dequantize(*packed, got.data());
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << w.describe();
+  EXPECT_EQ(packed->codes.size(), size_t(kOut * kIn * code_bits(packed->kind) / 8));
+  EXPECT_EQ(packed->format, w.describe());
+}
+
+TEST(RowPacked, EveryAffineFormatDequantizesAsItsOwnDefinition) {
+  expect_same_numbers(made(WeightFormat::kInt8, 1));
+  expect_same_numbers(made(WeightFormat::kInt4, 2));
+  expect_same_numbers(made(WeightFormat::kInt4, 3, 64));
+  expect_same_numbers(made(WeightFormat::kFp8Block, 4));
+  expect_same_numbers(e4m3_with_scales(WeightFormat::kFp8Tensor, 5));
+  expect_same_numbers(e4m3_with_scales(WeightFormat::kFp8Channel, 6));
+  for (GptqZeros zeros : {GptqZeros::kStoredMinusOne, GptqZeros::kStored}) {
+    expect_same_numbers(integer_checkpoint(WeightFormat::kGptq, 4, 128, false, zeros, 7));
+    expect_same_numbers(integer_checkpoint(WeightFormat::kGptq, 8, 64, false, zeros, 8));
+  }
+  expect_same_numbers(integer_checkpoint(WeightFormat::kAwq, 4, 64, false, GptqZeros::kStored, 9));
+}
+
+TEST(RowPacked, CodesAndZerosAreTheFormatsOwn) {
+  // cohort's int4 is symmetric: codes q + 8 around a zero of 8.
+  const QuantizedWeight int4 = made(WeightFormat::kInt4, 10);
+  auto packed = pack_rows(int4);
+  ASSERT_TRUE(packed.is_ok());
+  EXPECT_EQ(packed->kind, CodeKind::kUint4);
+  for (float z : packed->zeros) ASSERT_EQ(z, 8.0f);
+  const int q0 = (int4.packed[0] & 0xf) >= 8 ? (int4.packed[0] & 0xf) - 16 : (int4.packed[0] & 0xf);
+  EXPECT_EQ(packed->codes[0] & 0xf, q0 + 8);
+  // e4m3 keeps its bytes and needs no zeros.
+  const QuantizedWeight fp8 = made(WeightFormat::kFp8Block, 11);
+  auto e4m3 = pack_rows(fp8);
+  ASSERT_TRUE(e4m3.is_ok());
+  EXPECT_EQ(e4m3->codes, fp8.packed);
+  EXPECT_TRUE(e4m3->zeros.empty());
+  EXPECT_EQ(e4m3->scales[0], fp8.scales[0]);
+}
+
+TEST(RowPacked, WhatTheLayoutCannotHoldIsRefusedByName) {
+  auto refused = [](const QuantizedWeight& w, const std::string& why) {
+    auto r = pack_rows(w);
+    ASSERT_FALSE(r.is_ok()) << w.describe();
+    EXPECT_NE(r.status().message().find(w.name), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  refused(made(WeightFormat::kNf4, 12), "NF4");
+  refused(integer_checkpoint(WeightFormat::kGptq, 4, 64, true, GptqZeros::kStored, 13), "act-order");
+  refused(made(WeightFormat::kInt4, 14, 16), "multiples of 32");
+  // GPTQ checkpoints written without act-order still store g_idx = k / group: accepted.
+  QuantizedWeight plain = integer_checkpoint(WeightFormat::kGptq, 4, 64, false, GptqZeros::kStored, 15);
+  ASSERT_FALSE(plain.g_idx.empty());
+  EXPECT_TRUE(pack_rows(plain).is_ok());
+}
+
+TEST(RowPacked, StackedWeightsAreTheirPartsOneAboveTheOther) {
+  auto gptq = pack_rows(integer_checkpoint(WeightFormat::kGptq, 4, 128, false, GptqZeros::kStored, 16));
+  auto int4 = pack_rows(made(WeightFormat::kInt4, 17));
+  ASSERT_TRUE(gptq.is_ok() && int4.is_ok());
+  auto stacked = stack_rows({*gptq, *int4});
+  ASSERT_TRUE(stacked.is_ok()) << stacked.status().to_string();
+  EXPECT_EQ(stacked->rows, 2 * kOut);
+  std::vector<float> a(size_t(kOut * kIn)), b(a.size()), both(2 * a.size());
+  dequantize(*gptq, a.data());
+  dequantize(*int4, b.data());
+  dequantize(*stacked, both.data());
+  EXPECT_EQ(std::memcmp(both.data(), a.data(), a.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(both.data() + a.size(), b.data(), b.size() * 4), 0);
+  auto fp8 = pack_rows(made(WeightFormat::kFp8Block, 18));
+  auto mixed = stack_rows({*int4, *fp8});
+  ASSERT_FALSE(mixed.is_ok());
+  EXPECT_NE(mixed.status().message().find("does not stack"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::models::quant
