@@ -26,6 +26,7 @@ long contexts (mean decode context = prompt + new / 2).
   python3 bench/infer_bench.py --worker build/bin/cohort-worker [--new 256] [--json out.json]
       [--batches 1,8,64,256] [--prompt-lens 64,1984] [--cb]
       [--variants]   (adds tp 1 eager and the fp32 models engine)
+      [--quantize bf16,int4,int8,fp8]  (cohort's `[model] quantize`; the bound counts each format's bytes)
 """
 import argparse
 import json
@@ -103,9 +104,19 @@ def transformers_cb_rate(model_dir, batch, prompt_len, new, vocab):
     return rate
 
 
-def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s):
+# Bytes a quantized projection weight takes per element: codes, plus a
+# scale (and for the integer formats a zero point) per 128 inputs, fp32.
+BYTES_PER_WEIGHT = {"bf16": 2.0, "int8": 1 + 8 / 128, "int4": 0.5 + 8 / 128, "fp8": 1 + 4 / 128}
+
+
+def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s, quantize="bf16"):
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
-    step_bytes = (2 * params + batch * context * kv_per_token) / tp
+    h, i = config.hidden_size, config.intermediate_size
+    q = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    projections = config.num_hidden_layers * (h * (q + 2 * kv) + q * h + 3 * h * i)
+    weight_bytes = 2 * (params - projections) + BYTES_PER_WEIGHT[quantize] * projections
+    step_bytes = (weight_bytes + batch * context * kv_per_token) / tp
     return batch * hbm_bytes_per_s / step_bytes
 
 
@@ -120,6 +131,7 @@ def main():
     ap.add_argument("--no-transformers", action="store_true", help="cohort only (large shapes: saves minutes)")
     ap.add_argument("--cb", action="store_true", help="also transformers' continuous batching (generate_batch)")
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
+    ap.add_argument("--quantize", default="bf16", help="comma-separated: bf16, int4, int8, fp8")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--variants", action="store_true",
@@ -153,27 +165,28 @@ def main():
                 if args.cb else float("nan")
             gen = torch.Generator().manual_seed(batch)
             prompts = torch.randint(0, config.vocab_size, (batch, prompt_len), generator=gen).tolist()
-            runs = [(tp, "graphs", True) for tp in (1, 2) if tp <= gpus]
+            runs = [(tp, "graphs", True, q) for tp in (1, 2) if tp <= gpus for q in args.quantize.split(",")]
             if args.variants:
-                runs += [(1, "graphs", False), (1, "model", True)]
-            for tp, engine, graphs in runs:
+                runs += [(1, "graphs", False, "bf16"), (1, "model", True, "bf16")]
+            for tp, engine, graphs, quantize in runs:
+                keys = "" if quantize == "bf16" else f'quantize = "{quantize}"'
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
-                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}", tp, args.new,
-                                        batch, engine=engine, graphs=graphs)
-                bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12)
-                rows.append({"context": context, "batch": batch, "tp": tp,
+                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}-{quantize}", tp, args.new,
+                                        batch, engine=engine, graphs=graphs, model_keys=keys)
+                bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12, quantize)
+                rows.append({"context": context, "batch": batch, "tp": tp, "weights": quantize,
                              "cohort_decode_tok_s": summary["decode_tokens_per_s"],
                              "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"], "cohort_ready_s": summary["load_s"],
                              "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
                              "transformers_cb_tok_s": cb, "hbm_bound_tok_s": bound})
     print(f"\n{args.shape} shape, random bf16 weights, {args.new} new tokens, "
           f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
-    print("| mean context | batch | tp | cohort engine | cohort decode tok/s | TTFT ms | ready in s "
+    print("| mean context | batch | tp | weights | cohort engine | cohort decode tok/s | TTFT ms | ready in s "
           "| transformers generate decode tok/s | transformers CB output tok/s (with prefill) "
           "| HBM bound tok/s | cohort / bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['context']:.0f} | {r['batch']} | {r['tp']} | {r['cohort_engine']} | {r['cohort_decode_tok_s']:.0f} | "
+        print(f"| {r['context']:.0f} | {r['batch']} | {r['tp']} | {r['weights']} | {r['cohort_engine']} | {r['cohort_decode_tok_s']:.0f} | "
               f"{r['cohort_ttft_ms']:.1f} | {r['cohort_ready_s']:.2f} | {r['transformers_decode_tok_s']:.0f} | "
               f"{r['transformers_cb_tok_s']:.0f} | {r['hbm_bound_tok_s']:.0f} | "
               f"{100 * r['cohort_decode_tok_s'] / r['hbm_bound_tok_s']:.0f}% |")

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "infer/lockstep.h"
+#include "hf/load_quantization.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
 #include "models/spec.h"
@@ -130,6 +131,9 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   options.step_rows = spec.job.kind == jobs::JobKind::kServe ? spec.serve.max_batched_tokens : 8192;
   options.prefix_caching = spec.job.kind == jobs::JobKind::kServe && spec.serve.prefix_caching;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
+  // `[model] quantize`: the projections stay quantized on the GPU (the
+  // loaded model holds them round-tripped through the same format).
+  COHORT_ASSIGN_OR_RETURN(options.projection_format, hf::parse_quantize_option(spec.model.quantize));
   if (kv_positions > 0) {
     options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
   } else {

@@ -18,6 +18,8 @@
 #   scripts/gpu_checks.sh prefill OUTDIR   prefill attention and the one-forward step: their GPU tests,
 #                                          then offline prefill and bench/serve_speed.sh after and before
 #                                          (BEFORE=folder of the earlier cohort-worker), one call
+#   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
+#                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -97,6 +99,18 @@ if [[ $phase == tests ]]; then
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
+elif [[ $phase == quant ]]; then
+  # Quantized projections: the kernels' parity and the engine's tokens
+  # against the round-tripped bf16 model, then decode throughput per weight
+  # format (QUANT_SHAPE, default qwen3-0.6b; QUANT_BATCHES, default 1,64).
+  STEP_TIMEOUT=150 step quant_parity "$tests/models_decode_ops_parity_test" --gtest_filter='QuantGemv*'
+  grep -E "OK|FAILED|Failure|Which is|Expected" "$out/quant_parity.log" | head -20
+  STEP_TIMEOUT=150 step quant_engine "$tests/infer_gpu_test" --gtest_filter='*Quantized*'
+  grep -E "parted|FAILED|Failure" "$out/quant_engine.log" | head -20
+  STEP_TIMEOUT=${QUANT_TIMEOUT:-400} step quant_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
+    --no-transformers --shape "${QUANT_SHAPE:-qwen3-0.6b}" --batches "${QUANT_BATCHES:-1,64}" --prompt-lens 128 \
+    --new 128 --quantize "${QUANT_FORMATS:-bf16,int4,int8,fp8}" --work /tmp/quant-bench
+  grep -E "^\|" "$out/quant_bench.log"
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
   for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do

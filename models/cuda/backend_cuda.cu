@@ -21,6 +21,7 @@
 #include "models/ops/attention.cuh"
 #include "models/ops/flash_attention.cuh"
 #include "models/ops/gemv.cuh"
+#include "models/ops/quant_gemv.cuh"
 #include "models/ops/cross_entropy.cuh"
 #include "models/ops/decode_attention.cuh"
 #include "models/ops/embedding.cuh"

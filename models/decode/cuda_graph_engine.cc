@@ -151,7 +151,11 @@ CudaGraphEngine::~CudaGraphEngine() {
 }
 
 std::string CudaGraphEngine::describe() const {
-  return std::string("cuda bf16, ") +
+  const std::string projections =
+      options_.projection_format
+          ? std::string(quant::to_string(*options_.projection_format)) + " projections (row layout, quantized GEMV)"
+          : std::string("bf16");
+  return "cuda " + projections + ", " +
          (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)") +
          ", paged KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
 }
@@ -241,10 +245,12 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
       return upload.put(*dst, false, parts, counts);
     };
     const size_t qh = static_cast<size_t>(Qd) * H, kvh = static_cast<size_t>(KVd) * H;
-    COHORT_RETURN_IF_ERROR(bf(&d.wqkv, {w.q, w.k, w.v}, {qh, kvh, kvh}));
-    COHORT_RETURN_IF_ERROR(bf(&d.wo, {w.o}, {static_cast<size_t>(H) * Qd}));
-    COHORT_RETURN_IF_ERROR(bf(&d.wgu, {w.gate, w.up}, {I * H, I * H}));
-    COHORT_RETURN_IF_ERROR(bf(&d.wdown, {w.down}, {I * H}));
+    if (!options_.projection_format) {
+      COHORT_RETURN_IF_ERROR(bf(&d.wqkv.bf16, {w.q, w.k, w.v}, {qh, kvh, kvh}));
+      COHORT_RETURN_IF_ERROR(bf(&d.wo.bf16, {w.o}, {static_cast<size_t>(H) * Qd}));
+      COHORT_RETURN_IF_ERROR(bf(&d.wgu.bf16, {w.gate, w.up}, {I * H, I * H}));
+      COHORT_RETURN_IF_ERROR(bf(&d.wdown.bf16, {w.down}, {I * H}));
+    }
     COHORT_RETURN_IF_ERROR(f32(&d.attn_norm, {w.attn_norm}, {static_cast<size_t>(H)}));
     COHORT_RETURN_IF_ERROR(f32(&d.mlp_norm, {w.mlp_norm}, {static_cast<size_t>(H)}));
     if (config_.qk_norm) {
@@ -257,7 +263,8 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
               {static_cast<size_t>(Qd), static_cast<size_t>(KVd), static_cast<size_t>(KVd)}));
     }
   }
-  return upload.finish();
+  COHORT_RETURN_IF_ERROR(upload.finish());
+  return options_.projection_format ? upload_quantized_layers(model) : Status::ok();
 }
 
 Status CudaGraphEngine::alloc_buffers() {
@@ -341,7 +348,10 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   // What upload_weights and alloc_buffers allocate besides the cache (their
   // sizes, summed here; the workspace is init's).
   size_t weights = V * H * 2 * (config.tie_embeddings ? 1 : 2) + H * 4;
-  weights += L * ((Qd + 2 * KVd) * H + H * Qd + 3 * I * H) * 2;
+  const auto& format = options.projection_format;
+  weights += L * (projection_bytes(format, Qd + 2 * KVd, H) + projection_bytes(format, H, Qd) +
+                  projection_bytes(format, 2 * I, H) + projection_bytes(format, H, I));
+  if (format) weights += std::max({(Qd + 2 * KVd) * H, H * Qd, 2 * I * H}) * 2;  // expanded_
   weights += L * (2 * H + (config.qk_norm ? 2 * D : 0) + (config.attention_bias ? Qd + 2 * KVd : 0)) * 4;
   const size_t B = size_t(decode_buckets(options.slots).back());
   const size_t R = std::max({size_t(options.capacity), B, size_t(std::max(options.step_rows, 0))});

@@ -37,12 +37,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
 #include "models/decode/engine.h"
 #include "models/config.h"
 #include "models/model.h"
+#include "models/quant/quantized_weight.h"
 #include "models/tensor_parallel.h"
 
 namespace cohort::models::decode {
@@ -62,6 +64,12 @@ struct CudaEngineOptions {
   // Full KV blocks stay cached by their token prefix for later sequences
   // (kv_blocks.h, reuse_prefix()).
   bool prefix_caching = false;
+  // The projections' storage on the GPU (q/k/v/o, gate/up/down; the
+  // embedding, LM head and norms stay bf16/fp32): unset, bf16; kInt8, kInt4
+  // or kFp8Block, quantized from the loaded weights as models::quant::
+  // quantize() makes them, held in the row layout (models/quant/row_packed.h)
+  // and read by the quantized GEMV (models/ops/quant_gemv.h).
+  std::optional<models::quant::WeightFormat> projection_format;
   // Choices warm-up otherwise makes, and timers, for diagnosis and A/B
   // runs: set only from the debugging switches (worker/debug_switches.h).
   struct Overrides {

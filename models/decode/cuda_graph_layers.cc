@@ -21,7 +21,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   // projections add into it (gemv.h). With peers the partial sums must be
   // all-reduced before they reach the residual, so that path keeps the
   // separate add + RMSNorm.
-  const bool fused = tp_ == 1 && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
+  const bool fused = tp_ == 1 && !options_.projection_format && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
                      mc::gemv_supported(n, I);
   const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
                         projection(n, I) != Projection::kCublasLt;
@@ -29,15 +29,15 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
     if (fused) {
-      mc::gemv_norm_bf16(buf_.qkv, buf_.x, L.attn_norm, eps, L.wqkv, n, H, Qd + 2 * KVd, stream_);
+      mc::gemv_norm_bf16(buf_.qkv, buf_.x, L.attn_norm, eps, L.wqkv.bf16, n, H, Qd + 2 * KVd, stream_);
     } else {
       gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
     }
     enqueue_attention(L, n, decode_step);
     if (fused) {
-      mc::gemv_bf16(buf_.x, buf_.y, L.wo, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
-      mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu, n, H, I, stream_);
-      mc::gemv_bf16(buf_.x, buf_.h, L.wdown, n, I, H, stream_, mc::GemvOutput::kAccumulate);
+      mc::gemv_bf16(buf_.x, buf_.y, L.wo.bf16, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
+      mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu.bf16, n, H, I, stream_);
+      mc::gemv_bf16(buf_.x, buf_.h, L.wdown.bf16, n, I, H, stream_, mc::GemvOutput::kAccumulate);
       continue;
     }
     // One rank whose output projections are not cuBLASLt's: they add into
@@ -98,7 +98,7 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
 bool CudaGraphEngine::folds_norms(int n) const {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  return tp_ == 1 && projection(n, H) == Projection::kSkinny &&
+  return tp_ == 1 && !options_.projection_format && projection(n, H) == Projection::kSkinny &&
          projection(n, Qd) == Projection::kSkinny && projection(n, I) == Projection::kSkinny &&
          mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
          mc::folded_norm_supported(n, H, I, /*swiglu=*/true) && mc::folded_norm_supported(n, I, H);

@@ -21,12 +21,18 @@
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
 #include "models/ops/gemv.h"
+#include "models/ops/quant_gemv.h"
+#include "models/param_layout.h"
 #include "models/ops/prefill_attention.h"
 #include "models/ops/rmsnorm.h"
 #include "models/ops/rope.h"
 #include "models/ops/swiglu.h"
 
 namespace cohort::models::decode {
+
+// Device bytes of one projection [rows, cols] stored as `format` (unset:
+// bf16), scales and zero points included (cuda_graph_quant.cc).
+size_t projection_bytes(const std::optional<models::quant::WeightFormat>& format, size_t rows, size_t cols);
 
 // Batch sizes decode steps are padded to (and captured at); the last one
 // holds `slots`.
@@ -93,8 +99,17 @@ class CudaGraphEngine final : public InferenceEngine {
   void warm_up();
 
  private:
+  // A projection's weight: bf16 [out, in], or with options.projection_format
+  // its row-packed codes (models/ops/quant_gemv.h), which the quantized GEMV
+  // reads at up to kQuantGemvMaxRows rows and larger forwards first expand
+  // into bf16 (expanded_).
+  struct Weight {
+    Bf16* bf16 = nullptr;
+    models::RowPackedView packed{};
+    bool quantized() const { return packed.codes != nullptr; }
+  };
   struct Layer {
-    Bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
+    Weight wqkv, wo, wgu, wdown;
     float *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     float* qkv_bias = nullptr;
     Bf16 *k_cache = nullptr, *v_cache = nullptr;
@@ -131,12 +146,22 @@ class CudaGraphEngine final : public InferenceEngine {
   enum class Projection { kGemv, kSkinny, kCublasLt };
   Projection projection(int n, int in) const;
   // `norm`: only on the tile projections (projection() kSkinny, 9 to 64 rows).
-  void gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
+  void gemm(float* y, const Bf16* x, const Weight& w, int n, int in, int out,
             models::cuda::GemvOutput output = models::cuda::GemvOutput::kStore,
             const models::cuda::FoldedNorm& norm = {});
+  void gemm_bf16(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
+                 models::cuda::GemvOutput output, const models::cuda::FoldedNorm& norm);
   // buf_.h = SwiGLU(x · w_gate/upᵀ).
-  void gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I,
+  void gate_up_swiglu(const Bf16* x, const Weight& w, int n, int in, int I,
                       const models::cuda::FoldedNorm& norm = {});
+  // The weight as bf16 for a forward of n rows: itself, or its codes
+  // expanded into expanded_ where the quantized GEMV does not serve n.
+  const Bf16* bf16_for(const Weight& w, int n);
+  // With options.projection_format: every layer's projections quantized on
+  // the host and uploaded in the row layout (cuda_graph_quant.cc).
+  Status upload_quantized_layers(models::Model& model);
+  Result<models::RowPackedView> upload_packed(const models::quant::RowPackedWeight& w);
+  Bf16* expanded_ = nullptr;  // [largest projection] bf16, for quantized weights beyond the GEMV's rows
   void enqueue_attention(const Layer& L, int n, bool decode_step);
   // A prefill's rows in runs of one slot at consecutive positions go
   // through the flash-style prefill attention (prefill_attention.h) where

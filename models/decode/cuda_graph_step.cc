@@ -35,8 +35,18 @@ CudaGraphEngine::Projection CudaGraphEngine::projection(int n, int in) const {
 // or y += that (kAccumulate; not on the cuBLASLt path). bf16 inputs, fp32
 // accumulate and output. cuBLASLt runs with the algorithm tuned per decode
 // bucket at warm-up (cuda_tuned_gemm.h).
-void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
+void CudaGraphEngine::gemm(float* y, const Bf16* x, const Weight& w, int n, int in, int out,
                            models::cuda::GemvOutput output, const models::cuda::FoldedNorm& norm) {
+  if (w.quantized() && models::cuda::quant_gemv_supported(w.packed, n)) {
+    COHORT_CHECK(!norm.in_sumsq && !norm.out_x);
+    models::cuda::quant_gemv(y, x, w.packed, n, stream_, output);
+    return;
+  }
+  gemm_bf16(y, x, bf16_for(w, n), n, in, out, output, norm);
+}
+
+void CudaGraphEngine::gemm_bf16(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
+                                models::cuda::GemvOutput output, const models::cuda::FoldedNorm& norm) {
   const Projection family = projection(n, in);
   COHORT_CHECK((!norm.in_sumsq && !norm.out_x) || family == Projection::kSkinny);
   switch (family) {
@@ -55,8 +65,14 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Bf16* w, int n, int in
 }
 
 // h [n, I] = SwiGLU of the fused gate/up projection of x (bf16 out).
-void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in, int I,
+void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Weight& weight, int n, int in, int I,
                                      const models::cuda::FoldedNorm& norm) {
+  if (weight.quantized() && models::cuda::quant_gemv_supported(weight.packed, n)) {
+    COHORT_CHECK(!norm.in_sumsq);
+    models::cuda::quant_gemv_swiglu(buf_.h, x, weight.packed, n, stream_);
+    return;
+  }
+  const Bf16* w = bf16_for(weight, n);
   const Projection family = projection(n, in);
   COHORT_CHECK(!norm.in_sumsq || family == Projection::kSkinny);
   switch (family) {
@@ -67,7 +83,7 @@ void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Bf16* w, int n, int in
       models::cuda::skinny_gemm_swiglu_bf16(buf_.h, x, w, n, in, I, skinny_, stream_, norm);
       return;
     case Projection::kCublasLt:
-      gemm(buf_.gate_up, x, w, n, in, 2 * I);
+      gemm_bf16(buf_.gate_up, x, w, n, in, 2 * I, models::cuda::GemvOutput::kStore, {});
       models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
       return;
   }
@@ -155,8 +171,8 @@ void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
     const Status s = lt_->run(buf_.logits, head_x, lm_head_, head_count, H, V);
     COHORT_CHECK_MSG(s.is_ok(), "LM head [{}x{}]x[{}x{}]: {}", head_count, H, V, H, s.message());
   } else {
-    gemm(buf_.logits, head_x, lm_head_, head_count, H, V, models::cuda::GemvOutput::kStore,
-         head_norm);
+    gemm_bf16(buf_.logits, head_x, lm_head_, head_count, H, V, models::cuda::GemvOutput::kStore,
+              head_norm);
   }
   // One rank holds the whole vocabulary: its picks are the tokens.
   models::cuda::row_argmax(buf_.pairs, buf_.logits, head_count, V, dims_.vocab_begin, stream_,

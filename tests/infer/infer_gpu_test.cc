@@ -15,6 +15,7 @@
 #include "infer/scheduler.h"
 #include "models/backend.h"
 #include "models/cuda_backend.h"
+#include "hf/load_quantization.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
 #include "models/model.h"
@@ -298,4 +299,65 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
 }
 
 }  // namespace
+// `[model] quantize` on the graph engine: projections held quantized in the
+// row layout (the quantized GEMV up to 8 rows, expanded to bf16 beyond) give
+// the greedy tokens of the bf16 engine serving the same model round-tripped
+// through the format on the host; where the two part ways, the bf16 run's
+// logits must show a near tie (it rounds the round-tripped values to bf16,
+// the quantized engine keeps them exact).
+TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
+#ifndef COHORT_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
+#else
+  if (models::cuda_device_count() < 1) {
+    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
+  }
+  const std::string dir = gpu_model_dir(64);
+  auto config = hf::load_config_json(dir + "/config.json");
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  for (auto format : {models::quant::WeightFormat::kInt4, models::quant::WeightFormat::kInt8,
+                      models::quant::WeightFormat::kFp8Block}) {
+    SCOPED_TRACE(models::quant::to_string(format));
+    TokenRuns tokens[2];
+    std::map<int64_t, std::vector<std::vector<float>>> bf16_logits;
+    for (int quantized = 0; quantized < 2; ++quantized) {
+      models::decode::CudaEngineOptions options;
+      options.slots = 3;
+      options.capacity = 128;
+      if (quantized) options.projection_format = format;
+      auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
+        COHORT_RETURN_IF_ERROR(hf::load_weights(m, dir));
+        return quantized ? Status::ok() : hf::quantize_round_trip(m, format);
+      });
+      ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+      if (quantized) {
+        EXPECT_NE((*engine)->describe().find(models::quant::to_string(format)), std::string::npos);
+      }
+      infer::SchedulerOptions o;
+      o.return_logits = true;
+      o.on_logits = [&, quantized](int64_t id, const float* row, int vocab) {
+        if (!quantized) bf16_logits[id].emplace_back(row, row + vocab);
+      };
+      infer::Scheduler s(**engine, o);
+      for (int id = 0; id < 5; ++id) {
+        infer::SequenceRequest r;
+        r.id = id;
+        for (int t = 0; t < 3 + 11 * id; ++t) r.prompt.push_back((29 * id + 7 * t) % 1024);
+        r.max_new_tokens = 12;
+        ASSERT_TRUE(s.add(std::move(r)).is_ok());
+      }
+      for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+        for (const infer::TokenEvent& e : s.step()) {
+          if (e.token >= 0) tokens[quantized][e.id].push_back(e.token);
+        }
+      }
+      ASSERT_TRUE(s.idle());
+    }
+    const int parted = parted_at_near_ties(tokens[0], tokens[1], bf16_logits, 12);
+    std::printf("%s projections vs bf16 of the round-tripped model: %d of 5 requests parted at a near tie\n",
+                models::quant::to_string(format), parted);
+  }
+#endif
+}
+
 }  // namespace cohort::testing

@@ -1,0 +1,247 @@
+// CUDA quantized decode projections (contract and CPU reference:
+// quant_gemv.h). The bf16 GEMV's shape (gemv.cuh): a warp per output row
+// (two for SwiGLU: a gate row and its up row), four warps a block, each lane
+// streaming 16-byte pieces of codes along the row, U pieces a row in
+// flight, partial sums meeting by shuffles at the end.
+//
+// A piece is 32 columns of 4-bit codes or 16 of 8-bit ones, inside one
+// group (pack_rows makes groups whole pieces), so the lane reads one scale
+// and zero for it, sums (value - zero) · x over the piece in fp32, and
+// scales that sum once. Integer codes become floats by the exponent trick:
+// 0x4B000000 | c is the float 2^23 + c, and subtracting 2^23 + zero leaves
+// c - zero exactly, two instructions a code. e4m3 pairs convert with
+// Hopper's cvt to f16x2.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "models/cuda/common.cuh"
+#include "models/ops/gemv.cuh"
+#include "models/ops/quant_gemv.h"
+
+namespace cohort::models::cuda {
+
+constexpr int kQuantGemvWarps = 4;
+constexpr int kQuantGemvUnroll = 4;
+
+template <quant::CodeKind K>
+constexpr int piece_columns() {
+  return K == quant::CodeKind::kUint4 ? 32 : 16;
+}
+
+// v[j] = value(code j of the piece) - zero.
+template <quant::CodeKind K>
+__device__ __forceinline__ void decode_piece(const uint4& piece, float zero, float (&v)[piece_columns<K>()]) {
+  const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
+  if constexpr (K == quant::CodeKind::kE4m3) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * half)), __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+        v[4 * i + 2 * half] = f.x, v[4 * i + 2 * half + 1] = f.y;
+      }
+    }
+  } else {
+    constexpr int kBits = K == quant::CodeKind::kUint4 ? 4 : 8;
+    constexpr int kPerWord = 32 / kBits;
+    constexpr uint32_t kMask = (1u << kBits) - 1;
+    const float bias = 8388608.0f + zero;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < kPerWord; ++j)
+        v[kPerWord * i + j] = __uint_as_float(0x4B000000u | ((words[i] >> (kBits * j)) & kMask)) - bias;
+    }
+  }
+}
+
+// sums[m][r] += scale · Σ_j v_j · x[r, k + j] for one piece of each of the M
+// rows at column k; x is the predecessor's output (plain loads).
+template <quant::CodeKind K, int M, int N>
+__device__ __forceinline__ void quant_piece(float (&sums)[M][N], const uint4 (&piece)[M],
+                                            const float (&scale)[M], const float (&zero)[M],
+                                            const Bf16Bits* x, int in, int k) {
+  constexpr int C = piece_columns<K>();
+  float v[M][C];
+#pragma unroll
+  for (int m = 0; m < M; ++m) decode_piece<K>(piece[m], zero[m], v[m]);
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    float dot[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) dot[m] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; c += 8) {
+      float xf[8];
+      unpack8_bf16(*reinterpret_cast<const uint4*>(x + static_cast<size_t>(r) * in + k + c), xf);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dot[m] = fmaf(v[m][c + j], xf[j], dot[m]);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) sums[m][r] = fmaf(scale[m], dot[m], sums[m][r]);
+  }
+}
+
+// M rows of W a warp: row o, and with M = 2 row o + I (SwiGLU's up row).
+// Output: y[r, o] (stored or added) or, with kSwiglu, h[r, o].
+template <quant::CodeKind K, int N, int M, bool kAccumulate, bool kSwiglu>
+__global__ void __launch_bounds__(32 * kQuantGemvWarps) quant_gemv_kernel(float* y, Bf16Bits* h,
+                                                                          const Bf16Bits* x,
+                                                                          RowPackedView w, int out) {
+  constexpr int C = piece_columns<K>();
+  constexpr int U = kQuantGemvUnroll;
+  const int o = blockIdx.x * kQuantGemvWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const bool live = o < out;
+  const int pieces = w.cols / C, groups = (w.cols + w.group - 1) / w.group;
+  const size_t row_pieces = static_cast<size_t>(pieces);
+  const uint4* codes = reinterpret_cast<const uint4*>(w.codes);
+  size_t row[M];
+  row[0] = static_cast<size_t>(o);
+  if constexpr (M == 2) row[1] = static_cast<size_t>(out) + o;
+  uint4 piece[U][M];
+  float scale[U][M], zero[U][M];
+  auto load = [&](int p0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = p0 + 32 * u;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        if (live && p < pieces) {
+          const size_t g = row[m] * groups + static_cast<size_t>(p) * C / w.group;
+          piece[u][m] = __ldg(codes + row[m] * row_pieces + p);
+          scale[u][m] = __ldg(w.scales + g);
+          zero[u][m] = w.zeros ? __ldg(w.zeros + g) : 0.0f;
+        }
+      }
+    }
+  };
+  // The weights are the step's constants: their first pieces load before
+  // the wait for the predecessor (programmatic dependent launch).
+  load(lane);
+  begin_dependent();
+  if (!live) return;
+  float sums[M][N];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int r = 0; r < N; ++r) sums[m][r] = 0.0f;
+  }
+  for (int p0 = lane; p0 < pieces; p0 += 32 * U) {
+    if (p0 != lane) load(p0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (p0 + 32 * u < pieces) {
+        quant_piece<K, M, N>(sums, piece[u], scale[u], zero[u], x, w.cols, (p0 + 32 * u) * C);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    float total[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) total[m] = warp_sum(sums[m][r]);
+    if (lane != r) continue;
+    if constexpr (kSwiglu) {
+      const float g = total[0], u = total[M - 1];
+      h[static_cast<size_t>(r) * out + o] = to_bf16_bits(g / (1.0f + __expf(-g)) * u);
+    } else {
+      float* at = y + static_cast<size_t>(r) * out + o;
+      *at = kAccumulate ? *at + total[0] : total[0];
+    }
+  }
+}
+
+template <quant::CodeKind K>
+__global__ void dequantize_rows_bf16_kernel(Bf16Bits* out, RowPackedView w) {
+  constexpr int C = piece_columns<K>();
+  const int pieces = w.cols / C, groups = (w.cols + w.group - 1) / w.group;
+  const size_t total = static_cast<size_t>(w.rows) * pieces;
+  begin_dependent();  // the previous projection may still read `out`
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t n = i / pieces;
+    const int p = static_cast<int>(i % pieces);
+    const size_t g = n * groups + static_cast<size_t>(p) * C / w.group;
+    float v[C];
+    decode_piece<K>(__ldg(reinterpret_cast<const uint4*>(w.codes) + i), w.zeros ? __ldg(w.zeros + g) : 0.0f, v);
+    const float scale = __ldg(w.scales + g);
+    uint4* dst = reinterpret_cast<uint4*>(out + n * w.cols + static_cast<size_t>(p) * C);
+#pragma unroll
+    for (int c = 0; c < C; c += 8) {
+      dst[c / 8] = make_uint4(pack_bf16x2(scale * v[c], scale * v[c + 1]), pack_bf16x2(scale * v[c + 2], scale * v[c + 3]),
+                              pack_bf16x2(scale * v[c + 4], scale * v[c + 5]), pack_bf16x2(scale * v[c + 6], scale * v[c + 7]));
+    }
+  }
+}
+
+bool quant_gemv_supported(const RowPackedView& w, int n) {
+  const int C = w.kind == quant::CodeKind::kUint4 ? 32 : 16;
+  return n >= 1 && n <= kQuantGemvMaxRows && w.cols % C == 0 && w.group % C == 0 &&
+         reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
+}
+
+namespace {
+
+// Calls f(integral_constant<CodeKind>) for the weight's code kind.
+template <typename F>
+void with_kind(quant::CodeKind kind, F&& f) {
+  switch (kind) {
+    case quant::CodeKind::kUint4: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kUint4>{}); break;
+    case quant::CodeKind::kUint8: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kUint8>{}); break;
+    case quant::CodeKind::kE4m3: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kE4m3>{}); break;
+  }
+}
+
+}  // namespace
+
+void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUstream_st* stream,
+                GemvOutput output) {
+  const unsigned blocks = static_cast<unsigned>((w.rows + kQuantGemvWarps - 1) / kQuantGemvWarps);
+  with_kind(w.kind, [&](auto kind) {
+    constexpr quant::CodeKind K = decltype(kind)::value;
+    with_rows(n, [&](auto rows) {
+      constexpr int N = decltype(rows)::value;
+      if (output == GemvOutput::kAccumulate) {
+        launch_dependent(quant_gemv_kernel<K, N, 1, true, false>, blocks, 32 * kQuantGemvWarps, 0, stream,
+                         y, static_cast<Bf16Bits*>(nullptr), x, w, w.rows);
+      } else {
+        launch_dependent(quant_gemv_kernel<K, N, 1, false, false>, blocks, 32 * kQuantGemvWarps, 0, stream,
+                         y, static_cast<Bf16Bits*>(nullptr), x, w, w.rows);
+      }
+    });
+  });
+}
+
+void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
+                       CUstream_st* stream) {
+  const int I = w.rows / 2;
+  const unsigned blocks = static_cast<unsigned>((I + kQuantGemvWarps - 1) / kQuantGemvWarps);
+  with_kind(w.kind, [&](auto kind) {
+    constexpr quant::CodeKind K = decltype(kind)::value;
+    with_rows(n, [&](auto rows) {
+      constexpr int N = decltype(rows)::value;
+      launch_dependent(quant_gemv_kernel<K, N, 2, false, true>, blocks, 32 * kQuantGemvWarps, 0, stream,
+                       static_cast<float*>(nullptr), h, x, w, I);
+    });
+  });
+}
+
+void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* stream) {
+  with_kind(w.kind, [&](auto kind) {
+    constexpr quant::CodeKind K = decltype(kind)::value;
+    const size_t pieces = static_cast<size_t>(w.rows) * (w.cols / piece_columns<K>());
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((pieces + 255) / 256, 4096));
+    launch_dependent(dequantize_rows_bf16_kernel<K>, blocks, 256, 0, stream, out, w);
+  });
+}
+
+}  // namespace cohort::models::cuda

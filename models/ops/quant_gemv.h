@@ -1,0 +1,60 @@
+// Decode projections that read quantized weights in the row layout
+// (models/quant/row_packed.h: codes along each output row, a scale and a
+// zero point per row and group), dequantizing in registers:
+//   quant_gemv:        y [n, out] (fp32) = x [n, in] · Wᵀ   (store or add into y)
+//   quant_gemv_swiglu: h [n, I] (bf16) = silu(x · W_gateᵀ) * (x · W_upᵀ),
+//                      W = [W_gate; W_up] of 2I rows, gate rows first
+// with x bf16 and W[n, k] = scale[n, g] * (value(code) - zero[n, g]). They
+// are gemv.h's forms for a weight of 4 or 8 bits: at decode batch 1 to 8 a
+// projection is bound by the bytes of weight it reads, so reading half or a
+// quarter of bf16's bytes is most of the speed a smaller format offers.
+// Beyond kQuantGemvMaxRows a step is arithmetic-bound and the engine
+// expands the weight into bf16 (dequantize_rows_bf16) for the tensor-core
+// projections.
+//
+// The reference (CPU): W dequantized as row_packed.h defines it, sums in
+// double, rounded once. The kernels sum each 16-byte piece's codes against
+// x in fp32, scale the piece's sum once, and are held to the reference on
+// random inputs (tests/models/quant_gemv_parity_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "models/ops/decode_rows.h"
+#include "models/ops/gemv.h"
+#include "models/quant/row_packed.h"
+
+namespace cohort::models {
+
+// A RowPackedWeight's buffers in device memory.
+struct RowPackedView {
+  quant::CodeKind kind = quant::CodeKind::kUint8;
+  int rows = 0, cols = 0, group = 0;
+  const uint8_t* codes = nullptr;  // [rows, cols * bits / 8], 16-byte aligned rows
+  const float* scales = nullptr;   // [rows, groups]
+  const float* zeros = nullptr;    // [rows, groups], or null: all zero
+};
+
+namespace cpu {
+
+void quant_gemv(float* y, const Bf16Bits* x, const quant::RowPackedWeight& w, int n);
+void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const quant::RowPackedWeight& w, int n);
+
+}  // namespace cpu
+
+namespace cuda {
+
+constexpr int kQuantGemvMaxRows = 8;
+// 1 <= n <= kQuantGemvMaxRows, and the widths whole 16-byte pieces of codes
+// (what pack_rows guarantees).
+bool quant_gemv_supported(const RowPackedView& w, int n);
+void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUstream_st* stream,
+                GemvOutput output);
+void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
+                       CUstream_st* stream);
+// All of W as bf16 [rows, cols] (each element scale * (value - zero) in
+// fp32, rounded to nearest even).
+void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* stream);
+
+}  // namespace cuda
+}  // namespace cohort::models

@@ -1,0 +1,119 @@
+// The quantized decode projections (models/ops/quant_gemv.h) against their
+// CPU reference on fresh random inputs, for every code kind the row layout
+// has (int4 and int8 as cohort quantizes, GPTQ 4 and 8 bits and AWQ as the
+// checkpoints pack them, FP8 with block scales), every row count the GEMV
+// serves, plain, accumulating and SwiGLU forms, and the bf16 expansion the
+// engine uses beyond them. Part of models_decode_ops_parity_test; skips with
+// a message where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "models/ops/quant_gemv.h"
+#include "tests/models/decode_parity.h"
+#include "tests/models/quant/reference_packers.h"
+
+namespace cohort::models {
+namespace {
+
+using namespace decode_parity;  // NOLINT: the shared fixture and helpers
+
+quant::RowPackedWeight make_weight(const std::string& format, int out, int in, uint64_t seed) {
+  quant::QuantizedWeight w;
+  if (format == "gptq4" || format == "gptq8" || format == "awq") {
+    const bool gptq = format != "awq";
+    const int bits = format == "gptq8" ? 8 : 4;
+    const auto iw = quant::testing::random_integer_weight(out, in, 128, bits, 1, false, seed);
+    const auto t = gptq ? quant::testing::pack_gptq_reference(iw, bits, true)
+                        : quant::testing::pack_awq_reference(iw);
+    w.format = gptq ? quant::WeightFormat::kGptq : quant::WeightFormat::kAwq;
+    w.name = format, w.rows = out, w.cols = in, w.bits = bits, w.group_size = 128;
+    w.packed = t.qweight, w.zeros = t.qzeros, w.scales = t.scales;
+  } else {
+    const auto f = format == "int4" ? quant::WeightFormat::kInt4
+                   : format == "int8" ? quant::WeightFormat::kInt8
+                                      : quant::WeightFormat::kFp8Block;
+    const auto values = quant::testing::random_weights(size_t(out) * in, seed);
+    w = *quant::quantize(f, format, values.data(), out, in);
+  }
+  auto packed = quant::pack_rows(w);
+  EXPECT_TRUE(packed.is_ok()) << packed.status().to_string();
+  return *packed;
+}
+
+class QuantGemvParity : public DecodeOpsParity {
+ protected:
+  RowPackedView upload(const quant::RowPackedWeight& w) {
+    RowPackedView v;
+    v.kind = w.kind, v.rows = int(w.rows), v.cols = int(w.cols), v.group = int(w.group);
+    v.codes = up(w.codes);
+    v.scales = up(w.scales);
+    v.zeros = w.zeros.empty() ? nullptr : up(w.zeros);
+    return v;
+  }
+};
+
+const char* const kFormats[] = {"int4", "int8", "fp8", "gptq4", "gptq8", "awq"};
+
+TEST_F(QuantGemvParity, EachCodeKindMatchesTheCpuProjectionForEachRowCount) {
+  for (const char* format : kFormats) {
+    for (int in : {1024, 4096 + 256}) {
+      const int out = 264;  // not a whole number of blocks' rows
+      const auto w = make_weight(format, out, in, 31 + in);
+      const RowPackedView dw = upload(w);
+      for (int n = 1; n <= cuda::kQuantGemvMaxRows; ++n) {
+        SCOPED_TRACE(std::string(format) + " in " + std::to_string(in) + " n " + std::to_string(n));
+        ASSERT_TRUE(cuda::quant_gemv_supported(dw, n));
+        const auto x = to_bf16(testing::random_vector(size_t(n) * in, 90 + n));
+        std::vector<float> want(size_t(n) * out);
+        cpu::quant_gemv(want.data(), x.data(), w, n);
+        float* y = up(std::vector<float>(want.size(), NAN));
+        cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kStore);
+        EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+      }
+    }
+  }
+  EXPECT_FALSE(cuda::quant_gemv_supported(RowPackedView{quant::CodeKind::kUint4, 8, 1000, 1000}, 1));
+}
+
+TEST_F(QuantGemvParity, AccumulateAndSwigluFormsMatch) {
+  for (const char* format : kFormats) {
+    SCOPED_TRACE(format);
+    const int in = 2048, I = 136, n = 3;
+    const auto w = make_weight(format, 2 * I, in, 77);
+    const RowPackedView dw = upload(w);
+    const auto x = to_bf16(testing::random_vector(size_t(n) * in, 78));
+    const auto y0 = testing::random_vector(size_t(n) * 2 * I, 79);
+    std::vector<float> want(y0.size());
+    cpu::quant_gemv(want.data(), x.data(), w, n);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+    float* y = up(y0);
+    cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kAccumulate);
+    EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+    std::vector<Bf16Bits> want_h(size_t(n) * I);
+    cpu::quant_gemv_swiglu(want_h.data(), x.data(), w, n);
+    Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
+    cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
+    EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+  }
+}
+
+TEST_F(QuantGemvParity, Bf16ExpansionIsTheLayoutsDequantizationRounded) {
+  for (const char* format : kFormats) {
+    SCOPED_TRACE(format);
+    const auto w = make_weight(format, 96, 1024, 55);
+    std::vector<float> want(size_t(w.rows * w.cols));
+    quant::dequantize(w, want.data());
+    Bf16Bits* out = up(std::vector<Bf16Bits>(want.size(), 0xffff));
+    cuda::dequantize_rows_bf16(out, upload(w), stream_);
+    const auto got = down_bf16(out, want.size());
+    const auto rounded_want = rounded(want);
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += got[i] != rounded_want[i];
+    EXPECT_EQ(differ, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace cohort::models
