@@ -129,6 +129,34 @@ void check_mesh(JobSpec& spec, LoadContext& ctx) {
   }
 }
 
+// Expert parallelism: training only, DDP, full fine-tuning, and an expert
+// group size dividing the data-parallel degree at every world size the job
+// may run at. Whether the model has experts enough is known when it loads
+// (models::local_dims names the count).
+void check_expert_parallel(JobSpec& spec, LoadContext& ctx) {
+  const int ep = spec.parallel.expert_parallel;
+  if (ep <= 1 || !ctx.valid("parallel.expert_parallel")) return;
+  const char* key = "parallel.expert_parallel";
+  const std::string prefix = std::string(key) + ": " + std::to_string(ep) + " ";
+  if (spec.job.kind != JobKind::kTrain) {
+    return ctx.error_at(key, prefix + "splits a training job's experts; kind = \"" +
+                                 std::string(to_string(spec.job.kind)) + "\" serves every expert on each rank");
+  }
+  if (spec.parallel.strategy != Strategy::kDdp) {
+    return ctx.error_at(key, prefix + "runs with parallel.strategy = \"ddp\" for now, not \"" +
+                                 std::string(strategy_name(spec.parallel.strategy)) + "\"");
+  }
+  if (spec.has_lora) return ctx.error_at(key, prefix + "trains every parameter; it does not combine with [lora]");
+  if (spec.parallel.tensor_parallel < 1) return;
+  for (int nodes : {spec.job.nodes.min, spec.job.nodes.max}) {
+    const int dp = spec.data_parallel(nodes);
+    if (dp > 0 && dp % ep != 0) {
+      return ctx.error_at(key, prefix + "does not divide the data-parallel degree " + std::to_string(dp) + " at " +
+                                   std::to_string(nodes) + " node(s) (nodes × gpus_per_node / tensor_parallel)");
+    }
+  }
+}
+
 void check_train(JobSpec& spec, LoadContext& ctx) {
   if (!ctx.valid("job.kind") || spec.job.kind != JobKind::kTrain || !spec.has_train) return;
   const auto& t = spec.train;
@@ -315,6 +343,7 @@ void check_job_rules(JobSpec& spec, LoadContext& ctx) {
   check_ports(spec, ctx);
   check_dependencies(spec, ctx);
   check_mesh(spec, ctx);
+  check_expert_parallel(spec, ctx);
   check_train(spec, ctx);
   check_infer(spec, ctx);
   check_serve(spec, ctx);

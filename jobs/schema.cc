@@ -142,6 +142,12 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("parallel", "tensor_parallel", &J::parallel, &ParallelSection::tensor_parallel,
                    {.text = "Tensor-parallel degree; groups are consecutive ranks inside a node.", .min = 1,
                     .max = 1024}));
+  f.push_back(bind("parallel", "expert_parallel", &J::parallel, &ParallelSection::expert_parallel,
+                   {.text = "Training a mixture-of-experts model: its experts split over this many consecutive "
+                            "data-parallel ranks (an expert group), each token travelling to its experts' ranks and "
+                            "back by all-to-all; the groups are each other's replicas. Must divide the "
+                            "data-parallel degree and the model's expert count; strategy ddp, full fine-tuning.",
+                    .min = 1, .max = 1024}));
   f.push_back(bind("parallel", "bucket_mb", &J::parallel, &ParallelSection::bucket_mb,
                    {.text = "Gradient bucket size for DDP all-reduce, in MiB.", .min = 0, .max = 1e5,
                     .min_exclusive = true}));

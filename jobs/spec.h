@@ -109,6 +109,7 @@ struct ModelSection {
 struct ParallelSection {
   Strategy strategy = Strategy::kDdp;
   int tensor_parallel = 1;
+  int expert_parallel = 1;  // a mixture of experts' experts split over this many data-parallel ranks
   double bucket_mb = 25.0;
   bool reshard_after_forward = true;
   bool prefetch = true;

@@ -11,6 +11,19 @@ namespace cohort::models {
 // What a sparse (mixture-of-experts) layer's forward writes and its backward
 // reads (model_moe.cc, ops/moe_routing.h), for N rows, E experts, top k and
 // each expert's Ie intermediate rows on this rank.
+// Where a sparse layer's sorted rows go, on the host (model_moe.cc). The
+// experts' GEMMs run over chunks of rows, one per (source rank, local
+// expert), in that order: without expert parallelism one source (this
+// rank) and every expert, with it the rows each rank of the expert group
+// sent to this rank's experts.
+struct MoeRoute {
+  std::vector<int32_t> offsets;    // [E + 1] each global expert's first sorted row on this rank
+  std::vector<int32_t> chunk_rows;  // [ep * experts on this rank]
+  std::vector<size_t> send_rows;    // [ep] sorted rows this rank sends to each rank of its expert group
+  std::vector<size_t> recv_rows;    // [ep] rows it takes from each
+  int expert_rows = 0;              // sum of chunk_rows: the rows the experts' GEMMs run over
+};
+
 struct MoeIo {
   float* probs = nullptr;          // [N, E]: the router's logits, then their softmax in place
   int32_t* experts = nullptr;      // [N, k] chosen experts
@@ -20,9 +33,14 @@ struct MoeIo {
   int32_t* source_rows = nullptr;  // [N * k] the token of each sorted row
   int32_t* slots = nullptr;        // [N * k] the sorted row of each (token, choice)
   float* xs = nullptr;             // [N * k, H] the normalised input, sorted by expert
-  float *g = nullptr, *u = nullptr, *h = nullptr;  // [N * k, Ie] the experts' SwiGLU
   float* ys = nullptr;             // [N * k, H] the experts' outputs, sorted
-  std::vector<int32_t>* host_offsets = nullptr;    // offsets on the host: the GEMMs' row ranges
+  // The experts' rows (MoeRoute::expert_rows of them, at most ep * N * k):
+  // their inputs and outputs (xs and ys themselves without expert
+  // parallelism) and their SwiGLU.
+  float *xe = nullptr, *ye = nullptr;
+  float *g = nullptr, *u = nullptr, *h = nullptr;  // [expert rows, Ie]
+  MoeRoute* route = nullptr;
+  float* counts = nullptr;  // expert parallelism: the per-expert counts exchanged, [2, ep, experts on a rank]
 };
 
 struct Activations {
@@ -51,9 +69,12 @@ struct Activations {
   // load-balancing loss's gradient per probability (host, then device,
   // scaled by backward's grad_scale).
   std::vector<MoeIo> moe;
-  std::vector<std::vector<int32_t>> moe_host_offsets;
+  std::vector<MoeRoute> moe_routes;
   float *moe_dlogits = nullptr, *moe_dweights = nullptr, *moe_dxs = nullptr, *moe_dg = nullptr,
         *moe_du = nullptr, *moe_dh = nullptr, *moe_aux_grad = nullptr;
+  // Expert parallelism: the gradients of the experts' rows (outputs, then
+  // inputs), [ep * N * k, H].
+  float *moe_dye = nullptr, *moe_dxe = nullptr;
   std::vector<float> moe_aux_dprob;
 
   // Incremental inference scratch (separate capacity, allocated on demand).
@@ -63,7 +84,7 @@ struct Activations {
         *itmp = nullptr, *ig = nullptr, *iu = nullptr, *ih = nullptr, *irstd = nullptr,
         *ilast = nullptr, *ilogits = nullptr, *igathered = nullptr, *iscores = nullptr;
   MoeIo infer_moe;
-  std::vector<int32_t> infer_moe_host_offsets;
+  MoeRoute infer_moe_route;
 
   std::vector<void*> training_allocations, infer_allocations;
   size_t training_bytes = 0, infer_bytes = 0;

@@ -223,6 +223,10 @@ Result<LocalDims> local_dims(const ModelConfig& c, const ShardSpec& shard) {
     return invalid_argument("shard: tp_rank " + std::to_string(shard.tp_rank) +
                             " is outside tp_size " + std::to_string(tp));
   }
+  if (shard.ep_size < 1 || shard.ep_rank < 0 || shard.ep_rank >= shard.ep_size) {
+    return invalid_argument("shard: ep_rank " + std::to_string(shard.ep_rank) + " is outside ep_size " +
+                            std::to_string(shard.ep_size));
+  }
   COHORT_RETURN_IF_ERROR(divides("num_attention_heads", c.heads, "tensor_parallel", tp));
   COHORT_RETURN_IF_ERROR(divides("intermediate_size", c.intermediate, "tensor_parallel", tp));
   COHORT_RETURN_IF_ERROR(divides("vocab_size", c.vocab_size, "tensor_parallel", tp));
@@ -251,6 +255,13 @@ Result<LocalDims> local_dims(const ModelConfig& c, const ShardSpec& shard) {
                                    c.moe.expert_intermediate, "tensor_parallel", tp));
     d.expert_intermediate = c.moe.expert_intermediate / tp;
     d.expert_intermediate_begin = shard.tp_rank * d.expert_intermediate;
+    COHORT_RETURN_IF_ERROR(divides(c.model_type == "mixtral" ? "num_local_experts" : "num_experts", c.moe.experts,
+                                   "expert_parallel", shard.ep_size));
+    d.experts = c.moe.experts / shard.ep_size;
+    d.expert_begin = shard.ep_rank * d.experts;
+  } else if (shard.ep_size > 1) {
+    return invalid_argument("expert_parallel " + std::to_string(shard.ep_size) + " needs a mixture-of-experts model; " +
+                            c.model_type + " is dense");
   }
   d.vocab = c.vocab_size / tp;
   d.vocab_begin = shard.tp_rank * d.vocab;

@@ -112,6 +112,10 @@ Result<ModelConfig> preset_config(const std::string& name);
 struct ShardSpec {
   int tp_rank = 0;
   int tp_size = 1;
+  // Expert parallelism: this rank holds experts [ep_rank, ep_rank + 1) ×
+  // experts / ep_size of every sparse layer (model.h).
+  int ep_rank = 0;
+  int ep_size = 1;
 };
 
 // Per-rank sizes for a config under a shard.
@@ -125,6 +129,8 @@ struct LocalDims {
   int intermediate_begin = 0;
   int expert_intermediate = 0;  // each expert's, on this rank
   int expert_intermediate_begin = 0;
+  int experts = 0;              // experts on this rank (all of them without expert parallelism)
+  int expert_begin = 0;         // the first one's global index
   int vocab = 0;
   int vocab_begin = 0;
   int q_dim() const;
@@ -132,7 +138,8 @@ struct LocalDims {
   int head_dim = 0;
 };
 
-// Errors when the config does not split evenly across tp_size.
+// Errors when the config does not split evenly across tp_size (and its
+// experts across ep_size).
 Result<LocalDims> local_dims(const ModelConfig& config, const ShardSpec& shard);
 
 }  // namespace cohort::models

@@ -310,8 +310,10 @@ void Model::recompute_block_elementwise(int l) {
   if (config_.is_moe_layer(l)) {
     const MoeIo& m = a.moe[l];
     const int rows = N * config_.moe.experts_per_token;
-    be.gather_rows(m.xs, a.xn2[l], m.source_rows, rows, H);
-    be.swiglu_forward(m.h, m.g, m.u, static_cast<size_t>(rows) * dims_.expert_intermediate);
+    // Under expert parallelism the experts' inputs are other ranks' rows,
+    // kept (a gather would need the exchange again).
+    if (shard_.ep_size == 1) be.gather_rows(m.xs, a.xn2[l], m.source_rows, rows, H);
+    be.swiglu_forward(m.h, m.g, m.u, static_cast<size_t>(m.route->expert_rows) * dims_.expert_intermediate);
     return;
   }
   be.swiglu_forward(a.h[l], a.g[l], a.u[l], static_cast<size_t>(N) * dims_.intermediate);

@@ -35,6 +35,11 @@
 // each expert's intermediate rows across the ranks; every rank routes every
 // token the same way with the replicated router.
 //
+// Expert parallelism (ShardSpec::ep_size > 1, set_expert_parallel): the
+// model holds experts / ep_size of every sparse layer's experts, under their
+// global names; each layer sends its rows to their experts' ranks and takes
+// the outputs back (model_moe.cc), the same routing and sums as one rank.
+//
 // Mixture of experts. A sparse layer (ModelConfig::is_moe_layer) routes
 // each token to its top-k experts and sums their SwiGLU outputs
 // (model_moe.cc, ops/moe_routing.h), dropless; with MoeConfig::aux_loss the
@@ -101,6 +106,7 @@ class KvCache;
 class LoraAdapters;
 struct Activations;
 struct MoeIo;
+struct MoeRoute;
 
 class Model final : public TrainableParams {
  public:
@@ -164,6 +170,9 @@ class Model final : public TrainableParams {
   // input gradients and the adapters' only. Borrowed; takes effect at the
   // next forward.
   void set_lora(LoraAdapters* lora);
+  // Expert parallelism: the expert group's exchange (tensor_parallel.h),
+  // required before the first forward when shard().ep_size > 1.
+  void set_expert_parallel(ExpertParallelComm ep) { ep_ = std::move(ep); }
   LoraAdapters* lora() const { return lora_; }
   LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void backward(float grad_scale);
@@ -212,6 +221,14 @@ class Model final : public TrainableParams {
   // backward from acts_->dres into dtmp (before tp_sum) and the router's.
   void moe_forward(const BlockTensors& w, const MoeIo& m, const float* x, float* out, int N);
   void block_moe_backward(int layer, const BlockTensors& w, const BlockTensors& dw);
+  // The route of a layer's sorted rows from its offsets (on the host):
+  // without expert parallelism one chunk per expert; with it the counts are
+  // exchanged over the expert group (`counts`: backend scratch).
+  void plan_moe_route(MoeRoute& route, float* counts);
+  // rows of `width` floats from `send` to the expert group's ranks by
+  // send_rows, into `recv` by recv_rows.
+  void exchange_rows(const float* send, const std::vector<size_t>& send_rows, float* recv,
+                     const std::vector<size_t>& recv_rows, int width);
   // forward_head's share of the load-balancing loss over every sparse layer
   // of the pass, and backward_head's scaling of its gradient.
   void add_router_aux_loss(LossSum* loss);
@@ -234,6 +251,7 @@ class Model final : public TrainableParams {
   ParamLayout layout_;
   Backend* backend_;
   TensorParallelComm tp_;
+  ExpertParallelComm ep_;
   ModelHooks hooks_;
   std::vector<float*> params_, grads_;
   std::vector<float*> owned_;  // what this model allocated and frees

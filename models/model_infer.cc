@@ -88,7 +88,8 @@ void Model::decode(KvCache& cache, const int* slots, const int32_t* tokens, int 
 namespace {
 
 void ensure_infer_scratch(Backend* be, Activations& a, const ModelConfig& c, const LocalDims& d,
-                          int tp_size, int n, int rows, int context) {
+                          const ShardSpec& shard, int n, int rows, int context) {
+  const int tp_size = shard.tp_size;
   if (n <= a.infer_tokens && rows <= a.infer_rows && context <= a.infer_context) return;
   for (void* p : a.infer_allocations) be->free(p);
   a.infer_allocations.clear();
@@ -125,8 +126,15 @@ void ensure_infer_scratch(Backend* be, Activations& a, const ModelConfig& c, con
     m.source_rows = reinterpret_cast<int32_t*>(take(rows_k));
     m.slots = reinterpret_cast<int32_t*>(take(rows_k));
     m.xs = take(rows_k * H), m.ys = take(rows_k * H);
-    m.g = take(rows_k * Ie), m.u = take(rows_k * Ie), m.h = take(rows_k * Ie);
-    m.host_offsets = &a.infer_moe_host_offsets;
+    // Under expert parallelism (a training job's sample after its steps)
+    // every rank of the expert group runs the same rows in lockstep, and
+    // each takes up to ep times its rows for its experts.
+    const size_t ep = size_t(shard.ep_size), expert_rows = ep * rows_k;
+    m.xe = ep > 1 ? take(expert_rows * H) : m.xs;
+    m.ye = ep > 1 ? take(expert_rows * H) : m.ys;
+    m.g = take(expert_rows * Ie), m.u = take(expert_rows * Ie), m.h = take(expert_rows * Ie);
+    m.route = &a.infer_moe_route;
+    m.counts = ep > 1 ? take(2 * ep * size_t(d.experts)) : nullptr;
   }
   a.infer_tokens = n, a.infer_rows = rows, a.infer_context = context;
 }
@@ -147,7 +155,7 @@ void Model::forward_incremental(KvCache& cache, const std::vector<Segment>& segm
     N += s.count;
   }
   for (int i = 0; i < N; ++i) COHORT_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size);
-  ensure_infer_scratch(backend_, a, config_, dims_, shard_.tp_size, N,
+  ensure_infer_scratch(backend_, a, config_, dims_, shard_, N,
                        static_cast<int>(segments.size()), cache.capacity());
   const int H = config_.hidden;
   be.copy_from_host(a.infer_ids, tokens, N * sizeof(int32_t));

@@ -109,24 +109,40 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
       // A sparse layer's routing and experts (activations.h, MoeIo): kept
       // as the dense MLP's are, xs (a gather of xn2) and h recomputed under
       // selective checkpointing.
+      // Under expert parallelism the experts' rows are those every rank of
+      // the expert group sends here: up to ep times this rank's, kept per
+      // layer (recomputing them would take the exchange again); xs, the
+      // rows sent, is then not needed after the forward.
       const size_t E = config_.moe.experts, rows = n * config_.moe.experts_per_token;
-      const size_t Ie = dims_.expert_intermediate;
-      std::vector<float*> probs, weights, prob_sums, xs, g, u, h, ys;
+      const size_t Ie = dims_.expert_intermediate, ep = size_t(shard_.ep_size), expert_rows = ep * rows;
+      std::vector<float*> probs, weights, prob_sums, xs, g, u, h, ys, xe, ye;
       std::vector<int32_t*> experts, offsets, source_rows, slots;
       per_layer_of(Layers::kSparse, probs, n * E, !full), per_layer_of(Layers::kSparse, weights, rows, !full);
       per_layer_of(Layers::kSparse, experts, rows, !full), per_layer_of(Layers::kSparse, offsets, E + 1, !full);
       per_layer_of(Layers::kSparse, source_rows, rows, !full), per_layer_of(Layers::kSparse, slots, rows, !full);
-      per_layer_of(Layers::kSparse, xs, rows * H, !lean), per_layer_of(Layers::kSparse, g, rows * Ie, !full);
-      per_layer_of(Layers::kSparse, u, rows * Ie, !full), per_layer_of(Layers::kSparse, h, rows * Ie, !lean);
+      per_layer_of(Layers::kSparse, xs, rows * H, ep > 1 ? false : !lean);
+      per_layer_of(Layers::kSparse, g, expert_rows * Ie, !full);
+      per_layer_of(Layers::kSparse, u, expert_rows * Ie, !full), per_layer_of(Layers::kSparse, h, expert_rows * Ie, !lean);
       per_layer_of(Layers::kSparse, ys, rows * H, !full);
+      float* counts = nullptr;
+      if (ep > 1) {
+        per_layer_of(Layers::kSparse, xe, expert_rows * H, !full);
+        per_layer_of(Layers::kSparse, ye, expert_rows * H, false);
+        if (op_blocks) counts = arena.take(2 * ep * size_t(dims_.experts));
+      }
       // The load-balancing loss reads every layer's after the last ran.
       if (config_.moe.aux_loss) per_layer_of(Layers::kSparse, prob_sums, E, true);
       a.moe.assign(L, MoeIo{});
-      a.moe_host_offsets.resize(L);
+      a.moe_routes.resize(L);
       for (size_t l = 0; l < L; ++l) {
-        a.moe[l] = MoeIo{probs[l], experts[l], weights[l], config_.moe.aux_loss ? prob_sums[l] : nullptr,
-                         offsets[l], source_rows[l], slots[l], xs[l], g[l], u[l], h[l], ys[l],
-                         &a.moe_host_offsets[l]};
+        MoeIo& m = a.moe[l];
+        m.probs = probs[l], m.experts = experts[l], m.weights = weights[l];
+        m.prob_sums = config_.moe.aux_loss ? prob_sums[l] : nullptr;
+        m.offsets = offsets[l], m.source_rows = source_rows[l], m.slots = slots[l];
+        m.xs = xs[l], m.ys = ys[l], m.g = g[l], m.u = u[l], m.h = h[l];
+        m.xe = ep > 1 ? xe[l] : xs[l], m.ye = ep > 1 ? ye[l] : ys[l];
+        m.route = &a.moe_routes[l];
+        m.counts = counts;
       }
     }
     a.logit_rows = head_chunk_ > 0 ? std::min(N, head_chunk_) : N;
@@ -145,10 +161,11 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
     a.du = arena.take(n * I), a.dh = arena.take(n * I);
     if (config_.is_moe()) {
       const size_t E = config_.moe.experts, rows = n * config_.moe.experts_per_token;
-      const size_t Ie = dims_.expert_intermediate;
+      const size_t Ie = dims_.expert_intermediate, expert_rows = size_t(shard_.ep_size) * rows;
       a.moe_dlogits = arena.take(n * E), a.moe_dweights = arena.take(rows);
-      a.moe_dxs = arena.take(rows * H), a.moe_dg = arena.take(rows * Ie);
-      a.moe_du = arena.take(rows * Ie), a.moe_dh = arena.take(rows * Ie);
+      a.moe_dxs = arena.take(rows * H), a.moe_dg = arena.take(expert_rows * Ie);
+      a.moe_du = arena.take(expert_rows * Ie), a.moe_dh = arena.take(expert_rows * Ie);
+      if (shard_.ep_size > 1) a.moe_dye = arena.take(expert_rows * H), a.moe_dxe = arena.take(expert_rows * H);
       a.moe_aux_grad = arena.take(E);
     }
     // The fused kernels need one float per (token, head); the math path a

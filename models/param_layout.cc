@@ -31,6 +31,7 @@ class GroupBuilder {
     return add(std::move(name), {rows, cols}, {rows, cols}, ShardDim::kReplicated, 0);
   }
   ParamGroup take() { return std::move(group_); }
+  ParamSpec& last() { return group_.params.back(); }
 
  private:
   ParamGroup group_;
@@ -49,12 +50,19 @@ void add_experts(const ModelConfig& c, const LocalDims& d, const std::string& pr
   const int64_t H = c.hidden, E = c.moe.experts, Ie = c.moe.expert_intermediate;
   const int64_t Iel = d.expert_intermediate, i0 = d.expert_intermediate_begin;
   off->router = g.replicated_matrix(moe + "gate.weight", E, H);
-  for (int64_t e = 0; e < E; ++e) {
+  // Under expert parallelism only this rank's experts, under their global
+  // numbers (so loaders and checkpoints find them by name); they close the
+  // group, one contiguous range (ParamLayout::expert_range).
+  for (int64_t e = d.expert_begin; e < d.expert_begin + d.experts; ++e) {
     const std::string expert = moe + "experts." + std::to_string(e) + ".";
+    const bool split = d.experts < E;
     const size_t first = g.add(expert + gate + ".weight", {Iel, H}, {Ie, H}, ShardDim::kRows, i0);
+    g.last().expert_parallel = split;
     g.add(expert + up + ".weight", {Iel, H}, {Ie, H}, ShardDim::kRows, i0);
+    g.last().expert_parallel = split;
     g.add(expert + down + ".weight", {H, Iel}, {H, Ie}, ShardDim::kCols, i0);
-    if (e == 0) off->experts = first;
+    g.last().expert_parallel = split;
+    if (e == d.expert_begin) off->experts = first;
   }
 }
 

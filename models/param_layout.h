@@ -52,6 +52,11 @@ struct ParamSpec {
   // projections when KV heads are replicated). parallel/ must sum it over the
   // ranks holding the same slice before the optimizer step.
   bool tp_partial_grad = false;
+  // One of this rank's experts under expert parallelism (ShardSpec::ep_size
+  // > 1): other ranks of its expert group hold other experts at the same
+  // offsets, so parallel/ sums its gradient over the ranks holding the same
+  // expert (the expert group's replicas), not over the data-parallel axis.
+  bool expert_parallel = false;
 };
 
 struct ParamGroup {

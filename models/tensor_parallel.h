@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "base/status.h"
 
@@ -28,6 +29,21 @@ struct TensorParallelComm {
   std::function<void(float* data, size_t n)> all_reduce_max;
   // Concatenates each rank's `n_local` floats in rank order into `gathered`.
   std::function<void(const float* local, float* gathered, size_t n_local)> all_gather;
+};
+
+// Expert parallelism (ShardSpec::ep_size > 1): the ranks of an expert group
+// each hold experts / size of every sparse layer's experts, and a sparse
+// layer's rows travel to their experts' ranks and back (model_moe.cc) by a
+// variable all-to-all over the group: `send` holds send_counts[p] floats for
+// each rank p back to back, `recv` receives recv_counts[p] from each. Every
+// rank of the group makes the same calls in the same order. Pointers are in
+// the backend's memory, as TensorParallelComm's.
+struct ExpertParallelComm {
+  int size = 1;
+  int rank = 0;
+  std::function<void(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                     const std::vector<size_t>& recv_counts)>
+      all_to_all_v;
 };
 
 // The tensor-parallel collectives of an executor that enqueues them on a CUDA

@@ -194,15 +194,24 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
   COHORT_RETURN_IF_ERROR(barrier(world, "start"));
   // DDP ranks hold identical copies: the first data-parallel replica writes
   // (node-local: each node's first one, its first tp ranks, so that every
-  // node holds a whole copy).
-  bool first_replica = storage.node_local ? storage.local_rank < pm.mesh->dims().tp : pm.mesh->dp_rank() == 0;
+  // node holds a whole copy). Under expert parallelism a replica is an
+  // expert group: ep data-parallel ranks hold the experts between them.
+  const ParallelDims& dims = pm.mesh->dims();
+  bool first_replica = storage.node_local ? storage.local_rank < dims.tp * dims.ep
+                                          : dims.expert_replica(world.rank()) == 0;
   bool writes = pm.data_parallel->strategy() != Strategy::kDdp || first_replica;
   Status written = writes ? write_rank_shards(tmp, world.rank(), pm) : Status::ok();
   COHORT_RETURN_IF_ERROR(written);
   COHORT_RETURN_IF_ERROR(barrier(world, "shards"));
   if (lead) {
+    // Every parameter of the model: under expert parallelism this rank's
+    // layout holds only its own experts.
     json params = json::object();
-    for (const auto& group : pm.trained().layout().groups)
+    models::ParamLayout whole;
+    if (dims.ep > 1) {
+      COHORT_ASSIGN_OR_RETURN(whole, models::make_param_layout(config, models::ShardSpec{}));
+    }
+    for (const auto& group : (dims.ep > 1 ? whole : pm.trained().layout()).groups)
       for (const auto& p : group.params) params[p.name] = p.global_shape;
     json index = {{"format", kFormat},
                   {"step", position.step},
@@ -213,6 +222,7 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
                   {"world", world.size()},
                   {"dp", pm.mesh->dims().dp},
                   {"tp", pm.mesh->dims().tp},
+                  {"ep", pm.mesh->dims().ep},
                   {"config", json::parse(hf::config_json_text(config, models::DType::kF32))},
                   {"params", params}};
     if (!position.tokenizer_dir.empty()) index["tokenizer_dir"] = position.tokenizer_dir;

@@ -115,6 +115,11 @@ Status DataParallel::setup() {
                     : options_.strategy == Strategy::kFsdp2 ? ShardLayout::per_param_dim0(spec, dp)
                                                             : ShardLayout::flat(spec, dp);
     GroupState& s = *state;
+    for (const models::ParamSpec& p : spec.params) {
+      if (!p.expert_parallel) continue;
+      if (s.expert_end == 0) s.expert_begin = p.offset;
+      s.expert_end = p.offset + p.numel;
+    }
     if (spec.numel == 0) {  // nothing trained here (LoRA's embedding and head groups)
       s.gathered = true;
       trained_->set_group_buffers(g, nullptr, nullptr);

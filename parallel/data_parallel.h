@@ -165,6 +165,8 @@ class DataParallel {
   Status wait_reductions();
   void clear_gradients();
   double owned_sum_of_squares();
+  // Squares of this rank's experts' gradients (expert parallelism).
+  double expert_sum_of_squares();
   Status all_reduce_scalar(collective::Communicator& comm, double* value);
   size_t pool_bytes() const;
   void note(const Status& status);

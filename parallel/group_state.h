@@ -42,6 +42,10 @@ struct DataParallel::GroupState {
   float* gather_target = nullptr;
   bool gathered = false;
   std::vector<float*> persistent;  // freed with the engine
+  // Expert parallelism: the floats [expert_begin, expert_end) of the group
+  // are this rank's experts (ParamSpec::expert_parallel, which close a
+  // sparse layer's group); empty otherwise.
+  size_t expert_begin = 0, expert_end = 0;
 
   // A group with nothing to train (LoRA's embedding and head): no buffers,
   // no collectives.

@@ -40,13 +40,26 @@ void DataParallel::reduce_gradients(int group) {
   auto& dp = mesh_->dp();
   if (!shard_grads_) {
     // DDP / ZeRO-1: all-reduce in buckets as soon as the group is done.
+    // Under expert parallelism this rank's experts sum over their replicas
+    // only: the rest of its expert group holds other experts there.
     size_t bucket = std::max<size_t>(1, size_t(options_.bucket_mb * (1 << 20) / sizeof(float)));
     collective::AllReduceOptions options;
     options.stream = options_.stream;
     options.overlap = true;  // the rest of the backward runs alongside; finish_step waits
-    for (size_t off = 0; off < s.spec->numel; off += bucket) {
-      size_t n = std::min(bucket, s.spec->numel - off);
-      s.pending_reduce.push_back(dp.all_reduce_async(s.full_grads + off, s.full_grads + off, n, DType::kF32, options));
+    auto reduce = [&](collective::Communicator& group, size_t begin, size_t end) {
+      if (group.size() == 1) return;
+      for (size_t off = begin; off < end; off += bucket) {
+        size_t n = std::min(bucket, end - off);
+        s.pending_reduce.push_back(
+            group.all_reduce_async(s.full_grads + off, s.full_grads + off, n, DType::kF32, options));
+      }
+    };
+    if (s.expert_end == 0) {
+      reduce(dp, 0, s.spec->numel);
+    } else {
+      reduce(dp, 0, s.expert_begin);
+      reduce(mesh_->expert_replicas(), s.expert_begin, s.expert_end);
+      reduce(dp, s.expert_end, s.spec->numel);
     }
     return;
   }
@@ -102,6 +115,15 @@ Status DataParallel::wait_reductions() {
 
 // This rank's share of the squared global norm: its owned gradient shard,
 // counting a parameter replicated over the tp group on one tp rank only.
+double DataParallel::expert_sum_of_squares() {
+  std::vector<models::FloatRange> ranges;
+  for (auto& state : groups_) {
+    if (state->expert_end > state->expert_begin)
+      ranges.push_back({state->shard_grads + state->expert_begin, state->expert_end - state->expert_begin});
+  }
+  return ranges.empty() ? 0.0 : backend_->sum_of_squares_ranges(ranges);
+}
+
 double DataParallel::owned_sum_of_squares() {
   int tp_rank = mesh_->tp_rank();
   const auto& dims = model_->dims();
@@ -112,6 +134,7 @@ double DataParallel::owned_sum_of_squares() {
     GroupState& s = *state;
     for (const auto& seg : s.layout.segments(layout_rank)) {
       const auto& p = s.spec->params[seg.param];
+      if (p.expert_parallel) continue;  // expert_sum_of_squares
       bool replicated = p.shard_dim == models::ShardDim::kReplicated;
       bool kv_copy = kv_replicas > 1 && p.tp_partial_grad && !replicated;
       if (replicated && tp_rank != 0) continue;
@@ -148,6 +171,13 @@ Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, 
   // the sharded strategies add over the whole world. The loss scale comes
   // out before the float all-reduce, so that it cannot overflow a finite norm.
   double sum = owned_sum_of_squares() / (loss_scale * loss_scale);
+  if (mesh_->dims().ep > 1) {
+    // Each rank of an expert group holds other experts: their squares add
+    // over the group (DDP only; parallelize refuses the other strategies).
+    double experts = expert_sum_of_squares() / (loss_scale * loss_scale);
+    COHORT_RETURN_IF_ERROR(all_reduce_scalar(mesh_->ep(), &experts));
+    sum += experts;
+  }
   auto& norm_group = options_.strategy == Strategy::kDdp ? mesh_->tp() : mesh_->world();
   if (norm_group.size() > 1) COHORT_RETURN_IF_ERROR(all_reduce_scalar(norm_group, &sum));
   // Every rank sees the same reduced sum, so all of them skip together.

@@ -42,6 +42,20 @@ models::TensorParallelComm make_tensor_parallel_comm(collective::Communicator* t
   return comm;
 }
 
+models::ExpertParallelComm make_expert_parallel_comm(collective::Communicator* ep, void* stream) {
+  models::ExpertParallelComm comm;
+  comm.size = ep->size(), comm.rank = ep->rank();
+  comm.all_to_all_v = [ep, stream](const float* send, const std::vector<size_t>& send_counts, float* recv,
+                                   const std::vector<size_t>& recv_counts) {
+    collective::AllToAllOptions options;
+    options.stream = stream;
+    const Status status = ep->all_to_all_v(send, send_counts, recv, recv_counts, DType::kF32, options);
+    COHORT_CHECK_MSG(status.is_ok(), "expert-parallel all-to-all on group '{}' failed: {}", ep->name(),
+                     status.message());
+  };
+  return comm;
+}
+
 namespace {
 
 // The frozen base and its adapters; the adapters become what is trained.
@@ -59,14 +73,21 @@ Status attach_lora(ParallelModel& out, const models::LoraConfig& lora, const Ada
 Result<ParallelModel> parallelize(const models::ModelConfig& config, collective::Communicator* world,
                                   models::Backend* backend, const ParallelConfig& parallel,
                                   const WeightLoader& load_weights, const AdapterLoader& load_adapters) {
-  COHORT_ASSIGN_OR_RETURN(ParallelDims dims, ParallelDims::create(world->size(), parallel.tensor_parallel));
+  COHORT_ASSIGN_OR_RETURN(ParallelDims dims, ParallelDims::create(world->size(), parallel.tensor_parallel,
+                                                                  parallel.expert_parallel));
+  if (dims.ep > 1 && (parallel.data_parallel.strategy != Strategy::kDdp || parallel.lora)) {
+    return invalid_argument(std::string("expert_parallel ") + std::to_string(dims.ep) + " runs with strategy ddp " +
+                            "and full fine-tuning for now, not " +
+                            (parallel.lora ? "LoRA" : strategy_name(parallel.data_parallel.strategy)));
+  }
   ParallelModel out;
   COHORT_ASSIGN_OR_RETURN(out.mesh, DeviceMesh::create(world, dims));
-  models::ShardSpec shard{out.mesh->tp_rank(), dims.tp};
+  models::ShardSpec shard{out.mesh->tp_rank(), dims.tp, out.mesh->ep_rank(), dims.ep};
   auto tp_comm = make_tensor_parallel_comm(&out.mesh->tp(), parallel.data_parallel.stream);
   // A frozen base keeps no gradient buffers.
   const auto buffers = parallel.lora ? models::Model::Buffers::kParamsOnly : models::Model::Buffers::kParamsAndGrads;
   COHORT_ASSIGN_OR_RETURN(out.model, models::Model::create(config, shard, backend, tp_comm, buffers));
+  if (dims.ep > 1) out.model->set_expert_parallel(make_expert_parallel_comm(&out.mesh->ep(), parallel.data_parallel.stream));
   COHORT_RETURN_IF_ERROR(load_weights(*out.model));
   if (parallel.lora) COHORT_RETURN_IF_ERROR(attach_lora(out, *parallel.lora, load_adapters));
   COHORT_ASSIGN_OR_RETURN(out.data_parallel, DataParallel::create(out.model.get(), out.mesh.get(),

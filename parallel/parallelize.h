@@ -29,6 +29,9 @@ namespace cohort::parallel {
 
 struct ParallelConfig {
   int tensor_parallel = 1;
+  // Experts of a mixture of experts split over this many data-parallel
+  // ranks (DeviceMesh); DDP only for now.
+  int expert_parallel = 1;
   DataParallelOptions data_parallel;
   std::optional<models::LoraConfig> lora;  // train adapters on a frozen base
 };
@@ -63,5 +66,7 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
 // A failure aborts the worker with a message naming the group: a model
 // half-way through a layer cannot carry on, and the job's restart takes over.
 models::TensorParallelComm make_tensor_parallel_comm(collective::Communicator* tp, void* stream);
+// The expert group's exchange as the model wants it (tensor_parallel.h), aborting likewise.
+models::ExpertParallelComm make_expert_parallel_comm(collective::Communicator* ep, void* stream);
 
 }  // namespace cohort::parallel

@@ -110,8 +110,8 @@ Status Trainer::setup() {
     return invalid_argument(fmt::format("train.seq_len {} is longer than the model's max_seq {} (set model.max_seq)",
                                         t_.seq_len, config_.max_seq));
   int world = ctx_.world.size;
-  const auto dims = ParallelDims::create(world, tp());
-  if (!dims) return dims.status().with_context("parallel.tensor_parallel");
+  const auto dims = ParallelDims::create(world, tp(), spec_.parallel.expert_parallel);
+  if (!dims) return dims.status().with_context("parallel.tensor_parallel / parallel.expert_parallel");
   dp_ = dims->dp;
   int per_step = t_.micro_batch * dp_;
   int global = t_.global_batch > 0 ? t_.global_batch : per_step;

@@ -103,6 +103,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   int tp = spec.parallel.tensor_parallel;
   if (!for_training) tp = spec.infer.tensor_parallel > 0 ? spec.infer.tensor_parallel : ctx.world.size;
   pc.tensor_parallel = tp;
+  if (for_training) pc.expert_parallel = spec.parallel.expert_parallel;
   pc.data_parallel.strategy = spec.parallel.strategy;
   pc.data_parallel.bucket_mb = spec.parallel.bucket_mb;
   pc.data_parallel.reshard_after_forward = spec.parallel.reshard_after_forward;

@@ -95,6 +95,19 @@ TEST(JobFileErrors, TensorParallelMustDivideTheNode) {
   EXPECT_EQ(e.column, 19);
 }
 
+TEST(JobFileErrors, ExpertParallelNamesWhatItNeeds) {
+  // 4 ranks, tp 2 → dp 2: ep 4 does not divide it.
+  auto r = load(std::string(testing::kTrainJob) + "[parallel]\ntensor_parallel = 2\nexpert_parallel = 4\n");
+  error_with(r, "parallel.expert_parallel: 4 does not divide the data-parallel degree 2 at 1 node(s)");
+  auto sharded = load(std::string(testing::kTrainJob) + "[parallel]\nstrategy = \"zero3\"\nexpert_parallel = 2\n");
+  error_with(sharded, "parallel.expert_parallel: 2 runs with parallel.strategy = \"ddp\" for now, not \"zero3\"");
+  auto lora = load(std::string(testing::kTrainJob) + "[parallel]\nexpert_parallel = 2\n[lora]\nrank = 8\n");
+  error_with(lora, "it does not combine with [lora]");
+  auto good = load(std::string(testing::kTrainJob) + "[parallel]\nexpert_parallel = 4\n");
+  EXPECT_TRUE(good.ok()) << good.error_text();
+  EXPECT_EQ(good.spec.parallel.expert_parallel, 4);
+}
+
 TEST(JobFileErrors, GlobalBatchMustDivideByMicroBatchTimesDataParallel) {
   // 4 ranks, tp 2 → dp 2; micro 4 × dp 2 = 8 does not divide 12.
   auto r = load(std::string(testing::kTrainJob) + "micro_batch = 4\nglobal_batch = 12\n[parallel]\ntensor_parallel = 2\n");

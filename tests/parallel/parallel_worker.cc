@@ -18,6 +18,11 @@
 // frozen base's tensors, so that a test sees it unchanged.
 // COHORT_TEST_CHECKPOINTING (none | selective | full) sets activation
 // checkpointing.
+// COHORT_TEST_PRESET names the model (default tiny; tiny-moe for experts),
+// COHORT_TEST_NO_AUX=1 drops a mixture of experts' load-balancing loss (a
+// loss of each rank's own tokens, so runs split otherwise differ by it), and
+// COHORT_TEST_EP sets expert_parallel; every rank of the first expert group
+// then writes its experts' parameters (.tpT.epE.params for E > 0).
 // Each losses line: step, loss, gradient norm (-1 when skipped), applied.
 #include <cmath>
 #include <cstdio>
@@ -103,8 +108,9 @@ int main(int argc, char** argv) {
 
   auto world = collective::init_from_environment();
   if (!world) return fail("init", world.status());
-  auto config = models::preset_config("tiny");
+  auto config = models::preset_config(env_or("COHORT_TEST_PRESET", "tiny"));
   if (!config) return fail("config", config.status());
+  if (env_or("COHORT_TEST_NO_AUX", "0") == "1") config->moe.aux_loss = false;
   // COHORT_TEST_DEVICE=cuda: the same run on this rank's GPU over NCCL.
   std::unique_ptr<models::Backend> backend;
   std::shared_ptr<collective::Communicator> comm = world->cpu;
@@ -139,6 +145,7 @@ int main(int argc, char** argv) {
   pc.data_parallel.keep_working_weights = env_or("COHORT_TEST_NO_WORKING_WEIGHTS", "0") != "1";
   pc.data_parallel.stream = stream;
   pc.tensor_parallel = tp;
+  pc.expert_parallel = std::atoi(env_or("COHORT_TEST_EP", "1").c_str());
   pc.data_parallel.strategy = *strategy;
   pc.data_parallel.bucket_mb = 0.01;  // several buckets even for the tiny model
   const int lora_rank = std::atoi(env_or("COHORT_TEST_LORA", "0").c_str());
@@ -201,8 +208,12 @@ int main(int argc, char** argv) {
   std::ofstream(out_prefix + ".rank" + std::to_string(world->rank) + ".memory")
       << mem.param_bytes << ' ' << mem.grad_bytes << ' ' << mem.optimizer_bytes << '\n';
   const bool with_base = env_or("COHORT_TEST_BASE_CHECK", "0") == "1";
-  if (dp_rank == 0) write_params(out_prefix + ".tp" + std::to_string(mesh.tp_rank()) + ".params", *pm, with_base);
-  else {
+  if (mesh.dims().expert_replica(world->rank) == 0) {
+    const int ep_rank = mesh.ep_rank();
+    write_params(out_prefix + ".tp" + std::to_string(mesh.tp_rank()) +
+                     (ep_rank > 0 ? ".ep" + std::to_string(ep_rank) : std::string()) + ".params",
+                 *pm, with_base);
+  } else {
     // Sharded strategies gather collectively: every dp rank takes part.
     for (int g = 0; g < pm->trained().num_groups(); ++g) {
       std::vector<float> ignored;

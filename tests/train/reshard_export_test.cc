@@ -44,6 +44,38 @@ TEST(Resharding, Zero3AtFourRanksLoadsIntoFsdp2AtTwo) { expect_reshards_identica
 TEST(Resharding, Zero3AtFourRanksLoadsIntoTensorParallelTwo) { expect_reshards_identically("ddp", 2, 2); }
 TEST(Resharding, Zero3AtFourRanksLoadsIntoOneRank) { expect_reshards_identically("zero1", 1, 1); }
 
+// Expert parallelism: a tiny-moe run with its experts split over 2 ranks
+// trains as the DDP run on as many ranks does (through the job file and
+// cohort-worker), and its checkpoint, every expert written by the rank
+// holding it, loads into one rank and back into 2 with identical tensors.
+TEST(Resharding, ExpertParallelCheckpointsLoadIntoOneRankAndBack) {
+  auto run = [](const std::string& name, int ep) {
+    fs::path scratch = make_scratch(name);
+    TrainJob job;
+    job.preset = "tiny-moe", job.expert_parallel = ep;
+    job.steps = 3, job.micro_batch = 2, job.global_batch = 4, job.checkpoint_every = 3;
+    job.gpus_per_node = 2;
+    EXPECT_EQ(run_ranks(worker_binary(), {write_job(scratch, job).string()}, 2), "");
+    return scratch / "out";
+  };
+  const fs::path ddp = run("moe_ddp", 1), ep = run("moe_ep2", 2);
+  const auto want = read_losses(ddp), got = read_losses(ep);
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) EXPECT_NEAR(got.at(step), loss, 1e-5 * std::abs(loss)) << "step " << step;
+  const std::string source = parallel::latest_checkpoint(ep.string());
+  ASSERT_FALSE(source.empty());
+  const auto before = read_checkpoint(source);
+  ASSERT_GT(before.count("model.layers.0.mlp.experts.7.down_proj.weight#0"), 0u) << "every expert is saved";
+  std::string worker = std::string(COHORT_BINARY_DIR) + "/tests/reshard_worker";
+  fs::path one = make_scratch("moe_ep2_to_1"), back = make_scratch("moe_ep1_to_2");
+  ASSERT_EQ(run_ranks(worker, {source, "ddp", "1", one.string(), "1"}, 1), "");
+  const std::string at_one = parallel::latest_checkpoint(one.string());
+  EXPECT_EQ(max_difference(before, read_checkpoint(at_one)), 0.0);
+  ASSERT_EQ(run_ranks(worker, {at_one, "ddp", "1", back.string(), "2"}, 2), "");
+  EXPECT_EQ(max_difference(before, read_checkpoint(parallel::latest_checkpoint(back.string()))), 0.0);
+}
+
 std::vector<float> logits_of(models::Model& model) {
   std::vector<int32_t> tokens = {84, 104, 101, 32, 99, 97, 116, 32};
   int n = int(tokens.size());

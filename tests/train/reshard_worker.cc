@@ -1,6 +1,6 @@
 // Restores a checkpoint into another strategy and mesh, then saves it again:
 // the resharding test compares the two checkpoints tensor by tensor.
-//   reshard_worker CHECKPOINT STRATEGY TP OUT_DIR      (torchrun-style env)
+//   reshard_worker CHECKPOINT STRATEGY TP OUT_DIR [EP]      (torchrun-style env)
 #include <cstdio>
 #include <cstdlib>
 
@@ -11,7 +11,7 @@
 using namespace cohort;
 
 int main(int argc, char** argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && argc != 6) return 2;
   std::string in = argv[1], out = argv[4];
   auto world = collective::init_from_environment();
   auto config = parallel::checkpoint_model_config(in);
@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   auto backend = models::make_cpu_backend();
   parallel::ParallelConfig pc;
   pc.tensor_parallel = std::atoi(argv[3]);
+  if (argc == 6) pc.expert_parallel = std::atoi(argv[5]);
   pc.data_parallel.strategy = *strategy;
   auto pm = parallel::parallelize(*config, world->cpu.get(), backend.get(), pc,
                                   [](models::Model& m) { m.init_weights(7); return Status::ok(); });

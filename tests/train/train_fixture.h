@@ -59,14 +59,17 @@ struct TrainJob {
   int checkpoint_every = 4;
   std::string precision = "fp32";
   std::string extra;  // more TOML lines for [train]
+  std::string preset = "tiny";
+  int expert_parallel = 1;
 };
 
 inline fs::path write_job(const fs::path& dir, const TrainJob& j) {
   write_corpus(dir / "corpus.txt");
   fs::path job = dir / "job.toml";
   std::ofstream(job) << "[job]\nname = \"t\"\nkind = \"train\"\ngpus_per_node = " << j.gpus_per_node
-                     << "\noutput_dir = \"" << (dir / "out").string() << "\"\n[model]\npreset = \"tiny\"\n[parallel]\nstrategy = \"" << j.strategy
-                     << "\"\ntensor_parallel = " << j.tp << "\n[train]\ndata = \"" << (dir / "corpus.txt").string()
+                     << "\noutput_dir = \"" << (dir / "out").string() << "\"\n[model]\npreset = \"" << j.preset << "\"\n[parallel]\nstrategy = \"" << j.strategy
+                     << "\"\ntensor_parallel = " << j.tp << "\nexpert_parallel = " << j.expert_parallel
+                     << "\n[train]\ndata = \"" << (dir / "corpus.txt").string()
                      << "\"\nsteps = " << j.steps << "\nmicro_batch = " << j.micro_batch
                      << "\nglobal_batch = " << j.global_batch << "\nseq_len = 64\nlr = 1e-3\nwarmup_steps = 2"
                      << "\ncheckpoint_every = " << j.checkpoint_every << "\nprecision = \"" << j.precision << "\"\n"
