@@ -66,18 +66,6 @@ Result<std::optional<WeightFormat>> parse_quantize_option(const std::string& val
   return invalid_argument("model.quantize = \"" + value + "\" is not one of none, fp8, int8, int4");
 }
 
-bool is_projection_weight(const std::string& name) {
-  static const char* const kProjections[] = {
-      ".q_proj.weight",    ".k_proj.weight",  ".v_proj.weight",   ".o_proj.weight",
-      ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"};
-  for (const char* suffix : kProjections) {
-    const std::string s(suffix);
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
-      return true;
-  }
-  return false;
-}
-
 Status quantize_round_trip(models::Model& model, WeightFormat format) {
   const models::quant::QuantizeOptions options;
   const Grid grid = grid_of(format, options);

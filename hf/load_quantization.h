@@ -30,8 +30,9 @@ namespace cohort::hf {
 
 // The job file's `quantize` values: "none" (nullopt), "fp8", "int8", "int4".
 Result<std::optional<models::quant::WeightFormat>> parse_quantize_option(const std::string& value);
-// Whether `quantize` applies to this Hugging Face parameter name.
-bool is_projection_weight(const std::string& name);
+// Whether `quantize` applies to this Hugging Face parameter name (one
+// definition, models/param_layout.h: QLoRA's quantized base takes the same).
+using models::is_projection_weight;
 
 // Round-trips this rank's projections through `format` (any backend: weights
 // travel through host memory). A tensor-parallel slice must begin and end on

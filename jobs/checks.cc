@@ -291,10 +291,6 @@ void check_lora(JobSpec& spec, LoadContext& ctx) {
   }
   const LoraSection& lora = spec.lora;
   if (!ctx.given("lora.target_modules") || ctx.valid("lora.target_modules")) check_lora_targets(lora, ctx);
-  if (ctx.valid("lora.base_dtype") && (lora.base_dtype == "fp8" || lora.base_dtype == "nf4"))
-    ctx.error_at("lora.base_dtype", "lora.base_dtype: \"" + lora.base_dtype +
-                                        "\" is not available yet (the quantized base formats are still being built); "
-                                        "use \"bf16\" or \"fp32\"");
   if (!lora.adapter.empty()) {
     for (const char* key : {"lora.rank", "lora.alpha", "lora.use_rslora", "lora.target_modules", "lora.init"})
       if (ctx.given(key))

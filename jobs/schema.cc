@@ -374,7 +374,9 @@ std::vector<FieldDoc> build_schema() {
                     .omit_empty = true}));
   f.push_back(bind("lora", "base_dtype", &J::lora, &LoraSection::base_dtype,
                    {.text = "How the frozen base is held: bf16 (weights rounded to bf16 when the model loads), "
-                            "fp32. fp8 and nf4 (QLoRA) are not available yet.",
+                            "fp32, or QLoRA's nf4 (NF4 with double quantization, blocks of 64) or fp8 (128 x 128 "
+                            "block scales): every block's projections quantized from the bf16 weights and expanded "
+                            "a block at a time while it runs; embeddings, norms and the LM head stay bf16.",
                     .choices = {"bf16", "fp32", "fp8", "nf4"}}));
   // [command]
   f.push_back(bind("command", "argv", &J::command, &CommandSection::argv,

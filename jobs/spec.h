@@ -228,7 +228,7 @@ struct LoraSection {
   bool use_rslora = false;       // scale by alpha / sqrt(rank)
   std::string init = "kaiming_uniform";  // kaiming_uniform | gaussian (A; B starts at zero)
   std::string adapter;           // a PEFT adapter folder to start from
-  std::string base_dtype = "bf16";  // bf16 | fp32 (fp8, nf4: not yet)
+  std::string base_dtype = "bf16";  // bf16 | fp32 | nf4 | fp8 (QLoRA: a quantized base)
 };
 
 struct JobSpec {

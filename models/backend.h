@@ -21,6 +21,7 @@
 #include "models/ops/adamw.h"
 #include "models/ops/attention.h"
 #include "models/ops/dropout.h"
+#include "models/quant/row_packed.h"
 #include "models/tensor.h"
 #include "models/tensor_parallel.h"
 #include "models/working_weights.h"
@@ -74,6 +75,12 @@ class Backend {
   // nearest even, as models/tensor.h's scalar conversions.
   virtual void cast_to_half(void* dst, DType half, const float* src, size_t n) = 0;
   virtual void cast_from_half(float* dst, const void* src, DType half, size_t n) = 0;
+
+  // dst (f32, [w.rows, w.cols]) = a quantized weight in the row layout
+  // (models/quant/row_packed.h, its buffers in this backend's memory),
+  // exactly as quant::dequantize defines it: a frozen quantized base
+  // (QLoRA) expands a block this way before the block runs.
+  virtual void dequantize_rows(float* dst, const quant::RowPackedView& w) = 0;
 
   // Copy plans: dst (f32) ← src (f32, bf16 or f16, converted on the way).
   virtual std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) = 0;

@@ -87,6 +87,7 @@ class CpuBackend final : public Backend {
     COHORT_CHECK(half == DType::kBF16 || half == DType::kF16);
     convert_to_f32(dst, src, half, n);
   }
+  void dequantize_rows(float* dst, const quant::RowPackedView& w) override { quant::dequantize(w, dst); }
   std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) override {
     auto plan = std::make_unique<CpuCopyPlan>();
     plan->ranges = ranges;

@@ -93,6 +93,15 @@ Status LoraConfig::validate() const {
   return Status::ok();
 }
 
+const char* base_dtype_name(const LoraConfig& lora) {
+  switch (lora.base_format) {
+    case LoraConfig::BaseFormat::kNf4: return "nf4";
+    case LoraConfig::BaseFormat::kFp8: return "fp8";
+    case LoraConfig::BaseFormat::kPlain: break;
+  }
+  return lora.base_dtype == DType::kF32 ? "fp32" : "bf16";
+}
+
 Result<LoraConfig> make_lora_config(int rank, double alpha, double dropout,
                                     const std::vector<std::string>& target_modules, bool use_rslora,
                                     const std::string& init, const std::string& base_dtype) {
@@ -123,13 +132,14 @@ Result<LoraConfig> make_lora_config(int rank, double alpha, double dropout,
     lora.init = LoraInit::kGaussian;
   else
     return invalid_argument("lora: unknown init \"" + init + "\" (kaiming_uniform or gaussian)");
-  if (base_dtype == "bf16")
+  if (base_dtype == "bf16" || base_dtype == "nf4" || base_dtype == "fp8")
     lora.base_dtype = DType::kBF16;
   else if (base_dtype == "fp32")
     lora.base_dtype = DType::kF32;
   else
-    return invalid_argument("lora: base_dtype \"" + base_dtype +
-                            "\" is not available (bf16 or fp32)");
+    return invalid_argument("lora: base_dtype \"" + base_dtype + "\" is not available (bf16, fp32, nf4 or fp8)");
+  if (base_dtype == "nf4") lora.base_format = LoraConfig::BaseFormat::kNf4;
+  if (base_dtype == "fp8") lora.base_format = LoraConfig::BaseFormat::kFp8;
   COHORT_RETURN_IF_ERROR(lora.validate());
   return lora;
 }
@@ -173,7 +183,7 @@ std::string describe(const LoraConfig& lora) {
   return fmt::format(
       "rank {}, alpha {:g} ({}scale {:g}), dropout {:g} on {}; A {}, B zero; frozen base {}",
       lora.rank, lora.alpha, lora.use_rslora ? "rsLoRA " : "", lora.scale(), lora.dropout, modules,
-      to_string(lora.init), dtype_name(lora.base_dtype));
+      to_string(lora.init), base_dtype_name(lora));
 }
 
 }  // namespace cohort::models

@@ -45,6 +45,9 @@ enum class LoraInit {
   kGaussian,        // init_lora_weights = "gaussian": N(0, (1/rank)²)
 };
 const char* to_string(LoraInit init);  // "kaiming_uniform", "gaussian"
+struct LoraConfig;
+// The job file's base_dtype spelling of a config: "bf16", "fp32", "nf4", "fp8".
+const char* base_dtype_name(const LoraConfig& lora);
 
 struct LoraConfig {
   // The largest rank an adapter file may declare: buffers are sized from it.
@@ -58,6 +61,12 @@ struct LoraConfig {
   // The frozen base's precision: kBF16 rounds its weights to bf16 when the
   // model loads (numerically a bf16 base), kF32 keeps them as loaded.
   DType base_dtype = DType::kBF16;
+  // QLoRA: the base's block projections held quantized, NF4 (with double
+  // quantization, blocks of 64) or FP8 (128 x 128 block scales), and
+  // expanded a block at a time while it runs (models/quantized_base.h); the
+  // rest of the base (embeddings, norms, LM head) is base_dtype's.
+  enum class BaseFormat { kPlain, kNf4, kFp8 };
+  BaseFormat base_format = BaseFormat::kPlain;
 
   // alpha / rank, or alpha / sqrt(rank) with use_rslora.
   float scale() const;
@@ -69,7 +78,8 @@ struct LoraConfig {
 
 // From the job file's spellings: target modules as PEFT names (in any order;
 // kept in block order) or the one name "all-linear"; init "kaiming_uniform"
-// or "gaussian"; base_dtype "bf16" or "fp32". Errors name the value at fault.
+// or "gaussian"; base_dtype "bf16", "fp32", "nf4" or "fp8" (the last two a
+// quantized base over bf16). Errors name the value at fault.
 Result<LoraConfig> make_lora_config(int rank, double alpha, double dropout,
                                     const std::vector<std::string>& target_modules, bool use_rslora,
                                     const std::string& init, const std::string& base_dtype);

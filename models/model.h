@@ -146,6 +146,7 @@ class Model final : public TrainableParams {
 
   // Training: the whole pass, with hooks.
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  const ModelHooks& hooks() const { return hooks_; }
   // Takes effect at the next forward (the activation arena is re-planned).
   void set_activation_checkpointing(ActivationCheckpointing mode);
   // The LM head and cross-entropy in chunks of `tokens` rows (0: all rows

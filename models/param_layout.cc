@@ -168,4 +168,15 @@ Result<ParamLayout> make_param_layout(const ModelConfig& c, const ShardSpec& sha
   return layout;
 }
 
+bool is_projection_weight(const std::string& name) {
+  static const char* const kProjections[] = {
+      ".q_proj.weight",    ".k_proj.weight",  ".v_proj.weight",   ".o_proj.weight",
+      ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"};
+  for (const char* suffix : kProjections) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace cohort::models

@@ -107,4 +107,10 @@ struct ParamLayout {
 
 Result<ParamLayout> make_param_layout(const ModelConfig& config, const ShardSpec& shard);
 
+// A linear projection's weight by its Hugging Face name (q/k/v/o_proj,
+// gate/up/down_proj, an expert's included): what weight quantization
+// applies to ([model] quantize, a QLoRA base); embeddings, norms, routers and
+// the LM head are not.
+bool is_projection_weight(const std::string& name);
+
 }  // namespace cohort::models

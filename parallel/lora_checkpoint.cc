@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "hf/load_quantization.h"
 #include "hf/peft_adapter.h"
 #include "hf/weights.h"
 #include "models/lora.h"
@@ -28,7 +29,7 @@ nlohmann::json lora_index_entry(const models::LoraConfig& lora, const BaseModelS
           {"target_modules", targets},
           {"use_rslora", lora.use_rslora},
           {"init", models::to_string(lora.init)},
-          {"base_dtype", lora.base_dtype == DType::kF32 ? "fp32" : "bf16"},
+          {"base_dtype", models::base_dtype_name(lora)},
           {"base", source}};
 }
 
@@ -71,7 +72,8 @@ Status check_resumable(const std::string& dir, const std::optional<LoraCheckpoin
         dir + "\")");
   // Dropout and init may change between attempts; what the adapters compute may not.
   if (saved && (saved->lora.rank != job->rank || saved->lora.targets != job->targets ||
-                saved->lora.scale() != job->scale() || saved->lora.base_dtype != job->base_dtype))
+                saved->lora.scale() != job->scale() || saved->lora.base_dtype != job->base_dtype ||
+                saved->lora.base_format != job->base_format))
     return failed_precondition(
         dir + " holds adapters of " + models::describe(saved->lora) +
         "; this run's [lora] "
@@ -124,6 +126,14 @@ Status load_merged_lora(const std::string& dir, const LoraCheckpoint& saved,
     model.init_weights(base.seed);
   }
   models::round_frozen_base(model, saved.lora.base_dtype);
+  // A quantized base (QLoRA): the adapters trained against its projections
+  // round-tripped through the format, as this gives them.
+  if (saved.lora.base_format != models::LoraConfig::BaseFormat::kPlain) {
+    Status quantized = hf::quantize_round_trip(model, saved.lora.base_format == models::LoraConfig::BaseFormat::kNf4
+                                                          ? models::quant::WeightFormat::kNf4
+                                                          : models::quant::WeightFormat::kFp8Block);
+    if (!quantized.is_ok()) return quantized.with_context(dir + ": the LoRA run's quantized base");
+  }
   const models::ModelConfig& config = model.config();
   const int r = saved.lora.rank;
   std::vector<float> local;

@@ -12,6 +12,7 @@ ParallelModel::~ParallelModel() {
   data_parallel.reset();
   if (model) model->set_lora(nullptr);
   lora.reset();
+  quantized_base.reset();
   model.reset();
   mesh.reset();
 }
@@ -40,6 +41,12 @@ models::TensorParallelComm make_tensor_parallel_comm(collective::Communicator* t
     check(tp->all_gather(local, gathered, n_local, DType::kF32, options), "all-gather");
   };
   return comm;
+}
+
+Status prepare_for_inference(ParallelModel& pm) {
+  COHORT_RETURN_IF_ERROR(pm.data_parallel->gather_all());
+  if (pm.quantized_base) pm.quantized_base->expand_all();
+  return Status::ok();
 }
 
 models::ExpertParallelComm make_expert_parallel_comm(collective::Communicator* ep, void* stream) {
@@ -92,10 +99,21 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
   if (parallel.lora) COHORT_RETURN_IF_ERROR(attach_lora(out, *parallel.lora, load_adapters));
   COHORT_ASSIGN_OR_RETURN(out.data_parallel, DataParallel::create(out.model.get(), out.mesh.get(),
                                                                   parallel.data_parallel, &out.trained()));
+  if (parallel.lora && parallel.lora->base_format != models::LoraConfig::BaseFormat::kPlain) {
+    const auto format = parallel.lora->base_format == models::LoraConfig::BaseFormat::kNf4
+                            ? models::quant::WeightFormat::kNf4
+                            : models::quant::WeightFormat::kFp8Block;
+    COHORT_ASSIGN_OR_RETURN(out.quantized_base, models::QuantizedBase::create(*out.model, format));
+    out.model->set_hooks(out.quantized_base->wrap(out.model->hooks()));
+  }
   if (world->rank() == 0) {
     if (out.lora) {
       size_t base_bytes = 0;
       for (const auto& g : out.model->layout().groups) base_bytes += g.numel * sizeof(float);
+      if (out.quantized_base) {
+        base_bytes += out.quantized_base->stored_bytes();
+        base_bytes -= out.quantized_base->unquantized_bytes();
+      }
       spdlog::info("parallel: LoRA {}: {} trainable parameters on a frozen base of {} ({:.1f} MiB per rank, "
                    "no gradients or optimizer state)",
                    models::describe(*parallel.lora), models::lora_parameter_count(config, *parallel.lora),

@@ -8,7 +8,9 @@
 //
 // With LoRA (ParallelConfig::lora) the model is a frozen base: no gradient
 // buffers, no optimizer state, every rank holding its tensor-parallel slice
-// whole (replicated over dp) and, with base_dtype bf16, rounded to bf16. The
+// whole (replicated over dp) and, with base_dtype bf16, rounded to bf16; with
+// nf4 or fp8 its blocks' projections are then held quantized and expanded a
+// block at a time (QLoRA, models/quantized_base.h). The
 // adapters on it (models/lora.h) are what the data-parallel strategy shards,
 // reduces and updates; tensor parallelism cuts them as their projections.
 #pragma once
@@ -22,6 +24,7 @@
 #include "models/config.h"
 #include "models/lora.h"
 #include "models/model.h"
+#include "models/quantized_base.h"
 #include "parallel/data_parallel.h"
 #include "parallel/device_mesh.h"
 
@@ -40,6 +43,8 @@ struct ParallelModel {
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<models::Model> model;
   std::unique_ptr<models::LoraAdapters> lora;   // with ParallelConfig::lora
+  // A LoRA base held quantized (LoraConfig::base_format nf4 or fp8).
+  std::unique_ptr<models::QuantizedBase> quantized_base;
   std::unique_ptr<DataParallel> data_parallel;  // destroyed before the adapters and the model
   // What the optimizer trains: the adapters under LoRA, else the model.
   models::TrainableParams& trained() const {
@@ -61,6 +66,10 @@ using AdapterLoader = std::function<Status(models::LoraAdapters& adapters)>;
 Result<ParallelModel> parallelize(const models::ModelConfig& config, collective::Communicator* world,
                                   models::Backend* backend, const ParallelConfig& parallel,
                                   const WeightLoader& load_weights, const AdapterLoader& load_adapters = {});
+
+// Makes the trained model whole for passes that run no hooks (generation
+// after training): sharded parameters gathered, a quantized base expanded.
+Status prepare_for_inference(ParallelModel& pm);
 
 // The tp group's collectives as the model wants them (models/tensor_parallel.h).
 // A failure aborts the worker with a message naming the group: a model

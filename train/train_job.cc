@@ -293,7 +293,7 @@ Status Trainer::checkpoint(int steps_done) {
 }
 
 Status Trainer::print_sample() {
-  COHORT_RETURN_IF_ERROR(pm_.data_parallel->gather_all());
+  COHORT_RETURN_IF_ERROR(parallel::prepare_for_inference(pm_));
   std::unique_ptr<text::Tokenizer> tokenizer = std::make_unique<text::ByteTokenizer>();
   if (!tokenizer_dir_.empty()) {
     COHORT_ASSIGN_OR_RETURN(hf::ModelFolder folder, hf::ModelFolder::open(tokenizer_dir_));

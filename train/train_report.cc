@@ -60,7 +60,9 @@ void TrainReporter::append(const json& row) {
   json stamped = row;
   stamped["time"] = unix_seconds();
   std::ofstream out(metrics_path_, std::ios::app);
-  out << stamped.dump() << "\n";
+  // A sample's text may be bytes a small model strung together that are
+  // not UTF-8: written with U+FFFD in their place rather than thrown.
+  out << stamped.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   if (!tensorboard_) return;
   // Every numeric figure of the row but its step and time, under the same name.
   std::vector<std::pair<std::string, float>> scalars;
@@ -78,7 +80,7 @@ void TrainReporter::touch_progress(const json& row) {
   if (progress_path_.empty()) return;
   // Written whole and renamed, so a reader never sees half a line; the
   // agent reads the modification time for hang detection.
-  (void)write_file_atomically(progress_path_, row.dump() + "\n");  // a missed touch only delays hang detection
+  (void)write_file_atomically(progress_path_, row.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");  // a missed touch only delays hang detection
 }
 
 void TrainReporter::step(const StepReport& r) {

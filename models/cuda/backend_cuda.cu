@@ -157,6 +157,11 @@ class CudaBackendImpl final : public CudaBackend {
     }
     check_launch();
   }
+  void dequantize_rows(float* dst, const quant::RowPackedView& w) override {
+    cuda::OpTimes::Scope timed(&op_times_, "dequantize_rows", stream_);
+    cuda::dequantize_rows_f32(dst, w, stream_);
+    check_launch();
+  }
   std::unique_ptr<CopyPlan> make_copy_plan(const std::vector<CopyRange>& ranges) override {
     auto plan = std::make_unique<CudaCopyPlan>();
     std::vector<cuda::DeviceCopyRange> table;

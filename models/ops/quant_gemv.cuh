@@ -10,7 +10,7 @@
 // scales that sum once. Integer codes become floats by the exponent trick:
 // 0x4B000000 | c is the float 2^23 + c, and subtracting 2^23 + zero leaves
 // c - zero exactly, two instructions a code. e4m3 pairs convert with
-// Hopper's cvt to f16x2.
+// Hopper's cvt to f16x2; NF4 codes index its table of levels.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -28,14 +28,29 @@ constexpr int kQuantGemvUnroll = 4;
 
 template <quant::CodeKind K>
 constexpr int piece_columns() {
-  return K == quant::CodeKind::kUint4 ? 32 : 16;
+  return K == quant::CodeKind::kUint4 || K == quant::CodeKind::kNf4 ? 32 : 16;
 }
+
+// NF4's 16 levels (models/quant/nf4.h). A piece's codes index them all at
+// once from constant memory; the lookups serialise where lanes differ,
+// which the expansion kernels (the QLoRA base) can afford.
+__constant__ float kNf4LevelTable[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+    0.7229568362236023f, 1.0f};
 
 // v[j] = value(code j of the piece) - zero.
 template <quant::CodeKind K>
 __device__ __forceinline__ void decode_piece(const uint4& piece, float zero, float (&v)[piece_columns<K>()]) {
   const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
-  if constexpr (K == quant::CodeKind::kE4m3) {
+  if constexpr (K == quant::CodeKind::kNf4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * i + j] = kNf4LevelTable[(words[i] >> (4 * j)) & 0xfu];
+    }
+  } else if constexpr (K == quant::CodeKind::kE4m3) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -160,8 +175,18 @@ __global__ void __launch_bounds__(32 * kQuantGemvWarps) quant_gemv_kernel(float*
   }
 }
 
-template <quant::CodeKind K>
-__global__ void dequantize_rows_bf16_kernel(Bf16Bits* out, RowPackedView w) {
+// Stores 8 consecutive values of a row: bf16 or fp32.
+__device__ __forceinline__ void store8(Bf16Bits* dst, const float* v) {
+  *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+                                              pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+}
+__device__ __forceinline__ void store8(float* dst, const float* v) {
+  reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+template <quant::CodeKind K, typename Out>
+__global__ void dequantize_rows_kernel(Out* out, RowPackedView w) {
   constexpr int C = piece_columns<K>();
   const int pieces = w.cols / C, groups = (w.cols + w.group - 1) / w.group;
   const size_t total = static_cast<size_t>(w.rows) * pieces;
@@ -174,17 +199,16 @@ __global__ void dequantize_rows_bf16_kernel(Bf16Bits* out, RowPackedView w) {
     float v[C];
     decode_piece<K>(__ldg(reinterpret_cast<const uint4*>(w.codes) + i), w.zeros ? __ldg(w.zeros + g) : 0.0f, v);
     const float scale = __ldg(w.scales + g);
-    uint4* dst = reinterpret_cast<uint4*>(out + n * w.cols + static_cast<size_t>(p) * C);
+    Out* dst = out + n * w.cols + static_cast<size_t>(p) * C;
 #pragma unroll
-    for (int c = 0; c < C; c += 8) {
-      dst[c / 8] = make_uint4(pack_bf16x2(scale * v[c], scale * v[c + 1]), pack_bf16x2(scale * v[c + 2], scale * v[c + 3]),
-                              pack_bf16x2(scale * v[c + 4], scale * v[c + 5]), pack_bf16x2(scale * v[c + 6], scale * v[c + 7]));
-    }
+    for (int c = 0; c < C; ++c) v[c] *= scale;
+#pragma unroll
+    for (int c = 0; c < C; c += 8) store8(dst + c, v + c);
   }
 }
 
 bool quant_gemv_supported(const RowPackedView& w, int n) {
-  const int C = w.kind == quant::CodeKind::kUint4 ? 32 : 16;
+  const int C = 128 / quant::code_bits(w.kind);  // columns a 16-byte piece holds
   return n >= 1 && n <= kQuantGemvMaxRows && w.cols % C == 0 && w.group % C == 0 &&
          reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
 }
@@ -198,6 +222,7 @@ void with_kind(quant::CodeKind kind, F&& f) {
     case quant::CodeKind::kUint4: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kUint4>{}); break;
     case quant::CodeKind::kUint8: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kUint8>{}); break;
     case quant::CodeKind::kE4m3: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kE4m3>{}); break;
+    case quant::CodeKind::kNf4: f(std::integral_constant<quant::CodeKind, quant::CodeKind::kNf4>{}); break;
   }
 }
 
@@ -235,13 +260,22 @@ void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, i
   });
 }
 
-void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* stream) {
+template <typename Out>
+void dequantize_rows(Out* out, const RowPackedView& w, CUstream_st* stream) {
   with_kind(w.kind, [&](auto kind) {
     constexpr quant::CodeKind K = decltype(kind)::value;
     const size_t pieces = static_cast<size_t>(w.rows) * (w.cols / piece_columns<K>());
     const unsigned blocks = static_cast<unsigned>(std::min<size_t>((pieces + 255) / 256, 4096));
-    launch_dependent(dequantize_rows_bf16_kernel<K>, blocks, 256, 0, stream, out, w);
+    if (blocks > 0) launch_dependent(dequantize_rows_kernel<K, Out>, blocks, 256, 0, stream, out, w);
   });
+}
+
+void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* stream) {
+  dequantize_rows(out, w, stream);
+}
+
+void dequantize_rows_f32(float* out, const RowPackedView& w, CUstream_st* stream) {
+  dequantize_rows(out, w, stream);
 }
 
 }  // namespace cohort::models::cuda

@@ -26,14 +26,8 @@
 
 namespace cohort::models {
 
-// A RowPackedWeight's buffers in device memory.
-struct RowPackedView {
-  quant::CodeKind kind = quant::CodeKind::kUint8;
-  int rows = 0, cols = 0, group = 0;
-  const uint8_t* codes = nullptr;  // [rows, cols * bits / 8], 16-byte aligned rows
-  const float* scales = nullptr;   // [rows, groups]
-  const float* zeros = nullptr;    // [rows, groups], or null: all zero
-};
+// A RowPackedWeight's buffers (device memory for the CUDA kernels).
+using RowPackedView = quant::RowPackedView;
 
 namespace cpu {
 
@@ -53,8 +47,9 @@ void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUst
 void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
                        CUstream_st* stream);
 // All of W as bf16 [rows, cols] (each element scale * (value - zero) in
-// fp32, rounded to nearest even).
+// fp32, rounded to nearest even), or as fp32 (exactly the reference's).
 void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* stream);
+void dequantize_rows_f32(float* out, const RowPackedView& w, CUstream_st* stream);
 
 }  // namespace cuda
 }  // namespace cohort::models

@@ -11,6 +11,7 @@
 
 #include "models/quant/fp8_e4m3.h"
 #include "models/quant/formats.h"
+#include "models/quant/nf4.h"
 
 namespace cohort::models::quant {
 namespace {
@@ -33,7 +34,7 @@ Status check_shape(const QuantizedWeight& w, CodeKind kind, int64_t group) {
 }
 
 void put_code(RowPackedWeight& out, int64_t n, int64_t k, int code) {
-  if (out.kind == CodeKind::kUint4) {
+  if (code_bits(out.kind) == 4) {
     uint8_t& byte = out.codes[size_t(n * out.row_bytes() + k / 2)];
     byte = uint8_t(k % 2 == 0 ? (byte & 0xf0) | code : (byte & 0x0f) | (code << 4));
   } else {
@@ -83,6 +84,22 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
   return out;
 }
 
+// Each group's scale of a format whose value is scale · level: the
+// dequantizer's output for a weight whose every packed byte is `unit` (the
+// code of 1.0), at the group's first column.
+void take_unit_scales(const QuantizedWeight& w, uint8_t unit_byte, RowPackedWeight& out) {
+  const int64_t groups = out.groups();
+  out.scales.resize(size_t(w.rows * groups));
+  std::vector<uint8_t> ones(w.packed.size(), unit_byte);
+  PackedWeightView unit = view_of(w);
+  unit.packed = ones.data();
+  std::vector<float> row(size_t(w.cols));
+  for (int64_t n = 0; n < w.rows; ++n) {
+    dequantize_view_rows(unit, n, n + 1, row.data());
+    for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = row[size_t(g * out.group)];
+  }
+}
+
 // e4m3: the bytes as they are; each group's scale from the dequantizer's
 // output for a weight of ones (the tile, tensor or row scale).
 Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
@@ -93,16 +110,29 @@ Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
   if (w.format != WeightFormat::kFp8Block && w.cols % 128 != 0) out.group = w.cols;
   COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, out.group));
   out.codes = w.packed;
-  const int64_t groups = out.groups();
-  out.scales.resize(size_t(w.rows * groups));
-  std::vector<uint8_t> ones(w.packed.size(), kE4m3One);
-  PackedWeightView unit = view_of(w);
-  unit.packed = ones.data();
-  std::vector<float> row(size_t(w.cols));
-  for (int64_t n = 0; n < w.rows; ++n) {
-    dequantize_view_rows(unit, n, n + 1, row.data());
-    for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = row[size_t(g * out.group)];
+  take_unit_scales(w, kE4m3One, out);
+  return out;
+}
+
+// NF4: the level index of each element (two a byte, the first of the
+// flattened weight in the high nibble), the block's absmax from the
+// dequantizer's output for the level 1.0.
+Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
+  RowPackedWeight out;
+  out.kind = CodeKind::kNf4;
+  out.rows = w.rows, out.cols = w.cols, out.group = w.group_size;
+  if (w.cols % w.group_size != 0) {
+    return weight_error(w, "its NF4 blocks of " + std::to_string(w.group_size) + " cross rows of " +
+                               std::to_string(w.cols) + " (in_features must be a multiple of the block)");
   }
+  COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, out.group));
+  out.codes.assign(size_t(w.rows * out.row_bytes()), 0);
+  for (int64_t e = 0; e < w.rows * w.cols; ++e) {
+    const uint8_t byte = w.packed[size_t(e / 2)];
+    put_code(out, e / w.cols, e % w.cols, e % 2 == 0 ? byte >> 4 : byte & 0xf);
+  }
+  constexpr uint8_t kLevelOnePair = 0xff;  // kNf4Levels[15] == 1, in both nibbles
+  take_unit_scales(w, kLevelOnePair, out);
   return out;
 }
 
@@ -113,11 +143,12 @@ const char* to_string(CodeKind kind) {
     case CodeKind::kUint4: return "uint4";
     case CodeKind::kUint8: return "uint8";
     case CodeKind::kE4m3: return "e4m3";
+    case CodeKind::kNf4: return "nf4";
   }
   return "?";
 }
 
-int code_bits(CodeKind kind) { return kind == CodeKind::kUint4 ? 4 : 8; }
+int code_bits(CodeKind kind) { return kind == CodeKind::kUint4 || kind == CodeKind::kNf4 ? 4 : 8; }
 
 Result<RowPackedWeight> pack_rows(const QuantizedWeight& weight) {
   COHORT_RETURN_IF_ERROR(validate(weight));
@@ -146,7 +177,8 @@ Result<RowPackedWeight> pack_rows(const QuantizedWeight& weight) {
       packed = pack_integer(weight, weight.group_size, 0);
       break;
     case WeightFormat::kNf4:
-      return weight_error(weight, "NF4 is a table of levels, not an affine code: no row layout");
+      packed = pack_nf4(weight);
+      break;
   }
   if (packed.is_ok()) packed->format = weight.describe();
   return packed;
@@ -176,20 +208,33 @@ Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts) {
   return out;
 }
 
-void dequantize(const RowPackedWeight& w, float* out) {
-  const int64_t groups = w.groups(), stride = w.row_bytes();
+RowPackedView view_of(const RowPackedWeight& w) {
+  RowPackedView v;
+  v.kind = w.kind, v.rows = int(w.rows), v.cols = int(w.cols), v.group = int(w.group);
+  v.codes = w.codes.data(), v.scales = w.scales.data();
+  v.zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+  return v;
+}
+
+void dequantize(const RowPackedWeight& w, float* out) { dequantize(view_of(w), out); }
+
+void dequantize(const RowPackedView& w, float* out) {
+  const int64_t cols = w.cols, groups = (cols + w.group - 1) / w.group;
+  const int64_t stride = cols * code_bits(w.kind) / 8;
   for (int64_t n = 0; n < w.rows; ++n) {
-    const uint8_t* row = w.codes.data() + n * stride;
-    for (int64_t k = 0; k < w.cols; ++k) {
+    const uint8_t* row = w.codes + n * stride;
+    for (int64_t k = 0; k < cols; ++k) {
       const size_t g = size_t(n * groups + k / w.group);
+      const int nibble = k % 2 == 0 ? row[k / 2] & 0xf : row[k / 2] >> 4;
       float value;
       switch (w.kind) {
-        case CodeKind::kUint4: value = float(k % 2 == 0 ? row[k / 2] & 0xf : row[k / 2] >> 4); break;
+        case CodeKind::kUint4: value = float(nibble); break;
+        case CodeKind::kNf4: value = kNf4Levels[nibble]; break;
         case CodeKind::kUint8: value = float(row[k]); break;
         default: value = e4m3_to_float(row[k]); break;
       }
-      const float zero = w.zeros.empty() ? 0.0f : w.zeros[g];
-      out[n * w.cols + k] = w.scales[g] * (value - zero);
+      const float zero = w.zeros ? w.zeros[g] : 0.0f;
+      out[n * cols + k] = w.scales[g] * (value - zero);
     }
   }
 }

@@ -5,14 +5,17 @@
 //
 //   W[n, k] = scale[n, g] * (value(code[n, k]) - zero[n, g]),  g = k / group
 //
-// with value() the code as an unsigned integer (4 or 8 bits) or as an e4m3
-// number. Every format maps onto it exactly:
+// with value() the code as an unsigned integer (4 or 8 bits), as an e4m3
+// number, or as one of NF4's 16 levels. Every format maps onto it exactly:
 //   int8, int4 (cohort's, symmetric)  code = q + 128 / q + 8, zero 128 / 8
 //   gptq (4 or 8 bits), awq           code = q, zero = the stored zero (+1
 //                                     for GPTQ v1 checkpoints), their scale
 //   fp8-block / -tensor / -channel    code = the e4m3 byte, zero 0, the
 //                                     scale of the element's tile, tensor
 //                                     or row
+//   nf4                               code = the level's index, zero 0, the
+//                                     block's (double-quantized) absmax,
+//                                     groups of the 64-value block
 // so one kernel family serves them all, reading a weight row as the bf16
 // GEMV does (a warp per output row, 16-byte loads along the input). A 4-bit
 // row holds two codes a byte, the even column in the low nibble.
@@ -22,10 +25,10 @@
 // other rows; a row-contiguous layout gives the decode GEMV coalesced
 // loads and one code path for every format.
 //
-// Not representable (pack_rows refuses, naming the weight): NF4 (a table,
-// not an affine code), GPTQ with act-order (a column's group is not
-// k / group), groups that are not whole multiples of a 16-byte load of
-// codes (32 columns at 4 bits, 16 at 8), and input widths that are not.
+// Not representable (pack_rows refuses, naming the weight): GPTQ with
+// act-order (a column's group is not k / group), NF4 blocks that cross rows,
+// groups that are not whole multiples of a 16-byte load of codes (32 columns
+// at 4 bits, 16 at 8), and input widths that are not.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +40,7 @@
 
 namespace cohort::models::quant {
 
-enum class CodeKind { kUint4, kUint8, kE4m3 };
+enum class CodeKind { kUint4, kUint8, kE4m3, kNf4 };
 const char* to_string(CodeKind kind);
 int code_bits(CodeKind kind);
 
@@ -59,6 +62,17 @@ struct RowPackedWeight {
 // cannot hold.
 Result<RowPackedWeight> pack_rows(const QuantizedWeight& weight);
 
+// A RowPackedWeight's buffers borrowed, in host memory or (uploaded by an
+// engine or backend) in device memory: what kernels and backends take.
+struct RowPackedView {
+  CodeKind kind = CodeKind::kUint8;
+  int rows = 0, cols = 0, group = 0;
+  const uint8_t* codes = nullptr;  // [rows, cols * bits / 8], 16-byte aligned rows
+  const float* scales = nullptr;   // [rows, groups]
+  const float* zeros = nullptr;    // [rows, groups], or null: all zero
+};
+RowPackedView view_of(const RowPackedWeight& weight);
+
 // Rows of several weights one above the other (q|k|v, gate|up): the same
 // code kind, width and group; zeros kept when any part has them.
 Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts);
@@ -67,5 +81,7 @@ Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts);
 // scale * (value - zero) (exact for the integer formats, whose products fit
 // float's mantissa), equal to dequantize() of the weight it was packed from.
 void dequantize(const RowPackedWeight& weight, float* out);
+// The same from a host view.
+void dequantize(const RowPackedView& weight, float* out);
 
 }  // namespace cohort::models::quant

@@ -69,12 +69,11 @@ TEST(LoraSection, UnknownModuleIsRefusedAtItsEntryWithTheNearestName) {
              "lora.target_modules: expected a string or an array of strings");
 }
 
-TEST(LoraSection, QuantizedBasesAreRefusedAsNotAvailableYet) {
+TEST(LoraSection, QuantizedBasesAreAcceptedAndOthersRefused) {
   for (const char* dtype : {"nf4", "fp8"}) {
     auto r = load(lora_job(std::string("base_dtype = \"") + dtype + "\"\n"));
-    auto e = error_with(r, std::string("lora.base_dtype: \"") + dtype + "\" is not available yet");
-    EXPECT_EQ(e.line, 11);
-    EXPECT_EQ(e.column, 14);
+    ASSERT_TRUE(r.ok()) << r.error_text();
+    EXPECT_EQ(r.spec.lora.base_dtype, dtype);
   }
   error_with(load(lora_job("base_dtype = \"int8\"\n")), "lora.base_dtype: unknown value \"int8\"");
 }
@@ -187,11 +186,9 @@ TEST(LoraSection, ValidatePrintsThePlanAndItsShareOfTheModel) {
   out.clear();
   ASSERT_EQ(
       run(cohort + " validate " + (dir / "job.toml").string() + " --set lora.base_dtype=nf4", &out),
-      2)
+      0)
       << out;
-  EXPECT_NE(out.find("--set lora.base_dtype=nf4: lora.base_dtype: \"nf4\" is not available yet"),
-            std::string::npos)
-      << out;
+  EXPECT_NE(out.find("frozen base nf4"), std::string::npos) << out;
   // With an adapter folder, its adapter_config.json sets the shape.
   std::filesystem::create_directories(dir / "adapter");
   std::ofstream(dir / "adapter" / "adapter_config.json")

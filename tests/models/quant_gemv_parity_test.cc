@@ -1,9 +1,9 @@
 // The quantized decode projections (models/ops/quant_gemv.h) against their
 // CPU reference on fresh random inputs, for every code kind the row layout
 // has (int4 and int8 as cohort quantizes, GPTQ 4 and 8 bits and AWQ as the
-// checkpoints pack them, FP8 with block scales), every row count the GEMV
-// serves, plain, accumulating and SwiGLU forms, and the bf16 expansion the
-// engine uses beyond them. Part of models_decode_ops_parity_test; skips with
+// checkpoints pack them, FP8 with block scales, NF4), every row count the
+// GEMV serves, plain, accumulating and SwiGLU forms, and the bf16 and fp32
+// expansions the engine and the QLoRA base use. Part of models_decode_ops_parity_test; skips with
 // a message where no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -31,8 +31,9 @@ quant::RowPackedWeight make_weight(const std::string& format, int out, int in, u
     w.name = format, w.rows = out, w.cols = in, w.bits = bits, w.group_size = 128;
     w.packed = t.qweight, w.zeros = t.qzeros, w.scales = t.scales;
   } else {
-    const auto f = format == "int4" ? quant::WeightFormat::kInt4
+    const auto f = format == "int4"   ? quant::WeightFormat::kInt4
                    : format == "int8" ? quant::WeightFormat::kInt8
+                   : format == "nf4"  ? quant::WeightFormat::kNf4
                                       : quant::WeightFormat::kFp8Block;
     const auto values = quant::testing::random_weights(size_t(out) * in, seed);
     w = *quant::quantize(f, format, values.data(), out, in);
@@ -54,7 +55,7 @@ class QuantGemvParity : public DecodeOpsParity {
   }
 };
 
-const char* const kFormats[] = {"int4", "int8", "fp8", "gptq4", "gptq8", "awq"};
+const char* const kFormats[] = {"int4", "int8", "fp8", "gptq4", "gptq8", "awq", "nf4"};
 
 TEST_F(QuantGemvParity, EachCodeKindMatchesTheCpuProjectionForEachRowCount) {
   for (const char* format : kFormats) {
@@ -96,6 +97,18 @@ TEST_F(QuantGemvParity, AccumulateAndSwigluFormsMatch) {
     Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
     cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
     EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+  }
+}
+
+TEST_F(QuantGemvParity, Fp32ExpansionIsTheLayoutsDequantization) {
+  for (const char* format : kFormats) {
+    SCOPED_TRACE(format);
+    const auto w = make_weight(format, 96, 1024, 56);
+    std::vector<float> want(size_t(w.rows * w.cols));
+    quant::dequantize(w, want.data());
+    float* out = up(std::vector<float>(want.size(), NAN));
+    cuda::dequantize_rows_f32(out, upload(w), stream_);
+    EXPECT_EQ(down(out, want.size()), want);
   }
 }
 

@@ -134,5 +134,21 @@ TEST(LoraTraining, StrategiesHoldGradientsAndMomentsForTheAdaptersOnly) {
   }
 }
 
+// QLoRA: a base held as NF4 (or FP8) and expanded a block at a time trains
+// the adapters exactly as an fp32 base whose projections were round-tripped
+// through the format on load, on one rank and sharded over two.
+TEST(QLora, AQuantizedBaseTrainsAsTheRoundTrippedOne) {
+  for (const char* format : {"nf4", "fp8"}) {
+    Env round_trip = kLora, quantized = kLora;
+    round_trip.push_back({"COHORT_TEST_BASE_ROUND_TRIP", format});
+    quantized.push_back({"COHORT_TEST_LORA_BASE", format});
+    const std::string f(format);
+    const WorkerRun want = run("rt_" + f, "ddp", 1, 1, kGlobalBatch, round_trip);
+    expect_same_training(want, run("q_" + f, "ddp", 1, 1, kGlobalBatch, quantized), 1e-6, 1e-6, f + " one rank");
+    expect_same_training(want, run("q_fsdp2_" + f, "fsdp2", 2, 1, kGlobalBatch / 4, quantized), 1e-5, 1e-5,
+                         f + " fsdp2 on 2 ranks, accumulating");
+  }
+}
+
 }  // namespace
 }  // namespace cohort::parallel

@@ -16,6 +16,8 @@
 // projection (alpha 2 · rank, fp32 base) instead of the whole model; the
 // params file then holds the adapters and COHORT_TEST_BASE_CHECK=1 adds the
 // frozen base's tensors, so that a test sees it unchanged.
+// COHORT_TEST_LORA_BASE=nf4|fp8 holds that base quantized (QLoRA), and
+// COHORT_TEST_BASE_ROUND_TRIP=nf4|fp8 round-trips it through the format on load instead.
 // COHORT_TEST_CHECKPOINTING (none | selective | full) sets activation
 // checkpointing.
 // COHORT_TEST_PRESET names the model (default tiny; tiny-moe for experts),
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "collective/bootstrap.h"
+#include "hf/load_quantization.h"
 #include "models/backend.h"
 #include "models/config.h"
 #include "models/cuda_backend.h"
@@ -153,10 +156,22 @@ int main(int argc, char** argv) {
     models::LoraConfig lora;
     lora.rank = lora_rank, lora.alpha = 2.0 * lora_rank, lora.base_dtype = models::DType::kF32;
     lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
+    const std::string base = env_or("COHORT_TEST_LORA_BASE", "");
+    if (base == "nf4") lora.base_format = models::LoraConfig::BaseFormat::kNf4;
+    if (base == "fp8") lora.base_format = models::LoraConfig::BaseFormat::kFp8;
     pc.lora = lora;
   }
+  // COHORT_TEST_BASE_ROUND_TRIP=nf4|fp8: the base's projections through
+  // that format on load, what a quantized base must train like.
+  const std::string round_trip = env_or("COHORT_TEST_BASE_ROUND_TRIP", "");
   auto pm = parallel::parallelize(
-      *config, comm.get(), backend.get(), pc, [](models::Model& m) { m.init_weights(42); return Status::ok(); },
+      *config, comm.get(), backend.get(), pc,
+      [&round_trip](models::Model& m) {
+        m.init_weights(42);
+        if (round_trip.empty()) return Status::ok();
+        return hf::quantize_round_trip(m, round_trip == "nf4" ? models::quant::WeightFormat::kNf4
+                                                             : models::quant::WeightFormat::kFp8Block);
+      },
       [](models::LoraAdapters& a) { a.init(43); return Status::ok(); });
   if (!pm) return fail("parallelize", pm.status());
   models::ActivationCheckpointing checkpointing = models::ActivationCheckpointing::kNone;

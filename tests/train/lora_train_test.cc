@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 
+#include "hf/load_quantization.h"
 #include "hf/peft_adapter.h"
 #include "hf/weights.h"
 #include "models/lora.h"
@@ -59,7 +61,7 @@ struct AdaptedFromFolder {
   std::unique_ptr<models::Backend> backend = models::make_cpu_backend();
   std::unique_ptr<models::Model> model;
   std::unique_ptr<models::LoraAdapters> lora;
-  explicit AdaptedFromFolder(const fs::path& adapter) {
+  explicit AdaptedFromFolder(const fs::path& adapter, bool nf4_base = false) {
     auto config = hf::read_peft_config(adapter.string());
     EXPECT_TRUE(config.is_ok()) << config.status().to_string();
     model = std::move(models::Model::create(*models::preset_config("tiny"), {}, backend.get(), {},
@@ -67,6 +69,7 @@ struct AdaptedFromFolder {
                           .value());
     model->init_weights(1234);  // train.seed's default
     models::round_frozen_base(*model, DType::kBF16);
+    if (nf4_base) EXPECT_TRUE(hf::quantize_round_trip(*model, models::quant::WeightFormat::kNf4).is_ok());
     lora = std::move(models::LoraAdapters::create(*model, config->lora).value());
     Status loaded = hf::load_peft_adapter(adapter.string(), *lora);
     EXPECT_TRUE(loaded.is_ok()) << loaded.to_string();
@@ -214,6 +217,32 @@ TEST(LoraRun, MergedExportGivesTheAdaptedLogits) {
                                   make_scratch("lora_plain_export").string(), DType::kF32, true);
   EXPECT_NE(refused.message().find("is a full-model checkpoint"), std::string::npos)
       << refused.to_string();
+}
+
+// QLoRA end to end: a run on an NF4 base trains, prints its sample (bytes
+// a barely trained model strings together, which metrics.jsonl must hold
+// as valid JSON), and its merged export is the adapters on the base
+// round-tripped through NF4.
+TEST(LoraRun, AnNf4BaseTrainsSamplesAndMergesIntoItsRoundTrippedBase) {
+  TrainJob job = lora_job("zero2");
+  job.extra += "base_dtype = \"nf4\"\n";
+  fs::path dir = run_job("qlora", job, 2, {"train.sample_tokens=32"});
+  std::ifstream metrics(dir / "out" / "metrics.jsonl");
+  bool sampled = false;
+  for (std::string line; std::getline(metrics, line);) {
+    auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(row.is_discarded()) << line;
+    sampled = sampled || row.contains("sample");
+  }
+  EXPECT_TRUE(sampled);
+  const std::string ckpt = parallel::latest_checkpoint((dir / "out").string());
+  AdaptedFromFolder adapted(fs::path(ckpt) / "adapter", /*nf4_base=*/true);
+  fs::path merged = make_scratch("qlora_merged");
+  ASSERT_TRUE(parallel::export_checkpoint(ckpt, merged.string(), DType::kF32, /*merge=*/true).is_ok());
+  auto backend = models::make_cpu_backend();
+  auto exported = hf::load_model(merged.string(), {}, backend.get());
+  ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
+  EXPECT_LT(max_abs_difference(logits_of(**exported), logits_of(*adapted.model)), 1e-4);
 }
 
 int run_command(const std::string& command, std::string* output) {

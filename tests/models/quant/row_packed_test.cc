@@ -1,7 +1,7 @@
 // The row layout the CUDA projections read (models/quant/row_packed.h):
-// every format it takes packs to codes, scales and zeros whose
-// dequantization equals the format's own, bit for bit; what it cannot hold
-// is refused by name.
+// every format (NF4's table of levels included) packs to codes, scales and
+// zeros whose dequantization equals the format's own, bit for bit; what it
+// cannot hold is refused by name.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -71,6 +71,7 @@ TEST(RowPacked, EveryAffineFormatDequantizesAsItsOwnDefinition) {
     expect_same_numbers(integer_checkpoint(WeightFormat::kGptq, 8, 64, false, zeros, 8));
   }
   expect_same_numbers(integer_checkpoint(WeightFormat::kAwq, 4, 64, false, GptqZeros::kStored, 9));
+  expect_same_numbers(made(WeightFormat::kNf4, 12));
 }
 
 TEST(RowPacked, CodesAndZerosAreTheFormatsOwn) {
@@ -98,7 +99,6 @@ TEST(RowPacked, WhatTheLayoutCannotHoldIsRefusedByName) {
     EXPECT_NE(r.status().message().find(w.name), std::string::npos) << r.status().message();
     EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
   };
-  refused(made(WeightFormat::kNf4, 12), "NF4");
   refused(integer_checkpoint(WeightFormat::kGptq, 4, 64, true, GptqZeros::kStored, 13), "act-order");
   refused(made(WeightFormat::kInt4, 14, 16), "multiples of 32");
   // GPTQ checkpoints written without act-order still store g_idx = k / group: accepted.

@@ -1,0 +1,144 @@
+// QuantizedBase (quantized_base.h).
+#include "models/quantized_base.h"
+
+#include <string>
+
+#include "base/check.h"
+#include "models/quant/row_packed.h"
+
+namespace cohort::models {
+
+Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant::WeightFormat format) {
+  if (format != quant::WeightFormat::kNf4 && format != quant::WeightFormat::kFp8Block) {
+    return invalid_argument(std::string("a quantized frozen base is nf4 or fp8, not ") + quant::to_string(format));
+  }
+  std::unique_ptr<QuantizedBase> base(new QuantizedBase(model));
+  const ParamLayout& layout = model.layout();
+  for (int l = 0; l < model.config().layers; ++l) {
+    COHORT_RETURN_IF_ERROR(base->add_block(layout.block_group(l), format));
+  }
+  for (const Block& b : base->blocks_) model.set_group_buffers(b.group, nullptr, model.grads(b.group));
+  model.release_own_buffers();
+  return base;
+}
+
+QuantizedBase::~QuantizedBase() {
+  Backend& be = model_.backend();
+  for (Block& b : blocks_) {
+    if (b.expanded) {
+      model_.set_group_buffers(b.group, nullptr, model_.grads(b.group));
+      be.free(b.expanded);
+    }
+  }
+  for (auto& [numel, buffers] : free_)
+    for (float* p : buffers) be.free(p);
+  for (void* p : owned_) be.free(p);
+}
+
+void* QuantizedBase::keep(size_t bytes) {
+  void* p = model_.backend().alloc(bytes);
+  owned_.push_back(p);
+  stored_bytes_ += bytes;
+  return p;
+}
+
+Status QuantizedBase::add_block(int group, quant::WeightFormat format) {
+  Backend& be = model_.backend();
+  const ParamGroup& spec = model_.layout().groups[group];
+  std::vector<float> host(spec.numel);
+  be.copy_to_host(host.data(), model_.params(group), spec.numel * sizeof(float));
+  Block block;
+  block.group = group;
+  block.numel = spec.numel;
+  unquantized_bytes_ += spec.numel * sizeof(float);
+  auto upload = [&](const void* data, size_t bytes) {
+    void* p = keep(bytes);
+    be.copy_from_host(p, data, bytes);
+    return p;
+  };
+  for (const ParamSpec& p : spec.params) {
+    const float* values = host.data() + p.offset;
+    if (!is_projection_weight(p.name) || p.shape.size() != 2) {
+      block.kept.push_back({p.offset, p.numel, static_cast<float*>(upload(values, p.numel * sizeof(float)))});
+      continue;
+    }
+    COHORT_ASSIGN_OR_RETURN(const quant::QuantizedWeight q,
+                            quant::quantize(format, p.name, values, p.shape[0], p.shape[1]));
+    COHORT_ASSIGN_OR_RETURN(const quant::RowPackedWeight packed, quant::pack_rows(q));
+    Projection projection;
+    projection.offset = p.offset;
+    projection.view = quant::view_of(packed);
+    projection.view.codes = static_cast<const uint8_t*>(upload(packed.codes.data(), packed.codes.size()));
+    projection.view.scales = static_cast<const float*>(upload(packed.scales.data(), packed.scales.size() * 4));
+    if (!packed.zeros.empty()) {
+      projection.view.zeros = static_cast<const float*>(upload(packed.zeros.data(), packed.zeros.size() * 4));
+    }
+    block.projections.push_back(projection);
+  }
+  blocks_.push_back(std::move(block));
+  return Status::ok();
+}
+
+QuantizedBase::Block* QuantizedBase::block_of(int group) {
+  const int first = model_.layout().block_group(0);
+  if (group < first || group >= first + static_cast<int>(blocks_.size())) return nullptr;
+  return &blocks_[group - first];
+}
+
+void QuantizedBase::expand(int group) {
+  Block* b = block_of(group);
+  if (!b) return;
+  if (b->holds++ > 0) return;
+  Backend& be = model_.backend();
+  std::vector<float*>& spare = free_[b->numel];
+  if (spare.empty()) {
+    b->expanded = be.alloc_floats(b->numel);
+  } else {
+    b->expanded = spare.back();
+    spare.pop_back();
+  }
+  for (const Kept& k : b->kept) be.copy(b->expanded + k.offset, k.data, k.numel * sizeof(float));
+  for (const Projection& p : b->projections) be.dequantize_rows(b->expanded + p.offset, p.view);
+  model_.set_group_buffers(group, b->expanded, model_.grads(group));
+}
+
+void QuantizedBase::drop(int group) {
+  Block* b = block_of(group);
+  if (!b) return;
+  COHORT_CHECK(b->holds > 0);
+  if (--b->holds > 0) return;
+  model_.set_group_buffers(group, nullptr, model_.grads(group));
+  free_[b->numel].push_back(b->expanded);
+  b->expanded = nullptr;
+}
+
+void QuantizedBase::expand_all() {
+  for (Block& b : blocks_) {
+    if (b.holds >= kPinned) continue;
+    expand(b.group);
+    b.holds += kPinned - 1;
+  }
+}
+
+ModelHooks QuantizedBase::wrap(ModelHooks inner) {
+  ModelHooks hooks;
+  hooks.before_forward = [this, f = inner.before_forward](int g) {
+    expand(g);
+    if (f) f(g);
+  };
+  hooks.after_forward = [this, f = inner.after_forward](int g) {
+    if (f) f(g);
+    drop(g);
+  };
+  hooks.before_backward = [this, f = inner.before_backward](int g) {
+    expand(g);
+    if (f) f(g);
+  };
+  hooks.after_backward = [this, f = inner.after_backward](int g) {
+    if (f) f(g);
+    drop(g);
+  };
+  return hooks;
+}
+
+}  // namespace cohort::models

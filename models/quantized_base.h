@@ -1,0 +1,86 @@
+// QLoRA's frozen base: every decoder block's projection weights
+// (models::is_projection_weight: q/k/v/o_proj, gate/up/down_proj) held
+// quantized in the backend's memory, NF4 with double quantization (blocks
+// of 64, as QLoRA and bitsandbytes define it) or FP8 with 128 x 128 block
+// scales, in the row layout (models/quant/row_packed.h); the block's other
+// parameters (norms, biases, a router) are kept as they are. A block is
+// expanded to fp32 just before its forward or backward and dropped after,
+// so the base costs its quantized bytes plus a block or two at a time,
+// while the adapters (lora.h) train on it exactly as on a base whose
+// weights were round-tripped through the format.
+//
+// It runs through the model's hooks: wrap() puts expand/drop around the
+// hooks the data-parallel engine installed. Inference passes run no hooks:
+// expand_all() keeps every block expanded (a training job's sample).
+//
+// The embedding and head groups stay resident in the model (rounded to the
+// base's dtype by the caller, as a bf16 base's are). Not thread-safe: the
+// model's training thread drives it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "models/model.h"
+#include "models/quant/quantized_weight.h"
+
+namespace cohort::models {
+
+class QuantizedBase {
+ public:
+  // Quantizes `model`'s loaded block projections into `format` (kNf4 or
+  // kFp8Block), uploads them and what else each block holds, and frees the
+  // model's own block buffers; errors name the weight the format cannot
+  // take. Borrows the model, which must outlive it.
+  static Result<std::unique_ptr<QuantizedBase>> create(Model& model, quant::WeightFormat format);
+  ~QuantizedBase();
+  QuantizedBase(const QuantizedBase&) = delete;
+  QuantizedBase& operator=(const QuantizedBase&) = delete;
+
+  // `inner` with each block group expanded around its forward and its
+  // backward (inner's hooks run while it is expanded).
+  ModelHooks wrap(ModelHooks inner);
+  // Every block expanded and kept so (for passes without hooks).
+  void expand_all();
+  // Bytes of the quantized projections (codes and scales) and of the kept
+  // parameters, in the backend's memory.
+  size_t stored_bytes() const { return stored_bytes_; }
+  // What an fp32 base's blocks would take.
+  size_t unquantized_bytes() const { return unquantized_bytes_; }
+
+ private:
+  struct Projection {
+    size_t offset = 0;  // in the group buffer
+    quant::RowPackedView view;
+  };
+  struct Kept {
+    size_t offset = 0, numel = 0;
+    float* data = nullptr;
+  };
+  struct Block {
+    int group = 0;
+    size_t numel = 0;
+    std::vector<Projection> projections;
+    std::vector<Kept> kept;
+    float* expanded = nullptr;  // while expanded
+    int holds = 0;              // forward/backward passes holding it, or kPinned
+  };
+  static constexpr int kPinned = 1 << 20;
+
+  explicit QuantizedBase(Model& model) : model_(model) {}
+  Status add_block(int group, quant::WeightFormat format);
+  void expand(int group);
+  void drop(int group);
+  Block* block_of(int group);
+  void* keep(size_t bytes);
+
+  Model& model_;
+  std::vector<Block> blocks_;
+  std::map<size_t, std::vector<float*>> free_;  // expansion buffers by numel
+  std::vector<void*> owned_;                    // freed with this
+  size_t stored_bytes_ = 0, unquantized_bytes_ = 0;
+};
+
+}  // namespace cohort::models
