@@ -10,6 +10,8 @@
 
 #include "infer/lockstep.h"
 #include "hf/load_quantization.h"
+#include "hf/peft_adapter.h"
+#include "hf/peft_config.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
 #include "models/spec.h"
@@ -33,7 +35,24 @@ Result<std::unique_ptr<models::decode::ModelEngine>> model_engine(const jobs::Jo
   auto tp_comm = parallel::make_tensor_parallel_comm(&mesh.tp(), stream);
   COHORT_ASSIGN_OR_RETURN(auto model, models::Model::create(config, shard, backend.get(), tp_comm));
   COHORT_RETURN_IF_ERROR(load_infer_weights(spec.model, spec.infer.seed, *model));
-  return models::decode::ModelEngine::create(std::move(backend), std::move(model), slots, capacity);
+  // serve.adapters: each PEFT folder as adapters on this shard of the base,
+  // in the order the API names them (the table's, sorted by name).
+  std::vector<std::unique_ptr<models::LoraAdapters>> adapters;
+  if (spec.job.kind == jobs::JobKind::kServe) {
+    for (const auto& [name, folder] : spec.serve.adapters) {
+      const std::string where = "serve.adapters." + name + " (" + folder + ")";
+      auto peft = hf::read_peft_config(folder);
+      if (!peft.is_ok()) return peft.status().with_context(where);
+      auto made = models::LoraAdapters::create(*model, peft->lora);
+      if (!made.is_ok()) return made.status().with_context(where);
+      COHORT_RETURN_IF_ERROR(hf::load_peft_adapter(folder, **made).with_context(where));
+      adapters.push_back(std::move(*made));
+    }
+  }
+  COHORT_ASSIGN_OR_RETURN(auto engine,
+                          models::decode::ModelEngine::create(std::move(backend), std::move(model), slots, capacity));
+  for (auto& a : adapters) engine->add_adapter(std::move(a));
+  return engine;
 }
 
 #ifdef COHORT_HAVE_CUDA
@@ -86,6 +105,13 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 #ifdef COHORT_HAVE_CUDA
   models::set_serial_kernel_launches(debug.serial_launches);
   bool model_engine_wanted = debug.model_engine;
+  if (!model_engine_wanted && spec.job.kind == jobs::JobKind::kServe && !spec.serve.adapters.empty()) {
+    if (world.rank == 0) {
+      spdlog::info("serve: {} adapters beside the base run on the models library's CUDA engine (op by op)",
+                   spec.serve.adapters.size());
+    }
+    model_engine_wanted = true;
+  }
   if (!model_engine_wanted && !models::decode::cuda_graph_engine_supports(config)) {
     if (world.rank == 0) {
       spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "

@@ -51,6 +51,10 @@ Scheduler::Scheduler(models::decode::InferenceEngine& engine, SchedulerOptions o
 Status Scheduler::add(SequenceRequest request) {
   if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
   if (request.max_new_tokens < 1) return invalid_argument("max_new_tokens must be at least 1");
+  if (request.adapter < -1 || request.adapter >= engine_.adapters()) {
+    return invalid_argument("adapter " + std::to_string(request.adapter) + " is not one of the engine's " +
+                            std::to_string(engine_.adapters()));
+  }
   const int64_t need = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
   if (need > engine_.capacity()) {
     return invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +
@@ -231,6 +235,7 @@ int Scheduler::admit_next(int chunk, int64_t free) {
   }
   slot.busy = true;
   ++running_;
+  engine_.set_adapter(s, slot.req.adapter);
   return s;
 }
 

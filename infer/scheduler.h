@@ -71,6 +71,7 @@ struct SequenceRequest {
   // ("stop") once its text is a whole value.
   std::string constraint;
   std::shared_ptr<text::TokenConstraint> guide;
+  int adapter = -1;               // serve.adapters: the LoRA adapter it runs with (engine index; -1: the base)
   bool logprobs = false;          // report each chosen token's log-probability
   int top_logprobs = 0;           // and the k likeliest tokens' (with logprobs; 0: none)
 };

@@ -200,6 +200,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     o.max_live = serve.max_running + serve.max_queue;
     o.defaults.max_choices = o.max_live;
     o.defaults.model_name = serve.model_name;
+    for (const auto& entry : serve.adapters) o.defaults.adapters.push_back(entry.first);
     o.defaults.max_tokens = serve.max_tokens;
     o.defaults.sampling = models::SamplingParams{static_cast<float>(serve.temperature), serve.top_k,
                                                  static_cast<float>(serve.top_p), static_cast<uint64_t>(serve.seed)};

@@ -62,7 +62,7 @@ std::vector<int64_t> encode_step_input(const StepInput& in) {
                        float_bits(r.sampling.top_p), static_cast<int64_t>(r.sampling.seed),
                        static_cast<int64_t>(r.sampler_stream), r.logprobs ? 1 : 0,
                        float_bits(r.sampling.presence_penalty), float_bits(r.sampling.frequency_penalty),
-                       float_bits(r.sampling.repetition_penalty), r.sampling.min_tokens});
+                       float_bits(r.sampling.repetition_penalty), r.sampling.min_tokens, r.adapter});
     d.push_back(static_cast<int64_t>(r.prompt.size()));
     d.insert(d.end(), r.prompt.begin(), r.prompt.end());
     d.push_back(static_cast<int64_t>(r.stop_ids.size()));
@@ -98,6 +98,7 @@ Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text
     q.sampling.frequency_penalty = bits_float(r.next());
     q.sampling.repetition_penalty = bits_float(r.next());
     q.sampling.min_tokens = static_cast<int>(r.next());
+    q.adapter = static_cast<int>(r.next());
     for (size_t j = 0, m = r.count(); j < m && r.ok; ++j) q.prompt.push_back(static_cast<int32_t>(r.next()));
     for (size_t j = 0, m = r.count(); j < m && r.ok; ++j) q.stop_ids.push_back(static_cast<int32_t>(r.next()));
     for (size_t j = 0, m = r.count(); j < m && r.ok; ++j) {

@@ -238,6 +238,17 @@ void check_serve(JobSpec& spec, LoadContext& ctx) {
   if (spec.model.max_seq > 0 && s.context > spec.model.max_seq)
     ctx.error_at("serve.context", "serve.context: " + std::to_string(s.context) +
                                       " is longer than model.max_seq " + std::to_string(spec.model.max_seq));
+  // Adapters are named in requests' `model`: a name the base or another
+  // adapter has would be ambiguous.
+  constexpr size_t kMaxAdapters = 64;
+  if (s.adapters.size() > kMaxAdapters)
+    ctx.error_at("serve.adapters", "serve.adapters: " + std::to_string(s.adapters.size()) + " adapters; at most " +
+                                       std::to_string(kMaxAdapters));
+  for (const auto& [name, folder] : s.adapters) {
+    const std::string key = "serve.adapters." + name;
+    if (name == s.model_name || (s.model_name.empty() && name == spec.job.name))
+      ctx.error_at(key, key + ": the base model's name (serve.model_name); give the adapter another");
+  }
   // Every running sequence's next token is in every step.
   if (s.max_batched_tokens < s.max_running)
     ctx.error_at("serve.max_batched_tokens", "serve.max_batched_tokens: " + std::to_string(s.max_batched_tokens) +
@@ -370,6 +381,7 @@ void resolve_defaults(JobSpec& spec, const LoadContext& ctx, const std::string& 
   spec.infer.prompts = absolute(spec.infer.prompts, base("infer.prompts"));
   spec.lora.adapter = absolute(spec.lora.adapter, base("lora.adapter"));
   spec.model.adapter = absolute(spec.model.adapter, base("model.adapter"));
+  for (auto& [name, folder] : spec.serve.adapters) folder = absolute(folder, base("serve.adapters"));
   if (!ctx.given("train.min_lr")) spec.train.min_lr = spec.train.lr / 10;
   // The default sequence length never exceeds what the model supports.
   int max_seq = spec.model.max_seq > 0 ? spec.model.max_seq : preset_max_seq(spec.model.preset);

@@ -295,8 +295,9 @@ void read_section(JobSpec& spec, const std::string& section, const toml::table& 
     std::string key(k.str());
     std::string path = section + "." + key;
     ctx.note_key(path, origin_of(node, ctx, overrides));
-    const FieldDoc* field = find_field(section == "job" && key == "env" ? "job.env" : section,
-                                       section == "job" && key == "env" ? "" : key);
+    // A table documented as a whole ([job.env], [serve.adapters]) is its own field.
+    const FieldDoc* whole = find_field(section + "." + key, "");
+    const FieldDoc* field = whole ? whole : find_field(section, key);
     if (!field) {
       std::string near = nearest_name(key, keys_of_section(section));
       std::string hint = near.empty() ? other_section_hint(key) : "; did you mean " + near + "?";

@@ -93,6 +93,13 @@ std::vector<JobPath> job_paths(const LoadResult& result) {
   }
   if (spec.job.kind == JobKind::kTrain && spec.has_lora && !spec.lora.adapter.empty())
     out.push_back({"lora.adapter", spec.lora.adapter, origin("lora.adapter"), Use::kInput, ""});
+  if (spec.job.kind == JobKind::kServe) {
+    for (const auto& [name, folder] : spec.serve.adapters) {
+      const std::string key = "serve.adapters." + name;
+      out.push_back({key, folder, result.key_positions.count(key) ? result.position(key) : origin("serve.adapters"),
+                     Use::kInput, ""});
+    }
+  }
   if (spec.job.kind == JobKind::kInfer && !spec.infer.prompts.empty())
     out.push_back({"infer.prompts", spec.infer.prompts, origin("infer.prompts"), Use::kInput, ""});
   command_paths(result, &out);

@@ -204,6 +204,7 @@ struct ServeSection {
   int tensor_parallel = 0;      // 0: all of the job's ranks
   bool cuda_graphs = true;
   std::string tool_parser = "auto";  // tool calls read from the text: auto (from the chat template), hermes, llama3_json
+  std::map<std::string, std::string> adapters;  // [serve.adapters]: name -> PEFT adapter folder, served beside the base
 };
 
 struct CommandSection {

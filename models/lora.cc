@@ -194,6 +194,16 @@ void LoraAdapters::forward(int layer, const float* x, std::initializer_list<Outp
     if (slot(o.target).present) forward_one(layer, x, o, N);
 }
 
+void LoraAdapters::forward_rows(int layer, const float* x, std::initializer_list<Output> outputs, int first,
+                                int count) {
+  ensure_scratch(count);
+  for (const Output& o : outputs) {
+    const Slot& s = slot(o.target);
+    if (!s.present) continue;
+    forward_one(layer, x + size_t(first) * s.in, Output{o.target, o.y + size_t(first) * s.out}, count);
+  }
+}
+
 void LoraAdapters::forward_one(int layer, const float* x, const Output& o, int N) {
   const Slot& s = slot(o.target);
   const int r = config_.rank;

@@ -83,6 +83,9 @@ class LoraAdapters final : public TrainableParams {
     float* y;  // [N, out_local]: += scale · B A dropout(x)
   };
   void forward(int layer, const float* x, std::initializer_list<Output> outputs, int N);
+  // The same for rows [first, first + count) of x and of each output (one
+  // adapter's rows of a batch that serves several, Model::set_lora_rows).
+  void forward_rows(int layer, const float* x, std::initializer_list<Output> outputs, int first, int count);
   struct OutputGrad {
     LoraTarget target;
     const float* dy;  // d loss / d y

@@ -17,6 +17,20 @@
 namespace cohort::models {
 namespace {
 
+// The adapters' terms of one block op's outputs: each run's adapters on its
+// rows (Model::set_lora_rows), or `lora` on every row.
+void add_lora(LoraAdapters* lora, const std::vector<Model::LoraRows>& rows, int layer, const float* x,
+              std::initializer_list<LoraAdapters::Output> outputs, int N) {
+  if (rows.empty()) {
+    if (lora) lora->forward(layer, x, outputs, N);
+    return;
+  }
+  for (const Model::LoraRows& run : rows) {
+    COHORT_CHECK(run.first >= 0 && run.first + run.count <= N);
+    if (run.adapters && run.count > 0) run.adapters->forward_rows(layer, x, outputs, run.first, run.count);
+  }
+}
+
 bool is_norm(const std::string& name) {
   return name.find("norm") != std::string::npos;
 }
@@ -261,11 +275,11 @@ void Model::block_forward(int layer, const BlockTensors& w, const BlockIo& io, i
   be.linear_forward(io.k, io.xn1, w.k, w.k_bias, N, H, KVd);
   be.linear_forward(io.v, io.xn1, w.v, w.v_bias, N, H, KVd);
   using T = LoraTarget;
-  if (lora_) lora_->forward(layer, io.xn1, {{T::kQ, io.q}, {T::kK, io.k}, {T::kV, io.v}}, N);
+  add_lora(lora_, lora_rows_, layer, io.xn1, {{T::kQ, io.q}, {T::kK, io.k}, {T::kV, io.v}}, N);
   rotate_qk(w, io, N);
   attend();
   be.linear_forward(io.tmp, io.y, w.o, nullptr, N, Qd, H);
-  if (lora_) lora_->forward(layer, io.y, {{T::kO, io.tmp}}, N);
+  add_lora(lora_, lora_rows_, layer, io.y, {{T::kO, io.tmp}}, N);
   tp_sum(io.tmp, nH);
   be.residual_forward(io.x2, io.x, io.tmp, nH);
   be.rmsnorm_forward(io.xn2, io.rstd2, io.x2, w.mlp_norm, N, H, eps);
@@ -274,10 +288,10 @@ void Model::block_forward(int layer, const BlockTensors& w, const BlockIo& io, i
   } else {
     be.linear_forward(io.g, io.xn2, w.gate, nullptr, N, H, I);
     be.linear_forward(io.u, io.xn2, w.up, nullptr, N, H, I);
-    if (lora_) lora_->forward(layer, io.xn2, {{T::kGate, io.g}, {T::kUp, io.u}}, N);
+    add_lora(lora_, lora_rows_, layer, io.xn2, {{T::kGate, io.g}, {T::kUp, io.u}}, N);
     be.swiglu_forward(io.h, io.g, io.u, static_cast<size_t>(N) * I);
     be.linear_forward(io.tmp, io.h, w.down, nullptr, N, I, H);
-    if (lora_) lora_->forward(layer, io.h, {{T::kDown, io.tmp}}, N);
+    add_lora(lora_, lora_rows_, layer, io.h, {{T::kDown, io.tmp}}, N);
   }
   tp_sum(io.tmp, nH);
   be.residual_forward(io.out, io.x2, io.tmp, nH);

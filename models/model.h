@@ -175,6 +175,15 @@ class Model final : public TrainableParams {
   // required before the first forward when shard().ep_size > 1.
   void set_expert_parallel(ExpertParallelComm ep) { ep_ = std::move(ep); }
   LoraAdapters* lora() const { return lora_; }
+  // Several adapters over one base, by rows (serving many adapters, one per
+  // sequence): until cleared, forwards add each run's adapters' terms to its
+  // rows only (a null adapter: the base alone) instead of set_lora's to
+  // every row. Inference passes only: backward knows one adapter set.
+  struct LoraRows {
+    LoraAdapters* adapters = nullptr;
+    int first = 0, count = 0;
+  };
+  void set_lora_rows(std::vector<LoraRows> runs) { lora_rows_ = std::move(runs); }
   LossSum forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void backward(float grad_scale);
 
@@ -264,6 +273,7 @@ class Model final : public TrainableParams {
   bool fused_blocks_ = true;
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
   LoraAdapters* lora_ = nullptr;         // set_lora
+  std::vector<LoraRows> lora_rows_;      // set_lora_rows
   BlockPass block_pass() const;
   HeadTensors head_tensors() const;
   // forward_head's op-by-op path: fp32 logits (and losses with targets).

@@ -333,11 +333,18 @@ std::optional<ApiError> response_format(const json& body, const ojson& ordered, 
 std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, bool chat, const ApiDefaults& d,
                                      text::Tokenizer* tokenizer, CompletionRequest* r) {
   if (auto e = unknown_fields(body, chat)) return e;
+  r->model = d.model_name;
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return bad("model", "'model' must be a string");
-    if (body["model"].get<std::string>() != d.model_name) {
-      return ApiError{404, "The model '" + body["model"].get<std::string>() + "' does not exist; this server has '" +
-                               d.model_name + "'", "invalid_request_error", "model", "model_not_found"};
+    r->model = body["model"].get<std::string>();
+    const auto adapter = std::find(d.adapters.begin(), d.adapters.end(), r->model);
+    if (adapter != d.adapters.end()) {
+      r->adapter = static_cast<int>(adapter - d.adapters.begin());
+    } else if (r->model != d.model_name) {
+      std::string served = "'" + d.model_name + "'";
+      for (const std::string& a : d.adapters) served += ", '" + a + "'";
+      return ApiError{404, "The model '" + r->model + "' does not exist; this server has " + served,
+                      "invalid_request_error", "model", "model_not_found"};
     }
   }
   r->chat = chat;

@@ -40,6 +40,9 @@ struct ApiError {
 // What the job's [serve] section and model give every request.
 struct ApiDefaults {
   std::string model_name;
+  // serve.adapters' names, in the engine's order: a request whose `model`
+  // is one of them runs with that LoRA adapter on the base.
+  std::vector<std::string> adapters;
   int max_tokens = 256;
   models::SamplingParams sampling;  // temperature, top_p, top_k, seed
   int context = 0;                  // positions per sequence
@@ -53,6 +56,8 @@ struct ApiDefaults {
 
 struct CompletionRequest {
   bool chat = false;
+  std::string model;  // the `model` it named (the base's name when it named none)
+  int adapter = -1;   // its index in ApiDefaults::adapters; -1: the base
   // One prompt (chat, or a completions `prompt` of one string or id list),
   // or a completions request's list of them; each gets `n` choices, choice
   // i * n + j for prompt i (OpenAI's and vLLM's numbering).

@@ -263,10 +263,15 @@ void Connection::route(http_core::Request& req) {
   }
   if (target == "/v1/models") {
     if (!get) return error({405, "use GET", "invalid_request_error", "", ""});
-    const json model = {{"id", server_.options().defaults.model_name}, {"object", "model"},
-                        {"created", 0}, {"owned_by", "cohort"},
-                        {"max_model_len", server_.options().defaults.context}};
-    return reply(200, "application/json", json({{"object", "list"}, {"data", json::array({model})}}).dump());
+    // The base, then each adapter on it (vLLM lists a LoRA with its parent).
+    const ApiDefaults& d = server_.options().defaults;
+    json models = json::array({{{"id", d.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "cohort"},
+                                {"max_model_len", d.context}}});
+    for (const std::string& adapter : d.adapters) {
+      models.push_back({{"id", adapter}, {"object", "model"}, {"created", 0}, {"owned_by", "cohort"},
+                        {"max_model_len", d.context}, {"parent", d.model_name}});
+    }
+    return reply(200, "application/json", json({{"object", "list"}, {"data", models}}).dump());
   }
   if (!post) return error({405, "use POST", "invalid_request_error", "", ""});
   body_ = std::move(req.body());
@@ -334,7 +339,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
   head_ = ResponseHead{std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(first_id_),
                        std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count(),
-                       opts.defaults.model_name, chat};
+                       req_.model, chat};
   for (int i = 0; i < req_.choices(); ++i) {
     SequenceRequest r;
     r.id = first_id_ + i;
@@ -344,6 +349,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
     // Choice j of each prompt samples from stream j: the n choices differ,
     // and a request with a seed repeats.
     r.sampler_stream = static_cast<uint64_t>(i % req_.n);
+    r.adapter = req_.adapter;
     r.stop = choices_[size_t(i)].output->stop();
     r.logprobs = req_.logprobs;
     r.top_logprobs = req_.top_logprobs;

@@ -80,8 +80,35 @@ void ModelEngine::prefill(int slot, const int32_t* tokens, int n, float* logits,
     out = scratch_.data();
   }
   cache_->reset(slot);
+  route_adapters(&slot, 1, n);
   model_->prefill(*cache_, slot, tokens, n, out);
   if (!logits) *greedy = argmax(out, V);
+}
+
+void ModelEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters) {
+  adapters_.push_back(std::move(adapters));
+  slot_adapter_.resize(static_cast<size_t>(slots()), -1);
+}
+
+void ModelEngine::set_adapter(int slot, int index) {
+  COHORT_CHECK(slot >= 0 && slot < slots() && index >= -1 && index < adapters());
+  slot_adapter_.resize(static_cast<size_t>(slots()), -1);
+  slot_adapter_[static_cast<size_t>(slot)] = index;
+}
+
+void ModelEngine::route_adapters(const int* slots, int count, int rows_each) {
+  if (adapters_.empty()) return;
+  std::vector<models::Model::LoraRows> runs;
+  for (int i = 0; i < count; ++i) {
+    const int index = slot_adapter_[static_cast<size_t>(slots[i])];
+    models::LoraAdapters* adapters = index >= 0 ? adapters_[static_cast<size_t>(index)].get() : nullptr;
+    if (!runs.empty() && runs.back().adapters == adapters) {
+      runs.back().count += rows_each;
+    } else {
+      runs.push_back({adapters, i * rows_each, rows_each});
+    }
+  }
+  model_->set_lora_rows(std::move(runs));
 }
 
 void ModelEngine::extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) {
@@ -91,6 +118,7 @@ void ModelEngine::extend(int slot, const int32_t* tokens, int n, float* logits, 
     scratch_.resize(V);
     out = scratch_.data();
   }
+  route_adapters(&slot, 1, n);
   model_->prefill(*cache_, slot, tokens, n, out);  // appends after the slot's positions
   if (!logits) *greedy = argmax(out, V);
 }
@@ -103,6 +131,7 @@ void ModelEngine::decode(const int* slots, const int32_t* tokens, int B, float* 
     scratch_.resize(static_cast<size_t>(B) * V);
     out = scratch_.data();
   }
+  route_adapters(slots, B, 1);
   model_->decode(*cache_, slots, tokens, B, out);
   if (!logits) {
     for (int b = 0; b < B; ++b) greedy[b] = argmax(out + static_cast<size_t>(b) * V, V);

@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "models/backend.h"
 #include "models/kv_cache.h"
+#include "models/lora.h"
 #include "models/model.h"
 
 namespace cohort::models::decode {
@@ -95,6 +96,13 @@ class InferenceEngine {
   // The scheduler is done with `slot` (its sequence ended or left): a paged
   // engine takes its blocks back. prefill() on a slot also starts it afresh.
   virtual void release(int slot) { (void)slot; }
+
+  // Serving several LoRA adapters over one base (serve.adapters): the engine
+  // holds adapters() of them, and `slot`'s sequence computes with adapter
+  // `index` (-1: the base alone) from its next prefill on. Sequences of
+  // different adapters share every batch. Engines without adapters hold 0.
+  virtual int adapters() const { return 0; }
+  virtual void set_adapter(int slot, int index) { (void)slot, (void)index; }
 };
 
 // models::Model with a models::KvCache.
@@ -116,6 +124,11 @@ class ModelEngine final : public InferenceEngine {
               int32_t* greedy) override;
   bool can_extend() const override { return true; }
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
+  // Adapters on the model's base (the engine keeps them; each a LoRA of the
+  // model's shard, models/lora.h), added in index order.
+  void add_adapter(std::unique_ptr<models::LoraAdapters> adapters);
+  int adapters() const override { return static_cast<int>(adapters_.size()); }
+  void set_adapter(int slot, int index) override;
 
  private:
   ModelEngine() = default;
@@ -125,6 +138,11 @@ class ModelEngine final : public InferenceEngine {
   models::Model* model_ = nullptr;
   std::unique_ptr<models::KvCache> cache_;
   std::vector<float> scratch_;  // logits when the caller wants greedy tokens only
+  std::vector<std::unique_ptr<models::LoraAdapters>> adapters_;
+  std::vector<int> slot_adapter_;  // per slot: an index into adapters_, or -1
+  // The model's adapter runs for a pass over these slots' rows (each slot
+  // `rows` rows, in order); nothing without adapters.
+  void route_adapters(const int* slots, int count, int rows_each);
 };
 
 }  // namespace cohort::models::decode

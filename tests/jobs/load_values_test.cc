@@ -102,6 +102,22 @@ TEST(JobFileValues, ResolvedTomlLoadsBackToTheSameSpec) {
 namespace cohort::jobs {
 namespace {
 
+TEST(JobFileValues, ServeAdaptersLoadResolvedAndRoundTrip) {
+  const std::string job = "[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n"
+                          "[serve.adapters]\nsql = \"adapters/sql\"\nsupport = \"/abs/support\"\n";
+  auto r = testing::load(job);
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  ASSERT_EQ(r.spec.serve.adapters.size(), 2u);
+  EXPECT_EQ(r.spec.serve.adapters.at("sql"), "/base/adapters/sql");  // beside the job file
+  EXPECT_EQ(r.spec.serve.adapters.at("support"), "/abs/support");
+  auto again = load_job_text(to_toml(r.spec), "resolved.toml", {});
+  ASSERT_TRUE(again.ok()) << again.error_text();
+  EXPECT_EQ(again.spec.serve.adapters, r.spec.serve.adapters);
+  // An adapter named as the base would make requests ambiguous.
+  auto clash = testing::load(job + "s = \"adapters/s\"\n");
+  testing::error_with(clash, "serve.adapters.s: the base model's name");
+}
+
 TEST(JobFileValues, ServeKeysLoadWithDefaultsAndRoundTrip) {
   auto r = testing::load("[job]\nname = \"s\"\nkind = \"serve\"\ngpus_per_node = 2\n[model]\npreset = \"tiny\"\n"
                          "[serve]\nport = 0\nmax_running = 4\nmax_batched_tokens = 32\ntemperature = 0.0\n");
