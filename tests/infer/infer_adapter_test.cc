@@ -4,12 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
-#include "hf/peft_adapter.h"
 #include "hf/weights.h"
 #include "models/backend.h"
-#include "models/lora.h"
 #include "tests/infer/infer_job_fixture.h"
 
 namespace cohort::testing {
@@ -24,24 +21,8 @@ TEST(InferAdapter, AnAdapterFolderGeneratesWhatItsMergedWeightsGenerateAtTp1And2
   ASSERT_TRUE(hf::save_model_folder(*model, base, models::DType::kF32).is_ok());
 
   // Adapters on every projection with random A and B (B is zero when fresh).
-  models::LoraConfig lora;
-  lora.rank = 4, lora.alpha = 8;
-  lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
-  lora.base_dtype = models::DType::kF32;
-  auto adapters = std::move(models::LoraAdapters::create(*model, lora).value());
-  std::mt19937 rng(5);
-  std::normal_distribution<float> dist(0.0f, 0.2f);
-  std::vector<hf::TensorToWrite> tensors;
-  for (int g = 0; g < adapters->num_groups(); ++g) {
-    for (const models::ParamSpec& p : adapters->layout().groups[g].params) {
-      float* v = adapters->params(g) + p.offset;
-      for (size_t i = 0; i < p.numel; ++i) v[i] = dist(rng);
-      tensors.push_back({p.name, p.global_shape, v, models::DType::kF32});
-    }
-  }
   const std::string adapter = scratch_dir("adapter_folder").string();
-  ASSERT_TRUE(hf::write_peft_adapter(adapter, lora, base, tensors).is_ok());
-  ASSERT_TRUE(models::merge_lora_adapters(*adapters, *model).is_ok());
+  write_random_adapter(*model, base, 5, 0.2f, adapter);
   const std::string merged = scratch_dir("adapter_merged").string();
   ASSERT_TRUE(hf::save_model_folder(*model, merged, models::DType::kF32).is_ok());
 

@@ -11,10 +11,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "hf/peft_adapter.h"
+#include "models/lora.h"
 
 namespace cohort::testing {
 namespace fs = std::filesystem;
@@ -139,6 +143,27 @@ void expect_same_generation(const InferRun& want, const InferRun& got, const std
     for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(other[i] - values[i]));
     EXPECT_LE(worst, tolerance) << what << ", prompt " << index;
   }
+}
+
+void write_random_adapter(models::Model& model, const std::string& base_dir, uint32_t seed, float stddev,
+                          const std::string& folder) {
+  models::LoraConfig lora;
+  lora.rank = 4, lora.alpha = 8;
+  lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
+  lora.base_dtype = models::DType::kF32;
+  auto adapters = std::move(models::LoraAdapters::create(model, lora).value());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<hf::TensorToWrite> tensors;
+  for (int g = 0; g < adapters->num_groups(); ++g) {
+    for (const models::ParamSpec& p : adapters->layout().groups[g].params) {
+      float* v = adapters->params(g) + p.offset;
+      for (size_t i = 0; i < p.numel; ++i) v[i] = dist(rng);
+      tensors.push_back({p.name, p.global_shape, v, models::DType::kF32});
+    }
+  }
+  ASSERT_TRUE(hf::write_peft_adapter(folder, lora, base_dir, tensors).is_ok());
+  ASSERT_TRUE(models::merge_lora_adapters(*adapters, model).is_ok());
 }
 
 }  // namespace cohort::testing

@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <random>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -18,10 +17,8 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
-#include "hf/peft_adapter.h"
 #include "hf/weights.h"
 #include "models/backend.h"
-#include "models/lora.h"
 #include "tests/infer/infer_job_fixture.h"
 
 namespace cohort::testing {
@@ -37,24 +34,8 @@ std::pair<std::string, std::string> make_adapter(const std::string& name, const 
   auto cpu = models::make_cpu_backend();
   auto model = std::move(models::Model::create(*models::preset_config("tiny"), {}, cpu.get()).value());
   EXPECT_TRUE(hf::load_weights(*model, base_dir).is_ok());
-  models::LoraConfig lora;
-  lora.rank = 4, lora.alpha = 8;
-  lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
-  lora.base_dtype = models::DType::kF32;
-  auto adapters = std::move(models::LoraAdapters::create(*model, lora).value());
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.3f);
-  std::vector<hf::TensorToWrite> tensors;
-  for (int g = 0; g < adapters->num_groups(); ++g) {
-    for (const models::ParamSpec& p : adapters->layout().groups[g].params) {
-      float* v = adapters->params(g) + p.offset;
-      for (size_t i = 0; i < p.numel; ++i) v[i] = dist(rng);
-      tensors.push_back({p.name, p.global_shape, v, models::DType::kF32});
-    }
-  }
   const std::string folder = scratch_dir("serve_" + name).string();
-  EXPECT_TRUE(hf::write_peft_adapter(folder, lora, base_dir, tensors).is_ok());
-  EXPECT_TRUE(models::merge_lora_adapters(*adapters, *model).is_ok());
+  write_random_adapter(*model, base_dir, seed, 0.3f, folder);
   const std::string merged = scratch_dir("serve_" + name + "_merged").string();
   EXPECT_TRUE(hf::save_model_folder(*model, merged, models::DType::kF32).is_ok());
   return {folder, merged};
