@@ -10,6 +10,7 @@
 
 #include "infer/lockstep.h"
 #include "hf/load_quantization.h"
+#include "hf/packed_projections.h"
 #include "hf/peft_adapter.h"
 #include "hf/peft_config.h"
 #include "infer/model_source.h"
@@ -160,6 +161,16 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   // `[model] quantize`: the projections stay quantized on the GPU (the
   // loaded model holds them round-tripped through the same format).
   COHORT_ASSIGN_OR_RETURN(options.projection_format, hf::parse_quantize_option(spec.model.quantize));
+  // A pre-quantized folder: its projections stay as it stores them, read
+  // packed (those the row layout cannot hold are served from the loaded values).
+  if (!spec.model.hf_dir.empty()) {
+    COHORT_ASSIGN_OR_RETURN(std::shared_ptr<hf::PackedProjections> packed,
+                            hf::PackedProjections::open(spec.model.hf_dir));
+    if (packed) {
+      options.packed_bytes_like = packed->bytes_like();
+      options.packed_projection = [packed](const models::ParamSpec& p) { return packed->read(p); };
+    }
+  }
   if (kv_positions > 0) {
     options.kv_blocks = (kv_positions + models::decode::kKvBlockSize - 1) / models::decode::kKvBlockSize;
   } else {

@@ -152,9 +152,7 @@ CudaGraphEngine::~CudaGraphEngine() {
 
 std::string CudaGraphEngine::describe() const {
   const std::string projections =
-      options_.projection_format
-          ? std::string(quant::to_string(*options_.projection_format)) + " projections (row layout, quantized GEMV)"
-          : std::string("bf16");
+      quantized_ ? packed_format_ + " projections (row layout, quantized GEMV)" : std::string("bf16");
   return "cuda " + projections + ", " +
          (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)") +
          ", paged KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
@@ -225,6 +223,8 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
     COHORT_RETURN_IF_ERROR(
         upload_bf16(lm_head_, {head + head_group.find("lm_head.weight")->offset}, {vocab_rows}));
   }
+  COHORT_ASSIGN_OR_RETURN(const std::vector<PackedLayer> packed, pack_projections(model));
+  bool any_packed = false;
   for (int l = 0; l < config_.layers; ++l) {
     const models::BlockTensors w = layout.block_tensors(l, model.params(layout.block_group(l)));
     Layer& d = layers_[l];
@@ -245,11 +245,16 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
       return upload.put(*dst, false, parts, counts);
     };
     const size_t qh = static_cast<size_t>(Qd) * H, kvh = static_cast<size_t>(KVd) * H;
-    if (!options_.projection_format) {
-      COHORT_RETURN_IF_ERROR(bf(&d.wqkv.bf16, {w.q, w.k, w.v}, {qh, kvh, kvh}));
-      COHORT_RETURN_IF_ERROR(bf(&d.wo.bf16, {w.o}, {static_cast<size_t>(H) * Qd}));
-      COHORT_RETURN_IF_ERROR(bf(&d.wgu.bf16, {w.gate, w.up}, {I * H, I * H}));
-      COHORT_RETURN_IF_ERROR(bf(&d.wdown.bf16, {w.down}, {I * H}));
+    Weight* fused[4] = {&d.wqkv, &d.wo, &d.wgu, &d.wdown};
+    const std::vector<const float*> parts[4] = {{w.q, w.k, w.v}, {w.o}, {w.gate, w.up}, {w.down}};
+    const std::vector<size_t> counts[4] = {{qh, kvh, kvh}, {static_cast<size_t>(H) * Qd}, {I * H, I * H}, {I * H}};
+    for (int i = 0; i < 4; ++i) {
+      if (const auto& p = packed[static_cast<size_t>(l)][static_cast<size_t>(i)]) {
+        COHORT_ASSIGN_OR_RETURN(fused[i]->packed, upload_packed(*p));
+        any_packed = true;
+      } else {
+        COHORT_RETURN_IF_ERROR(bf(&fused[i]->bf16, parts[i], counts[i]));
+      }
     }
     COHORT_RETURN_IF_ERROR(f32(&d.attn_norm, {w.attn_norm}, {static_cast<size_t>(H)}));
     COHORT_RETURN_IF_ERROR(f32(&d.mlp_norm, {w.mlp_norm}, {static_cast<size_t>(H)}));
@@ -264,7 +269,14 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
     }
   }
   COHORT_RETURN_IF_ERROR(upload.finish());
-  return options_.projection_format ? upload_quantized_layers(model) : Status::ok();
+  if (any_packed) {
+    // What a packed projection expands into beyond the quantized GEMV's rows.
+    const size_t largest = std::max({static_cast<size_t>(Qd + 2 * KVd) * H, static_cast<size_t>(H) * Qd, 2 * I * H});
+    COHORT_ASSIGN_OR_RETURN(void* expanded, device_alloc(largest * 2));
+    expanded_ = static_cast<Bf16*>(expanded);
+  }
+  quantized_ = any_packed;
+  return Status::ok();
 }
 
 Status CudaGraphEngine::alloc_buffers() {
@@ -348,7 +360,7 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   // What upload_weights and alloc_buffers allocate besides the cache (their
   // sizes, summed here; the workspace is init's).
   size_t weights = V * H * 2 * (config.tie_embeddings ? 1 : 2) + H * 4;
-  const auto& format = options.projection_format;
+  const auto& format = options.projection_format ? options.projection_format : options.packed_bytes_like;
   weights += L * (projection_bytes(format, Qd + 2 * KVd, H) + projection_bytes(format, H, Qd) +
                   projection_bytes(format, 2 * I, H) + projection_bytes(format, H, I));
   if (format) weights += std::max({(Qd + 2 * KVd) * H, H * Qd, 2 * I * H}) * 2;  // expanded_

@@ -45,6 +45,7 @@
 #include "models/config.h"
 #include "models/model.h"
 #include "models/quant/quantized_weight.h"
+#include "models/quant/row_packed.h"
 #include "models/tensor_parallel.h"
 
 namespace cohort::models::decode {
@@ -70,6 +71,13 @@ struct CudaEngineOptions {
   // quantize() makes them, held in the row layout (models/quant/row_packed.h)
   // and read by the quantized GEMV (models/ops/quant_gemv.h).
   std::optional<models::quant::WeightFormat> projection_format;
+  // A pre-quantized folder's projections as it stores them, in the row
+  // layout and cut to this rank (hf/packed_projections.h): a weight it gives
+  // is uploaded as it is; for the others (nullopt) projection_format
+  // applies. Called from several threads at once. `packed_bytes_like`: the
+  // format whose bytes they take, for plan_kv_memory.
+  std::function<Result<std::optional<models::quant::RowPackedWeight>>(const models::ParamSpec&)> packed_projection;
+  std::optional<models::quant::WeightFormat> packed_bytes_like;
   // Choices warm-up otherwise makes, and timers, for diagnosis and A/B
   // runs: set only from the debugging switches (worker/debug_switches.h).
   struct Overrides {

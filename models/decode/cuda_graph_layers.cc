@@ -21,7 +21,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   // projections add into it (gemv.h). With peers the partial sums must be
   // all-reduced before they reach the residual, so that path keeps the
   // separate add + RMSNorm.
-  const bool fused = tp_ == 1 && !options_.projection_format && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
+  const bool fused = tp_ == 1 && !quantized_ && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
                      mc::gemv_supported(n, I);
   const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
                         projection(n, I) != Projection::kCublasLt;
@@ -98,7 +98,7 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
 bool CudaGraphEngine::folds_norms(int n) const {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  return tp_ == 1 && !options_.projection_format && projection(n, H) == Projection::kSkinny &&
+  return tp_ == 1 && !quantized_ && projection(n, H) == Projection::kSkinny &&
          projection(n, Qd) == Projection::kSkinny && projection(n, I) == Projection::kSkinny &&
          mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
          mc::folded_norm_supported(n, H, I, /*swiglu=*/true) && mc::folded_norm_supported(n, I, H);

@@ -1,9 +1,10 @@
-// CudaGraphEngine's quantized projections (CudaEngineOptions::projection_format):
-// each layer's q/k/v, o, gate/up and down quantized on the host as
-// models::quant::quantize() defines the format, packed into the row layout
-// (models/quant/row_packed.h), fused as the bf16 weights are (q|k|v rows,
-// gate|up rows) and uploaded; the step reads them through the quantized
-// GEMV (models/ops/quant_gemv.h) or, beyond its rows, expanded into bf16.
+// CudaGraphEngine's quantized projections: each layer's q/k/v, o, gate/up
+// and down in the row layout (models/quant/row_packed.h), fused as the bf16
+// weights are (q|k|v rows, gate|up rows): a pre-quantized folder's own
+// weights (CudaEngineOptions::packed_projection), or the loaded ones
+// quantized as models::quant::quantize() defines projection_format. The
+// step reads them through the quantized GEMV (models/ops/quant_gemv.h) or,
+// beyond its rows, expanded into bf16.
 #include <algorithm>
 
 #include "base/cuda_check.h"
@@ -48,57 +49,66 @@ Result<RowPackedView> CudaGraphEngine::upload_packed(const quant::RowPackedWeigh
   return view;
 }
 
-Status CudaGraphEngine::upload_quantized_layers(models::Model& model) {
+Result<std::vector<CudaGraphEngine::PackedLayer>> CudaGraphEngine::pack_projections(models::Model& model) {
+  std::vector<PackedLayer> packed(static_cast<size_t>(config_.layers));
+  if (!options_.packed_projection && !options_.projection_format) return packed;
   const models::ParamLayout& layout = model.layout();
-  const int64_t H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  const quant::WeightFormat format = *options_.projection_format;
-  // Quantizing is the slow part (a pass over every weight): layers in
-  // parallel on the host, uploads in order.
-  struct Packed {
-    quant::RowPackedWeight qkv, o, gu, down;
-    Status status;
-  };
-  auto pack = [&](int l) {
-    Packed p;
-    const models::BlockTensors w = layout.block_tensors(l, model.params(layout.block_group(l)));
-    auto stacked = [&](std::vector<std::pair<const float*, int64_t>> parts, int64_t cols,
-                       quant::RowPackedWeight* out) -> Status {
-      std::vector<quant::RowPackedWeight> packed;
-      for (const auto& [data, rows] : parts) {
-        COHORT_ASSIGN_OR_RETURN(auto one, quantize_rows(format, "projection", data, rows, cols));
-        packed.push_back(std::move(one));
-      }
-      COHORT_ASSIGN_OR_RETURN(*out, quant::stack_rows(packed));
-      return Status::ok();
-    };
-    p.status = stacked({{w.q, Qd}, {w.k, KVd}, {w.v, KVd}}, H, &p.qkv);
-    if (p.status.is_ok()) p.status = stacked({{w.o, H}}, Qd, &p.o);
-    if (p.status.is_ok()) p.status = stacked({{w.gate, I}, {w.up, I}}, H, &p.gu);
-    if (p.status.is_ok()) p.status = stacked({{w.down, H}}, I, &p.down);
-    return p;
-  };
-  const int L = config_.layers;
-  constexpr int kLayersAtOnce = 8;  // bounds the host copies held at once
-  for (int first = 0; first < L; first += kLayersAtOnce) {
-    const int count = std::min(kLayersAtOnce, L - first);
-    std::vector<Packed> packed(static_cast<size_t>(count));
-    parallel_for(size_t(count), [&](size_t i) { packed[i] = pack(first + int(i)); });
-    for (int i = 0; i < count; ++i) {
-      Packed& p = packed[size_t(i)];
-      if (!p.status.is_ok()) {
-        return invalid_argument("layer " + std::to_string(first + i) + ": " + p.status.message());
-      }
-      Layer& d = layers_[first + i];
-      COHORT_ASSIGN_OR_RETURN(d.wqkv.packed, upload_packed(p.qkv));
-      COHORT_ASSIGN_OR_RETURN(d.wo.packed, upload_packed(p.o));
-      COHORT_ASSIGN_OR_RETURN(d.wgu.packed, upload_packed(p.gu));
-      COHORT_ASSIGN_OR_RETURN(d.wdown.packed, upload_packed(p.down));
+  // One fused projection from its parts (each an HF weight of this layer):
+  // the folder's own packed weights when it gives every part, else the
+  // loaded values quantized to projection_format, else nothing (bf16).
+  auto fuse = [&](int l, const std::vector<const char*>& names) -> Result<std::optional<quant::RowPackedWeight>> {
+    const int g = layout.block_group(l);
+    const models::ParamGroup& group = layout.groups[g];
+    const std::string prefix = "model.layers." + std::to_string(l) + ".";
+    std::vector<const models::ParamSpec*> specs;
+    for (const char* name : names) {
+      const models::ParamSpec* spec = group.find(prefix + name);
+      if (!spec) return internal_error(prefix + name + " is not in the layout");
+      specs.push_back(spec);
     }
-  }
-  const size_t largest = size_t(std::max({(Qd + 2 * KVd) * H, H * Qd, 2 * I * H, H * I}));
-  COHORT_ASSIGN_OR_RETURN(void* expanded, device_alloc(largest * 2));
-  expanded_ = static_cast<Bf16*>(expanded);
-  return Status::ok();
+    std::vector<quant::RowPackedWeight> parts;
+    if (options_.packed_projection) {
+      for (const models::ParamSpec* spec : specs) {
+        COHORT_ASSIGN_OR_RETURN(auto part, options_.packed_projection(*spec));
+        if (!part) break;
+        parts.push_back(std::move(*part));
+      }
+      if (parts.size() == specs.size()) {
+        auto stacked = quant::stack_rows(parts);
+        if (stacked.is_ok()) return std::optional<quant::RowPackedWeight>(std::move(*stacked));
+      }
+      parts.clear();
+    }
+    if (!options_.projection_format) return std::optional<quant::RowPackedWeight>();
+    const float* values = model.params(g);
+    for (const models::ParamSpec* spec : specs) {
+      COHORT_ASSIGN_OR_RETURN(auto part, quantize_rows(*options_.projection_format, spec->name.c_str(),
+                                                       values + spec->offset, spec->shape[0], spec->shape[1]));
+      parts.push_back(std::move(part));
+    }
+    COHORT_ASSIGN_OR_RETURN(auto stacked, quant::stack_rows(parts));
+    return std::optional<quant::RowPackedWeight>(std::move(stacked));
+  };
+  static const std::vector<std::vector<const char*>> kFused = {
+      {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+      {"self_attn.o_proj.weight"},
+      {"mlp.gate_proj.weight", "mlp.up_proj.weight"},
+      {"mlp.down_proj.weight"}};
+  // Reading and quantizing are the slow part (a pass over every weight):
+  // layers in parallel on the host.
+  std::vector<Status> results(packed.size(), Status::ok());
+  parallel_for(packed.size(), [&](size_t l) {
+    for (size_t i = 0; i < kFused.size() && results[l].is_ok(); ++i) {
+      auto made = fuse(static_cast<int>(l), kFused[i]);
+      if (made.is_ok()) packed[l][i] = std::move(*made);
+      else results[l] = made.status().with_context("layer " + std::to_string(l));
+    }
+  });
+  for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);
+  for (const PackedLayer& layer : packed)
+    for (const auto& w : layer)
+      if (w && packed_format_.empty()) packed_format_ = w->format;
+  return packed;
 }
 
 const Bf16* CudaGraphEngine::bf16_for(const Weight& w, int /*n*/) {

@@ -8,7 +8,9 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -99,8 +101,8 @@ class CudaGraphEngine final : public InferenceEngine {
   void warm_up();
 
  private:
-  // A projection's weight: bf16 [out, in], or with options.projection_format
-  // its row-packed codes (models/ops/quant_gemv.h), which the quantized GEMV
+  // A projection's weight: bf16 [out, in], or (pack_projections) its
+  // row-packed codes (models/ops/quant_gemv.h), which the quantized GEMV
   // reads at up to kQuantGemvMaxRows rows and larger forwards first expand
   // into bf16 (expanded_).
   struct Weight {
@@ -157,10 +159,15 @@ class CudaGraphEngine final : public InferenceEngine {
   // The weight as bf16 for a forward of n rows: itself, or its codes
   // expanded into expanded_ where the quantized GEMV does not serve n.
   const Bf16* bf16_for(const Weight& w, int n);
-  // With options.projection_format: every layer's projections quantized on
-  // the host and uploaded in the row layout (cuda_graph_quant.cc).
-  Status upload_quantized_layers(models::Model& model);
+  // Each layer's fused projections (q|k|v, o, gate|up, down) in the row
+  // layout where options give them (a pre-quantized folder's own weights,
+  // else projection_format's quantization of the loaded ones), on the host;
+  // nullopt: bf16 (cuda_graph_quant.cc).
+  using PackedLayer = std::array<std::optional<models::quant::RowPackedWeight>, 4>;
+  Result<std::vector<PackedLayer>> pack_projections(models::Model& model);
   Result<models::RowPackedView> upload_packed(const models::quant::RowPackedWeight& w);
+  std::string packed_format_;  // the first packed weight's, for describe(); "" when none
+  bool quantized_ = false;     // some projection is packed: no norm-folding GEMV forms
   Bf16* expanded_ = nullptr;  // [largest projection] bf16, for quantized weights beyond the GEMV's rows
   void enqueue_attention(const Layer& L, int n, bool decode_step);
   // A prefill's rows in runs of one slot at consecutive positions go

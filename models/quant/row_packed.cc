@@ -208,6 +208,33 @@ Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts) {
   return out;
 }
 
+Result<RowPackedWeight> slice(const RowPackedWeight& w, int64_t row_begin, int64_t rows, int64_t col_begin,
+                              int64_t cols) {
+  const int bits = code_bits(w.kind);
+  const bool whole_groups = col_begin % w.group == 0 && ((col_begin + cols) % w.group == 0 || col_begin + cols == w.cols);
+  if (row_begin < 0 || rows < 0 || row_begin + rows > w.rows || col_begin < 0 || cols <= 0 ||
+      col_begin + cols > w.cols || !whole_groups || (cols * bits) % 128 != 0) {
+    return invalid_argument(w.format + ": the cut of rows [" + std::to_string(row_begin) + ", +" + std::to_string(rows) +
+                            ") and columns [" + std::to_string(col_begin) + ", +" + std::to_string(cols) + ") of [" +
+                            std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] splits its groups of " +
+                            std::to_string(w.group) + " columns");
+  }
+  RowPackedWeight out;
+  out.kind = w.kind, out.rows = rows, out.cols = cols, out.group = w.group, out.format = w.format;
+  const int64_t groups = w.groups(), out_groups = out.groups(), g0 = col_begin / w.group;
+  const int64_t byte0 = col_begin * bits / 8, bytes = out.row_bytes();
+  out.codes.resize(size_t(rows * bytes));
+  out.scales.resize(size_t(rows * out_groups));
+  if (!w.zeros.empty()) out.zeros.resize(size_t(rows * out_groups));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = row_begin + r;
+    std::copy_n(w.codes.begin() + n * w.row_bytes() + byte0, bytes, out.codes.begin() + r * bytes);
+    std::copy_n(w.scales.begin() + n * groups + g0, out_groups, out.scales.begin() + r * out_groups);
+    if (!w.zeros.empty()) std::copy_n(w.zeros.begin() + n * groups + g0, out_groups, out.zeros.begin() + r * out_groups);
+  }
+  return out;
+}
+
 RowPackedView view_of(const RowPackedWeight& w) {
   RowPackedView v;
   v.kind = w.kind, v.rows = int(w.rows), v.cols = int(w.cols), v.group = int(w.group);

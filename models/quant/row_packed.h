@@ -77,6 +77,13 @@ RowPackedView view_of(const RowPackedWeight& weight);
 // code kind, width and group; zeros kept when any part has them.
 Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts);
 
+// Rows [row_begin, row_begin + rows) and columns [col_begin, col_begin +
+// cols) of a weight: a tensor-parallel rank's cut. Columns must begin on a
+// group and end on one or at the row's end (a group is never split), and
+// whole 16-byte pieces of codes; otherwise InvalidArgument naming the cut.
+Result<RowPackedWeight> slice(const RowPackedWeight& weight, int64_t row_begin, int64_t rows, int64_t col_begin,
+                              int64_t cols);
+
 // The reference: W [rows, cols] in fp32, each element one rounding of
 // scale * (value - zero) (exact for the integer formats, whose products fit
 // float's mantissa), equal to dequantize() of the weight it was packed from.

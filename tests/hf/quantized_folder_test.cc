@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "hf/load_quantization.h"
+#include "hf/packed_projections.h"
 #include "hf/weights.h"
 #include "models/backend.h"
 #include "tests/hf/quantized_folder.h"
@@ -139,6 +140,57 @@ TEST_F(QuantizedFolder, TensorParallelShardsOfAGptqFolderMatchTheDequantizedMode
     }
   }
   fs::remove_all(plain);
+}
+
+// What an engine keeping the weights packed uploads: each projection's
+// slice in the row layout dequantizes to the parameter the loader gave the
+// same rank, for GPTQ and AWQ at tp 1 and 2 and FP8 at tp 1; act-order
+// GPTQ, which the layout cannot hold, gives nothing (the loaded values serve).
+TEST_F(QuantizedFolder, PackedProjectionsAreTheLoadedWeightsInTheRowLayout) {
+  TensorParallelComm noop;
+  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
+  noop.all_gather = [](const float*, float*, size_t) {};
+  const nlohmann::json awq = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"zero_point", true},
+                              {"version", "gemm"}};
+  struct Case {
+    nlohmann::json config;
+    testing::ProjectionStore store;
+    int max_tp;
+    bool packs;
+  };
+  const std::vector<Case> cases = {{gptq_config(false), testing::gptq_store(32, false), 2, true},
+                                   {awq, testing::awq_store(32), 2, true},
+                                   {kFp8Block, testing::fp8_store(Fp8Scales::kBlock128), 1, true},
+                                   {gptq_config(true), testing::gptq_store(32, true), 1, false}};
+  for (const Case& c : cases) {
+    SetUp();
+    testing::write_quantized_folder(dir_.string(), *expected_, c.config, c.store);
+    auto packed = PackedProjections::open(dir_.string());
+    ASSERT_TRUE(packed.is_ok() && *packed) << c.config.dump();
+    for (int tp = 1; tp <= c.max_tp; ++tp) {
+      for (int rank = 0; rank < tp; ++rank) {
+        auto loaded = load_model(dir_.string(), {rank, tp}, cpu_.get(), noop);
+        ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+        int projections = 0;
+        for (int g = 0; g < (*loaded)->num_groups(); ++g) {
+          for (const ParamSpec& p : (*loaded)->layout().groups[g].params) {
+            if (!is_projection_weight(p.name)) continue;
+            auto w = (*packed)->read(p);
+            ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+            ASSERT_EQ(w->has_value(), c.packs) << p.name;
+            if (!c.packs) continue;
+            ++projections;
+            std::vector<float> values(p.numel);
+            quant::dequantize(**w, values.data());
+            for (size_t i = 0; i < p.numel; ++i)
+              ASSERT_EQ(values[i], (*loaded)->params(g)[p.offset + i]) << p.name << " rank " << rank << " of " << tp;
+          }
+        }
+        if (c.packs) EXPECT_EQ(projections, 7 * config_.layers);
+      }
+    }
+  }
+  EXPECT_EQ((*PackedProjections::open(dir_.string() + "_none")), nullptr) << "no folder, no quantization";
 }
 
 TEST_F(QuantizedFolder, TheSummaryCountsEachWeightsStoredFormat) {

@@ -16,9 +16,11 @@
 #include "models/backend.h"
 #include "models/cuda_backend.h"
 #include "hf/load_quantization.h"
+#include "hf/packed_projections.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
 #include "models/model.h"
+#include "tests/hf/quantized_folder.h"
 #include "tests/infer/infer_job_fixture.h"
 
 namespace cohort::testing {
@@ -357,6 +359,72 @@ TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
     std::printf("%s projections vs bf16 of the round-tripped model: %d of 5 requests parted at a near tie\n",
                 models::quant::to_string(format), parted);
   }
+#endif
+}
+
+// A pre-quantized folder (GPTQ int4, group 32) on the graph engine: its
+// projections uploaded as the checkpoint packs them (hf/packed_projections.h)
+// give the greedy tokens of the bf16 engine serving the loader's dequantized
+// values; where the two part ways the bf16 run's logits show a near tie.
+TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeights) {
+#ifndef COHORT_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
+#else
+  if (models::cuda_device_count() < 1) {
+    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
+  }
+  auto cpu = models::make_cpu_backend();
+  models::ModelConfig c;
+  c.model_type = "qwen3";
+  c.vocab_size = 1024, c.hidden = 256, c.layers = 3, c.heads = 8, c.kv_heads = 4;
+  c.head_dim = 64, c.intermediate = 512, c.max_seq = 256;
+  auto reference = std::move(models::Model::create(c, {}, cpu.get()).value());
+  reference->init_weights(21, 0.2f);
+  const std::string dir = scratch_dir("gpu_gptq").string();
+  const nlohmann::json gptq = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 32}, {"desc_act", false},
+                               {"sym", false}, {"checkpoint_format", "gptq"}};
+  hf::testing::write_quantized_folder(dir, *reference, gptq, hf::testing::gptq_store(32, false));
+  auto config = hf::load_config_json(dir + "/config.json");
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  TokenRuns tokens[2];
+  std::map<int64_t, std::vector<std::vector<float>>> bf16_logits;
+  for (int packed = 0; packed < 2; ++packed) {
+    models::decode::CudaEngineOptions options;
+    options.slots = 3;
+    options.capacity = 128;
+    std::shared_ptr<hf::PackedProjections> store;
+    if (packed) {
+      store = std::move(hf::PackedProjections::open(dir).value());
+      ASSERT_NE(store, nullptr);
+      options.packed_projection = [store](const models::ParamSpec& p) { return store->read(p); };
+    }
+    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
+      return hf::load_weights(m, dir);
+    });
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    if (packed) EXPECT_NE((*engine)->describe().find("gptq int4"), std::string::npos) << (*engine)->describe();
+    infer::SchedulerOptions o;
+    o.return_logits = true;
+    o.on_logits = [&, packed](int64_t id, const float* row, int vocab) {
+      if (!packed) bf16_logits[id].emplace_back(row, row + vocab);
+    };
+    infer::Scheduler s(**engine, o);
+    for (int id = 0; id < 5; ++id) {
+      infer::SequenceRequest r;
+      r.id = id;
+      for (int t = 0; t < 3 + 11 * id; ++t) r.prompt.push_back((29 * id + 7 * t) % 1024);
+      r.max_new_tokens = 12;
+      ASSERT_TRUE(s.add(std::move(r)).is_ok());
+    }
+    for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+      for (const infer::TokenEvent& e : s.step()) {
+        if (e.token >= 0) tokens[packed][e.id].push_back(e.token);
+      }
+    }
+    ASSERT_TRUE(s.idle());
+  }
+  const int parted = parted_at_near_ties(tokens[0], tokens[1], bf16_logits, 12);
+  std::printf("gptq int4 packed vs bf16 of its dequantized weights: %d of 5 requests parted at a near tie\n", parted);
 #endif
 }
 

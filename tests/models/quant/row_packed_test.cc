@@ -4,6 +4,7 @@
 // cannot hold is refused by name.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 
 #include "models/quant/row_packed.h"
@@ -124,6 +125,29 @@ TEST(RowPacked, StackedWeightsAreTheirPartsOneAboveTheOther) {
   auto mixed = stack_rows({*int4, *fp8});
   ASSERT_FALSE(mixed.is_ok());
   EXPECT_NE(mixed.status().message().find("does not stack"), std::string::npos);
+}
+
+TEST(RowPacked, ASliceIsTheSameCutOfTheDequantizedWeight) {
+  for (const QuantizedWeight& w : {made(WeightFormat::kInt4, 20), made(WeightFormat::kFp8Block, 21),
+                                   integer_checkpoint(WeightFormat::kGptq, 4, 64, false, GptqZeros::kStored, 22)}) {
+    auto packed = pack_rows(w);
+    ASSERT_TRUE(packed.is_ok());
+    std::vector<float> whole(size_t(kOut * kIn));
+    dequantize(*packed, whole.data());
+    // A column-parallel rank's rows, and a row-parallel rank's columns.
+    for (auto [r0, rows, c0, cols] : {std::array<int64_t, 4>{8, 16, 0, kIn}, std::array<int64_t, 4>{0, kOut, 128, 128}}) {
+      auto cut = slice(*packed, r0, rows, c0, cols);
+      ASSERT_TRUE(cut.is_ok()) << cut.status().to_string();
+      std::vector<float> got(size_t(rows * cols));
+      dequantize(*cut, got.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(got[size_t(r * cols + c)], whole[size_t((r0 + r) * kIn + c0 + c)]) << w.describe();
+    }
+    auto split = slice(*packed, 0, kOut, 32, 96);
+    ASSERT_FALSE(split.is_ok());
+    EXPECT_NE(split.status().message().find("splits its groups"), std::string::npos);
+  }
 }
 
 }  // namespace
