@@ -301,6 +301,34 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
 }
 
 }  // namespace
+// Five greedy requests of different lengths (12 new tokens each) through a
+// scheduler on `engine`: each request's tokens, and with `logits` the
+// logits each was chosen from.
+TokenRuns five_greedy_requests(models::decode::InferenceEngine& engine,
+                               std::map<int64_t, std::vector<std::vector<float>>>* logits) {
+  infer::SchedulerOptions o;
+  o.return_logits = logits != nullptr;
+  if (logits) {
+    o.on_logits = [logits](int64_t id, const float* row, int vocab) { (*logits)[id].emplace_back(row, row + vocab); };
+  }
+  infer::Scheduler s(engine, o);
+  for (int id = 0; id < 5; ++id) {
+    infer::SequenceRequest r;
+    r.id = id;
+    for (int t = 0; t < 3 + 11 * id; ++t) r.prompt.push_back((29 * id + 7 * t) % 1024);
+    r.max_new_tokens = 12;
+    EXPECT_TRUE(s.add(std::move(r)).is_ok());
+  }
+  TokenRuns tokens;
+  for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+    for (const infer::TokenEvent& e : s.step()) {
+      if (e.token >= 0) tokens[e.id].push_back(e.token);
+    }
+  }
+  EXPECT_TRUE(s.idle());
+  return tokens;
+}
+
 // `[model] quantize` on the graph engine: projections held quantized in the
 // row layout (the quantized GEMV up to 8 rows, expanded to bf16 beyond) give
 // the greedy tokens of the bf16 engine serving the same model round-tripped
@@ -335,25 +363,7 @@ TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
       if (quantized) {
         EXPECT_NE((*engine)->describe().find(models::quant::to_string(format)), std::string::npos);
       }
-      infer::SchedulerOptions o;
-      o.return_logits = true;
-      o.on_logits = [&, quantized](int64_t id, const float* row, int vocab) {
-        if (!quantized) bf16_logits[id].emplace_back(row, row + vocab);
-      };
-      infer::Scheduler s(**engine, o);
-      for (int id = 0; id < 5; ++id) {
-        infer::SequenceRequest r;
-        r.id = id;
-        for (int t = 0; t < 3 + 11 * id; ++t) r.prompt.push_back((29 * id + 7 * t) % 1024);
-        r.max_new_tokens = 12;
-        ASSERT_TRUE(s.add(std::move(r)).is_ok());
-      }
-      for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
-        for (const infer::TokenEvent& e : s.step()) {
-          if (e.token >= 0) tokens[quantized][e.id].push_back(e.token);
-        }
-      }
-      ASSERT_TRUE(s.idle());
+      tokens[quantized] = five_greedy_requests(**engine, quantized ? nullptr : &bf16_logits);
     }
     const int parted = parted_at_near_ties(tokens[0], tokens[1], bf16_logits, 12);
     std::printf("%s projections vs bf16 of the round-tripped model: %d of 5 requests parted at a near tie\n",
@@ -403,25 +413,7 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
     });
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     if (packed) EXPECT_NE((*engine)->describe().find("gptq int4"), std::string::npos) << (*engine)->describe();
-    infer::SchedulerOptions o;
-    o.return_logits = true;
-    o.on_logits = [&, packed](int64_t id, const float* row, int vocab) {
-      if (!packed) bf16_logits[id].emplace_back(row, row + vocab);
-    };
-    infer::Scheduler s(**engine, o);
-    for (int id = 0; id < 5; ++id) {
-      infer::SequenceRequest r;
-      r.id = id;
-      for (int t = 0; t < 3 + 11 * id; ++t) r.prompt.push_back((29 * id + 7 * t) % 1024);
-      r.max_new_tokens = 12;
-      ASSERT_TRUE(s.add(std::move(r)).is_ok());
-    }
-    for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
-      for (const infer::TokenEvent& e : s.step()) {
-        if (e.token >= 0) tokens[packed][e.id].push_back(e.token);
-      }
-    }
-    ASSERT_TRUE(s.idle());
+    tokens[packed] = five_greedy_requests(**engine, packed ? nullptr : &bf16_logits);
   }
   const int parted = parted_at_near_ties(tokens[0], tokens[1], bf16_logits, 12);
   std::printf("gptq int4 packed vs bf16 of its dequantized weights: %d of 5 requests parted at a near tie\n", parted);
