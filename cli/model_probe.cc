@@ -37,12 +37,12 @@ std::optional<models::ModelConfig> probe_folder(const jobs::ModelSection& m, std
   return *config;
 }
 
-// [model] adapter: the folder's adapter_config.json reads and describes
-// adapters cohort merges (its tensors' shapes are checked when the worker
-// merges them: the control plane reads no safetensors).
-void probe_adapter(const std::string& dir, std::vector<ModelProblem>* problems) {
+// [model] adapter and [serve.adapters]: the folder's adapter_config.json
+// reads and describes adapters cohort runs (its tensors' shapes are checked
+// when the worker loads them: the control plane reads no safetensors).
+void probe_adapter(const std::string& key, const std::string& dir, std::vector<ModelProblem>* problems) {
   auto peft = hf::read_peft_config(dir);
-  if (!peft) problems->push_back({"model.adapter", "model.adapter: " + peft.status().message()});
+  if (!peft) problems->push_back({key, key + ": " + peft.status().message()});
 }
 
 }  // namespace
@@ -58,7 +58,9 @@ std::vector<ModelProblem> probe_model(const jobs::LoadResult& result, std::optio
     if (config && m.max_seq > 0) config->max_seq = m.max_seq;
   }
   if (!m.hf_dir.empty()) config = probe_folder(m, &problems);
-  if (!m.adapter.empty()) probe_adapter(m.adapter, &problems);
+  if (!m.adapter.empty()) probe_adapter("model.adapter", m.adapter, &problems);
+  if (spec.job.kind == jobs::JobKind::kServe)
+    for (const auto& [name, dir] : spec.serve.adapters) probe_adapter("serve.adapters." + name, dir, &problems);
   if (config && spec.job.kind == jobs::JobKind::kTrain && spec.train.seq_len > config->max_seq)
     problems.push_back({"train.seq_len", "train.seq_len: " + std::to_string(spec.train.seq_len) +
                                              " is beyond the model's max_seq " + std::to_string(config->max_seq) +

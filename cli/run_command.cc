@@ -217,6 +217,8 @@ Command add_serve_command(CLI::App& root) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--adapter", args->line.adapter,
                   "a PEFT LoRA adapter folder, merged into the model's weights when it loads");
+  app->add_option("--lora-modules", args->line.lora_modules,
+                  "NAME=DIR (repeatable): PEFT adapters served beside the base, picked by a request's model");
   add_embedded_flags(app, &args->run);
   return {app, [args] { return run_serve(*args); }};
 }

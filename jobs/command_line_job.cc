@@ -84,6 +84,16 @@ std::string serve_job_toml(const ServeCommandLine& line) {
   if (!line.served_model_name.empty()) text += "model_name = " + quoted(line.served_model_name) + "\n";
   if (line.max_running > 0) text += "max_running = " + std::to_string(line.max_running) + "\n";
   if (line.context > 0) text += "context = " + std::to_string(line.context) + "\n";
+  if (!line.lora_modules.empty()) {
+    text += "[serve.adapters]\n";
+    for (const std::string& module : line.lora_modules) {
+      // NAME=DIR; a module without '=' keeps the whole text as the name, and
+      // the job file's checks then name the folder that is not there.
+      const size_t eq = module.find('=');
+      const std::string name = eq == std::string::npos ? module : module.substr(0, eq);
+      text += quoted(name) + " = " + quoted(eq == std::string::npos ? "" : module.substr(eq + 1)) + "\n";
+    }
+  }
   return text;
 }
 

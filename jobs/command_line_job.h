@@ -30,6 +30,8 @@ struct ServeCommandLine {
   int max_running = 0;
   int context = 0;
   std::string adapter;          // a PEFT adapter folder merged into the model ([model] adapter)
+  // --lora-modules NAME=DIR (vLLM's spelling): adapters served beside the base ([serve.adapters]).
+  std::vector<std::string> lora_modules;
 };
 std::string serve_job_toml(const ServeCommandLine& line);
 

@@ -47,6 +47,7 @@ TEST(CliServe, TheCommandLineStandsForAServeJob) {
   line.max_running = 8;
   line.context = 96;
   line.adapter = scratch.dir() + "/adapter";
+  line.lora_modules = {"sql=" + scratch.dir() + "/sql", "chat=" + scratch.dir() + "/chat"};
   auto loaded = jobs::load_job_text(jobs::serve_job_toml(line), "cohort serve", {});
   ASSERT_TRUE(loaded.ok()) << loaded.error_text();
   const jobs::JobSpec& spec = loaded.spec;
@@ -60,6 +61,8 @@ TEST(CliServe, TheCommandLineStandsForAServeJob) {
   EXPECT_EQ(spec.serve.max_running, 8);
   EXPECT_EQ(spec.serve.context, 96);
   EXPECT_EQ(spec.model.adapter, line.adapter);
+  EXPECT_EQ(spec.serve.adapters, (std::map<std::string, std::string>{{"sql", scratch.dir() + "/sql"},
+                                                                     {"chat", scratch.dir() + "/chat"}}));
   // A run's output_dir (or a checkpoint folder) is a checkpoint, not hf_dir.
   fs::create_directories(scratch.dir() + "/run/checkpoints");
   write_file(scratch.dir() + "/run/checkpoints/latest", "step-2\n");
