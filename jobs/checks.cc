@@ -302,6 +302,9 @@ void check_lora(JobSpec& spec, LoadContext& ctx) {
   }
   const LoraSection& lora = spec.lora;
   if (!ctx.given("lora.target_modules") || ctx.valid("lora.target_modules")) check_lora_targets(lora, ctx);
+  if ((lora.base_dtype == "nf4" || lora.base_dtype == "fp8") && spec.model.quantize != "none")
+    ctx.error_at("model.quantize", "model.quantize: \"" + spec.model.quantize + "\" beside lora.base_dtype = \"" +
+                                       lora.base_dtype + "\": the base is quantized by lora.base_dtype alone");
   if (!lora.adapter.empty()) {
     for (const char* key : {"lora.rank", "lora.alpha", "lora.use_rslora", "lora.target_modules", "lora.init"})
       if (ctx.given(key))

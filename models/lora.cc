@@ -254,16 +254,18 @@ void LoraAdapters::backward_one(int layer, const float* x, float* dx, const Outp
   backend_.dropout_backward(dx, xd_, N, s.in, mask(layer, o.target));
 }
 
-void round_frozen_base(Model& model, DType dtype) {
-  if (dtype == DType::kF32) return;
+void round_group(Model& model, int g, DType dtype) {
+  const size_t n = model.layout().groups[g].numel;
+  if (dtype == DType::kF32 || n == 0 || model.params(g) == nullptr) return;
   Backend& be = model.backend();
-  for (int g = 0; g < model.num_groups(); ++g) {
-    const size_t n = model.layout().groups[g].numel;
-    void* half = be.alloc((n + 1) / 2 * sizeof(float));
-    be.cast_to_half(half, dtype, model.params(g), n);
-    be.cast_from_half(model.params(g), half, dtype, n);
-    be.free(half);
-  }
+  void* half = be.alloc((n + 1) / 2 * sizeof(float));
+  be.cast_to_half(half, dtype, model.params(g), n);
+  be.cast_from_half(model.params(g), half, dtype, n);
+  be.free(half);
+}
+
+void round_frozen_base(Model& model, DType dtype) {
+  for (int g = 0; g < model.num_groups(); ++g) round_group(model, g, dtype);
 }
 
 void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank,

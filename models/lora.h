@@ -136,6 +136,8 @@ class LoraAdapters final : public TrainableParams {
 // bf16 base computes with), by the backend's round-to-nearest-even casts;
 // kF32 leaves them as loaded.
 void round_frozen_base(Model& model, DType dtype);
+// The same for one group (a group without a buffer is left alone).
+void round_group(Model& model, int group, DType dtype);
 
 // W [out, in] += scale · B [out, rank] · A [rank, in], on host memory: the
 // merged projection (`cohort export --merge`, a LoRA checkpoint loaded for

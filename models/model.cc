@@ -61,10 +61,25 @@ Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims&
       backend_(backend),
       tp_(std::move(tp)),
       acts_(std::make_unique<Activations>()) {
-  for (const ParamGroup& g : layout_.groups) {
+  // Streamed blocks share one staging buffer, as large as the largest block.
+  float* staging = nullptr;
+  if (buffers == Buffers::kStreamedBlocks) {
+    size_t largest = 0;
+    for (int l = 0; l < layout_.layers; ++l) largest = std::max(largest, layout_.groups[layout_.block_group(l)].numel);
+    staging = backend_->alloc_floats(largest);
+    owned_.push_back(staging);
+  }
+  for (size_t i = 0; i < layout_.groups.size(); ++i) {
+    const ParamGroup& g = layout_.groups[i];
+    const bool block = int(i) != ParamLayout::kEmbedGroup && int(i) != layout_.head_group();
+    if (staging && block) {
+      params_.push_back(staging);
+      grads_.push_back(nullptr);
+      continue;
+    }
     params_.push_back(backend_->alloc_floats(g.numel));
     owned_.push_back(params_.back());
-    if (buffers == Buffers::kParamsOnly) {
+    if (buffers != Buffers::kParamsAndGrads) {
       grads_.push_back(nullptr);
       continue;
     }
@@ -142,6 +157,7 @@ void Model::init_weights(uint64_t seed, float stddev) {
       }  // biases stay zero, as in HF
     }
     backend_->copy_from_host(params_[g], host.data(), host.size() * sizeof(float));
+    group_filled(g);
   }
 }
 

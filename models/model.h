@@ -115,7 +115,12 @@ class Model final : public TrainableParams {
   // base under LoRA adapters, set_lora; without adapters backward must not
   // be called on it). Gradient buffers of a 0.6B model are 2.4 GB of host
   // memory to zero.
-  enum class Buffers { kParamsAndGrads, kParamsOnly };
+  // kStreamedBlocks: kParamsOnly, except that every decoder block's group
+  // shares one staging buffer: a loader fills a block and calls
+  // group_filled(), whose listener (a quantized base, quantized_base.h)
+  // takes the values before the next block overwrites them, so a base far
+  // larger than memory in fp32 loads a block at a time.
+  enum class Buffers { kParamsAndGrads, kParamsOnly, kStreamedBlocks };
   static Result<std::unique_ptr<Model>> create(const ModelConfig& config, const ShardSpec& shard,
                                                Backend* backend, TensorParallelComm tp = {},
                                                Buffers buffers = Buffers::kParamsAndGrads);
@@ -143,6 +148,13 @@ class Model final : public TrainableParams {
   Result<Tensor> grad_view(const std::string& name) const;
   void zero_grads();
   void init_weights(uint64_t seed, float stddev = 0.02f);
+  // Loaders (init_weights, hf::load_weights, checkpoint params) call this
+  // after filling group `g`; a listener set here sees each group's values
+  // while they are in its buffer (Buffers::kStreamedBlocks). Null: none.
+  void set_group_filled_listener(std::function<void(int group)> listener) { group_filled_ = std::move(listener); }
+  void group_filled(int group) {
+    if (group_filled_) group_filled_(group);
+  }
 
   // Training: the whole pass, with hooks.
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
@@ -274,6 +286,7 @@ class Model final : public TrainableParams {
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
   LoraAdapters* lora_ = nullptr;         // set_lora
   std::vector<LoraRows> lora_rows_;      // set_lora_rows
+  std::function<void(int)> group_filled_;  // set_group_filled_listener
   BlockPass block_pass() const;
   HeadTensors head_tensors() const;
   // forward_head's op-by-op path: fp32 logits (and losses with targets).

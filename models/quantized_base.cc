@@ -1,9 +1,11 @@
 // QuantizedBase (quantized_base.h).
 #include "models/quantized_base.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/check.h"
+#include "models/lora.h"
 #include "models/quant/row_packed.h"
 
 namespace cohort::models {
@@ -20,6 +22,45 @@ Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant
   for (const Block& b : base->blocks_) model.set_group_buffers(b.group, nullptr, model.grads(b.group));
   model.release_own_buffers();
   return base;
+}
+
+Result<std::unique_ptr<QuantizedBase>> QuantizedBase::stream(Model& model, quant::WeightFormat format, DType round_to) {
+  if (format != quant::WeightFormat::kNf4 && format != quant::WeightFormat::kFp8Block) {
+    return invalid_argument(std::string("a quantized frozen base is nf4 or fp8, not ") + quant::to_string(format));
+  }
+  std::unique_ptr<QuantizedBase> base(new QuantizedBase(model));
+  base->format_ = format, base->round_to_ = round_to;
+  base->blocks_.reserve(size_t(model.config().layers));
+  QuantizedBase* self = base.get();
+  model.set_group_filled_listener([self](int group) {
+    if (!self->stream_status_.is_ok()) return;
+    const ParamLayout& layout = self->model_.layout();
+    const int first = layout.block_group(0);
+    if (group < first || group >= first + self->model_.config().layers) return;
+    for (const Block& b : self->blocks_) {
+      if (b.group == group) {
+        self->stream_status_ = internal_error("block group " + std::to_string(group) + " was loaded twice");
+        return;
+      }
+    }
+    round_group(self->model_, group, self->round_to_);
+    self->stream_status_ = self->add_block(group, self->format_);
+  });
+  return base;
+}
+
+Status QuantizedBase::finish_stream() {
+  model_.set_group_filled_listener(nullptr);
+  COHORT_RETURN_IF_ERROR(stream_status_);
+  if (static_cast<int>(blocks_.size()) != model_.config().layers) {
+    return internal_error("a streamed base got " + std::to_string(blocks_.size()) + " of " +
+                          std::to_string(model_.config().layers) + " blocks from its loader");
+  }
+  // Layer order, as block_of() expects.
+  std::sort(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) { return a.group < b.group; });
+  for (const Block& b : blocks_) model_.set_group_buffers(b.group, nullptr, model_.grads(b.group));
+  model_.release_own_buffers();
+  return Status::ok();
 }
 
 QuantizedBase::~QuantizedBase() {

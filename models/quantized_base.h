@@ -35,6 +35,13 @@ class QuantizedBase {
   // model's own block buffers; errors name the weight the format cannot
   // take. Borrows the model, which must outlive it.
   static Result<std::unique_ptr<QuantizedBase>> create(Model& model, quant::WeightFormat format);
+  // The same for a model created with Buffers::kStreamedBlocks, before its
+  // weights load: each block is quantized as the loader fills it (first
+  // rounded to `round_to`, kBF16 or kF32, as round_frozen_base would), so no
+  // more than one block is ever held in fp32. finish_stream() after the
+  // loader: errors if a block never arrived, then frees the staging buffer.
+  static Result<std::unique_ptr<QuantizedBase>> stream(Model& model, quant::WeightFormat format, DType round_to);
+  Status finish_stream();
   ~QuantizedBase();
   QuantizedBase(const QuantizedBase&) = delete;
   QuantizedBase& operator=(const QuantizedBase&) = delete;
@@ -70,6 +77,10 @@ class QuantizedBase {
   static constexpr int kPinned = 1 << 20;
 
   explicit QuantizedBase(Model& model) : model_(model) {}
+  // stream(): the format, rounding, what arrived and the first error.
+  quant::WeightFormat format_ = quant::WeightFormat::kNf4;
+  DType round_to_ = DType::kF32;
+  Status stream_status_;
   Status add_block(int group, quant::WeightFormat format);
   void expand(int group);
   void drop(int group);

@@ -295,6 +295,7 @@ Status load_checkpoint_params(const std::string& dir, models::Model& model) {
       slice_local(global, spec, local.data());
       model.backend().copy_from_host(model.params(g) + spec.offset, local.data(), spec.numel * sizeof(float));
     }
+    model.group_filled(g);
   }
   return Status::ok();
 }

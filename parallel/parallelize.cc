@@ -91,21 +91,27 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
   COHORT_ASSIGN_OR_RETURN(out.mesh, DeviceMesh::create(world, dims));
   models::ShardSpec shard{out.mesh->tp_rank(), dims.tp, out.mesh->ep_rank(), dims.ep};
   auto tp_comm = make_tensor_parallel_comm(&out.mesh->tp(), parallel.data_parallel.stream);
-  // A frozen base keeps no gradient buffers.
-  const auto buffers = parallel.lora ? models::Model::Buffers::kParamsOnly : models::Model::Buffers::kParamsAndGrads;
+  // A frozen base keeps no gradient buffers; a quantized one (QLoRA) is
+  // quantized a block at a time as it loads.
+  const bool quantized_base = parallel.lora && parallel.lora->base_format != models::LoraConfig::BaseFormat::kPlain;
+  const auto buffers = quantized_base  ? models::Model::Buffers::kStreamedBlocks
+                       : parallel.lora ? models::Model::Buffers::kParamsOnly
+                                       : models::Model::Buffers::kParamsAndGrads;
   COHORT_ASSIGN_OR_RETURN(out.model, models::Model::create(config, shard, backend, tp_comm, buffers));
   if (dims.ep > 1) out.model->set_expert_parallel(make_expert_parallel_comm(&out.mesh->ep(), parallel.data_parallel.stream));
-  COHORT_RETURN_IF_ERROR(load_weights(*out.model));
-  if (parallel.lora) COHORT_RETURN_IF_ERROR(attach_lora(out, *parallel.lora, load_adapters));
-  COHORT_ASSIGN_OR_RETURN(out.data_parallel, DataParallel::create(out.model.get(), out.mesh.get(),
-                                                                  parallel.data_parallel, &out.trained()));
-  if (parallel.lora && parallel.lora->base_format != models::LoraConfig::BaseFormat::kPlain) {
+  if (quantized_base) {
     const auto format = parallel.lora->base_format == models::LoraConfig::BaseFormat::kNf4
                             ? models::quant::WeightFormat::kNf4
                             : models::quant::WeightFormat::kFp8Block;
-    COHORT_ASSIGN_OR_RETURN(out.quantized_base, models::QuantizedBase::create(*out.model, format));
-    out.model->set_hooks(out.quantized_base->wrap(out.model->hooks()));
+    COHORT_ASSIGN_OR_RETURN(out.quantized_base,
+                            models::QuantizedBase::stream(*out.model, format, parallel.lora->base_dtype));
   }
+  COHORT_RETURN_IF_ERROR(load_weights(*out.model));
+  if (out.quantized_base) COHORT_RETURN_IF_ERROR(out.quantized_base->finish_stream());
+  if (parallel.lora) COHORT_RETURN_IF_ERROR(attach_lora(out, *parallel.lora, load_adapters));
+  COHORT_ASSIGN_OR_RETURN(out.data_parallel, DataParallel::create(out.model.get(), out.mesh.get(),
+                                                                  parallel.data_parallel, &out.trained()));
+  if (out.quantized_base) out.model->set_hooks(out.quantized_base->wrap(out.model->hooks()));
   if (world->rank() == 0) {
     if (out.lora) {
       size_t base_bytes = 0;

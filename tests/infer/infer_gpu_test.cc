@@ -412,7 +412,9 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
       return hf::load_weights(m, dir);
     });
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
-    if (packed) EXPECT_NE((*engine)->describe().find("gptq int4"), std::string::npos) << (*engine)->describe();
+    if (packed) {
+      EXPECT_NE((*engine)->describe().find("gptq int4"), std::string::npos) << (*engine)->describe();
+    }
     tokens[packed] = five_greedy_requests(**engine, packed ? nullptr : &bf16_logits);
   }
   const int parted = parted_at_near_ties(tokens[0], tokens[1], bf16_logits, 12);

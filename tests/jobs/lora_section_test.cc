@@ -76,6 +76,8 @@ TEST(LoraSection, QuantizedBasesAreAcceptedAndOthersRefused) {
     EXPECT_EQ(r.spec.lora.base_dtype, dtype);
   }
   error_with(load(lora_job("base_dtype = \"int8\"\n")), "lora.base_dtype: unknown value \"int8\"");
+  error_with(load(lora_job("base_dtype = \"nf4\"\n"), {"model.quantize=int4"}),
+             "the base is quantized by lora.base_dtype alone");
 }
 
 TEST(LoraSection, RangesAndTypesAreChecked) {

@@ -51,9 +51,17 @@ struct Adapted {
   std::unique_ptr<Model> model;
   std::unique_ptr<LoraAdapters> lora;
   std::unique_ptr<QuantizedBase> base;
-  Adapted(quant::WeightFormat format, bool quantized) {
-    model = std::move(Model::create(config(), {}, backend.get(), {}, Model::Buffers::kParamsOnly).value());
+  // streamed: the model's blocks are quantized as init_weights fills them
+  // (Buffers::kStreamedBlocks), never all in fp32.
+  Adapted(quant::WeightFormat format, bool quantized, bool streamed = false) {
+    model = std::move(Model::create(config(), {}, backend.get(), {},
+                                    streamed ? Model::Buffers::kStreamedBlocks : Model::Buffers::kParamsOnly)
+                          .value());
+    if (streamed) base = std::move(QuantizedBase::stream(*model, format, DType::kF32).value());
     model->init_weights(7, 0.3f);
+    if (streamed) {
+      EXPECT_TRUE(base->finish_stream().is_ok());
+    }
     lora = std::move(LoraAdapters::create(*model, all_linear()).value());
     lora->init(9);
     model->set_lora(lora.get());
@@ -61,7 +69,7 @@ struct Adapted {
       round_trip(*model, format);
       return;
     }
-    base = std::move(QuantizedBase::create(*model, format).value());
+    if (!streamed) base = std::move(QuantizedBase::create(*model, format).value());
     model->set_hooks(base->wrap({}));
   }
 };
@@ -111,6 +119,19 @@ TEST_P(QuantizedBaseTest, DecodesAsTheRoundTrippedBaseOnceExpanded) {
   const auto x = tokens(12, 4);
   got.model->forward(x.data(), x.data(), 1, 12);
   EXPECT_NE(got.model->params(got.model->layout().block_group(0)), nullptr);
+}
+
+TEST_P(QuantizedBaseTest, StreamedWhileLoadingEqualsQuantizingTheLoadedModel) {
+  Adapted whole(GetParam(), true), streamed(GetParam(), true, /*streamed=*/true);
+  EXPECT_EQ(streamed.base->stored_bytes(), whole.base->stored_bytes());
+  const auto x = tokens(24, 5), y = tokens(24, 6);
+  EXPECT_EQ(whole.model->forward(x.data(), y.data(), 2, 12).sum, streamed.model->forward(x.data(), y.data(), 2, 12).sum);
+  // A loader that skips a block is an error, not a base with a hole.
+  auto backend = make_cpu_backend();
+  auto model = std::move(Model::create(config(), {}, backend.get(), {}, Model::Buffers::kStreamedBlocks).value());
+  auto base = std::move(QuantizedBase::stream(*model, GetParam(), DType::kF32).value());
+  model->group_filled(model->layout().block_group(0));
+  EXPECT_NE(base->finish_stream().message().find("got 1 of 2 blocks"), std::string::npos);
 }
 
 TEST_P(QuantizedBaseTest, StoresAFractionOfTheFp32Bytes) {

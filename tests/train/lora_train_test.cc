@@ -69,7 +69,9 @@ struct AdaptedFromFolder {
                           .value());
     model->init_weights(1234);  // train.seed's default
     models::round_frozen_base(*model, DType::kBF16);
-    if (nf4_base) EXPECT_TRUE(hf::quantize_round_trip(*model, models::quant::WeightFormat::kNf4).is_ok());
+    if (nf4_base) {
+      EXPECT_TRUE(hf::quantize_round_trip(*model, models::quant::WeightFormat::kNf4).is_ok());
+    }
     lora = std::move(models::LoraAdapters::create(*model, config->lora).value());
     Status loaded = hf::load_peft_adapter(adapter.string(), *lora);
     EXPECT_TRUE(loaded.is_ok()) << loaded.to_string();
