@@ -11,6 +11,8 @@
 #include <cmath>
 
 #include "models/quant/formats.h"
+
+#include "base/parallel_for.h"
 #include "models/quant/fp8_e4m3.h"
 
 namespace cohort::models::quant::detail {
@@ -68,7 +70,9 @@ Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float*
   const int64_t tile_rows = ceil_div(rows, block_rows), tile_cols = ceil_div(cols, block_cols);
   w.packed.resize(size_t(rows * cols));
   w.scales.resize(size_t(tile_rows * tile_cols));
-  for (int64_t tr = 0; tr < tile_rows; ++tr) {
+  // Tile rows are independent: a large weight spreads over the cores.
+  parallel_for(size_t(tile_rows), [&](size_t tile_row) {
+    const int64_t tr = int64_t(tile_row);
     for (int64_t tc = 0; tc < tile_cols; ++tc) {
       const int64_t r0 = tr * block_rows, r1 = std::min(rows, r0 + block_rows);
       const int64_t c0 = tc * block_cols, c1 = std::min(cols, c0 + block_cols);
@@ -86,7 +90,7 @@ Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float*
       }
       w.scales[tr * tile_cols + tc] = 1.0f / scale;
     }
-  }
+  }, rows * cols >= (int64_t(1) << 20) ? 0 : 1);
   return w;
 }
 

@@ -6,6 +6,8 @@
 #include "models/quant/formats.h"
 #include "models/quant/nf4.h"
 
+#include "base/parallel_for.h"
+
 namespace cohort::models::quant {
 
 const std::array<float, 256>& dynamic_map() {
@@ -100,7 +102,7 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
   const int64_t n = rows * cols, blocks = ceil_div(n, block);
   w.packed.assign(size_t(ceil_div(n, 2)), 0);
   std::vector<float> absmax(static_cast<size_t>(blocks));
-  for (int64_t b = 0; b < blocks; ++b) {
+  auto quantize_block = [&](int64_t b) {
     const int64_t e0 = b * block, e1 = std::min(n, e0 + block);
     float a = 0.0f;
     for (int64_t e = e0; e < e1; ++e) a = std::max(a, std::fabs(x[e]));
@@ -110,6 +112,18 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
           a > 0.0f ? nearest_index(kNf4Levels, 16, std::clamp(x[e] / a, -1.0f, 1.0f)) : kZeroLevel;
       w.packed[size_t(e / 2)] |= static_cast<uint8_t>(e % 2 == 0 ? q << 4 : q);
     }
+  };
+  // Blocks are independent and, of an even size, own whole bytes: a large
+  // weight (a 70B model's projections are 10^8 values) spreads over the
+  // cores, with the same result.
+  constexpr int64_t kBlocksPerTask = 4096;
+  if (block % 2 == 0 && blocks > kBlocksPerTask) {
+    parallel_for(size_t(ceil_div(blocks, kBlocksPerTask)), [&](size_t t) {
+      const int64_t b0 = int64_t(t) * kBlocksPerTask, b1 = std::min(blocks, b0 + kBlocksPerTask);
+      for (int64_t b = b0; b < b1; ++b) quantize_block(b);
+    });
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) quantize_block(b);
   }
   // Double quantization of the absmax: around their mean, 8-bit dynamic
   // codes in blocks of 256, each block scaled by its own absmax.

@@ -135,5 +135,26 @@ TEST(Nf4, APartialLastBlockAndAnOddCountArePacked) {
   for (int i = 0; i < 25; ++i) EXPECT_EQ(rows[size_t(i)], back[size_t(50 + i)]);
 }
 
+// Large weights quantize on several threads (blocks, tile rows): the
+// codes and scales equal those of quantizing a slab of their first rows
+// alone, which stays on one thread.
+TEST(QuantizeInParallel, LargeWeightsGiveTheCodesOfTheirSlabs) {
+  const int64_t cols = 2048, rows = 1024, slab = 128;
+  const std::vector<float> x = testing::random_weights(size_t(rows * cols), 77);
+  auto whole = quantize(WeightFormat::kNf4, "w", x.data(), rows, cols);
+  auto part = quantize(WeightFormat::kNf4, "w", x.data(), slab, cols);
+  ASSERT_TRUE(whole.is_ok() && part.is_ok());
+  EXPECT_TRUE(std::equal(part->packed.begin(), part->packed.end(), whole->packed.begin()));
+  auto fp8 = quantize(WeightFormat::kFp8Block, "w", x.data(), rows, cols);
+  auto fp8_part = quantize(WeightFormat::kFp8Block, "w", x.data(), slab, cols);
+  ASSERT_TRUE(fp8.is_ok() && fp8_part.is_ok());
+  EXPECT_TRUE(std::equal(fp8_part->packed.begin(), fp8_part->packed.end(), fp8->packed.begin()));
+  EXPECT_TRUE(std::equal(fp8_part->scales.begin(), fp8_part->scales.end(), fp8->scales.begin()));
+  // And the same again: nothing depends on the threads' timing.
+  auto again = quantize(WeightFormat::kNf4, "w", x.data(), rows, cols);
+  EXPECT_EQ(again->packed, whole->packed);
+  EXPECT_EQ(again->nf4_absmax.codes, whole->nf4_absmax.codes);
+}
+
 }  // namespace
 }  // namespace cohort::models::quant
