@@ -103,7 +103,7 @@ std::vector<FieldDoc> build_schema() {
   // [model]
   f.push_back(bind("model", "preset", &J::model, &ModelSection::preset,
                    {.text = "A built-in model shape, randomly initialised from the seed.",
-                    .choices = {"tiny", "tiny-moe", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b",
+                    .choices = {"tiny", "tiny-moe", "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
                                 "qwen3-moe-2.4b-a0.6b", "qwen3-30b-a3b"},
                     .omit_empty = true}));
   f.push_back(bind("model", "hf_dir", &J::model, &ModelSection::hf_dir,

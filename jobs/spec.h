@@ -97,7 +97,7 @@ struct JobSection {
 };
 
 struct ModelSection {
-  std::string preset;        // tiny | tiny-moe | qwen3-0.6b | qwen3-1.7b | llama-3.2-1b | qwen3-moe-2.4b-a0.6b | qwen3-30b-a3b
+  std::string preset;        // tiny | tiny-moe | qwen3-0.6b | qwen3-1.7b | llama-3.2-1b | llama-3.1-8b | llama-3.1-70b | qwen3-moe-2.4b-a0.6b | qwen3-30b-a3b
   std::string hf_dir;        // a Hugging Face folder: config.json + safetensors
   std::string checkpoint;    // a cohort checkpoint folder (infer, or train init)
   int max_seq = 0;           // 0: the preset's or config's own

@@ -204,9 +204,30 @@ Result<ModelConfig> preset_config(const std::string& name) {
     c.rope_scaling = RopeScaling{true, 32.0f, 1.0f, 4.0f, 8192};
     return c;
   }
+  if (name == "llama-3.1-8b" || name == "llama-3.1-70b") {
+    // Llama 3.1's published shapes (config.json of meta-llama/Llama-3.1-8B
+    // and -70B): the LoRA / QLoRA benchmarks' models, seeded at random.
+    const bool big = name == "llama-3.1-70b";
+    c.model_type = "llama";
+    c.vocab_size = 128256;
+    c.hidden = big ? 8192 : 4096;
+    c.layers = big ? 80 : 32;
+    c.heads = big ? 64 : 32;
+    c.kv_heads = 8;
+    c.head_dim = 128;
+    c.intermediate = big ? 28672 : 14336;
+    c.rope_theta = 500000.0f;
+    c.rms_eps = 1e-5f;
+    c.tie_embeddings = false;
+    c.qk_norm = false;
+    c.max_seq = 4096;
+    c.max_position_embeddings = 131072;
+    c.rope_scaling = RopeScaling{true, 8.0f, 1.0f, 4.0f, 8192};
+    return c;
+  }
   return invalid_argument("unknown model preset '" + name +
-                          "' (known: tiny, tiny-moe, qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, "
-                          "qwen3-moe-2.4b-a0.6b, qwen3-30b-a3b)");
+                          "' (known: tiny, tiny-moe, qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, llama-3.1-8b, "
+                          "llama-3.1-70b, qwen3-moe-2.4b-a0.6b, qwen3-30b-a3b)");
 }
 
 int LocalDims::q_dim() const {

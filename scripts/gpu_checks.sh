@@ -18,6 +18,7 @@
 #   scripts/gpu_checks.sh prefill OUTDIR   prefill attention and the one-forward step: their GPU tests,
 #                                          then offline prefill and bench/serve_speed.sh after and before
 #                                          (BEFORE=folder of the earlier cohort-worker), one call
+#   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
 #                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
@@ -99,6 +100,15 @@ if [[ $phase == tests ]]; then
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   step hf_generate_parity python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker"
   step hf_generate_parity_tp2 python3 tests/infer/hf_generate_parity.py --worker "$bin/cohort-worker" --tp 2
+elif [[ $phase == lora ]]; then
+  # LoRA and QLoRA: the NF4 expansion kernels' parity, then bench/lora_bench.py (cohort bf16 and nf4
+  # bases on the Llama-3.1-8B shape beside transformers + PEFT eager and compiled, and QLoRA on the
+  # 70B shape; LORA_ARGS adds --skip-70b or --skip-peft).
+  STEP_TIMEOUT=150 step lora_parity "$tests/models_decode_ops_parity_test" --gtest_filter='QuantGemv*'
+  grep -E "OK|FAILED|Failure" "$out/lora_parity.log" | head -20
+  STEP_TIMEOUT=${LORA_TIMEOUT:-540} step lora_bench python3 bench/lora_bench.py --cohort "$bin/cohort" \
+    --work /tmp/lora-bench ${LORA_ARGS:-}
+  grep -E "^\||^\{" "$out/lora_bench.log"
 elif [[ $phase == quant ]]; then
   # Quantized projections: the kernels' parity and the engine's tokens
   # against the round-tripped bf16 model, then decode throughput per weight

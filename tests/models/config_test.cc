@@ -47,6 +47,12 @@ TEST(Config, ErrorsNameTheFieldThatDoesNotSplit) {
   EXPECT_FALSE(preset_config("gpt-5").is_ok());
 }
 
+TEST(ModelConfig, LlamaPresetsHaveThePublishedParameterCounts) {
+  // meta-llama/Llama-3.1-8B and -70B: 8,030,261,248 and 70,553,706,496.
+  EXPECT_EQ(preset_config("llama-3.1-8b")->num_parameters(), int64_t{8030261248});
+  EXPECT_EQ(preset_config("llama-3.1-70b")->num_parameters(), int64_t{70553706496});
+}
+
 TEST(ParamLayout, GroupsFollowTheDocumentedOrderAndShards) {
   const ModelConfig c = *preset_config("tiny");
   const ParamLayout full = *make_param_layout(c, {});
