@@ -51,6 +51,8 @@ class LockstepCheckedEngine final : public InferenceEngine {
   int kv_block_size() const override { return inner_->kv_block_size(); }
   int64_t kv_blocks() const override { return inner_->kv_blocks(); }
   void release(int slot) override { inner_->release(slot); }
+  int adapters() const override { return inner_->adapters(); }
+  void set_adapter(int slot, int index) override { inner_->set_adapter(slot, index); }
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
     check("extend", 4, n, logits, [&](uint64_t& h) {
       mix(h, slot);
