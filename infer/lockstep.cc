@@ -53,6 +53,11 @@ class LockstepCheckedEngine final : public InferenceEngine {
   void release(int slot) override { inner_->release(slot); }
   int adapters() const override { return inner_->adapters(); }
   void set_adapter(int slot, int index) override { inner_->set_adapter(slot, index); }
+  models::Model* adapter_base() override { return inner_->adapter_base(); }
+  int add_adapter(std::unique_ptr<models::LoraAdapters> adapters) override {
+    return inner_->add_adapter(std::move(adapters));
+  }
+  void remove_adapter(int index) override { inner_->remove_adapter(index); }
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
     check("extend", 4, n, logits, [&](uint64_t& h) {
       mix(h, slot);

@@ -217,6 +217,19 @@ void Scheduler::drop_cancelled(std::vector<TokenEvent>& events) {
   cancels_.clear();
 }
 
+bool Scheduler::uses_adapter(int index) const {
+  for (const Slot& s : slots_) {
+    if (s.busy && s.req.adapter == index) return true;
+  }
+  for (const Slot& s : preempted_) {
+    if (s.req.adapter == index) return true;
+  }
+  for (const SequenceRequest& r : waiting_) {
+    if (r.adapter == index) return true;
+  }
+  return false;
+}
+
 int Scheduler::admit_next(int chunk, int64_t free) {
   int s = 0;
   while (s < static_cast<int>(slots_.size()) && slots_[s].busy) ++s;

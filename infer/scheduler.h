@@ -122,6 +122,8 @@ class Scheduler {
   std::vector<TokenEvent> step(StepStats* stats = nullptr);
 
   bool idle() const { return waiting_.empty() && preempted_.empty() && running_ == 0 && cancels_.empty(); }
+  // Whether a sequence running, preempted or waiting uses adapter `index`.
+  bool uses_adapter(int index) const;
   int running() const { return running_; }
   // Waiting requests, preempted ones included.
   int waiting() const { return static_cast<int>(waiting_.size() + preempted_.size()); }

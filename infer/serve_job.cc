@@ -5,6 +5,9 @@
 #include "infer/serve_job.h"
 
 #include "hf/model_folder.h"
+#include "hf/peft_adapter.h"
+#include "hf/peft_config.h"
+#include "models/lora.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -60,13 +64,36 @@ class LoopQueue final : public GenerationQueue {
     gauges_ = LoopGauges{s.running(), s.waiting(), s.kv_used(), s.kv_total(), s.preemptions(), steps,
                          s.prompt_tokens_admitted(), s.prefix_hit_tokens()};
   }
+  void change_adapter(AdapterChange change, std::function<void(Status)> done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    change.ticket = next_ticket_++;
+    answers_[change.ticket] = std::move(done);
+    input_.adapter_changes.push_back(std::move(change));
+    cv_.notify_one();
+  }
   // What arrived since the last call; waits up to `wait` for something.
   StepInput take(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (input_.arrivals.empty() && input_.cancels.empty()) cv_.wait_for(lock, wait);
+    if (input_.arrivals.empty() && input_.cancels.empty() && input_.adapter_changes.empty()) cv_.wait_for(lock, wait);
     StepInput out = std::move(input_);
     input_ = StepInput{};
     return out;
+  }
+  // A request refused before the scheduler saw it (its adapter went away):
+  // its error event goes out with the step's.
+  void reject(int64_t id) { rejected_.push_back(TokenEvent{id, -1, 0, true, "error", {}}); }
+  std::vector<TokenEvent> take_rejected() { return std::move(rejected_); }
+  // The answer to an adapter change (the loop's thread).
+  void answer(int64_t ticket, const Status& status) {
+    std::function<void(Status)> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = answers_.find(ticket);
+      if (it == answers_.end()) return;
+      done = std::move(it->second);
+      answers_.erase(it);
+    }
+    done(status);
   }
 
  private:
@@ -74,7 +101,55 @@ class LoopQueue final : public GenerationQueue {
   std::condition_variable cv_;
   StepInput input_;     // GUARDED_BY(mu_)
   LoopGauges gauges_;   // GUARDED_BY(mu_)
+  int64_t next_ticket_ = 1;                                     // GUARDED_BY(mu_)
+  std::map<int64_t, std::function<void(Status)>> answers_;     // GUARDED_BY(mu_)
+  std::vector<TokenEvent> rejected_;  // the loop's thread only
 };
+
+// A PEFT folder as adapters on the engine's model (this rank's shard);
+// its new index in *index.
+Status load_adapter(models::decode::InferenceEngine& engine, const std::string& folder, int* index) {
+  models::Model* base = engine.adapter_base();
+  if (!base) return failed_precondition("the " + engine.describe() + " engine takes no adapters at run time");
+  COHORT_ASSIGN_OR_RETURN(const hf::PeftAdapterConfig peft, hf::read_peft_config(folder));
+  COHORT_ASSIGN_OR_RETURN(auto adapters, models::LoraAdapters::create(*base, peft.lora));
+  COHORT_RETURN_IF_ERROR(hf::load_peft_adapter(folder, *adapters));
+  *index = engine.add_adapter(std::move(adapters));
+  return Status::ok();
+}
+
+// Every rank makes the step's adapter changes in order, agreeing on each
+// load (a folder one rank cannot read is undone on all); the results, in
+// order, go to rank 0's answers.
+Result<std::vector<Status>> apply_adapter_changes(std::vector<AdapterChange>& changes,
+                                                  models::decode::InferenceEngine& engine, const Scheduler& scheduler,
+                                                  collective::World& world) {
+  std::vector<Status> results;
+  for (AdapterChange& c : changes) {
+    if (!c.load) {
+      if (scheduler.uses_adapter(c.index)) {
+        results.push_back(failed_precondition("adapter '" + c.name + "' is in use; unload it once its requests end"));
+      } else {
+        engine.remove_adapter(c.index);
+        results.push_back(Status::ok());
+      }
+      continue;
+    }
+    Status status = load_adapter(engine, c.folder, &c.index);
+    if (world.size > 1) {
+      float ok = status.is_ok() ? 1.0f : 0.0f;
+      collective::AllReduceOptions options;
+      options.op = collective::ReduceOp::kMin;
+      COHORT_RETURN_IF_ERROR(world.cpu->all_reduce(&ok, 1, collective::DType::kF32, options));
+      if (ok == 0.0f && status.is_ok()) {
+        engine.remove_adapter(c.index);
+        status = failed_precondition("another rank could not load " + c.folder);
+      }
+    }
+    results.push_back(status);
+  }
+  return results;
+}
 
 struct ServeSetup {
   models::ModelConfig config;
@@ -127,8 +202,43 @@ Status announce(const jobs::JobSpec& spec, int port) {
 }
 
 // Rank 0's loop: take what arrived, share it, step, hand the tokens to HTTP.
+// Rank 0's part of a step's adapter changes before they go to the others:
+// a load whose name is taken, or an unload of a name nobody serves, is
+// answered at once and dropped; an unload learns its engine index.
+void resolve_adapter_changes(StepInput& input, LoopQueue& queue, const AdapterNames& names) {
+  std::vector<AdapterChange> kept;
+  std::vector<std::string> loading;
+  for (AdapterChange& c : input.adapter_changes) {
+    const std::optional<int> index = names.find(c.name);
+    const bool taken = index || std::find(loading.begin(), loading.end(), c.name) != loading.end();
+    if (c.load && taken) {
+      queue.answer(c.ticket, failed_precondition("adapter '" + c.name + "' is already loaded"));
+      continue;
+    }
+    if (!c.load && !index) {
+      queue.answer(c.ticket, not_found("no adapter '" + c.name + "' is loaded"));
+      continue;
+    }
+    if (c.load) loading.push_back(c.name);
+    if (!c.load) c.index = *index;
+    kept.push_back(std::move(c));
+  }
+  input.adapter_changes = std::move(kept);
+  // A request parsed while its adapter was still served, which is gone.
+  std::vector<SequenceRequest> arrivals;
+  for (SequenceRequest& r : input.arrivals) {
+    if (r.adapter >= 0 && !names.serves(r.adapter)) {
+      queue.reject(r.id);
+      continue;
+    }
+    arrivals.push_back(std::move(r));
+  }
+  input.arrivals = std::move(arrivals);
+}
+
 Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& scheduler, LoopQueue& queue,
-            ServeHttp& http, const ServeSetup& setup) {
+            ServeHttp& http, const ServeSetup& setup, models::decode::InferenceEngine& engine,
+            AdapterNames& names) {
   int64_t steps = 0;
   bool draining = false, cut_short = false;
   // A drain ends a second before the agent's SIGKILL, so that the job still
@@ -153,8 +263,20 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     // Draining ends once nothing is in flight: the HTTP side refuses new
     // requests, so live() only falls.
     input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
+    resolve_adapter_changes(input, queue, names);
     if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
-    std::vector<TokenEvent> rejected;
+    COHORT_ASSIGN_OR_RETURN(const std::vector<Status> changed,
+                            apply_adapter_changes(input.adapter_changes, engine, scheduler, world));
+    for (size_t i = 0; i < changed.size(); ++i) {
+      const AdapterChange& c = input.adapter_changes[i];
+      if (changed[i].is_ok()) {
+        if (c.load) names.add(c.name, c.index);
+        else names.remove(c.name);
+        spdlog::info("serve: adapter '{}' {}", c.name, c.load ? "loaded from " + c.folder : std::string("unloaded"));
+      }
+      queue.answer(c.ticket, changed[i]);
+    }
+    std::vector<TokenEvent> rejected = queue.take_rejected();
     apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) break;
     std::vector<TokenEvent> events = scheduler.idle() ? std::vector<TokenEvent>{} : scheduler.step();
@@ -169,10 +291,13 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
 }
 
 // Other ranks: the same inputs, the same steps, nothing to hand out.
-Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& setup) {
+Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& setup,
+              models::decode::InferenceEngine& engine) {
   while (true) {
     StepInput input;
     COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
+    auto changed = apply_adapter_changes(input.adapter_changes, engine, scheduler, world);
+    if (!changed.is_ok()) return changed.status();
     std::vector<TokenEvent> rejected;
     apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) return Status::ok();
@@ -190,6 +315,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   ServeMetrics metrics;
   LoopQueue queue;
   std::unique_ptr<ServeHttp> http;
+  std::shared_ptr<AdapterNames> adapter_names;  // rank 0's, shared with the HTTP side
   if (world.rank == 0) {
     ServeHttpOptions o;
     o.host = serve.host == "localhost" ? "127.0.0.1" : serve.host;
@@ -200,7 +326,9 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     o.max_live = serve.max_running + serve.max_queue;
     o.defaults.max_choices = o.max_live;
     o.defaults.model_name = serve.model_name;
-    for (const auto& entry : serve.adapters) o.defaults.adapters.push_back(entry.first);
+    int index = 0;  // the engine loads them in the table's order
+    for (const auto& entry : serve.adapters) o.defaults.adapters->add(entry.first, index++);
+    adapter_names = o.defaults.adapters;
     o.defaults.max_tokens = serve.max_tokens;
     o.defaults.sampling = models::SamplingParams{static_cast<float>(serve.temperature), serve.top_k,
                                                  static_cast<float>(serve.top_p), static_cast<uint64_t>(serve.seed)};
@@ -239,7 +367,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                  std::chrono::duration<double>(Clock::now() - t0).count(), world.size, serve.max_running,
                  setup.context, scheduler.kv_total(), serve.max_queue);
     http->set_state(ServeState::kReady);
-    COHORT_RETURN_IF_ERROR(lead(spec, world, scheduler, queue, *http, setup));
+    COHORT_RETURN_IF_ERROR(lead(spec, world, scheduler, queue, *http, setup, *bundle.engine, *adapter_names));
     // The last responses may still be leaving; give them a moment.
     const auto deadline = Clock::now() + std::chrono::seconds(5);
     while (http->responding() > 0 && Clock::now() < deadline) {
@@ -251,7 +379,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     spdlog::info("serve: drained; stopping");
     return Status::ok();
   }
-  return follow(world, scheduler, setup);
+  return follow(world, scheduler, setup, *bundle.engine);
 }
 
 }  // namespace

@@ -75,6 +75,14 @@ std::vector<int64_t> encode_step_input(const StepInput& in) {
     d.push_back(static_cast<int64_t>(r.constraint.size()));
     for (unsigned char c : r.constraint) d.push_back(c);
   }
+  d.push_back(static_cast<int64_t>(in.adapter_changes.size()));
+  for (const AdapterChange& c : in.adapter_changes) {
+    d.insert(d.end(), {c.load ? 1 : 0, c.index, c.ticket});
+    for (const std::string* text : {&c.name, &c.folder}) {
+      d.push_back(static_cast<int64_t>(text->size()));
+      for (unsigned char ch : *text) d.push_back(ch);
+    }
+  }
   return d;
 }
 
@@ -111,6 +119,16 @@ Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text
     q.stop = make_stop(q, tokenizer, eos, &status);
     if (!status.is_ok()) return status;
     in.arrivals.push_back(std::move(q));
+  }
+  for (size_t i = 0, n = r.count(); i < n && r.ok; ++i) {
+    AdapterChange c;
+    c.load = r.next() != 0;
+    c.index = static_cast<int>(r.next());
+    c.ticket = r.next();
+    for (std::string* text : {&c.name, &c.folder}) {
+      for (size_t k = 0, len = r.count(); k < len && r.ok; ++k) text->push_back(static_cast<char>(r.next()));
+    }
+    in.adapter_changes.push_back(std::move(c));
   }
   if (!r.ok || r.at != data.size()) return internal_error("a malformed step input from rank 0");
   return in;

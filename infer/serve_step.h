@@ -16,10 +16,21 @@
 
 namespace cohort::infer {
 
+// A LoRA adapter loaded or unloaded at run time (serve_http.h's endpoints):
+// every rank makes it before the step's arrivals.
+struct AdapterChange {
+  bool load = false;
+  std::string name;
+  std::string folder;  // load: the PEFT adapter folder
+  int index = -1;      // unload: the engine's index, which rank 0 resolves from the name
+  int64_t ticket = 0;  // rank 0's: whom to answer
+};
+
 struct StepInput {
   bool stop = false;
   std::vector<SequenceRequest> arrivals;
   std::vector<int64_t> cancels;
+  std::vector<AdapterChange> adapter_changes;
 };
 
 // Flat int64 form, and back. decode rebuilds each arrival's StopCondition

@@ -337,12 +337,11 @@ std::optional<ApiError> parse_fields(const json& body, const ojson& ordered, boo
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) return bad("model", "'model' must be a string");
     r->model = body["model"].get<std::string>();
-    const auto adapter = std::find(d.adapters.begin(), d.adapters.end(), r->model);
-    if (adapter != d.adapters.end()) {
-      r->adapter = static_cast<int>(adapter - d.adapters.begin());
+    if (const std::optional<int> adapter = d.adapters->find(r->model)) {
+      r->adapter = *adapter;
     } else if (r->model != d.model_name) {
       std::string served = "'" + d.model_name + "'";
-      for (const std::string& a : d.adapters) served += ", '" + a + "'";
+      for (const std::string& a : d.adapters->names()) served += ", '" + a + "'";
       return ApiError{404, "The model '" + r->model + "' does not exist; this server has " + served,
                       "invalid_request_error", "model", "model_not_found"};
     }

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/serve/chat_prompt.h"
+#include "infer/serve/adapter_names.h"
 #include "infer/serve/tool_calls.h"
 #include "text/json_grammar.h"
 #include "models/token_sampler.h"
@@ -40,9 +41,9 @@ struct ApiError {
 // What the job's [serve] section and model give every request.
 struct ApiDefaults {
   std::string model_name;
-  // serve.adapters' names, in the engine's order: a request whose `model`
-  // is one of them runs with that LoRA adapter on the base.
-  std::vector<std::string> adapters;
+  // The LoRA adapters' names (serve.adapters and those loaded since): a
+  // request whose `model` is one of them runs with that adapter on the base.
+  std::shared_ptr<AdapterNames> adapters = std::make_shared<AdapterNames>();
   int max_tokens = 256;
   models::SamplingParams sampling;  // temperature, top_p, top_k, seed
   int context = 0;                  // positions per sequence

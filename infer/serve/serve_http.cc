@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -77,6 +78,10 @@ class Connection final : public http_core::Connection {
   void on_write_error() override { gone(); }
   void route(http_core::Request& request);
   void completion(bool chat);
+  // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+  // /v1/unload_lora_adapter {"lora_name"} (vLLM's endpoints): answered once
+  // the loop made the change on every rank.
+  void adapter_change(bool load, const std::string& body);
   // Back on the io thread with the parsed request (prompt tokenized).
   void prompt_ready(bool chat, const std::optional<ApiError>& parse_error, CompletionRequest request);
   void reply(int status, const std::string& type, const std::string& body);
@@ -254,7 +259,8 @@ void Connection::route(http_core::Request& req) {
     return reply(200, "text/plain; version=0.0.4",
                  server_.metrics().render(server_.queue().gauges(), server_.state_name()));
   }
-  const bool v1 = target == "/v1/models" || target == "/v1/completions" || target == "/v1/chat/completions";
+  const bool adapters = target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter";
+  const bool v1 = target == "/v1/models" || target == "/v1/completions" || target == "/v1/chat/completions" || adapters;
   if (!v1) return error({404, "no such endpoint: " + target, "invalid_request_error", "", "not_found"});
   const std::string& key = server_.options().api_key;
   if (!key.empty() && !same_key(std::string(req[http::field::authorization]), "Bearer " + key)) {
@@ -267,15 +273,71 @@ void Connection::route(http_core::Request& req) {
     const ApiDefaults& d = server_.options().defaults;
     json models = json::array({{{"id", d.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "cohort"},
                                 {"max_model_len", d.context}}});
-    for (const std::string& adapter : d.adapters) {
+    for (const std::string& adapter : d.adapters->names()) {
       models.push_back({{"id", adapter}, {"object", "model"}, {"created", 0}, {"owned_by", "cohort"},
                         {"max_model_len", d.context}, {"parent", d.model_name}});
     }
     return reply(200, "application/json", json({{"object", "list"}, {"data", models}}).dump());
   }
   if (!post) return error({405, "use POST", "invalid_request_error", "", ""});
+  if (adapters) {
+    // Changing what the server runs takes its key: without one configured
+    // (a loopback server anyone on the host reaches) the endpoints stay shut.
+    if (key.empty()) {
+      return error({403, "loading and unloading adapters needs serve.api_key", "invalid_request_error", "",
+                    "forbidden"});
+    }
+    return adapter_change(target == "/v1/load_lora_adapter", req.body());
+  }
   body_ = std::move(req.body());
   completion(target == "/v1/chat/completions");
+}
+
+void Connection::adapter_change(bool load, const std::string& body) {
+  if (server_.state() != ServeState::kReady) {
+    return error({503, "the server is not ready", "server_error", "", "unavailable"});
+  }
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return error({400, "the body must be a JSON object", "invalid_request_error", "", ""});
+  AdapterChange change;
+  change.load = load;
+  const json* name = j.contains("lora_name") ? &j["lora_name"] : nullptr;
+  if (!name || !name->is_string()) {
+    return error({400, "'lora_name' must be a string", "invalid_request_error", "lora_name", ""});
+  }
+  change.name = name->get<std::string>();
+  const bool plain = !change.name.empty() && change.name.size() <= 128 &&
+                     std::all_of(change.name.begin(), change.name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                     });
+  if (!plain) {
+    return error({400, "'lora_name' is 1 to 128 of A-Z a-z 0-9 . _ -", "invalid_request_error", "lora_name", ""});
+  }
+  if (change.name == server_.options().defaults.model_name) {
+    return error({400, "'lora_name' is the base model's name", "invalid_request_error", "lora_name", ""});
+  }
+  if (load) {
+    const json* path = j.contains("lora_path") ? &j["lora_path"] : nullptr;
+    if (!path || !path->is_string() || path->get<std::string>().empty() || path->get<std::string>().size() > 4096) {
+      return error({400, "'lora_path' must be a folder's path", "invalid_request_error", "lora_path", ""});
+    }
+    change.folder = path->get<std::string>();
+  }
+  auto self = this->self();
+  const std::string name_copy = change.name;
+  server_.queue().change_adapter(std::move(change), [self, load, name_copy](Status status) {
+    asio::post(self->server_.io(), [self, load, name_copy, status] {
+      if (status.is_ok()) {
+        return self->reply(200, "application/json",
+                           json({{"object", "lora_adapter"}, {"id", name_copy}, {"loaded", load}}).dump());
+      }
+      const int code = status.code() == StatusCode::kNotFound             ? 404
+                       : status.code() == StatusCode::kFailedPrecondition ? 409
+                       : status.code() == StatusCode::kInvalidArgument    ? 400
+                                                                          : 500;
+      self->error({code, status.message(), code == 500 ? "server_error" : "invalid_request_error", "lora_name", ""});
+    });
+  });
 }
 
 void Connection::completion(bool chat) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "base/status.h"
 #include "infer/serve/openai_api.h"
 #include "infer/scheduler.h"
+#include "infer/serve_step.h"
 #include "infer/serve/serve_metrics.h"
 #include "text/token_constraint.h"
 #include "text/tokenizer.h"
@@ -42,6 +44,13 @@ class GenerationQueue {
   virtual void submit(SequenceRequest request) = 0;
   virtual void cancel(int64_t id) = 0;
   virtual LoopGauges gauges() const = 0;
+  // Loads or unloads a LoRA adapter on every rank between two steps, then
+  // calls `done` (on the loop's thread) with the outcome. A loop that takes
+  // none refuses at once.
+  virtual void change_adapter(AdapterChange change, std::function<void(Status)> done) {
+    (void)change;
+    done(failed_precondition("this server loads no adapters at run time"));
+  }
 };
 
 enum class ServeState {

@@ -85,9 +85,19 @@ void ModelEngine::prefill(int slot, const int32_t* tokens, int n, float* logits,
   if (!logits) *greedy = argmax(out, V);
 }
 
-void ModelEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters) {
+int ModelEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters) {
   adapters_.push_back(std::move(adapters));
   slot_adapter_.resize(static_cast<size_t>(slots()), -1);
+  return static_cast<int>(adapters_.size()) - 1;
+}
+
+void ModelEngine::remove_adapter(int index) {
+  COHORT_CHECK(index >= 0 && index < adapters());
+  adapters_[static_cast<size_t>(index)].reset();
+  // Slots that last ran it start their next sequence without it.
+  for (int& a : slot_adapter_) {
+    if (a == index) a = -1;
+  }
 }
 
 void ModelEngine::set_adapter(int slot, int index) {

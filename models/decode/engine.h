@@ -103,6 +103,16 @@ class InferenceEngine {
   // different adapters share every batch. Engines without adapters hold 0.
   virtual int adapters() const { return 0; }
   virtual void set_adapter(int slot, int index) { (void)slot, (void)index; }
+  // Adapters at run time (the server's load and unload endpoints): the
+  // model they attach to (null: this engine takes none), add_adapter's new
+  // index (indices are never reused), and remove_adapter, which the caller
+  // makes only when no sequence uses the adapter.
+  virtual models::Model* adapter_base() { return nullptr; }
+  virtual int add_adapter(std::unique_ptr<models::LoraAdapters> adapters) {
+    (void)adapters;
+    return -1;
+  }
+  virtual void remove_adapter(int index) { (void)index; }
 };
 
 // models::Model with a models::KvCache.
@@ -126,9 +136,11 @@ class ModelEngine final : public InferenceEngine {
   void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override;
   // Adapters on the model's base (the engine keeps them; each a LoRA of the
   // model's shard, models/lora.h), added in index order.
-  void add_adapter(std::unique_ptr<models::LoraAdapters> adapters);
+  int add_adapter(std::unique_ptr<models::LoraAdapters> adapters) override;
   int adapters() const override { return static_cast<int>(adapters_.size()); }
   void set_adapter(int slot, int index) override;
+  models::Model* adapter_base() override { return model_; }
+  void remove_adapter(int index) override;
 
  private:
   ModelEngine() = default;

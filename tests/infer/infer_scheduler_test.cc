@@ -412,7 +412,10 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   r.stop_ids = {3};
   r.stop_strings = {"ab", ""};
   r.constraint = constraint_spec(nlohmann::ordered_json{{"type", "object"}});
+  r.adapter = 2;
   in.arrivals.push_back(r);
+  in.adapter_changes.push_back(AdapterChange{true, "sql", "/adapters/sql", -1, 5});
+  in.adapter_changes.push_back(AdapterChange{false, "chat", "", 1, 6});
   text::ByteTokenizer bytes;
   auto out = decode_step_input(encode_step_input(in), &bytes, {1});
   ASSERT_TRUE(out.is_ok()) << out.status().message();
@@ -434,6 +437,14 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   EXPECT_TRUE(q.logprobs);
   EXPECT_EQ(q.stop_strings, r.stop_strings);
   EXPECT_EQ(q.constraint, r.constraint);
+  EXPECT_EQ(q.adapter, 2);
+  ASSERT_EQ(out->adapter_changes.size(), 2u);
+  EXPECT_TRUE(out->adapter_changes[0].load);
+  EXPECT_EQ(out->adapter_changes[0].name, "sql");
+  EXPECT_EQ(out->adapter_changes[0].folder, "/adapters/sql");
+  EXPECT_EQ(out->adapter_changes[0].ticket, 5);
+  EXPECT_FALSE(out->adapter_changes[1].load);
+  EXPECT_EQ(out->adapter_changes[1].index, 1);
   ASSERT_TRUE(q.stop);
   EXPECT_TRUE(q.stop->is_stop_token(3));
   EXPECT_TRUE(q.stop->is_stop_token(1));  // the model's eos

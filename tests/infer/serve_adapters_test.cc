@@ -3,7 +3,8 @@
 // base and each adapter, sent at once so that they share the engine's
 // batches, with the greedy tokens an offline job gives on that adapter's
 // merged weights (W + scale · B A); /v1/models lists the three, and an
-// unknown model is a 404 naming them. A real server process on CPU ranks.
+// unknown model is a 404 naming them; an adapter loaded at run time serves
+// until it is unloaded. A real server process on CPU ranks.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,12 +44,14 @@ std::pair<std::string, std::string> make_adapter(const std::string& name, const 
 
 // One HTTP exchange with the server (it closes after each reply): the status
 // and the JSON body.
-std::pair<int, json> http(int port, const std::string& method, const std::string& target, const json& body = {}) {
+std::pair<int, json> http(int port, const std::string& method, const std::string& target, const json& body = {},
+                          const std::string& key = "k") {
   boost::asio::io_context io;
   tcp::socket s(io);
   s.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), uint16_t(port)));
   const std::string text = body.is_null() ? "" : body.dump();
-  const std::string request = method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+  const std::string auth = key.empty() ? "" : "Authorization: Bearer " + key + "\r\n";
+  const std::string request = method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
                               "Content-Length: " + std::to_string(text.size()) + "\r\nConnection: close\r\n\r\n" + text;
   boost::asio::write(s, boost::asio::buffer(request));
   std::string reply;
@@ -81,7 +84,7 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
   const std::filesystem::path out = scratch_dir("serve_adapters_run");
   const std::filesystem::path job = out / "job.toml";
   std::ofstream(job) << "[job]\nname = \"tiny\"\nkind = \"serve\"\noutput_dir = \"" << (out / "out").string()
-                     << "\"\n[model]\nhf_dir = \"" << base << "\"\n[serve]\nport = 0\nmax_running = 16\n"
+                     << "\"\n[model]\nhf_dir = \"" << base << "\"\n[serve]\nport = 0\nmax_running = 16\napi_key = \"k\"\n"
                      << "temperature = 0.0\n[serve.adapters]\nalpha = \"" << alpha << "\"\nbeta = \"" << beta
                      << "\"\n";
   const pid_t server = ::fork();
@@ -134,6 +137,27 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
   const auto [missing, error] = http(port, "POST", "/v1/completions", {{"model", "gamma"}, {"prompt", {1, 2}}});
   EXPECT_EQ(missing, 404);
   EXPECT_NE(error.dump().find("'alpha', 'beta'"), std::string::npos) << error.dump();
+
+  // At run time: beta's folder loaded again as gamma answers as beta does,
+  // until it is unloaded. The endpoints take the key and plain names.
+  const json load = {{"lora_name", "gamma"}, {"lora_path", beta}};
+  EXPECT_EQ(http(port, "POST", "/v1/load_lora_adapter", load, "").first, 401);
+  EXPECT_EQ(http(port, "POST", "/v1/load_lora_adapter", {{"lora_name", "../x"}, {"lora_path", beta}}).first, 400);
+  EXPECT_EQ(http(port, "POST", "/v1/load_lora_adapter", {{"lora_name", "delta"}, {"lora_path", "/no/such"}}).first,
+            404);
+  const auto [loaded, loaded_body] = http(port, "POST", "/v1/load_lora_adapter", load);
+  ASSERT_EQ(loaded, 200) << loaded_body.dump();
+  EXPECT_EQ(http(port, "POST", "/v1/load_lora_adapter", load).first, 409) << "the name is taken";
+  EXPECT_EQ(http(port, "GET", "/v1/models").second["data"].size(), 4u);
+  const json ask = {{"model", "gamma"}, {"prompt", prompts[1]}, {"max_tokens", 6}, {"temperature", 0},
+                    {"return_token_ids", true}, {"ignore_eos", true}};
+  const auto [asked, answer] = http(port, "POST", "/v1/completions", ask);
+  ASSERT_EQ(asked, 200) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], offline["beta"].outputs[1]["tokens"]);
+  EXPECT_EQ(http(port, "POST", "/v1/unload_lora_adapter", {{"lora_name", "gamma"}}).first, 200);
+  EXPECT_EQ(http(port, "POST", "/v1/unload_lora_adapter", {{"lora_name", "gamma"}}).first, 404);
+  EXPECT_EQ(http(port, "POST", "/v1/completions", ask).first, 404);
+  EXPECT_EQ(http(port, "GET", "/v1/models").second["data"].size(), 3u);
   ::kill(server, SIGTERM);
   int status = 0;
   ::waitpid(server, &status, 0);
