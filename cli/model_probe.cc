@@ -65,6 +65,19 @@ std::vector<ModelProblem> probe_model(const jobs::LoadResult& result, std::optio
     problems.push_back({"train.seq_len", "train.seq_len: " + std::to_string(spec.train.seq_len) +
                                              " is beyond the model's max_seq " + std::to_string(config->max_seq) +
                                              " (raise [model] max_seq, up to max_position_embeddings)"});
+  // Expert parallelism splits the model's experts: it needs experts, as many
+  // as a whole number per rank of the group.
+  const int ep = spec.parallel.expert_parallel;
+  if (config && spec.job.kind == jobs::JobKind::kTrain && ep > 1) {
+    const std::string key = "parallel.expert_parallel";
+    if (!config->is_moe()) {
+      problems.push_back({key, key + ": " + std::to_string(ep) + " needs a mixture-of-experts model; " +
+                                   config->model_type + " is dense"});
+    } else if (config->moe.experts % ep != 0) {
+      problems.push_back({key, key + ": " + std::to_string(ep) + " does not divide the model's " +
+                                   std::to_string(config->moe.experts) + " experts"});
+    }
+  }
   if (probed) *probed = config;
   return problems;
 }

@@ -67,6 +67,31 @@ TEST(ValidateModel, ASeqLenBeyondTheModelsMaxSeqIsRefusedAtItsKey) {
   EXPECT_NE(run.err.find("train.seq_len: 1024 is beyond the model's max_seq 512"), std::string::npos) << run.err;
 }
 
+// parallel.expert_parallel needs a model with experts, a whole number of
+// them on each rank of a group: both fail validation at the key.
+TEST(ValidateModel, ExpertParallelNeedsExpertsItCanSplit) {
+  const fs::path dir = testing::data_scratch("validate_ep");
+  write_file((dir / "corpus.txt").string(), "hello world\n");
+  auto job = [&](const std::string& preset, int gpus, int ep) {
+    write_file((dir / "job.toml").string(),
+               "[job]\nname = \"v\"\nkind = \"train\"\ngpus_per_node = " + std::to_string(gpus) +
+                   "\n[model]\npreset = \"" + preset + "\"\n[parallel]\nexpert_parallel = " + std::to_string(ep) +
+                   "\n[train]\ndata = \"corpus.txt\"\nsteps = 1\nseq_len = 32\n");
+    return run_cohort({"validate", (dir / "job.toml").string()});
+  };
+  auto dense = job("tiny", 2, 2);
+  EXPECT_EQ(dense.exit_code, 2) << dense.out;
+  EXPECT_NE(dense.err.find("parallel.expert_parallel: 2 needs a mixture-of-experts model; qwen3 is dense"),
+            std::string::npos)
+      << dense.err;
+  auto uneven = job("tiny-moe", 6, 3);
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.out;
+  EXPECT_NE(uneven.err.find("parallel.expert_parallel: 3 does not divide the model's 8 experts"), std::string::npos)
+      << uneven.err;
+  auto fine = job("tiny-moe", 4, 2);
+  EXPECT_EQ(fine.exit_code, 0) << fine.err;
+}
+
 // [model] adapter: a folder whose adapter_config.json describes what
 // cohort's adapters are not (DoRA) fails validation at its key, naming the field.
 TEST(ValidateModel, AnAdapterCohortCannotMergeIsRefusedAtItsKey) {
