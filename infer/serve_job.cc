@@ -205,9 +205,14 @@ Status announce(const jobs::JobSpec& spec, int port) {
 // Rank 0's part of a step's adapter changes before they go to the others:
 // a load whose name is taken, or an unload of a name nobody serves, is
 // answered at once and dropped; an unload learns its engine index.
+// The most adapters a server holds at once (as [serve.adapters] allows):
+// each is a copy of low-rank weights on every rank.
+constexpr size_t kMaxServedAdapters = 64;
+
 void resolve_adapter_changes(StepInput& input, LoopQueue& queue, const AdapterNames& names) {
   std::vector<AdapterChange> kept;
   std::vector<std::string> loading;
+  size_t unloading = 0;
   for (AdapterChange& c : input.adapter_changes) {
     const std::optional<int> index = names.find(c.name);
     const bool taken = index || std::find(loading.begin(), loading.end(), c.name) != loading.end();
@@ -215,6 +220,12 @@ void resolve_adapter_changes(StepInput& input, LoopQueue& queue, const AdapterNa
       queue.answer(c.ticket, failed_precondition("adapter '" + c.name + "' is already loaded"));
       continue;
     }
+    if (c.load && names.size() + loading.size() - unloading >= kMaxServedAdapters) {
+      queue.answer(c.ticket, failed_precondition(std::to_string(kMaxServedAdapters) +
+                                                 " adapters are loaded, the most a server holds; unload one first"));
+      continue;
+    }
+    if (!c.load && index) ++unloading;
     if (!c.load && !index) {
       queue.answer(c.ticket, not_found("no adapter '" + c.name + "' is loaded"));
       continue;

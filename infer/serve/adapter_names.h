@@ -27,6 +27,10 @@ class AdapterNames {
     for (const auto& [index, name] : by_index_) out.push_back(name);
     return out;
   }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return by_name_.size();
+  }
   bool serves(int index) const {
     std::lock_guard<std::mutex> lock(mu_);
     return by_index_.count(index) > 0;

@@ -158,6 +158,19 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
   EXPECT_EQ(http(port, "POST", "/v1/unload_lora_adapter", {{"lora_name", "gamma"}}).first, 404);
   EXPECT_EQ(http(port, "POST", "/v1/completions", ask).first, 404);
   EXPECT_EQ(http(port, "GET", "/v1/models").second["data"].size(), 3u);
+  // At most 64 adapters at once: with alpha and beta, 62 more load and the next is refused.
+  int loaded_more = 0;
+  for (int i = 0; i < 70; ++i) {
+    const auto [status, reply] =
+        http(port, "POST", "/v1/load_lora_adapter", {{"lora_name", "a" + std::to_string(i)}, {"lora_path", alpha}});
+    if (status != 200) {
+      EXPECT_EQ(status, 409) << reply.dump();
+      EXPECT_NE(reply.dump().find("64 adapters are loaded"), std::string::npos) << reply.dump();
+      break;
+    }
+    ++loaded_more;
+  }
+  EXPECT_EQ(loaded_more, 62);
   ::kill(server, SIGTERM);
   int status = 0;
   ::waitpid(server, &status, 0);
