@@ -111,7 +111,7 @@ Result<std::vector<CudaGraphEngine::PackedLayer>> CudaGraphEngine::pack_projecti
   return packed;
 }
 
-const Bf16* CudaGraphEngine::bf16_for(const Weight& w, int /*n*/) {
+const Bf16* CudaGraphEngine::bf16_for(const Weight& w) {
   if (!w.quantized()) return w.bf16;
   models::cuda::dequantize_rows_bf16(expanded_, w.packed, stream_);
   return expanded_;

@@ -156,9 +156,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // buf_.h = SwiGLU(x · w_gate/upᵀ).
   void gate_up_swiglu(const Bf16* x, const Weight& w, int n, int in, int I,
                       const models::cuda::FoldedNorm& norm = {});
-  // The weight as bf16 for a forward of n rows: itself, or its codes
-  // expanded into expanded_ where the quantized GEMV does not serve n.
-  const Bf16* bf16_for(const Weight& w, int n);
+  // The weight as bf16: itself, or its codes expanded into expanded_ (for
+  // forwards the quantized GEMV does not serve).
+  const Bf16* bf16_for(const Weight& w);
   // Each layer's fused projections (q|k|v, o, gate|up, down) in the row
   // layout where options give them (a pre-quantized folder's own weights,
   // else projection_format's quantization of the loaded ones), on the host;

@@ -42,7 +42,7 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Weight& w, int n, int 
     models::cuda::quant_gemv(y, x, w.packed, n, stream_, output);
     return;
   }
-  gemm_bf16(y, x, bf16_for(w, n), n, in, out, output, norm);
+  gemm_bf16(y, x, bf16_for(w), n, in, out, output, norm);
 }
 
 void CudaGraphEngine::gemm_bf16(float* y, const Bf16* x, const Bf16* w, int n, int in, int out,
@@ -72,7 +72,7 @@ void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Weight& weight, int n,
     models::cuda::quant_gemv_swiglu(buf_.h, x, weight.packed, n, stream_);
     return;
   }
-  const Bf16* w = bf16_for(weight, n);
+  const Bf16* w = bf16_for(weight);
   const Projection family = projection(n, in);
   COHORT_CHECK(!norm.in_sumsq || family == Projection::kSkinny);
   switch (family) {
