@@ -28,10 +28,6 @@ namespace {
 
 constexpr const char* kFormat = "cohort-checkpoint/1";
 
-int layout_rank(parallel::ParallelModel& pm) {
-  return pm.data_parallel->strategy() == Strategy::kDdp ? 0 : pm.mesh->dp_rank();
-}
-
 Result<json> read_index(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "index.json");
   if (!in) return not_found("checkpoint " + dir + " has no index.json (an unfinished or foreign folder?)");
@@ -55,7 +51,7 @@ Status write_rank_shards(const fs::path& dir, int rank, parallel::ParallelModel&
   std::vector<float> params, m, v;
   for (int g = 0; g < pm.trained().num_groups(); ++g) {
     COHORT_RETURN_IF_ERROR(pm.data_parallel->read_shard(g, &params, &m, &v));
-    for (const auto& seg : pm.data_parallel->layout(g).segments(layout_rank(pm))) {
+    for (const auto& seg : pm.data_parallel->owned_segments(g)) {
       const auto& spec = layout.groups[g].params[seg.param];
       const std::vector<float>* tensors[3] = {&params, &m, &v};
       for (int t = 0; t < 3; ++t) {
@@ -256,13 +252,12 @@ Result<TrainPosition> restore_checkpoint(const std::string& dir, parallel::Paral
   COHORT_ASSIGN_OR_RETURN(PieceIndex pieces, read_piece_index(dir));
   const auto& layout = pm.trained().layout();
   for (int g = 0; g < pm.trained().num_groups(); ++g) {
-    const auto& shard = pm.data_parallel->layout(g);
-    size_t n = pm.data_parallel->strategy() == Strategy::kDdp ? shard.padded_numel() : shard.shard_numel();
+    const size_t n = pm.data_parallel->owned_numel(g);
     std::vector<float> owned[3] = {std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
     std::vector<float> local;
     // A parameter has at most one segment in a rank's shard, so each is
     // assembled once per tensor.
-    for (const auto& seg : shard.segments(layout_rank(pm))) {
+    for (const auto& seg : pm.data_parallel->owned_segments(g)) {
       const auto& spec = layout.groups[g].params[seg.param];
       for (int t = 0; t < 3; ++t) {
         std::vector<char> covered;

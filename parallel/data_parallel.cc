@@ -48,7 +48,8 @@ DataParallel::~DataParallel() {
   // Reductions still in flight write into our buffers: let them land first.
   for (auto& g : groups_) {
     for (auto& w : g->pending_reduce) (void)w->wait();
-    if (g->pending_gather) (void)g->pending_gather->wait();
+    for (auto& part : g->parts)
+      if (part.pending_gather) (void)part.pending_gather->wait();
   }
   for (auto& w : unsettled_gathers_) (void)w->wait();
   for (auto& g : groups_) {
@@ -75,7 +76,11 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(models::Model* model,
   return dp;
 }
 
-const ShardLayout& DataParallel::layout(int group) const { return groups_[group]->layout; }
+size_t DataParallel::owned_numel(int group) const { return groups_[group]->owned_numel; }
+
+const std::vector<ShardSegment>& DataParallel::owned_segments(int group) const {
+  return groups_[group]->owned_segments;
+}
 
 float* DataParallel::pool_take(size_t numel) {
   auto& list = pool_->free[numel];
@@ -102,23 +107,68 @@ float* DataParallel::GroupState::keep(models::Backend& backend, size_t numel) {
   return p;
 }
 
+// A group's parts: one over the data-parallel axis, or under expert
+// parallelism a sparse layer's dense parameters over it and its experts
+// (which close the group) over their replicas.
+std::vector<DataParallel::Part> DataParallel::make_parts(const models::ParamGroup& spec) {
+  const int n = int(spec.params.size());
+  int first_expert = n;
+  if (mesh_->dims().ep > 1) {
+    for (int i = 0; i < n && first_expert == n; ++i)
+      if (spec.params[i].expert_parallel) first_expert = i;
+  }
+  std::vector<Part> parts;
+  auto add = [&](int first, int last, collective::Communicator& comm, bool experts) {
+    Part part;
+    part.begin = first < n ? spec.params[first].offset : 0;
+    const size_t end = last < n ? spec.params[last].offset : spec.numel;
+    part.first_param = first;
+    part.experts = experts;
+    part.spec.name = experts ? spec.name + " (experts)" : spec.name;
+    part.spec.numel = end - part.begin;
+    for (int i = first; i < last; ++i) {
+      part.spec.params.push_back(spec.params[i]);
+      part.spec.params.back().offset -= part.begin;
+    }
+    const int size = options_.strategy == Strategy::kDdp ? 1 : comm.size();
+    part.layout = options_.strategy == Strategy::kDdp    ? ShardLayout::replicated(part.spec)
+                  : options_.strategy == Strategy::kFsdp2 ? ShardLayout::per_param_dim0(part.spec, size)
+                                                          : ShardLayout::flat(part.spec, size);
+    part.comm = &comm;
+    part.rank = options_.strategy == Strategy::kDdp ? 0 : comm.rank();
+    parts.push_back(std::move(part));
+  };
+  add(0, first_expert, mesh_->dp(), false);
+  if (first_expert < n) add(first_expert, n, mesh_->expert_replicas(), true);
+  return parts;
+}
+
+float* DataParallel::part_params(GroupState& s, const Part& part) const {
+  if (s.shard_params) return s.shard_params + part.shard_base;
+  return s.full_params ? s.full_params + part.begin + size_t(part.rank) * part.shard_numel() : nullptr;
+}
+
+float* DataParallel::part_grads(GroupState& s, const Part& part) const {
+  if (shard_grads_) return s.shard_grads + part.shard_base;
+  return s.full_grads + part.begin + size_t(part.rank) * part.shard_numel();
+}
+
 Status DataParallel::setup() {
   const auto& layout = trained_->layout();
-  int dp = mesh_->dims().dp;
-  int dp_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
   for (int g = 0; g < trained_->num_groups(); ++g) {
     const models::ParamGroup& spec = layout.groups[g];
     auto state = std::make_unique<GroupState>();
     state->index = g;
     state->spec = &spec;
-    state->layout = options_.strategy == Strategy::kDdp    ? ShardLayout::replicated(spec)
-                    : options_.strategy == Strategy::kFsdp2 ? ShardLayout::per_param_dim0(spec, dp)
-                                                            : ShardLayout::flat(spec, dp);
     GroupState& s = *state;
-    for (const models::ParamSpec& p : spec.params) {
-      if (!p.expert_parallel) continue;
-      if (s.expert_end == 0) s.expert_begin = p.offset;
-      s.expert_end = p.offset + p.numel;
+    s.parts = make_parts(spec);
+    for (Part& part : s.parts) {
+      part.shard_base = s.owned_numel;
+      s.owned_numel += part.shard_numel();
+      s.full_extent = std::max(s.full_extent, part.begin + part.extent());
+      for (const ShardSegment& seg : part.layout.segments(part.rank))
+        s.owned_segments.push_back({part.shard_base + seg.shard_offset, part.begin + seg.full_offset, seg.length,
+                                    part.first_param + seg.param});
     }
     if (spec.numel == 0) {  // nothing trained here (LoRA's embedding and head groups)
       s.gathered = true;
@@ -126,34 +176,30 @@ Status DataParallel::setup() {
       groups_.push_back(std::move(state));
       continue;
     }
-    size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
-    size_t own_offset = size_t(dp_rank) * S;
     const float* initial = trained_->params(g);
     if (!shard_params_) {
-      s.full_params = s.keep(*backend_, padded);
+      s.full_params = s.keep(*backend_, s.full_extent);
       backend_->copy(s.full_params, initial, spec.numel * sizeof(float));
-      s.shard_params = s.layout.is_flat() ? s.full_params + own_offset : nullptr;
       s.gathered = true;
       if (working_dtype() != models::DType::kF32) {
-        s.working = s.keep(*backend_, half_floats(padded));
+        s.working = s.keep(*backend_, half_floats(s.full_extent));
         backend_->set_working_weights(s.full_params, s.working, spec.numel, working_dtype());
       }
     } else {
-      s.shard_params = s.keep(*backend_, S);
-      for (const auto& seg : s.layout.segments(dp_rank))
-        backend_->copy(s.shard_params + seg.shard_offset, initial + seg.full_offset,
-                       seg.length * sizeof(float));
-      if (half_params()) s.shard_half = s.keep(*backend_, half_floats(S));
+      s.shard_params = s.keep(*backend_, s.owned_numel);
+      backend_->zero(s.shard_params, s.owned_numel * sizeof(float));
+      for (const auto& seg : s.owned_segments)
+        backend_->copy(s.shard_params + seg.shard_offset, initial + seg.full_offset, seg.length * sizeof(float));
+      if (half_params()) s.shard_half = s.keep(*backend_, half_floats(s.owned_numel));
     }
     if (!shard_grads_) {
-      s.full_grads = s.keep(*backend_, padded);
-      s.shard_grads = s.full_grads + own_offset;
+      s.full_grads = s.keep(*backend_, s.full_extent);
+      backend_->zero(s.full_grads, s.full_extent * sizeof(float));
     } else {
-      s.shard_grads = s.keep(*backend_, S);
+      s.shard_grads = s.keep(*backend_, s.owned_numel);
     }
-    size_t opt = shard_optimizer_ ? S : padded;
-    s.m = s.keep(*backend_, opt);
-    s.v = s.keep(*backend_, opt);
+    s.m = s.keep(*backend_, s.owned_numel);
+    s.v = s.keep(*backend_, s.owned_numel);
     s.current_params = s.full_params;
     trained_->set_group_buffers(g, s.full_params, s.full_grads);
     groups_.push_back(std::move(state));
@@ -210,23 +256,26 @@ void DataParallel::refresh_half_shards() {
   if (!half_params()) return;
   for (auto& state : groups_)
     if (!state->empty())
-      backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->layout.shard_numel());
+      backend_->cast_to_half(state->shard_half, options_.param_dtype, state->shard_params, state->owned_numel);
 }
 
 void DataParallel::start_gather(int group) {
   GroupState& s = *groups_[group];
-  if (!shard_params_ || s.gathered || s.pending_gather || s.empty()) return;
-  size_t S = s.layout.shard_numel();
+  if (!shard_params_ || s.gathered || s.parts[0].pending_gather || s.empty()) return;
   collective::AllGatherOptions options;
   options.stream = options_.stream;
   options.overlap = true;  // ensure_gathered orders the use
-  if (half_params()) {
-    s.gather_half = pool_take(half_floats(s.layout.padded_numel()));
-    s.pending_gather = mesh_->dp().all_gather_async(s.shard_half, s.gather_half, S,
-                                                    options_.param_dtype, options);
-  } else {
-    s.gather_target = pool_take(s.layout.padded_numel());
-    s.pending_gather = mesh_->dp().all_gather_async(s.shard_params, s.gather_target, S, DType::kF32, options);
+  for (Part& part : s.parts) {
+    const size_t S = part.shard_numel(), padded = part.layout.padded_numel();
+    if (half_params()) {
+      part.gather_half = pool_take(half_floats(padded));
+      const void* shard = static_cast<const char*>(s.shard_half) + part.shard_base * dtype_size(options_.param_dtype);
+      part.pending_gather = part.comm->all_gather_async(shard, part.gather_half, S, options_.param_dtype, options);
+    } else {
+      part.gather_target = pool_take(padded);
+      part.pending_gather =
+          part.comm->all_gather_async(s.shard_params + part.shard_base, part.gather_target, S, DType::kF32, options);
+    }
   }
 }
 
@@ -234,35 +283,44 @@ void DataParallel::ensure_gathered(int group) {
   GroupState& s = *groups_[group];
   if (!shard_params_ || s.gathered || s.empty()) return;
   start_gather(group);
-  // On GPU the compute stream waits for the gather on the device; blocking
-  // the host too would only stop it queueing the next kernels. Errors show
-  // at the next wait_reductions.
-  if (options_.stream) {
-    note(s.pending_gather->wait_on_stream(options_.stream));
-    unsettled_gathers_.push_back(std::move(s.pending_gather));
-  } else {
-    note(s.pending_gather->wait());
-  }
-  s.pending_gather.reset();
-  size_t padded = s.layout.padded_numel();
-  if (s.layout.is_flat()) {
-    // Gathered in place: the group layout with padding after (widened from
-    // the half copy first when the gather moved halves).
-    if (s.gather_half) {
-      s.gather_target = pool_take(padded);
-      backend_->cast_from_half(s.gather_target, s.gather_half, options_.param_dtype, padded);
+  for (Part& part : s.parts) {
+    // On GPU the compute stream waits for the gather on the device; blocking
+    // the host too would only stop it queueing the next kernels. Errors show
+    // at the next wait_reductions.
+    if (options_.stream) {
+      note(part.pending_gather->wait_on_stream(options_.stream));
+      unsettled_gathers_.push_back(std::move(part.pending_gather));
+    } else {
+      note(part.pending_gather->wait());
     }
-    s.full_params = s.gather_target;
-  } else {
-    // Per-parameter shards: reordered (and widened) into the group layout in one pass.
-    s.full_params = pool_take(s.layout.full_numel());
-    if (s.gather_half) s.layout.unpack(*backend_, s.gather_half, options_.param_dtype, s.full_params);
-    else s.layout.unpack(*backend_, s.gather_target, models::DType::kF32, s.full_params);
-    if (s.gather_target) pool_return(s.gather_target, padded);
+    part.pending_gather.reset();
   }
-  if (s.gather_half) pool_return(static_cast<float*>(s.gather_half), half_floats(padded));
-  s.gather_half = nullptr;
-  s.gather_target = nullptr;
+  Part& only = s.parts[0];
+  if (s.single() && only.layout.is_flat() && !only.gather_half) {
+    // Gathered in place: the group layout with padding after.
+    s.full_params = only.gather_target;
+    only.gather_target = nullptr;
+  } else {
+    // Widened from the half copy, reordered from per-parameter shards, or
+    // each part into its range: one pass per part.
+    s.full_params = pool_take(s.full_extent);
+    for (Part& part : s.parts) {
+      float* into = s.full_params + part.begin;
+      const size_t padded = part.layout.padded_numel();
+      if (!part.layout.is_flat()) {
+        if (part.gather_half) part.layout.unpack(*backend_, part.gather_half, options_.param_dtype, into);
+        else part.layout.unpack(*backend_, part.gather_target, models::DType::kF32, into);
+      } else if (part.gather_half) {
+        backend_->cast_from_half(into, part.gather_half, options_.param_dtype, part.numel());
+      } else {
+        backend_->copy(into, part.gather_target, part.numel() * sizeof(float));
+      }
+      if (part.gather_target) pool_return(part.gather_target, padded);
+      if (part.gather_half) pool_return(static_cast<float*>(part.gather_half), half_floats(padded));
+      part.gather_target = nullptr;
+      part.gather_half = nullptr;
+    }
+  }
   s.gathered = true;
   s.current_params = s.full_params;
   trained_->set_group_buffers(group, s.full_params, s.full_grads);
@@ -271,7 +329,7 @@ void DataParallel::ensure_gathered(int group) {
 void DataParallel::release_gathered(int group) {
   GroupState& s = *groups_[group];
   if (!shard_params_ || !s.gathered || s.empty()) return;
-  pool_return(s.full_params, s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel());
+  pool_return(s.full_params, s.full_extent);
   s.full_params = nullptr;
   s.current_params = nullptr;
   s.gathered = false;
@@ -316,9 +374,8 @@ void DataParallel::after_backward(int group) {
 void DataParallel::acquire_grad_scratch(int group) {
   GroupState& s = *groups_[group];
   if (s.full_grads || s.empty()) return;
-  size_t n = s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel();
-  s.full_grads = pool_take(n);
-  backend_->zero(s.full_grads, n * sizeof(float));
+  s.full_grads = pool_take(s.full_extent);
+  backend_->zero(s.full_grads, s.full_extent * sizeof(float));
   trained_->set_group_buffers(group, s.current_params, s.full_grads);
 }
 

@@ -10,6 +10,13 @@
 //   zero3       1/dp (flat)      1/dp                       1/dp
 //   fsdp2       1/dp (per param, dim 0)  1/dp               1/dp
 //
+// Expert parallelism (mesh.ep() > 1): a sparse layer's experts differ
+// between the ranks of an expert group, so its group is two parts. The
+// dense parameters follow the table over the data-parallel axis; the
+// experts follow it over their replicas (the dp/ep ranks holding the same
+// experts): all-reduced there under DDP, sharded 1/(dp/ep) under ZeRO and
+// FSDP2.
+//
 // It plugs into the model through ModelHooks: before a group's forward or
 // backward it gathers sharded parameters (and prefetches the next group);
 // after a group's backward it starts that group's gradient reduction at once,
@@ -123,12 +130,19 @@ class DataParallel {
                                   double loss_scale = 1.0);
 
   MemoryReport memory() const;
-  const ShardLayout& layout(int group) const;
   Strategy strategy() const { return options_.strategy; }
 
-  // Checkpoint access, group by group, in host memory. The owned shard of
-  // parameters and of the two AdamW moments (shard_numel floats each;
-  // DDP owns the whole group).
+  // This rank's shard of a group, as checkpoints store it: owned_numel
+  // floats (the whole group under DDP) whose segments each hold a piece of
+  // one parameter. Under expert parallelism the shard of a sparse layer is
+  // its part of the dense parameters, sharded over the data-parallel axis,
+  // followed by its part of its own experts, sharded over the ranks that
+  // hold the same experts.
+  size_t owned_numel(int group) const;
+  const std::vector<ShardSegment>& owned_segments(int group) const;
+
+  // Checkpoint access, group by group, in host memory: the owned shard of
+  // parameters and of the two AdamW moments (owned_numel floats each).
   Status read_shard(int group, std::vector<float>* params, std::vector<float>* m,
                     std::vector<float>* v);
   Status write_shard(int group, const std::vector<float>& params, const std::vector<float>& m,
@@ -141,11 +155,19 @@ class DataParallel {
   Status gather_all();
 
   struct GroupState;
+  struct Part;
 
  private:
   DataParallel(models::Model* model, models::TrainableParams* trained, DeviceMesh* mesh,
                const DataParallelOptions& options);
   Status setup();
+  std::vector<Part> make_parts(const models::ParamGroup& spec);
+  // A part's piece of the owned shard of parameters or gradients (in the
+  // group's full buffer for the strategies that keep one).
+  float* part_params(GroupState& s, const Part& part) const;
+  float* part_grads(GroupState& s, const Part& part) const;
+  // ZeRO-1/2: every rank's updated shards into the full parameters.
+  Status gather_full_params(GroupState& s);
   void install_hooks();
   void before_forward(int group);
   void after_forward(int group);
@@ -164,9 +186,9 @@ class DataParallel {
   void sum_tp_partial_grads(int group, float* grads);
   Status wait_reductions();
   void clear_gradients();
-  double owned_sum_of_squares();
-  // Squares of this rank's experts' gradients (expert parallelism).
-  double expert_sum_of_squares();
+  // Squares of this rank's owned gradients, of the dense parameters or of
+  // its experts (expert parallelism).
+  double owned_sum_of_squares(bool experts);
   Status all_reduce_scalar(collective::Communicator& comm, double* value);
   size_t pool_bytes() const;
   void note(const Status& status);

@@ -37,112 +37,100 @@ void DataParallel::reduce_gradients(int group) {
   GroupState& s = *groups_[group];
   if (s.empty()) return;
   sum_tp_partial_grads(group, s.full_grads);
-  auto& dp = mesh_->dp();
-  if (!shard_grads_) {
-    // DDP / ZeRO-1: all-reduce in buckets as soon as the group is done.
-    // Under expert parallelism this rank's experts sum over their replicas
-    // only: the rest of its expert group holds other experts there.
-    size_t bucket = std::max<size_t>(1, size_t(options_.bucket_mb * (1 << 20) / sizeof(float)));
-    collective::AllReduceOptions options;
-    options.stream = options_.stream;
-    options.overlap = true;  // the rest of the backward runs alongside; finish_step waits
-    auto reduce = [&](collective::Communicator& group, size_t begin, size_t end) {
-      if (group.size() == 1) return;
-      for (size_t off = begin; off < end; off += bucket) {
-        size_t n = std::min(bucket, end - off);
-        s.pending_reduce.push_back(
-            group.all_reduce_async(s.full_grads + off, s.full_grads + off, n, DType::kF32, options));
+  for (Part& part : s.parts) {
+    // Under expert parallelism a part of experts reduces over their
+    // replicas only: the rest of its expert group holds other experts there.
+    collective::Communicator& comm = *part.comm;
+    float* grads = s.full_grads + part.begin;
+    if (!shard_grads_) {
+      // DDP / ZeRO-1: all-reduce in buckets as soon as the group is done.
+      if (comm.size() == 1) continue;
+      size_t bucket = std::max<size_t>(1, size_t(options_.bucket_mb * (1 << 20) / sizeof(float)));
+      collective::AllReduceOptions options;
+      options.stream = options_.stream;
+      options.overlap = true;  // the rest of the backward runs alongside; finish_step waits
+      for (size_t off = 0; off < part.numel(); off += bucket) {
+        size_t n = std::min(bucket, part.numel() - off);
+        s.pending_reduce.push_back(comm.all_reduce_async(grads + off, grads + off, n, DType::kF32, options));
       }
-    };
-    if (s.expert_end == 0) {
-      reduce(dp, 0, s.spec->numel);
-    } else {
-      reduce(dp, 0, s.expert_begin);
-      reduce(mesh_->expert_replicas(), s.expert_begin, s.expert_end);
-      reduce(dp, s.expert_end, s.spec->numel);
+      continue;
     }
-    return;
+    const size_t S = part.shard_numel(), padded = part.layout.padded_numel();
+    const float* source = grads;
+    if (!part.layout.is_flat() || !s.single()) {
+      // Packed as [ranks][S] (FSDP2), or copied out so that the padding
+      // past a part is zeros rather than the next part.
+      part.reduce_source = pool_take(padded);
+      backend_->zero(part.reduce_source, padded * sizeof(float));
+      if (part.layout.is_flat()) backend_->copy(part.reduce_source, grads, part.numel() * sizeof(float));
+      else part.layout.pack(*backend_, grads, part.reduce_source);
+      source = part.reduce_source;
+    }
+    part.reduce_target = pool_take(S);
+    collective::ReduceScatterOptions options;
+    options.stream = options_.stream;
+    options.overlap = true;
+    s.pending_reduce.push_back(comm.reduce_scatter_async(source, part.reduce_target, S, DType::kF32, options));
   }
-  size_t S = s.layout.shard_numel();
-  const float* source = s.full_grads;
-  if (!s.layout.is_flat()) {
-    s.reduce_source = pool_take(s.layout.padded_numel());
-    backend_->zero(s.reduce_source, s.layout.padded_numel() * sizeof(float));
-    s.layout.pack(*backend_, s.full_grads, s.reduce_source);
-    source = s.reduce_source;
-  }
-  s.reduce_target = pool_take(S);
-  collective::ReduceScatterOptions options;
-  options.stream = options_.stream;
-  options.overlap = true;
-  s.pending_reduce.push_back(dp.reduce_scatter_async(source, s.reduce_target, S, DType::kF32, options));
 }
 
 Status DataParallel::wait_reductions() {
   Status first;
-  for (auto& w : unsettled_gathers_) {
-    Status st = w->wait();
+  auto keep_first = [&](const Status& st) {
     if (!st.is_ok() && first.is_ok()) first = st;
-  }
+  };
+  for (auto& w : unsettled_gathers_) keep_first(w->wait());
   unsettled_gathers_.clear();
   // A prefetched gather nobody used: let it land before its buffers move.
-  for (auto& state : groups_) {
-    if (!state->pending_gather) continue;
-    Status st = state->pending_gather->wait();
-    if (!st.is_ok() && first.is_ok()) first = st;
-  }
+  for (auto& state : groups_)
+    for (Part& part : state->parts)
+      if (part.pending_gather) keep_first(part.pending_gather->wait());
   for (auto& state : groups_) {
     GroupState& s = *state;
-    for (auto& w : s.pending_reduce) {
-      Status st = w->wait();
-      if (!st.is_ok() && first.is_ok()) first = st;
-    }
+    for (auto& w : s.pending_reduce) keep_first(w->wait());
     s.pending_reduce.clear();
-    if (!shard_grads_ || !s.reduce_target) continue;
+    if (!shard_grads_ || !s.full_grads) continue;
     // Sharded gradients accumulate over micro-steps.
-    backend_->accumulate(s.shard_grads, s.reduce_target, s.layout.shard_numel());
-    pool_return(s.reduce_target, s.layout.shard_numel());
-    s.reduce_target = nullptr;
-    if (s.reduce_source) pool_return(s.reduce_source, s.layout.padded_numel());
-    s.reduce_source = nullptr;
-    size_t n = s.layout.is_flat() ? s.layout.padded_numel() : s.layout.full_numel();
-    pool_return(s.full_grads, n);
+    for (Part& part : s.parts) {
+      if (!part.reduce_target) continue;
+      backend_->accumulate(s.shard_grads + part.shard_base, part.reduce_target, part.shard_numel());
+      pool_return(part.reduce_target, part.shard_numel());
+      part.reduce_target = nullptr;
+      if (part.reduce_source) pool_return(part.reduce_source, part.layout.padded_numel());
+      part.reduce_source = nullptr;
+    }
+    pool_return(s.full_grads, s.full_extent);
     s.full_grads = nullptr;
     trained_->set_group_buffers(s.index, s.current_params, nullptr);
   }
   return first;
 }
 
-// This rank's share of the squared global norm: its owned gradient shard,
+// This rank's share of the squared global norm over its parts of dense
+// parameters (experts: false) or of experts: its owned gradient shard,
 // counting a parameter replicated over the tp group on one tp rank only.
-double DataParallel::expert_sum_of_squares() {
-  std::vector<models::FloatRange> ranges;
-  for (auto& state : groups_) {
-    if (state->expert_end > state->expert_begin)
-      ranges.push_back({state->shard_grads + state->expert_begin, state->expert_end - state->expert_begin});
-  }
-  return ranges.empty() ? 0.0 : backend_->sum_of_squares_ranges(ranges);
-}
-
-double DataParallel::owned_sum_of_squares() {
+double DataParallel::owned_sum_of_squares(bool experts) {
   int tp_rank = mesh_->tp_rank();
   const auto& dims = model_->dims();
   int kv_replicas = dims.kv_replicated ? mesh_->dims().tp / model_->config().kv_heads : 1;
-  int layout_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
   std::vector<models::FloatRange> ranges;
   for (auto& state : groups_) {
     GroupState& s = *state;
-    for (const auto& seg : s.layout.segments(layout_rank)) {
-      const auto& p = s.spec->params[seg.param];
-      if (p.expert_parallel) continue;  // expert_sum_of_squares
-      bool replicated = p.shard_dim == models::ShardDim::kReplicated;
-      bool kv_copy = kv_replicas > 1 && p.tp_partial_grad && !replicated;
-      if (replicated && tp_rank != 0) continue;
-      if (kv_copy && tp_rank % kv_replicas != 0) continue;
-      ranges.push_back({s.shard_grads + seg.shard_offset, seg.length});
+    if (s.empty()) continue;
+    for (const Part& part : s.parts) {
+      if (part.experts != experts) continue;
+      float* grads = part_grads(s, part);
+      for (const auto& seg : part.layout.segments(part.rank)) {
+        const auto& p = part.spec.params[seg.param];
+        bool replicated = p.shard_dim == models::ShardDim::kReplicated;
+        bool kv_copy = kv_replicas > 1 && p.tp_partial_grad && !replicated;
+        if (replicated && tp_rank != 0) continue;
+        if (kv_copy && tp_rank % kv_replicas != 0) continue;
+        ranges.push_back({grads + seg.shard_offset, seg.length});
+      }
     }
   }
-  return backend_->sum_of_squares_ranges(ranges);
+  return ranges.empty() ? 0.0 : backend_->sum_of_squares_ranges(ranges);
 }
 
 Status DataParallel::all_reduce_scalar(collective::Communicator& comm, double* value) {
@@ -159,6 +147,26 @@ Status DataParallel::all_reduce_scalar(collective::Communicator& comm, double* v
   return Status::ok();
 }
 
+Status DataParallel::gather_full_params(GroupState& s) {
+  collective::AllGatherOptions options;
+  options.stream = options_.stream;
+  for (Part& part : s.parts) {
+    const size_t S = part.shard_numel();
+    if (s.single()) {  // in place: the full buffer holds the padding
+      COHORT_RETURN_IF_ERROR(part.comm->all_gather(part_params(s, part), s.full_params, S, DType::kF32, options));
+      continue;
+    }
+    // Through scratch: a part's padding would overwrite the next part.
+    float* gathered = pool_take(part.layout.padded_numel());
+    Status st = part.comm->all_gather(part_params(s, part), gathered, S, DType::kF32, options);
+    if (st.is_ok()) backend_->copy(s.full_params + part.begin, gathered, part.numel() * sizeof(float));
+    pool_return(gathered, part.layout.padded_numel());
+    COHORT_RETURN_IF_ERROR(st);
+  }
+  refresh_working(s.index);  // the other ranks' shards arrived in fp32
+  return Status::ok();
+}
+
 Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, float grad_clip, int64_t step,
                                               double loss_scale) {
   note(wait_reductions());
@@ -170,12 +178,14 @@ Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, 
   // DDP ranks hold identical full gradients, so only the tp group adds up;
   // the sharded strategies add over the whole world. The loss scale comes
   // out before the float all-reduce, so that it cannot overflow a finite norm.
-  double sum = owned_sum_of_squares() / (loss_scale * loss_scale);
+  const double unscale = 1.0 / (loss_scale * loss_scale);
+  double sum = owned_sum_of_squares(false) * unscale;
   if (mesh_->dims().ep > 1) {
-    // Each rank of an expert group holds other experts: their squares add
-    // over the group (DDP only; parallelize refuses the other strategies).
-    double experts = expert_sum_of_squares() / (loss_scale * loss_scale);
-    COHORT_RETURN_IF_ERROR(all_reduce_scalar(mesh_->ep(), &experts));
+    // Each rank of an expert group holds other experts. Under DDP their
+    // squares add over the group (the replicas repeat them); a sharded
+    // strategy's owned shards of experts are all distinct over the world.
+    double experts = owned_sum_of_squares(true) * unscale;
+    if (options_.strategy == Strategy::kDdp) COHORT_RETURN_IF_ERROR(all_reduce_scalar(mesh_->ep(), &experts));
     sum += experts;
   }
   auto& norm_group = options_.strategy == Strategy::kDdp ? mesh_->tp() : mesh_->world();
@@ -190,31 +200,27 @@ Result<StepOutcome> DataParallel::finish_step(const models::AdamWConfig& adamw, 
   }
   float coefficient = float(models::clip_coefficient(outcome.grad_norm, grad_clip) / loss_scale);
 
-  int layout_rank = options_.strategy == Strategy::kDdp ? 0 : mesh_->dp_rank();
   for (auto& state : groups_) {
     GroupState& s = *state;
-    for (const auto& seg : s.layout.segments(layout_rank)) {
-      const auto& p = s.spec->params[seg.param];
-      float* g = s.shard_grads + seg.shard_offset;
-      if (coefficient != 1.0f) backend_->scale(g, seg.length, coefficient);
-      backend_->adamw_update(s.shard_params + seg.shard_offset, g, s.m + seg.shard_offset,
-                             s.v + seg.shard_offset, seg.length, adamw, step, p.weight_decay);
+    if (s.empty()) continue;
+    for (const Part& part : s.parts) {
+      float* params = part_params(s, part);
+      float* grads = part_grads(s, part);
+      for (const auto& seg : part.layout.segments(part.rank)) {
+        float* g = grads + seg.shard_offset;
+        const size_t moments = part.shard_base + seg.shard_offset;
+        if (coefficient != 1.0f) backend_->scale(g, seg.length, coefficient);
+        backend_->adamw_update(params + seg.shard_offset, g, s.m + moments, s.v + moments, seg.length, adamw, step,
+                               part.spec.params[seg.param].weight_decay);
+      }
     }
   }
   refresh_half_shards();
-  // ZeRO-1/2 keep full parameters: every rank gathers the updated shards in
-  // place. ZeRO-3/FSDP2 gather at the next forward; DDP updated everything.
+  // ZeRO-1/2 keep full parameters: every rank gathers the updated shards.
+  // ZeRO-3/FSDP2 gather at the next forward; DDP updated everything.
   if (shard_optimizer_ && !shard_params_) {
-    collective::AllGatherOptions options;
-    options.stream = options_.stream;
-    for (auto& state : groups_) {
-      GroupState& s = *state;
-      if (s.empty()) continue;
-      size_t S = s.layout.shard_numel();
-      COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
-                                                    s.full_params, S, DType::kF32, options));
-      refresh_working(s.index);  // the other ranks' shards arrived in fp32
-    }
+    for (auto& state : groups_)
+      if (!state->empty()) COHORT_RETURN_IF_ERROR(gather_full_params(*state));
   }
   clear_gradients();
   return outcome;
@@ -224,8 +230,8 @@ void DataParallel::clear_gradients() {
   for (auto& state : groups_) {
     GroupState& s = *state;
     if (s.empty()) continue;
-    if (shard_grads_) backend_->zero(s.shard_grads, s.layout.shard_numel() * sizeof(float));
-    else backend_->zero(s.full_grads, s.layout.padded_numel() * sizeof(float));
+    if (shard_grads_) backend_->zero(s.shard_grads, s.owned_numel * sizeof(float));
+    else backend_->zero(s.full_grads, s.full_extent * sizeof(float));
   }
 }
 
@@ -233,12 +239,13 @@ MemoryReport DataParallel::memory() const {
   MemoryReport r;
   for (const auto& state : groups_) {
     const GroupState& s = *state;
-    size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
-    r.param_bytes += (shard_params_ ? S : padded) * sizeof(float);
-    if (half_params()) r.param_bytes += S * dtype_size(options_.param_dtype);
-    if (s.working) r.param_bytes += padded * dtype_size(working_dtype());
-    r.grad_bytes += (shard_grads_ ? S : padded) * sizeof(float);
-    r.optimizer_bytes += 2 * (shard_optimizer_ ? S : padded) * sizeof(float);
+    if (s.empty()) continue;
+    const size_t owned = s.owned_numel, full = s.full_extent;
+    r.param_bytes += (shard_params_ ? owned : full) * sizeof(float);
+    if (half_params()) r.param_bytes += owned * dtype_size(options_.param_dtype);
+    if (s.working) r.param_bytes += full * dtype_size(working_dtype());
+    r.grad_bytes += (shard_grads_ ? owned : full) * sizeof(float);
+    r.optimizer_bytes += 2 * owned * sizeof(float);
   }
   r.transient_bytes = pool_bytes();
   return r;
@@ -248,12 +255,17 @@ Status DataParallel::read_shard(int group, std::vector<float>* params, std::vect
                                 std::vector<float>* v) {
   COHORT_RETURN_IF_ERROR(wait_reductions());
   GroupState& s = *groups_[group];
-  size_t n = shard_optimizer_ ? s.layout.shard_numel() : s.layout.padded_numel();
-  params->resize(n);
+  const size_t n = s.owned_numel;
+  params->assign(n, 0.0f);
   m->resize(n);
   v->resize(n);
   if (s.empty()) return Status::ok();
-  backend_->copy_to_host(params->data(), s.shard_params, n * sizeof(float));
+  for (const Part& part : s.parts) {
+    const float* from = part_params(s, part);
+    for (const auto& seg : part.layout.segments(part.rank))
+      backend_->copy_to_host(params->data() + part.shard_base + seg.shard_offset, from + seg.shard_offset,
+                             seg.length * sizeof(float));
+  }
   backend_->copy_to_host(m->data(), s.m, n * sizeof(float));
   backend_->copy_to_host(v->data(), s.v, n * sizeof(float));
   return Status::ok();
@@ -262,21 +274,23 @@ Status DataParallel::read_shard(int group, std::vector<float>* params, std::vect
 Status DataParallel::write_shard(int group, const std::vector<float>& params, const std::vector<float>& m,
                                  const std::vector<float>& v) {
   GroupState& s = *groups_[group];
-  size_t n = shard_optimizer_ ? s.layout.shard_numel() : s.layout.padded_numel();
+  const size_t n = s.owned_numel;
   if (params.size() != n || m.size() != n || v.size() != n)
     return invalid_argument(fmt::format("group {}: shard of {} floats expected, got {}/{}/{}", s.spec->name,
                                         n, params.size(), m.size(), v.size()));
   if (s.empty()) return Status::ok();
-  backend_->copy_from_host(s.shard_params, params.data(), n * sizeof(float));
+  // Segment by segment: a shard held in the full buffer (ZeRO-1/2) may end
+  // in padding that is the next part's parameters.
+  for (const Part& part : s.parts) {
+    float* into = part_params(s, part);
+    for (const auto& seg : part.layout.segments(part.rank))
+      backend_->copy_from_host(into + seg.shard_offset, params.data() + part.shard_base + seg.shard_offset,
+                               seg.length * sizeof(float));
+  }
   backend_->copy_from_host(s.m, m.data(), n * sizeof(float));
   backend_->copy_from_host(s.v, v.data(), n * sizeof(float));
-  if (half_params())
-    backend_->cast_to_half(s.shard_half, options_.param_dtype, s.shard_params, s.layout.shard_numel());
-  if (shard_optimizer_ && !shard_params_) {
-    size_t S = s.layout.shard_numel();
-    COHORT_RETURN_IF_ERROR(mesh_->dp().all_gather(s.full_params + size_t(mesh_->dp_rank()) * S,
-                                                  s.full_params, S, DType::kF32, {}));
-  }
+  if (half_params()) backend_->cast_to_half(s.shard_half, options_.param_dtype, s.shard_params, n);
+  if (shard_optimizer_ && !shard_params_) return gather_full_params(s);
   refresh_working(group);
   return Status::ok();
 }
@@ -290,22 +304,25 @@ Status DataParallel::gather_group(int group, std::vector<float>* params) {
     return Status::ok();
   }
   // The fp32 masters, whatever dtype the training gathers use.
-  size_t S = s.layout.shard_numel(), padded = s.layout.padded_numel();
-  float* gathered = pool_take(padded);
   collective::AllGatherOptions options;
   options.stream = options_.stream;
-  Status st = mesh_->dp().all_gather(s.shard_params, gathered, S, DType::kF32, options);
-  if (st.is_ok()) {
-    float* full = gathered;
-    if (!s.layout.is_flat()) {
-      full = pool_take(s.layout.full_numel());
-      s.layout.unpack(*backend_, gathered, models::DType::kF32, full);
+  for (const Part& part : s.parts) {
+    const size_t S = part.shard_numel(), padded = part.layout.padded_numel();
+    float* gathered = pool_take(padded);
+    Status st = part.comm->all_gather(s.shard_params + part.shard_base, gathered, S, DType::kF32, options);
+    if (st.is_ok()) {
+      float* full = gathered;
+      if (!part.layout.is_flat()) {
+        full = pool_take(part.layout.full_numel());
+        part.layout.unpack(*backend_, gathered, models::DType::kF32, full);
+      }
+      backend_->copy_to_host(params->data() + part.begin, full, part.numel() * sizeof(float));
+      if (full != gathered) pool_return(full, part.layout.full_numel());
     }
-    backend_->copy_to_host(params->data(), full, s.spec->numel * sizeof(float));
-    if (full != gathered) pool_return(full, s.layout.full_numel());
+    pool_return(gathered, padded);
+    COHORT_RETURN_IF_ERROR(st);
   }
-  pool_return(gathered, padded);
-  return st;
+  return Status::ok();
 }
 
 Status DataParallel::gather_all() {

@@ -82,10 +82,9 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
                                   const WeightLoader& load_weights, const AdapterLoader& load_adapters) {
   COHORT_ASSIGN_OR_RETURN(ParallelDims dims, ParallelDims::create(world->size(), parallel.tensor_parallel,
                                                                   parallel.expert_parallel));
-  if (dims.ep > 1 && (parallel.data_parallel.strategy != Strategy::kDdp || parallel.lora)) {
-    return invalid_argument(std::string("expert_parallel ") + std::to_string(dims.ep) + " runs with strategy ddp " +
-                            "and full fine-tuning for now, not " +
-                            (parallel.lora ? "LoRA" : strategy_name(parallel.data_parallel.strategy)));
+  if (dims.ep > 1 && parallel.lora) {
+    return invalid_argument("expert_parallel " + std::to_string(dims.ep) +
+                            " trains every parameter; it does not combine with LoRA");
   }
   ParallelModel out;
   COHORT_ASSIGN_OR_RETURN(out.mesh, DeviceMesh::create(world, dims));

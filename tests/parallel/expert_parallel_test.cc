@@ -2,11 +2,17 @@
 // experts split over the ranks of an expert group, tokens travelling to
 // them by all-to-all, trains as one rank does: the same per-step losses and
 // final parameters (every expert's, gathered from the ranks that hold it),
-// for EP 2, EP 2 × DP 2 and EP 2 × TP 2 over Gloo, EP 2 over MPI, and with
-// the load-balancing loss beside the DDP run that splits the data as it
-// does. Ranks are real processes.
+// for EP 2, EP 2 × DP 2 and EP 2 × TP 2 over Gloo, EP 2 over MPI, under
+// DDP, ZeRO-1/2/3 and FSDP2 (the dense parameters sharded over the
+// data-parallel axis, the experts over their replicas), and with the
+// load-balancing loss beside the DDP run that splits the data as it does.
+// Ranks are real processes.
+#include <fstream>
+
 #include <gtest/gtest.h>
 
+#include "models/config.h"
+#include "models/param_layout.h"
 #include "tests/parallel/worker_run.h"
 
 namespace cohort::parallel {
@@ -41,26 +47,36 @@ struct Mesh {
   std::string name;
   int world, tp, micro;
   bool mpi = false;
+  std::string strategy = "ddp";
 };
 
 class ExpertParallelMesh : public ::testing::TestWithParam<Mesh> {};
 
 // ep 2: two ranks of four experts each; ep 2 x dp 2: two expert groups,
 // whose experts reduce over their replica only; ep 2 x tp 2 with two
-// micro-steps a step; ep 2 over MPI.
+// micro-steps a step; ep 2 over MPI. The sharded strategies: their dense
+// parameters shard over all dp ranks, the experts over their replicas (two
+// ranks at ep 2 x dp 2, one at ep 2 on two ranks).
 TEST_P(ExpertParallelMesh, FollowsOneRank) {
   const Mesh& m = GetParam();
   const Env env = with_ep(kNoAux, 2);
   const WorkerRun run =
-      m.mpi ? testing::run_worker_mpi("moe_" + m.name, "ddp", m.world, m.tp, kGlobalBatch, m.micro, kSteps, env)
-            : testing::run_worker("moe_" + m.name, "ddp", m.world, m.tp, kGlobalBatch, m.micro, kSteps, env);
+      m.mpi ? testing::run_worker_mpi("moe_" + m.name, m.strategy, m.world, m.tp, kGlobalBatch, m.micro, kSteps, env)
+            : testing::run_worker("moe_" + m.name, m.strategy, m.world, m.tp, kGlobalBatch, m.micro, kSteps, env);
   expect_follows_one_rank(run, m.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(ExpertParallel, ExpertParallelMesh,
                          ::testing::Values(Mesh{"ep2", 2, 1, kGlobalBatch / 2}, Mesh{"ep2_dp2", 4, 1, kGlobalBatch / 4},
                                            Mesh{"ep2_tp2_accumulating", 4, 2, kGlobalBatch / 4},
-                                           Mesh{"ep2_mpi", 2, 1, kGlobalBatch / 2, true}),
+                                           Mesh{"ep2_mpi", 2, 1, kGlobalBatch / 2, true},
+                                           Mesh{"zero1_ep2_dp2", 4, 1, kGlobalBatch / 4, false, "zero1"},
+                                           Mesh{"zero2_ep2_dp2_accumulating", 4, 1, kGlobalBatch / 8, false, "zero2"},
+                                           Mesh{"zero3_ep2", 2, 1, kGlobalBatch / 2, false, "zero3"},
+                                           Mesh{"zero3_ep2_dp2", 4, 1, kGlobalBatch / 4, false, "zero3"},
+                                           Mesh{"fsdp2_ep2_dp2", 4, 1, kGlobalBatch / 4, false, "fsdp2"},
+                                           Mesh{"fsdp2_ep2_tp2_accumulating", 4, 2, kGlobalBatch / 4, false, "fsdp2"},
+                                           Mesh{"fsdp2_ep2_mpi", 2, 1, kGlobalBatch / 2, true, "fsdp2"}),
                          [](const ::testing::TestParamInfo<Mesh>& info) { return info.param.name; });
 
 TEST(ExpertParallel, WithTheLoadBalancingLossFollowsDdpOnTheSameSplit) {
@@ -73,13 +89,46 @@ TEST(ExpertParallel, WithTheLoadBalancingLossFollowsDdpOnTheSameSplit) {
   testing::expect_same_training(ddp, ep, 1e-5, 1e-5, "ep 2 with the load-balancing loss");
 }
 
-TEST(ExpertParallel, OtherStrategiesAndBadGroupSizesAreRefused) {
-  // zero3 with expert_parallel, and ep 3 on 2 ranks: the worker names the problem and exits non-zero.
+TEST(ExpertParallel, AGroupSizeThatDoesNotDivideTheRanksIsRefused) {
+  // ep 3 on 2 ranks: the worker names the problem and exits non-zero.
   auto group = testing::start_ranks(testing::parallel_worker_path(),
                                     {"zero3", "1", std::to_string(kGlobalBatch), "4", "1",
                                      testing::worker_scratch("moe_refused").string()},
-                                    2, with_ep(kNoAux, 2));
+                                    2, with_ep(kNoAux, 3));
   EXPECT_NE(testing::wait_ranks(group, std::chrono::seconds(60), true), "");
+}
+
+// zero3 on 4 ranks at ep 2: each rank keeps ceil(dense / 4) of a group's
+// dense floats and ceil(experts / 2) of its expert group's experts (the
+// two ranks holding them), for parameters, gradients and each AdamW moment.
+TEST(ExpertParallel, ZeroThreeKeepsAShareOfTheDenseParametersAndOfItsExperts) {
+  auto config = models::preset_config("tiny-moe");
+  ASSERT_TRUE(config.is_ok());
+  const int dp = 4, ep = 2;
+  size_t want[2] = {0, 0};  // floats per rank, by ep rank
+  for (int ep_rank = 0; ep_rank < ep; ++ep_rank) {
+    auto layout = models::make_param_layout(*config, models::ShardSpec{0, 1, ep_rank, ep});
+    ASSERT_TRUE(layout.is_ok());
+    for (const auto& g : layout->groups) {
+      size_t experts = 0;
+      for (const auto& p : g.params) experts += p.expert_parallel ? p.numel : 0;
+      want[ep_rank] += (g.numel - experts + dp - 1) / dp + (experts + dp / ep - 1) / (dp / ep);
+    }
+  }
+  const std::string prefix = testing::worker_scratch("moe_memory_zero3").string();
+  auto group = testing::start_ranks(testing::parallel_worker_path(),
+                                    {"zero3", "1", std::to_string(kGlobalBatch), "2", "1", prefix}, dp,
+                                    with_ep(kNoAux, ep));
+  ASSERT_EQ(testing::wait_ranks(group), "");
+  for (int rank = 0; rank < dp; ++rank) {
+    std::ifstream in(prefix + ".rank" + std::to_string(rank) + ".memory");
+    size_t params = 0, grads = 0, optimizer = 0;
+    ASSERT_TRUE(in >> params >> grads >> optimizer) << "rank " << rank;
+    const size_t floats = want[rank % ep];
+    EXPECT_EQ(params, floats * sizeof(float)) << "rank " << rank;
+    EXPECT_EQ(grads, floats * sizeof(float)) << "rank " << rank;
+    EXPECT_EQ(optimizer, 2 * floats * sizeof(float)) << "rank " << rank;
+  }
 }
 
 }  // namespace

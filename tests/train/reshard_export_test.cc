@@ -47,7 +47,8 @@ TEST(Resharding, Zero3AtFourRanksLoadsIntoOneRank) { expect_reshards_identically
 // Expert parallelism: a tiny-moe run with its experts split over 2 ranks
 // trains as the DDP run on as many ranks does (through the job file and
 // cohort-worker), and its checkpoint, every expert written by the rank
-// holding it, loads into one rank and back into 2 with identical tensors.
+// holding it, loads into one rank and back into 2, and into fsdp2 and
+// zero3 at EP 2, with identical tensors.
 TEST(Resharding, ExpertParallelCheckpointsLoadIntoOneRankAndBack) {
   auto run = [](const std::string& name, int ep) {
     fs::path scratch = make_scratch(name);
@@ -74,6 +75,15 @@ TEST(Resharding, ExpertParallelCheckpointsLoadIntoOneRankAndBack) {
   EXPECT_EQ(max_difference(before, read_checkpoint(at_one)), 0.0);
   ASSERT_EQ(run_ranks(worker, {at_one, "ddp", "1", back.string(), "2"}, 2), "");
   EXPECT_EQ(max_difference(before, read_checkpoint(parallel::latest_checkpoint(back.string()))), 0.0);
+  // Into the sharded strategies at EP 2: fsdp2 on 2 ranks (each holds half
+  // the dense parameters and its experts whole) and zero3 on 4 (a quarter
+  // of the dense ones, half of its expert group's experts), and back.
+  fs::path fsdp2 = make_scratch("moe_ep2_fsdp2"), zero3 = make_scratch("moe_ep2_zero3");
+  ASSERT_EQ(run_ranks(worker, {source, "fsdp2", "1", fsdp2.string(), "2"}, 2), "");
+  const std::string at_fsdp2 = parallel::latest_checkpoint(fsdp2.string());
+  EXPECT_EQ(max_difference(before, read_checkpoint(at_fsdp2)), 0.0);
+  ASSERT_EQ(run_ranks(worker, {at_fsdp2, "zero3", "1", zero3.string(), "2"}, 4), "");
+  EXPECT_EQ(max_difference(before, read_checkpoint(parallel::latest_checkpoint(zero3.string()))), 0.0);
 }
 
 std::vector<float> logits_of(models::Model& model) {
