@@ -7,6 +7,8 @@
 // data-parallel axis, the experts over their replicas), and with the
 // load-balancing loss beside the DDP run that splits the data as it does.
 // Ranks are real processes.
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -87,6 +89,27 @@ TEST(ExpertParallel, WithTheLoadBalancingLossFollowsDdpOnTheSameSplit) {
   const WorkerRun ep = testing::run_worker("moe_aux_ep2", "ddp", 2, 1, kGlobalBatch, kGlobalBatch / 2, kSteps,
                                            with_ep(aux, 2));
   testing::expect_same_training(ddp, ep, 1e-5, 1e-5, "ep 2 with the load-balancing loss");
+}
+
+TEST(ExpertParallel, Bf16ParameterGathersFollowOneRankGatheringTheSameWay) {
+  // Each part (dense, experts) gathers halves and widens them into its
+  // range; rounding is elementwise, so the split must not change it. The
+  // parameter tolerance is mixed_precision_test's (a master on a bf16
+  // rounding boundary may round the other way on N ranks).
+  Env bf16 = kNoAux;
+  bf16.push_back({"COHORT_TEST_PARAM_DTYPE", "bf16"});
+  const WorkerRun reference = testing::run_worker("moe1_bf16", "zero3", 1, 1, kGlobalBatch, kGlobalBatch, kSteps, bf16);
+  for (std::string strategy : {"zero3", "fsdp2"}) {
+    const WorkerRun run =
+        testing::run_worker("moe_bf16_ep2_dp2", strategy, 4, 1, kGlobalBatch, kGlobalBatch / 4, kSteps, with_ep(bf16, 2));
+    ASSERT_EQ(run.params.size(), reference.params.size());
+    testing::expect_same_training(reference, run, 1e-5, 1e-3, strategy + " ep 2 x dp 2 bf16 gathers");
+  }
+  const WorkerRun fp32 = one_rank();
+  double largest = 0;
+  for (size_t s = 0; s < fp32.losses.size(); ++s)
+    largest = std::max(largest, std::abs(fp32.losses[s] - reference.losses[s]) / std::abs(fp32.losses[s]));
+  EXPECT_GT(largest, 1e-6) << "bf16-rounded parameters should change the losses";
 }
 
 TEST(ExpertParallel, AGroupSizeThatDoesNotDivideTheRanksIsRefused) {
