@@ -49,21 +49,34 @@ SHAPES = {  # Qwen3's published shapes
                        num_key_value_heads=8, tie_word_embeddings=True),
     "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                      num_key_value_heads=8, tie_word_embeddings=False),
+    # Qwen3-30B-A3B's published shape: 128 experts of 768, top 8, every layer
+    # sparse (--layers keeps fewer of its layers where the disk is small:
+    # the share of the bound per token is the per-layer behaviour).
+    "qwen3-30b-a3b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, moe_intermediate_size=768, num_experts=128,
+                          num_experts_per_tok=8, norm_topk_prob=True, tie_word_embeddings=False),
     # Llama 3.1 8B's published shape, llama3 RoPE scaling included.
     "llama3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                         num_key_value_heads=8, tie_word_embeddings=False),
 }
 
 
-def qwen3_config(shape):
+def qwen3_config(shape, layers=None):
+    fields = dict(SHAPES[shape])
+    if layers:
+        fields["num_hidden_layers"] = layers
+    if "num_experts" in fields:
+        return transformers.Qwen3MoeConfig(vocab_size=151936, head_dim=128, max_position_embeddings=4096,
+                                           rope_theta=1000000.0, rms_norm_eps=1e-6, decoder_sparse_step=1,
+                                           mlp_only_layers=[], **fields)
     if shape.startswith("llama"):
         return transformers.LlamaConfig(
             vocab_size=128256, head_dim=128, max_position_embeddings=8192, rope_theta=500000.0,
             rms_norm_eps=1e-5, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-            **SHAPES[shape])
+            **fields)
     return transformers.Qwen3Config(vocab_size=151936, head_dim=128, max_position_embeddings=4096,
-                                    rope_theta=1000000.0, rms_norm_eps=1e-6, **SHAPES[shape])
+                                    rope_theta=1000000.0, rms_norm_eps=1e-6, **fields)
 
 
 def transformers_decode_rate(model, batch, prompt_len, new, vocab):
@@ -114,6 +127,19 @@ def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s, quantize="bf1
     h, i = config.hidden_size, config.intermediate_size
     q = config.num_attention_heads * config.head_dim
     kv = config.num_key_value_heads * config.head_dim
+    experts = getattr(config, "num_experts", 0)
+    if experts:
+        # A mixture of experts reads its chosen experts only (bf16 whatever
+        # the format): the experts a batch's rows choose, E (1 - (1 - k/E)^B)
+        # of them on average, per layer.
+        k, ie = config.num_experts_per_tok, config.moe_intermediate_size
+        chosen = experts * (1 - (1 - k / experts) ** batch)
+        all_experts = config.num_hidden_layers * experts * 3 * h * ie
+        projections = config.num_hidden_layers * (h * (q + 2 * kv) + q * h)
+        weight_bytes = (2 * (params - projections - all_experts) + BYTES_PER_WEIGHT[quantize] * projections +
+                        2 * config.num_hidden_layers * chosen * 3 * h * ie)
+        step_bytes = (weight_bytes + batch * context * kv_per_token) / tp
+        return batch * hbm_bytes_per_s / step_bytes
     projections = config.num_hidden_layers * (h * (q + 2 * kv) + q * h + 3 * h * i)
     weight_bytes = 2 * (params - projections) + BYTES_PER_WEIGHT[quantize] * projections
     step_bytes = (weight_bytes + batch * context * kv_per_token) / tp
@@ -127,7 +153,9 @@ def main():
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b",
-                    help="a Qwen3 shape, or llama3.1-8b (llama3 RoPE scaling, untied head)")
+                    help="a Qwen3 shape, qwen3-30b-a3b (a mixture of experts), or llama3.1-8b (llama3 RoPE "
+                         "scaling, untied head)")
+    ap.add_argument("--layers", type=int, default=None, help="keep this many of the shape's layers")
     ap.add_argument("--no-transformers", action="store_true", help="cohort only (large shapes: saves minutes)")
     ap.add_argument("--cb", action="store_true", help="also transformers' continuous batching (generate_batch)")
     ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
@@ -138,14 +166,15 @@ def main():
                     help="also run tp 1 eagerly (cuda_graphs = false) and with the fp32 models engine")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
-    config = qwen3_config(args.shape)
+    config = qwen3_config(args.shape, args.layers)
+    moe = bool(getattr(config, "num_experts", 0))
     torch.manual_seed(0)
     # Built (and its random initialisation run) on the GPU: on the host an
     # 8B model's initialisation takes minutes.
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
-    model_dir = os.path.join(work, f"{args.shape}-random")
+    model_dir = os.path.join(work, f"{args.shape}-{config.num_hidden_layers}l-random")
     model.save_pretrained(model_dir, safe_serialization=True)
     if args.no_transformers:
         del model  # cohort reads the folder; the GPU memory is its own
@@ -165,9 +194,14 @@ def main():
                 if args.cb else float("nan")
             gen = torch.Generator().manual_seed(batch)
             prompts = torch.randint(0, config.vocab_size, (batch, prompt_len), generator=gen).tolist()
-            runs = [(tp, "graphs", True, q) for tp in (1, 2) if tp <= gpus for q in args.quantize.split(",")]
+            # A mixture of experts: the graph engine's sparse layers
+            # (COHORT_INFER_ENGINE=graphs), beside the default op-by-op run.
+            graph = "graphs-moe" if moe else "graphs"
+            runs = [(tp, graph, True, q) for tp in (1, 2) if tp <= gpus for q in args.quantize.split(",")]
+            if moe:
+                runs.append((1, "graphs", True, "bf16"))
             if args.variants:
-                runs += [(1, "graphs", False, "bf16"), (1, "model", True, "bf16")]
+                runs += [(1, graph, False, "bf16"), (1, "model", True, "bf16")]
             for tp, engine, graphs, quantize in runs:
                 keys = "" if quantize == "bf16" else f'quantize = "{quantize}"'
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
@@ -179,7 +213,7 @@ def main():
                              "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"], "cohort_ready_s": summary["load_s"],
                              "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
                              "transformers_cb_tok_s": cb, "hbm_bound_tok_s": bound})
-    print(f"\n{args.shape} shape, random bf16 weights, {args.new} new tokens, "
+    print(f"\n{args.shape} shape ({config.num_hidden_layers} layers), random bf16 weights, {args.new} new tokens, "
           f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
     print("| mean context | batch | tp | weights | cohort engine | cohort decode tok/s | TTFT ms | ready in s "
           "| transformers generate decode tok/s | transformers CB output tok/s (with prefill) "

@@ -123,7 +123,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   // A feature the graph engine hands to the op-by-op path (models/spec.h:
   // moe_mlp) runs on the models library's engine.
   const models::DecoderSpec decoder = models::DecoderSpec::of(config);
-  if (!model_engine_wanted &&
+  if (!model_engine_wanted && !debug.graph_engine &&
       models::executor_support(models::Executor::kCudaDecode, decoder) == models::Support::kOpByOp) {
     if (world.rank == 0) {
       spdlog::info("infer: {}; using the models library's CUDA engine, op by op",

@@ -21,6 +21,8 @@
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
 #                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
+#   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
+#                                          HF logits, Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES)
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -121,6 +123,22 @@ elif [[ $phase == quant ]]; then
     --no-transformers --shape "${QUANT_SHAPE:-qwen3-0.6b}" --batches "${QUANT_BATCHES:-1,64}" --prompt-lens 128 \
     --new 128 --quantize "${QUANT_FORMATS:-bf16,int4,int8,fp8}" --work /tmp/quant-bench
   grep -E "^\|" "$out/quant_bench.log"
+elif [[ $phase == moe ]]; then
+  # Mixtures of experts: the graph engine's sparse-layer kernels against their CPU reference, its
+  # tokens against the CPU engine's, the routing ops, logits against transformers (qwen3_moe,
+  # mixtral), then decode on the Qwen3-30B-A3B shape (MOE_LAYERS of its 48 layers, default 12: the
+  # disk holds the random folder) on the graph engine and op by op.
+  STEP_TIMEOUT=150 step moe_parity "$tests/models_decode_ops_parity_test" --gtest_filter='MoeExperts*'
+  grep -E "OK|FAILED|Failure|Which is|Expected" "$out/moe_parity.log" | head -20
+  STEP_TIMEOUT=150 step moe_engine "$tests/infer_gpu_test" --gtest_filter='*MixtureOfExperts*'
+  grep -E "parted|FAILED|Failure|Which is" "$out/moe_engine.log" | head -20
+  STEP_TIMEOUT=150 step moe_routing "$tests/models_moe_gpu_test"
+  [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
+  grep -E "moe|mixtral" "$out/hf_parity.log" | head -8
+  STEP_TIMEOUT=${MOE_TIMEOUT:-420} step moe_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
+    --no-transformers --shape qwen3-30b-a3b --layers "${MOE_LAYERS:-12}" --batches "${MOE_BATCHES:-1,64}" \
+    --prompt-lens 128 --new 128 --work /tmp/moe-bench
+  grep -E "^\|" "$out/moe_bench.log"
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
   for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do

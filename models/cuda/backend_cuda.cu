@@ -27,6 +27,7 @@
 #include "models/ops/embedding.cuh"
 #include "models/ops/linear.cuh"
 #include "models/ops/moe_routing.cuh"
+#include "models/ops/moe_experts.cuh"
 #include "models/ops/prefill_attention.cuh"
 #include "models/ops/rmsnorm.cuh"
 #include "models/ops/rope.cuh"

@@ -248,13 +248,28 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
     Weight* fused[4] = {&d.wqkv, &d.wo, &d.wgu, &d.wdown};
     const std::vector<const float*> parts[4] = {{w.q, w.k, w.v}, {w.o}, {w.gate, w.up}, {w.down}};
     const std::vector<size_t> counts[4] = {{qh, kvh, kvh}, {static_cast<size_t>(H) * Qd}, {I * H, I * H}, {I * H}};
+    d.sparse = config_.is_moe_layer(l);
     for (int i = 0; i < 4; ++i) {
+      if (d.sparse && i >= 2) continue;  // the experts below instead of a dense MLP
       if (const auto& p = packed[static_cast<size_t>(l)][static_cast<size_t>(i)]) {
         COHORT_ASSIGN_OR_RETURN(fused[i]->packed, upload_packed(*p));
         any_packed = true;
       } else {
         COHORT_RETURN_IF_ERROR(bf(&fused[i]->bf16, parts[i], counts[i]));
       }
+    }
+    if (d.sparse) {
+      // Expert e's gate, up and down follow each other in the block; on the
+      // device the gates and ups of all experts stack, and the downs.
+      const size_t E = dims_.experts, Ie = dims_.expert_intermediate, stride = 3 * Ie * H;
+      std::vector<const float*> gate_up, down;
+      for (size_t e = 0; e < E; ++e) {
+        gate_up.push_back(w.experts + e * stride);
+        down.push_back(w.experts + e * stride + 2 * Ie * H);
+      }
+      COHORT_RETURN_IF_ERROR(bf(&d.router, {w.router}, {E * H}));
+      COHORT_RETURN_IF_ERROR(bf(&d.experts_gu, gate_up, std::vector<size_t>(E, 2 * Ie * H)));
+      COHORT_RETURN_IF_ERROR(bf(&d.experts_down, down, std::vector<size_t>(E, Ie * H)));
     }
     COHORT_RETURN_IF_ERROR(f32(&d.attn_norm, {w.attn_norm}, {static_cast<size_t>(H)}));
     COHORT_RETURN_IF_ERROR(f32(&d.mlp_norm, {w.mlp_norm}, {static_cast<size_t>(H)}));
@@ -321,6 +336,25 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* attn_partials, take(models::cuda::kDecodeAttnScratchFloats * 4));
   COHORT_ASSIGN_OR_RETURN(void* attn_arrivals, take(models::cuda::kDecodeAttnScratchBlocks * 4));
   attention_scratch_ = {static_cast<float*>(attn_partials), static_cast<int*>(attn_arrivals)};
+  if (config_.is_moe()) {
+    const size_t E = dims_.experts, k = config_.moe.experts_per_token, Ie = dims_.expert_intermediate;
+    moe_rows_ = static_cast<int>(moe_chunk_rows(R, k));
+    const size_t C = moe_rows_, pairs = C * k;
+    COHORT_ASSIGN_OR_RETURN(void* logits, take(C * E * 4));
+    COHORT_ASSIGN_OR_RETURN(void* experts, take(pairs * 4));
+    COHORT_ASSIGN_OR_RETURN(void* weights, take(pairs * 4));
+    COHORT_ASSIGN_OR_RETURN(void* offsets, take((E + 1) * 4));
+    COHORT_ASSIGN_OR_RETURN(void* source_rows, take(pairs * 4));
+    COHORT_ASSIGN_OR_RETURN(void* slots, take(pairs * 4));
+    COHORT_ASSIGN_OR_RETURN(void* active, take((E + 1) * 4));
+    COHORT_ASSIGN_OR_RETURN(void* h, take(pairs * Ie * 2));
+    COHORT_ASSIGN_OR_RETURN(void* ys, take(pairs * H * 4));
+    moe_ = MoeBuffers{static_cast<float*>(logits),      static_cast<int32_t*>(experts),
+                      static_cast<float*>(weights),     static_cast<int32_t*>(offsets),
+                      static_cast<int32_t*>(source_rows), static_cast<int32_t*>(slots),
+                      static_cast<int32_t*>(active),    static_cast<int32_t*>(active) + E,
+                      static_cast<Bf16*>(h),            static_cast<float*>(ys)};
+  }
   if (prefill_tiles_) {
     COHORT_ASSIGN_OR_RETURN(void* prefill_partials, take(models::cuda::kPrefillScratchFloats * 4));
     prefill_scratch_.partials = static_cast<float*>(prefill_partials);
@@ -361,8 +395,14 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   // sizes, summed here; the workspace is init's).
   size_t weights = V * H * 2 * (config.tie_embeddings ? 1 : 2) + H * 4;
   const auto& format = options.projection_format ? options.projection_format : options.packed_bytes_like;
-  weights += L * (projection_bytes(format, Qd + 2 * KVd, H) + projection_bytes(format, H, Qd) +
-                  projection_bytes(format, 2 * I, H) + projection_bytes(format, H, I));
+  // Dense layers hold an MLP of I, sparse ones a router and E experts of Ie
+  // in bf16 (moe_experts.h), whatever the format.
+  const size_t E = dims.experts, Ie = dims.expert_intermediate, k = config.moe.experts_per_token;
+  size_t sparse = 0;
+  for (int l = 0; l < config.layers; ++l) sparse += config.is_moe_layer(l) ? 1 : 0;
+  weights += L * (projection_bytes(format, Qd + 2 * KVd, H) + projection_bytes(format, H, Qd));
+  weights += (L - sparse) * (projection_bytes(format, 2 * I, H) + projection_bytes(format, H, I));
+  weights += sparse * (E * H + E * 3 * Ie * H) * 2;
   if (format) weights += std::max({(Qd + 2 * KVd) * H, H * Qd, 2 * I * H}) * 2;  // expanded_
   weights += L * (2 * H + (config.qk_norm ? 2 * D : 0) + (config.attention_bias ? Qd + 2 * KVd : 0)) * 4;
   const size_t B = size_t(decode_buckets(options.slots).back());
@@ -371,6 +411,10 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   buffers += B * V * 4 * (1 + tp) + B * (2 * 4 * (1 + tp) + 4 + 4 + H * 2 + ((H + 63) / 64) * 4);
   buffers += (models::cuda::kSkinnyScratchFloats + models::cuda::kSkinnyScratchTiles + models::cuda::kDecodeAttnScratchFloats +
               models::cuda::kDecodeAttnScratchBlocks + models::cuda::kPrefillScratchFloats) * 4;
+  if (config.is_moe()) {
+    const size_t C = moe_chunk_rows(R, k), pairs = C * k;
+    buffers += C * E * 4 + pairs * 4 * 4 + 2 * (E + 1) * 4 + pairs * Ie * 2 + pairs * H * 4;
+  }
   buffers += size_t{32} << 20;  // cuBLASLt's workspace
   KvMemoryPlan plan;
   COHORT_CUDA_CHECK(cudaSetDevice(options.device));
@@ -398,7 +442,12 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
                             std::to_string(config.head_dim) +
                             "; the models library's engine serves other head sizes");
   }
-  COHORT_RETURN_IF_ERROR(check_executor(Executor::kCudaDecode, DecoderSpec::of(config)));
+  // Features the graph engine hands to the op-by-op path by default
+  // (models/spec.h) it can still run when asked; only refused ones stop it.
+  const DecoderSpec spec = DecoderSpec::of(config);
+  if (executor_support(Executor::kCudaDecode, spec) == Support::kRefused) {
+    return check_executor(Executor::kCudaDecode, spec);
+  }
   const std::string& projections = options.overrides.projections;
   if (!projections.empty() && projections != "skinny" && projections != "cublaslt") {
     return invalid_argument("decode projections '" + projections + "': expected skinny or cublaslt");
@@ -408,6 +457,14 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
                             " exceeds the model's max_seq " + std::to_string(config.max_seq));
   }
   COHORT_ASSIGN_OR_RETURN(models::LocalDims dims, models::local_dims(config, options.shard));
+  if (config.is_moe() && !models::cuda::moe_experts_supported(config.hidden, dims.expert_intermediate)) {
+    return invalid_argument("the bf16 CUDA engine's experts need hidden " + std::to_string(config.hidden) +
+                            " and the per-rank expert intermediate " + std::to_string(dims.expert_intermediate) +
+                            " to be multiples of 8; the models library's engine serves this model");
+  }
+  if (config.is_moe() && dims.experts != config.moe.experts) {
+    return invalid_argument("the bf16 CUDA engine holds every expert on each rank (no expert parallelism)");
+  }
   std::unique_ptr<CudaGraphEngine> engine(new CudaGraphEngine(config, dims, options));
   using Clock = std::chrono::steady_clock;
   auto phase = Clock::now();

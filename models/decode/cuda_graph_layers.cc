@@ -2,7 +2,10 @@
 // the residual stream through each decoder layer, with the norms as
 // kernels of their own or, at decode steps whose projections all take the
 // tiles, folded into the projections.
+#include <algorithm>
+
 #include "base/check.h"
+#include "base/cuda_check.h"
 #include "models/decode/cuda_graph_state.h"
 
 namespace cohort::models::decode {
@@ -21,8 +24,8 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   // projections add into it (gemv.h). With peers the partial sums must be
   // all-reduced before they reach the residual, so that path keeps the
   // separate add + RMSNorm.
-  const bool fused = tp_ == 1 && !quantized_ && mc::gemv_norm_supported(n, H) && mc::gemv_supported(n, Qd) &&
-                     mc::gemv_supported(n, I);
+  const bool fused = tp_ == 1 && !quantized_ && !config_.is_moe() && mc::gemv_norm_supported(n, H) &&
+                     mc::gemv_supported(n, Qd) && mc::gemv_supported(n, I);
   const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
                         projection(n, I) != Projection::kCublasLt;
   if (!fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
@@ -49,12 +52,20 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       all_reduce(buf_.tmp, nH);
     }
     mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
-    gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
-    if (in_place) {
-      gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
+    if (L.sparse) {
+      // The experts' weighted outputs add into the residual, or into tmp
+      // (zeroed) whose partial sums the ranks add first.
+      if (!in_place) COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(buf_.tmp, 0, nH * sizeof(float), stream_));
+      enqueue_moe(L, n, in_place ? buf_.x : buf_.tmp);
+      if (!in_place) all_reduce(buf_.tmp, nH);
     } else {
-      gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
-      all_reduce(buf_.tmp, nH);
+      gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
+      if (in_place) {
+        gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
+      } else {
+        gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
+        all_reduce(buf_.tmp, nH);
+      }
     }
     // The next layer's input norm, or after the last layer the final norm.
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
@@ -95,10 +106,37 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
                        attention_scratch_, stream_, 0, attention_form_);
 }
 
+// A sparse layer's MLP over buf_.xn, moe_rows_ rows at a time: the router's
+// logits (a projection like the others), its softmax and top k, the pairs
+// sorted by expert, the active experts' SwiGLU and down projections over
+// their rows (models/ops/moe_experts.h), and the weighted sum of each
+// row's k outputs added into `out`. Every size the kernels need stays on
+// the device, so a decode step captures into its graph like a dense one.
+void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
+  namespace mc = models::cuda;
+  const int H = config_.hidden, E = dims_.experts, k = config_.moe.experts_per_token;
+  const int Ie = dims_.expert_intermediate;
+  const Weight router{L.router, {}};
+  for (int r0 = 0; r0 < n; r0 += moe_rows_) {
+    const int c = std::min(moe_rows_, n - r0);
+    const Bf16* x = buf_.xn + static_cast<size_t>(r0) * H;
+    gemm(moe_.logits, x, router, c, H, E);
+    mc::moe_route(moe_.logits, moe_.experts, moe_.weights, moe_.offsets, moe_.source_rows, moe_.slots, c, E, k,
+                  config_.moe.normalize_top_k, stream_);
+    mc::moe_experts_active(moe_.active, moe_.active_count, moe_.offsets, E, stream_);
+    const int max_active = std::min(E, c * k);
+    mc::moe_experts_swiglu_bf16(moe_.h, x, L.experts_gu, moe_.offsets, moe_.source_rows, moe_.active,
+                                moe_.active_count, max_active, H, Ie, stream_);
+    mc::moe_experts_down_bf16(moe_.ys, moe_.h, L.experts_down, moe_.offsets, moe_.active, moe_.active_count,
+                              max_active, H, Ie, stream_);
+    mc::moe_combine_rows(out + static_cast<size_t>(r0) * H, moe_.ys, moe_.slots, moe_.weights, c, k, H, stream_);
+  }
+}
+
 bool CudaGraphEngine::folds_norms(int n) const {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  return tp_ == 1 && !quantized_ && projection(n, H) == Projection::kSkinny &&
+  return tp_ == 1 && !quantized_ && !config_.is_moe() && projection(n, H) == Projection::kSkinny &&
          projection(n, Qd) == Projection::kSkinny && projection(n, I) == Projection::kSkinny &&
          mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
          mc::folded_norm_supported(n, H, I, /*swiglu=*/true) && mc::folded_norm_supported(n, I, H);

@@ -99,6 +99,8 @@ Result<std::vector<CudaGraphEngine::PackedLayer>> CudaGraphEngine::pack_projecti
   std::vector<Status> results(packed.size(), Status::ok());
   parallel_for(packed.size(), [&](size_t l) {
     for (size_t i = 0; i < kFused.size() && results[l].is_ok(); ++i) {
+      // A sparse layer's experts stay bf16 (moe_experts.h): only its attention packs.
+      if (i >= 2 && config_.is_moe_layer(static_cast<int>(l))) continue;
       auto made = fuse(static_cast<int>(l), kFused[i]);
       if (made.is_ok()) packed[l][i] = std::move(*made);
       else results[l] = made.status().with_context("layer " + std::to_string(l));

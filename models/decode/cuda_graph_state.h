@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
 #include "models/ops/gemv.h"
+#include "models/ops/moe_experts.h"
 #include "models/ops/quant_gemv.h"
 #include "models/param_layout.h"
 #include "models/ops/prefill_attention.h"
@@ -35,6 +37,12 @@ namespace cohort::models::decode {
 // Device bytes of one projection [rows, cols] stored as `format` (unset:
 // bf16), scales and zero points included (cuda_graph_quant.cc).
 size_t projection_bytes(const std::optional<models::quant::WeightFormat>& format, size_t rows, size_t cols);
+
+// Rows a sparse layer takes at once out of a forward of `rows`: its
+// buffers hold k (token, expert) pairs a row, at most 8,192 pairs.
+inline size_t moe_chunk_rows(size_t rows, size_t k) {
+  return std::max<size_t>(1, std::min(rows, size_t{8192} / std::max<size_t>(k, 1)));
+}
 
 // Batch sizes decode steps are padded to (and captured at); the last one
 // holds `slots`.
@@ -111,7 +119,11 @@ class CudaGraphEngine final : public InferenceEngine {
     bool quantized() const { return packed.codes != nullptr; }
   };
   struct Layer {
-    Weight wqkv, wo, wgu, wdown;
+    Weight wqkv, wo, wgu, wdown;  // wgu, wdown: dense layers only
+    // A sparse layer's router [E, H] and experts, stacked: gate rows then up
+    // rows of each [E, 2 Ie, H], down [E, H, Ie] (models/ops/moe_experts.h).
+    bool sparse = false;
+    Bf16 *router = nullptr, *experts_gu = nullptr, *experts_down = nullptr;
     float *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     float* qkv_bias = nullptr;
     Bf16 *k_cache = nullptr, *v_cache = nullptr;
@@ -136,6 +148,24 @@ class CudaGraphEngine final : public InferenceEngine {
     Bf16* head_x;  // [B, H] those rows, gathered
     float* sumsq;  // [B, H / 64] a folded norm's chunk sums (FoldedNorm, gemv.h)
   };
+  // A sparse layer's buffers, for up to moe_rows_ rows at a time (C): the
+  // router's logits [C, E] (probabilities in place), each row's k experts and
+  // weights [C, k], the pairs sorted by expert (offsets [E + 1], source rows
+  // and slots [C k]), the active experts and their count, the experts'
+  // SwiGLU outputs [C k, Ie] and down projections [C k, H].
+  struct MoeBuffers {
+    float* logits = nullptr;
+    int32_t* experts = nullptr;
+    float* weights = nullptr;
+    int32_t *offsets = nullptr, *source_rows = nullptr, *slots = nullptr;
+    int32_t *active = nullptr, *active_count = nullptr;
+    Bf16* h = nullptr;
+    float* ys = nullptr;
+  };
+  MoeBuffers moe_{};
+  int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
+  // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
+  void enqueue_moe(const Layer& L, int n, float* out);
 
   Result<void*> device_alloc(size_t bytes);
   // Enqueues the whole step for `n` rows already in the row buffers; the

@@ -1,13 +1,17 @@
 // The CPU mixture-of-experts routing ops (models/ops/moe_routing.h): the
 // router's choice and weights against hand-computed values, its backward
 // and the weighted sum's by finite differences, the sort's stable order,
-// and gather_rows / unweighted combine as each other's transpose.
+// and gather_rows / unweighted combine as each other's transpose; the
+// graph engine's experts over sorted rows (moe_experts.h) against each
+// token's own experts computed one by one.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numeric>
 
+#include "base/half_float.h"
 #include "models/ops/embedding.h"
+#include "models/ops/moe_experts.h"
 #include "models/ops/moe_routing.h"
 #include "tests/models/grad_check.h"
 
@@ -128,6 +132,53 @@ TEST(MoeRouting, UnweightedCombineIsTheGathersTranspose) {
   for (size_t i = 0; i < g.size(); ++i) left += double(gathered[i]) * g[i];
   for (size_t i = 0; i < x.size(); ++i) right += double(x[i]) * back[i];
   EXPECT_NEAR(left, right, 1e-4);
+}
+
+// The sorted-rows form the graph engine runs, weighted back into token
+// order, equals each token's k experts' SwiGLU MLPs summed by their router
+// weights, with the stacked layouts: expert e's gate rows then up rows in
+// w_gu [E, 2I, H], its down in w_down [E, H, I].
+TEST(MoeExperts, SortedRowsGiveEachTokensWeightedExperts) {
+  const int n = 7, E = 5, k = 2, H = 16, I = 8;
+  auto bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = float_to_bf16_bits(v[i]);
+    return out;
+  };
+  const auto logits = random_vector(n * E, 21, 2.0f);
+  const auto x = bf16(random_vector(n * H, 22)), w_gu = bf16(random_vector(E * 2 * I * H, 23, 0.3f));
+  const auto w_down = bf16(random_vector(E * H * I, 24, 0.3f));
+  std::vector<float> probs(n * E), weights(n * k);
+  std::vector<int32_t> experts(n * k), offsets(E + 1), source(n * k), slots(n * k);
+  cpu::moe_router_forward(probs.data(), experts.data(), weights.data(), nullptr, logits.data(), n, E, k, true);
+  cpu::moe_permute(offsets.data(), source.data(), slots.data(), experts.data(), n, E, k);
+  std::vector<uint16_t> h(n * k * I);
+  std::vector<float> ys(n * k * H), out(n * H, 0.0f);
+  cpu::moe_experts_swiglu(h.data(), x.data(), w_gu.data(), offsets.data(), source.data(), E, H, I);
+  cpu::moe_experts_down(ys.data(), h.data(), w_down.data(), offsets.data(), E, H, I);
+  cpu::moe_combine(out.data(), ys.data(), slots.data(), weights.data(), n, k, H);
+  auto f = [](uint16_t b) { return bf16_bits_to_float(b); };
+  for (int t = 0; t < n; ++t) {
+    for (int o = 0; o < H; ++o) {
+      double want = 0;
+      for (int j = 0; j < k; ++j) {
+        const int e = experts[t * k + j];
+        double y = 0;
+        for (int i = 0; i < I; ++i) {
+          double g = 0, u = 0;
+          for (int c = 0; c < H; ++c) {
+            g += f(w_gu[(size_t(e) * 2 * I + i) * H + c]) * f(x[t * H + c]);
+            u += f(w_gu[(size_t(e) * 2 * I + I + i) * H + c]) * f(x[t * H + c]);
+          }
+          // The kernels round h to bf16 before the down projection.
+          const float hi = bf16_bits_to_float(float_to_bf16_bits(float(g / (1.0 + std::exp(-g)) * u)));
+          y += f(w_down[(size_t(e) * H + o) * I + i]) * hi;
+        }
+        want += weights[t * k + j] * y;
+      }
+      EXPECT_NEAR(out[t * H + o], want, 1e-3 * (1.0 + std::abs(want))) << "token " << t << " output " << o;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,150 @@
+// CUDA experts' SwiGLU MLPs over sorted rows (contract and CPU reference:
+// moe_experts.h), and the routing launchers the graph engine calls.
+//
+// A block is 4 warps; block (x, y) takes output features [4x, 4x + 4) of the
+// y-th active expert, a warp one feature (the gate row and its up row in the
+// SwiGLU form). The warp streams its weight rows in 16-byte pieces, stride
+// 256 elements, against up to kMoeRowsPerPass of the expert's rows at once,
+// so its weights are read once per that many rows; the lanes' sums meet by
+// shuffles. Launched plainly (no programmatic dependent launch): they read
+// the routing kernels' outputs from their first instruction.
+#pragma once
+
+#include "models/cuda/common.cuh"
+#include "models/ops/moe_experts.h"
+#include "models/ops/moe_routing.cuh"
+
+namespace cohort::models::cuda {
+
+constexpr int kMoeExpertWarps = 4;
+constexpr int kMoeRowsPerPass = 8;
+
+bool moe_experts_supported(int H, int I) { return H > 0 && I > 0 && H % 8 == 0 && I % 8 == 0; }
+
+__global__ void moe_experts_active_kernel(int32_t* active, int32_t* count, const int32_t* offsets, int E) {
+  if (threadIdx.x != 0) return;
+  int n = 0;
+  for (int e = 0; e < E; ++e)
+    if (offsets[e + 1] > offsets[e]) active[n++] = e;
+  *count = n;
+}
+
+// Rows [first, last) of expert `e`: h = SwiGLU for feature f.
+__global__ void moe_experts_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu,
+                                          const int32_t* offsets, const int32_t* source_rows,
+                                          const int32_t* active, const int32_t* count, int H, int I) {
+  if (static_cast<int>(blockIdx.y) >= *count) return;
+  const int e = active[blockIdx.y];
+  const int f = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
+  const int lane = threadIdx.x % 32;
+  if (f >= I) return;  // whole warps
+  const int first = offsets[e], last = offsets[e + 1];
+  const Bf16Bits* gate = w_gu + (static_cast<size_t>(e) * 2 * I + f) * H;
+  const Bf16Bits* up = gate + static_cast<size_t>(I) * H;
+  for (int r0 = first; r0 < last; r0 += kMoeRowsPerPass) {
+    const int rows = min(kMoeRowsPerPass, last - r0);
+    const Bf16Bits* xr[kMoeRowsPerPass];
+    float g[kMoeRowsPerPass], u[kMoeRowsPerPass];
+#pragma unroll
+    for (int r = 0; r < kMoeRowsPerPass; ++r) {
+      xr[r] = x + static_cast<size_t>(source_rows[r0 + min(r, rows - 1)]) * H;
+      g[r] = 0.0f, u[r] = 0.0f;
+    }
+    for (int k = lane * 8; k < H; k += 32 * 8) {
+      float gw[8], uw[8];
+      unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(gate + k)), gw);
+      unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(up + k)), uw);
+#pragma unroll
+      for (int r = 0; r < kMoeRowsPerPass; ++r) {
+        if (r >= rows) break;  // the same for every lane
+        float xv[8];
+        unpack8_bf16(*reinterpret_cast<const uint4*>(xr[r] + k), xv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          g[r] = fmaf(gw[j], xv[j], g[r]);
+          u[r] = fmaf(uw[j], xv[j], u[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMoeRowsPerPass; ++r) {
+      if (r >= rows) break;
+      const float gs = warp_sum(g[r]), us = warp_sum(u[r]);
+      if (lane == 0) h[static_cast<size_t>(r0 + r) * I + f] = to_bf16_bits(gs / (1.0f + __expf(-gs)) * us);
+    }
+  }
+}
+
+__global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16Bits* w_down,
+                                        const int32_t* offsets, const int32_t* active, const int32_t* count,
+                                        int H, int I) {
+  if (static_cast<int>(blockIdx.y) >= *count) return;
+  const int e = active[blockIdx.y];
+  const int o = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
+  const int lane = threadIdx.x % 32;
+  if (o >= H) return;
+  const int first = offsets[e], last = offsets[e + 1];
+  const Bf16Bits* w = w_down + (static_cast<size_t>(e) * H + o) * I;
+  for (int r0 = first; r0 < last; r0 += kMoeRowsPerPass) {
+    const int rows = min(kMoeRowsPerPass, last - r0);
+    float acc[kMoeRowsPerPass];
+#pragma unroll
+    for (int r = 0; r < kMoeRowsPerPass; ++r) acc[r] = 0.0f;
+    for (int k = lane * 8; k < I; k += 32 * 8) {
+      float wv[8];
+      unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(w + k)), wv);
+#pragma unroll
+      for (int r = 0; r < kMoeRowsPerPass; ++r) {
+        if (r >= rows) break;
+        float hv[8];
+        unpack8_bf16(*reinterpret_cast<const uint4*>(h + static_cast<size_t>(r0 + r) * I + k), hv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[j], hv[j], acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMoeRowsPerPass; ++r) {
+      if (r >= rows) break;
+      const float sum = warp_sum(acc[r]);
+      if (lane == 0) ys[static_cast<size_t>(r0 + r) * H + o] = sum;
+    }
+  }
+}
+
+void moe_experts_active(int32_t* active, int32_t* count, const int32_t* offsets, int E, CUstream_st* stream) {
+  moe_experts_active_kernel<<<1, 32, 0, stream>>>(active, count, offsets, E);
+}
+
+void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
+                             const int32_t* source_rows, const int32_t* active, const int32_t* count,
+                             int max_active, int H, int I, CUstream_st* stream) {
+  if (max_active <= 0) return;
+  const dim3 grid((I + kMoeExpertWarps - 1) / kMoeExpertWarps, max_active);
+  moe_experts_swiglu_kernel<<<grid, 32 * kMoeExpertWarps, 0, stream>>>(h, x, w_gu, offsets, source_rows, active,
+                                                                       count, H, I);
+}
+
+void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets,
+                           const int32_t* active, const int32_t* count, int max_active, int H, int I,
+                           CUstream_st* stream) {
+  if (max_active <= 0) return;
+  const dim3 grid((H + kMoeExpertWarps - 1) / kMoeExpertWarps, max_active);
+  moe_experts_down_kernel<<<grid, 32 * kMoeExpertWarps, 0, stream>>>(ys, h, w_down, offsets, active, count, H, I);
+}
+
+void moe_route(float* logits, int32_t* experts, float* weights, int32_t* offsets, int32_t* source_rows,
+               int32_t* slots, int n, int E, int k, bool renormalize, CUstream_st* stream) {
+  if (n == 0) return;
+  moe_router_forward_kernel<<<moe_warp_blocks(n), 32 * kMoeRowsPerBlock, 0, stream>>>(logits, experts, weights,
+                                                                                     logits, n, E, k, renormalize);
+  moe_permute_kernel<<<E, kThreads, 0, stream>>>(offsets, source_rows, slots, experts, n * k, E, k);
+}
+
+void moe_combine_rows(float* out, const float* ys, const int32_t* slots, const float* weights, int n, int k,
+                      int dim, CUstream_st* stream) {
+  const size_t total = static_cast<size_t>(n) * dim;
+  if (total == 0) return;
+  moe_combine_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, ys, slots, weights, n, k, dim);
+}
+
+}  // namespace cohort::models::cuda

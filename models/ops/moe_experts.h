@@ -1,0 +1,56 @@
+// A mixture of experts' SwiGLU MLPs over rows sorted by expert, in bf16 (the
+// graph engine's sparse layers; the routing before and the weighted sum
+// after are ops/moe_routing.h's). After permute, expert e's rows are
+// [offsets[e], offsets[e+1]) of the sorted order, sorted row r coming from
+// input row source_rows[r]:
+//
+//   experts_swiglu  h [pairs, I] (bf16) = silu(x[src] · gate_eᵀ) * (x[src] · up_eᵀ)
+//                   with x [n, H] bf16 and w_gu [E, 2I, H] bf16 (expert e's
+//                   I gate rows, then its I up rows)
+//   experts_down    ys [pairs, H] (fp32) = h · down_eᵀ, w_down [E, H, I] bf16
+//
+// The CUDA forms run a block per (active expert, tile of output features),
+// a warp per feature: the warp streams its weight row once per 8 of the
+// expert's rows, so a decode step reads each chosen expert's weights once
+// and nothing of the others. `active` lists the experts with rows (at most
+// `max_active` of them; experts_active writes it from the offsets). H and I
+// must be multiples of 8 (16-byte loads): experts_supported.
+#pragma once
+
+#include <cstdint>
+
+#include "models/ops/decode_rows.h"
+
+struct CUstream_st;
+
+namespace cohort::models::cpu {
+
+// fp32 accumulation over bf16 inputs, h rounded to bf16 as the CUDA form does.
+void moe_experts_swiglu(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
+                        const int32_t* source_rows, int E, int H, int I);
+void moe_experts_down(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets, int E,
+                      int H, int I);
+
+}  // namespace cohort::models::cpu
+
+namespace cohort::models::cuda {
+
+bool moe_experts_supported(int H, int I);
+// active [E] = the experts whose rows are not empty, in order; count [1].
+void moe_experts_active(int32_t* active, int32_t* count, const int32_t* offsets, int E, CUstream_st* stream);
+void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
+                             const int32_t* source_rows, const int32_t* active, const int32_t* count,
+                             int max_active, int H, int I, CUstream_st* stream);
+void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets,
+                           const int32_t* active, const int32_t* count, int max_active, int H, int I,
+                           CUstream_st* stream);
+// The routing ops of moe_routing.cuh as the graph engine calls them
+// (device pointers, on `stream`): the router's softmax and top k (probs in
+// place of logits), the stable sort by expert, and out [n, dim] += the
+// weighted sum of each row's k outputs.
+void moe_route(float* logits, int32_t* experts, float* weights, int32_t* offsets, int32_t* source_rows,
+               int32_t* slots, int n, int E, int k, bool renormalize, CUstream_st* stream);
+void moe_combine_rows(float* out, const float* ys, const int32_t* slots, const float* weights, int n, int k,
+                      int dim, CUstream_st* stream);
+
+}  // namespace cohort::models::cuda
