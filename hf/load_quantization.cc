@@ -66,53 +66,57 @@ Result<std::optional<WeightFormat>> parse_quantize_option(const std::string& val
   return invalid_argument("model.quantize = \"" + value + "\" is not one of none, fp8, int8, int4");
 }
 
-Status quantize_round_trip(models::Model& model, WeightFormat format) {
+Status quantize_round_trip_group(models::Model& model, int g, WeightFormat format) {
   const models::quant::QuantizeOptions options;
   const Grid grid = grid_of(format, options);
+  const models::ParamGroup& group = model.layout().groups[g];
+  std::vector<const ParamSpec*> projections;
+  for (const ParamSpec& p : group.params) {
+    if (!is_projection_weight(p.name) || p.shape.size() != 2) continue;
+    COHORT_RETURN_IF_ERROR(check_cut_on_grid(p, format, grid));
+    projections.push_back(&p);
+  }
+  if (projections.empty()) return Status::ok();
   const bool on_host = model.backend().device() == models::Device::kCpu;
   std::vector<float> host;
-  for (int g = 0; g < model.num_groups(); ++g) {
-    const models::ParamGroup& group = model.layout().groups[g];
-    std::vector<const ParamSpec*> projections;
-    for (const ParamSpec& p : group.params) {
-      if (!is_projection_weight(p.name) || p.shape.size() != 2) continue;
-      COHORT_RETURN_IF_ERROR(check_cut_on_grid(p, format, grid));
-      projections.push_back(&p);
-    }
-    if (projections.empty()) continue;
-    float* data = model.params(g);
-    if (!on_host) {
-      host.resize(group.numel);
-      model.backend().copy_to_host(host.data(), data, group.numel * sizeof(float));
-      data = host.data();
-    }
-    std::vector<Status> results(projections.size(), Status::ok());
-    parallel_for(projections.size(), [&](size_t i) {
-      const ParamSpec& p = *projections[i];
-      float* w = data + p.offset;
-      auto q = models::quant::quantize(format, p.name, w, p.shape[0], p.shape[1], options);
-      results[i] = q.is_ok() ? models::quant::dequantize(*q, w) : q.status();
-    });
-    for (const Status& s : results) COHORT_RETURN_IF_ERROR(s.with_context("model.quantize"));
-    if (!on_host)
-      model.backend().copy_from_host(model.params(g), host.data(), group.numel * sizeof(float));
+  float* data = model.params(g);
+  if (!on_host) {
+    host.resize(group.numel);
+    model.backend().copy_to_host(host.data(), data, group.numel * sizeof(float));
+    data = host.data();
   }
+  std::vector<Status> results(projections.size(), Status::ok());
+  parallel_for(projections.size(), [&](size_t i) {
+    const ParamSpec& p = *projections[i];
+    float* w = data + p.offset;
+    auto q = models::quant::quantize(format, p.name, w, p.shape[0], p.shape[1], options);
+    results[i] = q.is_ok() ? models::quant::dequantize(*q, w) : q.status();
+  });
+  for (const Status& s : results) COHORT_RETURN_IF_ERROR(s.with_context("model.quantize"));
+  if (!on_host) model.backend().copy_from_host(model.params(g), host.data(), group.numel * sizeof(float));
   return Status::ok();
+}
+
+Status quantize_round_trip(models::Model& model, WeightFormat format) {
+  for (int g = 0; g < model.num_groups(); ++g) COHORT_RETURN_IF_ERROR(quantize_round_trip_group(model, g, format));
+  return Status::ok();
+}
+
+Result<std::optional<WeightFormat>> quantize_option_for(const std::string& quantize, const std::string& hf_dir) {
+  COHORT_ASSIGN_OR_RETURN(const auto format, parse_quantize_option(quantize));
+  if (!format || hf_dir.empty()) return format;
+  COHORT_ASSIGN_OR_RETURN(const QuantizationConfig stored, load_quantization_config(hf_dir));
+  if (stored.quantized()) {
+    return invalid_argument("model.quantize = \"" + quantize + "\" but " + hf_dir + " is already quantized (" +
+                            stored.describe() + "); remove model.quantize to load it as it is");
+  }
+  return format;
 }
 
 Status apply_quantize_option(models::Model& model, const std::string& quantize,
                              const std::string& hf_dir) {
-  COHORT_ASSIGN_OR_RETURN(const auto format, parse_quantize_option(quantize));
-  if (!format) return Status::ok();
-  if (!hf_dir.empty()) {
-    COHORT_ASSIGN_OR_RETURN(const QuantizationConfig stored, load_quantization_config(hf_dir));
-    if (stored.quantized()) {
-      return invalid_argument("model.quantize = \"" + quantize + "\" but " + hf_dir +
-                              " is already quantized (" + stored.describe() +
-                              "); remove model.quantize to load it as it is");
-    }
-  }
-  return quantize_round_trip(model, *format);
+  COHORT_ASSIGN_OR_RETURN(const auto format, quantize_option_for(quantize, hf_dir));
+  return format ? quantize_round_trip(model, *format) : Status::ok();
 }
 
 std::string WeightFormatSummary::describe() const {

@@ -39,11 +39,18 @@ using models::is_projection_weight;
 // the format's groups (128-column groups, 128 x 128 tiles) of the whole
 // weight, so that every rank quantizes exactly as the unsharded model would.
 Status quantize_round_trip(models::Model& model, models::quant::WeightFormat format);
+// The same for group `g` alone (a model that streams its blocks as they
+// load, models::Model::Buffers::kStreamedBlocks).
+Status quantize_round_trip_group(models::Model& model, int g, models::quant::WeightFormat format);
 
 // `quantize` applied after loading from `hf_dir` (may be empty: a preset or
 // checkpoint): refused for a folder that is already quantized.
 Status apply_quantize_option(models::Model& model, const std::string& quantize,
                              const std::string& hf_dir);
+// The format `quantize` names for a model loaded from `hf_dir`, with the
+// same refusal; nullopt for "none".
+Result<std::optional<models::quant::WeightFormat>> quantize_option_for(const std::string& quantize,
+                                                                       const std::string& hf_dir);
 
 struct WeightFormatSummary {
   std::map<std::string, int> weights_by_format;  // "fp8-block 128x128" -> 196, "bf16" -> 57

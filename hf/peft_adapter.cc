@@ -71,12 +71,18 @@ Status load_peft_adapter(const std::string& dir, models::LoraAdapters& adapters)
 }
 
 
-Status merge_peft_adapter(const std::string& dir, models::Model& model) {
+Result<std::unique_ptr<models::LoraAdapters>> read_peft_adapter_for(const std::string& dir,
+                                                                    const models::Model& model) {
   COHORT_ASSIGN_OR_RETURN(PeftAdapterConfig config, read_peft_config(dir));
   auto adapters = models::LoraAdapters::create(model, config.lora);
   if (!adapters.is_ok()) return adapters.status().with_context(dir);
   COHORT_RETURN_IF_ERROR(load_peft_adapter(dir, **adapters));
-  return models::merge_lora_adapters(**adapters, model).with_context(dir);
+  return std::move(*adapters);
+}
+
+Status merge_peft_adapter(const std::string& dir, models::Model& model) {
+  COHORT_ASSIGN_OR_RETURN(auto adapters, read_peft_adapter_for(dir, model));
+  return models::merge_lora_adapters(*adapters, model).with_context(dir);
 }
 
 }  // namespace cohort::hf

@@ -34,5 +34,9 @@ Status load_peft_adapter(const std::string& dir, models::LoraAdapters& adapters)
 // and serving. Errors name the folder (a config cohort's adapters cannot
 // be, a missing or misshapen tensor, a model LoRA cannot sit on).
 Status merge_peft_adapter(const std::string& dir, models::Model& model);
+// The folder's adapters for `model`'s shard, read and not merged (for a
+// merge group by group as a streamed model loads, models::merge_lora_group).
+Result<std::unique_ptr<models::LoraAdapters>> read_peft_adapter_for(const std::string& dir,
+                                                                    const models::Model& model);
 
 }  // namespace cohort::hf

@@ -157,6 +157,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   // (a packed prefill runs at the GEMMs' speed from a few thousand rows).
   options.step_rows = spec.job.kind == jobs::JobKind::kServe ? spec.serve.max_batched_tokens : 8192;
   options.prefix_caching = spec.job.kind == jobs::JobKind::kServe && spec.serve.prefix_caching;
+  options.stream_blocks = model_streams_blocks(spec.model);
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
   // `[model] quantize`: the projections stay quantized on the GPU (the
   // loaded model holds them round-tripped through the same format).

@@ -16,8 +16,19 @@
 
 namespace cohort::infer {
 
-// Fills a freshly created model (any shard of worker::resolve_model_config's config).
+// Fills a freshly created model (any shard of worker::resolve_model_config's
+// config). Where the source streams (model_streams_blocks), each group is
+// finished as soon as the loader has filled it (`[model] adapter` merged,
+// `quantize` round-tripped) and only then reaches the model's
+// group-filled listener, so a model of Buffers::kStreamedBlocks loads a
+// block at a time.
 Status load_infer_weights(const jobs::ModelSection& model, int64_t seed, models::Model& target);
+
+// Whether load_infer_weights hands the listener every group once, final:
+// a preset, a Hugging Face folder or a full checkpoint. A LoRA checkpoint
+// merges its adapters into the whole base after loading it, so its groups
+// are final only at the end.
+bool model_streams_blocks(const jobs::ModelSection& model);
 
 // "preset tiny", "hf_dir /path", "checkpoint /path", for logs and the summary.
 std::string model_source(const jobs::ModelSection& model);

@@ -276,6 +276,11 @@ void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int
 
 
 Status merge_lora_adapters(const LoraAdapters& adapters, Model& model) {
+  for (int g = 0; g < model.num_groups(); ++g) COHORT_RETURN_IF_ERROR(merge_lora_group(adapters, model, g));
+  return Status::ok();
+}
+
+Status merge_lora_group(const LoraAdapters& adapters, Model& model, int group) {
   const LoraConfig& config = adapters.config();
   const ParamLayout& own = adapters.layout();
   // An adapter tensor's group and place in the adapters' layout.
@@ -289,6 +294,7 @@ Status merge_lora_adapters(const LoraAdapters& adapters, Model& model) {
   const int r = config.rank;
   for (int l = 0; l < model.config().layers; ++l) {
     const int wg = model.layout().block_group(l);
+    if (wg != group) continue;
     for (LoraTarget t : config.targets) {
       int ag = 0, bg = 0;
       const ParamSpec* pa = locate(peft_tensor_name(l, t, true), &ag);

@@ -147,6 +147,9 @@ void round_group(Model& model, int group, DType dtype);
 // computes what base plus adapters compute, at the base's cost (serving a
 // PEFT adapter, [model] adapter). `adapters` must be `model`'s.
 Status merge_lora_adapters(const LoraAdapters& adapters, Model& model);
+// The same for the model's group `group` alone (a model that streams its
+// blocks as they load); nothing for groups no adapter sits on.
+Status merge_lora_group(const LoraAdapters& adapters, Model& model, int group);
 
 void merge_lora_delta(float* w, const float* a, const float* b, int64_t out, int64_t in, int rank,
                       float scale);

@@ -152,6 +152,7 @@ class Model final : public TrainableParams {
   // after filling group `g`; a listener set here sees each group's values
   // while they are in its buffer (Buffers::kStreamedBlocks). Null: none.
   void set_group_filled_listener(std::function<void(int group)> listener) { group_filled_ = std::move(listener); }
+  const std::function<void(int group)>& group_filled_listener() const { return group_filled_; }
   void group_filled(int group) {
     if (group_filled_) group_filled_(group);
   }

@@ -451,10 +451,15 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
   COHORT_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
   const std::string& op = e.name;
   if (op == "~") {
-    std::string joined = a.str();
-    const std::string right = b.str();
+    // Strings join in place (no str() copies): a template that doubles a
+    // string reaches kMaxBytes in a few steps, each copy of which costs.
+    std::string joined = a.kind == Value::kString ? std::move(a.s) : a.str();
+    const std::string right_text = b.kind == Value::kString ? std::string() : b.str();
+    const std::string& right = b.kind == Value::kString ? b.s : right_text;
     COHORT_RETURN_IF_ERROR(jinja::check_bytes(joined.size() + right.size(), e.line));
-    return Value::string(joined + right);
+    joined.reserve(joined.size() + right.size());
+    joined += right;
+    return Value::string(std::move(joined));
   }
   if (op == "==") return Value::boolean(a.equals(b));
   if (op == "!=") return Value::boolean(!a.equals(b));

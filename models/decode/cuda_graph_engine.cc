@@ -11,6 +11,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/check.h"
@@ -70,6 +71,22 @@ class PinnedUpload {
         next_ ^= 1;
         out += n * es, done += n;
       }
+    }
+    return Status::ok();
+  }
+
+  // dst = `bytes` of host memory as they are (the source may be freed on return).
+  Status put_bytes(void* dst, const void* src, size_t bytes) {
+    char* out = static_cast<char*>(dst);
+    const char* in = static_cast<const char*>(src);
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(kStagingBytes, bytes - done);
+      COHORT_CUDA_CHECK(cudaEventSynchronize(done_[next_]));
+      std::memcpy(staging_[next_], in + done, n);
+      COHORT_CUDA_CHECK(cudaMemcpyAsync(out + done, staging_[next_], n, cudaMemcpyHostToDevice, stream_));
+      COHORT_CUDA_CHECK(cudaEventRecord(done_[next_], stream_));
+      next_ ^= 1;
+      done += n;
     }
     return Status::ok();
   }
@@ -194,9 +211,10 @@ Status CudaGraphEngine::init_runtime(const models::EnqueuedTensorParallelFactory
   return Status::ok();
 }
 
-Status CudaGraphEngine::upload_weights(models::Model& model) {
+Status CudaGraphEngine::upload_weights(models::Model& model, std::vector<HostLayer>& layers) {
+  if (layers.size() != static_cast<size_t>(config_.layers)) return internal_error("upload_weights: layers missing");
   const models::ParamLayout& layout = model.layout();
-  const int H = config_.hidden, D = config_.head_dim, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim();
   const size_t I = dims_.intermediate;
   const size_t vocab_rows = static_cast<size_t>(dims_.vocab) * H;
   PinnedUpload upload(stream_);
@@ -223,65 +241,40 @@ Status CudaGraphEngine::upload_weights(models::Model& model) {
     COHORT_RETURN_IF_ERROR(
         upload_bf16(lm_head_, {head + head_group.find("lm_head.weight")->offset}, {vocab_rows}));
   }
-  COHORT_ASSIGN_OR_RETURN(const std::vector<PackedLayer> packed, pack_projections(model));
   bool any_packed = false;
+  // A host vector on the device (freed on the host once copied).
+  auto put = [&](auto** dst, auto& host) -> Status {
+    const size_t bytes = host.size() * sizeof(host[0]);
+    if (bytes == 0) return Status::ok();
+    COHORT_ASSIGN_OR_RETURN(void* p, device_alloc(bytes));
+    *dst = static_cast<std::remove_reference_t<decltype(**dst)>*>(p);
+    COHORT_RETURN_IF_ERROR(upload.put_bytes(p, host.data(), bytes));
+    std::remove_reference_t<decltype(host)>().swap(host);
+    return Status::ok();
+  };
   for (int l = 0; l < config_.layers; ++l) {
-    const models::BlockTensors w = layout.block_tensors(l, model.params(layout.block_group(l)));
+    HostLayer& h = layers[static_cast<size_t>(l)];
     Layer& d = layers_[l];
-    auto bf = [&](Bf16** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
-      size_t total = 0;
-      for (size_t c : counts) total += c;
-      auto p = device_alloc(total * 2);
-      if (!p.is_ok()) return p.status();
-      *dst = static_cast<Bf16*>(*p);
-      return upload_bf16(*dst, parts, counts);
-    };
-    auto f32 = [&](float** dst, std::vector<const float*> parts, std::vector<size_t> counts) {
-      size_t total = 0;
-      for (size_t c : counts) total += c;
-      auto p = device_alloc(total * 4);
-      if (!p.is_ok()) return p.status();
-      *dst = static_cast<float*>(*p);
-      return upload.put(*dst, false, parts, counts);
-    };
-    const size_t qh = static_cast<size_t>(Qd) * H, kvh = static_cast<size_t>(KVd) * H;
+    d.sparse = h.sparse;
     Weight* fused[4] = {&d.wqkv, &d.wo, &d.wgu, &d.wdown};
-    const std::vector<const float*> parts[4] = {{w.q, w.k, w.v}, {w.o}, {w.gate, w.up}, {w.down}};
-    const std::vector<size_t> counts[4] = {{qh, kvh, kvh}, {static_cast<size_t>(H) * Qd}, {I * H, I * H}, {I * H}};
-    d.sparse = config_.is_moe_layer(l);
     for (int i = 0; i < 4; ++i) {
-      if (d.sparse && i >= 2) continue;  // the experts below instead of a dense MLP
-      if (const auto& p = packed[static_cast<size_t>(l)][static_cast<size_t>(i)]) {
-        COHORT_ASSIGN_OR_RETURN(fused[i]->packed, upload_packed(*p));
+      if (h.packed[i]) {
+        COHORT_ASSIGN_OR_RETURN(fused[i]->packed, upload_packed(*h.packed[i]));
+        if (packed_format_.empty()) packed_format_ = h.packed[i]->format;
+        h.packed[i].reset();
         any_packed = true;
       } else {
-        COHORT_RETURN_IF_ERROR(bf(&fused[i]->bf16, parts[i], counts[i]));
+        COHORT_RETURN_IF_ERROR(put(&fused[i]->bf16, h.bf16[i]));  // nothing for a sparse layer's MLP
       }
     }
-    if (d.sparse) {
-      // Expert e's gate, up and down follow each other in the block; on the
-      // device the gates and ups of all experts stack, and the downs.
-      const size_t E = dims_.experts, Ie = dims_.expert_intermediate, stride = 3 * Ie * H;
-      std::vector<const float*> gate_up, down;
-      for (size_t e = 0; e < E; ++e) {
-        gate_up.push_back(w.experts + e * stride);
-        down.push_back(w.experts + e * stride + 2 * Ie * H);
-      }
-      COHORT_RETURN_IF_ERROR(bf(&d.router, {w.router}, {E * H}));
-      COHORT_RETURN_IF_ERROR(bf(&d.experts_gu, gate_up, std::vector<size_t>(E, 2 * Ie * H)));
-      COHORT_RETURN_IF_ERROR(bf(&d.experts_down, down, std::vector<size_t>(E, Ie * H)));
-    }
-    COHORT_RETURN_IF_ERROR(f32(&d.attn_norm, {w.attn_norm}, {static_cast<size_t>(H)}));
-    COHORT_RETURN_IF_ERROR(f32(&d.mlp_norm, {w.mlp_norm}, {static_cast<size_t>(H)}));
-    if (config_.qk_norm) {
-      COHORT_RETURN_IF_ERROR(f32(&d.q_norm, {w.q_norm}, {static_cast<size_t>(D)}));
-      COHORT_RETURN_IF_ERROR(f32(&d.k_norm, {w.k_norm}, {static_cast<size_t>(D)}));
-    }
-    if (config_.attention_bias) {
-      COHORT_RETURN_IF_ERROR(
-          f32(&d.qkv_bias, {w.q_bias, w.k_bias, w.v_bias},
-              {static_cast<size_t>(Qd), static_cast<size_t>(KVd), static_cast<size_t>(KVd)}));
-    }
+    COHORT_RETURN_IF_ERROR(put(&d.router, h.router));
+    COHORT_RETURN_IF_ERROR(put(&d.experts_gu, h.experts_gu));
+    COHORT_RETURN_IF_ERROR(put(&d.experts_down, h.experts_down));
+    COHORT_RETURN_IF_ERROR(put(&d.attn_norm, h.attn_norm));
+    COHORT_RETURN_IF_ERROR(put(&d.mlp_norm, h.mlp_norm));
+    COHORT_RETURN_IF_ERROR(put(&d.q_norm, h.q_norm));
+    COHORT_RETURN_IF_ERROR(put(&d.k_norm, h.k_norm));
+    COHORT_RETURN_IF_ERROR(put(&d.qkv_bias, h.qkv_bias));
   }
   COHORT_RETURN_IF_ERROR(upload.finish());
   if (any_packed) {
@@ -493,17 +486,48 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
     never.all_gather = [](const float*, float*, size_t) {
       COHORT_CHECK_MSG(false, "weights-only model ran");
     };
+    // Each layer is taken into its host copy (bf16 or packed, host_layer.h)
+    // as the loader fills it when the loader streams blocks, so the model is
+    // never whole in fp32; else after the load.
     auto cpu = models::make_cpu_backend();
     COHORT_ASSIGN_OR_RETURN(auto model,
                             models::Model::create(config, options.shard, cpu.get(), never,
-                                                  models::Model::Buffers::kParamsOnly));
+                                                  options.stream_blocks ? models::Model::Buffers::kStreamedBlocks
+                                                                        : models::Model::Buffers::kParamsOnly));
+    const HostLayerFormats formats{options.projection_format, options.packed_projection};
+    std::vector<HostLayer> layers(static_cast<size_t>(config.layers));
+    std::vector<char> taken(layers.size(), 0);
+    Status taking;
+    auto take = [&](int layer) {
+      if (!taking.is_ok()) return;
+      auto made = make_host_layer(*model, layer, formats);
+      if (!made.is_ok()) return void(taking = made.status().with_context("layer " + std::to_string(layer)));
+      layers[static_cast<size_t>(layer)] = std::move(*made);
+      taken[static_cast<size_t>(layer)] = 1;
+    };
+    if (options.stream_blocks) {
+      model->set_group_filled_listener([&](int group) {
+        const int layer = group - model->layout().block_group(0);
+        if (layer >= 0 && layer < config.layers) take(layer);
+      });
+    }
     COHORT_RETURN_IF_ERROR(load(*model));
+    if (!options.stream_blocks) {
+      for (int l = 0; l < config.layers; ++l) take(l);
+    }
+    COHORT_RETURN_IF_ERROR(taking);
+    for (int l = 0; l < config.layers; ++l) {
+      if (!taken[static_cast<size_t>(l)]) {
+        return internal_error("the weight loader never filled layer " + std::to_string(l) +
+                              " (a streamed load calls group_filled for every block)");
+      }
+    }
     read_s = seconds_since(phase);
     COHORT_RETURN_IF_ERROR(runtime.get());
     // The current device is per thread: this one's must be the engine's too.
     COHORT_CUDA_CHECK(cudaSetDevice(options.device));
     phase = Clock::now();
-    COHORT_RETURN_IF_ERROR(engine->upload_weights(*model));
+    COHORT_RETURN_IF_ERROR(engine->upload_weights(*model, layers));
     upload_s = seconds_since(phase);
   }
   phase = Clock::now();

@@ -65,6 +65,12 @@ struct CudaEngineOptions {
   // Full KV blocks stay cached by their token prefix for later sequences
   // (kv_blocks.h, reuse_prefix()).
   bool prefix_caching = false;
+  // The loader fills the decoder blocks one at a time and calls
+  // Model::group_filled after each, final (infer::model_streams_blocks):
+  // the engine then holds one block in fp32 at a time on the host
+  // (Buffers::kStreamedBlocks) and the rest as it uploads them. Without it
+  // the whole model is loaded in fp32 first.
+  bool stream_blocks = false;
   // The projections' storage on the GPU (q/k/v/o, gate/up/down; the
   // embedding, LM head and norms stay bf16/fp32): unset, bf16; kInt8, kInt4
   // or kFp8Block, quantized from the loaded weights as models::quant::

@@ -18,6 +18,7 @@
 
 #include "models/decode/cuda_graph_engine.h"
 #include "models/decode/cuda_tuned_gemm.h"
+#include "models/decode/host_layer.h"
 #include "models/ops/argmax.h"
 #include "models/decode/kv_blocks.h"
 #include "models/ops/decode_attention.h"
@@ -99,7 +100,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // Times cuBLASLt's candidates for every decode bucket it may serve, on
   // scratch memory (cuda_graph_warmup.cc); needs only init_runtime.
   Status tune_projections();
-  Status upload_weights(models::Model& model);
+  // The embedding, head and final norm from `model`, each layer from its
+  // host copy (host_layer.h; freed as it is uploaded).
+  Status upload_weights(models::Model& model, std::vector<HostLayer>& layers);
   Status alloc_buffers();
   // Runs every step shape once before the first request, into the spare
   // slot: a few prefill sizes eagerly, and each decode bucket (eager, then
@@ -189,12 +192,6 @@ class CudaGraphEngine final : public InferenceEngine {
   // The weight as bf16: itself, or its codes expanded into expanded_ (for
   // forwards the quantized GEMV does not serve).
   const Bf16* bf16_for(const Weight& w);
-  // Each layer's fused projections (q|k|v, o, gate|up, down) in the row
-  // layout where options give them (a pre-quantized folder's own weights,
-  // else projection_format's quantization of the loaded ones), on the host;
-  // nullopt: bf16 (cuda_graph_quant.cc).
-  using PackedLayer = std::array<std::optional<models::quant::RowPackedWeight>, 4>;
-  Result<std::vector<PackedLayer>> pack_projections(models::Model& model);
   Result<models::RowPackedView> upload_packed(const models::quant::RowPackedWeight& w);
   std::string packed_format_;  // the first packed weight's, for describe(); "" when none
   bool quantized_ = false;     // some projection is packed: no norm-folding GEMV forms

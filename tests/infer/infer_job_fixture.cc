@@ -146,10 +146,11 @@ void expect_same_generation(const InferRun& want, const InferRun& got, const std
 }
 
 void write_random_adapter(models::Model& model, const std::string& base_dir, uint32_t seed, float stddev,
-                          const std::string& folder) {
+                          const std::string& folder, const std::vector<models::LoraTarget>& targets) {
   models::LoraConfig lora;
   lora.rank = 4, lora.alpha = 8;
-  lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
+  lora.targets = targets;
+  if (targets.empty()) lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
   lora.base_dtype = models::DType::kF32;
   auto adapters = std::move(models::LoraAdapters::create(model, lora).value());
   std::mt19937 rng(seed);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/lora_config.h"
 #include "models/model.h"
 
 namespace cohort::testing {
@@ -51,11 +52,11 @@ InferJob three_prompt_job(const std::string& name, const std::string& model_line
 void expect_same_generation(const InferRun& want, const InferRun& got, const std::string& what,
                             float tolerance = 1e-5f);
 
-// Random LoRA adapters on every projection of `model` (rank 4, alpha 8; A
-// and B drawn from N(0, stddev^2) with `seed`), written as a PEFT folder
-// at `folder` over the base `base_dir`, then merged into `model`
-// (W + scale · B A): the folder and what serving it must equal.
+// Random LoRA adapters on every projection of `model` (or on `targets`;
+// rank 4, alpha 8; A and B drawn from N(0, stddev^2) with `seed`), written
+// as a PEFT folder at `folder` over the base `base_dir`, then merged into
+// `model` (W + scale · B A): the folder and what serving it must equal.
 void write_random_adapter(models::Model& model, const std::string& base_dir, uint32_t seed, float stddev,
-                          const std::string& folder);
+                          const std::string& folder, const std::vector<models::LoraTarget>& targets = {});
 
 }  // namespace cohort::testing
