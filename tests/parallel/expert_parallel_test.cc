@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <ostream>
 
 #include <gtest/gtest.h>
 
@@ -51,6 +52,7 @@ struct Mesh {
   bool mpi = false;
   std::string strategy = "ddp";
 };
+void PrintTo(const Mesh& m, std::ostream* os) { *os << m.name << " (" << m.strategy << ")"; }
 
 class ExpertParallelMesh : public ::testing::TestWithParam<Mesh> {};
 
@@ -72,6 +74,7 @@ INSTANTIATE_TEST_SUITE_P(ExpertParallel, ExpertParallelMesh,
                          ::testing::Values(Mesh{"ep2", 2, 1, kGlobalBatch / 2}, Mesh{"ep2_dp2", 4, 1, kGlobalBatch / 4},
                                            Mesh{"ep2_tp2_accumulating", 4, 2, kGlobalBatch / 4},
                                            Mesh{"ep2_mpi", 2, 1, kGlobalBatch / 2, true},
+                                           Mesh{"ep2_dp2_mpi", 4, 1, kGlobalBatch / 4, true},
                                            Mesh{"zero1_ep2_dp2", 4, 1, kGlobalBatch / 4, false, "zero1"},
                                            Mesh{"zero2_ep2_dp2_accumulating", 4, 1, kGlobalBatch / 8, false, "zero2"},
                                            Mesh{"zero3_ep2", 2, 1, kGlobalBatch / 2, false, "zero3"},
