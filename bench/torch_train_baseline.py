@@ -1,5 +1,8 @@
-"""PyTorch baseline for the training benchmark: the Qwen3-0.6B shape, random
-init, bf16 autocast over fp32 parameters, fused AdamW, one process per GPU.
+"""PyTorch baseline for the training benchmark: the Qwen3-0.6B shape (or
+1.7B, or cohort's qwen3-moe-2.4b-a0.6b preset: Qwen3-0.6B's attention with 28
+sparse layers of 64 experts of 384, top 8), random init, bf16 autocast over
+fp32 parameters, fused AdamW, one process per GPU. The MFU of a mixture of
+experts counts its active parameters.
 
   torchrun --nproc_per_node 2 bench/torch_train_baseline.py --strategy ddp
   torchrun --nproc_per_node 2 bench/torch_train_baseline.py --strategy fsdp2
@@ -32,7 +35,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--attn", default="sdpa")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
-    ap.add_argument("--preset", choices=["qwen3-0.6b", "qwen3-1.7b"], default="qwen3-0.6b")
+    ap.add_argument("--preset", choices=["qwen3-0.6b", "qwen3-1.7b", "qwen3-moe-2.4b-a0.6b"], default="qwen3-0.6b")
     args = ap.parse_args()
 
     distributed = args.strategy != "single"
@@ -45,14 +48,25 @@ def main():
     world = dist.get_world_size() if distributed else 1
     rank = dist.get_rank() if distributed else 0
 
-    from transformers import Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
     torch.manual_seed(0)
     config = qwen3_06b_config(args.seq)
     if args.preset == "qwen3-1.7b":
         config.hidden_size, config.intermediate_size = 2048, 6144
+    moe = args.preset == "qwen3-moe-2.4b-a0.6b"
+    if moe:  # models/config.cc's preset
+        config = Qwen3MoeConfig(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6,
+                                rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=max(args.seq, 4096),
+                                num_experts=64, num_experts_per_tok=8, moe_intermediate_size=384, norm_topk_prob=True,
+                                decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False)
     config._attn_implementation = args.attn
-    model = Qwen3ForCausalLM(config).cuda()
+    model = (Qwen3MoeForCausalLM if moe else Qwen3ForCausalLM)(config).cuda()
     n_params = sum(p.numel() for p in model.parameters())  # the tied embedding once
+    if moe:  # the experts a token does not reach do no work
+        idle = config.num_hidden_layers * (config.num_experts - config.num_experts_per_tok) * 3 * \
+            config.hidden_size * config.moe_intermediate_size
+        n_params -= idle
     if args.strategy == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
     elif args.strategy == "fsdp2":

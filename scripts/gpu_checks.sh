@@ -22,7 +22,8 @@
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
 #                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
 #   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
-#                                          HF logits, Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES)
+#                                          HF logits, training beside transformers (MOE_TRAIN=0 skips), then
+#                                          Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES)
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -135,6 +136,12 @@ elif [[ $phase == moe ]]; then
   STEP_TIMEOUT=150 step moe_routing "$tests/models_moe_gpu_test"
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   grep -E "moe|mixtral" "$out/hf_parity.log" | head -8
+  if [[ ${MOE_TRAIN:-1} != 0 ]]; then
+    # Training on the qwen3-moe-2.4b-a0.6b preset beside transformers eager and compiled (issue 38).
+    PATH=$bin:$PATH SHAPES=qwen3-moe-2.4b-a0.6b:8:1024 STEP_TIMEOUT=${MOE_TRAIN_TIMEOUT:-540} \
+      step moe_train_bench bench/train_engine_bench.sh 20
+    tail -6 "$out/moe_train_bench.log"
+  fi
   STEP_TIMEOUT=${MOE_TIMEOUT:-420} step moe_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
     --no-transformers --shape qwen3-30b-a3b --layers "${MOE_LAYERS:-12}" --batches "${MOE_BATCHES:-1,64}" \
     --prompt-lens 128 --new 128 --work /tmp/moe-bench
