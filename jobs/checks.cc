@@ -129,7 +129,7 @@ void check_mesh(JobSpec& spec, LoadContext& ctx) {
   }
 }
 
-// Expert parallelism: training only, full fine-tuning (any strategy), and an expert
+// Expert parallelism: training only (any strategy, LoRA too), and an expert
 // group size dividing the data-parallel degree at every world size the job
 // may run at. Whether the model has experts enough is known when it loads
 // (models::local_dims names the count).
@@ -142,7 +142,6 @@ void check_expert_parallel(JobSpec& spec, LoadContext& ctx) {
     return ctx.error_at(key, prefix + "splits a training job's experts; kind = \"" +
                                  std::string(to_string(spec.job.kind)) + "\" serves every expert on each rank");
   }
-  if (spec.has_lora) return ctx.error_at(key, prefix + "trains every parameter; it does not combine with [lora]");
   if (spec.parallel.tensor_parallel < 1) return;
   for (int nodes : {spec.job.nodes.min, spec.job.nodes.max}) {
     const int dp = spec.data_parallel(nodes);

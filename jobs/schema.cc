@@ -146,9 +146,9 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "Training a mixture-of-experts model: its experts split over this many consecutive "
                             "data-parallel ranks (an expert group), each token travelling to its experts' ranks and "
                             "back by all-to-all; the groups are each other's replicas. Must divide the "
-                            "data-parallel degree and the model's expert count; full fine-tuning. Under zero1/2/3 and "
-                            "fsdp2 the dense parameters shard over the data-parallel axis and each expert over the "
-                            "ranks holding it.",
+                            "data-parallel degree and the model's expert count. Under zero1/2/3 and fsdp2 the dense "
+                            "parameters shard over the data-parallel axis and each expert over the ranks holding it; "
+                            "with [lora] the frozen experts split and the adapters train on every rank.",
                     .min = 1, .max = 1024}));
   f.push_back(bind("parallel", "bucket_mb", &J::parallel, &ParallelSection::bucket_mb,
                    {.text = "Gradient bucket size for DDP all-reduce, in MiB.", .min = 0, .max = 1e5,

@@ -139,6 +139,8 @@ BlockTensors ParamLayout::block_tensors(int layer, float* base) const {
 }
 
 ExpertTensors ParamLayout::expert_tensors(const BlockTensors& block, int expert) const {
+  // A frozen block (LoRA's base) has no gradient table: no expert's either.
+  if (!block.experts) return ExpertTensors{nullptr, nullptr, nullptr};
   float* gate = block.experts + expert * expert_stride;
   const size_t matrix = expert_stride / 3;  // gate, up and down are equal in size
   return ExpertTensors{gate, gate + matrix, gate + 2 * matrix};

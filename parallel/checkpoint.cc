@@ -200,14 +200,15 @@ Result<std::string> save_checkpoint(const std::string& output_dir, const models:
   COHORT_RETURN_IF_ERROR(written);
   COHORT_RETURN_IF_ERROR(barrier(world, "shards"));
   if (lead) {
-    // Every parameter of the model: under expert parallelism this rank's
-    // layout holds only its own experts.
+    // Every parameter trained: under expert parallelism this rank's layout
+    // holds only its own experts (LoRA's adapters are whole on every rank).
     json params = json::object();
     models::ParamLayout whole;
-    if (dims.ep > 1) {
+    const bool split_experts = dims.ep > 1 && !pm.lora;
+    if (split_experts) {
       COHORT_ASSIGN_OR_RETURN(whole, models::make_param_layout(config, models::ShardSpec{}));
     }
-    for (const auto& group : (dims.ep > 1 ? whole : pm.trained().layout()).groups)
+    for (const auto& group : (split_experts ? whole : pm.trained().layout()).groups)
       for (const auto& p : group.params) params[p.name] = p.global_shape;
     json index = {{"format", kFormat},
                   {"step", position.step},

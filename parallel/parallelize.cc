@@ -82,10 +82,6 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
                                   const WeightLoader& load_weights, const AdapterLoader& load_adapters) {
   COHORT_ASSIGN_OR_RETURN(ParallelDims dims, ParallelDims::create(world->size(), parallel.tensor_parallel,
                                                                   parallel.expert_parallel));
-  if (dims.ep > 1 && parallel.lora) {
-    return invalid_argument("expert_parallel " + std::to_string(dims.ep) +
-                            " trains every parameter; it does not combine with LoRA");
-  }
   ParallelModel out;
   COHORT_ASSIGN_OR_RETURN(out.mesh, DeviceMesh::create(world, dims));
   models::ShardSpec shard{out.mesh->tp_rank(), dims.tp, out.mesh->ep_rank(), dims.ep};

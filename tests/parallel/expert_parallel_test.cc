@@ -115,6 +115,26 @@ TEST(ExpertParallel, Bf16ParameterGathersFollowOneRankGatheringTheSameWay) {
   EXPECT_GT(largest, 1e-6) << "bf16-rounded parameters should change the losses";
 }
 
+// LoRA on a mixture of experts (adapters on the attention projections,
+// the experts frozen): its adapters train as on one rank when the frozen
+// experts split over 2 ranks (DDP) and over 2 of 4 ranks (FSDP2), the
+// exchanges carrying the activations' gradients through experts that keep
+// none of their own.
+TEST(ExpertParallel, LoraAdaptersOnASplitMixtureOfExpertsFollowOneRank) {
+  Env lora = kNoAux;
+  lora.push_back({"COHORT_TEST_LORA", "4"});
+  const WorkerRun reference = testing::run_worker("moe_lora1", "ddp", 1, 1, kGlobalBatch, kGlobalBatch, kSteps, lora);
+  ASSERT_FALSE(reference.params.empty());
+  const WorkerRun ddp = testing::run_worker("moe_lora_ep2", "ddp", 2, 1, kGlobalBatch, kGlobalBatch / 2, kSteps,
+                                            with_ep(lora, 2));
+  testing::expect_same_training(reference, ddp, 1e-5, 1e-5, "LoRA, ep 2 (ddp)");
+  const WorkerRun fsdp2 = testing::run_worker("moe_lora_ep2_dp2", "fsdp2", 4, 1, kGlobalBatch, kGlobalBatch / 4,
+                                              kSteps, with_ep(lora, 2));
+  testing::expect_same_training(reference, fsdp2, 1e-5, 1e-5, "LoRA, ep 2 x dp 2 (fsdp2)");
+  // The adapters moved: a run that trained nothing would pass the above.
+  EXPECT_NE(reference.losses.front(), reference.losses.back());
+}
+
 TEST(ExpertParallel, AGroupSizeThatDoesNotDivideTheRanksIsRefused) {
   // ep 3 on 2 ranks: the worker names the problem and exits non-zero.
   auto group = testing::start_ranks(testing::parallel_worker_path(),

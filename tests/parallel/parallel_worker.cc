@@ -13,7 +13,8 @@
 // step's loss scale is infinite, so its gradients are not finite);
 // COHORT_TEST_NO_WORKING_WEIGHTS=1 turns the 16-bit working copies off.
 // COHORT_TEST_LORA=RANK trains LoRA adapters of that rank on every
-// projection (alpha 2 · rank, fp32 base) instead of the whole model; the
+// projection (a mixture of experts: its attention ones; alpha 2 · rank, fp32
+// base) instead of the whole model; the
 // params file then holds the adapters and COHORT_TEST_BASE_CHECK=1 adds the
 // frozen base's tensors, so that a test sees it unchanged.
 // COHORT_TEST_LORA_BASE=nf4|fp8 holds that base quantized (QLoRA), and
@@ -156,6 +157,8 @@ int main(int argc, char** argv) {
     models::LoraConfig lora;
     lora.rank = lora_rank, lora.alpha = 2.0 * lora_rank, lora.base_dtype = models::DType::kF32;
     lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
+    // A mixture of experts takes adapters on its attention only.
+    if (config->is_moe()) lora.targets.resize(4);
     const std::string base = env_or("COHORT_TEST_LORA_BASE", "");
     if (base == "nf4") lora.base_format = models::LoraConfig::BaseFormat::kNf4;
     if (base == "fp8") lora.base_format = models::LoraConfig::BaseFormat::kFp8;

@@ -127,6 +127,34 @@ TEST(LoraRun, CheckpointsHoldTheAdaptersAndAPeftFolderUnderPeftsNames) {
     }
 }
 
+// LoRA on a mixture of experts whose frozen experts split over 2 ranks
+// (expert_parallel = 2, fsdp2): it trains as the same job without expert
+// parallelism, and its checkpoint holds the attention adapters only, with
+// their PEFT folder.
+TEST(LoraRun, OnAMixtureOfExpertsSplitOverTwoRanksTrainsAsWithoutAndCheckpointsItsAdapters) {
+  auto job = [](int ep) {
+    TrainJob j = lora_job("fsdp2");
+    j.preset = "tiny-moe", j.expert_parallel = ep;
+    j.steps = 3, j.micro_batch = 2, j.global_batch = 4, j.checkpoint_every = 3, j.gpus_per_node = 2;
+    j.extra = "[lora]\nrank = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]\n";
+    return j;
+  };
+  const fs::path plain = run_job("lora_moe_ep1", job(1), 2), split = run_job("lora_moe_ep2", job(2), 2);
+  const auto want = read_losses(plain / "out"), got = read_losses(split / "out");
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) EXPECT_NEAR(got.at(step), loss, 1e-5 * std::abs(loss)) << "step " << step;
+  const std::string ckpt = parallel::latest_checkpoint((split / "out").string());
+  ASSERT_FALSE(ckpt.empty());
+  const auto state = read_checkpoint(ckpt);
+  // 2 layers × 4 projections × (A, B) × (params, two moments): no expert of the base.
+  EXPECT_EQ(state.size(), 2u * 4 * 2 * 3);
+  for (const auto& [name, values] : state) EXPECT_NE(name.find("self_attn"), std::string::npos) << name;
+  EXPECT_TRUE(fs::exists(fs::path(ckpt) / "adapter" / "adapter_model.safetensors"));
+  EXPECT_LE(max_difference(state, read_checkpoint(parallel::latest_checkpoint((plain / "out").string()))), 1e-5)
+      << "the adapters end where the run without expert parallelism ends";
+}
+
 // The same run resumed from its step-4 checkpoint repeats steps 5..8 and ends
 // with the same adapters and moments: the checkpoint carried them all.
 TEST(LoraRun, ResumesFromItsCheckpointOnTheSameCurve) {
