@@ -170,7 +170,10 @@ CudaGraphEngine::~CudaGraphEngine() {
 std::string CudaGraphEngine::describe() const {
   const std::string projections =
       quantized_ ? packed_format_ + " projections (row layout, quantized GEMV)" : std::string("bf16");
-  return "cuda " + projections + ", " +
+  const std::string experts = config_.is_moe() ? ", " + std::to_string(dims_.experts) + " bf16 experts (top " +
+                                                      std::to_string(config_.moe.experts_per_token) + ") a sparse layer"
+                                                : std::string();
+  return "cuda " + projections + experts + ", " +
          (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)") +
          ", paged KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
 }
