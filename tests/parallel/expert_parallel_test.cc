@@ -117,7 +117,8 @@ TEST(ExpertParallel, Bf16ParameterGathersFollowOneRankGatheringTheSameWay) {
 
 // LoRA on a mixture of experts (adapters on the attention projections,
 // the experts frozen): its adapters train as on one rank when the frozen
-// experts split over 2 ranks (DDP) and over 2 of 4 ranks (FSDP2), the
+// experts split over 2 ranks (DDP), over 2 of 4 ranks (FSDP2) and beside
+// tensor parallelism 2 (ZeRO-2), the
 // exchanges carrying the activations' gradients through experts that keep
 // none of their own.
 TEST(ExpertParallel, LoraAdaptersOnASplitMixtureOfExpertsFollowOneRank) {
@@ -131,6 +132,9 @@ TEST(ExpertParallel, LoraAdaptersOnASplitMixtureOfExpertsFollowOneRank) {
   const WorkerRun fsdp2 = testing::run_worker("moe_lora_ep2_dp2", "fsdp2", 4, 1, kGlobalBatch, kGlobalBatch / 4,
                                               kSteps, with_ep(lora, 2));
   testing::expect_same_training(reference, fsdp2, 1e-5, 1e-5, "LoRA, ep 2 x dp 2 (fsdp2)");
+  const WorkerRun tp2 = testing::run_worker("moe_lora_ep2_tp2", "zero2", 4, 2, kGlobalBatch, kGlobalBatch / 2,
+                                            kSteps, with_ep(lora, 2));
+  testing::expect_same_training(reference, tp2, 1e-5, 1e-5, "LoRA, ep 2 x tp 2 (zero2)");
   // The adapters moved: a run that trained nothing would pass the above.
   EXPECT_NE(reference.losses.front(), reference.losses.back());
 }
