@@ -36,24 +36,28 @@ Result<std::unique_ptr<models::decode::ModelEngine>> model_engine(const jobs::Jo
   auto tp_comm = parallel::make_tensor_parallel_comm(&mesh.tp(), stream);
   COHORT_ASSIGN_OR_RETURN(auto model, models::Model::create(config, shard, backend.get(), tp_comm));
   COHORT_RETURN_IF_ERROR(load_infer_weights(spec.model, spec.infer.seed, *model));
-  // serve.adapters: each PEFT folder as adapters on this shard of the base,
-  // in the order the API names them (the table's, sorted by name).
-  std::vector<std::unique_ptr<models::LoraAdapters>> adapters;
-  if (spec.job.kind == jobs::JobKind::kServe) {
-    for (const auto& [name, folder] : spec.serve.adapters) {
-      const std::string where = "serve.adapters." + name + " (" + folder + ")";
-      auto peft = hf::read_peft_config(folder);
-      if (!peft.is_ok()) return peft.status().with_context(where);
-      auto made = models::LoraAdapters::create(*model, peft->lora);
-      if (!made.is_ok()) return made.status().with_context(where);
-      COHORT_RETURN_IF_ERROR(hf::load_peft_adapter(folder, **made).with_context(where));
-      adapters.push_back(std::move(*made));
+  return models::decode::ModelEngine::create(std::move(backend), std::move(model), slots, capacity);
+}
+
+// serve.adapters: each PEFT folder as adapters on this shard of the
+// engine's base, in the order the API names them (the table's, sorted by
+// name).
+Status add_served_adapters(const jobs::JobSpec& spec, models::decode::InferenceEngine& engine) {
+  if (spec.job.kind != jobs::JobKind::kServe || spec.serve.adapters.empty()) return Status::ok();
+  models::Model* base = engine.adapter_base();
+  if (!base) return internal_error("serve.adapters: the " + engine.describe() + " engine takes no adapters");
+  for (const auto& [name, folder] : spec.serve.adapters) {
+    const std::string where = "serve.adapters." + name + " (" + folder + ")";
+    auto peft = hf::read_peft_config(folder);
+    if (!peft.is_ok()) return peft.status().with_context(where);
+    auto made = models::LoraAdapters::create(*base, peft->lora);
+    if (!made.is_ok()) return made.status().with_context(where);
+    COHORT_RETURN_IF_ERROR(hf::load_peft_adapter(folder, **made).with_context(where));
+    if (engine.add_adapter(std::move(*made)) < 0) {
+      return failed_precondition(where + ": the engine refused it (" + engine.describe() + "; see the log)");
     }
   }
-  COHORT_ASSIGN_OR_RETURN(auto engine,
-                          models::decode::ModelEngine::create(std::move(backend), std::move(model), slots, capacity));
-  for (auto& a : adapters) engine->add_adapter(std::move(a));
-  return engine;
+  return Status::ok();
 }
 
 #ifdef COHORT_HAVE_CUDA
@@ -106,7 +110,10 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 #ifdef COHORT_HAVE_CUDA
   models::set_serial_kernel_launches(debug.serial_launches);
   bool model_engine_wanted = debug.model_engine;
-  if (!model_engine_wanted && spec.job.kind == jobs::JobKind::kServe && !spec.serve.adapters.empty()) {
+  // Served adapters run on the graph engine only when asked
+  // (COHORT_INFER_ENGINE=graphs) until its GPU parity is recorded.
+  const bool serves_adapters = spec.job.kind == jobs::JobKind::kServe && !spec.serve.adapters.empty();
+  if (!model_engine_wanted && serves_adapters && !debug.graph_engine) {
     if (world.rank == 0) {
       spdlog::info("serve: {} adapters beside the base run on the models library's CUDA engine (op by op)",
                    spec.serve.adapters.size());
@@ -158,6 +165,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   options.step_rows = spec.job.kind == jobs::JobKind::kServe ? spec.serve.max_batched_tokens : 8192;
   options.prefix_caching = spec.job.kind == jobs::JobKind::kServe && spec.serve.prefix_caching;
   options.stream_blocks = model_streams_blocks(spec.model);
+  options.lora = serves_adapters;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
   // `[model] quantize`: the projections stay quantized on the GPU (the
   // loaded model holds them round-tripped through the same format).
@@ -198,6 +206,7 @@ Result<EngineBundle> build_engine(const jobs::JobSpec& spec, const models::Model
   COHORT_ASSIGN_OR_RETURN(const worker::DebugSwitches debug, worker::read_debug_switches());
   COHORT_ASSIGN_OR_RETURN(EngineBundle bundle, build_unchecked(spec, config, world, tensor_parallel, slots, capacity,
                                                                kv_positions, gpu_memory_fraction, debug));
+  if (bundle.engine) COHORT_RETURN_IF_ERROR(add_served_adapters(spec, *bundle.engine));
   // COHORT_INFER_CHECK_LOCKSTEP=1 (set by the tests): every engine call is
   // checked against the tp group's (lockstep.h). It needs
   // a CPU group, so the models-on-CUDA engine (NCCL mesh) goes unchecked.

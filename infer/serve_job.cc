@@ -115,6 +115,7 @@ Status load_adapter(models::decode::InferenceEngine& engine, const std::string& 
   COHORT_ASSIGN_OR_RETURN(auto adapters, models::LoraAdapters::create(*base, peft.lora));
   COHORT_RETURN_IF_ERROR(hf::load_peft_adapter(folder, *adapters));
   *index = engine.add_adapter(std::move(adapters));
+  if (*index < 0) return failed_precondition("the " + engine.describe() + " engine refused " + folder + " (see the log)");
   return Status::ok();
 }
 

@@ -107,8 +107,11 @@ elif [[ $phase == lora ]]; then
   # LoRA and QLoRA: the NF4 expansion kernels' parity, then bench/lora_bench.py (cohort bf16 and nf4
   # bases on the Llama-3.1-8B shape beside transformers + PEFT eager and compiled, and QLoRA on the
   # 70B shape; LORA_ARGS adds --skip-70b or --skip-peft).
-  STEP_TIMEOUT=150 step lora_parity "$tests/models_decode_ops_parity_test" --gtest_filter='QuantGemv*'
+  STEP_TIMEOUT=150 step lora_parity "$tests/models_decode_ops_parity_test" --gtest_filter='QuantGemv*:LoraRows*'
   grep -E "OK|FAILED|Failure" "$out/lora_parity.log" | head -20
+  # Served adapters on the graph engine: its tokens against the CPU engine's.
+  STEP_TIMEOUT=150 step lora_engine "$tests/infer_gpu_test" --gtest_filter='*ServedAdapters*'
+  grep -E "parted|FAILED|Failure|Which is" "$out/lora_engine.log" | head -20
   STEP_TIMEOUT=${LORA_TIMEOUT:-540} step lora_bench python3 bench/lora_bench.py --cohort "$bin/cohort" \
     --work /tmp/lora-bench ${LORA_ARGS:-}
   grep -E "^\||^\{" "$out/lora_bench.log"

@@ -28,6 +28,7 @@
 #include "models/ops/linear.cuh"
 #include "models/ops/moe_routing.cuh"
 #include "models/ops/moe_experts.cuh"
+#include "models/ops/lora_rows.cuh"
 #include "models/ops/prefill_attention.cuh"
 #include "models/ops/rmsnorm.cuh"
 #include "models/ops/rope.cuh"

@@ -159,6 +159,9 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (host_tokens_) cudaFreeHost(host_tokens_);
   if (host_head_rows_) cudaFreeHost(host_head_rows_);
   if (host_table_) cudaFreeHost(host_table_);
+  if (lora_.host_rows) cudaFreeHost(lora_.host_rows);
+  for (auto& memory : lora_.memory)
+    for (void* p : memory) cudaFree(p);
   lt_.reset();
   if (tp_group_.owner) {
     tp_group_ = {};  // its stream was the engine's
@@ -379,7 +382,7 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, rope.sin, stream_));
   lengths_.assign(options_.slots, 0);
   slot_tokens_.assign(options_.slots, {});
-  return Status::ok();
+  return alloc_lora();
 }
 
 Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const CudaEngineOptions& options,
@@ -458,6 +461,10 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
                             " and the per-rank expert intermediate " + std::to_string(dims.expert_intermediate) +
                             " to be multiples of 8; the models library's engine serves this model");
   }
+  if (options.lora && (config.hidden % 8 != 0 || dims.q_dim() % 8 != 0 || dims.intermediate % 8 != 0)) {
+    return invalid_argument("the bf16 CUDA engine's served adapters need hidden, the rank's q width and its "
+                            "intermediate size to be multiples of 8; the models library's engine serves them");
+  }
   if (config.is_moe() && dims.experts != config.moe.experts) {
     return invalid_argument("the bf16 CUDA engine holds every expert on each rank (no expert parallelism)");
   }
@@ -477,6 +484,8 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
     return s;
   });
   double read_s = 0, upload_s = 0;
+  std::unique_ptr<models::Backend> base_backend;
+  std::unique_ptr<models::Model> base;
   {
     // This rank's slices in fp32 on the host, from whatever the job names.
     // It only holds weights; it never runs, so its tensor-parallel callbacks
@@ -532,7 +541,9 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
     phase = Clock::now();
     COHORT_RETURN_IF_ERROR(engine->upload_weights(*model, layers));
     upload_s = seconds_since(phase);
+    if (options.lora) base_backend = std::move(cpu), base = std::move(model);
   }
+  if (base) engine->keep_base(std::move(base_backend), std::move(base));
   phase = Clock::now();
   COHORT_RETURN_IF_ERROR(engine->alloc_buffers());
   const double buffers_s = seconds_since(phase);

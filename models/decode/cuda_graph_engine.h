@@ -71,6 +71,11 @@ struct CudaEngineOptions {
   // (Buffers::kStreamedBlocks) and the rest as it uploads them. Without it
   // the whole model is loaded in fp32 first.
   bool stream_blocks = false;
+  // Served LoRA adapters (InferenceEngine::add_adapter): up to
+  // kGraphLoraSlots at once, rank at most kGraphLoraRank, on the attention
+  // and MLP projections. The fused and folded forms of the layers give way
+  // to the plain ones, so it is off unless adapters are served.
+  bool lora = false;
   // The projections' storage on the GPU (q/k/v/o, gate/up/down; the
   // embedding, LM head and norms stay bf16/fp32): unset, bf16; kInt8, kInt4
   // or kFp8Block, quantized from the loaded weights as models::quant::
@@ -94,6 +99,8 @@ struct CudaEngineOptions {
   } overrides;
 };
 
+inline constexpr int kGraphLoraSlots = 64;  // the server's bound on adapters loaded at once
+inline constexpr int kGraphLoraRank = 64;
 inline constexpr int kKvBlockShift = 4;
 inline constexpr int kKvBlockSize = 1 << kKvBlockShift;
 

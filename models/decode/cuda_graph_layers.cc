@@ -24,7 +24,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   // projections add into it (gemv.h). With peers the partial sums must be
   // all-reduced before they reach the residual, so that path keeps the
   // separate add + RMSNorm.
-  const bool fused = tp_ == 1 && !quantized_ && !config_.is_moe() && mc::gemv_norm_supported(n, H) &&
+  const bool fused = tp_ == 1 && !quantized_ && !config_.is_moe() && !lora_.on && mc::gemv_norm_supported(n, H) &&
                      mc::gemv_supported(n, Qd) && mc::gemv_supported(n, I);
   const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
                         projection(n, I) != Projection::kCublasLt;
@@ -36,6 +36,12 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     } else {
       gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
     }
+    if (lora_.on) {
+      using models::LoraTarget;
+      enqueue_lora(l, LoraTarget::kQ, buf_.qkv, Qd + 2 * KVd, buf_.xn, H, Qd, n);
+      enqueue_lora(l, LoraTarget::kK, buf_.qkv + Qd, Qd + 2 * KVd, buf_.xn, H, KVd, n);
+      enqueue_lora(l, LoraTarget::kV, buf_.qkv + Qd + KVd, Qd + 2 * KVd, buf_.xn, H, KVd, n);
+    }
     enqueue_attention(L, n, decode_step);
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo.bf16, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
@@ -45,10 +51,14 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     }
     // One rank whose output projections are not cuBLASLt's: they add into
     // the residual stream in place (no delta for the norm to add).
+    // A served adapter's o_proj delta joins the (partial) output before
+    // the ranks add theirs: its A is cut by input columns as W is.
     if (in_place) {
       gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate);
+      if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.x, H, buf_.y, Qd, H, n);
     } else {
       gemm(buf_.tmp, buf_.y, L.wo, n, Qd, H);
+      if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.tmp, H, buf_.y, Qd, H, n);
       all_reduce(buf_.tmp, nH);
     }
     mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
@@ -59,13 +69,20 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       enqueue_moe(L, n, in_place ? buf_.x : buf_.tmp);
       if (!in_place) all_reduce(buf_.tmp, nH);
     } else {
-      gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
-      if (in_place) {
-        gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
+      if (lora_.on) {
+        // The adapters' gate and up deltas join before the activation.
+        gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
+        enqueue_lora(l, models::LoraTarget::kGate, buf_.gate_up, 2 * I, buf_.xn, H, I, n);
+        enqueue_lora(l, models::LoraTarget::kUp, buf_.gate_up + I, 2 * I, buf_.xn, H, I, n);
+        mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
       } else {
-        gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
-        all_reduce(buf_.tmp, nH);
+        gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
       }
+      float* out = in_place ? buf_.x : buf_.tmp;
+      if (in_place) gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
+      else gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
+      if (lora_.on) enqueue_lora(l, models::LoraTarget::kDown, out, H, buf_.h, I, H, n);
+      if (!in_place) all_reduce(buf_.tmp, nH);
     }
     // The next layer's input norm, or after the last layer the final norm.
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
@@ -136,7 +153,7 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
 bool CudaGraphEngine::folds_norms(int n) const {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  return tp_ == 1 && !quantized_ && !config_.is_moe() && projection(n, H) == Projection::kSkinny &&
+  return tp_ == 1 && !quantized_ && !config_.is_moe() && !lora_.on && projection(n, H) == Projection::kSkinny &&
          projection(n, Qd) == Projection::kSkinny && projection(n, I) == Projection::kSkinny &&
          mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
          mc::folded_norm_supported(n, H, I, /*swiglu=*/true) && mc::folded_norm_supported(n, I, H);

@@ -25,8 +25,10 @@
 #include "models/ops/decode_rows.h"
 #include "models/ops/embedding.h"
 #include "models/ops/gemv.h"
+#include "models/ops/lora_rows.h"
 #include "models/ops/moe_experts.h"
 #include "models/ops/quant_gemv.h"
+#include "models/lora.h"
 #include "models/param_layout.h"
 #include "models/ops/prefill_attention.h"
 #include "models/ops/rmsnorm.h"
@@ -95,6 +97,14 @@ class CudaGraphEngine final : public InferenceEngine {
   int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
   int64_t kv_free_blocks() const override { return pool_ ? pool_->free() : 0; }
   void release(int slot) override;
+  // Served LoRA adapters (CudaEngineOptions::lora; cuda_graph_lora.cc):
+  // each sequence's rows add its adapter's delta after every projection it
+  // targets, in the same forward and graphs as the others'.
+  int adapters() const override { return static_cast<int>(lora_.table_of.size()); }
+  void set_adapter(int slot, int index) override;
+  models::Model* adapter_base() override { return base_.get(); }
+  int add_adapter(std::unique_ptr<models::LoraAdapters> adapters) override;
+  void remove_adapter(int index) override;
 
   Status init_runtime(const models::EnqueuedTensorParallelFactory& make_tp);
   // Times cuBLASLt's candidates for every decode bucket it may serve, on
@@ -104,6 +114,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // host copy (host_layer.h; freed as it is uploaded).
   Status upload_weights(models::Model& model, std::vector<HostLayer>& layers);
   Status alloc_buffers();
+  // The weights-only model the engine loaded from, its buffers released:
+  // what LoRA adapters are made for (adapter_base()). Only with options.lora.
+  void keep_base(std::unique_ptr<models::Backend> backend, std::unique_ptr<models::Model> model);
   // Runs every step shape once before the first request, into the spare
   // slot: a few prefill sizes eagerly, and each decode bucket (eager, then
   // captured when graphs are on), after tune_projections. The first use of
@@ -166,6 +179,36 @@ class CudaGraphEngine final : public InferenceEngine {
     float* ys = nullptr;
   };
   MoeBuffers moe_{};
+  // Served adapters: device tables of each (layer, target, table slot)'s A
+  // and B, each slot's rank and scale, each row's slot (-1: none), the
+  // shrink's scratch [R, kGraphLoraRank]; their host mirrors, each slot's
+  // device memory, each adapter index's slot (-1 once removed) and each
+  // sequence slot's adapter index.
+  struct LoraTables {
+    bool on = false;
+    const Bf16** a = nullptr;
+    const Bf16** b = nullptr;
+    int32_t* ranks = nullptr;
+    float* scales = nullptr;
+    int32_t* rows = nullptr;
+    float* t = nullptr;
+    std::vector<const Bf16*> host_a, host_b;
+    std::vector<int32_t> host_ranks;
+    std::vector<float> host_scales;
+    int32_t* host_rows = nullptr;  // pinned [R]
+    std::vector<std::vector<void*>> memory;
+    std::vector<int> table_of;
+    std::vector<int> slot_adapter;
+  };
+  LoraTables lora_;
+  std::unique_ptr<models::Backend> base_backend_;
+  std::unique_ptr<models::Model> base_;
+  Status alloc_lora();
+  void upload_lora_tables();
+  // y [n, out] (row stride y_stride) += each row's adapter delta for
+  // `target` of `layer`, x [n, in] the projection's input.
+  void enqueue_lora(int layer, models::LoraTarget target, float* y, int y_stride, const Bf16* x, int in, int out,
+                    int n);
   int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
   // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
   void enqueue_moe(const Layer& L, int n, float* out);

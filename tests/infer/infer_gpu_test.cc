@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include "hf/packed_projections.h"
 #include "hf/weights.h"
 #include "hf/config_json.h"
+#include "models/lora.h"
 #include "models/model.h"
 #include "tests/hf/quantized_folder.h"
 #include "tests/infer/infer_job_fixture.h"
@@ -305,7 +307,8 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
 // scheduler on `engine`: each request's tokens, and with `logits` the
 // logits each was chosen from.
 TokenRuns five_greedy_requests(models::decode::InferenceEngine& engine,
-                               std::map<int64_t, std::vector<std::vector<float>>>* logits) {
+                               std::map<int64_t, std::vector<std::vector<float>>>* logits,
+                               const std::vector<int>& adapters = {}) {
   infer::SchedulerOptions o;
   o.return_logits = logits != nullptr;
   if (logits) {
@@ -317,6 +320,7 @@ TokenRuns five_greedy_requests(models::decode::InferenceEngine& engine,
     r.id = id;
     for (int t = 0; t < 3 + 11 * id; ++t) r.prompt.push_back((29 * id + 7 * t) % 1024);
     r.max_new_tokens = 12;
+    if (!adapters.empty()) r.adapter = adapters[static_cast<size_t>(id) % adapters.size()];
     EXPECT_TRUE(s.add(std::move(r)).is_ok());
   }
   TokenRuns tokens;
@@ -469,6 +473,69 @@ TEST(InferGpu, AMixtureOfExpertsOnTheGraphEngineGivesTheCpuReferencesTokens) {
   EXPECT_EQ(graph_tokens[0], graph_tokens[1]) << "graph replay vs eager";
   const int parted = parted_at_near_ties(cpu_tokens, graph_tokens[1], cpu_logits, 12);
   std::printf("mixture of experts, bf16 graph engine vs CPU: %d of 5 requests parted at a near tie\n", parted);
+#endif
+}
+
+// Random LoRA adapters (rank 8, every projection) for `base`'s shard,
+// the same values for the same seed whatever engine holds them.
+std::unique_ptr<models::LoraAdapters> random_adapters(models::Model& base, uint32_t seed) {
+  models::LoraConfig lora;
+  lora.rank = 8, lora.alpha = 16;
+  lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
+  auto adapters = std::move(models::LoraAdapters::create(base, lora).value());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  for (int g = 0; g < adapters->num_groups(); ++g)
+    for (const models::ParamSpec& p : adapters->layout().groups[g].params)
+      for (size_t i = 0; i < p.numel; ++i) adapters->params(g)[p.offset + i] = dist(rng);
+  return adapters;
+}
+
+// Served adapters on the graph engine (CudaEngineOptions::lora): requests
+// for two adapters and for the base share every step, each row adding its
+// own adapter's deltas (models/ops/lora_rows.h); replayed graphs give the
+// eager run's tokens and the tokens agree with the CPU engine's serving the
+// same adapters, up to near ties of its logits.
+TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
+#ifndef COHORT_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
+#else
+  if (models::cuda_device_count() < 1) {
+    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
+  }
+  const std::string dir = gpu_model_dir(64);
+  auto config = hf::load_config_json(dir + "/config.json");
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  const std::vector<int> adapter_of_request = {0, 1, -1, 1, 0};
+  std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
+  TokenRuns cpu_tokens;
+  {
+    auto backend = models::make_cpu_backend();
+    auto model = std::move(models::Model::create(*config, {}, backend.get()).value());
+    ASSERT_TRUE(hf::load_weights(*model, dir).is_ok());
+    auto engine = std::move(models::decode::ModelEngine::create(std::move(backend), std::move(model), 3, 128).value());
+    for (uint32_t seed : {5u, 6u}) ASSERT_GE(engine->add_adapter(random_adapters(*engine->adapter_base(), seed)), 0);
+    cpu_tokens = five_greedy_requests(*engine, &cpu_logits, adapter_of_request);
+  }
+  TokenRuns graph_tokens[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    models::decode::CudaEngineOptions options;
+    options.slots = 3;
+    options.capacity = 128;
+    options.lora = true;
+    options.cuda_graphs = graphs == 1;
+    options.overrides.projections = "cublaslt";  // the same sums with and without graphs
+    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
+      return hf::load_weights(m, dir);
+    });
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    ASSERT_NE((*engine)->adapter_base(), nullptr);
+    for (uint32_t seed : {5u, 6u}) ASSERT_GE((*engine)->add_adapter(random_adapters(*(*engine)->adapter_base(), seed)), 0);
+    graph_tokens[graphs] = five_greedy_requests(**engine, nullptr, adapter_of_request);
+  }
+  EXPECT_EQ(graph_tokens[0], graph_tokens[1]) << "graph replay vs eager";
+  const int parted = parted_at_near_ties(cpu_tokens, graph_tokens[1], cpu_logits, 12);
+  std::printf("served adapters, bf16 graph engine vs CPU: %d of 5 requests parted at a near tie\n", parted);
 #endif
 }
 

@@ -94,6 +94,16 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
             job.c_str(), nullptr);
     ::_exit(127);
   }
+  // The server goes with the test, however it ends (a failed ASSERT
+  // returns early; a server left running holds ctest's output open).
+  struct Stop {
+    pid_t pid;
+    ~Stop() {
+      ::kill(pid, SIGTERM);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  } stop{server};
   int port = 0;
   for (int i = 0; i < 600 && port == 0; ++i) {
     std::ifstream endpoint(out / "out" / "endpoint.json");
@@ -102,6 +112,14 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
     else std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_GT(port, 0) << "the server wrote no endpoint.json";
+  // The endpoint is written before the model loads (requests get 503
+  // "still loading" until then): wait for /health.
+  int health = 0;
+  for (int i = 0; i < 1200 && health != 200; ++i) {
+    health = http(port, "GET", "/health").first;
+    if (health != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(health, 200) << "the server never became ready";
 
   const auto [listed, models_body] = http(port, "GET", "/v1/models");
   ASSERT_EQ(listed, 200);
@@ -171,9 +189,6 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
     ++loaded_more;
   }
   EXPECT_EQ(loaded_more, 62);
-  ::kill(server, SIGTERM);
-  int status = 0;
-  ::waitpid(server, &status, 0);
 }
 
 }  // namespace

@@ -1,0 +1,152 @@
+// CudaGraphEngine's served LoRA adapters (CudaEngineOptions::lora): each
+// adapter's A and B per (layer, target) in bf16 on the device, found through
+// tables indexed by (layer, target, table slot) that the kernels read
+// (models/ops/lora_rows.h), so adding or removing an adapter between two
+// steps rewrites a table and no captured graph changes. Each row's slot is
+// staged with the rows (stage_rows); rows of the base alone, and padding,
+// carry -1. The adapters are made (LoraAdapters) for the weights-only model
+// the engine loaded from, kept without its buffers (keep_base).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <string>
+
+#include "base/check.h"
+#include "base/cuda_check.h"
+#include "base/half_float.h"
+#include "models/decode/cuda_graph_state.h"
+
+namespace cohort::models::decode {
+namespace {
+
+constexpr int kTargets = 7;  // models::kAllLoraTargets
+
+size_t table_at(int layer, models::LoraTarget target, int slot) {
+  return (static_cast<size_t>(layer) * kTargets + static_cast<size_t>(target)) * kGraphLoraSlots +
+         static_cast<size_t>(slot);
+}
+
+}  // namespace
+
+void CudaGraphEngine::keep_base(std::unique_ptr<models::Backend> backend, std::unique_ptr<models::Model> model) {
+  // Only its shape is needed from now on.
+  for (int g = 0; g < model->num_groups(); ++g) model->set_group_buffers(g, nullptr, nullptr);
+  model->release_own_buffers();
+  base_backend_ = std::move(backend);
+  base_ = std::move(model);
+}
+
+Status CudaGraphEngine::alloc_lora() {
+  if (!options_.lora) return Status::ok();
+  const size_t entries = static_cast<size_t>(config_.layers) * kTargets * kGraphLoraSlots;
+  COHORT_ASSIGN_OR_RETURN(void* a, device_alloc(entries * sizeof(void*)));
+  COHORT_ASSIGN_OR_RETURN(void* b, device_alloc(entries * sizeof(void*)));
+  COHORT_ASSIGN_OR_RETURN(void* ranks, device_alloc(kGraphLoraSlots * 4));
+  COHORT_ASSIGN_OR_RETURN(void* scales, device_alloc(kGraphLoraSlots * 4));
+  COHORT_ASSIGN_OR_RETURN(void* rows, device_alloc(static_cast<size_t>(max_rows_) * 4));
+  COHORT_ASSIGN_OR_RETURN(void* t, device_alloc(static_cast<size_t>(max_rows_) * kGraphLoraRank * 4));
+  lora_.a = static_cast<const Bf16**>(a), lora_.b = static_cast<const Bf16**>(b);
+  lora_.ranks = static_cast<int32_t*>(ranks), lora_.scales = static_cast<float*>(scales);
+  lora_.rows = static_cast<int32_t*>(rows), lora_.t = static_cast<float*>(t);
+  lora_.host_a.assign(entries, nullptr);
+  lora_.host_b.assign(entries, nullptr);
+  lora_.host_ranks.assign(kGraphLoraSlots, 0);
+  lora_.host_scales.assign(kGraphLoraSlots, 0.0f);
+  lora_.memory.assign(kGraphLoraSlots, {});
+  lora_.slot_adapter.assign(static_cast<size_t>(options_.slots) + 1, -1);  // and the spare slot
+  COHORT_CUDA_CHECK(cudaMallocHost(&lora_.host_rows, static_cast<size_t>(max_rows_) * 4));
+  // Every row starts without an adapter (a graph captured before any
+  // staging reads this).
+  std::fill(lora_.host_rows, lora_.host_rows + max_rows_, -1);
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(max_rows_) * 4,
+                                    cudaMemcpyHostToDevice, stream_));
+  COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  lora_.on = true;
+  return Status::ok();
+}
+
+void CudaGraphEngine::upload_lora_tables() {
+  COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // no step reads them while they change
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpy(lora_.a, lora_.host_a.data(), lora_.host_a.size() * sizeof(void*),
+                                     cudaMemcpyHostToDevice));
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpy(lora_.b, lora_.host_b.data(), lora_.host_b.size() * sizeof(void*),
+                                     cudaMemcpyHostToDevice));
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpy(lora_.ranks, lora_.host_ranks.data(), kGraphLoraSlots * 4,
+                                     cudaMemcpyHostToDevice));
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpy(lora_.scales, lora_.host_scales.data(), kGraphLoraSlots * 4,
+                                     cudaMemcpyHostToDevice));
+}
+
+int CudaGraphEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters) {
+  if (!lora_.on || !adapters) return -1;
+  const models::LoraConfig& config = adapters->config();
+  int slot = -1;
+  for (int s = 0; s < kGraphLoraSlots && slot < 0; ++s)
+    if (lora_.memory[static_cast<size_t>(s)].empty() && lora_.host_ranks[static_cast<size_t>(s)] == 0) slot = s;
+  if (slot < 0 || config.rank > kGraphLoraRank) {
+    spdlog::error("cuda graph engine: adapter refused: {}", slot < 0 ? "every table slot is taken"
+                                                                    : "rank " + std::to_string(config.rank) +
+                                                                          " is above " + std::to_string(kGraphLoraRank));
+    return -1;
+  }
+  std::vector<Bf16> bits;
+  for (int l = 0; l < config_.layers; ++l) {
+    const int g = adapters->layout().block_group(l);
+    const models::ParamGroup& group = adapters->layout().groups[static_cast<size_t>(g)];
+    for (models::LoraTarget target : config.targets) {
+      for (bool is_a : {true, false}) {
+        const models::ParamSpec* spec = group.find(models::peft_tensor_name(l, target, is_a));
+        if (!spec) continue;  // a sparse layer's MLP takes none
+        const float* values = adapters->params(g) + spec->offset;
+        bits.resize(spec->numel);
+        for (size_t i = 0; i < spec->numel; ++i) bits[i] = float_to_bf16_bits(values[i]);
+        void* p = nullptr;
+        COHORT_CUDA_CHECK_FATAL(cudaMalloc(&p, spec->numel * 2));
+        COHORT_CUDA_CHECK_FATAL(cudaMemcpy(p, bits.data(), spec->numel * 2, cudaMemcpyHostToDevice));
+        lora_.memory[static_cast<size_t>(slot)].push_back(p);
+        (is_a ? lora_.host_a : lora_.host_b)[table_at(l, target, slot)] = static_cast<const Bf16*>(p);
+      }
+    }
+  }
+  lora_.host_ranks[static_cast<size_t>(slot)] = config.rank;
+  lora_.host_scales[static_cast<size_t>(slot)] = config.scale();
+  upload_lora_tables();
+  lora_.table_of.push_back(slot);
+  return static_cast<int>(lora_.table_of.size()) - 1;
+}
+
+void CudaGraphEngine::remove_adapter(int index) {
+  COHORT_CHECK(index >= 0 && index < adapters());
+  const int slot = lora_.table_of[static_cast<size_t>(index)];
+  if (slot < 0) return;
+  lora_.table_of[static_cast<size_t>(index)] = -1;
+  for (int& a : lora_.slot_adapter)
+    if (a == index) a = -1;
+  for (int l = 0; l < config_.layers; ++l) {
+    for (int t = 0; t < kTargets; ++t) {
+      lora_.host_a[table_at(l, models::LoraTarget(t), slot)] = nullptr;
+      lora_.host_b[table_at(l, models::LoraTarget(t), slot)] = nullptr;
+    }
+  }
+  lora_.host_ranks[static_cast<size_t>(slot)] = 0;
+  lora_.host_scales[static_cast<size_t>(slot)] = 0.0f;
+  upload_lora_tables();  // synchronises: nothing reads the memory below any more
+  for (void* p : lora_.memory[static_cast<size_t>(slot)]) cudaFree(p);
+  lora_.memory[static_cast<size_t>(slot)].clear();
+}
+
+void CudaGraphEngine::set_adapter(int slot, int index) {
+  COHORT_CHECK(slot >= 0 && slot < options_.slots && index >= -1 && index < adapters());
+  if (!lora_.on) return;
+  lora_.slot_adapter[static_cast<size_t>(slot)] = index;
+}
+
+void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget target, float* y, int y_stride, const Bf16* x,
+                                   int in, int out, int n) {
+  const size_t at = table_at(layer, target, 0);
+  models::cuda::lora_shrink_bf16(lora_.t, x, lora_.a + at, lora_.ranks, lora_.rows, n, in, kGraphLoraRank, stream_);
+  models::cuda::lora_expand_bf16(y, y_stride, lora_.t, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows, n, out,
+                                 kGraphLoraRank, stream_);
+}
+
+}  // namespace cohort::models::decode

@@ -1,0 +1,41 @@
+// Several LoRA adapters over one batch, each row with its own (the graph
+// engine's served adapters; Punica's BGMV, as vLLM's multi-LoRA kernels
+// shrink and expand): for a projection W [out, in] and row r of adapter
+// a = row_adapter[r] (-1: none),
+//
+//   shrink  t [n, r_max]    t[r, c] = A_a[c, :] · x[r, :]  (c < rank_a; 0 past it or without an adapter)
+//   expand  y [n, out]      y[r, o] += scale_a · Σ_c B_a[o, c] t[r, c]   (rows without an adapter untouched)
+//
+// with A_a bf16 [rank_a, in] and B_a bf16 [out, rank_a] (PEFT's lora_A and
+// lora_B, rounded), x bf16 [n, in] the projection's input and y fp32 with
+// row stride y_stride (a slice of a fused output: q, k and v of q|k|v).
+// `a`, `b`, `ranks` and `scales` are per adapter index (null pointers for
+// an adapter without this projection); the row indices and tables are read
+// on the device, so a captured graph serves whatever adapters the rows
+// name at replay. in % 8 == 0 (16-byte loads) and ranks up to r_max.
+#pragma once
+
+#include <cstdint>
+
+#include "models/ops/decode_rows.h"
+
+struct CUstream_st;
+
+namespace cohort::models::cpu {
+
+void lora_shrink(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
+                 const int32_t* row_adapter, int n, int in, int r_max);
+void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
+                 const float* scales, const int32_t* row_adapter, int n, int out, int r_max);
+
+}  // namespace cohort::models::cpu
+
+namespace cohort::models::cuda {
+
+void lora_shrink_bf16(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
+                      const int32_t* row_adapter, int n, int in, int r_max, CUstream_st* stream);
+void lora_expand_bf16(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
+                      const float* scales, const int32_t* row_adapter, int n, int out, int r_max,
+                      CUstream_st* stream);
+
+}  // namespace cohort::models::cuda
