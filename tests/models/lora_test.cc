@@ -135,6 +135,20 @@ TEST(Lora, ExpertMlpsAreRefusedAttentionIsAdapted) {
   EXPECT_TRUE(LoraAdapters::create(**model, attention).is_ok());
 }
 
+// The graph engine keeps its weights-only model without any buffer and
+// makes served adapters for it: adapters need only the model's shape.
+TEST(Lora, AdaptersNeedOnlyTheModelsShape) {
+  auto backend = make_cpu_backend();
+  auto model = std::move(Model::create(*preset_config("tiny"), {}, backend.get(), {}, Model::Buffers::kStreamedBlocks).value());
+  for (int g = 0; g < model->num_groups(); ++g) model->set_group_buffers(g, nullptr, nullptr);
+  model->release_own_buffers();
+  auto adapters = LoraAdapters::create(*model, all_linear(4, 8, false));
+  ASSERT_TRUE(adapters.is_ok()) << adapters.status().message();
+  (*adapters)->init(3);
+  EXPECT_GT((*adapters)->layout().total_numel(), 0u);
+  EXPECT_NE((*adapters)->params(1), nullptr);
+}
+
 TEST(Lora, ScaleIsAlphaOverRankOrOverItsSquareRoot) {
   LoraConfig l = all_linear(16, 32, false);
   EXPECT_FLOAT_EQ(l.scale(), 2.0f);
