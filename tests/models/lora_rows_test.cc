@@ -44,7 +44,9 @@ TEST(LoraRows, EachRowGetsItsOwnAdaptersScaledDelta) {
   for (int r = 0; r < n; ++r) {
     const int a = row_adapter[r];
     for (int c = 0; c < r_max; ++c) {
-      if (a < 0 || c >= ranks[a]) EXPECT_EQ(t[size_t(r) * r_max + c], 0.0f) << "row " << r << " rank index " << c;
+      if (a < 0 || c >= ranks[a]) {
+        EXPECT_EQ(t[size_t(r) * r_max + c], 0.0f) << "row " << r << " rank index " << c;
+      }
     }
     for (int o = 0; o < out; ++o) {
       double want = y0[size_t(r) * out + o];
