@@ -186,7 +186,9 @@ TEST_F(QuantizedFolder, PackedProjectionsAreTheLoadedWeightsInTheRowLayout) {
               ASSERT_EQ(values[i], (*loaded)->params(g)[p.offset + i]) << p.name << " rank " << rank << " of " << tp;
           }
         }
-        if (c.packs) EXPECT_EQ(projections, 7 * config_.layers);
+        if (c.packs) {
+          EXPECT_EQ(projections, 7 * config_.layers);
+        }
       }
     }
   }
