@@ -103,15 +103,16 @@ bool parse_dependency(std::string_view text, Dependency* dependency, std::string
   bool plain_id = id.size() > 4 && id.substr(0, 4) == "job-" &&
                   id.find_first_not_of("0123456789", 4) == std::string_view::npos;
   if (!plain_id) {
-    *why = "'" + std::string(text) + "' does not name a job id (\"job-3\", as `cohort submit` prints it)";
+    // Appended, not "'" + string: GCC 12 misreports -Wrestrict on that form.
+    why->assign(1, '\'').append(text).append("' does not name a job id (\"job-3\", as `cohort submit` prints it)");
     return false;
   }
   if (kind == "ok") dependency->kind = DependencyKind::kOk;
   else if (kind == "any") dependency->kind = DependencyKind::kAny;
   else if (kind == "notok") dependency->kind = DependencyKind::kNotOk;
   else {
-    *why = "'" + std::string(text) + "': after the ':' comes ok (it succeeded), any (it ended) or notok (it did not "
-           "succeed)";
+    why->assign(1, '\'').append(text).append(
+        "': after the ':' comes ok (it succeeded), any (it ended) or notok (it did not succeed)");
     return false;
   }
   dependency->job_id = std::string(id);
