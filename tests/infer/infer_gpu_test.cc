@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -426,6 +427,46 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
 #endif
 }
 
+#ifdef COHORT_HAVE_CUDA
+// Five greedy requests (adapters: each request's, in turn) on the CPU
+// engine and on the graph engine, eagerly and replayed from graphs, over
+// the weights `load` gives and the adapters `add_adapters` adds to each
+// engine: replay gives the eager run's tokens, and the graph engine's part
+// from the CPU engine's only where the CPU's logits show a near tie.
+void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const models::decode::EngineWeightLoader& load,
+                                     bool lora, const std::function<void(models::decode::InferenceEngine&)>& add_adapters,
+                                     const std::vector<int>& adapters, const std::string& what) {
+  std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
+  TokenRuns cpu_tokens;
+  {
+    auto backend = models::make_cpu_backend();
+    auto model = models::Model::create(config, {}, backend.get());
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    ASSERT_TRUE(load(**model).is_ok());
+    auto engine = models::decode::ModelEngine::create(std::move(backend), std::move(*model), 3, 128);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    if (add_adapters) add_adapters(**engine);
+    cpu_tokens = five_greedy_requests(**engine, &cpu_logits, adapters);
+  }
+  TokenRuns graph_tokens[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    models::decode::CudaEngineOptions options;
+    options.slots = 3;
+    options.capacity = 128;
+    options.lora = lora;
+    options.cuda_graphs = graphs == 1;
+    options.overrides.projections = "cublaslt";  // the same sums with and without graphs
+    auto engine = models::decode::make_cuda_graph_engine(config, options, nullptr, load);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    if (add_adapters) add_adapters(**engine);
+    graph_tokens[graphs] = five_greedy_requests(**engine, nullptr, adapters);
+  }
+  EXPECT_EQ(graph_tokens[0], graph_tokens[1]) << what << ": graph replay vs eager";
+  const int parted = parted_at_near_ties(cpu_tokens, graph_tokens[1], cpu_logits, 12);
+  std::printf("%s, bf16 graph engine vs CPU: %d of 5 requests parted at a near tie\n", what.c_str(), parted);
+}
+#endif
+
 // A mixture of experts on the graph engine (its sparse layers: router,
 // softmax and top k, the experts over their sorted rows, models/ops/
 // moe_experts.h): replayed decode graphs give the eager run's tokens, and
@@ -444,35 +485,10 @@ TEST(InferGpu, AMixtureOfExpertsOnTheGraphEngineGivesTheCpuReferencesTokens) {
   c.head_dim = 64, c.intermediate = 512, c.max_seq = 256;
   c.moe.experts = 8, c.moe.experts_per_token = 2, c.moe.expert_intermediate = 64;
   c.moe.normalize_top_k = true, c.moe.dense_layers = {0};
-  auto init = [](models::Model& m) {
+  expect_graph_engine_follows_cpu(c, [](models::Model& m) {
     m.init_weights(21, 0.2f);
     return Status::ok();
-  };
-  std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
-  TokenRuns cpu_tokens;
-  {
-    auto backend = models::make_cpu_backend();
-    auto model = models::Model::create(c, {}, backend.get());
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
-    (*model)->init_weights(21, 0.2f);
-    auto engine = models::decode::ModelEngine::create(std::move(backend), std::move(*model), 3, 128);
-    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
-    cpu_tokens = five_greedy_requests(**engine, &cpu_logits);
-  }
-  TokenRuns graph_tokens[2];
-  for (int graphs = 0; graphs < 2; ++graphs) {
-    models::decode::CudaEngineOptions options;
-    options.slots = 3;
-    options.capacity = 128;
-    options.cuda_graphs = graphs == 1;
-    options.overrides.projections = "cublaslt";  // the same sums with and without graphs
-    auto engine = models::decode::make_cuda_graph_engine(c, options, nullptr, init);
-    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
-    graph_tokens[graphs] = five_greedy_requests(**engine, nullptr);
-  }
-  EXPECT_EQ(graph_tokens[0], graph_tokens[1]) << "graph replay vs eager";
-  const int parted = parted_at_near_ties(cpu_tokens, graph_tokens[1], cpu_logits, 12);
-  std::printf("mixture of experts, bf16 graph engine vs CPU: %d of 5 requests parted at a near tie\n", parted);
+  }, false, nullptr, {}, "mixture of experts");
 #endif
 }
 
@@ -483,11 +499,7 @@ std::unique_ptr<models::LoraAdapters> random_adapters(models::Model& base, uint3
   lora.rank = 8, lora.alpha = 16;
   lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
   auto adapters = std::move(models::LoraAdapters::create(base, lora).value());
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.05f);
-  for (int g = 0; g < adapters->num_groups(); ++g)
-    for (const models::ParamSpec& p : adapters->layout().groups[g].params)
-      for (size_t i = 0; i < p.numel; ++i) adapters->params(g)[p.offset + i] = dist(rng);
+  fill_random_adapters(*adapters, seed, 0.05f);
   return adapters;
 }
 
@@ -506,36 +518,12 @@ TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
   const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
-  const std::vector<int> adapter_of_request = {0, 1, -1, 1, 0};
-  std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
-  TokenRuns cpu_tokens;
-  {
-    auto backend = models::make_cpu_backend();
-    auto model = std::move(models::Model::create(*config, {}, backend.get()).value());
-    ASSERT_TRUE(hf::load_weights(*model, dir).is_ok());
-    auto engine = std::move(models::decode::ModelEngine::create(std::move(backend), std::move(model), 3, 128).value());
-    for (uint32_t seed : {5u, 6u}) ASSERT_GE(engine->add_adapter(random_adapters(*engine->adapter_base(), seed)), 0);
-    cpu_tokens = five_greedy_requests(*engine, &cpu_logits, adapter_of_request);
-  }
-  TokenRuns graph_tokens[2];
-  for (int graphs = 0; graphs < 2; ++graphs) {
-    models::decode::CudaEngineOptions options;
-    options.slots = 3;
-    options.capacity = 128;
-    options.lora = true;
-    options.cuda_graphs = graphs == 1;
-    options.overrides.projections = "cublaslt";  // the same sums with and without graphs
-    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
-      return hf::load_weights(m, dir);
-    });
-    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
-    ASSERT_NE((*engine)->adapter_base(), nullptr);
-    for (uint32_t seed : {5u, 6u}) ASSERT_GE((*engine)->add_adapter(random_adapters(*(*engine)->adapter_base(), seed)), 0);
-    graph_tokens[graphs] = five_greedy_requests(**engine, nullptr, adapter_of_request);
-  }
-  EXPECT_EQ(graph_tokens[0], graph_tokens[1]) << "graph replay vs eager";
-  const int parted = parted_at_near_ties(cpu_tokens, graph_tokens[1], cpu_logits, 12);
-  std::printf("served adapters, bf16 graph engine vs CPU: %d of 5 requests parted at a near tie\n", parted);
+  auto add_two = [](models::decode::InferenceEngine& engine) {
+    ASSERT_NE(engine.adapter_base(), nullptr);
+    for (uint32_t seed : {5u, 6u}) ASSERT_GE(engine.add_adapter(random_adapters(*engine.adapter_base(), seed)), 0);
+  };
+  expect_graph_engine_follows_cpu(*config, [&](models::Model& m) { return hf::load_weights(m, dir); }, true, add_two,
+                                  {0, 1, -1, 1, 0}, "served adapters");
 #endif
 }
 

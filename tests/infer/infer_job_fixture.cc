@@ -145,6 +145,14 @@ void expect_same_generation(const InferRun& want, const InferRun& got, const std
   }
 }
 
+void fill_random_adapters(models::LoraAdapters& adapters, uint32_t seed, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  for (int g = 0; g < adapters.num_groups(); ++g)
+    for (const models::ParamSpec& p : adapters.layout().groups[g].params)
+      for (size_t i = 0; i < p.numel; ++i) adapters.params(g)[p.offset + i] = dist(rng);
+}
+
 void write_random_adapter(models::Model& model, const std::string& base_dir, uint32_t seed, float stddev,
                           const std::string& folder, const std::vector<models::LoraTarget>& targets) {
   models::LoraConfig lora;
@@ -153,16 +161,11 @@ void write_random_adapter(models::Model& model, const std::string& base_dir, uin
   if (targets.empty()) lora.targets.assign(std::begin(models::kAllLoraTargets), std::end(models::kAllLoraTargets));
   lora.base_dtype = models::DType::kF32;
   auto adapters = std::move(models::LoraAdapters::create(model, lora).value());
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
+  fill_random_adapters(*adapters, seed, stddev);
   std::vector<hf::TensorToWrite> tensors;
-  for (int g = 0; g < adapters->num_groups(); ++g) {
-    for (const models::ParamSpec& p : adapters->layout().groups[g].params) {
-      float* v = adapters->params(g) + p.offset;
-      for (size_t i = 0; i < p.numel; ++i) v[i] = dist(rng);
-      tensors.push_back({p.name, p.global_shape, v, models::DType::kF32});
-    }
-  }
+  for (int g = 0; g < adapters->num_groups(); ++g)
+    for (const models::ParamSpec& p : adapters->layout().groups[g].params)
+      tensors.push_back({p.name, p.global_shape, adapters->params(g) + p.offset, models::DType::kF32});
   ASSERT_TRUE(hf::write_peft_adapter(folder, lora, base_dir, tensors).is_ok());
   ASSERT_TRUE(models::merge_lora_adapters(*adapters, model).is_ok());
 }

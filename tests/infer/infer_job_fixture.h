@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/lora.h"
 #include "models/lora_config.h"
 #include "models/model.h"
 
@@ -51,6 +52,10 @@ InferJob three_prompt_job(const std::string& name, const std::string& model_line
 // logits within `tolerance` where both have them.
 void expect_same_generation(const InferRun& want, const InferRun& got, const std::string& what,
                             float tolerance = 1e-5f);
+
+// Every value of `adapters` drawn from N(0, stddev^2) with `seed`, in
+// layout order: the same adapters for the same seed on any engine's base.
+void fill_random_adapters(models::LoraAdapters& adapters, uint32_t seed, float stddev);
 
 // Random LoRA adapters on every projection of `model` (or on `targets`;
 // rank 4, alpha 8; A and B drawn from N(0, stddev^2) with `seed`), written
