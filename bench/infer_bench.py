@@ -213,6 +213,8 @@ def main():
                              "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"], "cohort_ready_s": summary["load_s"],
                              "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,
                              "transformers_cb_tok_s": cb, "hbm_bound_tok_s": bound})
+                # Each row as it lands: a run cut short by its time limit keeps what it measured.
+                print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.shape} shape ({config.num_hidden_layers} layers), random bf16 weights, {args.new} new tokens, "
           f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
     print("| mean context | batch | tp | weights | cohort engine | cohort decode tok/s | TTFT ms | ready in s "

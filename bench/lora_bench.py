@@ -130,6 +130,7 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="cohort_lora_bench_")
+    os.makedirs(work, exist_ok=True)
     tokens_file = os.path.join(work, "tokens.u32")
     random_tokens(tokens_file, 4_000_000)
     cohort = os.path.abspath(args.cohort)
