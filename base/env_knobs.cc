@@ -52,9 +52,8 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        true},
       {K::kInferEngine, "COHORT_INFER_ENGINE", "worker",
        "`model` serves inference with the models library's fp32 CUDA engine instead of the bf16 "
-       "graph engine (the reference it is compared with); `graphs` takes the graph engine for a "
-       "mixture of experts and for served LoRA adapters too, which are otherwise served op by op "
-       "until the graph paths' GPU parity is recorded.",
+       "graph engine (the reference it is compared with); `graphs`, the default, takes the graph "
+       "engine wherever its kernels fit the model.",
        true},
       {K::kInferCheckLockstep, "COHORT_INFER_CHECK_LOCKSTEP", "worker",
        "`1`: every engine call is checked to be the same on all tensor-parallel ranks (tests).",

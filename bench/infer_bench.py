@@ -194,14 +194,13 @@ def main():
                 if args.cb else float("nan")
             gen = torch.Generator().manual_seed(batch)
             prompts = torch.randint(0, config.vocab_size, (batch, prompt_len), generator=gen).tolist()
-            # A mixture of experts: the graph engine's sparse layers
-            # (COHORT_INFER_ENGINE=graphs), beside the default op-by-op run.
-            graph = "graphs-moe" if moe else "graphs"
-            runs = [(tp, graph, True, q) for tp in (1, 2) if tp <= gpus for q in args.quantize.split(",")]
+            runs = [(tp, "graphs", True, q) for tp in (1, 2) if tp <= gpus for q in args.quantize.split(",")]
+            # A mixture of experts: the graph engine's sparse layers beside
+            # the op-by-op models engine (COHORT_INFER_ENGINE=model).
             if moe:
-                runs.append((1, "graphs", True, "bf16"))
+                runs.append((1, "model", True, "bf16"))
             if args.variants:
-                runs += [(1, graph, False, "bf16"), (1, "model", True, "bf16")]
+                runs += [(1, "graphs", False, "bf16"), (1, "model", True, "bf16")]
             for tp, engine, graphs, quantize in runs:
                 keys = "" if quantize == "bf16" else f'quantize = "{quantize}"'
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,

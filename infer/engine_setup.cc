@@ -15,7 +15,6 @@
 #include "hf/peft_config.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
-#include "models/spec.h"
 #include "parallel/parallelize.h"
 
 #include "models/decode/cuda_graph_engine.h"
@@ -110,33 +109,19 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 #ifdef COHORT_HAVE_CUDA
   models::set_serial_kernel_launches(debug.serial_launches);
   bool model_engine_wanted = debug.model_engine;
-  // Served adapters run on the graph engine only when asked
-  // (COHORT_INFER_ENGINE=graphs) until its GPU parity is recorded.
   const bool serves_adapters = spec.job.kind == jobs::JobKind::kServe && !spec.serve.adapters.empty();
-  if (!model_engine_wanted && serves_adapters && !debug.graph_engine) {
-    if (world.rank == 0) {
-      spdlog::info("serve: {} adapters beside the base run on the models library's CUDA engine (op by op)",
-                   spec.serve.adapters.size());
+  if (!model_engine_wanted) {
+    // What the graph engine's kernels do not handle (a head size, expert or
+    // adapter widths, expert parallelism) the models library's engine serves.
+    models::decode::CudaEngineOptions fit;
+    fit.lora = serves_adapters;
+    fit.shard = models::ShardSpec{0, dims.tp};
+    if (Status fits = models::decode::cuda_graph_engine_fits(config, fit); !fits.is_ok()) {
+      if (world.rank == 0) {
+        spdlog::warn("infer: {}; using the models library's CUDA engine, op by op", fits.message());
+      }
+      model_engine_wanted = true;
     }
-    model_engine_wanted = true;
-  }
-  if (!model_engine_wanted && !models::decode::cuda_graph_engine_supports(config)) {
-    if (world.rank == 0) {
-      spdlog::warn("infer: head_dim {} does not suit the bf16 graph engine (16, 32, 64, 128 "
-                   "or 256); using the models library's CUDA engine", config.head_dim);
-    }
-    model_engine_wanted = true;
-  }
-  // A feature the graph engine hands to the op-by-op path (models/spec.h:
-  // moe_mlp) runs on the models library's engine.
-  const models::DecoderSpec decoder = models::DecoderSpec::of(config);
-  if (!model_engine_wanted && !debug.graph_engine &&
-      models::executor_support(models::Executor::kCudaDecode, decoder) == models::Support::kOpByOp) {
-    if (world.rank == 0) {
-      spdlog::info("infer: {}; using the models library's CUDA engine, op by op",
-                   models::check_executor(models::Executor::kCudaDecode, decoder).message());
-    }
-    model_engine_wanted = true;
   }
   if (model_engine_wanted) {
     COHORT_ASSIGN_OR_RETURN(bundle.device_world, worker::model_communicator(world, device));

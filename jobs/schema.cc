@@ -288,8 +288,8 @@ std::vector<FieldDoc> build_schema() {
   f.push_back(bind("serve.adapters", "", &J::serve, &ServeSection::adapters,
                    {.text = "LoRA adapters served beside the base (`[serve.adapters]` table of name = PEFT adapter "
                             "folder): a request whose `model` names one runs with it, /v1/models lists them, and "
-                            "requests for different adapters and the base share every batch. They run on the "
-                            "models library's engine (op by op), not the bf16 CUDA-graph engine."}));
+                            "requests for different adapters and the base share every batch, on the bf16 CUDA-graph "
+                            "engine (up to 64 adapters loaded at once, rank at most 64)."}));
   f.push_back(bind("serve", "model_name", &J::serve, &ServeSection::model_name,
                    {.text = "The model id /v1/models lists and responses carry.", .default_text = "(the job's name)"}));
   f.push_back(bind("serve", "max_running", &J::serve, &ServeSection::max_running,

@@ -81,12 +81,8 @@ Support executor_support(Executor executor, SpecFeature feature) {
                  ? Support::kOpByOp
                  : Support::kRuns;
     case Executor::kCudaDecode:
-      // The graph engine runs sparse layers (models/ops/moe_experts.h), but
-      // until their GPU parity is recorded a MoE model is served by the
-      // models library's engine on the CUDA backend, op by op, unless
-      // COHORT_INFER_ENGINE=graphs asks for the graph engine
-      // (infer/engine_setup.cc).
-      return feature == SpecFeature::kMoeMlp ? Support::kOpByOp : Support::kRuns;
+      // Sparse layers run as models/ops/moe_experts.h's kernels.
+      return Support::kRuns;
   }
   return Support::kRefused;
 }

@@ -40,7 +40,6 @@ Result<DebugSwitches> read_debug_switches() {
   if (const std::string engine = value_of(EnvKnob::kInferEngine); !engine.empty()) {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_ENGINE", engine, {"model", "graphs"}));
     s.model_engine = engine == "model";
-    s.graph_engine = engine == "graphs";
   }
   s.check_lockstep = env_knob_on(EnvKnob::kInferCheckLockstep);
   s.decode.attention = value_of(EnvKnob::kInferAttention);

@@ -16,11 +16,9 @@ struct DebugSwitches {
   bool fused_training_blocks = true;    // COHORT_TRAIN_BLOCKS=ops: off
   bool op_times = false;                // COHORT_CUDA_OP_TIMES
   bool serial_launches = false;         // COHORT_CUDA_SERIAL_LAUNCHES=1
-  bool model_engine = false;            // COHORT_INFER_ENGINE=model: the fp32 models engine on CUDA
-  // COHORT_INFER_ENGINE=graphs: the bf16 graph engine for a mixture of
-  // experts and for served adapters too (by default served op by op until
-  // the graph paths' GPU parity is recorded, models/spec.cc).
-  bool graph_engine = false;
+  // COHORT_INFER_ENGINE=model: the fp32 models engine on CUDA (=graphs,
+  // the default: the bf16 graph engine wherever it fits the model).
+  bool model_engine = false;
   bool check_lockstep = false;          // COHORT_INFER_CHECK_LOCKSTEP=1
   // COHORT_INFER_ATTENTION, COHORT_INFER_FUSED_ATTENTION_ROWS,
   // COHORT_INFER_PROJECTIONS, COHORT_INFER_STEP_TIMES.

@@ -4,7 +4,9 @@
 
 namespace cohort::models::decode {
 
-bool cuda_graph_engine_supports(const models::ModelConfig&) { return false; }
+Status cuda_graph_engine_fits(const models::ModelConfig&, const CudaEngineOptions&) {
+  return failed_precondition("this build has no CUDA: the bf16 graph engine is absent");
+}
 
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig&,
                                                                 const CudaEngineOptions&,

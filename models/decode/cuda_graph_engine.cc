@@ -428,25 +428,35 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   return plan;
 }
 
-bool cuda_graph_engine_supports(const models::ModelConfig& config) {
-  return config.head_dim % 16 == 0 && models::cuda::decode_attention_supports(config.head_dim);
+Status cuda_graph_engine_fits(const models::ModelConfig& config, const CudaEngineOptions& options) {
+  if (config.head_dim % 16 != 0 || !models::cuda::decode_attention_supports(config.head_dim)) {
+    return invalid_argument("the bf16 CUDA engine needs head_dim 16, 32, 64, 128 or 256, not " +
+                            std::to_string(config.head_dim));
+  }
+  // Features the graph engine hands to the op-by-op path (models/spec.h)
+  // are served by the models library's engine.
+  COHORT_RETURN_IF_ERROR(check_executor(Executor::kCudaDecode, DecoderSpec::of(config)));
+  COHORT_ASSIGN_OR_RETURN(models::LocalDims dims, models::local_dims(config, options.shard));
+  if (config.is_moe() && !models::cuda::moe_experts_supported(config.hidden, dims.expert_intermediate)) {
+    return invalid_argument("the bf16 CUDA engine's experts need hidden " + std::to_string(config.hidden) +
+                            " and the per-rank expert intermediate " + std::to_string(dims.expert_intermediate) +
+                            " to be multiples of 8");
+  }
+  if (config.is_moe() && dims.experts != config.moe.experts) {
+    return invalid_argument("the bf16 CUDA engine holds every expert on each rank (no expert parallelism)");
+  }
+  if (options.lora && (config.hidden % 8 != 0 || dims.q_dim() % 8 != 0 || dims.intermediate % 8 != 0)) {
+    return invalid_argument("the bf16 CUDA engine's served adapters need hidden, the rank's q width and its "
+                            "intermediate size to be multiples of 8");
+  }
+  return Status::ok();
 }
 
 Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::ModelConfig& config,
                                                                 const CudaEngineOptions& options,
                                                                 const models::EnqueuedTensorParallelFactory& make_tp,
                                                                 const EngineWeightLoader& load) {
-  if (!cuda_graph_engine_supports(config)) {
-    return invalid_argument("the bf16 CUDA engine needs head_dim 16, 32, 64, 128 or 256, not " +
-                            std::to_string(config.head_dim) +
-                            "; the models library's engine serves other head sizes");
-  }
-  // Features the graph engine hands to the op-by-op path by default
-  // (models/spec.h) it can still run when asked; only refused ones stop it.
-  const DecoderSpec spec = DecoderSpec::of(config);
-  if (executor_support(Executor::kCudaDecode, spec) == Support::kRefused) {
-    return check_executor(Executor::kCudaDecode, spec);
-  }
+  COHORT_RETURN_IF_ERROR(cuda_graph_engine_fits(config, options));
   const std::string& projections = options.overrides.projections;
   if (!projections.empty() && projections != "skinny" && projections != "cublaslt") {
     return invalid_argument("decode projections '" + projections + "': expected skinny or cublaslt");
@@ -456,18 +466,6 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
                             " exceeds the model's max_seq " + std::to_string(config.max_seq));
   }
   COHORT_ASSIGN_OR_RETURN(models::LocalDims dims, models::local_dims(config, options.shard));
-  if (config.is_moe() && !models::cuda::moe_experts_supported(config.hidden, dims.expert_intermediate)) {
-    return invalid_argument("the bf16 CUDA engine's experts need hidden " + std::to_string(config.hidden) +
-                            " and the per-rank expert intermediate " + std::to_string(dims.expert_intermediate) +
-                            " to be multiples of 8; the models library's engine serves this model");
-  }
-  if (options.lora && (config.hidden % 8 != 0 || dims.q_dim() % 8 != 0 || dims.intermediate % 8 != 0)) {
-    return invalid_argument("the bf16 CUDA engine's served adapters need hidden, the rank's q width and its "
-                            "intermediate size to be multiples of 8; the models library's engine serves them");
-  }
-  if (config.is_moe() && dims.experts != config.moe.experts) {
-    return invalid_argument("the bf16 CUDA engine holds every expert on each rank (no expert parallelism)");
-  }
   std::unique_ptr<CudaGraphEngine> engine(new CudaGraphEngine(config, dims, options));
   using Clock = std::chrono::steady_clock;
   auto phase = Clock::now();

@@ -106,9 +106,12 @@ inline constexpr int kKvBlockSize = 1 << kKvBlockShift;
 
 using EngineWeightLoader = std::function<Status(models::Model& model)>;
 
-// Whether the engine's kernels handle this config (head_dim 16, 32, 64, 128
-// or 256: a multiple of 16 whose 8-dim pieces divide a warp).
-bool cuda_graph_engine_supports(const models::ModelConfig& config);
+// Ok when the engine's kernels handle this model as `options` shard and
+// serve it (head_dim 16, 32, 64, 128 or 256: a multiple of 16 whose 8-dim
+// pieces divide a warp; experts and adapters whose widths are multiples of
+// 8; every expert on each rank); else why not, for the caller to serve it
+// on the models library's engine instead.
+Status cuda_graph_engine_fits(const models::ModelConfig& config, const CudaEngineOptions& options);
 
 // How much KV cache fits beside the engine on its GPU: what is free now,
 // less the weights and buffers the engine will allocate for `options`

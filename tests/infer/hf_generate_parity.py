@@ -145,10 +145,8 @@ def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engin
     write_job(job, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs, model_keys)
     # transformers runs without EOS here, so cohort decodes past it too.
     env = {"COHORT_DEVICE": device, "COHORT_INFER_IGNORE_EOS": "1"}
-    if engine in ("model", "graphs-moe"):
-        # graphs-moe: the graph engine for a mixture of experts too
-        # (COHORT_INFER_ENGINE=graphs; by default those run op by op).
-        env["COHORT_INFER_ENGINE"] = "model" if engine == "model" else "graphs"
+    if engine == "model":
+        env["COHORT_INFER_ENGINE"] = "model"
     if dump_logits:
         env["COHORT_INFER_DUMP_LOGITS"] = "1"
     launch_ranks(worker, job, tp, env)
