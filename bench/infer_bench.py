@@ -8,7 +8,9 @@ it and transformers' generate on the same weights (one GPU), and prints decode
 tokens/s next to the HBM bandwidth bound:
 
   bound = batch * HBM bandwidth / (bytes read per decode step)
-  bytes per step = bf16 weights (the tied embedding read once, by the LM head)
+  bytes per step = bf16 weights (the LM head; an untied embedding table is not
+                   read, a tied one is read once, by the head; of a mixture
+                   of experts only the experts the batch chooses)
                    + the KV cache read by attention (mean context), per GPU
 
 Decode tokens/s excludes prefill: cohort reports decode-step tokens over
@@ -123,6 +125,10 @@ BYTES_PER_WEIGHT = {"bf16": 2.0, "int8": 1 + 8 / 128, "int4": 0.5 + 8 / 128, "fp
 
 
 def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s, quantize="bf16"):
+    # An untied embedding table is not read by a decode step (one row per
+    # token); the LM head is, whole.
+    if not getattr(config, "tie_word_embeddings", True):
+        params -= config.vocab_size * config.hidden_size
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
     h, i = config.hidden_size, config.intermediate_size
     q = config.num_attention_heads * config.head_dim

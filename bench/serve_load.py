@@ -119,7 +119,7 @@ def request_body(args, rng, index):
         prompt_len, out_len = rng.randint(16, 1024), rng.randint(16, 512)
     else:
         prompt_len, out_len = args.prompt_tokens, args.output_tokens
-    body = {"model": args.model, "max_tokens": out_len, "temperature": 0, "stream": True,
+    body = {"model": args.models[index % len(args.models)], "max_tokens": out_len, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
     unique = random.SystemRandom()  # what no other run draws (the lengths stay seeded)
     if args.token_ids:
@@ -180,7 +180,8 @@ def first_model(args, url):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="the server's /v1 URL")
-    p.add_argument("--model", help="model id (default: the first /v1/models lists)")
+    p.add_argument("--model", help="model id, or several (a,b,c) that the requests take in turn "
+                   "(default: the first /v1/models lists)")
     p.add_argument("--api-key", default="")
     p.add_argument("--endpoint", choices=["chat", "completions"], default="chat")
     p.add_argument("--concurrency", default="1,16,64,256")
@@ -199,6 +200,7 @@ def main():
     args.endpoint_path = "chat/completions" if args.endpoint == "chat" else "completions"
     url = urllib.parse.urlparse(args.url)
     args.model = args.model or first_model(args, url)
+    args.models = args.model.split(",")
     shape = "mixed" if args.mixed else f"prompt {args.prompt_tokens}, output {args.output_tokens}"
     print(f"# {args.label or args.url} model {args.model}, {args.endpoint}, {shape}")
     print("| concurrency | requests | errors | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | e2e p50 s |")

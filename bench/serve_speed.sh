@@ -15,6 +15,8 @@
 # serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
 # turns serve.prefix_caching off, KV_TOKENS sets serve.kv_cache_tokens, and
 # LOADS="single streams64" (or single+streams64) runs only those loads.
+# ADAPTERS=N serves N random rank-16 LoRA adapters beside the base
+# (bench/make_peft_adapters.py) and the requests take them in turn.
 set -euo pipefail
 worker=$(realpath "$1") hf=$(realpath "$2") out=$(mkdir -p "$3" && realpath "$3") label=${4:-cohort}
 cd "$(dirname "$0")/.."
@@ -37,6 +39,15 @@ ${MAX_BATCHED:+max_batched_tokens = $MAX_BATCHED}
 ${PREFIX_CACHING:+prefix_caching = $PREFIX_CACHING}
 ${KV_TOKENS:+kv_cache_tokens = $KV_TOKENS}
 TOML
+models=""
+if [[ ${ADAPTERS:-0} -gt 0 ]]; then
+  python3 bench/make_peft_adapters.py "$hf" "$out/$label-adapters" --count "$ADAPTERS" >/dev/null
+  echo "[serve.adapters]" >>"$out/$label.toml"
+  for ((a = 0; a < ADAPTERS; ++a)); do
+    echo "a$a = \"$out/$label-adapters/a$a\"" >>"$out/$label.toml"
+    models+="${models:+,}a$a"
+  done
+fi
 # STEP_TIMES=1: the engine logs its decode steps' GPU, launch and wall time at the end.
 env COHORT_LOG=info ${STEP_TIMES:+COHORT_INFER_STEP_TIMES=1} "$worker" "$out/$label.toml" >"$out/$label.log" 2>&1 &
 pid=$!
@@ -50,7 +61,7 @@ load() {  # name args...
   local name=$1; shift
   [[ -z ${LOADS:-} || " ${LOADS//+/ } " == *" $name "* ]] || return 0
   python3 bench/serve_load.py --url "http://127.0.0.1:$port/v1" --label "$label $name" --endpoint completions \
-    --token-ids --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
+    ${models:+--model "$models"} --token-ids --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
 }
 echo "# $label: $(grep -o 'ready in [0-9.]* s' "$out/$label.log" | head -1)"
 echo "| load | concurrency | requests | errors | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | e2e p50 s |"

@@ -6,8 +6,10 @@
 // SwiGLU form). The warp streams its weight rows in 16-byte pieces, stride
 // 256 elements, against up to kMoeRowsPerPass of the expert's rows at once,
 // so its weights are read once per that many rows; the lanes' sums meet by
-// shuffles. Launched plainly (no programmatic dependent launch): they read
-// the routing kernels' outputs from their first instruction.
+// shuffles. Every kernel here waits for its predecessor first thing
+// (begin_dependent, before the first read of the routing's outputs and the
+// first write), so each launches early behind the one before
+// (launch_dependent), as the dense layers' kernels do.
 #pragma once
 
 #include "models/cuda/common.cuh"
@@ -22,6 +24,7 @@ constexpr int kMoeRowsPerPass = 8;
 bool moe_experts_supported(int H, int I) { return H > 0 && I > 0 && H % 8 == 0 && I % 8 == 0; }
 
 __global__ void moe_experts_active_kernel(int32_t* active, int32_t* count, const int32_t* offsets, int E) {
+  begin_dependent();
   if (threadIdx.x != 0) return;
   int n = 0;
   for (int e = 0; e < E; ++e)
@@ -33,6 +36,7 @@ __global__ void moe_experts_active_kernel(int32_t* active, int32_t* count, const
 __global__ void moe_experts_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu,
                                           const int32_t* offsets, const int32_t* source_rows,
                                           const int32_t* active, const int32_t* count, int H, int I) {
+  begin_dependent();
   if (static_cast<int>(blockIdx.y) >= *count) return;
   const int e = active[blockIdx.y];
   const int f = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
@@ -78,6 +82,7 @@ __global__ void moe_experts_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const 
 __global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16Bits* w_down,
                                         const int32_t* offsets, const int32_t* active, const int32_t* count,
                                         int H, int I) {
+  begin_dependent();
   if (static_cast<int>(blockIdx.y) >= *count) return;
   const int e = active[blockIdx.y];
   const int o = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
@@ -112,7 +117,7 @@ __global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16
 }
 
 void moe_experts_active(int32_t* active, int32_t* count, const int32_t* offsets, int E, CUstream_st* stream) {
-  moe_experts_active_kernel<<<1, 32, 0, stream>>>(active, count, offsets, E);
+  launch_dependent(moe_experts_active_kernel, dim3(1), dim3(32), 0, stream, active, count, offsets, E);
 }
 
 void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
@@ -120,8 +125,8 @@ void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_g
                              int max_active, int H, int I, CUstream_st* stream) {
   if (max_active <= 0) return;
   const dim3 grid((I + kMoeExpertWarps - 1) / kMoeExpertWarps, max_active);
-  moe_experts_swiglu_kernel<<<grid, 32 * kMoeExpertWarps, 0, stream>>>(h, x, w_gu, offsets, source_rows, active,
-                                                                       count, H, I);
+  launch_dependent(moe_experts_swiglu_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, h, x, w_gu, offsets,
+                   source_rows, active, count, H, I);
 }
 
 void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets,
@@ -129,22 +134,25 @@ void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down,
                            CUstream_st* stream) {
   if (max_active <= 0) return;
   const dim3 grid((H + kMoeExpertWarps - 1) / kMoeExpertWarps, max_active);
-  moe_experts_down_kernel<<<grid, 32 * kMoeExpertWarps, 0, stream>>>(ys, h, w_down, offsets, active, count, H, I);
+  launch_dependent(moe_experts_down_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, ys, h, w_down, offsets,
+                   active, count, H, I);
 }
 
 void moe_route(float* logits, int32_t* experts, float* weights, int32_t* offsets, int32_t* source_rows,
                int32_t* slots, int n, int E, int k, bool renormalize, CUstream_st* stream) {
   if (n == 0) return;
-  moe_router_forward_kernel<<<moe_warp_blocks(n), 32 * kMoeRowsPerBlock, 0, stream>>>(logits, experts, weights,
-                                                                                     logits, n, E, k, renormalize);
-  moe_permute_kernel<<<E, kThreads, 0, stream>>>(offsets, source_rows, slots, experts, n * k, E, k);
+  launch_dependent(moe_router_forward_kernel, dim3(moe_warp_blocks(n)), dim3(32 * kMoeRowsPerBlock), 0, stream,
+                   logits, experts, weights, static_cast<const float*>(logits), n, E, k, renormalize);
+  launch_dependent(moe_permute_kernel, dim3(E), dim3(kThreads), 0, stream, offsets, source_rows, slots,
+                   static_cast<const int32_t*>(experts), n * k, E, k);
 }
 
 void moe_combine_rows(float* out, const float* ys, const int32_t* slots, const float* weights, int n, int k,
                       int dim, CUstream_st* stream) {
   const size_t total = static_cast<size_t>(n) * dim;
   if (total == 0) return;
-  moe_combine_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, ys, slots, weights, n, k, dim);
+  launch_dependent(moe_combine_kernel, dim3(grid_for(total)), dim3(kThreads), 0, stream, out, ys, slots, weights, n,
+                   k, dim);
 }
 
 }  // namespace cohort::models::cuda

@@ -5,7 +5,10 @@
 // chosen experts is kept); the column sums one thread per expert; the sort
 // one block per expert, which counts the pairs of lower experts for its
 // first row, then places its own pairs in pair order (a ballot prefix per
-// chunk), so the sorted order is the reference's exactly.
+// chunk), so the sorted order is the reference's exactly. The kernels the
+// decode graphs run (router, sort, combine) begin with begin_dependent(), so
+// the graph engine launches them early (launch_dependent); the backend's
+// plain launches make that a no-op.
 #pragma once
 
 #include <climits>
@@ -24,6 +27,7 @@ __device__ inline bool moe_ranks_before(float pa, int ia, float pb, int ib) {
 __global__ void moe_router_forward_kernel(float* probs, int32_t* experts, float* weights,
                                           const float* logits, int n, int E, int k,
                                           bool renormalize) {
+  begin_dependent();  // before any read or write (a no-op when launched plainly)
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * kMoeRowsPerBlock + (threadIdx.x >> 5);
   if (t >= n) return;  // whole warps leave together
@@ -111,6 +115,7 @@ __global__ void moe_router_backward_kernel(float* dlogits, const float* dweights
 // then its pairs, in pair order, take the rows after it.
 __global__ void moe_permute_kernel(int32_t* offsets, int32_t* source_rows, int32_t* slots,
                                    const int32_t* experts, int pairs, int E, int k) {
+  begin_dependent();  // before any read or write (a no-op when launched plainly)
   __shared__ int warp_counts[32];
   const int e = blockIdx.x;
   int first = 0;
@@ -145,6 +150,7 @@ __global__ void moe_permute_kernel(int32_t* offsets, int32_t* source_rows, int32
 
 __global__ void moe_combine_kernel(float* out, const float* ys, const int32_t* slots,
                                    const float* weights, int n, int k, int dim) {
+  begin_dependent();  // before any read or write (a no-op when launched plainly)
   const size_t total = static_cast<size_t>(n) * dim;
   for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < total;
        x += static_cast<size_t>(gridDim.x) * blockDim.x) {

@@ -5,6 +5,8 @@
 // refused naming the field.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -13,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hf/peft_adapter.h"
+#include "hf/weights.h"
+#include "models/backend.h"
 
 namespace cohort::hf {
 namespace {
@@ -236,6 +240,45 @@ TEST(PeftConfig, WhatCohortsAdaptersAreNotIsRefusedByField) {
   EXPECT_EQ(all->lora.targets.size(), 7u);
   EXPECT_EQ(all->lora.init, models::LoraInit::kGaussian);
   EXPECT_FLOAT_EQ(all->lora.scale(), 2.0f);  // PEFT's default lora_alpha 8
+}
+
+}  // namespace
+}  // namespace cohort::hf
+
+namespace cohort::hf {
+namespace {
+
+// bench/make_peft_adapters.py (the served-adapter benchmark's folders)
+// writes what cohort reads: every projection of every layer, the rank and
+// alpha it was given, values of magnitude in [2^-7, 2^-6).
+TEST(PeftAdapter, TheBenchmarksRandomAdaptersLoad) {
+  auto cpu = models::make_cpu_backend();
+  auto model = std::move(models::Model::create(*models::preset_config("tiny"), {}, cpu.get()).value());
+  model->init_weights(3);
+  const fs::path base = scratch("bench_base"), out = scratch("bench_adapters");
+  ASSERT_TRUE(save_model_folder(*model, base.string(), models::DType::kF32).is_ok());
+  const std::string command = "python3 " COHORT_SOURCE_DIR "/bench/make_peft_adapters.py " + base.string() + " " +
+                              out.string() + " --count 2 --rank 4 --alpha 8 > /dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  for (const char* name : {"a0", "a1"}) {
+    auto adapters = read_peft_adapter_for((out / name).string(), *model);
+    ASSERT_TRUE(adapters.is_ok()) << adapters.status().to_string();
+    const models::LoraAdapters& a = **adapters;
+    EXPECT_EQ(a.config().rank, 4);
+    EXPECT_FLOAT_EQ(a.config().scale(), 2.0f);
+    EXPECT_EQ(a.config().targets.size(), 7u);
+    size_t values = 0;
+    for (int g = 0; g < a.num_groups(); ++g) {
+      for (const models::ParamSpec& p : a.layout().groups[g].params) {
+        for (size_t i = 0; i < p.numel; ++i) {
+          const float v = std::fabs(a.params(g)[p.offset + i]);
+          ASSERT_TRUE(v >= 0x1p-7f && v < 0x1p-6f) << p.name << "[" << i << "] = " << v;
+        }
+        values += p.numel;
+      }
+    }
+    EXPECT_GT(values, 0u);
+  }
 }
 
 }  // namespace
