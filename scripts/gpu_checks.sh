@@ -19,6 +19,8 @@
 #                                          then offline prefill and bench/serve_speed.sh after and before
 #                                          (BEFORE=folder of the earlier cohort-worker), one call
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
+#   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
+#                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh)
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
 #                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
 #   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
@@ -115,6 +117,16 @@ elif [[ $phase == lora ]]; then
   STEP_TIMEOUT=${LORA_TIMEOUT:-540} step lora_bench python3 bench/lora_bench.py --cohort "$bin/cohort" \
     --work /tmp/lora-bench ${LORA_ARGS:-}
   grep -E "^\||^\{" "$out/lora_bench.log"
+elif [[ $phase == adapters ]]; then
+  # Served adapters' cost (issue 36): the 0.6B shape's server at 64 streams (512/256) with the base
+  # alone, then with ADAPTER_COUNT (default 8) random rank-16 adapters that the requests take in turn.
+  folder=/tmp/qwen3-0.6b
+  [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder.log" 2>&1
+  LOADS=streams64 STEP_TIMEOUT=200 step serve_base bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" base
+  grep -E "^#|^[a-z0-9]+ \|" "$out/serve_base.log"
+  ADAPTERS=${ADAPTER_COUNT:-8} LOADS=streams64 STEP_TIMEOUT=200 step serve_adapters bench/serve_speed.sh \
+    "$bin/cohort-worker" "$folder" "$out/serve" adapters
+  grep -E "^#|^[a-z0-9]+ \|" "$out/serve_adapters.log"
 elif [[ $phase == quant ]]; then
   # Quantized projections: the kernels' parity and the engine's tokens
   # against the round-tripped bf16 model, then decode throughput per weight
