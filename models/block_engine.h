@@ -9,9 +9,17 @@
 //
 // The model asks for one (Backend::make_block_engine) when nothing it needs
 // is missing: no tensor parallelism (the partial sums between the GEMMs),
-// no attention biases, no LoRA adapters; the backend refuses when its numerics do not fit
-// (fp16 or fp32 GEMMs, the math attention, an unsupported head size). The
-// op-by-op path stays the reference the engine is tested against.
+// no attention biases, no adapter dropout; the backend refuses when its
+// numerics do not fit (fp16 or fp32 GEMMs, the math attention, an
+// unsupported head size). The op-by-op path stays the reference the engine
+// is tested against.
+//
+// LoRA adapters (models/lora.h) run inside the blocks: each targeted
+// projection's output gets scale · B (A x) from two skinny bf16 GEMMs, A x
+// kept for backward ([N, rank] per target), and backward accumulates the
+// adapters' gradients and adds their share to the input gradients. Where
+// dw's tensors are null (a frozen base) the base's weight and norm
+// gradients are not computed at all.
 #pragma once
 
 #include <cstddef>
@@ -23,10 +31,37 @@ namespace cohort::models {
 
 enum class ActivationCheckpointing;
 
+// Where a layer's adapters sit in its adapter group (the same offsets in
+// every layer): A [rank, in] and B [out, rank] of each projection, indexed
+// as models::LoraTarget (q, k, v, o, gate, up, down); kNoAdapter where the
+// projection has none. rank 0: no adapters.
+inline constexpr size_t kNoAdapter = ~size_t{0};
+inline constexpr int kAdapterTargets = 7;
+struct BlockAdapterShape {
+  int rank = 0;
+  size_t group_numel = 0;
+  size_t a[kAdapterTargets] = {kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter};
+  size_t b[kAdapterTargets] = {kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter, kNoAdapter};
+  int targets() const {
+    int n = 0;
+    for (size_t offset : a) n += offset != kNoAdapter;
+    return n;
+  }
+};
+
+// One layer's adapters in a pass: its group's values (fp32), their
+// gradients (+=; null outside training), and LoRA's scale (alpha / rank).
+struct BlockAdapters {
+  const float* params = nullptr;
+  float* grads = nullptr;
+  float scale = 0;
+};
+
 struct BlockEngineShape {
   int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   bool qk_norm = false;
   float eps = 1e-6f;
+  BlockAdapterShape lora;
 };
 
 // The current pass: its shape (at most what reserve() was given), positions
@@ -58,24 +93,26 @@ class BlockEngine {
   // the shape grows.
   virtual void reserve(int B, int T, int layers, ActivationCheckpointing mode, int head_rows) = 0;
   virtual size_t bytes() const = 0;
-  // res_out = block l of res_in (both [B * T, hidden] fp32).
+  // res_out = block l of res_in (both [B * T, hidden] fp32); `lora` is
+  // layer l's adapters where the shape has them (else null).
   virtual void forward(int l, const BlockTensors& w, const float* res_in, float* res_out,
-                       const BlockPass& pass) = 0;
+                       const BlockPass& pass, const BlockAdapters* lora) = 0;
   // kSelective: the saved-nothing parts of forward(l) again, before backward(l).
   virtual void recompute(int l, const BlockTensors& w, const float* res_in,
                          const BlockPass& pass) = 0;
   // On entry dres holds d loss / d res_out of block l, on exit d loss / d
-  // res_in; dw's gradients accumulate (+=).
+  // res_in; dw's gradients accumulate (+=), none where dw's are null; the
+  // adapters' too.
   virtual void backward(int l, const BlockTensors& w, const BlockTensors& dw, float* dres,
-                        const float* res_in, const BlockPass& pass) = 0;
+                        const float* res_in, const BlockPass& pass, const BlockAdapters* lora) = 0;
   // Training's head on the last block's output res [N, hidden]: per-row
   // cross-entropy losses against targets (kIgnoreIndex rows 0), the logits
   // in bf16 and head_rows rows at a time, the log-sum-exp kept for backward.
   virtual void head_forward(const HeadTensors& h, const float* res, const int32_t* targets,
                             float* losses, int N) = 0;
   // dres = d (grad_scale * sum of losses) / d res (overwritten); the head's
-  // gradients accumulate. Logits a chunked head no longer holds are computed
-  // again.
+  // gradients accumulate (none where h's are null). Logits a chunked head no
+  // longer holds are computed again.
   virtual void head_backward(const HeadTensors& h, const float* res, const int32_t* targets,
                              float grad_scale, float* dres, int N) = 0;
 };

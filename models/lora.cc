@@ -121,6 +121,26 @@ void LoraAdapters::release_own_buffers() {
   owned_ = std::move(kept);
 }
 
+BlockAdapterShape LoraAdapters::block_shape() const {
+  BlockAdapterShape shape;
+  shape.rank = config_.rank;
+  for (int t = 0; t < kAdapterTargets; ++t) {
+    if (!slots_[t].present) continue;
+    shape.a[t] = slots_[t].a;
+    shape.b[t] = slots_[t].b;
+  }
+  // Every block group has the same layout; an all-MoE model's may be empty.
+  for (int l = 0; l < model_.config().layers; ++l)
+    shape.group_numel = std::max(shape.group_numel, layout_.groups[layout_.block_group(l)].numel);
+  return shape;
+}
+
+BlockAdapters LoraAdapters::block(int layer) const {
+  const int g = layout_.block_group(layer);
+  COHORT_CHECK_MSG(params_[g] != nullptr, "lora: layer {}'s adapters are not gathered", layer);
+  return {params_[g], grads_[g], config_.scale()};
+}
+
 void LoraAdapters::zero_grads() {
   for (int g = 0; g < num_groups(); ++g)
     if (grads_[g]) backend_.zero(grads_[g], layout_.groups[g].numel * sizeof(float));

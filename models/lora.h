@@ -43,6 +43,7 @@
 #include <optional>
 #include <vector>
 
+#include "models/block_engine.h"
 #include "models/lora_config.h"
 #include "models/model.h"
 #include "models/trainable_params.h"
@@ -97,6 +98,11 @@ class LoraAdapters final : public TrainableParams {
 
   // Bytes of scratch allocated so far.
   size_t scratch_bytes() const { return scratch_floats_ * sizeof(float); }
+
+  // The fused training blocks' view (block_engine.h): where each target's
+  // A and B sit in a block group, and layer l's group in this pass.
+  BlockAdapterShape block_shape() const;
+  BlockAdapters block(int layer) const;
 
  private:
   // Where a target's tensors sit in a block group, and its local shape.

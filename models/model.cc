@@ -270,7 +270,8 @@ void Model::forward_block(int l) {
   Activations& a = *acts_;
   const BlockTensors w = layout_.block_tensors(l, params_[layout_.block_group(l)]);
   if (engine_) {
-    engine_->forward(l, w, a.res[l], a.res[l + 1], block_pass());
+    const BlockAdapters adapters = lora_ ? lora_->block(l) : BlockAdapters{};
+    engine_->forward(l, w, a.res[l], a.res[l + 1], block_pass(), lora_ ? &adapters : nullptr);
     return;
   }
   const BlockIo io = training_block_io(l);

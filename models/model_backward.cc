@@ -110,7 +110,10 @@ void Model::backward_block(int l) {
   const BlockTensors w = layout_.block_tensors(l, params_[g]);
   // No gradient buffer: the base is frozen under LoRA adapters (set_lora).
   const BlockTensors dw = grads_[g] ? layout_.block_tensors(l, grads_[g]) : BlockTensors{};
-  if (engine_) return engine_->backward(l, w, dw, acts_->dres, acts_->res[l], block_pass());
+  if (engine_) {
+    const BlockAdapters adapters = lora_ ? lora_->block(l) : BlockAdapters{};
+    return engine_->backward(l, w, dw, acts_->dres, acts_->res[l], block_pass(), lora_ ? &adapters : nullptr);
+  }
   if (config_.is_moe_layer(l)) {
     block_moe_backward(l, w, dw);
   } else {

@@ -49,14 +49,16 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
   for (void* p : a.training_allocations) backend_->free(p);
   a.training_allocations.clear();
   engine_.reset();
-  // The fused blocks take what they implement (spec.h); any other model,
-  // and one with LoRA adapters, trains op by op.
-  if (fused_blocks_ && shard_.tp_size == 1 && !lora_ &&
+  // The fused blocks take what they implement (spec.h), LoRA adapters
+  // without dropout among it (dropout's masks are the op-by-op path's); any
+  // other model trains op by op.
+  if (fused_blocks_ && shard_.tp_size == 1 && (!lora_ || lora_->config().dropout == 0.0) &&
       check_executor(Executor::kCudaTrainBlocks, DecoderSpec::of(config_)).is_ok()) {
     BlockEngineShape shape;
     shape.hidden = config_.hidden, shape.heads = dims_.heads, shape.kv_heads = dims_.kv_heads;
     shape.head_dim = config_.head_dim, shape.intermediate = dims_.intermediate;
     shape.qk_norm = config_.qk_norm, shape.eps = config_.rms_eps, shape.vocab = dims_.vocab;
+    if (lora_) shape.lora = lora_->block_shape();
     engine_ = backend_->make_block_engine(shape);
   }
   // With fused blocks the engine keeps what the blocks save; the model only
@@ -202,7 +204,7 @@ void Model::set_fused_blocks(bool on) {
 void Model::set_lora(LoraAdapters* lora) {
   if (lora == lora_) return;
   lora_ = lora;
-  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward: no fused blocks
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward (the blocks' adapters)
 }
 
 void Model::set_activation_checkpointing(ActivationCheckpointing mode) {

@@ -12,9 +12,9 @@
 // silently ignored. tests/models/spec_test.cc enumerates features ×
 // executors; a feature added to the config must be added here (spec.cc
 // checks that ModelConfig has not grown without it). LoRA adapters (lora.h)
-// are no config feature but terms the reference's blocks add: a model with
-// adapters never takes the fused training blocks (Model::set_lora), and the
-// decode engine only ever loads merged weights.
+// are no config feature but terms the reference's blocks add: the fused
+// training blocks run them when they have no dropout (block_engine.h), and
+// the decode engine serves them per row (ops/lora_rows.h) or merged.
 #pragma once
 
 #include <string>

@@ -17,6 +17,11 @@
 // log-sum-exp. Selective checkpointing keeps qkv, y, x2, gu and the small
 // vectors, recomputing xn1, rotated, xn2 and h; full keeps none (the model
 // runs forward(l) again before backward(l)).
+// LoRA adapters: per targeted projection u = A x [N, rank] (bf16, saved
+// per layer as the projection's input is), then y += scale · u Bᵀ into the
+// projection's output; backward dB += scale · dyᵀ u, du = scale · dy B,
+// dA += duᵀ x, dx += du A. The layer's adapter group is rounded to bf16
+// once per forward and once per backward.
 #include "models/cuda/train_blocks.h"
 
 #include <algorithm>
@@ -40,7 +45,19 @@ struct Saved {
         *rstd2 = nullptr;
   bf16 *xn1 = nullptr, *qkv = nullptr, *rotated = nullptr, *y = nullptr, *xn2 = nullptr,
        *gu = nullptr, *h = nullptr;
+  bf16* lora_u = nullptr;  // [targets][tokens, rank]: A x of each adapter
 };
+
+// Any count, any alignment (an adapter group's tensors sit at any offset).
+__global__ void round_to_bf16_kernel(bf16* out, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16(x[i]);
+  }
+}
+
+// LoraTarget's order (models/lora_config.h).
+enum AdapterTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
 
 unsigned stride_grid(size_t work, unsigned per_block, unsigned cap) {
   return static_cast<unsigned>(std::clamp<size_t>((work + per_block - 1) / per_block, 1, cap));
@@ -53,6 +70,9 @@ class TrainBlocks final : public BlockEngine {
     ld_ = (s_.heads + 2 * s_.kv_heads) * s_.head_dim;
     qd_ = s_.heads * s_.head_dim;
     kvd_ = s_.kv_heads * s_.head_dim;
+    for (int t = 0, next = 0; t < kAdapterTargets; ++t) {
+      u_index_[t] = s_.lora.a[t] != kNoAdapter ? next++ : -1;
+    }
     if (c_.attention != AttentionBackend::kFlash) {
       auto made = CudnnAttention::create();
       if (made.is_ok()) {
@@ -134,11 +154,17 @@ class TrainBlocks final : public BlockEngine {
   }
 
   void forward(int l, const BlockTensors& w, const float* res_in, float* res_out,
-               const BlockPass& pass) override {
+               const BlockPass& pass, const BlockAdapters* lora) override {
     const Saved& a = saved_[l];
     const int N = pass.B * pass.T, H = s_.hidden, I = s_.intermediate;
+    if (lora) round_adapters(*lora);
     norm(nullptr, a.xn1, a.rstd1, res_in, nullptr, w.attn_norm, N);
     linear_forward(a.qkv, a.xn1, weight(w.q, size_t(ld_) * H), N, H, ld_);
+    if (lora) {
+      lora_forward(*lora, a, kQ, a.xn1, H, a.qkv, ld_, qd_, N);
+      lora_forward(*lora, a, kK, a.xn1, H, a.qkv + qd_, ld_, kvd_, N);
+      lora_forward(*lora, a, kV, a.xn1, H, a.qkv + qd_ + kvd_, ld_, kvd_, N);
+    }
     rotate(a, w, N, pass);
     {
       OpTimes::Scope timed(c_.times, "blocks.attention_forward", c_.stream);
@@ -157,10 +183,16 @@ class TrainBlocks final : public BlockEngine {
       check();
     }
     linear_forward(tmp_, a.y, weight(w.o, size_t(H) * qd_), N, qd_, H);
+    if (lora) lora_forward(*lora, a, kO, a.y, qd_, tmp_, H, H, N);
     norm(a.x2, a.xn2, a.rstd2, res_in, tmp_, w.mlp_norm, N);
     linear_forward(a.gu, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
+    if (lora) {
+      lora_forward(*lora, a, kGate, a.xn2, H, a.gu, 2 * I, I, N);
+      lora_forward(*lora, a, kUp, a.xn2, H, a.gu + I, 2 * I, I, N);
+    }
     swiglu(a, N);
     linear_forward(tmp_, a.h, weight(w.down, size_t(H) * I), N, I, H);
+    if (lora) lora_forward(*lora, a, kDown, a.h, I, tmp_, H, H, N);
     OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
     const size_t nh = static_cast<size_t>(N) * H;
     train::add_bf16_kernel<<<stride_grid(nh / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
@@ -178,10 +210,11 @@ class TrainBlocks final : public BlockEngine {
   }
 
   void backward(int l, const BlockTensors& w, const BlockTensors& dw, float* dres,
-                const float* res_in, const BlockPass& pass) override {
+                const float* res_in, const BlockPass& pass, const BlockAdapters* lora) override {
     const Saved& a = saved_[l];
     const int N = pass.B * pass.T, H = s_.hidden, I = s_.intermediate;
     const size_t nh = static_cast<size_t>(N) * H;
+    if (lora) round_adapters(*lora);
     {
       OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
       train::to_bf16_kernel<<<stride_grid(nh / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
@@ -191,6 +224,7 @@ class TrainBlocks final : public BlockEngine {
     // MLP: res_out = x2 + down(swiglu(gate|up(norm(x2)))).
     const bf16* w_down = weight(w.down, size_t(H) * I);
     linear_backward(dh_, dw.down, dres_half_, a.h, w_down, N, I, H);
+    if (lora) lora_backward(*lora, a, kDown, a.h, I, dres_half_, H, H, dh_, N);
     {
       OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
       const size_t pieces = static_cast<size_t>(N) * I / 8;
@@ -199,9 +233,14 @@ class TrainBlocks final : public BlockEngine {
       check();
     }
     linear_backward(dxn_, dw.gate, dgu_, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
+    if (lora) {
+      lora_backward(*lora, a, kGate, a.xn2, H, dgu_, 2 * I, I, dxn_, N);
+      lora_backward(*lora, a, kUp, a.xn2, H, dgu_ + I, 2 * I, I, dxn_, N);
+    }
     norm_backward(dres, dres_half_, dw.mlp_norm, a.x2, w.mlp_norm, a.rstd2, N);
     // Attention: x2 = res_in + o(attention(rope(norm(qkv(norm(res_in)))))).
     linear_backward(dy_, dw.o, dres_half_, a.y, weight(w.o, size_t(H) * qd_), N, qd_, H);
+    if (lora) lora_backward(*lora, a, kO, a.y, qd_, dres_half_, H, H, dy_, N);
     {
       OpTimes::Scope timed(c_.times, "blocks.attention_backward", c_.stream);
       const flash::Shape sh = attention_shape(pass.T);
@@ -239,6 +278,11 @@ class TrainBlocks final : public BlockEngine {
       check();
     }
     linear_backward(dxn_, dw.q, dqkv_, a.xn1, weight(w.q, size_t(ld_) * H), N, H, ld_);
+    if (lora) {
+      lora_backward(*lora, a, kQ, a.xn1, H, dqkv_, ld_, qd_, dxn_, N);
+      lora_backward(*lora, a, kK, a.xn1, H, dqkv_ + qd_, ld_, kvd_, dxn_, N);
+      lora_backward(*lora, a, kV, a.xn1, H, dqkv_ + qd_ + kvd_, ld_, kvd_, dxn_, N);
+    }
     norm_backward(dres, nullptr, dw.attn_norm, res_in, w.attn_norm, a.rstd1, N);
   }
 
@@ -263,6 +307,12 @@ class TrainBlocks final : public BlockEngine {
     per_layer(&Saved::x2, n * H, !full), per_layer(&Saved::rstd2, n, !full);
     per_layer(&Saved::xn2, n * H, !lean), per_layer(&Saved::gu, n * 2 * I, !full);
     per_layer(&Saved::h, n * I, !lean);
+    const size_t r = static_cast<size_t>(s_.lora.rank), targets = static_cast<size_t>(s_.lora.targets());
+    if (r > 0) {
+      per_layer(&Saved::lora_u, targets * n * r, !full);
+      lora_du_ = take<bf16>(n * r);
+      lora_weights_ = take<bf16>(s_.lora.group_numel);
+    }
     tmp_ = take<bf16>(n * H), dres_half_ = take<bf16>(n * H), dxn_ = take<bf16>(n * H);
     dy_ = take<bf16>(n * qd_), dqkv_ = take<bf16>(n * ld_), dh_ = take<bf16>(n * I);
     dgu_ = take<bf16>(n * 2 * I), dsum_ = take<float>(n * hq);
@@ -325,8 +375,8 @@ class TrainBlocks final : public BlockEngine {
 
   // Row-major y = x W^T is column-major y^T = W x^T: operands swapped.
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a,
-            int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc, float beta) {
-    const float alpha = 1.0f;
+            int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc, float beta,
+            float alpha = 1.0f) {
     COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(c_.blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b,
                                            CUDA_R_16BF, ldb, &beta, c, c_type, ldc,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -335,12 +385,54 @@ class TrainBlocks final : public BlockEngine {
     OpTimes::Scope timed(c_.times, "blocks.linear_forward", c_.stream);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, y, CUDA_R_16BF, out, 0.0f);
   }
-  // dx = dy W (overwritten, bf16); dw += dy^T x (fp32).
+  // dx = dy W (overwritten, bf16); dw += dy^T x (fp32), unless dw is null
+  // (a frozen weight).
   void linear_backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w, int n,
                        int in, int out) {
     OpTimes::Scope timed(c_.times, "blocks.linear_backward", c_.stream);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, dx, CUDA_R_16BF, in, 0.0f);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, dw, CUDA_R_32F, in, 1.0f);
+    if (dw) gemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, dw, CUDA_R_32F, in, 1.0f);
+  }
+
+  // The adapters' bf16 operands: the layer's whole group at once.
+  void round_adapters(const BlockAdapters& lora) {
+    OpTimes::Scope timed(c_.times, "blocks.weight_cast", c_.stream);
+    const size_t n = s_.lora.group_numel;
+    round_to_bf16_kernel<<<stride_grid(n, kThreads, 1024), kThreads, 0, c_.stream>>>(lora_weights_, lora.params,
+                                                                                      n);
+    check();
+  }
+  bf16* adapter_u(const Saved& a, int t) const {
+    return a.lora_u + static_cast<size_t>(u_index_[t]) * tokens_ * s_.lora.rank;
+  }
+  // y [N, out] (row stride ldy) += scale · (x A_tᵀ) B_tᵀ, x [N, in]; u = x A_tᵀ kept.
+  void lora_forward(const BlockAdapters& lora, const Saved& a, int t, const bf16* x, int in, bf16* y, int ldy,
+                    int out, int N) {
+    if (u_index_[t] < 0) return;
+    OpTimes::Scope timed(c_.times, "blocks.lora", c_.stream);
+    const int r = s_.lora.rank;
+    const bf16* A = lora_weights_ + s_.lora.a[t];
+    const bf16* B = lora_weights_ + s_.lora.b[t];
+    bf16* u = adapter_u(a, t);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, r, N, in, A, in, x, in, u, CUDA_R_16BF, r, 0.0f);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, N, r, B, r, u, r, y, CUDA_R_16BF, ldy, 1.0f, lora.scale);
+  }
+  // With dy [N, out] (row stride ldy) the projection's output gradient:
+  // dB += scale · dyᵀ u, du = scale · dy B, dA += duᵀ x, dx [N, in] += du A.
+  void lora_backward(const BlockAdapters& lora, const Saved& a, int t, const bf16* x, int in, const bf16* dy,
+                     int ldy, int out, bf16* dx, int N) {
+    if (u_index_[t] < 0) return;
+    OpTimes::Scope timed(c_.times, "blocks.lora", c_.stream);
+    const int r = s_.lora.rank;
+    const bf16* A = lora_weights_ + s_.lora.a[t];
+    const bf16* B = lora_weights_ + s_.lora.b[t];
+    const bf16* u = adapter_u(a, t);
+    float* dA = lora.grads + s_.lora.a[t];
+    float* dB = lora.grads + s_.lora.b[t];
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, r, out, N, u, r, dy, ldy, dB, CUDA_R_32F, r, 1.0f, lora.scale);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, r, N, out, B, r, dy, ldy, lora_du_, CUDA_R_16BF, r, 0.0f, lora.scale);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, in, r, N, x, in, lora_du_, r, dA, CUDA_R_32F, in, 1.0f);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, N, r, A, in, lora_du_, r, dx, CUDA_R_16BF, in, 1.0f);
   }
 
   void norm(float* x_out, bf16* xn, float* rstd, const float* a, const bf16* delta, const float* w,
@@ -356,6 +448,10 @@ class TrainBlocks final : public BlockEngine {
     const int H = s_.hidden;
     train::rmsnorm_backward_kernel<kRowThreads><<<N, kRowThreads, 0, c_.stream>>>(
         dx, dx_half, dxn_, x, w, rstd, H);
+    if (!dw) {  // a frozen norm weight
+      check();
+      return;
+    }
     const int column_blocks = (H + 31) / 32;
     const int chunks = std::max(1, std::min(N / 64, 1024 / column_blocks));
     const int rows = (N + chunks - 1) / chunks;
@@ -402,6 +498,8 @@ class TrainBlocks final : public BlockEngine {
   bf16 *tmp_ = nullptr, *dres_half_ = nullptr, *dxn_ = nullptr, *dy_ = nullptr, *dqkv_ = nullptr,
        *dh_ = nullptr, *dgu_ = nullptr, *weights_ = nullptr;
   float* dsum_ = nullptr;
+  bf16 *lora_du_ = nullptr, *lora_weights_ = nullptr;  // [tokens, rank]; the layer's adapters in bf16
+  int u_index_[kAdapterTargets] = {};                   // a target's slice of Saved::lora_u, or -1
   std::unique_ptr<CudnnAttention> cudnn_;  // null: the flash kernels
   size_t cudnn_workspace_bytes_ = 0;
   char* cudnn_workspace_ = nullptr;

@@ -283,7 +283,8 @@ __global__ void qk_norm_rope_backward_kernel(bf16* dqkv, float* dq_norm, float* 
     store_half<kPer>(dqkv + at, lane, ga);
     store_half<kPer>(dqkv + at + kHalf, lane, gb);
   }
-  if (!q_norm && !k_norm) return;
+  // The norm weights' gradients, where wanted (null under a frozen base).
+  if (!(q_norm && dq_norm) && !(k_norm && dk_norm)) return;
 #pragma unroll
   for (int w = 0; w < 2; ++w) {
 #pragma unroll
@@ -294,8 +295,8 @@ __global__ void qk_norm_rope_backward_kernel(bf16* dqkv, float* dq_norm, float* 
   }
   __syncthreads();
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
-    if (q_norm) atomicAdd(dq_norm + i, partial[0][i]);
-    if (k_norm) atomicAdd(dk_norm + i, partial[1][i]);
+    if (q_norm && dq_norm) atomicAdd(dq_norm + i, partial[0][i]);
+    if (k_norm && dk_norm) atomicAdd(dk_norm + i, partial[1][i]);
   }
 }
 
