@@ -3,10 +3,12 @@
 // to. Dequantizers read views of validated weights, over valid row ranges only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "base/parallel_for.h"
 #include "models/quant/quantized_weight.h"
 
 namespace cohort::models::quant::detail {
@@ -18,6 +20,25 @@ Status expect_count(const QuantizedWeight& w, const char* buffer, size_t have, s
 
 inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
+}
+
+// body(r0, r1) over the rows [0, rows) of a weight of `cols` columns, in
+// chunks of about 256k elements: spread over the cores where the weight
+// holds a million elements or more (an 8B model's projections take seconds
+// each on one thread), else on this thread. Each chunk writes only its own
+// rows, so the result does not depend on the split.
+template <typename Body>
+void for_row_chunks(int64_t rows, int64_t cols, Body&& body) {
+  constexpr int64_t kChunkElements = int64_t(1) << 18;
+  const int64_t chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(cols, 1));
+  const int64_t chunks = ceil_div(rows, chunk);
+  parallel_for(
+      size_t(chunks),
+      [&](size_t i) {
+        const int64_t r0 = int64_t(i) * chunk;
+        body(r0, std::min(rows, r0 + chunk));
+      },
+      rows * cols >= (int64_t(1) << 20) ? 0 : 1);
 }
 
 // Little-endian int32 word `i` of a packed buffer, as safetensors stores I32.

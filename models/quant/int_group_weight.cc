@@ -69,26 +69,29 @@ Result<QuantizedWeight> quantize_int_group(WeightFormat format, const std::strin
   const int64_t groups = ceil_div(cols, group_size), stride = row_bytes(format, cols);
   w.packed.assign(size_t(rows * stride), 0);
   w.scales.resize(size_t(rows * groups));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c0 = g * group_size, c1 = std::min(cols, c0 + group_size);
-      float amax = 0.0f;
-      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-      const float scale = amax / static_cast<float>(levels);
-      w.scales[r * groups + g] = scale;
-      for (int64_t c = c0; c < c1; ++c) {
-        const int q = scale > 0.0f
-                          ? std::clamp(static_cast<int>(std::nearbyint(x[r * cols + c] / scale)),
-                                       -levels, levels)
-                          : 0;
-        uint8_t* byte = w.packed.data() + r * stride + (format == WeightFormat::kInt8 ? c : c / 2);
-        if (format == WeightFormat::kInt8)
-          *byte = static_cast<uint8_t>(static_cast<int8_t>(q));
-        else
-          *byte |= static_cast<uint8_t>((q & 0xf) << (c % 2 == 0 ? 0 : 4));
+  // Rows are independent: a large weight spreads over the cores.
+  for_row_chunks(rows, cols, [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t c0 = g * group_size, c1 = std::min(cols, c0 + group_size);
+        float amax = 0.0f;
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+        const float scale = amax / static_cast<float>(levels);
+        w.scales[r * groups + g] = scale;
+        for (int64_t c = c0; c < c1; ++c) {
+          const int q = scale > 0.0f
+                            ? std::clamp(static_cast<int>(std::nearbyint(x[r * cols + c] / scale)),
+                                         -levels, levels)
+                            : 0;
+          uint8_t* byte = w.packed.data() + r * stride + (format == WeightFormat::kInt8 ? c : c / 2);
+          if (format == WeightFormat::kInt8)
+            *byte = static_cast<uint8_t>(static_cast<int8_t>(q));
+          else
+            *byte |= static_cast<uint8_t>((q & 0xf) << (c % 2 == 0 ? 0 : 4));
+        }
       }
     }
-  }
+  });
   return w;
 }
 

@@ -168,16 +168,24 @@ void dequantize_view_rows(const PackedWeightView& w, int64_t row_begin, int64_t 
 }
 
 Status dequantize(const QuantizedWeight& w, float* out) {
-  return dequantize_rows(w, 0, w.rows, out);
+  COHORT_RETURN_IF_ERROR(validate(w));
+  const PackedWeightView view = view_of(w);
+  detail::for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    dequantize_view_rows(view, r0, r1, out + r0 * w.cols);
+  });
+  return Status::ok();
 }
 
 Status dequantize_bf16(const QuantizedWeight& w, uint16_t* out) {
   COHORT_RETURN_IF_ERROR(validate(w));
-  std::vector<float> row(static_cast<size_t>(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    COHORT_RETURN_IF_ERROR(dequantize_rows(w, r, r + 1, row.data()));
-    for (int64_t c = 0; c < w.cols; ++c) out[r * w.cols + c] = float_to_bf16_bits(row[c]);
-  }
+  const PackedWeightView view = view_of(w);
+  detail::for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      dequantize_view_rows(view, r, r + 1, row.data());
+      for (int64_t c = 0; c < w.cols; ++c) out[r * w.cols + c] = float_to_bf16_bits(row[c]);
+    }
+  });
   return Status::ok();
 }
 

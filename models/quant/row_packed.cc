@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "models/quant/fp8_e4m3.h"
 #include "models/quant/formats.h"
@@ -17,6 +20,7 @@ namespace cohort::models::quant {
 namespace {
 
 using detail::ceil_div;
+using detail::for_row_chunks;
 using detail::weight_error;
 
 constexpr uint8_t kE4m3One = 0x38;
@@ -59,28 +63,38 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
   PackedWeightView centred = view_of(w), zeros = view_of(w);
   centred.scales = ones.data();
   zeros.scales = ones.data(), zeros.packed = no_values.data();
-  std::vector<float> value(size_t(w.cols)), minus_zero(size_t(w.cols));
   const int levels = 1 << w.bits;
-  for (int64_t n = 0; n < w.rows; ++n) {
-    dequantize_view_rows(centred, n, n + 1, value.data());
-    if (transposed) dequantize_view_rows(zeros, n, n + 1, minus_zero.data());
-    for (int64_t k = 0; k < w.cols; ++k) {
-      const int64_t g = k / group;
-      // Signed formats have no stored zero: the code is shifted by `offset`.
-      const int zero = transposed ? int(-minus_zero[size_t(k)]) : offset;
-      const int code = int(value[size_t(k)]) + zero;
-      if (code < 0 || code >= levels || zero < 0 || zero > levels) {
-        return weight_error(w, "the value at [" + std::to_string(n) + ", " + std::to_string(k) +
-                                   "] has no " + std::to_string(w.bits) + "-bit code");
-      }
-      put_code(out, n, k, code);
-      if (k % group == 0) {
-        out.zeros[size_t(n * groups + g)] = float(zero);
-        out.scales[size_t(n * groups + g)] =
-            transposed ? w.scales[size_t(g * w.rows + n)] : w.scales[size_t(n * groups + g)];
+  // Row chunks in parallel; the first bad value in row order is the error.
+  std::vector<std::pair<int64_t, Status>> bad;
+  std::mutex bad_mutex;
+  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    std::vector<float> value(size_t(w.cols)), minus_zero(size_t(w.cols));
+    for (int64_t n = r0; n < r1; ++n) {
+      dequantize_view_rows(centred, n, n + 1, value.data());
+      if (transposed) dequantize_view_rows(zeros, n, n + 1, minus_zero.data());
+      for (int64_t k = 0; k < w.cols; ++k) {
+        const int64_t g = k / group;
+        // Signed formats have no stored zero: the code is shifted by `offset`.
+        const int zero = transposed ? int(-minus_zero[size_t(k)]) : offset;
+        const int code = int(value[size_t(k)]) + zero;
+        if (code < 0 || code >= levels || zero < 0 || zero > levels) {
+          std::lock_guard<std::mutex> lock(bad_mutex);
+          bad.emplace_back(n, weight_error(w, "the value at [" + std::to_string(n) + ", " + std::to_string(k) +
+                                                  "] has no " + std::to_string(w.bits) + "-bit code"));
+          return;
+        }
+        put_code(out, n, k, code);
+        if (k % group == 0) {
+          out.zeros[size_t(n * groups + g)] = float(zero);
+          out.scales[size_t(n * groups + g)] =
+              transposed ? w.scales[size_t(g * w.rows + n)] : w.scales[size_t(n * groups + g)];
+        }
       }
     }
-  }
+  });
+  if (!bad.empty()) return std::min_element(bad.begin(), bad.end(), [](const auto& a, const auto& b) {
+                             return a.first < b.first;
+                           })->second;
   return out;
 }
 
@@ -93,11 +107,13 @@ void take_unit_scales(const QuantizedWeight& w, uint8_t unit_byte, RowPackedWeig
   std::vector<uint8_t> ones(w.packed.size(), unit_byte);
   PackedWeightView unit = view_of(w);
   unit.packed = ones.data();
-  std::vector<float> row(size_t(w.cols));
-  for (int64_t n = 0; n < w.rows; ++n) {
-    dequantize_view_rows(unit, n, n + 1, row.data());
-    for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = row[size_t(g * out.group)];
-  }
+  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(size_t(w.cols));
+    for (int64_t n = r0; n < r1; ++n) {
+      dequantize_view_rows(unit, n, n + 1, row.data());
+      for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = row[size_t(g * out.group)];
+    }
+  });
 }
 
 // e4m3: the bytes as they are; each group's scale from the dequantizer's
@@ -127,10 +143,12 @@ Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
   }
   COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, out.group));
   out.codes.assign(size_t(w.rows * out.row_bytes()), 0);
-  for (int64_t e = 0; e < w.rows * w.cols; ++e) {
-    const uint8_t byte = w.packed[size_t(e / 2)];
-    put_code(out, e / w.cols, e % w.cols, e % 2 == 0 ? byte >> 4 : byte & 0xf);
-  }
+  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t e = r0 * w.cols; e < r1 * w.cols; ++e) {
+      const uint8_t byte = w.packed[size_t(e / 2)];
+      put_code(out, e / w.cols, e % w.cols, e % 2 == 0 ? byte >> 4 : byte & 0xf);
+    }
+  });
   constexpr uint8_t kLevelOnePair = 0xff;  // kNf4Levels[15] == 1, in both nibbles
   take_unit_scales(w, kLevelOnePair, out);
   return out;

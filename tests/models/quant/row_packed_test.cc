@@ -152,3 +152,42 @@ TEST(RowPacked, ASliceIsTheSameCutOfTheDequantizedWeight) {
 
 }  // namespace
 }  // namespace cohort::models::quant
+
+namespace cohort::models::quant {
+namespace {
+
+// Weights of a million elements or more are quantized, dequantized and
+// packed in row chunks over the cores: the result is the one-thread result.
+TEST(RowPacked, LargeWeightsSpreadOverTheCoresGiveTheOneThreadResult) {
+  constexpr int64_t kRows = 1536, kCols = 768, kHalf = kRows / 2;  // 1.18M elements; halves under 1M
+  const std::vector<float> x = testing::random_weights(kRows * kCols, 21);
+  for (WeightFormat format : {WeightFormat::kInt4, WeightFormat::kInt8}) {
+    const QuantizedWeight whole = *quantize(format, "w", x.data(), kRows, kCols);
+    const QuantizedWeight top = *quantize(format, "w", x.data(), kHalf, kCols);
+    const QuantizedWeight bottom = *quantize(format, "w", x.data() + kHalf * kCols, kHalf, kCols);
+    std::vector<uint8_t> packed = top.packed;
+    packed.insert(packed.end(), bottom.packed.begin(), bottom.packed.end());
+    std::vector<float> scales = top.scales;
+    scales.insert(scales.end(), bottom.scales.begin(), bottom.scales.end());
+    EXPECT_EQ(whole.packed, packed) << to_string(format);
+    EXPECT_EQ(whole.scales, scales) << to_string(format);
+  }
+  for (WeightFormat format : {WeightFormat::kInt4, WeightFormat::kInt8, WeightFormat::kFp8Block, WeightFormat::kNf4}) {
+    const QuantizedWeight w = *quantize(format, "w", x.data(), kRows, kCols);
+    std::vector<float> whole(size_t(kRows * kCols)), rows(whole.size()), from_layout(whole.size());
+    ASSERT_TRUE(dequantize(w, whole.data()).is_ok());
+    ASSERT_TRUE(dequantize_rows(w, 0, kHalf, rows.data()).is_ok());
+    ASSERT_TRUE(dequantize_rows(w, kHalf, kRows, rows.data() + kHalf * kCols).is_ok());
+    EXPECT_EQ(whole, rows) << to_string(format);
+    auto packed = pack_rows(w);
+    ASSERT_TRUE(packed.is_ok()) << packed.status().to_string();
+    dequantize(*packed, from_layout.data());
+    EXPECT_EQ(std::memcmp(whole.data(), from_layout.data(), whole.size() * 4), 0) << to_string(format);
+    std::vector<uint16_t> bf16(whole.size());
+    ASSERT_TRUE(dequantize_bf16(w, bf16.data()).is_ok());
+    for (size_t i = 0; i < whole.size(); i += 997) ASSERT_EQ(bf16[i], float_to_bf16_bits(whole[i])) << i;
+  }
+}
+
+}  // namespace
+}  // namespace cohort::models::quant
