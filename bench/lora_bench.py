@@ -15,7 +15,8 @@ random tokens, AdamW on the adapters:
             tokens/s and memory (the base is quantized block by block as it
             is drawn, so nothing of 140 GB exists at once)
 
-  python3 bench/lora_bench.py --cohort build/bin/cohort [--steps 12] [--skip-70b] [--json out.json]
+  python3 bench/lora_bench.py --cohort build/bin/cohort [--steps 12] [--skip-70b] [--skip-8b] [--skip-peft]
+      [--json out.json]
 """
 import argparse
 import json
@@ -126,6 +127,7 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip-peft", action="store_true")
     ap.add_argument("--skip-70b", action="store_true")
+    ap.add_argument("--skip-8b", action="store_true", help="only the 70B QLoRA run (with --skip-peft)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -135,7 +137,7 @@ def main():
     random_tokens(tokens_file, 4_000_000)
     cohort = os.path.abspath(args.cohort)
     rows = []
-    for base in ("bf16", "nf4"):
+    for base in () if args.skip_8b else ("bf16", "nf4"):
         rows.append(run_cohort(cohort, work, f"lora8b-{base}", "llama-3.1-8b", base, 4, args.steps, tokens_file))
         print(json.dumps(rows[-1]), flush=True)
     if not args.skip_peft:
