@@ -345,13 +345,11 @@ Status CudaGraphEngine::alloc_buffers() {
     COHORT_ASSIGN_OR_RETURN(void* offsets, take((E + 1) * 4));
     COHORT_ASSIGN_OR_RETURN(void* source_rows, take(pairs * 4));
     COHORT_ASSIGN_OR_RETURN(void* slots, take(pairs * 4));
-    COHORT_ASSIGN_OR_RETURN(void* active, take((E + 1) * 4));
     COHORT_ASSIGN_OR_RETURN(void* h, take(pairs * Ie * 2));
     COHORT_ASSIGN_OR_RETURN(void* ys, take(pairs * H * 4));
     moe_ = MoeBuffers{static_cast<float*>(logits),      static_cast<int32_t*>(experts),
                       static_cast<float*>(weights),     static_cast<int32_t*>(offsets),
                       static_cast<int32_t*>(source_rows), static_cast<int32_t*>(slots),
-                      static_cast<int32_t*>(active),    static_cast<int32_t*>(active) + E,
                       static_cast<Bf16*>(h),            static_cast<float*>(ys)};
   }
   if (prefill_tiles_) {

@@ -140,12 +140,10 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
     gemm(moe_.logits, x, router, c, H, E);
     mc::moe_route(moe_.logits, moe_.experts, moe_.weights, moe_.offsets, moe_.source_rows, moe_.slots, c, E, k,
                   config_.moe.normalize_top_k, stream_);
-    mc::moe_experts_active(moe_.active, moe_.active_count, moe_.offsets, E, stream_);
     const int max_active = std::min(E, c * k);
-    mc::moe_experts_swiglu_bf16(moe_.h, x, L.experts_gu, moe_.offsets, moe_.source_rows, moe_.active,
-                                moe_.active_count, max_active, H, Ie, stream_);
-    mc::moe_experts_down_bf16(moe_.ys, moe_.h, L.experts_down, moe_.offsets, moe_.active, moe_.active_count,
-                              max_active, H, Ie, stream_);
+    mc::moe_experts_swiglu_bf16(moe_.h, x, L.experts_gu, moe_.offsets, moe_.source_rows, E, max_active, H, Ie,
+                                stream_);
+    mc::moe_experts_down_bf16(moe_.ys, moe_.h, L.experts_down, moe_.offsets, E, max_active, H, Ie, stream_);
     mc::moe_combine_rows(out + static_cast<size_t>(r0) * H, moe_.ys, moe_.slots, moe_.weights, c, k, H, stream_);
   }
 }

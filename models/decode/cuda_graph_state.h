@@ -167,14 +167,13 @@ class CudaGraphEngine final : public InferenceEngine {
   // A sparse layer's buffers, for up to moe_rows_ rows at a time (C): the
   // router's logits [C, E] (probabilities in place), each row's k experts and
   // weights [C, k], the pairs sorted by expert (offsets [E + 1], source rows
-  // and slots [C k]), the active experts and their count, the experts'
-  // SwiGLU outputs [C k, Ie] and down projections [C k, H].
+  // and slots [C k]), the experts' SwiGLU outputs [C k, Ie] and down
+  // projections [C k, H].
   struct MoeBuffers {
     float* logits = nullptr;
     int32_t* experts = nullptr;
     float* weights = nullptr;
     int32_t *offsets = nullptr, *source_rows = nullptr, *slots = nullptr;
-    int32_t *active = nullptr, *active_count = nullptr;
     Bf16* h = nullptr;
     float* ys = nullptr;
   };

@@ -23,22 +23,32 @@ constexpr int kMoeRowsPerPass = 8;
 
 bool moe_experts_supported(int H, int I) { return H > 0 && I > 0 && H % 8 == 0 && I % 8 == 0; }
 
-__global__ void moe_experts_active_kernel(int32_t* active, int32_t* count, const int32_t* offsets, int E) {
-  begin_dependent();
-  if (threadIdx.x != 0) return;
-  int n = 0;
-  for (int e = 0; e < E; ++e)
-    if (offsets[e + 1] > offsets[e]) active[n++] = e;
-  *count = n;
+// The y-th expert (in expert order) whose rows are not empty, or -1: the
+// warp looks at 32 experts at a time and counts them by ballot. Every lane
+// of the warp must call it.
+__device__ __forceinline__ int moe_nth_active_expert(const int32_t* offsets, int E, int y) {
+  const int lane = threadIdx.x % 32;
+  int seen = 0;
+  for (int base = 0; base < E; base += 32) {
+    const int e = base + lane;
+    unsigned mask = __ballot_sync(0xffffffffu, e < E && offsets[e + 1] > offsets[e]);
+    const int here = __popc(mask);
+    if (y < seen + here) {
+      for (int skip = y - seen; skip > 0; --skip) mask &= mask - 1;  // drop the lowest set bits
+      return base + __ffs(mask) - 1;
+    }
+    seen += here;
+  }
+  return -1;
 }
 
 // Rows [first, last) of expert `e`: h = SwiGLU for feature f.
 __global__ void moe_experts_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu,
-                                          const int32_t* offsets, const int32_t* source_rows,
-                                          const int32_t* active, const int32_t* count, int H, int I) {
+                                          const int32_t* offsets, const int32_t* source_rows, int E, int H,
+                                          int I) {
   begin_dependent();
-  if (static_cast<int>(blockIdx.y) >= *count) return;
-  const int e = active[blockIdx.y];
+  const int e = moe_nth_active_expert(offsets, E, static_cast<int>(blockIdx.y));
+  if (e < 0) return;
   const int f = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
   const int lane = threadIdx.x % 32;
   if (f >= I) return;  // whole warps
@@ -80,11 +90,10 @@ __global__ void moe_experts_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const 
 }
 
 __global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16Bits* w_down,
-                                        const int32_t* offsets, const int32_t* active, const int32_t* count,
-                                        int H, int I) {
+                                        const int32_t* offsets, int E, int H, int I) {
   begin_dependent();
-  if (static_cast<int>(blockIdx.y) >= *count) return;
-  const int e = active[blockIdx.y];
+  const int e = moe_nth_active_expert(offsets, E, static_cast<int>(blockIdx.y));
+  if (e < 0) return;
   const int o = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
   const int lane = threadIdx.x % 32;
   if (o >= H) return;
@@ -116,26 +125,20 @@ __global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16
   }
 }
 
-void moe_experts_active(int32_t* active, int32_t* count, const int32_t* offsets, int E, CUstream_st* stream) {
-  launch_dependent(moe_experts_active_kernel, dim3(1), dim3(32), 0, stream, active, count, offsets, E);
-}
-
 void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
-                             const int32_t* source_rows, const int32_t* active, const int32_t* count,
-                             int max_active, int H, int I, CUstream_st* stream) {
+                             const int32_t* source_rows, int E, int max_active, int H, int I, CUstream_st* stream) {
   if (max_active <= 0) return;
   const dim3 grid((I + kMoeExpertWarps - 1) / kMoeExpertWarps, max_active);
   launch_dependent(moe_experts_swiglu_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, h, x, w_gu, offsets,
-                   source_rows, active, count, H, I);
+                   source_rows, E, H, I);
 }
 
-void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets,
-                           const int32_t* active, const int32_t* count, int max_active, int H, int I,
-                           CUstream_st* stream) {
+void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets, int E,
+                           int max_active, int H, int I, CUstream_st* stream) {
   if (max_active <= 0) return;
   const dim3 grid((H + kMoeExpertWarps - 1) / kMoeExpertWarps, max_active);
-  launch_dependent(moe_experts_down_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, ys, h, w_down, offsets,
-                   active, count, H, I);
+  launch_dependent(moe_experts_down_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, ys, h, w_down, offsets, E,
+                   H, I);
 }
 
 void moe_route(float* logits, int32_t* experts, float* weights, int32_t* offsets, int32_t* source_rows,

@@ -12,9 +12,11 @@
 // The CUDA forms run a block per (active expert, tile of output features),
 // a warp per feature: the warp streams its weight row once per 8 of the
 // expert's rows, so a decode step reads each chosen expert's weights once
-// and nothing of the others. `active` lists the experts with rows (at most
-// `max_active` of them; experts_active writes it from the offsets). H and I
-// must be multiples of 8 (16-byte loads): experts_supported.
+// and nothing of the others. Block row y takes the y-th expert with rows,
+// found from the offsets by a ballot over the experts (no list is kept:
+// one kernel fewer per layer); blocks past the last such expert leave at
+// once, so `max_active` (at most E and the pair count) sizes the grid. H and
+// I must be multiples of 8 (16-byte loads): experts_supported.
 #pragma once
 
 #include <cstdint>
@@ -36,14 +38,10 @@ void moe_experts_down(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, cons
 namespace cohort::models::cuda {
 
 bool moe_experts_supported(int H, int I);
-// active [E] = the experts whose rows are not empty, in order; count [1].
-void moe_experts_active(int32_t* active, int32_t* count, const int32_t* offsets, int E, CUstream_st* stream);
 void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
-                             const int32_t* source_rows, const int32_t* active, const int32_t* count,
-                             int max_active, int H, int I, CUstream_st* stream);
-void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets,
-                           const int32_t* active, const int32_t* count, int max_active, int H, int I,
-                           CUstream_st* stream);
+                             const int32_t* source_rows, int E, int max_active, int H, int I, CUstream_st* stream);
+void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets, int E,
+                           int max_active, int H, int I, CUstream_st* stream);
 // The routing ops of moe_routing.cuh as the graph engine calls them
 // (device pointers, on `stream`): the router's softmax and top k (probs in
 // place of logits), the stable sort by expert, and out [n, dim] += the

@@ -1,8 +1,9 @@
 // The graph engine's sparse-layer kernels (models/ops/moe_experts.h) against
 // their CPU reference on random inputs: the router's choices and sort
-// (moe_route), the active-expert list, the experts' SwiGLU and down
-// projections over the sorted rows, and the weighted sum into the
-// residual, for one decode row (a few experts active, most idle), a batch
+// (moe_route), the experts' SwiGLU and down projections over the sorted
+// rows (each block finding its expert among those with rows), and the
+// weighted sum into the residual, for one decode row (a few experts
+// active, most idle, of 16 and of 128 as Qwen3-30B-A3B has), a batch
 // where every expert has rows, and a prefill whose experts take more rows
 // than a warp handles in one pass. Part of models_decode_ops_parity_test;
 // skips with a message where no GPU is visible.
@@ -36,7 +37,8 @@ TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
   };
   // decode (1 row: 4 of 16 experts), a batch (every expert has rows), a
   // prefill (about 38 rows an expert: several passes of 8), Mixtral's 8 of 2.
-  for (const Case& c : {Case{1, 16, 4, 256, 96}, Case{24, 16, 4, 256, 96}, Case{300, 64, 8, 128, 48},
+  for (const Case& c : {Case{1, 16, 4, 256, 96}, Case{1, 128, 8, 256, 96}, Case{24, 16, 4, 256, 96},
+                        Case{300, 64, 8, 128, 48},
                         Case{40, 8, 2, 512, 200}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k);
     const size_t pairs = size_t(c.n) * c.k;
@@ -64,28 +66,18 @@ TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
     int32_t* g_offsets = up(std::vector<int32_t>(c.E + 1, -1));
     int32_t* g_source = up(std::vector<int32_t>(pairs, -1));
     int32_t* g_slots = up(std::vector<int32_t>(pairs, -1));
-    int32_t* g_active = up(std::vector<int32_t>(c.E + 1, -1));
     uint16_t* g_h = up(std::vector<uint16_t>(pairs * c.I, kBf16NaN));
     uint16_t *g_x = up(x), *g_gu = up(w_gu), *g_down = up(w_down);
     const int max_active = std::min<int>(c.E, int(pairs));
     cuda::moe_route(g_logits, g_experts, g_weights, g_offsets, g_source, g_slots, c.n, c.E, c.k, true, stream_);
-    cuda::moe_experts_active(g_active, g_active + c.E, g_offsets, c.E, stream_);
-    cuda::moe_experts_swiglu_bf16(g_h, g_x, g_gu, g_offsets, g_source, g_active, g_active + c.E, max_active, c.H,
-                                  c.I, stream_);
-    cuda::moe_experts_down_bf16(g_ys, g_h, g_down, g_offsets, g_active, g_active + c.E, max_active, c.H, c.I,
-                                stream_);
+    cuda::moe_experts_swiglu_bf16(g_h, g_x, g_gu, g_offsets, g_source, c.E, max_active, c.H, c.I, stream_);
+    cuda::moe_experts_down_bf16(g_ys, g_h, g_down, g_offsets, c.E, max_active, c.H, c.I, stream_);
     cuda::moe_combine_rows(g_out, g_ys, g_slots, g_weights, c.n, c.k, c.H, stream_);
 
     EXPECT_EQ(down_as(g_experts, pairs), experts);
     EXPECT_EQ(down_as(g_offsets, size_t(c.E) + 1), offsets);
     EXPECT_EQ(down_as(g_source, pairs), source);
     EXPECT_EQ(down_as(g_slots, pairs), slots);
-    std::vector<int32_t> active;
-    for (int e = 0; e < c.E; ++e)
-      if (offsets[e + 1] > offsets[e]) active.push_back(e);
-    const auto got_active = down_as(g_active, size_t(c.E) + 1);
-    EXPECT_EQ(got_active[c.E], int32_t(active.size()));
-    EXPECT_EQ(std::vector<int32_t>(got_active.begin(), got_active.begin() + active.size()), active);
     // Sums in another order: h may round to the neighbouring bf16.
     EXPECT_LT(norm_relative(from_bf16(h), from_bf16(down_as(g_h, pairs * c.I))), kBf16Tol);
     EXPECT_LT(norm_relative(ys, down(g_ys, pairs * c.H)), kBf16Tol);
