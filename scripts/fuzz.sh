@@ -28,14 +28,29 @@ if ! cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" -- $(printf '%s_fuzz ' "$
   exit 1
 fi
 mkdir -p "$build_dir/crashes"
+# One libFuzzer process per core (FUZZ_JOBS, default nproc): each is a
+# single thread, so the targets run side by side and the wall time is
+# about targets / cores × seconds. Results are reported in target order.
+run_one() {  # target
+  local t=$1 work="$build_dir/corpus/$1"  # grows across runs; the repo's seeds stay as they are
+  local rc=0
+  mkdir -p "$work"
+  "$build_dir/${t}_fuzz" "$work" "fuzz/corpus/$t" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    -artifact_prefix="$build_dir/crashes/$t-" >"$build_dir/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$build_dir/$t.rc"
+}
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  rm -f "$build_dir/$t.rc"
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
+  run_one "$t" &
+done
+wait
 failed=()
 for t in "${targets[@]}"; do
-  work="$build_dir/corpus/$t"  # grows across runs; the repo's seeds stay as they are
-  mkdir -p "$work"
   log="$build_dir/$t.log"
-  if "$build_dir/${t}_fuzz" "$work" "fuzz/corpus/$t" -max_total_time="$seconds" -timeout=10 \
-      -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-      -artifact_prefix="$build_dir/crashes/$t-" >"$log" 2>&1; then
+  if [[ $(cat "$build_dir/$t.rc" 2>/dev/null) == 0 ]]; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     echo "fuzz: $t: ${runs} runs in ${seconds} s, nothing found"
   else
