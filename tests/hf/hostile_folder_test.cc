@@ -112,7 +112,10 @@ TEST_P(HostileConfig, TheWorkerRefusesItNamingTheField) {
   const Timed t = timed({bin("cohort-worker"), (dir / "job.toml").string()});
   EXPECT_NE(t.result.exit_code, 0) << t.result.out;
   EXPECT_LT(t.result.exit_code, 128) << "killed by a signal: " << t.result.err;
-  EXPECT_LT(t.seconds, 1.0);
+  // The refusal costs the process's start (about 1 s on a loaded 2-core
+  // machine), not an allocation of the declared sizes (minutes, or the OOM
+  // killer).
+  EXPECT_LT(t.seconds, 5.0);
   EXPECT_NE((t.result.out + t.result.err).find(field), std::string::npos) << t.result.err.substr(0, 400);
 }
 
