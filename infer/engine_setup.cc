@@ -60,6 +60,18 @@ Status add_served_adapters(const jobs::JobSpec& spec, models::decode::InferenceE
 }
 
 #ifdef COHORT_HAVE_CUDA
+// The largest rank among serve.adapters' folders (0 without any; a folder
+// that does not read is named when the adapters load).
+int served_adapter_rank(const jobs::JobSpec& spec) {
+  int rank = 0;
+  if (spec.job.kind != jobs::JobKind::kServe) return rank;
+  for (const auto& [name, folder] : spec.serve.adapters) {
+    auto peft = hf::read_peft_config(folder);
+    if (peft.is_ok()) rank = std::max(rank, peft->lora.rank);
+  }
+  return rank;
+}
+
 // The paged cache's blocks when the job gives no size: what the GPU has
 // room for (the least over the ranks, whose schedulers must agree), at most
 // what the slots can fill.
@@ -112,11 +124,17 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   const bool serves_adapters = spec.job.kind == jobs::JobKind::kServe && !spec.serve.adapters.empty();
   if (!model_engine_wanted) {
     // What the graph engine's kernels do not handle (a head size, expert or
-    // adapter widths, expert parallelism) the models library's engine serves.
+    // adapter widths, expert parallelism, adapters of rank above its table's)
+    // the models library's engine serves.
     models::decode::CudaEngineOptions fit;
     fit.lora = serves_adapters;
     fit.shard = models::ShardSpec{0, dims.tp};
-    if (Status fits = models::decode::cuda_graph_engine_fits(config, fit); !fits.is_ok()) {
+    Status fits = models::decode::cuda_graph_engine_fits(config, fit);
+    if (const int rank = served_adapter_rank(spec); fits.is_ok() && rank > models::decode::kGraphLoraRank) {
+      fits = invalid_argument("serve.adapters: an adapter of rank " + std::to_string(rank) +
+                              " is above the bf16 CUDA engine's " + std::to_string(models::decode::kGraphLoraRank));
+    }
+    if (!fits.is_ok()) {
       if (world.rank == 0) {
         spdlog::warn("infer: {}; using the models library's CUDA engine, op by op", fits.message());
       }
