@@ -13,7 +13,8 @@
 #             own, 8 new tokens: after the first, the prefix is cached
 # Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
 # serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
-# turns serve.prefix_caching off, KV_TOKENS sets serve.kv_cache_tokens, and
+# turns serve.prefix_caching off, KV_TOKENS sets serve.kv_cache_tokens,
+# KV_DTYPE=fp8 sets serve.kv_cache_dtype, and
 # LOADS="single streams64" (or single+streams64) runs only those loads.
 # ADAPTERS=N serves N random rank-16 LoRA adapters beside the base
 # (bench/make_peft_adapters.py) and the requests take them in turn.
@@ -21,6 +22,7 @@ set -euo pipefail
 worker=$(realpath "$1") hf=$(realpath "$2") out=$(mkdir -p "$3" && realpath "$3") label=${4:-cohort}
 cd "$(dirname "$0")/.."
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+kv_dtype_line=${KV_DTYPE:+kv_cache_dtype = \"$KV_DTYPE\"}
 cat >"$out/$label.toml" <<TOML
 [job]
 name = "bench"
@@ -38,6 +40,7 @@ temperature = 0.0
 ${MAX_BATCHED:+max_batched_tokens = $MAX_BATCHED}
 ${PREFIX_CACHING:+prefix_caching = $PREFIX_CACHING}
 ${KV_TOKENS:+kv_cache_tokens = $KV_TOKENS}
+$kv_dtype_line
 TOML
 models=""
 if [[ ${ADAPTERS:-0} -gt 0 ]]; then

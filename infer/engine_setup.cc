@@ -15,6 +15,7 @@
 #include "hf/peft_config.h"
 #include "infer/model_source.h"
 #include "models/cuda_backend.h"
+#include "models/ops/kv_fp8.h"
 #include "parallel/parallelize.h"
 
 #include "models/decode/cuda_graph_engine.h"
@@ -100,6 +101,29 @@ Result<int64_t> kv_blocks_by_memory(const models::ModelConfig& config, const mod
 }
 #endif
 
+// The job's kv_cache_dtype ([serve] or [infer]), and the key it came from.
+struct KvDtypeChoice {
+  models::KvDtype dtype = models::KvDtype::kBf16;
+  std::string key;
+};
+Result<KvDtypeChoice> kv_dtype_of(const jobs::JobSpec& spec) {
+  const bool serve = spec.job.kind == jobs::JobKind::kServe;
+  KvDtypeChoice choice;
+  choice.key = serve ? "serve.kv_cache_dtype" : "infer.kv_cache_dtype";
+  auto parsed = models::parse_kv_dtype(serve ? spec.serve.kv_cache_dtype : spec.infer.kv_cache_dtype);
+  if (!parsed.is_ok()) return parsed.status().with_context(choice.key);
+  choice.dtype = *parsed;
+  return choice;
+}
+
+// An fp8 cache where the engine that runs keeps its own (fp32 or bf16)
+// would silently take twice the memory the job planned for: refused.
+Status refuse_fp8_kv(const KvDtypeChoice& kv, const std::string& engine, const std::string& why) {
+  if (kv.dtype != models::KvDtype::kFp8) return Status::ok();
+  return failed_precondition(kv.key + " = \"fp8\" needs the bf16 CUDA-graph engine, but this rank runs " + engine +
+                             " (" + why + "); set it to \"bf16\" or serve where that engine runs");
+}
+
 Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::ModelConfig& config,
                                      collective::World& world, int tensor_parallel, int slots,
                                      int capacity, int64_t kv_positions, double gpu_memory_fraction,
@@ -110,9 +134,11 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   COHORT_ASSIGN_OR_RETURN(worker::ComputeDevice device, worker::choose_compute_device(world, debug.device));
   EngineBundle bundle;
   bundle.on_gpu = device.gpu;
+  COHORT_ASSIGN_OR_RETURN(const KvDtypeChoice kv_dtype, kv_dtype_of(spec));
   if (!device.gpu) {
     COHORT_ASSIGN_OR_RETURN(bundle.mesh, parallel::DeviceMesh::create(world.cpu.get(), dims));
     if (slots > 0) {
+      COHORT_RETURN_IF_ERROR(refuse_fp8_kv(kv_dtype, "the CPU engine (fp32)", "no GPU was chosen"));
       COHORT_ASSIGN_OR_RETURN(bundle.engine, model_engine(spec, config, models::make_cpu_backend(),
                                                           *bundle.mesh, nullptr, slots, capacity));
     }
@@ -121,6 +147,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
 #ifdef COHORT_HAVE_CUDA
   models::set_serial_kernel_launches(debug.serial_launches);
   bool model_engine_wanted = debug.model_engine;
+  std::string model_engine_why = "COHORT_INFER_ENGINE=model";
   const bool serves_adapters = spec.job.kind == jobs::JobKind::kServe && !spec.serve.adapters.empty();
   if (!model_engine_wanted) {
     // What the graph engine's kernels do not handle (a head size, expert or
@@ -135,10 +162,11 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
                               " is above the bf16 CUDA engine's " + std::to_string(models::decode::kGraphLoraRank));
     }
     if (!fits.is_ok()) {
-      if (world.rank == 0) {
+      if (world.rank == 0 && kv_dtype.dtype != models::KvDtype::kFp8) {
         spdlog::warn("infer: {}; using the models library's CUDA engine, op by op", fits.message());
       }
       model_engine_wanted = true;
+      model_engine_why = fits.message();
     }
   }
   if (model_engine_wanted) {
@@ -146,6 +174,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
     COHORT_ASSIGN_OR_RETURN(bundle.mesh,
                             parallel::DeviceMesh::create(bundle.device_world.get(), dims));
     if (slots == 0) return bundle;
+    COHORT_RETURN_IF_ERROR(refuse_fp8_kv(kv_dtype, "the models library's CUDA engine", model_engine_why));
     COHORT_ASSIGN_OR_RETURN(auto backend, models::make_cuda_backend(device.cuda_device, {.op_times = debug.op_times}));
     void* stream = backend->stream();
     COHORT_ASSIGN_OR_RETURN(bundle.engine,
@@ -170,6 +199,7 @@ Result<EngineBundle> build_unchecked(const jobs::JobSpec& spec, const models::Mo
   options.stream_blocks = model_streams_blocks(spec.model);
   options.lora = serves_adapters;
   options.shard = models::ShardSpec{bundle.mesh->tp_rank(), dims.tp};
+  options.kv_dtype = kv_dtype.dtype;
   // `[model] quantize`: the projections stay quantized on the GPU (the
   // loaded model holds them round-tripped through the same format).
   COHORT_ASSIGN_OR_RETURN(options.projection_format, hf::parse_quantize_option(spec.model.quantize));

@@ -159,6 +159,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   facts.engine = bundle.engine ? bundle.engine->describe() : "none";
   facts.weights = weights;
   facts.quantize = spec.model.quantize;
+  facts.kv_cache_dtype = spec.infer.kv_cache_dtype;
   facts.world = world.size, facts.tp = tp, facts.dp = dp;
   facts.batch_size = infer.batch_size;
   facts.max_new_tokens = infer.max_new_tokens;

@@ -115,6 +115,7 @@ Status write_files(const std::vector<json>& replicas, const RunFacts& facts) {
   const double out_rate = wall > 0 ? static_cast<double>(out_tokens) / wall : 0;
   json summary = {{"model", facts.model},          {"engine", facts.engine},
                   {"weights", facts.weights},      {"quantize", facts.quantize},
+                  {"kv_cache_dtype", facts.kv_cache_dtype},
                   {"world", facts.world},          {"tensor_parallel", facts.tp},
                   {"data_parallel", facts.dp},     {"batch_size", facts.batch_size},
                   {"max_new_tokens", facts.max_new_tokens},

@@ -42,6 +42,7 @@ struct RunFacts {
   std::string engine;  // models::decode::InferenceEngine::describe()
   std::map<std::string, int> weights;  // weight_formats(): count per storage format
   std::string quantize = "none";       // [model] quantize
+  std::string kv_cache_dtype = "bf16"; // infer.kv_cache_dtype
   int world = 1, tp = 1, dp = 1;
   int batch_size = 1;
   int max_new_tokens = 0;

@@ -371,7 +371,9 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
   so.max_batched_tokens = serve.max_batched_tokens;
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
-    const auto formats = weight_formats(spec.model, setup.config);  // the load above read the same headers
+    std::map<std::string, int> by_format;
+    const auto formats = weight_formats(spec.model, setup.config, &by_format);  // the load above read the same headers
+    metrics.set_model(by_format, serve.kv_cache_dtype);
     spdlog::info("serve: {} from {} (weights {}) ready in {:.2f} s: tp {}, {} slots of {} positions, KV cache "
                  "of {} positions, queue {}",
                  bundle.engine->describe(), model_source(spec.model),

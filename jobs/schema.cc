@@ -20,6 +20,15 @@ using binding::bind;
 using binding::Doc;
 constexpr double kBig = 1e12;
 
+// [infer] and [serve] kv_cache_dtype's text (one engine builds both).
+constexpr const char* kKvCacheDtypeText =
+    "Number format of the KV cache. fp8: each cached key and value is an e4m3 byte times a "
+    "power-of-two scale of its layer and KV head (one for K, one for V), measured over a "
+    "512-token calibration prefill when the engine starts (the largest value seen gets 2x "
+    "headroom); half of bf16's bytes, so the same memory holds twice the positions. The "
+    "CUDA-graph engine only: a job that asks for fp8 where another engine runs stops with "
+    "the reason.";
+
 // infer.stop: one key, two members (ids and strings), in the order given.
 FieldDoc stop_list_field() {
   FieldDoc f;
@@ -277,6 +286,8 @@ std::vector<FieldDoc> build_schema() {
                    {.text = "Tensor-parallel degree (0: all of the job's ranks).", .min = 0, .max = 1024}));
   f.push_back(bind("infer", "cuda_graphs", &J::infer, &InferSection::cuda_graphs,
                    {.text = "Capture decode steps in CUDA graphs."}));
+  f.push_back(bind("infer", "kv_cache_dtype", &J::infer, &InferSection::kv_cache_dtype,
+                   {.text = kKvCacheDtypeText, .choices = {"bf16", "fp8"}}));
   // [serve]
   f.push_back(bind("serve", "host", &J::serve, &ServeSection::host,
                    {.text = "Address rank 0 serves HTTP on; off loopback it needs api_key."}));
@@ -321,6 +332,8 @@ std::vector<FieldDoc> build_schema() {
                             "gpu_memory_fraction leaves after the model, at most max_running × context). The bf16 "
                             "CUDA engine shares them; the CPU engine gives each slot its context.",
                     .min = 0, .max = 1e12}));
+  f.push_back(bind("serve", "kv_cache_dtype", &J::serve, &ServeSection::kv_cache_dtype,
+                   {.text = kKvCacheDtypeText, .choices = {"bf16", "fp8"}}));
   f.push_back(bind("serve", "gpu_memory_fraction", &J::serve, &ServeSection::gpu_memory_fraction,
                    {.text = "Share of the GPU's memory the server may use for the model, its buffers and the KV "
                             "cache, when kv_cache_tokens is 0; the cache gets what is left, and a job whose cache "

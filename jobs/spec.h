@@ -179,6 +179,7 @@ struct InferSection {
   int batch_size = 1;
   int tensor_parallel = 0;      // 0: all of the job's ranks
   bool cuda_graphs = true;
+  std::string kv_cache_dtype = "bf16";  // bf16 | fp8 (models/ops/kv_fp8.h; the CUDA-graph engine)
 };
 
 // kind = "serve": the OpenAI-compatible HTTP server (infer/serve_job.h).
@@ -195,6 +196,7 @@ struct ServeSection {
   int max_batched_tokens = 8192;  // tokens per forward: running sequences' next tokens, then prompt chunks
   bool prefix_caching = true;   // full KV blocks reused by later prompts with the same prefix
   int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: by gpu_memory_fraction
+  std::string kv_cache_dtype = "bf16";  // bf16 | fp8 (models/ops/kv_fp8.h; the CUDA-graph engine)
   double gpu_memory_fraction = 0.9;  // of the GPU's memory the server may take (weights, buffers, KV cache)
   int max_tokens = 256;         // a request's max_tokens when it gives none
   double temperature = 1.0;     // defaults for requests that give none

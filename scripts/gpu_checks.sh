@@ -23,6 +23,8 @@
 #                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh)
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
 #                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
+#   scripts/gpu_checks.sh kv OUTDIR        the fp8 KV cache: kernel parity, engine tokens against the bf16
+#                                          cache's, then 64 streams served with each (KV_SHAPE's folder)
 #   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
 #                                          HF logits, training beside transformers (MOE_TRAIN=0 skips), then
 #                                          Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES)
@@ -139,6 +141,23 @@ elif [[ $phase == quant ]]; then
     --no-transformers --shape "${QUANT_SHAPE:-qwen3-0.6b}" --batches "${QUANT_BATCHES:-1,64}" --prompt-lens 128 \
     --new 128 --quantize "${QUANT_FORMATS:-bf16,int4,int8,fp8}" --work /tmp/quant-bench
   grep -E "^\|" "$out/quant_bench.log"
+elif [[ $phase == kv ]]; then
+  # The fp8 KV cache (models/ops/kv_fp8.h): its kernels against the CPU references on the codes' values,
+  # the engine's tokens against the bf16 cache's and twice the blocks in the same memory, then 64 streams
+  # served with each cache by GPU memory (the startup line gives each cache's positions).
+  STEP_TIMEOUT=150 step kv_parity "$tests/models_decode_ops_parity_test" --gtest_filter='*KvFp8*'
+  grep -E "OK|FAILED|Failure|Which is|Expected" "$out/kv_parity.log" | head -20
+  STEP_TIMEOUT=150 step kv_engine "$tests/infer_gpu_test" --gtest_filter='*Fp8Kv*'
+  grep -E "parted|FAILED|Failure|Which is" "$out/kv_engine.log" | head -20
+  folder=/tmp/${KV_SHAPE:-qwen3-0.6b}
+  [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape "${KV_SHAPE:-qwen3-0.6b}" \
+    >"$out/folder.log" 2>&1
+  for dtype in bf16 fp8; do
+    KV_DTYPE=$dtype LOADS=${KV_LOADS:-streams64} STEP_TIMEOUT=200 step "serve_kv_$dtype" bench/serve_speed.sh \
+      "$bin/cohort-worker" "$folder" "$out/serve" "kv-$dtype"
+    grep -E "^#|^[a-z0-9]+ \|" "$out/serve_kv_$dtype.log"
+    grep -E "KV cache of|fp8 KV cache scales" "$out/serve/kv-$dtype.log" | cut -c1-240
+  done
 elif [[ $phase == moe ]]; then
   # Mixtures of experts: the graph engine's sparse-layer kernels against their CPU reference, its
   # tokens against the CPU engine's, the routing ops, logits against transformers (qwen3_moe,

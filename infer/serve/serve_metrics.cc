@@ -51,6 +51,12 @@ void ServeMetrics::render_histogram(PrometheusText& out, const char* name, const
                 std::vector<int64_t>(h.counts.begin(), h.counts.end()), h.sum);
 }
 
+void ServeMetrics::set_model(std::map<std::string, int> weights, std::string kv_cache_dtype) {
+  std::lock_guard<std::mutex> lock(mu_);
+  weights_ = std::move(weights);
+  kv_cache_dtype_ = std::move(kv_cache_dtype);
+}
+
 std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) const {
   std::lock_guard<std::mutex> lock(mu_);
   PrometheusText out;
@@ -85,6 +91,14 @@ std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) 
   gauge("cohort_serve_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
         double(prompt_tokens_));
   gauge("cohort_serve_generation_tokens_total", "counter", "Tokens generated.", double(generated_tokens_));
+  if (!weights_.empty()) {
+    out.family("cohort_serve_weight_tensors", "gauge", "Weight tensors of the served model, by storage format.");
+    for (const auto& [format, n] : weights_) out.sample("cohort_serve_weight_tensors", {{"format", format}}, n);
+  }
+  if (!kv_cache_dtype_.empty()) {
+    out.family("cohort_serve_kv_cache_dtype_info", "gauge", "The KV cache's number format (bf16 or fp8), as a label.");
+    out.sample("cohort_serve_kv_cache_dtype_info", {{"dtype", kv_cache_dtype_}}, 1);
+  }
   render_histogram(out, "cohort_serve_time_to_first_token_seconds",
                    "From a request's arrival to its first token.", ttft_);
   render_histogram(out, "cohort_serve_inter_token_latency_seconds",

@@ -33,6 +33,10 @@ class ServeMetrics {
   void observe_ttft(double seconds);
   void observe_inter_token(double seconds);
   void observe_e2e(double seconds);
+  // What the server runs, for the page's info families: its weights' count
+  // per storage format (weight_formats(), model_source.h) and the KV
+  // cache's number format (serve.kv_cache_dtype).
+  void set_model(std::map<std::string, int> weights, std::string kv_cache_dtype);
   std::string render(const LoopGauges& gauges, const std::string& state) const;
 
  private:
@@ -51,6 +55,8 @@ class ServeMetrics {
   std::map<int, int64_t> responses_;        // GUARDED_BY(mu_)
   std::map<std::string, int64_t> finished_; // GUARDED_BY(mu_)
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  std::map<std::string, int> weights_;  // GUARDED_BY(mu_)
+  std::string kv_cache_dtype_;          // GUARDED_BY(mu_); "" until set_model
   Histogram ttft_, itl_, e2e_;
 };
 

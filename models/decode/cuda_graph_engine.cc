@@ -178,7 +178,8 @@ std::string CudaGraphEngine::describe() const {
                                                 : std::string();
   return "cuda " + projections + experts + ", " +
          (options_.cuda_graphs ? "decode in CUDA graphs" : "eager decode (cuda_graphs = false)") +
-         ", paged KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
+         ", paged " + (options_.kv_dtype == models::KvDtype::kFp8 ? "fp8 (e4m3, a scale per KV head)" : "bf16") +
+         " KV cache of " + std::to_string(kv_blocks()) + " blocks of " + std::to_string(kKvBlockSize);
 }
 
 Status CudaGraphEngine::init_runtime(const models::EnqueuedTensorParallelFactory& make_tp) {
@@ -307,10 +308,19 @@ Status CudaGraphEngine::alloc_buffers() {
   if (blocks > INT32_MAX - 1) return invalid_argument("KV cache of " + std::to_string(blocks) + " blocks");
   pool_ = std::make_unique<KvBlockPool>(static_cast<int>(blocks), kKvBlockSize, options_.slots, per_slot);
   const size_t per_layer = static_cast<size_t>(blocks + 1) * dims_.kv_heads * kKvBlockSize * D;
+  const size_t value_bytes = models::kv_value_bytes(options_.kv_dtype);
+  const bool fp8 = options_.kv_dtype == models::KvDtype::kFp8;
   for (Layer& layer : layers_) {
-    COHORT_ASSIGN_OR_RETURN(void* k, take(per_layer * 2));
-    COHORT_ASSIGN_OR_RETURN(void* v, take(per_layer * 2));
-    layer.k_cache = static_cast<Bf16*>(k), layer.v_cache = static_cast<Bf16*>(v);
+    COHORT_ASSIGN_OR_RETURN(layer.k_cache, take(per_layer * value_bytes));
+    COHORT_ASSIGN_OR_RETURN(layer.v_cache, take(per_layer * value_bytes));
+    if (fp8) {
+      // Scales of 1 until calibrate_kv_scales measures the heads.
+      const size_t heads = 2 * size_t(dims_.kv_heads);
+      COHORT_ASSIGN_OR_RETURN(void* scales, take(heads * 4));
+      COHORT_ASSIGN_OR_RETURN(void* amax, take(heads * 4));
+      layer.kv_scales = static_cast<float*>(scales), layer.kv_amax = static_cast<float*>(amax);
+      COHORT_RETURN_IF_ERROR(upload_f32(layer.kv_scales, std::vector<float>(heads, 1.0f), stream_));
+    }
   }
   COHORT_ASSIGN_OR_RETURN(void* x, take(R * H * 4));
   COHORT_ASSIGN_OR_RETURN(void* xn, take(R * H * 2));
@@ -416,7 +426,8 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   KvMemoryPlan plan;
   COHORT_CUDA_CHECK(cudaSetDevice(options.device));
   COHORT_CUDA_CHECK(cudaMemGetInfo(&plan.free_bytes, &plan.total_bytes));
-  plan.block_bytes = L * 2 * size_t(dims.kv_heads) * kKvBlockSize * D * 2;
+  plan.block_bytes = L * 2 * size_t(dims.kv_heads) * kKvBlockSize * D * models::kv_value_bytes(options.kv_dtype);
+  if (options.kv_dtype == models::KvDtype::kFp8) buffers += L * 2 * size_t(dims.kv_heads) * 2 * 4;  // scales, maxima
   plan.engine_bytes = weights + buffers;
   const double fraction = std::clamp(gpu_memory_fraction, 0.0, 1.0);
   plan.kept_bytes = size_t((1.0 - fraction) * double(plan.total_bytes)) + kEngineHeadroomBytes;

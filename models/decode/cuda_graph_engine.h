@@ -9,7 +9,7 @@
 // stream itself and adds the output projections into it), a tensor-core
 // skinny GEMM or cuBLASLt from 2 to 64 rows (whichever ran a decode bucket's
 // graph faster at warm-up), cuBLASLt beyond. The residual stream is fp32;
-// the KV cache is bf16 and paged (blocks of 16 positions handed to slots as
+// the KV cache is bf16 (or fp8, CudaEngineOptions::kv_dtype) and paged (blocks of 16 positions handed to slots as
 // their sequences grow, through a block table the kernels read), with a
 // spare slot and block that padded graph rows write to. Decode steps of up
 // to 8 rows prepare q/k/v inside the attention kernel. The kernels are the
@@ -44,6 +44,7 @@
 #include "models/decode/engine.h"
 #include "models/config.h"
 #include "models/model.h"
+#include "models/ops/kv_fp8.h"
 #include "models/quant/quantized_weight.h"
 #include "models/quant/row_packed.h"
 #include "models/tensor_parallel.h"
@@ -89,6 +90,10 @@ struct CudaEngineOptions {
   // format whose bytes they take, for plan_kv_memory.
   std::function<Result<std::optional<models::quant::RowPackedWeight>>(const models::ParamSpec&)> packed_projection;
   std::optional<models::quant::WeightFormat> packed_bytes_like;
+  // The KV cache's values: bf16, or fp8 (models/ops/kv_fp8.h: e4m3 with a
+  // power-of-two scale per layer, KV head and K or V, measured over a
+  // calibration prefill at start), half the bytes a position.
+  models::KvDtype kv_dtype = models::KvDtype::kBf16;
   // Choices warm-up otherwise makes, and timers, for diagnosis and A/B
   // runs: set only from the debugging switches (worker/debug_switches.h).
   struct Overrides {

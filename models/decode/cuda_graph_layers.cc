@@ -93,34 +93,39 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   if (fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, eps, stream_);
 }
 
+models::KvView CudaGraphEngine::kv_view(const Layer& L) const {
+  return models::KvView{L.k_cache, L.v_cache, options_.kv_dtype == models::KvDtype::kFp8 ? L.kv_scales : nullptr,
+                        calibrating_ ? L.kv_amax : nullptr};
+}
+
 // buf_.y = attention of the rows over the cache, from buf_.qkv (q/k/v
 // prepared, the rows' K/V written to the cache on the way).
 void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step) {
   namespace mc = models::cuda;
   const models::DecodeShape shape{dims_.heads, dims_.kv_heads, config_.head_dim, options_.capacity,
                                   config_.rms_eps, kKvBlockShift};
+  const models::KvView cache = kv_view(L);
   if (decode_step && n <= fused_attention_rows_) {
-    mc::decode_attention_fused(buf_.y, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm,
-                               L.k_norm, rope_cos_, rope_sin_, row_index_, n, shape,
-                               attention_scratch_, stream_, 0, attention_form_);
+    mc::decode_attention_fused(buf_.y, cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm, rope_cos_, rope_sin_,
+                               row_index_, n, shape, attention_scratch_, stream_, 0, attention_form_);
     return;
   }
-  mc::qkv_rope_cache(buf_.q, L.k_cache, L.v_cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm,
-                     rope_cos_, rope_sin_, row_index_, n, shape, stream_);
+  mc::qkv_rope_cache(buf_.q, cache, buf_.qkv, L.qkv_bias, L.q_norm, L.k_norm, rope_cos_, rope_sin_, row_index_, n,
+                     shape, stream_);
   // A prefill or mixed step: its leading decode rows (a mixed step's) take
   // the decode kernel, its prompt rows the prefill tiles; rows are
   // independent, so the two launches split them.
   if (!decode_step && prefill_tiles_) {
     if (decode_rows_ > 0) {
-      mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, decode_rows_, shape,
-                           attention_scratch_, stream_, 0, attention_form_);
+      mc::decode_attention(buf_.y, buf_.q, cache, row_index_, decode_rows_, shape, attention_scratch_, stream_, 0,
+                           attention_form_);
     }
-    mc::prefill_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, buf_.rows + 3 * max_rows_,
-                          tile_count_, shape, stream_, prefill_scratch_, tile_longest_);
+    mc::prefill_attention(buf_.y, buf_.q, cache, row_index_, buf_.rows + 3 * max_rows_, tile_count_, shape,
+                          stream_, prefill_scratch_, tile_longest_);
     return;
   }
-  mc::decode_attention(buf_.y, buf_.q, L.k_cache, L.v_cache, row_index_, n, shape,
-                       attention_scratch_, stream_, 0, attention_form_);
+  mc::decode_attention(buf_.y, buf_.q, cache, row_index_, n, shape, attention_scratch_, stream_, 0,
+                       attention_form_);
 }
 
 // A sparse layer's MLP over buf_.xn, moe_rows_ rows at a time: the router's

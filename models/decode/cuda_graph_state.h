@@ -142,7 +142,10 @@ class CudaGraphEngine final : public InferenceEngine {
     Bf16 *router = nullptr, *experts_gu = nullptr, *experts_down = nullptr;
     float *attn_norm = nullptr, *mlp_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     float* qkv_bias = nullptr;
-    Bf16 *k_cache = nullptr, *v_cache = nullptr;
+    // bf16 or e4m3 codes (options.kv_dtype); an fp8 cache's scales and its
+    // calibration maxima, [2, kv_heads] each (K's, then V's).
+    void *k_cache = nullptr, *v_cache = nullptr;
+    float *kv_scales = nullptr, *kv_amax = nullptr;
   };
   struct Buffers {
     float* x;            // [R, H] residual stream
@@ -239,6 +242,14 @@ class CudaGraphEngine final : public InferenceEngine {
   bool quantized_ = false;     // some projection is packed: no norm-folding GEMV forms
   Bf16* expanded_ = nullptr;  // [largest projection] bf16, for quantized weights beyond the GEMV's rows
   void enqueue_attention(const Layer& L, int n, bool decode_step);
+  // The layer's cache as the kernels take it (with its maxima while calibrating).
+  models::KvView kv_view(const Layer& L) const;
+  bool calibrating_ = false;
+  // The fp8 cache's scales (models/ops/kv_fp8.h): one prefill of a
+  // calibration prompt into slot 0, every head's largest value collected,
+  // each scale made from it; the slot is given back. First in warm_up().
+  void calibrate_kv_scales();
+  std::vector<float> kv_scales_host_;  // [layers, 2, kv_heads], for the log and tests
   // A prefill's rows in runs of one slot at consecutive positions go
   // through the flash-style prefill attention (prefill_attention.h) where
   // the head size allows: tile_count_ tiles, listed at part 3 of the row

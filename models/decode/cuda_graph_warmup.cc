@@ -4,7 +4,9 @@
 // each bucket's projection family chosen by measuring both.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -119,6 +121,49 @@ Status CudaGraphEngine::tune_projections() {
   return status;
 }
 
+// The calibration prompt: tokens spread over the vocabulary (a fixed
+// sequence, so every rank of a tensor-parallel group and every start of
+// the same model measures the same values), as long as the cache and the
+// row buffers allow, up to 512 positions.
+void CudaGraphEngine::calibrate_kv_scales() {
+  const int n = static_cast<int>(std::min<int64_t>(
+      {options_.capacity, max_rows_, 512, int64_t{pool_->total()} * kKvBlockSize}));
+  const size_t heads = 2 * size_t(dims_.kv_heads);
+  for (const Layer& L : layers_) COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(L.kv_amax, 0, heads * 4, stream_));
+  release(0);
+  hold(0, n);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    host_rows_[i] = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(config_.vocab_size));
+    host_rows_[max_rows_ + i] = 0;
+    host_rows_[2 * max_rows_ + i] = i;
+  }
+  host_head_rows_[0] = n - 1;
+  int32_t unused = 0;
+  calibrating_ = true;
+  run(n, 1, 0, false, true, nullptr, &unused);
+  calibrating_ = false;
+  release(0);
+  std::vector<float> amax(heads);
+  kv_scales_host_.clear();
+  float widest = 0, narrowest = 0;
+  for (const Layer& L : layers_) {
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpy(amax.data(), L.kv_amax, heads * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> scales(heads);
+    for (size_t h = 0; h < heads; ++h) scales[h] = models::kv_fp8_scale(amax[h]);
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpy(L.kv_scales, scales.data(), heads * 4, cudaMemcpyHostToDevice));
+    for (float s : scales) {
+      widest = kv_scales_host_.empty() ? s : std::max(widest, s);
+      narrowest = kv_scales_host_.empty() ? s : std::min(narrowest, s);
+      kv_scales_host_.push_back(s);
+    }
+  }
+  spdlog::info("infer: fp8 KV cache scales from a {}-token calibration prefill: 2^{} to 2^{} over {} heads",
+               n, static_cast<int>(std::log2(narrowest)), static_cast<int>(std::log2(widest)),
+               kv_scales_host_.size());
+}
+
 void CudaGraphEngine::warm_up() {
   // Where warm-up's time goes, logged at the end: it is most of the load
   // time past the weights at large batch sizes.
@@ -127,6 +172,7 @@ void CudaGraphEngine::warm_up() {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   const auto start = Clock::now();
+  if (options_.kv_dtype == models::KvDtype::kFp8) calibrate_kv_scales();
   const int spare = options_.slots;  // the KV slot padding rows write to
   int32_t unused = 0;
   auto fill_rows = [&](int n, bool positions) {

@@ -70,11 +70,13 @@ inline size_t decode_attention_shared_bytes(const DecodeShape& s, int heads, int
 
 // kFused: the decode-step form (decode_attention_fused); else q comes
 // ready from qkv_rope_cache and the row's own position from the cache.
+// kFp8: the cache holds e4m3 codes (kv_fp8.h), 8 bytes a lane's piece, in
+// the first half of its 16-byte stage slot.
 // Grid: (rows, KV heads x blocks of heads a KV head, splits).
-template <bool kFused, int kHeads, int W>
+template <bool kFused, int kHeads, int W, bool kFp8>
 __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
-    decode_attention_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache, Bf16Bits* v_cache,
-                            DecodeRows rows, DecodeShape s, DecodeSplits split, Bf16Bits* y) {
+    decode_attention_kernel(const float* q, DecodeQkv own, KvView cache, DecodeRows rows, DecodeShape s,
+                            DecodeSplits split, Bf16Bits* y) {
   constexpr int P = decode_positions_per_group(kHeads);
   constexpr int E = kDecodeDimsPerLane;
   const int D = s.head_dim;
@@ -112,8 +114,13 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
         const int t = base + u * groups + my_group;
         const bool valid = t < end && (!kFused || t < pos);
         const size_t at = valid ? place.offset(s, kv, t) + sub * E : 0;
-        cp_async16(slot_of(stage, 0, u), k_cache + at, valid);
-        cp_async16(slot_of(stage, 1, u), v_cache + at, valid);
+        if constexpr (kFp8) {
+          cp_async8(shared_address(slot_of(stage, 0, u)), static_cast<const uint8_t*>(cache.k) + at, valid);
+          cp_async8(shared_address(slot_of(stage, 1, u)), static_cast<const uint8_t*>(cache.v) + at, valid);
+        } else {
+          cp_async16(slot_of(stage, 0, u), static_cast<const Bf16Bits*>(cache.k) + at, valid);
+          cp_async16(slot_of(stage, 1, u), static_cast<const Bf16Bits*>(cache.v) + at, valid);
+        }
       }
     }
     cp_async_commit();  // empty past the last round: the count of groups stays even
@@ -125,10 +132,11 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
   }
   begin_dependent();
   const float scale = rsqrtf(static_cast<float>(D));
+  const KvScales kv_scale = kv_scales(cache, s.hkv, kv);
   float qv[kHeads][E], acc[kHeads][E], m[kHeads], l[kHeads];
   if constexpr (kFused) {
-    decode_own_qkv<kHeads>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0,
-                           layout.q, layout.k, layout.v, k_cache, v_cache);
+    decode_own_qkv<kHeads, kFp8>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0,
+                                 layout.q, layout.k, layout.v, cache);
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
@@ -147,13 +155,24 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
     m[g] = -FLT_MAX, l[g] = 0.0f;
     for (int k = 0; k < E; ++k) acc[g][k] = 0.0f;
   }
+  // A staged piece as floats: the own row's (fused form, from shared
+  // memory) is bf16 whatever the cache holds.
+  auto unpack = [&](const uint4& raw, bool own_row, float cache_scale, float* out) {
+    if (kFp8 && !own_row) {
+      unpack8_e4m3(raw.x, raw.y, cache_scale, out);
+    } else {
+      unpack8_bf16(raw, out);
+    }
+  };
   auto use_round = [&](int base, uint4 (&kraw)[P], uint4 (&vraw)[P]) {
+    bool own_row[P] = {};
     if constexpr (kFused) {  // the row's own position, from shared memory
 #pragma unroll
       for (int u = 0; u < P; ++u) {
         if (base + u * groups + my_group == pos) {
           kraw[u] = *reinterpret_cast<const uint4*>(layout.k + sub * E);
           vraw[u] = *reinterpret_cast<const uint4*>(layout.v + sub * E);
+          own_row[u] = true;
         }
       }
     }
@@ -161,7 +180,7 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
 #pragma unroll
     for (int u = 0; u < P; ++u) {
       float kf[E];
-      unpack8_bf16(kraw[u], kf);
+      unpack(kraw[u], own_row[u], kv_scale.k, kf);
 #pragma unroll
       for (int g = 0; g < kHeads; ++g) {
         float d = 0.0f;
@@ -187,7 +206,7 @@ __global__ void __launch_bounds__(32 * W, W == kDecodeAttnWarps ? 4 : 1)
     for (int u = 0; u < P; ++u) {
       if (base + u * groups + my_group >= end) break;
       float vf[E];
-      unpack8_bf16(vraw[u], vf);
+      unpack(vraw[u], own_row[u], kv_scale.v, vf);
 #pragma unroll
       for (int g = 0; g < kHeads; ++g) {
         const float p = __expf(dot[u][g] - m[g]);
@@ -286,9 +305,9 @@ int decode_attention_splits(int n, const DecodeShape& shape, bool have_scratch,
   return std::min({wanted, kDecodeAttnMaxSplits, kDecodeAttnScratchBlocks / blocks});
 }
 
-template <bool kFused>
-void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, Bf16Bits* k_cache,
-                             Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
+template <bool kFused, bool kFp8>
+void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, const KvView& cache,
+                             DecodeRows rows, int n, const DecodeShape& shape,
                              const DecodeAttentionScratch& scratch, int splits,
                              DecodeAttentionForm form, CUstream_st* stream) {
   const int heads = decode_heads_per_block(shape);
@@ -310,16 +329,15 @@ void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, 
     if (smem > (size_t{48} << 10)) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     }
-    launch_dependent(kernel, grid, 32 * warps, smem, stream, q, own, k_cache, v_cache, rows, shape,
-                     split, y);
+    launch_dependent(kernel, grid, 32 * warps, smem, stream, q, own, cache, rows, shape, split, y);
   };
   if (form == DecodeAttentionForm::kTiles) {
     const size_t smem = decode_tiles_shared_bytes(shape, heads, kFused, paged);
     auto go_heads = [&](auto dim_constant) {
       constexpr int D = decltype(dim_constant)::value;
-      if (heads == 4) go(decode_attention_tiles_kernel<kFused, 4, D>, kDecodeTileWarps, smem);
-      else if (heads == 2) go(decode_attention_tiles_kernel<kFused, 2, D>, kDecodeTileWarps, smem);
-      else go(decode_attention_tiles_kernel<kFused, 1, D>, kDecodeTileWarps, smem);
+      if (heads == 4) go(decode_attention_tiles_kernel<kFused, 4, D, kFp8>, kDecodeTileWarps, smem);
+      else if (heads == 2) go(decode_attention_tiles_kernel<kFused, 2, D, kFp8>, kDecodeTileWarps, smem);
+      else go(decode_attention_tiles_kernel<kFused, 1, D, kFp8>, kDecodeTileWarps, smem);
     };
     if (shape.head_dim == 128) {
       go_heads(std::integral_constant<int, 128>{});
@@ -332,9 +350,9 @@ void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, 
   const size_t smem = decode_attention_shared_bytes(shape, heads, warps, kFused, paged);
   auto go_heads = [&](auto warps_constant) {
     constexpr int W = decltype(warps_constant)::value;
-    if (heads == 4) go(decode_attention_kernel<kFused, 4, W>, W, smem);
-    else if (heads == 2) go(decode_attention_kernel<kFused, 2, W>, W, smem);
-    else go(decode_attention_kernel<kFused, 1, W>, W, smem);
+    if (heads == 4) go(decode_attention_kernel<kFused, 4, W, kFp8>, W, smem);
+    else if (heads == 2) go(decode_attention_kernel<kFused, 2, W, kFp8>, W, smem);
+    else go(decode_attention_kernel<kFused, 1, W, kFp8>, W, smem);
   };
   if (warps == kDecodeAttnWarpsFew) {
     go_heads(std::integral_constant<int, kDecodeAttnWarpsFew>{});
@@ -343,14 +361,36 @@ void launch_decode_attention(Bf16Bits* y, const float* q, const DecodeQkv& own, 
   }
 }
 
+void decode_attention(Bf16Bits* y, const float* q, const KvView& cache, DecodeRows rows, int n,
+                      const DecodeShape& shape, const DecodeAttentionScratch& scratch, CUstream_st* stream,
+                      int splits, DecodeAttentionForm form) {
+  if (cache.fp8()) {
+    launch_decode_attention<false, true>(y, q, DecodeQkv{}, cache, rows, n, shape, scratch, splits, form, stream);
+  } else {
+    launch_decode_attention<false, false>(y, q, DecodeQkv{}, cache, rows, n, shape, scratch, splits, form, stream);
+  }
+}
+
 void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const Bf16Bits* v_cache, DecodeRows rows, int n, const DecodeShape& shape,
                       const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits,
                       DecodeAttentionForm form) {
   // The plain form only reads the cache.
-  launch_decode_attention<false>(y, q, DecodeQkv{}, const_cast<Bf16Bits*>(k_cache),
-                                 const_cast<Bf16Bits*>(v_cache), rows, n, shape, scratch, splits,
-                                 form, stream);
+  decode_attention(y, q, KvView{const_cast<Bf16Bits*>(k_cache), const_cast<Bf16Bits*>(v_cache)}, rows, n, shape,
+                   scratch, stream, splits, form);
+}
+
+void decode_attention_fused(Bf16Bits* y, const KvView& cache, const float* qkv, const float* qkv_bias,
+                            const float* q_norm, const float* k_norm, const float* cos, const float* sin,
+                            DecodeRows rows, int n, const DecodeShape& shape,
+                            const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits,
+                            DecodeAttentionForm form) {
+  const DecodeQkv own{qkv, qkv_bias, q_norm, k_norm, cos, sin};
+  if (cache.fp8()) {
+    launch_decode_attention<true, true>(y, nullptr, own, cache, rows, n, shape, scratch, splits, form, stream);
+  } else {
+    launch_decode_attention<true, false>(y, nullptr, own, cache, rows, n, shape, scratch, splits, form, stream);
+  }
 }
 
 void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
@@ -358,9 +398,8 @@ void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, c
                             const float* cos, const float* sin, DecodeRows rows, int n,
                             const DecodeShape& shape, const DecodeAttentionScratch& scratch,
                             CUstream_st* stream, int splits, DecodeAttentionForm form) {
-  const DecodeQkv own{qkv, qkv_bias, q_norm, k_norm, cos, sin};
-  launch_decode_attention<true>(y, nullptr, own, k_cache, v_cache, rows, n, shape, scratch, splits,
-                                form, stream);
+  decode_attention_fused(y, KvView{k_cache, v_cache}, qkv, qkv_bias, q_norm, k_norm, cos, sin, rows, n, shape,
+                         scratch, stream, splits, form);
 }
 
 }  // namespace cohort::models::cuda

@@ -73,6 +73,12 @@ void decode_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
                       const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits = 0,
                       DecodeAttentionForm form = DecodeAttentionForm::kAuto);
 
+// The same over a bf16 or fp8 cache (decode_rows.h's KvView; kv_fp8.h):
+// an fp8 cache's values are its codes times their head's scale, exactly.
+void decode_attention(Bf16Bits* y, const float* q, const KvView& cache, DecodeRows rows, int n,
+                      const DecodeShape& shape, const DecodeAttentionScratch& scratch, CUstream_st* stream,
+                      int splits = 0, DecodeAttentionForm form = DecodeAttentionForm::kAuto);
+
 // A decode step's attention with its q/k/v preparation in the same kernel:
 // equals qkv_rope_cache (rope.h) on `qkv` followed by decode_attention,
 // one kernel a layer fewer. Each row's own position comes from the kernel's
@@ -86,6 +92,13 @@ void decode_attention_fused(Bf16Bits* y, Bf16Bits* k_cache, Bf16Bits* v_cache, c
                             const float* cos, const float* sin, DecodeRows rows, int n,
                             const DecodeShape& shape, const DecodeAttentionScratch& scratch,
                             CUstream_st* stream, int splits = 0,
+                            DecodeAttentionForm form = DecodeAttentionForm::kAuto);
+// The same over a bf16 or fp8 cache; an fp8 one gets each row's codes, and
+// attention uses them as read back (the row's own position included).
+void decode_attention_fused(Bf16Bits* y, const KvView& cache, const float* qkv, const float* qkv_bias,
+                            const float* q_norm, const float* k_norm, const float* cos, const float* sin,
+                            DecodeRows rows, int n, const DecodeShape& shape,
+                            const DecodeAttentionScratch& scratch, CUstream_st* stream, int splits = 0,
                             DecodeAttentionForm form = DecodeAttentionForm::kAuto);
 
 }  // namespace cohort::models::cuda

@@ -31,6 +31,7 @@
 #include "models/cuda/common.cuh"
 #include "models/ops/decode_attention_state.cuh"
 #include "models/ops/decode_qkv.cuh"
+#include "models/ops/kv_fp8.cuh"
 
 namespace cohort::models::cuda {
 
@@ -60,11 +61,12 @@ __device__ __forceinline__ uint32_t decode_tile_at(int row, int piece) {
   return static_cast<uint32_t>(row * D * 2 + ((piece ^ (row & 7)) << 4));
 }
 
-template <bool kFused, int kHeads, int D>
+// kFp8: the cache holds e4m3 codes, expanded to bf16 (exactly) as they are
+// staged (kv_fp8.cuh).
+template <bool kFused, int kHeads, int D, bool kFp8>
 __global__ void __launch_bounds__(32 * kDecodeTileWarps)
-    decode_attention_tiles_kernel(const float* q, DecodeQkv own, Bf16Bits* k_cache,
-                                  Bf16Bits* v_cache, DecodeRows rows, DecodeShape s,
-                                  DecodeSplits split, Bf16Bits* y) {
+    decode_attention_tiles_kernel(const float* q, DecodeQkv own, KvView cache, DecodeRows rows,
+                                  DecodeShape s, DecodeSplits split, Bf16Bits* y) {
   constexpr int W = kDecodeTileWarps, T = kDecodeTilePositions, kStages = kDecodeTileStages;
   constexpr int kSteps = D / 16;    // k-steps of Q K^T, m-tiles of V^T P^T
   constexpr int kPieces = D / 8;    // 16-byte pieces a position
@@ -83,6 +85,7 @@ __global__ void __launch_bounds__(32 * kDecodeTileWarps)
       static_cast<uint32_t>(decode_attention_stage_offset(s, kHeads, W, kFused, rows.block_table != nullptr)) +
       warp * kStages * 2 * kTileBytes;
   const DecodeCachePlace place = decode_cache_place(rows, s, b.slot, kv, begin, end, layout.table);
+  const KvScales kv_scale = kv_scales(cache, s.hkv, kv);  // written before any step: read early
   const int count = (end - begin + T - 1) / T;                  // the block's tiles
   const int mine = count > warp ? (count - warp + W - 1) / W : 0;  // this warp's
   auto tile_base = [&](int k) { return begin + (warp + k * W) * T; };
@@ -95,8 +98,8 @@ __global__ void __launch_bounds__(32 * kDecodeTileWarps)
         const int c = lane + 32 * i, row = c / kPieces, piece = c % kPieces, at_t = base + row;
         const bool valid = at_t < end && (!kFused || at_t < pos);
         const size_t at = valid ? place.offset(s, kv, at_t) + piece * 8 : 0;
-        cp_async16(kt + decode_tile_at<D>(row, piece), k_cache + at, valid);
-        cp_async16(vt + decode_tile_at<D>(row, piece), v_cache + at, valid);
+        stage_kv8<kFp8>(kt + decode_tile_at<D>(row, piece), cache.k, at, valid, kv_scale.k);
+        stage_kv8<kFp8>(vt + decode_tile_at<D>(row, piece), cache.v, at, valid, kv_scale.v);
       }
     }
     cp_async_commit();  // empty past the warp's last tile: the count of groups stays even
@@ -108,8 +111,8 @@ __global__ void __launch_bounds__(32 * kDecodeTileWarps)
   }
   begin_dependent();
   if constexpr (kFused) {
-    decode_own_qkv<kHeads>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0,
-                           layout.q, layout.k, layout.v, k_cache, v_cache);
+    decode_own_qkv<kHeads, kFp8>(own, constants, rows, s, r, h0, kv, part == 0 && blockIdx.z == 0,
+                                 layout.q, layout.k, layout.v, cache);
     __syncthreads();
   }
   // Q's A fragments: rows g < kHeads hold head g; rows g + 8 are zeros.

@@ -5,6 +5,7 @@
 
 #include "models/cuda/common.cuh"
 #include "models/ops/decode_rows.h"
+#include "models/ops/kv_fp8.cuh"
 
 namespace cohort::models::cuda {
 
@@ -12,8 +13,9 @@ namespace cohort::models::cuda {
 // projection with the bias or per-head norms and RoPE applied here, as
 // qkv_rope_cache does it (rope.cuh). Threads i < D/2 hold the pairs
 // (i, i + D/2). The block's kHeads query heads go to shared memory in fp32,
-// k and v in bf16 (what the cache holds); one block of each (row, KV head)
-// writes them to the cache. Every thread of the block calls it (the norms
+// k and v in bf16 (what the cache holds; an fp8 cache's codes read back,
+// exact in bf16: kv_fp8.h); one block of each (row, KV head) writes them to
+// the cache. Every thread of the block calls it (the norms
 // are block sums).
 struct DecodeQkv {
   const float* qkv = nullptr;  // [n, (hq + 2 hkv) D]
@@ -61,11 +63,11 @@ __device__ inline DecodeQkvConstants<kHeads> decode_own_constants(const DecodeQk
   return c;
 }
 
-template <int kHeads>
+template <int kHeads, bool kFp8>
 __device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeQkvConstants<kHeads>& c,
                                       const DecodeRows& rows, const DecodeShape& s, int r, int h0,
                                       int kv, bool write_cache, float* sq, Bf16Bits* sk,
-                                      Bf16Bits* sv, Bf16Bits* k_cache, Bf16Bits* v_cache) {
+                                      Bf16Bits* sv, const KvView& cache) {
   const int D = s.head_dim, half = D / 2, i = threadIdx.x;
   const bool active = i < half;
   const float* row = in.qkv + static_cast<size_t>(r) * (s.hq + 2 * s.hkv) * D;
@@ -103,13 +105,28 @@ __device__ inline void decode_own_qkv(const DecodeQkv& in, const DecodeQkvConsta
   for (int g = 0; g < kHeads; ++g) {
     sq[g * D + i] = qa[g] * c.cos - qb[g] * c.sin, sq[g * D + i + half] = qb[g] * c.cos + qa[g] * c.sin;
   }
-  const Bf16Bits k0 = to_bf16_bits(ka * c.cos - kb * c.sin), k1 = to_bf16_bits(kb * c.cos + ka * c.sin);
-  const Bf16Bits v0 = to_bf16_bits(va), v1 = to_bf16_bits(vb);
-  sk[i] = k0, sk[i + half] = k1, sv[i] = v0, sv[i + half] = v1;
-  if (write_cache) {
-    const size_t at = cache_offset(rows, s, rows.slots[r], kv, rows.positions[r]);
-    k_cache[at + i] = k0, k_cache[at + i + half] = k1;
-    v_cache[at + i] = v0, v_cache[at + i + half] = v1;
+  const float kx = ka * c.cos - kb * c.sin, ky = kb * c.cos + ka * c.sin;
+  const size_t at = write_cache ? cache_offset(rows, s, rows.slots[r], kv, rows.positions[r]) : 0;
+  if constexpr (kFp8) {
+    const KvScales scale = kv_scales(cache, s.hkv, kv);
+    const uint8_t k0 = kv_fp8_code(kx, scale.k), k1 = kv_fp8_code(ky, scale.k);
+    const uint8_t v0 = kv_fp8_code(va, scale.v), v1 = kv_fp8_code(vb, scale.v);
+    sk[i] = to_bf16_bits(kv_fp8_value(k0, scale.k)), sk[i + half] = to_bf16_bits(kv_fp8_value(k1, scale.k));
+    sv[i] = to_bf16_bits(kv_fp8_value(v0, scale.v)), sv[i + half] = to_bf16_bits(kv_fp8_value(v1, scale.v));
+    if (write_cache) {
+      uint8_t* kc8 = static_cast<uint8_t*>(cache.k) + at;
+      uint8_t* vc8 = static_cast<uint8_t*>(cache.v) + at;
+      kc8[i] = k0, kc8[i + half] = k1, vc8[i] = v0, vc8[i + half] = v1;
+    }
+  } else {
+    const Bf16Bits k0 = to_bf16_bits(kx), k1 = to_bf16_bits(ky);
+    const Bf16Bits v0 = to_bf16_bits(va), v1 = to_bf16_bits(vb);
+    sk[i] = k0, sk[i + half] = k1, sv[i] = v0, sv[i + half] = v1;
+    if (write_cache) {
+      Bf16Bits* kc16 = static_cast<Bf16Bits*>(cache.k) + at;
+      Bf16Bits* vc16 = static_cast<Bf16Bits*>(cache.v) + at;
+      kc16[i] = k0, kc16[i + half] = k1, vc16[i] = v0, vc16[i + half] = v1;
+    }
   }
 }
 

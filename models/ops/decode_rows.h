@@ -4,8 +4,8 @@
 // A "row" is one token: a prefill's positions, or one token per sequence in
 // a decode step. Each row carries the token id, the KV-cache slot it writes
 // and the position it writes and attends up to (inclusive). The KV cache is
-// bf16, per layer, in one of two layouts (its CPU references take the same
-// in fp32):
+// bf16 or fp8 (KvView below, kv_fp8.h), per layer, in one of two layouts
+// (its CPU references take the same in fp32):
 //   contiguous  [slots, kv_heads, capacity, head_dim]: a slot owns its rows;
 //   paged       [blocks, kv_heads, block_size, head_dim] with a block table
 //               [slots, blocks_per_slot]: position p of a slot lives in
@@ -48,6 +48,21 @@ struct DecodeShape {
 #else
 #define COHORT_HOST_DEVICE
 #endif
+
+// One layer's K and V caches as the CUDA kernels take them: bf16, or with
+// fp8_scales the fp8 form (kv_fp8.h): e4m3 bytes, value = code times the
+// scale of its KV head, fp8_scales [2, hkv] on the device (K's, then V's).
+// The layout and element offsets are the same in both (cache_offset).
+// amax, where given ([2, hkv] floats, K's then V's, never negative), is
+// raised by qkv_rope_cache to the largest |value| it writes to each head
+// (the fp8 scales' calibration); the attention kernels ignore it.
+struct KvView {
+  void* k = nullptr;
+  void* v = nullptr;
+  const float* fp8_scales = nullptr;
+  float* amax = nullptr;
+  COHORT_HOST_DEVICE bool fp8() const { return fp8_scales != nullptr; }
+};
 
 COHORT_HOST_DEVICE inline int blocks_per_slot(const DecodeShape& s) {
   return (s.capacity + (1 << s.block_shift) - 1) >> s.block_shift;

@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "models/ops/flash_tiles.cuh"
+#include "models/ops/kv_fp8.cuh"
 #include "models/ops/prefill_attention.h"
 
 namespace cohort::models::cuda {
@@ -54,9 +55,10 @@ __device__ inline void stage_queries(bf16* s, const float* q, size_t ld, int row
 
 // Positions [key0, key0 + kKeys) of (slot, kv head) into sK and sV
 // [kKeys][kLd]; positions past `last` are zeros (their probabilities are
-// zero, and a zero V row keeps the product finite).
-template <int D>
-__device__ inline void stage_keys(bf16* sK, bf16* sV, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
+// zero, and a zero V row keeps the product finite). An fp8 cache's codes
+// are expanded to bf16 on the way (kv_fp8.cuh).
+template <int D, bool kFp8>
+__device__ inline void stage_keys(bf16* sK, bf16* sV, const KvView& cache, KvScales scale,
                                   const DecodeRows& rows, const DecodeShape& shape, int slot, int kvh, int key0,
                                   int last) {
   using T = Tiles<D>;
@@ -65,8 +67,8 @@ __device__ inline void stage_keys(bf16* sK, bf16* sV, const Bf16Bits* k_cache, c
     const int r = i / kVec, c = (i % kVec) * 8, pos = key0 + r;
     const bool valid = pos <= last;
     const size_t offset = valid ? cache_offset(rows, shape, slot, kvh, pos) + c : 0;
-    cp_async16(sK + r * T::kLd + c, k_cache + offset, valid);
-    cp_async16(sV + r * T::kLd + c, v_cache + offset, valid);
+    stage_kv8<kFp8>(shared_address(sK + r * T::kLd + c), cache.k, offset, valid, scale.k);
+    stage_kv8<kFp8>(shared_address(sV + r * T::kLd + c), cache.v, offset, valid, scale.v);
   }
 }
 
@@ -80,10 +82,9 @@ struct Split {
   float* partials = nullptr;  // [tile, head, split, kRows, D + 2]
 };
 
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
-    prefill_attention_kernel(Bf16Bits* y, const float* q, const Bf16Bits* k_cache,
-                             const Bf16Bits* v_cache, DecodeRows rows, const int32_t* tiles,
+    prefill_attention_kernel(Bf16Bits* y, const float* q, KvView cache, DecodeRows rows, const int32_t* tiles,
                              DecodeShape shape, Split split) {
   using namespace flash;
   using T = Tiles<D>;
@@ -104,11 +105,12 @@ __global__ void __launch_bounds__(kThreads)
   const int tiles_total = last / T::kKeys + 1;
   const int per = (tiles_total + split.count - 1) / split.count;
   const int kt_begin = blockIdx.z * per, kt_end = min(tiles_total, kt_begin + per);
+  const KvScales kv_scale = kv_scales(cache, shape.hkv, kvh);
 
   stage_queries<D>(sQ, q + h * D, ldq, row0, count);
   if (kt_begin < kt_end) {
-    stage_keys<D>(sKV + (kt_begin & 1) * 2 * kTile, sKV + (kt_begin & 1) * 2 * kTile + kTile, k_cache, v_cache,
-                  rows, shape, slot, kvh, kt_begin * T::kKeys, last);
+    stage_keys<D, kFp8>(sKV + (kt_begin & 1) * 2 * kTile, sKV + (kt_begin & 1) * 2 * kTile + kTile, cache,
+                        kv_scale, rows, shape, slot, kvh, kt_begin * T::kKeys, last);
   }
   cp_async_commit();
   uint32_t qf[D / 16][4];
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
     bf16* sV = sK + kTile;
     if (kt + 1 < kt_end) {  // the next tile into the other buffer, freed by the last barrier
       bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
-      stage_keys<D>(nK, nK + kTile, k_cache, v_cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
+      stage_keys<D, kFp8>(nK, nK + kTile, cache, kv_scale, rows, shape, slot, kvh, key0 + T::kKeys, last);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -193,10 +195,10 @@ __global__ void merge_kernel(Bf16Bits* y, const int32_t* tiles, int tile_count, 
 }
 
 template <int D>
-void launch(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
-            DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
-            const PrefillAttentionScratch& scratch, int longest, cudaStream_t stream) {
-  const auto kernel = prefill_attention_kernel<D>;
+void launch(Bf16Bits* y, const float* q, const KvView& cache, DecodeRows rows, const int32_t* tiles,
+            int tile_count, const DecodeShape& shape, const PrefillAttentionScratch& scratch, int longest,
+            cudaStream_t stream) {
+  const auto kernel = cache.fp8() ? prefill_attention_kernel<D, true> : prefill_attention_kernel<D, false>;
   // Past the default 48 KiB of dynamic shared memory; a host-side setting,
   // not a stream operation, so this is safe during graph capture too.
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tiles<D>::kShared));
@@ -204,7 +206,7 @@ void launch(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits
   split.count = prefill_attention_splits(tile_count, shape.hq, longest, scratch.partials != nullptr);
   split.partials = scratch.partials;
   const dim3 grid(tile_count, shape.hq, split.count);
-  kernel<<<grid, kThreads, Tiles<D>::kShared, stream>>>(y, q, k_cache, v_cache, rows, tiles, shape, split);
+  kernel<<<grid, kThreads, Tiles<D>::kShared, stream>>>(y, q, cache, rows, tiles, shape, split);
   if (split.count > 1) {
     const int jobs = tile_count * shape.hq * kPrefillTileRows, warps = 8;
     merge_kernel<D><<<(jobs + warps - 1) / warps, 32 * warps, 0, stream>>>(y, tiles, tile_count, shape.hq,
@@ -226,15 +228,22 @@ int prefill_attention_splits(int tile_count, int heads, int longest, bool have_s
   return std::max(1, std::min({wanted, kPrefillMaxSplits, kPrefillScratchBlocks / blocks}));
 }
 
+void prefill_attention(Bf16Bits* y, const float* q, const KvView& cache, DecodeRows rows, const int32_t* tiles,
+                       int tile_count, const DecodeShape& shape, CUstream_st* stream,
+                       const PrefillAttentionScratch& scratch, int longest) {
+  if (tile_count == 0) return;
+  if (shape.head_dim == 128) {
+    prefill::launch<128>(y, q, cache, rows, tiles, tile_count, shape, scratch, longest, stream);
+  } else {
+    prefill::launch<64>(y, q, cache, rows, tiles, tile_count, shape, scratch, longest, stream);
+  }
+}
+
 void prefill_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
                        DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
                        CUstream_st* stream, const PrefillAttentionScratch& scratch, int longest) {
-  if (tile_count == 0) return;
-  if (shape.head_dim == 128) {
-    prefill::launch<128>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, scratch, longest, stream);
-  } else {
-    prefill::launch<64>(y, q, k_cache, v_cache, rows, tiles, tile_count, shape, scratch, longest, stream);
-  }
+  prefill_attention(y, q, KvView{const_cast<Bf16Bits*>(k_cache), const_cast<Bf16Bits*>(v_cache)}, rows, tiles,
+                    tile_count, shape, stream, scratch, longest);
 }
 
 }  // namespace cohort::models::cuda

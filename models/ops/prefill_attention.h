@@ -65,5 +65,9 @@ int prefill_attention_splits(int tile_count, int heads, int longest, bool have_s
 void prefill_attention(Bf16Bits* y, const float* q, const Bf16Bits* k_cache, const Bf16Bits* v_cache,
                        DecodeRows rows, const int32_t* tiles, int tile_count, const DecodeShape& shape,
                        CUstream_st* stream, const PrefillAttentionScratch& scratch = {}, int longest = 0);
+// The same over a bf16 or fp8 cache (decode_rows.h's KvView; kv_fp8.h).
+void prefill_attention(Bf16Bits* y, const float* q, const KvView& cache, DecodeRows rows, const int32_t* tiles,
+                       int tile_count, const DecodeShape& shape, CUstream_st* stream,
+                       const PrefillAttentionScratch& scratch = {}, int longest = 0);
 
 }  // namespace cohort::models::cuda

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "models/cuda/common.cuh"
+#include "models/ops/kv_fp8.cuh"
 #include "models/ops/rope.h"
 
 namespace cohort::models::cuda {
@@ -30,14 +31,15 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int n, int heads, int 
 // One warp per (row, head): lane j holds the pairs (j + 32k, j + 32k + D/2),
 // so a warp's loads are contiguous and the norm's sum is a warp sum, with no
 // block barrier (a prefill of thousands of rows launches n × heads warps,
-// not that many small blocks).
+// not that many small blocks). kFp8: the cache holds e4m3 codes (kv_fp8.h).
 constexpr int kQkvRopeWarps = 8;
 constexpr int kQkvRopeMaxPairs = 4;  // head_dim up to 256
 
+template <bool kFp8>
 __global__ void __launch_bounds__(32 * kQkvRopeWarps)
     qkv_rope_cache_kernel(const float* qkv, const float* bias, const float* q_norm, const float* k_norm,
                           const float* rope_cos, const float* rope_sin, DecodeRows rows, DecodeShape s, int n,
-                          float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache) {
+                          float* q_out, KvView kv_cache) {
   begin_dependent();
   const int heads = s.hq + 2 * s.hkv, D = s.head_dim, half = D / 2;
   const int job = blockIdx.x * kQkvRopeWarps + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -63,7 +65,11 @@ __global__ void __launch_bounds__(32 * kQkvRopeWarps)
   const float* norm = is_q ? q_norm : (is_k ? k_norm : nullptr);
   const float rstd = norm ? rsqrtf(warp_sum(sumsq) / static_cast<float>(D) + s.eps) : 1.0f;
   const int kv = is_k ? head - s.hq : head - s.hq - s.hkv;
-  Bf16Bits* cache = is_q ? nullptr : (is_k ? k_cache : v_cache) + cache_offset(rows, s, slot, kv, pos);
+  const size_t at = is_q ? 0 : cache_offset(rows, s, slot, kv, pos);
+  Bf16Bits* cache = is_q || kFp8 ? nullptr : static_cast<Bf16Bits*>(is_k ? kv_cache.k : kv_cache.v) + at;
+  uint8_t* codes = is_q || !kFp8 ? nullptr : static_cast<uint8_t*>(is_k ? kv_cache.k : kv_cache.v) + at;
+  const float scale = kFp8 && !is_q ? __ldg(kv_cache.fp8_scales + (is_k ? 0 : s.hkv) + kv) : 1.0f;
+  float largest = 0.0f;  // of |value| over this lane's K/V writes
   float* q_dst = is_q ? q_out + (static_cast<size_t>(r) * s.hq + head) * D : nullptr;
 #pragma unroll
   for (int k = 0; k < kQkvRopeMaxPairs; ++k) {
@@ -79,20 +85,37 @@ __global__ void __launch_bounds__(32 * kQkvRopeWarps)
     }
     if (is_q) {
       q_dst[i] = x, q_dst[i + half] = y;
+    } else if constexpr (kFp8) {
+      codes[i] = kv_fp8_code(x, scale), codes[i + half] = kv_fp8_code(y, scale);
+      largest = fmaxf(largest, fmaxf(fabsf(x), fabsf(y)));
     } else {
       cache[i] = to_bf16_bits(x), cache[i + half] = to_bf16_bits(y);
+      largest = fmaxf(largest, fmaxf(fabsf(x), fabsf(y)));
     }
   }
+  if (kv_cache.amax != nullptr && !is_q) {  // the whole warp: the head is the warp's
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, o));
+    if (lane == 0) raise_amax(kv_cache.amax + (is_k ? 0 : s.hkv) + kv, largest);
+  }
+}
+
+void qkv_rope_cache(float* q_out, const KvView& cache, const float* qkv, const float* qkv_bias,
+                    const float* q_norm, const float* k_norm, const float* cos, const float* sin,
+                    DecodeRows rows, int n, const DecodeShape& shape, CUstream_st* stream) {
+  const int64_t jobs = static_cast<int64_t>(n) * (shape.hq + 2 * shape.hkv);
+  const int blocks = static_cast<int>((jobs + kQkvRopeWarps - 1) / kQkvRopeWarps);
+  const auto kernel = cache.fp8() ? qkv_rope_cache_kernel<true> : qkv_rope_cache_kernel<false>;
+  launch_dependent(kernel, dim3(blocks), dim3(32 * kQkvRopeWarps), 0, stream, qkv, qkv_bias, q_norm, k_norm, cos,
+                   sin, rows, shape, n, q_out, cache);
 }
 
 void qkv_rope_cache(float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
                     const float* qkv_bias, const float* q_norm, const float* k_norm,
                     const float* cos, const float* sin, DecodeRows rows, int n,
                     const DecodeShape& shape, CUstream_st* stream) {
-  const int64_t jobs = static_cast<int64_t>(n) * (shape.hq + 2 * shape.hkv);
-  const int blocks = static_cast<int>((jobs + kQkvRopeWarps - 1) / kQkvRopeWarps);
-  launch_dependent(qkv_rope_cache_kernel, dim3(blocks), dim3(32 * kQkvRopeWarps), 0, stream, qkv, qkv_bias,
-                   q_norm, k_norm, cos, sin, rows, shape, n, q_out, k_cache, v_cache);
+  qkv_rope_cache(q_out, KvView{k_cache, v_cache}, qkv, qkv_bias, q_norm, k_norm, cos, sin, rows, n, shape,
+                 stream);
 }
 
 }  // namespace cohort::models::cuda

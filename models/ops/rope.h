@@ -52,9 +52,15 @@ void qkv_rope_cache(float* q_out, float* k_cache, float* v_cache, const float* q
 
 }  // namespace cohort::models::cpu
 
-// CUDA launcher (rope.cuh): device pointers, on `stream`, no allocation;
-// the cache is bf16, q_out fp32.
+// CUDA launchers (rope.cuh): device pointers, on `stream`, no allocation;
+// the cache is bf16 or (the KvView form) fp8 (kv_fp8.h), q_out fp32.
 namespace cohort::models::cuda {
+
+// `cache.amax`, where given, is raised to each KV head's largest |value|
+// written (before rounding), for the fp8 scales' calibration.
+void qkv_rope_cache(float* q_out, const KvView& cache, const float* qkv, const float* qkv_bias,
+                    const float* q_norm, const float* k_norm, const float* cos, const float* sin,
+                    DecodeRows rows, int n, const DecodeShape& shape, CUstream_st* stream);
 
 void qkv_rope_cache(float* q_out, Bf16Bits* k_cache, Bf16Bits* v_cache, const float* qkv,
                     const float* qkv_bias, const float* q_norm, const float* k_norm,

@@ -2,7 +2,8 @@
 // packed by the tests' own packer) generates at tp 1 and 2 exactly what an
 // f32 folder of its dequantized weights generates, and `[model] quantize`
 // on a preset matches an f32 folder of the round-tripped weights; the
-// summary says which format each weight uses.
+// summary says which format each weight uses and the KV cache's, and an fp8
+// KV cache where the CPU engine runs is refused.
 #include <gtest/gtest.h>
 
 #include "hf/load_quantization.h"
@@ -37,6 +38,20 @@ TEST(InferQuantized, GptqFolderGeneratesWhatItsDequantizedWeightsGenerateAtTp1An
   EXPECT_EQ(tp1.summary.at("weights"),
             nlohmann::json({{"gptq int4 g32 act-order", 14}, {"f32", 11}}));
   EXPECT_EQ(tp1.summary.at("quantize"), "none");
+  EXPECT_EQ(tp1.summary.at("kv_cache_dtype"), "bf16");
+}
+
+// The fp8 KV cache is the CUDA-graph engine's: a job that asks for it on the
+// CPU engine stops, naming the key and the engine, rather than running with
+// a cache four times the size it planned for.
+TEST(InferQuantized, AnFp8KvCacheWhereTheCpuEngineRunsStopsNamingTheKeyAndTheEngine) {
+  InferJob job = three_prompt_job("fp8_kv_on_cpu", "preset = \"tiny\"", 1);
+  job.infer_lines = "kv_cache_dtype = \"fp8\"";
+  const InferRun run = run_infer_job(job);
+  EXPECT_NE(run.error.find("infer.kv_cache_dtype = \"fp8\" needs the bf16 CUDA-graph engine, but this rank runs "
+                           "the CPU engine"),
+            std::string::npos)
+      << run.error;
 }
 
 TEST(InferQuantized, QuantizeOptionRunsTheRoundTrippedWeights) {

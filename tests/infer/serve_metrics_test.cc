@@ -52,6 +52,7 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   metrics.observe_ttft(0.2);
   metrics.observe_inter_token(0.004);
   metrics.observe_e2e(1.5);
+  metrics.set_model({{"bf16", 9}, {"fp8-block", 14}}, "fp8");
   LoopGauges g;
   g.running = 3, g.waiting = 2, g.kv_used = 100, g.kv_total = 400, g.preemptions = 2, g.steps = 7;
   std::set<std::string> typed;
@@ -67,6 +68,9 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   EXPECT_EQ(s.at("cohort_serve_ready"), "1");
   EXPECT_EQ(s.at("cohort_serve_prompt_tokens_total"), "12");
   EXPECT_EQ(s.at("cohort_serve_generation_tokens_total"), "30");
+  EXPECT_EQ(s.at("cohort_serve_weight_tensors{format=\"fp8-block\"}"), "14");
+  EXPECT_EQ(s.at("cohort_serve_weight_tensors{format=\"bf16\"}"), "9");
+  EXPECT_EQ(s.at("cohort_serve_kv_cache_dtype_info{dtype=\"fp8\"}"), "1");
   // Cumulative buckets: 3 ms lands in le=0.005 and every bucket above it.
   EXPECT_EQ(s.at("cohort_serve_time_to_first_token_seconds_bucket{le=\"0.0025\"}"), "0");
   EXPECT_EQ(s.at("cohort_serve_time_to_first_token_seconds_bucket{le=\"0.005\"}"), "1");

@@ -83,6 +83,19 @@ TEST(JobFileValues, ModelQuantizeTakesItsFormatsAndIsRecorded) {
   testing::error_with(bad, "model.quantize: unknown value \"nf4\" (one of: none, fp8, int8, int4)");
 }
 
+// kv_cache_dtype ([infer] and [serve]): bf16 by default, fp8 kept in the
+// resolved file, anything else refused naming the key and the choices.
+TEST(JobFileValues, KvCacheDtypeTakesBf16OrFp8AndIsRecorded) {
+  auto r = load("[job]\nname = \"s\"\nkind = \"serve\"\n[model]\npreset = \"tiny\"\n"
+                "[serve]\nkv_cache_dtype = \"fp8\"\n");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.spec.serve.kv_cache_dtype, "fp8");
+  EXPECT_EQ(r.spec.infer.kv_cache_dtype, "bf16");
+  EXPECT_NE(to_toml(r.spec).find("kv_cache_dtype = 'fp8'"), std::string::npos) << to_toml(r.spec);
+  auto bad = load(testing::kTrainJob, {"infer.kv_cache_dtype=fp16"});
+  testing::error_with(bad, "infer.kv_cache_dtype: unknown value \"fp16\" (one of: bf16, fp8)");
+}
+
 TEST(JobFileValues, ResolvedTomlLoadsBackToTheSameSpec) {
   auto first = load(std::string(testing::kTrainJob) + "lr = 0.0007\nglobal_batch = 64\n[parallel]\nstrategy = \"zero2\"\n",
                     {"job.env.X=y", "job.nodes=1:2"});

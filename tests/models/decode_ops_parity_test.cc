@@ -32,13 +32,6 @@ using namespace decode_parity;  // NOLINT: the shared fixture and helpers
 // own choice, and forced counts that cut the test's contexts into many
 // ranges (each clamped to what the scratch holds).
 constexpr int kAttentionSplits[] = {1, 0, 7, 64};
-// Both kernels, where the head size lets the tiles form run (elsewhere both
-// names run the lanes form).
-constexpr cuda::DecodeAttentionForm kAttentionForms[] = {cuda::DecodeAttentionForm::kLanes,
-                                                         cuda::DecodeAttentionForm::kTiles};
-inline std::string form_name(cuda::DecodeAttentionForm form) {
-  return form == cuda::DecodeAttentionForm::kTiles ? "tiles form" : "lanes form";
-}
 
 TEST_F(DecodeOpsParity, EmbedBf16MatchesTheEmbeddingOpOnAVocabShard) {
   const int n = 37, hidden = 320, vocab_begin = 100, rows = 150;
@@ -98,49 +91,6 @@ TEST_F(DecodeOpsParity, SwigluBf16MatchesTheSwigluOp) {
   uint16_t* h = up(std::vector<uint16_t>(want.size(), kBf16NaN));
   cuda::swiglu_bf16(up(gate_up), h, n, I, stream_);
   EXPECT_LT(norm_relative(want, down_bf16(h, want.size())), kBf16Tol);
-}
-
-// A decode batch's rows: distinct slots at various positions, plus a packed
-// prefill's consecutive positions in one slot.
-struct Rows {
-  std::vector<int32_t> tokens, slots, positions;
-};
-Rows decode_rows(int slots, int capacity) {
-  Rows r;
-  for (int s = 0; s < slots; ++s) {
-    r.slots.push_back(s);
-    r.positions.push_back((s * 37 + 5) % capacity);
-  }
-  for (int p = 0; p < 6; ++p) r.slots.push_back(slots), r.positions.push_back(p);
-  r.tokens.assign(r.slots.size(), 0);
-  return r;
-}
-
-// RoPE for head_dim D over `capacity` positions (the default base).
-RopeTable rope_table(int D, int capacity) {
-  ModelConfig config;
-  config.head_dim = D;
-  config.max_seq = capacity;
-  return make_rope_table(config);
-}
-
-// The paged layout (decode_rows.h) with 16-position blocks handed out in a
-// shuffled order, so that no slot's blocks are adjacent or in order; the
-// cache holds as many positions as the contiguous one.
-struct CacheLayout {
-  int block_shift = 0;
-  std::vector<int32_t> table;  // [slots, blocks_per_slot]; empty: contiguous
-};
-CacheLayout cache_layout(bool paged, int slots, int capacity) {
-  CacheLayout layout;
-  if (!paged) return layout;
-  layout.block_shift = 4;
-  const int per_slot = (capacity + 15) / 16;
-  layout.table.resize(size_t(slots) * per_slot);
-  for (size_t i = 0; i < layout.table.size(); ++i) layout.table[i] = int32_t(i);
-  std::mt19937 shuffle(7);
-  std::shuffle(layout.table.begin(), layout.table.end(), shuffle);
-  return layout;
 }
 
 class DecodeShapes : public DecodeOpsParity,

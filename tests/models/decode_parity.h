@@ -1,17 +1,25 @@
 // What the decode kernels' parity tests share (decode_ops_parity_test.cc,
-// decode_projection_parity_test.cc): bf16 conversions, the tolerance, and a
-// fixture with a CUDA backend that skips where no GPU is visible.
+// decode_projection_parity_test.cc, kv_fp8_parity_test.cc): bf16
+// conversions, the tolerance, a fixture with a CUDA backend that skips
+// where no GPU is visible, and the rows and cache layouts of the attention
+// tests.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "base/half_float.h"
 #include "models/cuda_backend.h"
+#include "models/config.h"
 #include "models/ops/decode_attention.h"
+#include "models/ops/rope.h"
 #include "tests/models/cuda_backend_test.h"
 #include "tests/models/grad_check.h"
 
@@ -57,5 +65,56 @@ class DecodeOpsParity : public testing::CudaBackendTest {
   CUstream_st* stream_ = nullptr;
   cuda::DecodeAttentionScratch scratch_;
 };
+
+// Both kernels, where the head size lets the tiles form run (elsewhere both
+// names run the lanes form).
+constexpr cuda::DecodeAttentionForm kAttentionForms[] = {cuda::DecodeAttentionForm::kLanes,
+                                                         cuda::DecodeAttentionForm::kTiles};
+inline std::string form_name(cuda::DecodeAttentionForm form) {
+  return form == cuda::DecodeAttentionForm::kTiles ? "tiles form" : "lanes form";
+}
+
+// A decode batch's rows: distinct slots at various positions, plus a packed
+// prefill's consecutive positions in one slot.
+struct Rows {
+  std::vector<int32_t> tokens, slots, positions;
+};
+inline Rows decode_rows(int slots, int capacity) {
+  Rows r;
+  for (int s = 0; s < slots; ++s) {
+    r.slots.push_back(s);
+    r.positions.push_back((s * 37 + 5) % capacity);
+  }
+  for (int p = 0; p < 6; ++p) r.slots.push_back(slots), r.positions.push_back(p);
+  r.tokens.assign(r.slots.size(), 0);
+  return r;
+}
+
+// RoPE for head_dim D over `capacity` positions (the default base).
+inline RopeTable rope_table(int D, int capacity) {
+  ModelConfig config;
+  config.head_dim = D;
+  config.max_seq = capacity;
+  return make_rope_table(config);
+}
+
+// The paged layout (decode_rows.h) with 16-position blocks handed out in a
+// shuffled order, so that no slot's blocks are adjacent or in order; the
+// cache holds as many positions as the contiguous one.
+struct CacheLayout {
+  int block_shift = 0;
+  std::vector<int32_t> table;  // [slots, blocks_per_slot]; empty: contiguous
+};
+inline CacheLayout cache_layout(bool paged, int slots, int capacity) {
+  CacheLayout layout;
+  if (!paged) return layout;
+  layout.block_shift = 4;
+  const int per_slot = (capacity + 15) / 16;
+  layout.table.resize(size_t(slots) * per_slot);
+  for (size_t i = 0; i < layout.table.size(); ++i) layout.table[i] = int32_t(i);
+  std::mt19937 shuffle(7);
+  std::shuffle(layout.table.begin(), layout.table.end(), shuffle);
+  return layout;
+}
 
 }  // namespace cohort::models::decode_parity
