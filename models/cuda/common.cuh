@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,6 +60,13 @@ __device__ inline uint16_t to_bf16_bits(float v) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two e4m3 bytes (the low 16 bits of `bits`, the lower byte first) as
+// floats: Hopper's cvt to f16x2, exact (e4m3 fits f16), then widened.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t bits) {
+  const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&pair));
 }
 
 // The 8 bf16 of a 16-byte piece as floats.

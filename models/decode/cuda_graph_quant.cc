@@ -2,7 +2,8 @@
 // and down in the row layout (models/quant/row_packed.h), fused as the bf16
 // weights are (q|k|v rows, gate|up rows), made on the host (host_layer.h)
 // and uploaded here. The step reads them through the quantized GEMV
-// (models/ops/quant_gemv.h) or, beyond its rows, expanded into bf16.
+// (models/ops/quant_gemv.h) up to 8 rows, the tensor-core skinny GEMM over
+// the codes up to 64, or, beyond, expanded into bf16.
 #include <algorithm>
 
 #include "base/cuda_check.h"

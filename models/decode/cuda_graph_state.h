@@ -127,8 +127,8 @@ class CudaGraphEngine final : public InferenceEngine {
  private:
   // A projection's weight: bf16 [out, in], or (pack_projections) its
   // row-packed codes (models/ops/quant_gemv.h), which the quantized GEMV
-  // reads at up to kQuantGemvMaxRows rows and larger forwards first expand
-  // into bf16 (expanded_).
+  // reads at up to kQuantGemvMaxRows rows, the quantized skinny GEMM up to
+  // 64, and larger forwards first expand into bf16 (expanded_).
   struct Weight {
     Bf16* bf16 = nullptr;
     models::RowPackedView packed{};
@@ -234,6 +234,11 @@ class CudaGraphEngine final : public InferenceEngine {
   // buf_.h = SwiGLU(x · w_gate/upᵀ).
   void gate_up_swiglu(const Bf16* x, const Weight& w, int n, int in, int I,
                       const models::cuda::FoldedNorm& norm = {});
+  // Whether a quantized weight's projection of n rows takes the tensor-core
+  // skinny GEMM over its codes (models/ops/quant_gemv.h, 9 to 64 rows,
+  // where projection() picks the skinny family: warm-up measures it against
+  // expanding for cuBLASLt per decode bucket).
+  bool quant_skinny(const Weight& w, int n, int in) const;
   // The weight as bf16: itself, or its codes expanded into expanded_ (for
   // forwards the quantized GEMV does not serve).
   const Bf16* bf16_for(const Weight& w);

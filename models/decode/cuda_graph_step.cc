@@ -31,6 +31,10 @@ CudaGraphEngine::Projection CudaGraphEngine::projection(int n, int in) const {
   return Projection::kCublasLt;
 }
 
+bool CudaGraphEngine::quant_skinny(const Weight& w, int n, int in) const {
+  return w.quantized() && projection(n, in) == Projection::kSkinny && models::cuda::quant_skinny_supported(w.packed, n);
+}
+
 // y [n, out] = x [n, in] · wᵀ with w [out, in] row-major (HF orientation),
 // or y += that (kAccumulate; not on the cuBLASLt path). bf16 inputs, fp32
 // accumulate and output. cuBLASLt runs with the algorithm tuned per decode
@@ -40,6 +44,11 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Weight& w, int n, int 
   if (w.quantized() && models::cuda::quant_gemv_supported(w.packed, n)) {
     COHORT_CHECK(!norm.in_sumsq && !norm.out_x);
     models::cuda::quant_gemv(y, x, w.packed, n, stream_, output);
+    return;
+  }
+  if (quant_skinny(w, n, in)) {
+    COHORT_CHECK(!norm.in_sumsq && !norm.out_x);
+    models::cuda::quant_skinny_gemm(y, x, w.packed, n, skinny_, stream_, output);
     return;
   }
   gemm_bf16(y, x, bf16_for(w), n, in, out, output, norm);
@@ -70,6 +79,11 @@ void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Weight& weight, int n,
   if (weight.quantized() && models::cuda::quant_gemv_supported(weight.packed, n)) {
     COHORT_CHECK(!norm.in_sumsq);
     models::cuda::quant_gemv_swiglu(buf_.h, x, weight.packed, n, stream_);
+    return;
+  }
+  if (quant_skinny(weight, n, in)) {
+    COHORT_CHECK(!norm.in_sumsq);
+    models::cuda::quant_skinny_swiglu(buf_.h, x, weight.packed, n, skinny_, stream_);
     return;
   }
   const Bf16* w = bf16_for(weight);

@@ -19,8 +19,7 @@ __device__ __forceinline__ uint8_t kv_fp8_code(float value, float scale) {
 }
 
 __device__ __forceinline__ float kv_fp8_value(uint8_t code, float scale) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  return __half2float(*reinterpret_cast<const __half*>(&h)) * scale;
+  return e4m3x2_to_float2(code).x * scale;
 }
 
 // 8 codes (the low byte first) as floats times the scale.
@@ -30,9 +29,7 @@ __device__ __forceinline__ void unpack8_e4m3(uint32_t lo, uint32_t hi, float sca
   for (int w = 0; w < 2; ++w) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const __half2_raw pair =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * half)), __NV_E4M3);
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+      const float2 f = e4m3x2_to_float2(words[w] >> (16 * half));
       out[4 * w + 2 * half] = f.x * scale, out[4 * w + 2 * half + 1] = f.y * scale;
     }
   }

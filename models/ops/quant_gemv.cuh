@@ -20,6 +20,7 @@
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.cuh"
 #include "models/ops/quant_gemv.h"
+#include "models/ops/skinny_gemm.cuh"
 
 namespace cohort::models::cuda {
 
@@ -55,9 +56,7 @@ __device__ __forceinline__ void decode_piece(const uint4& piece, float zero, flo
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
-            static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * half)), __NV_E4M3);
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+        const float2 f = e4m3x2_to_float2(words[i] >> (16 * half));
         v[4 * i + 2 * half] = f.x, v[4 * i + 2 * half + 1] = f.y;
       }
     }
@@ -276,6 +275,98 @@ void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* st
 
 void dequantize_rows_f32(float* out, const RowPackedView& w, CUstream_st* stream) {
   dequantize_rows(out, w, stream);
+}
+
+// The row layout's weights as the skinny GEMM's source (skinny_gemm.cuh):
+// a lane's 8 columns lie in one group (groups are whole pieces of 16 or 32
+// columns), so a load reads one scale and zero and 4 or 8 bytes of codes,
+// and gives each value as scale * (value - zero) rounded once to bf16,
+// what dequantize_rows_bf16 writes: the products are those of the bf16
+// path over the expanded weight, without the expansion's round trip.
+template <quant::CodeKind K>
+struct SkinnyPackedWeights {
+  RowPackedView w;
+  int groups = 0;
+  size_t row_bytes = 0;
+  struct Row {
+    const uint8_t* codes;
+    const float* scales;
+    const float* zeros;
+  };
+  __device__ __forceinline__ Row row(int r) const {
+    const size_t first = static_cast<size_t>(r) * groups;
+    return {w.codes + static_cast<size_t>(r) * row_bytes, w.scales + first, w.zeros ? w.zeros + first : nullptr};
+  }
+  __device__ __forceinline__ uint4 load(const Row& row, int k, bool valid) const {
+    if (!valid) return make_uint4(0, 0, 0, 0);
+    const int g = k / w.group;
+    const float scale = __ldg(row.scales + g), zero = row.zeros ? __ldg(row.zeros + g) : 0.0f;
+    float v[8];
+    if constexpr (K == quant::CodeKind::kUint4 || K == quant::CodeKind::kNf4) {
+      const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(row.codes + k / 2));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t code = (word >> (4 * j)) & 0xfu;
+        v[j] = K == quant::CodeKind::kNf4 ? kNf4LevelTable[code] : static_cast<float>(code);
+      }
+    } else {
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(row.codes + k));
+      const uint32_t words[2] = {raw.x, raw.y};
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if constexpr (K == quant::CodeKind::kE4m3) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float2 f = e4m3x2_to_float2(words[i] >> (16 * half));
+            v[4 * i + 2 * half] = f.x, v[4 * i + 2 * half + 1] = f.y;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[4 * i + j] = static_cast<float>((words[i] >> (8 * j)) & 0xffu);
+        }
+      }
+    }
+    uint4 out;
+    out.x = pack_bf16x2(scale * (v[0] - zero), scale * (v[1] - zero));
+    out.y = pack_bf16x2(scale * (v[2] - zero), scale * (v[3] - zero));
+    out.z = pack_bf16x2(scale * (v[4] - zero), scale * (v[5] - zero));
+    out.w = pack_bf16x2(scale * (v[6] - zero), scale * (v[7] - zero));
+    return out;
+  }
+};
+
+bool quant_skinny_supported(const RowPackedView& w, int n) {
+  return n >= 1 && n <= kSkinnyMaxRows && w.cols % (32 * kSkinnyWarps) == 0 && w.group % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 && (w.cols * quant::code_bits(w.kind) / 8) % 16 == 0;
+}
+
+namespace {
+
+template <SkinnyEpilogue kEpilogue>
+void launch_quant_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n, int out,
+                         const SkinnyScratch& scratch, CUstream_st* stream) {
+  with_kind(w.kind, [&](auto kind) {
+    constexpr quant::CodeKind K = decltype(kind)::value;
+    const SkinnyPackedWeights<K> weights{w, (w.cols + w.group - 1) / w.group,
+                                         static_cast<size_t>(w.cols) * quant::code_bits(K) / 8};
+    launch_skinny<kEpilogue>(y, h, x, weights, n, w.cols, out, scratch, stream);
+  });
+}
+
+}  // namespace
+
+void quant_skinny_gemm(float* y, const Bf16Bits* x, const RowPackedView& w, int n, const SkinnyScratch& scratch,
+                       CUstream_st* stream, GemvOutput output) {
+  if (output == GemvOutput::kAccumulate) {
+    launch_quant_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, w.rows, scratch, stream);
+  } else {
+    launch_quant_skinny<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, w.rows, scratch, stream);
+  }
+}
+
+void quant_skinny_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
+                         const SkinnyScratch& scratch, CUstream_st* stream) {
+  launch_quant_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, w.rows / 2, scratch, stream);
 }
 
 }  // namespace cohort::models::cuda

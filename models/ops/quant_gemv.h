@@ -8,9 +8,10 @@
 // are gemv.h's forms for a weight of 4 or 8 bits: at decode batch 1 to 8 a
 // projection is bound by the bytes of weight it reads, so reading half or a
 // quarter of bf16's bytes is most of the speed a smaller format offers.
-// Beyond kQuantGemvMaxRows a step is arithmetic-bound and the engine
-// expands the weight into bf16 (dequantize_rows_bf16) for the tensor-core
-// projections.
+// From kQuantGemvMaxRows + 1 to 64 rows the tensor-core skinny GEMM reads
+// the codes the same way (quant_skinny_gemm); beyond, a step is
+// arithmetic-bound and the engine expands the weight into bf16
+// (dequantize_rows_bf16) for cuBLASLt.
 //
 // The reference (CPU): W dequantized as row_packed.h defines it, sums in
 // double, rounded once. The kernels sum each 16-byte piece's codes against
@@ -46,6 +47,19 @@ void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUst
                 GemvOutput output);
 void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
                        CUstream_st* stream);
+// Decode steps of up to kSkinnyMaxRows rows (the engine takes them from
+// kQuantGemvMaxRows + 1) on the tensor cores: skinny_gemm_bf16's kernel
+// (gemv.h) with each weight decoded in registers as it is loaded, rounded
+// to bf16 as dequantize_rows_bf16 rounds it, so the sums are those of the
+// bf16 projection over the expanded weight, reading 4 or 8 bits a weight
+// instead of the expansion's 16 written and read back. Widths whole
+// multiples of 256 columns (the kernel's K split), groups of 8.
+bool quant_skinny_supported(const RowPackedView& w, int n);
+void quant_skinny_gemm(float* y, const Bf16Bits* x, const RowPackedView& w, int n, const SkinnyScratch& scratch,
+                       CUstream_st* stream, GemvOutput output);
+// h [n, rows / 2] = silu(x · W_gateᵀ) * (x · W_upᵀ), W = [W_gate; W_up].
+void quant_skinny_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
+                         const SkinnyScratch& scratch, CUstream_st* stream);
 // All of W as bf16 [rows, cols] (each element scale * (value - zero) in
 // fp32, rounded to nearest even), or as fp32 (exactly the reference's).
 void dequantize_rows_bf16(Bf16Bits* out, const RowPackedView& w, CUstream_st* stream);

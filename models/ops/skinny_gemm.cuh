@@ -25,6 +25,10 @@
 //  * Epilogues: store, add into y (the residual stream takes an output
 //    projection in place), or SwiGLU, where a block's 16 rows are 8 gate
 //    rows and their 8 up rows, so each lane holds both halves of its outputs.
+//  * The weights come from a source type: bf16 rows here (SkinnyBf16Weights),
+//    or the row layout's codes decoded in registers as they load
+//    (quant_gemv.cuh's SkinnyPackedWeights), so quantized projections take
+//    the same tensor-core path at 9 to 64 rows.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,11 +53,21 @@ __device__ __forceinline__ uint4 load16_input_or_zero(const Bf16Bits* p, bool va
   return valid ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
+// The weights [out, in] (for SwiGLU [2 out, in]: gate rows, then up rows),
+// bf16 row-major: row(r) names a row, load(row, k, valid) gives its 8
+// values at columns [k, k + 8) as bf16 pairs (zeros where !valid).
+struct SkinnyBf16Weights {
+  const Bf16Bits* w;
+  int in;
+  using Row = const Bf16Bits*;
+  __device__ __forceinline__ Row row(int r) const { return w + static_cast<size_t>(r) * in; }
+  __device__ __forceinline__ uint4 load(Row row, int k, bool valid) const { return load16_or_zero(row + k, valid); }
+};
+
 struct SkinnyArgs {
   float* y;            // kStore / kAccumulate: [n, out] fp32
   Bf16Bits* h;         // kSwiglu: [n, out] bf16
   const Bf16Bits* x;   // [n, in]
-  const Bf16Bits* w;   // [out, in], or for SwiGLU [2 out, in] (gate rows, then up rows)
   int n, in, out;
   int splits;          // blocks per output tile along K (gridDim.y)
   float* partials;     // [tiles, splits, NT * 4 values, 32 lanes] when splits > 1
@@ -61,8 +75,8 @@ struct SkinnyArgs {
 };
 
 // One output tile (16 weight rows) over one K range of in / splits.
-template <int NT, SkinnyEpilogue kEpilogue>
-__global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(SkinnyArgs a) {
+template <int NT, SkinnyEpilogue kEpilogue, typename Weights>
+__global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(SkinnyArgs a, Weights weights) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tile = blockIdx.x, split = blockIdx.y;
@@ -72,8 +86,8 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(Skinn
   const int f_lo = swiglu ? tile * 8 + g : tile * 16 + g;
   const int f_hi = swiglu ? f_lo : f_lo + 8;
   const bool lo_ok = f_lo < a.out, hi_ok = f_hi < a.out;
-  const Bf16Bits* w_lo = a.w + static_cast<size_t>(lo_ok ? f_lo : 0) * a.in;
-  const Bf16Bits* w_hi = a.w + static_cast<size_t>(hi_ok ? (swiglu ? a.out + f_hi : f_hi) : 0) * a.in;
+  const typename Weights::Row w_lo = weights.row(lo_ok ? f_lo : 0);
+  const typename Weights::Row w_hi = weights.row(hi_ok ? (swiglu ? a.out + f_hi : f_hi) : 0);
   // This warp's chunks: k_span / 32 of them, k_span = in / splits / warps.
   const int k_span = a.in / a.splits / kSkinnyWarps;
   const int k0 = (split * kSkinnyWarps + warp) * k_span + 8 * t;
@@ -89,8 +103,8 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(Skinn
     for (int c = 0; c < kChunks; ++c) {
       const bool live = c0 + c < chunks;
       const int k = k0 + (c0 + c) * 32;
-      wl[c] = load16_or_zero(w_lo + k, live && lo_ok);
-      wh[c] = load16_or_zero(w_hi + k, live && hi_ok);
+      wl[c] = weights.load(w_lo, k, live && lo_ok);
+      wh[c] = weights.load(w_hi, k, live && hi_ok);
     }
     // Weights are no kernel's output: the first ones load before the wait
     // on the predecessor, x after it.
@@ -209,17 +223,17 @@ int skinny_splits(int tiles, int in) {
   return splits;
 }
 
-template <SkinnyEpilogue kEpilogue>
-void launch_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, int in,
+template <SkinnyEpilogue kEpilogue, typename Weights>
+void launch_skinny(float* y, Bf16Bits* h, const Bf16Bits* x, const Weights& w, int n, int in,
                    int out, const SkinnyScratch& scratch, CUstream_st* stream) {
   const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
   const int splits = scratch.partials && scratch.arrivals ? skinny_splits(tiles, in) : 1;
-  const SkinnyArgs args{y, h, x, w, n, in, out, splits, scratch.partials, scratch.arrivals};
+  const SkinnyArgs args{y, h, x, n, in, out, splits, scratch.partials, scratch.arrivals};
   with_tiles(n, [&](auto tile_rows) {
     constexpr int NT = decltype(tile_rows)::value;
     const size_t smem = sizeof(float) * kSkinnyWarps * 32 * NT * 4;
-    launch_dependent(skinny_gemm_kernel<NT, kEpilogue>, dim3(tiles, splits), 32 * kSkinnyWarps,
-                     smem, stream, args);
+    launch_dependent(skinny_gemm_kernel<NT, kEpilogue, Weights>, dim3(tiles, splits), 32 * kSkinnyWarps,
+                     smem, stream, args, w);
   });
 }
 
@@ -230,10 +244,11 @@ void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int
   const TilePlan plan = tile_plan(n, in, out, false, device_multiprocessors());
   if (plan.bn != 0) return tile_gemm_bf16(plan, y, nullptr, x, w, n, in, out, output, stream, norm);
   COHORT_CHECK_MSG(!norm.in_sumsq && !norm.out_x, "a folded norm needs the tile forms ({} rows)", n);
+  const SkinnyBf16Weights weights{w, in};
   if (output == GemvOutput::kAccumulate) {
-    launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, in, out, scratch, stream);
+    launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, weights, n, in, out, scratch, stream);
   } else {
-    launch_skinny<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, in, out, scratch, stream);
+    launch_skinny<SkinnyEpilogue::kStore>(y, nullptr, x, weights, n, in, out, scratch, stream);
   }
 }
 
@@ -246,7 +261,8 @@ void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, 
                           norm);
   }
   COHORT_CHECK_MSG(!norm.in_sumsq && !norm.out_x, "a folded norm needs the tile forms ({} rows)", n);
-  launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, in, intermediate, scratch, stream);
+  launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, SkinnyBf16Weights{w, in}, n, in, intermediate, scratch,
+                                         stream);
 }
 
 }  // namespace cohort::models::cuda

@@ -2,8 +2,9 @@
 // CPU reference on fresh random inputs, for every code kind the row layout
 // has (int4 and int8 as cohort quantizes, GPTQ 4 and 8 bits and AWQ as the
 // checkpoints pack them, FP8 with block scales, NF4), every row count the
-// GEMV serves, plain, accumulating and SwiGLU forms, and the bf16 and fp32
-// expansions the engine and the QLoRA base use. Part of models_decode_ops_parity_test; skips with
+// GEMV serves, plain, accumulating and SwiGLU forms, the tensor-core form
+// for 9 to 64 rows, and the bf16 and fp32 expansions the engine and the
+// QLoRA base use. Part of models_decode_ops_parity_test; skips with
 // a message where no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -98,6 +99,51 @@ TEST_F(QuantGemvParity, AccumulateAndSwigluFormsMatch) {
     cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
     EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
   }
+}
+
+// The tensor-core form for 9 to 64 rows: the bf16 projection over the
+// weight dequantized and rounded to bf16 (what it decodes in registers),
+// for every code kind, the row counts of the decode buckets and odd ones,
+// store, accumulate and SwiGLU, with and without the K split's scratch.
+TEST_F(QuantGemvParity, TheSkinnyFormIsTheBf16ProjectionOfTheRoundedWeights) {
+  cuda::SkinnyScratch scratch;
+  scratch.partials = up(std::vector<float>(cuda::kSkinnyScratchFloats, NAN));
+  scratch.arrivals = up(std::vector<int>(cuda::kSkinnyScratchTiles, 0));
+  for (const char* format : kFormats) {
+    const int in = 2048 + 256, out = 264;  // a partial output tile; SwiGLU: 132 of each
+    const auto w = make_weight(format, out, in, 41);
+    std::vector<float> dense(size_t(out) * in);
+    quant::dequantize(w, dense.data());
+    const std::vector<Bf16Bits> w16 = to_bf16(dense);
+    const RowPackedView dw = upload(w);
+    for (int n : {9, 16, 24, 33, 48, 64}) {
+      for (bool split : {false, true}) {
+        SCOPED_TRACE(std::string(format) + " n " + std::to_string(n) + (split ? " split" : ""));
+        ASSERT_TRUE(cuda::quant_skinny_supported(dw, n));
+        const cuda::SkinnyScratch use = split ? scratch : cuda::SkinnyScratch{};
+        const auto x = to_bf16(testing::random_vector(size_t(n) * in, 60 + n));
+        const Bf16Bits* gx = up(x);
+        std::vector<float> want(size_t(n) * out);
+        cpu::gemv_bf16(want.data(), x.data(), w16.data(), n, in, out);
+        float* y = up(std::vector<float>(want.size(), NAN));
+        cuda::quant_skinny_gemm(y, gx, dw, n, use, stream_, cuda::GemvOutput::kStore);
+        EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+        const auto y0 = testing::random_vector(want.size(), 61);
+        float* acc = up(y0);
+        cuda::quant_skinny_gemm(acc, gx, dw, n, use, stream_, cuda::GemvOutput::kAccumulate);
+        std::vector<float> want_acc = want;
+        for (size_t i = 0; i < want.size(); ++i) want_acc[i] += y0[i];
+        EXPECT_LT(norm_relative(want_acc, down(acc, want.size())), 1e-5);
+        std::vector<Bf16Bits> want_h(size_t(n) * out / 2);
+        cpu::gemv_swiglu_bf16(want_h.data(), x.data(), w16.data(), n, in, out / 2);
+        Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0xffff));
+        cuda::quant_skinny_swiglu(h, gx, dw, n, use, stream_);
+        EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+      }
+    }
+  }
+  EXPECT_FALSE(cuda::quant_skinny_supported(RowPackedView{quant::CodeKind::kUint8, 8, 1000, 128}, 16));
+  EXPECT_FALSE(cuda::quant_skinny_supported(RowPackedView{quant::CodeKind::kUint8, 8, 1024, 128}, 65));
 }
 
 TEST_F(QuantGemvParity, Fp32ExpansionIsTheLayoutsDequantization) {
