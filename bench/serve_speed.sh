@@ -14,7 +14,8 @@
 # Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
 # serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
 # turns serve.prefix_caching off, KV_TOKENS sets serve.kv_cache_tokens,
-# KV_DTYPE=fp8 sets serve.kv_cache_dtype, and
+# KV_DTYPE=fp8 sets serve.kv_cache_dtype, ITL_TARGET sets serve.itl_target_ms
+# (0: off), and
 # LOADS="single streams64" (or single+streams64) runs only those loads.
 # ADAPTERS=N serves N random rank-16 LoRA adapters beside the base
 # (bench/make_peft_adapters.py) and the requests take them in turn.
@@ -40,6 +41,7 @@ temperature = 0.0
 ${MAX_BATCHED:+max_batched_tokens = $MAX_BATCHED}
 ${PREFIX_CACHING:+prefix_caching = $PREFIX_CACHING}
 ${KV_TOKENS:+kv_cache_tokens = $KV_TOKENS}
+${ITL_TARGET:+itl_target_ms = $ITL_TARGET}
 $kv_dtype_line
 TOML
 models=""

@@ -326,7 +326,7 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
   }
 }
 
-std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
+std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
   std::vector<TokenEvent> events;
   StepStats st;
   drop_cancelled(events);
@@ -347,10 +347,11 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats) {
   const int d = static_cast<int>(decode_slots.size());
   // A bounded step is one forward; an unbounded one (the offline job)
   // takes every prompt the slots hold, in as many forwards as the engine needs.
-  const int budget = options_.max_batched_tokens > 0
-                         ? std::min(std::max(options_.max_batched_tokens - d, 1),
-                                    std::max(engine_.max_step_rows() - d, 0))
-                         : INT_MAX;
+  int budget = options_.max_batched_tokens > 0
+                   ? std::min(std::max(options_.max_batched_tokens - d, 1),
+                              std::max(engine_.max_step_rows() - d, 0))
+                   : INT_MAX;
+  if (d > 0 && prompt_cap < budget) budget = static_cast<int>(std::max<int64_t>(prompt_cap, 1));
   std::vector<Chunk> chunks;
   plan_prompts(chunks, st, budget, d == 0);
   // Sequences part-way through their prompts with no block left for any of

@@ -118,8 +118,10 @@ class Scheduler {
   Status add(SequenceRequest request);
   // The request leaves at the next step; unknown ids are ignored.
   void cancel(int64_t id);
-  // One step; the tokens it produced, in slot order.
-  std::vector<TokenEvent> step(StepStats* stats = nullptr);
+  // One step; the tokens it produced, in slot order. `prompt_cap` bounds
+  // the prompt tokens of a step that has decode rows (a server's time
+  // budget, step_budget.h); at least one token still goes, so prompts move.
+  std::vector<TokenEvent> step(StepStats* stats = nullptr, int64_t prompt_cap = INT64_MAX);
 
   bool idle() const { return waiting_.empty() && preempted_.empty() && running_ == 0 && cancels_.empty(); }
   // Whether a sequence running, preempted or waiting uses adapter `index`.

@@ -30,6 +30,7 @@
 #include "infer/scheduler.h"
 #include "infer/serve/serve_http.h"
 #include "infer/serve/serve_metrics.h"
+#include "infer/step_budget.h"
 #include "infer/serve_step.h"
 
 namespace cohort::infer {
@@ -253,6 +254,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
             AdapterNames& names) {
   int64_t steps = 0;
   bool draining = false, cut_short = false;
+  StepBudget budget(spec.serve.itl_target_ms / 1000.0);
   // A drain ends a second before the agent's SIGKILL, so that the job still
   // exits by itself (and says what it cut short).
   const auto grace = std::chrono::duration<double>(std::max(0.5, spec.job.stop_grace_s - 1.0));
@@ -275,6 +277,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     // Draining ends once nothing is in flight: the HTTP side refuses new
     // requests, so live() only falls.
     input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
+    input.prompt_cap = budget.prompt_cap();
     resolve_adapter_changes(input, queue, names);
     if (world.size > 1) COHORT_RETURN_IF_ERROR(broadcast_step_input(*world.cpu, &input, setup.tokenizer.get(), {}));
     COHORT_ASSIGN_OR_RETURN(const std::vector<Status> changed,
@@ -291,7 +294,12 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     std::vector<TokenEvent> rejected = queue.take_rejected();
     apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) break;
-    std::vector<TokenEvent> events = scheduler.idle() ? std::vector<TokenEvent>{} : scheduler.step();
+    std::vector<TokenEvent> events;
+    if (!scheduler.idle()) {
+      StepStats stats;
+      events = scheduler.step(&stats, input.prompt_cap);
+      budget.observe(stats.decode_rows, stats.prefill_tokens, stats.prefill_s + stats.decode_s);
+    }
     if (!events.empty() || !rejected.empty()) {
       events.insert(events.end(), rejected.begin(), rejected.end());
       ++steps;
@@ -313,7 +321,7 @@ Status follow(collective::World& world, Scheduler& scheduler, const ServeSetup& 
     std::vector<TokenEvent> rejected;
     apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) return Status::ok();
-    if (!scheduler.idle()) scheduler.step();
+    if (!scheduler.idle()) scheduler.step(nullptr, input.prompt_cap);
   }
 }
 

@@ -83,6 +83,7 @@ std::vector<int64_t> encode_step_input(const StepInput& in) {
       for (unsigned char ch : *text) d.push_back(ch);
     }
   }
+  d.push_back(in.prompt_cap);
   return d;
 }
 
@@ -130,6 +131,8 @@ Result<StepInput> decode_step_input(const std::vector<int64_t>& data, const text
     }
     in.adapter_changes.push_back(std::move(c));
   }
+  in.prompt_cap = r.next();
+  if (r.ok && in.prompt_cap < 1) return internal_error("a malformed step input from rank 0 (prompt cap)");
   if (!r.ok || r.at != data.size()) return internal_error("a malformed step input from rank 0");
   return in;
 }

@@ -31,6 +31,9 @@ struct StepInput {
   std::vector<SequenceRequest> arrivals;
   std::vector<int64_t> cancels;
   std::vector<AdapterChange> adapter_changes;
+  // The step's prompt tokens beside decode rows (rank 0's StepBudget,
+  // step_budget.h): every rank plans the step with the same cap.
+  int64_t prompt_cap = INT64_MAX;
 };
 
 // Flat int64 form, and back. decode rebuilds each arrival's StopCondition

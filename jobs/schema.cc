@@ -320,6 +320,13 @@ std::vector<FieldDoc> build_schema() {
                             "prompts, a long one in chunks over several steps, so running streams keep getting "
                             "a token every step. At least max_running.",
                     .min = 1, .max = 1e6}));
+  f.push_back(bind("serve", "itl_target_ms", &J::serve, &ServeSection::itl_target_ms,
+                   {.text = "Time a step may take while sequences are decoding, so that each stream's next "
+                            "token comes within it: such a step takes only the prompt tokens that fit, from the "
+                            "measured times of recent steps (at least 16 a step, so prompts keep moving); a "
+                            "step with no sequence decoding takes max_batched_tokens. Lower it for steadier "
+                            "streams, raise it (or 0: off) for faster prompts beside running ones.",
+                    .min = 0, .max = 1e6}));
   f.push_back(bind("serve", "prefix_caching", &J::serve, &ServeSection::prefix_caching,
                    {.text = "Keep full KV-cache blocks (16 positions) keyed by their token prefix after their "
                             "request ends, and start a later prompt with the same prefix past them, so a shared "

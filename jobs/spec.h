@@ -194,6 +194,7 @@ struct ServeSection {
   int max_body_bytes = 1 << 20; // request bodies above this get 413
   int context = 0;              // positions per sequence (prompt + output); 0: the model's max_seq, at most 4096
   int max_batched_tokens = 8192;  // tokens per forward: running sequences' next tokens, then prompt chunks
+  double itl_target_ms = 25;    // steps with decode rows take the prompt tokens that fit this (infer/step_budget.h); 0: off
   bool prefix_caching = true;   // full KV blocks reused by later prompts with the same prefix
   int64_t kv_cache_tokens = 0;  // KV-cache positions shared by the running sequences; 0: by gpu_memory_fraction
   std::string kv_cache_dtype = "bf16";  // bf16 | fp8 (models/ops/kv_fp8.h; the CUDA-graph engine)

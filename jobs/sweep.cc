@@ -64,8 +64,9 @@ Result<std::vector<std::vector<Override>>> sweep_points(const std::vector<SweepA
 }
 
 void apply_sweep_point(int index, JobSpec* spec) {
-  spec->job.name += "-" + std::to_string(index);
-  spec->job.output_dir += "/sweep-" + std::to_string(index);
+  // Appended piece by piece: GCC 12 misreads "lit" + std::string as overlapping copies (-Wrestrict).
+  spec->job.name.append("-").append(std::to_string(index));
+  spec->job.output_dir.append("/sweep-").append(std::to_string(index));
 }
 
 }  // namespace cohort::jobs

@@ -48,6 +48,34 @@ TEST(InferScheduler, ChunkedPrefillGivesTheTokensOfWholePrefill) {
   for (const auto& [id, tokens] : by_chunk[0]) EXPECT_EQ(tokens.size(), 8u) << id;
 }
 
+// A server's time budget (step_budget.h): a step with decode rows takes at
+// most prompt_cap prompt tokens; one with none takes max_batched_tokens.
+TEST(InferScheduler, APromptCapBoundsThePromptTokensOfStepsWithDecodeRows) {
+  auto engine = tiny_engine(2);
+  SchedulerOptions o;
+  o.max_batched_tokens = 64;
+  Scheduler s(*engine, o);
+  ASSERT_TRUE(s.add(request(1, 30, 40)).is_ok());
+  StepStats first;
+  s.step(&first, 7);  // nothing decodes yet: the cap does not apply
+  EXPECT_EQ(first.prefill_tokens, 30);
+  ASSERT_TRUE(s.add(request(2, 40, 4)).is_ok());
+  int steps = 0;
+  int64_t prompt_tokens = 0;
+  bool got_first = false;
+  while (!got_first && steps < 20) {
+    StepStats st;
+    for (const auto& e : s.step(&st, 7)) got_first = got_first || e.id == 2;
+    EXPECT_LE(st.prefill_tokens, 7);
+    EXPECT_EQ(st.decode_rows, 1);
+    prompt_tokens += st.prefill_tokens;
+    ++steps;
+  }
+  EXPECT_TRUE(got_first);
+  EXPECT_EQ(prompt_tokens, 40);
+  EXPECT_EQ(steps, 6);  // ceil(40 / 7)
+}
+
 TEST(InferScheduler, RunningStreamsGetATokenEveryStepWhileALongPromptPrefills) {
   auto engine = tiny_engine(2);
   SchedulerOptions o;
@@ -416,10 +444,12 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   in.arrivals.push_back(r);
   in.adapter_changes.push_back(AdapterChange{true, "sql", "/adapters/sql", -1, 5});
   in.adapter_changes.push_back(AdapterChange{false, "chat", "", 1, 6});
+  in.prompt_cap = 577;
   text::ByteTokenizer bytes;
   auto out = decode_step_input(encode_step_input(in), &bytes, {1});
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_TRUE(out->stop);
+  EXPECT_EQ(out->prompt_cap, 577);
   EXPECT_EQ(out->cancels, in.cancels);
   ASSERT_EQ(out->arrivals.size(), 1u);
   const SequenceRequest& q = out->arrivals[0];
@@ -452,6 +482,9 @@ TEST(ServeStep, StepInputSurvivesItsEncoding) {
   truncated.pop_back();
   EXPECT_FALSE(decode_step_input(truncated, &bytes, {}).is_ok());
   EXPECT_FALSE(decode_step_input({0, 5}, &bytes, {}).is_ok());
+  auto no_cap = encode_step_input(in);
+  no_cap.back() = 0;  // a step may always take one prompt token
+  EXPECT_FALSE(decode_step_input(no_cap, &bytes, {}).is_ok());
 }
 
 }  // namespace

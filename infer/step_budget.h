@@ -1,0 +1,51 @@
+// StepBudget: how many prompt tokens a serving step may carry beside its
+// decode rows so that the step, and with it every running stream's
+// inter-token latency, stays within a time target (serve.itl_target_ms).
+//
+// Why: a step is one forward over the running sequences' next tokens and
+// prompt chunks (scheduler.h). max_batched_tokens bounds its rows, but not
+// its time: 8,192 prompt tokens take a few milliseconds on a 0.6B model and
+// a few hundred on an 8B one, and every stream waits for the whole step.
+// The budget comes from measured steps: a decode-only step's time (what
+// the decode rows cost) and the time each prompt token adds to a step
+// beyond that, both moving averages; a step with decode rows takes the
+// prompt tokens that fit the target (at least one KV block's worth, so
+// prompts always move). Steps without decode rows keep their whole token
+// budget: nobody's next token waits for them.
+//
+// Rank 0 measures and decides; the cap travels to the other ranks of a
+// tensor-parallel group with the step's input (serve_step.h), so every
+// rank plans the same step. Clock-free: the caller passes each step's
+// seconds. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+
+namespace cohort::infer {
+
+class StepBudget {
+ public:
+  // No cap while nothing is measured, or with target_s 0.
+  static constexpr int64_t kUncapped = INT64_MAX;
+  // The fewest prompt tokens a capped step takes: one KV block.
+  static constexpr int64_t kFloorTokens = 16;
+
+  explicit StepBudget(double target_s) : target_s_(target_s) {}
+
+  // The prompt tokens the next step may take beside its decode rows
+  // (Scheduler::step applies it only when it has decode rows).
+  int64_t prompt_cap() const;
+  // A step that ran `decode_rows` next tokens and `prompt_tokens` prompt
+  // tokens in `seconds`.
+  void observe(int decode_rows, int64_t prompt_tokens, double seconds);
+
+  double decode_step_s() const { return decode_s_; }
+  double prompt_token_s() const { return token_s_; }
+
+ private:
+  double target_s_;
+  double decode_s_ = 0;  // a decode-only step; 0: none seen
+  double token_s_ = 0;   // a prompt token's share of a step beside decode rows; 0: none seen
+};
+
+}  // namespace cohort::infer

@@ -1,0 +1,69 @@
+// The server's step budget (infer/step_budget.h): no cap until both a
+// decode step and a prompt token's cost are measured, then the prompt
+// tokens that fit the target beside a decode step, following a change of
+// cost within a few steps, never below one block.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "infer/step_budget.h"
+
+namespace cohort::infer {
+namespace {
+
+// A GPU-like step: 8 ms for the decode rows, 30 us a prompt token.
+double step_seconds(int64_t prompt_tokens, double token_s = 30e-6) { return 0.008 + token_s * prompt_tokens; }
+
+TEST(StepBudget, UncappedUntilBothCostsAreMeasuredOrWithoutATarget) {
+  StepBudget b(0.025);
+  EXPECT_EQ(b.prompt_cap(), StepBudget::kUncapped);
+  b.observe(64, 0, 0.008);
+  EXPECT_EQ(b.prompt_cap(), StepBudget::kUncapped) << "no prompt token measured yet";
+  StepBudget off(0);
+  off.observe(64, 0, 0.008);
+  off.observe(64, 1024, step_seconds(1024));
+  EXPECT_EQ(off.prompt_cap(), StepBudget::kUncapped);
+}
+
+TEST(StepBudget, CapsThePromptTokensToWhatFitsTheTarget) {
+  StepBudget b(0.025);
+  for (int i = 0; i < 5; ++i) b.observe(64, 0, 0.008);
+  for (int64_t p : {1024, 2048, 512, 777}) b.observe(64, p, step_seconds(p));
+  EXPECT_NEAR(b.decode_step_s(), 0.008, 1e-9);
+  EXPECT_NEAR(b.prompt_token_s(), 30e-6, 1e-9);
+  // (25 - 8) ms / 30 us.
+  EXPECT_NEAR(static_cast<double>(b.prompt_cap()), 566.0, 1.0);
+  // A step of that many prompt tokens is within the target.
+  EXPECT_LE(step_seconds(b.prompt_cap()), 0.025);
+}
+
+TEST(StepBudget, FollowsACostThatChangesWithinAFewSteps) {
+  StepBudget b(0.025);
+  b.observe(64, 0, 0.008);
+  for (int i = 0; i < 3; ++i) b.observe(64, 1024, step_seconds(1024));
+  const int64_t before = b.prompt_cap();
+  // Longer contexts: prompt tokens cost twice as much.
+  for (int i = 0; i < 15; ++i) b.observe(64, 512, step_seconds(512, 60e-6));
+  EXPECT_NEAR(static_cast<double>(b.prompt_cap()), before / 2.0, before * 0.05);
+}
+
+TEST(StepBudget, NeverBelowOneBlockAndIgnoresWhatSaysNothing) {
+  StepBudget b(0.005);  // below a decode step's time
+  b.observe(64, 0, 0.008);
+  b.observe(64, 1024, step_seconds(1024));
+  EXPECT_EQ(b.prompt_cap(), StepBudget::kFloorTokens);
+  StepBudget c(0.025);
+  c.observe(64, 0, 0.008);
+  c.observe(64, 1024, step_seconds(1024));
+  const double token_s = c.prompt_token_s();
+  c.observe(64, 10, 0.5);  // a few tokens: the step's fixed time dominates
+  c.observe(64, 1024, -1.0);
+  c.observe(64, 1024, std::numeric_limits<double>::quiet_NaN());
+  c.observe(0, 0, 0.001);  // an empty step
+  EXPECT_EQ(c.prompt_token_s(), token_s);
+  EXPECT_EQ(c.decode_step_s(), 0.008);
+}
+
+}  // namespace
+}  // namespace cohort::infer
