@@ -89,20 +89,55 @@ __global__ void __launch_bounds__(32 * kDecodeTileWarps)
   const int count = (end - begin + T - 1) / T;                  // the block's tiles
   const int mine = count > warp ? (count - warp + W - 1) / W : 0;  // this warp's
   auto tile_base = [&](int k) { return begin + (warp + k * W) * T; };
+  // Lane piece i of a tile: its byte offset in the tile, and its element in
+  // the cache (valid: a position the tile reads from the cache).
+  constexpr int kLanePieces = T * kPieces / 32;
+  auto piece_of = [&](int base, int i, uint32_t& tile_at, size_t& at) {
+    const int c = lane + 32 * i, row = c / kPieces, piece = c % kPieces, at_t = base + row;
+    const bool valid = at_t < end && (!kFused || at_t < pos);
+    at = valid ? place.offset(s, kv, at_t) + piece * 8 : 0;
+    tile_at = decode_tile_at<D>(row, piece);
+    return valid;
+  };
   auto issue = [&](int k) {
     if (k < mine) {
-      const int base = tile_base(k);
       const uint32_t kt = tiles + (k % kStages) * 2 * kTileBytes, vt = kt + kTileBytes;
 #pragma unroll
-      for (int i = 0; i < T * kPieces / 32; ++i) {
-        const int c = lane + 32 * i, row = c / kPieces, piece = c % kPieces, at_t = base + row;
-        const bool valid = at_t < end && (!kFused || at_t < pos);
-        const size_t at = valid ? place.offset(s, kv, at_t) + piece * 8 : 0;
-        stage_kv8<kFp8>(kt + decode_tile_at<D>(row, piece), cache.k, at, valid, kv_scale.k);
-        stage_kv8<kFp8>(vt + decode_tile_at<D>(row, piece), cache.v, at, valid, kv_scale.v);
+      for (int i = 0; i < kLanePieces; ++i) {
+        uint32_t tile_at;
+        size_t at;
+        const bool valid = piece_of(tile_base(k), i, tile_at, at);
+        stage_kv8<kFp8>(kt + tile_at, cache.k, at, valid, kv_scale.k);
+        stage_kv8<kFp8>(vt + tile_at, cache.v, at, valid, kv_scale.v);
       }
     }
     cp_async_commit();  // empty past the warp's last tile: the count of groups stays even
+  };
+  // An fp8 cache's tiles in the loop: codes loaded into registers before a
+  // tile's products (in flight while the MMAs run) and stored, expanded,
+  // after them, into the stage the tile before used.
+  uint2 ahead_k[kLanePieces], ahead_v[kLanePieces];
+  auto load_ahead = [&](int k) {
+    if (k >= mine) return;
+#pragma unroll
+    for (int i = 0; i < kLanePieces; ++i) {
+      uint32_t tile_at;
+      size_t at;
+      const bool valid = piece_of(tile_base(k), i, tile_at, at);
+      ahead_k[i] = load_kv_codes8(cache.k, at, valid), ahead_v[i] = load_kv_codes8(cache.v, at, valid);
+    }
+  };
+  auto store_ahead = [&](int k) {
+    if (k >= mine) return;
+    const uint32_t kt = tiles + (k % kStages) * 2 * kTileBytes, vt = kt + kTileBytes;
+#pragma unroll
+    for (int i = 0; i < kLanePieces; ++i) {
+      uint32_t tile_at;
+      size_t at;
+      piece_of(tile_base(k), i, tile_at, at);
+      st_shared16(kt + tile_at, e4m3x8_to_bf16x8(ahead_k[i], kv_scale.k));
+      st_shared16(vt + tile_at, e4m3x8_to_bf16x8(ahead_v[i], kv_scale.v));
+    }
   };
   DecodeQkvConstants<kHeads> constants;
   if constexpr (kFused) {
@@ -138,7 +173,11 @@ __global__ void __launch_bounds__(32 * kDecodeTileWarps)
   for (int k = 0; k < mine; ++k) {
     cp_async_wait<kStages - 2>();  // this lane's copies of tile k landed
     __syncwarp();                  // and every lane's, and tile k - 1 is read
-    issue(k + kStages - 1);        // into tile k - 1's stage
+    if constexpr (kFp8) {
+      load_ahead(k + kStages - 1);  // stored after this tile's products
+    } else {
+      issue(k + kStages - 1);  // into tile k - 1's stage
+    }
     const int base = tile_base(k);
     const uint32_t kt = tiles + (k % kStages) * 2 * kTileBytes, vt = kt + kTileBytes;
     if (kFused && pos - base >= 0 && pos - base < T) {
@@ -197,6 +236,7 @@ __global__ void __launch_bounds__(32 * kDecodeTileWarps)
       ldmatrix_x4_trans(a, vt + decode_tile_at<D>((mat >> 1) * 8 + row8, 2 * j + (mat & 1)));
       mma(o[j], a, pb);
     }
+    if constexpr (kFp8) store_ahead(k + kStages - 1);  // into tile k - 1's stage, read before the top's barrier
   }
   cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);

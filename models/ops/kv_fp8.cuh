@@ -45,22 +45,31 @@ __device__ __forceinline__ KvScales kv_scales(const KvView& cache, int hkv, int 
   return s;
 }
 
+// 8 e4m3 codes times the scale as 8 bf16 (exact: kv_fp8.h), the low code first.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 raw, float scale) {
+  float f[8];
+  unpack8_e4m3(raw.x, raw.y, scale, f);
+  return uint4{pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7])};
+}
+
+// 8 codes of an fp8 cache at element `at` (zeros where !valid).
+__device__ __forceinline__ uint2 load_kv_codes8(const void* cache, size_t at, bool valid) {
+  return valid ? *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(cache) + at) : make_uint2(0u, 0u);
+}
+
 // 8 cached values starting at element `at` into shared memory at `dst` as
 // bf16 (16 bytes), zeros where !valid: a bf16 cache copies asynchronously
 // (cp.async, waited for with the caller's groups); an fp8 one loads its 8
-// bytes, scales them and stores at once (exact: kv_fp8.h).
+// bytes, scales them and stores at once (exact: kv_fp8.h). Loops over
+// tiles that want the fp8 loads in flight while they compute load the
+// codes into registers first (load_kv_codes8) and store them after
+// (e4m3x8_to_bf16x8).
 template <bool kFp8>
 __device__ __forceinline__ void stage_kv8(uint32_t dst, const void* cache, size_t at, bool valid, float scale) {
   if constexpr (!kFp8) {
     cp_async16(dst, static_cast<const Bf16Bits*>(cache) + at, valid);
   } else {
-    uint2 raw = make_uint2(0u, 0u);
-    if (valid) raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(cache) + at);
-    float f[8];
-    unpack8_e4m3(raw.x, raw.y, scale, f);
-    const uint4 packed{pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]),
-                       pack_bf16x2(f[6], f[7])};
-    st_shared16(dst, packed);
+    st_shared16(dst, e4m3x8_to_bf16x8(load_kv_codes8(cache, at, valid), scale));
   }
 }
 

@@ -72,6 +72,41 @@ __device__ inline void stage_keys(bf16* sK, bf16* sV, const KvView& cache, KvSca
   }
 }
 
+// An fp8 cache's next key tile in registers (kv_fp8.cuh): loaded before the
+// current tile's products, so the loads are in flight while the MMAs run,
+// and stored, expanded to bf16, after them. A thread's share of a tile:
+// the same pieces stage_keys gives it.
+template <int D>
+struct KeysAhead {
+  static constexpr int kPieces = Tiles<D>::kKeys * (D / 8) / kThreads;
+  uint2 k[kPieces], v[kPieces];
+};
+
+template <int D>
+__device__ inline void load_keys_ahead(KeysAhead<D>& ahead, const KvView& cache, const DecodeRows& rows,
+                                       const DecodeShape& shape, int slot, int kvh, int key0, int last) {
+  constexpr int kVec = D / 8;
+#pragma unroll
+  for (int j = 0; j < KeysAhead<D>::kPieces; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / kVec, c = (i % kVec) * 8, pos = key0 + r;
+    const bool valid = pos <= last;
+    const size_t offset = valid ? cache_offset(rows, shape, slot, kvh, pos) + c : 0;
+    ahead.k[j] = load_kv_codes8(cache.k, offset, valid), ahead.v[j] = load_kv_codes8(cache.v, offset, valid);
+  }
+}
+
+template <int D>
+__device__ inline void store_keys_ahead(bf16* sK, bf16* sV, const KeysAhead<D>& ahead, KvScales scale) {
+  using T = Tiles<D>;
+  constexpr int kVec = D / 8;
+#pragma unroll
+  for (int j = 0; j < KeysAhead<D>::kPieces; ++j) {
+    const int i = threadIdx.x + j * kThreads, r = i / kVec, c = (i % kVec) * 8;
+    st_shared16(shared_address(sK + r * T::kLd + c), e4m3x8_to_bf16x8(ahead.k[j], scale.k));
+    st_shared16(shared_address(sV + r * T::kLd + c), e4m3x8_to_bf16x8(ahead.v[j], scale.v));
+  }
+}
+
 // Split over the keys (split.count > 1): block z takes key tiles
 // [z * per, (z + 1) * per) of its tile and leaves its unnormalised output
 // and softmax state (max in log2 units, sum) in the scratch, which
@@ -118,13 +153,18 @@ __global__ void __launch_bounds__(kThreads)
   const int pos[2] = {p0 + warp * 16 + g, p0 + warp * 16 + g + 8};
   float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  KeysAhead<D> ahead;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const int key0 = kt * T::kKeys;
     bf16* sK = sKV + (kt & 1) * 2 * kTile;
     bf16* sV = sK + kTile;
+    bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
     if (kt + 1 < kt_end) {  // the next tile into the other buffer, freed by the last barrier
-      bf16* nK = sKV + ((kt + 1) & 1) * 2 * kTile;
-      stage_keys<D, kFp8>(nK, nK + kTile, cache, kv_scale, rows, shape, slot, kvh, key0 + T::kKeys, last);
+      if constexpr (kFp8) {
+        load_keys_ahead<D>(ahead, cache, rows, shape, slot, kvh, key0 + T::kKeys, last);
+      } else {
+        stage_keys<D, kFp8>(nK, nK + kTile, cache, kv_scale, rows, shape, slot, kvh, key0 + T::kKeys, last);
+      }
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -136,6 +176,10 @@ __global__ void __launch_bounds__(kThreads)
       }
       attend_tile<D, T::kKeys, true>(o, m, l, qf, sK, sV, T::kLd, key0, pos,
                                      key0 + T::kKeys - 1 > p0 + warp * 16, scale2);
+    }
+    // fp8: the next tile lands in the other buffer, which no warp reads in this iteration.
+    if constexpr (kFp8) {
+      if (kt + 1 < kt_end) store_keys_ahead<D>(nK, nK + kTile, ahead, kv_scale);
     }
     __syncthreads();  // this buffer is the next iteration's prefetch target
   }
