@@ -93,8 +93,9 @@ Result<int64_t> kv_blocks_by_memory(const models::ModelConfig& config, const mod
         " keeps " + mib(double(plan.kept_bytes)) + "; lower serve.context or raise serve.gpu_memory_fraction");
   }
   if (world.rank == 0) {
-    spdlog::info("infer: KV cache of {} positions ({} blocks, {}), by {} free of {} after {} for the model",
-                 blocks * models::decode::kKvBlockSize, blocks, mib(double(blocks) * double(plan.block_bytes)),
+    spdlog::info("infer: {} KV cache of {} positions ({} blocks, {}), by {} free of {} after {} for the model",
+                 models::kv_dtype_name(options.kv_dtype), blocks * models::decode::kKvBlockSize, blocks,
+                 mib(double(blocks) * double(plan.block_bytes)),
                  mib(double(plan.free_bytes)), mib(double(plan.total_bytes)), mib(double(plan.engine_bytes)));
   }
   return blocks;

@@ -30,12 +30,18 @@ void StepBudget::observe(int decode_rows, int64_t prompt_tokens, double seconds)
     return;
   }
   // What the prompt tokens added to the step: beyond a decode step's time
-  // where the step had decode rows (a whole step's otherwise). Small
-  // chunks say little about a token's cost (the step's fixed time
-  // dominates), so they only count once they are a few blocks.
-  if (prompt_tokens < 4 * kFloorTokens) return;
+  // where the step had decode rows (a whole step's otherwise). The time
+  // and the tokens are averaged apart, so a step counts by its tokens: the
+  // short tail of a prompt, whose time is mostly the step's fixed part,
+  // moves the estimate little. A mixed step's fixed part (beyond a decode
+  // step's) is spread over its tokens, which makes the estimate high for
+  // small chunks; the cap it gives is the largest chunk whose step fits
+  // the target all the same (t = decode + fixed + c p at p = cap), and it
+  // settles there from any start, a stuck-low cap included.
   const double beyond = decode_rows > 0 && decode_s_ > 0 ? std::max(0.0, seconds - decode_s_) : seconds;
-  token_s_ = blend(token_s_, beyond / static_cast<double>(prompt_tokens));
+  prompt_s_ = blend(prompt_s_, beyond);
+  prompt_tokens_ = blend(prompt_tokens_, static_cast<double>(prompt_tokens));
+  token_s_ = prompt_s_ / prompt_tokens_;
 }
 
 }  // namespace cohort::infer

@@ -45,7 +45,8 @@ class StepBudget {
  private:
   double target_s_;
   double decode_s_ = 0;  // a decode-only step; 0: none seen
-  double token_s_ = 0;   // a prompt token's share of a step beside decode rows; 0: none seen
+  double prompt_s_ = 0, prompt_tokens_ = 0;  // averages of a step's prompt time and tokens
+  double token_s_ = 0;   // their ratio: a prompt token's share of a step; 0: none seen
 };
 
 }  // namespace cohort::infer

@@ -57,12 +57,33 @@ TEST(StepBudget, NeverBelowOneBlockAndIgnoresWhatSaysNothing) {
   c.observe(64, 0, 0.008);
   c.observe(64, 1024, step_seconds(1024));
   const double token_s = c.prompt_token_s();
-  c.observe(64, 10, 0.5);  // a few tokens: the step's fixed time dominates
   c.observe(64, 1024, -1.0);
   c.observe(64, 1024, std::numeric_limits<double>::quiet_NaN());
   c.observe(0, 0, 0.001);  // an empty step
   EXPECT_EQ(c.prompt_token_s(), token_s);
   EXPECT_EQ(c.decode_step_s(), 0.008);
+  // A prompt's 4-token tail, whose step is mostly fixed time, counts by its tokens.
+  c.observe(64, 4, 0.008 + 0.003);
+  EXPECT_NEAR(c.prompt_token_s(), token_s, 0.05 * token_s);
+}
+
+// A mixed step has a fixed part beyond a decode step's (3 ms here): the cap
+// settles at the largest chunk whose step fits the target, from a cap that
+// a cold first measurement made far too small, and from an uncapped start.
+TEST(StepBudget, SettlesAtTheLargestChunkThatFitsFromAnyStart) {
+  auto mixed = [](int64_t p) { return 0.008 + 0.003 + 30e-6 * p; };
+  const double want = (0.025 - 0.008 - 0.003) / 30e-6;  // 466 tokens
+  for (double first_step : {0.4, 0.015}) {
+    StepBudget b(0.025);
+    b.observe(64, 0, 0.008);
+    b.observe(64, 512, first_step);  // 0.4 s: a shape's first run, its kernels chosen then
+    for (int i = 0; i < 60; ++i) {
+      const int64_t p = std::min<int64_t>(b.prompt_cap(), 4096);
+      b.observe(64, p, mixed(p));
+    }
+    EXPECT_NEAR(static_cast<double>(b.prompt_cap()), want, 0.03 * want) << "first step " << first_step << " s";
+    EXPECT_LE(mixed(b.prompt_cap()), 0.025 * 1.03);
+  }
 }
 
 }  // namespace
