@@ -110,7 +110,7 @@ TEST_F(QuantGemvParity, TheSkinnyFormIsTheBf16ProjectionOfTheRoundedWeights) {
   scratch.partials = up(std::vector<float>(cuda::kSkinnyScratchFloats, NAN));
   scratch.arrivals = up(std::vector<int>(cuda::kSkinnyScratchTiles, 0));
   for (const char* format : kFormats) {
-    const int in = 2048 + 256, out = 264;  // a partial output tile; SwiGLU: 132 of each
+    const int in = 4096, out = 264;  // K splits up to 8 with the scratch; a partial output tile; SwiGLU: 132 of each
     const auto w = make_weight(format, out, in, 41);
     std::vector<float> dense(size_t(out) * in);
     quant::dequantize(w, dense.data());
@@ -120,6 +120,7 @@ TEST_F(QuantGemvParity, TheSkinnyFormIsTheBf16ProjectionOfTheRoundedWeights) {
       for (bool split : {false, true}) {
         SCOPED_TRACE(std::string(format) + " n " + std::to_string(n) + (split ? " split" : ""));
         ASSERT_TRUE(cuda::quant_skinny_supported(dw, n));
+        if (split) ASSERT_GT(cuda::skinny_splits((out + 15) / 16, in), 1);
         const cuda::SkinnyScratch use = split ? scratch : cuda::SkinnyScratch{};
         const auto x = to_bf16(testing::random_vector(size_t(n) * in, 60 + n));
         const Bf16Bits* gx = up(x);
