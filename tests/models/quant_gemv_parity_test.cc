@@ -120,7 +120,9 @@ TEST_F(QuantGemvParity, TheSkinnyFormIsTheBf16ProjectionOfTheRoundedWeights) {
       for (bool split : {false, true}) {
         SCOPED_TRACE(std::string(format) + " n " + std::to_string(n) + (split ? " split" : ""));
         ASSERT_TRUE(cuda::quant_skinny_supported(dw, n));
-        if (split) ASSERT_GT(cuda::skinny_splits((out + 15) / 16, in), 1);
+        if (split) {
+          ASSERT_GT(cuda::skinny_splits((out + 15) / 16, in), 1);
+        }
         const cuda::SkinnyScratch use = split ? scratch : cuda::SkinnyScratch{};
         const auto x = to_bf16(testing::random_vector(size_t(n) * in, 60 + n));
         const Bf16Bits* gx = up(x);
