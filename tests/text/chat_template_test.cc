@@ -122,7 +122,7 @@ TEST(ChatTemplateErrors, RaiseExceptionAndUnsupportedConstructsNameTheLine) {
 // with an error naming the limit it hit.
 class ChatTemplateLimitsTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
-TEST_P(ChatTemplateLimitsTest, IsRefusedWithinASecondNamingTheLimit) {
+TEST_P(ChatTemplateLimitsTest, IsRefusedWithinTwoSecondsNamingTheLimit) {
   const auto& [limit, source] = GetParam();
   const auto start = std::chrono::steady_clock::now();
   const std::string out = render(source, {{"messages", ojson::array()}});
@@ -132,7 +132,12 @@ TEST_P(ChatTemplateLimitsTest, IsRefusedWithinASecondNamingTheLimit) {
   // that would have: either way a stated limit is named.
   EXPECT_TRUE(out.find(limit) != std::string::npos || out.find("kMaxMilliseconds") != std::string::npos)
       << out.substr(0, 200);
-  EXPECT_LT(seconds, 1.0);
+  // Within two seconds: the render's own deadline (500 ms) is checked
+  // between steps, and the doubling case's last steps copy strings of tens
+  // of megabytes, about 0.95 s in all on a 2-core VM where fresh pages
+  // fault slowly (1.01 s once under a parallel build). Unbounded growth
+  // would take minutes.
+  EXPECT_LT(seconds, 2.0);
 }
 
 std::string nested_parentheses(int n) { return "{{ " + std::string(size_t(n), '(') + "1" + std::string(size_t(n), ')') + " }}"; }

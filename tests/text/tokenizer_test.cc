@@ -249,14 +249,16 @@ TEST(BpeTokenizer, HeapMergingEqualsTheRuleOnRandomWords) {
   }
 }
 
-TEST(BpeTokenizer, AOneMegabyteWordEncodesWithinASecond) {
+// Quadratic merging would take minutes on a megabyte; this takes about half
+// a second on 2 cores (0.88 s once under a parallel build).
+TEST(BpeTokenizer, AOneMegabyteWordEncodesWithinTwoSeconds) {
   auto t = std::move(BpeTokenizer::from_json(overlapping_merges_json("\\p{L}+")).value());
   std::string word(size_t(1) << 20, 'a');
   std::mt19937 rng(3);
   for (char& c : word) c = char('a' + rng() % 4);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int32_t> ids = t->encode(word);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
   EXPECT_EQ(t->decode(ids), word);
   EXPECT_LT(ids.size(), word.size() / 2);  // merged, not left as bytes
 }
