@@ -293,7 +293,7 @@ struct SkinnyPackedWeights {
     const float* scales;
     const float* zeros;
   };
-  __device__ __forceinline__ Row row(int r) const {
+  __device__ __forceinline__ Row row(int r, int /*in: the codes' width is row_bytes*/) const {
     const size_t first = static_cast<size_t>(r) * groups;
     return {w.codes + static_cast<size_t>(r) * row_bytes, w.scales + first, w.zeros ? w.zeros + first : nullptr};
   }

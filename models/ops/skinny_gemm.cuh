@@ -54,13 +54,14 @@ __device__ __forceinline__ uint4 load16_input_or_zero(const Bf16Bits* p, bool va
 }
 
 // The weights [out, in] (for SwiGLU [2 out, in]: gate rows, then up rows),
-// bf16 row-major: row(r) names a row, load(row, k, valid) gives its 8
-// values at columns [k, k + 8) as bf16 pairs (zeros where !valid).
+// bf16 row-major: row(r, in) names a row, load(row, k, valid) gives its 8
+// values at columns [k, k + 8) as bf16 pairs (zeros where !valid). The
+// width comes from the kernel's arguments rather than a copy here, which
+// would hold one more register (and spill at 4 and 8 tiles).
 struct SkinnyBf16Weights {
   const Bf16Bits* w;
-  int in;
   using Row = const Bf16Bits*;
-  __device__ __forceinline__ Row row(int r) const { return w + static_cast<size_t>(r) * in; }
+  __device__ __forceinline__ Row row(int r, int in) const { return w + static_cast<size_t>(r) * in; }
   __device__ __forceinline__ uint4 load(Row row, int k, bool valid) const { return load16_or_zero(row + k, valid); }
 };
 
@@ -86,8 +87,8 @@ __global__ void __launch_bounds__(32 * kSkinnyWarps, 2) skinny_gemm_kernel(Skinn
   const int f_lo = swiglu ? tile * 8 + g : tile * 16 + g;
   const int f_hi = swiglu ? f_lo : f_lo + 8;
   const bool lo_ok = f_lo < a.out, hi_ok = f_hi < a.out;
-  const typename Weights::Row w_lo = weights.row(lo_ok ? f_lo : 0);
-  const typename Weights::Row w_hi = weights.row(hi_ok ? (swiglu ? a.out + f_hi : f_hi) : 0);
+  const typename Weights::Row w_lo = weights.row(lo_ok ? f_lo : 0, a.in);
+  const typename Weights::Row w_hi = weights.row(hi_ok ? (swiglu ? a.out + f_hi : f_hi) : 0, a.in);
   // This warp's chunks: k_span / 32 of them, k_span = in / splits / warps.
   const int k_span = a.in / a.splits / kSkinnyWarps;
   const int k0 = (split * kSkinnyWarps + warp) * k_span + 8 * t;
@@ -244,7 +245,7 @@ void skinny_gemm_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int
   const TilePlan plan = tile_plan(n, in, out, false, device_multiprocessors());
   if (plan.bn != 0) return tile_gemm_bf16(plan, y, nullptr, x, w, n, in, out, output, stream, norm);
   COHORT_CHECK_MSG(!norm.in_sumsq && !norm.out_x, "a folded norm needs the tile forms ({} rows)", n);
-  const SkinnyBf16Weights weights{w, in};
+  const SkinnyBf16Weights weights{w};
   if (output == GemvOutput::kAccumulate) {
     launch_skinny<SkinnyEpilogue::kAccumulate>(y, nullptr, x, weights, n, in, out, scratch, stream);
   } else {
@@ -261,7 +262,7 @@ void skinny_gemm_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, 
                           norm);
   }
   COHORT_CHECK_MSG(!norm.in_sumsq && !norm.out_x, "a folded norm needs the tile forms ({} rows)", n);
-  launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, SkinnyBf16Weights{w, in}, n, in, intermediate, scratch,
+  launch_skinny<SkinnyEpilogue::kSwiglu>(nullptr, h, x, SkinnyBf16Weights{w}, n, in, intermediate, scratch,
                                          stream);
 }
 
