@@ -189,16 +189,11 @@ TEST_P(DecodeShapes, PrefillAttentionMatchesCachedAttentionRowByRow) {
   SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
   const int slots = 5, capacity = 1040;
   Rows rows;
-  auto run = [&](int slot, int first, int count) {
-    for (int p = first; p < first + count; ++p) {
-      rows.slots.push_back(slot), rows.positions.push_back(p), rows.tokens.push_back(0);
-    }
-  };
-  run(0, 0, 300);
-  run(1, 301, 70);
-  run(2, 5, 1);
-  run(3, 0, 128);
-  run(4, capacity - 40, 40);
+  rows.add_run(0, 0, 300);
+  rows.add_run(1, 301, 70);
+  rows.add_run(2, 5, 1);
+  rows.add_run(3, 0, 128);
+  rows.add_run(4, capacity - 40, 40);
   const int n = static_cast<int>(rows.slots.size());
   std::vector<int32_t> tiles;
   prefill_attention_tiles(rows.slots.data(), rows.positions.data(), 0, n, tiles);
@@ -382,19 +377,16 @@ TEST(DecodeCacheLayouts, ThePagedCpuReferenceEqualsTheContiguousOne) {
 // every kPrefillTileRows rows of a run (this runs everywhere).
 TEST(PrefillAttentionTiles, RunsAreCutAtSlotsGapsAndEveryTileOfRows) {
   constexpr int T = kPrefillTileRows;
-  std::vector<int32_t> slots, positions;
-  auto run = [&](int slot, int first, int count) {
-    for (int p = first; p < first + count; ++p) slots.push_back(slot), positions.push_back(p);
-  };
-  run(0, 0, 2 * T + 2);  // two whole tiles and 2 rows
-  run(0, 3 * T, 3);      // the same slot, not following
-  run(1, 7, T);
-  run(2, 0, 1);
+  Rows rows;
+  rows.add_run(0, 0, 2 * T + 2);  // two whole tiles and 2 rows
+  rows.add_run(0, 3 * T, 3);      // the same slot, not following
+  rows.add_run(1, 7, T);
+  rows.add_run(2, 0, 1);
   std::vector<int32_t> tiles;
-  prefill_attention_tiles(slots.data(), positions.data(), 0, int(slots.size()), tiles);
+  prefill_attention_tiles(rows.slots.data(), rows.positions.data(), 0, int(rows.slots.size()), tiles);
   EXPECT_EQ(tiles, (std::vector<int32_t>{0, T, T, T, 2 * T, 2, 2 * T + 2, 3, 2 * T + 5, T, 3 * T + 5, 1}));
   tiles.clear();
-  prefill_attention_tiles(slots.data(), positions.data(), 60, 70, tiles);  // a range starts a run
+  prefill_attention_tiles(rows.slots.data(), rows.positions.data(), 60, 70, tiles);  // a range starts a run
   EXPECT_EQ(tiles, (std::vector<int32_t>{60, 10}));
 }
 

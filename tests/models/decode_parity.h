@@ -78,6 +78,13 @@ inline std::string form_name(cuda::DecodeAttentionForm form) {
 // prefill's consecutive positions in one slot.
 struct Rows {
   std::vector<int32_t> tokens, slots, positions;
+  // Appends `count` prompt rows of `slot` at positions first, first + 1, ...
+  // (token 0): a prefill chunk as the step builds it.
+  void add_run(int slot, int first, int count) {
+    for (int p = first; p < first + count; ++p) {
+      slots.push_back(slot), positions.push_back(p), tokens.push_back(0);
+    }
+  }
 };
 inline Rows decode_rows(int slots, int capacity) {
   Rows r;

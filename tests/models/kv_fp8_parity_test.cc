@@ -191,13 +191,9 @@ TEST_P(KvFp8Parity, PrefillAttentionReadsTheValuesTheCodesStandFor) {
     SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
     const int slots = 3, capacity = 520;
     Rows rows;
-    auto run = [&](int slot, int first, int count) {
-      for (int p = first; p < first + count; ++p) rows.slots.push_back(slot), rows.positions.push_back(p);
-    };
-    run(0, 0, 200);
-    run(1, 301, 70);
-    run(2, capacity - 40, 40);
-    rows.tokens.assign(rows.slots.size(), 0);
+    rows.add_run(0, 0, 200);
+    rows.add_run(1, 301, 70);
+    rows.add_run(2, capacity - 40, 40);
     const int n = static_cast<int>(rows.slots.size());
     std::vector<int32_t> tiles;
     prefill_attention_tiles(rows.slots.data(), rows.positions.data(), 0, n, tiles);
