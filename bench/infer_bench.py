@@ -28,6 +28,7 @@ long contexts (mean decode context = prompt + new / 2).
   python3 bench/infer_bench.py --worker build/bin/cohort-worker [--new 256] [--json out.json]
       [--batches 1,8,64,256] [--prompt-lens 64,1984] [--cb]
       [--variants]   (adds tp 1 eager and the fp32 models engine)
+      [--graphs-only] (a mixture of experts: leaves out the op-by-op models engine's run)
       [--quantize bf16,int4,int8,fp8]  (cohort's `[model] quantize`; the bound counts each format's bytes)
 """
 import argparse
@@ -168,6 +169,8 @@ def main():
     ap.add_argument("--quantize", default="bf16", help="comma-separated: bf16, int4, int8, fp8")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--graphs-only", action="store_true",
+                    help="a mixture of experts: only the graph engine (the op-by-op run takes minutes)")
     ap.add_argument("--variants", action="store_true",
                     help="also run tp 1 eagerly (cuda_graphs = false) and with the fp32 models engine")
     args = ap.parse_args()
@@ -203,7 +206,7 @@ def main():
             runs = [(tp, "graphs", True, q) for tp in (1, 2) if tp <= gpus for q in args.quantize.split(",")]
             # A mixture of experts: the graph engine's sparse layers beside
             # the op-by-op models engine (COHORT_INFER_ENGINE=model).
-            if moe:
+            if moe and not args.graphs_only:
                 runs.append((1, "model", True, "bf16"))
             if args.variants:
                 runs += [(1, "graphs", False, "bf16"), (1, "model", True, "bf16")]

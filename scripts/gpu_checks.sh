@@ -38,7 +38,8 @@
 #                                          the variable AB_VAR (default COHORT_INFER_ATTENTION: lanes tiles)
 #   scripts/gpu_checks.sh decode_profile OUTDIR
 #                                          per-kernel GPU time of decode steps under graph replay
-#                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128
+#                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128; PROFILE_ARGS
+#                                          adds infer_bench.py arguments (--shape, --layers, --graphs-only)
 #   scripts/gpu_checks.sh decode_ncu OUTDIR
 #                                          one decode kernel (KERNEL regex, default the attention) under
 #                                          Nsight Compute after SKIP launches (5000), BATCHES=64 NEW=128
@@ -281,7 +282,7 @@ elif [[ $phase == decode_profile ]]; then
     "$out/kernel-times" "$preload" "$bin/cohort-worker" >"$wrapper"
   chmod +x "$wrapper"
   STEP_TIMEOUT=300 step infer_bench_profiled python3 bench/infer_bench.py --worker "$wrapper" \
-    --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work"
+    --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work" ${PROFILE_ARGS:-}
   tail -8 "$out/infer_bench_profiled.log"
   grep -h -E "engine load|warm-up|plans tuned|decode steps of" "$out"/work/*.log | cut -c1-300
   # The most replayed graph's table (the decode bucket the benchmark ran).
