@@ -21,8 +21,9 @@
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
 #                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh)
-#   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, decode tok/s
-#                                          per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
+#   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, logits against
+#                                          transformers' FP8 model and fp32 (tests/infer/hf_quant_parity.py),
+#                                          decode tok/s per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
 #   scripts/gpu_checks.sh kv OUTDIR        the fp8 KV cache: kernel parity, engine tokens against the bf16
 #                                          cache's, then 64 streams served with each (KV_SHAPE's folder)
 #   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
@@ -138,6 +139,10 @@ elif [[ $phase == quant ]]; then
   grep -E "OK|FAILED|Failure|Which is|Expected" "$out/quant_parity.log" | head -20
   STEP_TIMEOUT=150 step quant_engine "$tests/infer_gpu_test" --gtest_filter='*Quantized*'
   grep -E "parted|FAILED|Failure" "$out/quant_engine.log" | head -20
+  # A checkpoint quantized by transformers (FineGrainedFP8Config) and each quantize-on-load format
+  # against the fp32 model of the same weights.
+  STEP_TIMEOUT=240 step quant_hf_parity python3 tests/infer/hf_quant_parity.py --worker "$bin/cohort-worker"
+  grep -E "^[a-z0-9-]+:|^  " "$out/quant_hf_parity.log" | head -30
   STEP_TIMEOUT=${QUANT_TIMEOUT:-400} step quant_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
     --no-transformers --shape "${QUANT_SHAPE:-qwen3-0.6b}" --batches "${QUANT_BATCHES:-1,64}" --prompt-lens 128 \
     --new 128 --quantize "${QUANT_FORMATS:-bf16,int4,int8,fp8}" --work /tmp/quant-bench
