@@ -87,7 +87,8 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        true},
       {K::kTrainBlocks, "COHORT_TRAIN_BLOCKS", "worker",
        "`ops`: CUDA training runs each decoder block op by op on fp32 activations instead of the "
-       "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks.",
+       "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks; `moe`: a "
+       "mixture of experts' sparse layers run inside the fused blocks too (models/cuda/train_experts.cuh).",
        true},
       {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
        "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   auto model = std::move(Model::create(*config, {}, backend.get()).value());
   model->init_weights(1);
   model->set_fused_blocks(debug->fused_training_blocks);
+  model->set_fused_moe_blocks(debug->fused_moe_blocks);
   std::vector<void*> working;
   if (device == "cuda" && backend->matmul_precision() != MatmulPrecision::kFp32) {
     const DType half = matmul_operand_dtype(backend->matmul_precision());

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "models/param_layout.h"
 
@@ -57,11 +58,23 @@ struct BlockAdapters {
   float scale = 0;
 };
 
+// A mixture of experts' sparse layers (models/cuda/train_experts.cuh): E
+// experts of `intermediate` rows, top_k of them per token, and which layers
+// are sparse. experts 0: every layer is dense.
+struct BlockMoeShape {
+  int experts = 0, top_k = 0, intermediate = 0;
+  bool normalize_top_k = false;
+  bool aux_loss = false;      // the router's load-balancing loss (its prob sums are kept)
+  std::vector<bool> sparse;   // per layer
+  bool sparse_layer(int l) const { return experts > 0 && l < static_cast<int>(sparse.size()) && sparse[l]; }
+};
+
 struct BlockEngineShape {
   int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   bool qk_norm = false;
   float eps = 1e-6f;
   BlockAdapterShape lora;
+  BlockMoeShape moe;
 };
 
 // The current pass: its shape (at most what reserve() was given), positions
@@ -72,6 +85,18 @@ struct BlockPass {
   const int32_t* pos = nullptr;
   const float* cos = nullptr;
   const float* sin = nullptr;
+  // Backward of a sparse layer: the load-balancing loss's gradient per
+  // expert probability [E] (backend memory), or null without that loss.
+  const float* moe_aux_grad = nullptr;
+};
+
+// A sparse layer's routing in the last forward, which the load-balancing
+// loss reads: each expert's first sorted row [E + 1] (host) and the column
+// sums of the router's probabilities [E] (backend memory; null without the
+// loss). Null offsets: the layer is dense.
+struct BlockMoeStats {
+  const std::vector<int32_t>* offsets = nullptr;
+  const float* prob_sums = nullptr;
 };
 
 // The final norm and the LM head (tied: the embedding table), with their
@@ -115,6 +140,7 @@ class BlockEngine {
   // longer holds are computed again.
   virtual void head_backward(const HeadTensors& h, const float* res, const int32_t* targets,
                              float grad_scale, float* dres, int N) = 0;
+  virtual BlockMoeStats moe_stats(int /*l*/) const { return {}; }
 };
 
 }  // namespace cohort::models

@@ -255,7 +255,7 @@ HeadTensors Model::head_tensors() const {
 }
 
 BlockPass Model::block_pass() const {
-  return {acts_->B, acts_->T, acts_->pos, rope_cos_, rope_sin_};
+  return {acts_->B, acts_->T, acts_->pos, rope_cos_, rope_sin_, acts_->moe_aux_grad};
 }
 
 Model::BlockIo Model::training_block_io(int l) const {

@@ -175,6 +175,11 @@ class Model final : public TrainableParams {
   // through worker/debug_switches.h). Off,
   // every block runs op by op. Takes effect at the next forward.
   void set_fused_blocks(bool on);
+  // Whether a mixture of experts' sparse layers may run inside the fused
+  // blocks too (models/cuda/train_experts.cuh) when its experts are not
+  // split over ranks; off by default (COHORT_TRAIN_BLOCKS=moe turns it on),
+  // such a model then trains op by op. Takes effect at the next forward.
+  void set_fused_moe_blocks(bool on);
   // True when the last forward's blocks ran fused.
   bool runs_fused_blocks() const { return engine_ != nullptr; }
   // Low-rank adapters on the block projections (lora.h), or null. Every
@@ -284,6 +289,7 @@ class Model final : public TrainableParams {
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
   int head_chunk_ = 0;  // set_lm_head_chunk_tokens
   bool fused_blocks_ = true;
+  bool fused_moe_blocks_ = false;  // set_fused_moe_blocks
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
   LoraAdapters* lora_ = nullptr;         // set_lora
   std::vector<LoraRows> lora_rows_;      // set_lora_rows

@@ -51,14 +51,25 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
   engine_.reset();
   // The fused blocks take what they implement (spec.h), LoRA adapters
   // without dropout among it (dropout's masks are the op-by-op path's); any
-  // other model trains op by op.
+  // other model trains op by op. Sparse layers join them when asked
+  // (set_fused_moe_blocks) and the experts are all on this rank.
+  DecoderSpec spec = DecoderSpec::of(config_);
+  const bool sparse_blocks = spec.moe_mlp && fused_moe_blocks_ && shard_.ep_size == 1;
+  if (sparse_blocks) spec.moe_mlp = false;  // run by the blocks (train_experts.cuh)
   if (fused_blocks_ && shard_.tp_size == 1 && (!lora_ || lora_->config().dropout == 0.0) &&
-      check_executor(Executor::kCudaTrainBlocks, DecoderSpec::of(config_)).is_ok()) {
+      check_executor(Executor::kCudaTrainBlocks, spec).is_ok()) {
     BlockEngineShape shape;
     shape.hidden = config_.hidden, shape.heads = dims_.heads, shape.kv_heads = dims_.kv_heads;
     shape.head_dim = config_.head_dim, shape.intermediate = dims_.intermediate;
     shape.qk_norm = config_.qk_norm, shape.eps = config_.rms_eps, shape.vocab = dims_.vocab;
     if (lora_) shape.lora = lora_->block_shape();
+    if (sparse_blocks) {
+      BlockMoeShape& moe = shape.moe;
+      moe.experts = config_.moe.experts, moe.top_k = config_.moe.experts_per_token;
+      moe.intermediate = dims_.expert_intermediate, moe.normalize_top_k = config_.moe.normalize_top_k;
+      moe.aux_loss = config_.moe.aux_loss;
+      for (int l = 0; l < config_.layers; ++l) moe.sparse.push_back(config_.is_moe_layer(l));
+    }
     engine_ = backend_->make_block_engine(shape);
   }
   // With fused blocks the engine keeps what the blocks save; the model only
@@ -156,6 +167,7 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
       a.xnf = a.rstdf = a.logits = a.ce_scratch = nullptr;
     }
     a.dres = arena.take(n * H), a.dtmp = arena.take(n * H);
+    a.moe_aux_grad = config_.is_moe() && config_.moe.aux_loss ? arena.take(config_.moe.experts) : nullptr;
     if (!op_blocks) return;
     a.tmp = arena.take(n * H);
     a.dy = arena.take(n * Qd), a.dq = arena.take(n * Qd), a.dk = arena.take(n * KVd);
@@ -168,7 +180,6 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
       a.moe_dxs = arena.take(rows * H), a.moe_dg = arena.take(expert_rows * Ie);
       a.moe_du = arena.take(expert_rows * Ie), a.moe_dh = arena.take(expert_rows * Ie);
       if (shard_.ep_size > 1) a.moe_dye = arena.take(expert_rows * H), a.moe_dxe = arena.take(expert_rows * H);
-      a.moe_aux_grad = arena.take(E);
     }
     // The fused kernels need one float per (token, head); the math path a
     // [heads, T, T] block pair.
@@ -198,6 +209,12 @@ void Model::set_lm_head_chunk_tokens(int tokens) {
 void Model::set_fused_blocks(bool on) {
   if (on == fused_blocks_) return;
   fused_blocks_ = on;
+  acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
+}
+
+void Model::set_fused_moe_blocks(bool on) {
+  if (on == fused_moe_blocks_) return;
+  fused_moe_blocks_ = on;
   acts_->capacity_tokens = acts_->capacity_seq = 0;  // re-plan at the next forward
 }
 

@@ -20,6 +20,7 @@
 
 #include "base/check.h"
 #include "models/activations.h"
+#include "models/block_engine.h"
 #include "models/model.h"
 
 namespace cohort::models {
@@ -194,9 +195,12 @@ void Model::add_router_aux_loss(LossSum* loss) {
   for (int l = 0; l < config_.layers; ++l) {
     if (!config_.is_moe_layer(l)) continue;
     ++sparse_layers;
-    const std::vector<int32_t>& offsets = a.moe_routes[l].offsets;
+    // The fused blocks keep a sparse layer's routing themselves.
+    const BlockMoeStats stats = engine_ ? engine_->moe_stats(l) : BlockMoeStats{};
+    COHORT_CHECK(!engine_ || (stats.offsets && stats.prob_sums));
+    const std::vector<int32_t>& offsets = engine_ ? *stats.offsets : a.moe_routes[l].offsets;
     for (int e = 0; e < E; ++e) count[e] += offsets[e + 1] - offsets[e];
-    backend_->copy_to_host(sums.data(), a.moe[l].prob_sums, E * sizeof(float));
+    backend_->copy_to_host(sums.data(), engine_ ? stats.prob_sums : a.moe[l].prob_sums, E * sizeof(float));
     for (int e = 0; e < E; ++e) prob_sum[e] += sums[e];
   }
   const double R = double(N) * sparse_layers;

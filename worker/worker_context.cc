@@ -151,6 +151,7 @@ Result<parallel::ParallelModel> build_parallel_model(const jobs::JobSpec& spec, 
   auto pm = parallel::parallelize(config, ctx.comm.get(), ctx.backend.get(), pc, loader, adapters);
   if (!pm) return pm.status().with_context("building the model");
   pm->model->set_fused_blocks(ctx.debug.fused_training_blocks);
+  pm->model->set_fused_moe_blocks(ctx.debug.fused_moe_blocks);
   return pm;
 }
 

@@ -22,6 +22,8 @@
 // projection's output; backward dB += scale · dyᵀ u, du = scale · dy B,
 // dA += duᵀ x, dx += du A. The layer's adapter group is rounded to bf16
 // once per forward and once per backward.
+// A sparse layer (BlockMoeShape) keeps no gu or h of its own: its router and
+// experts are train_experts.cuh's, on the same xn2, into the same tmp.
 #include "models/cuda/train_blocks.h"
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "models/model.h"
 #include "models/ops/flash_attention.cuh"
 #include "models/ops/train_bf16.cuh"
+#include "models/cuda/train_experts.cuh"
 
 namespace cohort::models::cuda {
 namespace {
@@ -66,7 +69,8 @@ unsigned stride_grid(size_t work, unsigned per_block, unsigned cap) {
 class TrainBlocks final : public BlockEngine {
  public:
   TrainBlocks(const BlockEngineShape& shape, TrainBlocksContext context)
-      : s_(shape), c_(std::move(context)) {
+      : s_(shape), c_(std::move(context)),
+        sparse_(SparseContext{c_.backend, c_.blas, c_.stream, c_.times, s_.hidden, s_.moe}) {
     ld_ = (s_.heads + 2 * s_.kv_heads) * s_.head_dim;
     qd_ = s_.heads * s_.head_dim;
     kvd_ = s_.kv_heads * s_.head_dim;
@@ -116,6 +120,10 @@ class TrainBlocks final : public BlockEngine {
     plan(n, layers, mode);                           // carve
   }
   size_t bytes() const override { return used_ + head_weight_bytes_; }
+  BlockMoeStats moe_stats(int l) const override {
+    if (!s_.moe.sparse_layer(l) || l >= static_cast<int>(sparse_saved_.size())) return {};
+    return {&sparse_saved_[l].host_offsets, sparse_saved_[l].prob_sums};
+  }
 
   void head_forward(const HeadTensors& h, const float* res, const int32_t* targets, float* losses,
                     int N) override {
@@ -185,14 +193,18 @@ class TrainBlocks final : public BlockEngine {
     linear_forward(tmp_, a.y, weight(w.o, size_t(H) * qd_), N, qd_, H);
     if (lora) lora_forward(*lora, a, kO, a.y, qd_, tmp_, H, H, N);
     norm(a.x2, a.xn2, a.rstd2, res_in, tmp_, w.mlp_norm, N);
-    linear_forward(a.gu, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
-    if (lora) {
-      lora_forward(*lora, a, kGate, a.xn2, H, a.gu, 2 * I, I, N);
-      lora_forward(*lora, a, kUp, a.xn2, H, a.gu + I, 2 * I, I, N);
+    if (s_.moe.sparse_layer(l)) {
+      sparse_.forward(sparse_saved_[l], router_weight(w), experts_weight(w), a.xn2, tmp_, N);
+    } else {
+      linear_forward(a.gu, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
+      if (lora) {
+        lora_forward(*lora, a, kGate, a.xn2, H, a.gu, 2 * I, I, N);
+        lora_forward(*lora, a, kUp, a.xn2, H, a.gu + I, 2 * I, I, N);
+      }
+      swiglu(a, N);
+      linear_forward(tmp_, a.h, weight(w.down, size_t(H) * I), N, I, H);
+      if (lora) lora_forward(*lora, a, kDown, a.h, I, tmp_, H, H, N);
     }
-    swiglu(a, N);
-    linear_forward(tmp_, a.h, weight(w.down, size_t(H) * I), N, I, H);
-    if (lora) lora_forward(*lora, a, kDown, a.h, I, tmp_, H, H, N);
     OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
     const size_t nh = static_cast<size_t>(N) * H;
     train::add_bf16_kernel<<<stride_grid(nh / 4, kThreads, 4096), kThreads, 0, c_.stream>>>(
@@ -206,7 +218,11 @@ class TrainBlocks final : public BlockEngine {
     norm(nullptr, a.xn1, a.rstd1, res_in, nullptr, w.attn_norm, N);
     rotate(a, w, N, pass);
     norm(nullptr, a.xn2, a.rstd2, a.x2, nullptr, w.mlp_norm, N);
-    swiglu(a, N);
+    if (s_.moe.sparse_layer(l)) {
+      sparse_.recompute(sparse_saved_[l], a.xn2, N);
+    } else {
+      swiglu(a, N);
+    }
   }
 
   void backward(int l, const BlockTensors& w, const BlockTensors& dw, float* dres,
@@ -221,21 +237,26 @@ class TrainBlocks final : public BlockEngine {
           dres_half_, dres, nh);
       check();
     }
-    // MLP: res_out = x2 + down(swiglu(gate|up(norm(x2)))).
-    const bf16* w_down = weight(w.down, size_t(H) * I);
-    linear_backward(dh_, dw.down, dres_half_, a.h, w_down, N, I, H);
-    if (lora) lora_backward(*lora, a, kDown, a.h, I, dres_half_, H, H, dh_, N);
-    {
-      OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
-      const size_t pieces = static_cast<size_t>(N) * I / 8;
-      train::swiglu_backward_kernel<<<stride_grid(pieces, kThreads, 8192), kThreads, 0, c_.stream>>>(
-          dgu_, dh_, a.gu, N, I);
-      check();
-    }
-    linear_backward(dxn_, dw.gate, dgu_, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
-    if (lora) {
-      lora_backward(*lora, a, kGate, a.xn2, H, dgu_, 2 * I, I, dxn_, N);
-      lora_backward(*lora, a, kUp, a.xn2, H, dgu_ + I, 2 * I, I, dxn_, N);
+    if (s_.moe.sparse_layer(l)) {
+      sparse_.backward(sparse_saved_[l], sparse_scratch_, router_weight(w), experts_weight(w), dw.router,
+                       dw.experts, dres_half_, a.xn2, dxn_, N, pass.moe_aux_grad);
+    } else {
+      // MLP: res_out = x2 + down(swiglu(gate|up(norm(x2)))).
+      const bf16* w_down = weight(w.down, size_t(H) * I);
+      linear_backward(dh_, dw.down, dres_half_, a.h, w_down, N, I, H);
+      if (lora) lora_backward(*lora, a, kDown, a.h, I, dres_half_, H, H, dh_, N);
+      {
+        OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+        const size_t pieces = static_cast<size_t>(N) * I / 8;
+        train::swiglu_backward_kernel<<<stride_grid(pieces, kThreads, 8192), kThreads, 0, c_.stream>>>(
+            dgu_, dh_, a.gu, N, I);
+        check();
+      }
+      linear_backward(dxn_, dw.gate, dgu_, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
+      if (lora) {
+        lora_backward(*lora, a, kGate, a.xn2, H, dgu_, 2 * I, I, dxn_, N);
+        lora_backward(*lora, a, kUp, a.xn2, H, dgu_ + I, 2 * I, I, dxn_, N);
+      }
     }
     norm_backward(dres, dres_half_, dw.mlp_norm, a.x2, w.mlp_norm, a.rstd2, N);
     // Attention: x2 = res_in + o(attention(rope(norm(qkv(norm(res_in)))))).
@@ -305,8 +326,20 @@ class TrainBlocks final : public BlockEngine {
     per_layer(&Saved::rstd_k, n * hkv, !full), per_layer(&Saved::rotated, n * ld_, !lean);
     per_layer(&Saved::lse, n * hq, !full), per_layer(&Saved::y, n * qd_, !full);
     per_layer(&Saved::x2, n * H, !full), per_layer(&Saved::rstd2, n, !full);
-    per_layer(&Saved::xn2, n * H, !lean), per_layer(&Saved::gu, n * 2 * I, !full);
-    per_layer(&Saved::h, n * I, !lean);
+    per_layer(&Saved::xn2, n * H, !lean);
+    // The dense MLP's tensors, in dense layers only.
+    auto per_dense_layer = [&](auto member, size_t count, bool kept) {
+      using Ptr = std::remove_reference_t<decltype(saved_[0].*member)>;
+      Ptr shared = nullptr;
+      bool taken = false;  // (the counting pass's slices are all null)
+      for (int l = 0; l < layers; ++l) {
+        if (s_.moe.sparse_layer(l)) continue;
+        if (kept || !taken) shared = take<std::remove_pointer_t<Ptr>>(count), taken = true;
+        saved_[l].*member = shared;
+      }
+    };
+    per_dense_layer(&Saved::gu, n * 2 * I, !full), per_dense_layer(&Saved::h, n * I, !lean);
+    if (s_.moe.experts > 0) plan_sparse(n, layers, full, lean);
     const size_t r = static_cast<size_t>(s_.lora.rank), targets = static_cast<size_t>(s_.lora.targets());
     if (r > 0) {
       per_layer(&Saved::lora_u, targets * n * r, !full);
@@ -316,11 +349,45 @@ class TrainBlocks final : public BlockEngine {
     tmp_ = take<bf16>(n * H), dres_half_ = take<bf16>(n * H), dxn_ = take<bf16>(n * H);
     dy_ = take<bf16>(n * qd_), dqkv_ = take<bf16>(n * ld_), dh_ = take<bf16>(n * I);
     dgu_ = take<bf16>(n * 2 * I), dsum_ = take<float>(n * hq);
-    weights_ = take<bf16>(std::max({size_t(ld_) * H, 2 * I * H, H * size_t(qd_)}));
+    weights_ = take<bf16>(std::max({size_t(ld_) * H, 2 * I * H, H * size_t(qd_), size_t(s_.moe.experts) * H}));
     xnf_ = take<bf16>(n * H), rstdf_ = take<float>(n), lse_head_ = take<float>(n);
     logits_ = take<bf16>(size_t(std::min<size_t>(head_rows_, n)) * s_.vocab);
     cudnn_workspace_ = cudnn_workspace_bytes_ ? take<char>(cudnn_workspace_bytes_) : nullptr;
   }
+  // A sparse layer's routing, prob sums and host offsets per layer; its
+  // experts' tensors as the dense MLP's (train_experts.cuh); one scratch
+  // set and the layer's experts in bf16.
+  void plan_sparse(size_t n, int layers, bool full, bool lean) {
+    const size_t E = s_.moe.experts, P = n * s_.moe.top_k, Ie = s_.moe.intermediate, H = s_.hidden;
+    sparse_saved_.resize(layers);
+    auto per_sparse_layer = [&](auto member, size_t count, bool kept) {
+      using Ptr = std::remove_reference_t<decltype(sparse_saved_[0].*member)>;
+      Ptr shared = nullptr;
+      bool taken = false;
+      for (int l = 0; l < layers; ++l) {
+        if (!s_.moe.sparse_layer(l)) continue;
+        if (kept || !taken) shared = take<std::remove_pointer_t<Ptr>>(count), taken = true;
+        sparse_saved_[l].*member = shared;
+      }
+    };
+    per_sparse_layer(&SparseSaved::probs, n * E, !full), per_sparse_layer(&SparseSaved::choices, P, !full);
+    per_sparse_layer(&SparseSaved::weights, P, !full), per_sparse_layer(&SparseSaved::offsets, E + 1, !full);
+    per_sparse_layer(&SparseSaved::source_rows, P, !full), per_sparse_layer(&SparseSaved::slots, P, !full);
+    if (s_.moe.aux_loss) per_sparse_layer(&SparseSaved::prob_sums, E, true);
+    per_sparse_layer(&SparseSaved::xs, P * H, !lean), per_sparse_layer(&SparseSaved::gu, P * 2 * Ie, !full);
+    per_sparse_layer(&SparseSaved::h, P * Ie, !lean), per_sparse_layer(&SparseSaved::ys, P * H, !full);
+    SparseScratch& x = sparse_scratch_;
+    x.dys = take<bf16>(P * H), x.dh = take<bf16>(P * Ie), x.dgu = take<bf16>(P * 2 * Ie);
+    x.dxs = take<bf16>(P * H), x.dlogits_half = take<bf16>(n * E);
+    x.dweights = take<float>(P), x.dlogits = take<float>(n * E);
+    experts_weights_ = take<bf16>(E * 3 * Ie * H);
+  }
+  const bf16* router_weight(const BlockTensors& w) { return weight(w.router, size_t(s_.moe.experts) * s_.hidden); }
+  const bf16* experts_weight(const BlockTensors& w) {
+    const size_t n = size_t(s_.moe.experts) * 3 * s_.moe.intermediate * s_.hidden;
+    return bf16_operand(w.experts, n, experts_weights_);
+  }
+
   template <typename T>
   T* take(size_t count) {
     const size_t bytes = (count * sizeof(T) + 255) / 256 * 256;
@@ -500,6 +567,10 @@ class TrainBlocks final : public BlockEngine {
   float* dsum_ = nullptr;
   bf16 *lora_du_ = nullptr, *lora_weights_ = nullptr;  // [tokens, rank]; the layer's adapters in bf16
   int u_index_[kAdapterTargets] = {};                   // a target's slice of Saved::lora_u, or -1
+  SparseMlp sparse_;
+  std::vector<SparseSaved> sparse_saved_;  // per layer (dense layers' unused)
+  SparseScratch sparse_scratch_;
+  bf16* experts_weights_ = nullptr;  // a sparse layer's experts rounded to bf16
   std::unique_ptr<CudnnAttention> cudnn_;  // null: the flash kernels
   size_t cudnn_workspace_bytes_ = 0;
   char* cudnn_workspace_ = nullptr;
@@ -509,7 +580,7 @@ class TrainBlocks final : public BlockEngine {
 
 bool train_blocks_support(const BlockEngineShape& s) {
   return flash_attention_supports(s.head_dim) && s.hidden % 8 == 0 && s.intermediate % 8 == 0 &&
-         s.vocab > 0 &&
+         s.vocab > 0 && (s.moe.experts == 0 || (s.moe.intermediate % 8 == 0 && s.moe.top_k > 0)) &&
          s.heads % s.kv_heads == 0;
 }
 

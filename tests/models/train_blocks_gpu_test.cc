@@ -37,6 +37,15 @@ ModelConfig llama_like() {
   return c;
 }
 
+// Qwen3-MoE-like: a dense first layer, then sparse layers of 8 experts of
+// 128, top 2, renormalised, with the load-balancing loss.
+ModelConfig qwen3_moe_like() {
+  ModelConfig c = qwen3_like();
+  c.model_type = "qwen3_moe", c.layers = 3;
+  c.moe = MoeConfig{8, 2, 128, true, 1, {0}, true, 0.01f};
+  return c;
+}
+
 struct StepResult {
   double loss = 0;
   std::vector<std::vector<float>> grads;
@@ -58,6 +67,7 @@ class TrainBlocks : public ::testing::Test {
     auto model = std::move(Model::create(c, {}, backend).value());
     model->init_weights(21, 0.05f);
     model->set_fused_blocks(fused);
+    model->set_fused_moe_blocks(fused_moe_);
     model->set_activation_checkpointing(mode);
     model->set_lm_head_chunk_tokens(head_chunk);
     std::vector<void*> copies;
@@ -142,6 +152,7 @@ class TrainBlocks : public ::testing::Test {
 
   std::unique_ptr<CudaBackend> gpu_;
   CudaBackend* cuda_ = nullptr;
+  bool fused_moe_ = false;  // sparse layers in the fused blocks (set_fused_moe_blocks)
 };
 
 TEST_F(TrainBlocks, Qwen3ShapeMatchesTheReferenceInEveryCheckpointingMode) {
@@ -183,6 +194,17 @@ TEST_F(TrainBlocks, Qwen3ShapeWithWorkingWeightsAndTileMultiples) {
   compare(qwen3_like(), ActivationCheckpointing::kNone, true, 2, 128);
 }
 
+// A mixture of experts' sparse layers inside the fused blocks: router,
+// experts and the load-balancing loss against the reference, every mode.
+TEST_F(TrainBlocks, SparseLayersMatchTheReferenceInEveryCheckpointingMode) {
+  fused_moe_ = true;
+  for (auto mode : {ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective,
+                    ActivationCheckpointing::kFull}) {
+    compare(qwen3_moe_like(), mode, false, 2, 100);
+  }
+  compare(qwen3_moe_like(), ActivationCheckpointing::kNone, true, 1, 128);
+}
+
 // What the fused blocks cannot take falls back to the op-by-op path.
 TEST_F(TrainBlocks, UnsupportedShapesRunOpByOp) {
   ModelConfig c = qwen3_like();
@@ -192,6 +214,8 @@ TEST_F(TrainBlocks, UnsupportedShapesRunOpByOp) {
   ModelConfig d = qwen3_like();
   d.head_dim = 32;
   step(d, gpu_.get(), true, ActivationCheckpointing::kNone, false, 1, 64, false);
+  // A mixture of experts unless its sparse layers are asked for.
+  step(qwen3_moe_like(), gpu_.get(), true, ActivationCheckpointing::kNone, false, 1, 64, false);
   gpu_->set_matmul_precision(MatmulPrecision::kFp16);
   step(qwen3_like(), gpu_.get(), true, ActivationCheckpointing::kNone, false, 1, 64, false);
   gpu_->set_matmul_precision(MatmulPrecision::kBf16);

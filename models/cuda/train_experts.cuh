@@ -1,0 +1,287 @@
+// A sparse layer's mixture of experts inside the fused training blocks
+// (models/block_engine.h, BlockMoeShape): the op-by-op path's computation
+// (models/model_moe.cc, the reference) on bf16 activations.
+//
+//   forward   logits [N, E] fp32 = xn · routerᵀ (bf16 operands); softmax and
+//             top k, the stable sort by expert (the backend's routing ops,
+//             ops/moe_routing.cuh, on the same stream); the sorted offsets
+//             to the host (one copy of E + 1 integers per layer and pass,
+//             as the reference); xs = xn's rows in sorted order; per expert
+//             one GEMM against its adjacent gate|up rows, the SwiGLU, one
+//             GEMM against its down rows; out [N, H] = each token's k rows
+//             weighted.
+//   backward  dys = weight · dout into each sorted row, dweights = dout · ys;
+//             per expert down's input and weight gradients, the SwiGLU's,
+//             gate|up's; dxn = the k rows' input gradients summed, plus the
+//             router's (dlogits from the routing's backward, the
+//             load-balancing term included, then one GEMM each way).
+//
+// Saved per sparse layer: the routing (probs, choices, weights, sorted
+// order) always; xs and h as the dense MLP's xn2 and h (recomputed under
+// selective checkpointing), gu and ys as its gu. Each expert's GEMMs run
+// over its own rows only: dropless, nothing padded.
+//
+// Included by models/cuda/train_blocks.cu only (its kernels are defined here).
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "models/backend.h"
+#include "models/cuda/op_times.h"
+#include "models/ops/train_bf16.cuh"
+
+namespace cohort::models::cuda {
+
+namespace train {
+
+// xs [rows, H] = x [source_rows[r]] (H a multiple of 8).
+__global__ void gather_rows_bf16_kernel(bf16* xs, const bf16* x, const int32_t* source_rows, int rows, int H) {
+  const size_t per_row = H / 8, pieces = static_cast<size_t>(rows) * per_row;
+  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pieces;
+       p += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = p / per_row, j = (p % per_row) * 8;
+    *reinterpret_cast<uint4*>(xs + r * H + j) =
+        *reinterpret_cast<const uint4*>(x + static_cast<size_t>(source_rows[r]) * H + j);
+  }
+}
+
+// out [n, H] = sum over j < k of weights[t k + j] · ys[slots[t k + j]]
+// (weights null: 1), summed in fp32 in choice order, rounded once.
+__global__ void combine_rows_bf16_kernel(bf16* out, const bf16* ys, const int32_t* slots, const float* weights,
+                                         int n, int k, int H) {
+  const size_t per_row = H / 8, pieces = static_cast<size_t>(n) * per_row;
+  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pieces;
+       p += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t t = p / per_row, j = (p % per_row) * 8;
+    float sum[8] = {}, v[8];
+    for (int c = 0; c < k; ++c) {
+      const size_t pair = t * k + c;
+      const float w = weights ? weights[pair] : 1.0f;
+      unpack8_bf16(*reinterpret_cast<const uint4*>(ys + static_cast<size_t>(slots[pair]) * H + j), v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[e] = fmaf(w, v[e], sum[e]);
+    }
+    *reinterpret_cast<uint4*>(out + t * H + j) = pack8_bf16(sum);
+  }
+}
+
+// dys [slots[pair]] = weights[pair] · dout [pair / k], every pair's row.
+__global__ void spread_rows_bf16_kernel(bf16* dys, const bf16* dout, const float* weights, const int32_t* slots,
+                                        int n, int k, int H) {
+  const size_t per_row = H / 8, pieces = static_cast<size_t>(n) * k * per_row;
+  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pieces;
+       p += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t pair = p / per_row, j = (p % per_row) * 8;
+    float v[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(dout + (pair / k) * H + j), v);
+    const float w = weights[pair];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] *= w;
+    *reinterpret_cast<uint4*>(dys + static_cast<size_t>(slots[pair]) * H + j) = pack8_bf16(v);
+  }
+}
+
+// dweights[pair] = dout [pair / k] · ys [slots[pair]], a warp per pair.
+__global__ void pair_weight_grad_bf16_kernel(float* dweights, const bf16* dout, const bf16* ys,
+                                             const int32_t* slots, int pairs, int k, int H) {
+  const int lane = threadIdx.x & 31;
+  const size_t pair = static_cast<size_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (pair >= static_cast<size_t>(pairs)) return;
+  const bf16* d = dout + (pair / k) * H;
+  const bf16* y = ys + static_cast<size_t>(slots[pair]) * H;
+  float dot = 0, a[8], b[8];
+  for (int j = lane * 8; j < H; j += 32 * 8) {
+    unpack8_bf16(*reinterpret_cast<const uint4*>(d + j), a);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(y + j), b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dot = fmaf(a[e], b[e], dot);
+  }
+  dot = warp_sum(dot);
+  if (lane == 0) dweights[pair] = dot;
+}
+
+// fp32 -> bf16, any count.
+__global__ void round_rows_bf16_kernel(bf16* out, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16(x[i]);
+  }
+}
+
+}  // namespace train
+
+// One sparse layer's tensors (N tokens, k choices, P = N k sorted rows).
+struct SparseSaved {
+  float* probs = nullptr;          // [N, E] logits, then their softmax in place
+  int32_t* choices = nullptr;      // [P] chosen experts
+  float* weights = nullptr;        // [P]
+  int32_t* offsets = nullptr;      // [E + 1]
+  int32_t* source_rows = nullptr;  // [P]
+  int32_t* slots = nullptr;        // [P]
+  float* prob_sums = nullptr;      // [E]; null without the load-balancing loss
+  train::bf16 *xs = nullptr, *gu = nullptr, *h = nullptr, *ys = nullptr;  // [P, H], [P, 2Ie], [P, Ie], [P, H]
+  std::vector<int32_t> host_offsets;  // offsets, copied back at forward
+};
+
+// Backward's scratch, one set for every layer.
+struct SparseScratch {
+  train::bf16 *dys = nullptr, *dh = nullptr, *dgu = nullptr, *dxs = nullptr, *dlogits_half = nullptr;
+  float *dweights = nullptr, *dlogits = nullptr;
+};
+
+struct SparseContext {
+  Backend* backend = nullptr;  // the routing ops (on `stream`) and copies
+  cublasHandle_t blas = nullptr;
+  cudaStream_t stream = nullptr;
+  OpTimes* times = nullptr;
+  int hidden = 0;
+  BlockMoeShape shape;
+};
+
+class SparseMlp {
+ public:
+  using bf16 = train::bf16;
+  explicit SparseMlp(SparseContext c) : c_(std::move(c)) {}
+
+  // out [N, H] = the layer's experts on xn [N, H]. router [E, H] and experts
+  // (E blocks of gate [Ie, H], up [Ie, H], down [H, Ie]) in bf16.
+  void forward(SparseSaved& s, const bf16* router, const bf16* experts, const bf16* xn, bf16* out, int N) {
+    const int H = c_.hidden, E = c_.shape.experts, k = c_.shape.top_k, Ie = c_.shape.intermediate, P = N * k;
+    {
+      OpTimes::Scope timed(c_.times, "blocks.moe_route", c_.stream);
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, E, N, H, router, H, xn, H, s.probs, CUDA_R_32F, E, 0.0f);
+      c_.backend->moe_router_forward(s.probs, s.choices, s.weights, s.prob_sums, s.probs, N, E, k,
+                                     c_.shape.normalize_top_k);
+      c_.backend->moe_permute(s.offsets, s.source_rows, s.slots, s.choices, N, E, k);
+      s.host_offsets.resize(E + 1);
+      c_.backend->copy_to_host(s.host_offsets.data(), s.offsets, (E + 1) * sizeof(int32_t));
+    }
+    gather(s, xn, P);
+    for_each_expert(s, [&](int e, int first, int count) {
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, 2 * Ie, count, H, gate_up(experts, e), H, s.xs + size_t(first) * H, H,
+           s.gu + size_t(first) * 2 * Ie, CUDA_R_16BF, 2 * Ie, 0.0f);
+    });
+    swiglu(s, P);
+    for_each_expert(s, [&](int e, int first, int count) {
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, H, count, Ie, down(experts, e), Ie, s.h + size_t(first) * Ie, Ie,
+           s.ys + size_t(first) * H, CUDA_R_16BF, H, 0.0f);
+    });
+    OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
+    train::combine_rows_bf16_kernel<<<grid(size_t(N) * H / 8), kThreads, 0, c_.stream>>>(out, s.ys, s.slots,
+                                                                                          s.weights, N, k, H);
+    check();
+  }
+
+  // Selective checkpointing: xs and h again, from xn and the kept gu.
+  void recompute(SparseSaved& s, const bf16* xn, int N) {
+    const int P = N * c_.shape.top_k;
+    gather(s, xn, P);
+    swiglu(s, P);
+  }
+
+  // dxn [N, H] = d loss / d xn (overwritten) from dout [N, H], the MLP
+  // branch's output gradient; the router's and experts' gradients
+  // accumulate into d_router / d_experts (null: a frozen base). aux_grad:
+  // the load-balancing loss's d/dprob per expert (null: none).
+  void backward(SparseSaved& s, const SparseScratch& x, const bf16* router, const bf16* experts, float* d_router,
+                float* d_experts, const bf16* dout, const bf16* xn, bf16* dxn, int N, const float* aux_grad) {
+    const int H = c_.hidden, E = c_.shape.experts, k = c_.shape.top_k, Ie = c_.shape.intermediate, P = N * k;
+    {
+      OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
+      train::spread_rows_bf16_kernel<<<grid(size_t(P) * H / 8), kThreads, 0, c_.stream>>>(x.dys, dout, s.weights,
+                                                                                            s.slots, N, k, H);
+      train::pair_weight_grad_bf16_kernel<<<(P + kThreads / 32 - 1) / (kThreads / 32), kThreads, 0, c_.stream>>>(
+          x.dweights, dout, s.ys, s.slots, P, k, H);
+      check();
+    }
+    // down: dh = dys · down; d_down += dysᵀ h.
+    for_each_expert(s, [&](int e, int first, int count) {
+      const bf16* dy = x.dys + size_t(first) * H;
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, Ie, count, H, down(experts, e), Ie, dy, H, x.dh + size_t(first) * Ie,
+           CUDA_R_16BF, Ie, 0.0f);
+      if (d_experts) {
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, Ie, H, count, s.h + size_t(first) * Ie, Ie, dy, H,
+             d_experts + expert_offset(e) + 2 * size_t(Ie) * H, CUDA_R_32F, Ie, 1.0f);
+      }
+    });
+    {
+      OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+      train::swiglu_backward_kernel<<<grid(size_t(P) * Ie / 8), kThreads, 0, c_.stream>>>(x.dgu, x.dh, s.gu, P, Ie);
+      check();
+    }
+    // gate|up: dxs = dgu · gate_up; d_gate_up += dguᵀ xs.
+    for_each_expert(s, [&](int e, int first, int count) {
+      const bf16* dgu = x.dgu + size_t(first) * 2 * Ie;
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, H, count, 2 * Ie, gate_up(experts, e), H, dgu, 2 * Ie,
+           x.dxs + size_t(first) * H, CUDA_R_16BF, H, 0.0f);
+      if (d_experts) {
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, H, 2 * Ie, count, s.xs + size_t(first) * H, H, dgu, 2 * Ie,
+             d_experts + expert_offset(e), CUDA_R_32F, H, 1.0f);
+      }
+    });
+    {
+      OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
+      train::combine_rows_bf16_kernel<<<grid(size_t(N) * H / 8), kThreads, 0, c_.stream>>>(dxn, x.dxs, s.slots,
+                                                                                            nullptr, N, k, H);
+      check();
+    }
+    // The router: dlogits from the weights' gradients (and the balancing
+    // term), then dxn += dlogits · router, d_router += dlogitsᵀ xn.
+    OpTimes::Scope timed(c_.times, "blocks.moe_route", c_.stream);
+    COHORT_CUDA_CHECK_FATAL(cudaMemsetAsync(x.dlogits, 0, size_t(N) * E * sizeof(float), c_.stream));
+    c_.backend->moe_router_backward(x.dlogits, x.dweights, s.probs, s.choices, aux_grad, N, E, k,
+                                    c_.shape.normalize_top_k);
+    const size_t logits = size_t(N) * E;
+    train::round_rows_bf16_kernel<<<grid(logits), kThreads, 0, c_.stream>>>(x.dlogits_half, x.dlogits, logits);
+    check();
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, H, N, E, router, H, x.dlogits_half, E, dxn, CUDA_R_16BF, H, 1.0f);
+    if (d_router) gemm(CUBLAS_OP_N, CUBLAS_OP_T, H, E, N, xn, H, x.dlogits_half, E, d_router, CUDA_R_32F, H, 1.0f);
+  }
+
+ private:
+  static void check() { COHORT_CUDA_CHECK_FATAL(cudaGetLastError()); }
+  static unsigned grid(size_t work) {
+    return static_cast<unsigned>(std::clamp<size_t>((work + kThreads - 1) / kThreads, 1, 8192));
+  }
+  size_t expert_offset(int e) const { return size_t(e) * 3 * c_.shape.intermediate * c_.hidden; }
+  const bf16* gate_up(const bf16* experts, int e) const { return experts + expert_offset(e); }
+  const bf16* down(const bf16* experts, int e) const {
+    return experts + expert_offset(e) + 2 * size_t(c_.shape.intermediate) * c_.hidden;
+  }
+
+  // f(expert, first sorted row, rows) for each expert with rows, in order.
+  template <typename F>
+  void for_each_expert(const SparseSaved& s, F&& f) {
+    OpTimes::Scope timed(c_.times, "blocks.moe_experts", c_.stream);
+    for (int e = 0; e < c_.shape.experts; ++e) {
+      const int first = s.host_offsets[e], count = s.host_offsets[e + 1] - first;
+      if (count > 0) f(e, first, count);
+    }
+  }
+  void gather(SparseSaved& s, const bf16* xn, int P) {
+    OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
+    train::gather_rows_bf16_kernel<<<grid(size_t(P) * c_.hidden / 8), kThreads, 0, c_.stream>>>(
+        s.xs, xn, s.source_rows, P, c_.hidden);
+    check();
+  }
+  void swiglu(SparseSaved& s, int P) {
+    OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
+    train::swiglu_forward_kernel<<<grid(size_t(P) * c_.shape.intermediate / 8), kThreads, 0, c_.stream>>>(
+        s.h, s.gu, P, c_.shape.intermediate);
+    check();
+  }
+  // Column-major C = op(A) op(B), as the blocks' GEMMs (row-major operands swapped).
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a, int lda, const bf16* b,
+            int ldb, void* c, cudaDataType_t c_type, int ldc, float beta) {
+    const float alpha = 1.0f;
+    COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(c_.blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF,
+                                           ldb, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  SparseContext c_;
+};
+
+}  // namespace cohort::models::cuda
