@@ -120,10 +120,7 @@ class TrainBlocks final : public BlockEngine {
     plan(n, layers, mode);                           // carve
   }
   size_t bytes() const override { return used_ + head_weight_bytes_; }
-  BlockMoeStats moe_stats(int l) const override {
-    if (!s_.moe.sparse_layer(l) || l >= static_cast<int>(sparse_saved_.size())) return {};
-    return {&sparse_saved_[l].host_offsets, sparse_saved_[l].prob_sums};
-  }
+  BlockMoeStats moe_stats(int l) const override { return sparse_.stats(l); }
 
   void head_forward(const HeadTensors& h, const float* res, const int32_t* targets, float* losses,
                     int N) override {
@@ -194,7 +191,7 @@ class TrainBlocks final : public BlockEngine {
     if (lora) lora_forward(*lora, a, kO, a.y, qd_, tmp_, H, H, N);
     norm(a.x2, a.xn2, a.rstd2, res_in, tmp_, w.mlp_norm, N);
     if (s_.moe.sparse_layer(l)) {
-      sparse_.forward(sparse_saved_[l], router_weight(w), experts_weight(w), a.xn2, tmp_, N);
+      sparse_.forward(l, router_weight(w), experts_weight(w), a.xn2, tmp_, N);
     } else {
       linear_forward(a.gu, a.xn2, weight(w.gate, size_t(2) * I * H), N, H, 2 * I);
       if (lora) {
@@ -219,7 +216,7 @@ class TrainBlocks final : public BlockEngine {
     rotate(a, w, N, pass);
     norm(nullptr, a.xn2, a.rstd2, a.x2, nullptr, w.mlp_norm, N);
     if (s_.moe.sparse_layer(l)) {
-      sparse_.recompute(sparse_saved_[l], a.xn2, N);
+      sparse_.recompute(l, a.xn2, N);
     } else {
       swiglu(a, N);
     }
@@ -238,8 +235,8 @@ class TrainBlocks final : public BlockEngine {
       check();
     }
     if (s_.moe.sparse_layer(l)) {
-      sparse_.backward(sparse_saved_[l], sparse_scratch_, router_weight(w), experts_weight(w), dw.router,
-                       dw.experts, dres_half_, a.xn2, dxn_, N, pass.moe_aux_grad);
+      sparse_.backward(l, router_weight(w), experts_weight(w), dw.router, dw.experts, dres_half_, a.xn2, dxn_, N,
+                       pass.moe_aux_grad);
     } else {
       // MLP: res_out = x2 + down(swiglu(gate|up(norm(x2)))).
       const bf16* w_down = weight(w.down, size_t(H) * I);
@@ -339,7 +336,7 @@ class TrainBlocks final : public BlockEngine {
       }
     };
     per_dense_layer(&Saved::gu, n * 2 * I, !full), per_dense_layer(&Saved::h, n * I, !lean);
-    if (s_.moe.experts > 0) plan_sparse(n, layers, full, lean);
+    if (s_.moe.experts > 0) sparse_.plan([&](size_t bytes) { return take<char>(bytes); }, n, layers, full, lean);
     const size_t r = static_cast<size_t>(s_.lora.rank), targets = static_cast<size_t>(s_.lora.targets());
     if (r > 0) {
       per_layer(&Saved::lora_u, targets * n * r, !full);
@@ -354,38 +351,9 @@ class TrainBlocks final : public BlockEngine {
     logits_ = take<bf16>(size_t(std::min<size_t>(head_rows_, n)) * s_.vocab);
     cudnn_workspace_ = cudnn_workspace_bytes_ ? take<char>(cudnn_workspace_bytes_) : nullptr;
   }
-  // A sparse layer's routing, prob sums and host offsets per layer; its
-  // experts' tensors as the dense MLP's (train_experts.cuh); one scratch
-  // set and the layer's experts in bf16.
-  void plan_sparse(size_t n, int layers, bool full, bool lean) {
-    const size_t E = s_.moe.experts, P = n * s_.moe.top_k, Ie = s_.moe.intermediate, H = s_.hidden;
-    sparse_saved_.resize(layers);
-    auto per_sparse_layer = [&](auto member, size_t count, bool kept) {
-      using Ptr = std::remove_reference_t<decltype(sparse_saved_[0].*member)>;
-      Ptr shared = nullptr;
-      bool taken = false;
-      for (int l = 0; l < layers; ++l) {
-        if (!s_.moe.sparse_layer(l)) continue;
-        if (kept || !taken) shared = take<std::remove_pointer_t<Ptr>>(count), taken = true;
-        sparse_saved_[l].*member = shared;
-      }
-    };
-    per_sparse_layer(&SparseSaved::probs, n * E, !full), per_sparse_layer(&SparseSaved::choices, P, !full);
-    per_sparse_layer(&SparseSaved::weights, P, !full), per_sparse_layer(&SparseSaved::offsets, E + 1, !full);
-    per_sparse_layer(&SparseSaved::source_rows, P, !full), per_sparse_layer(&SparseSaved::slots, P, !full);
-    if (s_.moe.aux_loss) per_sparse_layer(&SparseSaved::prob_sums, E, true);
-    per_sparse_layer(&SparseSaved::xs, P * H, !lean), per_sparse_layer(&SparseSaved::gu, P * 2 * Ie, !full);
-    per_sparse_layer(&SparseSaved::h, P * Ie, !lean), per_sparse_layer(&SparseSaved::ys, P * H, !full);
-    SparseScratch& x = sparse_scratch_;
-    x.dys = take<bf16>(P * H), x.dh = take<bf16>(P * Ie), x.dgu = take<bf16>(P * 2 * Ie);
-    x.dxs = take<bf16>(P * H), x.dlogits_half = take<bf16>(n * E);
-    x.dweights = take<float>(P), x.dlogits = take<float>(n * E);
-    experts_weights_ = take<bf16>(E * 3 * Ie * H);
-  }
   const bf16* router_weight(const BlockTensors& w) { return weight(w.router, size_t(s_.moe.experts) * s_.hidden); }
   const bf16* experts_weight(const BlockTensors& w) {
-    const size_t n = size_t(s_.moe.experts) * 3 * s_.moe.intermediate * s_.hidden;
-    return bf16_operand(w.experts, n, experts_weights_);
+    return bf16_operand(w.experts, sparse_.experts_numel(), sparse_.experts_scratch());
   }
 
   template <typename T>
@@ -567,10 +535,7 @@ class TrainBlocks final : public BlockEngine {
   float* dsum_ = nullptr;
   bf16 *lora_du_ = nullptr, *lora_weights_ = nullptr;  // [tokens, rank]; the layer's adapters in bf16
   int u_index_[kAdapterTargets] = {};                   // a target's slice of Saved::lora_u, or -1
-  SparseMlp sparse_;
-  std::vector<SparseSaved> sparse_saved_;  // per layer (dense layers' unused)
-  SparseScratch sparse_scratch_;
-  bf16* experts_weights_ = nullptr;  // a sparse layer's experts rounded to bf16
+  SparseMlp sparse_;  // the sparse layers' router and experts
   std::unique_ptr<CudnnAttention> cudnn_;  // null: the flash kernels
   size_t cudnn_workspace_bytes_ = 0;
   char* cudnn_workspace_ = nullptr;

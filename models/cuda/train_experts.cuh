@@ -27,6 +27,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "models/backend.h"
@@ -146,9 +147,52 @@ class SparseMlp {
   using bf16 = train::bf16;
   explicit SparseMlp(SparseContext c) : c_(std::move(c)) {}
 
-  // out [N, H] = the layer's experts on xn [N, H]. router [E, H] and experts
+  // Carves what `layers` layers need at n tokens from the blocks' arena
+  // (take(bytes), 256-byte aligned; null in the blocks' counting pass): per
+  // sparse layer its routing, prob sums and host offsets, its experts'
+  // tensors kept as the dense MLP's are (full: one slot for all, lean: xs
+  // and h shared); one backward scratch set and one bf16 copy of a layer's
+  // experts.
+  template <typename Take>
+  void plan(Take take, size_t n, int layers, bool full, bool lean) {
+    const BlockMoeShape& m = c_.shape;
+    const size_t E = m.experts, P = n * m.top_k, Ie = m.intermediate, H = c_.hidden;
+    saved_.resize(layers);
+    auto per_layer = [&](auto member, size_t count, bool kept) {
+      using Ptr = std::remove_reference_t<decltype(saved_[0].*member)>;
+      using T = std::remove_pointer_t<Ptr>;
+      Ptr shared = nullptr;
+      bool taken = false;  // (the counting pass's slices are all null)
+      for (int l = 0; l < layers; ++l) {
+        if (!m.sparse_layer(l)) continue;
+        if (kept || !taken) shared = reinterpret_cast<Ptr>(take(count * sizeof(T))), taken = true;
+        saved_[l].*member = shared;
+      }
+    };
+    per_layer(&SparseSaved::probs, n * E, !full), per_layer(&SparseSaved::choices, P, !full);
+    per_layer(&SparseSaved::weights, P, !full), per_layer(&SparseSaved::offsets, E + 1, !full);
+    per_layer(&SparseSaved::source_rows, P, !full), per_layer(&SparseSaved::slots, P, !full);
+    if (m.aux_loss) per_layer(&SparseSaved::prob_sums, E, true);
+    per_layer(&SparseSaved::xs, P * H, !lean), per_layer(&SparseSaved::gu, P * 2 * Ie, !full);
+    per_layer(&SparseSaved::h, P * Ie, !lean), per_layer(&SparseSaved::ys, P * H, !full);
+    auto half = [&](size_t count) { return reinterpret_cast<bf16*>(take(count * sizeof(bf16))); };
+    auto single = [&](size_t count) { return reinterpret_cast<float*>(take(count * sizeof(float))); };
+    scratch_.dys = half(P * H), scratch_.dh = half(P * Ie), scratch_.dgu = half(P * 2 * Ie);
+    scratch_.dxs = half(P * H), scratch_.dlogits_half = half(n * E);
+    scratch_.dweights = single(P), scratch_.dlogits = single(n * E);
+    experts_weights_ = half(experts_numel());
+  }
+  size_t experts_numel() const { return size_t(c_.shape.experts) * 3 * c_.shape.intermediate * c_.hidden; }
+  bf16* experts_scratch() const { return experts_weights_; }
+  BlockMoeStats stats(int l) const {
+    if (!c_.shape.sparse_layer(l) || l >= static_cast<int>(saved_.size())) return {};
+    return {&saved_[l].host_offsets, saved_[l].prob_sums};
+  }
+
+  // out [N, H] = layer l's experts on xn [N, H]. router [E, H] and experts
   // (E blocks of gate [Ie, H], up [Ie, H], down [H, Ie]) in bf16.
-  void forward(SparseSaved& s, const bf16* router, const bf16* experts, const bf16* xn, bf16* out, int N) {
+  void forward(int l, const bf16* router, const bf16* experts, const bf16* xn, bf16* out, int N) {
+    SparseSaved& s = saved_[l];
     const int H = c_.hidden, E = c_.shape.experts, k = c_.shape.top_k, Ie = c_.shape.intermediate, P = N * k;
     {
       OpTimes::Scope timed(c_.times, "blocks.moe_route", c_.stream);
@@ -176,7 +220,8 @@ class SparseMlp {
   }
 
   // Selective checkpointing: xs and h again, from xn and the kept gu.
-  void recompute(SparseSaved& s, const bf16* xn, int N) {
+  void recompute(int l, const bf16* xn, int N) {
+    SparseSaved& s = saved_[l];
     const int P = N * c_.shape.top_k;
     gather(s, xn, P);
     swiglu(s, P);
@@ -186,8 +231,10 @@ class SparseMlp {
   // branch's output gradient; the router's and experts' gradients
   // accumulate into d_router / d_experts (null: a frozen base). aux_grad:
   // the load-balancing loss's d/dprob per expert (null: none).
-  void backward(SparseSaved& s, const SparseScratch& x, const bf16* router, const bf16* experts, float* d_router,
-                float* d_experts, const bf16* dout, const bf16* xn, bf16* dxn, int N, const float* aux_grad) {
+  void backward(int l, const bf16* router, const bf16* experts, float* d_router, float* d_experts, const bf16* dout,
+                const bf16* xn, bf16* dxn, int N, const float* aux_grad) {
+    SparseSaved& s = saved_[l];
+    const SparseScratch& x = scratch_;
     const int H = c_.hidden, E = c_.shape.experts, k = c_.shape.top_k, Ie = c_.shape.intermediate, P = N * k;
     {
       OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
@@ -282,6 +329,9 @@ class SparseMlp {
   }
 
   SparseContext c_;
+  std::vector<SparseSaved> saved_;  // per layer (a dense layer's stays empty)
+  SparseScratch scratch_;
+  bf16* experts_weights_ = nullptr;  // a layer's experts rounded to bf16
 };
 
 }  // namespace cohort::models::cuda
