@@ -33,6 +33,13 @@ SHAPES = {
     # The 8B serving shape (Qwen3-8B's: 36 layers, an untied head).
     "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    # A small Qwen3-MoE (qwen3_moe): 16 experts of 256, top 4, with the
+    # load-balancing loss (output_router_logits), for loss-curve parity.
+    "qwen3-moe-small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                            num_attention_heads=8, num_key_value_heads=4, head_dim=64, num_experts=16,
+                            num_experts_per_tok=4, moe_intermediate_size=256, norm_topk_prob=True,
+                            decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=True,
+                            router_aux_loss_coef=0.001),
 }
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -136,8 +143,9 @@ def main():
     eos = fast.convert_tokens_to_ids("<|im_end|>")
     shape = dict(tie_word_embeddings=True, **SHAPES[args.shape]) if "tie_word_embeddings" not in SHAPES[args.shape] \
         else dict(SHAPES[args.shape])
-    cfg = transformers.Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, rope_theta=1e6,
-                                   rms_norm_eps=1e-6, eos_token_id=eos, bos_token_id=None, **shape)
+    config_class = transformers.Qwen3MoeConfig if "num_experts" in shape else transformers.Qwen3Config
+    cfg = config_class(vocab_size=vocab, max_position_embeddings=4096, rope_theta=1e6,
+                       rms_norm_eps=1e-6, eos_token_id=eos, bos_token_id=None, **shape)
     torch.manual_seed(args.seed)
     # Initialised on the GPU where there is one: an 8B model takes minutes on the host.
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):

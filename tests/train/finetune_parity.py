@@ -11,7 +11,12 @@ bf16 autocast with the same AdamW (decay on matrices only), learning-rate
 schedule and clipping, and the losses are compared step by step.
 
   python3 tests/train/finetune_parity.py --worker build/bin/cohort-worker [--steps 200]
-      [--shape qwen3-small] [--mean-tolerance 0.02] [--end-tolerance 0.01] [--work DIR]
+      [--shape qwen3-small | qwen3-moe-small] [--mean-tolerance 0.02] [--end-tolerance 0.01] [--work DIR]
+
+With --shape qwen3-moe-small the folder is a Qwen3-MoE (16 experts, top 4,
+the load-balancing loss on): the 200-step curve of a mixture of experts
+(COHORT_TRAIN_BLOCKS=moe in the environment takes cohort's fused sparse
+layers).
 
 Prints one line per step and a PASS/FAIL summary (exit 0/1): PASS when the
 losses differ by at most --mean-tolerance on average and the curves end
@@ -137,9 +142,14 @@ resume = false
         for g in opt.param_groups:
             g["lr"] = learning_rate(step, args.steps, warmup, args.lr, min_lr)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(input_ids=inputs).logits
+            out = model(input_ids=inputs)
+        logits = out.logits
         loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1),
                                                  ignore_index=-100, reduction="sum") / max(1, counted)
+        # A mixture of experts with output_router_logits: transformers' loss
+        # adds router_aux_loss_coef times the load-balancing loss (so does cohort's).
+        if getattr(out, "aux_loss", None) is not None:
+            loss = loss + model.config.router_aux_loss_coef * out.aux_loss.float()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
