@@ -27,7 +27,9 @@
 #   scripts/gpu_checks.sh kv OUTDIR        the fp8 KV cache: kernel parity, engine tokens against the bf16
 #                                          cache's, then 64 streams served with each (KV_SHAPE's folder)
 #   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
-#                                          HF logits, training beside transformers (MOE_TRAIN=0 skips), then
+#                                          HF logits, the fused sparse training blocks (their test, tokens/s,
+#                                          a 200-step curve against transformers), training beside
+#                                          transformers (MOE_TRAIN=0 skips all training), then
 #                                          Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES)
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
@@ -177,6 +179,17 @@ elif [[ $phase == moe ]]; then
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   grep -E "moe|mixtral" "$out/hf_parity.log" | head -8
   if [[ ${MOE_TRAIN:-1} != 0 ]]; then
+    # The sparse layers in the fused training blocks (COHORT_TRAIN_BLOCKS=moe): their equivalence
+    # test, tokens/s against the op-by-op sparse layers, and the 200-step loss curve of a small
+    # Qwen3-MoE against transformers.
+    STEP_TIMEOUT=150 step moe_blocks_test "$tests/models_train_blocks_gpu_test" --gtest_filter='*Sparse*:*OpByOp*'
+    grep -E "OK|FAILED|Failure|worst gradient" "$out/moe_blocks_test.log" | head -12
+    for blocks in moe fused; do
+      COHORT_TRAIN_BLOCKS=$blocks STEP_TIMEOUT=150 step "moe_train_$blocks" "$bin/models_train_bench" \
+        qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
+    done
+    COHORT_TRAIN_BLOCKS=moe STEP_TIMEOUT=240 step moe_finetune_parity python3 tests/train/finetune_parity.py \
+      --worker "$bin/cohort-worker" --shape qwen3-moe-small --steps 200 --work /tmp/moe-parity
     # Training on the qwen3-moe-2.4b-a0.6b preset beside transformers eager and compiled (issue 38).
     PATH=$bin:$PATH SHAPES=qwen3-moe-2.4b-a0.6b:8:1024 STEP_TIMEOUT=${MOE_TRAIN_TIMEOUT:-540} \
       step moe_train_bench bench/train_engine_bench.sh 20
