@@ -51,14 +51,6 @@ struct Saved {
   bf16* lora_u = nullptr;  // [targets][tokens, rank]: A x of each adapter
 };
 
-// Any count, any alignment (an adapter group's tensors sit at any offset).
-__global__ void round_to_bf16_kernel(bf16* out, const float* x, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = __float2bfloat16(x[i]);
-  }
-}
-
 // LoraTarget's order (models/lora_config.h).
 enum AdapterTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
 
@@ -412,9 +404,7 @@ class TrainBlocks final : public BlockEngine {
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a,
             int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc, float beta,
             float alpha = 1.0f) {
-    COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(c_.blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b,
-                                           CUDA_R_16BF, ldb, &beta, c, c_type, ldc,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    train::gemm_bf16(c_.blas, ta, tb, m, n, k, a, lda, b, ldb, c, c_type, ldc, beta, alpha);
   }
   void linear_forward(bf16* y, const bf16* x, const bf16* w, int n, int in, int out) {
     OpTimes::Scope timed(c_.times, "blocks.linear_forward", c_.stream);
@@ -433,7 +423,7 @@ class TrainBlocks final : public BlockEngine {
   void round_adapters(const BlockAdapters& lora) {
     OpTimes::Scope timed(c_.times, "blocks.weight_cast", c_.stream);
     const size_t n = s_.lora.group_numel;
-    round_to_bf16_kernel<<<stride_grid(n, kThreads, 1024), kThreads, 0, c_.stream>>>(lora_weights_, lora.params,
+    train::round_to_bf16_kernel<<<stride_grid(n, kThreads, 1024), kThreads, 0, c_.stream>>>(lora_weights_, lora.params,
                                                                                       n);
     check();
   }

@@ -104,12 +104,22 @@ __global__ void pair_weight_grad_bf16_kernel(float* dweights, const bf16* dout, 
   if (lane == 0) dweights[pair] = dot;
 }
 
-// fp32 -> bf16, any count.
-__global__ void round_rows_bf16_kernel(bf16* out, const float* x, size_t n) {
+// fp32 -> bf16, any count and alignment (an adapter group's tensors sit at
+// any offset).
+__global__ void round_to_bf16_kernel(bf16* out, const float* x, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     out[i] = __float2bfloat16(x[i]);
   }
+}
+
+// Column-major C = alpha op(A) op(B) + beta C over bf16 operands with fp32
+// accumulation: the blocks' GEMMs (row-major operands passed swapped).
+inline void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      const bf16* a, int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc,
+                      float beta, float alpha = 1.0f) {
+  COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                                         &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace train
@@ -282,7 +292,7 @@ class SparseMlp {
     c_.backend->moe_router_backward(x.dlogits, x.dweights, s.probs, s.choices, aux_grad, N, E, k,
                                     c_.shape.normalize_top_k);
     const size_t logits = size_t(N) * E;
-    train::round_rows_bf16_kernel<<<grid(logits), kThreads, 0, c_.stream>>>(x.dlogits_half, x.dlogits, logits);
+    train::round_to_bf16_kernel<<<grid(logits), kThreads, 0, c_.stream>>>(x.dlogits_half, x.dlogits, logits);
     check();
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, H, N, E, router, H, x.dlogits_half, E, dxn, CUDA_R_16BF, H, 1.0f);
     if (d_router) gemm(CUBLAS_OP_N, CUBLAS_OP_T, H, E, N, xn, H, x.dlogits_half, E, d_router, CUDA_R_32F, H, 1.0f);
@@ -320,12 +330,9 @@ class SparseMlp {
         s.h, s.gu, P, c_.shape.intermediate);
     check();
   }
-  // Column-major C = op(A) op(B), as the blocks' GEMMs (row-major operands swapped).
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a, int lda, const bf16* b,
             int ldb, void* c, cudaDataType_t c_type, int ldc, float beta) {
-    const float alpha = 1.0f;
-    COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(c_.blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF,
-                                           ldb, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    train::gemm_bf16(c_.blas, ta, tb, m, n, k, a, lda, b, ldb, c, c_type, ldc, beta);
   }
 
   SparseContext c_;
