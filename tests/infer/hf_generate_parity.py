@@ -232,6 +232,13 @@ def judge(label, ref, got, budget):
     return failures
 
 
+def random_prompts(count, vocab):
+    """`count` prompts of 4 to 63 random token ids below `vocab` (seeded: the same every run)."""
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randint(0, vocab, (int(n),), generator=gen).tolist()
+            for n in torch.randint(4, 64, (count,), generator=gen)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", default="build/bin/cohort-worker")
@@ -259,9 +266,7 @@ def main():
     worker = os.path.abspath(args.worker)
     torch.manual_seed(0)
     vocab = 4096
-    gen = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, vocab, (int(n),), generator=gen).tolist()
-               for n in torch.randint(4, 64, (args.prompts,), generator=gen)]
+    prompts = random_prompts(args.prompts, vocab)
     failures = {s: 0 for s in sections}
     for name, config in make_configs(vocab).items():
         model_dir = os.path.join(work, name)

@@ -40,7 +40,8 @@ import transformers
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_generate_parity import agreement, judge, make_configs, run_cohort, transformers_greedy  # noqa: E402
+from hf_generate_parity import (agreement, judge, make_configs, random_prompts, run_cohort,  # noqa: E402
+                                transformers_greedy)
 
 # Largest |cohort - fp32| / max |fp32 logit| per quantize-on-load format.
 REL_BOUNDS = {"int8": 0.03, "fp8": 0.10, "int4": 0.25}
@@ -173,9 +174,7 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="cohort_quant_parity_")
     torch.manual_seed(0)
     vocab = 4096
-    gen = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, vocab, (int(n),), generator=gen).tolist()
-               for n in torch.randint(4, 64, (args.prompts,), generator=gen)]
+    prompts = random_prompts(args.prompts, vocab)
     # Qwen3 (hidden 512, MLP 1,536: whole 128 x 128 blocks and 128-wide groups).
     config = make_configs(vocab)["qwen3"]
     bf16_dir = os.path.join(work, "qwen3-bf16")
