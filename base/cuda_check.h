@@ -27,9 +27,26 @@ inline Status cuda_error(cudaError_t e, const char* call, const char* file, int 
   return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
                         ": " + cudaGetErrorString(e));
 }
+// cuBLAS's status names, without calling into the library (it is opened at
+// run time: models/cuda/cublas_api.h).
+inline const char* cublas_status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "an unknown cuBLAS status";
+}
 inline Status cublas_error(cublasStatus_t s, const char* call, const char* file, int line) {
   return internal_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                        ": " + cublasGetStatusString(s));
+                        ": " + cublas_status_name(s));
 }
 
 }  // namespace cohort
@@ -64,7 +81,7 @@ inline Status cublas_error(cublasStatus_t s, const char* call, const char* file,
     cublasStatus_t cohort_cublas_s_ = (call);                                    \
     if (cohort_cublas_s_ != CUBLAS_STATUS_SUCCESS) {                             \
       spdlog::critical("CHECK failed at {}:{}: {}: {}", __FILE__, __LINE__, #call, \
-                       cublasGetStatusString(cohort_cublas_s_));                 \
+                       ::cohort::cublas_status_name(cohort_cublas_s_));          \
       spdlog::default_logger()->flush();                                         \
       std::abort();                                                              \
     }                                                                            \

@@ -3,6 +3,7 @@
 #include "hf/config_json.h"
 
 #include "base/atomic_file.h"
+#include "hf/json_field.h"
 #include "hf/quantization_config.h"
 
 #include <algorithm>
@@ -77,20 +78,6 @@ Status int_field(const json& j, const char* key, const int* fallback, int* out) 
   return Status::ok();
 }
 
-// A boolean field: anything but true, false or absent (`fallback`) is an
-// error naming the field.
-Status bool_field(const json& j, const char* key, bool fallback, bool* out) {
-  if (!j.contains(key) || j[key].is_null()) {
-    *out = fallback;
-    return Status::ok();
-  }
-  if (!j[key].is_boolean()) {
-    return invalid_argument(std::string("config.json: ") + key + " must be true or false, got " + j[key].dump());
-  }
-  *out = j[key].get<bool>();
-  return Status::ok();
-}
-
 Status float_field(const json& j, const char* key, float fallback, float* out) {
   if (!j.contains(key) || j[key].is_null()) {
     *out = fallback;
@@ -133,7 +120,7 @@ Status parse_moe(const json& j, ModelConfig* c) {
     COHORT_RETURN_IF_ERROR(int_field(j, experts_key, &experts, &m.experts));
     COHORT_RETURN_IF_ERROR(int_field(j, "num_experts_per_tok", &top, &m.experts_per_token));
     COHORT_RETURN_IF_ERROR(int_field(j, "moe_intermediate_size", &size, &m.expert_intermediate));
-    COHORT_RETURN_IF_ERROR(bool_field(j, "norm_topk_prob", false, &m.normalize_top_k));
+    COHORT_RETURN_IF_ERROR(bool_field(j, "norm_topk_prob", false, &m.normalize_top_k, "config.json: "));
     COHORT_RETURN_IF_ERROR(int_field(j, "decoder_sparse_step", &step, &m.sparse_step));
     if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
       const json& layers = j["mlp_only_layers"];
@@ -148,7 +135,7 @@ Status parse_moe(const json& j, ModelConfig* c) {
       }
     }
   }
-  COHORT_RETURN_IF_ERROR(bool_field(j, "output_router_logits", false, &m.aux_loss));
+  COHORT_RETURN_IF_ERROR(bool_field(j, "output_router_logits", false, &m.aux_loss, "config.json: "));
   return float_field(j, "router_aux_loss_coef", 0.001f, &m.aux_loss_coef);
 }
 

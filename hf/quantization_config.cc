@@ -4,6 +4,8 @@
 // by name.
 #include "hf/quantization_config.h"
 
+#include "hf/json_field.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -16,8 +18,10 @@ namespace {
 
 using nlohmann::json;
 
+const std::string kQuantizationWhere = "config.json: quantization_config.";
+
 Status field_error(const std::string& key, const std::string& what) {
-  return invalid_argument("config.json: quantization_config." + key + " " + what);
+  return invalid_argument(kQuantizationWhere + key + " " + what);
 }
 
 std::string lower(std::string s) {
@@ -42,17 +46,6 @@ Status int_field(const json& j, std::initializer_list<const char*> keys, int fal
     return field_error(*keys.begin(), "must be an integer, got " + v->dump());
   }
   *out = static_cast<int>(v->get<int64_t>());
-  return Status::ok();
-}
-
-Status bool_field(const json& j, const char* key, bool fallback, bool* out) {
-  const json* v = find(j, {key});
-  if (!v) {
-    *out = fallback;
-    return Status::ok();
-  }
-  if (!v->is_boolean()) return field_error(key, "must be true or false, got " + v->dump());
-  *out = v->get<bool>();
   return Status::ok();
 }
 
@@ -110,8 +103,8 @@ Status parse_gptq(const json& j, QuantizationConfig* c) {
     return field_error("group_size",
                        "must be positive or -1, got " + std::to_string(c->group_size));
   }
-  COHORT_RETURN_IF_ERROR(bool_field(j, "desc_act", false, &c->desc_act));
-  COHORT_RETURN_IF_ERROR(bool_field(j, "sym", true, &c->sym));
+  COHORT_RETURN_IF_ERROR(bool_field(j, "desc_act", false, &c->desc_act, kQuantizationWhere));
+  COHORT_RETURN_IF_ERROR(bool_field(j, "sym", true, &c->sym, kQuantizationWhere));
   std::string format;
   COHORT_RETURN_IF_ERROR(string_field(j, {"checkpoint_format", "format"}, "gptq", &format));
   if (format == "gptq") {
@@ -133,7 +126,7 @@ Status parse_awq(const json& j, QuantizationConfig* c) {
   if (c->group_size <= 0)
     return field_error("group_size", "must be positive, got " + std::to_string(c->group_size));
   bool zero_point = true;
-  COHORT_RETURN_IF_ERROR(bool_field(j, "zero_point", true, &zero_point));
+  COHORT_RETURN_IF_ERROR(bool_field(j, "zero_point", true, &zero_point, kQuantizationWhere));
   if (!zero_point)
     return field_error("zero_point", "is false; cohort reads AWQ's GEMM packing with zero points");
   std::string version, backend;

@@ -7,15 +7,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "models/counter_random.h"
+
 namespace cohort::models {
 namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // Larger weight first, lower id on ties: the order top_k and top_p cut in.
 bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
@@ -36,7 +31,11 @@ TokenSampler::TokenSampler(const SamplingParams& params, uint64_t stream)
     : params_(params), state_(params.seed * 0x2545f4914f6cdd1dull + stream) {}
 
 double TokenSampler::uniform() {
-  return static_cast<double>(splitmix64(state_) >> 11) / 9007199254740992.0;
+  // SplitMix64 as a generator: the state steps by the constant that
+  // splitmix64 adds before mixing, so each draw mixes the next state.
+  const uint64_t draw = splitmix64(state_);
+  state_ += 0x9e3779b97f4a7c15ull;
+  return static_cast<double>(draw >> 11) / 9007199254740992.0;
 }
 
 int32_t TokenSampler::sample(const float* logits, int vocab) {

@@ -28,7 +28,7 @@ int64_t next_code_point(const std::string& s, size_t& k) {
   return cp;
 }
 
-void byte_level(Tokens& tokens) {
+void decode_byte_level(Tokens& tokens) {
   static const std::map<int64_t, char> table = [] {
     std::map<int64_t, char> t;
     for (int b = 0; b < 256; ++b) t[byte_to_unicode()[b]] = static_cast<char>(b);
@@ -92,7 +92,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 
 Result<Decoder> one_decoder(const json& j) {
   const std::string type = j.value("type", "");
-  if (type == "ByteLevel") return Decoder(byte_level);
+  if (type == "ByteLevel") return Decoder(decode_byte_level);
   if (type == "ByteFallback") return Decoder(byte_fallback);
   if (type == "Fuse") {
     return Decoder([](Tokens& t) {

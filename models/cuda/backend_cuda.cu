@@ -79,8 +79,9 @@ class CudaBackendImpl final : public CudaBackend {
   Status init() {
     COHORT_CUDA_CHECK(cudaSetDevice(device_));
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    COHORT_CUBLAS_CHECK(cublasCreate(&blas_.handle));
-    COHORT_CUBLAS_CHECK(cublasSetStream(blas_.handle, stream_));
+    COHORT_ASSIGN_OR_RETURN(const cuda::blas::Api* blas, cuda::blas::api());
+    COHORT_CUBLAS_CHECK(blas->create(&blas_.handle));
+    COHORT_CUBLAS_CHECK(blas->set_stream(blas_.handle, stream_));
     // The decode kernel keeps a sequence's scores in dynamic shared memory:
     // allow all the device offers beyond the kernel's static reduction slots.
     int optin = 0;
@@ -98,7 +99,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
   ~CudaBackendImpl() override {
     if (stream_) cudaStreamSynchronize(stream_);
-    if (blas_.handle) cublasDestroy(blas_.handle);
+    if (blas_.handle) cuda::blas::loaded().destroy(blas_.handle);
     if (stream_) cudaStreamDestroy(stream_);
   }
 

@@ -6,7 +6,6 @@
 
 #include <utility>
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -19,6 +18,7 @@
 // COHORT_CUDA_CHECK (Status) in set-up, COHORT_CUDA_CHECK_FATAL in ops and
 // launches, which cannot return one.
 #include "base/cuda_check.h"
+#include "models/cuda/cublas_api.h"
 
 namespace cohort::models::cuda {
 

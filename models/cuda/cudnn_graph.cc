@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <mutex>
-
 #include "base/dynamic_library.h"
 #include "base/env_knobs.h"
 
@@ -69,9 +67,7 @@ Status finalize(const Descriptor& d, const char* what) {
 }  // namespace
 
 Result<const Api*> api() {
-  static std::once_flag once;
-  static Result<const Api*> loaded = unavailable("not loaded");
-  std::call_once(once, [] { loaded = load(); });
+  static const Result<const Api*> loaded = load();  // once, thread-safe
   return loaded;
 }
 

@@ -24,13 +24,13 @@
 // Included by models/cuda/train_blocks.cu only (its kernels are defined here).
 #pragma once
 
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "models/backend.h"
+#include "models/cuda/cublas_api.h"
 #include "models/cuda/op_times.h"
 #include "models/ops/train_bf16.cuh"
 
@@ -118,7 +118,7 @@ __global__ void round_to_bf16_kernel(bf16* out, const float* x, size_t n) {
 inline void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                       const bf16* a, int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc,
                       float beta, float alpha = 1.0f) {
-  COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+  COHORT_CUBLAS_CHECK_FATAL(cuda::blas::loaded().gemm_ex(blas, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
                                          &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

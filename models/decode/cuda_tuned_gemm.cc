@@ -7,12 +7,15 @@
 #include <string>
 
 #include "base/cuda_check.h"
+#include "models/cuda/cublas_api.h"
 
 namespace cohort::models::decode {
 namespace {
 
 constexpr int kCandidates = 8;
 constexpr int kTimedRuns = 20;
+
+const cuda::blas::Api& B() { return cuda::blas::loaded(); }
 
 Status lt_check(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::ok();
@@ -23,43 +26,44 @@ Status lt_check(cublasStatus_t status, const char* what) {
 
 Result<std::unique_ptr<TunedGemm>> TunedGemm::create(cudaStream_t stream, void* workspace,
                                                      size_t bytes) {
+  COHORT_ASSIGN_OR_RETURN(const cuda::blas::Api* blas, cuda::blas::api());
   cublasLtHandle_t handle = nullptr;
-  COHORT_RETURN_IF_ERROR(lt_check(cublasLtCreate(&handle), "create"));
+  COHORT_RETURN_IF_ERROR(lt_check(blas->lt_create(&handle), "create"));
   return std::unique_ptr<TunedGemm>(new TunedGemm(handle, stream, workspace, bytes));
 }
 
 TunedGemm::~TunedGemm() {
   for (auto& [shape, plan] : plans_) destroy(plan);
-  cublasLtDestroy(handle_);
+  B().lt_destroy(handle_);
 }
 
 void TunedGemm::destroy(Plan& plan) {
-  if (plan.op) cublasLtMatmulDescDestroy(plan.op);
-  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-  if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+  if (plan.op) B().matmul_desc_destroy(plan.op);
+  if (plan.a) B().layout_destroy(plan.a);
+  if (plan.b) B().layout_destroy(plan.b);
+  if (plan.c) B().layout_destroy(plan.c);
   plan = Plan{};
 }
 
 Result<int> TunedGemm::describe(Plan& plan, int n, int in, int out,
                                 cublasLtMatmulHeuristicResult_t* results, int want) {
   COHORT_RETURN_IF_ERROR(
-      lt_check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+      lt_check(B().matmul_desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
   const cublasOperation_t transpose = CUBLAS_OP_T;
-  COHORT_RETURN_IF_ERROR(lt_check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
+  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
                                                                  &transpose, sizeof(transpose)),
                                   "transa"));
-  COHORT_RETURN_IF_ERROR(lt_check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, in, out, in), "a"));
-  COHORT_RETURN_IF_ERROR(lt_check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, in, n, in), "b"));
-  COHORT_RETURN_IF_ERROR(lt_check(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, out, n, out), "c"));
+  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.a, CUDA_R_16BF, in, out, in), "a"));
+  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.b, CUDA_R_16BF, in, n, in), "b"));
+  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.c, CUDA_R_32F, out, n, out), "c"));
   cublasLtMatmulPreference_t preference = nullptr;
-  COHORT_RETURN_IF_ERROR(lt_check(cublasLtMatmulPreferenceCreate(&preference), "preference"));
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes_,
+  COHORT_RETURN_IF_ERROR(lt_check(B().preference_create(&preference), "preference"));
+  B().preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes_,
                                        sizeof(bytes_));
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c,
+  const cublasStatus_t st = B().algo_heuristic(handle_, plan.op, plan.a, plan.b, plan.c,
                                                            plan.c, preference, want, results, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+  B().preference_destroy(preference);
   COHORT_RETURN_IF_ERROR(lt_check(st, "heuristic"));
   if (found == 0) {
     return internal_error("cuBLASLt has no algorithm for [" + std::to_string(n) + "x" +
@@ -72,7 +76,7 @@ Result<int> TunedGemm::describe(Plan& plan, int n, int in, int out,
 Status TunedGemm::enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, float* y,
                           const models::Bf16Bits* x, const models::Bf16Bits* w) {
   const float alpha = 1.0f, beta = 0.0f;
-  return lt_check(cublasLtMatmul(handle_, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
+  return lt_check(B().matmul(handle_, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
                                  plan.c, &algo, workspace_, bytes_, stream_),
                   "matmul");
 }

@@ -25,7 +25,7 @@ struct Operand {
 inline void gemm_ex(const Blas& h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                     float alpha, Operand a, int lda, Operand b, int ldb, float beta, float* c, int ldc,
                     cublasComputeType_t compute) {
-  COHORT_CUBLAS_CHECK_FATAL(cublasGemmEx(h.handle, ta, tb, m, n, k, &alpha, a.data, a.type, lda, b.data,
+  COHORT_CUBLAS_CHECK_FATAL(blas::loaded().gemm_ex(h.handle, ta, tb, m, n, k, &alpha, a.data, a.type, lda, b.data,
                                    b.type, ldb, &beta, c, CUDA_R_32F, ldc, compute,
                                    CUBLAS_GEMM_DEFAULT));
 }
@@ -41,7 +41,7 @@ inline void gemm_strided(const Blas& h, cublasOperation_t ta, cublasOperation_t 
                          int k, float alpha, const float* a, int lda, long long sa, const float* b,
                          int ldb, long long sb, float beta, float* c, int ldc, long long sc,
                          int batch) {
-  COHORT_CUBLAS_CHECK_FATAL(cublasGemmStridedBatchedEx(
+  COHORT_CUBLAS_CHECK_FATAL(blas::loaded().gemm_strided_batched_ex(
       h.handle, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb, sb, &beta, c,
       CUDA_R_32F, ldc, sc, batch, h.compute, CUBLAS_GEMM_DEFAULT));
 }

@@ -11,7 +11,8 @@
 namespace cohort::infer {
 namespace {
 
-std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots) { return testing::tiny_engine(slots, 64); }
+// A cache of 64 positions per slot.
+std::unique_ptr<models::decode::ModelEngine> engine_of(int slots) { return testing::tiny_engine(slots, 64); }
 
 std::vector<Prompt> prompts() {
   std::vector<Prompt> out;
@@ -23,7 +24,7 @@ std::vector<Prompt> prompts() {
 
 std::vector<std::vector<int32_t>> run(int slots, const GenerateOptions& options,
                                       const StopCondition& stop) {
-  auto engine = tiny_engine(slots);
+  auto engine = engine_of(slots);
   GenerateStats stats;
   auto out = generate_all(*engine, prompts(), stop, options, &stats);
   EXPECT_TRUE(out.is_ok()) << out.status().message();
@@ -82,7 +83,7 @@ TEST(InferGenerate, FinishedSequencesFreeTheirSlotForTheNextPrompt) {
   jobs::InferSection infer;
   infer.stop_tokens = {ref[0][1]};  // prompt 0 now ends after two tokens (or at once)
   auto stop = *StopCondition::create(infer, nullptr);
-  auto engine = tiny_engine(2);
+  auto engine = engine_of(2);
   auto out = generate_all(*engine, prompts(), stop, options, nullptr);
   ASSERT_TRUE(out.is_ok());
   for (const auto& o : *out) {
@@ -95,7 +96,7 @@ TEST(InferGenerate, FinishedSequencesFreeTheirSlotForTheNextPrompt) {
 }
 
 TEST(InferGenerate, PromptThatDoesNotFitTheCacheIsAnError) {
-  auto engine = tiny_engine(1);
+  auto engine = engine_of(1);
   GenerateOptions options;
   options.max_new_tokens = 60;
   StopCondition none = *StopCondition::create({}, nullptr);
@@ -135,11 +136,11 @@ TEST(InferGenerate, ReturnLogitsAsksTheEngineForLogitsWithOrWithoutACallback) {
   GenerateOptions options;
   options.max_new_tokens = 5;
   options.return_logits = true;
-  LogitsRecorder quiet(tiny_engine(2));
+  LogitsRecorder quiet(engine_of(2));
   ASSERT_TRUE(generate_all(quiet, prompts(), none, options, nullptr).is_ok());
   int seen = 0;
   options.on_logits = [&seen](int, const float*, int) { ++seen; };
-  LogitsRecorder reporter(tiny_engine(2));
+  LogitsRecorder reporter(engine_of(2));
   auto out = generate_all(reporter, prompts(), none, options, nullptr);
   ASSERT_TRUE(out.is_ok());
   EXPECT_EQ(quiet.without_logits, 0);
@@ -153,7 +154,7 @@ TEST(InferGenerate, ReturnLogitsAsksTheEngineForLogitsWithOrWithoutACallback) {
 }
 
 TEST(InferGenerate, OnLogitsWithoutReturnLogitsIsAnError) {
-  auto engine = tiny_engine(1);
+  auto engine = engine_of(1);
   GenerateOptions options;
   options.max_new_tokens = 5;
   options.on_logits = [](int, const float*, int) {};

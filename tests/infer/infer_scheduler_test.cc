@@ -16,7 +16,7 @@
 namespace cohort::infer {
 namespace {
 
-std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int capacity = 96) { return testing::tiny_engine(slots, capacity); }
+using testing::tiny_engine;
 
 using testing::request;
 

@@ -14,6 +14,7 @@
 
 #include "../data/data_fixture.h"
 #include "infer/serve/serve_http.h"
+#include "tests/infer/idle_queue.h"
 
 namespace cohort::infer {
 namespace {
@@ -22,12 +23,7 @@ using namespace std::chrono_literals;
 using tcp = boost::asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-class IdleQueue final : public GenerationQueue {
- public:
-  void submit(SequenceRequest) override {}
-  void cancel(int64_t) override {}
-  LoopGauges gauges() const override { return {}; }
-};
+using testing::IdleQueue;
 
 // The whole reply to one request (the server closes after it).
 std::string exchange(int port, const std::string& request) {

@@ -13,6 +13,7 @@
 #include <boost/asio.hpp>
 
 #include "infer/serve/serve_http.h"
+#include "tests/infer/idle_queue.h"
 
 namespace cohort::infer {
 namespace {
@@ -20,12 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using tcp = boost::asio::ip::tcp;
 
-class IdleQueue final : public GenerationQueue {
- public:
-  void submit(SequenceRequest) override {}
-  void cancel(int64_t) override {}
-  LoopGauges gauges() const override { return {}; }
-};
+using testing::IdleQueue;
 
 // "HTTP/1.1 200 OK..." → 200; 0 when the server closed without answering.
 int get_status(int port, const std::string& target) {

@@ -13,7 +13,7 @@
 
 namespace cohort::testing {
 
-inline std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int capacity) {
+inline std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int capacity = 96) {
   auto config = models::preset_config("tiny");
   config->max_seq = std::max(config->max_seq, capacity);  // the weights do not depend on it
   auto backend = models::make_cpu_backend();

@@ -14,6 +14,7 @@
 #include "models/optimizer.h"
 #include "tests/models/grad_check.h"
 #include "tests/models/tp_group.h"
+#include "tests/models/random_tokens.h"
 
 namespace cohort::models {
 namespace {
@@ -34,12 +35,7 @@ LoraConfig all_linear(int rank, double alpha, bool rslora, double dropout = 0.0)
   return l;
 }
 
-std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
-}
+using cohort::testing::random_tokens;
 
 // A frozen base (no gradient buffers) with adapters attached.
 struct Adapted {
@@ -344,17 +340,17 @@ TEST(Lora, KvDecodeGivesTheAdaptedForwardsLogits) {
   }
 }
 
-struct TpCase {
+struct LoraTpCase {
   int tp, kv_heads;
 };
-class LoraTensorParallel : public ::testing::TestWithParam<TpCase> {};
+class LoraTensorParallel : public ::testing::TestWithParam<LoraTpCase> {};
 
 // Each shard's adapters are the slices of the unsharded ones (init is
 // slice-consistent), the loss is the unsharded loss, and each shard's
 // gradients are the slices of the unsharded gradients once the partial ones
 // are summed over the ranks holding the same slice.
 TEST_P(LoraTensorParallel, ShardsReproduceTheUnshardedAdapters) {
-  const TpCase tc = GetParam();
+  const LoraTpCase tc = GetParam();
   ModelConfig c = *preset_config("tiny");
   c.kv_heads = tc.kv_heads;
   const LoraConfig l = all_linear(4, 8, false);
@@ -416,7 +412,7 @@ TEST_P(LoraTensorParallel, ShardsReproduceTheUnshardedAdapters) {
       }
 }
 
-INSTANTIATE_TEST_SUITE_P(Degrees, LoraTensorParallel, ::testing::Values(TpCase{2, 4}, TpCase{4, 2}),
+INSTANTIATE_TEST_SUITE_P(Degrees, LoraTensorParallel, ::testing::Values(LoraTpCase{2, 4}, LoraTpCase{4, 2}),
                          [](const auto& info) {
                            return "tp" + std::to_string(info.param.tp) + "_kv" +
                                   std::to_string(info.param.kv_heads);

@@ -8,6 +8,7 @@
 #include "models/model.h"
 #include "models/optimizer.h"
 #include "tests/models/grad_check.h"
+#include "tests/models/random_tokens.h"
 
 namespace cohort::models {
 namespace {
@@ -25,12 +26,7 @@ ModelConfig variant_config(const Variant& v) {
   return c;
 }
 
-std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
-}
+using cohort::testing::random_tokens;
 
 class ModelGrad : public ::testing::TestWithParam<Variant> {};
 

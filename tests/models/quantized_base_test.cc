@@ -46,14 +46,14 @@ void round_trip(Model& model, quant::WeightFormat format) {
   }
 }
 
-struct Adapted {
+struct QuantizedAdapted {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   std::unique_ptr<Model> model;
   std::unique_ptr<LoraAdapters> lora;
   std::unique_ptr<QuantizedBase> base;
   // streamed: the model's blocks are quantized as init_weights fills them
   // (Buffers::kStreamedBlocks), never all in fp32.
-  Adapted(quant::WeightFormat format, bool quantized, bool streamed = false) {
+  QuantizedAdapted(quant::WeightFormat format, bool quantized, bool streamed = false) {
     model = std::move(Model::create(config(), {}, backend.get(), {},
                                     streamed ? Model::Buffers::kStreamedBlocks : Model::Buffers::kParamsOnly)
                           .value());
@@ -84,10 +84,10 @@ std::vector<int32_t> tokens(int n, uint32_t seed) {
 class QuantizedBaseTest : public ::testing::TestWithParam<quant::WeightFormat> {};
 
 TEST_P(QuantizedBaseTest, TrainsAsTheRoundTrippedBase) {
-  Adapted want(GetParam(), false), got(GetParam(), true);
+  QuantizedAdapted want(GetParam(), false), got(GetParam(), true);
   const int B = 2, T = 12;
   const auto x = tokens(B * T, 1), y = tokens(B * T, 2);
-  for (Adapted* a : {&want, &got}) {
+  for (QuantizedAdapted* a : {&want, &got}) {
     a->lora->zero_grads();
     a->model->forward(x.data(), y.data(), B, T);
     a->model->backward(1.0f / (B * T));
@@ -106,7 +106,7 @@ TEST_P(QuantizedBaseTest, TrainsAsTheRoundTrippedBase) {
 }
 
 TEST_P(QuantizedBaseTest, DecodesAsTheRoundTrippedBaseOnceExpanded) {
-  Adapted want(GetParam(), false), got(GetParam(), true);
+  QuantizedAdapted want(GetParam(), false), got(GetParam(), true);
   got.base->expand_all();
   const auto prompt = tokens(9, 3);
   std::vector<float> a(96), b(96);
@@ -122,7 +122,7 @@ TEST_P(QuantizedBaseTest, DecodesAsTheRoundTrippedBaseOnceExpanded) {
 }
 
 TEST_P(QuantizedBaseTest, StreamedWhileLoadingEqualsQuantizingTheLoadedModel) {
-  Adapted whole(GetParam(), true), streamed(GetParam(), true, /*streamed=*/true);
+  QuantizedAdapted whole(GetParam(), true), streamed(GetParam(), true, /*streamed=*/true);
   EXPECT_EQ(streamed.base->stored_bytes(), whole.base->stored_bytes());
   const auto x = tokens(24, 5), y = tokens(24, 6);
   EXPECT_EQ(whole.model->forward(x.data(), y.data(), 2, 12).sum, streamed.model->forward(x.data(), y.data(), 2, 12).sum);
@@ -135,7 +135,7 @@ TEST_P(QuantizedBaseTest, StreamedWhileLoadingEqualsQuantizingTheLoadedModel) {
 }
 
 TEST_P(QuantizedBaseTest, StoresAFractionOfTheFp32Bytes) {
-  Adapted got(GetParam(), true);
+  QuantizedAdapted got(GetParam(), true);
   // NF4: half a byte and a 4-byte absmax per 64 values; FP8: a byte and a
   // scale per 128 (both against 4 bytes), plus the norms kept as they are.
   const double ratio = double(got.base->stored_bytes()) / double(got.base->unquantized_bytes());

@@ -16,10 +16,10 @@
 namespace cohort::models {
 namespace {
 
-using testing::init_spec_weights;
-using testing::spec_baseline_config;
-using testing::spec_config_with;
-using testing::spec_tokens;
+using cohort::testing::init_spec_weights;
+using cohort::testing::spec_baseline_config;
+using cohort::testing::spec_config_with;
+using cohort::testing::spec_tokens;
 
 std::string name_of(SpecFeature f) { return to_string(f); }
 

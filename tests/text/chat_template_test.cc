@@ -120,10 +120,19 @@ TEST(ChatTemplateErrors, RaiseExceptionAndUnsupportedConstructsNameTheLine) {
 
 // What a malicious model folder's template tries; each is refused quickly
 // with an error naming the limit it hit.
-class ChatTemplateLimitsTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+// The source is made when the case runs: some are megabytes, which every
+// process of this binary would otherwise build and copy at start-up.
+struct Attack {
+  std::string limit;
+  std::string (*source)();
+};
+void PrintTo(const Attack& attack, std::ostream* os) { *os << attack.limit; }
+
+class ChatTemplateLimitsTest : public ::testing::TestWithParam<Attack> {};
 
 TEST_P(ChatTemplateLimitsTest, IsRefusedWithinTwoSecondsNamingTheLimit) {
-  const auto& [limit, source] = GetParam();
+  const std::string& limit = GetParam().limit;
+  const std::string source = GetParam().source();
   const auto start = std::chrono::steady_clock::now();
   const std::string out = render(source, {{"messages", ojson::array()}});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -156,32 +165,32 @@ std::string long_chain(int n) {
 INSTANTIATE_TEST_SUITE_P(
     Attacks, ChatTemplateLimitsTest,
     ::testing::Values(
-        std::make_pair(std::string("kMaxItems"), std::string("{% for i in range(10**9) %}{% endfor %}")),
-        std::make_pair(std::string("kMaxCallDepth"), std::string("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")),
-        std::make_pair(std::string("kMaxBytes"), std::string("{{ 'x' * 10**10 }}")),
-        std::make_pair(std::string("kMaxBytes"), std::string("{{ ('' * 10**15) ~ 'x' * 10**9 }}")),
-        std::make_pair(std::string("kMaxSteps"), std::string("{% for i in range(100000) %}{% for j in range(100000) %}"
-                                                "{% endfor %}{% endfor %}")),
-        std::make_pair(std::string("kMaxTokensPerTag"), nested_parentheses(100000)),
-        std::make_pair(std::string("kMaxNesting"), nested_parentheses(1000)),
-        std::make_pair(std::string("kMaxSourceBytes"), nested_ifs(100000)),
-        std::make_pair(std::string("kMaxNesting"), nested_ifs(150)),
-        std::make_pair(std::string("kMaxTokensPerTag"), long_chain(100000)),
-        std::make_pair(std::string("kMaxNesting"), long_chain(1000)),
-        std::make_pair(std::string("kMaxBytes"), std::string("{% set ns = namespace(s='x' * 100000) %}{% for i in range(64) %}"
-                                                "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")),
-        std::make_pair(std::string("kMaxBytes"), std::string("{% set s = 'x' * 3000000 %}{{ s | replace('x', s) }}")),
-        std::make_pair(std::string("kMaxNesting"), std::string("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
-                                                  "{% set ns.l = [ns.l] %}{% endfor %}")),
-        std::make_pair(std::string("holding itself"), std::string("{% set ns = namespace() %}{% set ns.me = [ns] %}")),
-        std::make_pair(std::string("holding itself"), std::string("{% set a = namespace() %}{% set b = namespace() %}"
-                                                     "{% set a.x = [b] %}{% set b.y = {'k': a} %}")),
-        std::make_pair(std::string("kMaxSourceBytes"), std::string(2 << 20, 'x')),
-        std::make_pair(std::string("4096"), std::string("{{ range(100000) | unique }}")),
-        std::make_pair(std::string("kMaxItems"), std::string("{% for c in 'x' * 20000000 %}{% endfor %}"))),
-    [](const ::testing::TestParamInfo<std::pair<std::string, std::string>>& info) {
+        Attack{"kMaxItems", [] { return std::string("{% for i in range(10**9) %}{% endfor %}"); }},
+        Attack{"kMaxCallDepth", [] { return std::string("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); }},
+        Attack{"kMaxBytes", [] { return std::string("{{ 'x' * 10**10 }}"); }},
+        Attack{"kMaxBytes", [] { return std::string("{{ ('' * 10**15) ~ 'x' * 10**9 }}"); }},
+        Attack{"kMaxSteps", [] { return std::string("{% for i in range(100000) %}{% for j in range(100000) %}"
+                                                "{% endfor %}{% endfor %}"); }},
+        Attack{"kMaxTokensPerTag", [] { return nested_parentheses(100000); }},
+        Attack{"kMaxNesting", [] { return nested_parentheses(1000); }},
+        Attack{"kMaxSourceBytes", [] { return nested_ifs(100000); }},
+        Attack{"kMaxNesting", [] { return nested_ifs(150); }},
+        Attack{"kMaxTokensPerTag", [] { return long_chain(100000); }},
+        Attack{"kMaxNesting", [] { return long_chain(1000); }},
+        Attack{"kMaxBytes", [] { return std::string("{% set ns = namespace(s='x' * 100000) %}{% for i in range(64) %}"
+                                                "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"); }},
+        Attack{"kMaxBytes", [] { return std::string("{% set s = 'x' * 3000000 %}{{ s | replace('x', s) }}"); }},
+        Attack{"kMaxNesting", [] { return std::string("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+                                                  "{% set ns.l = [ns.l] %}{% endfor %}"); }},
+        Attack{"holding itself", [] { return std::string("{% set ns = namespace() %}{% set ns.me = [ns] %}"); }},
+        Attack{"holding itself", [] { return std::string("{% set a = namespace() %}{% set b = namespace() %}"
+                                                     "{% set a.x = [b] %}{% set b.y = {'k': a} %}"); }},
+        Attack{"kMaxSourceBytes", [] { return std::string(2 << 20, 'x'); }},
+        Attack{"4096", [] { return std::string("{{ range(100000) | unique }}"); }},
+        Attack{"kMaxItems", [] { return std::string("{% for c in 'x' * 20000000 %}{% endfor %}"); }}),
+    [](const ::testing::TestParamInfo<Attack>& info) {
       std::string name = std::to_string(info.index) + "_";
-      for (char c : info.param.first) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      for (char c : info.param.limit) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
 

@@ -11,17 +11,17 @@
 namespace cohort::models::quant {
 namespace {
 
-struct Case {
+struct GroupCase {
   WeightFormat format;
   int64_t rows, cols, group;
 };
 
-class IntGroup : public ::testing::TestWithParam<Case> {};
+class IntGroup : public ::testing::TestWithParam<GroupCase> {};
 
 // int8: one two's-complement byte per value; int4: two nibbles a byte, the
 // even column low; rows of ceil(cols / 2) bytes.
 TEST_P(IntGroup, DequantizationOfTestPackedBytesIsValueTimesGroupScale) {
-  const Case c = GetParam();
+  const GroupCase c = GetParam();
   const bool int8 = c.format == WeightFormat::kInt8;
   const int64_t groups = (c.cols + c.group - 1) / c.group,
                 stride = int8 ? c.cols : (c.cols + 1) / 2;
@@ -54,7 +54,7 @@ TEST_P(IntGroup, DequantizationOfTestPackedBytesIsValueTimesGroupScale) {
 // Bound: |w - deq| <= scale / 2 (+ 2^-20 |w| for the division's rounding),
 // scale = absmax(group) / 127 (int8) or / 7 (int4), values in [-127, 127] or [-7, 7].
 TEST_P(IntGroup, RoundTripIsWithinHalfAScaleStep) {
-  const Case c = GetParam();
+  const GroupCase c = GetParam();
   const int levels = c.format == WeightFormat::kInt8 ? 127 : 7;
   std::vector<float> x = testing::random_weights(size_t(c.rows * c.cols), 12);
   auto q = quantize(c.format, "w", x.data(), c.rows, c.cols, {.group_size = c.group});
@@ -80,11 +80,11 @@ TEST_P(IntGroup, RoundTripIsWithinHalfAScaleStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, IntGroup,
-                         ::testing::Values(Case{WeightFormat::kInt8, 16, 256, 128},
-                                           Case{WeightFormat::kInt8, 5, 100, 32},
-                                           Case{WeightFormat::kInt4, 16, 256, 128},
-                                           Case{WeightFormat::kInt4, 7, 77, 32},
-                                           Case{WeightFormat::kInt4, 3, 64, 128}),
+                         ::testing::Values(GroupCase{WeightFormat::kInt8, 16, 256, 128},
+                                           GroupCase{WeightFormat::kInt8, 5, 100, 32},
+                                           GroupCase{WeightFormat::kInt4, 16, 256, 128},
+                                           GroupCase{WeightFormat::kInt4, 7, 77, 32},
+                                           GroupCase{WeightFormat::kInt4, 3, 64, 128}),
                          [](const auto& info) {
                            return std::string(to_string(info.param.format)) + "_" +
                                   std::to_string(info.param.rows) + "x" +

@@ -45,15 +45,15 @@ Weight make_weight(const std::string& format) {
   return w;
 }
 
-struct Case {
+struct ProjectionCase {
   std::string format;
   int rows;
 };
 
-class QuantizedProjectionMatrix : public ::testing::TestWithParam<Case> {};
+class QuantizedProjectionMatrix : public ::testing::TestWithParam<ProjectionCase> {};
 
 TEST_P(QuantizedProjectionMatrix, CpuProjectionIsTheDoubleSumOverTheDequantizedWeight) {
-  const Case c = GetParam();
+  const ProjectionCase c = GetParam();
   const Weight w = make_weight(c.format);
   auto projection = make_cpu_quantized_projection();
   const std::vector<float> bias = testing::random_weights(kOut, 43);
@@ -97,7 +97,7 @@ TEST_P(QuantizedProjectionMatrix, CpuProjectionIsTheDoubleSumOverTheDequantizedW
 // The row counts the decode engine's tiles use (1, and 9-64 on tensor
 // cores) and a prefill-sized one.
 INSTANTIATE_TEST_SUITE_P(FormatsByRows, QuantizedProjectionMatrix, ::testing::ValuesIn([] {
-                           std::vector<Case> cases;
+                           std::vector<ProjectionCase> cases;
                            for (const char* f : {"fp8", "gptq", "awq", "int8", "int4", "nf4"})
                              for (int rows : {1, 3, 9, 64, 130}) cases.push_back({f, rows});
                            return cases;

@@ -13,37 +13,37 @@
 namespace cohort::models::quant {
 namespace {
 
-constexpr int64_t kOut = 40, kIn = 256;
+constexpr int64_t kRows = 40, kCols = 256;
 
 QuantizedWeight integer_checkpoint(WeightFormat format, int bits, int64_t group, bool act_order,
                                    GptqZeros zeros, uint64_t seed) {
   const bool gptq = format == WeightFormat::kGptq;
   const testing::IntegerWeight iw =
-      testing::random_integer_weight(kOut, kIn, group, bits, gptq && zeros == GptqZeros::kStoredMinusOne,
+      testing::random_integer_weight(kRows, kCols, group, bits, gptq && zeros == GptqZeros::kStoredMinusOne,
                                      act_order, seed);
   const testing::PackedTensors t =
       gptq ? testing::pack_gptq_reference(iw, bits, zeros == GptqZeros::kStoredMinusOne)
            : testing::pack_awq_reference(iw);
   QuantizedWeight w;
   w.format = format, w.name = "model.layers.0.self_attn.q_proj.weight";
-  w.rows = kOut, w.cols = kIn, w.bits = bits, w.group_size = group;
+  w.rows = kRows, w.cols = kCols, w.bits = bits, w.group_size = group;
   w.packed = t.qweight, w.zeros = t.qzeros, w.scales = t.scales, w.gptq_zeros = zeros;
   if (gptq) w.g_idx = t.g_idx;
   return w;
 }
 
 QuantizedWeight made(WeightFormat format, uint64_t seed, int64_t group = 128) {
-  const std::vector<float> x = testing::random_weights(kOut * kIn, seed);
+  const std::vector<float> x = testing::random_weights(kRows * kCols, seed);
   QuantizeOptions options;
   options.group_size = group;
-  return *quantize(format, "model.layers.0.mlp.down_proj.weight", x.data(), kOut, kIn, options);
+  return *quantize(format, "model.layers.0.mlp.down_proj.weight", x.data(), kRows, kCols, options);
 }
 
 QuantizedWeight e4m3_with_scales(WeightFormat format, uint64_t seed) {
   QuantizedWeight w = made(WeightFormat::kFp8Block, seed);
   w.format = format;
   w.scales = format == WeightFormat::kFp8Tensor ? std::vector<float>{0.0173f}
-                                                : testing::random_weights(kOut, seed + 1, 0.02f);
+                                                : testing::random_weights(kRows, seed + 1, 0.02f);
   for (float& s : w.scales) s = std::abs(s) + 1e-4f;
   w.block_rows = w.block_cols = 0;
   return w;
@@ -52,11 +52,11 @@ QuantizedWeight e4m3_with_scales(WeightFormat format, uint64_t seed) {
 void expect_same_numbers(const QuantizedWeight& w) {
   auto packed = pack_rows(w);
   ASSERT_TRUE(packed.is_ok()) << w.describe() << ": " << packed.status().to_string();
-  std::vector<float> want(size_t(kOut * kIn)), got(want.size());
+  std::vector<float> want(size_t(kRows * kCols)), got(want.size());
   ASSERT_TRUE(dequantize(w, want.data()).is_ok());
   dequantize(*packed, got.data());
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << w.describe();
-  EXPECT_EQ(packed->codes.size(), size_t(kOut * kIn * code_bits(packed->kind) / 8));
+  EXPECT_EQ(packed->codes.size(), size_t(kRows * kCols * code_bits(packed->kind) / 8));
   EXPECT_EQ(packed->format, w.describe());
 }
 
@@ -114,8 +114,8 @@ TEST(RowPacked, StackedWeightsAreTheirPartsOneAboveTheOther) {
   ASSERT_TRUE(gptq.is_ok() && int4.is_ok());
   auto stacked = stack_rows({*gptq, *int4});
   ASSERT_TRUE(stacked.is_ok()) << stacked.status().to_string();
-  EXPECT_EQ(stacked->rows, 2 * kOut);
-  std::vector<float> a(size_t(kOut * kIn)), b(a.size()), both(2 * a.size());
+  EXPECT_EQ(stacked->rows, 2 * kRows);
+  std::vector<float> a(size_t(kRows * kCols)), b(a.size()), both(2 * a.size());
   dequantize(*gptq, a.data());
   dequantize(*int4, b.data());
   dequantize(*stacked, both.data());
@@ -132,19 +132,19 @@ TEST(RowPacked, ASliceIsTheSameCutOfTheDequantizedWeight) {
                                    integer_checkpoint(WeightFormat::kGptq, 4, 64, false, GptqZeros::kStored, 22)}) {
     auto packed = pack_rows(w);
     ASSERT_TRUE(packed.is_ok());
-    std::vector<float> whole(size_t(kOut * kIn));
+    std::vector<float> whole(size_t(kRows * kCols));
     dequantize(*packed, whole.data());
     // A column-parallel rank's rows, and a row-parallel rank's columns.
-    for (auto [r0, rows, c0, cols] : {std::array<int64_t, 4>{8, 16, 0, kIn}, std::array<int64_t, 4>{0, kOut, 128, 128}}) {
+    for (auto [r0, rows, c0, cols] : {std::array<int64_t, 4>{8, 16, 0, kCols}, std::array<int64_t, 4>{0, kRows, 128, 128}}) {
       auto cut = slice(*packed, r0, rows, c0, cols);
       ASSERT_TRUE(cut.is_ok()) << cut.status().to_string();
       std::vector<float> got(size_t(rows * cols));
       dequantize(*cut, got.data());
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-          ASSERT_EQ(got[size_t(r * cols + c)], whole[size_t((r0 + r) * kIn + c0 + c)]) << w.describe();
+          ASSERT_EQ(got[size_t(r * cols + c)], whole[size_t((r0 + r) * kCols + c0 + c)]) << w.describe();
     }
-    auto split = slice(*packed, 0, kOut, 32, 96);
+    auto split = slice(*packed, 0, kRows, 32, 96);
     ASSERT_FALSE(split.is_ok());
     EXPECT_NE(split.status().message().find("splits its groups"), std::string::npos);
   }
