@@ -5,16 +5,9 @@
 # or sanitizer report fails the script; the reproducer is kept as
 # build-fuzz/crashes/NAME-* (run it again with build-fuzz/NAME_fuzz FILE).
 #   scripts/fuzz.sh [seconds per target, default 20] [target...]
-#   scripts/fuzz.sh --build-only [target...]    build, run nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_only=false
-if [[ ${1:-} == --build-only ]]; then
-  build_only=true
-  seconds=0
-else
-  seconds=${1:-20}
-fi
+seconds=${1:-20}
 shift || true
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
@@ -34,7 +27,6 @@ if ! cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" -- $(printf '%s_fuzz ' "$
   grep -E -A3 "error|FAILED" "$build_dir/build.log" | head -40
   exit 1
 fi
-$build_only && exit 0
 mkdir -p "$build_dir/crashes"
 # One libFuzzer process per core (FUZZ_JOBS, default nproc): each is a
 # single thread, so the targets run side by side and the wall time is
