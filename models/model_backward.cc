@@ -17,7 +17,8 @@ void Model::backward_head(float grad_scale) {
   const int head = layout_.head_group();
   if (config_.is_moe() && config_.moe.aux_loss) prepare_router_aux_grad(grad_scale);
   if (engine_) {
-    COHORT_CHECK_MSG(grads_[head] != nullptr, "group {} has no gradient buffer", head);
+    // A frozen base (LoRA) has no head gradients: head_tensors() passes null
+    // ones, and the engine then computes only the input gradient.
     return engine_->head_backward(head_tensors(), a.res[config_.layers], a.targets, grad_scale,
                                   a.dres, N);
   }
