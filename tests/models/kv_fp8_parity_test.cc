@@ -189,7 +189,9 @@ TEST_P(KvFp8Parity, PrefillAttentionReadsTheValuesTheCodesStandFor) {
   if (!cuda::prefill_attention_supports(D)) GTEST_SKIP() << "head_dim " << D << " takes decode attention";
   for (bool paged : {false, true}) {
     SCOPED_TRACE(paged ? "paged cache" : "contiguous cache");
-    const int slots = 3, capacity = 520;
+    // A whole number of 16-position blocks: the paged layout gives each slot
+    // ceil(capacity / 16) blocks, which must fit the cache allocated below.
+    const int slots = 3, capacity = 528;
     Rows rows;
     rows.add_run(0, 0, 200);
     rows.add_run(1, 301, 70);
