@@ -16,10 +16,13 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.cuh"
 #include "models/ops/quant_gemv.h"
+#include "models/ops/quant_mma_gemv.cuh"
 #include "models/ops/skinny_gemm.cuh"
 
 namespace cohort::models::cuda {
@@ -227,8 +230,26 @@ void with_kind(quant::CodeKind kind, F&& f) {
 
 }  // namespace
 
+// Whether quant_gemv takes the tensor-core form where it applies
+// (COHORT_QUANT_MMA=0: the CUDA-core GEMV everywhere, for comparisons).
+bool quant_mma_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("COHORT_QUANT_MMA");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
 void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUstream_st* stream,
                 GemvOutput output) {
+  if (quant_mma_enabled() && quant_mma_supported(w, n)) {
+    if (output == GemvOutput::kAccumulate) {
+      launch_quant_mma<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, w.rows, stream);
+    } else {
+      launch_quant_mma<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, w.rows, stream);
+    }
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>((w.rows + kQuantGemvWarps - 1) / kQuantGemvWarps);
   with_kind(w.kind, [&](auto kind) {
     constexpr quant::CodeKind K = decltype(kind)::value;
@@ -248,6 +269,10 @@ void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUst
 void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
                        CUstream_st* stream) {
   const int I = w.rows / 2;
+  if (quant_mma_enabled() && quant_mma_supported(w, n)) {
+    launch_quant_mma<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, I, stream);
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>((I + kQuantGemvWarps - 1) / kQuantGemvWarps);
   with_kind(w.kind, [&](auto kind) {
     constexpr quant::CodeKind K = decltype(kind)::value;
