@@ -25,6 +25,7 @@
 #include "models/model.h"
 #include "tests/hf/quantized_folder.h"
 #include "tests/infer/infer_job_fixture.h"
+#include "tests/models/grad_check.h"
 
 namespace cohort::testing {
 namespace {
@@ -381,9 +382,12 @@ TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
 // The fp8 KV cache (models/ops/kv_fp8.h) on the graph engine, with the
 // prefill tiles (head_dim 64) and the decode kernel for prompts (32): the
 // same memory plans twice the blocks of bf16's; replayed graphs give the
-// eager run's tokens; and the greedy tokens follow the bf16 cache's,
-// parting only where its logits are within 0.5 (e4m3 keeps 3 mantissa
-// bits of each K and V value, bf16 7).
+// eager run's tokens; and the logits follow the bf16 cache's: at every step
+// both runs reach with the same tokens (up to each request's first parting),
+// within 10% (norm-relative) of them. e4m3 keeps 3 mantissa bits of each K
+// and V value (bf16 7), about 4% RMS of each, so a greedy choice may part
+// at a gap of a few tenths of this model's peaked logits; what is held is
+// the logits' distance, which a wrong code, scale or read would break.
 TEST(InferGpu, AnFp8KvCacheHoldsTwiceThePositionsAndFollowsTheBf16CachesTokens) {
 #ifndef COHORT_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
@@ -406,7 +410,7 @@ TEST(InferGpu, AnFp8KvCacheHoldsTwiceThePositionsAndFollowsTheBf16CachesTokens) 
     EXPECT_EQ(fp8_plan->block_bytes * 2, bf16_plan->block_bytes);
     EXPECT_GE(fp8_plan->blocks, 2 * bf16_plan->blocks);
     auto load = [&](models::Model& m) { return hf::load_weights(m, dir); };
-    std::map<int64_t, std::vector<std::vector<float>>> bf16_logits;
+    std::map<int64_t, std::vector<std::vector<float>>> bf16_logits, fp8_logits;
     TokenRuns bf16_tokens, fp8_tokens[2];
     {
       options.kv_dtype = models::KvDtype::kBf16;
@@ -421,12 +425,26 @@ TEST(InferGpu, AnFp8KvCacheHoldsTwiceThePositionsAndFollowsTheBf16CachesTokens) 
       auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, load);
       ASSERT_TRUE(engine.is_ok()) << engine.status().message();
       EXPECT_NE((*engine)->describe().find("fp8 (e4m3"), std::string::npos) << (*engine)->describe();
-      fp8_tokens[graphs] = five_greedy_requests(**engine, nullptr);
+      fp8_tokens[graphs] = five_greedy_requests(**engine, graphs == 1 ? &fp8_logits : nullptr);
     }
     EXPECT_EQ(fp8_tokens[0], fp8_tokens[1]) << "graph replay vs eager";
-    const int parted = parted_at_near_ties(bf16_tokens, fp8_tokens[1], bf16_logits, 12, 0.5f);
-    std::printf("head_dim %d, fp8 KV cache vs bf16: %d of 5 requests parted at a near tie; %lld blocks against %lld\n",
-                head_dim, parted, static_cast<long long>(fp8_plan->blocks),
+    int parted = 0;
+    double worst = 0;
+    for (const auto& [id, want] : bf16_tokens) {
+      const std::vector<int32_t>& got = fp8_tokens[1].at(id);
+      ASSERT_EQ(got.size(), want.size()) << id;
+      size_t same = 0;
+      while (same < want.size() && want[same] == got[same]) ++same;
+      parted += same < want.size();
+      // Steps 0 .. same read the same prefix in both runs.
+      for (size_t k = 0; k <= same && k < want.size(); ++k) {
+        worst = std::max(worst, models::testing::norm_relative(bf16_logits.at(id).at(k), fp8_logits.at(id).at(k)));
+      }
+    }
+    EXPECT_LT(worst, 0.1) << "fp8 cache logits against the bf16 cache's";
+    std::printf("head_dim %d, fp8 KV cache vs bf16: logits within %.4f (norm-relative), %d of 5 requests parted; "
+                "%lld blocks against %lld\n",
+                head_dim, worst, parted, static_cast<long long>(fp8_plan->blocks),
                 static_cast<long long>(bf16_plan->blocks));
   }
 #endif
