@@ -28,9 +28,12 @@
 //    a power of two the group's scale takes back. All such values are
 //    normal bf16 numbers; the MMA's products and sums are exact scalings of
 //    the fp32 ones.
-//  * The steps of a row are spread over the block's 8 warps (warp w takes
-//    steps w, w + 8, ...), kQuantMmaSteps at a time in flight; the warps'
-//    sums meet in shared memory in warp order (deterministic).
+//  * The steps of a row are spread over the block's warps (of W, warp w
+//    takes steps w, w + W, ...), a few at a time in flight in registers
+//    (QuantMmaShape); the warps' sums meet in shared memory in warp order
+//    (deterministic). Streaming the codes through a cp.async ring in shared
+//    memory instead was slower end to end: its shared memory kept the next
+//    kernel's blocks from starting early beside this one.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -41,8 +44,15 @@
 
 namespace cohort::models::cuda {
 
-constexpr int kQuantMmaWarps = 8;
-constexpr int kQuantMmaSteps = 4;  // steps a warp has in flight
+// Warps a block (each a share of K) and steps each has in flight, per code
+// kind, as measured on an H100 (bench/RESULTS.md): e4m3's steps hold half
+// the columns of 4-bit ones and decode in fewer instructions, so more warps
+// with fewer steps each keep more of HBM busy.
+template <quant::CodeKind K>
+struct QuantMmaShape {
+  static constexpr int kWarps = K == quant::CodeKind::kUint4 ? 8 : 16;
+  static constexpr int kSteps = K == quant::CodeKind::kUint4 ? 4 : 2;
+};
 
 // Columns of one step: 16 bytes of codes in each of a quad's 4 lanes.
 template <quant::CodeKind K>
@@ -96,9 +106,10 @@ template <quant::CodeKind K>
 __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo, const uint4& hi, float s_lo,
                                                float s_hi, float z_lo, float z_hi, const Bf16Bits* x_row,
                                                int column) {
-  float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // Two chains of MMAs a sum, so each waits on half as many.
+  float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dot2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if constexpr (K == quant::CodeKind::kUint4) {
-    float sum_x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float sum_x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum_x2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // word i: columns 8i .. 8i + 7 of the lane's 32
@@ -112,10 +123,12 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
                                minus_136(nibble_pair_bf16(qh >> (8 * half + 4)))};
         const uint32_t x_lo = half == 0 ? xv.x : xv.y, x_hi = half == 0 ? xv.z : xv.w;
         const uint32_t b[2] = {__byte_perm(x_lo, x_hi, 0x5410), __byte_perm(x_lo, x_hi, 0x7632)};
-        mma(dot, a, b);
-        mma(sum_x, ones, b);
+        mma(half ? dot2 : dot, a, b);
+        mma(half ? sum_x2 : sum_x, ones, b);
       }
     }
+#pragma unroll
+    for (int v = 0; v < 4; ++v) dot[v] += dot2[v], sum_x[v] += sum_x2[v];
     acc[0] = fmaf(s_lo, dot[0] - (z_lo - 8.0f) * sum_x[0], acc[0]);
     acc[1] = fmaf(s_lo, dot[1] - (z_lo - 8.0f) * sum_x[1], acc[1]);
     acc[2] = fmaf(s_hi, dot[2] - (z_hi - 8.0f) * sum_x[2], acc[2]);
@@ -130,9 +143,11 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
         const uint32_t a[4] = {e4m3_pair_bf16(ql), e4m3_pair_bf16(qh), e4m3_pair_bf16(ql >> 16),
                                e4m3_pair_bf16(qh >> 16)};
         const uint32_t b[2] = {j == 0 ? xv.x : xv.z, j == 0 ? xv.y : xv.w};
-        mma(dot, a, b);
+        mma(j ? dot2 : dot, a, b);
       }
     }
+#pragma unroll
+    for (int v = 0; v < 4; ++v) dot[v] += dot2[v];
     acc[0] = fmaf(dot[0] * 0x1p112f, s_lo, acc[0]);
     acc[1] = fmaf(dot[1] * 0x1p112f, s_lo, acc[1]);
     acc[2] = fmaf(dot[2] * 0x1p112f, s_hi, acc[2]);
@@ -143,9 +158,9 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
 // One 16-row tile of the output (SwiGLU: 8 gate rows over their 8 up rows)
 // a block, over all of K.
 template <quant::CodeKind K, SkinnyEpilogue kEpilogue>
-__global__ void __launch_bounds__(32 * kQuantMmaWarps) quant_mma_kernel(QuantMmaArgs a, RowPackedView w) {
+__global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps) quant_mma_kernel(QuantMmaArgs a, RowPackedView w) {
   constexpr int kStep = mma_step_columns<K>();
-  constexpr int S = kQuantMmaSteps;
+  constexpr int kWarps = QuantMmaShape<K>::kWarps, S = QuantMmaShape<K>::kSteps;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const bool swiglu = kEpilogue == SkinnyEpilogue::kSwiglu;
@@ -164,7 +179,7 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps) quant_mma_kernel(QuantMma
   auto load = [&](int first) {
 #pragma unroll
     for (int u = 0; u < S; ++u) {
-      const int step = first + kQuantMmaWarps * u;
+      const int step = first + kWarps * u;
       if (step < steps) {
         lo[u] = __ldg(reinterpret_cast<const uint4*>(codes_lo + static_cast<size_t>(step) * 64));
         hi[u] = __ldg(reinterpret_cast<const uint4*>(codes_hi + static_cast<size_t>(step) * 64));
@@ -184,18 +199,18 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps) quant_mma_kernel(QuantMma
   load(warp);
   begin_dependent();
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int first = warp; first < steps; first += kQuantMmaWarps * S) {
+  for (int first = warp; first < steps; first += kWarps * S) {
     if (first != warp) load(first);
 #pragma unroll
     for (int u = 0; u < S; ++u) {
-      const int step = first + kQuantMmaWarps * u;
+      const int step = first + kWarps * u;
       if (step < steps) {
         quant_mma_step<K>(acc, lo[u], hi[u], s_lo[u], s_hi[u], z_lo[u], z_hi[u], x_row, step * kStep);
       }
     }
   }
   // The warps' sums, [warp][value][lane], added in warp order by warp 0.
-  __shared__ float sums[kQuantMmaWarps][4][32];
+  __shared__ float sums[kWarps][4][32];
 #pragma unroll
   for (int v = 0; v < 4; ++v) sums[warp][v][lane] = acc[v];
   __syncthreads();
@@ -203,7 +218,7 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps) quant_mma_kernel(QuantMma
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
     acc[v] = 0.0f;
-    for (int q = 0; q < kQuantMmaWarps; ++q) acc[v] += sums[q][v][lane];
+    for (int q = 0; q < kWarps; ++q) acc[v] += sums[q][v][lane];
   }
 #pragma unroll
   for (int e = 0; e < 2; ++e) {  // x row 2t + e: acc[e] (row f_lo), acc[2 + e] (row f_hi)
@@ -225,17 +240,21 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps) quant_mma_kernel(QuantMma
   }
 }
 
+template <quant::CodeKind K, SkinnyEpilogue kEpilogue>
+void launch_quant_mma_kind(const QuantMmaArgs& args, const RowPackedView& w, int tiles, CUstream_st* stream) {
+  launch_dependent(quant_mma_kernel<K, kEpilogue>, static_cast<unsigned>(tiles), 32 * QuantMmaShape<K>::kWarps, 0,
+                   stream, args, w);
+}
+
 template <SkinnyEpilogue kEpilogue>
 void launch_quant_mma(float* y, Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n, int out,
                       CUstream_st* stream) {
   const QuantMmaArgs args{y, h, x, n, out};
-  const unsigned tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
+  const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
   if (w.kind == quant::CodeKind::kUint4) {
-    launch_dependent(quant_mma_kernel<quant::CodeKind::kUint4, kEpilogue>, tiles, 32 * kQuantMmaWarps, 0,
-                     stream, args, w);
+    launch_quant_mma_kind<quant::CodeKind::kUint4, kEpilogue>(args, w, tiles, stream);
   } else {
-    launch_dependent(quant_mma_kernel<quant::CodeKind::kE4m3, kEpilogue>, tiles, 32 * kQuantMmaWarps, 0,
-                     stream, args, w);
+    launch_quant_mma_kind<quant::CodeKind::kE4m3, kEpilogue>(args, w, tiles, stream);
   }
 }
 
