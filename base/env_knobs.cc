@@ -50,6 +50,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`1`: kernels launch only after their predecessor has finished (no programmatic dependent "
        "launch), so that a kernel timer sees each kernel's own time.",
        true},
+      {K::kQuantMma, "COHORT_QUANT_MMA", "models",
+       "`0`: the quantized decode GEMV keeps its CUDA-core form for every code kind instead of the "
+       "tensor-core form for 4-bit and e4m3 codes (comparisons: bench/quant_projection_bench).",
+       true},
       {K::kInferEngine, "COHORT_INFER_ENGINE", "worker",
        "`model` serves inference with the models library's fp32 CUDA engine instead of the bf16 "
        "graph engine (the reference it is compared with); `graphs`, the default, takes the graph "

@@ -33,6 +33,7 @@ enum class EnvKnob {
   kPeakTflops,
   kCudaOpTimes,
   kCudaSerialLaunches,
+  kQuantMma,
   kInferEngine,
   kInferCheckLockstep,
   kInferDumpLogits,

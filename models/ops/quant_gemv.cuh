@@ -16,9 +16,9 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
+#include "base/env_knobs.h"
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.cuh"
 #include "models/ops/quant_gemv.h"
@@ -234,7 +234,7 @@ void with_kind(quant::CodeKind kind, F&& f) {
 // (COHORT_QUANT_MMA=0: the CUDA-core GEMV everywhere, for comparisons).
 bool quant_mma_enabled() {
   static const bool enabled = [] {
-    const char* v = std::getenv("COHORT_QUANT_MMA");
+    const char* v = read_env_knob(EnvKnob::kQuantMma);
     return v == nullptr || std::string(v) != "0";
   }();
   return enabled;
