@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/decode/cuda_tuned_gemm.h"
+#include "bench/graph_timing.h"
 #include "models/ops/gemv.h"
 
 namespace {
@@ -24,12 +25,7 @@ namespace {
 using cohort::models::Bf16Bits;
 namespace mc = cohort::models::cuda;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "projection_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+void check(cudaError_t e, const char* what) { cohort::bench::check_cuda("projection_bench", e, what); }
 
 struct Projection {
   const char* name;
@@ -39,35 +35,9 @@ struct Projection {
 
 constexpr int kCalls = 200;
 
-// The calls captured as one CUDA graph and replayed, as a decode step's
-// kernels are: launched one by one from the host, a few microseconds of
-// launch cost each would be timed instead of the kernels.
 template <typename F>
 double time_calls(cudaStream_t stream, F&& call) {
-  for (int i = 0; i < 3; ++i) call(i);  // first loads, lazy state, outside the capture
-  check(cudaStreamSynchronize(stream), "warm-up");
-  cudaGraph_t graph;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < kCalls; ++i) call(i);
-  check(cudaStreamEndCapture(stream, &graph), "capture");
-  cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, stream), "replay");  // settled clocks
-  cudaEvent_t begin, end;
-  check(cudaEventCreate(&begin), "event");
-  check(cudaEventCreate(&end), "event");
-  check(cudaEventRecord(begin, stream), "record");
-  check(cudaGraphLaunch(exec, stream), "replay");
-  check(cudaEventRecord(end, stream), "record");
-  check(cudaEventSynchronize(end), "sync");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, begin, end);
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  check(cudaGetLastError(), "kernels");
-  return 1e3 * ms / kCalls;
+  return cohort::bench::time_graph_calls("projection_bench", stream, kCalls, call);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/graph_timing.h"
 #include "models/ops/quant_gemv.h"
 
 namespace {
@@ -27,12 +28,7 @@ using cohort::models::RowPackedView;
 namespace mc = cohort::models::cuda;
 namespace quant = cohort::models::quant;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "quant_projection_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+void check(cudaError_t e, const char* what) { cohort::bench::check_cuda("quant_projection_bench", e, what); }
 
 struct Projection {
   const char* name;
@@ -44,30 +40,7 @@ constexpr int kCalls = 200;
 
 template <typename F>
 double time_calls(cudaStream_t stream, F&& call) {
-  for (int i = 0; i < 3; ++i) call(i);
-  check(cudaStreamSynchronize(stream), "warm-up");
-  cudaGraph_t graph;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < kCalls; ++i) call(i);
-  check(cudaStreamEndCapture(stream, &graph), "capture");
-  cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, stream), "replay");
-  cudaEvent_t begin, end;
-  check(cudaEventCreate(&begin), "event");
-  check(cudaEventCreate(&end), "event");
-  check(cudaEventRecord(begin, stream), "record");
-  check(cudaGraphLaunch(exec, stream), "replay");
-  check(cudaEventRecord(end, stream), "record");
-  check(cudaEventSynchronize(end), "sync");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, begin, end);
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  check(cudaGetLastError(), "kernels");
-  return 1e3 * ms / kCalls;
+  return cohort::bench::time_graph_calls("quant_projection_bench", stream, kCalls, call);
 }
 
 std::vector<int> parse_list(const char* text) {
