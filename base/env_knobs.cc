@@ -54,6 +54,11 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`0`: the quantized decode GEMV keeps its CUDA-core form for every code kind instead of the "
        "tensor-core form for 4-bit and e4m3 codes (comparisons: bench/quant_projection_bench).",
        true},
+      {K::kFp8Gemm, "COHORT_FP8_GEMM", "models",
+       "`0`: the graph engine's FP8 weights (128 x 128 blocks) beyond 8 rows keep the bf16 paths "
+       "(codes read by the skinny GEMM, or expanded for cuBLASLt) instead of the FP8 tensor cores "
+       "with activations quantized per row and 128 columns.",
+       true},
       {K::kInferEngine, "COHORT_INFER_ENGINE", "worker",
        "`model` serves inference with the models library's fp32 CUDA engine instead of the bf16 "
        "graph engine (the reference it is compared with); `graphs`, the default, takes the graph "

@@ -34,6 +34,7 @@ enum class EnvKnob {
   kCudaOpTimes,
   kCudaSerialLaunches,
   kQuantMma,
+  kFp8Gemm,
   kInferEngine,
   kInferCheckLockstep,
   kInferDumpLogits,

@@ -6,7 +6,9 @@
 //
 // Up to 8 rows a call goes to quant_gemv (the tensor-core form where the
 // format has one; COHORT_QUANT_MMA=0 for the CUDA-core GEMV), 9 to 64 to
-// the skinny tensor-core form. Each timed call takes the next of several
+// the skinny tensor-core form; fp8 beyond 8 rows also through the FP8
+// tensor cores as the engine runs it (rows quantized per 128 columns, then
+// cuBLASLt's block-scaled GEMM, then for gate_up the SwiGLU), up to 256. Each timed call takes the next of several
 // weight copies spanning more than L2, so the codes come from HBM as in a
 // step; the calls are replayed as one CUDA graph, as a step's are.
 #include <cuda_runtime.h>
@@ -19,7 +21,10 @@
 #include <vector>
 
 #include "bench/graph_timing.h"
+#include "models/decode/cuda_tuned_gemm.h"
+#include "models/ops/fp8_rows.h"
 #include "models/ops/quant_gemv.h"
+#include "models/ops/swiglu.h"
 
 namespace {
 
@@ -84,7 +89,7 @@ int main(int argc, char** argv) {
             "upload");
     }
   }
-  const size_t max_rows = 64, widest = size_t{2} * 12288;
+  const size_t max_rows = 256, widest = size_t{2} * 12288;
   void *x = nullptr, *y = nullptr;
   check(cudaMalloc(&x, max_rows * widest * 2), "malloc");
   check(cudaMalloc(&y, max_rows * widest * 4), "malloc");
@@ -96,6 +101,22 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&arrivals, mc::kSkinnyScratchTiles * 4), "malloc");
   check(cudaMemset(arrivals, 0, mc::kSkinnyScratchTiles * 4), "memset");
   const mc::SkinnyScratch scratch{partials, arrivals};
+  void *workspace = nullptr, *fp8_x = nullptr, *fp8_scales = nullptr, *block_scales = nullptr, *gate_up = nullptr;
+  const size_t workspace_bytes = size_t{32} << 20;
+  check(cudaMalloc(&workspace, workspace_bytes), "malloc");
+  check(cudaMalloc(&fp8_x, max_rows * widest), "malloc");
+  check(cudaMalloc(&fp8_scales, max_rows * widest / 128 * 4), "malloc");
+  check(cudaMalloc(&gate_up, max_rows * widest * 4), "malloc");
+  {
+    const std::vector<float> ones(widest * widest / (128 * 128), 0.01f);
+    check(cudaMalloc(&block_scales, ones.size() * 4), "malloc");
+    check(cudaMemcpy(block_scales, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice), "scales");
+  }
+  auto lt = cohort::models::decode::TunedGemm::create(stream, workspace, workspace_bytes);
+  if (!lt.is_ok()) {
+    std::fprintf(stderr, "quant_projection_bench: %s\n", lt.status().message().c_str());
+    return 1;
+  }
 
   std::printf("| format | projection | rows | kernel | us | weight GB/s |\n|---|---|---|---|---|---|\n");
   for (const std::string format : {"int4", "fp8"}) {
@@ -129,19 +150,40 @@ int main(int argc, char** argv) {
       }
       const size_t bytes = code_bytes + (int4 ? 2 : 1) * param_bytes;
       for (int n : rows) {
-        if (n < 1 || n > 64) continue;
+        if (n < 1 || n > int(max_rows)) continue;
         const bool gemv = n <= mc::kQuantGemvMaxRows;
         const auto out = p.accumulate ? mc::GemvOutput::kAccumulate : mc::GemvOutput::kStore;
+        const auto* xb = static_cast<const Bf16Bits*>(x);
+        if (n <= 64) {
+          const double us = time_calls(stream, [&](int i) {
+            const RowPackedView& v = views[i % copies];
+            if (gemv && p.swiglu) mc::quant_gemv_swiglu(static_cast<Bf16Bits*>(y), xb, v, n, stream);
+            if (gemv && !p.swiglu) mc::quant_gemv(static_cast<float*>(y), xb, v, n, stream, out);
+            if (!gemv && p.swiglu) mc::quant_skinny_swiglu(static_cast<Bf16Bits*>(y), xb, v, n, scratch, stream);
+            if (!gemv && !p.swiglu) mc::quant_skinny_gemm(static_cast<float*>(y), xb, v, n, scratch, stream, out);
+          });
+          std::printf("| %s | %s [%d x %d] | %d | %s | %.1f | %.0f |\n", format.c_str(), p.name, weight_rows, p.in,
+                      n, gemv ? "quant_gemv" : "quant_skinny", us, bytes / us * 1e-3);
+        }
+        if (int4 || gemv) continue;
+        const int n_pad = cohort::models::fp8_rows_padded(n);
         const double us = time_calls(stream, [&](int i) {
           const RowPackedView& v = views[i % copies];
-          const auto* xb = static_cast<const Bf16Bits*>(x);
-          if (gemv && p.swiglu) mc::quant_gemv_swiglu(static_cast<Bf16Bits*>(y), xb, v, n, stream);
-          if (gemv && !p.swiglu) mc::quant_gemv(static_cast<float*>(y), xb, v, n, stream, out);
-          if (!gemv && p.swiglu) mc::quant_skinny_swiglu(static_cast<Bf16Bits*>(y), xb, v, n, scratch, stream);
-          if (!gemv && !p.swiglu) mc::quant_skinny_gemm(static_cast<float*>(y), xb, v, n, scratch, stream, out);
+          mc::quantize_rows_e4m3(static_cast<uint8_t*>(fp8_x), static_cast<float*>(fp8_scales), xb, n, n_pad, p.in,
+                                 stream);
+          cohort::models::decode::TunedGemm::Fp8Operands operands;
+          operands.x = static_cast<const uint8_t*>(fp8_x), operands.x_scales = static_cast<const float*>(fp8_scales);
+          operands.w = v.codes, operands.w_scales = static_cast<const float*>(block_scales);
+          float* target = p.swiglu ? static_cast<float*>(gate_up) : static_cast<float*>(y);
+          const auto s = (*lt)->run_fp8(target, operands, n_pad, p.in, weight_rows, p.accumulate);
+          if (!s.is_ok()) {
+            std::fprintf(stderr, "quant_projection_bench: %s\n", s.message().c_str());
+            std::exit(1);
+          }
+          if (p.swiglu) mc::swiglu_bf16(target, static_cast<Bf16Bits*>(y), n, p.out, stream);
         });
-        std::printf("| %s | %s [%d x %d] | %d | %s | %.1f | %.0f |\n", format.c_str(), p.name, weight_rows, p.in, n,
-                    gemv ? "quant_gemv" : "quant_skinny", us, bytes / us * 1e-3);
+        std::printf("| %s | %s [%d x %d] | %d | fp8_gemm | %.1f | %.0f |\n", format.c_str(), p.name, weight_rows, p.in,
+                    n, us, (code_bytes + code_bytes / (128 * 128) * 4) / us * 1e-3);
       }
     }
   }

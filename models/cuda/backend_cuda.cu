@@ -25,6 +25,7 @@
 #include "models/ops/cross_entropy.cuh"
 #include "models/ops/decode_attention.cuh"
 #include "models/ops/embedding.cuh"
+#include "models/ops/fp8_rows.cuh"
 #include "models/ops/linear.cuh"
 #include "models/ops/moe_routing.cuh"
 #include "models/ops/moe_experts.cuh"

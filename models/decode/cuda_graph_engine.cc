@@ -20,6 +20,7 @@
 #include "base/parallel_for.h"
 #include "models/decode/cuda_graph_state.h"
 #include "models/backend.h"
+#include "models/ops/fp8_rows.h"
 #include "models/ops/rope.h"
 #include "models/spec.h"
 
@@ -266,7 +267,7 @@ Status CudaGraphEngine::upload_weights(models::Model& model, std::vector<HostLay
     Weight* fused[4] = {&d.wqkv, &d.wo, &d.wgu, &d.wdown};
     for (int i = 0; i < 4; ++i) {
       if (h.packed[i]) {
-        COHORT_ASSIGN_OR_RETURN(fused[i]->packed, upload_packed(*h.packed[i]));
+        COHORT_RETURN_IF_ERROR(upload_packed(*fused[i], *h.packed[i]));
         if (packed_format_.empty()) packed_format_ = h.packed[i]->format;
         h.packed[i].reset();
         any_packed = true;
@@ -300,7 +301,9 @@ Status CudaGraphEngine::alloc_buffers() {
   buckets_ = decode_buckets(options_.slots);
   max_batch_ = buckets_.back();
   max_rows_ = std::max({options_.capacity, max_batch_, options_.step_rows});
-  const size_t R = max_rows_, B = max_batch_;
+  // The activations' buffers hold a multiple of 4 rows (Rp): the FP8
+  // GEMM's padding.
+  const size_t R = max_rows_, Rp = models::fp8_rows_padded(max_rows_), B = max_batch_;
   auto take = [&](size_t bytes) -> Result<void*> { return device_alloc(bytes); };
   // Paged: blocks of kKvBlockSize positions plus the spare block.
   const int per_slot = (options_.capacity + kKvBlockSize - 1) / kKvBlockSize;
@@ -322,14 +325,30 @@ Status CudaGraphEngine::alloc_buffers() {
       COHORT_RETURN_IF_ERROR(upload_f32(layer.kv_scales, std::vector<float>(heads, 1.0f), stream_));
     }
   }
-  COHORT_ASSIGN_OR_RETURN(void* x, take(R * H * 4));
-  COHORT_ASSIGN_OR_RETURN(void* xn, take(R * H * 2));
-  COHORT_ASSIGN_OR_RETURN(void* qkv, take(R * (Qd + 2 * KVd) * 4));
-  COHORT_ASSIGN_OR_RETURN(void* q, take(R * Qd * 4));
-  COHORT_ASSIGN_OR_RETURN(void* y, take(R * Qd * 2));
-  COHORT_ASSIGN_OR_RETURN(void* tmp, take(R * H * 4));
-  COHORT_ASSIGN_OR_RETURN(void* gu, take(R * 2 * I * 4));
-  COHORT_ASSIGN_OR_RETURN(void* h, take(R * I * 2));
+  COHORT_ASSIGN_OR_RETURN(void* x, take(Rp * H * 4));
+  COHORT_ASSIGN_OR_RETURN(void* xn, take(Rp * H * 2));
+  COHORT_ASSIGN_OR_RETURN(void* qkv, take(Rp * (Qd + 2 * KVd) * 4));
+  COHORT_ASSIGN_OR_RETURN(void* q, take(Rp * Qd * 4));
+  COHORT_ASSIGN_OR_RETURN(void* y, take(Rp * Qd * 2));
+  COHORT_ASSIGN_OR_RETURN(void* tmp, take(Rp * H * 4));
+  COHORT_ASSIGN_OR_RETURN(void* gu, take(Rp * 2 * I * 4));
+  COHORT_ASSIGN_OR_RETURN(void* h, take(Rp * I * 2));
+  if (fp8_weights_) {
+    // The FP8 projections' inputs: probed once on a decode shape; without
+    // cuBLASLt's block-scaled e4m3 GEMM (before Hopper) they keep the bf16
+    // paths.
+    fp8_gemm_ready_ = lt_->fp8_supported(int(models::fp8_rows_padded(std::min(max_rows_, 64))), int(H),
+                                         int(Qd + 2 * KVd));
+    if (fp8_gemm_ready_) {
+      const size_t widest = std::max({H, Qd, I});
+      COHORT_ASSIGN_OR_RETURN(void* codes, take(Rp * widest));
+      COHORT_ASSIGN_OR_RETURN(void* scales, take(Rp * (widest / models::kFp8RowBlock) * 4));
+      fp8_x_ = static_cast<uint8_t*>(codes), fp8_x_scales_ = static_cast<float*>(scales);
+    } else {
+      spdlog::warn("FP8 weights: cuBLASLt has no block-scaled e4m3 GEMM here; beyond {} rows they are read "
+                   "as bf16", models::cuda::kQuantGemvMaxRows);
+    }
+  }
   COHORT_ASSIGN_OR_RETURN(void* logits, take(B * V * 4));
   COHORT_ASSIGN_OR_RETURN(void* gathered, take(tp_ * B * V * 4));
   COHORT_ASSIGN_OR_RETURN(void* pairs, take(B * 2 * 4));
@@ -413,7 +432,7 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   if (format) weights += std::max({(Qd + 2 * KVd) * H, H * Qd, 2 * I * H}) * 2;  // expanded_
   weights += L * (2 * H + (config.qk_norm ? 2 * D : 0) + (config.attention_bias ? Qd + 2 * KVd : 0)) * 4;
   const size_t B = size_t(decode_buckets(options.slots).back());
-  const size_t R = std::max({size_t(options.capacity), B, size_t(std::max(options.step_rows, 0))});
+  const size_t R = models::fp8_rows_padded(std::max({options.capacity, int(B), options.step_rows}));
   size_t buffers = R * (H * 4 + H * 2 + (Qd + 2 * KVd) * 4 + Qd * 4 + Qd * 2 + H * 4 + 2 * I * 4 + I * 2 + kRowIndexParts * 4);
   buffers += B * V * 4 * (1 + tp) + B * (2 * 4 * (1 + tp) + 4 + 4 + H * 2 + ((H + 63) / 64) * 4);
   buffers += (models::cuda::kSkinnyScratchFloats + models::cuda::kSkinnyScratchTiles + models::cuda::kDecodeAttnScratchFloats +
@@ -421,6 +440,12 @@ Result<KvMemoryPlan> plan_kv_memory(const models::ModelConfig& config, const Cud
   if (config.is_moe()) {
     const size_t C = moe_chunk_rows(R, k), pairs = C * k;
     buffers += C * E * 4 + pairs * 4 * 4 + 2 * (E + 1) * 4 + pairs * Ie * 2 + pairs * H * 4;
+  }
+  if (format == models::quant::WeightFormat::kFp8Block) {
+    // The FP8 GEMM's activation codes and scales, and the weights' block scales.
+    const size_t widest = std::max({H, Qd, I});
+    buffers += R * widest + R * (widest / 128) * 4;
+    weights += L * ((Qd + 2 * KVd) * H + H * Qd + 2 * I * H + H * I) / (128 * 128) * 4 * 2;
   }
   buffers += size_t{32} << 20;  // cuBLASLt's workspace
   KvMemoryPlan plan;

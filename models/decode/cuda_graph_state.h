@@ -132,6 +132,9 @@ class CudaGraphEngine final : public InferenceEngine {
   struct Weight {
     Bf16* bf16 = nullptr;
     models::RowPackedView packed{};
+    // e4m3 codes in 128 x 128 blocks: their scales as the FP8 GEMM reads
+    // them (quant::fp8_block_scales), for forwards beyond the GEMV's rows.
+    const float* fp8_scales = nullptr;
     bool quantized() const { return packed.codes != nullptr; }
   };
   struct Layer {
@@ -242,7 +245,18 @@ class CudaGraphEngine final : public InferenceEngine {
   // The weight as bf16: itself, or its codes expanded into expanded_ (for
   // forwards the quantized GEMV does not serve).
   const Bf16* bf16_for(const Weight& w);
-  Result<models::RowPackedView> upload_packed(const models::quant::RowPackedWeight& w);
+  Status upload_packed(Weight& weight, const models::quant::RowPackedWeight& w);
+  // The FP8 tensor-core path (cuda_graph_quant.cc): whether a projection of
+  // n rows takes it, and the projection itself, y = or += x · Wᵀ with x
+  // quantized per row and 128 columns first (models/ops/fp8_rows.h).
+  bool fp8_gemm(const Weight& w, int n) const;
+  void gemm_fp8(float* y, const Bf16* x, const Weight& w, int n, int in, int out, bool accumulate);
+  // Whether cuBLASLt multiplies the FP8 weights (probed in alloc_buffers:
+  // Hopper and a cuBLASLt with block scaling), and the activations' codes
+  // [R, widest input] and scales [widest input / 128, R] for it.
+  bool fp8_weights_ = false, fp8_gemm_ready_ = false;
+  uint8_t* fp8_x_ = nullptr;
+  float* fp8_x_scales_ = nullptr;
   std::string packed_format_;  // the first packed weight's, for describe(); "" when none
   bool quantized_ = false;     // some projection is packed: no norm-folding GEMV forms
   Bf16* expanded_ = nullptr;  // [largest projection] bf16, for quantized weights beyond the GEMV's rows

@@ -46,6 +46,11 @@ void CudaGraphEngine::gemm(float* y, const Bf16* x, const Weight& w, int n, int 
     models::cuda::quant_gemv(y, x, w.packed, n, stream_, output);
     return;
   }
+  if (fp8_gemm(w, n)) {
+    COHORT_CHECK(!norm.in_sumsq && !norm.out_x);
+    gemm_fp8(y, x, w, n, in, out, output == models::cuda::GemvOutput::kAccumulate);
+    return;
+  }
   if (quant_skinny(w, n, in)) {
     COHORT_CHECK(!norm.in_sumsq && !norm.out_x);
     models::cuda::quant_skinny_gemm(y, x, w.packed, n, skinny_, stream_, output);
@@ -79,6 +84,12 @@ void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Weight& weight, int n,
   if (weight.quantized() && models::cuda::quant_gemv_supported(weight.packed, n)) {
     COHORT_CHECK(!norm.in_sumsq);
     models::cuda::quant_gemv_swiglu(buf_.h, x, weight.packed, n, stream_);
+    return;
+  }
+  if (fp8_gemm(weight, n)) {
+    COHORT_CHECK(!norm.in_sumsq);
+    gemm_fp8(buf_.gate_up, x, weight, n, in, 2 * I, /*accumulate=*/false);
+    models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
     return;
   }
   if (quant_skinny(weight, n, in)) {

@@ -47,14 +47,23 @@ void TunedGemm::destroy(Plan& plan) {
 
 Result<int> TunedGemm::describe(Plan& plan, int n, int in, int out,
                                 cublasLtMatmulHeuristicResult_t* results, int want) {
+  const bool fp8 = plan.kind != Kind::kBf16;
   COHORT_RETURN_IF_ERROR(
       lt_check(B().matmul_desc_create(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+  auto set = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
+    return lt_check(B().matmul_desc_set_attribute(plan.op, attribute, &value, sizeof(value)), what);
+  };
   const cublasOperation_t transpose = CUBLAS_OP_T;
-  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                                 &transpose, sizeof(transpose)),
-                                  "transa"));
-  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.a, CUDA_R_16BF, in, out, in), "a"));
-  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.b, CUDA_R_16BF, in, n, in), "b"));
+  COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, transpose, "transa"));
+  if (fp8) {
+    const int32_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t rows_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, weight_mode, "a scale mode"));
+    COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, rows_mode, "b scale mode"));
+  }
+  const cudaDataType_t operands = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.a, operands, in, out, in), "a"));
+  COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.b, operands, in, n, in), "b"));
   COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.c, CUDA_R_32F, out, n, out), "c"));
   cublasLtMatmulPreference_t preference = nullptr;
   COHORT_RETURN_IF_ERROR(lt_check(B().preference_create(&preference), "preference"));
@@ -66,11 +75,28 @@ Result<int> TunedGemm::describe(Plan& plan, int n, int in, int out,
   B().preference_destroy(preference);
   COHORT_RETURN_IF_ERROR(lt_check(st, "heuristic"));
   if (found == 0) {
-    return internal_error("cuBLASLt has no algorithm for [" + std::to_string(n) + "x" +
-                          std::to_string(in) + "] x [" + std::to_string(in) + "x" +
-                          std::to_string(out) + "]");
+    return internal_error(std::string("cuBLASLt has no ") + (fp8 ? "block-scaled e4m3" : "bf16") +
+                          " algorithm for [" + std::to_string(n) + "x" + std::to_string(in) + "] x [" +
+                          std::to_string(in) + "x" + std::to_string(out) + "]");
   }
   return found;
+}
+
+Result<TunedGemm::Plan*> TunedGemm::planned(Kind kind, int n, int in, int out) {
+  auto it = plans_.find({kind, n, in, out});
+  if (it == plans_.end()) {
+    Plan plan;
+    plan.kind = kind;
+    cublasLtMatmulHeuristicResult_t best{};
+    auto found = describe(plan, n, in, out, &best, 1);
+    if (!found.is_ok()) {
+      destroy(plan);
+      return found.status();
+    }
+    plan.algo = best.algo;
+    it = plans_.emplace(std::make_tuple(kind, n, in, out), plan).first;
+  }
+  return &it->second;
 }
 
 Status TunedGemm::enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, float* y,
@@ -83,25 +109,40 @@ Status TunedGemm::enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, fl
 
 Status TunedGemm::run(float* y, const models::Bf16Bits* x, const models::Bf16Bits* w, int n,
                       int in, int out) {
-  auto it = plans_.find({n, in, out});
-  if (it == plans_.end()) {
-    Plan plan;
-    cublasLtMatmulHeuristicResult_t best{};
-    auto found = describe(plan, n, in, out, &best, 1);
-    if (!found.is_ok()) {
-      destroy(plan);
-      return found.status();
-    }
-    plan.algo = best.algo;
-    it = plans_.emplace(std::make_tuple(n, in, out), plan).first;
+  COHORT_ASSIGN_OR_RETURN(Plan * plan, planned(Kind::kBf16, n, in, out));
+  return enqueue(*plan, plan->algo, y, x, w);
+}
+
+Status TunedGemm::run_fp8(float* y, const Fp8Operands& operands, int n, int in, int out, bool accumulate) {
+  if (n % 4 != 0 || in % 128 != 0 || out % 128 != 0) {
+    return invalid_argument("e4m3 GEMM of [" + std::to_string(n) + "x" + std::to_string(in) + "] x [" +
+                            std::to_string(in) + "x" + std::to_string(out) +
+                            "]: rows must be a multiple of 4 and widths of 128");
   }
-  return enqueue(it->second, it->second.algo, y, x, w);
+  COHORT_ASSIGN_OR_RETURN(Plan * plan, planned(accumulate ? Kind::kFp8Accumulate : Kind::kFp8, n, in, out));
+  // The scales are the operands' own: set on the descriptor for this call
+  // (a graph captures the pointers with the launch).
+  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                                &operands.w_scales, sizeof(operands.w_scales)),
+                                  "a scale"));
+  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                                &operands.x_scales, sizeof(operands.x_scales)),
+                                  "b scale"));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  return lt_check(B().matmul(handle_, plan->op, &alpha, operands.w, plan->a, operands.x, plan->b, &beta, y,
+                             plan->c, y, plan->c, &plan->algo, workspace_, bytes_, stream_),
+                  "e4m3 matmul");
+}
+
+bool TunedGemm::fp8_supported(int n, int in, int out) {
+  if (n % 4 != 0 || in % 128 != 0 || out % 128 != 0) return false;
+  return planned(Kind::kFp8, n, in, out).is_ok();
 }
 
 Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
                        const std::vector<const models::Bf16Bits*>& weights, int n, int in, int out,
                        int candidates) {
-  auto old = plans_.find({n, in, out});
+  auto old = plans_.find({Kind::kBf16, n, in, out});
   if (old != plans_.end()) {
     destroy(old->second);
     plans_.erase(old);
@@ -138,7 +179,7 @@ Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
                           std::to_string(in) + "] x [" + std::to_string(in) + "x" +
                           std::to_string(out) + "]");
   }
-  plans_.emplace(std::make_tuple(n, in, out), plan);
+  plans_.emplace(std::make_tuple(Kind::kBf16, n, in, out), plan);
   return Status::ok();
 }
 

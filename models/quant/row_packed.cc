@@ -253,6 +253,24 @@ Result<RowPackedWeight> slice(const RowPackedWeight& w, int64_t row_begin, int64
   return out;
 }
 
+std::optional<std::vector<float>> fp8_block_scales(const RowPackedWeight& w) {
+  constexpr int64_t kBlock = 128;
+  if (w.kind != CodeKind::kE4m3 || w.group != kBlock || w.rows % kBlock != 0 || w.cols % kBlock != 0) {
+    return std::nullopt;
+  }
+  const int64_t groups = w.groups(), stride = (groups + 3) & ~int64_t{3};
+  std::vector<float> blocks(static_cast<size_t>(w.rows / kBlock * stride), 0.0f);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = w.scales[static_cast<size_t>(r * groups + g)];
+      float& block = blocks[static_cast<size_t>(r / kBlock * stride + g)];
+      if (r % kBlock == 0) block = scale;
+      else if (scale != block) return std::nullopt;
+    }
+  }
+  return blocks;
+}
+
 RowPackedView view_of(const RowPackedWeight& w) {
   RowPackedView v;
   v.kind = w.kind, v.rows = int(w.rows), v.cols = int(w.cols), v.group = int(w.group);

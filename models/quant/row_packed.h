@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,16 @@ Result<RowPackedWeight> stack_rows(const std::vector<RowPackedWeight>& parts);
 // whole 16-byte pieces of codes; otherwise InvalidArgument naming the cut.
 Result<RowPackedWeight> slice(const RowPackedWeight& weight, int64_t row_begin, int64_t rows, int64_t col_begin,
                               int64_t cols);
+
+// An e4m3 weight's scales as one per 128 x 128 block, [rows / 128,
+// block_stride] row-major with block_stride the blocks along a row rounded
+// up to 4 (zeros past the last): what Hopper's block-scaled FP8 GEMM reads
+// (models/decode/cuda_tuned_gemm.h). Only where that is the weight exactly:
+// e4m3 codes in groups of 128 columns, rows and columns whole blocks, and
+// every row of a 128-row block with the same scale in each group (an
+// fp8-block checkpoint's tiles, or one scale for the tensor); nullopt
+// otherwise (per-channel scales, other codes).
+std::optional<std::vector<float>> fp8_block_scales(const RowPackedWeight& weight);
 
 // The reference: W [rows, cols] in fp32, each element one rounding of
 // scale * (value - zero) (exact for the integer formats, whose products fit

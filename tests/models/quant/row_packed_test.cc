@@ -189,5 +189,47 @@ TEST(RowPacked, LargeWeightsSpreadOverTheCoresGiveTheOneThreadResult) {
   }
 }
 
+// The FP8 GEMM's view of the scales (fp8_block_scales): an fp8-block
+// weight gives one scale per 128 x 128 tile, its rows padded to a multiple
+// of 4 blocks; per-channel scales and other codes have none.
+TEST(Fp8BlockScales, ATiledWeightGivesItsTilesScalesInPaddedRows) {
+  const int64_t rows = 256, cols = 384;  // 2 x 3 tiles, rows padded to 4
+  const std::vector<float> x = testing::random_weights(rows * cols, 11);
+  auto q = quantize(WeightFormat::kFp8Block, "w", x.data(), rows, cols);
+  ASSERT_TRUE(q.is_ok()) << q.status().message();
+  auto packed = pack_rows(*q);
+  ASSERT_TRUE(packed.is_ok()) << packed.status().message();
+  const auto blocks = fp8_block_scales(*packed);
+  ASSERT_TRUE(blocks.has_value());
+  ASSERT_EQ(blocks->size(), 2u * 4);
+  for (int64_t br = 0; br < 2; ++br) {
+    for (int64_t bc = 0; bc < 3; ++bc) {
+      // The checkpoint's tile scale is every row's scale of that group.
+      EXPECT_EQ((*blocks)[size_t(br * 4 + bc)], q->scales[size_t(br * 3 + bc)]) << br << ", " << bc;
+      EXPECT_EQ((*blocks)[size_t(br * 4 + bc)], packed->scales[size_t(br * 128 * 3 + bc)]);
+    }
+    EXPECT_EQ((*blocks)[size_t(br * 4 + 3)], 0.0f);
+  }
+}
+
+TEST(Fp8BlockScales, RowsWithTheirOwnScalesOrOtherCodesHaveNone) {
+  const int64_t rows = 128, cols = 256;
+  const std::vector<float> x = testing::random_weights(rows * cols, 12);
+  auto q = quantize(WeightFormat::kFp8Block, "w", x.data(), rows, cols);
+  ASSERT_TRUE(q.is_ok());
+  auto packed = pack_rows(*q);
+  ASSERT_TRUE(packed.is_ok());
+  ASSERT_TRUE(fp8_block_scales(*packed).has_value());
+  RowPackedWeight channel = *packed;
+  channel.scales[size_t(5 * channel.groups() + 1)] *= 2.0f;  // row 5 differs from row 0 of its tile
+  EXPECT_FALSE(fp8_block_scales(channel).has_value());
+  RowPackedWeight partial = *packed;
+  partial.rows = 64, partial.codes.resize(size_t(64 * cols)), partial.scales.resize(size_t(64 * partial.groups()));
+  EXPECT_FALSE(fp8_block_scales(partial).has_value());  // half a tile of rows
+  auto int8 = quantize(WeightFormat::kInt8, "w", x.data(), rows, cols);
+  ASSERT_TRUE(int8.is_ok());
+  EXPECT_FALSE(fp8_block_scales(*pack_rows(*int8)).has_value());
+}
+
 }  // namespace
 }  // namespace cohort::models::quant
