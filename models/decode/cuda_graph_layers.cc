@@ -36,12 +36,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     } else {
       gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
     }
-    if (lora_.on) {
-      using models::LoraTarget;
-      enqueue_lora(l, LoraTarget::kQ, buf_.qkv, Qd + 2 * KVd, buf_.xn, H, Qd, n);
-      enqueue_lora(l, LoraTarget::kK, buf_.qkv + Qd, Qd + 2 * KVd, buf_.xn, H, KVd, n);
-      enqueue_lora(l, LoraTarget::kV, buf_.qkv + Qd + KVd, Qd + 2 * KVd, buf_.xn, H, KVd, n);
-    }
+    if (lora_.on) enqueue_lora(l, models::LoraTarget::kQ, 3, buf_.qkv, Qd + 2 * KVd, buf_.xn, H, {Qd, KVd, KVd}, n);
     enqueue_attention(L, n, decode_step);
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo.bf16, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
@@ -72,8 +67,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       if (lora_.on) {
         // The adapters' gate and up deltas join before the activation.
         gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
-        enqueue_lora(l, models::LoraTarget::kGate, buf_.gate_up, 2 * I, buf_.xn, H, I, n);
-        enqueue_lora(l, models::LoraTarget::kUp, buf_.gate_up + I, 2 * I, buf_.xn, H, I, n);
+        enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n);
         mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
       } else {
         gate_up_swiglu(buf_.xn, L.wgu, n, H, I);

@@ -44,7 +44,8 @@ Status CudaGraphEngine::alloc_lora() {
   COHORT_ASSIGN_OR_RETURN(void* ranks, device_alloc(kGraphLoraSlots * 4));
   COHORT_ASSIGN_OR_RETURN(void* scales, device_alloc(kGraphLoraSlots * 4));
   COHORT_ASSIGN_OR_RETURN(void* rows, device_alloc(static_cast<size_t>(max_rows_) * 4));
-  COHORT_ASSIGN_OR_RETURN(void* t, device_alloc(static_cast<size_t>(max_rows_) * kGraphLoraRank * 4));
+  COHORT_ASSIGN_OR_RETURN(void* t, device_alloc(static_cast<size_t>(max_rows_) * kGraphLoraRank *
+                                                models::cuda::kLoraMaxTargets * 4));
   lora_.a = static_cast<const Bf16**>(a), lora_.b = static_cast<const Bf16**>(b);
   lora_.ranks = static_cast<int32_t*>(ranks), lora_.scales = static_cast<float*>(scales);
   lora_.rows = static_cast<int32_t*>(rows), lora_.t = static_cast<float*>(t);
@@ -143,10 +144,22 @@ void CudaGraphEngine::set_adapter(int slot, int index) {
 
 void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget target, float* y, int y_stride, const Bf16* x,
                                    int in, int out, int n) {
-  const size_t at = table_at(layer, target, 0);
-  models::cuda::lora_shrink_bf16(lora_.t, x, lora_.a + at, lora_.ranks, lora_.rows, n, in, kGraphLoraRank, stream_);
-  models::cuda::lora_expand_bf16(y, y_stride, lora_.t, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows, n, out,
-                                 kGraphLoraRank, stream_);
+  enqueue_lora(layer, target, 1, y, y_stride, x, in, {out}, n);
+}
+
+void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride,
+                                   const Bf16* x, int in, std::initializer_list<int> widths, int n) {
+  models::cuda::LoraTargets targets;
+  targets.count = count;
+  targets.table_stride = table_at(0, models::LoraTarget(1), 0) - table_at(0, models::LoraTarget(0), 0);
+  int column = 0, z = 0;
+  for (int width : widths) targets.width[z] = width, targets.column[z] = column, column += width, ++z;
+  COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
+  const size_t at = table_at(layer, first, 0);
+  models::cuda::lora_shrink_bf16(lora_.t, x, lora_.a + at, lora_.ranks, lora_.rows, n, in, kGraphLoraRank, targets,
+                                 stream_);
+  models::cuda::lora_expand_bf16(y, y_stride, lora_.t, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows, n,
+                                 kGraphLoraRank, targets, stream_);
 }
 
 }  // namespace cohort::models::decode

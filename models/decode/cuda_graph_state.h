@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <initializer_list>
 #include <optional>
 #include <map>
 #include <string>
@@ -214,6 +215,11 @@ class CudaGraphEngine final : public InferenceEngine {
   // `target` of `layer`, x [n, in] the projection's input.
   void enqueue_lora(int layer, models::LoraTarget target, float* y, int y_stride, const Bf16* x, int in, int out,
                     int n);
+  // The same for `count` consecutive targets from `first` that read the same
+  // x (q, k and v; gate and up), in one launch each: y's columns are the
+  // targets' outputs side by side, of the given widths.
+  void enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride, const Bf16* x, int in,
+                    std::initializer_list<int> widths, int n);
   int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
   // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
   void enqueue_moe(const Layer& L, int n, float* out);

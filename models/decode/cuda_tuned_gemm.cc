@@ -60,6 +60,10 @@ Result<int> TunedGemm::describe(Plan& plan, int n, int in, int out,
     const int32_t rows_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, weight_mode, "a scale mode"));
     COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, rows_mode, "b scale mode"));
+    // The heuristic refuses block scaling without scale tensors: a
+    // placeholder until run_fp8 sets each call's own.
+    COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, workspace_, "a scale"));
+    COHORT_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, workspace_, "b scale"));
   }
   const cudaDataType_t operands = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   COHORT_RETURN_IF_ERROR(lt_check(B().layout_create(&plan.a, operands, in, out, in), "a"));

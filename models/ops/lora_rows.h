@@ -13,6 +13,12 @@
 // an adapter without this projection); the row indices and tables are read
 // on the device, so a captured graph serves whatever adapters the rows
 // name at replay. in % 8 == 0 (16-byte loads) and ranks up to r_max.
+//
+// On the GPU, targets that read the same x (q, k and v; gate and up) go in
+// one launch each (LoraTargets): target z's tables at a + z * table_stride
+// (b likewise), its t at t + z * n * r_max, its outputs at columns
+// [column[z], column[z] + width[z]) of y. That is the single-target form
+// once per target; the reference is that.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,21 @@ void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* 
 
 namespace cohort::models::cuda {
 
+inline constexpr int kLoraMaxTargets = 3;
+struct LoraTargets {
+  int count = 1;
+  size_t table_stride = 0;  // table entries between consecutive targets'
+  int width[kLoraMaxTargets] = {};
+  int column[kLoraMaxTargets] = {};
+};
+
+void lora_shrink_bf16(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
+                      const int32_t* row_adapter, int n, int in, int r_max, const LoraTargets& targets,
+                      CUstream_st* stream);
+void lora_expand_bf16(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
+                      const float* scales, const int32_t* row_adapter, int n, int r_max, const LoraTargets& targets,
+                      CUstream_st* stream);
+// One target of `out` outputs from column 0.
 void lora_shrink_bf16(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
                       const int32_t* row_adapter, int n, int in, int r_max, CUstream_st* stream);
 void lora_expand_bf16(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
