@@ -173,7 +173,11 @@ CudaGraphEngine::~CudaGraphEngine() {
 
 std::string CudaGraphEngine::describe() const {
   const std::string projections =
-      quantized_ ? packed_format_ + " projections (row layout, quantized GEMV)" : std::string("bf16");
+      quantized_ ? packed_format_ + " projections (row layout, quantized GEMV" +
+                       (fp8_gemm_ready_ ? std::string("; FP8 tensor cores beyond ") +
+                                              std::to_string(models::cuda::kQuantGemvMaxRows) + " rows)"
+                                        : std::string(")"))
+                 : std::string("bf16");
   const std::string experts = config_.is_moe() ? ", " + std::to_string(dims_.experts) + " bf16 experts (top " +
                                                       std::to_string(config_.moe.experts_per_token) + ") a sparse layer"
                                                 : std::string();
