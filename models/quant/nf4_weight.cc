@@ -35,17 +35,49 @@ const std::array<float, 256>& dynamic_map() {
 }
 
 int nearest_index(const float* table, int size, float x) {
-  int best = 0;
-  float best_distance = std::fabs(x - table[0]);
-  for (int i = 1; i < size; ++i) {
-    const float d = std::fabs(x - table[i]);
-    if (d < best_distance) best = i, best_distance = d;
+  if (size <= 32) {
+    int best = 0;
+    float best_distance = std::fabs(x - table[0]);
+    for (int i = 1; i < size; ++i) {
+      const float d = std::fabs(x - table[i]);
+      if (d < best_distance) best = i, best_distance = d;
+    }
+    return best;
   }
+  // A long table (dynamic_map()'s 256, once per NF4 block: 10^7 a layer of
+  // a 70B model) by bisection. It ascends, so |x - t| (rounded, hence
+  // monotone in t) falls up to the last entry below x and rises from the
+  // first at or above it: the nearest is one of those two, then the first
+  // of any equal distances before it, as the scan above finds.
+  if (x != x) return 0;  // NaN: no distance is smaller than the first's
+  const int above = static_cast<int>(std::lower_bound(table, table + size, x) - table);
+  int best = above == size ? size - 1 : above;
+  if (above > 0 && above < size && std::fabs(x - table[above - 1]) <= std::fabs(x - table[above])) best = above - 1;
+  const float distance = std::fabs(x - table[best]);
+  while (best > 0 && std::fabs(x - table[best - 1]) == distance) --best;
   return best;
 }
 
 namespace detail {
 namespace {
+
+// nearest_index(kNf4Levels, 16, x) for x in [-1, 1], without scanning all
+// 16 levels (a 70B model quantizes some 10^11 values at load): the count of
+// midpoints below x, which a rounding of x at a midpoint can put one level
+// off, then the scan's own comparisons with the two neighbours.
+int nf4_level(float x) {
+  static const std::array<float, 15> midpoints = [] {
+    std::array<float, 15> m{};
+    for (int i = 0; i < 15; ++i) m[size_t(i)] = (kNf4Levels[i] + kNf4Levels[i + 1]) / 2;
+    return m;
+  }();
+  int q = 0;
+  for (int i = 0; i < 15; ++i) q += x > midpoints[size_t(i)] ? 1 : 0;
+  const auto distance = [x](int i) { return std::fabs(x - kNf4Levels[i]); };
+  if (q > 0 && distance(q - 1) <= distance(q)) return q - 1;
+  if (q < 15 && distance(q + 1) < distance(q)) return q + 1;
+  return q;
+}
 
 constexpr int kZeroLevel = 7;      // kNf4Levels[7] == 0
 constexpr int kDynamicZero = 127;  // dynamic_map()[127] == 0
@@ -108,8 +140,7 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
     for (int64_t e = e0; e < e1; ++e) a = std::max(a, std::fabs(x[e]));
     absmax[size_t(b)] = a;
     for (int64_t e = e0; e < e1; ++e) {
-      const int q =
-          a > 0.0f ? nearest_index(kNf4Levels, 16, std::clamp(x[e] / a, -1.0f, 1.0f)) : kZeroLevel;
+      const int q = a > 0.0f ? nf4_level(std::clamp(x[e] / a, -1.0f, 1.0f)) : kZeroLevel;
       w.packed[size_t(e / 2)] |= static_cast<uint8_t>(e % 2 == 0 ? q << 4 : q);
     }
   };
@@ -134,7 +165,9 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
   stats.codes.resize(size_t(blocks));
   stats.scales.resize(size_t(ceil_div(blocks, kNf4AbsmaxBlock)));
   const std::array<float, 256>& map = dynamic_map();
-  for (size_t s = 0; s < stats.scales.size(); ++s) {
+  // Each block of 256 absmax values on its own: over the cores.
+  parallel_for(
+      stats.scales.size(), [&](size_t s) {
     const size_t b0 = s * kNf4AbsmaxBlock, b1 = std::min(size_t(blocks), b0 + kNf4AbsmaxBlock);
     float a2 = 0.0f;
     for (size_t b = b0; b < b1; ++b) a2 = std::max(a2, std::fabs(absmax[b] - stats.offset));
@@ -145,7 +178,8 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
           a2 > 0.0f ? nearest_index(map.data(), 256, std::clamp(centred / a2, -1.0f, 1.0f))
                     : kDynamicZero);
     }
-  }
+      },
+      stats.scales.size() >= 16 ? 0 : 1);
   return w;
 }
 

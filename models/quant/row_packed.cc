@@ -142,11 +142,13 @@ Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
                                std::to_string(w.cols) + " (in_features must be a multiple of the block)");
   }
   COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, out.group));
-  out.codes.assign(size_t(w.rows * out.row_bytes()), 0);
+  // Rows hold whole bytes (an even width), at the same offsets in both
+  // layouts: each byte's two codes only trade nibbles (the even column
+  // goes low).
+  out.codes.resize(w.packed.size());
   for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
-    for (int64_t e = r0 * w.cols; e < r1 * w.cols; ++e) {
-      const uint8_t byte = w.packed[size_t(e / 2)];
-      put_code(out, e / w.cols, e % w.cols, e % 2 == 0 ? byte >> 4 : byte & 0xf);
+    for (size_t i = size_t(r0 * out.row_bytes()); i < size_t(r1 * out.row_bytes()); ++i) {
+      out.codes[i] = uint8_t((w.packed[i] >> 4) | (w.packed[i] << 4));
     }
   });
   constexpr uint8_t kLevelOnePair = 0xff;  // kNf4Levels[15] == 1, in both nibbles

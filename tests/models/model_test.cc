@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
+#include <vector>
 
+#include "models/counter_random.h"
 #include "models/model.h"
+#include "models/param_init.h"
 #include "models/optimizer.h"
 #include "tests/models/grad_check.h"
 #include "tests/models/random_tokens.h"
@@ -246,6 +250,29 @@ TEST(Model, TinyPresetLearnsARepeatingSequence) {
   }
   EXPECT_NEAR(first, std::log(256.0), 0.1);
   EXPECT_LT(last, first * 0.5);
+}
+
+// fill_normal draws whole index pairs at once (counter_normal_pair): every
+// value is still counter_normal of its global index, bit for bit, where a
+// shard or a thread's chunk cuts a pair, in a slice of 2^21 values that
+// several threads fill and small ones that one does.
+TEST(ParamInit, NormalFillsAreTheCounterNormalOfEachGlobalIndex) {
+  const uint64_t stream = 0x1234567;
+  for (const auto& [rows, cols, dim, begin] :
+       {std::tuple<int64_t, int64_t, ShardDim, int64_t>{5, 6, ShardDim::kReplicated, 0},
+        {4, 3, ShardDim::kCols, 3},  // odd columns from an odd start: pairs cut at every row
+        {3, 8, ShardDim::kRows, 5},
+        {2048, 1024, ShardDim::kCols, 1}}) {
+    ParamSpec p;
+    p.name = "w", p.shape = {rows, cols}, p.shard_dim = dim, p.shard_begin = begin;
+    p.global_shape = {dim == ShardDim::kRows ? rows + begin + 1 : rows, dim == ShardDim::kCols ? cols + begin + 2 : cols};
+    p.numel = size_t(rows * cols);
+    std::vector<float> got(p.numel);
+    fill_normal(got.data(), p, stream, 0.5f);
+    size_t differ = 0;
+    for (size_t i = 0; i < p.numel; ++i) differ += got[i] != 0.5f * counter_normal(stream, global_index(p, i));
+    EXPECT_EQ(differ, 0u) << rows << " x " << cols << " shard at " << begin;
+  }
 }
 
 }  // namespace

@@ -67,6 +67,31 @@ int argmin_of(const float* table, int size, float x) {
   return best;
 }
 
+// Values at each midpoint between two levels and one step of float either
+// side, in blocks whose absmax is 1: the level is still the first nearest
+// one (the quantizer counts midpoints, then settles a rounding at one).
+TEST(Nf4, ValuesAtAndBesideTheMidpointsTakeTheFirstNearestLevel) {
+  std::vector<float> x;
+  for (int i = 0; i + 1 < 16; ++i) {
+    const float mid = (kNf4Levels[i] + kNf4Levels[i + 1]) / 2;
+    for (float v : {std::nextafter(mid, -2.0f), mid, std::nextafter(mid, 2.0f)}) x.push_back(v);
+  }
+  x.push_back(0.0f);
+  while (x.size() % 63 != 0) x.push_back(0.5f);
+  std::vector<float> w;
+  for (size_t i = 0; i < x.size(); i += 63) {  // 63 values and a 1 a block
+    w.insert(w.end(), x.begin() + long(i), x.begin() + long(i) + 63);
+    w.push_back(1.0f);
+  }
+  const int64_t cols = 64, rows = int64_t(w.size()) / cols;
+  auto q = quantize(WeightFormat::kNf4, "w", w.data(), rows, cols);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  for (size_t e = 0; e < w.size(); ++e) {
+    const uint8_t byte = q->packed[e / 2];
+    ASSERT_EQ(e % 2 == 0 ? byte >> 4 : byte & 15, argmin_of(kNf4Levels, 16, w[e])) << "value " << w[e];
+  }
+}
+
 TEST(Nf4, QuantizedCodesAndDoubleQuantizedAbsmaxFollowTheDefinition) {
   const int64_t rows = 128, cols = 192, n = rows * cols,
                 blocks = n / 64;  // 384 blocks: two absmax blocks
