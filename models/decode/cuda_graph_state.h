@@ -111,6 +111,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // Times cuBLASLt's candidates for every decode bucket it may serve, on
   // scratch memory (cuda_graph_warmup.cc); needs only init_runtime.
   Status tune_projections();
+  // Its FP8 part, on tune_projections' scratch (cuda_graph_warmup.cc).
+  Status tune_fp8_projections(const std::vector<int>& buckets, void* w, size_t weight_bytes, void* x, void* y,
+                              int* tuned);
   // The embedding, head and final norm from `model`, each layer from its
   // host copy (host_layer.h; freed as it is uploaded).
   Status upload_weights(models::Model& model, std::vector<HostLayer>& layers);

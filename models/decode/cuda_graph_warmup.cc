@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "base/cuda_check.h"
 #include "models/decode/cuda_graph_state.h"
+#include "models/ops/fp8_rows.h"
 
 namespace cohort::models::decode {
 
@@ -85,10 +86,12 @@ Status CudaGraphEngine::tune_projections() {
   const std::unique_ptr<void*, decltype(free_scratch)> w_owner(&w, free_scratch),
       x_owner(&x, free_scratch), y_owner(&y, free_scratch);
   COHORT_CUDA_CHECK(cudaMalloc(&w, weight_bytes));
-  COHORT_CUDA_CHECK(cudaMalloc(&x, B * widest_in * 2));
-  COHORT_CUDA_CHECK(cudaMalloc(&y, B * widest_out * 4));
+  // Rows for the FP8 form's padding too (tune_fp8_projections).
+  const size_t rows = models::fp8_rows_padded(int(B));
+  COHORT_CUDA_CHECK(cudaMalloc(&x, rows * widest_in * 2));
+  COHORT_CUDA_CHECK(cudaMalloc(&y, rows * widest_out * 4));
   COHORT_CUDA_CHECK(cudaMemsetAsync(w, 0, weight_bytes, stream_));
-  COHORT_CUDA_CHECK(cudaMemsetAsync(x, 0, B * widest_in * 2, stream_));
+  COHORT_CUDA_CHECK(cudaMemsetAsync(x, 0, rows * widest_in * 2, stream_));
   int tuned = 0;
   Status status;
   skinny_enabled_ = false;
@@ -115,10 +118,58 @@ Status CudaGraphEngine::tune_projections() {
     if (!status.is_ok()) break;
   }
   skinny_enabled_ = true;
+  if (status.is_ok()) status = tune_fp8_projections(buckets, w, weight_bytes, x, y, &tuned);
   cudaStreamSynchronize(stream_);  // the scratch is freed on return
   spdlog::info("infer: {} cuBLASLt plans tuned in {:.2f} s (beside the weights' read)", tuned,
                std::chrono::duration<double>(Clock::now() - start).count());
   return status;
+}
+
+// The FP8 form's plans (cuda_tuned_gemm.h) for the decode buckets past the
+// quantized GEMV's rows, when the projections will be FP8 in 128 x 128
+// blocks, timed like tune_projections' on its scratch: codes, zero scales
+// (a GEMM's time does not depend on them). The output projections are
+// tuned both to store and to add (which one a step takes depends on the
+// bucket's projection family). Where cuBLASLt has no such GEMM nothing is
+// tuned: alloc_buffers' probe then keeps the weights on the other paths.
+Status CudaGraphEngine::tune_fp8_projections(const std::vector<int>& buckets, void* w, size_t weight_bytes, void* x,
+                                             void* y, int* tuned) {
+  const auto& format = options_.projection_format ? options_.projection_format : options_.packed_bytes_like;
+  if (format != models::quant::WeightFormat::kFp8Block) return Status::ok();
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  const struct { int in, out; bool accumulate; } shapes[] = {
+      {H, Qd + 2 * KVd, false}, {Qd, H, false}, {Qd, H, true}, {H, 2 * I, false}, {I, H, false}, {I, H, true}};
+  const int widest = std::max({H, Qd, I}), B = buckets.back();
+  float* scales = nullptr;
+  const size_t scale_floats = size_t(models::fp8_rows_padded(B)) * (widest / 128) +
+                              size_t(std::max({Qd + 2 * KVd, H, 2 * I}) / 128) * TunedGemm::fp8_scale_stride(widest);
+  COHORT_CUDA_CHECK(cudaMalloc(&scales, scale_floats * 4));
+  const auto free_scales = [](float** p) { cudaFree(*p); };
+  const std::unique_ptr<float*, decltype(free_scales)> scales_owner(&scales, free_scales);
+  COHORT_CUDA_CHECK(cudaMemsetAsync(scales, 0, scale_floats * 4, stream_));
+  for (int b : buckets) {
+    if (b <= models::cuda::kQuantGemvMaxRows) continue;
+    const int n = models::fp8_rows_padded(b);
+    for (const auto& g : shapes) {
+      if (g.in % 128 != 0 || g.out % 128 != 0) continue;
+      const size_t bytes = size_t(g.in) * g.out;
+      const size_t copies = std::clamp<size_t>(weight_bytes / bytes, 1, config_.layers);
+      std::vector<TunedGemm::Fp8Operands> operands(copies);
+      for (size_t c = 0; c < copies; ++c) {
+        operands[c].x = static_cast<const uint8_t*>(x);
+        operands[c].x_scales = scales;
+        operands[c].w = static_cast<const uint8_t*>(w) + c * bytes;
+        operands[c].w_scales = scales + size_t(n) * (widest / 128);
+      }
+      const Status s = lt_->tune_fp8(static_cast<float*>(y), operands, n, g.in, g.out, g.accumulate, b > 64 ? 3 : 8);
+      if (!s.is_ok()) {
+        spdlog::info("infer: no FP8 GEMM plans tuned ({})", s.message());
+        return Status::ok();
+      }
+      ++*tuned;
+    }
+  }
+  return Status::ok();
 }
 
 // The calibration prompt: tokens spread over the vocabulary (a fixed

@@ -22,6 +22,13 @@ Status lt_check(cublasStatus_t status, const char* what) {
   return internal_error(std::string("cuBLASLt ") + what + ": status " + std::to_string(status));
 }
 
+Status check_fp8_shape(int n, int in, int out) {
+  if (n % 4 == 0 && in % 128 == 0 && out % 128 == 0) return Status::ok();
+  return invalid_argument("e4m3 GEMM of [" + std::to_string(n) + "x" + std::to_string(in) + "] x [" +
+                          std::to_string(in) + "x" + std::to_string(out) +
+                          "]: rows must be a multiple of 4 and widths of 128");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TunedGemm>> TunedGemm::create(cudaStream_t stream, void* workspace,
@@ -117,41 +124,59 @@ Status TunedGemm::run(float* y, const models::Bf16Bits* x, const models::Bf16Bit
   return enqueue(*plan, plan->algo, y, x, w);
 }
 
-Status TunedGemm::run_fp8(float* y, const Fp8Operands& operands, int n, int in, int out, bool accumulate) {
-  if (n % 4 != 0 || in % 128 != 0 || out % 128 != 0) {
-    return invalid_argument("e4m3 GEMM of [" + std::to_string(n) + "x" + std::to_string(in) + "] x [" +
-                            std::to_string(in) + "x" + std::to_string(out) +
-                            "]: rows must be a multiple of 4 and widths of 128");
-  }
-  COHORT_ASSIGN_OR_RETURN(Plan * plan, planned(accumulate ? Kind::kFp8Accumulate : Kind::kFp8, n, in, out));
+Status TunedGemm::enqueue_fp8(const Plan& plan, const cublasLtMatmulAlgo_t& algo, float* y,
+                              const Fp8Operands& operands) {
   // The scales are the operands' own: set on the descriptor for this call
   // (a graph captures the pointers with the launch).
-  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                                 &operands.w_scales, sizeof(operands.w_scales)),
                                   "a scale"));
-  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+  COHORT_RETURN_IF_ERROR(lt_check(B().matmul_desc_set_attribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                                 &operands.x_scales, sizeof(operands.x_scales)),
                                   "b scale"));
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  return lt_check(B().matmul(handle_, plan->op, &alpha, operands.w, plan->a, operands.x, plan->b, &beta, y,
-                             plan->c, y, plan->c, &plan->algo, workspace_, bytes_, stream_),
+  const float alpha = 1.0f, beta = plan.kind == Kind::kFp8Accumulate ? 1.0f : 0.0f;
+  return lt_check(B().matmul(handle_, plan.op, &alpha, operands.w, plan.a, operands.x, plan.b, &beta, y, plan.c, y,
+                             plan.c, &algo, workspace_, bytes_, stream_),
                   "e4m3 matmul");
 }
 
+Status TunedGemm::run_fp8(float* y, const Fp8Operands& operands, int n, int in, int out, bool accumulate) {
+  COHORT_RETURN_IF_ERROR(check_fp8_shape(n, in, out));
+  COHORT_ASSIGN_OR_RETURN(Plan * plan, planned(accumulate ? Kind::kFp8Accumulate : Kind::kFp8, n, in, out));
+  return enqueue_fp8(*plan, plan->algo, y, operands);
+}
+
 bool TunedGemm::fp8_supported(int n, int in, int out) {
-  if (n % 4 != 0 || in % 128 != 0 || out % 128 != 0) return false;
+  if (!check_fp8_shape(n, in, out).is_ok()) return false;
   return planned(Kind::kFp8, n, in, out).is_ok();
 }
 
 Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
                        const std::vector<const models::Bf16Bits*>& weights, int n, int in, int out,
                        int candidates) {
-  auto old = plans_.find({Kind::kBf16, n, in, out});
+  return tune_plan(Kind::kBf16, n, in, out, candidates,
+                   [&](const Plan& plan, const cublasLtMatmulAlgo_t& algo, size_t r) {
+                     return enqueue(plan, algo, y, x, weights[r % weights.size()]);
+                   });
+}
+
+Status TunedGemm::tune_fp8(float* y, const std::vector<Fp8Operands>& operands, int n, int in, int out,
+                           bool accumulate, int candidates) {
+  COHORT_RETURN_IF_ERROR(check_fp8_shape(n, in, out));
+  return tune_plan(accumulate ? Kind::kFp8Accumulate : Kind::kFp8, n, in, out, candidates,
+                   [&](const Plan& plan, const cublasLtMatmulAlgo_t& algo, size_t r) {
+                     return enqueue_fp8(plan, algo, y, operands[r % operands.size()]);
+                   });
+}
+
+Status TunedGemm::tune_plan(Kind kind, int n, int in, int out, int candidates, const Enqueue& run) {
+  auto old = plans_.find({kind, n, in, out});
   if (old != plans_.end()) {
     destroy(old->second);
     plans_.erase(old);
   }
   Plan plan;
+  plan.kind = kind;
   cublasLtMatmulHeuristicResult_t results[kCandidates];
   auto found = describe(plan, n, in, out, results, std::clamp(candidates, 1, kCandidates));
   if (!found.is_ok()) {
@@ -164,11 +189,9 @@ Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
   float best_ms = -1;
   for (int i = 0; i < *found; ++i) {
     // Warm (and a candidate may refuse the shape), then time.
-    if (!enqueue(plan, results[i].algo, y, x, weights[0]).is_ok()) continue;
+    if (!run(plan, results[i].algo, 0).is_ok()) continue;
     cudaEventRecord(start, stream_);
-    for (int r = 0; r < kTimedRuns; ++r) {
-      (void)enqueue(plan, results[i].algo, y, x, weights[(r + 1) % weights.size()]);
-    }
+    for (int r = 0; r < kTimedRuns; ++r) (void)run(plan, results[i].algo, size_t(r) + 1);
     cudaEventRecord(stop, stream_);
     COHORT_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -183,7 +206,7 @@ Status TunedGemm::tune(float* y, const models::Bf16Bits* x,
                           std::to_string(in) + "] x [" + std::to_string(in) + "x" +
                           std::to_string(out) + "]");
   }
-  plans_.emplace(std::make_tuple(Kind::kBf16, n, in, out), plan);
+  plans_.emplace(std::make_tuple(kind, n, in, out), plan);
   return Status::ok();
 }
 

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -68,6 +69,10 @@ class TunedGemm {
   // Whether cuBLASLt has an algorithm for that form and shape (none before
   // Hopper, or in a library without block scaling).
   bool fp8_supported(int n, int in, int out);
+  // tune() for the FP8 form: each timed run takes the next of `operands`
+  // (the layers' weights and their scales; the same activations).
+  Status tune_fp8(float* y, const std::vector<Fp8Operands>& operands, int n, int in, int out, bool accumulate,
+                  int candidates = 8);
 
  private:
   enum class Kind { kBf16, kFp8, kFp8Accumulate };
@@ -87,6 +92,11 @@ class TunedGemm {
   Result<Plan*> planned(Kind kind, int n, int in, int out);
   Status enqueue(const Plan& plan, const cublasLtMatmulAlgo_t& algo, float* y,
                  const models::Bf16Bits* x, const models::Bf16Bits* w);
+  Status enqueue_fp8(const Plan& plan, const cublasLtMatmulAlgo_t& algo, float* y, const Fp8Operands& operands);
+  // Times up to `candidates` of the heuristic's algorithms for (kind, n,
+  // in, out), run(plan, algo, r) enqueuing the r-th run, and keeps the fastest.
+  using Enqueue = std::function<Status(const Plan&, const cublasLtMatmulAlgo_t&, size_t)>;
+  Status tune_plan(Kind kind, int n, int in, int out, int candidates, const Enqueue& run);
   static void destroy(Plan& plan);
 
   cublasLtHandle_t handle_;
