@@ -48,6 +48,10 @@ inline size_t moe_chunk_rows(size_t rows, size_t k) {
   return std::max<size_t>(1, std::min(rows, size_t{8192} / std::max<size_t>(k, 1)));
 }
 
+// A small fp32 table host -> device on `stream` (after the allocation's
+// zeros), synchronised.
+Status upload_f32(float* dst, const std::vector<float>& host, cudaStream_t stream);
+
 // Batch sizes decode steps are padded to (and captured at); the last one
 // holds `slots`.
 std::vector<int> decode_buckets(int slots);

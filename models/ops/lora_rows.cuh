@@ -1,8 +1,9 @@
 // CUDA per-row LoRA shrink and expand (contract and CPU reference:
 // lora_rows.h), one launch for the targets that share an input. Shrink: a
-// warp per (row, rank index, target), 4 a block, streaming its A row in
-// 16-byte pieces; a warp whose row has no adapter (or whose index is past
-// the adapter's rank) writes 0. Expand: a thread per output element of its
+// block of 4 warps per (row, target), each warp a quarter of the rank
+// indices, streaming their A rows in 16-byte pieces; indices past the
+// adapter's rank (all of them for a row without one) are written as 0, so
+// a block does the rank's work, not the cap's (kGraphLoraRank). Expand: a thread per output element of its
 // target, summing over the adapter's rank (B's row in 16-byte pieces where
 // the rank is a multiple of 8). Both launch as dependents of the kernel
 // before them (common.cuh): the tables, ranks and row indices are staged
@@ -19,26 +20,30 @@ constexpr int kLoraWarps = 4;
 __global__ void lora_shrink_kernel(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
                                    const int32_t* row_adapter, int n, int in, int r_max, size_t table_stride) {
   const int row = blockIdx.x, z = blockIdx.z;
-  const int c = blockIdx.y * kLoraWarps + static_cast<int>(threadIdx.x / 32);
-  const int lane = threadIdx.x % 32;
-  const int adapter = c < r_max ? row_adapter[row] : -1;
-  const Bf16Bits* w = adapter >= 0 && c < ranks[adapter] ? a[z * table_stride + adapter] : nullptr;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = threadIdx.x % 32;
+  const int adapter = row_adapter[row];
+  const Bf16Bits* w = adapter >= 0 ? a[z * table_stride + adapter] : nullptr;
+  const int rank = w ? ranks[adapter] : 0;
   begin_dependent();
-  if (c >= r_max) return;  // whole warps
-  float sum = 0.0f;
-  if (w) {  // the same for the whole warp
-    w += static_cast<size_t>(c) * in;
-    const Bf16Bits* xr = x + static_cast<size_t>(row) * in;
-    for (int k = lane * 8; k < in; k += 32 * 8) {
-      float wv[8], xv[8];
-      unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(w + k)), wv);
-      unpack8_bf16(*reinterpret_cast<const uint4*>(xr + k), xv);
+  float* tr = t + (static_cast<size_t>(z) * n + row) * r_max;
+  const Bf16Bits* xr = x + static_cast<size_t>(row) * in;
+  // Warp w takes indices w, w + kLoraWarps, ...: the adapter's rank of them
+  // as dot products, the rest up to r_max as zeros.
+  for (int c = warp; c < r_max; c += kLoraWarps) {
+    float sum = 0.0f;
+    if (c < rank) {  // the same for the whole warp
+      const Bf16Bits* wc = w + static_cast<size_t>(c) * in;
+      for (int k = lane * 8; k < in; k += 32 * 8) {
+        float wv[8], xv[8];
+        unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(wc + k)), wv);
+        unpack8_bf16(*reinterpret_cast<const uint4*>(xr + k), xv);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sum = fmaf(wv[j], xv[j], sum);
+        for (int j = 0; j < 8; ++j) sum = fmaf(wv[j], xv[j], sum);
+      }
+      sum = warp_sum(sum);
     }
-    sum = warp_sum(sum);
+    if (lane == 0) tr[c] = sum;
   }
-  if (lane == 0) t[(static_cast<size_t>(z) * n + row) * r_max + c] = sum;
 }
 
 __global__ void lora_expand_kernel(float* y, int y_stride, const float* t, const Bf16Bits* const* b,
@@ -76,7 +81,7 @@ void lora_shrink_bf16(float* t, const Bf16Bits* x, const Bf16Bits* const* a, con
                       const int32_t* row_adapter, int n, int in, int r_max, const LoraTargets& targets,
                       CUstream_st* stream) {
   if (n <= 0) return;
-  const dim3 grid(n, (r_max + kLoraWarps - 1) / kLoraWarps, targets.count);
+  const dim3 grid(n, 1, targets.count);
   launch_dependent(lora_shrink_kernel, grid, 32 * kLoraWarps, 0, stream, t, x, a, ranks, row_adapter, n, in, r_max,
                    targets.table_stride);
 }
