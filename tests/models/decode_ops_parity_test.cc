@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "models/ops/argmax.h"
 #include "models/ops/decode_attention.h"
@@ -58,14 +59,15 @@ TEST_F(DecodeOpsParity, GatherRowsBf16MatchesTheCpuGather) {
 
 // Widths kept in registers (896) and beyond them (5,000: the looping form).
 TEST_F(DecodeOpsParity, AddRmsNormBf16MatchesResidualThenRmsNorm) {
-  for (int hidden : {896, 5000}) {
-  const int n = 29;
+  // 77 rows at 1,024 and 2,048 take the warp-a-row form, 29 the block-a-row one.
+  const std::pair<int, int> cases[] = {{896, 29}, {5000, 29}, {1024, 29}, {1024, 77}, {2048, 77}};
+  for (const auto& [hidden, n] : cases) {
   const auto x = testing::random_vector(size_t(n) * hidden, 13);
   const auto delta = testing::random_vector(x.size(), 14);
   const auto w = testing::random_vector(hidden, 15);
   for (bool with_delta : {false, true}) {
     SCOPED_TRACE(std::string(with_delta ? "with a residual delta" : "norm only") + ", hidden " +
-                 std::to_string(hidden));
+                 std::to_string(hidden) + ", rows " + std::to_string(n));
     std::vector<float> sum(x.size()), want(x.size());
     if (with_delta) {
       cpu::residual_forward(sum.data(), x.data(), delta.data(), sum.size());
