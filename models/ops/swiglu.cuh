@@ -56,7 +56,30 @@ __global__ void swiglu_bf16_kernel(const float* gate_up, Bf16Bits* h, int n, int
   }
 }
 
+// The same, four columns a thread (I % 4 == 0): float4 loads of gate and
+// up, one 8-byte store, one row/column split per four values. Prompt rows
+// make this a stream of gigabytes (0.6B shape, 16 x 1,984 rows: 1 GB a
+// layer), which the one-value form read at about half of HBM's bandwidth.
+__global__ void swiglu_bf16_x4_kernel(const float* gate_up, Bf16Bits* h, int n, int I) {
+  begin_dependent();
+  const int quads = I / 4;
+  const size_t total = static_cast<size_t>(n) * quads;
+  COHORT_GRID_STRIDE(q, total) {
+    const size_t r = q / quads, i = (q % quads) * 4;
+    const float4 g = *reinterpret_cast<const float4*>(gate_up + r * 2 * I + i);
+    const float4 u = *reinterpret_cast<const float4*>(gate_up + r * 2 * I + I + i);
+    const float a = g.x / (1.0f + __expf(-g.x)) * u.x, b = g.y / (1.0f + __expf(-g.y)) * u.y;
+    const float c = g.z / (1.0f + __expf(-g.z)) * u.z, d = g.w / (1.0f + __expf(-g.w)) * u.w;
+    *reinterpret_cast<uint2*>(h + r * I + i) = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
+  }
+}
+
 void swiglu_bf16(const float* gate_up, Bf16Bits* h, int n, int intermediate, CUstream_st* stream) {
+  if (intermediate % 4 == 0) {
+    const size_t quads = static_cast<size_t>(n) * (intermediate / 4);
+    launch_dependent(swiglu_bf16_x4_kernel, grid_for(quads), kThreads, 0, stream, gate_up, h, n, intermediate);
+    return;
+  }
   const size_t total = static_cast<size_t>(n) * intermediate;
   launch_dependent(swiglu_bf16_kernel, grid_for(total), kThreads, 0, stream, gate_up, h, n, intermediate);
 }
