@@ -21,9 +21,10 @@
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
 #                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh)
-#   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity, engine tokens, logits against
-#                                          transformers' FP8 model and fp32 (tests/infer/hf_quant_parity.py),
-#                                          decode tok/s per format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
+#   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity (the FP8 GEMM's too), each 8B
+#                                          projection's µs, engine tokens, logits against transformers' FP8
+#                                          model and fp32 (tests/infer/hf_quant_parity.py), decode tok/s per
+#                                          format (QUANT_SHAPE, QUANT_BATCHES, QUANT_FORMATS)
 #   scripts/gpu_checks.sh kv OUTDIR        the fp8 KV cache: kernel parity, engine tokens against the bf16
 #                                          cache's, then 64 streams served with each (KV_SHAPE's folder)
 #   scripts/gpu_checks.sh moe OUTDIR       mixtures of experts: sparse-layer kernel parity, graph engine tokens,
@@ -99,7 +100,7 @@ step() {  # name command...   (STEP_TIMEOUT seconds bounds each step; default 30
 
 if [[ $phase == tests ]]; then
   nvidia-smi -L
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test models_fp8_gemm_gpu_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
   step torchrun_example "$bin/cohort" run jobs/examples/torchrun.toml
@@ -139,6 +140,12 @@ elif [[ $phase == quant ]]; then
   # format (QUANT_SHAPE, default qwen3-0.6b; QUANT_BATCHES, default 1,64).
   STEP_TIMEOUT=150 step quant_parity "$tests/models_decode_ops_parity_test" --gtest_filter='QuantGemv*'
   grep -E "OK|FAILED|Failure|Which is|Expected" "$out/quant_parity.log" | head -20
+  # FP8 weights beyond 8 rows: the activation quantizer and cuBLASLt's block-scaled GEMM, then each
+  # 8B projection alone per form and row count.
+  STEP_TIMEOUT=120 step fp8_gemm "$tests/models_fp8_gemm_gpu_test"
+  grep -E "PASSED|FAILED|SKIPPED|Failure" "$out/fp8_gemm.log" | head -10
+  STEP_TIMEOUT=120 step quant_projections "$bin/quant_projection_bench" qwen3-8b 1,8,16,64,256
+  grep -v '^|--' "$out/quant_projections.log" | head -60
   STEP_TIMEOUT=150 step quant_engine "$tests/infer_gpu_test" --gtest_filter='*Quantized*'
   grep -E "parted|FAILED|Failure" "$out/quant_engine.log" | head -20
   # A checkpoint quantized by transformers (FineGrainedFP8Config) and each quantize-on-load format
@@ -201,7 +208,7 @@ elif [[ $phase == moe ]]; then
   grep -E "^\|" "$out/moe_bench.log"
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
-  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test parallel_gpu_test infer_gpu_test}; do
+  for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test models_fp8_gemm_gpu_test parallel_gpu_test infer_gpu_test}; do
     [[ -x $tests/$t ]] && step "$t" "$tests/$t"
   done
 elif [[ $phase == serve ]]; then
