@@ -69,6 +69,9 @@ Result<QuantizedWeight> quantize_int_group(WeightFormat format, const std::strin
 
 Status validate_nf4(const QuantizedWeight& w);
 void dequantize_nf4_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end, float* out);
+// NF4 block b's dequantized absmax (what the dequantizer multiplies each
+// level of the block by): the row layout's scale of that block.
+float nf4_block_scale(const PackedWeightView& w, int64_t block);
 Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float* x, int64_t rows,
                                             int64_t cols, int64_t block);
 

@@ -111,6 +111,10 @@ Status validate_nf4(const QuantizedWeight& w) {
                       size_t(ceil_div(blocks, kNf4AbsmaxBlock)));
 }
 
+float nf4_block_scale(const PackedWeightView& w, int64_t block) {
+  return block_absmax(w, block);
+}
+
 void dequantize_nf4_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
                          float* out) {
   const int64_t first = row_begin * w.cols, last = row_end * w.cols;

@@ -151,8 +151,19 @@ Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
       out.codes[i] = uint8_t((w.packed[i] >> 4) | (w.packed[i] << 4));
     }
   });
-  constexpr uint8_t kLevelOnePair = 0xff;  // kNf4Levels[15] == 1, in both nibbles
-  take_unit_scales(w, kLevelOnePair, out);
+  // Each block's scale is the dequantizer's absmax for it (the level 1.0
+  // times it: what take_unit_scales would read back, without expanding
+  // every element).
+  const int64_t groups = out.groups();
+  out.scales.resize(size_t(w.rows * groups));
+  const PackedWeightView view = view_of(w);
+  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n) {
+      for (int64_t g = 0; g < groups; ++g) {
+        out.scales[size_t(n * groups + g)] = detail::nf4_block_scale(view, (n * w.cols + g * out.group) / w.group_size);
+      }
+    }
+  });
   return out;
 }
 
