@@ -50,6 +50,18 @@ inline uint32_t word_at(const uint8_t* bytes, size_t i) {
 
 Status validate_fp8(const QuantizedWeight& w);
 void dequantize_fp8_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end, float* out);
+// The scale element (r, c) of an e4m3 weight is multiplied by: its tile's,
+// its row's or the tensor's. Inline: the dequantizer calls it per element.
+inline float fp8_scale_at(const PackedWeightView& w, int64_t r, int64_t c) {
+  switch (w.format) {
+    case WeightFormat::kFp8Block:
+      return w.scales[(r / w.block_rows) * ceil_div(w.cols, w.block_cols) + c / w.block_cols];
+    case WeightFormat::kFp8Channel:
+      return w.scales[r];
+    default:
+      return w.scales[0];
+  }
+}
 Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float* x, int64_t rows,
                                            int64_t cols, int64_t block_rows, int64_t block_cols);
 

@@ -35,26 +35,10 @@ Status validate_fp8(const QuantizedWeight& w) {
 
 void dequantize_fp8_rows(const PackedWeightView& w, int64_t row_begin, int64_t row_end,
                          float* out) {
-  const int64_t tiles_per_row =
-      w.format == WeightFormat::kFp8Block ? ceil_div(w.cols, w.block_cols) : 0;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* q = w.packed + r * w.cols;
     float* dst = out + (r - row_begin) * w.cols;
-    for (int64_t c = 0; c < w.cols; ++c) {
-      float scale;
-      switch (w.format) {
-        case WeightFormat::kFp8Block:
-          scale = w.scales[(r / w.block_rows) * tiles_per_row + c / w.block_cols];
-          break;
-        case WeightFormat::kFp8Channel:
-          scale = w.scales[r];
-          break;
-        default:
-          scale = w.scales[0];
-          break;
-      }
-      dst[c] = e4m3_to_float(q[c]) * scale;
-    }
+    for (int64_t c = 0; c < w.cols; ++c) dst[c] = e4m3_to_float(q[c]) * fp8_scale_at(w, r, c);
   }
 }
 

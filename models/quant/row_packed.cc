@@ -3,7 +3,9 @@
 // layouts of GPTQ, AWQ and cohort's int4 are defined once (formats.h):
 // with every scale 1 the dequantizer yields q - z exactly (small integers),
 // and with the packed values zeroed it yields -z. e4m3 codes are the bytes
-// themselves, and their scales the dequantizer's output for the code of 1.0.
+// themselves, and their scales those the dequantizer multiplies them by
+// (detail::fp8_scale_at); NF4's are the block absmax it multiplies the
+// levels by (detail::nf4_block_scale).
 #include "models/quant/row_packed.h"
 
 #include <algorithm>
@@ -98,24 +100,6 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
   return out;
 }
 
-// Each group's scale of a format whose value is scale · level: the
-// dequantizer's output for a weight whose every packed byte is `unit` (the
-// code of 1.0), at the group's first column.
-void take_unit_scales(const QuantizedWeight& w, uint8_t unit_byte, RowPackedWeight& out) {
-  const int64_t groups = out.groups();
-  out.scales.resize(size_t(w.rows * groups));
-  std::vector<uint8_t> ones(w.packed.size(), unit_byte);
-  PackedWeightView unit = view_of(w);
-  unit.packed = ones.data();
-  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(size_t(w.cols));
-    for (int64_t n = r0; n < r1; ++n) {
-      dequantize_view_rows(unit, n, n + 1, row.data());
-      for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = row[size_t(g * out.group)];
-    }
-  });
-}
-
 // e4m3: the bytes as they are; each group's scale from the dequantizer's
 // output for a weight of ones (the tile, tensor or row scale).
 Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
@@ -126,7 +110,19 @@ Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
   if (w.format != WeightFormat::kFp8Block && w.cols % 128 != 0) out.group = w.cols;
   COHORT_RETURN_IF_ERROR(check_shape(w, out.kind, out.group));
   out.codes = w.packed;
-  take_unit_scales(w, kE4m3One, out);
+  // Each group's scale: what the dequantizer multiplies its codes by (the
+  // code of 1.0 times it). A group lies inside one tile: group and
+  // tile widths are the same, or the scale is the row's or the tensor's.
+  const int64_t groups = out.groups();
+  out.scales.resize(size_t(w.rows * groups));
+  const PackedWeightView view = view_of(w);
+  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n) {
+      for (int64_t g = 0; g < groups; ++g) {
+        out.scales[size_t(n * groups + g)] = e4m3_to_float(kE4m3One) * detail::fp8_scale_at(view, n, g * out.group);
+      }
+    }
+  });
   return out;
 }
 
@@ -151,9 +147,8 @@ Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
       out.codes[i] = uint8_t((w.packed[i] >> 4) | (w.packed[i] << 4));
     }
   });
-  // Each block's scale is the dequantizer's absmax for it (the level 1.0
-  // times it: what take_unit_scales would read back, without expanding
-  // every element).
+  // Each block's scale is the dequantizer's absmax for it (what it
+  // multiplies the block's levels by).
   const int64_t groups = out.groups();
   out.scales.resize(size_t(w.rows * groups));
   const PackedWeightView view = view_of(w);
