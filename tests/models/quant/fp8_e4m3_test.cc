@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -81,6 +83,44 @@ TEST(E4m3, RandomFloatsRoundToTheNearestRepresentable) {
     if (x >= 448.0f) best = std::fabs(448.0 - x);  // saturation
     EXPECT_EQ(std::fabs(got - x), best) << x;
   }
+}
+
+// The conversion rounds on the float's bits; here it is held to the
+// arithmetic definition (frexp, ldexp and one nearbyint) over every 61st
+// float bit pattern (70 million: each binade, both signs, NaNs, infinities,
+// subnormals) and the ties around every code.
+uint8_t e4m3_by_arithmetic(float value) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  if (std::isnan(value)) return sign | 0x7f;
+  const float magnitude = std::fabs(value);
+  if (magnitude >= kE4m3Max) return sign | kE4m3MaxBits;
+  if (magnitude < 0x1p-6f) return sign | static_cast<uint8_t>(static_cast<int>(std::nearbyint(magnitude * 512.0f)));
+  int exponent;
+  std::frexp(magnitude, &exponent);
+  exponent -= 1;
+  int scaled = static_cast<int>(std::nearbyint(std::ldexp(magnitude, 3 - exponent)));
+  if (scaled == 16) scaled = 8, exponent += 1;
+  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | (scaled - 8));
+}
+
+TEST(E4m3, TheBitwiseConversionIsTheArithmeticDefinition) {
+  size_t differ = 0;
+  auto check = [&](float x) {
+    if (float_to_e4m3(x) != e4m3_by_arithmetic(x) && ++differ <= 5) {
+      ADD_FAILURE() << x << ": " << int(float_to_e4m3(x)) << " against " << int(e4m3_by_arithmetic(x));
+    }
+  };
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 61) {
+    const uint32_t u = static_cast<uint32_t>(b);
+    float x;
+    std::memcpy(&x, &u, sizeof(x));
+    check(x);
+  }
+  for (int code = 0; code < 0x7e; ++code) {  // midway between neighbouring codes, and a step either side
+    const float mid = float((double(e4m3_to_float(uint8_t(code))) + e4m3_to_float(uint8_t(code + 1))) / 2);
+    for (float x : {std::nextafter(mid, 0.0f), mid, std::nextafter(mid, 1e9f)}) check(x), check(-x);
+  }
+  EXPECT_EQ(differ, 0u);
 }
 
 }  // namespace
