@@ -100,8 +100,21 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
   return out;
 }
 
-// e4m3: the bytes as they are; each group's scale from the dequantizer's
-// output for a weight of ones (the tile, tensor or row scale).
+// out.scales [rows, groups] = scale_of(row, the group's first column),
+// over the cores.
+template <typename ScaleOf>
+void fill_group_scales(RowPackedWeight& out, const ScaleOf& scale_of) {
+  const int64_t groups = out.groups();
+  out.scales.resize(size_t(out.rows * groups));
+  for_row_chunks(out.rows, out.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n) {
+      for (int64_t g = 0; g < groups; ++g) out.scales[size_t(n * groups + g)] = scale_of(n, g * out.group);
+    }
+  });
+}
+
+// e4m3: the bytes as they are; each group's scale the one the dequantizer
+// multiplies its codes by (the tile, tensor or row scale).
 Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
   RowPackedWeight out;
   out.kind = CodeKind::kE4m3;
@@ -113,22 +126,16 @@ Result<RowPackedWeight> pack_e4m3(const QuantizedWeight& w) {
   // Each group's scale: what the dequantizer multiplies its codes by (the
   // code of 1.0 times it). A group lies inside one tile: group and
   // tile widths are the same, or the scale is the row's or the tensor's.
-  const int64_t groups = out.groups();
-  out.scales.resize(size_t(w.rows * groups));
   const PackedWeightView view = view_of(w);
-  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
-    for (int64_t n = r0; n < r1; ++n) {
-      for (int64_t g = 0; g < groups; ++g) {
-        out.scales[size_t(n * groups + g)] = e4m3_to_float(kE4m3One) * detail::fp8_scale_at(view, n, g * out.group);
-      }
-    }
+  fill_group_scales(out, [&](int64_t n, int64_t k) {
+    return e4m3_to_float(kE4m3One) * detail::fp8_scale_at(view, n, k);
   });
   return out;
 }
 
 // NF4: the level index of each element (two a byte, the first of the
-// flattened weight in the high nibble), the block's absmax from the
-// dequantizer's output for the level 1.0.
+// flattened weight in the high nibble), the block's absmax, which the
+// dequantizer multiplies the levels by.
 Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
   RowPackedWeight out;
   out.kind = CodeKind::kNf4;
@@ -149,15 +156,9 @@ Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
   });
   // Each block's scale is the dequantizer's absmax for it (what it
   // multiplies the block's levels by).
-  const int64_t groups = out.groups();
-  out.scales.resize(size_t(w.rows * groups));
   const PackedWeightView view = view_of(w);
-  for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
-    for (int64_t n = r0; n < r1; ++n) {
-      for (int64_t g = 0; g < groups; ++g) {
-        out.scales[size_t(n * groups + g)] = detail::nf4_block_scale(view, (n * w.cols + g * out.group) / w.group_size);
-      }
-    }
+  fill_group_scales(out, [&](int64_t n, int64_t k) {
+    return detail::nf4_block_scale(view, (n * w.cols + k) / w.group_size);
   });
   return out;
 }
