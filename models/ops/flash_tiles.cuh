@@ -133,30 +133,18 @@ __device__ inline void store_pair(bf16* p, float x, float y, bool /*accumulate*/
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
 
-// One key tile of a warp's 16 query rows in a flash forward: the scores
-// on the tensor cores (q fragments qf against sK [kKeys][ld]), the causal
-// mask where `masked` (a key past row[r], each lane's two rows' positions),
-// the online softmax update of the running max m (log2 units, scale2
-// folded in), sum l and output o, then o += P·V from sV [kKeys][ld].
-// kMaybeEmpty: a row may have seen no key yet (the keys split over blocks,
-// one starting past it), so the state (-inf, 0) stays as it is; otherwise
-// every row has a key in every tile it visits.
+// The online softmax of one key tile's scores s (a warp's 16 rows, the
+// m16n8 accumulator layout) in place: scaled by scale2 (log2 units), the
+// causal mask where `masked` (a key past row[r], each lane's two rows'
+// positions), the running max m and sum l updated and o rescaled, s left
+// holding the probabilities. kMaybeEmpty: a row may have seen no key yet
+// (the keys split over blocks, one starting past it), so the state
+// (-inf, 0) stays as it is; otherwise every row has a key in every tile
+// it visits.
 template <int D, int kKeys, bool kMaybeEmpty>
-__device__ inline void attend_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
-                                   const uint32_t (&qf)[D / 16][4], const bf16* sK, const bf16* sV, int ld,
-                                   int key0, const int (&row)[2], bool masked, float scale2) {
+__device__ inline void online_softmax(float (&s)[kKeys / 8][4], float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
+                                      int key0, const int (&row)[2], bool masked, float scale2) {
   const int t = threadIdx.x & 3;
-  float s[kKeys / 8][4] = {};
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; nt += 2) {
-      uint32_t b0[2], b1[2];
-      load_b2(b0, b1, sK, ld, nt * 8, kk * 16);
-      mma(s[nt], qf[kk], b0);
-      mma(s[nt + 1], qf[kk], b1);
-    }
-  }
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int nt = 0; nt < kKeys / 8; ++nt) {
@@ -193,6 +181,27 @@ __device__ inline void attend_tile(float (&o)[D / 8][4], float (&m)[2], float (&
       l[e >> 1] += p;
     }
   }
+}
+
+// One key tile of a warp's 16 query rows in a flash forward: the scores
+// on the tensor cores (q fragments qf against sK [kKeys][ld]), the online
+// softmax above, then o += P·V from sV [kKeys][ld].
+template <int D, int kKeys, bool kMaybeEmpty>
+__device__ inline void attend_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
+                                   const uint32_t (&qf)[D / 16][4], const bf16* sK, const bf16* sV, int ld,
+                                   int key0, const int (&row)[2], bool masked, float scale2) {
+  float s[kKeys / 8][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; nt += 2) {
+      uint32_t b0[2], b1[2];
+      load_b2(b0, b1, sK, ld, nt * 8, kk * 16);
+      mma(s[nt], qf[kk], b0);
+      mma(s[nt + 1], qf[kk], b1);
+    }
+  }
+  online_softmax<D, kKeys, kMaybeEmpty>(s, o, m, l, key0, row, masked, scale2);
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     uint32_t pa[4];
@@ -203,6 +212,53 @@ __device__ inline void attend_tile(float (&o)[D / 8][4], float (&m)[2], float (&
       load_b2_trans(b0, b1, sV, ld, nd * 8, kk * 16);
       mma(o[nd], pa, b0);
       mma(o[nd + 1], pa, b1);
+    }
+  }
+}
+
+// attend_tile for a warp of 32 query rows, two 16-row atoms: rows
+// [row0, row0 + 32) of sQ [rows][ldq], their fragments read from shared
+// memory at each step (in registers they would not fit beside two atoms'
+// outputs). Each key and value fragment read from shared memory feeds both
+// atoms' products, half the reads per product of attend_tile's, which
+// shared memory's bandwidth bounds at 16 rows a warp.
+template <int D, int kKeys, bool kMaybeEmpty>
+__device__ inline void attend_tile_pair(float (&o)[2][D / 8][4], float (&m)[2][2], float (&l)[2][2],
+                                        const bf16* sQ, int ldq, int row0, const bf16* sK, const bf16* sV,
+                                        int ld, int key0, const int (&row)[2][2], bool masked, float scale2) {
+  float s[2][kKeys / 8][4] = {};
+#pragma unroll 1
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a0[4], a1[4];
+    load_a(a0, sQ, ldq, row0, kk * 16);
+    load_a(a1, sQ, ldq, row0 + 16, kk * 16);
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; nt += 2) {
+      uint32_t b0[2], b1[2];
+      load_b2(b0, b1, sK, ld, nt * 8, kk * 16);
+      mma(s[0][nt], a0, b0);
+      mma(s[0][nt + 1], a0, b1);
+      mma(s[1][nt], a1, b0);
+      mma(s[1][nt + 1], a1, b1);
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+    online_softmax<D, kKeys, kMaybeEmpty>(s[a], o[a], m[a], l[a], key0, row[a], masked, scale2);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t pa0[4], pa1[4];
+    accum_to_a(pa0, s[0][2 * kk], s[0][2 * kk + 1]);
+    accum_to_a(pa1, s[1][2 * kk], s[1][2 * kk + 1]);
+#pragma unroll
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t b0[2], b1[2];
+      load_b2_trans(b0, b1, sV, ld, nd * 8, kk * 16);
+      mma(o[0][nd], pa0, b0);
+      mma(o[0][nd + 1], pa0, b1);
+      mma(o[1][nd], pa1, b0);
+      mma(o[1][nd + 1], pa1, b1);
     }
   }
 }
