@@ -62,7 +62,8 @@ void CudaGraphEngine::gemm_fp8(float* y, const Bf16* x, const Weight& w, int n, 
   // Rows past n (up to a multiple of 4, which the row buffers hold) get
   // zero codes and add nothing.
   const int n_pad = models::fp8_rows_padded(n);
-  models::cuda::quantize_rows_e4m3(fp8_x_, fp8_x_scales_, x, n, n_pad, in, stream_);
+  if (x != fp8_x_holds_) models::cuda::quantize_rows_e4m3(fp8_x_, fp8_x_scales_, x, n, n_pad, in, stream_);
+  fp8_x_holds_ = nullptr;
   TunedGemm::Fp8Operands operands;
   operands.x = fp8_x_, operands.x_scales = fp8_x_scales_, operands.w = w.packed.codes, operands.w_scales = w.fp8_scales;
   const Status s = lt_->run_fp8(y, operands, n_pad, in, out, accumulate);

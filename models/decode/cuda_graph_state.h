@@ -270,6 +270,10 @@ class CudaGraphEngine final : public InferenceEngine {
   bool fp8_weights_ = false, fp8_gemm_ready_ = false;
   uint8_t* fp8_x_ = nullptr;
   float* fp8_x_scales_ = nullptr;
+  // The activations fp8_x_ already holds (the SwiGLU wrote buf_.h's codes
+  // in its pass), which the next gemm_fp8 of them then does not quantize
+  // again; reset by that gemm_fp8. Host state while a step is enqueued.
+  const Bf16* fp8_x_holds_ = nullptr;
   std::string packed_format_;  // the first packed weight's, for describe(); "" when none
   bool quantized_ = false;     // some projection is packed: no norm-folding GEMV forms
   Bf16* expanded_ = nullptr;  // [largest projection] bf16, for quantized weights beyond the GEMV's rows

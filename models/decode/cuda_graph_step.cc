@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "base/cuda_check.h"
 #include "models/decode/cuda_graph_state.h"
+#include "models/ops/fp8_rows.h"
 
 namespace cohort::models::decode {
 namespace {
@@ -89,7 +90,14 @@ void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Weight& weight, int n,
   if (fp8_gemm(weight, n)) {
     COHORT_CHECK(!norm.in_sumsq);
     gemm_fp8(buf_.gate_up, x, weight, n, in, 2 * I, /*accumulate=*/false);
-    models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+    if (I % models::kFp8RowBlock != 0) {
+      models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+      return;
+    }
+    // The down projection's e4m3 input in the same pass (fp8_rows.h).
+    models::cuda::swiglu_rows_e4m3(buf_.h, fp8_x_, fp8_x_scales_, buf_.gate_up, n, models::fp8_rows_padded(n), I,
+                                   stream_);
+    fp8_x_holds_ = buf_.h;
     return;
   }
   if (quant_skinny(weight, n, in)) {

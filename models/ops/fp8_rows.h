@@ -56,5 +56,12 @@ namespace cuda {
 void quantize_rows_e4m3(uint8_t* codes, float* scales, const Bf16Bits* x, int n, int n_pad, int cols,
                         CUstream_st* stream);
 
+// swiglu_bf16 (swiglu.h) of gate_up [n, 2I] fp32 into h [n, I] bf16 and,
+// from the same bf16 values, the codes and scales quantize_rows_e4m3 gives
+// for h: the FP8 down projection's input in the SwiGLU's pass. I a multiple
+// of 128.
+void swiglu_rows_e4m3(Bf16Bits* h, uint8_t* codes, float* scales, const float* gate_up, int n, int n_pad, int I,
+                      CUstream_st* stream);
+
 }  // namespace cuda
 }  // namespace cohort::models

@@ -8,21 +8,27 @@ fp8-checkpoint  A random Qwen3 model saved in bf16, quantized by transformers
     128 x 128 block) and saved: the folder a `*-FP8` release ships. cohort
     serves that folder. The reference is the same model in fp32 with each
     weight dequantized here (codes x block scale, written independently of
-    both implementations), so the quantized weights are exactly what every
-    side holds. transformers' own FP8 model (dynamic fp8 activations on top)
-    sets the noise budget: its largest logit error against the reference,
-    times 1.5, or --fp8-tol when larger. cohort's logits must stay within that
-    budget wherever the contexts agree, and a prompt may part only at a near
-    tie (as hf_generate_parity.py judges bf16). Also printed: how many prompts
-    give cohort exactly transformers' FP8 tokens.
+    both implementations) and, as cohort's prompt rows take the FP8 tensor
+    cores (W8A8), each projection's input of a prompt forward rounded to
+    e4m3 per row and 128 columns with a power-of-two scale (fp8_rows.h;
+    decode steps of one row keep bf16 inputs, as cohort's batch of 4 does).
+    cohort's logits must stay within --fp8-tol wherever the contexts agree,
+    and a prompt may part only at a near tie (as hf_generate_parity.py
+    judges bf16). transformers' own FP8 model, where its kernels load, is
+    printed beside: its error against the same reference and how many
+    prompts give cohort exactly its tokens.
 
 formats  The bf16 folder served with `[model] quantize = "fp8" | "int8" |
-    "int4"` against the fp32 model of the bf16 weights: the largest logit
-    difference over steps decoded from the same context, relative to the
-    largest reference logit, within each format's stated bound (REL_BOUNDS:
-    about three times what each format's rounding of the weights gives on
-    this model: int8's 127 levels per group, fp8's 3 mantissa bits, int4's
-    15 levels per group of 128).
+    "int4"` against the fp32 model of the same weights round-tripped through
+    each format here (int8/int4: symmetric, absmax / 127 or / 7 per row and
+    128 columns, round to nearest even; fp8: 448 / amax per 128 x 128 tile,
+    e4m3 codes, times 1 / scale; fp8's prompt rows also W8A8 as above): the
+    largest logit difference over steps decoded from the same context,
+    relative to the largest reference logit, within ROUND_TRIP_BOUNDS (the
+    bf16 run's grade and a little more for fp8's activations). Each
+    format's own rounding error, against the fp32 model of the unrounded
+    weights, is printed beside (on this random model: int8 about 0.04,
+    fp8 0.21, int4 0.64 of the largest logit).
 
   python3 tests/infer/hf_quant_parity.py --worker build/bin/cohort-worker [--sections fp8-checkpoint,formats]
 
@@ -43,8 +49,69 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_generate_parity import (agreement, judge, make_configs, random_prompts, run_cohort,  # noqa: E402
                                 transformers_greedy)
 
-# Largest |cohort - fp32| / max |fp32 logit| per quantize-on-load format.
-REL_BOUNDS = {"int8": 0.03, "fp8": 0.10, "int4": 0.25}
+# Largest |cohort - fp32 of the round-tripped weights| / max |logit| per
+# quantize-on-load format (bf16: the unrounded weights; 0.02 its grade).
+ROUND_TRIP_BOUNDS = {"bf16": 0.02, "int8": 0.03, "int4": 0.03, "fp8": 0.05}
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+E4M3_MAX = 448.0
+
+
+def is_projection(key):
+    return key.endswith(".weight") and key.split(".")[-2] in PROJECTIONS
+
+
+def round_trip(state, fmt):
+    """`state` in fp32 with each projection round-tripped through cohort's `fmt` (on the CPU, in fp32)."""
+    out = {}
+    for key, tensor in state.items():
+        w = tensor.float().cpu()
+        if fmt == "bf16" or not is_projection(key):
+            out[key] = w
+            continue
+        rows, cols = w.shape
+        if fmt in ("int8", "int4"):
+            levels = 127.0 if fmt == "int8" else 7.0
+            g = w.reshape(rows, cols // 128, 128)
+            scale = g.abs().amax(-1, keepdim=True) / levels
+            q = torch.where(scale > 0, torch.round(g / torch.where(scale > 0, scale, 1.0)).clamp(-levels, levels),
+                            torch.zeros_like(g))
+            out[key] = (q * scale).reshape(rows, cols)
+        elif fmt == "fp8":
+            t = w.reshape(rows // 128, 128, cols // 128, 128)
+            amax = t.abs().amax(dim=(1, 3), keepdim=True)
+            scale = torch.where(amax > 0, E4M3_MAX / torch.where(amax > 0, amax, 1.0), torch.ones_like(amax))
+            codes = (t * scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float()
+            out[key] = (codes * (1.0 / scale)).reshape(rows, cols)
+        else:
+            raise ValueError(f"no round trip for {fmt}")
+    return out
+
+
+def e4m3_rows(x):
+    """x rounded to bf16, then to e4m3 per row and 128 columns with the least power-of-two scale s
+    with amax / s <= 448 (fp8_rows.h), and back."""
+    xb = x.to(torch.bfloat16).float()
+    shape = xb.shape
+    blocks = xb.reshape(*shape[:-1], shape[-1] // 128, 128)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    _, e = torch.frexp(amax / E4M3_MAX)
+    s = torch.ldexp(torch.ones_like(amax), e)
+    s = torch.where(amax > E4M3_MAX * s, 2 * s, s)
+    s = torch.where(amax <= 0.5 * E4M3_MAX * s, 0.5 * s, s)
+    s = torch.where(amax > 0, s, torch.ones_like(s))
+    codes = (blocks / s).to(torch.float8_e4m3fn).float()
+    return (codes * s).reshape(shape).to(x.dtype)
+
+
+def w8a8_prompts(model):
+    """Hooks that round each projection's input to e4m3 in forwards of more than one row (a prompt)."""
+    def hook(module, args):
+        x = args[0]
+        return (e4m3_rows(x),) + tuple(args[1:]) if x.shape[-2] > 1 else None
+    for name, module in model.named_modules():
+        if name.split(".")[-1] in PROJECTIONS:
+            module.register_forward_pre_hook(hook)
+    return model
 
 
 def dtype_key():
@@ -105,48 +172,65 @@ def fp8_checkpoint(args, config, bf16_dir, prompts, work, device):
     if not codes or scales != len(codes):
         print("  the folder holds no block-scaled e4m3 weights")
         return 1
-    hf_fp8 = [transformers_greedy(quantized, p, args.max_new) for p in prompts]
+    try:  # transformers' FP8 model needs its `kernels` package
+        hf_fp8 = [transformers_greedy(quantized, p, args.max_new) for p in prompts]
+    except Exception as e:  # noqa: BLE001
+        print(f"  transformers' FP8 model does not run here ({type(e).__name__}: {str(e)[:120]})")
+        hf_fp8 = None
     del quantized
-    reference = fp32_model(config, dequantize_fp8_blocks(state, qconfig["weight_block_size"]), device)
+    reference = w8a8_prompts(fp32_model(config, dequantize_fp8_blocks(state, qconfig["weight_block_size"]), device))
     ref = [transformers_greedy(reference, p, args.max_new) for p in prompts]
     del reference
     torch.cuda.empty_cache()
-    hf_err = max(err for _, err in agreement(ref, hf_fp8))
-    hf_parted = sum(k is not None for k, _ in agreement(ref, hf_fp8))
-    budget = max(args.fp8_tol, 1.5 * hf_err)
-    print(f"  transformers FP8 vs fp32 of the dequantized weights: max logit difference {hf_err:.3f}, "
-          f"{hf_parted} of {len(prompts)} prompts parted; budget {budget:.3f}")
+    if hf_fp8 is not None:
+        hf_err = max(err for _, err in agreement(ref, hf_fp8))
+        hf_parted = sum(k is not None for k, _ in agreement(ref, hf_fp8))
+        print(f"  transformers FP8 vs the W8A8 fp32 reference: max logit difference {hf_err:.3f}, "
+              f"{hf_parted} of {len(prompts)} prompts parted")
     rows, summary = run_cohort(args.worker, fp8_dir, prompts, work, "qwen3-fp8", 1, args.max_new,
                                batch=args.batch, device="cuda", dump_logits=True)
     print(f"  cohort {summary['engine']}, weights {summary.get('weights')}, "
           f"{summary['decode_tokens_per_s']:.0f} decode tokens/s")
     got = [(r["tokens"], r["logits"]) for r in rows]
-    failures = judge("fp8 checkpoint", ref, got, budget)
-    same = sum(k is None for k, _ in agreement(hf_fp8, got))
-    print(f"  cohort's tokens equal transformers' FP8 model's on {same} of {len(prompts)} prompts")
+    failures = judge("fp8 checkpoint", ref, got, args.fp8_tol)
+    if hf_fp8 is not None:
+        same = sum(k is None for k, _ in agreement(hf_fp8, got))
+        print(f"  cohort's tokens equal transformers' FP8 model's on {same} of {len(prompts)} prompts")
     return failures
 
 
-def formats(args, config, bf16_dir, prompts, work, device):
-    reference = fp32_model(config, {k: t.float() for k, t in read_folder(bf16_dir).items()}, device)
-    ref = [transformers_greedy(reference, p, args.max_new) for p in prompts]
-    del reference
+def reference_runs(config, state, prompts, args, device, w8a8=False):
+    model = fp32_model(config, state, device)
+    if w8a8:
+        w8a8_prompts(model)
+    runs = [transformers_greedy(model, p, args.max_new) for p in prompts]
+    del model
     torch.cuda.empty_cache()
-    scale = max(float(np.max(np.abs(logits))) for _, logits in ref)
+    return runs
+
+
+def formats(args, config, bf16_dir, prompts, work, device):
+    weights = read_folder(bf16_dir)
+    plain = reference_runs(config, {k: t.float() for k, t in weights.items()}, prompts, args, device)
+    scale = max(float(np.max(np.abs(logits))) for _, logits in plain)
     failures = 0
     for fmt in args.formats.split(","):
         keys = "" if fmt == "bf16" else f'quantize = "{fmt}"'
         rows, summary = run_cohort(args.worker, bf16_dir, prompts, work, f"qwen3-{fmt}", 1, args.max_new,
                                    batch=args.batch, device="cuda", dump_logits=True, model_keys=keys)
         got = [(r["tokens"], r["logits"]) for r in rows]
+        ref = plain if fmt == "bf16" else reference_runs(config, round_trip(weights, fmt), prompts, args, device,
+                                                         w8a8=fmt == "fp8")
         found = agreement(ref, got)
         rel = max(err for _, err in found) / scale
         parted = sum(k is not None for k, _ in found)
-        bound = REL_BOUNDS.get(fmt, 0.02)  # bf16: the bf16 section's grade
+        bound = ROUND_TRIP_BOUNDS.get(fmt, 0.02)
         bad = rel > bound
         failures += bad
+        rounding = max(err for _, err in agreement(plain, got)) / scale
         print(f"  {fmt}: weights {summary.get('weights')}, max |logit difference| / max |logit| {rel:.4f} "
-              f"(bound {bound}), {parted} of {len(prompts)} prompts parted{': FAIL' if bad else ''}")
+              f"against the round-tripped weights (bound {bound}), {parted} of {len(prompts)} prompts parted"
+              f"{': FAIL' if bad else ''}; {rounding:.4f} against the unrounded ones")
     return failures
 
 
@@ -158,7 +242,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--fp8-tol", type=float, default=0.1, help="fp8-checkpoint: least logit budget")
+    ap.add_argument("--fp8-tol", type=float, default=0.1, help="fp8-checkpoint: logit budget")
     ap.add_argument("--work", default=None)
     args = ap.parse_args()
     args.worker = os.path.abspath(args.worker)

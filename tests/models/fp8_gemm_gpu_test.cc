@@ -6,7 +6,8 @@
 // columns) activation block with a scale of its own, block rows whose
 // padding cuBLASLt must skip (384 columns: 3 blocks in a row of 4), store
 // and accumulate. Then the whole path from bf16 activations within e4m3's
-// rounding of the exact product. Skips with a message where no GPU is
+// rounding of the exact product, and the SwiGLU pass that codes its output
+// equal to the two kernels it replaces. Skips with a message where no GPU is
 // visible, or where cuBLASLt has no block-scaled e4m3 GEMM (before Hopper).
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "base/half_float.h"
 #include "models/decode/cuda_tuned_gemm.h"
 #include "models/ops/fp8_rows.h"
+#include "models/ops/swiglu.h"
 #include "models/quant/fp8_e4m3.h"
 #include "tests/models/cuda_backend_test.h"
 
@@ -80,6 +82,37 @@ TEST_P(Fp8Gemm, TheKernelQuantizesRowsAsTheReferenceDoes) {
   size_t differ = 0;
   for (size_t i = 0; i < got_codes.size(); ++i) differ += got_codes[i] != want_codes[i];
   EXPECT_EQ(differ, 0u) << "of " << got_codes.size() << " codes";
+}
+
+// The SwiGLU pass that also codes its output (the FP8 down projection's
+// input): h, codes and scales equal to swiglu_bf16 then quantize_rows_e4m3.
+TEST_P(Fp8Gemm, TheSwigluPassCodesItsOutputAsTheQuantizerDoes) {
+  const auto [n_pad, in, out] = GetParam();
+  (void)out;
+  const int n = n_pad - 3, I = in;
+  std::mt19937 rng(n_pad * 11 + in);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  std::vector<float> gate_up(size_t(n) * 2 * I);
+  for (auto& v : gate_up) v = g(rng);
+  auto* stream = static_cast<CUstream_st*>(gpu_->stream());
+  const float* d_gate_up = up(gate_up);
+  auto* want_h = static_cast<Bf16Bits*>(gpu_->alloc(size_t(n) * I * 2));
+  auto* got_h = static_cast<Bf16Bits*>(gpu_->alloc(size_t(n) * I * 2));
+  auto* want_codes = static_cast<uint8_t*>(gpu_->alloc(size_t(n_pad) * I));
+  auto* got_codes = static_cast<uint8_t*>(gpu_->alloc(size_t(n_pad) * I));
+  auto* want_scales = static_cast<float*>(gpu_->alloc(size_t(n_pad) * (I / 128) * 4));
+  auto* got_scales = static_cast<float*>(gpu_->alloc(size_t(n_pad) * (I / 128) * 4));
+  cuda::swiglu_bf16(d_gate_up, want_h, n, I, stream);
+  cuda::quantize_rows_e4m3(want_codes, want_scales, want_h, n, n_pad, I, stream);
+  cuda::swiglu_rows_e4m3(got_h, got_codes, got_scales, d_gate_up, n, n_pad, I, stream);
+  auto bytes = [&](const void* p, size_t count) {
+    std::vector<uint8_t> v(count);
+    gpu_->copy_to_host(v.data(), p, count);
+    return v;
+  };
+  EXPECT_EQ(bytes(got_h, size_t(n) * I * 2), bytes(want_h, size_t(n) * I * 2));
+  EXPECT_EQ(bytes(got_codes, size_t(n_pad) * I), bytes(want_codes, size_t(n_pad) * I));
+  EXPECT_EQ(bytes(got_scales, size_t(n_pad) * (I / 128) * 4), bytes(want_scales, size_t(n_pad) * (I / 128) * 4));
 }
 
 TEST_P(Fp8Gemm, BlockScaledProductsMatchSumsOverTheCodesValues) {
