@@ -29,7 +29,8 @@ long contexts (mean decode context = prompt + new / 2).
       [--batches 1,8,64,256] [--prompt-lens 64,1984] [--cb]
       [--variants]   (adds tp 1 eager and the fp32 models engine)
       [--graphs-only] (a mixture of experts: leaves out the op-by-op models engine's run)
-      [--quantize bf16,int4,int8,fp8]  (cohort's `[model] quantize`; the bound counts each format's bytes)
+      [--quantize bf16,int4,int8,fp8]  (cohort's `[model] quantize`; the bound counts each format's bytes;
+                                        "+kv8" after a format adds [infer] kv_cache_dtype = "fp8")
 """
 import argparse
 import json
@@ -210,13 +211,15 @@ def main():
                 runs.append((1, "model", True, "bf16"))
             if args.variants:
                 runs += [(1, "graphs", False, "bf16"), (1, "model", True, "bf16")]
-            for tp, engine, graphs, quantize in runs:
+            for tp, engine, graphs, label in runs:
+                quantize, fp8_cache = label.removesuffix("+kv8"), label.endswith("+kv8")
                 keys = "" if quantize == "bf16" else f'quantize = "{quantize}"'
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
-                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}-{quantize}", tp, args.new,
-                                        batch, engine=engine, graphs=graphs, model_keys=keys)
+                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}-{label}", tp, args.new,
+                                        batch, engine=engine, graphs=graphs, model_keys=keys,
+                                        infer_keys='kv_cache_dtype = "fp8"' if fp8_cache else "")
                 bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12, quantize)
-                rows.append({"context": context, "batch": batch, "tp": tp, "weights": quantize,
+                rows.append({"context": context, "batch": batch, "tp": tp, "weights": label,
                              "cohort_decode_tok_s": summary["decode_tokens_per_s"],
                              "cohort_ttft_ms": 1e3 * summary["ttft_s_mean"], "cohort_ready_s": summary["load_s"],
                              "cohort_engine": summary["engine"], "transformers_decode_tok_s": hf,

@@ -118,20 +118,22 @@ def launch_ranks(worker, job_file, world, env_extra, timeout=300):
         raise RuntimeError(f"cohort-worker {job_file}: {problem}{logs_text}")
 
 
-def write_job(path, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs=True, model_keys=""):
+def write_job(path, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs=True, model_keys="",
+              infer_keys=""):
     with open(path, "w") as f:
         f.write(f'[job]\nname = "{name}"\nkind = "infer"\ngpus_per_node = {tp}\n'
                 f'output_dir = "{out_dir}"\n\n[model]\nhf_dir = "{model_dir}"\n{model_keys}\n'
                 f'[infer]\nprompts = "{prompts_file}"\nmax_new_tokens = {max_new}\n'
                 f'batch_size = {batch}\ntensor_parallel = {tp}\n'
-                f'cuda_graphs = {"true" if graphs else "false"}\n')
+                f'cuda_graphs = {"true" if graphs else "false"}\n{infer_keys}\n')
 
 
 def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engine="graphs",
-               graphs=True, device="cuda", dump_logits=False, model_keys=""):
+               graphs=True, device="cuda", dump_logits=False, model_keys="", infer_keys=""):
     """Returns (outputs.jsonl rows, summary.json) of one cohort-worker run.
 
-    model_keys: extra lines for the job's [model] table ('quantize = "int4"').
+    model_keys: extra lines for the job's [model] table ('quantize = "int4"'); infer_keys the
+    same for [infer] ('kv_cache_dtype = "fp8"').
 
     With dump_logits each row also gets "logits": [steps, vocab] (numpy), the
     fp32 logits each generated token was chosen from.
@@ -142,7 +144,7 @@ def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engin
             f.write(json.dumps({"tokens": p}) + "\n")
     out_dir = os.path.join(work, f"{name}-out")
     job = os.path.join(work, f"{name}.toml")
-    write_job(job, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs, model_keys)
+    write_job(job, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs, model_keys, infer_keys)
     # transformers runs without EOS here, so cohort decodes past it too.
     env = {"COHORT_DEVICE": device, "COHORT_INFER_IGNORE_EOS": "1"}
     if engine == "model":
