@@ -185,19 +185,19 @@ void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
     models::cuda::gather_rows_bf16(buf_.head_x, buf_.xn, buf_.head_rows, head_count, H, stream_);
     head_x = buf_.head_x;
   }
-  // After folded layers xn holds the final norm's input unnormalised: the
-  // head's tiles scale by the norm, or a norm kernel finishes it for
-  // cuBLASLt, which streams a vocabulary-wide head faster past 32 rows (the
-  // tiles' row blocks would each read it from HBM).
+  // cuBLASLt streams a vocabulary-wide head faster past kTileHeadMaxRows
+  // rows (the tiles' row blocks would each read it from HBM). After folded
+  // layers xn holds the final norm's input unnormalised: the head's tiles
+  // scale by the norm, or a norm kernel finishes it for cuBLASLt; after the
+  // others (quantized projections, adapters) the last layer's norm did.
   models::cuda::FoldedNorm head_norm;
-  bool head_on_lt = false;
+  bool head_on_lt = !gathered && n > kTileHeadMaxRows;
   if (!gathered && folds_norms(n)) {
     if (n <= kTileHeadMaxRows && models::cuda::folded_norm_supported(n, H, V)) {
       head_norm.in_sumsq = buf_.sumsq, head_norm.eps = config_.rms_eps;
     } else {
       models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, config_.rms_eps,
                                      stream_);
-      head_on_lt = n > kTileHeadMaxRows;
     }
   }
   if (head_on_lt) {
