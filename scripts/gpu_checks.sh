@@ -46,7 +46,10 @@
 #                                          adds infer_bench.py arguments (--shape, --layers, --graphs-only)
 #   scripts/gpu_checks.sh decode_ncu OUTDIR
 #                                          one decode kernel (KERNEL regex, default the attention) under
-#                                          Nsight Compute after SKIP launches (5000), BATCHES=64 NEW=128
+#                                          Nsight Compute after SKIP launches (5000), BATCHES=64 NEW=128;
+#                                          NCU_ARGS adds infer_bench.py arguments (a prefill's kernel:
+#                                          KERNEL=prefill_attention_kernel SKIP=120 BATCHES=16 NEW=2
+#                                          NCU_ARGS="--prompt-lens 1984"; warm-up's launches come first)
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
 phase=${1:?tests or bench}
@@ -329,7 +332,9 @@ elif [[ $phase == decode_ncu ]]; then
     "${KERNEL:-decode_attention}" "${SKIP:-5000}" "$out/ncu.txt" "$bin/cohort-worker" >"$wrapper"
   chmod +x "$wrapper"
   STEP_TIMEOUT=240 step infer_under_ncu python3 bench/infer_bench.py --worker "$wrapper" \
-    --no-transformers --batches "${BATCHES:-64}" --new "${NEW:-128}" --work "$out/work"
+    --no-transformers --batches "${BATCHES:-64}" --new "${NEW:-128}" --work "$out/work" ${NCU_ARGS:-}
+  # The launch measured: its grid says whether SKIP passed warm-up's small shapes.
+  grep -E "^  [a-z_].*\([0-9]+, [0-9]+, [0-9]+\)x" "$out/ncu.txt" | head -2
   grep -E "Duration|Throughput|Memory \[|DRAM|L2 Hit|Warp Cycles|Stall|Achieved|Registers|Block Limit|Issued" "$out/ncu.txt" | head -60
 elif [[ $phase == attention ]]; then
   # cuDNN's fused attention against the CPU reference and the flash kernels,
