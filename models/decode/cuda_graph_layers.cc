@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/cuda_check.h"
 #include "models/decode/cuda_graph_state.h"
+#include "models/ops/fp8_rows.h"
 
 namespace cohort::models::decode {
 
@@ -28,7 +29,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
                      mc::gemv_supported(n, Qd) && mc::gemv_supported(n, I);
   const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
                         projection(n, I) != Projection::kCublasLt;
-  if (!fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, layers_[0].attn_norm, buf_.xn, n, H, eps, stream_);
+  if (!fused) norm_into_xn(nullptr, layers_[0].attn_norm, n, &layers_[0].wqkv);
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
     if (fused) {
@@ -56,7 +57,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.tmp, H, buf_.y, Qd, H, n);
       all_reduce(buf_.tmp, nH);
     }
-    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, L.mlp_norm, buf_.xn, n, H, eps, stream_);
+    norm_into_xn(in_place ? nullptr : buf_.tmp, L.mlp_norm, n, L.sparse ? nullptr : &L.wgu);
     if (L.sparse) {
       // The experts' weighted outputs add into the residual, or into tmp
       // (zeroed) whose partial sums the ranks add first.
@@ -79,12 +80,28 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       if (!in_place) all_reduce(buf_.tmp, nH);
     }
     // The next layer's input norm, or after the last layer the final norm.
-    const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
-    mc::add_rmsnorm_bf16(buf_.x, in_place ? nullptr : buf_.tmp, next, buf_.xn, n, H, eps, stream_);
+    const bool last = l + 1 == config_.layers;
+    norm_into_xn(in_place ? nullptr : buf_.tmp, last ? final_norm_ : layers_[l + 1].attn_norm, n,
+                 last ? nullptr : &layers_[l + 1].wqkv);
   }
   // The final norm, which the LM head reads (its vocabulary of rows is too
   // wide for every block to normalise the input itself).
   if (fused) mc::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, eps, stream_);
+}
+
+// x (+= delta) normalised by `weight` into buf_.xn; where `next`, the
+// projection that reads xn next, takes the FP8 tensor cores, coded for it
+// in the same pass (rmsnorm.h's add_rmsnorm_e4m3), which its gemm_fp8 then
+// does not repeat.
+void CudaGraphEngine::norm_into_xn(const float* delta, const float* weight, int n, const Weight* next) {
+  const int H = config_.hidden;
+  if (next && fp8_gemm(*next, n) && models::cuda::add_rmsnorm_e4m3_supported(H)) {
+    models::cuda::add_rmsnorm_e4m3(buf_.x, delta, weight, buf_.xn, fp8_x_, fp8_x_scales_, n,
+                                   models::fp8_rows_padded(n), H, config_.rms_eps, stream_);
+    fp8_x_holds_ = buf_.xn;
+    return;
+  }
+  models::cuda::add_rmsnorm_bf16(buf_.x, delta, weight, buf_.xn, n, H, config_.rms_eps, stream_);
 }
 
 models::KvView CudaGraphEngine::kv_view(const Layer& L) const {

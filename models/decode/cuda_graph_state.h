@@ -263,6 +263,7 @@ class CudaGraphEngine final : public InferenceEngine {
   // n rows takes it, and the projection itself, y = or += x · Wᵀ with x
   // quantized per row and 128 columns first (models/ops/fp8_rows.h).
   bool fp8_gemm(const Weight& w, int n) const;
+  void norm_into_xn(const float* delta, const float* weight, int n, const Weight* next);
   void gemm_fp8(float* y, const Bf16* x, const Weight& w, int n, int in, int out, bool accumulate);
   // Whether cuBLASLt multiplies the FP8 weights (probed in alloc_buffers:
   // Hopper and a cuBLASLt with block scaling), and the activations' codes
@@ -270,9 +271,10 @@ class CudaGraphEngine final : public InferenceEngine {
   bool fp8_weights_ = false, fp8_gemm_ready_ = false;
   uint8_t* fp8_x_ = nullptr;
   float* fp8_x_scales_ = nullptr;
-  // The activations fp8_x_ already holds (the SwiGLU wrote buf_.h's codes
-  // in its pass), which the next gemm_fp8 of them then does not quantize
-  // again; reset by that gemm_fp8. Host state while a step is enqueued.
+  // The activations fp8_x_ already holds (the SwiGLU or a norm coded
+  // buf_.h or buf_.xn in its pass, for the projection right after), which
+  // that gemm_fp8 then does not quantize again, and resets. Host state
+  // while a step is enqueued.
   const Bf16* fp8_x_holds_ = nullptr;
   std::string packed_format_;  // the first packed weight's, for describe(); "" when none
   bool quantized_ = false;     // some projection is packed: no norm-folding GEMV forms

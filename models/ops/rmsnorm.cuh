@@ -5,6 +5,7 @@
 #pragma once
 
 #include "models/cuda/common.cuh"
+#include "models/ops/fp8_rows.cuh"
 #include "models/ops/rmsnorm.h"
 
 namespace cohort::models::cuda {
@@ -83,9 +84,17 @@ inline int weight_grad_rows_per_chunk(int n, int dim) {
 // (no kernel writes it), x and delta in one round trip after it.
 constexpr int kAddNormPerThread = 16;
 
+// Where the norm's output is also coded for the FP8 tensor cores
+// (add_rmsnorm_e4m3); codes null: not.
+struct E4m3Rows {
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int n_pad = 0;
+};
+
 template <bool kInRegisters>
 __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const float* w,
-                                        Bf16Bits* out, int hidden, float eps) {
+                                        Bf16Bits* out, int hidden, float eps, E4m3Rows e4m3, int n) {
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   if constexpr (kInRegisters) {
     float wv[kAddNormPerThread], xv[kAddNormPerThread];
@@ -95,6 +104,13 @@ __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const floa
       wv[k] = j < hidden ? __ldg(w + j) : 0.0f;
     }
     begin_dependent();
+    if (e4m3.codes && static_cast<int>(blockIdx.x) >= n) {  // a padding row of the codes
+      for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+        e4m3.codes[base + j] = 0;
+        if (j % kFp8RowBlock == 0) e4m3.scales[static_cast<size_t>(j / kFp8RowBlock) * e4m3.n_pad + blockIdx.x] = 1.0f;
+      }
+      return;
+    }
     float ss = 0;
 #pragma unroll
     for (int k = 0; k < kAddNormPerThread; ++k) {
@@ -115,6 +131,34 @@ __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const floa
     for (int k = 0; k < kAddNormPerThread; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       if (j < hidden) out[base + j] = to_bf16_bits(wv[k] * (xv[k] * r));
+    }
+    if (e4m3.codes) {
+      // blockDim.x is kThreads: at step k warps 0-3 hold one 128-column
+      // block of the row and warps 4-7 the next; each block's largest
+      // magnitude meets in shared memory, then each thread codes its value
+      // as quantize_rows_e4m3 codes the bf16 output.
+      __shared__ float warp_amax[kAddNormPerThread][kThreads / 32];
+      const int warp = static_cast<int>(threadIdx.x >> 5), first = (warp / 4) * 4;
+#pragma unroll
+      for (int k = 0; k < kAddNormPerThread; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        float a = j < hidden ? fabsf(__uint_as_float(uint32_t(to_bf16_bits(wv[k] * (xv[k] * r))) << 16)) : 0.0f;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, offset));
+        if ((threadIdx.x & 31) == 0) warp_amax[k][warp] = a;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kAddNormPerThread; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j >= hidden) continue;
+        const float amax = fmaxf(fmaxf(warp_amax[k][first], warp_amax[k][first + 1]),
+                                 fmaxf(warp_amax[k][first + 2], warp_amax[k][first + 3]));
+        const float scale = fp8_rows_scale(amax);
+        const float v = __uint_as_float(uint32_t(to_bf16_bits(wv[k] * (xv[k] * r))) << 16);
+        e4m3.codes[base + j] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v * (1.0f / scale), __NV_SATFINITE, __NV_E4M3));
+        if (j % kFp8RowBlock == 0) e4m3.scales[static_cast<size_t>(j / kFp8RowBlock) * e4m3.n_pad + blockIdx.x] = scale;
+      }
     }
   } else {
     begin_dependent();
@@ -172,7 +216,7 @@ constexpr int kNormRowsPerBlock = 8;
 
 template <int kVecs>  // float4s a lane: hidden / 128
 __global__ void add_rmsnorm_rows_bf16_kernel(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
-                                             float eps) {
+                                             float eps, E4m3Rows e4m3) {
   constexpr int kHidden = kVecs * 128;
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kNormRowsPerBlock + static_cast<int>(threadIdx.x >> 5);
@@ -180,7 +224,16 @@ __global__ void add_rmsnorm_rows_bf16_kernel(float* x, const float* delta, const
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) wv[k] = __ldg(reinterpret_cast<const float4*>(w) + lane + 32 * k);
   begin_dependent();
-  if (row >= n) return;
+  if (row >= n) {
+    if (e4m3.codes && row < e4m3.n_pad) {  // a padding row of the codes
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        *reinterpret_cast<uint32_t*>(e4m3.codes + static_cast<size_t>(row) * kHidden + 128 * k + 4 * lane) = 0;
+        if (lane == 0) e4m3.scales[static_cast<size_t>(k) * e4m3.n_pad + row] = 1.0f;
+      }
+    }
+    return;
+  }
   float4* xr = reinterpret_cast<float4*>(x + static_cast<size_t>(row) * kHidden);
   const float4* dr = delta ? reinterpret_cast<const float4*>(delta + static_cast<size_t>(row) * kHidden) : nullptr;
   float4 xv[kVecs];
@@ -201,8 +254,14 @@ __global__ void add_rmsnorm_rows_bf16_kernel(float* x, const float* delta, const
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const float4 v = xv[k], g = wv[k];
-    o[lane + 32 * k] = make_uint2(pack_bf16x2(g.x * (v.x * r), g.y * (v.y * r)),
-                                  pack_bf16x2(g.z * (v.z * r), g.w * (v.w * r)));
+    const uint2 packed = make_uint2(pack_bf16x2(g.x * (v.x * r), g.y * (v.y * r)),
+                                    pack_bf16x2(g.z * (v.z * r), g.w * (v.w * r)));
+    o[lane + 32 * k] = packed;
+    // Step k is the row's 128-column block k, the whole warp's.
+    if (e4m3.codes) {
+      e4m3_block(e4m3.codes + static_cast<size_t>(row) * kHidden + 128 * k + 4 * lane,
+                 e4m3.scales + static_cast<size_t>(k) * e4m3.n_pad + row, packed.x, packed.y);
+    }
   }
 }
 
@@ -212,19 +271,48 @@ void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* ou
     const unsigned blocks = static_cast<unsigned>((n + kNormRowsPerBlock - 1) / kNormRowsPerBlock);
     const unsigned threads = 32 * kNormRowsPerBlock;
     if (hidden == 512) {
-      launch_dependent(add_rmsnorm_rows_bf16_kernel<4>, blocks, threads, 0, stream, x, delta, w, out, n, eps);
+      launch_dependent(add_rmsnorm_rows_bf16_kernel<4>, blocks, threads, 0, stream, x, delta, w, out, n, eps,
+                       E4m3Rows{});
     } else if (hidden == 1024) {
-      launch_dependent(add_rmsnorm_rows_bf16_kernel<8>, blocks, threads, 0, stream, x, delta, w, out, n, eps);
+      launch_dependent(add_rmsnorm_rows_bf16_kernel<8>, blocks, threads, 0, stream, x, delta, w, out, n, eps,
+                       E4m3Rows{});
     } else {
-      launch_dependent(add_rmsnorm_rows_bf16_kernel<16>, blocks, threads, 0, stream, x, delta, w, out, n, eps);
+      launch_dependent(add_rmsnorm_rows_bf16_kernel<16>, blocks, threads, 0, stream, x, delta, w, out, n, eps,
+                       E4m3Rows{});
     }
     return;
   }
   if (hidden <= kAddNormPerThread * kThreads) {
-    launch_dependent(add_rmsnorm_bf16_kernel<true>, n, kThreads, 0, stream, x, delta, w, out, hidden, eps);
+    launch_dependent(add_rmsnorm_bf16_kernel<true>, n, kThreads, 0, stream, x, delta, w, out, hidden, eps,
+                     E4m3Rows{}, n);
   } else {
-    launch_dependent(add_rmsnorm_bf16_kernel<false>, n, kThreads, 0, stream, x, delta, w, out, hidden, eps);
+    launch_dependent(add_rmsnorm_bf16_kernel<false>, n, kThreads, 0, stream, x, delta, w, out, hidden, eps,
+                     E4m3Rows{}, n);
   }
+}
+
+bool add_rmsnorm_e4m3_supported(int hidden) {
+  return hidden % kFp8RowBlock == 0 && hidden <= kAddNormPerThread * kThreads;
+}
+
+void add_rmsnorm_e4m3(float* x, const float* delta, const float* w, Bf16Bits* out, uint8_t* codes, float* scales,
+                      int n, int n_pad, int hidden, float eps, CUstream_st* stream) {
+  COHORT_CHECK_MSG(add_rmsnorm_e4m3_supported(hidden), "add_rmsnorm_e4m3: hidden {} is not supported", hidden);
+  E4m3Rows e4m3;
+  e4m3.codes = codes, e4m3.scales = scales, e4m3.n_pad = n_pad;
+  if (n >= 32 && (hidden == 512 || hidden == 1024 || hidden == 2048)) {
+    const unsigned blocks = static_cast<unsigned>((n_pad + kNormRowsPerBlock - 1) / kNormRowsPerBlock);
+    const unsigned threads = 32 * kNormRowsPerBlock;
+    if (hidden == 512) {
+      launch_dependent(add_rmsnorm_rows_bf16_kernel<4>, blocks, threads, 0, stream, x, delta, w, out, n, eps, e4m3);
+    } else if (hidden == 1024) {
+      launch_dependent(add_rmsnorm_rows_bf16_kernel<8>, blocks, threads, 0, stream, x, delta, w, out, n, eps, e4m3);
+    } else {
+      launch_dependent(add_rmsnorm_rows_bf16_kernel<16>, blocks, threads, 0, stream, x, delta, w, out, n, eps, e4m3);
+    }
+    return;
+  }
+  launch_dependent(add_rmsnorm_bf16_kernel<true>, n_pad, kThreads, 0, stream, x, delta, w, out, hidden, eps, e4m3, n);
 }
 
 }  // namespace cohort::models::cuda

@@ -31,6 +31,15 @@ namespace cohort::models::cuda {
 void add_rmsnorm_bf16(float* x, const float* delta, const float* w, Bf16Bits* out, int n,
                       int hidden, float eps, CUstream_st* stream);
 
+// add_rmsnorm_bf16 that also codes out as quantize_rows_e4m3 (fp8_rows.h)
+// would: codes [n_pad, hidden], scales [hidden / 128, n_pad], rows
+// [n, n_pad) zero codes and scale 1. An FP8 projection's input in the
+// norm's pass; where add_rmsnorm_e4m3_supported (hidden a multiple of 128,
+// the widths add_rmsnorm_bf16 keeps in registers).
+bool add_rmsnorm_e4m3_supported(int hidden);
+void add_rmsnorm_e4m3(float* x, const float* delta, const float* w, Bf16Bits* out, uint8_t* codes, float* scales,
+                      int n, int n_pad, int hidden, float eps, CUstream_st* stream);
+
 // The start of a folded-norm chain (FoldedNorm, gemv.h): out [n, hidden] =
 // bf16(x * w), and sumsq [n, hidden / 64] the sums of squares of each row's
 // 64-column chunks. hidden a multiple of 64.

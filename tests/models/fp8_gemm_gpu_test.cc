@@ -6,8 +6,8 @@
 // columns) activation block with a scale of its own, block rows whose
 // padding cuBLASLt must skip (384 columns: 3 blocks in a row of 4), store
 // and accumulate. Then the whole path from bf16 activations within e4m3's
-// rounding of the exact product, and the SwiGLU pass that codes its output
-// equal to the two kernels it replaces. Skips with a message where no GPU is
+// rounding of the exact product, and the SwiGLU and norm passes that code
+// their output equal to the two kernels each replaces. Skips with a message where no GPU is
 // visible, or where cuBLASLt has no block-scaled e4m3 GEMM (before Hopper).
 #include <gtest/gtest.h>
 
@@ -19,6 +19,7 @@
 #include "base/half_float.h"
 #include "models/decode/cuda_tuned_gemm.h"
 #include "models/ops/fp8_rows.h"
+#include "models/ops/rmsnorm.h"
 #include "models/ops/swiglu.h"
 #include "models/quant/fp8_e4m3.h"
 #include "tests/models/cuda_backend_test.h"
@@ -55,6 +56,29 @@ class Fp8Gemm : public testing::CudaBackendTest, public ::testing::WithParamInte
     ASSERT_TRUE(lt.is_ok()) << lt.status().message();
     lt_ = std::move(*lt);
     if (!lt_->fp8_supported(16, 128, 128)) GTEST_SKIP() << "cuBLASLt has no block-scaled e4m3 GEMM on this GPU";
+  }
+  // A device buffer's bytes, for comparisons bit for bit.
+  std::vector<uint8_t> bytes(const void* p, size_t count) {
+    std::vector<uint8_t> v(count);
+    gpu_->copy_to_host(v.data(), p, count);
+    return v;
+  }
+  // bf16 rows [n, cols] and their e4m3 codes [n_pad, cols] and scales
+  // [cols / 128, n_pad], on the device.
+  struct CodedRows {
+    Bf16Bits* values;
+    uint8_t* codes;
+    float* scales;
+  };
+  CodedRows coded_rows(int n, int n_pad, int cols) {
+    return {static_cast<Bf16Bits*>(gpu_->alloc(size_t(n) * cols * 2)),
+            static_cast<uint8_t*>(gpu_->alloc(size_t(n_pad) * cols)),
+            static_cast<float*>(gpu_->alloc(size_t(n_pad) * (cols / 128) * 4))};
+  }
+  void expect_same(const CodedRows& got, const CodedRows& want, int n, int n_pad, int cols) {
+    EXPECT_EQ(bytes(got.values, size_t(n) * cols * 2), bytes(want.values, size_t(n) * cols * 2));
+    EXPECT_EQ(bytes(got.codes, size_t(n_pad) * cols), bytes(want.codes, size_t(n_pad) * cols));
+    EXPECT_EQ(bytes(got.scales, size_t(n_pad) * (cols / 128) * 4), bytes(want.scales, size_t(n_pad) * (cols / 128) * 4));
   }
   static constexpr size_t kWorkspace = size_t{32} << 20;
   cudaStream_t stream_ = nullptr;
@@ -96,23 +120,39 @@ TEST_P(Fp8Gemm, TheSwigluPassCodesItsOutputAsTheQuantizerDoes) {
   for (auto& v : gate_up) v = g(rng);
   auto* stream = static_cast<CUstream_st*>(gpu_->stream());
   const float* d_gate_up = up(gate_up);
-  auto* want_h = static_cast<Bf16Bits*>(gpu_->alloc(size_t(n) * I * 2));
-  auto* got_h = static_cast<Bf16Bits*>(gpu_->alloc(size_t(n) * I * 2));
-  auto* want_codes = static_cast<uint8_t*>(gpu_->alloc(size_t(n_pad) * I));
-  auto* got_codes = static_cast<uint8_t*>(gpu_->alloc(size_t(n_pad) * I));
-  auto* want_scales = static_cast<float*>(gpu_->alloc(size_t(n_pad) * (I / 128) * 4));
-  auto* got_scales = static_cast<float*>(gpu_->alloc(size_t(n_pad) * (I / 128) * 4));
-  cuda::swiglu_bf16(d_gate_up, want_h, n, I, stream);
-  cuda::quantize_rows_e4m3(want_codes, want_scales, want_h, n, n_pad, I, stream);
-  cuda::swiglu_rows_e4m3(got_h, got_codes, got_scales, d_gate_up, n, n_pad, I, stream);
-  auto bytes = [&](const void* p, size_t count) {
-    std::vector<uint8_t> v(count);
-    gpu_->copy_to_host(v.data(), p, count);
-    return v;
-  };
-  EXPECT_EQ(bytes(got_h, size_t(n) * I * 2), bytes(want_h, size_t(n) * I * 2));
-  EXPECT_EQ(bytes(got_codes, size_t(n_pad) * I), bytes(want_codes, size_t(n_pad) * I));
-  EXPECT_EQ(bytes(got_scales, size_t(n_pad) * (I / 128) * 4), bytes(want_scales, size_t(n_pad) * (I / 128) * 4));
+  const CodedRows want = coded_rows(n, n_pad, I), got = coded_rows(n, n_pad, I);
+  cuda::swiglu_bf16(d_gate_up, want.values, n, I, stream);
+  cuda::quantize_rows_e4m3(want.codes, want.scales, want.values, n, n_pad, I, stream);
+  cuda::swiglu_rows_e4m3(got.values, got.codes, got.scales, d_gate_up, n, n_pad, I, stream);
+  expect_same(got, want, n, n_pad, I);
+}
+
+// The residual add + norm that codes its output (the FP8 qkv and gate/up
+// projections' input): x, out, codes and scales equal to add_rmsnorm_bf16
+// then quantize_rows_e4m3, in both of its kernels (a warp a row at 32 rows
+// or more and widths of 512 to 2,048, a block a row otherwise).
+TEST_P(Fp8Gemm, TheNormCodesItsOutputAsTheQuantizerDoes) {
+  const auto [n_pad, in, out] = GetParam();
+  (void)out;
+  const int n = n_pad - 3, hidden = in;
+  ASSERT_TRUE(cuda::add_rmsnorm_e4m3_supported(hidden));
+  std::mt19937 rng(n_pad * 13 + in);
+  std::normal_distribution<float> g(0.0f, 1.5f);
+  std::vector<float> x(size_t(n) * hidden), delta(x.size()), w(static_cast<size_t>(hidden));
+  for (auto& v : x) v = g(rng);
+  for (auto& v : delta) v = g(rng);
+  for (auto& v : w) v = 1.0f + 0.1f * g(rng);
+  auto* stream = static_cast<CUstream_st*>(gpu_->stream());
+  float* want_x = up(x);
+  float* got_x = up(x);
+  const float* d_delta = up(delta);
+  const float* d_w = up(w);
+  const CodedRows want = coded_rows(n, n_pad, hidden), got = coded_rows(n, n_pad, hidden);
+  cuda::add_rmsnorm_bf16(want_x, d_delta, d_w, want.values, n, hidden, 1e-6f, stream);
+  cuda::quantize_rows_e4m3(want.codes, want.scales, want.values, n, n_pad, hidden, stream);
+  cuda::add_rmsnorm_e4m3(got_x, d_delta, d_w, got.values, got.codes, got.scales, n, n_pad, hidden, 1e-6f, stream);
+  EXPECT_EQ(bytes(got_x, x.size() * 4), bytes(want_x, x.size() * 4));
+  expect_same(got, want, n, n_pad, hidden);
 }
 
 TEST_P(Fp8Gemm, BlockScaledProductsMatchSumsOverTheCodesValues) {
