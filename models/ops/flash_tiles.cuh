@@ -216,6 +216,18 @@ __device__ inline void attend_tile(float (&o)[D / 8][4], float (&m)[2], float (&
   }
 }
 
+// Two atoms' A fragments a0, a1 times two B fragments b0, b1 (n-tiles n
+// and n + 1): c[atom][n-tile] += a · b, each fragment read once for two
+// products.
+__device__ inline void mma_2x2(float (&c00)[4], float (&c01)[4], float (&c10)[4], float (&c11)[4],
+                               const uint32_t (&a0)[4], const uint32_t (&a1)[4], const uint32_t (&b0)[2],
+                               const uint32_t (&b1)[2]) {
+  mma(c00, a0, b0);
+  mma(c01, a0, b1);
+  mma(c10, a1, b0);
+  mma(c11, a1, b1);
+}
+
 // attend_tile for a warp of 32 query rows, two 16-row atoms: rows
 // [row0, row0 + 32) of sQ [rows][ldq], their fragments read from shared
 // memory at each step (in registers they would not fit beside two atoms'
@@ -236,10 +248,7 @@ __device__ inline void attend_tile_pair(float (&o)[2][D / 8][4], float (&m)[2][2
     for (int nt = 0; nt < kKeys / 8; nt += 2) {
       uint32_t b0[2], b1[2];
       load_b2(b0, b1, sK, ld, nt * 8, kk * 16);
-      mma(s[0][nt], a0, b0);
-      mma(s[0][nt + 1], a0, b1);
-      mma(s[1][nt], a1, b0);
-      mma(s[1][nt + 1], a1, b1);
+      mma_2x2(s[0][nt], s[0][nt + 1], s[1][nt], s[1][nt + 1], a0, a1, b0, b1);
     }
   }
 #pragma unroll
@@ -255,10 +264,7 @@ __device__ inline void attend_tile_pair(float (&o)[2][D / 8][4], float (&m)[2][2
     for (int nd = 0; nd < D / 8; nd += 2) {
       uint32_t b0[2], b1[2];
       load_b2_trans(b0, b1, sV, ld, nd * 8, kk * 16);
-      mma(o[0][nd], pa0, b0);
-      mma(o[0][nd + 1], pa0, b1);
-      mma(o[1][nd], pa1, b0);
-      mma(o[1][nd + 1], pa1, b1);
+      mma_2x2(o[0][nd], o[0][nd + 1], o[1][nd], o[1][nd + 1], pa0, pa1, b0, b1);
     }
   }
 }
