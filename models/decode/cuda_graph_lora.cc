@@ -20,6 +20,7 @@ namespace cohort::models::decode {
 namespace {
 
 constexpr int kTargets = 7;  // models::kAllLoraTargets
+static_assert(kGraphLoraRank <= models::cuda::kLoraMaxRank, "the LoRA kernel takes every rank the engine admits");
 
 size_t table_at(int layer, models::LoraTarget target, int slot) {
   return (static_cast<size_t>(layer) * kTargets + static_cast<size_t>(target)) * kGraphLoraSlots +
@@ -44,11 +45,9 @@ Status CudaGraphEngine::alloc_lora() {
   COHORT_ASSIGN_OR_RETURN(void* ranks, device_alloc(kGraphLoraSlots * 4));
   COHORT_ASSIGN_OR_RETURN(void* scales, device_alloc(kGraphLoraSlots * 4));
   COHORT_ASSIGN_OR_RETURN(void* rows, device_alloc(static_cast<size_t>(max_rows_) * 4));
-  COHORT_ASSIGN_OR_RETURN(void* t, device_alloc(static_cast<size_t>(max_rows_) * kGraphLoraRank *
-                                                models::cuda::kLoraMaxTargets * 4));
   lora_.a = static_cast<const Bf16**>(a), lora_.b = static_cast<const Bf16**>(b);
   lora_.ranks = static_cast<int32_t*>(ranks), lora_.scales = static_cast<float*>(scales);
-  lora_.rows = static_cast<int32_t*>(rows), lora_.t = static_cast<float*>(t);
+  lora_.rows = static_cast<int32_t*>(rows);
   lora_.host_a.assign(entries, nullptr);
   lora_.host_b.assign(entries, nullptr);
   lora_.host_ranks.assign(kGraphLoraSlots, 0);
@@ -156,10 +155,8 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   for (int width : widths) targets.width[z] = width, targets.column[z] = column, column += width, ++z;
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
-  models::cuda::lora_shrink_bf16(lora_.t, x, lora_.a + at, lora_.ranks, lora_.rows, n, in, kGraphLoraRank, targets,
-                                 stream_);
-  models::cuda::lora_expand_bf16(y, y_stride, lora_.t, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows, n,
-                                 kGraphLoraRank, targets, stream_);
+  models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows, n,
+                               in, targets, stream_);
 }
 
 }  // namespace cohort::models::decode

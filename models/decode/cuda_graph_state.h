@@ -193,8 +193,8 @@ class CudaGraphEngine final : public InferenceEngine {
   };
   MoeBuffers moe_{};
   // Served adapters: device tables of each (layer, target, table slot)'s A
-  // and B, each slot's rank and scale, each row's slot (-1: none), the
-  // shrink's scratch [R, kGraphLoraRank]; their host mirrors, each slot's
+  // and B, each slot's rank and scale, each row's slot (-1: none); their
+  // host mirrors, each slot's
   // device memory, each adapter index's slot (-1 once removed) and each
   // sequence slot's adapter index.
   struct LoraTables {
@@ -204,7 +204,6 @@ class CudaGraphEngine final : public InferenceEngine {
     int32_t* ranks = nullptr;
     float* scales = nullptr;
     int32_t* rows = nullptr;
-    float* t = nullptr;
     std::vector<const Bf16*> host_a, host_b;
     std::vector<int32_t> host_ranks;
     std::vector<float> host_scales;
@@ -223,7 +222,7 @@ class CudaGraphEngine final : public InferenceEngine {
   void enqueue_lora(int layer, models::LoraTarget target, float* y, int y_stride, const Bf16* x, int in, int out,
                     int n);
   // The same for `count` consecutive targets from `first` that read the same
-  // x (q, k and v; gate and up), in one launch each: y's columns are the
+  // x (q, k and v; gate and up), in one launch: y's columns are the
   // targets' outputs side by side, of the given widths.
   void enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride, const Bf16* x, int in,
                     std::initializer_list<int> widths, int n);

@@ -14,11 +14,12 @@
 // on the device, so a captured graph serves whatever adapters the rows
 // name at replay. in % 8 == 0 (16-byte loads) and ranks up to r_max.
 //
-// On the GPU, targets that read the same x (q, k and v; gate and up) go in
-// one launch each (LoraTargets): target z's tables at a + z * table_stride
-// (b likewise), its t at t + z * n * r_max, its outputs at columns
-// [column[z], column[z] + width[z]) of y. That is the single-target form
-// once per target; the reference is that.
+// On the GPU (lora_rows.cuh) shrink and expand are one launch, t never
+// leaving the chip, and targets that read the same x (q, k and v; gate and
+// up) share it (LoraTargets): target z's tables at a + z * table_stride
+// (b likewise), its outputs at columns [column[z], column[z] + width[z])
+// of y. That is the single-target form once per target; the reference is
+// that.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,7 @@ void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* 
 namespace cohort::models::cuda {
 
 inline constexpr int kLoraMaxTargets = 3;
+inline constexpr int kLoraMaxRank = 64;  // the largest rank the kernel takes
 struct LoraTargets {
   int count = 1;
   size_t table_stride = 0;  // table entries between consecutive targets'
@@ -46,17 +48,16 @@ struct LoraTargets {
   int column[kLoraMaxTargets] = {};
 };
 
-void lora_shrink_bf16(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
-                      const int32_t* row_adapter, int n, int in, int r_max, const LoraTargets& targets,
-                      CUstream_st* stream);
-void lora_expand_bf16(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
-                      const float* scales, const int32_t* row_adapter, int n, int r_max, const LoraTargets& targets,
-                      CUstream_st* stream);
+// y += each row's adapter's scale · B_a A_a x (the reference's shrink then
+// expand, t kept on chip), for every target of `targets` in one launch.
+// Ranks up to kLoraMaxRank; widths multiples of 8, y_stride and columns
+// even.
+void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
+                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
+                    const LoraTargets& targets, CUstream_st* stream);
 // One target of `out` outputs from column 0.
-void lora_shrink_bf16(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const int32_t* ranks,
-                      const int32_t* row_adapter, int n, int in, int r_max, CUstream_st* stream);
-void lora_expand_bf16(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
-                      const float* scales, const int32_t* row_adapter, int n, int out, int r_max,
-                      CUstream_st* stream);
+void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
+                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in, int out,
+                    CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

@@ -1,9 +1,12 @@
-// The per-row LoRA kernels (models/ops/lora_rows.h) against their CPU
-// reference on random inputs: 70 rows over three adapters of ranks 4, 16
-// and 64 (the engine's cap) and rows without one, an adapter without the
-// projection, inputs of a decode projection's width; and targets that
-// share an input in one launch (q, k and v: tables a slot stride apart,
-// outputs side by side in one row) against the reference once per target.
+// The per-row LoRA kernel (models/ops/lora_rows.h) against its CPU
+// reference (shrink then expand) on random inputs, as decode steps and
+// prompts give it rows: rows over three adapters of ranks 4, 16 and 64
+// (the engine's cap) and rows without one, an adapter without the
+// projection, inputs of a decode projection's width, rows interleaved and
+// in runs that end inside a tile; and targets that share an input in one
+// launch (q, k and v: tables a slot stride apart, outputs side by side in
+// one row, a rank not a multiple of 8 and an odd one) against the
+// reference once per target.
 // Part of
 // models_decode_ops_parity_test; skips with a message where no GPU is
 // visible.
@@ -20,10 +23,30 @@ namespace {
 using namespace decode_parity;  // NOLINT: the shared fixture and helpers
 using testing::random_vector;
 
-class LoraRowsParity : public DecodeOpsParity {};
+class LoraRowsParity : public DecodeOpsParity {
+ protected:
+  void shrink_and_expand(int n, bool runs);
+  void targets_in_one_launch(int n);
+};
 
-TEST_F(LoraRowsParity, ShrinkAndExpandMatchTheReference) {
-  const int n = 70, in = 1024, out = 768, r_max = 64;
+// Row r's adapter among `adapters` (-1: none): interleaved as a decode
+// step's rows, or in runs of 1 to 40 rows as prompts' rows.
+std::vector<int32_t> row_adapters(int n, int adapters, bool runs) {
+  std::vector<int32_t> rows(n);
+  if (!runs) {
+    for (int r = 0; r < n; ++r) rows[r] = r % 4 == 3 ? -1 : r % adapters;
+    return rows;
+  }
+  for (int r = 0, run = 0; r < n; ++run) {
+    const int length = 1 + (run * 17) % 40, adapter = run % (adapters + 1) - 1;
+    for (int i = 0; i < length && r < n; ++i) rows[r++] = adapter;
+  }
+  return rows;
+}
+
+void LoraRowsParity::shrink_and_expand(int n, bool runs) {
+  SCOPED_TRACE(::testing::Message() << n << " rows" << (runs ? " in runs" : " interleaved"));
+  const int in = 1024, out = 768, r_max = 64;
   const std::vector<int32_t> ranks = {4, 16, 64};
   const std::vector<float> scales = {2.0f, 0.5f, 1.25f};
   std::vector<std::vector<uint16_t>> A, B;
@@ -35,30 +58,37 @@ TEST_F(LoraRowsParity, ShrinkAndExpandMatchTheReference) {
     const bool has_b = a != 1;  // adapter 1 does not target this projection
     b_host.push_back(has_b ? B[a].data() : nullptr), b_dev.push_back(has_b ? up(B[a]) : nullptr);
   }
-  std::vector<int32_t> rows(n);
-  for (int r = 0; r < n; ++r) rows[r] = r % 4 == 3 ? -1 : r % 3;
+  const std::vector<int32_t> rows = row_adapters(n, 3, runs);
   const auto x = to_bf16(random_vector(size_t(n) * in, 60));
   const auto y0 = random_vector(size_t(n) * out, 61);
   std::vector<float> t(size_t(n) * r_max), y = y0;
   cpu::lora_shrink(t.data(), x.data(), a_host.data(), ranks.data(), rows.data(), n, in, r_max);
   cpu::lora_expand(y.data(), out, t.data(), b_host.data(), ranks.data(), scales.data(), rows.data(), n, out, r_max);
 
-  float* g_t = up(std::vector<float>(size_t(n) * r_max, NAN));
   float* g_y = up(y0);
-  const uint16_t* const* g_a = up(a_dev);
-  const uint16_t* const* g_b = up(b_dev);
-  cuda::lora_shrink_bf16(g_t, up(x), g_a, up(ranks), up(rows), n, in, r_max, stream_);
-  cuda::lora_expand_bf16(g_y, out, g_t, g_b, up(ranks), up(scales), up(rows), n, out, r_max, stream_);
-  EXPECT_LT(norm_relative(t, down(g_t, t.size())), 1e-4);
-  EXPECT_LT(norm_relative(y, down(g_y, y.size())), 1e-4);
+  cuda::lora_rows_bf16(g_y, out, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows), n, in, out, stream_);
+  const std::vector<float> got = down(g_y, y.size());
+  EXPECT_LT(norm_relative(y, got), 1e-4);
+  for (int r = 0; r < n; ++r) {
+    if (rows[r] >= 0 && rows[r] != 1) continue;  // adapter 1 lacks this projection's B
+    for (int o = 0; o < out; ++o) ASSERT_EQ(got[size_t(r) * out + o], y0[size_t(r) * out + o]) << "row " << r;
+  }
 }
 
-TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerTarget) {
-  const int n = 37, in = 512, r_max = 64, slots = 4;
+TEST_F(LoraRowsParity, ShrinkAndExpandMatchTheReference) {
+  shrink_and_expand(70, false);   // per row
+  shrink_and_expand(300, false);  // tiles, every tile's rows over all three adapters
+  shrink_and_expand(300, true);   // tiles, runs ending inside tiles
+}
+
+void LoraRowsParity::targets_in_one_launch(int n) {
+  SCOPED_TRACE(::testing::Message() << n << " rows");
+  const int in = 512, r_max = 64, slots = 5;
   const std::vector<int> widths = {256, 128, 128};
   const int total = 512;
-  const std::vector<int32_t> ranks = {8, 16, 0, 12};  // slot 2 empty, slot 3 a rank not a multiple of 8
-  const std::vector<float> scales = {2.0f, 0.5f, 0.0f, 1.5f};
+  // Slot 2 empty, slot 3 a rank not a multiple of 8, slot 4 an odd rank.
+  const std::vector<int32_t> ranks = {8, 16, 0, 12, 5};
+  const std::vector<float> scales = {2.0f, 0.5f, 0.0f, 1.5f, 0.75f};
   std::vector<std::vector<uint16_t>> keep;
   // Tables of 3 targets x `slots`, as the engine lays them out.
   std::vector<const uint16_t*> a_host(3 * slots, nullptr), b_host(3 * slots, nullptr), a_dev = a_host, b_dev = b_host;
@@ -72,7 +102,7 @@ TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerT
     }
   }
   std::vector<int32_t> rows(n);
-  for (int r = 0; r < n; ++r) rows[r] = r % 5 == 4 ? -1 : (r % 2 == 0 ? 0 : (r % 3 == 0 ? 3 : 1));
+  for (int r = 0; r < n; ++r) rows[r] = r % 5 == 4 ? -1 : (r % 2 == 0 ? 0 : (r % 3 == 0 ? 3 : (r % 7 == 1 ? 4 : 1)));
   const auto x = to_bf16(random_vector(size_t(n) * in, 90));
   const auto y0 = random_vector(size_t(n) * total, 91);
   std::vector<float> y = y0, t(size_t(3) * n * r_max);
@@ -85,12 +115,15 @@ TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerT
   cuda::LoraTargets targets;
   targets.count = 3, targets.table_stride = slots;
   for (int z = 0, column = 0; z < 3; column += widths[z], ++z) targets.width[z] = widths[z], targets.column[z] = column;
-  float* g_t = up(std::vector<float>(t.size(), NAN));
   float* g_y = up(y0);
-  cuda::lora_shrink_bf16(g_t, up(x), up(a_dev), up(ranks), up(rows), n, in, r_max, targets, stream_);
-  cuda::lora_expand_bf16(g_y, total, g_t, up(b_dev), up(ranks), up(scales), up(rows), n, r_max, targets, stream_);
-  EXPECT_LT(norm_relative(t, down(g_t, t.size())), 1e-4);
+  cuda::lora_rows_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows), n, in, targets,
+                       stream_);
   EXPECT_LT(norm_relative(y, down(g_y, y.size())), 1e-4);
+}
+
+TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerTarget) {
+  targets_in_one_launch(37);   // per row
+  targets_in_one_launch(203);  // tiles, the last one partial
 }
 
 }  // namespace
