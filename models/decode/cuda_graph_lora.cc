@@ -44,21 +44,22 @@ Status CudaGraphEngine::alloc_lora() {
   COHORT_ASSIGN_OR_RETURN(void* b, device_alloc(entries * sizeof(void*)));
   COHORT_ASSIGN_OR_RETURN(void* ranks, device_alloc(kGraphLoraSlots * 4));
   COHORT_ASSIGN_OR_RETURN(void* scales, device_alloc(kGraphLoraSlots * 4));
-  COHORT_ASSIGN_OR_RETURN(void* rows, device_alloc(static_cast<size_t>(max_rows_) * 4));
+  COHORT_ASSIGN_OR_RETURN(void* rows, device_alloc(static_cast<size_t>(max_rows_) * 2 * 4));  // and their order
   lora_.a = static_cast<const Bf16**>(a), lora_.b = static_cast<const Bf16**>(b);
   lora_.ranks = static_cast<int32_t*>(ranks), lora_.scales = static_cast<float*>(scales);
-  lora_.rows = static_cast<int32_t*>(rows);
+  lora_.rows = static_cast<int32_t*>(rows), lora_.order = lora_.rows + max_rows_;
   lora_.host_a.assign(entries, nullptr);
   lora_.host_b.assign(entries, nullptr);
   lora_.host_ranks.assign(kGraphLoraSlots, 0);
   lora_.host_scales.assign(kGraphLoraSlots, 0.0f);
   lora_.memory.assign(kGraphLoraSlots, {});
   lora_.slot_adapter.assign(static_cast<size_t>(options_.slots) + 1, -1);  // and the spare slot
-  COHORT_CUDA_CHECK(cudaMallocHost(&lora_.host_rows, static_cast<size_t>(max_rows_) * 4));
-  // Every row starts without an adapter (a graph captured before any
-  // staging reads this).
+  COHORT_CUDA_CHECK(cudaMallocHost(&lora_.host_rows, static_cast<size_t>(max_rows_) * 2 * 4));
+  // Every row starts without an adapter, in row order (a graph captured
+  // before any staging reads this).
   std::fill(lora_.host_rows, lora_.host_rows + max_rows_, -1);
-  COHORT_CUDA_CHECK(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(max_rows_) * 4,
+  for (int r = 0; r < max_rows_; ++r) lora_.host_rows[max_rows_ + r] = r;
+  COHORT_CUDA_CHECK(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(max_rows_) * 2 * 4,
                                     cudaMemcpyHostToDevice, stream_));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   lora_.on = true;
@@ -155,8 +156,8 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   for (int width : widths) targets.width[z] = width, targets.column[z] = column, column += width, ++z;
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
-  models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows, n,
-                               in, targets, stream_);
+  models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows,
+                               lora_.order, n, in, targets, stream_);
 }
 
 }  // namespace cohort::models::decode

@@ -193,8 +193,9 @@ class CudaGraphEngine final : public InferenceEngine {
   };
   MoeBuffers moe_{};
   // Served adapters: device tables of each (layer, target, table slot)'s A
-  // and B, each slot's rank and scale, each row's slot (-1: none); their
-  // host mirrors, each slot's
+  // and B, each slot's rank and scale, each row's slot (-1: none) and the
+  // rows sorted by slot (lora_rows_by_adapter); their host mirrors
+  // (host_rows: both, pinned), each slot's
   // device memory, each adapter index's slot (-1 once removed) and each
   // sequence slot's adapter index.
   struct LoraTables {
@@ -204,10 +205,11 @@ class CudaGraphEngine final : public InferenceEngine {
     int32_t* ranks = nullptr;
     float* scales = nullptr;
     int32_t* rows = nullptr;
+    int32_t* order = nullptr;  // rows + R
     std::vector<const Bf16*> host_a, host_b;
     std::vector<int32_t> host_ranks;
     std::vector<float> host_scales;
-    int32_t* host_rows = nullptr;  // pinned [R]
+    int32_t* host_rows = nullptr;  // pinned [2R]: rows, then order
     std::vector<std::vector<void*>> memory;
     std::vector<int> table_of;
     std::vector<int> slot_adapter;

@@ -279,7 +279,13 @@ void CudaGraphEngine::stage_rows(int n, int head_count, bool gathered) {
       const int index = seq >= 0 && seq < options_.slots ? lora_.slot_adapter[static_cast<size_t>(seq)] : -1;
       lora_.host_rows[r] = index >= 0 ? lora_.table_of[static_cast<size_t>(index)] : -1;
     }
+    // The rows by adapter, so that the LoRA kernel's 16-row tiles hold one
+    // or two adapters, not the several a decode step's rows take in turn.
+    int32_t* order = lora_.host_rows + max_rows_;
+    models::lora_rows_by_adapter(order, lora_.host_rows, n, kGraphLoraSlots);
     COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
+                                            cudaMemcpyHostToDevice, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.order, order, static_cast<size_t>(n) * 4,
                                             cudaMemcpyHostToDevice, stream_));
   }
   if (tile_count_ > 0) {

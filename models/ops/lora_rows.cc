@@ -2,6 +2,7 @@
 #include "models/ops/lora_rows.h"
 
 #include <cstddef>
+#include <vector>
 
 #include "base/half_float.h"
 
@@ -39,3 +40,18 @@ void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* 
 }
 
 }  // namespace cohort::models::cpu
+
+namespace cohort::models {
+
+void lora_rows_by_adapter(int32_t* order, const int32_t* row_adapter, int n, int slots) {
+  auto bucket = [&](int r) {
+    const int a = row_adapter[r];
+    return a >= 0 && a < slots ? a : slots;  // none last
+  };
+  std::vector<int> start(static_cast<size_t>(slots) + 2, 0);
+  for (int r = 0; r < n; ++r) ++start[static_cast<size_t>(bucket(r)) + 1];
+  for (int s = 0; s <= slots; ++s) start[static_cast<size_t>(s) + 1] += start[static_cast<size_t>(s)];
+  for (int r = 0; r < n; ++r) order[start[static_cast<size_t>(bucket(r))]++] = r;
+}
+
+}  // namespace cohort::models

@@ -12,6 +12,11 @@
 // adapter's rows (so an adapter adds only to its own rows), entering as a
 // bf16 pair (hi + lo, about 16 bits of mantissa), B's rows as the B operand.
 //
+// The 16 rows of a tile are rows row_order[16 i ..] where the caller sorts
+// them by adapter (the engine does, as it stages them), so that a decode
+// step's rows, which take adapters in turn, give tiles of one or two
+// adapters instead of up to 16, each a pass of the loops below.
+//
 // One launch instead of a shrink and an expand: a decode step's adapters
 // cost 4 launches a layer, not 8, and t never goes through global memory.
 // The earlier per-element expand re-read t and B for every output and ran
@@ -52,10 +57,11 @@ __device__ __forceinline__ int next_lora_adapter(const int (&adapters)[16], uint
 
 __global__ void __launch_bounds__(32 * kLoraWarps, 4)
     lora_rows_kernel(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
-                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
-                     size_t table_stride, LoraTargets targets) {
+                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
+                     int n, int in, size_t table_stride, LoraTargets targets) {
   namespace cg = cooperative_groups;
   __shared__ int adapters[16];
+  __shared__ int sources[16];  // the rows of x and y the tile's rows are
   __shared__ float partial[kLoraWarps][16][kLoraMaxRank];  // the warps' sums over their columns
   __shared__ float share[16][kLoraMaxRank];                // this block's columns' t, which its peers read
   __shared__ float t[16][kLoraMaxRank];                    // the whole t of the rows
@@ -66,8 +72,10 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 4)
   const Bf16Bits* const* a_table = a + z * table_stride;
   const Bf16Bits* const* b_table = b + z * table_stride;
   if (threadIdx.x < 16) {
-    const int r = row0 + static_cast<int>(threadIdx.x);
-    int adapter = r < n ? row_adapter[r] : -1;
+    const int i = row0 + static_cast<int>(threadIdx.x);
+    const int r = i < n ? (row_order ? row_order[i] : i) : n - 1;
+    sources[threadIdx.x] = r;
+    int adapter = i < n ? row_adapter[r] : -1;
     if (adapter >= 0 && (!a_table[adapter] || !b_table[adapter] || ranks[adapter] <= 0)) adapter = -1;
     adapters[threadIdx.x] = adapter;
   }
@@ -80,8 +88,8 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 4)
   const int slice = (in + 16 * kLoraClusterBlocks - 1) / (16 * kLoraClusterBlocks) * 16;
   const int k_begin = block * slice, k_end = min(in, k_begin + slice);
   const bool a_in = row0 + g < n, b_in = row0 + g + 8 < n;
-  const Bf16Bits* xa = x + static_cast<size_t>(min(row0 + g, n - 1)) * in;
-  const Bf16Bits* xb = x + static_cast<size_t>(min(row0 + g + 8, n - 1)) * in;
+  const Bf16Bits* xa = x + static_cast<size_t>(sources[g]) * in;
+  const Bf16Bits* xb = x + static_cast<size_t>(sources[g + 8]) * in;
   uint32_t done = none;
   for (int adapter; (adapter = next_lora_adapter(adapters, done)) >= 0;) {
     const Bf16Bits* w = a_table[adapter];
@@ -140,8 +148,8 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 4)
   const int per = (width + 8 * kLoraClusterBlocks - 1) / (8 * kLoraClusterBlocks) * 8;
   const int o_begin = block * per, o_end = min(width, o_begin + per);
   const int adapter_a = adapters[g], adapter_b = adapters[g + 8];
-  float* ya = y + static_cast<size_t>(row0 + g) * y_stride + targets.column[z];
-  float* yb = y + static_cast<size_t>(row0 + g + 8) * y_stride + targets.column[z];
+  float* ya = y + static_cast<size_t>(sources[g]) * y_stride + targets.column[z];
+  float* yb = y + static_cast<size_t>(sources[g + 8]) * y_stride + targets.column[z];
   for (int col0 = o_begin + warp * kLoraWarpColumns; col0 < o_end; col0 += kLoraWarps * kLoraWarpColumns) {
     float c[kLoraWarpColumns / 8][4] = {};
     done = none;
@@ -200,21 +208,21 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 4)
 }
 
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
-                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
-                    const LoraTargets& targets, CUstream_st* stream) {
+                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
+                    int n, int in, const LoraTargets& targets, CUstream_st* stream) {
   if (n <= 0) return;
   const dim3 grid((n + 15) / 16 * kLoraClusterBlocks, 1, targets.count);
   COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(lora_rows_kernel, grid, kLoraClusterBlocks, 32 * kLoraWarps,
-                                                       0, stream, y, y_stride, x, a, b, ranks, scales, row_adapter, n,
-                                                       in, targets.table_stride, targets));
+                                                       0, stream, y, y_stride, x, a, b, ranks, scales, row_adapter,
+                                                       row_order, n, in, targets.table_stride, targets));
 }
 
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
-                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in, int out,
-                    CUstream_st* stream) {
+                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
+                    int n, int in, int out, CUstream_st* stream) {
   LoraTargets one;
   one.width[0] = out;
-  lora_rows_bf16(y, y_stride, x, a, b, ranks, scales, row_adapter, n, in, one, stream);
+  lora_rows_bf16(y, y_stride, x, a, b, ranks, scales, row_adapter, row_order, n, in, one, stream);
 }
 
 }  // namespace cohort::models::cuda

@@ -37,6 +37,15 @@ void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* 
 
 }  // namespace cohort::models::cpu
 
+namespace cohort::models {
+
+// order [n] = the rows 0..n-1 by adapter (slots 0..slots-1, then rows
+// without one), each adapter's rows in row order: a counting sort, O(n +
+// slots). Adapters outside [0, slots) count as none.
+void lora_rows_by_adapter(int32_t* order, const int32_t* row_adapter, int n, int slots);
+
+}  // namespace cohort::models
+
 namespace cohort::models::cuda {
 
 inline constexpr int kLoraMaxTargets = 3;
@@ -50,14 +59,16 @@ struct LoraTargets {
 
 // y += each row's adapter's scale · B_a A_a x (the reference's shrink then
 // expand, t kept on chip), for every target of `targets` in one launch.
-// Ranks up to kLoraMaxRank; widths multiples of 8, y_stride and columns
-// even.
+// row_order: a permutation of the n rows that puts rows of one adapter
+// side by side (lora_rows_by_adapter; null: as they are); the result does
+// not depend on it, only the work does. Ranks up to kLoraMaxRank; widths
+// multiples of 8, y_stride and columns even.
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
-                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
-                    const LoraTargets& targets, CUstream_st* stream);
+                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
+                    int n, int in, const LoraTargets& targets, CUstream_st* stream);
 // One target of `out` outputs from column 0.
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
-                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in, int out,
-                    CUstream_st* stream);
+                    const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
+                    int n, int in, int out, CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

@@ -25,8 +25,16 @@ using testing::random_vector;
 
 class LoraRowsParity : public DecodeOpsParity {
  protected:
-  void shrink_and_expand(int n, bool runs);
-  void targets_in_one_launch(int n);
+  void shrink_and_expand(int n, bool runs, bool sorted);
+  void targets_in_one_launch(int n, bool sorted);
+  // The rows by adapter as the engine orders them, on the device, or null
+  // (rows as they are).
+  const int32_t* row_order(const std::vector<int32_t>& rows, int slots, bool sorted) {
+    if (!sorted) return nullptr;
+    std::vector<int32_t> order(rows.size());
+    lora_rows_by_adapter(order.data(), rows.data(), static_cast<int>(rows.size()), slots);
+    return up(order);
+  }
 };
 
 // Row r's adapter among `adapters` (-1: none): interleaved as a decode
@@ -44,8 +52,9 @@ std::vector<int32_t> row_adapters(int n, int adapters, bool runs) {
   return rows;
 }
 
-void LoraRowsParity::shrink_and_expand(int n, bool runs) {
-  SCOPED_TRACE(::testing::Message() << n << " rows" << (runs ? " in runs" : " interleaved"));
+void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted) {
+  SCOPED_TRACE(::testing::Message() << n << " rows" << (runs ? " in runs" : " interleaved")
+                                    << (sorted ? ", sorted by adapter" : ""));
   const int in = 1024, out = 768, r_max = 64;
   const std::vector<int32_t> ranks = {4, 16, 64};
   const std::vector<float> scales = {2.0f, 0.5f, 1.25f};
@@ -66,7 +75,8 @@ void LoraRowsParity::shrink_and_expand(int n, bool runs) {
   cpu::lora_expand(y.data(), out, t.data(), b_host.data(), ranks.data(), scales.data(), rows.data(), n, out, r_max);
 
   float* g_y = up(y0);
-  cuda::lora_rows_bf16(g_y, out, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows), n, in, out, stream_);
+  cuda::lora_rows_bf16(g_y, out, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows),
+                       row_order(rows, 3, sorted), n, in, out, stream_);
   const std::vector<float> got = down(g_y, y.size());
   EXPECT_LT(norm_relative(y, got), 1e-4);
   for (int r = 0; r < n; ++r) {
@@ -76,13 +86,14 @@ void LoraRowsParity::shrink_and_expand(int n, bool runs) {
 }
 
 TEST_F(LoraRowsParity, ShrinkAndExpandMatchTheReference) {
-  shrink_and_expand(70, false);   // per row
-  shrink_and_expand(300, false);  // tiles, every tile's rows over all three adapters
-  shrink_and_expand(300, true);   // tiles, runs ending inside tiles
+  shrink_and_expand(70, false, false);   // a decode step's rows, each tile over all three adapters
+  shrink_and_expand(70, false, true);    // the same rows as the engine orders them
+  shrink_and_expand(300, true, false);   // prompts' runs, ending inside tiles
+  shrink_and_expand(300, true, true);
 }
 
-void LoraRowsParity::targets_in_one_launch(int n) {
-  SCOPED_TRACE(::testing::Message() << n << " rows");
+void LoraRowsParity::targets_in_one_launch(int n, bool sorted) {
+  SCOPED_TRACE(::testing::Message() << n << " rows" << (sorted ? ", sorted by adapter" : ""));
   const int in = 512, r_max = 64, slots = 5;
   const std::vector<int> widths = {256, 128, 128};
   const int total = 512;
@@ -116,14 +127,14 @@ void LoraRowsParity::targets_in_one_launch(int n) {
   targets.count = 3, targets.table_stride = slots;
   for (int z = 0, column = 0; z < 3; column += widths[z], ++z) targets.width[z] = widths[z], targets.column[z] = column;
   float* g_y = up(y0);
-  cuda::lora_rows_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows), n, in, targets,
-                       stream_);
+  cuda::lora_rows_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows),
+                       row_order(rows, slots, sorted), n, in, targets, stream_);
   EXPECT_LT(norm_relative(y, down(g_y, y.size())), 1e-4);
 }
 
 TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerTarget) {
-  targets_in_one_launch(37);   // per row
-  targets_in_one_launch(203);  // tiles, the last one partial
+  targets_in_one_launch(37, false);
+  targets_in_one_launch(203, true);  // the last tile partial
 }
 
 }  // namespace

@@ -64,5 +64,15 @@ TEST(LoraRows, EachRowGetsItsOwnAdaptersScaledDelta) {
   }
 }
 
+TEST(LoraRows, RowsByAdapterAreEachAdaptersRowsInOrderThenTheRowsWithout) {
+  // Slots 0..3; -1 and 7 (outside the slots) are rows without an adapter.
+  const std::vector<int32_t> row_adapter = {2, -1, 0, 2, 3, 7, 0, 2, -1, 1};
+  std::vector<int32_t> order(row_adapter.size(), -5);
+  lora_rows_by_adapter(order.data(), row_adapter.data(), static_cast<int>(row_adapter.size()), 4);
+  EXPECT_EQ(order, (std::vector<int32_t>{2, 6, 9, 0, 3, 7, 4, 1, 5, 8}));
+  lora_rows_by_adapter(order.data(), row_adapter.data(), 0, 4);  // no rows: nothing written
+  EXPECT_EQ(order[0], 2);
+}
+
 }  // namespace
 }  // namespace cohort::models
