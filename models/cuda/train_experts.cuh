@@ -311,9 +311,9 @@ class SparseMlp {
   }
 
   // f(expert, first sorted row, rows, cuBLAS handle) for each expert with
-  // rows, the GEMMs of expert e on lane e of lanes_ (stream_lanes.h): the
-  // experts' outputs and gradients are disjoint, so they run side by side,
-  // and the main stream's next work waits for all of them.
+  // rows, the experts taking lanes_ (stream_lanes.h) in turn: their outputs
+  // and gradients are disjoint, so they run side by side, and the main
+  // stream's next work waits for all of them.
   template <typename F>
   void for_each_expert(const SparseSaved& s, F&& f) {
     OpTimes::Scope timed(c_.times, "blocks.moe_experts", c_.stream);
