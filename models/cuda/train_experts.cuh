@@ -32,7 +32,6 @@
 #include "models/backend.h"
 #include "models/cuda/cublas_api.h"
 #include "models/cuda/op_times.h"
-#include "models/cuda/stream_lanes.h"
 #include "models/ops/train_bf16.cuh"
 
 namespace cohort::models::cuda {
@@ -215,13 +214,13 @@ class SparseMlp {
       c_.backend->copy_to_host(s.host_offsets.data(), s.offsets, (E + 1) * sizeof(int32_t));
     }
     gather(s, xn, P);
-    for_each_expert(s, [&](int e, int first, int count, cublasHandle_t blas) {
-      gemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, 2 * Ie, count, H, gate_up(experts, e), H, s.xs + size_t(first) * H, H,
+    for_each_expert(s, [&](int e, int first, int count) {
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, 2 * Ie, count, H, gate_up(experts, e), H, s.xs + size_t(first) * H, H,
            s.gu + size_t(first) * 2 * Ie, CUDA_R_16BF, 2 * Ie, 0.0f);
     });
     swiglu(s, P);
-    for_each_expert(s, [&](int e, int first, int count, cublasHandle_t blas) {
-      gemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, H, count, Ie, down(experts, e), Ie, s.h + size_t(first) * Ie, Ie,
+    for_each_expert(s, [&](int e, int first, int count) {
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, H, count, Ie, down(experts, e), Ie, s.h + size_t(first) * Ie, Ie,
            s.ys + size_t(first) * H, CUDA_R_16BF, H, 0.0f);
     });
     OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
@@ -256,12 +255,12 @@ class SparseMlp {
       check();
     }
     // down: dh = dys · down; d_down += dysᵀ h.
-    for_each_expert(s, [&](int e, int first, int count, cublasHandle_t blas) {
+    for_each_expert(s, [&](int e, int first, int count) {
       const bf16* dy = x.dys + size_t(first) * H;
-      gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, Ie, count, H, down(experts, e), Ie, dy, H, x.dh + size_t(first) * Ie,
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, Ie, count, H, down(experts, e), Ie, dy, H, x.dh + size_t(first) * Ie,
            CUDA_R_16BF, Ie, 0.0f);
       if (d_experts) {
-        gemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, Ie, H, count, s.h + size_t(first) * Ie, Ie, dy, H,
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, Ie, H, count, s.h + size_t(first) * Ie, Ie, dy, H,
              d_experts + expert_offset(e) + 2 * size_t(Ie) * H, CUDA_R_32F, Ie, 1.0f);
       }
     });
@@ -271,12 +270,12 @@ class SparseMlp {
       check();
     }
     // gate|up: dxs = dgu · gate_up; d_gate_up += dguᵀ xs.
-    for_each_expert(s, [&](int e, int first, int count, cublasHandle_t blas) {
+    for_each_expert(s, [&](int e, int first, int count) {
       const bf16* dgu = x.dgu + size_t(first) * 2 * Ie;
-      gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, H, count, 2 * Ie, gate_up(experts, e), H, dgu, 2 * Ie,
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, H, count, 2 * Ie, gate_up(experts, e), H, dgu, 2 * Ie,
            x.dxs + size_t(first) * H, CUDA_R_16BF, H, 0.0f);
       if (d_experts) {
-        gemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, H, 2 * Ie, count, s.xs + size_t(first) * H, H, dgu, 2 * Ie,
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, H, 2 * Ie, count, s.xs + size_t(first) * H, H, dgu, 2 * Ie,
              d_experts + expert_offset(e), CUDA_R_32F, H, 1.0f);
       }
     });
@@ -310,19 +309,14 @@ class SparseMlp {
     return experts + expert_offset(e) + 2 * size_t(c_.shape.intermediate) * c_.hidden;
   }
 
-  // f(expert, first sorted row, rows, cuBLAS handle) for each expert with
-  // rows, the experts taking lanes_ (stream_lanes.h) in turn: their outputs
-  // and gradients are disjoint, so they run side by side, and the main
-  // stream's next work waits for all of them.
+  // f(expert, first sorted row, rows) for each expert with rows, in order.
   template <typename F>
   void for_each_expert(const SparseSaved& s, F&& f) {
     OpTimes::Scope timed(c_.times, "blocks.moe_experts", c_.stream);
-    lanes_.fork(c_.stream);
-    for (int e = 0, used = 0; e < c_.shape.experts; ++e) {
+    for (int e = 0; e < c_.shape.experts; ++e) {
       const int first = s.host_offsets[e], count = s.host_offsets[e + 1] - first;
-      if (count > 0) f(e, first, count, lanes_.handle(used++));
+      if (count > 0) f(e, first, count);
     }
-    lanes_.join(c_.stream);
   }
   void gather(SparseSaved& s, const bf16* xn, int P) {
     OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
@@ -338,15 +332,10 @@ class SparseMlp {
   }
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a, int lda, const bf16* b,
             int ldb, void* c, cudaDataType_t c_type, int ldc, float beta) {
-    gemm(c_.blas, ta, tb, m, n, k, a, lda, b, ldb, c, c_type, ldc, beta);
-  }
-  static void gemm(cublasHandle_t blas, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const bf16* a,
-                   int lda, const bf16* b, int ldb, void* c, cudaDataType_t c_type, int ldc, float beta) {
-    train::gemm_bf16(blas, ta, tb, m, n, k, a, lda, b, ldb, c, c_type, ldc, beta);
+    train::gemm_bf16(c_.blas, ta, tb, m, n, k, a, lda, b, ldb, c, c_type, ldc, beta);
   }
 
   SparseContext c_;
-  StreamLanes lanes_;
   std::vector<SparseSaved> saved_;  // per layer (a dense layer's stays empty)
   SparseScratch scratch_;
   bf16* experts_weights_ = nullptr;  // a layer's experts rounded to bf16
