@@ -1,26 +1,32 @@
 // CUDA per-row LoRA (contract and CPU reference: lora_rows.h): shrink and
 // expand in one launch for the targets that share an input.
 //
-// A cluster of kLoraClusterBlocks blocks takes 16 rows and one target.
-// Each block shrinks over its share of x's columns on the tensor cores
-// (16 rows as the MMA's A operand, the adapter's A rows as B), once per
-// distinct adapter among the 16 rows: one but at a sequence's edge in a
-// prompt, up to 16 in a decode step whose rows take adapters in turn. The
-// blocks' partial t meet through distributed shared memory (summed in
-// block order: deterministic), and each block then expands its share of
-// the target's outputs: t as the A operand, scaled and zero outside the
-// adapter's rows (so an adapter adds only to its own rows), entering as a
-// bf16 pair (hi + lo, about 16 bits of mantissa), B's rows as the B operand.
+// A cluster of kLoraClusterBlocks blocks takes 16 rows and one target. The
+// distinct adapters among the rows (one in a prompt's tile, one or two in a
+// decode step's once the engine sorts its rows by adapter) are laid side by
+// side as the columns of one pass, kLoraChunk of them at most (more passes
+// only where a tile holds more adapters' ranks than that):
 //
-// The 16 rows of a tile are rows row_order[16 i ..] where the caller sorts
-// them by adapter (the engine does, as it stages them), so that a decode
-// step's rows, which take adapters in turn, give tiles of one or two
-// adapters instead of up to 16, each a pass of the loops below.
+//  * Shrink: each block multiplies the 16 rows by every column's A row over
+//    an eighth of x's columns on the tensor cores (x rows as the MMA's A
+//    operand, A rows as its B), each warp with its k-steps' loads in flight
+//    together. A row keeps only its own adapter's columns of t.
+//  * The blocks' partial t meet through distributed shared memory, summed
+//    in block order (deterministic).
+//  * Expand: each block takes an eighth of the target's outputs; t, scaled
+//    and zero outside each row's adapter's columns, is the MMA's A operand
+//    as a bf16 pair (hi + lo, about 16 bits of mantissa), the B rows of the
+//    columns' adapters its B operand, so an adapter adds only to its rows.
+//    y, B and the products' operands are loaded before any product, and
+//    rows without an adapter are never read or written.
 //
-// One launch instead of a shrink and an expand: a decode step's adapters
-// cost 4 launches a layer, not 8, and t never goes through global memory.
-// The earlier per-element expand re-read t and B for every output and ran
-// at a seventh of y's read-modify-write bandwidth on prompt rows.
+// Why one pass over all of a tile's adapters: the form before looped over
+// them one at a time with each k-step's loads waiting on the last, some
+// twenty memory round trips in a row, and took 35 µs a call in a 64-row
+// decode step with 8 adapters (4 calls a layer: 3.8 of the step's 6.6 ms on
+// an H100, bench/RESULTS.md). The adapters' A and B slices a block reads
+// are fetched into L2 before the wait on the predecessor, since the rows'
+// adapters are staged before the step.
 //
 // It launches as a dependent of the kernel before it (common.cuh): the
 // tables and row indices are staged before the step, so it reads them
@@ -34,9 +40,11 @@
 
 namespace cohort::models::cuda {
 
-constexpr int kLoraClusterBlocks = 8;  // a portable cluster size
-constexpr int kLoraWarps = 4;
-constexpr int kLoraWarpColumns = 64;  // outputs of one expand pass of a warp
+constexpr int kLoraClusterBlocks = 8;    // a portable cluster size
+constexpr int kLoraWarps = 8;
+constexpr int kLoraChunk = kLoraMaxRank; // adapter columns of one pass
+constexpr int kLoraShrinkSteps = 2;      // k-steps of 16 a warp has in flight
+constexpr int kLoraWarpOutputs = 32;     // outputs of a warp's expand pass (4 MMA tiles)
 
 // Two consecutive bf16 (k, k + 1) of a row as an MMA operand register, 0
 // past `limit`; `aligned` where the row's element offset is even.
@@ -46,162 +54,266 @@ __device__ __forceinline__ uint32_t lora_bf16_pair(const Bf16Bits* row, int k, i
   return lo | (hi << 16);
 }
 
-// Takes the next adapter among the rows not yet `done` (adding its rows to
-// done); -1 once every row is.
-__device__ __forceinline__ int next_lora_adapter(const int (&adapters)[16], uint32_t& done) {
-  if (done == 0xffffu) return -1;
-  const int adapter = adapters[__ffs(~done) - 1];
-  for (int i = 0; i < 16; ++i) done |= adapters[i] == adapter ? 1u << i : 0u;
-  return adapter;
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-__global__ void __launch_bounds__(32 * kLoraWarps, 4)
+// The tile's rows and adapters, and the columns of the pass being done.
+struct LoraTile {
+  int sources[16];      // the rows of x and y the tile's rows are
+  int row_adapter[16];  // each row's adapter slot, -1: none or not usable here
+  int row_u[16];        // each row's index among the distinct adapters, -1: none
+  int count;            // distinct adapters
+  // Per distinct adapter (per row while planning): tables, rank, scale.
+  const Bf16Bits* a[16];
+  const Bf16Bits* b[16];
+  int rank[16];
+  float scale[16];
+  int col_u[kLoraChunk];  // a pass's column c: its adapter (-1 past the pass's columns)
+  int col_r[kLoraChunk];  // and the rank index within it
+};
+
+// Row i's source row and adapter (threads 0..15, one row each), then the
+// distinct adapters in order of first appearance (thread 0, from shared
+// memory). Every block of the cluster finds the same.
+__device__ __forceinline__ void plan_lora_row(LoraTile& tile, int i, const Bf16Bits* const* a_table,
+                                              const Bf16Bits* const* b_table, const int32_t* ranks,
+                                              const float* scales, const int32_t* row_adapter,
+                                              const int32_t* row_order, int row0, int n) {
+  const int row = row0 + i;
+  const int r = row < n ? (row_order ? row_order[row] : row) : n - 1;
+  tile.sources[i] = r;
+  const int adapter = row < n ? row_adapter[r] : -1;
+  const Bf16Bits* a = adapter >= 0 ? a_table[adapter] : nullptr;
+  const Bf16Bits* b = adapter >= 0 ? b_table[adapter] : nullptr;
+  const int rank = adapter >= 0 ? ranks[adapter] : 0;
+  const bool usable = a && b && rank > 0 && rank <= kLoraChunk;
+  tile.row_adapter[i] = usable ? adapter : -1;
+  tile.a[i] = a, tile.b[i] = b, tile.rank[i] = rank;
+  tile.scale[i] = usable ? scales[adapter] : 0.0f;
+}
+
+__device__ __forceinline__ void dedupe_lora_adapters(LoraTile& tile) {
+  int count = 0;
+  for (int i = 0; i < 16; ++i) {
+    tile.row_u[i] = -1;
+    if (tile.row_adapter[i] < 0) continue;
+    for (int j = 0; j < i; ++j) {
+      if (tile.row_adapter[j] == tile.row_adapter[i]) {
+        tile.row_u[i] = tile.row_u[j];
+        break;
+      }
+    }
+    if (tile.row_u[i] >= 0) continue;
+    // Entry `count` <= i: row i's own values move down (rows before i are done with theirs).
+    tile.a[count] = tile.a[i], tile.b[count] = tile.b[i];
+    tile.rank[count] = tile.rank[i], tile.scale[count] = tile.scale[i];
+    tile.row_u[i] = count++;
+  }
+  tile.count = count;
+}
+
+// B at column `col` of a pass for output o: its adapter's B[o, rank index].
+__device__ __forceinline__ uint32_t lora_b_value(const LoraTile& tile, int col, int o) {
+  const int u = tile.col_u[col];
+  return __ldg(tile.b[u] + static_cast<size_t>(o) * tile.rank[u] + tile.col_r[col]);
+}
+
+__global__ void __launch_bounds__(32 * kLoraWarps, 2)
     lora_rows_kernel(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                      const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
                      int n, int in, size_t table_stride, LoraTargets targets) {
   namespace cg = cooperative_groups;
-  __shared__ int adapters[16];
-  __shared__ int sources[16];  // the rows of x and y the tile's rows are
-  __shared__ float partial[kLoraWarps][16][kLoraMaxRank];  // the warps' sums over their columns
-  __shared__ float share[16][kLoraMaxRank];                // this block's columns' t, which its peers read
-  __shared__ float t[16][kLoraMaxRank];                    // the whole t of the rows
+  __shared__ LoraTile tile;
+  __shared__ float partial[kLoraWarps][16][kLoraChunk];  // the warps' sums over their columns of x
+  __shared__ float share[16][kLoraChunk];                // this block's share of t, which its peers read
+  __shared__ float t[16][kLoraChunk];                    // the rows' whole t
   const int block = static_cast<int>(blockIdx.x) % kLoraClusterBlocks;
   const int row0 = static_cast<int>(blockIdx.x) / kLoraClusterBlocks * 16, z = static_cast<int>(blockIdx.z);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, tq = lane % 4;
-  const Bf16Bits* const* a_table = a + z * table_stride;
-  const Bf16Bits* const* b_table = b + z * table_stride;
   if (threadIdx.x < 16) {
-    const int i = row0 + static_cast<int>(threadIdx.x);
-    const int r = i < n ? (row_order ? row_order[i] : i) : n - 1;
-    sources[threadIdx.x] = r;
-    int adapter = i < n ? row_adapter[r] : -1;
-    if (adapter >= 0 && (!a_table[adapter] || !b_table[adapter] || ranks[adapter] <= 0)) adapter = -1;
-    adapters[threadIdx.x] = adapter;
+    plan_lora_row(tile, static_cast<int>(threadIdx.x), a + z * table_stride, b + z * table_stride, ranks, scales,
+                  row_adapter, row_order, row0, n);
   }
   __syncthreads();
-  uint32_t none = 0;
-  for (int i = 0; i < 16; ++i) none |= adapters[i] < 0 ? 1u << i : 0u;
-  begin_dependent();
-
-  // Shrink over this block's columns of x, k-steps of 16 split over the warps.
+  if (threadIdx.x == 0) dedupe_lora_adapters(tile);
+  __syncthreads();
+  const int count = tile.count;
+  // This block's columns of x and outputs of the target.
   const int slice = (in + 16 * kLoraClusterBlocks - 1) / (16 * kLoraClusterBlocks) * 16;
-  const int k_begin = block * slice, k_end = min(in, k_begin + slice);
+  const int k_begin = min(in, block * slice), k_end = min(in, k_begin + slice);
+  const int width = targets.width[z];
+  const int per = (width + 8 * kLoraClusterBlocks - 1) / (8 * kLoraClusterBlocks) * 8;
+  const int o_begin = min(width, block * per), o_end = min(width, o_begin + per);
+  // The adapters' slices this block reads, into L2 while the predecessor runs.
+  for (int u = 0; u < count; ++u) {
+    const int lines_a = (k_end - k_begin + 63) / 64;  // 128-byte lines of a row's slice
+    for (int i = static_cast<int>(threadIdx.x); i < tile.rank[u] * lines_a; i += blockDim.x)
+      prefetch_l2(tile.a[u] + static_cast<size_t>(i / lines_a) * in + k_begin + 64 * (i % lines_a));
+    const size_t b_first = static_cast<size_t>(o_begin) * tile.rank[u];
+    const int lines_b = static_cast<int>((static_cast<size_t>(o_end - o_begin) * tile.rank[u] + 63) / 64);
+    for (int i = static_cast<int>(threadIdx.x); i < lines_b; i += blockDim.x) prefetch_l2(tile.b[u] + b_first + 64 * i);
+  }
+  begin_dependent();
+  if (count == 0) return;  // the whole cluster: its blocks planned the same rows
+
+  const Bf16Bits* xa = x + static_cast<size_t>(tile.sources[g]) * in;
+  const Bf16Bits* xb = x + static_cast<size_t>(tile.sources[g + 8]) * in;
   const bool a_in = row0 + g < n, b_in = row0 + g + 8 < n;
-  const Bf16Bits* xa = x + static_cast<size_t>(sources[g]) * in;
-  const Bf16Bits* xb = x + static_cast<size_t>(sources[g + 8]) * in;
-  uint32_t done = none;
-  for (int adapter; (adapter = next_lora_adapter(adapters, done)) >= 0;) {
-    const Bf16Bits* w = a_table[adapter];
-    const int rank = ranks[adapter], ntiles = (rank + 7) / 8;
-    float c[kLoraMaxRank / 8][4] = {};
-    for (int k0 = k_begin + warp * 16; k0 < k_end; k0 += 16 * kLoraWarps) {
-      const int k = k0 + 2 * tq;
-      const uint32_t frag[4] = {a_in ? lora_bf16_pair(xa, k, k_end, true) : 0u,
-                                b_in ? lora_bf16_pair(xb, k, k_end, true) : 0u,
-                                a_in ? lora_bf16_pair(xa, k + 8, k_end, true) : 0u,
-                                b_in ? lora_bf16_pair(xb, k + 8, k_end, true) : 0u};
+  cg::cluster_group cluster = cg::this_cluster();
+  for (int u0 = 0, u1 = 0; u0 < count; u0 = u1) {
+    // This pass: adapters [u0, u1), their ranks side by side.
+    int cols = 0;
+    bool pairs = true;  // every rank even: a column pair is one adapter's
+    while (u1 < count && cols + tile.rank[u1] <= kLoraChunk) pairs = pairs && tile.rank[u1] % 2 == 0, cols += tile.rank[u1++];
+    __syncthreads();  // the last pass's columns and sums are used
+    if (threadIdx.x < kLoraChunk) {
+      const int c = static_cast<int>(threadIdx.x);
+      int u = -1, r = 0;
+      for (int v = u0, start = 0; v < u1; start += tile.rank[v++]) {
+        if (c < start + tile.rank[v]) {
+          u = v, r = c - start;
+          break;
+        }
+      }
+      tile.col_u[c] = u, tile.col_r[c] = r;
+    }
+    __syncthreads();
+
+    // Shrink: t[row][c] over this block's columns of x, k-steps of 16
+    // dealt to the warps in turn, kLoraShrinkSteps of them loaded at once.
+    const int ntiles = (cols + 7) / 8;
+    const Bf16Bits* a_row[kLoraChunk / 8];
 #pragma unroll
-      for (int nt = 0; nt < kLoraMaxRank / 8; ++nt) {
-        if (nt >= ntiles) break;
-        const int index = nt * 8 + g;  // the rank index of this lane's B column
-        const Bf16Bits* wr = w + static_cast<size_t>(min(index, rank - 1)) * in;
-        const uint32_t bfrag[2] = {index < rank ? lora_bf16_pair(wr, k, k_end, true) : 0u,
-                                   index < rank ? lora_bf16_pair(wr, k + 8, k_end, true) : 0u};
-        mma(c[nt], frag, bfrag);
+    for (int nt = 0; nt < kLoraChunk / 8; ++nt) {
+      const int u = tile.col_u[nt * 8 + g];
+      a_row[nt] = u >= 0 ? tile.a[u] + static_cast<size_t>(tile.col_r[nt * 8 + g]) * in : nullptr;
+    }
+    float c[kLoraChunk / 8][4] = {};
+    for (int k0 = k_begin + warp * 16; k0 < k_end; k0 += 16 * kLoraWarps * kLoraShrinkSteps) {
+      uint32_t xf[kLoraShrinkSteps][4], bf[kLoraShrinkSteps][kLoraChunk / 8][2];
+#pragma unroll
+      for (int s = 0; s < kLoraShrinkSteps; ++s) {
+        const int k = k0 + s * 16 * kLoraWarps + 2 * tq;
+        xf[s][0] = a_in ? lora_bf16_pair(xa, k, k_end, true) : 0u;
+        xf[s][1] = b_in ? lora_bf16_pair(xb, k, k_end, true) : 0u;
+        xf[s][2] = a_in ? lora_bf16_pair(xa, k + 8, k_end, true) : 0u;
+        xf[s][3] = b_in ? lora_bf16_pair(xb, k + 8, k_end, true) : 0u;
+#pragma unroll
+        for (int nt = 0; nt < kLoraChunk / 8; ++nt) {
+          const bool live = nt < ntiles && a_row[nt];
+          bf[s][nt][0] = live ? lora_bf16_pair(a_row[nt], k, k_end, true) : 0u;
+          bf[s][nt][1] = live ? lora_bf16_pair(a_row[nt], k + 8, k_end, true) : 0u;
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < kLoraShrinkSteps; ++s) {
+        if (k0 + s * 16 * kLoraWarps >= k_end) break;
+#pragma unroll
+        for (int nt = 0; nt < kLoraChunk / 8; ++nt) {
+          if (nt < ntiles) mma(c[nt], xf[s], bf[s][nt]);
+        }
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < kLoraMaxRank / 8; ++nt) {
+    for (int nt = 0; nt < kLoraChunk / 8; ++nt) {
       if (nt >= ntiles) break;
       partial[warp][g][nt * 8 + 2 * tq] = c[nt][0], partial[warp][g][nt * 8 + 2 * tq + 1] = c[nt][1];
       partial[warp][g + 8][nt * 8 + 2 * tq] = c[nt][2], partial[warp][g + 8][nt * 8 + 2 * tq + 1] = c[nt][3];
     }
     __syncthreads();
-    for (int e = static_cast<int>(threadIdx.x); e < 16 * rank; e += blockDim.x) {
-      const int r = e / rank, col = e % rank;
-      if (adapters[r] != adapter) continue;
+    for (int e = static_cast<int>(threadIdx.x); e < 16 * kLoraChunk; e += blockDim.x) {
+      const int r = e / kLoraChunk, col = e % kLoraChunk;
+      if (col >= cols) continue;
       float sum = 0.0f;
+      if (tile.row_u[r] == tile.col_u[col]) {
 #pragma unroll
-      for (int v = 0; v < kLoraWarps; ++v) sum += partial[v][r][col];
+        for (int v = 0; v < kLoraWarps; ++v) sum += partial[v][r][col];
+      }
       share[r][col] = sum;
     }
-    __syncthreads();  // partial is the next adapter's
-  }
 
-  // The rows' whole t: the cluster's shares in block order.
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  for (int e = static_cast<int>(threadIdx.x); e < 16 * kLoraMaxRank; e += blockDim.x) {
-    const int r = e / kLoraMaxRank, col = e % kLoraMaxRank;
-    const int adapter = adapters[r];
-    if (adapter < 0 || col >= ranks[adapter]) continue;
-    float sum = 0.0f;
-    for (int q = 0; q < kLoraClusterBlocks; ++q) sum += cluster.map_shared_rank(&share[0][0], q)[e];
-    t[r][col] = sum;
-  }
-  cluster.sync();  // t complete; no block leaves while a peer reads its share
+    // The rows' whole t: the cluster's shares in block order.
+    cluster.sync();
+    for (int e = static_cast<int>(threadIdx.x); e < 16 * kLoraChunk; e += blockDim.x) {
+      if (e % kLoraChunk >= cols) continue;
+      float sum = 0.0f;
+      for (int q = 0; q < kLoraClusterBlocks; ++q) sum += cluster.map_shared_rank(&share[0][0], q)[e];
+      t[e / kLoraChunk][e % kLoraChunk] = sum;
+    }
+    cluster.sync();  // t complete; no block overwrites or leaves while a peer reads its share
 
-  // Expand this block's share of the target's outputs (widths are
-  // multiples of 8: an MMA's 8 columns are in or out whole).
-  const int width = targets.width[z];
-  const int per = (width + 8 * kLoraClusterBlocks - 1) / (8 * kLoraClusterBlocks) * 8;
-  const int o_begin = block * per, o_end = min(width, o_begin + per);
-  const int adapter_a = adapters[g], adapter_b = adapters[g + 8];
-  float* ya = y + static_cast<size_t>(sources[g]) * y_stride + targets.column[z];
-  float* yb = y + static_cast<size_t>(sources[g + 8]) * y_stride + targets.column[z];
-  for (int col0 = o_begin + warp * kLoraWarpColumns; col0 < o_end; col0 += kLoraWarps * kLoraWarpColumns) {
-    float c[kLoraWarpColumns / 8][4] = {};
-    done = none;
-    for (int adapter; (adapter = next_lora_adapter(adapters, done)) >= 0;) {
-      const Bf16Bits* w = b_table[adapter];
-      const int rank = ranks[adapter];
-      const bool aligned = rank % 2 == 0;
-      const float sa = adapter_a == adapter ? scales[adapter] : 0.0f;
-      const float sb = adapter_b == adapter ? scales[adapter] : 0.0f;
-      for (int k0 = 0; k0 < rank; k0 += 16) {
-        // This lane's A fragment: rows g and g + 8, columns k, k + 1, k + 8,
-        // k + 9, in fragment order, scaled, as bf16 hi + lo.
-        const int k = k0 + 2 * tq;
-        float v[8];
+    // Expand this block's outputs (widths are multiples of 8: an MMA's 8
+    // columns are in or out whole). This lane's A fragments: rows g and
+    // g + 8, columns k, k + 1, k + 8, k + 9 of each k-step, scaled.
+    const int ua = tile.row_u[g], ub = tile.row_u[g + 8];
+    const bool act_a = ua >= u0 && ua < u1, act_b = ub >= u0 && ub < u1;
+    const int ksteps = (cols + 15) / 16;
+    uint32_t hi[kLoraChunk / 16][4], lo[kLoraChunk / 16][4];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = k + (j & 1) + (j >= 4 ? 8 : 0);
-          const bool upper = (j >> 1) & 1;  // rows g + 8
-          const float s = upper ? sb : sa;
-          v[j] = s != 0.0f && col < rank ? s * t[upper ? g + 8 : g][col] : 0.0f;
-        }
-        uint32_t hi[4], lo[4];
+    for (int ks = 0; ks < kLoraChunk / 16; ++ks) {
+      float v[8];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float h0 = __bfloat162float(__float2bfloat16_rn(v[2 * j]));
-          const float h1 = __bfloat162float(__float2bfloat16_rn(v[2 * j + 1]));
-          hi[j] = pack_bf16x2(h0, h1);
-          lo[j] = pack_bf16x2(v[2 * j] - h0, v[2 * j + 1] - h1);
-        }
+      for (int j = 0; j < 8; ++j) {
+        const int col = ks * 16 + 2 * tq + (j & 1) + (j >= 4 ? 8 : 0);
+        const bool upper = (j >> 1) & 1;  // row g + 8
+        const int u = upper ? ub : ua;
+        v[j] = ks < ksteps && col < cols && (upper ? act_b : act_a) && tile.col_u[col] == u
+                   ? tile.scale[u] * t[upper ? g + 8 : g][col]
+                   : 0.0f;
+      }
 #pragma unroll
-        for (int nt = 0; nt < kLoraWarpColumns / 8; ++nt) {
-          if (col0 + nt * 8 >= o_end) break;
-          const Bf16Bits* br = w + static_cast<size_t>(col0 + nt * 8 + g) * rank;  // B column: an output
-          const uint32_t bfrag[2] = {lora_bf16_pair(br, k, rank, aligned), lora_bf16_pair(br, k + 8, rank, aligned)};
-          mma(c[nt], hi, bfrag);
-          mma(c[nt], lo, bfrag);
-        }
+      for (int j = 0; j < 4; ++j) {
+        const float h0 = __bfloat162float(__float2bfloat16_rn(v[2 * j]));
+        const float h1 = __bfloat162float(__float2bfloat16_rn(v[2 * j + 1]));
+        hi[ks][j] = pack_bf16x2(h0, h1);
+        lo[ks][j] = pack_bf16x2(v[2 * j] - h0, v[2 * j + 1] - h1);
       }
     }
-#pragma unroll
-    for (int nt = 0; nt < kLoraWarpColumns / 8; ++nt) {
-      const int col = col0 + nt * 8 + 2 * tq;
-      if (col0 + nt * 8 >= o_end) break;
-      if (adapter_a >= 0) {
-        float2* p = reinterpret_cast<float2*>(ya + col);
-        const float2 old = *p;
-        *p = make_float2(old.x + c[nt][0], old.y + c[nt][1]);
+    float* ya = y + static_cast<size_t>(tile.sources[g]) * y_stride + targets.column[z];
+    float* yb = y + static_cast<size_t>(tile.sources[g + 8]) * y_stride + targets.column[z];
+    // B at columns (col, col + 1) of the pass for output o, as one operand
+    // register: one load where every rank is even (a pair is one adapter's).
+    auto b_at = [&](int col, int o) -> uint32_t {
+      if (col >= cols) return 0u;
+      if (pairs) {
+        const int u = tile.col_u[col];
+        return __ldg(reinterpret_cast<const uint32_t*>(tile.b[u] + static_cast<size_t>(o) * tile.rank[u] +
+                                                         tile.col_r[col]));
       }
-      if (adapter_b >= 0) {
-        float2* p = reinterpret_cast<float2*>(yb + col);
-        const float2 old = *p;
-        *p = make_float2(old.x + c[nt][2], old.y + c[nt][3]);
+      return lora_b_value(tile, col, o) | (col + 1 < cols ? lora_b_value(tile, col + 1, o) << 16 : 0u);
+    };
+    for (int col0 = o_begin + warp * kLoraWarpOutputs; col0 < o_end; col0 += kLoraWarps * kLoraWarpOutputs) {
+      constexpr int kTiles = kLoraWarpOutputs / 8;
+      float2 old_a[kTiles], old_b[kTiles];
+      uint32_t bf[kLoraChunk / 16][kTiles][2];
+#pragma unroll
+      for (int nt = 0; nt < kTiles; ++nt) {
+        const int o = col0 + nt * 8 + 2 * tq;
+        const bool live = col0 + nt * 8 < o_end;
+        old_a[nt] = live && act_a ? *reinterpret_cast<const float2*>(ya + o) : make_float2(0.0f, 0.0f);
+        old_b[nt] = live && act_b ? *reinterpret_cast<const float2*>(yb + o) : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int ks = 0; ks < kLoraChunk / 16; ++ks) {
+          const bool load = live && ks < ksteps;
+          bf[ks][nt][0] = load ? b_at(ks * 16 + 2 * tq, col0 + nt * 8 + g) : 0u;
+          bf[ks][nt][1] = load ? b_at(ks * 16 + 2 * tq + 8, col0 + nt * 8 + g) : 0u;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kTiles; ++nt) {
+        if (col0 + nt * 8 >= o_end) break;
+        float acc[4] = {};
+#pragma unroll
+        for (int ks = 0; ks < kLoraChunk / 16; ++ks) {
+          if (ks >= ksteps) break;
+          mma(acc, hi[ks], bf[ks][nt]);
+          mma(acc, lo[ks], bf[ks][nt]);
+        }
+        const int o = col0 + nt * 8 + 2 * tq;
+        if (act_a) *reinterpret_cast<float2*>(ya + o) = make_float2(old_a[nt].x + acc[0], old_a[nt].y + acc[1]);
+        if (act_b) *reinterpret_cast<float2*>(yb + o) = make_float2(old_b[nt].x + acc[2], old_b[nt].y + acc[3]);
       }
     }
   }
