@@ -167,10 +167,13 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
 bool CudaGraphEngine::folds_norms(int n) const {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
-  return tp_ == 1 && !quantized_ && !config_.is_moe() && !lora_.on && projection(n, H) == Projection::kSkinny &&
+  // With adapters the gate/up sums leave the tiles unactivated (the
+  // adapters' deltas join before the activation).
+  return tp_ == 1 && !quantized_ && !config_.is_moe() && projection(n, H) == Projection::kSkinny &&
          projection(n, Qd) == Projection::kSkinny && projection(n, I) == Projection::kSkinny &&
          mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
-         mc::folded_norm_supported(n, H, I, /*swiglu=*/true) && mc::folded_norm_supported(n, I, H);
+         (lora_.on ? mc::folded_norm_supported(n, H, 2 * I) : mc::folded_norm_supported(n, H, I, /*swiglu=*/true)) &&
+         mc::folded_norm_supported(n, I, H);
 }
 
 // The layers with their norms folded into the projections: the output
@@ -178,6 +181,11 @@ bool CudaGraphEngine::folds_norms(int n) const {
 // projections scale by them. buf_.xn then holds bf16(x * norm weight),
 // not yet normalised; the head applies the final norm the same way where
 // the tiles serve it, else a norm kernel finishes it.
+//
+// Served adapters' deltas: those of q/k/v and gate/up read xn and scale by
+// the same sums; those of o_proj and down_proj add into the residual
+// stream before their projection does, whose epilogue then takes the sum
+// of squares of the whole new row for the next norm.
 void CudaGraphEngine::enqueue_folded_layers(int n) {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
@@ -193,9 +201,20 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
     gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd, mc::GemvOutput::kStore, consume);
+    if (lora_.on) {
+      enqueue_lora(l, models::LoraTarget::kQ, 3, buf_.qkv, Qd + 2 * KVd, buf_.xn, H, {Qd, KVd, KVd}, n, buf_.sumsq);
+    }
     enqueue_attention(L, n, /*decode_step=*/true);
+    if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.x, H, buf_.y, Qd, H, n);
     gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate, produce(L.mlp_norm));
-    gate_up_swiglu(buf_.xn, L.wgu, n, H, I, consume);
+    if (lora_.on) {
+      gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I, mc::GemvOutput::kStore, consume);
+      enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n, buf_.sumsq);
+      mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+      enqueue_lora(l, models::LoraTarget::kDown, buf_.x, H, buf_.h, I, H, n);
+    } else {
+      gate_up_swiglu(buf_.xn, L.wgu, n, H, I, consume);
+    }
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
     gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate, produce(next));
   }

@@ -148,7 +148,8 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget target, float* 
 }
 
 void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride,
-                                   const Bf16* x, int in, std::initializer_list<int> widths, int n) {
+                                   const Bf16* x, int in, std::initializer_list<int> widths, int n,
+                                   const float* in_sumsq) {
   models::cuda::LoraTargets targets;
   targets.count = count;
   targets.table_stride = table_at(0, models::LoraTarget(1), 0) - table_at(0, models::LoraTarget(0), 0);
@@ -156,8 +157,10 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   for (int width : widths) targets.width[z] = width, targets.column[z] = column, column += width, ++z;
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
+  models::cuda::LoraInputNorm norm;
+  norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
   models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows,
-                               lora_.order, n, in, targets, stream_);
+                               lora_.order, n, in, targets, stream_, norm);
 }
 
 }  // namespace cohort::models::decode

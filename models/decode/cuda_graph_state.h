@@ -225,9 +225,10 @@ class CudaGraphEngine final : public InferenceEngine {
                     int n);
   // The same for `count` consecutive targets from `first` that read the same
   // x (q, k and v; gate and up), in one launch: y's columns are the
-  // targets' outputs side by side, of the given widths.
+  // targets' outputs side by side, of the given widths. in_sumsq: x is a
+  // folded norm's unscaled input (the layers' folded form), these its sums.
   void enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride, const Bf16* x, int in,
-                    std::initializer_list<int> widths, int n);
+                    std::initializer_list<int> widths, int n, const float* in_sumsq = nullptr);
   int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
   // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
   void enqueue_moe(const Layer& L, int n, float* out);

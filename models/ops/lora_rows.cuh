@@ -36,6 +36,7 @@
 #include <cooperative_groups.h>
 
 #include "models/cuda/common.cuh"
+#include "models/ops/gemv.h"
 #include "models/ops/lora_rows.h"
 
 namespace cohort::models::cuda {
@@ -69,6 +70,7 @@ struct LoraTile {
   const Bf16Bits* b[16];
   int rank[16];
   float scale[16];
+  float factor[16];       // each row's input norm (LoraInputNorm), else 1
   int col_u[kLoraChunk];  // a pass's column c: its adapter (-1 past the pass's columns)
   int col_r[kLoraChunk];  // and the rank index within it
 };
@@ -122,7 +124,7 @@ __device__ __forceinline__ uint32_t lora_b_value(const LoraTile& tile, int col, 
 __global__ void __launch_bounds__(32 * kLoraWarps, 2)
     lora_rows_kernel(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                      const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
-                     int n, int in, size_t table_stride, LoraTargets targets) {
+                     int n, int in, size_t table_stride, LoraTargets targets, LoraInputNorm norm) {
   namespace cg = cooperative_groups;
   __shared__ LoraTile tile;
   __shared__ float partial[kLoraWarps][16][kLoraChunk];  // the warps' sums over their columns of x
@@ -157,6 +159,17 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
   }
   begin_dependent();
   if (count == 0) return;  // the whole cluster: its blocks planned the same rows
+  if (threadIdx.x < 16) {
+    // The input's RMSNorm (the predecessor's sums), summed as the projection sums them.
+    float factor = 1.0f;
+    if (norm.sumsq) {
+      const float* sums = norm.sumsq + static_cast<size_t>(tile.sources[threadIdx.x]) * (in / kNormChunk);
+      float ss = 0.0f;
+      for (int c = 0; c < in / kNormChunk; ++c) ss += sums[c];
+      factor = rsqrtf(ss / static_cast<float>(in) + norm.eps);
+    }
+    tile.factor[threadIdx.x] = factor;
+  }
 
   const Bf16Bits* xa = x + static_cast<size_t>(tile.sources[g]) * in;
   const Bf16Bits* xb = x + static_cast<size_t>(tile.sources[g + 8]) * in;
@@ -260,7 +273,7 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
         const bool upper = (j >> 1) & 1;  // row g + 8
         const int u = upper ? ub : ua;
         v[j] = ks < ksteps && col < cols && (upper ? act_b : act_a) && tile.col_u[col] == u
-                   ? tile.scale[u] * t[upper ? g + 8 : g][col]
+                   ? tile.scale[u] * (tile.factor[upper ? g + 8 : g] * t[upper ? g + 8 : g][col])
                    : 0.0f;
       }
 #pragma unroll
@@ -321,20 +334,20 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
 
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
-                    int n, int in, const LoraTargets& targets, CUstream_st* stream) {
+                    int n, int in, const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm) {
   if (n <= 0) return;
   const dim3 grid((n + 15) / 16 * kLoraClusterBlocks, 1, targets.count);
   COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(lora_rows_kernel, grid, kLoraClusterBlocks, 32 * kLoraWarps,
                                                        0, stream, y, y_stride, x, a, b, ranks, scales, row_adapter,
-                                                       row_order, n, in, targets.table_stride, targets));
+                                                       row_order, n, in, targets.table_stride, targets, norm));
 }
 
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
-                    int n, int in, int out, CUstream_st* stream) {
+                    int n, int in, int out, CUstream_st* stream, const LoraInputNorm& norm) {
   LoraTargets one;
   one.width[0] = out;
-  lora_rows_bf16(y, y_stride, x, a, b, ranks, scales, row_adapter, row_order, n, in, one, stream);
+  lora_rows_bf16(y, y_stride, x, a, b, ranks, scales, row_adapter, row_order, n, in, one, stream, norm);
 }
 
 }  // namespace cohort::models::cuda

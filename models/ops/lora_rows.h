@@ -57,6 +57,15 @@ struct LoraTargets {
   int column[kLoraMaxTargets] = {};
 };
 
+// Where the projection folds its input's RMSNorm (gemv.h's FoldedNorm: x
+// holds bf16(v * norm weight), not yet scaled, and sumsq each row's sums of
+// squares in chunks of kNormChunk = 64 columns), t scales by the row's
+// rsqrt(Σ sumsq / in + eps), as the projection's own sums do.
+struct LoraInputNorm {
+  const float* sumsq = nullptr;  // [n, in / 64]; null: x is the input as it is
+  float eps = 0.0f;
+};
+
 // y += each row's adapter's scale · B_a A_a x (the reference's shrink then
 // expand, t kept on chip), for every target of `targets` in one launch.
 // row_order: a permutation of the n rows that puts rows of one adapter
@@ -65,10 +74,10 @@ struct LoraTargets {
 // multiples of 8, y_stride and columns even.
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
-                    int n, int in, const LoraTargets& targets, CUstream_st* stream);
+                    int n, int in, const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm = {});
 // One target of `out` outputs from column 0.
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
-                    int n, int in, int out, CUstream_st* stream);
+                    int n, int in, int out, CUstream_st* stream, const LoraInputNorm& norm = {});
 
 }  // namespace cohort::models::cuda

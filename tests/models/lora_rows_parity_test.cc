@@ -6,12 +6,13 @@
 // in runs that end inside a tile; and targets that share an input in one
 // launch (q, k and v: tables a slot stride apart, outputs side by side in
 // one row, a rank not a multiple of 8 and an odd one) against the
-// reference once per target.
-// Part of
+// reference once per target; and an input whose RMSNorm the projection
+// folds (each row's delta scaled by its sums of squares). Part of
 // models_decode_ops_parity_test; skips with a message where no GPU is
 // visible.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "models/ops/lora_rows.h"
@@ -25,7 +26,7 @@ using testing::random_vector;
 
 class LoraRowsParity : public DecodeOpsParity {
  protected:
-  void shrink_and_expand(int n, bool runs, bool sorted);
+  void shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm = false);
   void targets_in_one_launch(int n, bool sorted);
   // The rows by adapter as the engine orders them, on the device, or null
   // (rows as they are).
@@ -52,9 +53,9 @@ std::vector<int32_t> row_adapters(int n, int adapters, bool runs) {
   return rows;
 }
 
-void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted) {
+void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm) {
   SCOPED_TRACE(::testing::Message() << n << " rows" << (runs ? " in runs" : " interleaved")
-                                    << (sorted ? ", sorted by adapter" : ""));
+                                    << (sorted ? ", sorted by adapter" : "") << (folded_norm ? ", folded norm" : ""));
   const int in = 1024, out = 768, r_max = 64;
   const std::vector<int32_t> ranks = {4, 16, 64};
   const std::vector<float> scales = {2.0f, 0.5f, 1.25f};
@@ -72,11 +73,26 @@ void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted) {
   const auto y0 = random_vector(size_t(n) * out, 61);
   std::vector<float> t(size_t(n) * r_max), y = y0;
   cpu::lora_shrink(t.data(), x.data(), a_host.data(), ranks.data(), rows.data(), n, in, r_max);
+  // A folded norm's input: each row's t scales by rsqrt(Σ sums / in + eps).
+  const int chunks = in / 64;
+  const float eps = 1e-6f;
+  std::vector<float> sumsq(size_t(n) * chunks);
+  for (size_t i = 0; i < sumsq.size(); ++i) sumsq[i] = 0.5f + float((i * 37) % 101) / 50.0f;
+  cuda::LoraInputNorm norm;
+  if (folded_norm) {
+    for (int r = 0; r < n; ++r) {
+      float ss = 0;
+      for (int c = 0; c < chunks; ++c) ss += sumsq[size_t(r) * chunks + c];
+      const float factor = 1.0f / std::sqrt(ss / float(in) + eps);
+      for (int c = 0; c < r_max; ++c) t[size_t(r) * r_max + c] *= factor;
+    }
+    norm.sumsq = up(sumsq), norm.eps = eps;
+  }
   cpu::lora_expand(y.data(), out, t.data(), b_host.data(), ranks.data(), scales.data(), rows.data(), n, out, r_max);
 
   float* g_y = up(y0);
   cuda::lora_rows_bf16(g_y, out, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows),
-                       row_order(rows, 3, sorted), n, in, out, stream_);
+                       row_order(rows, 3, sorted), n, in, out, stream_, norm);
   const std::vector<float> got = down(g_y, y.size());
   EXPECT_LT(norm_relative(y, got), 1e-4);
   for (int r = 0; r < n; ++r) {
@@ -90,6 +106,11 @@ TEST_F(LoraRowsParity, ShrinkAndExpandMatchTheReference) {
   shrink_and_expand(70, false, true);    // the same rows as the engine orders them
   shrink_and_expand(300, true, false);   // prompts' runs, ending inside tiles
   shrink_and_expand(300, true, true);
+}
+
+TEST_F(LoraRowsParity, AFoldedNormsSumsScaleEachRowsDelta) {
+  shrink_and_expand(70, false, true, /*folded_norm=*/true);  // the layers' folded form at decode
+  shrink_and_expand(40, true, false, /*folded_norm=*/true);
 }
 
 void LoraRowsParity::targets_in_one_launch(int n, bool sorted) {
