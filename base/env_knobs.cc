@@ -99,6 +99,11 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks; `moe`: a "
        "mixture of experts' sparse layers run inside the fused blocks too (models/cuda/train_experts.cuh).",
        true},
+      {K::kMoeGemms, "COHORT_MOE_GEMMS", "models",
+       "`grouped`: the fused training blocks give each kind of the experts' GEMMs (forward, "
+       "input and weight gradients) to cuBLAS as one grouped call over the experts with rows "
+       "(cublasGemmGroupedBatchedEx) instead of one call per expert (`loop`, the default), for A/B runs.",
+       true},
       {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
        "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "
        "through the loader's path), such as the one a PyTorch wheel carries.",

@@ -45,6 +45,7 @@ enum class EnvKnob {
   kInferAttention,
   kTrainDumpBatches,
   kTrainBlocks,
+  kMoeGemms,
   kCudnnLibrary,
 };
 

@@ -34,6 +34,7 @@ Result<const Api*> load() {
   COHORT_RETURN_IF_ERROR(blas.require("cublasSetStream_v2", &table.set_stream));
   COHORT_RETURN_IF_ERROR(blas.require("cublasGemmEx", &table.gemm_ex));
   COHORT_RETURN_IF_ERROR(blas.require("cublasGemmStridedBatchedEx", &table.gemm_strided_batched_ex));
+  COHORT_RETURN_IF_ERROR(blas.require("cublasGemmGroupedBatchedEx", &table.gemm_grouped_batched_ex));
   COHORT_RETURN_IF_ERROR(lt.require("cublasLtCreate", &table.lt_create));
   COHORT_RETURN_IF_ERROR(lt.require("cublasLtDestroy", &table.lt_destroy));
   COHORT_RETURN_IF_ERROR(lt.require("cublasLtMatmulDescCreate", &table.matmul_desc_create));

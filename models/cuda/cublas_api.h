@@ -33,6 +33,9 @@ struct Api {
       cudaDataType b_type, int ldb, long long stride_b, const void* beta, void* c,
       cudaDataType c_type, int ldc, long long stride_c, int batch, cublasComputeType_t compute,
       cublasGemmAlgo_t algo);
+  // Problems of different sizes in one call (the experts' GEMMs): sizes
+  // and scalars per group on the host, the operands' pointers on the device.
+  decltype(&::cublasGemmGroupedBatchedEx) gemm_grouped_batched_ex;
   decltype(&::cublasLtCreate) lt_create;
   decltype(&::cublasLtDestroy) lt_destroy;
   decltype(&::cublasLtMatmulDescCreate) matmul_desc_create;

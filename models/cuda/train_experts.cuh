@@ -9,7 +9,10 @@
 //             as the reference); xs = xn's rows in sorted order; per expert
 //             one GEMM against its adjacent gate|up rows, the SwiGLU, one
 //             GEMM against its down rows; out [N, H] = each token's k rows
-//             weighted.
+//             weighted. An expert's GEMMs of one kind are one cuBLAS call
+//             each, or with COHORT_MOE_GEMMS=grouped one grouped call for
+//             all of them (the operands' pointers written on the device
+//             from the offsets the host already has).
 //   backward  dys = weight · dout into each sorted row, dweights = dout · ys;
 //             per expert down's input and weight gradients, the SwiGLU's,
 //             gate|up's; dxn = the k rows' input gradients summed, plus the
@@ -24,11 +27,13 @@
 // Included by models/cuda/train_blocks.cu only (its kernels are defined here).
 #pragma once
 
-
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "base/check.h"
+#include "base/env_knobs.h"
 #include "models/backend.h"
 #include "models/cuda/cublas_api.h"
 #include "models/cuda/op_times.h"
@@ -122,6 +127,34 @@ inline void gemm_bf16(cublasHandle_t blas, cublasOperation_t ta, cublasOperation
                                          &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// Where an operand of expert e's GEMM starts: base + e · per_expert +
+// first · per_row bytes, `first` the expert's first sorted row (weights and
+// their gradients move by expert, the sorted rows' tensors by row).
+struct ExpertOperand {
+  const void* base = nullptr;
+  size_t per_expert = 0, per_row = 0;
+  __host__ __device__ const void* at(int e, int first) const {
+    return static_cast<const char*>(base) + size_t(e) * per_expert + size_t(first) * per_row;
+  }
+};
+
+constexpr int kGroupedExperts = 128;  // experts one grouped call lists (a kernel argument)
+struct ExpertRows {
+  int count = 0;
+  int expert[kGroupedExperts];
+  int first[kGroupedExperts];
+};
+
+// ptrs [3, count]: each listed expert's A, B and C, for the grouped GEMM.
+__global__ void expert_operands_kernel(const void** ptrs, ExpertOperand a, ExpertOperand b, ExpertOperand c,
+                                       ExpertRows rows) {
+  for (int j = threadIdx.x; j < rows.count; j += blockDim.x) {
+    ptrs[j] = a.at(rows.expert[j], rows.first[j]);
+    ptrs[rows.count + j] = b.at(rows.expert[j], rows.first[j]);
+    ptrs[2 * rows.count + j] = c.at(rows.expert[j], rows.first[j]);
+  }
+}
+
 }  // namespace train
 
 // One sparse layer's tensors (N tokens, k choices, P = N k sorted rows).
@@ -155,7 +188,12 @@ struct SparseContext {
 class SparseMlp {
  public:
   using bf16 = train::bf16;
-  explicit SparseMlp(SparseContext c) : c_(std::move(c)) {}
+  explicit SparseMlp(SparseContext c) : c_(std::move(c)) {
+    const char* gemms = read_env_knob(EnvKnob::kMoeGemms);
+    COHORT_CHECK_MSG(!gemms || std::strcmp(gemms, "grouped") == 0 || std::strcmp(gemms, "loop") == 0,
+                     "{}={} (grouped or loop)", env_knob_name(EnvKnob::kMoeGemms), gemms);
+    grouped_ = gemms && std::strcmp(gemms, "grouped") == 0;
+  }
 
   // Carves what `layers` layers need at n tokens from the blocks' arena
   // (take(bytes), 256-byte aligned; null in the blocks' counting pass): per
@@ -191,6 +229,7 @@ class SparseMlp {
     scratch_.dxs = half(P * H), scratch_.dlogits_half = half(n * E);
     scratch_.dweights = single(P), scratch_.dlogits = single(n * E);
     experts_weights_ = half(experts_numel());
+    grouped_operands_ = reinterpret_cast<const void**>(take(3 * train::kGroupedExperts * sizeof(void*)));
   }
   size_t experts_numel() const { return size_t(c_.shape.experts) * 3 * c_.shape.intermediate * c_.hidden; }
   bf16* experts_scratch() const { return experts_weights_; }
@@ -214,15 +253,12 @@ class SparseMlp {
       c_.backend->copy_to_host(s.host_offsets.data(), s.offsets, (E + 1) * sizeof(int32_t));
     }
     gather(s, xn, P);
-    for_each_expert(s, [&](int e, int first, int count) {
-      gemm(CUBLAS_OP_T, CUBLAS_OP_N, 2 * Ie, count, H, gate_up(experts, e), H, s.xs + size_t(first) * H, H,
-           s.gu + size_t(first) * 2 * Ie, CUDA_R_16BF, 2 * Ie, 0.0f);
-    });
+    // gu = xs · gate|upᵀ, ys = h · downᵀ, each expert over its rows.
+    expert_gemms(s, CUBLAS_OP_T, CUBLAS_OP_N, [&](int rows) { return Dims{2 * Ie, rows, H}; },
+                 weights(experts, 0), H, sorted(s.xs, H), H, sorted(s.gu, 2 * Ie), CUDA_R_16BF, 2 * Ie, 0.0f);
     swiglu(s, P);
-    for_each_expert(s, [&](int e, int first, int count) {
-      gemm(CUBLAS_OP_T, CUBLAS_OP_N, H, count, Ie, down(experts, e), Ie, s.h + size_t(first) * Ie, Ie,
-           s.ys + size_t(first) * H, CUDA_R_16BF, H, 0.0f);
-    });
+    expert_gemms(s, CUBLAS_OP_T, CUBLAS_OP_N, [&](int rows) { return Dims{H, rows, Ie}; },
+                 weights(experts, down_offset()), Ie, sorted(s.h, Ie), Ie, sorted(s.ys, H), CUDA_R_16BF, H, 0.0f);
     OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
     train::combine_rows_bf16_kernel<<<grid(size_t(N) * H / 8), kThreads, 0, c_.stream>>>(out, s.ys, s.slots,
                                                                                           s.weights, N, k, H);
@@ -255,30 +291,24 @@ class SparseMlp {
       check();
     }
     // down: dh = dys · down; d_down += dysᵀ h.
-    for_each_expert(s, [&](int e, int first, int count) {
-      const bf16* dy = x.dys + size_t(first) * H;
-      gemm(CUBLAS_OP_N, CUBLAS_OP_N, Ie, count, H, down(experts, e), Ie, dy, H, x.dh + size_t(first) * Ie,
-           CUDA_R_16BF, Ie, 0.0f);
-      if (d_experts) {
-        gemm(CUBLAS_OP_N, CUBLAS_OP_T, Ie, H, count, s.h + size_t(first) * Ie, Ie, dy, H,
-             d_experts + expert_offset(e) + 2 * size_t(Ie) * H, CUDA_R_32F, Ie, 1.0f);
-      }
-    });
+    expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_N, [&](int rows) { return Dims{Ie, rows, H}; },
+                 weights(experts, down_offset()), Ie, sorted(x.dys, H), H, sorted(x.dh, Ie), CUDA_R_16BF, Ie, 0.0f);
+    if (d_experts) {
+      expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_T, [&](int rows) { return Dims{Ie, H, rows}; }, sorted(s.h, Ie), Ie,
+                   sorted(x.dys, H), H, gradients(d_experts, down_offset()), CUDA_R_32F, Ie, 1.0f);
+    }
     {
       OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
       train::swiglu_backward_kernel<<<grid(size_t(P) * Ie / 8), kThreads, 0, c_.stream>>>(x.dgu, x.dh, s.gu, P, Ie);
       check();
     }
     // gate|up: dxs = dgu · gate_up; d_gate_up += dguᵀ xs.
-    for_each_expert(s, [&](int e, int first, int count) {
-      const bf16* dgu = x.dgu + size_t(first) * 2 * Ie;
-      gemm(CUBLAS_OP_N, CUBLAS_OP_N, H, count, 2 * Ie, gate_up(experts, e), H, dgu, 2 * Ie,
-           x.dxs + size_t(first) * H, CUDA_R_16BF, H, 0.0f);
-      if (d_experts) {
-        gemm(CUBLAS_OP_N, CUBLAS_OP_T, H, 2 * Ie, count, s.xs + size_t(first) * H, H, dgu, 2 * Ie,
-             d_experts + expert_offset(e), CUDA_R_32F, H, 1.0f);
-      }
-    });
+    expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_N, [&](int rows) { return Dims{H, rows, 2 * Ie}; }, weights(experts, 0),
+                 H, sorted(x.dgu, 2 * Ie), 2 * Ie, sorted(x.dxs, H), CUDA_R_16BF, H, 0.0f);
+    if (d_experts) {
+      expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_T, [&](int rows) { return Dims{H, 2 * Ie, rows}; }, sorted(s.xs, H), H,
+                   sorted(x.dgu, 2 * Ie), 2 * Ie, gradients(d_experts, 0), CUDA_R_32F, H, 1.0f);
+    }
     {
       OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
       train::combine_rows_bf16_kernel<<<grid(size_t(N) * H / 8), kThreads, 0, c_.stream>>>(dxn, x.dxs, s.slots,
@@ -303,20 +333,59 @@ class SparseMlp {
   static unsigned grid(size_t work) {
     return static_cast<unsigned>(std::clamp<size_t>((work + kThreads - 1) / kThreads, 1, 8192));
   }
-  size_t expert_offset(int e) const { return size_t(e) * 3 * c_.shape.intermediate * c_.hidden; }
-  const bf16* gate_up(const bf16* experts, int e) const { return experts + expert_offset(e); }
-  const bf16* down(const bf16* experts, int e) const {
-    return experts + expert_offset(e) + 2 * size_t(c_.shape.intermediate) * c_.hidden;
+  // An expert's block holds gate [Ie, H], up [Ie, H], down [H, Ie].
+  size_t per_expert_numel() const { return size_t(3) * c_.shape.intermediate * c_.hidden; }
+  size_t down_offset() const { return size_t(2) * c_.shape.intermediate * c_.hidden; }
+  train::ExpertOperand weights(const bf16* experts, size_t offset) const {
+    return {experts + offset, per_expert_numel() * sizeof(bf16), 0};
   }
+  train::ExpertOperand gradients(const float* d_experts, size_t offset) const {
+    return {d_experts + offset, per_expert_numel() * sizeof(float), 0};
+  }
+  // A tensor of the sorted rows, `width` bf16 a row.
+  static train::ExpertOperand sorted(const bf16* rows, int width) { return {rows, 0, size_t(width) * sizeof(bf16)}; }
 
-  // f(expert, first sorted row, rows) for each expert with rows, in order.
-  template <typename F>
-  void for_each_expert(const SparseSaved& s, F&& f) {
+  struct Dims {
+    int m, n, k;
+  };
+  // For each expert with rows, in order: C = op(A) op(B) (+ beta C), column
+  // major as cuBLAS has it, dims(rows) its sizes. One grouped call
+  // (COHORT_MOE_GEMMS=grouped) or one call each.
+  template <typename DimsOf>
+  void expert_gemms(const SparseSaved& s, cublasOperation_t ta, cublasOperation_t tb, DimsOf dims,
+                    train::ExpertOperand a, int lda, train::ExpertOperand b, int ldb, train::ExpertOperand c,
+                    cudaDataType_t c_type, int ldc, float beta) {
     OpTimes::Scope timed(c_.times, "blocks.moe_experts", c_.stream);
-    for (int e = 0; e < c_.shape.experts; ++e) {
-      const int first = s.host_offsets[e], count = s.host_offsets[e + 1] - first;
-      if (count > 0) f(e, first, count);
+    const int E = c_.shape.experts;
+    if (!grouped_ || E > train::kGroupedExperts) {
+      for (int e = 0; e < E; ++e) {
+        const int first = s.host_offsets[e], rows = s.host_offsets[e + 1] - first;
+        if (rows == 0) continue;
+        const Dims d = dims(rows);
+        gemm(ta, tb, d.m, d.n, d.k, static_cast<const bf16*>(a.at(e, first)), lda,
+             static_cast<const bf16*>(b.at(e, first)), ldb, const_cast<void*>(c.at(e, first)), c_type, ldc, beta);
+      }
+      return;
     }
+    train::ExpertRows list;
+    grouped_args_.clear();
+    for (int e = 0; e < E; ++e) {
+      const int first = s.host_offsets[e], rows = s.host_offsets[e + 1] - first;
+      if (rows == 0) continue;
+      list.expert[list.count] = e, list.first[list.count] = first, ++list.count;
+      const Dims d = dims(rows);
+      grouped_args_.add(ta, tb, d.m, d.n, d.k, lda, ldb, ldc, beta);
+    }
+    if (list.count == 0) return;
+    train::expert_operands_kernel<<<1, 128, 0, c_.stream>>>(grouped_operands_, a, b, c, list);
+    check();
+    const void* const* ptrs = grouped_operands_;
+    COHORT_CUBLAS_CHECK_FATAL(cuda::blas::loaded().gemm_grouped_batched_ex(
+        c_.blas, grouped_args_.ta.data(), grouped_args_.tb.data(), grouped_args_.m.data(), grouped_args_.n.data(),
+        grouped_args_.k.data(), grouped_args_.alpha.data(), ptrs, CUDA_R_16BF, grouped_args_.lda.data(),
+        ptrs + list.count, CUDA_R_16BF, grouped_args_.ldb.data(), grouped_args_.beta.data(),
+        const_cast<void* const*>(ptrs + 2 * list.count), c_type, grouped_args_.ldc.data(), list.count,
+        grouped_args_.size.data(), CUBLAS_COMPUTE_32F));
   }
   void gather(SparseSaved& s, const bf16* xn, int P) {
     OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
@@ -335,7 +404,27 @@ class SparseMlp {
     train::gemm_bf16(c_.blas, ta, tb, m, n, k, a, lda, b, ldb, c, c_type, ldc, beta);
   }
 
+  // A grouped call's host arrays, one entry a group (an expert with rows).
+  struct GroupedArgs {
+    std::vector<cublasOperation_t> ta, tb;
+    std::vector<int> m, n, k, lda, ldb, ldc, size;
+    std::vector<float> alpha, beta;
+    void clear() {
+      for (auto* v : {&m, &n, &k, &lda, &ldb, &ldc, &size}) v->clear();
+      ta.clear(), tb.clear(), alpha.clear(), beta.clear();
+    }
+    void add(cublasOperation_t a_op, cublasOperation_t b_op, int m_, int n_, int k_, int lda_, int ldb_, int ldc_,
+             float beta_) {
+      ta.push_back(a_op), tb.push_back(b_op), m.push_back(m_), n.push_back(n_), k.push_back(k_);
+      lda.push_back(lda_), ldb.push_back(ldb_), ldc.push_back(ldc_), size.push_back(1);
+      alpha.push_back(1.0f), beta.push_back(beta_);
+    }
+  };
+
   SparseContext c_;
+  bool grouped_ = false;                     // COHORT_MOE_GEMMS=grouped
+  GroupedArgs grouped_args_;
+  const void** grouped_operands_ = nullptr;  // [3, kGroupedExperts] device pointers
   std::vector<SparseSaved> saved_;  // per layer (a dense layer's stays empty)
   SparseScratch scratch_;
   bf16* experts_weights_ = nullptr;  // a layer's experts rounded to bf16
