@@ -201,6 +201,15 @@ __device__ inline void mma(float c[4], const uint32_t a[4], const uint32_t b[2])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// A folded RMSNorm's scale for one row (models/ops/gemv.h's FoldedNorm):
+// its sum of squares arrives as `chunks` partial sums, added in order, so
+// that every kernel folding the norm scales the row by the same value.
+__device__ __forceinline__ float folded_norm_scale(const float* sums, int chunks, int width, float eps) {
+  float ss = 0.0f;
+  for (int c = 0; c < chunks; ++c) ss += sums[c];
+  return rsqrtf(ss / static_cast<float>(width) + eps);
+}
+
 __device__ inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -65,14 +65,8 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       enqueue_moe(L, n, in_place ? buf_.x : buf_.tmp);
       if (!in_place) all_reduce(buf_.tmp, nH);
     } else {
-      if (lora_.on) {
-        // The adapters' gate and up deltas join before the activation.
-        gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I);
-        enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n);
-        mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
-      } else {
-        gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
-      }
+      if (lora_.on) gate_up_lora_swiglu(l, L, n);
+      else gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
       float* out = in_place ? buf_.x : buf_.tmp;
       if (in_place) gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
       else gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
@@ -208,9 +202,7 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
     if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.x, H, buf_.y, Qd, H, n);
     gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate, produce(L.mlp_norm));
     if (lora_.on) {
-      gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I, mc::GemvOutput::kStore, consume);
-      enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n, buf_.sumsq);
-      mc::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
+      gate_up_lora_swiglu(l, L, n, consume);
       enqueue_lora(l, models::LoraTarget::kDown, buf_.x, H, buf_.h, I, H, n);
     } else {
       gate_up_swiglu(buf_.xn, L.wgu, n, H, I, consume);
@@ -218,6 +210,13 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
     const float* next = l + 1 < config_.layers ? layers_[l + 1].attn_norm : final_norm_;
     gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate, produce(next));
   }
+}
+
+void CudaGraphEngine::gate_up_lora_swiglu(int l, const Layer& L, int n, const models::cuda::FoldedNorm& norm) {
+  const int H = config_.hidden, I = dims_.intermediate;
+  gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I, models::cuda::GemvOutput::kStore, norm);
+  enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n, norm.in_sumsq);
+  models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
 }
 
 }  // namespace cohort::models::decode

@@ -252,6 +252,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // buf_.h = SwiGLU(x · w_gate/upᵀ).
   void gate_up_swiglu(const Bf16* x, const Weight& w, int n, int in, int I,
                       const models::cuda::FoldedNorm& norm = {});
+  // The same with layer l's served adapters, whose gate and up deltas join
+  // before the activation (norm: the folded form's, whose sums they scale by).
+  void gate_up_lora_swiglu(int l, const Layer& L, int n, const models::cuda::FoldedNorm& norm = {});
   // Whether a quantized weight's projection of n rows takes the tensor-core
   // skinny GEMM over its codes (models/ops/quant_gemv.h, 9 to 64 rows,
   // where projection() picks the skinny family: warm-up measures it against

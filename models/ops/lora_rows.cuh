@@ -161,14 +161,11 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
   if (count == 0) return;  // the whole cluster: its blocks planned the same rows
   if (threadIdx.x < 16) {
     // The input's RMSNorm (the predecessor's sums), summed as the projection sums them.
-    float factor = 1.0f;
-    if (norm.sumsq) {
-      const float* sums = norm.sumsq + static_cast<size_t>(tile.sources[threadIdx.x]) * (in / kNormChunk);
-      float ss = 0.0f;
-      for (int c = 0; c < in / kNormChunk; ++c) ss += sums[c];
-      factor = rsqrtf(ss / static_cast<float>(in) + norm.eps);
-    }
-    tile.factor[threadIdx.x] = factor;
+    const int chunks = in / kNormChunk;
+    tile.factor[threadIdx.x] =
+        norm.sumsq ? folded_norm_scale(norm.sumsq + static_cast<size_t>(tile.sources[threadIdx.x]) * chunks, chunks,
+                                       in, norm.eps)
+                   : 1.0f;
   }
 
   const Bf16Bits* xa = x + static_cast<size_t>(tile.sources[g]) * in;

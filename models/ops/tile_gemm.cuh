@@ -264,10 +264,9 @@ __global__ void __launch_bounds__(32 * kTileWarps) tile_gemm_kernel(TileArgs a) 
         }
       }
       if (a.norm.in_sumsq) {  // the input's RMSNorm, as a scale of the row's sums
-        const float* sums = a.norm.in_sumsq + static_cast<size_t>(row) * (a.in / kNormChunk);
-        float ss = 0;
-        for (int c = 0; c < a.in / kNormChunk; ++c) ss += sums[c];
-        const float scale = rsqrtf(ss / static_cast<float>(a.in) + a.norm.eps);
+        const int chunks = a.in / kNormChunk;
+        const float scale =
+            folded_norm_scale(a.norm.in_sumsq + static_cast<size_t>(row) * chunks, chunks, a.in, a.norm.eps);
         scale4(gate, scale);
         scale4(up, scale);
       }
