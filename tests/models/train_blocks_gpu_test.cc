@@ -4,12 +4,14 @@
 // weights and tokens, for Qwen3-like (per-head norms, head_dim 128) and
 // Llama-like (head_dim 64, groups of 4) shapes, sequences that are not a
 // multiple of the attention tiles, each checkpointing mode, with and without
-// bf16 working weights. Skips with a message where no GPU is visible.
+// bf16 working weights; mixtures of experts' sparse layers with their GEMMs
+// per expert and grouped. Skips with a message where no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -203,6 +205,18 @@ TEST_F(TrainBlocks, SparseLayersMatchTheReferenceInEveryCheckpointingMode) {
     compare(qwen3_moe_like(), mode, false, 2, 100);
   }
   compare(qwen3_moe_like(), ActivationCheckpointing::kNone, true, 1, 128);
+}
+
+// The same with each kind of the experts' GEMMs as one grouped cuBLAS call
+// (COHORT_MOE_GEMMS=grouped, read as the blocks are made).
+TEST_F(TrainBlocks, SparseLayersWithGroupedExpertGemmsMatchTheReference) {
+  struct GroupedGemms {
+    GroupedGemms() { ::setenv("COHORT_MOE_GEMMS", "grouped", 1); }
+    ~GroupedGemms() { ::unsetenv("COHORT_MOE_GEMMS"); }
+  } grouped;
+  fused_moe_ = true;
+  compare(qwen3_moe_like(), ActivationCheckpointing::kNone, false, 2, 100);
+  compare(qwen3_moe_like(), ActivationCheckpointing::kSelective, true, 1, 128);
 }
 
 // What the fused blocks cannot take falls back to the op-by-op path.
