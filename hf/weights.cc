@@ -115,7 +115,7 @@ Status load_weights(Model& model, const std::string& dir) {
     });
     for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);
     if (!direct) model.backend().copy_from_host(model.params(g), host.data(), host.size() * sizeof(float));
-    model.group_filled(g);
+    model.group_filled(g, direct ? model.params(g) : host.data());
   }
   return Status::ok();
 }

@@ -42,14 +42,15 @@ Status load_infer_weights(const jobs::ModelSection& model, int64_t seed, models:
     if (!read.is_ok()) return read.status().with_context("model.adapter");
     adapter = std::move(*read);
   }
-  const std::function<void(int)> listener = target.group_filled_listener();
+  const models::Model::GroupFilled listener = target.group_filled_listener();
   Status finished;
-  target.set_group_filled_listener([&](int g) {
+  target.set_group_filled_listener([&](int g, const float* host) {
     if (finished.is_ok() && adapter) {
       finished = models::merge_lora_group(*adapter, target, g).with_context("model.adapter " + model.adapter);
     }
     if (finished.is_ok() && format) finished = hf::quantize_round_trip_group(target, g, *format);
-    if (listener) listener(g);
+    // The buffer changed where either ran: the loader's host copy is stale.
+    if (listener) listener(g, adapter || format ? nullptr : host);
   });
   const Status loaded = load_source(model, seed, target);
   target.set_group_filled_listener(listener);

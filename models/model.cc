@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/parallel_for.h"
 #include "models/activations.h"
 #include "models/counter_random.h"
 #include "models/lora.h"
@@ -68,6 +69,7 @@ Model::Model(const ModelConfig& config, const ShardSpec& shard, const LocalDims&
     for (int l = 0; l < layout_.layers; ++l) largest = std::max(largest, layout_.groups[layout_.block_group(l)].numel);
     staging = backend_->alloc_floats(largest);
     owned_.push_back(staging);
+    staging_ = staging;
   }
   for (size_t i = 0; i < layout_.groups.size(); ++i) {
     const ParamGroup& g = layout_.groups[i];
@@ -130,8 +132,12 @@ void Model::release_own_buffers() {
     bool in_use = false;
     for (int g = 0; g < num_groups(); ++g) in_use = in_use || params_[g] == p || grads_[g] == p;
     bool is_group_buffer = p != rope_cos_ && p != rope_sin_;
-    if (is_group_buffer && !in_use) backend_->free(p);
-    else kept.push_back(p);
+    if (is_group_buffer && !in_use) {
+      backend_->free(p);
+      if (p == staging_) staging_ = nullptr;
+    } else {
+      kept.push_back(p);
+    }
   }
   owned_ = std::move(kept);
 }
@@ -147,7 +153,12 @@ void Model::init_weights(uint64_t seed, float stddev) {
   std::vector<float> host;
   for (int g = 0; g < num_groups(); ++g) {
     const ParamGroup& group = layout_.groups[g];
-    host.assign(group.numel, 0.0f);
+    // Zeroed over the cores: a 70B block is 3.4 GB, seconds on one thread.
+    host.resize(group.numel);
+    constexpr size_t kZeroChunk = size_t(1) << 24;
+    parallel_for((group.numel + kZeroChunk - 1) / kZeroChunk, [&](size_t c) {
+      std::fill(host.begin() + c * kZeroChunk, host.begin() + std::min(group.numel, (c + 1) * kZeroChunk), 0.0f);
+    });
     for (const ParamSpec& p : group.params) {
       float* dst = host.data() + p.offset;
       if (is_norm(p.name)) {
@@ -156,8 +167,11 @@ void Model::init_weights(uint64_t seed, float stddev) {
         fill_normal(dst, p, splitmix64(seed) ^ hash_name(p.name), stddev);
       }  // biases stay zero, as in HF
     }
-    backend_->copy_from_host(params_[g], host.data(), host.size() * sizeof(float));
-    group_filled(g);
+    // A streamed block whose listener takes the host copy skips the upload.
+    if (!(group_filled_ && !listener_reads_buffer_ && staging_ && params_[g] == staging_)) {
+      backend_->copy_from_host(params_[g], host.data(), group.numel * sizeof(float));
+    }
+    group_filled(g, host.data());
   }
 }
 

@@ -151,10 +151,19 @@ class Model final : public TrainableParams {
   // Loaders (init_weights, hf::load_weights, checkpoint params) call this
   // after filling group `g`; a listener set here sees each group's values
   // while they are in its buffer (Buffers::kStreamedBlocks). Null: none.
-  void set_group_filled_listener(std::function<void(int group)> listener) { group_filled_ = std::move(listener); }
-  const std::function<void(int group)>& group_filled_listener() const { return group_filled_; }
-  void group_filled(int group) {
-    if (group_filled_) group_filled_(group);
+  // `host`: the same values in host memory where the loader has them whole
+  // (else null), so that a listener need not copy a block back from the
+  // device (a 70B block is 3.4 GB in fp32); a listener that changes the
+  // buffer passes null on to the one it wraps. reads_buffer false: the
+  // listener reads a block's buffer only when no host copy comes with it,
+  // so init_weights leaves a streamed block's staging buffer unfilled.
+  using GroupFilled = std::function<void(int group, const float* host)>;
+  void set_group_filled_listener(GroupFilled listener, bool reads_buffer = true) {
+    group_filled_ = std::move(listener), listener_reads_buffer_ = reads_buffer;
+  }
+  const GroupFilled& group_filled_listener() const { return group_filled_; }
+  void group_filled(int group, const float* host = nullptr) {
+    if (group_filled_) group_filled_(group, host);
   }
 
   // Training: the whole pass, with hooks.
@@ -293,7 +302,9 @@ class Model final : public TrainableParams {
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
   LoraAdapters* lora_ = nullptr;         // set_lora
   std::vector<LoraRows> lora_rows_;      // set_lora_rows
-  std::function<void(int)> group_filled_;  // set_group_filled_listener
+  GroupFilled group_filled_;  // set_group_filled_listener
+  bool listener_reads_buffer_ = true;
+  float* staging_ = nullptr;  // Buffers::kStreamedBlocks: the blocks' one buffer
   BlockPass block_pass() const;
   HeadTensors head_tensors() const;
   // forward_head's op-by-op path: fp32 logits (and losses with targets).

@@ -5,10 +5,24 @@
 #include <string>
 
 #include "base/check.h"
+#include "base/half_float.h"
+#include "base/parallel_for.h"
 #include "models/lora.h"
 #include "models/quant/row_packed.h"
 
 namespace cohort::models {
+namespace {
+
+// dst = src rounded to `half` (bf16 or f16, nearest even) and back, as
+// round_group does on the backend.
+void round_to_half(float* dst, const float* src, size_t n, DType half) {
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = half == DType::kBF16 ? bf16_bits_to_float(float_to_bf16_bits(src[i]))
+                                  : f16_bits_to_float(float_to_f16_bits(src[i]));
+  }
+}
+
+}  // namespace
 
 Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant::WeightFormat format) {
   if (format != quant::WeightFormat::kNf4 && format != quant::WeightFormat::kFp8Block) {
@@ -19,6 +33,7 @@ Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant
   for (int l = 0; l < model.config().layers; ++l) {
     COHORT_RETURN_IF_ERROR(base->add_block(layout.block_group(l), format));
   }
+  std::vector<float>().swap(base->staging_);
   for (const Block& b : base->blocks_) model.set_group_buffers(b.group, nullptr, model.grads(b.group));
   model.release_own_buffers();
   return base;
@@ -32,7 +47,7 @@ Result<std::unique_ptr<QuantizedBase>> QuantizedBase::stream(Model& model, quant
   base->format_ = format, base->round_to_ = round_to;
   base->blocks_.reserve(size_t(model.config().layers));
   QuantizedBase* self = base.get();
-  model.set_group_filled_listener([self](int group) {
+  model.set_group_filled_listener([self](int group, const float* host) {
     if (!self->stream_status_.is_ok()) return;
     const ParamLayout& layout = self->model_.layout();
     const int first = layout.block_group(0);
@@ -43,14 +58,17 @@ Result<std::unique_ptr<QuantizedBase>> QuantizedBase::stream(Model& model, quant
         return;
       }
     }
-    round_group(self->model_, group, self->round_to_);
-    self->stream_status_ = self->add_block(group, self->format_);
-  });
+    // The loader's host copy where it has one, rounded here; else the
+    // buffer, rounded where it is and copied back.
+    if (!host) round_group(self->model_, group, self->round_to_);
+    self->stream_status_ = self->add_block(group, self->format_, host, host ? self->round_to_ : DType::kF32);
+  }, /*reads_buffer=*/false);
   return base;
 }
 
 Status QuantizedBase::finish_stream() {
   model_.set_group_filled_listener(nullptr);
+  std::vector<float>().swap(staging_);
   COHORT_RETURN_IF_ERROR(stream_status_);
   if (static_cast<int>(blocks_.size()) != model_.config().layers) {
     return internal_error("a streamed base got " + std::to_string(blocks_.size()) + " of " +
@@ -83,11 +101,26 @@ void* QuantizedBase::keep(size_t bytes) {
   return p;
 }
 
-Status QuantizedBase::add_block(int group, quant::WeightFormat format) {
+Status QuantizedBase::add_block(int group, quant::WeightFormat format, const float* values, DType round_to) {
   Backend& be = model_.backend();
   const ParamGroup& spec = model_.layout().groups[group];
-  std::vector<float> host(spec.numel);
-  be.copy_to_host(host.data(), model_.params(group), spec.numel * sizeof(float));
+  // One staging vector for every block: a fresh one a block would be
+  // gigabytes of page faults each time.
+  staging_.resize(spec.numel);
+  std::vector<float>& host = staging_;
+  if (values) {
+    constexpr size_t kChunk = size_t(1) << 22;
+    parallel_for((spec.numel + kChunk - 1) / kChunk, [&](size_t c) {
+      const size_t begin = c * kChunk, end = std::min(spec.numel, begin + kChunk);
+      if (round_to == DType::kF32) {
+        std::copy(values + begin, values + end, host.begin() + begin);
+      } else {
+        round_to_half(host.data() + begin, values + begin, end - begin, round_to);
+      }
+    });
+  } else {
+    be.copy_to_host(host.data(), model_.params(group), spec.numel * sizeof(float));
+  }
   Block block;
   block.group = group;
   block.numel = spec.numel;

@@ -81,7 +81,10 @@ class QuantizedBase {
   quant::WeightFormat format_ = quant::WeightFormat::kNf4;
   DType round_to_ = DType::kF32;
   Status stream_status_;
-  Status add_block(int group, quant::WeightFormat format);
+  // The block's values from `values` (host memory, rounded to `round_to`)
+  // or, null, from the model's buffer as it is.
+  Status add_block(int group, quant::WeightFormat format, const float* values = nullptr,
+                   DType round_to = DType::kF32);
   void expand(int group);
   void drop(int group);
   Block* block_of(int group);
@@ -91,6 +94,7 @@ class QuantizedBase {
   std::vector<Block> blocks_;
   std::map<size_t, std::vector<float*>> free_;  // expansion buffers by numel
   std::vector<void*> owned_;                    // freed with this
+  std::vector<float> staging_;                  // add_block's host copy of a block
   size_t stored_bytes_ = 0, unquantized_bytes_ = 0;
 };
 

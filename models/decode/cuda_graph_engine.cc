@@ -359,7 +359,7 @@ Result<std::unique_ptr<InferenceEngine>> make_cuda_graph_engine(const models::Mo
       taken[static_cast<size_t>(layer)] = 1;
     };
     if (options.stream_blocks) {
-      model->set_group_filled_listener([&](int group) {
+      model->set_group_filled_listener([&](int group, const float*) {
         const int layer = group - model->layout().block_group(0);
         if (layer >= 0 && layer < config.layers) take(layer);
       });

@@ -82,7 +82,7 @@ TEST(HostLayers, AStreamedLoadTakesEachLayerAsTheWholeModelHoldsIt) {
         std::move(models::Model::create(config, {}, cpu.get(), {}, models::Model::Buffers::kStreamedBlocks).value());
     std::vector<std::optional<HostLayer>> taken(config.layers);
     Status taking;
-    streamed->set_group_filled_listener([&](int group) {
+    streamed->set_group_filled_listener([&](int group, const float*) {
       const int layer = group - streamed->layout().block_group(0);
       if (layer < 0 || layer >= config.layers) return;
       auto made = models::decode::make_host_layer(*streamed, layer, formats);

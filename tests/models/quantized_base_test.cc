@@ -53,15 +53,25 @@ struct QuantizedAdapted {
   std::unique_ptr<QuantizedBase> base;
   // streamed: the model's blocks are quantized as init_weights fills them
   // (Buffers::kStreamedBlocks), never all in fp32.
-  QuantizedAdapted(quant::WeightFormat format, bool quantized, bool streamed = false) {
+  // round_to: the base rounded first (bf16, as a job's is). buffer_only:
+  // the stream sees no host copy of a block, only the model's buffer (as
+  // from a loader that fills the backend's memory directly).
+  enum class Source { kHost, kBufferOnly };
+  QuantizedAdapted(quant::WeightFormat format, bool quantized, bool streamed = false,
+                   DType round_to = DType::kF32, Source source = Source::kHost) {
     model = std::move(Model::create(config(), {}, backend.get(), {},
                                     streamed ? Model::Buffers::kStreamedBlocks : Model::Buffers::kParamsOnly)
                           .value());
-    if (streamed) base = std::move(QuantizedBase::stream(*model, format, DType::kF32).value());
-    model->init_weights(7, 0.3f);
-    if (streamed) {
-      EXPECT_TRUE(base->finish_stream().is_ok());
+    if (streamed) base = std::move(QuantizedBase::stream(*model, format, round_to).value());
+    if (source == Source::kBufferOnly) {
+      Model::GroupFilled inner = model->group_filled_listener();
+      model->set_group_filled_listener([inner](int group, const float*) { inner(group, nullptr); });
     }
+    model->init_weights(7, 0.3f);
+    if (streamed) EXPECT_TRUE(base->finish_stream().is_ok());
+    // The rest (a streamed model's blocks are gone from it: only the
+    // embedding and head), as a job rounds its frozen base.
+    round_frozen_base(*model, round_to);
     lora = std::move(LoraAdapters::create(*model, all_linear()).value());
     lora->init(9);
     model->set_lora(lora.get());
@@ -132,6 +142,21 @@ TEST_P(QuantizedBaseTest, StreamedWhileLoadingEqualsQuantizingTheLoadedModel) {
   auto base = std::move(QuantizedBase::stream(*model, GetParam(), DType::kF32).value());
   model->group_filled(model->layout().block_group(0));
   EXPECT_NE(base->finish_stream().message().find("got 1 of 2 blocks"), std::string::npos);
+}
+
+// A streamed block rounds and quantizes the same from the loader's host
+// copy as from the model's buffer, and as a whole base rounded first.
+TEST_P(QuantizedBaseTest, AStreamedBlockFromTheLoadersHostCopyIsTheOneFromItsBuffer) {
+  QuantizedAdapted whole(GetParam(), true, false, DType::kBF16);
+  QuantizedAdapted host(GetParam(), true, true, DType::kBF16);
+  QuantizedAdapted buffer(GetParam(), true, true, DType::kBF16, QuantizedAdapted::Source::kBufferOnly);
+  const auto x = tokens(24, 5), y = tokens(24, 6);
+  const double expected = whole.model->forward(x.data(), y.data(), 2, 12).sum;
+  EXPECT_EQ(host.model->forward(x.data(), y.data(), 2, 12).sum, expected);
+  EXPECT_EQ(buffer.model->forward(x.data(), y.data(), 2, 12).sum, expected);
+  // Rounded to bf16 first: not the fp32 base's.
+  QuantizedAdapted unrounded(GetParam(), true, true);
+  EXPECT_NE(unrounded.model->forward(x.data(), y.data(), 2, 12).sum, expected);
 }
 
 TEST_P(QuantizedBaseTest, StoresAFractionOfTheFp32Bytes) {
