@@ -96,13 +96,15 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        true},
       {K::kTrainBlocks, "COHORT_TRAIN_BLOCKS", "worker",
        "`ops`: CUDA training runs each decoder block op by op on fp32 activations instead of the "
-       "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks; `moe`: a "
-       "mixture of experts' sparse layers run inside the fused blocks too (models/cuda/train_experts.cuh).",
+       "fused bf16 blocks (models/block_engine.h), for A/B runs and equivalence checks; `dense`: "
+       "the fused blocks without a mixture of experts' sparse layers, which then run op by op "
+       "(`fused`, the default, runs them in the blocks: models/cuda/train_experts.cuh).",
        true},
       {K::kMoeGemms, "COHORT_MOE_GEMMS", "models",
-       "`grouped`: the fused training blocks give each kind of the experts' GEMMs (forward, "
-       "input and weight gradients) to cuBLAS as one grouped call over the experts with rows "
-       "(cublasGemmGroupedBatchedEx) instead of one call per expert (`loop`, the default), for A/B runs.",
+       "`grouped`: the fused training blocks give the experts' forward and input-gradient GEMMs "
+       "to cuBLAS as one grouped call over the experts with rows (cublasGemmGroupedBatchedEx) "
+       "instead of one call per expert (`loop`, the default), for A/B runs; the weight gradients "
+       "(bf16 into fp32, which cuBLAS does not group) stay one call per expert.",
        true},
       {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
        "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "

@@ -186,8 +186,9 @@ class Model final : public TrainableParams {
   void set_fused_blocks(bool on);
   // Whether a mixture of experts' sparse layers may run inside the fused
   // blocks too (models/cuda/train_experts.cuh) when its experts are not
-  // split over ranks; off by default (COHORT_TRAIN_BLOCKS=moe turns it on),
-  // such a model then trains op by op. Takes effect at the next forward.
+  // split over ranks and it trains no LoRA adapters; on by default
+  // (COHORT_TRAIN_BLOCKS=dense turns it off); otherwise the sparse layers
+  // run op by op. Takes effect at the next forward.
   void set_fused_moe_blocks(bool on);
   // True when the last forward's blocks ran fused.
   bool runs_fused_blocks() const { return engine_ != nullptr; }
@@ -298,7 +299,7 @@ class Model final : public TrainableParams {
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
   int head_chunk_ = 0;  // set_lm_head_chunk_tokens
   bool fused_blocks_ = true;
-  bool fused_moe_blocks_ = false;  // set_fused_moe_blocks
+  bool fused_moe_blocks_ = true;  // set_fused_moe_blocks
   std::unique_ptr<BlockEngine> engine_;  // made by ensure_activations
   LoraAdapters* lora_ = nullptr;         // set_lora
   std::vector<LoraRows> lora_rows_;      // set_lora_rows

@@ -52,9 +52,11 @@ void Model::ensure_activations(int B, int T, bool fp32_head) {
   // The fused blocks take what they implement (spec.h), LoRA adapters
   // without dropout among it (dropout's masks are the op-by-op path's); any
   // other model trains op by op. Sparse layers join them when asked
-  // (set_fused_moe_blocks) and the experts are all on this rank.
+  // (set_fused_moe_blocks) and the experts are all on this rank; LoRA on a
+  // mixture of experts keeps its sparse layers op by op (the fused form
+  // with adapters has not been checked on a GPU).
   DecoderSpec spec = DecoderSpec::of(config_);
-  const bool sparse_blocks = spec.moe_mlp && fused_moe_blocks_ && shard_.ep_size == 1;
+  const bool sparse_blocks = spec.moe_mlp && fused_moe_blocks_ && shard_.ep_size == 1 && !lora_;
   if (sparse_blocks) spec.moe_mlp = false;  // run by the blocks (train_experts.cuh)
   if (fused_blocks_ && shard_.tp_size == 1 && (!lora_ || lora_->config().dropout == 0.0) &&
       check_executor(Executor::kCudaTrainBlocks, spec).is_ok()) {

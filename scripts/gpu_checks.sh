@@ -189,16 +189,16 @@ elif [[ $phase == moe ]]; then
   [[ -x $tests/models_hf_dump ]] && step hf_parity python3 tests/models/hf_parity.py --bin "$tests/models_hf_dump" --device cuda
   grep -E "moe|mixtral" "$out/hf_parity.log" | head -8
   if [[ ${MOE_TRAIN:-1} != 0 ]]; then
-    # The sparse layers in the fused training blocks (COHORT_TRAIN_BLOCKS=moe): their equivalence
+    # The sparse layers in the fused training blocks (the default; COHORT_TRAIN_BLOCKS=dense: op by op): their equivalence
     # test, tokens/s against the op-by-op sparse layers, and the 200-step loss curve of a small
     # Qwen3-MoE against transformers.
     STEP_TIMEOUT=150 step moe_blocks_test "$tests/models_train_blocks_gpu_test" --gtest_filter='*Sparse*:*OpByOp*'
     grep -E "OK|FAILED|Failure|worst gradient" "$out/moe_blocks_test.log" | head -12
-    for blocks in moe fused; do
+    for blocks in fused dense; do
       COHORT_TRAIN_BLOCKS=$blocks STEP_TIMEOUT=150 step "moe_train_$blocks" "$bin/models_train_bench" \
         qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
     done
-    COHORT_TRAIN_BLOCKS=moe STEP_TIMEOUT=240 step moe_finetune_parity python3 tests/train/finetune_parity.py \
+    STEP_TIMEOUT=240 step moe_finetune_parity python3 tests/train/finetune_parity.py \
       --worker "$bin/cohort-worker" --shape qwen3-moe-small --steps 200 --work /tmp/moe-parity
     # Training on the qwen3-moe-2.4b-a0.6b preset beside transformers eager and compiled (issue 38).
     PATH=$bin:$PATH SHAPES=qwen3-moe-2.4b-a0.6b:8:1024 STEP_TIMEOUT=${MOE_TRAIN_TIMEOUT:-540} \

@@ -32,9 +32,9 @@ Result<DebugSwitches> read_debug_switches() {
     s.device = device == "cpu" ? DebugSwitches::Device::kCpu : DebugSwitches::Device::kCuda;
   }
   if (const std::string blocks = value_of(EnvKnob::kTrainBlocks); !blocks.empty()) {
-    COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_TRAIN_BLOCKS", blocks, {"ops", "fused", "moe"}));
+    COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_TRAIN_BLOCKS", blocks, {"ops", "dense", "fused"}));
     s.fused_training_blocks = blocks != "ops";
-    s.fused_moe_blocks = blocks == "moe";
+    s.fused_moe_blocks = blocks == "fused";
   }
   s.op_times = read_env_knob(EnvKnob::kCudaOpTimes) != nullptr;
   s.serial_launches = env_knob_on(EnvKnob::kCudaSerialLaunches);

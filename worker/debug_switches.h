@@ -14,7 +14,7 @@ struct DebugSwitches {
   enum class Device { kAuto, kCpu, kCuda };
   Device device = Device::kAuto;        // COHORT_DEVICE=cpu|cuda
   bool fused_training_blocks = true;    // COHORT_TRAIN_BLOCKS=ops: off
-  bool fused_moe_blocks = false;        // COHORT_TRAIN_BLOCKS=moe: sparse layers in the fused blocks too
+  bool fused_moe_blocks = true;         // COHORT_TRAIN_BLOCKS=dense (or ops): sparse layers op by op
   bool op_times = false;                // COHORT_CUDA_OP_TIMES
   bool serial_launches = false;         // COHORT_CUDA_SERIAL_LAUNCHES=1
   // COHORT_INFER_ENGINE=model: the fp32 models engine on CUDA (=graphs,

@@ -357,7 +357,10 @@ class SparseMlp {
                     cudaDataType_t c_type, int ldc, float beta) {
     OpTimes::Scope timed(c_.times, "blocks.moe_experts", c_.stream);
     const int E = c_.shape.experts;
-    if (!grouped_ || E > train::kGroupedExperts) {
+    // cuBLAS groups only GEMMs whose output is the inputs' type (13.1 on an
+    // H100 answers CUBLAS_STATUS_NOT_SUPPORTED for bf16 into fp32): the
+    // weight gradients, accumulated in fp32, stay one call per expert.
+    if (!grouped_ || E > train::kGroupedExperts || c_type != CUDA_R_16BF) {
       for (int e = 0; e < E; ++e) {
         const int first = s.host_offsets[e], rows = s.host_offsets[e + 1] - first;
         if (rows == 0) continue;

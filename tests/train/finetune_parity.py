@@ -15,8 +15,8 @@ schedule and clipping, and the losses are compared step by step.
 
 With --shape qwen3-moe-small the folder is a Qwen3-MoE (16 experts, top 4,
 the load-balancing loss on): the 200-step curve of a mixture of experts
-(COHORT_TRAIN_BLOCKS=moe in the environment takes cohort's fused sparse
-layers).
+(cohort's fused sparse layers by default; COHORT_TRAIN_BLOCKS=dense in the
+environment takes the op-by-op ones).
 
 Prints one line per step and a PASS/FAIL summary (exit 0/1): PASS when the
 losses differ by at most --mean-tolerance on average and the curves end

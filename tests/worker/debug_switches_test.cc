@@ -1,5 +1,5 @@
 // The debugging switches read from the environment (worker/debug_switches.h):
-// COHORT_TRAIN_BLOCKS's three values and a bad one named in the error.
+// COHORT_TRAIN_BLOCKS's three values (fused, with sparse layers, by default) and a bad one named in the error.
 #include "worker/debug_switches.h"
 
 #include <stdlib.h>
@@ -19,22 +19,27 @@ TEST_F(DebugSwitchesEnv, TrainBlocksChoosesOpsFusedOrSparseLayersToo) {
   auto unset = read_debug_switches();
   ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
   EXPECT_TRUE(unset->fused_training_blocks);
-  EXPECT_FALSE(unset->fused_moe_blocks);
+  EXPECT_TRUE(unset->fused_moe_blocks);
   setenv("COHORT_TRAIN_BLOCKS", "ops", 1);
   auto ops = read_debug_switches();
   ASSERT_TRUE(ops.is_ok());
   EXPECT_FALSE(ops->fused_training_blocks);
   EXPECT_FALSE(ops->fused_moe_blocks);
-  setenv("COHORT_TRAIN_BLOCKS", "moe", 1);
-  auto moe = read_debug_switches();
-  ASSERT_TRUE(moe.is_ok());
-  EXPECT_TRUE(moe->fused_training_blocks);
-  EXPECT_TRUE(moe->fused_moe_blocks);
+  setenv("COHORT_TRAIN_BLOCKS", "dense", 1);
+  auto dense = read_debug_switches();
+  ASSERT_TRUE(dense.is_ok());
+  EXPECT_TRUE(dense->fused_training_blocks);
+  EXPECT_FALSE(dense->fused_moe_blocks);
+  setenv("COHORT_TRAIN_BLOCKS", "fused", 1);
+  auto fused = read_debug_switches();
+  ASSERT_TRUE(fused.is_ok());
+  EXPECT_TRUE(fused->fused_training_blocks);
+  EXPECT_TRUE(fused->fused_moe_blocks);
   setenv("COHORT_TRAIN_BLOCKS", "sparse", 1);
   auto bad = read_debug_switches();
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("COHORT_TRAIN_BLOCKS='sparse'"), std::string::npos) << bad.status().message();
-  EXPECT_NE(bad.status().message().find("ops, fused, moe"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("ops, dense, fused"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
