@@ -20,7 +20,8 @@
 #                                          (BEFORE=folder of the earlier cohort-worker), one call
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
-#                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh)
+#                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh);
+#                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity (the FP8 GEMM's too), each 8B
 #                                          projection's µs, engine tokens, logits against transformers' FP8
 #                                          model and fp32 (tests/infer/hf_quant_parity.py), decode tok/s per
@@ -132,11 +133,25 @@ elif [[ $phase == adapters ]]; then
   # alone, then with ADAPTER_COUNT (default 8) random rank-16 adapters that the requests take in turn.
   folder=/tmp/qwen3-0.6b
   [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder.log" 2>&1
-  LOADS=streams64 STEP_TIMEOUT=200 step serve_base bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" base
-  grep -E "^#|^[a-z0-9]+ \|" "$out/serve_base.log"
-  ADAPTERS=${ADAPTER_COUNT:-8} LOADS=streams64 STEP_TIMEOUT=200 step serve_adapters bench/serve_speed.sh \
-    "$bin/cohort-worker" "$folder" "$out/serve" adapters
-  grep -E "^#|^[a-z0-9]+ \|" "$out/serve_adapters.log"
+  # ADAPTER_PROFILE=1: each server under the kernel timer (bench/kernel_times.cc), then the kernels of
+  # the graph replayed most, the 64-row decode step.
+  for label in base adapters; do
+    count=0
+    [[ $label == adapters ]] && count=${ADAPTER_COUNT:-8}
+    (
+      if [[ -n ${ADAPTER_PROFILE:-} ]]; then
+        export KERNEL_TIMES="$out/kt-$label" LD_PRELOAD="$bin/libcohort_kernel_times.so"
+      fi
+      ADAPTERS="$count" LOADS=streams64 STEP_TIMES=1 STEP_TIMEOUT=200 step "serve_$label" \
+        bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"
+    )
+    grep -E "^#|^[a-z0-9]+ \|" "$out/serve_$label.log"
+    grep -E "decode steps of 64 rows: [0-9]+ timed" "$out/serve/$label.log" | cut -c1-140
+    # The largest report: the server's (every process under the timer writes one).
+    report=$(ls -S "$out/kt-$label".* 2>/dev/null | head -1)
+    [[ -n $report ]] && awk '/^graph [0-9]+: [0-9]+ launches/ { keep = $3 + 0 > most; if (keep) { most = $3 + 0; text = "" } }
+      keep && NF { text = text $0 "\n" } /^$/ { keep = 0 } END { printf "%s", text }' "$report" | head -24
+  done
 elif [[ $phase == quant ]]; then
   # Quantized projections: the kernels' parity and the engine's tokens
   # against the round-tripped bf16 model, then decode throughput per weight
