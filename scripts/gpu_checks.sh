@@ -21,7 +21,8 @@
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
 #                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh);
-#                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times
+#                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times; first
+#                                          bench/lora_rows_bench.cc, each adapted projection alone
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity (the FP8 GEMM's too), each 8B
 #                                          projection's µs, engine tokens, logits against transformers' FP8
 #                                          model and fp32 (tests/infer/hf_quant_parity.py), decode tok/s per
@@ -131,6 +132,11 @@ elif [[ $phase == lora ]]; then
 elif [[ $phase == adapters ]]; then
   # Served adapters' cost (issue 36): the 0.6B shape's server at 64 streams (512/256) with the base
   # alone, then with ADAPTER_COUNT (default 8) random rank-16 adapters that the requests take in turn.
+  # First each adapted projection alone: the projection, then it and its LoRA kernel (bench/lora_rows_bench.cc).
+  if [[ -x $bin/lora_rows_bench ]]; then
+    STEP_TIMEOUT=120 step lora_rows_bench "$bin/lora_rows_bench"
+    grep -E "^\|" "$out/lora_rows_bench.log"
+  fi
   folder=/tmp/qwen3-0.6b
   [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder.log" 2>&1
   # ADAPTER_PROFILE=1: each server under the kernel timer (bench/kernel_times.cc), then the kernels of
