@@ -5,7 +5,8 @@
 #   scripts/gpu_checks.sh tests OUTDIR     GPU tests, the torchrun example, the quickstart, HF parity
 #   scripts/gpu_checks.sh bench OUTDIR     collective, model, training and inference benchmarks
 #   scripts/gpu_checks.sh precision OUTDIR mixed-precision tests, fp16/fp32 quickstarts, throughput by precision
-#   scripts/gpu_checks.sh profile OUTDIR   GPU time per op of a training step (COHORT_CUDA_OP_TIMES)
+#   scripts/gpu_checks.sh profile OUTDIR   GPU time per op of a training step (COHORT_CUDA_OP_TIMES;
+#                                          PROFILE_PRESET, PROFILE_BATCHES)
 #   scripts/gpu_checks.sh attention OUTDIR cuDNN's fused attention: its tests, then the training step
 #                                          with cuDNN and with the flash kernels
 #   scripts/gpu_checks.sh training OUTDIR  the training engine's checks: fused-block tests, 200-step loss
@@ -445,9 +446,11 @@ elif [[ $phase == precision ]]; then
   cat "$out/train_precision.log"
 elif [[ $phase == profile ]]; then
   # Where a training step's GPU time goes: models_train_bench (1 GPU, forward
-  # + backward + AdamW) with the CUDA backend's per-op timers.
+  # + backward + AdamW) with the CUDA backend's per-op timers; PROFILE_PRESET
+  # (qwen3-0.6b) names the preset, qwen3-moe-2.4b-a0.6b for the sparse layers.
   for batch in ${PROFILE_BATCHES:-4 8}; do
-    COHORT_CUDA_OP_TIMES=1 STEP_TIMEOUT=120 step "op_times_b$batch" "$bin/models_train_bench" qwen3-0.6b "$batch" 1024 5
+    COHORT_CUDA_OP_TIMES=1 STEP_TIMEOUT=120 step "op_times_b$batch" "$bin/models_train_bench" \
+      "${PROFILE_PRESET:-qwen3-0.6b}" "$batch" 1024 5
     cat "$out/op_times_b$batch.log"
   done
 elif [[ $phase == bench ]]; then
