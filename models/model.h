@@ -193,8 +193,9 @@ class Model final : public TrainableParams {
   // True when the last forward's blocks ran fused.
   bool runs_fused_blocks() const { return engine_ != nullptr; }
   // Low-rank adapters on the block projections (lora.h), or null. Every
-  // block (training, evaluation, KV decode) adds their terms, and the blocks
-  // then run op by op: the fused blocks know no adapters. A base without
+  // block (training, evaluation, KV decode) adds their terms; the fused
+  // CUDA blocks take adapters without dropout (two skinny GEMMs an adapted
+  // projection), dropout runs the blocks op by op. A base without
   // gradient buffers (Buffers::kParamsOnly) is frozen: backward computes the
   // input gradients and the adapters' only. Borrowed; takes effect at the
   // next forward.
