@@ -160,6 +160,30 @@ TEST(Nf4, APartialLastBlockAndAnOddCountArePacked) {
   for (int i = 0; i < 25; ++i) EXPECT_EQ(rows[size_t(i)], back[size_t(50 + i)]);
 }
 
+// Blocks of an odd size share bytes with their neighbours (a block may
+// start on a byte's low half): each code is still its own block's nearest
+// level, and blocks longer than the quantizer's 64-value chunks too.
+TEST(Nf4, OddAndLongBlocksPackEachCodeInItsPlace) {
+  for (int64_t block : {7, 129}) {
+    const int64_t rows = 6, cols = 45, n = rows * cols;
+    std::vector<float> x = testing::random_weights(size_t(n), 23);
+    QuantizeOptions options;
+    options.nf4_block = block;
+    auto q = quantize(WeightFormat::kNf4, "w", x.data(), rows, cols, options);
+    ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+    for (int64_t b = 0; b * block < n; ++b) {
+      const int64_t e0 = b * block, e1 = std::min(n, e0 + block);
+      float a = 0;
+      for (int64_t e = e0; e < e1; ++e) a = std::max(a, std::fabs(x[size_t(e)]));
+      for (int64_t e = e0; e < e1; ++e) {
+        const uint8_t byte = q->packed[size_t(e / 2)];
+        ASSERT_EQ(e % 2 == 0 ? byte >> 4 : byte & 15, argmin_of(kNf4Levels, 16, x[size_t(e)] / a))
+            << "block " << block << ", element " << e;
+      }
+    }
+  }
+}
+
 // Large weights quantize on several threads (blocks, tile rows): the
 // codes and scales equal those of quantizing a slab of their first rows
 // alone, which stays on one thread.
