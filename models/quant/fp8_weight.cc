@@ -67,10 +67,11 @@ Result<QuantizedWeight> quantize_fp8_block(const std::string& name, const float*
       // values NaN; cohort stores zeros with a unit scale.
       const float scale = amax > 0.0f ? kE4m3Max / amax : 1.0f;
       for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const float scaled = std::clamp(x[r * cols + c] * scale, -kE4m3Max, kE4m3Max);
-          w.packed[r * cols + c] = float_to_e4m3(scaled);
-        }
+        // Local pointers: a byte store may alias anything reached through
+        // the captures, which the loop would otherwise read again each time.
+        const float* in = x + r * cols;
+        uint8_t* out = w.packed.data() + r * cols;
+        for (int64_t c = c0; c < c1; ++c) out[c] = float_to_e4m3(std::clamp(in[c] * scale, -kE4m3Max, kE4m3Max));
       }
       w.scales[tr * tile_cols + tc] = 1.0f / scale;
     }

@@ -149,6 +149,7 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
   const int64_t n = rows * cols, blocks = ceil_div(n, block);
   w.packed.assign(size_t(ceil_div(n, 2)), 0);
   std::vector<float> absmax(static_cast<size_t>(blocks));
+  uint8_t* const packed = w.packed.data();
   auto quantize_block = [&](int64_t b) {
     const int64_t e0 = b * block, e1 = std::min(n, e0 + block);
     float a = 0.0f;
@@ -167,12 +168,11 @@ Result<QuantizedWeight> quantize_nf4_weight(const std::string& name, const float
       } else {
         std::fill(codes, codes + count, kZeroLevel);
       }
+      uint8_t* bytes = packed + c0 / 2;  // the byte element c0 is in
       int j = 0;
-      if ((c0 + j) % 2 == 1) w.packed[size_t((c0 + j) / 2)] |= static_cast<uint8_t>(codes[j]), ++j;
-      for (; j + 1 < count; j += 2) {
-        w.packed[size_t((c0 + j) / 2)] = static_cast<uint8_t>(codes[j] << 4 | codes[j + 1]);
-      }
-      if (j < count) w.packed[size_t((c0 + j) / 2)] |= static_cast<uint8_t>(codes[j] << 4);
+      if (c0 % 2 == 1) *bytes++ |= static_cast<uint8_t>(codes[j++]);
+      for (; j + 1 < count; j += 2) *bytes++ = static_cast<uint8_t>(codes[j] << 4 | codes[j + 1]);
+      if (j < count) *bytes |= static_cast<uint8_t>(codes[j] << 4);
     }
   };
   // Blocks are independent and, of an even size, own whole bytes: a large
