@@ -39,15 +39,6 @@ Status check_shape(const QuantizedWeight& w, CodeKind kind, int64_t group) {
   return Status::ok();
 }
 
-void put_code(RowPackedWeight& out, int64_t n, int64_t k, int code) {
-  if (code_bits(out.kind) == 4) {
-    uint8_t& byte = out.codes[size_t(n * out.row_bytes() + k / 2)];
-    byte = uint8_t(k % 2 == 0 ? (byte & 0xf0) | code : (byte & 0x0f) | (code << 4));
-  } else {
-    out.codes[size_t(n * out.row_bytes() + k)] = uint8_t(code);
-  }
-}
-
 // Integer formats: q - z from a view with unit scales, -z from one whose
 // values are zero, the scale from the format's own array.
 Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, int offset) {
@@ -61,7 +52,7 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
   out.zeros.resize(size_t(w.rows * groups));
   const bool transposed = w.format == WeightFormat::kGptq || w.format == WeightFormat::kAwq;
   std::vector<float> ones(w.scales.size(), 1.0f);
-  std::vector<uint8_t> no_values(w.packed.size(), 0);
+  std::vector<uint8_t> no_values(transposed ? w.packed.size() : 0, 0);  // only GPTQ and AWQ read zeros
   PackedWeightView centred = view_of(w), zeros = view_of(w);
   centred.scales = ones.data();
   zeros.scales = ones.data(), zeros.packed = no_values.data();
@@ -74,6 +65,10 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
     for (int64_t n = r0; n < r1; ++n) {
       dequantize_view_rows(centred, n, n + 1, value.data());
       if (transposed) dequantize_view_rows(zeros, n, n + 1, minus_zero.data());
+      // The row's bytes through a local pointer: a byte store may alias
+      // anything reached through `out`, read again each element otherwise.
+      uint8_t* const row_codes = out.codes.data() + n * out.row_bytes();
+      const bool nibbles = code_bits(out.kind) == 4;
       for (int64_t k = 0; k < w.cols; ++k) {
         const int64_t g = k / group;
         // Signed formats have no stored zero: the code is shifted by `offset`.
@@ -85,7 +80,11 @@ Result<RowPackedWeight> pack_integer(const QuantizedWeight& w, int64_t group, in
                                                   "] has no " + std::to_string(w.bits) + "-bit code"));
           return;
         }
-        put_code(out, n, k, code);
+        if (nibbles) {
+          row_codes[k / 2] |= uint8_t(k % 2 == 0 ? code : code << 4);  // the row starts zeroed
+        } else {
+          row_codes[k] = uint8_t(code);
+        }
         if (k % group == 0) {
           out.zeros[size_t(n * groups + g)] = float(zero);
           out.scales[size_t(n * groups + g)] =
