@@ -8,6 +8,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
+
+#include "models/ops/gemv.h"
 
 namespace cohort::bench {
 
@@ -17,6 +20,28 @@ inline void check_cuda(const char* tool, cudaError_t e, const char* what) {
     std::fprintf(stderr, "%s: %s: %s\n", tool, what, cudaGetErrorString(e));
     std::exit(1);
   }
+}
+
+// "16,32,64" -> {16, 32, 64}: a bench's list arguments.
+inline std::vector<int> parse_int_list(const char* text) {
+  std::vector<int> values;
+  for (const char* p = text; *p;) {
+    char* next = nullptr;
+    values.push_back(static_cast<int>(std::strtol(p, &next, 10)));
+    p = *next == ',' ? next + 1 : next;
+  }
+  return values;
+}
+
+// The skinny GEMM's split-K scratch, its arrival counters zeroed, in device
+// memory the program keeps to its end.
+inline models::cuda::SkinnyScratch alloc_skinny_scratch(const char* tool) {
+  float* partials = nullptr;
+  int* arrivals = nullptr;
+  check_cuda(tool, cudaMalloc(&partials, models::cuda::kSkinnyScratchFloats * 4), "malloc");
+  check_cuda(tool, cudaMalloc(&arrivals, models::cuda::kSkinnyScratchTiles * 4), "malloc");
+  check_cuda(tool, cudaMemset(arrivals, 0, models::cuda::kSkinnyScratchTiles * 4), "memset");
+  return {partials, arrivals};
 }
 
 // µs a call: call(i) for i in [0, calls) captured as one graph, replayed once

@@ -31,16 +31,6 @@ namespace mc = cohort::models::cuda;
 
 void check(cudaError_t e, const char* what) { cohort::bench::check_cuda("lora_rows_bench", e, what); }
 
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> values;
-  for (const char* p = text; *p;) {
-    char* next = nullptr;
-    values.push_back(static_cast<int>(std::strtol(p, &next, 10)));
-    p = *next == ',' ? next + 1 : next;
-  }
-  return values;
-}
-
 // A projection as the engine serves it with adapters: `in` inputs, the
 // targets' widths side by side in y.
 struct Projection {
@@ -56,8 +46,8 @@ constexpr int kSlots = 8;  // adapter table slots
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<int> rows = argc > 1 ? parse_list(argv[1]) : std::vector<int>{16, 32, 64};
-  const std::vector<int> adapter_counts = argc > 2 ? parse_list(argv[2]) : std::vector<int>{0, 1, 2, 8};
+  const std::vector<int> rows = argc > 1 ? cohort::bench::parse_int_list(argv[1]) : std::vector<int>{16, 32, 64};
+  const std::vector<int> adapter_counts = argc > 2 ? cohort::bench::parse_int_list(argv[2]) : std::vector<int>{0, 1, 2, 8};
   const int rank = argc > 3 ? std::atoi(argv[3]) : 16;
   if (rank < 1 || rank > mc::kLoraMaxRank) {
     std::fprintf(stderr, "lora_rows_bench: rank %d is outside 1..%d\n", rank, mc::kLoraMaxRank);
@@ -84,12 +74,7 @@ int main(int argc, char** argv) {
   check(cudaMemset(w, 0, weight_bytes), "memset");
   check(cudaMemset(x, 0, max_rows * widest * 2), "memset");
   check(cudaMemset(y, 0, max_rows * widest * 4), "memset");
-  float* partials = nullptr;
-  int* arrivals = nullptr;
-  check(cudaMalloc(&partials, mc::kSkinnyScratchFloats * 4), "malloc");
-  check(cudaMalloc(&arrivals, mc::kSkinnyScratchTiles * 4), "malloc");
-  check(cudaMemset(arrivals, 0, mc::kSkinnyScratchTiles * 4), "memset");
-  const mc::SkinnyScratch scratch{partials, arrivals};
+  const mc::SkinnyScratch scratch = cohort::bench::alloc_skinny_scratch("lora_rows_bench");
 
   // Every slot's A [rank, widest in] and B [widest target, rank], both I (zeros: the
   // time does not depend on the values), one table entry per target.

@@ -44,15 +44,7 @@ double time_calls(cudaStream_t stream, F&& call) {
 
 int main(int argc, char** argv) {
   const std::string shape = argc > 1 ? argv[1] : "qwen3-0.6b";
-  std::vector<int> rows = {16, 32, 48, 64};
-  if (argc > 2) {
-    rows.clear();
-    for (const char* p = argv[2]; *p;) {
-      char* next = nullptr;
-      rows.push_back(static_cast<int>(std::strtol(p, &next, 10)));
-      p = *next == ',' ? next + 1 : next;
-    }
-  }
+  const std::vector<int> rows = argc > 2 ? cohort::bench::parse_int_list(argv[2]) : std::vector<int>{16, 32, 48, 64};
   int H = 1024, Qd = 2048, KVd = 1024, I = 3072;
   if (shape == "qwen3-1.7b") {
     H = 2048, Qd = 2048, KVd = 1024, I = 6144;
@@ -79,12 +71,7 @@ int main(int argc, char** argv) {
   check(cudaMemset(w, 0, weight_bytes), "memset");
   check(cudaMemset(x, 0, max_rows * widest * 2), "memset");
   check(cudaMemset(y, 0, max_rows * widest * 4), "memset");
-  float* partials = nullptr;
-  int* arrivals = nullptr;
-  check(cudaMalloc(&partials, mc::kSkinnyScratchFloats * 4), "malloc");
-  check(cudaMalloc(&arrivals, mc::kSkinnyScratchTiles * 4), "malloc");
-  check(cudaMemset(arrivals, 0, mc::kSkinnyScratchTiles * 4), "memset");
-  const mc::SkinnyScratch scratch{partials, arrivals};
+  const mc::SkinnyScratch scratch = cohort::bench::alloc_skinny_scratch("projection_bench");
   auto lt = cohort::models::decode::TunedGemm::create(stream, workspace, size_t{32} << 20);
   if (!lt.is_ok()) {
     std::fprintf(stderr, "projection_bench: %s\n", lt.status().message().c_str());

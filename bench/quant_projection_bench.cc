@@ -48,21 +48,11 @@ double time_calls(cudaStream_t stream, F&& call) {
   return cohort::bench::time_graph_calls("quant_projection_bench", stream, kCalls, call);
 }
 
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> values;
-  for (const char* p = text; *p;) {
-    char* next = nullptr;
-    values.push_back(static_cast<int>(std::strtol(p, &next, 10)));
-    p = *next == ',' ? next + 1 : next;
-  }
-  return values;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string shape = argc > 1 ? argv[1] : "qwen3-8b";
-  const std::vector<int> rows = parse_list(argc > 2 ? argv[2] : "1,2,4,8,16,64");
+  const std::vector<int> rows = cohort::bench::parse_int_list(argc > 2 ? argv[2] : "1,2,4,8,16,64");
   const std::string formats = argc > 3 ? argv[3] : "int4,fp8";
   int H = 4096, Qd = 4096, KVd = 1024, I = 12288;
   if (shape == "qwen3-0.6b") {
@@ -95,12 +85,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&y, max_rows * widest * 4), "malloc");
   check(cudaMemset(x, 0, max_rows * widest * 2), "memset");
   check(cudaMemset(y, 0, max_rows * widest * 4), "memset");
-  float* partials = nullptr;
-  int* arrivals = nullptr;
-  check(cudaMalloc(&partials, mc::kSkinnyScratchFloats * 4), "malloc");
-  check(cudaMalloc(&arrivals, mc::kSkinnyScratchTiles * 4), "malloc");
-  check(cudaMemset(arrivals, 0, mc::kSkinnyScratchTiles * 4), "memset");
-  const mc::SkinnyScratch scratch{partials, arrivals};
+  const mc::SkinnyScratch scratch = cohort::bench::alloc_skinny_scratch("quant_projection_bench");
   void *workspace = nullptr, *fp8_x = nullptr, *fp8_scales = nullptr, *block_scales = nullptr, *gate_up = nullptr;
   const size_t workspace_bytes = size_t{32} << 20;
   check(cudaMalloc(&workspace, workspace_bytes), "malloc");
