@@ -148,10 +148,11 @@ Result<RowPackedWeight> pack_nf4(const QuantizedWeight& w) {
   // layouts: each byte's two codes only trade nibbles (the even column
   // goes low).
   out.codes.resize(w.packed.size());
+  const uint8_t* const from = w.packed.data();
+  uint8_t* const to = out.codes.data();
+  const size_t row_bytes = size_t(out.row_bytes());
   for_row_chunks(w.rows, w.cols, [&](int64_t r0, int64_t r1) {
-    for (size_t i = size_t(r0 * out.row_bytes()); i < size_t(r1 * out.row_bytes()); ++i) {
-      out.codes[i] = uint8_t((w.packed[i] >> 4) | (w.packed[i] << 4));
-    }
+    for (size_t i = size_t(r0) * row_bytes; i < size_t(r1) * row_bytes; ++i) to[i] = uint8_t((from[i] >> 4) | (from[i] << 4));
   });
   // Each block's scale is the dequantizer's absmax for it (what it
   // multiplies the block's levels by).
