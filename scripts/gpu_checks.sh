@@ -220,6 +220,9 @@ elif [[ $phase == moe ]]; then
       COHORT_TRAIN_BLOCKS=$blocks STEP_TIMEOUT=150 step "moe_train_$blocks" "$bin/models_train_bench" \
         qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
     done
+    # The experts' forward and input-gradient GEMMs as cuBLAS grouped calls against one call an expert.
+    COHORT_MOE_GEMMS=grouped STEP_TIMEOUT=150 step moe_train_grouped "$bin/models_train_bench" \
+      qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
     STEP_TIMEOUT=240 step moe_finetune_parity python3 tests/train/finetune_parity.py \
       --worker "$bin/cohort-worker" --shape qwen3-moe-small --steps 200 --work /tmp/moe-parity
     # Training on the qwen3-moe-2.4b-a0.6b preset beside transformers eager and compiled (issue 38).
