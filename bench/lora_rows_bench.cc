@@ -53,6 +53,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lora_rows_bench: rank %d is outside 1..%d\n", rank, mc::kLoraMaxRank);
     return 2;
   }
+  for (int n : rows) {
+    if (n < 1 || n > 64) {
+      std::fprintf(stderr, "lora_rows_bench: %d rows is outside 1..64 (a decode step's projections)\n", n);
+      return 2;
+    }
+  }
   for (int a : adapter_counts) {
     if (a < 0 || a > kSlots) {
       std::fprintf(stderr, "lora_rows_bench: %d adapters is outside 0..%d\n", a, kSlots);
