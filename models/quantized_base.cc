@@ -3,26 +3,15 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "base/check.h"
-#include "base/half_float.h"
 #include "base/parallel_for.h"
 #include "models/lora.h"
 #include "models/quant/row_packed.h"
+#include "models/tensor.h"
 
 namespace cohort::models {
-namespace {
-
-// dst = src rounded to `half` (bf16 or f16, nearest even) and back, as
-// round_group does on the backend.
-void round_to_half(float* dst, const float* src, size_t n, DType half) {
-  for (size_t i = 0; i < n; ++i) {
-    dst[i] = half == DType::kBF16 ? bf16_bits_to_float(float_to_bf16_bits(src[i]))
-                                  : f16_bits_to_float(float_to_f16_bits(src[i]));
-  }
-}
-
-}  // namespace
 
 Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant::WeightFormat format) {
   if (format != quant::WeightFormat::kNf4 && format != quant::WeightFormat::kFp8Block) {
@@ -114,8 +103,10 @@ Status QuantizedBase::add_block(int group, quant::WeightFormat format, const flo
       const size_t begin = c * kChunk, end = std::min(spec.numel, begin + kChunk);
       if (round_to == DType::kF32) {
         std::copy(values + begin, values + end, host.begin() + begin);
-      } else {
-        round_to_half(host.data() + begin, values + begin, end - begin, round_to);
+      } else {  // through the half type and back, as the CPU backend's round_group does
+        std::vector<uint16_t> half(end - begin);
+        convert_from_f32(half.data(), round_to, values + begin, end - begin);
+        convert_to_f32(host.data() + begin, half.data(), round_to, end - begin);
       }
     });
   } else {
