@@ -101,10 +101,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "(`fused`, the default, runs them in the blocks: models/cuda/train_experts.cuh).",
        true},
       {K::kMoeGemms, "COHORT_MOE_GEMMS", "models",
-       "`grouped`: the fused training blocks give the experts' forward and input-gradient GEMMs "
-       "to cuBLAS as one grouped call over the experts with rows (cublasGemmGroupedBatchedEx) "
-       "instead of one call per expert (`loop`, the default), for A/B runs; the weight gradients "
-       "(bf16 into fp32, which cuBLAS does not group) stay one call per expert.",
+       "`loop`: the fused training blocks give the experts' forward and input-gradient GEMMs "
+       "to cuBLAS one call per expert instead of one grouped call over the experts with rows "
+       "(cublasGemmGroupedBatchedEx; `grouped`, the default), for A/B runs; the weight gradients "
+       "(bf16 into fp32, which cuBLAS does not group) are one call per expert either way.",
        true},
       {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
        "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "

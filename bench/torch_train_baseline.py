@@ -36,6 +36,11 @@ def main():
     ap.add_argument("--attn", default="sdpa")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--preset", choices=["qwen3-0.6b", "qwen3-1.7b", "qwen3-moe-2.4b-a0.6b"], default="qwen3-0.6b")
+    ap.add_argument("--bf16-params", action="store_true",
+                    help="bf16 parameters, gradients and AdamW moments, no autocast: transformers' compiled "
+                    "grouped_mm experts take only bf16 weights")
+    ap.add_argument("--experts", default="", help="transformers' experts backend for the MoE preset "
+                    "(eager, grouped_mm, batched_mm; empty: the library's default)")
     args = ap.parse_args()
 
     distributed = args.strategy != "single"
@@ -62,6 +67,16 @@ def main():
                                 decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False)
     config._attn_implementation = args.attn
     model = (Qwen3MoeForCausalLM if moe else Qwen3ForCausalLM)(config).cuda()
+    if args.bf16_params:
+        model = model.to(torch.bfloat16)
+    experts = ""
+    if moe:
+        if args.experts:
+            model.set_experts_implementation(args.experts)
+        try:
+            experts = str(model.get_experts_implementation().get("", ""))
+        except AttributeError:  # a transformers without the experts interface
+            experts = "eager"
     n_params = sum(p.numel() for p in model.parameters())  # the tied embedding once
     if moe:  # the experts a token does not reach do no work
         idle = config.num_hidden_layers * (config.num_experts - config.num_experts_per_tok) * 3 * \
@@ -83,7 +98,7 @@ def main():
     for step in range(args.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.strategy != "fsdp2"):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.strategy != "fsdp2" and not args.bf16_params):
             out = model(input_ids=tokens[:, :-1], labels=tokens[:, 1:])
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -95,7 +110,8 @@ def main():
     job_tokens = args.micro * args.seq * world / step_s
     if rank == 0:
         print(json.dumps({"impl": "pytorch" + (" compile" if args.compile else " eager"), "preset": args.preset,
-                          "attn": args.attn, "strategy": args.strategy, "gpus": world, "seq": args.seq,
+                          "attn": args.attn, **({"experts": experts} if moe else {}),
+                          "params": "bf16" if args.bf16_params else "fp32", "strategy": args.strategy, "gpus": world, "seq": args.seq,
                           "micro_batch": args.micro, "tokens_per_s": round(job_tokens),
                           "tokens_per_s_per_gpu": round(job_tokens / world),
                           "mfu": round(6 * n_params * job_tokens / world / 989e12, 4),

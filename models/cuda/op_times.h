@@ -2,7 +2,9 @@
 // call, for finding where a step's time goes without an external profiler.
 // Off unless COHORT_CUDA_OP_TIMES=1 (the events cost a little per op).
 // Events are recycled: when many are pending the totals are collected,
-// which synchronises the stream.
+// which synchronises the stream. A scope owns its events until it ends, so
+// scopes may nest (an op's time then counts in its own name and in the
+// enclosing one's) and a collect inside one leaves the open ones alone.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +18,11 @@
 namespace cohort::models::cuda {
 
 class OpTimes {
+  struct Pending {  // one op's events; a Scope's until it ends
+    const char* name;
+    cudaEvent_t start, stop;
+  };
+
  public:
   explicit OpTimes(bool enabled) : enabled_(enabled) {}
   ~OpTimes() {
@@ -29,10 +36,10 @@ class OpTimes {
   class Scope {
    public:
     Scope(OpTimes* times, const char* name, cudaStream_t stream) : times_(times), stream_(stream) {
-      if (times_->enabled_) times_->begin(name, stream_);
+      if (times_->enabled_) open_ = times_->begin(name, stream_);
     }
     ~Scope() {
-      if (times_->enabled_) times_->end(stream_);
+      if (times_->enabled_) times_->end(open_, stream_);
     }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -40,6 +47,7 @@ class OpTimes {
    private:
     OpTimes* times_;
     cudaStream_t stream_;
+    Pending open_{};
   };
 
   // Milliseconds per op name since the start, largest first.
@@ -51,10 +59,6 @@ class OpTimes {
   }
 
  private:
-  struct Pending {
-    const char* name;
-    cudaEvent_t start, stop;
-  };
   cudaEvent_t take() {
     if (free_.empty()) {
       cudaEvent_t e;
@@ -65,12 +69,16 @@ class OpTimes {
     free_.pop_back();
     return e;
   }
-  void begin(const char* name, cudaStream_t stream) {
-    if (pending_.size() >= 4096) collect(stream);
-    pending_.push_back({name, take(), take()});
-    cudaEventRecord(pending_.back().start, stream);
+  Pending begin(const char* name, cudaStream_t stream) {
+    Pending p{name, take(), take()};
+    cudaEventRecord(p.start, stream);
+    return p;
   }
-  void end(cudaStream_t stream) { cudaEventRecord(pending_.back().stop, stream); }
+  void end(const Pending& p, cudaStream_t stream) {
+    cudaEventRecord(p.stop, stream);
+    pending_.push_back(p);
+    if (pending_.size() >= 4096) collect(stream);
+  }
   void collect(cudaStream_t stream) {
     cudaStreamSynchronize(stream);
     for (auto& p : pending_) {
