@@ -25,7 +25,9 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
   // projections add into it (gemv.h). With peers the partial sums must be
   // all-reduced before they reach the residual, so that path keeps the
   // separate add + RMSNorm.
-  const bool fused = tp_ == 1 && !quantized_ && !config_.is_moe() && !lora_.on && mc::gemv_norm_supported(n, H) &&
+  // A mixture of experts' sparse layers take the same attention half; their
+  // MLP normalises into xn for the router and the experts.
+  const bool fused = tp_ == 1 && !quantized_ && !lora_.on && mc::gemv_norm_supported(n, H) &&
                      mc::gemv_supported(n, Qd) && mc::gemv_supported(n, I);
   const bool in_place = tp_ == 1 && projection(n, Qd) != Projection::kCublasLt &&
                         projection(n, I) != Projection::kCublasLt;
@@ -41,6 +43,11 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     enqueue_attention(L, n, decode_step);
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo.bf16, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
+      if (L.sparse) {
+        norm_into_xn(nullptr, L.mlp_norm, n, nullptr);
+        enqueue_moe(L, n, buf_.x);
+        continue;
+      }
       mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu.bf16, n, H, I, stream_);
       mc::gemv_bf16(buf_.x, buf_.h, L.wdown.bf16, n, I, H, stream_, mc::GemvOutput::kAccumulate);
       continue;
@@ -137,8 +144,11 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
 // logits (a projection like the others), its softmax and top k, the pairs
 // sorted by expert, the active experts' SwiGLU and down projections over
 // their rows (models/ops/moe_experts.h), and the weighted sum of each
-// row's k outputs added into `out`. Every size the kernels need stays on
-// the device, so a decode step captures into its graph like a dense one.
+// row's k outputs added into `out`. A few rows take the pair form instead
+// (no sort; the sum is the down projection's epilogue): two kernels fewer
+// a layer where a decode step is mostly launches. Every size the kernels
+// need stays on the device, so a decode step captures into its graph like
+// a dense one.
 void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
   namespace mc = models::cuda;
   const int H = config_.hidden, E = dims_.experts, k = config_.moe.experts_per_token;
@@ -148,6 +158,13 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
     const int c = std::min(moe_rows_, n - r0);
     const Bf16* x = buf_.xn + static_cast<size_t>(r0) * H;
     gemm(moe_.logits, x, router, c, H, E);
+    if (mc::moe_pairs_supported(c, k, H, Ie)) {
+      mc::moe_router_top_k(moe_.logits, moe_.experts, moe_.weights, c, E, k, config_.moe.normalize_top_k, stream_);
+      mc::moe_pairs_swiglu_bf16(moe_.h, x, L.experts_gu, moe_.experts, c, k, H, Ie, stream_);
+      mc::moe_pairs_down_add_bf16(out + static_cast<size_t>(r0) * H, moe_.h, L.experts_down, moe_.experts,
+                                  moe_.weights, c, k, H, Ie, stream_);
+      continue;
+    }
     mc::moe_route(moe_.logits, moe_.experts, moe_.weights, moe_.offsets, moe_.source_rows, moe_.slots, c, E, k,
                   config_.moe.normalize_top_k, stream_);
     const int max_active = std::min(E, c * k);

@@ -125,6 +125,121 @@ __global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16
   }
 }
 
+// The pair form (moe_experts.h). Block (x, p): features [4x, 4x + 4) of
+// pair p, a warp each; two k-steps of both weight rows in flight a lane.
+__global__ void moe_pairs_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts,
+                                        int k, int H, int I) {
+  begin_dependent();
+  const int p = static_cast<int>(blockIdx.y);
+  const int f = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
+  const int lane = threadIdx.x % 32;
+  if (f >= I) return;  // whole warps
+  const int e = experts[p];
+  const Bf16Bits* gate = w_gu + (static_cast<size_t>(e) * 2 * I + f) * H;
+  const Bf16Bits* up = gate + static_cast<size_t>(I) * H;
+  const Bf16Bits* xr = x + static_cast<size_t>(p / k) * H;
+  float g = 0.0f, u = 0.0f;
+  int c = lane * 8;
+  for (; c + 32 * 8 < H; c += 2 * 32 * 8) {
+    const uint4 g0 = __ldg(reinterpret_cast<const uint4*>(gate + c));
+    const uint4 g1 = __ldg(reinterpret_cast<const uint4*>(gate + c + 32 * 8));
+    const uint4 u0 = __ldg(reinterpret_cast<const uint4*>(up + c));
+    const uint4 u1 = __ldg(reinterpret_cast<const uint4*>(up + c + 32 * 8));
+    const uint4 x0 = *reinterpret_cast<const uint4*>(xr + c);
+    const uint4 x1 = *reinterpret_cast<const uint4*>(xr + c + 32 * 8);
+    float gw[8], uw[8], xv[8];
+    unpack8_bf16(g0, gw), unpack8_bf16(u0, uw), unpack8_bf16(x0, xv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g = fmaf(gw[j], xv[j], g), u = fmaf(uw[j], xv[j], u);
+    unpack8_bf16(g1, gw), unpack8_bf16(u1, uw), unpack8_bf16(x1, xv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g = fmaf(gw[j], xv[j], g), u = fmaf(uw[j], xv[j], u);
+  }
+  if (c < H) {
+    float gw[8], uw[8], xv[8];
+    unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(gate + c)), gw);
+    unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(up + c)), uw);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(xr + c), xv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g = fmaf(gw[j], xv[j], g), u = fmaf(uw[j], xv[j], u);
+  }
+  g = warp_sum(g), u = warp_sum(u);
+  if (lane == 0) h[static_cast<size_t>(p) * I + f] = to_bf16_bits(g / (1.0f + __expf(-g)) * u);
+}
+
+// Block x: outputs [4x, 4x + 4), a warp each, over every row; a lane has
+// its k-step of all the row's k choices in flight at once.
+__global__ void moe_pairs_down_add_kernel(float* out, const Bf16Bits* h, const Bf16Bits* w_down,
+                                          const int32_t* experts, const float* weights, int n, int k, int H,
+                                          int I) {
+  begin_dependent();
+  const int o = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
+  const int lane = threadIdx.x % 32;
+  if (o >= H) return;
+  for (int r = 0; r < n; ++r) {
+    const Bf16Bits* w[kMoePairChoices];
+    float acc[kMoePairChoices];
+#pragma unroll
+    for (int j = 0; j < kMoePairChoices; ++j) {
+      w[j] = j < k ? w_down + (static_cast<size_t>(experts[r * k + j]) * H + o) * I : nullptr;
+      acc[j] = 0.0f;
+    }
+    const Bf16Bits* hr = h + static_cast<size_t>(r) * k * I;
+    for (int c = lane * 8; c < I; c += 32 * 8) {
+      uint4 wv[kMoePairChoices], hv[kMoePairChoices];
+#pragma unroll
+      for (int j = 0; j < kMoePairChoices; ++j) {
+        if (j < k) {
+          wv[j] = __ldg(reinterpret_cast<const uint4*>(w[j] + c));
+          hv[j] = *reinterpret_cast<const uint4*>(hr + static_cast<size_t>(j) * I + c);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kMoePairChoices; ++j) {
+        if (j >= k) break;
+        float a[8], b[8];
+        unpack8_bf16(wv[j], a), unpack8_bf16(hv[j], b);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[j] = fmaf(a[i], b[i], acc[j]);
+      }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMoePairChoices; ++j) {
+      if (j >= k) break;
+      sum += weights[r * k + j] * warp_sum(acc[j]);
+    }
+    if (lane == 0) out[static_cast<size_t>(r) * H + o] += sum;
+  }
+}
+
+bool moe_pairs_supported(int n, int k, int H, int I) {
+  return n >= 1 && n <= kMoePairRows && k >= 1 && k <= kMoePairChoices && moe_experts_supported(H, I);
+}
+
+void moe_pairs_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts, int n,
+                           int k, int H, int I, CUstream_st* stream) {
+  if (n <= 0) return;
+  const dim3 grid((I + kMoeExpertWarps - 1) / kMoeExpertWarps, n * k);
+  launch_dependent(moe_pairs_swiglu_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, h, x, w_gu, experts, k, H,
+                   I);
+}
+
+void moe_pairs_down_add_bf16(float* out, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* experts,
+                             const float* weights, int n, int k, int H, int I, CUstream_st* stream) {
+  if (n <= 0) return;
+  const dim3 grid((H + kMoeExpertWarps - 1) / kMoeExpertWarps);
+  launch_dependent(moe_pairs_down_add_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, out, h, w_down, experts,
+                   weights, n, k, H, I);
+}
+
+void moe_router_top_k(float* logits, int32_t* experts, float* weights, int n, int E, int k, bool renormalize,
+                      CUstream_st* stream) {
+  if (n == 0) return;
+  launch_dependent(moe_router_forward_kernel, dim3(moe_warp_blocks(n)), dim3(32 * kMoeRowsPerBlock), 0, stream,
+                   logits, experts, weights, static_cast<const float*>(logits), n, E, k, renormalize);
+}
+
 void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
                              const int32_t* source_rows, int E, int max_active, int H, int I, CUstream_st* stream) {
   if (max_active <= 0) return;
@@ -144,8 +259,7 @@ void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down,
 void moe_route(float* logits, int32_t* experts, float* weights, int32_t* offsets, int32_t* source_rows,
                int32_t* slots, int n, int E, int k, bool renormalize, CUstream_st* stream) {
   if (n == 0) return;
-  launch_dependent(moe_router_forward_kernel, dim3(moe_warp_blocks(n)), dim3(32 * kMoeRowsPerBlock), 0, stream,
-                   logits, experts, weights, static_cast<const float*>(logits), n, E, k, renormalize);
+  moe_router_top_k(logits, experts, weights, n, E, k, renormalize, stream);
   launch_dependent(moe_permute_kernel, dim3(E), dim3(kThreads), 0, stream, offsets, source_rows, slots,
                    static_cast<const int32_t*>(experts), n * k, E, k);
 }

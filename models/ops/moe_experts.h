@@ -17,6 +17,20 @@
 // one kernel fewer per layer); blocks past the last such expert leave at
 // once, so `max_active` (at most E and the pair count) sizes the grid. H and
 // I must be multiples of 8 (16-byte loads): experts_supported.
+//
+// Decode steps of a few rows take the pair form instead: the same MLPs per
+// (row, choice) pair in pair order, with no sort. Pair p = r k + j goes
+// through expert experts[p]:
+//
+//   pairs_swiglu    h [n k, I] (bf16) = silu(x[r] · gate_eᵀ) * (x[r] · up_eᵀ)
+//   pairs_down_add  out [n, H] += Σ_j weights[r k + j] · (h[r k + j] · down_eᵀ),
+//                   the k terms added in j order (moe_combine's order)
+//
+// One kernel fewer than route, swiglu, down and combine (no sort, and the
+// weighted sum is the down projection's epilogue), and no expert lookup by
+// ballot. A chosen expert's weights are read once per pair, so for rows
+// whose experts repeat (larger batches) the sorted form reads less:
+// moe_pairs_supported bounds the rows.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +47,11 @@ void moe_experts_swiglu(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, co
 void moe_experts_down(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets, int E,
                       int H, int I);
 
+void moe_pairs_swiglu(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts, int n, int k,
+                      int H, int I);
+void moe_pairs_down_add(float* out, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* experts,
+                        const float* weights, int n, int k, int H, int I);
+
 }  // namespace cohort::models::cpu
 
 namespace cohort::models::cuda {
@@ -42,6 +61,18 @@ void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_g
                              const int32_t* source_rows, int E, int max_active, int H, int I, CUstream_st* stream);
 void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets, int E,
                            int max_active, int H, int I, CUstream_st* stream);
+// The pair form: up to kMoePairRows rows and kMoePairChoices choices a row.
+constexpr int kMoePairRows = 4;
+constexpr int kMoePairChoices = 8;
+bool moe_pairs_supported(int n, int k, int H, int I);
+void moe_pairs_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts, int n,
+                           int k, int H, int I, CUstream_st* stream);
+void moe_pairs_down_add_bf16(float* out, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* experts,
+                             const float* weights, int n, int k, int H, int I, CUstream_st* stream);
+// The router's softmax and top k alone (probs in place of logits), for the
+// pair form, which needs no sort.
+void moe_router_top_k(float* logits, int32_t* experts, float* weights, int n, int E, int k, bool renormalize,
+                      CUstream_st* stream);
 // The routing ops of moe_routing.cuh as the graph engine calls them
 // (device pointers, on `stream`): the router's softmax and top k (probs in
 // place of logits), the stable sort by expert, and out [n, dim] += the

@@ -5,10 +5,12 @@
 // weighted sum into the residual, for one decode row (a few experts
 // active, most idle, of 16 and of 128 as Qwen3-30B-A3B has), a batch
 // where every expert has rows, and a prefill whose experts take more rows
-// than a warp handles in one pass. Part of models_decode_ops_parity_test;
+// than a warp handles in one pass; and the pair form decode steps of a few
+// rows take. Part of models_decode_ops_parity_test;
 // skips with a message where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "models/ops/moe_experts.h"
@@ -83,6 +85,64 @@ TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
     EXPECT_LT(norm_relative(ys, down(g_ys, pairs * c.H)), kBf16Tol);
     EXPECT_LT(norm_relative(out, down(g_out, size_t(c.n) * c.H)), kBf16Tol);
   }
+}
+
+// The pair form of decode steps (moe_experts.h): the router's top k alone,
+// then each (row, choice) pair through its expert and the weighted sum added
+// in the down projection, against the pair references, which are the sorted
+// references' MLPs in another order (checked exactly here).
+TEST_F(MoeExpertsParity, PairsMatchTheReference) {
+  struct Case {
+    int n, E, k, H, I;
+  };
+  // Qwen3-30B-A3B's 8 of 128 at one row (H past one k-step pair), four rows,
+  // Mixtral's 2 of 8 with a width that is no multiple of 256.
+  for (const Case& c : {Case{1, 128, 8, 768, 96}, Case{4, 16, 4, 256, 96}, Case{3, 8, 2, 520, 200}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k << " H " << c.H);
+    ASSERT_TRUE(cuda::moe_pairs_supported(c.n, c.k, c.H, c.I));
+    const size_t pairs = size_t(c.n) * c.k;
+    const auto logits = random_vector(size_t(c.n) * c.E, 21, 2.0f);
+    const auto x = to_bf16(random_vector(size_t(c.n) * c.H, 22));
+    const auto w_gu = to_bf16(random_vector(size_t(c.E) * 2 * c.I * c.H, 23, 0.1f));
+    const auto w_down = to_bf16(random_vector(size_t(c.E) * c.H * c.I, 24, 0.1f));
+    std::vector<float> probs(logits.size()), weights(pairs);
+    std::vector<int32_t> experts(pairs), offsets(c.E + 1), source(pairs), slots(pairs);
+    cpu::moe_router_forward(probs.data(), experts.data(), weights.data(), nullptr, logits.data(), c.n, c.E, c.k,
+                            true);
+    std::vector<uint16_t> h(pairs * c.I);
+    std::vector<float> out(size_t(c.n) * c.H, 0.5f);
+    cpu::moe_pairs_swiglu(h.data(), x.data(), w_gu.data(), experts.data(), c.n, c.k, c.H, c.I);
+    cpu::moe_pairs_down_add(out.data(), h.data(), w_down.data(), experts.data(), weights.data(), c.n, c.k, c.H, c.I);
+    {  // the same MLPs as the sorted references'
+      cpu::moe_permute(offsets.data(), source.data(), slots.data(), experts.data(), c.n, c.E, c.k);
+      std::vector<uint16_t> h_sorted(pairs * c.I);
+      std::vector<float> ys(pairs * c.H), out_sorted(size_t(c.n) * c.H, 0.5f);
+      cpu::moe_experts_swiglu(h_sorted.data(), x.data(), w_gu.data(), offsets.data(), source.data(), c.E, c.H, c.I);
+      cpu::moe_experts_down(ys.data(), h_sorted.data(), w_down.data(), offsets.data(), c.E, c.H, c.I);
+      cpu::moe_combine(out_sorted.data(), ys.data(), slots.data(), weights.data(), c.n, c.k, c.H);
+      for (size_t p = 0; p < pairs; ++p) {
+        ASSERT_TRUE(std::equal(h.begin() + p * c.I, h.begin() + (p + 1) * c.I, h_sorted.begin() + slots[p] * c.I));
+      }
+      EXPECT_LT(norm_relative(out_sorted, out), 1e-6);
+    }
+
+    float* g_logits = up(logits);
+    float* g_weights = up(std::vector<float>(pairs, NAN));
+    float* g_out = up(std::vector<float>(size_t(c.n) * c.H, 0.5f));
+    int32_t* g_experts = up(std::vector<int32_t>(pairs, -1));
+    uint16_t* g_h = up(std::vector<uint16_t>(pairs * c.I, kBf16NaN));
+    uint16_t *g_x = up(x), *g_gu = up(w_gu), *g_down = up(w_down);
+    cuda::moe_router_top_k(g_logits, g_experts, g_weights, c.n, c.E, c.k, true, stream_);
+    cuda::moe_pairs_swiglu_bf16(g_h, g_x, g_gu, g_experts, c.n, c.k, c.H, c.I, stream_);
+    cuda::moe_pairs_down_add_bf16(g_out, g_h, g_down, g_experts, g_weights, c.n, c.k, c.H, c.I, stream_);
+
+    EXPECT_EQ(down_as(g_experts, pairs), experts);
+    EXPECT_LT(norm_relative(weights, down(g_weights, pairs)), 1e-6);
+    EXPECT_LT(norm_relative(from_bf16(h), from_bf16(down_as(g_h, pairs * c.I))), kBf16Tol);
+    EXPECT_LT(norm_relative(out, down(g_out, size_t(c.n) * c.H)), kBf16Tol);
+  }
+  EXPECT_FALSE(cuda::moe_pairs_supported(cuda::kMoePairRows + 1, 8, 768, 96));
+  EXPECT_FALSE(cuda::moe_pairs_supported(1, cuda::kMoePairChoices + 1, 768, 96));
 }
 
 }  // namespace
