@@ -213,6 +213,94 @@ __global__ void moe_pairs_down_add_kernel(float* out, const Bf16Bits* h, const B
   }
 }
 
+// The pair form's router with the MLP's RMSNorm folded in. Block b: warps
+// for experts [4b, 4b + 4); every block normalises the rows into shared
+// memory (the sums of squares are a few KB of the residual) and writes its
+// slice of them to xn for the experts; the last block to finish (an
+// arrival count it resets) ranks the rows.
+constexpr int kMoeRouterWarps = 4;
+
+__global__ void __launch_bounds__(32 * kMoeRouterWarps)
+    moe_norm_router_top_k_kernel(Bf16Bits* xn, float* logits, int32_t* experts, float* weights, int* arrivals,
+                                 const float* x, const float* norm_weight, const Bf16Bits* router, int n, int H,
+                                 int E, int k, float eps, bool renormalize) {
+  extern __shared__ __align__(16) Bf16Bits rows[];  // [n, H] the normalised rows
+  __shared__ bool last;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int e = static_cast<int>(blockIdx.x) * kMoeRouterWarps + warp;
+  begin_dependent();
+  float squares[kMoePairRows] = {};
+#pragma unroll
+  for (int r = 0; r < kMoePairRows; ++r) {
+    if (r >= n) break;
+    for (int j = threadIdx.x; j < H; j += blockDim.x) {
+      const float v = x[static_cast<size_t>(r) * H + j];
+      squares[r] += v * v;
+    }
+  }
+  block_reduce_each<false>(squares);
+  const int slice = (H + gridDim.x - 1) / gridDim.x;
+  for (int r = 0; r < n; ++r) {
+    const float scale = rsqrtf(squares[r] / static_cast<float>(H) + eps);
+    for (int j = threadIdx.x; j < H; j += blockDim.x) {
+      const size_t at = static_cast<size_t>(r) * H + j;
+      const Bf16Bits v = to_bf16_bits(__ldg(norm_weight + j) * (x[at] * scale));
+      rows[at] = v;
+      if (j / slice == static_cast<int>(blockIdx.x)) xn[at] = v;
+    }
+  }
+  __syncthreads();
+  if (e < E) {
+    const Bf16Bits* w = router + static_cast<size_t>(e) * H;
+    float acc[kMoePairRows] = {};
+    for (int c = lane * 8; c < H; c += 32 * 8) {
+      float wv[8];
+      unpack8_bf16(__ldg(reinterpret_cast<const uint4*>(w + c)), wv);
+#pragma unroll
+      for (int r = 0; r < kMoePairRows; ++r) {
+        if (r >= n) break;
+        float xv[8];
+        unpack8_bf16(*reinterpret_cast<const uint4*>(rows + static_cast<size_t>(r) * H + c), xv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[r] = fmaf(wv[i], xv[i], acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMoePairRows; ++r) {
+      if (r >= n) break;
+      const float sum = warp_sum(acc[r]);
+      if (lane == 0) logits[static_cast<size_t>(r) * E + e] = sum;
+    }
+  }
+  __threadfence();  // the logits before the arrival that lets the last block read them
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (warp < n) {
+    float* z = logits + static_cast<size_t>(warp) * E;
+    moe_top_k_row(z, experts + static_cast<size_t>(warp) * k, weights + static_cast<size_t>(warp) * k, z, E, k,
+                  renormalize);
+  }
+  if (threadIdx.x == 0) *arrivals = 0;  // for the next launch (graph replays included)
+}
+
+bool moe_norm_router_supported(int n, int H) {
+  return n >= 1 && n <= kMoePairRows && H % 8 == 0 &&
+         static_cast<size_t>(n) * H * sizeof(Bf16Bits) <= 48 * 1024;
+}
+
+void moe_norm_router_top_k(Bf16Bits* xn, float* logits, int32_t* experts, float* weights, int* arrivals,
+                           const float* x, const float* norm_weight, const Bf16Bits* router, int n, int H, int E,
+                           int k, float eps, bool renormalize, CUstream_st* stream) {
+  if (n <= 0) return;
+  const dim3 grid((E + kMoeRouterWarps - 1) / kMoeRouterWarps);
+  launch_dependent(moe_norm_router_top_k_kernel, grid, dim3(32 * kMoeRouterWarps),
+                   static_cast<size_t>(n) * H * sizeof(Bf16Bits), stream, xn, logits, experts, weights, arrivals, x,
+                   norm_weight, router, n, H, E, k, eps, renormalize);
+}
+
 bool moe_pairs_supported(int n, int k, int H, int I) {
   return n >= 1 && n <= kMoePairRows && k >= 1 && k <= kMoePairChoices && moe_experts_supported(H, I);
 }
