@@ -98,12 +98,10 @@ Status CudaGraphEngine::alloc_buffers() {
     COHORT_ASSIGN_OR_RETURN(void* slots, take(pairs * 4));
     COHORT_ASSIGN_OR_RETURN(void* h, take(pairs * Ie * 2));
     COHORT_ASSIGN_OR_RETURN(void* ys, take(pairs * H * 4));
-    COHORT_ASSIGN_OR_RETURN(void* arrivals, take(4));
     moe_ = MoeBuffers{static_cast<float*>(logits),      static_cast<int32_t*>(experts),
                       static_cast<float*>(weights),     static_cast<int32_t*>(offsets),
                       static_cast<int32_t*>(source_rows), static_cast<int32_t*>(slots),
-                      static_cast<Bf16*>(h),            static_cast<float*>(ys),
-                      static_cast<int*>(arrivals)};
+                      static_cast<Bf16*>(h),            static_cast<float*>(ys)};
   }
   if (prefill_tiles_) {
     COHORT_ASSIGN_OR_RETURN(void* prefill_partials, take(models::cuda::kPrefillScratchFloats * 4));

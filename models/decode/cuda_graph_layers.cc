@@ -43,10 +43,6 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     enqueue_attention(L, n, decode_step);
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo.bf16, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
-      if (L.sparse && moe_norms_in_router(n)) {
-        enqueue_moe_normed(L, n, buf_.x);
-        continue;
-      }
       if (L.sparse) {
         norm_into_xn(nullptr, L.mlp_norm, n, nullptr);
         enqueue_moe(L, n, buf_.x);
@@ -177,24 +173,6 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
     mc::moe_experts_down_bf16(moe_.ys, moe_.h, L.experts_down, moe_.offsets, E, max_active, H, Ie, stream_);
     mc::moe_combine_rows(out + static_cast<size_t>(r0) * H, moe_.ys, moe_.slots, moe_.weights, c, k, H, stream_);
   }
-}
-
-bool CudaGraphEngine::moe_norms_in_router(int n) const {
-  namespace mc = models::cuda;
-  return n <= moe_rows_ && mc::moe_norm_router_supported(n, config_.hidden) &&
-         mc::moe_pairs_supported(n, config_.moe.experts_per_token, config_.hidden, dims_.expert_intermediate);
-}
-
-// The pair form in three launches: the norm, router and top k; the
-// experts' SwiGLU; their down projections with the weighted sum added.
-void CudaGraphEngine::enqueue_moe_normed(const Layer& L, int n, float* out) {
-  namespace mc = models::cuda;
-  const int H = config_.hidden, E = dims_.experts, k = config_.moe.experts_per_token;
-  const int Ie = dims_.expert_intermediate;
-  mc::moe_norm_router_top_k(buf_.xn, moe_.logits, moe_.experts, moe_.weights, moe_.arrivals, buf_.x, L.mlp_norm,
-                            L.router, n, H, E, k, config_.rms_eps, config_.moe.normalize_top_k, stream_);
-  mc::moe_pairs_swiglu_bf16(moe_.h, buf_.xn, L.experts_gu, moe_.experts, n, k, H, Ie, stream_);
-  mc::moe_pairs_down_add_bf16(out, moe_.h, L.experts_down, moe_.experts, moe_.weights, n, k, H, Ie, stream_);
 }
 
 bool CudaGraphEngine::folds_norms(int n) const {

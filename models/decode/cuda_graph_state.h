@@ -190,7 +190,6 @@ class CudaGraphEngine final : public InferenceEngine {
     int32_t *offsets = nullptr, *source_rows = nullptr, *slots = nullptr;
     Bf16* h = nullptr;
     float* ys = nullptr;
-    int* arrivals = nullptr;  // the pair form's router (moe_norm_router_top_k): one count
   };
   MoeBuffers moe_{};
   // Served adapters: device tables of each (layer, target, table slot)'s A
@@ -233,10 +232,6 @@ class CudaGraphEngine final : public InferenceEngine {
   int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
   // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
   void enqueue_moe(const Layer& L, int n, float* out);
-  // Whether a step of n rows routes with the MLP's norm folded into the
-  // router (moe_norm_router_top_k); then enqueue_moe_normed, from buf_.x.
-  bool moe_norms_in_router(int n) const;
-  void enqueue_moe_normed(const Layer& L, int n, float* out);
 
   Result<void*> device_alloc(size_t bytes);
   // Enqueues the whole step for `n` rows already in the row buffers; the

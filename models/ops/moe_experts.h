@@ -69,15 +69,6 @@ void moe_pairs_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu,
                            int k, int H, int I, CUstream_st* stream);
 void moe_pairs_down_add_bf16(float* out, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* experts,
                              const float* weights, int n, int k, int H, int I, CUstream_st* stream);
-// The pair form's whole routing in one launch: xn [n, H] (bf16) =
-// rmsnorm(x) * norm_weight of the fp32 residual x, as add_rmsnorm_bf16
-// writes it; logits [n, E] = xn · routerᵀ (probabilities in place), each
-// row's top k. `arrivals`: one int, zero, which the kernel leaves zero.
-// Where moe_norm_router_supported (the rows fit in shared memory).
-bool moe_norm_router_supported(int n, int H);
-void moe_norm_router_top_k(Bf16Bits* xn, float* logits, int32_t* experts, float* weights, int* arrivals,
-                           const float* x, const float* norm_weight, const Bf16Bits* router, int n, int H, int E,
-                           int k, float eps, bool renormalize, CUstream_st* stream);
 // The router's softmax and top k alone (probs in place of logits), for the
 // pair form, which needs no sort.
 void moe_router_top_k(float* logits, int32_t* experts, float* weights, int n, int E, int k, bool renormalize,

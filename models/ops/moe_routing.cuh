@@ -24,12 +24,15 @@ __device__ inline bool moe_ranks_before(float pa, int ia, float pb, int ib) {
   return pa > pb || (pa == pb && ia < ib);
 }
 
-// One row's softmax and top k by one warp (every lane calls it): probs may
-// be z (in place); k warp-wide arg-max passes, each the best of those
-// ranked after the previous choice.
-__device__ inline void moe_top_k_row(float* p, int32_t* experts, float* weights, const float* z, int E, int k,
-                                     bool renormalize) {
+__global__ void moe_router_forward_kernel(float* probs, int32_t* experts, float* weights,
+                                          const float* logits, int n, int E, int k,
+                                          bool renormalize) {
+  begin_dependent();  // before any read or write (a no-op when launched plainly)
   const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kMoeRowsPerBlock + (threadIdx.x >> 5);
+  if (t >= n) return;  // whole warps leave together
+  const float* z = logits + static_cast<size_t>(t) * E;
+  float* p = probs + static_cast<size_t>(t) * E;
   float max = -INFINITY;
   for (int e = lane; e < E; e += 32) max = fmaxf(max, z[e]);
   max = warp_max(max);
@@ -56,22 +59,12 @@ __device__ inline void moe_top_k_row(float* p, int32_t* experts, float* weights,
     if (best_i >= E) best_i = 0, best_p = p[0];  // only non-finite logits rank nothing
     prev_p = best_p, prev_i = best_i;
     chosen_sum += best_p;
-    if (lane == 0) experts[j] = best_i;
-    if (lane == 0) weights[j] = best_p;
+    if (lane == 0) experts[static_cast<size_t>(t) * k + j] = best_i;
+    if (lane == 0) weights[static_cast<size_t>(t) * k + j] = best_p;
   }
   if (renormalize && lane == 0) {
-    for (int j = 0; j < k; ++j) weights[j] /= chosen_sum;
+    for (int j = 0; j < k; ++j) weights[static_cast<size_t>(t) * k + j] /= chosen_sum;
   }
-}
-
-__global__ void moe_router_forward_kernel(float* probs, int32_t* experts, float* weights,
-                                          const float* logits, int n, int E, int k,
-                                          bool renormalize) {
-  begin_dependent();  // before any read or write (a no-op when launched plainly)
-  const int t = blockIdx.x * kMoeRowsPerBlock + (threadIdx.x >> 5);
-  if (t >= n) return;  // whole warps leave together
-  moe_top_k_row(probs + static_cast<size_t>(t) * E, experts + static_cast<size_t>(t) * k,
-                weights + static_cast<size_t>(t) * k, logits + static_cast<size_t>(t) * E, E, k, renormalize);
 }
 
 // One thread per expert: adjacent threads read adjacent columns of a row.

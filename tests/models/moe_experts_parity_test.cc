@@ -11,10 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
-#include "models/ops/gemv.h"
 #include "models/ops/moe_experts.h"
 #include "models/ops/moe_routing.h"
 #include "tests/models/decode_parity.h"
@@ -144,54 +142,6 @@ TEST_F(MoeExpertsParity, PairsMatchTheReference) {
     EXPECT_LT(norm_relative(out, down(g_out, size_t(c.n) * c.H)), kBf16Tol);
   }
   EXPECT_FALSE(cuda::moe_pairs_supported(cuda::kMoePairRows + 1, 8, 768, 96));
-  EXPECT_FALSE(cuda::moe_norm_router_supported(cuda::kMoePairRows + 1, 768));
-}
-
-// The pair form's router with the MLP's norm folded in, against the norm,
-// the router projection and the top k of the references; launched twice,
-// as graph replays do, to see that its arrival count is left at zero.
-TEST_F(MoeExpertsParity, TheNormedRouterMatchesNormProjectionAndTopK) {
-  struct Case {
-    int n, E, k, H;
-  };
-  for (const Case& c : {Case{1, 128, 8, 2048}, Case{4, 64, 8, 1024}, Case{3, 8, 2, 520}}) {
-    SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " H " << c.H);
-    ASSERT_TRUE(cuda::moe_norm_router_supported(c.n, c.H));
-    const float eps = 1e-6f;
-    const auto x = random_vector(size_t(c.n) * c.H, 31, 3.0f);
-    const auto norm_weight = random_vector(c.H, 32, 1.0f);
-    const auto router = to_bf16(random_vector(size_t(c.E) * c.H, 33, 0.2f));
-    std::vector<uint16_t> xn(x.size());
-    for (int r = 0; r < c.n; ++r) {
-      double squares = 0;
-      for (int j = 0; j < c.H; ++j) squares += double(x[size_t(r) * c.H + j]) * x[size_t(r) * c.H + j];
-      const float scale = 1.0f / std::sqrt(float(squares / c.H) + eps);
-      for (int j = 0; j < c.H; ++j)
-        xn[size_t(r) * c.H + j] = float_to_bf16_bits(norm_weight[j] * (x[size_t(r) * c.H + j] * scale));
-    }
-    std::vector<float> logits(size_t(c.n) * c.E), probs(logits.size()), weights(size_t(c.n) * c.k);
-    std::vector<int32_t> experts(size_t(c.n) * c.k);
-    cpu::gemv_bf16(logits.data(), xn.data(), router.data(), c.n, c.H, c.E);
-    cpu::moe_router_forward(probs.data(), experts.data(), weights.data(), nullptr, logits.data(), c.n, c.E, c.k,
-                            true);
-
-    float *g_x = up(x), *g_norm = up(norm_weight);
-    uint16_t* g_router = up(router);
-    uint16_t* g_xn = up(std::vector<uint16_t>(x.size(), kBf16NaN));
-    float* g_logits = up(std::vector<float>(logits.size(), NAN));
-    float* g_weights = up(std::vector<float>(weights.size(), NAN));
-    int32_t* g_experts = up(std::vector<int32_t>(experts.size(), -1));
-    int32_t* g_arrivals = up(std::vector<int32_t>(1, 0));
-    for (int launch = 0; launch < 2; ++launch) {
-      cuda::moe_norm_router_top_k(g_xn, g_logits, g_experts, g_weights, g_arrivals, g_x, g_norm, g_router, c.n, c.H,
-                                  c.E, c.k, eps, true, stream_);
-      EXPECT_LT(norm_relative(from_bf16(xn), from_bf16(down_as(g_xn, xn.size()))), kBf16Tol);
-      EXPECT_EQ(down_as(g_experts, experts.size()), experts);
-      EXPECT_LT(norm_relative(weights, down(g_weights, weights.size())), 1e-5);
-      EXPECT_LT(norm_relative(probs, down(g_logits, probs.size())), 1e-5);
-      EXPECT_EQ(down_as(g_arrivals, 1)[0], 0);
-    }
-  }
   EXPECT_FALSE(cuda::moe_pairs_supported(1, cuda::kMoePairChoices + 1, 768, 96));
 }
 
