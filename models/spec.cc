@@ -72,14 +72,12 @@ Support executor_support(Executor executor, SpecFeature feature) {
     case Executor::kCpuReference:
       return Support::kRuns;  // the reference defines every feature
     case Executor::kCudaTrainBlocks:
-      // The fused blocks' projections carry no bias and their MLP is one
-      // dense gate|up GEMM; such models train on the CUDA backend's op-by-op
-      // path (whose MoE ops are ops/moe_routing.cuh). RoPE variants differ
-      // only in the shared table (ops/rope.h), the head and embeddings are
-      // outside the blocks.
-      return feature == SpecFeature::kAttentionBias || feature == SpecFeature::kMoeMlp
-                 ? Support::kOpByOp
-                 : Support::kRuns;
+      // The fused blocks' projections carry no bias; such models train on
+      // the CUDA backend's op-by-op path. Sparse layers run in the blocks
+      // (models/cuda/train_experts.cuh). RoPE variants differ only in the
+      // shared table (ops/rope.h), the head and embeddings are outside the
+      // blocks.
+      return feature == SpecFeature::kAttentionBias ? Support::kOpByOp : Support::kRuns;
     case Executor::kCudaDecode:
       // Sparse layers run as models/ops/moe_experts.h's kernels.
       return Support::kRuns;

@@ -69,17 +69,17 @@ TEST(Spec, AnExecutorThatLacksAFeatureRefusesTheModelNamingIt) {
   EXPECT_EQ(s.message(), "the fused CUDA training blocks lack attention_bias (models/spec.h)");
 }
 
-// The decode engine runs a mixture of experts with its own kernels; the
-// fused training blocks hand it to the op-by-op path (the CUDA backend's
-// MoE ops), which the reference is.
-TEST(Spec, MixturesOfExpertsDecodeOnTheGraphEngineAndTrainOpByOp) {
+// A mixture of experts runs on every executor: the decode engine with its
+// own kernels, the fused training blocks with their sparse layers
+// (models/cuda/train_experts.cuh).
+TEST(Spec, MixturesOfExpertsDecodeOnTheGraphEngineAndTrainInTheFusedBlocks) {
   const DecoderSpec moe = DecoderSpec::of(spec_config_with(SpecFeature::kMoeMlp));
   EXPECT_TRUE(moe.moe_mlp);
   EXPECT_EQ(executor_support(Executor::kCpuReference, moe), Support::kRuns);
   EXPECT_EQ(executor_support(Executor::kCudaDecode, moe), Support::kRuns);
   EXPECT_TRUE(check_executor(Executor::kCudaDecode, moe).is_ok());
-  EXPECT_EQ(executor_support(Executor::kCudaTrainBlocks, moe), Support::kOpByOp);
-  EXPECT_NE(check_executor(Executor::kCudaTrainBlocks, moe).message().find("moe_mlp"), std::string::npos);
+  EXPECT_EQ(executor_support(Executor::kCudaTrainBlocks, moe), Support::kRuns);
+  EXPECT_TRUE(check_executor(Executor::kCudaTrainBlocks, moe).is_ok());
   EXPECT_EQ(executor_support(Executor::kCudaDecode, DecoderSpec::of(spec_baseline_config())), Support::kRuns);
   EXPECT_FALSE(DecoderSpec::of(spec_baseline_config()).moe_mlp);
 }
