@@ -63,7 +63,10 @@ class SchemaCompiler {
       if (types.empty() || (t.is_array() && types.size() != t.size())) {
         return invalid_argument(where + ".type: must be a type name or an array of them");
       }
-      if (s.value("nullable", false)) types.push_back("null");
+      if (s.contains("nullable")) {
+        if (!s["nullable"].is_boolean()) return invalid_argument(where + ".nullable: must be true or false");
+        if (s["nullable"].get<bool>()) types.push_back("null");
+      }
       if (types.size() == 1) return typed(s, types[0], where, depth);
       JsonGrammar::Node n;
       n.kind = Kind::kAnyOf;

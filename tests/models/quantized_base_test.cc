@@ -68,7 +68,9 @@ struct QuantizedAdapted {
       model->set_group_filled_listener([inner](int group, const float*) { inner(group, nullptr); });
     }
     model->init_weights(7, 0.3f);
-    if (streamed) EXPECT_TRUE(base->finish_stream().is_ok());
+    if (streamed) {
+      EXPECT_TRUE(base->finish_stream().is_ok());
+    }
     // The rest (a streamed model's blocks are gone from it: only the
     // embedding and head), as a job rounds its frozen base.
     round_frozen_base(*model, round_to);

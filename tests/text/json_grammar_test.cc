@@ -128,7 +128,10 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamedWithTheirPlace) {
            {R"({"$ref": "#/$defs/missing"})", "schema.$ref"},
            {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "schema.required"},
            {R"({"type": "array", "minItems": 3, "maxItems": 2})", "schema"},
-           {R"(false)", "schema"}}) {
+           {R"(false)", "schema"},
+           // (the fuzzer's find: a non-boolean nullable threw out of compile)
+           {R"({"type": "object", "properties": {"a": {"type": "string"}}, "nullable": ["a"]})",
+            "schema.nullable"}}) {
     auto g = JsonGrammar::compile(ojson::parse(schema));
     ASSERT_FALSE(g.is_ok()) << schema;
     EXPECT_EQ(g.status().message().rfind(where, 0), 0u) << g.status().message();
