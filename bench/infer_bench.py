@@ -31,6 +31,7 @@ long contexts (mean decode context = prompt + new / 2).
       [--graphs-only] (a mixture of experts: leaves out the op-by-op models engine's run)
       [--quantize bf16,int4,int8,fp8]  (cohort's `[model] quantize`; the bound counts each format's bytes;
                                         "+kv8" after a format adds [infer] kv_cache_dtype = "fp8")
+      [--hbm-tbs 3.35]  (the bound's bandwidth; default the card's by name)
 """
 import argparse
 import json
@@ -154,6 +155,15 @@ def hbm_bound(config, params, batch, context, tp, hbm_bytes_per_s, quantize="bf1
     return batch * hbm_bytes_per_s / step_bytes
 
 
+def card_hbm_tbs():
+    """HBM bandwidth of this machine's first GPU, TB/s, by its name (the H200's where unknown)."""
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    for part, tbs in (("H200", 4.8), ("H100 NVL", 3.9), ("H100 PCIe", 2.0), ("H100", 3.35)):
+        if part in name:
+            return tbs
+    return 4.8
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", default="build/bin/cohort-worker")
@@ -166,7 +176,8 @@ def main():
     ap.add_argument("--layers", type=int, default=None, help="keep this many of the shape's layers")
     ap.add_argument("--no-transformers", action="store_true", help="cohort only (large shapes: saves minutes)")
     ap.add_argument("--cb", action="store_true", help="also transformers' continuous batching (generate_batch)")
-    ap.add_argument("--hbm-tbs", type=float, default=4.8, help="HBM bandwidth per GPU, TB/s (H200: 4.8)")
+    ap.add_argument("--hbm-tbs", type=float, default=None,
+                    help="HBM bandwidth per GPU, TB/s (default: the card's, H200 4.8, H100 SXM 3.35)")
     ap.add_argument("--quantize", default="bf16", help="comma-separated: bf16, int4, int8, fp8")
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
@@ -175,6 +186,8 @@ def main():
     ap.add_argument("--variants", action="store_true",
                     help="also run tp 1 eagerly (cuda_graphs = false) and with the fp32 models engine")
     args = ap.parse_args()
+    if args.hbm_tbs is None:
+        args.hbm_tbs = card_hbm_tbs()
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
     config = qwen3_config(args.shape, args.layers)
     moe = bool(getattr(config, "num_experts", 0))
@@ -227,7 +240,8 @@ def main():
                 # Each row as it lands: a run cut short by its time limit keeps what it measured.
                 print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.shape} shape ({config.num_hidden_layers} layers), random bf16 weights, {args.new} new tokens, "
-          f"{torch.cuda.get_device_name(0)}, transformers {transformers.__version__}, torch {torch.__version__}")
+          f"{torch.cuda.get_device_name(0)} (bound at {args.hbm_tbs} TB/s), transformers {transformers.__version__}, "
+          f"torch {torch.__version__}")
     print("| mean context | batch | tp | weights | cohort engine | cohort decode tok/s | TTFT ms | ready in s "
           "| transformers generate decode tok/s | transformers CB output tok/s (with prefill) "
           "| HBM bound tok/s | cohort / bound |")
