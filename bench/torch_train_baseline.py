@@ -109,7 +109,8 @@ def main():
     step_s = statistics.median(times[5:])
     job_tokens = args.micro * args.seq * world / step_s
     if rank == 0:
-        print(json.dumps({"impl": "pytorch" + (" compile" if args.compile else " eager"), "preset": args.preset,
+        print(json.dumps({"impl": "pytorch" + (" compile" if args.compile else " eager") +
+                                  (" bf16" if args.bf16_params else ""), "preset": args.preset,
                           "attn": args.attn, **({"experts": experts} if moe else {}),
                           "params": "bf16" if args.bf16_params else "fp32", "strategy": args.strategy, "gpus": world, "seq": args.seq,
                           "micro_batch": args.micro, "tokens_per_s": round(job_tokens),

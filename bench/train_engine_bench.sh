@@ -69,10 +69,15 @@ for shape in $shapes; do
   for attention in ${ATTENTION:-auto}; do run_cohort new cohort "$preset" "$micro" "$seq" "$attention"; done
   [[ -n ${COHORT_OLD_BIN:-} ]] && run_cohort old "$COHORT_OLD_BIN" "$preset" "$micro" "$seq" math
   if [[ ${BASELINES:-1} != 0 ]]; then
-    for mode in "" "--compile"; do
+    modes=("" "--compile")
+    # A mixture of experts: transformers' compiled grouped_mm experts take only bf16 weights (under
+    # autocast with fp32 weights its fallback's backward fails), so the compiled run at cohort's
+    # precision loops over the experts; the all-bf16 recipe (weights, gradients, AdamW state) beside.
+    [[ $preset == *moe* ]] && modes=("" "--experts eager --compile" "--bf16-params --compile")
+    for mode in "${modes[@]}"; do
       python3 "$here/bench/torch_train_baseline.py" --preset "$preset" --micro "$micro" --seq "$seq" \
-        --steps "$steps" $mode 2>"$work/torch-$preset-$seq${mode}.log" | tee -a "$rows" ||
-        tail -3 "$work/torch-$preset-$seq${mode}.log"
+        --steps "$steps" $mode 2>"$work/torch-$preset-$seq${mode// /}.log" | tee -a "$rows" ||
+        tail -3 "$work/torch-$preset-$seq${mode// /}.log"
     done
   fi
 done
@@ -88,13 +93,13 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 # Each row against torch.compile on the same preset and shape, where it ran.
 key = lambda r: (r.get("preset", "qwen3-0.6b"), r.get("micro_batch"), r.get("seq"))  # noqa: E731
 compiled = {key(r): r["tokens_per_s"] for r in rows if r.get("impl") == "pytorch compile" and "error" not in r}
-print(f"{'impl':<18}{'preset':<12}{'shape':<10}{'tokens/s':>10}{'MFU':>8}{'memory GiB':>12}{'vs compile':>12}")
+print(f"{'impl':<24}{'preset':<12}{'shape':<10}{'tokens/s':>10}{'MFU':>8}{'memory GiB':>12}{'vs compile':>12}")
 for r in rows:
     if "error" in r:
-        print(f"{r['impl']:<18}{r.get('preset', ''):<12}error"); continue
+        print(f"{r['impl']:<24}{r.get('preset', ''):<12}error"); continue
     shape = f"{r['micro_batch']}x{r['seq']}"
     mem = r.get("memory_gib", r.get("peak_mem_gib", 0))
     impl = r["impl"] + (f" ({r['attention']})" if "attention" in r else "")
     ratio = f"{r['tokens_per_s'] / compiled[key(r)]:.3f}x" if key(r) in compiled else "-"
-    print(f"{impl:<18}{r.get('preset', 'qwen3-0.6b'):<12}{shape:<10}{r['tokens_per_s']:>10}{r['mfu']:>8.3f}{mem:>12}{ratio:>12}")
+    print(f"{impl:<24}{r.get('preset', 'qwen3-0.6b'):<12}{shape:<10}{r['tokens_per_s']:>10}{r['mfu']:>8.3f}{mem:>12}{ratio:>12}")
 PY

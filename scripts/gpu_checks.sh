@@ -34,7 +34,8 @@
 #                                          HF logits, the fused sparse training blocks (their test, tokens/s,
 #                                          a 200-step curve against transformers), training beside
 #                                          transformers (MOE_TRAIN=0 skips all training), then
-#                                          Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES)
+#                                          Qwen3-30B-A3B-shaped decode (MOE_LAYERS, MOE_BATCHES); BEFORE=folder
+#                                          of earlier binaries times their training and decode beside
 #   scripts/gpu_checks.sh decode OUTDIR    the decode engine's checks: kernel parity, graph replay, tokens
 #                                          against transformers at batch 1 and 64
 #   scripts/gpu_checks.sh decode_bench OUTDIR
@@ -220,6 +221,10 @@ elif [[ $phase == moe ]]; then
       COHORT_TRAIN_BLOCKS=$blocks STEP_TIMEOUT=150 step "moe_train_$blocks" "$bin/models_train_bench" \
         qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
     done
+    # BEFORE (a folder of earlier binaries): its fused blocks beside, on this machine.
+    if [[ -n ${BEFORE:-} ]]; then
+      STEP_TIMEOUT=150 step moe_train_fused_before "$BEFORE/models_train_bench" qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
+    fi
     # The experts' forward and input-gradient GEMMs as cuBLAS grouped calls against one call an expert.
     COHORT_MOE_GEMMS=grouped STEP_TIMEOUT=150 step moe_train_grouped "$bin/models_train_bench" \
       qwen3-moe-2.4b-a0.6b 8 1024 8 cuda
@@ -230,10 +235,13 @@ elif [[ $phase == moe ]]; then
       step moe_train_bench bench/train_engine_bench.sh 20
     tail -6 "$out/moe_train_bench.log"
   fi
-  STEP_TIMEOUT=${MOE_TIMEOUT:-420} step moe_bench python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
-    --no-transformers --shape qwen3-30b-a3b --layers "${MOE_LAYERS:-12}" --batches "${MOE_BATCHES:-1,64}" \
-    --prompt-lens 128 --new 128 --work /tmp/moe-bench
-  grep -E "^\|" "$out/moe_bench.log"
+  for which in after ${BEFORE:+before}; do
+    dir=$bin; [[ $which == before ]] && dir=$BEFORE
+    STEP_TIMEOUT=${MOE_TIMEOUT:-420} step "moe_bench_$which" python3 bench/infer_bench.py --worker "$dir/cohort-worker" \
+      --no-transformers --graphs-only --shape qwen3-30b-a3b --layers "${MOE_LAYERS:-12}" \
+      --batches "${MOE_BATCHES:-1,64}" --prompt-lens 128 --new 128 --work /tmp/moe-bench
+    grep -E "^\|" "$out/moe_bench_$which.log"
+  done
 elif [[ $phase == gpu_tests ]]; then
   # Only the GPU test binaries (GPU_TESTS narrows them), one summary line each.
   for t in ${GPU_TESTS:-collective_gpu_test models_cuda_parity_test models_train_blocks_gpu_test models_train_kernels_gpu_test models_cudnn_attention_gpu_test models_decode_ops_parity_test models_fp8_gemm_gpu_test parallel_gpu_test infer_gpu_test}; do
