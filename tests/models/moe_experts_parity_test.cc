@@ -23,6 +23,32 @@ namespace {
 using namespace decode_parity;  // NOLINT: the shared fixture and helpers
 using testing::random_vector;
 
+struct Case {
+  int n, E, k, H, I;
+};
+
+// A case's random router logits, rows and stacked experts, and the
+// reference router's choices (the seeds differ by `seed`).
+struct MoeInputs {
+  MoeInputs(const Case& c, uint64_t seed)
+      : pairs(size_t(c.n) * c.k),
+        logits(random_vector(size_t(c.n) * c.E, seed, 2.0f)),
+        x(to_bf16(random_vector(size_t(c.n) * c.H, seed + 1))),
+        w_gu(to_bf16(random_vector(size_t(c.E) * 2 * c.I * c.H, seed + 2, 0.1f))),
+        w_down(to_bf16(random_vector(size_t(c.E) * c.H * c.I, seed + 3, 0.1f))),
+        probs(logits.size()),
+        weights(pairs),
+        experts(pairs) {
+    cpu::moe_router_forward(probs.data(), experts.data(), weights.data(), nullptr, logits.data(), c.n, c.E, c.k,
+                            true);
+  }
+  size_t pairs;
+  std::vector<float> logits;
+  std::vector<uint16_t> x, w_gu, w_down;
+  std::vector<float> probs, weights;
+  std::vector<int32_t> experts;
+};
+
 class MoeExpertsParity : public DecodeOpsParity {
  protected:
   template <typename T>
@@ -34,25 +60,19 @@ class MoeExpertsParity : public DecodeOpsParity {
 };
 
 TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
-  struct Case {
-    int n, E, k, H, I;
-  };
   // decode (1 row: 4 of 16 experts), a batch (every expert has rows), a
   // prefill (about 38 rows an expert: several passes of 8), Mixtral's 8 of 2.
   for (const Case& c : {Case{1, 16, 4, 256, 96}, Case{1, 128, 8, 256, 96}, Case{24, 16, 4, 256, 96},
                         Case{300, 64, 8, 128, 48},
                         Case{40, 8, 2, 512, 200}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k);
-    const size_t pairs = size_t(c.n) * c.k;
-    const auto logits = random_vector(size_t(c.n) * c.E, 11, 2.0f);
-    const auto x = to_bf16(random_vector(size_t(c.n) * c.H, 12));
-    const auto w_gu = to_bf16(random_vector(size_t(c.E) * 2 * c.I * c.H, 13, 0.1f));
-    const auto w_down = to_bf16(random_vector(size_t(c.E) * c.H * c.I, 14, 0.1f));
     // Reference: the routing ops of moe_routing.h, then the experts.
-    std::vector<float> probs(logits.size()), weights(pairs);
-    std::vector<int32_t> experts(pairs), offsets(c.E + 1), source(pairs), slots(pairs);
-    cpu::moe_router_forward(probs.data(), experts.data(), weights.data(), nullptr, logits.data(), c.n, c.E, c.k,
-                            true);
+    const MoeInputs in(c, 11);
+    const size_t pairs = in.pairs;
+    const auto &logits = in.logits, &weights = in.weights;
+    const auto &x = in.x, &w_gu = in.w_gu, &w_down = in.w_down;
+    const auto& experts = in.experts;
+    std::vector<int32_t> offsets(c.E + 1), source(pairs), slots(pairs);
     cpu::moe_permute(offsets.data(), source.data(), slots.data(), experts.data(), c.n, c.E, c.k);
     std::vector<uint16_t> h(pairs * c.I);
     std::vector<float> ys(pairs * c.H), out(size_t(c.n) * c.H, 0.5f);
@@ -92,23 +112,17 @@ TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
 // in the down projection, against the pair references, which are the sorted
 // references' MLPs in another order (checked exactly here).
 TEST_F(MoeExpertsParity, PairsMatchTheReference) {
-  struct Case {
-    int n, E, k, H, I;
-  };
   // Qwen3-30B-A3B's 8 of 128 at one row (H past one k-step pair), four rows,
   // Mixtral's 2 of 8 with a width that is no multiple of 256.
   for (const Case& c : {Case{1, 128, 8, 768, 96}, Case{4, 16, 4, 256, 96}, Case{3, 8, 2, 520, 200}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k << " H " << c.H);
     ASSERT_TRUE(cuda::moe_pairs_supported(c.n, c.k, c.H, c.I));
-    const size_t pairs = size_t(c.n) * c.k;
-    const auto logits = random_vector(size_t(c.n) * c.E, 21, 2.0f);
-    const auto x = to_bf16(random_vector(size_t(c.n) * c.H, 22));
-    const auto w_gu = to_bf16(random_vector(size_t(c.E) * 2 * c.I * c.H, 23, 0.1f));
-    const auto w_down = to_bf16(random_vector(size_t(c.E) * c.H * c.I, 24, 0.1f));
-    std::vector<float> probs(logits.size()), weights(pairs);
-    std::vector<int32_t> experts(pairs), offsets(c.E + 1), source(pairs), slots(pairs);
-    cpu::moe_router_forward(probs.data(), experts.data(), weights.data(), nullptr, logits.data(), c.n, c.E, c.k,
-                            true);
+    const MoeInputs in(c, 21);
+    const size_t pairs = in.pairs;
+    const auto &logits = in.logits, &weights = in.weights;
+    const auto &x = in.x, &w_gu = in.w_gu, &w_down = in.w_down;
+    const auto& experts = in.experts;
+    std::vector<int32_t> offsets(c.E + 1), source(pairs), slots(pairs);
     std::vector<uint16_t> h(pairs * c.I);
     std::vector<float> out(size_t(c.n) * c.H, 0.5f);
     cpu::moe_pairs_swiglu(h.data(), x.data(), w_gu.data(), experts.data(), c.n, c.k, c.H, c.I);
