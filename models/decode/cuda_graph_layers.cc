@@ -145,8 +145,9 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
 // sorted by expert, the active experts' SwiGLU and down projections over
 // their rows (models/ops/moe_experts.h), and the weighted sum of each
 // row's k outputs added into `out`. A few rows take the pair form instead
-// (no sort; the sum is the down projection's epilogue): two kernels fewer
-// a layer where a decode step is mostly launches. Every size the kernels
+// (no sort; the top k in the experts' SwiGLU, the sum in the down
+// projection's epilogue): three kernels fewer a layer where a decode step
+// is mostly launches. Every size the kernels
 // need stays on the device, so a decode step captures into its graph like
 // a dense one.
 void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
@@ -158,9 +159,9 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
     const int c = std::min(moe_rows_, n - r0);
     const Bf16* x = buf_.xn + static_cast<size_t>(r0) * H;
     gemm(moe_.logits, x, router, c, H, E);
-    if (mc::moe_pairs_supported(c, k, H, Ie)) {
-      mc::moe_router_top_k(moe_.logits, moe_.experts, moe_.weights, c, E, k, config_.moe.normalize_top_k, stream_);
-      mc::moe_pairs_swiglu_bf16(moe_.h, x, L.experts_gu, moe_.experts, c, k, H, Ie, stream_);
+    if (mc::moe_pairs_supported(c, E, k, H, Ie)) {
+      mc::moe_pairs_swiglu_bf16(moe_.h, moe_.experts, moe_.weights, x, L.experts_gu, moe_.logits, c, E, k,
+                                config_.moe.normalize_top_k, H, Ie, stream_);
       mc::moe_pairs_down_add_bf16(out + static_cast<size_t>(r0) * H, moe_.h, L.experts_down, moe_.experts,
                                   moe_.weights, c, k, H, Ie, stream_);
       continue;

@@ -127,14 +127,73 @@ __global__ void moe_experts_down_kernel(float* ys, const Bf16Bits* h, const Bf16
 
 // The pair form (moe_experts.h). Block (x, p): features [4x, 4x + 4) of
 // pair p, a warp each; two k-steps of both weight rows in flight a lane.
-__global__ void moe_pairs_swiglu_kernel(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts,
-                                        int k, int H, int I) {
+// Each warp first ranks its row's experts from the router's logits (the
+// router kernel's arithmetic, held in registers: moe_top_k_choice), which
+// costs less than a kernel of its own between the router and the experts;
+// block (0, p) writes the pair's expert and weight for the down projection.
+constexpr int kMoePairMaxExperts = 32 * 8;  // logits a warp holds, 8 a lane
+
+// Choice j of a row's top k over E <= kMoePairMaxExperts logits, as
+// moe_router_forward_kernel ranks them: the expert and its weight
+// (renormalised over the k when asked). Every lane of the warp calls it.
+__device__ __forceinline__ void moe_top_k_choice(const float* z, int E, int k, int j, bool renormalize,
+                                                 int* expert, float* weight) {
+  const int lane = threadIdx.x & 31;
+  float p[kMoePairMaxExperts / 32];
+  float max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kMoePairMaxExperts / 32; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? z[e] : -INFINITY;
+    max = fmaxf(max, p[i]);
+  }
+  max = warp_max(max);
+  float total = 0;
+#pragma unroll
+  for (int i = 0; i < kMoePairMaxExperts / 32; ++i) {
+    if (lane + 32 * i < E) total += expf(p[i] - max);
+  }
+  total = warp_sum(total);
+#pragma unroll
+  for (int i = 0; i < kMoePairMaxExperts / 32; ++i) p[i] = lane + 32 * i < E ? expf(p[i] - max) / total : 0.0f;
+  float prev_p = 0, chosen_sum = 0, mine_p = 0;
+  int prev_i = -1, mine_i = 0;
+  for (int c = 0; c < k; ++c) {
+    float best_p = -INFINITY;
+    int best_i = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kMoePairMaxExperts / 32; ++i) {
+      const int e = lane + 32 * i;
+      if (e >= E) break;
+      const bool after = c == 0 || moe_ranks_before(prev_p, prev_i, p[i], e);
+      if (after && moe_ranks_before(p[i], e, best_p, best_i)) best_p = p[i], best_i = e;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float other_p = __shfl_xor_sync(0xffffffffu, best_p, o);
+      const int other_i = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (moe_ranks_before(other_p, other_i, best_p, best_i)) best_p = other_p, best_i = other_i;
+    }
+    if (best_i >= E) best_i = 0, best_p = __shfl_sync(0xffffffffu, p[0], 0);  // only non-finite logits rank nothing
+    prev_p = best_p, prev_i = best_i;
+    chosen_sum += best_p;
+    if (c == j) mine_p = best_p, mine_i = best_i;
+  }
+  *expert = mine_i;
+  *weight = renormalize ? mine_p / chosen_sum : mine_p;
+}
+
+__global__ void moe_pairs_swiglu_kernel(Bf16Bits* h, int32_t* experts, float* weights, const Bf16Bits* x,
+                                        const Bf16Bits* w_gu, const float* logits, int E, int k, bool renormalize,
+                                        int H, int I) {
   begin_dependent();
   const int p = static_cast<int>(blockIdx.y);
   const int f = blockIdx.x * kMoeExpertWarps + static_cast<int>(threadIdx.x / 32);
   const int lane = threadIdx.x % 32;
+  int e = 0;
+  float weight = 0.0f;
+  moe_top_k_choice(logits + static_cast<size_t>(p / k) * E, E, k, p % k, renormalize, &e, &weight);
+  if (blockIdx.x == 0 && threadIdx.x == 0) experts[p] = e, weights[p] = weight;
   if (f >= I) return;  // whole warps
-  const int e = experts[p];
   const Bf16Bits* gate = w_gu + (static_cast<size_t>(e) * 2 * I + f) * H;
   const Bf16Bits* up = gate + static_cast<size_t>(I) * H;
   const Bf16Bits* xr = x + static_cast<size_t>(p / k) * H;
@@ -213,16 +272,18 @@ __global__ void moe_pairs_down_add_kernel(float* out, const Bf16Bits* h, const B
   }
 }
 
-bool moe_pairs_supported(int n, int k, int H, int I) {
-  return n >= 1 && n <= kMoePairRows && k >= 1 && k <= kMoePairChoices && moe_experts_supported(H, I);
+bool moe_pairs_supported(int n, int E, int k, int H, int I) {
+  return n >= 1 && n <= kMoePairRows && k >= 1 && k <= kMoePairChoices && E >= k && E <= kMoePairMaxExperts &&
+         moe_experts_supported(H, I);
 }
 
-void moe_pairs_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts, int n,
-                           int k, int H, int I, CUstream_st* stream) {
+void moe_pairs_swiglu_bf16(Bf16Bits* h, int32_t* experts, float* weights, const Bf16Bits* x, const Bf16Bits* w_gu,
+                           const float* logits, int n, int E, int k, bool renormalize, int H, int I,
+                           CUstream_st* stream) {
   if (n <= 0) return;
   const dim3 grid((I + kMoeExpertWarps - 1) / kMoeExpertWarps, n * k);
-  launch_dependent(moe_pairs_swiglu_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, h, x, w_gu, experts, k, H,
-                   I);
+  launch_dependent(moe_pairs_swiglu_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, h, experts, weights, x, w_gu,
+                   logits, E, k, renormalize, H, I);
 }
 
 void moe_pairs_down_add_bf16(float* out, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* experts,
@@ -231,13 +292,6 @@ void moe_pairs_down_add_bf16(float* out, const Bf16Bits* h, const Bf16Bits* w_do
   const dim3 grid((H + kMoeExpertWarps - 1) / kMoeExpertWarps);
   launch_dependent(moe_pairs_down_add_kernel, grid, dim3(32 * kMoeExpertWarps), 0, stream, out, h, w_down, experts,
                    weights, n, k, H, I);
-}
-
-void moe_router_top_k(float* logits, int32_t* experts, float* weights, int n, int E, int k, bool renormalize,
-                      CUstream_st* stream) {
-  if (n == 0) return;
-  launch_dependent(moe_router_forward_kernel, dim3(moe_warp_blocks(n)), dim3(32 * kMoeRowsPerBlock), 0, stream,
-                   logits, experts, weights, static_cast<const float*>(logits), n, E, k, renormalize);
 }
 
 void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* offsets,
@@ -259,7 +313,8 @@ void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down,
 void moe_route(float* logits, int32_t* experts, float* weights, int32_t* offsets, int32_t* source_rows,
                int32_t* slots, int n, int E, int k, bool renormalize, CUstream_st* stream) {
   if (n == 0) return;
-  moe_router_top_k(logits, experts, weights, n, E, k, renormalize, stream);
+  launch_dependent(moe_router_forward_kernel, dim3(moe_warp_blocks(n)), dim3(32 * kMoeRowsPerBlock), 0, stream,
+                   logits, experts, weights, static_cast<const float*>(logits), n, E, k, renormalize);
   launch_dependent(moe_permute_kernel, dim3(E), dim3(kThreads), 0, stream, offsets, source_rows, slots,
                    static_cast<const int32_t*>(experts), n * k, E, k);
 }

@@ -61,18 +61,18 @@ void moe_experts_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_g
                              const int32_t* source_rows, int E, int max_active, int H, int I, CUstream_st* stream);
 void moe_experts_down_bf16(float* ys, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* offsets, int E,
                            int max_active, int H, int I, CUstream_st* stream);
-// The pair form: up to kMoePairRows rows and kMoePairChoices choices a row.
+// The pair form: up to kMoePairRows rows, kMoePairChoices choices a row
+// and 256 experts. Its SwiGLU ranks each row's experts itself from the
+// router's logits [n, E] (moe_router_forward's choices and weights, which
+// it writes to experts and weights [n k] for the down projection).
 constexpr int kMoePairRows = 4;
 constexpr int kMoePairChoices = 8;
-bool moe_pairs_supported(int n, int k, int H, int I);
-void moe_pairs_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w_gu, const int32_t* experts, int n,
-                           int k, int H, int I, CUstream_st* stream);
+bool moe_pairs_supported(int n, int E, int k, int H, int I);
+void moe_pairs_swiglu_bf16(Bf16Bits* h, int32_t* experts, float* weights, const Bf16Bits* x, const Bf16Bits* w_gu,
+                           const float* logits, int n, int E, int k, bool renormalize, int H, int I,
+                           CUstream_st* stream);
 void moe_pairs_down_add_bf16(float* out, const Bf16Bits* h, const Bf16Bits* w_down, const int32_t* experts,
                              const float* weights, int n, int k, int H, int I, CUstream_st* stream);
-// The router's softmax and top k alone (probs in place of logits), for the
-// pair form, which needs no sort.
-void moe_router_top_k(float* logits, int32_t* experts, float* weights, int n, int E, int k, bool renormalize,
-                      CUstream_st* stream);
 // The routing ops of moe_routing.cuh as the graph engine calls them
 // (device pointers, on `stream`): the router's softmax and top k (probs in
 // place of logits), the stable sort by expert, and out [n, dim] += the

@@ -107,16 +107,17 @@ TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
   }
 }
 
-// The pair form of decode steps (moe_experts.h): the router's top k alone,
-// then each (row, choice) pair through its expert and the weighted sum added
-// in the down projection, against the pair references, which are the sorted
+// The pair form of decode steps (moe_experts.h): the SwiGLU ranking each
+// row's experts from the logits, each (row, choice) pair through its expert
+// and the weighted sum added in the down projection, against the pair references, which are the sorted
 // references' MLPs in another order (checked exactly here).
 TEST_F(MoeExpertsParity, PairsMatchTheReference) {
   // Qwen3-30B-A3B's 8 of 128 at one row (H past one k-step pair), four rows,
-  // Mixtral's 2 of 8 with a width that is no multiple of 256.
-  for (const Case& c : {Case{1, 128, 8, 768, 96}, Case{4, 16, 4, 256, 96}, Case{3, 8, 2, 520, 200}}) {
+  // Mixtral's 2 of 8 with a width that is no multiple of 256, Qwen1.5-MoE's 60.
+  for (const Case& c : {Case{1, 128, 8, 768, 96}, Case{4, 16, 4, 256, 96}, Case{3, 8, 2, 520, 200},
+                        Case{2, 60, 4, 256, 96}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k << " H " << c.H);
-    ASSERT_TRUE(cuda::moe_pairs_supported(c.n, c.k, c.H, c.I));
+    ASSERT_TRUE(cuda::moe_pairs_supported(c.n, c.E, c.k, c.H, c.I));
     const MoeInputs in(c, 21);
     const size_t pairs = in.pairs;
     const auto &logits = in.logits, &weights = in.weights;
@@ -146,8 +147,8 @@ TEST_F(MoeExpertsParity, PairsMatchTheReference) {
     int32_t* g_experts = up(std::vector<int32_t>(pairs, -1));
     uint16_t* g_h = up(std::vector<uint16_t>(pairs * c.I, kBf16NaN));
     uint16_t *g_x = up(x), *g_gu = up(w_gu), *g_down = up(w_down);
-    cuda::moe_router_top_k(g_logits, g_experts, g_weights, c.n, c.E, c.k, true, stream_);
-    cuda::moe_pairs_swiglu_bf16(g_h, g_x, g_gu, g_experts, c.n, c.k, c.H, c.I, stream_);
+    cuda::moe_pairs_swiglu_bf16(g_h, g_experts, g_weights, g_x, g_gu, g_logits, c.n, c.E, c.k, true, c.H, c.I,
+                                stream_);
     cuda::moe_pairs_down_add_bf16(g_out, g_h, g_down, g_experts, g_weights, c.n, c.k, c.H, c.I, stream_);
 
     EXPECT_EQ(down_as(g_experts, pairs), experts);
@@ -155,8 +156,9 @@ TEST_F(MoeExpertsParity, PairsMatchTheReference) {
     EXPECT_LT(norm_relative(from_bf16(h), from_bf16(down_as(g_h, pairs * c.I))), kBf16Tol);
     EXPECT_LT(norm_relative(out, down(g_out, size_t(c.n) * c.H)), kBf16Tol);
   }
-  EXPECT_FALSE(cuda::moe_pairs_supported(cuda::kMoePairRows + 1, 8, 768, 96));
-  EXPECT_FALSE(cuda::moe_pairs_supported(1, cuda::kMoePairChoices + 1, 768, 96));
+  EXPECT_FALSE(cuda::moe_pairs_supported(cuda::kMoePairRows + 1, 128, 8, 768, 96));
+  EXPECT_FALSE(cuda::moe_pairs_supported(1, 128, cuda::kMoePairChoices + 1, 768, 96));
+  EXPECT_FALSE(cuda::moe_pairs_supported(1, 512, 8, 768, 96));
 }
 
 }  // namespace
