@@ -44,8 +44,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     if (fused) {
       mc::gemv_bf16(buf_.x, buf_.y, L.wo.bf16, n, Qd, H, stream_, mc::GemvOutput::kAccumulate);
       if (L.sparse) {
-        norm_into_xn(nullptr, L.mlp_norm, n, nullptr);
-        enqueue_moe(L, n, buf_.x);
+        enqueue_moe(L, n, buf_.x, /*norm_in_router=*/true);
         continue;
       }
       mc::gemv_norm_swiglu_bf16(buf_.h, buf_.x, L.mlp_norm, eps, L.wgu.bf16, n, H, I, stream_);
@@ -147,18 +146,28 @@ void CudaGraphEngine::enqueue_attention(const Layer& L, int n, bool decode_step)
 // row's k outputs added into `out`. A few rows take the pair form instead
 // (no sort; the top k in the experts' SwiGLU, the sum in the down
 // projection's epilogue): three kernels fewer a layer where a decode step
-// is mostly launches. Every size the kernels
-// need stays on the device, so a decode step captures into its graph like
+// is mostly launches. With norm_in_router (the residual stream not yet
+// normalised) one row's router normalises it itself and leaves xn for the
+// experts: no norm kernel either. Every size the kernels need stays on the
+// device, so a decode step captures into its graph like
 // a dense one.
-void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out) {
+void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out, bool norm_in_router) {
   namespace mc = models::cuda;
   const int H = config_.hidden, E = dims_.experts, k = config_.moe.experts_per_token;
   const int Ie = dims_.expert_intermediate;
   const Weight router{L.router, {}};
+  if (norm_in_router && !(n == 1 && mc::gemv_norm_supported(n, H))) {
+    norm_into_xn(nullptr, L.mlp_norm, n, nullptr);
+    norm_in_router = false;
+  }
   for (int r0 = 0; r0 < n; r0 += moe_rows_) {
     const int c = std::min(moe_rows_, n - r0);
     const Bf16* x = buf_.xn + static_cast<size_t>(r0) * H;
-    gemm(moe_.logits, x, router, c, H, E);
+    if (norm_in_router) {
+      mc::gemv_norm_bf16(moe_.logits, buf_.x, L.mlp_norm, config_.rms_eps, L.router, 1, H, E, stream_, buf_.xn);
+    } else {
+      gemm(moe_.logits, x, router, c, H, E);
+    }
     if (mc::moe_pairs_supported(c, E, k, H, Ie)) {
       mc::moe_pairs_swiglu_bf16(moe_.h, moe_.experts, moe_.weights, x, L.experts_gu, moe_.logits, c, E, k,
                                 config_.moe.normalize_top_k, H, Ie, stream_);

@@ -231,7 +231,7 @@ class CudaGraphEngine final : public InferenceEngine {
                     std::initializer_list<int> widths, int n, const float* in_sumsq = nullptr);
   int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
   // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
-  void enqueue_moe(const Layer& L, int n, float* out);
+  void enqueue_moe(const Layer& L, int n, float* out, bool norm_in_router = false);
 
   Result<void*> device_alloc(size_t bytes);
   // Enqueues the whole step for `n` rows already in the row buffers; the

@@ -50,6 +50,10 @@ struct GemvSource {
   const float* residual = nullptr;
   const float* norm_weight = nullptr;
   float eps = 0.0f;
+  // Norm form only, may be null: the normalised rows, bf16(w * (x * rstd))
+  // as add_rmsnorm_bf16 writes them, for the kernels after this one (each
+  // warp writes a slice once it has its rows' scales).
+  Bf16Bits* normalized_out = nullptr;
 };
 
 // The running sums of a warp's M weight rows: dot products against the N
@@ -126,7 +130,8 @@ struct GemvRows {
   // The warp's dot products of its rows with the N input rows, in every
   // lane; the norm form scales each by its input row's 1 / rms.
   template <int N, bool kNorm>
-  __device__ __forceinline__ void finish(float (&out)[M][N], const GemvSource& src, int in) const {
+  __device__ __forceinline__ void finish(float (&out)[M][N], const GemvSource& src, int in,
+                                         float (*scales)[N] = nullptr) const {
     GemvSums<M, N, kNorm> s;
 #pragma unroll
     for (int r = 0; r < N; ++r) {
@@ -160,6 +165,7 @@ struct GemvRows {
     for (int r = 0; r < N; ++r) {
       float scale = 1.0f;
       if constexpr (kNorm) scale = rsqrtf(warp_sum(s.squares[r]) / static_cast<float>(in) + src.eps);
+      if (scales) (*scales)[r] = scale;
 #pragma unroll
       for (int m = 0; m < M; ++m) out[m][r] = warp_sum(s.dot[m][r]) * scale;
     }
@@ -177,14 +183,29 @@ __global__ void __launch_bounds__(32 * kGemvWarps) gemv_bf16_kernel(float* y, Ge
   rows.start({w + static_cast<size_t>(o) * in}, in, o < out);
   begin_dependent();
   if (o >= out) return;
-  float sum[1][N];
-  rows.finish<N, kNorm>(sum, src, in);
+  float sum[1][N], scales[N];
+  rows.finish<N, kNorm>(sum, src, in, &scales);
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < N; ++r) {
     if (lane == r) {
       float* at = y + static_cast<size_t>(r) * out + o;
       *at = kAccumulate ? *at + sum[0][r] : sum[0][r];
+    }
+  }
+  if constexpr (kNorm) {
+    if (src.normalized_out) {
+      // Warp o writes elements [o * slice, (o + 1) * slice) of each row:
+      // out * slice covers `in`.
+      const int slice = (in + out - 1) / out;
+      const int end = min(in, (o + 1) * slice);
+#pragma unroll
+      for (int r = 0; r < N; ++r) {
+        for (int j = o * slice + lane; j < end; j += 32) {
+          const size_t at = static_cast<size_t>(r) * in + j;
+          src.normalized_out[at] = to_bf16_bits(src.norm_weight[j] * (src.residual[at] * scales[r]));
+        }
+      }
     }
   }
 }
@@ -263,8 +284,8 @@ void gemv_bf16(float* y, const Bf16Bits* x, const Bf16Bits* w, int n, int in, in
 }
 
 void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, float eps,
-                    const Bf16Bits* w, int n, int in, int out, CUstream_st* stream) {
-  const GemvSource src{nullptr, residual, norm_weight, eps};
+                    const Bf16Bits* w, int n, int in, int out, CUstream_st* stream, Bf16Bits* normalized) {
+  const GemvSource src{nullptr, residual, norm_weight, eps, normalized};
   with_rows(n, [&](auto rows) {
     constexpr int N = decltype(rows)::value;
     if constexpr (N <= kGemvNormMaxRows) {

@@ -57,8 +57,12 @@ void gemv_swiglu_bf16(Bf16Bits* h, const Bf16Bits* x, const Bf16Bits* w, int n, 
 // bench/RESULTS.md).
 constexpr int kGemvNormMaxRows = 1;
 bool gemv_norm_supported(int n, int in);
+// With `normalized` (may be null) it also writes the normalised rows as
+// add_rmsnorm_bf16 would into xn, so that kernels after it need no norm of
+// their own: a sparse layer's router leaves them for its experts.
 void gemv_norm_bf16(float* y, const float* residual, const float* norm_weight, float eps,
-                    const Bf16Bits* w, int n, int in, int out, CUstream_st* stream);
+                    const Bf16Bits* w, int n, int in, int out, CUstream_st* stream,
+                    Bf16Bits* normalized = nullptr);
 void gemv_norm_swiglu_bf16(Bf16Bits* h, const float* residual, const float* norm_weight,
                            float eps, const Bf16Bits* w, int n, int in, int intermediate,
                            CUstream_st* stream);

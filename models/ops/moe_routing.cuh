@@ -4,8 +4,8 @@
 // each choice the best of those ranked after the previous, so no list of
 // chosen experts is kept); the column sums one thread per expert; the sort
 // one block per expert, which counts the pairs of lower experts for its
-// first row, then places its own pairs in pair order (a ballot prefix per
-// chunk), so the sorted order is the reference's exactly. The kernels the
+// first row, then places its own pairs in pair order (a prefix over the
+// threads' runs), so the sorted order is the reference's exactly. The kernels the
 // decode graphs run (router, sort, combine) begin with begin_dependent(), so
 // the graph engine launches them early (launch_dependent); the backend's
 // plain launches make that a no-op.
@@ -112,39 +112,58 @@ __global__ void moe_router_backward_kernel(float* dlogits, const float* dweights
 }
 
 // Block e: its first sorted row is the number of pairs with a lower expert;
-// then its pairs, in pair order, take the rows after it.
-__global__ void moe_permute_kernel(int32_t* offsets, int32_t* source_rows, int32_t* slots,
-                                   const int32_t* experts, int pairs, int E, int k) {
+// then its pairs, in pair order, take the rows after it. Each thread reads
+// one run of consecutive pairs (16-byte loads) and counts both; one block
+// scan of its own counts gives each thread where its pairs go, and it
+// walks its run again to place them. Two reads of the choices and one
+// barrier pass a block, where a chunk-by-chunk walk (a barrier per 256
+// pairs) took about 0.15 ms at a training micro-batch's 65,536 pairs.
+__device__ __forceinline__ int4 moe_load_choices(const int32_t* experts, int i, int end) {
+  if (i + 3 < end) return *reinterpret_cast<const int4*>(experts + i);
+  return make_int4(i < end ? experts[i] : INT_MAX, i + 1 < end ? experts[i + 1] : INT_MAX,
+                   i + 2 < end ? experts[i + 2] : INT_MAX, INT_MAX);
+}
+
+__global__ void __launch_bounds__(kThreads) moe_permute_kernel(int32_t* offsets, int32_t* source_rows,
+                                                               int32_t* slots, const int32_t* experts, int pairs,
+                                                               int E, int k) {
   begin_dependent();  // before any read or write (a no-op when launched plainly)
-  __shared__ int warp_counts[32];
+  __shared__ int warp_below[kThreads / 32], warp_mine[kThreads / 32];
   const int e = blockIdx.x;
-  int first = 0;
-  for (int base = 0; base < pairs; base += blockDim.x) {
-    const int i = base + threadIdx.x;
-    first += __syncthreads_count(i < pairs && experts[i] < e);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Runs of a multiple of 4 pairs, so each starts on a 16-byte boundary.
+  const int run = (pairs + 4 * kThreads - 1) / (4 * kThreads) * 4;
+  const int begin = min(pairs, static_cast<int>(threadIdx.x) * run), end = min(pairs, begin + run);
+  int below = 0, mine = 0;
+  for (int i = begin; i < end; i += 4) {
+    const int4 v = moe_load_choices(experts, i, end);
+    below += (v.x < e) + (v.y < e) + (v.z < e) + (v.w < e);
+    mine += (v.x == e) + (v.y == e) + (v.z == e) + (v.w == e);
   }
-  offsets[e] = first;
+  // Inclusive scan of `mine` over the warp, then over the warps.
+  int before = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, before, o);
+    if (lane >= o) before += up;
+  }
+  int warp_total_below = below;
+  for (int o = 16; o > 0; o >>= 1) warp_total_below += __shfl_xor_sync(0xffffffffu, warp_total_below, o);
+  if (lane == 31) warp_mine[warp] = before;
+  if (lane == 0) warp_below[warp] = warp_total_below;
+  __syncthreads();
+  int first = 0, earlier = 0;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    first += warp_below[w];
+    if (w < warp) earlier += warp_mine[w];
+  }
+  if (threadIdx.x == 0) offsets[e] = first;
   if (e == E - 1 && threadIdx.x == 0) offsets[E] = pairs;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  int next = first;
-  for (int base = 0; base < pairs; base += blockDim.x) {
-    const int i = base + threadIdx.x;
-    const bool mine = i < pairs && experts[i] == e;
-    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, chunk = 0;
-    for (int w = 0; w < warps; ++w) {
-      if (w < warp) before += warp_counts[w];
-      chunk += warp_counts[w];
-    }
-    if (mine) {
-      const int row = next + before + __popc(ballot & ((1u << lane) - 1u));
-      slots[i] = row;
-      source_rows[row] = i / k;
-    }
-    next += chunk;
-    __syncthreads();  // warp_counts is rewritten by the next chunk
+  if (mine == 0) return;
+  int row = first + earlier + before - mine;
+  for (int i = begin; i < end; ++i) {
+    if (experts[i] != e) continue;
+    slots[i] = row;
+    source_rows[row++] = i / k;
   }
 }
 

@@ -54,7 +54,7 @@ TEST_F(DecodeOpsParity, GemvAccumulateAddsTheProjectionIntoY) {
 
 // The norm forms against RMSNorm of the residual in fp32 (the kernels keep
 // the normalised rows unrounded), then the projection; the residual is
-// read, never written. Widths up to 8,192 (an 8B model's hidden size is
+// read, never written; asked for, the normalised rows are written. Widths up to 8,192 (an 8B model's hidden size is
 // 4,096).
 TEST_F(DecodeOpsParity, GemvNormFormsMatchRmsNormThenTheProjection) {
   const int I = 300, out = 37;
@@ -90,6 +90,17 @@ TEST_F(DecodeOpsParity, GemvNormFormsMatchRmsNormThenTheProjection) {
       cuda::gemv_norm_swiglu_bf16(h, r, g, 1e-6f, gw, n, in, I, stream_);
       EXPECT_LT(norm_relative(want_y, down(y, want_y.size())), 1e-5);
       EXPECT_LT(norm_relative(want_h, down_bf16(h, want_h.size())), kBf16Tol);
+      // The router's form also leaves the normalised rows, every element
+      // written (out = 37 warps cover `in` in slices), each within one bf16
+      // rounding of the reference.
+      uint16_t* xn = up(std::vector<uint16_t>(residual.size(), kBf16NaN));
+      float* y2 = up(std::vector<float>(want_y.size(), NAN));
+      cuda::gemv_norm_bf16(y2, r, g, 1e-6f, gw, n, in, out, stream_, xn);
+      EXPECT_EQ(down(y, want_y.size()), down(y2, want_y.size()));
+      const auto got_xn = down_bf16(xn, residual.size());
+      for (size_t i = 0; i < normed.size(); ++i) {
+        ASSERT_NEAR(got_xn[i], normed[i], std::fabs(normed[i]) / 128 + 1e-6f) << "element " << i;
+      }
       EXPECT_EQ(residual, down(r, residual.size()));
     }
   }

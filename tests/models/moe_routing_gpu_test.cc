@@ -6,6 +6,8 @@
 // visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "models/kv_cache.h"
@@ -31,6 +33,32 @@ class MoeRoutingParity : public testing::CudaBackendTest {
     return v;
   }
 };
+
+// The sort at a training micro-batch's size (8,191 tokens of 8 choices:
+// runs of many pairs a thread, a ragged last run) and at a few pairs, with
+// skewed choices that leave experts empty: the reference's order exactly.
+TEST_F(MoeRoutingParity, SortMatchesTheReferenceFromAFewPairsToAMicroBatch) {
+  struct Case {
+    int n, E, k;
+  };
+  for (const Case c : {Case{8191, 64, 8}, Case{3, 5, 3}, Case{1, 128, 8}, Case{777, 60, 4}}) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " E " + std::to_string(c.E) + " k " + std::to_string(c.k));
+    const int pairs = c.n * c.k;
+    std::vector<int32_t> experts(pairs);
+    const auto draw = random_vector(pairs, 7 + c.n);
+    for (int i = 0; i < pairs; ++i) {
+      const float u = draw[i] * draw[i];  // skewed toward low experts; the top ones stay empty
+      experts[i] = std::min(c.E - 1, static_cast<int>(u * c.E * 0.8f));
+    }
+    std::vector<int32_t> offsets(c.E + 1), source(pairs), slots(pairs);
+    cpu::moe_permute(offsets.data(), source.data(), slots.data(), experts.data(), c.n, c.E, c.k);
+    int32_t *g_experts = up(experts), *g_offsets = up(offsets), *g_source = up(source), *g_slots = up(slots);
+    gpu_->moe_permute(g_offsets, g_source, g_slots, g_experts, c.n, c.E, c.k);
+    EXPECT_EQ(down_i32(g_offsets, c.E + 1), offsets);
+    EXPECT_EQ(down_i32(g_source, pairs), source);
+    EXPECT_EQ(down_i32(g_slots, pairs), slots);
+  }
+}
 
 TEST_F(MoeRoutingParity, RouterSortAndCombineMatchTheReference) {
   const int n = 300, E = 40, k = 6, dim = 72;  // several warps, blocks and chunks
