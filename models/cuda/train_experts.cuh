@@ -77,36 +77,27 @@ __global__ void combine_rows_bf16_kernel(bf16* out, const bf16* ys, const int32_
   }
 }
 
-// dys [slots[pair]] = weights[pair] · dout [pair / k], every pair's row.
-__global__ void spread_rows_bf16_kernel(bf16* dys, const bf16* dout, const float* weights, const int32_t* slots,
-                                        int n, int k, int H) {
-  const size_t per_row = H / 8, pieces = static_cast<size_t>(n) * k * per_row;
-  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < pieces;
-       p += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t pair = p / per_row, j = (p % per_row) * 8;
-    float v[8];
-    unpack8_bf16(*reinterpret_cast<const uint4*>(dout + (pair / k) * H + j), v);
-    const float w = weights[pair];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] *= w;
-    *reinterpret_cast<uint4*>(dys + static_cast<size_t>(slots[pair]) * H + j) = pack8_bf16(v);
-  }
-}
-
-// dweights[pair] = dout [pair / k] · ys [slots[pair]], a warp per pair.
-__global__ void pair_weight_grad_bf16_kernel(float* dweights, const bf16* dout, const bf16* ys,
-                                             const int32_t* slots, int pairs, int k, int H) {
+// For every pair, a warp: dys [slots[pair]] = weights[pair] · dout [pair / k]
+// and dweights[pair] = dout [pair / k] · ys [slots[pair]], one read of the
+// token's dout row for both (k reads of each row in all, not 2k).
+__global__ void spread_and_weight_grad_bf16_kernel(bf16* dys, float* dweights, const bf16* dout, const bf16* ys,
+                                                   const float* weights, const int32_t* slots, int pairs, int k,
+                                                   int H) {
   const int lane = threadIdx.x & 31;
   const size_t pair = static_cast<size_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (pair >= static_cast<size_t>(pairs)) return;
+  const size_t slot = static_cast<size_t>(slots[pair]);
   const bf16* d = dout + (pair / k) * H;
-  const bf16* y = ys + static_cast<size_t>(slots[pair]) * H;
+  const bf16* y = ys + slot * H;
+  bf16* dy = dys + slot * H;
+  const float w = weights[pair];
   float dot = 0, a[8], b[8];
   for (int j = lane * 8; j < H; j += 32 * 8) {
     unpack8_bf16(*reinterpret_cast<const uint4*>(d + j), a);
     unpack8_bf16(*reinterpret_cast<const uint4*>(y + j), b);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) dot = fmaf(a[e], b[e], dot);
+    for (int e = 0; e < 8; ++e) dot = fmaf(a[e], b[e], dot), a[e] *= w;
+    *reinterpret_cast<uint4*>(dy + j) = pack8_bf16(a);
   }
   dot = warp_sum(dot);
   if (lane == 0) dweights[pair] = dot;
@@ -287,10 +278,9 @@ class SparseMlp {
     const int H = c_.hidden, E = c_.shape.experts, k = c_.shape.top_k, Ie = c_.shape.intermediate, P = N * k;
     {
       OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
-      train::spread_rows_bf16_kernel<<<grid(size_t(P) * H / 8), kThreads, 0, c_.stream>>>(x.dys, dout, s.weights,
-                                                                                            s.slots, N, k, H);
-      train::pair_weight_grad_bf16_kernel<<<(P + kThreads / 32 - 1) / (kThreads / 32), kThreads, 0, c_.stream>>>(
-          x.dweights, dout, s.ys, s.slots, P, k, H);
+      train::spread_and_weight_grad_bf16_kernel<<<(P + kThreads / 32 - 1) / (kThreads / 32), kThreads, 0,
+                                                  c_.stream>>>(x.dys, x.dweights, dout, s.ys, s.weights, s.slots, P,
+                                                               k, H);
       check();
     }
     // down: dh = dys · down; d_down += dysᵀ h.
