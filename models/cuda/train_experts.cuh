@@ -348,7 +348,13 @@ class SparseMlp {
   void expert_gemms(const SparseSaved& s, cublasOperation_t ta, cublasOperation_t tb, DimsOf dims,
                     train::ExpertOperand a, int lda, train::ExpertOperand b, int ldb, train::ExpertOperand c,
                     cudaDataType_t c_type, int ldc, float beta) {
-    OpTimes::Scope timed(c_.times, "blocks.moe_experts", c_.stream);
+    // Each kind of the experts' GEMMs timed apart: the weight gradients
+    // (into fp32), the forward (op(A) = Aᵀ: the weights as stored), the
+    // input gradients.
+    const char* kind = c_type == CUDA_R_32F   ? "blocks.moe_experts.weight_grad"
+                       : ta == CUBLAS_OP_T ? "blocks.moe_experts.forward"
+                                           : "blocks.moe_experts.input_grad";
+    OpTimes::Scope timed(c_.times, kind, c_.stream);
     const int E = c_.shape.experts;
     // cuBLAS groups only GEMMs whose output is the inputs' type (13.1 on an
     // H100 answers CUBLAS_STATUS_NOT_SUPPORTED for bf16 into fp32): the
