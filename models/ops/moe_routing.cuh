@@ -118,8 +118,9 @@ __global__ void moe_router_backward_kernel(float* dlogits, const float* dweights
 // walks its run again to place them. Two reads of the choices and one
 // barrier pass a block, where a chunk-by-chunk walk (a barrier per 256
 // pairs) took about 0.15 ms at a training micro-batch's 65,536 pairs.
-__device__ __forceinline__ int4 moe_load_choices(const int32_t* experts, int i, int end) {
-  if (i + 3 < end) return *reinterpret_cast<const int4*>(experts + i);
+__device__ __forceinline__ int4 moe_load_choices(const int32_t* experts, int i, int end, bool aligned) {
+  if (aligned && i + 3 < end) return *reinterpret_cast<const int4*>(experts + i);
+  if (i + 3 < end) return make_int4(experts[i], experts[i + 1], experts[i + 2], experts[i + 3]);
   return make_int4(i < end ? experts[i] : INT_MAX, i + 1 < end ? experts[i + 1] : INT_MAX,
                    i + 2 < end ? experts[i + 2] : INT_MAX, INT_MAX);
 }
@@ -134,9 +135,12 @@ __global__ void __launch_bounds__(kThreads) moe_permute_kernel(int32_t* offsets,
   // Runs of a multiple of 4 pairs, so each starts on a 16-byte boundary.
   const int run = (pairs + 4 * kThreads - 1) / (4 * kThreads) * 4;
   const int begin = min(pairs, static_cast<int>(threadIdx.x) * run), end = min(pairs, begin + run);
+  // (Only where the choices start on a 16-byte boundary, as the engines'
+  // buffers do; the backend's callers may pass any int32 array.)
+  const bool aligned = reinterpret_cast<uintptr_t>(experts) % 16 == 0;
   int below = 0, mine = 0;
   for (int i = begin; i < end; i += 4) {
-    const int4 v = moe_load_choices(experts, i, end);
+    const int4 v = moe_load_choices(experts, i, end, aligned);
     below += (v.x < e) + (v.y < e) + (v.z < e) + (v.w < e);
     mine += (v.x == e) + (v.y == e) + (v.z == e) + (v.w == e);
   }
