@@ -67,11 +67,7 @@ TEST_F(MoeExpertsParity, SortedExpertsMatchTheReference) {
                         Case{40, 8, 2, 512, 200}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k);
     // Reference: the routing ops of moe_routing.h, then the experts.
-    const MoeInputs in(c, 11);
-    const size_t pairs = in.pairs;
-    const auto &logits = in.logits, &weights = in.weights;
-    const auto &x = in.x, &w_gu = in.w_gu, &w_down = in.w_down;
-    const auto& experts = in.experts;
+    const auto& [pairs, logits, x, w_gu, w_down, probs, weights, experts] = MoeInputs(c, 11);
     std::vector<int32_t> offsets(c.E + 1), source(pairs), slots(pairs);
     cpu::moe_permute(offsets.data(), source.data(), slots.data(), experts.data(), c.n, c.E, c.k);
     std::vector<uint16_t> h(pairs * c.I);
@@ -118,11 +114,7 @@ TEST_F(MoeExpertsParity, PairsMatchTheReference) {
                         Case{2, 60, 4, 256, 96}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " E " << c.E << " k " << c.k << " H " << c.H);
     ASSERT_TRUE(cuda::moe_pairs_supported(c.n, c.E, c.k, c.H, c.I));
-    const MoeInputs in(c, 21);
-    const size_t pairs = in.pairs;
-    const auto &logits = in.logits, &weights = in.weights;
-    const auto &x = in.x, &w_gu = in.w_gu, &w_down = in.w_down;
-    const auto& experts = in.experts;
+    const auto& [pairs, logits, x, w_gu, w_down, probs, weights, experts] = MoeInputs(c, 21);
     std::vector<int32_t> offsets(c.E + 1), source(pairs), slots(pairs);
     std::vector<uint16_t> h(pairs * c.I);
     std::vector<float> out(size_t(c.n) * c.H, 0.5f);
