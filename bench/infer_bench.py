@@ -228,7 +228,7 @@ def main():
                 quantize, fp8_cache = label.removesuffix("+kv8"), label.endswith("+kv8")
                 keys = "" if quantize == "bf16" else f'quantize = "{quantize}"'
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
-                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}-{label}", tp, args.new,
+                                        f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}-{label.replace('+', '-')}", tp, args.new,
                                         batch, engine=engine, graphs=graphs, model_keys=keys,
                                         infer_keys='kv_cache_dtype = "fp8"' if fp8_cache else "")
                 bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12, quantize)

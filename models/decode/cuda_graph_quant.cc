@@ -44,6 +44,7 @@ Status CudaGraphEngine::upload_packed(Weight& weight, const quant::RowPackedWeig
     COHORT_ASSIGN_OR_RETURN(void* zeros, put(w.zeros.data(), w.zeros.size() * 4));
     view.zeros = static_cast<const float*>(zeros);
   }
+  view.centred = quant::centred_uint4(w);
   const char* knob = read_env_knob(EnvKnob::kFp8Gemm);
   if (knob != nullptr && std::string(knob) == "0") return Status::ok();
   if (auto blocks = quant::fp8_block_scales(w)) {

@@ -22,7 +22,8 @@
 //    exactly. x's bf16 pairs are permuted the same way (prmt), so the MMA
 //    computes the plain dot product Σ (c - 8) x over the step. The zero
 //    point enters once per step: s · (Σ (c - 8) x - (z - 8) Σ x), with Σ x
-//    from one more MMA whose A is all ones. Every product is exact in fp32.
+//    from one more MMA whose A is all ones (none where every zero is 8:
+//    cohort's own int4, "centred"). Every product is exact in fp32.
 //  * e4m3 pairs convert with Hopper's cvt to f16x2 (exact), then to bf16 by
 //    moving the exponent and mantissa down 3 bits: each value times 2^-112,
 //    a power of two the group's scale takes back. All such values are
@@ -53,6 +54,14 @@ struct QuantMmaShape {
   static constexpr int kWarps = K == quant::CodeKind::kUint4 ? 8 : 16;
   static constexpr int kSteps = K == quant::CodeKind::kUint4 ? 4 : 2;
 };
+
+// Centred 4-bit codes (every zero 8: cohort's symmetric int4) need no Σ x
+// MMA and no zero loads, which leaves registers for a third block an SM.
+// Where a projection has more than two blocks an SM of tiles (q|k|v,
+// gate|up at 8B), three blocks of 2 steps each kept HBM busiest; at fewer
+// tiles (o, down) two blocks of 4 (H100, bench/RESULTS.md: the 8B layer's
+// four projections 62.8 -> 53.8 us).
+inline bool quant_mma_three_blocks(int tiles) { return tiles > 2 * device_multiprocessors(); }
 
 // Columns of one step: 16 bytes of codes in each of a quad's 4 lanes.
 template <quant::CodeKind K>
@@ -102,7 +111,7 @@ struct QuantMmaArgs {
 
 // acc (lane (g, t): rows g and g + 8 of the tile, x rows 2t and 2t + 1) +=
 // one step's sums of the two code rows `lo` and `hi` at step `step`.
-template <quant::CodeKind K>
+template <quant::CodeKind K, bool kCentred = false>
 __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo, const uint4& hi, float s_lo,
                                                float s_hi, float z_lo, float z_hi, const Bf16Bits* x_row,
                                                int column) {
@@ -110,7 +119,7 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
   float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dot2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if constexpr (K == quant::CodeKind::kUint4) {
     float sum_x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum_x2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    [[maybe_unused]] const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // word i: columns 8i .. 8i + 7 of the lane's 32
       const uint4 xv = *reinterpret_cast<const uint4*>(x_row + column + 8 * i);
@@ -124,15 +133,22 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
         const uint32_t x_lo = half == 0 ? xv.x : xv.y, x_hi = half == 0 ? xv.z : xv.w;
         const uint32_t b[2] = {__byte_perm(x_lo, x_hi, 0x5410), __byte_perm(x_lo, x_hi, 0x7632)};
         mma(half ? dot2 : dot, a, b);
-        mma(half ? sum_x2 : sum_x, ones, b);
+        if constexpr (!kCentred) mma(half ? sum_x2 : sum_x, ones, b);
       }
     }
 #pragma unroll
     for (int v = 0; v < 4; ++v) dot[v] += dot2[v], sum_x[v] += sum_x2[v];
-    acc[0] = fmaf(s_lo, dot[0] - (z_lo - 8.0f) * sum_x[0], acc[0]);
-    acc[1] = fmaf(s_lo, dot[1] - (z_lo - 8.0f) * sum_x[1], acc[1]);
-    acc[2] = fmaf(s_hi, dot[2] - (z_hi - 8.0f) * sum_x[2], acc[2]);
-    acc[3] = fmaf(s_hi, dot[3] - (z_hi - 8.0f) * sum_x[3], acc[3]);
+    if constexpr (kCentred) {  // z = 8: the Σ x term is zero
+      acc[0] = fmaf(s_lo, dot[0], acc[0]);
+      acc[1] = fmaf(s_lo, dot[1], acc[1]);
+      acc[2] = fmaf(s_hi, dot[2], acc[2]);
+      acc[3] = fmaf(s_hi, dot[3], acc[3]);
+    } else {
+      acc[0] = fmaf(s_lo, dot[0] - (z_lo - 8.0f) * sum_x[0], acc[0]);
+      acc[1] = fmaf(s_lo, dot[1] - (z_lo - 8.0f) * sum_x[1], acc[1]);
+      acc[2] = fmaf(s_hi, dot[2] - (z_hi - 8.0f) * sum_x[2], acc[2]);
+      acc[3] = fmaf(s_hi, dot[3] - (z_hi - 8.0f) * sum_x[3], acc[3]);
+    }
   } else {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // 8 columns of x, two words of codes
@@ -156,11 +172,13 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
 }
 
 // One 16-row tile of the output (SwiGLU: 8 gate rows over their 8 up rows)
-// a block, over all of K.
-template <quant::CodeKind K, SkinnyEpilogue kEpilogue>
-__global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps) quant_mma_kernel(QuantMmaArgs a, RowPackedView w) {
+// a block, over all of K. S steps a warp in flight, at least kMinBlocks
+// blocks an SM (the registers' bound).
+template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred, int S, int kMinBlocks>
+__global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps, kMinBlocks)
+    quant_mma_kernel(QuantMmaArgs a, RowPackedView w) {
   constexpr int kStep = mma_step_columns<K>();
-  constexpr int kWarps = QuantMmaShape<K>::kWarps, S = QuantMmaShape<K>::kSteps;
+  constexpr int kWarps = QuantMmaShape<K>::kWarps;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const bool swiglu = kEpilogue == SkinnyEpilogue::kSwiglu;
@@ -185,7 +203,7 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps) quant_mma_kerne
         hi[u] = __ldg(reinterpret_cast<const uint4*>(codes_hi + static_cast<size_t>(step) * 64));
         const int group = step * kStep / w.group;
         s_lo[u] = __ldg(w.scales + r_lo * groups + group), s_hi[u] = __ldg(w.scales + r_hi * groups + group);
-        if constexpr (K == quant::CodeKind::kUint4) {
+        if constexpr (K == quant::CodeKind::kUint4 && !kCentred) {
           z_lo[u] = w.zeros ? __ldg(w.zeros + r_lo * groups + group) : 0.0f;
           z_hi[u] = w.zeros ? __ldg(w.zeros + r_hi * groups + group) : 0.0f;
         } else {
@@ -205,7 +223,7 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps) quant_mma_kerne
     for (int u = 0; u < S; ++u) {
       const int step = first + kWarps * u;
       if (step < steps) {
-        quant_mma_step<K>(acc, lo[u], hi[u], s_lo[u], s_hi[u], z_lo[u], z_hi[u], x_row, step * kStep);
+        quant_mma_step<K, kCentred>(acc, lo[u], hi[u], s_lo[u], s_hi[u], z_lo[u], z_hi[u], x_row, step * kStep);
       }
     }
   }
@@ -240,10 +258,11 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps) quant_mma_kerne
   }
 }
 
-template <quant::CodeKind K, SkinnyEpilogue kEpilogue>
+template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred = false, int S = QuantMmaShape<K>::kSteps,
+          int kMinBlocks = 1>
 void launch_quant_mma_kind(const QuantMmaArgs& args, const RowPackedView& w, int tiles, CUstream_st* stream) {
-  launch_dependent(quant_mma_kernel<K, kEpilogue>, static_cast<unsigned>(tiles), 32 * QuantMmaShape<K>::kWarps, 0,
-                   stream, args, w);
+  launch_dependent(quant_mma_kernel<K, kEpilogue, kCentred, S, kMinBlocks>, static_cast<unsigned>(tiles),
+                   32 * QuantMmaShape<K>::kWarps, 0, stream, args, w);
 }
 
 template <SkinnyEpilogue kEpilogue>
@@ -251,7 +270,14 @@ void launch_quant_mma(float* y, Bf16Bits* h, const Bf16Bits* x, const RowPackedV
                       CUstream_st* stream) {
   const QuantMmaArgs args{y, h, x, n, out};
   const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
-  if (w.kind == quant::CodeKind::kUint4) {
+  if (w.kind == quant::CodeKind::kUint4 && w.centred) {
+    constexpr auto kU4 = quant::CodeKind::kUint4;
+    if (quant_mma_three_blocks(tiles)) {
+      launch_quant_mma_kind<kU4, kEpilogue, true, 2, 3>(args, w, tiles, stream);
+    } else {
+      launch_quant_mma_kind<kU4, kEpilogue, true, 4, 1>(args, w, tiles, stream);
+    }
+  } else if (w.kind == quant::CodeKind::kUint4) {
     launch_quant_mma_kind<quant::CodeKind::kUint4, kEpilogue>(args, w, tiles, stream);
   } else {
     launch_quant_mma_kind<quant::CodeKind::kE4m3, kEpilogue>(args, w, tiles, stream);

@@ -285,7 +285,13 @@ RowPackedView view_of(const RowPackedWeight& w) {
   v.kind = w.kind, v.rows = int(w.rows), v.cols = int(w.cols), v.group = int(w.group);
   v.codes = w.codes.data(), v.scales = w.scales.data();
   v.zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+  v.centred = centred_uint4(w);
   return v;
+}
+
+bool centred_uint4(const RowPackedWeight& w) {
+  return w.kind == CodeKind::kUint4 && !w.zeros.empty() &&
+         std::all_of(w.zeros.begin(), w.zeros.end(), [](float z) { return z == 8.0f; });
 }
 
 void dequantize(const RowPackedWeight& w, float* out) { dequantize(view_of(w), out); }

@@ -71,8 +71,13 @@ struct RowPackedView {
   const uint8_t* codes = nullptr;  // [rows, cols * bits / 8], 16-byte aligned rows
   const float* scales = nullptr;   // [rows, groups]
   const float* zeros = nullptr;    // [rows, groups], or null: all zero
+  bool centred = false;            // centred_uint4() of the weight viewed: kernels may skip the zeros
 };
 RowPackedView view_of(const RowPackedWeight& weight);
+
+// Whether a 4-bit weight's every zero is 8 (cohort's symmetric int4, or a
+// symmetric GPTQ checkpoint): W = scale * (code - 8).
+bool centred_uint4(const RowPackedWeight& weight);
 
 // Rows of several weights one above the other (q|k|v, gate|up): the same
 // code kind, width and group; zeros kept when any part has them.

@@ -52,6 +52,7 @@ class QuantGemvParity : public DecodeOpsParity {
     v.codes = up(w.codes);
     v.scales = up(w.scales);
     v.zeros = w.zeros.empty() ? nullptr : up(w.zeros);
+    v.centred = quant::centred_uint4(w);
     return v;
   }
 };
@@ -98,6 +99,32 @@ TEST_F(QuantGemvParity, AccumulateAndSwigluFormsMatch) {
     Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
     cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
     EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+  }
+}
+
+// Projections of more tiles than two blocks an SM (q|k|v and gate|up of an
+// 8B model) take the centred 4-bit form's other block shape; the GPTQ
+// weight (its own zeros) the general one. Both against the CPU.
+TEST_F(QuantGemvParity, WideProjectionsMatchTheCpuProjection) {
+  for (const char* format : {"int4", "gptq4"}) {
+    const int in = 1024, out = 8200;  // 513 tiles of 16 rows, the last partial
+    const auto w = make_weight(format, out, in, 51);
+    EXPECT_EQ(quant::centred_uint4(w), std::string(format) == "int4");
+    const RowPackedView dw = upload(w);
+    for (int n : {1, 3, 8}) {
+      SCOPED_TRACE(std::string(format) + " n " + std::to_string(n));
+      const auto x = to_bf16(testing::random_vector(size_t(n) * in, 52 + n));
+      std::vector<float> want(size_t(n) * out);
+      cpu::quant_gemv(want.data(), x.data(), w, n);
+      float* y = up(std::vector<float>(want.size(), NAN));
+      cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kStore);
+      EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+      std::vector<Bf16Bits> want_h(size_t(n) * out / 2);
+      cpu::quant_gemv_swiglu(want_h.data(), x.data(), w, n);
+      Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
+      cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
+      EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+    }
   }
 }
 

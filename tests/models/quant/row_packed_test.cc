@@ -127,6 +127,25 @@ TEST(RowPacked, StackedWeightsAreTheirPartsOneAboveTheOther) {
   EXPECT_NE(mixed.status().message().find("does not stack"), std::string::npos);
 }
 
+// The tensor-core decode form skips the zeros of a centred weight, so only
+// a weight whose every zero is 8 may be called centred.
+TEST(RowPacked, OnlyFourBitWeightsWhoseZerosAreAllEightAreCentred) {
+  auto int4 = pack_rows(made(WeightFormat::kInt4, 21));
+  auto int8 = pack_rows(made(WeightFormat::kInt8, 22));
+  auto fp8 = pack_rows(made(WeightFormat::kFp8Block, 23));
+  auto gptq = pack_rows(integer_checkpoint(WeightFormat::kGptq, 4, 128, false, GptqZeros::kStored, 24));
+  ASSERT_TRUE(int4.is_ok() && int8.is_ok() && fp8.is_ok() && gptq.is_ok());
+  EXPECT_TRUE(centred_uint4(*int4));
+  EXPECT_TRUE(view_of(*int4).centred);
+  EXPECT_FALSE(centred_uint4(*int8));   // zeros of 128
+  EXPECT_FALSE(centred_uint4(*fp8));    // no zeros
+  EXPECT_FALSE(centred_uint4(*gptq));   // the checkpoint's own zeros
+  RowPackedWeight one_off = *int4;
+  one_off.zeros.back() = 7.0f;
+  EXPECT_FALSE(centred_uint4(one_off));
+  EXPECT_FALSE(view_of(one_off).centred);
+}
+
 TEST(RowPacked, ASliceIsTheSameCutOfTheDequantizedWeight) {
   for (const QuantizedWeight& w : {made(WeightFormat::kInt4, 20), made(WeightFormat::kFp8Block, 21),
                                    integer_checkpoint(WeightFormat::kGptq, 4, 64, false, GptqZeros::kStored, 22)}) {
