@@ -32,6 +32,10 @@ long contexts (mean decode context = prompt + new / 2).
       [--quantize bf16,int4,int8,fp8]  (cohort's `[model] quantize`; the bound counts each format's bytes;
                                         "+kv8" after a format adds [infer] kv_cache_dtype = "fp8")
       [--hbm-tbs 3.35]  (the bound's bandwidth; default the card's by name)
+      [--preset qwen3-30b-a3b]  (cohort's built-in model of --shape's shape instead of a saved folder:
+                                 the worker makes the random weights, nothing is written, so a model
+                                 larger than the disk (the whole Qwen3-30B-A3B, 61 GB) can be timed;
+                                 cohort only, graph engine only, every layer)
 """
 import argparse
 import json
@@ -185,7 +189,14 @@ def main():
                     help="a mixture of experts: only the graph engine (the op-by-op run takes minutes)")
     ap.add_argument("--variants", action="store_true",
                     help="also run tp 1 eagerly (cuda_graphs = false) and with the fp32 models engine")
+    ap.add_argument("--preset", default=None,
+                    help="cohort's preset of --shape's shape (random weights made by the worker; no folder)")
     args = ap.parse_args()
+    if args.preset:
+        if args.layers or args.variants or args.cb:
+            ap.error("--preset times the preset's own layers with the graph engine: "
+                     "no --layers, --variants or --cb")
+        args.no_transformers = args.graphs_only = True
     if args.hbm_tbs is None:
         args.hbm_tbs = card_hbm_tbs()
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
@@ -193,12 +204,16 @@ def main():
     moe = bool(getattr(config, "num_experts", 0))
     torch.manual_seed(0)
     # Built (and its random initialisation run) on the GPU: on the host an
-    # 8B model's initialisation takes minutes.
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+    # 8B model's initialisation takes minutes. A preset's parameters are
+    # only counted (the meta device holds no values).
+    device = "meta" if args.preset else "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
-    model_dir = os.path.join(work, f"{args.shape}-{config.num_hidden_layers}l-random")
-    model.save_pretrained(model_dir, safe_serialization=True)
+    model_dir = None
+    if not args.preset:
+        model_dir = os.path.join(work, f"{args.shape}-{config.num_hidden_layers}l-random")
+        model.save_pretrained(model_dir, safe_serialization=True)
     if args.no_transformers:
         del model  # cohort reads the folder; the GPU memory is its own
         model = None
@@ -227,10 +242,13 @@ def main():
             for tp, engine, graphs, label in runs:
                 quantize, fp8_cache = label.removesuffix("+kv8"), label.endswith("+kv8")
                 keys = "" if quantize == "bf16" else f'quantize = "{quantize}"'
+                if args.preset:
+                    keys = f'preset = "{args.preset}"\n{keys}'
                 _, summary = run_cohort(os.path.abspath(args.worker), model_dir, prompts, work,
                                         f"p{prompt_len}-b{batch}-tp{tp}-{engine}-{graphs}-{label.replace('+', '-')}", tp, args.new,
                                         batch, engine=engine, graphs=graphs, model_keys=keys,
-                                        infer_keys='kv_cache_dtype = "fp8"' if fp8_cache else "")
+                                        infer_keys='kv_cache_dtype = "fp8"' if fp8_cache else "",
+                                        timeout=900 if args.preset else 300)
                 bound = hbm_bound(config, params, batch, context, tp, args.hbm_tbs * 1e12, quantize)
                 rows.append({"context": context, "batch": batch, "tp": tp, "weights": label,
                              "cohort_decode_tok_s": summary["decode_tokens_per_s"],

@@ -120,16 +120,18 @@ def launch_ranks(worker, job_file, world, env_extra, timeout=300):
 
 def write_job(path, name, model_dir, prompts_file, out_dir, tp, max_new, batch, graphs=True, model_keys="",
               infer_keys=""):
+    """model_dir None: the model comes from model_keys alone (a preset)."""
+    source = f'hf_dir = "{model_dir}"\n' if model_dir else ""
     with open(path, "w") as f:
         f.write(f'[job]\nname = "{name}"\nkind = "infer"\ngpus_per_node = {tp}\n'
-                f'output_dir = "{out_dir}"\n\n[model]\nhf_dir = "{model_dir}"\n{model_keys}\n'
+                f'output_dir = "{out_dir}"\n\n[model]\n{source}{model_keys}\n'
                 f'[infer]\nprompts = "{prompts_file}"\nmax_new_tokens = {max_new}\n'
                 f'batch_size = {batch}\ntensor_parallel = {tp}\n'
                 f'cuda_graphs = {"true" if graphs else "false"}\n{infer_keys}\n')
 
 
 def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engine="graphs",
-               graphs=True, device="cuda", dump_logits=False, model_keys="", infer_keys=""):
+               graphs=True, device="cuda", dump_logits=False, model_keys="", infer_keys="", timeout=300):
     """Returns (outputs.jsonl rows, summary.json) of one cohort-worker run.
 
     model_keys: extra lines for the job's [model] table ('quantize = "int4"'); infer_keys the
@@ -151,7 +153,7 @@ def run_cohort(worker, model_dir, prompts, work, name, tp, max_new, batch, engin
         env["COHORT_INFER_ENGINE"] = "model"
     if dump_logits:
         env["COHORT_INFER_DUMP_LOGITS"] = "1"
-    launch_ranks(worker, job, tp, env)
+    launch_ranks(worker, job, tp, env, timeout)
     with open(os.path.join(out_dir, "outputs.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     with open(os.path.join(out_dir, "summary.json")) as f:
