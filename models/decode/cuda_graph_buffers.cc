@@ -79,7 +79,7 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_ASSIGN_OR_RETURN(void* rows, take(kRowIndexParts * R * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_rows, take(B * 4));
   COHORT_ASSIGN_OR_RETURN(void* head_x, take(B * H * 2));
-  COHORT_ASSIGN_OR_RETURN(void* sumsq, take(B * ((H + 63) / 64) * 4));
+  COHORT_ASSIGN_OR_RETURN(void* sumsq, take(B * ((H + models::cuda::kQuantNormChunk - 1) / models::cuda::kQuantNormChunk) * 4));
   COHORT_ASSIGN_OR_RETURN(void* partials, take(models::cuda::kSkinnyScratchFloats * 4));
   COHORT_ASSIGN_OR_RETURN(void* arrivals, take(models::cuda::kSkinnyScratchTiles * 4));
   skinny_ = {static_cast<float*>(partials), static_cast<int*>(arrivals)};

@@ -188,6 +188,7 @@ void CudaGraphEngine::enqueue_moe(const Layer& L, int n, float* out, bool norm_i
 bool CudaGraphEngine::folds_norms(int n) const {
   namespace mc = models::cuda;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  if (quantized_) return quant_folds_norms(n);
   // With adapters the gate/up sums leave the tiles unactivated (the
   // adapters' deltas join before the activation).
   return tp_ == 1 && !quantized_ && !config_.is_moe() && projection(n, H) == Projection::kSkinny &&
@@ -195,6 +196,23 @@ bool CudaGraphEngine::folds_norms(int n) const {
          mc::folded_norm_supported(n, H, Qd + 2 * KVd) && mc::folded_norm_supported(n, Qd, H) &&
          (lora_.on ? mc::folded_norm_supported(n, H, 2 * I) : mc::folded_norm_supported(n, H, I, /*swiglu=*/true)) &&
          mc::folded_norm_supported(n, I, H);
+}
+
+bool CudaGraphEngine::quant_folds_norms(int n) const {
+  namespace mc = models::cuda;
+  if (tp_ != 1 || config_.is_moe() || lora_.on || config_.hidden % mc::kQuantNormChunk != 0) return false;
+  for (const Layer& L : layers_) {
+    for (const Weight* w : {&L.wqkv, &L.wo, &L.wgu, &L.wdown}) {
+      if (!w->quantized() || !mc::quant_gemv_supported(w->packed, n) || !mc::quant_folded_norm_supported(w->packed, n)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+int CudaGraphEngine::norm_chunk() const {
+  return quantized_ ? models::cuda::kQuantNormChunk : models::cuda::kNormChunk;
 }
 
 // The layers with their norms folded into the projections: the output
@@ -212,13 +230,13 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
   const float eps = config_.rms_eps;
   mc::FoldedNorm consume;
-  consume.in_sumsq = buf_.sumsq, consume.eps = eps;
+  consume.in_sumsq = buf_.sumsq, consume.eps = eps, consume.chunk = norm_chunk();
   auto produce = [&](const float* weight) {
     mc::FoldedNorm norm;
-    norm.out_weight = weight, norm.out_x = buf_.xn, norm.out_sumsq = buf_.sumsq;
+    norm.out_weight = weight, norm.out_x = buf_.xn, norm.out_sumsq = buf_.sumsq, norm.chunk = norm_chunk();
     return norm;
   };
-  mc::rms_chunks_bf16(buf_.x, layers_[0].attn_norm, buf_.xn, buf_.sumsq, n, H, stream_);
+  mc::rms_chunks_bf16(buf_.x, layers_[0].attn_norm, buf_.xn, buf_.sumsq, n, H, stream_, norm_chunk());
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
     gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd, mc::GemvOutput::kStore, consume);

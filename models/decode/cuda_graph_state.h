@@ -304,8 +304,13 @@ class CudaGraphEngine final : public InferenceEngine {
   int decode_rows_ = 0;  // a mixed step's leading decode rows (step()); 0 otherwise
   std::vector<int32_t> tiles_;
   // Whether a decode step of n rows folds its RMSNorms into the tile
-  // projections (one rank, every projection on the tiles).
+  // projections (one rank, every projection on the tiles), or into the
+  // quantized GEMV's (one rank, up to 8 rows, every projection quantized on
+  // its tensor-core form, no adapters); norm_chunk(): the columns of the
+  // chain's sums.
   bool folds_norms(int n) const;
+  bool quant_folds_norms(int n) const;
+  int norm_chunk() const;
   // Folded decode steps of more rows than this run the LM head on cuBLASLt.
   static constexpr int kTileHeadMaxRows = 32;
   // The layers of such a step: no norm kernels (FoldedNorm, gemv.h).

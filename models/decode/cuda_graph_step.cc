@@ -43,8 +43,7 @@ bool CudaGraphEngine::quant_skinny(const Weight& w, int n, int in) const {
 void CudaGraphEngine::gemm(float* y, const Bf16* x, const Weight& w, int n, int in, int out,
                            models::cuda::GemvOutput output, const models::cuda::FoldedNorm& norm) {
   if (w.quantized() && models::cuda::quant_gemv_supported(w.packed, n)) {
-    COHORT_CHECK(!norm.in_sumsq && !norm.out_x);
-    models::cuda::quant_gemv(y, x, w.packed, n, stream_, output);
+    models::cuda::quant_gemv(y, x, w.packed, n, stream_, output, norm);
     return;
   }
   if (fp8_gemm(w, n)) {
@@ -83,8 +82,7 @@ void CudaGraphEngine::gemm_bf16(float* y, const Bf16* x, const Bf16* w, int n, i
 void CudaGraphEngine::gate_up_swiglu(const Bf16* x, const Weight& weight, int n, int in, int I,
                                      const models::cuda::FoldedNorm& norm) {
   if (weight.quantized() && models::cuda::quant_gemv_supported(weight.packed, n)) {
-    COHORT_CHECK(!norm.in_sumsq);
-    models::cuda::quant_gemv_swiglu(buf_.h, x, weight.packed, n, stream_);
+    models::cuda::quant_gemv_swiglu(buf_.h, x, weight.packed, n, stream_, norm);
     return;
   }
   if (fp8_gemm(weight, n)) {
@@ -193,7 +191,8 @@ void CudaGraphEngine::enqueue_step(int n, int head_count, bool gathered) {
   models::cuda::FoldedNorm head_norm;
   bool head_on_lt = !gathered && n > kTileHeadMaxRows;
   if (!gathered && folds_norms(n)) {
-    if (n <= kTileHeadMaxRows && models::cuda::folded_norm_supported(n, H, V)) {
+    if (norm_chunk() == models::cuda::kNormChunk && n <= kTileHeadMaxRows &&
+        models::cuda::folded_norm_supported(n, H, V)) {
       head_norm.in_sumsq = buf_.sumsq, head_norm.eps = config_.rms_eps;
     } else {
       models::cuda::add_rmsnorm_bf16(buf_.x, nullptr, final_norm_, buf_.xn, n, H, config_.rms_eps,

@@ -87,14 +87,17 @@ constexpr int kSkinnyMaxRows = 64;
 // rather than after). rms_chunks_bf16 (rmsnorm.h) starts a chain.
 constexpr int kNormChunk = 64;
 struct FoldedNorm {
-  // Consumer: the producer's sums [n, in / kNormChunk]; null: no norm.
+  // Consumer: the producer's sums [n, in / chunk]; null: no norm.
   const float* in_sumsq = nullptr;
   float eps = 0.0f;
   // Producer: the next norm's weight [out]; bf16(x * w) goes to out_x
-  // [n, out], the sums to out_sumsq [n, out / kNormChunk]. Null: none.
+  // [n, out], the sums to out_sumsq [n, out / chunk]. Null: none.
   const float* out_weight = nullptr;
   Bf16Bits* out_x = nullptr;
   float* out_sumsq = nullptr;
+  // Columns a sum covers: kNormChunk for the tile forms; the quantized
+  // GEMV's 16-row tiles make chains of kQuantNormChunk (quant_gemv.h).
+  int chunk = kNormChunk;
 };
 // Whether a projection of n rows from `in` to `out` features (for SwiGLU:
 // `out` is I) can take the folded norm: the tile forms serve it, and the

@@ -240,13 +240,22 @@ bool quant_mma_enabled() {
   return enabled;
 }
 
+bool quant_folded_norm_supported(const RowPackedView& w, int n) {
+  return quant_mma_enabled() && quant_mma_supported(w, n) && w.rows % kQuantNormChunk == 0 &&
+         w.cols % kQuantNormChunk == 0;
+}
+
 void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUstream_st* stream,
-                GemvOutput output) {
+                GemvOutput output, const FoldedNorm& norm) {
+  const bool folded = norm.in_sumsq || norm.out_x;
+  COHORT_CHECK_MSG(!folded || (quant_folded_norm_supported(w, n) && norm.chunk == kQuantNormChunk &&
+                               (!norm.out_x || output == GemvOutput::kAccumulate)),
+                   "a folded norm over [{}x{}] at {} rows (chunks of {})", w.rows, w.cols, n, norm.chunk);
   if (quant_mma_enabled() && quant_mma_supported(w, n)) {
     if (output == GemvOutput::kAccumulate) {
-      launch_quant_mma<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, w.rows, stream);
+      launch_quant_mma<SkinnyEpilogue::kAccumulate>(y, nullptr, x, w, n, w.rows, stream, norm);
     } else {
-      launch_quant_mma<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, w.rows, stream);
+      launch_quant_mma<SkinnyEpilogue::kStore>(y, nullptr, x, w, n, w.rows, stream, norm);
     }
     return;
   }
@@ -267,10 +276,13 @@ void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUst
 }
 
 void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
-                       CUstream_st* stream) {
+                       CUstream_st* stream, const FoldedNorm& norm) {
   const int I = w.rows / 2;
+  COHORT_CHECK_MSG(!norm.out_x && (!norm.in_sumsq || (quant_folded_norm_supported(w, n) &&
+                                                       norm.chunk == kQuantNormChunk)),
+                   "a folded norm into the SwiGLU of [{}x{}] at {} rows", w.rows, w.cols, n);
   if (quant_mma_enabled() && quant_mma_supported(w, n)) {
-    launch_quant_mma<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, I, stream);
+    launch_quant_mma<SkinnyEpilogue::kSwiglu>(nullptr, h, x, w, n, I, stream, norm);
     return;
   }
   const unsigned blocks = static_cast<unsigned>((I + kQuantGemvWarps - 1) / kQuantGemvWarps);

@@ -43,10 +43,18 @@ constexpr int kQuantGemvMaxRows = 8;
 // 1 <= n <= kQuantGemvMaxRows, and the widths whole 16-byte pieces of codes
 // (what pack_rows guarantees).
 bool quant_gemv_supported(const RowPackedView& w, int n);
+// The folded norm (FoldedNorm, gemv.h) in chains of 16-column sums: the
+// tensor-core form's blocks own 16 outputs each, so a producer's block
+// leaves whole sums of its own. A consumer (plain or SwiGLU) scales its
+// rows' sums; a producer adds into the residual (kAccumulate). Where
+// quant_folded_norm_supported: the tensor-core form serves w at n rows,
+// and w's rows (a producer's outputs) and columns are whole chunks.
+constexpr int kQuantNormChunk = 16;
+bool quant_folded_norm_supported(const RowPackedView& w, int n);
 void quant_gemv(float* y, const Bf16Bits* x, const RowPackedView& w, int n, CUstream_st* stream,
-                GemvOutput output);
+                GemvOutput output, const FoldedNorm& norm = {});
 void quant_gemv_swiglu(Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n,
-                       CUstream_st* stream);
+                       CUstream_st* stream, const FoldedNorm& norm = {});
 // Decode steps of up to kSkinnyMaxRows rows (the engine takes them from
 // kQuantGemvMaxRows + 1) on the tensor cores: skinny_gemm_bf16's kernel
 // (gemv.h) with each weight decoded in registers as it is loaded, rounded

@@ -107,6 +107,7 @@ struct QuantMmaArgs {
   Bf16Bits* h;        // kSwiglu: [n, out] bf16
   const Bf16Bits* x;  // [n, in]
   int n, out;         // out: output features (SwiGLU: I, the weight has 2 I rows)
+  FoldedNorm norm;    // chunks of kQuantNormChunk (quant_gemv.h)
 };
 
 // acc (lane (g, t): rows g and g + 8 of the tile, x rows 2t and 2t + 1) +=
@@ -216,6 +217,18 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps, kMinBlocks)
   // on the predecessor (programmatic dependent launch), x after it.
   load(warp);
   begin_dependent();
+  // A folded norm's consumer: warp r takes row r's scale from its sums (each
+  // lane's chunks in order, then the lanes' fixed tree), while the first
+  // codes are still arriving.
+  __shared__ float row_scale[kQuantGemvMaxRows];
+  if (a.norm.in_sumsq != nullptr && warp < a.n) {
+    const int chunks = w.cols / kQuantNormChunk;
+    const float* row_sums = a.norm.in_sumsq + static_cast<size_t>(warp) * chunks;
+    float ss = 0.0f;
+    for (int c = lane; c < chunks; c += 32) ss += row_sums[c];
+    ss = warp_sum(ss);
+    if (lane == 0) row_scale[warp] = rsqrtf(ss / static_cast<float>(w.cols) + a.norm.eps);
+  }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int first = warp; first < steps; first += kWarps * S) {
     if (first != warp) load(first);
@@ -237,6 +250,36 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps, kMinBlocks)
   for (int v = 0; v < 4; ++v) {
     acc[v] = 0.0f;
     for (int q = 0; q < kWarps; ++q) acc[v] += sums[q][v][lane];
+  }
+  if (a.norm.in_sumsq != nullptr) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float scale = 2 * t + e < a.n ? row_scale[2 * t + e] : 0.0f;
+      acc[e] *= scale, acc[2 + e] *= scale;
+    }
+  }
+  if (kEpilogue == SkinnyEpilogue::kAccumulate && a.norm.out_x != nullptr) {
+    // A producer (its outputs whole chunks, so lo_ok and hi_ok): the new
+    // residual, the next norm's input bf16(x * w), and the sum of squares
+    // of this tile's 16 outputs a row, over the lanes of one t in a fixed
+    // order.
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 2 * t + e;
+      float ss = 0.0f;
+      if (r < a.n) {
+        float* row = a.y + static_cast<size_t>(r) * a.out;
+        const float x_lo = row[f_lo] + acc[e], x_hi = row[f_hi] + acc[2 + e];
+        row[f_lo] = x_lo, row[f_hi] = x_hi;
+        Bf16Bits* out_x = a.norm.out_x + static_cast<size_t>(r) * a.out;
+        out_x[f_lo] = to_bf16_bits(x_lo * __ldg(a.norm.out_weight + f_lo));
+        out_x[f_hi] = to_bf16_bits(x_hi * __ldg(a.norm.out_weight + f_hi));
+        ss = x_lo * x_lo + x_hi * x_hi;
+      }
+      for (int o = 4; o < 32; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (g == 0 && r < a.n) a.norm.out_sumsq[static_cast<size_t>(r) * (a.out / kQuantNormChunk) + blockIdx.x] = ss;
+    }
+    return;
   }
 #pragma unroll
   for (int e = 0; e < 2; ++e) {  // x row 2t + e: acc[e] (row f_lo), acc[2 + e] (row f_hi)
@@ -267,8 +310,8 @@ void launch_quant_mma_kind(const QuantMmaArgs& args, const RowPackedView& w, int
 
 template <SkinnyEpilogue kEpilogue>
 void launch_quant_mma(float* y, Bf16Bits* h, const Bf16Bits* x, const RowPackedView& w, int n, int out,
-                      CUstream_st* stream) {
-  const QuantMmaArgs args{y, h, x, n, out};
+                      CUstream_st* stream, const FoldedNorm& norm = {}) {
+  const QuantMmaArgs args{y, h, x, n, out, norm};
   const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
   if (w.kind == quant::CodeKind::kUint4 && w.centred) {
     constexpr auto kU4 = quant::CodeKind::kUint4;

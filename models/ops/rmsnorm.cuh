@@ -175,10 +175,10 @@ __global__ void add_rmsnorm_bf16_kernel(float* x, const float* delta, const floa
   }
 }
 
-// Four columns a thread, 16 threads a 64-column chunk; every thread runs
+// Four columns a thread, chunk / 4 threads a chunk; every thread runs
 // every pass, so that the chunk's shuffles see whole warps.
 __global__ void rms_chunks_bf16_kernel(const float* x, const float* w, Bf16Bits* out,
-                                       float* sumsq, int hidden) {
+                                       float* sumsq, int hidden, int chunk) {
   begin_dependent();
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   const int quads = hidden / 4;
@@ -191,19 +191,20 @@ __global__ void rms_chunks_bf16_kernel(const float* x, const float* w, Bf16Bits*
       g = __ldg(reinterpret_cast<const float4*>(w) + q);
     }
     float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const int threads = chunk / 4;
+    for (int o = threads / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (!live) continue;
     *reinterpret_cast<uint2*>(out + base + 4 * q) =
         make_uint2(pack_bf16x2(v.x * g.x, v.y * g.y), pack_bf16x2(v.z * g.z, v.w * g.w));
-    if (q % 16 == 0) sumsq[static_cast<size_t>(blockIdx.x) * (hidden / 64) + q / 16] = ss;
+    if (q % threads == 0) sumsq[static_cast<size_t>(blockIdx.x) * (hidden / chunk) + q / threads] = ss;
   }
 }
 
 void rms_chunks_bf16(const float* x, const float* w, Bf16Bits* out, float* sumsq, int n,
-                     int hidden, CUstream_st* stream) {
-  COHORT_CHECK_MSG(hidden % 64 == 0, "rms_chunks_bf16: hidden {} is not whole 64-column chunks",
-                   hidden);
-  launch_dependent(rms_chunks_bf16_kernel, n, kThreads, 0, stream, x, w, out, sumsq, hidden);
+                     int hidden, CUstream_st* stream, int chunk) {
+  COHORT_CHECK_MSG((chunk == 16 || chunk == 64) && hidden % chunk == 0,
+                   "rms_chunks_bf16: hidden {} is not whole {}-column chunks", hidden, chunk);
+  launch_dependent(rms_chunks_bf16_kernel, n, kThreads, 0, stream, x, w, out, sumsq, hidden, chunk);
 }
 
 // Steps of many rows (prefill) at widths of 512, 1,024 or 2,048: a warp a

@@ -41,9 +41,10 @@ void add_rmsnorm_e4m3(float* x, const float* delta, const float* w, Bf16Bits* ou
                       int n, int n_pad, int hidden, float eps, CUstream_st* stream);
 
 // The start of a folded-norm chain (FoldedNorm, gemv.h): out [n, hidden] =
-// bf16(x * w), and sumsq [n, hidden / 64] the sums of squares of each row's
-// 64-column chunks. hidden a multiple of 64.
+// bf16(x * w), and sumsq [n, hidden / chunk] the sums of squares of each
+// row's chunks of `chunk` columns (64, the tile forms' chains, or 16, the
+// quantized GEMV's). hidden a multiple of chunk.
 void rms_chunks_bf16(const float* x, const float* w, Bf16Bits* out, float* sumsq, int n,
-                     int hidden, CUstream_st* stream);
+                     int hidden, CUstream_st* stream, int chunk = 64);
 
 }  // namespace cohort::models::cuda

@@ -381,6 +381,8 @@ void tile_gemm_bf16(const TilePlan& plan, float* y, Bf16Bits* h, const Bf16Bits*
                    "tile plan mt {} bn {} tiles {} splits {} does not fit [{}x{}]x[{}x{}]", plan.mt,
                    plan.bn, plan.tiles, plan.splits, n, in, in, out);
   COHORT_CHECK_MSG(!norm.in_sumsq || in % kNormChunk == 0, "folded norm over {} inputs", in);
+  COHORT_CHECK_MSG((!norm.in_sumsq && !norm.out_x) || norm.chunk == kNormChunk,
+                   "the tile forms' folded norm sums {}-column chunks, not {}", kNormChunk, norm.chunk);
   COHORT_CHECK_MSG(!norm.out_x || (output == GemvOutput::kAccumulate && !h && out % kNormChunk == 0),
                    "a folded norm's producer adds into the residual ({} outputs)", out);
   if (h) return run_tile_gemm<TileEpilogue::kSwiglu>(plan, nullptr, h, x, w, n, in, out, norm, stream);

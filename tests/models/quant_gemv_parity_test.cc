@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/ops/quant_gemv.h"
+#include "models/ops/rmsnorm.h"
 #include "tests/models/decode_parity.h"
 #include "tests/models/quant/reference_packers.h"
 
@@ -174,6 +175,83 @@ TEST_F(QuantGemvParity, TheSkinnyFormIsTheBf16ProjectionOfTheRoundedWeights) {
   }
   EXPECT_FALSE(cuda::quant_skinny_supported(RowPackedView{quant::CodeKind::kUint8, 8, 1000, 128}, 16));
   EXPECT_FALSE(cuda::quant_skinny_supported(RowPackedView{quant::CodeKind::kUint8, 8, 1024, 128}, 65));
+}
+
+// The folded norm on the tensor-core form (chains of 16-column sums): a
+// consumer equals the projection of bf16(x * w) scaled by the row's
+// 1 / rms(x), plain and SwiGLU; a producer adds into the residual and
+// leaves the next norm's input and the sums of squares of its chunks.
+TEST_F(QuantGemvParity, TheFoldedNormFormsMatchTheirDefinition) {
+  const int in = 1024, out = 512, n = 3;
+  const float eps = 1e-6f;
+  auto scaled = [](std::vector<float> v, float by) {
+    for (float& e : v) e *= by;
+    return v;
+  };
+  for (const char* format : {"int4", "gptq4", "fp8"}) {
+    SCOPED_TRACE(format);
+    const auto w = make_weight(format, out, in, 81);
+    const RowPackedView dw = upload(w);
+    ASSERT_TRUE(cuda::quant_folded_norm_supported(dw, n));
+    // Consumer: the chain starts from the residual x and the norm weight g.
+    const auto x = scaled(testing::random_vector(size_t(n) * in, 82), 3.0f);
+    const auto g = testing::random_vector(in, 83);
+    std::vector<float> xg(x.size());
+    std::vector<double> inv_rms(n);
+    for (int r = 0; r < n; ++r) {
+      double ss = 0.0;
+      for (int k = 0; k < in; ++k) {
+        const size_t i = size_t(r) * in + k;
+        xg[i] = x[i] * g[k];
+        ss += double(x[i]) * x[i];
+      }
+      inv_rms[r] = 1.0 / std::sqrt(ss / in + eps);
+    }
+    const auto xg16 = to_bf16(xg);
+    Bf16Bits* xn = up(std::vector<Bf16Bits>(xg16.size(), 0));
+    float* sums = up(std::vector<float>(size_t(n) * in / cuda::kQuantNormChunk, NAN));
+    cuda::rms_chunks_bf16(up(x), up(g), xn, sums, n, in, stream_, cuda::kQuantNormChunk);
+    EXPECT_EQ(down_bf16(xn, xg16.size()), from_bf16(xg16));
+    cuda::FoldedNorm consume;
+    consume.in_sumsq = sums, consume.eps = eps, consume.chunk = cuda::kQuantNormChunk;
+    std::vector<float> want(size_t(n) * out);
+    cpu::quant_gemv(want.data(), xg16.data(), w, n);
+    std::vector<float> want_h(size_t(n) * out / 2);
+    for (int r = 0; r < n; ++r) {
+      for (int o = 0; o < out; ++o) want[size_t(r) * out + o] = float(want[size_t(r) * out + o] * inv_rms[r]);
+      for (int o = 0; o < out / 2; ++o) {
+        const float gate = want[size_t(r) * out + o], u = want[size_t(r) * out + out / 2 + o];
+        want_h[size_t(r) * out / 2 + o] = gate / (1.0f + std::exp(-gate)) * u;
+      }
+    }
+    float* y = up(std::vector<float>(want.size(), NAN));
+    cuda::quant_gemv(y, xn, dw, n, stream_, cuda::GemvOutput::kStore, consume);
+    EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+    Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
+    cuda::quant_gemv_swiglu(h, xn, dw, n, stream_, consume);
+    EXPECT_LT(norm_relative(want_h, down_bf16(h, want_h.size())), 1e-2);
+    // Producer: residual y0 += W · xg, then bf16(y * g2) and the chunks' sums.
+    const auto y0 = testing::random_vector(size_t(n) * out, 84);
+    const auto g2 = testing::random_vector(out, 85);
+    std::vector<float> sum(want.size());
+    cpu::quant_gemv(sum.data(), xg16.data(), w, n);
+    std::vector<float> want_y(sum.size()), want_x(sum.size()), want_ss(size_t(n) * out / cuda::kQuantNormChunk, 0.0f);
+    for (size_t i = 0; i < sum.size(); ++i) {
+      want_y[i] = y0[i] + sum[i];
+      want_x[i] = want_y[i] * g2[i % out];
+      want_ss[i / cuda::kQuantNormChunk] += want_y[i] * want_y[i];
+    }
+    float* res = up(y0);
+    Bf16Bits* next_x = up(std::vector<Bf16Bits>(want_x.size(), 0));
+    float* next_sums = up(std::vector<float>(want_ss.size(), NAN));
+    cuda::FoldedNorm produce;
+    produce.out_weight = up(g2), produce.out_x = next_x, produce.out_sumsq = next_sums;
+    produce.chunk = cuda::kQuantNormChunk;
+    cuda::quant_gemv(res, xn, dw, n, stream_, cuda::GemvOutput::kAccumulate, produce);
+    EXPECT_LT(norm_relative(want_y, down(res, want_y.size())), 1e-5);
+    EXPECT_LT(norm_relative(want_x, down_bf16(next_x, want_x.size())), 1e-2);
+    EXPECT_LT(norm_relative(want_ss, down(next_sums, want_ss.size())), 1e-5);
+  }
 }
 
 TEST_F(QuantGemvParity, Fp32ExpansionIsTheLayoutsDequantization) {
