@@ -200,6 +200,7 @@ def main():
     if args.hbm_tbs is None:
         args.hbm_tbs = card_hbm_tbs()
     work = args.work or tempfile.mkdtemp(prefix="cohort_infer_bench_")
+    os.makedirs(work, exist_ok=True)  # a preset writes no folder into it, only the jobs' files
     config = qwen3_config(args.shape, args.layers)
     moe = bool(getattr(config, "num_experts", 0))
     torch.manual_seed(0)
