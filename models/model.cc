@@ -159,14 +159,30 @@ void Model::init_weights(uint64_t seed, float stddev) {
     parallel_for((group.numel + kZeroChunk - 1) / kZeroChunk, [&](size_t c) {
       std::fill(host.begin() + c * kZeroChunk, host.begin() + std::min(group.numel, (c + 1) * kZeroChunk), 0.0f);
     });
+    // Every matrix's pieces of up to 1M draws in one pass over the cores
+    // (a Qwen3-30B-A3B layer is 384 expert matrices of 1.6M each).
+    struct Piece {
+      const ParamSpec* param;
+      size_t begin, end;
+    };
+    constexpr size_t kDrawPiece = size_t(1) << 20;
+    std::vector<Piece> pieces;
     for (const ParamSpec& p : group.params) {
       float* dst = host.data() + p.offset;
       if (is_norm(p.name)) {
         std::fill(dst, dst + p.numel, 1.0f);
       } else if (p.shape.size() == 2) {
-        fill_normal(dst, p, splitmix64(seed) ^ hash_name(p.name), stddev);
+        for (size_t begin = 0; begin < p.numel; begin += kDrawPiece) {
+          pieces.push_back({&p, begin, std::min(p.numel, begin + kDrawPiece)});
+        }
       }  // biases stay zero, as in HF
     }
+    parallel_for(pieces.size(), [&](size_t i) {
+      const Piece& piece = pieces[i];
+      const ParamSpec& p = *piece.param;
+      fill_normal_range(host.data() + p.offset, p, splitmix64(seed) ^ hash_name(p.name), stddev, piece.begin,
+                        piece.end);
+    });
     // A streamed block whose listener takes the host copy skips the upload.
     if (!(group_filled_ && !listener_reads_buffer_ && staging_ && params_[g] == staging_)) {
       backend_->copy_from_host(params_[g], host.data(), group.numel * sizeof(float));

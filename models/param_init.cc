@@ -42,26 +42,29 @@ uint64_t global_index(const ParamSpec& p, size_t i) {
   return r * gcols + c;
 }
 
-void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev) {
+void fill_normal_range(float* dst, const ParamSpec& p, uint64_t stream, float stddev, size_t begin, size_t end) {
   // A local row's global indices are consecutive: each run of them from one
   // global_index(), and whole index pairs from one draw each
   // (counter_normal_pair); a pair a row or a slice cuts, one value at a time.
   const size_t row = p.shape.size() == 2 ? static_cast<size_t>(p.shape[1]) : p.numel;
-  parallel_chunks(p.numel, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end;) {
-      const size_t run_end = std::min(end, (i / row + 1) * row);
-      uint64_t g = global_index(p, i);
-      size_t j = i;
-      if (g % 2 == 1) dst[j++] = stddev * counter_normal(stream, g++);
-      for (; j + 1 < run_end; j += 2, g += 2) {
-        float even, odd;
-        counter_normal_pair(stream, g >> 1, &even, &odd);
-        dst[j] = stddev * even, dst[j + 1] = stddev * odd;
-      }
-      if (j < run_end) dst[j] = stddev * counter_normal(stream, g);
-      i = run_end;
+  for (size_t i = begin; i < end;) {
+    const size_t run_end = std::min(end, (i / row + 1) * row);
+    uint64_t g = global_index(p, i);
+    size_t j = i;
+    if (g % 2 == 1) dst[j++] = stddev * counter_normal(stream, g++);
+    for (; j + 1 < run_end; j += 2, g += 2) {
+      float even, odd;
+      counter_normal_pair(stream, g >> 1, &even, &odd);
+      dst[j] = stddev * even, dst[j + 1] = stddev * odd;
     }
-  });
+    if (j < run_end) dst[j] = stddev * counter_normal(stream, g);
+    i = run_end;
+  }
+}
+
+void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev) {
+  parallel_chunks(p.numel,
+                  [&](size_t begin, size_t end) { fill_normal_range(dst, p, stream, stddev, begin, end); });
 }
 
 void fill_uniform(float* dst, const ParamSpec& p, uint64_t stream, float bound) {

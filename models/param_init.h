@@ -20,4 +20,11 @@ uint64_t global_index(const ParamSpec& p, size_t i);
 void fill_normal(float* dst, const ParamSpec& p, uint64_t stream, float stddev);
 void fill_uniform(float* dst, const ParamSpec& p, uint64_t stream, float bound);
 
+// Elements [begin, end) of fill_normal's values (dst still p's first
+// element), on the calling thread: for callers that spread many tensors'
+// pieces over the cores themselves (a mixture of experts' layer is hundreds
+// of tensors of 1-3M elements, each too small for fill_normal's own
+// threads to reach more than two cores).
+void fill_normal_range(float* dst, const ParamSpec& p, uint64_t stream, float stddev, size_t begin, size_t end);
+
 }  // namespace cohort::models
