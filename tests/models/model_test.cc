@@ -3,6 +3,7 @@
 // few AdamW steps learn.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -273,6 +274,45 @@ TEST(ParamInit, NormalFillsAreTheCounterNormalOfEachGlobalIndex) {
     for (size_t i = 0; i < p.numel; ++i) differ += got[i] != 0.5f * counter_normal(stream, global_index(p, i));
     EXPECT_EQ(differ, 0u) << rows << " x " << cols << " shard at " << begin;
   }
+}
+
+// Model::init_weights fills each group in pieces of a tensor over the cores
+// (fill_normal_range); any cut gives fill_normal's values, so a seed's
+// weights do not depend on how they were drawn.
+TEST(ParamInit, RangesCutAnywhereGiveTheWholeFill) {
+  ParamSpec p;
+  p.name = "w", p.shape = {7, 9}, p.global_shape = {7, 12}, p.shard_dim = ShardDim::kCols, p.shard_begin = 3;
+  p.numel = 63;
+  std::vector<float> whole(p.numel);
+  fill_normal(whole.data(), p, 99, 0.02f);
+  for (size_t piece : {1, 2, 5, 9, 64}) {
+    std::vector<float> cut(p.numel, NAN);
+    for (size_t begin = 0; begin < p.numel; begin += piece)
+      fill_normal_range(cut.data(), p, 99, 0.02f, begin, std::min(p.numel, begin + piece));
+    EXPECT_EQ(cut, whole) << "pieces of " << piece;
+  }
+}
+
+// A seeded model's matrices are fill_normal's draws of their own streams,
+// whichever pieces its group was cut into over the cores: on the tiny MoE
+// preset, many small expert matrices in one group.
+TEST(ParamInit, SeededModelMatricesAreEachTheirOwnNormalFill) {
+  auto backend = make_cpu_backend();
+  auto model = std::move(Model::create(*preset_config("tiny-moe"), {}, backend.get()).value());
+  const uint64_t seed = 7;
+  model->init_weights(seed);
+  size_t matrices = 0;
+  for (int g = 0; g < model->num_groups(); ++g) {
+    for (const ParamSpec& p : model->layout().groups[g].params) {
+      if (p.shape.size() != 2 || p.name.find("norm") != std::string::npos) continue;
+      std::vector<float> want(p.numel);
+      fill_normal(want.data(), p, splitmix64(seed) ^ hash_name(p.name), 0.02f);
+      const float* got = model->params(g) + p.offset;
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << p.name;
+      ++matrices;
+    }
+  }
+  EXPECT_GT(matrices, 20u);
 }
 
 }  // namespace

@@ -56,6 +56,25 @@ class QuantGemvParity : public DecodeOpsParity {
     v.centred = quant::centred_uint4(w);
     return v;
   }
+  // quant_gemv's store form on n rows of x against the CPU projection.
+  void expect_store_matches(const quant::RowPackedWeight& w, const RowPackedView& dw, const std::vector<Bf16Bits>& x,
+                            int n) {
+    std::vector<float> want(size_t(n) * w.rows);
+    cpu::quant_gemv(want.data(), x.data(), w, n);
+    float* y = up(std::vector<float>(want.size(), NAN));
+    cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kStore);
+    EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+  }
+  // quant_gemv_swiglu (w's first half of rows gates, the second half up)
+  // against the CPU form, within a bf16 rounding of h.
+  void expect_swiglu_matches(const quant::RowPackedWeight& w, const RowPackedView& dw,
+                             const std::vector<Bf16Bits>& x, int n) {
+    std::vector<Bf16Bits> want_h(size_t(n) * w.rows / 2);
+    cpu::quant_gemv_swiglu(want_h.data(), x.data(), w, n);
+    Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
+    cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
+    EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+  }
 };
 
 const char* const kFormats[] = {"int4", "int8", "fp8", "gptq4", "gptq8", "awq", "nf4"};
@@ -69,12 +88,7 @@ TEST_F(QuantGemvParity, EachCodeKindMatchesTheCpuProjectionForEachRowCount) {
       for (int n = 1; n <= cuda::kQuantGemvMaxRows; ++n) {
         SCOPED_TRACE(std::string(format) + " in " + std::to_string(in) + " n " + std::to_string(n));
         ASSERT_TRUE(cuda::quant_gemv_supported(dw, n));
-        const auto x = to_bf16(testing::random_vector(size_t(n) * in, 90 + n));
-        std::vector<float> want(size_t(n) * out);
-        cpu::quant_gemv(want.data(), x.data(), w, n);
-        float* y = up(std::vector<float>(want.size(), NAN));
-        cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kStore);
-        EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
+        expect_store_matches(w, dw, to_bf16(testing::random_vector(size_t(n) * in, 90 + n)), n);
       }
     }
   }
@@ -95,11 +109,7 @@ TEST_F(QuantGemvParity, AccumulateAndSwigluFormsMatch) {
     float* y = up(y0);
     cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kAccumulate);
     EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
-    std::vector<Bf16Bits> want_h(size_t(n) * I);
-    cpu::quant_gemv_swiglu(want_h.data(), x.data(), w, n);
-    Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
-    cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
-    EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+    expect_swiglu_matches(w, dw, x, n);
   }
 }
 
@@ -115,16 +125,8 @@ TEST_F(QuantGemvParity, WideProjectionsMatchTheCpuProjection) {
     for (int n : {1, 3, 8}) {
       SCOPED_TRACE(std::string(format) + " n " + std::to_string(n));
       const auto x = to_bf16(testing::random_vector(size_t(n) * in, 52 + n));
-      std::vector<float> want(size_t(n) * out);
-      cpu::quant_gemv(want.data(), x.data(), w, n);
-      float* y = up(std::vector<float>(want.size(), NAN));
-      cuda::quant_gemv(y, up(x), dw, n, stream_, cuda::GemvOutput::kStore);
-      EXPECT_LT(norm_relative(want, down(y, want.size())), 1e-5);
-      std::vector<Bf16Bits> want_h(size_t(n) * out / 2);
-      cpu::quant_gemv_swiglu(want_h.data(), x.data(), w, n);
-      Bf16Bits* h = up(std::vector<Bf16Bits>(want_h.size(), 0));
-      cuda::quant_gemv_swiglu(h, up(x), dw, n, stream_);
-      EXPECT_LT(norm_relative(from_bf16(want_h), down_bf16(h, want_h.size())), 1e-2);
+      expect_store_matches(w, dw, x, n);
+      expect_swiglu_matches(w, dw, x, n);
     }
   }
 }
