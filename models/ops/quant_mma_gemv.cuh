@@ -46,7 +46,8 @@
 namespace cohort::models::cuda {
 
 // Warps a block (each a share of K) and steps each has in flight, per code
-// kind, as measured on an H100 (bench/RESULTS.md): e4m3's steps hold half
+// kind, where a projection has at most two blocks an SM of tiles (o, down
+// at 8B), as measured on an H100 (bench/RESULTS.md): e4m3's steps hold half
 // the columns of 4-bit ones and decode in fewer instructions, so more warps
 // with fewer steps each keep more of HBM busy.
 template <quant::CodeKind K>
@@ -55,13 +56,24 @@ struct QuantMmaShape {
   static constexpr int kSteps = K == quant::CodeKind::kUint4 ? 4 : 2;
 };
 
-// Centred 4-bit codes (every zero 8: cohort's symmetric int4) need no Σ x
-// MMA and no zero loads, which leaves registers for a third block an SM.
 // Where a projection has more than two blocks an SM of tiles (q|k|v,
-// gate|up at 8B), three blocks of 2 steps each kept HBM busiest; at fewer
-// tiles (o, down) two blocks of 4 (H100, bench/RESULTS.md: the 8B layer's
-// four projections 62.8 -> 53.8 us).
+// gate|up at 8B), three blocks of 8 warps with 2 steps each kept HBM
+// busiest, for centred 4-bit codes (every zero 8, cohort's symmetric int4:
+// no Σ x MMA and no zero loads leave the registers for it) and for e4m3
+// (H100, bench/RESULTS.md: the 8B layer's four int4 projections 62.8 ->
+// 53.8 us; e4m3's q|k|v 15.4 -> 12.8 us, gate|up 55.7 -> 43.0).
 inline bool quant_mma_three_blocks(int tiles) { return tiles > 2 * device_multiprocessors(); }
+
+// 16 bytes of codes, asking L2 for the whole 256-byte span: the next steps
+// of a row's codes, which the block's other warps read next (1 to 3% off
+// each projection of the 8B layer, H100).
+__device__ __forceinline__ uint4 load_codes(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
 
 // Columns of one step: 16 bytes of codes in each of a quad's 4 lanes.
 template <quant::CodeKind K>
@@ -173,13 +185,11 @@ __device__ __forceinline__ void quant_mma_step(float (&acc)[4], const uint4& lo,
 }
 
 // One 16-row tile of the output (SwiGLU: 8 gate rows over their 8 up rows)
-// a block, over all of K. S steps a warp in flight, at least kMinBlocks
-// blocks an SM (the registers' bound).
-template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred, int S, int kMinBlocks>
-__global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps, kMinBlocks)
-    quant_mma_kernel(QuantMmaArgs a, RowPackedView w) {
+// a block, over all of K. kWarps warps, S steps each in flight, at least
+// kMinBlocks blocks an SM (the registers' bound).
+template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred, int kWarps, int S, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) quant_mma_kernel(QuantMmaArgs a, RowPackedView w) {
   constexpr int kStep = mma_step_columns<K>();
-  constexpr int kWarps = QuantMmaShape<K>::kWarps;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const bool swiglu = kEpilogue == SkinnyEpilogue::kSwiglu;
@@ -200,8 +210,8 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps, kMinBlocks)
     for (int u = 0; u < S; ++u) {
       const int step = first + kWarps * u;
       if (step < steps) {
-        lo[u] = __ldg(reinterpret_cast<const uint4*>(codes_lo + static_cast<size_t>(step) * 64));
-        hi[u] = __ldg(reinterpret_cast<const uint4*>(codes_hi + static_cast<size_t>(step) * 64));
+        lo[u] = load_codes(codes_lo + static_cast<size_t>(step) * 64);
+        hi[u] = load_codes(codes_hi + static_cast<size_t>(step) * 64);
         const int group = step * kStep / w.group;
         s_lo[u] = __ldg(w.scales + r_lo * groups + group), s_hi[u] = __ldg(w.scales + r_hi * groups + group);
         if constexpr (K == quant::CodeKind::kUint4 && !kCentred) {
@@ -301,11 +311,24 @@ __global__ void __launch_bounds__(32 * QuantMmaShape<K>::kWarps, kMinBlocks)
   }
 }
 
-template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred = false, int S = QuantMmaShape<K>::kSteps,
-          int kMinBlocks = 1>
+template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred, int kWarps, int S, int kMinBlocks>
+void launch_quant_mma_shape(const QuantMmaArgs& args, const RowPackedView& w, int tiles, CUstream_st* stream) {
+  launch_dependent(quant_mma_kernel<K, kEpilogue, kCentred, kWarps, S, kMinBlocks>, static_cast<unsigned>(tiles),
+                   32 * kWarps, 0, stream, args, w);
+}
+
+// A code kind's block shape by the projection's tiles (quant_mma_three_blocks);
+// the general 4-bit form (GPTQ, AWQ: their own zeros) keeps the few-tiles
+// shape, its registers holding the zeros.
+template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred>
 void launch_quant_mma_kind(const QuantMmaArgs& args, const RowPackedView& w, int tiles, CUstream_st* stream) {
-  launch_dependent(quant_mma_kernel<K, kEpilogue, kCentred, S, kMinBlocks>, static_cast<unsigned>(tiles),
-                   32 * QuantMmaShape<K>::kWarps, 0, stream, args, w);
+  using Shape = QuantMmaShape<K>;
+  constexpr bool kThreeBlocksFit = K == quant::CodeKind::kE4m3 || kCentred;
+  if (kThreeBlocksFit && quant_mma_three_blocks(tiles)) {
+    launch_quant_mma_shape<K, kEpilogue, kCentred, 8, 2, 3>(args, w, tiles, stream);
+  } else {
+    launch_quant_mma_shape<K, kEpilogue, kCentred, Shape::kWarps, Shape::kSteps, 1>(args, w, tiles, stream);
+  }
 }
 
 template <SkinnyEpilogue kEpilogue>
@@ -314,16 +337,11 @@ void launch_quant_mma(float* y, Bf16Bits* h, const Bf16Bits* x, const RowPackedV
   const QuantMmaArgs args{y, h, x, n, out, norm};
   const int tiles = kEpilogue == SkinnyEpilogue::kSwiglu ? (out + 7) / 8 : (out + 15) / 16;
   if (w.kind == quant::CodeKind::kUint4 && w.centred) {
-    constexpr auto kU4 = quant::CodeKind::kUint4;
-    if (quant_mma_three_blocks(tiles)) {
-      launch_quant_mma_kind<kU4, kEpilogue, true, 2, 3>(args, w, tiles, stream);
-    } else {
-      launch_quant_mma_kind<kU4, kEpilogue, true, 4, 1>(args, w, tiles, stream);
-    }
+    launch_quant_mma_kind<quant::CodeKind::kUint4, kEpilogue, true>(args, w, tiles, stream);
   } else if (w.kind == quant::CodeKind::kUint4) {
-    launch_quant_mma_kind<quant::CodeKind::kUint4, kEpilogue>(args, w, tiles, stream);
+    launch_quant_mma_kind<quant::CodeKind::kUint4, kEpilogue, false>(args, w, tiles, stream);
   } else {
-    launch_quant_mma_kind<quant::CodeKind::kE4m3, kEpilogue>(args, w, tiles, stream);
+    launch_quant_mma_kind<quant::CodeKind::kE4m3, kEpilogue, false>(args, w, tiles, stream);
   }
 }
 

@@ -114,10 +114,10 @@ TEST_F(QuantGemvParity, AccumulateAndSwigluFormsMatch) {
 }
 
 // Projections of more tiles than two blocks an SM (q|k|v and gate|up of an
-// 8B model) take the centred 4-bit form's other block shape; the GPTQ
-// weight (its own zeros) the general one. Both against the CPU.
+// 8B model) take the three-blocks shape for centred 4-bit and e4m3 codes;
+// the GPTQ weight (its own zeros) the general one. All against the CPU.
 TEST_F(QuantGemvParity, WideProjectionsMatchTheCpuProjection) {
-  for (const char* format : {"int4", "gptq4"}) {
+  for (const char* format : {"int4", "gptq4", "fp8"}) {
     const int in = 1024, out = 8200;  // 513 tiles of 16 rows, the last partial
     const auto w = make_weight(format, out, in, 51);
     EXPECT_EQ(quant::centred_uint4(w), std::string(format) == "int4");
