@@ -323,12 +323,12 @@ void launch_quant_mma_shape(const QuantMmaArgs& args, const RowPackedView& w, in
 template <quant::CodeKind K, SkinnyEpilogue kEpilogue, bool kCentred>
 void launch_quant_mma_kind(const QuantMmaArgs& args, const RowPackedView& w, int tiles, CUstream_st* stream) {
   using Shape = QuantMmaShape<K>;
-  constexpr bool kThreeBlocksFit = K == quant::CodeKind::kE4m3 || kCentred;
-  if (kThreeBlocksFit && quant_mma_three_blocks(tiles)) {
-    launch_quant_mma_shape<K, kEpilogue, kCentred, 8, 2, 3>(args, w, tiles, stream);
-  } else {
-    launch_quant_mma_shape<K, kEpilogue, kCentred, Shape::kWarps, Shape::kSteps, 1>(args, w, tiles, stream);
+  if constexpr (K == quant::CodeKind::kE4m3 || kCentred) {
+    if (quant_mma_three_blocks(tiles)) {
+      return launch_quant_mma_shape<K, kEpilogue, kCentred, 8, 2, 3>(args, w, tiles, stream);
+    }
   }
+  launch_quant_mma_shape<K, kEpilogue, kCentred, Shape::kWarps, Shape::kSteps, 1>(args, w, tiles, stream);
 }
 
 template <SkinnyEpilogue kEpilogue>
