@@ -103,8 +103,8 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kMoeGemms, "COHORT_MOE_GEMMS", "models",
        "`loop`: the fused training blocks give the experts' forward and input-gradient GEMMs "
        "to cuBLAS one call per expert instead of one grouped call over the experts with rows "
-       "(cublasGemmGroupedBatchedEx; `grouped`, the default), for A/B runs; the weight gradients "
-       "(bf16 into fp32, which cuBLAS does not group) are one call per expert either way.",
+       "(cublasGemmGroupedBatchedEx; `grouped`, the default), and the weight gradients (bf16 into "
+       "fp32) one call per expert instead of cohort's one launch over the experts, for A/B runs.",
        true},
       {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
        "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "

@@ -20,7 +20,9 @@
 //             per expert down's input and weight gradients, the SwiGLU's,
 //             gate|up's; dxn = the k rows' input gradients summed, plus the
 //             router's (dlogits from the routing's backward, the
-//             load-balancing term included, then one GEMM each way).
+//             load-balancing term included, then one GEMM each way). The
+//             weight gradients (bf16 into the fp32 accumulators) of all
+//             experts are one launch of ops/expert_grads.cuh's kernel.
 //
 // Saved per sparse layer: the routing (probs, choices, weights, sorted
 // order) always; xs and h as the dense MLP's xn2 and h (recomputed under
@@ -40,6 +42,7 @@
 #include "models/backend.h"
 #include "models/cuda/cublas_api.h"
 #include "models/cuda/op_times.h"
+#include "models/ops/expert_grads.cuh"
 #include "models/ops/train_bf16.cuh"
 
 namespace cohort::models::cuda {
@@ -287,8 +290,10 @@ class SparseMlp {
     expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_N, [&](int rows) { return Dims{Ie, rows, H}; },
                  weights(experts, down_offset()), Ie, sorted(x.dys, H), H, sorted(x.dh, Ie), CUDA_R_16BF, Ie, 0.0f);
     if (d_experts) {
-      expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_T, [&](int rows) { return Dims{Ie, H, rows}; }, sorted(s.h, Ie), Ie,
-                   sorted(x.dys, H), H, gradients(d_experts, down_offset()), CUDA_R_32F, Ie, 1.0f);
+      weight_grads(s, x.dys, H, s.h, Ie, d_experts + down_offset(), [&] {
+        expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_T, [&](int rows) { return Dims{Ie, H, rows}; }, sorted(s.h, Ie), Ie,
+                     sorted(x.dys, H), H, gradients(d_experts, down_offset()), CUDA_R_32F, Ie, 1.0f);
+      });
     }
     {
       OpTimes::Scope timed(c_.times, "blocks.elementwise", c_.stream);
@@ -299,8 +304,10 @@ class SparseMlp {
     expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_N, [&](int rows) { return Dims{H, rows, 2 * Ie}; }, weights(experts, 0),
                  H, sorted(x.dgu, 2 * Ie), 2 * Ie, sorted(x.dxs, H), CUDA_R_16BF, H, 0.0f);
     if (d_experts) {
-      expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_T, [&](int rows) { return Dims{H, 2 * Ie, rows}; }, sorted(s.xs, H), H,
-                   sorted(x.dgu, 2 * Ie), 2 * Ie, gradients(d_experts, 0), CUDA_R_32F, H, 1.0f);
+      weight_grads(s, x.dgu, 2 * Ie, s.xs, H, d_experts, [&] {
+        expert_gemms(s, CUBLAS_OP_N, CUBLAS_OP_T, [&](int rows) { return Dims{H, 2 * Ie, rows}; }, sorted(s.xs, H),
+                     H, sorted(x.dgu, 2 * Ie), 2 * Ie, gradients(d_experts, 0), CUDA_R_32F, H, 1.0f);
+      });
     }
     {
       OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);
@@ -358,7 +365,8 @@ class SparseMlp {
     const int E = c_.shape.experts;
     // cuBLAS groups only GEMMs whose output is the inputs' type (13.1 on an
     // H100 answers CUBLAS_STATUS_NOT_SUPPORTED for bf16 into fp32): the
-    // weight gradients, accumulated in fp32, stay one call per expert.
+    // weight gradients, accumulated in fp32, come here one call per expert
+    // only under COHORT_MOE_GEMMS=loop (else weight_grads' own kernel).
     if (!grouped_ || E > train::kGroupedExperts || c_type != CUDA_R_16BF) {
       for (int e = 0; e < E; ++e) {
         const int first = s.host_offsets[e], rows = s.host_offsets[e + 1] - first;
@@ -388,6 +396,17 @@ class SparseMlp {
         ptrs + list.count, CUDA_R_16BF, grouped_args_.ldb.data(), grouped_args_.beta.data(),
         const_cast<void* const*>(ptrs + 2 * list.count), c_type, grouped_args_.ldc.data(), list.count,
         grouped_args_.size.data(), CUBLAS_COMPUTE_32F));
+  }
+  // dw_e [O, I] += g_eᵀ x_e for every expert (ops/expert_grads.h: one
+  // launch, the 2.4B preset's 64 experts' tiles side by side); with
+  // COHORT_MOE_GEMMS=loop, `per_expert` (one cuBLAS call an expert).
+  template <typename PerExpert>
+  void weight_grads(const SparseSaved& s, const bf16* g, int O, const bf16* x, int I, float* dw,
+                    PerExpert per_expert) {
+    if (!grouped_ || !expert_weight_grads_supported(O, I)) return per_expert();
+    OpTimes::Scope timed(c_.times, "blocks.moe_experts.weight_grad", c_.stream);
+    expert_weight_grads_bf16(dw, per_expert_numel(), reinterpret_cast<const Bf16Bits*>(g),
+                             reinterpret_cast<const Bf16Bits*>(x), s.offsets, c_.shape.experts, O, I, c_.stream);
   }
   void gather(SparseSaved& s, const bf16* xn, int P) {
     OpTimes::Scope timed(c_.times, "blocks.moe_combine", c_.stream);

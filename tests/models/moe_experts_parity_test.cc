@@ -6,13 +6,15 @@
 // active, most idle, of 16 and of 128 as Qwen3-30B-A3B has), a batch
 // where every expert has rows, and a prefill whose experts take more rows
 // than a warp handles in one pass; and the pair form decode steps of a few
-// rows take. Part of models_decode_ops_parity_test;
+// rows take; and the training backward's experts' weight gradients. Part
+// of models_decode_ops_parity_test;
 // skips with a message where no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "models/ops/expert_grads.h"
 #include "models/ops/moe_experts.h"
 #include "models/ops/moe_routing.h"
 #include "tests/models/decode_parity.h"
@@ -151,6 +153,39 @@ TEST_F(MoeExpertsParity, PairsMatchTheReference) {
   EXPECT_FALSE(cuda::moe_pairs_supported(cuda::kMoePairRows + 1, 128, 8, 768, 96));
   EXPECT_FALSE(cuda::moe_pairs_supported(1, 128, cuda::kMoePairChoices + 1, 768, 96));
   EXPECT_FALSE(cuda::moe_pairs_supported(1, 512, 8, 768, 96));
+}
+
+// The training backward's experts' weight gradients (expert_grads.h), one
+// launch over every expert, added into random fp32 gradients: experts with
+// no rows, one row, rows that fill no whole stage and several stages, tiles
+// cut by O and I, and a gap between the experts' gradients.
+TEST_F(MoeExpertsParity, ExpertWeightGradientsMatchTheReference) {
+  struct GradCase {
+    int O, I;
+    std::vector<int> rows;  // each expert's
+  };
+  for (const GradCase& c : {GradCase{200, 136, {0, 1, 37, 100, 33}}, GradCase{768, 1024, {70, 0, 130}},
+                            GradCase{1024, 384, {64, 31, 96}}}) {
+    SCOPED_TRACE(::testing::Message() << "O " << c.O << " I " << c.I);
+    ASSERT_TRUE(cuda::expert_weight_grads_supported(c.O, c.I));
+    const int E = static_cast<int>(c.rows.size());
+    std::vector<int32_t> offsets(E + 1, 0);
+    for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + c.rows[e];
+    const size_t P = offsets[E], stride = size_t(c.O) * c.I + 24;
+    const auto g = to_bf16(random_vector(P * c.O, 31));
+    const auto x = to_bf16(random_vector(P * c.I, 32));
+    const auto dw0 = random_vector(stride * E, 33);
+    std::vector<float> want = dw0;
+    cpu::expert_weight_grads(want.data(), stride, g.data(), x.data(), offsets.data(), E, c.O, c.I);
+    float* g_dw = up(dw0);
+    cuda::expert_weight_grads_bf16(g_dw, stride, up(g), up(x), up(offsets), E, c.O, c.I, stream_);
+    const std::vector<float> got = down(g_dw, want.size());
+    EXPECT_LT(norm_relative(want, got), 1e-5);
+    for (int e = 0; e < E; ++e) {  // the gaps between the experts' gradients are untouched
+      for (size_t j = size_t(c.O) * c.I; j < stride; ++j) ASSERT_EQ(got[e * stride + j], dw0[e * stride + j]);
+    }
+  }
+  EXPECT_FALSE(cuda::expert_weight_grads_supported(200, 130));
 }
 
 }  // namespace
