@@ -205,27 +205,25 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) quant_mma_kernel(Quan
 
   uint4 lo[S], hi[S];
   float s_lo[S], s_hi[S], z_lo[S], z_hi[S];
-  auto load = [&](int first) {
-#pragma unroll
-    for (int u = 0; u < S; ++u) {
-      const int step = first + kWarps * u;
-      if (step < steps) {
-        lo[u] = load_codes(codes_lo + static_cast<size_t>(step) * 64);
-        hi[u] = load_codes(codes_hi + static_cast<size_t>(step) * 64);
-        const int group = step * kStep / w.group;
-        s_lo[u] = __ldg(w.scales + r_lo * groups + group), s_hi[u] = __ldg(w.scales + r_hi * groups + group);
-        if constexpr (K == quant::CodeKind::kUint4 && !kCentred) {
-          z_lo[u] = w.zeros ? __ldg(w.zeros + r_lo * groups + group) : 0.0f;
-          z_hi[u] = w.zeros ? __ldg(w.zeros + r_hi * groups + group) : 0.0f;
-        } else {
-          z_lo[u] = z_hi[u] = 0.0f;
-        }
-      }
+  // Slot u of the S in flight: step `step`'s codes, scales and zeros.
+  auto load = [&](int u, int step) {
+    lo[u] = load_codes(codes_lo + static_cast<size_t>(step) * 64);
+    hi[u] = load_codes(codes_hi + static_cast<size_t>(step) * 64);
+    const int group = step * kStep / w.group;
+    s_lo[u] = __ldg(w.scales + r_lo * groups + group), s_hi[u] = __ldg(w.scales + r_hi * groups + group);
+    if constexpr (K == quant::CodeKind::kUint4 && !kCentred) {
+      z_lo[u] = w.zeros ? __ldg(w.zeros + r_lo * groups + group) : 0.0f;
+      z_hi[u] = w.zeros ? __ldg(w.zeros + r_hi * groups + group) : 0.0f;
+    } else {
+      z_lo[u] = z_hi[u] = 0.0f;
     }
   };
   // The codes are the step's constants: the first ones load before the wait
   // on the predecessor (programmatic dependent launch), x after it.
-  load(warp);
+#pragma unroll
+  for (int u = 0; u < S; ++u) {
+    if (warp + kWarps * u < steps) load(u, warp + kWarps * u);
+  }
   begin_dependent();
   // A folded norm's consumer: warp r takes row r's scale from its sums (each
   // lane's chunks in order, then the lanes' fixed tree), while the first
@@ -239,14 +237,18 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) quant_mma_kernel(Quan
     ss = warp_sum(ss);
     if (lane == 0) row_scale[warp] = rsqrtf(ss / static_cast<float>(w.cols) + a.norm.eps);
   }
+  // Each slot, once its step is summed, loads the step S slots on: the
+  // warp keeps S steps in flight all along a row rather than waiting out a
+  // whole round of S at a time (the rows of o and down are 1 to 6 rounds
+  // long). The sums keep the warp's step order.
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int first = warp; first < steps; first += kWarps * S) {
-    if (first != warp) load(first);
 #pragma unroll
     for (int u = 0; u < S; ++u) {
       const int step = first + kWarps * u;
       if (step < steps) {
         quant_mma_step<K, kCentred>(acc, lo[u], hi[u], s_lo[u], s_hi[u], z_lo[u], z_hi[u], x_row, step * kStep);
+        if (step + kWarps * S < steps) load(u, step + kWarps * S);
       }
     }
   }
