@@ -13,6 +13,7 @@ build_dir=${BUILD_DIR:-build}
 cd "$build_dir"
 ctest --output-on-failure -j "${TEST_JOBS:-$(nproc)}" "$@"
 cd "$root"
-if [[ $# -eq 0 && ${FUZZ_SECONDS:-15} != 0 ]]; then
-  scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+fuzz_seconds=${FUZZ_SECONDS:-15}
+if [[ $# -eq 0 && $fuzz_seconds != 0 ]]; then
+  scripts/fuzz.sh "$fuzz_seconds"
 fi
