@@ -18,7 +18,7 @@ random tokens, AdamW on the adapters:
             is drawn, so nothing of 140 GB exists at once)
 
   python3 bench/lora_bench.py --cohort build/bin/cohort [--steps 12] [--skip-70b] [--skip-8b] [--skip-peft]
-      [--bases bf16,nf4] [--micro 4] [--json out.json]
+      [--bases bf16,nf4] [--micro 4] [--peft eager,compile] [--json out.json]
 
 (--micro 2 fits the 8B runs on an 80 GB card; the issue's shape is micro 4 on one H200.)
 """
@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--cohort", default="build/bin/cohort")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip-peft", action="store_true")
+    ap.add_argument("--peft", default="eager,compile", help="which transformers + PEFT runs, comma-separated")
     ap.add_argument("--skip-70b", action="store_true")
     ap.add_argument("--skip-8b", action="store_true", help="only the 70B QLoRA run (with --skip-peft)")
     ap.add_argument("--bases", default="bf16,nf4", help="the 8B runs' base formats, comma-separated")
@@ -149,7 +150,7 @@ def main():
                                tokens_file))
         print(json.dumps(rows[-1]), flush=True)
     if not args.skip_peft:
-        for compile_model in (False, True):
+        for compile_model in [mode == "compile" for mode in args.peft.split(",")]:
             try:
                 rows.append(run_peft(compile_model, args.micro, args.steps))
             except Exception as e:  # a failed peer is a row, not the end of the run
