@@ -139,6 +139,12 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    for mode in args.peft.split(","):
+        if mode not in ("eager", "compile"):
+            ap.error(f"--peft: '{mode}' is not a run (eager, compile)")
+    for base in args.bases.split(","):
+        if base not in ("bf16", "fp32", "fp8", "nf4"):
+            ap.error(f"--bases: '{base}' is not a base_dtype (bf16, fp32, fp8, nf4)")
     work = args.work or tempfile.mkdtemp(prefix="cohort_lora_bench_")
     os.makedirs(work, exist_ok=True)
     tokens_file = os.path.join(work, "tokens.u32")
