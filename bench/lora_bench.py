@@ -139,12 +139,13 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    for mode in args.peft.split(","):
-        if mode not in ("eager", "compile"):
-            ap.error(f"--peft: '{mode}' is not a run (eager, compile)")
-    for base in args.bases.split(","):
-        if base not in ("bf16", "fp32", "fp8", "nf4"):
-            ap.error(f"--bases: '{base}' is not a base_dtype (bf16, fp32, fp8, nf4)")
+    def listed(flag, value, what, choices):  # a comma-separated option, every name one it knows
+        for name in value.split(","):
+            if name not in choices:
+                ap.error(f"{flag}: '{name}' is not {what} ({', '.join(choices)})")
+
+    listed("--peft", args.peft, "a run", ("eager", "compile"))
+    listed("--bases", args.bases, "a base_dtype", ("bf16", "fp32", "fp8", "nf4"))
     work = args.work or tempfile.mkdtemp(prefix="cohort_lora_bench_")
     os.makedirs(work, exist_ok=True)
     tokens_file = os.path.join(work, "tokens.u32")
