@@ -1,11 +1,8 @@
-// Chat templates, parsed: the template text is cut into text, {{ output }}
-// and {% statement %} tags (whitespace control `-`, and jinja2's
-// trim_blocks / lstrip_blocks, which transformers turns on), expressions are
-// parsed with Jinja's precedence (or < and < not < comparisons < + - < ~ <
-// * / // % < ** < unary < postfix, filters and tests), and statements nest
-// into a tree.
+// Chat templates, parsed: from the tags and tokens chat_template_lex.h cuts
+// the text into, expressions are parsed with Jinja's precedence (or < and <
+// not < comparisons < + - < ~ < * / // % < ** < unary < postfix, filters
+// and tests), and statements nest into a tree.
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 
