@@ -96,6 +96,12 @@ class Backend {
     working_.add(master, working, n, half);
     refresh_working_weights(master, n);
   }
+  // The same for a copy that already holds the values (a frozen base held
+  // in bf16, models/quantized_base.h): nothing is cast, and the masters
+  // need not hold them at all while it is registered.
+  void attach_working_weights(const float* master, const void* working, size_t n, DType half) {
+    working_.add(master, const_cast<void*>(working), n, half);
+  }
   void clear_working_weights(const float* master) { working_.remove(master); }
   void refresh_working_weights(const float* master, size_t n) {
     const auto hit = working_.find(master, n);

@@ -59,7 +59,9 @@ struct LoraConfig {
   bool use_rslora = false;
   LoraInit init = LoraInit::kKaimingUniform;
   // The frozen base's precision: kBF16 rounds its weights to bf16 when the
-  // model loads (numerically a bf16 base), kF32 keeps them as loaded.
+  // model loads (numerically a bf16 base) and holds its blocks' projections
+  // in bf16, 2 bytes a parameter (models/quantized_base.h); kF32 keeps them
+  // as loaded, resident in fp32.
   DType base_dtype = DType::kBF16;
   // QLoRA: the base's block projections held quantized, NF4 (with double
   // quantization, blocks of 64) or FP8 (128 x 128 block scales), and

@@ -13,14 +13,30 @@
 
 namespace cohort::models {
 
-Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant::WeightFormat format) {
-  if (format != quant::WeightFormat::kNf4 && format != quant::WeightFormat::kFp8Block) {
-    return invalid_argument(std::string("a quantized frozen base is nf4 or fp8, not ") + quant::to_string(format));
+const char* to_string(HeldFormat format) {
+  switch (format) {
+    case HeldFormat::kBf16: return "bf16";
+    case HeldFormat::kNf4: return "nf4";
+    case HeldFormat::kFp8Block: return "fp8";
   }
+  return "?";
+}
+
+namespace {
+
+quant::WeightFormat quantized_format(HeldFormat format) {
+  return format == HeldFormat::kNf4 ? quant::WeightFormat::kNf4 : quant::WeightFormat::kFp8Block;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, HeldFormat format) {
   std::unique_ptr<QuantizedBase> base(new QuantizedBase(model));
+  base->format_ = format;
   const ParamLayout& layout = model.layout();
   for (int l = 0; l < model.config().layers; ++l) {
-    COHORT_RETURN_IF_ERROR(base->add_block(layout.block_group(l), format));
+    if (format == HeldFormat::kBf16) round_group(model, layout.block_group(l), DType::kBF16);
+    COHORT_RETURN_IF_ERROR(base->add_block(layout.block_group(l)));
   }
   std::vector<float>().swap(base->staging_);
   for (const Block& b : base->blocks_) model.set_group_buffers(b.group, nullptr, model.grads(b.group));
@@ -28,12 +44,9 @@ Result<std::unique_ptr<QuantizedBase>> QuantizedBase::create(Model& model, quant
   return base;
 }
 
-Result<std::unique_ptr<QuantizedBase>> QuantizedBase::stream(Model& model, quant::WeightFormat format, DType round_to) {
-  if (format != quant::WeightFormat::kNf4 && format != quant::WeightFormat::kFp8Block) {
-    return invalid_argument(std::string("a quantized frozen base is nf4 or fp8, not ") + quant::to_string(format));
-  }
+Result<std::unique_ptr<QuantizedBase>> QuantizedBase::stream(Model& model, HeldFormat format, DType round_to) {
   std::unique_ptr<QuantizedBase> base(new QuantizedBase(model));
-  base->format_ = format, base->round_to_ = round_to;
+  base->format_ = format, base->round_to_ = format == HeldFormat::kBf16 ? DType::kBF16 : round_to;
   base->blocks_.reserve(size_t(model.config().layers));
   QuantizedBase* self = base.get();
   model.set_group_filled_listener([self](int group, const float* host) {
@@ -50,7 +63,7 @@ Result<std::unique_ptr<QuantizedBase>> QuantizedBase::stream(Model& model, quant
     // The loader's host copy where it has one, rounded here; else the
     // buffer, rounded where it is and copied back.
     if (!host) round_group(self->model_, group, self->round_to_);
-    self->stream_status_ = self->add_block(group, self->format_, host, host ? self->round_to_ : DType::kF32);
+    self->stream_status_ = self->add_block(group, host, host ? self->round_to_ : DType::kF32);
   }, /*reads_buffer=*/false);
   return base;
 }
@@ -74,6 +87,7 @@ QuantizedBase::~QuantizedBase() {
   Backend& be = model_.backend();
   for (Block& b : blocks_) {
     if (b.expanded) {
+      if (b.attached) be.clear_working_weights(b.expanded);
       model_.set_group_buffers(b.group, nullptr, model_.grads(b.group));
       be.free(b.expanded);
     }
@@ -90,7 +104,7 @@ void* QuantizedBase::keep(size_t bytes) {
   return p;
 }
 
-Status QuantizedBase::add_block(int group, quant::WeightFormat format, const float* values, DType round_to) {
+Status QuantizedBase::add_block(int group, const float* values, DType round_to) {
   Backend& be = model_.backend();
   const ParamGroup& spec = model_.layout().groups[group];
   // One staging vector for every block: a fresh one a block would be
@@ -121,14 +135,20 @@ Status QuantizedBase::add_block(int group, quant::WeightFormat format, const flo
     be.copy_from_host(p, data, bytes);
     return p;
   };
+  if (format_ == HeldFormat::kBf16) {
+    std::vector<uint16_t> image(spec.numel);
+    convert_from_f32(image.data(), DType::kBF16, host.data(), spec.numel);
+    block.image = static_cast<const uint16_t*>(upload(image.data(), image.size() * sizeof(uint16_t)));
+  }
   for (const ParamSpec& p : spec.params) {
     const float* values = host.data() + p.offset;
     if (!is_projection_weight(p.name) || p.shape.size() != 2) {
       block.kept.push_back({p.offset, p.numel, static_cast<float*>(upload(values, p.numel * sizeof(float)))});
       continue;
     }
+    if (format_ == HeldFormat::kBf16) continue;  // in the image
     COHORT_ASSIGN_OR_RETURN(const quant::QuantizedWeight q,
-                            quant::quantize(format, p.name, values, p.shape[0], p.shape[1]));
+                            quant::quantize(quantized_format(format_), p.name, values, p.shape[0], p.shape[1]));
     COHORT_ASSIGN_OR_RETURN(const quant::RowPackedWeight packed, quant::pack_rows(q));
     Projection projection;
     projection.offset = p.offset;
@@ -150,7 +170,7 @@ QuantizedBase::Block* QuantizedBase::block_of(int group) {
   return &blocks_[group - first];
 }
 
-void QuantizedBase::expand(int group) {
+void QuantizedBase::expand(int group, bool fp32) {
   Block* b = block_of(group);
   if (!b) return;
   if (b->holds++ > 0) return;
@@ -162,9 +182,30 @@ void QuantizedBase::expand(int group) {
     b->expanded = spare.back();
     spare.pop_back();
   }
-  for (const Kept& k : b->kept) be.copy(b->expanded + k.offset, k.data, k.numel * sizeof(float));
-  for (const Projection& p : b->projections) be.dequantize_rows(b->expanded + p.offset, p.view);
+  if (b->image && !fp32 && matmul_operand_dtype(be.matmul_precision()) == DType::kBF16) {
+    // The GEMMs read the image; what else reads the block reads the kept
+    // parameters, whose values the image also holds.
+    for (const Kept& k : b->kept) be.copy(b->expanded + k.offset, k.data, k.numel * sizeof(float));
+    be.attach_working_weights(b->expanded, b->image, b->numel, DType::kBF16);
+    b->attached = true;
+  } else {
+    widen(*b);
+  }
   model_.set_group_buffers(group, b->expanded, model_.grads(group));
+}
+
+void QuantizedBase::widen(Block& b) {
+  Backend& be = model_.backend();
+  if (b.attached) {
+    be.clear_working_weights(b.expanded);
+    b.attached = false;
+  }
+  if (b.image) {
+    be.cast_from_half(b.expanded, b.image, DType::kBF16, b.numel);
+    return;
+  }
+  for (const Kept& k : b.kept) be.copy(b.expanded + k.offset, k.data, k.numel * sizeof(float));
+  for (const Projection& p : b.projections) be.dequantize_rows(b.expanded + p.offset, p.view);
 }
 
 void QuantizedBase::drop(int group) {
@@ -172,6 +213,10 @@ void QuantizedBase::drop(int group) {
   if (!b) return;
   COHORT_CHECK(b->holds > 0);
   if (--b->holds > 0) return;
+  if (b->attached) {
+    model_.backend().clear_working_weights(b->expanded);
+    b->attached = false;
+  }
   model_.set_group_buffers(group, nullptr, model_.grads(group));
   free_[b->numel].push_back(b->expanded);
   b->expanded = nullptr;
@@ -180,7 +225,8 @@ void QuantizedBase::drop(int group) {
 void QuantizedBase::expand_all() {
   for (Block& b : blocks_) {
     if (b.holds >= kPinned) continue;
-    expand(b.group);
+    if (b.attached) widen(b);  // expanded by a pass still under way
+    expand(b.group, /*fp32=*/true);
     b.holds += kPinned - 1;
   }
 }

@@ -63,6 +63,16 @@ models::ExpertParallelComm make_expert_parallel_comm(collective::Communicator* e
   return comm;
 }
 
+std::optional<models::HeldFormat> held_format(const models::LoraConfig& lora) {
+  switch (lora.base_format) {
+    case models::LoraConfig::BaseFormat::kNf4: return models::HeldFormat::kNf4;
+    case models::LoraConfig::BaseFormat::kFp8: return models::HeldFormat::kFp8Block;
+    case models::LoraConfig::BaseFormat::kPlain: break;
+  }
+  if (lora.base_dtype == DType::kBF16) return models::HeldFormat::kBf16;
+  return std::nullopt;
+}
+
 namespace {
 
 // The frozen base and its adapters; the adapters become what is trained.
@@ -86,20 +96,17 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
   COHORT_ASSIGN_OR_RETURN(out.mesh, DeviceMesh::create(world, dims));
   models::ShardSpec shard{out.mesh->tp_rank(), dims.tp, out.mesh->ep_rank(), dims.ep};
   auto tp_comm = make_tensor_parallel_comm(&out.mesh->tp(), parallel.data_parallel.stream);
-  // A frozen base keeps no gradient buffers; a quantized one (QLoRA) is
-  // quantized a block at a time as it loads.
-  const bool quantized_base = parallel.lora && parallel.lora->base_format != models::LoraConfig::BaseFormat::kPlain;
-  const auto buffers = quantized_base  ? models::Model::Buffers::kStreamedBlocks
+  // A frozen base keeps no gradient buffers; a bf16 or quantized one
+  // (QLoRA) is held block by block as it loads (models/quantized_base.h).
+  const std::optional<models::HeldFormat> held = parallel.lora ? held_format(*parallel.lora) : std::nullopt;
+  const auto buffers = held            ? models::Model::Buffers::kStreamedBlocks
                        : parallel.lora ? models::Model::Buffers::kParamsOnly
                                        : models::Model::Buffers::kParamsAndGrads;
   COHORT_ASSIGN_OR_RETURN(out.model, models::Model::create(config, shard, backend, tp_comm, buffers));
   if (dims.ep > 1) out.model->set_expert_parallel(make_expert_parallel_comm(&out.mesh->ep(), parallel.data_parallel.stream));
-  if (quantized_base) {
-    const auto format = parallel.lora->base_format == models::LoraConfig::BaseFormat::kNf4
-                            ? models::quant::WeightFormat::kNf4
-                            : models::quant::WeightFormat::kFp8Block;
+  if (held) {
     COHORT_ASSIGN_OR_RETURN(out.quantized_base,
-                            models::QuantizedBase::stream(*out.model, format, parallel.lora->base_dtype));
+                            models::QuantizedBase::stream(*out.model, *held, parallel.lora->base_dtype));
   }
   COHORT_RETURN_IF_ERROR(load_weights(*out.model));
   if (out.quantized_base) COHORT_RETURN_IF_ERROR(out.quantized_base->finish_stream());

@@ -8,9 +8,10 @@
 //
 // With LoRA (ParallelConfig::lora) the model is a frozen base: no gradient
 // buffers, no optimizer state, every rank holding its tensor-parallel slice
-// whole (replicated over dp) and, with base_dtype bf16, rounded to bf16; with
-// nf4 or fp8 its blocks' projections are then held quantized and expanded a
-// block at a time (QLoRA, models/quantized_base.h). The
+// whole (replicated over dp) and, with base_dtype bf16, rounded to bf16 with
+// its blocks' projections held in bf16; with nf4 or fp8 held quantized
+// (QLoRA). Held blocks are expanded one at a time as they run
+// (models/quantized_base.h); base_dtype fp32 keeps the base resident. The
 // adapters on it (models/lora.h) are what the data-parallel strategy shards,
 // reduces and updates; tensor parallelism cuts them as their projections.
 #pragma once
@@ -70,6 +71,10 @@ Result<ParallelModel> parallelize(const models::ModelConfig& config, collective:
 // Makes the trained model whole for passes that run no hooks (generation
 // after training): sharded parameters gathered, a quantized base expanded.
 Status prepare_for_inference(ParallelModel& pm);
+
+// How a LoRA job's frozen base is held: bf16, nf4 or fp8 block by block;
+// none (resident) for an fp32 base.
+std::optional<models::HeldFormat> held_format(const models::LoraConfig& lora);
 
 // The tp group's collectives as the model wants them (models/tensor_parallel.h).
 // A failure aborts the worker with a message naming the group: a model

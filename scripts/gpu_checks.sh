@@ -54,6 +54,8 @@
 #                                          NCU_ARGS adds infer_bench.py arguments (a prefill's kernel:
 #                                          KERNEL=prefill_attention_kernel SKIP=120 BATCHES=16 NEW=2
 #                                          NCU_ARGS="--prompt-lens 1984"; warm-up's launches come first)
+#   scripts/gpu_checks.sh figures OUTDIR  the figures issues 37 and 40 are judged by (FIGURES picks parts:
+#                                          serve06 offline serve8b quant)
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
 phase=${1:?tests or bench}
@@ -420,6 +422,44 @@ elif [[ $phase == redesign ]]; then
         --no-transformers --batches 1,64 --prompt-lens 64 --new 128 --work "/tmp/bench-$which-$round"
       tail -4 "$out/decode_${which}_$round.log"
     done
+  done
+elif [[ $phase == figures ]]; then
+  # The figures issues 37 and 40 are judged by, in one call on one card. FIGURES picks and orders the
+  # parts (default "serve06 offline serve8b quant"):
+  #   serve06  the 0.6B shape's server, every bench/serve_speed.sh load, then transformers' continuous
+  #            batching on the same folder (64 requests of 512/256)
+  #   offline  the offline job's prefill and decode, 64 prompts of 512
+  #   serve8b  the 8B shape's server: 64 streams of 512/256 and mixed lengths
+  #   quant    decode on the Llama-3.1-8B shape per weight format at batch 1 and 64 (QUANT_FORMATS,
+  #            default int4,fp8,bf16,fp8+kv8), each with its share of the bandwidth bound
+  for part in ${FIGURES:-serve06 offline serve8b quant}; do
+    case $part in
+      serve06)
+        folder=/tmp/qwen3-0.6b
+        [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder06.log" 2>&1
+        STEP_TIMEOUT=300 step serve06 bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" qwen3-0.6b
+        grep -E "^#|^[a-z0-9]+ \||prefix_cache" "$out/serve06.log"
+        STEP_TIMEOUT=150 step transformers_cb06 python3 bench/transformers_cb_bench.py "$folder" --requests 64 \
+          --prompt 512 --output 256
+        tail -1 "$out/transformers_cb06.log" ;;
+      offline)
+        STEP_TIMEOUT=200 step offline06 python3 bench/infer_bench.py --worker "$bin/cohort-worker" --no-transformers \
+          --batches 64 --prompt-lens 512 --new 32 --work /tmp/offline06
+        grep -E "^\|" "$out/offline06.log" ;;
+      serve8b)
+        folder=/tmp/qwen3-8b
+        [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-8b >"$out/folder8b.log" 2>&1
+        LOADS=streams64+mixed64 STEP_TIMEOUT=300 step serve8b bench/serve_speed.sh "$bin/cohort-worker" "$folder" \
+          "$out/serve" qwen3-8b
+        grep -E "^#|^[a-z0-9]+ \|" "$out/serve8b.log"
+        rm -rf "$folder" ;;
+      quant)
+        STEP_TIMEOUT=${QUANT_TIMEOUT:-420} step quant8b python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
+          --no-transformers --shape llama3.1-8b --batches 1,64 --prompt-lens 512 --new 128 \
+          --quantize "${QUANT_FORMATS:-int4,fp8,bf16,fp8+kv8}" --work /tmp/quant8b
+        grep -E "^\|" "$out/quant8b.log" ;;
+      *) echo "FIGURES: unknown part '$part' (serve06, offline, serve8b, quant)" ;;
+    esac
   done
 elif [[ $phase == final ]]; then
   # The closing run: what the issues' GPU checks need, most important first.

@@ -134,11 +134,11 @@ TEST(LoraTraining, StrategiesHoldGradientsAndMomentsForTheAdaptersOnly) {
   }
 }
 
-// QLoRA: a base held as NF4 (or FP8) and expanded a block at a time trains
-// the adapters exactly as an fp32 base whose projections were round-tripped
-// through the format on load, on one rank and sharded over two.
-TEST(QLora, AQuantizedBaseTrainsAsTheRoundTrippedOne) {
-  for (const char* format : {"nf4", "fp8"}) {
+// A base held as bf16 (LoRA's default) or NF4 / FP8 (QLoRA) and expanded a
+// block at a time trains the adapters exactly as an fp32 base rounded or
+// round-tripped through the format on load, on one rank and sharded over two.
+TEST(QLora, AHeldBaseTrainsAsTheRoundTrippedOne) {
+  for (const char* format : {"bf16", "nf4", "fp8"}) {
     Env round_trip = kLora, quantized = kLora;
     round_trip.push_back({"COHORT_TEST_BASE_ROUND_TRIP", format});
     quantized.push_back({"COHORT_TEST_LORA_BASE", format});

@@ -17,8 +17,9 @@
 // base) instead of the whole model; the
 // params file then holds the adapters and COHORT_TEST_BASE_CHECK=1 adds the
 // frozen base's tensors, so that a test sees it unchanged.
-// COHORT_TEST_LORA_BASE=nf4|fp8 holds that base quantized (QLoRA), and
-// COHORT_TEST_BASE_ROUND_TRIP=nf4|fp8 round-trips it through the format on load instead.
+// COHORT_TEST_LORA_BASE=bf16|nf4|fp8 holds that base in bf16 or quantized (QLoRA)
+// block by block, and COHORT_TEST_BASE_ROUND_TRIP=bf16|nf4|fp8 rounds or round-trips
+// it through the format on load instead.
 // COHORT_TEST_CHECKPOINTING (none | selective | full) sets activation
 // checkpointing.
 // COHORT_TEST_PRESET names the model (default tiny; tiny-moe for experts),
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
     // A mixture of experts takes adapters on its attention only.
     if (config->is_moe()) lora.targets.resize(4);
     const std::string base = env_or("COHORT_TEST_LORA_BASE", "");
+    if (base == "bf16") lora.base_dtype = models::DType::kBF16;  // held block by block in bf16
     if (base == "nf4") lora.base_format = models::LoraConfig::BaseFormat::kNf4;
     if (base == "fp8") lora.base_format = models::LoraConfig::BaseFormat::kFp8;
     pc.lora = lora;
@@ -172,6 +174,10 @@ int main(int argc, char** argv) {
       [&round_trip](models::Model& m) {
         m.init_weights(42);
         if (round_trip.empty()) return Status::ok();
+        if (round_trip == "bf16") {
+          models::round_frozen_base(m, models::DType::kBF16);
+          return Status::ok();
+        }
         return hf::quantize_round_trip(m, round_trip == "nf4" ? models::quant::WeightFormat::kNf4
                                                              : models::quant::WeightFormat::kFp8Block);
       },
