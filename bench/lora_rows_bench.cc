@@ -5,7 +5,9 @@
 // difference is what one adapted projection costs a step; a Qwen3-0.6B
 // step has 28 of each.
 //
-//   lora_rows_bench [rows,...] [adapters,...] [rank]     defaults 16,32,64 0,1,2,8 16
+//   lora_rows_bench [rows,...] [adapters,...] [rank] [shape]   defaults 16,32,64 0,1,2,8 16 qwen3-0.6b
+//
+// shape: qwen3-0.6b or qwen3-8b (hidden 4096, q 4096, k/v 1024, intermediate 12288).
 //
 // Rows take the adapters in turn (as 64 streams over 8 adapters do), sorted
 // by adapter (lora_rows_by_adapter); 0 adapters: no row has one. The gate
@@ -65,14 +67,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const int H = 1024, Qd = 2048, KVd = 1024, I = 3072;  // Qwen3-0.6B
+  const std::string shape = argc > 4 ? argv[4] : "qwen3-0.6b";
+  if (shape != "qwen3-0.6b" && shape != "qwen3-8b") {
+    std::fprintf(stderr, "lora_rows_bench: shape '%s' is not qwen3-0.6b or qwen3-8b\n", shape.c_str());
+    return 2;
+  }
+  const bool big = shape == "qwen3-8b";
+  const int H = big ? 4096 : 1024, Qd = big ? 4096 : 2048, KVd = big ? 1024 : 1024, I = big ? 12288 : 3072;
   const Projection projections[] = {{"qkv", H, {Qd, KVd, KVd}, false},
                                     {"o", Qd, {H}, true},
                                     {"gate_up", H, {I, I}, false},
                                     {"down", I, {H}, true}};
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  const size_t weight_bytes = size_t{512} << 20, max_rows = 64, widest = 2 * I;
+  const size_t weight_bytes = (big ? size_t{2048} : size_t{512}) << 20, max_rows = 64, widest = 2 * I;
   void *w = nullptr, *x = nullptr, *y = nullptr;
   check(cudaMalloc(&w, weight_bytes), "malloc");
   check(cudaMalloc(&x, max_rows * widest * 2), "malloc");
@@ -113,7 +121,7 @@ int main(int argc, char** argv) {
   check(cudaMemcpy(ranks, host_ranks.data(), kSlots * 4, cudaMemcpyHostToDevice), "copy");
   check(cudaMemcpy(scales, host_scales.data(), kSlots * 4, cudaMemcpyHostToDevice), "copy");
 
-  std::printf("Qwen3-0.6B projections, rank %d, %d calls a form; us a call\n", rank, kCalls);
+  std::printf("%s projections, rank %d, %d calls a form; us a call\n", shape.c_str(), rank, kCalls);
   std::printf("| projection | rows | adapters | projection | with LoRA | LoRA adds |\n|---|---|---|---|---|---|\n");
   for (const Projection& p : projections) {
     int out = 0;
