@@ -1,7 +1,10 @@
 // CUDA per-row LoRA (contract and CPU reference: lora_rows.h): shrink and
 // expand in one launch for the targets that share an input.
 //
-// A cluster of kLoraClusterBlocks blocks takes 16 rows and one target. The
+// A cluster of kLoraClusterBlocks blocks (or 16, a non-portable size
+// Hopper schedules: COHORT_LORA_CLUSTER=16 halves each block's share) takes
+// a tile of 16 rows (or 8: COHORT_LORA_TILE_ROWS=8 launches twice the
+// clusters, each with half the MMA's rows empty) and one target. The
 // distinct adapters among the rows (one in a prompt's tile, one or two in a
 // decode step's once the engine sorts its rows by adapter) are laid side by
 // side as the columns of one pass, kLoraChunk of them at most (more passes
@@ -35,17 +38,20 @@
 
 #include <cooperative_groups.h>
 
+#include <cstdlib>
+
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.h"
 #include "models/ops/lora_rows.h"
 
 namespace cohort::models::cuda {
 
-constexpr int kLoraClusterBlocks = 8;    // a portable cluster size
+constexpr int kLoraClusterBlocks = 8;    // a portable cluster size (the default)
 constexpr int kLoraWarps = 8;
 constexpr int kLoraChunk = kLoraMaxRank; // adapter columns of one pass
 constexpr int kLoraShrinkSteps = 2;      // k-steps of 16 a warp has in flight
 constexpr int kLoraWarpOutputs = 32;     // outputs of a warp's expand pass (4 MMA tiles)
+constexpr int kLoraDefaultTileRows = 16; // rows a cluster takes (8: twice the clusters, each half the MMA's rows)
 
 // Two consecutive bf16 (k, k + 1) of a row as an MMA operand register, 0
 // past `limit`; `aligned` where the row's element offset is even.
@@ -95,24 +101,35 @@ __device__ __forceinline__ void plan_lora_row(LoraTile& tile, int i, const Bf16B
   tile.scale[i] = usable ? scales[adapter] : 0.0f;
 }
 
-__device__ __forceinline__ void dedupe_lora_adapters(LoraTile& tile) {
-  int count = 0;
-  for (int i = 0; i < 16; ++i) {
-    tile.row_u[i] = -1;
-    if (tile.row_adapter[i] < 0) continue;
+// The distinct adapters among the rows, in order of first appearance, on
+// lanes 0..31 of one warp (lane i < 16: row i): each row finds the first row
+// of its adapter, a ballot numbers the first rows, and the first rows move
+// their adapter's values down to that number.
+__device__ __forceinline__ void dedupe_lora_adapters(LoraTile& tile, int lane) {
+  const int i = lane < 16 ? lane : 0;
+  const int adapter = lane < 16 ? tile.row_adapter[i] : -1;
+  int first = i;
+  if (adapter >= 0) {
     for (int j = 0; j < i; ++j) {
-      if (tile.row_adapter[j] == tile.row_adapter[i]) {
-        tile.row_u[i] = tile.row_u[j];
+      if (tile.row_adapter[j] == adapter) {
+        first = j;
         break;
       }
     }
-    if (tile.row_u[i] >= 0) continue;
-    // Entry `count` <= i: row i's own values move down (rows before i are done with theirs).
-    tile.a[count] = tile.a[i], tile.b[count] = tile.b[i];
-    tile.rank[count] = tile.rank[i], tile.scale[count] = tile.scale[i];
-    tile.row_u[i] = count++;
   }
-  tile.count = count;
+  const bool is_first = adapter >= 0 && first == i;
+  const unsigned firsts = __ballot_sync(0xffffffffu, is_first);
+  const Bf16Bits* a = tile.a[i];
+  const Bf16Bits* b = tile.b[i];
+  const int rank = tile.rank[i];
+  const float scale = tile.scale[i];
+  __syncwarp();  // every lane has read its row's values before any is overwritten
+  if (is_first) {
+    const int u = __popc(firsts & ((1u << i) - 1u));
+    tile.a[u] = a, tile.b[u] = b, tile.rank[u] = rank, tile.scale[u] = scale;
+  }
+  if (lane < 16) tile.row_u[i] = adapter >= 0 ? __popc(firsts & ((1u << first) - 1u)) : -1;
+  if (lane == 0) tile.count = __popc(firsts);
 }
 
 // B at column `col` of a pass for output o: its adapter's B[o, rank index].
@@ -124,14 +141,17 @@ __device__ __forceinline__ uint32_t lora_b_value(const LoraTile& tile, int col, 
 __global__ void __launch_bounds__(32 * kLoraWarps, 2)
     lora_rows_kernel(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                      const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
-                     int n, int in, size_t table_stride, LoraTargets targets, LoraInputNorm norm) {
+                     int n, int in, size_t table_stride, LoraTargets targets, LoraInputNorm norm, int tile_rows,
+                     int cluster_blocks) {
   namespace cg = cooperative_groups;
   __shared__ LoraTile tile;
   __shared__ float partial[kLoraWarps][16][kLoraChunk];  // the warps' sums over their columns of x
   __shared__ float share[16][kLoraChunk];                // this block's share of t, which its peers read
   __shared__ float t[16][kLoraChunk];                    // the rows' whole t
-  const int block = static_cast<int>(blockIdx.x) % kLoraClusterBlocks;
-  const int row0 = static_cast<int>(blockIdx.x) / kLoraClusterBlocks * 16, z = static_cast<int>(blockIdx.z);
+  const int block = static_cast<int>(blockIdx.x) % cluster_blocks;
+  const int row0 = static_cast<int>(blockIdx.x) / cluster_blocks * tile_rows, z = static_cast<int>(blockIdx.z);
+  // A tile of 8 rows leaves the MMA's rows 8..15 empty: rows past its end count as past n.
+  n = min(n, row0 + tile_rows);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, tq = lane % 4;
   if (threadIdx.x < 16) {
@@ -139,14 +159,14 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
                   row_adapter, row_order, row0, n);
   }
   __syncthreads();
-  if (threadIdx.x == 0) dedupe_lora_adapters(tile);
+  if (threadIdx.x < 32) dedupe_lora_adapters(tile, static_cast<int>(threadIdx.x));
   __syncthreads();
   const int count = tile.count;
   // This block's columns of x and outputs of the target.
-  const int slice = (in + 16 * kLoraClusterBlocks - 1) / (16 * kLoraClusterBlocks) * 16;
+  const int slice = (in + 16 * cluster_blocks - 1) / (16 * cluster_blocks) * 16;
   const int k_begin = min(in, block * slice), k_end = min(in, k_begin + slice);
   const int width = targets.width[z];
-  const int per = (width + 8 * kLoraClusterBlocks - 1) / (8 * kLoraClusterBlocks) * 8;
+  const int per = (width + 8 * cluster_blocks - 1) / (8 * cluster_blocks) * 8;
   const int o_begin = min(width, block * per), o_end = min(width, o_begin + per);
   // The adapters' slices this block reads, into L2 while the predecessor runs.
   for (int u = 0; u < count; ++u) {
@@ -249,7 +269,7 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
     for (int e = static_cast<int>(threadIdx.x); e < 16 * kLoraChunk; e += blockDim.x) {
       if (e % kLoraChunk >= cols) continue;
       float sum = 0.0f;
-      for (int q = 0; q < kLoraClusterBlocks; ++q) sum += cluster.map_shared_rank(&share[0][0], q)[e];
+      for (int q = 0; q < cluster_blocks; ++q) sum += cluster.map_shared_rank(&share[0][0], q)[e];
       t[e / kLoraChunk][e % kLoraChunk] = sum;
     }
     cluster.sync();  // t complete; no block overwrites or leaves while a peer reads its share
@@ -329,14 +349,37 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
   }
 }
 
+// The launch's shape: rows a tile and blocks a cluster (environment
+// overrides for measuring, read once).
+struct LoraLaunchShape {
+  int tile_rows = kLoraDefaultTileRows;
+  int cluster_blocks = kLoraClusterBlocks;
+};
+
+inline const LoraLaunchShape& lora_launch_shape() {
+  static const LoraLaunchShape shape = [] {
+    LoraLaunchShape s;
+    const char* rows = std::getenv("COHORT_LORA_TILE_ROWS");
+    if (rows && (std::atoi(rows) == 8 || std::atoi(rows) == 16)) s.tile_rows = std::atoi(rows);
+    const char* cluster = std::getenv("COHORT_LORA_CLUSTER");
+    if (cluster && std::atoi(cluster) == 16) {
+      s.cluster_blocks = 16;
+      COHORT_CUDA_CHECK_FATAL(cudaFuncSetAttribute(lora_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    }
+    return s;
+  }();
+  return shape;
+}
+
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
                     int n, int in, const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm) {
   if (n <= 0) return;
-  const dim3 grid((n + 15) / 16 * kLoraClusterBlocks, 1, targets.count);
-  COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(lora_rows_kernel, grid, kLoraClusterBlocks, 32 * kLoraWarps,
-                                                       0, stream, y, y_stride, x, a, b, ranks, scales, row_adapter,
-                                                       row_order, n, in, targets.table_stride, targets, norm));
+  const LoraLaunchShape& shape = lora_launch_shape();
+  const dim3 grid((n + shape.tile_rows - 1) / shape.tile_rows * shape.cluster_blocks, 1, targets.count);
+  COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(
+      lora_rows_kernel, grid, shape.cluster_blocks, 32 * kLoraWarps, 0, stream, y, y_stride, x, a, b, ranks, scales,
+      row_adapter, row_order, n, in, targets.table_stride, targets, norm, shape.tile_rows, shape.cluster_blocks));
 }
 
 void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
