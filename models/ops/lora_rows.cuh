@@ -2,15 +2,15 @@
 // expand in one launch for the targets that share an input.
 //
 // A cluster of kLoraClusterBlocks blocks (or 16, a non-portable size
-// Hopper schedules: COHORT_LORA_CLUSTER=16 halves each block's share) takes
-// a tile of 16 rows (or 8: COHORT_LORA_TILE_ROWS=8 launches twice the
-// clusters, each with half the MMA's rows empty) and one target. The
+// Hopper schedules, for wide projections: lora_launch_shape) takes a tile
+// of 8 rows (the MMA's other 8 empty) for a decode step, 16 for prompts'
+// rows, and one target. The
 // distinct adapters among the rows (one in a prompt's tile, one or two in a
 // decode step's once the engine sorts its rows by adapter) are laid side by
 // side as the columns of one pass, kLoraChunk of them at most (more passes
 // only where a tile holds more adapters' ranks than that):
 //
-//  * Shrink: each block multiplies the 16 rows by every column's A row over
+//  * Shrink: each block multiplies the tile's rows by every column's A row over
 //    an eighth of x's columns on the tensor cores (x rows as the MMA's A
 //    operand, A rows as its B), each warp with its k-steps' loads in flight
 //    together. A row keeps only its own adapter's columns of t.
@@ -38,6 +38,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "models/cuda/common.cuh"
@@ -51,7 +52,6 @@ constexpr int kLoraWarps = 8;
 constexpr int kLoraChunk = kLoraMaxRank; // adapter columns of one pass
 constexpr int kLoraShrinkSteps = 2;      // k-steps of 16 a warp has in flight
 constexpr int kLoraWarpOutputs = 32;     // outputs of a warp's expand pass (4 MMA tiles)
-constexpr int kLoraDefaultTileRows = 16; // rows a cluster takes (8: twice the clusters, each half the MMA's rows)
 
 // Two consecutive bf16 (k, k + 1) of a row as an MMA operand register, 0
 // past `limit`; `aligned` where the row's element offset is even.
@@ -349,25 +349,48 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
   }
 }
 
-// The launch's shape: rows a tile and blocks a cluster (environment
-// overrides for measuring, read once).
+// The launch's shape: rows a tile and blocks a cluster. Measured on an H100
+// (bench/RESULTS.md, 2026-12-07, lora_rows_bench at 16 and 64 rows over 8
+// adapters): up to 64 rows, tiles of 8 rows beat 16 at every width (a tile
+// then holds one adapter of rows sorted by adapter, and twice the clusters
+// share the work); more rows (prompts) fill the GPU with tiles of 16;
+// 16-block clusters halve a block's share of K or of the outputs, which
+// pays where the projection is wide (in or a target of 8,192 or more) and
+// the launch's blocks fit one to a multiprocessor, and costs elsewhere.
+// COHORT_LORA_TILE_ROWS (8 or 16) and COHORT_LORA_CLUSTER (8 or 16) fix
+// either for measuring.
 struct LoraLaunchShape {
-  int tile_rows = kLoraDefaultTileRows;
+  int tile_rows = 16;
   int cluster_blocks = kLoraClusterBlocks;
 };
 
-inline const LoraLaunchShape& lora_launch_shape() {
-  static const LoraLaunchShape shape = [] {
-    LoraLaunchShape s;
+inline LoraLaunchShape lora_launch_shape(int n, int in, const LoraTargets& targets) {
+  struct Settings {
+    int tile_rows = 0, cluster_blocks = 0;  // 0: chosen per launch
+    int multiprocessors = 0;
+  };
+  static const Settings settings = [] {
+    Settings s;
     const char* rows = std::getenv("COHORT_LORA_TILE_ROWS");
     if (rows && (std::atoi(rows) == 8 || std::atoi(rows) == 16)) s.tile_rows = std::atoi(rows);
     const char* cluster = std::getenv("COHORT_LORA_CLUSTER");
-    if (cluster && std::atoi(cluster) == 16) {
-      s.cluster_blocks = 16;
-      COHORT_CUDA_CHECK_FATAL(cudaFuncSetAttribute(lora_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    }
+    if (cluster && (std::atoi(cluster) == 8 || std::atoi(cluster) == 16)) s.cluster_blocks = std::atoi(cluster);
+    int device = 0;
+    COHORT_CUDA_CHECK_FATAL(cudaGetDevice(&device));
+    COHORT_CUDA_CHECK_FATAL(cudaDeviceGetAttribute(&s.multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    COHORT_CUDA_CHECK_FATAL(cudaFuncSetAttribute(lora_rows_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return s;
   }();
+  LoraLaunchShape shape;
+  shape.tile_rows = settings.tile_rows ? settings.tile_rows : n <= 64 ? 8 : 16;
+  if (settings.cluster_blocks) {
+    shape.cluster_blocks = settings.cluster_blocks;
+    return shape;
+  }
+  int widest = in;
+  for (int z = 0; z < targets.count; ++z) widest = std::max(widest, targets.width[z]);
+  const long blocks_at_16 = long((n + shape.tile_rows - 1) / shape.tile_rows) * 16 * targets.count;
+  if (widest >= 8192 && blocks_at_16 <= settings.multiprocessors) shape.cluster_blocks = 16;
   return shape;
 }
 
@@ -375,7 +398,7 @@ void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* c
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
                     int n, int in, const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm) {
   if (n <= 0) return;
-  const LoraLaunchShape& shape = lora_launch_shape();
+  const LoraLaunchShape shape = lora_launch_shape(n, in, targets);
   const dim3 grid((n + shape.tile_rows - 1) / shape.tile_rows * shape.cluster_blocks, 1, targets.count);
   COHORT_CUDA_CHECK_FATAL(launch_dependent_in_clusters(
       lora_rows_kernel, grid, shape.cluster_blocks, 32 * kLoraWarps, 0, stream, y, y_stride, x, a, b, ranks, scales,
