@@ -106,6 +106,14 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "(cublasGemmGroupedBatchedEx; `grouped`, the default), and the weight gradients (bf16 into "
        "fp32) one call per expert instead of cohort's one launch over the experts, for A/B runs.",
        true},
+      {K::kLoraTileRows, "COHORT_LORA_TILE_ROWS", "models",
+       "`8` or `16`: the served adapters' kernel takes tiles of that many rows in every launch "
+       "instead of choosing (8 up to 64 rows, 16 beyond: models/ops/lora_rows.cuh), for A/B runs.",
+       true},
+      {K::kLoraCluster, "COHORT_LORA_CLUSTER", "models",
+       "`8` or `16`: the served adapters' kernel runs clusters of that many blocks in every launch "
+       "instead of choosing (16 on wide projections that fit the multiprocessors), for A/B runs.",
+       true},
       {K::kCudnnLibrary, "COHORT_CUDNN_LIBRARY", "models",
        "The cuDNN library file that the fused attention opens (default `libcudnn.so.9`, found "
        "through the loader's path), such as the one a PyTorch wheel carries.",

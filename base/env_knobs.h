@@ -46,6 +46,8 @@ enum class EnvKnob {
   kTrainDumpBatches,
   kTrainBlocks,
   kMoeGemms,
+  kLoraTileRows,
+  kLoraCluster,
   kCudnnLibrary,
 };
 

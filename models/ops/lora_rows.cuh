@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "base/env_knobs.h"
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.h"
 #include "models/ops/lora_rows.h"
@@ -371,9 +372,9 @@ inline LoraLaunchShape lora_launch_shape(int n, int in, const LoraTargets& targe
   };
   static const Settings settings = [] {
     Settings s;
-    const char* rows = std::getenv("COHORT_LORA_TILE_ROWS");
+    const char* rows = read_env_knob(EnvKnob::kLoraTileRows);
     if (rows && (std::atoi(rows) == 8 || std::atoi(rows) == 16)) s.tile_rows = std::atoi(rows);
-    const char* cluster = std::getenv("COHORT_LORA_CLUSTER");
+    const char* cluster = read_env_knob(EnvKnob::kLoraCluster);
     if (cluster && (std::atoi(cluster) == 8 || std::atoi(cluster) == 16)) s.cluster_blocks = std::atoi(cluster);
     int device = 0;
     COHORT_CUDA_CHECK_FATAL(cudaGetDevice(&device));
