@@ -40,7 +40,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
+#include "base/check.h"
 #include "base/env_knobs.h"
 #include "models/cuda/common.cuh"
 #include "models/ops/gemv.h"
@@ -372,10 +374,16 @@ inline LoraLaunchShape lora_launch_shape(int n, int in, const LoraTargets& targe
   };
   static const Settings settings = [] {
     Settings s;
-    const char* rows = read_env_knob(EnvKnob::kLoraTileRows);
-    if (rows && (std::atoi(rows) == 8 || std::atoi(rows) == 16)) s.tile_rows = std::atoi(rows);
-    const char* cluster = read_env_knob(EnvKnob::kLoraCluster);
-    if (cluster && (std::atoi(cluster) == 8 || std::atoi(cluster) == 16)) s.cluster_blocks = std::atoi(cluster);
+    // 8 or 16, 0 when unset; anything else stops the process naming the variable.
+    auto eight_or_sixteen = [](EnvKnob knob) {
+      const char* v = read_env_knob(knob);
+      if (!v) return 0;
+      const std::string text(v);
+      COHORT_CHECK_MSG(text == "8" || text == "16", "{}={}: 8 or 16", env_knob_name(knob), text);
+      return std::atoi(v);
+    };
+    s.tile_rows = eight_or_sixteen(EnvKnob::kLoraTileRows);
+    s.cluster_blocks = eight_or_sixteen(EnvKnob::kLoraCluster);
     int device = 0;
     COHORT_CUDA_CHECK_FATAL(cudaGetDevice(&device));
     COHORT_CUDA_CHECK_FATAL(cudaDeviceGetAttribute(&s.multiprocessors, cudaDevAttrMultiProcessorCount, device));
