@@ -21,7 +21,8 @@
 #                                          (BEFORE=folder of the earlier cohort-worker), one call
 #   scripts/gpu_checks.sh lora OUTDIR      LoRA / QLoRA: NF4 expansion parity, bench/lora_bench.py beside PEFT
 #   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
-#                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh);
+#                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh) on
+#                                          ADAPTER_SHAPE's folder (qwen3-0.6b; qwen3-8b);
 #                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times; first
 #                                          bench/lora_rows_bench.cc, each adapted projection alone
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity (the FP8 GEMM's too), each 8B
@@ -138,11 +139,12 @@ elif [[ $phase == adapters ]]; then
   # alone, then with ADAPTER_COUNT (default 8) random rank-16 adapters that the requests take in turn.
   # First each adapted projection alone: the projection, then it and its LoRA kernel (bench/lora_rows_bench.cc).
   if [[ -x $bin/lora_rows_bench ]]; then
-    STEP_TIMEOUT=120 step lora_rows_bench "$bin/lora_rows_bench"
+    STEP_TIMEOUT=120 step lora_rows_bench "$bin/lora_rows_bench" 16,64 0,8 16 "${ADAPTER_SHAPE:-qwen3-0.6b}"
     grep -E "^\|" "$out/lora_rows_bench.log"
   fi
-  folder=/tmp/qwen3-0.6b
-  [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder.log" 2>&1
+  shape=${ADAPTER_SHAPE:-qwen3-0.6b}
+  folder=/tmp/$shape
+  [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape "$shape" >"$out/folder.log" 2>&1
   # ADAPTER_PROFILE=1: each server under the kernel timer (bench/kernel_times.cc), then the kernels of
   # the graph replayed most, the 64-row decode step.
   for label in base adapters; do
