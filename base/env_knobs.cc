@@ -86,6 +86,12 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "A number of rows: the bf16 graph engine's decode steps of up to that many rows prepare "
        "q/k/v inside the attention kernel, larger ones run qkv_rope_cache first (default 64).",
        true},
+      {K::kInferLoraRunRows, "COHORT_INFER_LORA_RUN_ROWS", "worker",
+       "A number of rows: in the bf16 graph engine's prompt steps, a served adapter's run of at "
+       "least that many consecutive rows (a prompt's) takes the run kernels (shrink, then expand, "
+       "over 16-row tiles) instead of the per-row LoRA kernel (default 1,024; 0: the per-row kernel "
+       "for every row), for A/B runs.",
+       true},
       {K::kInferAttention, "COHORT_INFER_ATTENTION", "worker",
        "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "
        "lane, or on the tensor cores (the default where the head size is 64 or 128), for A/B runs.",

@@ -42,6 +42,7 @@ enum class EnvKnob {
   kInferStepTimes,
   kInferProjections,
   kInferFusedAttentionRows,
+  kInferLoraRunRows,
   kInferAttention,
   kTrainDumpBatches,
   kTrainBlocks,

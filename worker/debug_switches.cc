@@ -46,6 +46,8 @@ Result<DebugSwitches> read_debug_switches() {
   s.decode.attention = value_of(EnvKnob::kInferAttention);
   COHORT_ASSIGN_OR_RETURN(std::optional<int> rows, read_env_knob_count(EnvKnob::kInferFusedAttentionRows));
   if (rows) s.decode.fused_attention_rows = *rows;
+  COHORT_ASSIGN_OR_RETURN(std::optional<int> lora_rows, read_env_knob_count(EnvKnob::kInferLoraRunRows));
+  if (lora_rows) s.decode.lora_run_rows = *lora_rows;
   s.decode.projections = value_of(EnvKnob::kInferProjections);
   if (!s.decode.projections.empty()) {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_PROJECTIONS", s.decode.projections, {"skinny", "cublaslt"}));

@@ -30,6 +30,7 @@
 #include "models/ops/moe_routing.cuh"
 #include "models/ops/moe_experts.cuh"
 #include "models/ops/lora_rows.cuh"
+#include "models/ops/lora_runs.cuh"
 #include "models/ops/prefill_attention.cuh"
 #include "models/ops/rmsnorm.cuh"
 #include "models/ops/rope.cuh"

@@ -157,6 +157,7 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (host_head_rows_) cudaFreeHost(host_head_rows_);
   if (host_table_) cudaFreeHost(host_table_);
   if (lora_.host_rows) cudaFreeHost(lora_.host_rows);
+  if (lora_.host_run_tiles) cudaFreeHost(lora_.host_run_tiles);
   for (auto& memory : lora_.memory)
     for (void* p : memory) cudaFree(p);
   lt_.reset();

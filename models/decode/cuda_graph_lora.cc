@@ -62,8 +62,62 @@ Status CudaGraphEngine::alloc_lora() {
   COHORT_CUDA_CHECK(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(max_rows_) * 2 * 4,
                                     cudaMemcpyHostToDevice, stream_));
   COHORT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (options_.overrides.lora_run_rows >= 0) lora_.run_rows = options_.overrides.lora_run_rows;
+  if (lora_.run_rows > 0) {
+    COHORT_ASSIGN_OR_RETURN(void* tiles, device_alloc(static_cast<size_t>(max_rows_) * 3 * 4));
+    COHORT_ASSIGN_OR_RETURN(void* t, device_alloc(static_cast<size_t>(max_rows_) * models::cuda::kLoraRunScratchStride * 4));
+    lora_.run_tiles = static_cast<int32_t*>(tiles), lora_.run_t = static_cast<float*>(t);
+    COHORT_CUDA_CHECK(cudaMallocHost(&lora_.host_run_tiles, static_cast<size_t>(max_rows_) * 3 * 4));
+  }
   lora_.on = true;
   return Status::ok();
+}
+
+void CudaGraphEngine::stage_lora_rows(int n, bool gathered) {
+  // Each row's adapter table slot, from its sequence slot (the spare
+  // slot's padding rows: none).
+  for (int r = 0; r < n; ++r) {
+    const int seq = host_rows_[max_rows_ + r];
+    const int index = seq >= 0 && seq < options_.slots ? lora_.slot_adapter[static_cast<size_t>(seq)] : -1;
+    lora_.host_rows[r] = index >= 0 ? lora_.table_of[static_cast<size_t>(index)] : -1;
+  }
+  // A prompt's rows are consecutive and share its adapter: long runs go to
+  // the run kernels, in tiles, and read as rows without one to the per-row
+  // kernel. Only prompt steps take runs: they run eagerly, and a captured
+  // graph keeps the launches of the step it was captured from.
+  lora_.run_tile_count = 0;
+  lora_.kernel_rows = -1;
+  if (gathered && lora_.run_rows > 0) {
+    constexpr int kTile = models::cuda::kLoraRunTileRows;
+    for (int r = 0; r < n;) {
+      const int slot = lora_.host_rows[r];
+      int end = r + 1;
+      while (end < n && lora_.host_rows[end] == slot) ++end;
+      if (slot >= 0 && end - r >= lora_.run_rows) {
+        for (int first = r; first < end; first += kTile) {
+          int32_t* tile = lora_.host_run_tiles + 3 * lora_.run_tile_count++;
+          tile[0] = first, tile[1] = std::min(kTile, end - first), tile[2] = slot;
+        }
+        std::fill(lora_.host_rows + r, lora_.host_rows + end, -1);
+      }
+      r = end;
+    }
+    if (lora_.run_tile_count > 0) {
+      COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.run_tiles, lora_.host_run_tiles,
+                                              static_cast<size_t>(lora_.run_tile_count) * 3 * 4,
+                                              cudaMemcpyHostToDevice, stream_));
+    }
+  }
+  if (gathered) lora_.kernel_rows = static_cast<int>(std::count_if(lora_.host_rows, lora_.host_rows + n,
+                                                                   [](int32_t slot) { return slot >= 0; }));
+  // The rows by adapter, so that the LoRA kernel's tiles hold one or two
+  // adapters, not the several a decode step's rows take in turn.
+  int32_t* order = lora_.host_rows + max_rows_;
+  models::lora_rows_by_adapter(order, lora_.host_rows, n, kGraphLoraSlots);
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.order, order, static_cast<size_t>(n) * 4,
+                                          cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaGraphEngine::upload_lora_tables() {
@@ -157,10 +211,17 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   for (int width : widths) targets.width[z] = width, targets.column[z] = column, column += width, ++z;
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
+  if (lora_.run_tile_count > 0) {
+    COHORT_CHECK_MSG(!in_sumsq, "a prompt step's projections read a normalised input");
+    models::cuda::lora_runs_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales,
+                                 lora_.run_tiles, lora_.run_tile_count, lora_.run_t, in, targets, stream_);
+  }
+  const int rows = lora_.kernel_rows >= 0 ? lora_.kernel_rows : n;
+  if (rows == 0) return;
   models::cuda::LoraInputNorm norm;
   norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
   models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows,
-                               lora_.order, n, in, targets, stream_, norm);
+                               lora_.order, rows, in, targets, stream_, norm);
 }
 
 }  // namespace cohort::models::decode

@@ -213,6 +213,23 @@ class CudaGraphEngine final : public InferenceEngine {
     std::vector<std::vector<void*>> memory;
     std::vector<int> table_of;
     std::vector<int> slot_adapter;
+    // A prompt step's runs of at least run_rows consecutive rows of one
+    // adapter (a prompt's rows, stage_lora_rows) take the run kernels
+    // (lora_runs_bf16) in tiles of kLoraRunTileRows, and are staged to the
+    // per-row kernel as rows without one: its 16-row tiles each read the
+    // adapter's whole B and shrink x again.
+    int32_t* run_tiles = nullptr;       // device [R, 3]: first row, rows, slot
+    int32_t* host_run_tiles = nullptr;  // pinned mirror
+    int run_tile_count = 0;
+    float* run_t = nullptr;  // [R, kLoraRunScratchStride]: the runs' shrunk rows
+    // The rows the per-row kernel serves in a prompt step: its row order
+    // puts them first, so it launches over them alone (-1: every row, as a
+    // decode step, whose graph replays for whatever rows come).
+    int kernel_rows = -1;
+    // 0: none (options.overrides.lora_run_rows). On the 8B shape (an H100,
+    // bench/RESULTS.md) a 2,048-row run is 5 ms sooner to its first token
+    // through the run kernels, 512-row runs slower than the per-row kernel.
+    int run_rows = 1024;
   };
   LoraTables lora_;
   std::unique_ptr<models::Backend> base_backend_;
@@ -229,6 +246,9 @@ class CudaGraphEngine final : public InferenceEngine {
   // folded norm's unscaled input (the layers' folded form), these its sums.
   void enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride, const Bf16* x, int in,
                     std::initializer_list<int> widths, int n, const float* in_sumsq = nullptr);
+  // Staging's part for the adapters: each row's table slot, the runs' tiles
+  // (`gathered`: a prompt step, never captured), the rows by slot.
+  void stage_lora_rows(int n, bool gathered);
   int moe_rows_ = 0;  // rows a sparse layer takes at once (0: a dense model)
   // `out` [n, H] += the sparse layer's MLP of buf_.xn, moe_rows_ rows at a time.
   void enqueue_moe(const Layer& L, int n, float* out, bool norm_in_router = false);

@@ -270,23 +270,7 @@ void CudaGraphEngine::stage_rows(int n, int head_count, bool gathered) {
         cudaMemcpyAsync(buf_.rows + part * max_rows_, host_rows_ + part * max_rows_,
                         static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   }
-  if (lora_.on) {
-    // Each row's adapter table slot, from its sequence slot (the spare
-    // slot's padding rows: none).
-    for (int r = 0; r < n; ++r) {
-      const int seq = host_rows_[max_rows_ + r];
-      const int index = seq >= 0 && seq < options_.slots ? lora_.slot_adapter[static_cast<size_t>(seq)] : -1;
-      lora_.host_rows[r] = index >= 0 ? lora_.table_of[static_cast<size_t>(index)] : -1;
-    }
-    // The rows by adapter, so that the LoRA kernel's 16-row tiles hold one
-    // or two adapters, not the several a decode step's rows take in turn.
-    int32_t* order = lora_.host_rows + max_rows_;
-    models::lora_rows_by_adapter(order, lora_.host_rows, n, kGraphLoraSlots);
-    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
-                                            cudaMemcpyHostToDevice, stream_));
-    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.order, order, static_cast<size_t>(n) * 4,
-                                            cudaMemcpyHostToDevice, stream_));
-  }
+  if (lora_.on) stage_lora_rows(n, gathered);
   if (tile_count_ > 0) {
     COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(buf_.rows + 3 * max_rows_, host_rows_ + 3 * max_rows_,
                                             tiles_.size() * 4, cudaMemcpyHostToDevice, stream_));

@@ -68,6 +68,44 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// t's eight values of an MMA A fragment (rows g, g + 8; columns k, k + 1,
+// k + 8, k + 9 of a k-step) as two bf16 pairs each, hi + lo: about 16 bits
+// of mantissa, so that t's rounding stays below the bf16 weights'.
+__device__ __forceinline__ void lora_split_fragment(const float v[8], uint32_t hi[4], uint32_t lo[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float h0 = __bfloat162float(__float2bfloat16_rn(v[2 * j]));
+    const float h1 = __bfloat162float(__float2bfloat16_rn(v[2 * j + 1]));
+    hi[j] = pack_bf16x2(h0, h1);
+    lo[j] = pack_bf16x2(v[2 * j] - h0, v[2 * j + 1] - h1);
+  }
+}
+
+// Expand's products for a warp's kTiles MMA tiles of 8 outputs from col0
+// (up to `end`): y (loaded as old_*) += t Bᵀ over `ksteps` k-steps, for
+// rows g (ya, where act_a) and g + 8 (yb, where act_b).
+template <int kTiles, int kSteps>
+__device__ __forceinline__ void lora_expand_tiles(const uint32_t (&hi)[kSteps][4], const uint32_t (&lo)[kSteps][4],
+                                                  const uint32_t (&bf)[kSteps][kTiles][2], int ksteps,
+                                                  const float2 (&old_a)[kTiles], const float2 (&old_b)[kTiles],
+                                                  float* ya, float* yb, bool act_a, bool act_b, int col0, int end,
+                                                  int tq) {
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt) {
+    if (col0 + nt * 8 >= end) break;
+    float acc[4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      if (ks >= ksteps) break;
+      mma(acc, hi[ks], bf[ks][nt]);
+      mma(acc, lo[ks], bf[ks][nt]);
+    }
+    const int o = col0 + nt * 8 + 2 * tq;
+    if (act_a) *reinterpret_cast<float2*>(ya + o) = make_float2(old_a[nt].x + acc[0], old_a[nt].y + acc[1]);
+    if (act_b) *reinterpret_cast<float2*>(yb + o) = make_float2(old_b[nt].x + acc[2], old_b[nt].y + acc[3]);
+  }
+}
+
 // The tile's rows and adapters, and the columns of the pass being done.
 struct LoraTile {
   int sources[16];      // the rows of x and y the tile's rows are
@@ -296,13 +334,7 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
                    ? tile.scale[u] * (tile.factor[upper ? g + 8 : g] * t[upper ? g + 8 : g][col])
                    : 0.0f;
       }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float h0 = __bfloat162float(__float2bfloat16_rn(v[2 * j]));
-        const float h1 = __bfloat162float(__float2bfloat16_rn(v[2 * j + 1]));
-        hi[ks][j] = pack_bf16x2(h0, h1);
-        lo[ks][j] = pack_bf16x2(v[2 * j] - h0, v[2 * j + 1] - h1);
-      }
+      lora_split_fragment(v, hi[ks], lo[ks]);
     }
     float* ya = y + static_cast<size_t>(tile.sources[g]) * y_stride + targets.column[z];
     float* yb = y + static_cast<size_t>(tile.sources[g + 8]) * y_stride + targets.column[z];
@@ -334,20 +366,7 @@ __global__ void __launch_bounds__(32 * kLoraWarps, 2)
           bf[ks][nt][1] = load ? b_at(ks * 16 + 2 * tq + 8, col0 + nt * 8 + g) : 0u;
         }
       }
-#pragma unroll
-      for (int nt = 0; nt < kTiles; ++nt) {
-        if (col0 + nt * 8 >= o_end) break;
-        float acc[4] = {};
-#pragma unroll
-        for (int ks = 0; ks < kLoraChunk / 16; ++ks) {
-          if (ks >= ksteps) break;
-          mma(acc, hi[ks], bf[ks][nt]);
-          mma(acc, lo[ks], bf[ks][nt]);
-        }
-        const int o = col0 + nt * 8 + 2 * tq;
-        if (act_a) *reinterpret_cast<float2*>(ya + o) = make_float2(old_a[nt].x + acc[0], old_a[nt].y + acc[1]);
-        if (act_b) *reinterpret_cast<float2*>(yb + o) = make_float2(old_b[nt].x + acc[2], old_b[nt].y + acc[3]);
-      }
+      lora_expand_tiles(hi, lo, bf, ksteps, old_a, old_b, ya, yb, act_a, act_b, col0, o_end, tq);
     }
   }
 }

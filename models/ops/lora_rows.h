@@ -80,4 +80,17 @@ void lora_rows_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* c
                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, const int32_t* row_order,
                     int n, int in, int out, CUstream_st* stream, const LoraInputNorm& norm = {});
 
+// Runs of consecutive rows that share an adapter (a prompt's rows; on the
+// GPU, lora_runs.cuh): `tiles` [tile_count, 3] (device int32: first row,
+// rows 1..kLoraRunTileRows, table slot) cut from the runs; per tile and
+// target, t = scale · x Aᵀ into the tile's rows of `t` (fp32 scratch,
+// kLoraRunScratchStride floats a row), then y += t Bᵀ. The sums of
+// lora_rows_bf16 over those rows, in two launches however many runs there
+// are. in % 8 == 0, y_stride and columns even, widths multiples of 8.
+inline constexpr int kLoraRunTileRows = 16;
+inline constexpr int kLoraRunScratchStride = kLoraMaxTargets * kLoraMaxRank;
+void lora_runs_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
+                    const int32_t* ranks, const float* scales, const int32_t* tiles, int tile_count, float* t,
+                    int in, const LoraTargets& targets, CUstream_st* stream);
+
 }  // namespace cohort::models::cuda

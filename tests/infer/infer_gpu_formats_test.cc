@@ -238,9 +238,11 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
 // the weights `load` gives and the adapters `add_adapters` adds to each
 // engine: replay gives the eager run's tokens, and the graph engine's part
 // from the CPU engine's only where the CPU's logits show a near tie.
+// lora_run_rows: CudaEngineOptions::Overrides' (-1: the engine's default).
 void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const models::decode::EngineWeightLoader& load,
                                      bool lora, const std::function<void(models::decode::InferenceEngine&)>& add_adapters,
-                                     const std::vector<int>& adapters, const std::string& what) {
+                                     const std::vector<int>& adapters, const std::string& what,
+                                     int lora_run_rows = -1) {
   std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
   TokenRuns cpu_tokens;
   {
@@ -259,6 +261,7 @@ void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const mo
     options.slots = 3;
     options.capacity = 128;
     options.lora = lora;
+    options.overrides.lora_run_rows = lora_run_rows;
     options.cuda_graphs = graphs == 1;
     options.overrides.projections = "cublaslt";  // the same sums with and without graphs
     auto engine = models::decode::make_cuda_graph_engine(config, options, nullptr, load);
@@ -327,8 +330,13 @@ TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
     ASSERT_NE(engine.adapter_base(), nullptr);
     for (uint32_t seed : {5u, 6u}) ASSERT_GE(engine.add_adapter(random_adapters(*engine.adapter_base(), seed)), 0);
   };
+  // Prompts of 3 to 47 tokens: with runs from 8 rows the four longer
+  // prompts' rows take the run kernels and the 3-token prompt's the per-row
+  // kernel, in the same steps; with none every row takes the per-row one.
   expect_graph_engine_follows_cpu(*config, [&](models::Model& m) { return hf::load_weights(m, dir); }, true, add_two,
-                                  {0, 1, -1, 1, 0}, "served adapters");
+                                  {0, 1, -1, 1, 0}, "served adapters, prompt runs of 8 rows or more", 8);
+  expect_graph_engine_follows_cpu(*config, [&](models::Model& m) { return hf::load_weights(m, dir); }, true, add_two,
+                                  {0, 1, -1, 1, 0}, "served adapters, no runs", 0);
 #endif
 }
 

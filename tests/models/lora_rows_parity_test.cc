@@ -6,12 +6,14 @@
 // in runs that end inside a tile; and targets that share an input in one
 // launch (q, k and v: tables a slot stride apart, outputs side by side in
 // one row, a rank not a multiple of 8 and an odd one) against the
-// reference once per target; and an input whose RMSNorm the projection
-// folds (each row's delta scaled by its sums of squares). Part of
+// reference once per target; an input whose RMSNorm the projection folds
+// (each row's delta scaled by its sums of squares); and prompts' runs of
+// one adapter through the run kernels (lora_runs_bf16). Part of
 // models_decode_ops_parity_test; skips with a message where no GPU is
 // visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -27,7 +29,9 @@ using testing::random_vector;
 class LoraRowsParity : public DecodeOpsParity {
  protected:
   void shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm = false);
-  void targets_in_one_launch(int n, bool sorted);
+  // as_runs: rows in runs of one adapter, through the run kernels
+  // (lora_runs_bf16) in 16-row tiles, as prompt steps take them.
+  void targets_in_one_launch(int n, bool sorted, bool as_runs = false);
   // The rows by adapter as the engine orders them, on the device, or null
   // (rows as they are).
   const int32_t* row_order(const std::vector<int32_t>& rows, int slots, bool sorted) {
@@ -113,8 +117,9 @@ TEST_F(LoraRowsParity, AFoldedNormsSumsScaleEachRowsDelta) {
   shrink_and_expand(40, true, false, /*folded_norm=*/true);
 }
 
-void LoraRowsParity::targets_in_one_launch(int n, bool sorted) {
-  SCOPED_TRACE(::testing::Message() << n << " rows" << (sorted ? ", sorted by adapter" : ""));
+void LoraRowsParity::targets_in_one_launch(int n, bool sorted, bool as_runs) {
+  SCOPED_TRACE(::testing::Message() << n << " rows" << (sorted ? ", sorted by adapter" : "")
+                                    << (as_runs ? ", runs through the run kernels" : ""));
   const int in = 512, r_max = 64, slots = 5;
   const std::vector<int> widths = {256, 128, 128};
   const int total = 512;
@@ -135,6 +140,19 @@ void LoraRowsParity::targets_in_one_launch(int n, bool sorted) {
   }
   std::vector<int32_t> rows(n);
   for (int r = 0; r < n; ++r) rows[r] = r % 5 == 4 ? -1 : (r % 2 == 0 ? 0 : (r % 3 == 0 ? 3 : (r % 7 == 1 ? 4 : 1)));
+  // Runs of 1 to 50 rows over slots 0, 1, none, 3 and 4, cut into tiles of
+  // up to 16 rows as the engine cuts them (the last of a run partial).
+  std::vector<int32_t> tiles;
+  if (as_runs) {
+    const int run_slots[] = {0, 1, -1, 3, 4};
+    for (int r = 0, run = 0; r < n; ++run) {
+      const int length = std::min(n - r, 1 + (run * 23) % 50), slot = run_slots[run % 5];
+      for (int first = r; slot >= 0 && first < r + length; first += cuda::kLoraRunTileRows) {
+        tiles.insert(tiles.end(), {first, std::min(cuda::kLoraRunTileRows, r + length - first), slot});
+      }
+      for (int i = 0; i < length; ++i) rows[r++] = slot;
+    }
+  }
   const auto x = to_bf16(random_vector(size_t(n) * in, 90));
   const auto y0 = random_vector(size_t(n) * total, 91);
   std::vector<float> y = y0, t(size_t(3) * n * r_max);
@@ -148,14 +166,30 @@ void LoraRowsParity::targets_in_one_launch(int n, bool sorted) {
   targets.count = 3, targets.table_stride = slots;
   for (int z = 0, column = 0; z < 3; column += widths[z], ++z) targets.width[z] = widths[z], targets.column[z] = column;
   float* g_y = up(y0);
-  cuda::lora_rows_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows),
-                       row_order(rows, slots, sorted), n, in, targets, stream_);
-  EXPECT_LT(norm_relative(y, down(g_y, y.size())), 1e-4);
+  if (as_runs) {
+    float* scratch = up(std::vector<float>(size_t(n) * cuda::kLoraRunScratchStride, 0.0f));
+    cuda::lora_runs_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(tiles),
+                         static_cast<int>(tiles.size() / 3), scratch, in, targets, stream_);
+  } else {
+    cuda::lora_rows_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows),
+                         row_order(rows, slots, sorted), n, in, targets, stream_);
+  }
+  const std::vector<float> got = down(g_y, y.size());
+  EXPECT_LT(norm_relative(y, got), 1e-4);
+  for (int r = 0; r < n; ++r) {
+    if (rows[r] >= 0) continue;
+    for (int o = 0; o < total; ++o) ASSERT_EQ(got[size_t(r) * total + o], y0[size_t(r) * total + o]) << "row " << r;
+  }
 }
 
 TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerTarget) {
   targets_in_one_launch(37, false);
   targets_in_one_launch(203, true);  // the last tile partial
+}
+
+TEST_F(LoraRowsParity, RunsOfOneAdapterInTilesMatchTheReference) {
+  targets_in_one_launch(37, false, /*as_runs=*/true);
+  targets_in_one_launch(531, false, /*as_runs=*/true);
 }
 
 }  // namespace
