@@ -1,5 +1,6 @@
 // The debugging switches read from the environment (worker/debug_switches.h):
-// COHORT_TRAIN_BLOCKS's three values (fused, with sparse layers, by default) and a bad one named in the error.
+// COHORT_TRAIN_BLOCKS's three values (fused, with sparse layers, by default) and a bad one named in the error;
+// COHORT_INFER_LORA_RUN_ROWS reaching the graph engine's overrides, and a value that is not a count refused.
 #include "worker/debug_switches.h"
 
 #include <stdlib.h>
@@ -11,7 +12,10 @@ namespace {
 
 class DebugSwitchesEnv : public ::testing::Test {
  protected:
-  void TearDown() override { unsetenv("COHORT_TRAIN_BLOCKS"); }
+  void TearDown() override {
+    unsetenv("COHORT_TRAIN_BLOCKS");
+    unsetenv("COHORT_INFER_LORA_RUN_ROWS");
+  }
 };
 
 TEST_F(DebugSwitchesEnv, TrainBlocksChoosesOpsFusedOrSparseLayersToo) {
@@ -40,6 +44,25 @@ TEST_F(DebugSwitchesEnv, TrainBlocksChoosesOpsFusedOrSparseLayersToo) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("COHORT_TRAIN_BLOCKS='sparse'"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("ops, dense, fused"), std::string::npos) << bad.status().message();
+}
+
+TEST_F(DebugSwitchesEnv, LoraRunRowsSetsTheEnginesThresholdOrIsRefusedByName) {
+  unsetenv("COHORT_INFER_LORA_RUN_ROWS");
+  auto unset = read_debug_switches();
+  ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
+  EXPECT_EQ(unset->decode.lora_run_rows, -1);  // the engine's default
+  setenv("COHORT_INFER_LORA_RUN_ROWS", "0", 1);
+  auto off = read_debug_switches();
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  EXPECT_EQ(off->decode.lora_run_rows, 0);
+  setenv("COHORT_INFER_LORA_RUN_ROWS", "256", 1);
+  auto rows = read_debug_switches();
+  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  EXPECT_EQ(rows->decode.lora_run_rows, 256);
+  setenv("COHORT_INFER_LORA_RUN_ROWS", "many", 1);
+  auto bad = read_debug_switches();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("COHORT_INFER_LORA_RUN_ROWS"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
