@@ -12,7 +12,9 @@ arrival times) and end-to-end latency.
   bench/serve_load.py --url ... --endpoint completions --json out.json
 
 Prompts are "hello" repeated (about one BPE token each for Qwen/Llama
-tokenizers; --token-ids sends completions prompts as token ids instead)
+tokenizers; --token-ids sends completions prompts as token ids instead,
+and asks for the ids back, so that a token whose text is held for its
+character's next bytes still counts when it arrives)
 after a few words that number the request, so no two prompts share a KV
 block and a server's prefix cache finds nothing; --shared-prefix N puts the
 same N words before that number (a system prompt or a conversation every
@@ -129,6 +131,9 @@ def request_body(args, rng, index):
         ids += [unique.randint(1000, 100000) for _ in range(min(4, prompt_len))]
         ids += [rng.randint(1000, 100000) for _ in range(prompt_len - min(4, prompt_len))]
         body["prompt"] = ids
+        # A token whose bytes do not yet end a character streams a chunk
+        # without text; its id still marks when the token came (TTFT, ITL).
+        body["return_token_ids"] = True
         return body
     shared = "hello " * args.shared_prefix
     text = f"{shared}request {index} {unique.getrandbits(40)}: " + " ".join(["hello"] * prompt_len)
