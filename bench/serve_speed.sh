@@ -11,7 +11,8 @@
 #   mixed64   64 streams, prompts 16-1,024 and outputs 16-512 tokens
 #   prefix2k  one at a time, 2,048 tokens every prompt shares, then 16 of its
 #             own, 8 new tokens: after the first, the prefix is cached
-# Tables go to stdout and OUT_DIR/LABEL-*.json; MAX_BATCHED sets
+# Tables go to stdout and OUT_DIR/LABEL-*.json, each load followed by its
+# mean TTFT as the server measured it (/metrics); MAX_BATCHED sets
 # serve.max_batched_tokens when the binary knows it, PREFIX_CACHING=false
 # turns serve.prefix_caching off, KV_TOKENS sets serve.kv_cache_tokens,
 # KV_DTYPE=fp8 sets serve.kv_cache_dtype, ITL_TARGET sets serve.itl_target_ms
@@ -62,11 +63,22 @@ for _ in $(seq 300); do
   kill -0 $pid 2>/dev/null || { echo "the server exited:" >&2; tail -20 "$out/$label.log" >&2; exit 1; }
   sleep 1
 done
+# The server's own time to first token, summed and counted so far (its
+# /metrics histogram: from a request's arrival to its first token).
+server_ttft() {
+  curl -s "http://127.0.0.1:$port/metrics" |
+    awk '/^cohort_serve_time_to_first_token_seconds_sum/ {s = $2} /^cohort_serve_time_to_first_token_seconds_count/ {c = $2} END {print s + 0, c + 0}'
+}
 load() {  # name args...
   local name=$1; shift
   [[ -z ${LOADS:-} || " ${LOADS//+/ } " == *" $name "* ]] || return 0
+  local before after
+  before=$(server_ttft)
   python3 bench/serve_load.py --url "http://127.0.0.1:$port/v1" --label "$label $name" --endpoint completions \
     ${models:+--model "$models"} --token-ids --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
+  after=$(server_ttft)
+  # The load's mean TTFT as the server saw it (the client's includes its own send and parse).
+  echo "$before $after" | awk -v n="$name" '$4 > $2 {printf "%s server TTFT mean %.2f ms over %d requests\n", n, 1e3 * ($3 - $1) / ($4 - $2), $4 - $2}'
 }
 echo "# $label: $(grep -o 'ready in [0-9.]* s' "$out/$label.log" | head -1)"
 echo "| load | concurrency | requests | errors | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | e2e p50 s |"
