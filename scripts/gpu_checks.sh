@@ -461,7 +461,7 @@ elif [[ $phase == figures ]]; then
         folder=/tmp/qwen3-0.6b
         [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder06.log" 2>&1
         STEP_TIMEOUT=300 step serve06 bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" qwen3-0.6b
-        grep -E "^#|^[a-z0-9]+ \||prefix_cache" "$out/serve06.log"
+        grep -E "^#|^[a-z0-9]+ \||prefix_cache|server TTFT" "$out/serve06.log"
         STEP_TIMEOUT=150 step transformers_cb06 python3 bench/transformers_cb_bench.py "$folder" --requests 64 \
           --prompt 512 --output 256
         tail -1 "$out/transformers_cb06.log" ;;
@@ -474,7 +474,7 @@ elif [[ $phase == figures ]]; then
         [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-8b >"$out/folder8b.log" 2>&1
         LOADS=streams64+mixed64 STEP_TIMEOUT=300 step serve8b bench/serve_speed.sh "$bin/cohort-worker" "$folder" \
           "$out/serve" qwen3-8b
-        grep -E "^#|^[a-z0-9]+ \|" "$out/serve8b.log"
+        grep -E "^#|^[a-z0-9]+ \||server TTFT" "$out/serve8b.log"
         rm -rf "$folder" ;;
       quant)
         STEP_TIMEOUT=${QUANT_TIMEOUT:-420} step quant8b python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
