@@ -92,6 +92,12 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "over 16-row tiles) instead of the per-row LoRA kernel (default 1,024; 0: the per-row kernel "
        "for every row), for A/B runs.",
        true},
+      {K::kInferLoraPrompt, "COHORT_INFER_LORA_PROMPT", "worker",
+       "`dense` or `kernels`: the bf16 graph engine's prompt steps apply served adapters as cuBLAS "
+       "GEMMs over every loaded adapter side by side (the default while their ranks sum to at most "
+       "256), or through the LoRA kernels (per row, and runs by COHORT_INFER_LORA_RUN_ROWS), for "
+       "A/B runs.",
+       true},
       {K::kInferAttention, "COHORT_INFER_ATTENTION", "worker",
        "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "
        "lane, or on the tensor cores (the default where the head size is 64 or 128), for A/B runs.",

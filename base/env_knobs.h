@@ -43,6 +43,7 @@ enum class EnvKnob {
   kInferProjections,
   kInferFusedAttentionRows,
   kInferLoraRunRows,
+  kInferLoraPrompt,
   kInferAttention,
   kTrainDumpBatches,
   kTrainBlocks,

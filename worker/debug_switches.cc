@@ -48,6 +48,10 @@ Result<DebugSwitches> read_debug_switches() {
   if (rows) s.decode.fused_attention_rows = *rows;
   COHORT_ASSIGN_OR_RETURN(std::optional<int> lora_rows, read_env_knob_count(EnvKnob::kInferLoraRunRows));
   if (lora_rows) s.decode.lora_run_rows = *lora_rows;
+  if (const std::string prompt = value_of(EnvKnob::kInferLoraPrompt); !prompt.empty()) {
+    COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_LORA_PROMPT", prompt, {"dense", "kernels"}));
+    s.decode.lora_dense = prompt == "dense";
+  }
   s.decode.projections = value_of(EnvKnob::kInferProjections);
   if (!s.decode.projections.empty()) {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_PROJECTIONS", s.decode.projections, {"skinny", "cublaslt"}));

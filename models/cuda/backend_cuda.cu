@@ -31,6 +31,7 @@
 #include "models/ops/moe_experts.cuh"
 #include "models/ops/lora_rows.cuh"
 #include "models/ops/lora_runs.cuh"
+#include "models/ops/lora_dense.cuh"
 #include "models/ops/prefill_attention.cuh"
 #include "models/ops/rmsnorm.cuh"
 #include "models/ops/rope.cuh"

@@ -17,6 +17,7 @@
 #include "base/cuda_check.h"
 #include "base/half_float.h"
 #include "base/parallel_for.h"
+#include "models/cuda/cublas_api.h"
 #include "models/decode/cuda_graph_state.h"
 #include "models/backend.h"
 #include "models/spec.h"
@@ -160,6 +161,8 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (lora_.host_run_tiles) cudaFreeHost(lora_.host_run_tiles);
   for (auto& memory : lora_.memory)
     for (void* p : memory) cudaFree(p);
+  if (lora_.dense.memory) cudaFree(lora_.dense.memory);
+  if (lora_.dense.blas) models::cuda::blas::loaded().destroy(lora_.dense.blas);
   lt_.reset();
   if (tp_group_.owner) {
     tp_group_ = {};  // its stream was the engine's

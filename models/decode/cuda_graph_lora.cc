@@ -14,6 +14,7 @@
 #include "base/check.h"
 #include "base/cuda_check.h"
 #include "base/half_float.h"
+#include "models/cuda/cublas_api.h"
 #include "models/decode/cuda_graph_state.h"
 
 namespace cohort::models::decode {
@@ -69,8 +70,114 @@ Status CudaGraphEngine::alloc_lora() {
     lora_.run_tiles = static_cast<int32_t*>(tiles), lora_.run_t = static_cast<float*>(t);
     COHORT_CUDA_CHECK(cudaMallocHost(&lora_.host_run_tiles, static_cast<size_t>(max_rows_) * 3 * 4));
   }
+  if (options_.overrides.lora_dense) lora_.dense.allowed = *options_.overrides.lora_dense;
+  if (lora_.dense.allowed) {
+    const size_t width = static_cast<size_t>(max_rows_) * models::cuda::kLoraMaxTargets * models::cuda::kLoraDenseMaxColumns;
+    COHORT_ASSIGN_OR_RETURN(void* t, device_alloc(width * 4));
+    COHORT_ASSIGN_OR_RETURN(void* masked, device_alloc(width * 2));
+    COHORT_ASSIGN_OR_RETURN(void* column, device_alloc(kGraphLoraSlots * 4));
+    lora_.dense.t = static_cast<float*>(t), lora_.dense.masked = static_cast<Bf16*>(masked);
+    lora_.dense.column = static_cast<int32_t*>(column);
+    COHORT_ASSIGN_OR_RETURN(const models::cuda::blas::Api* blas, models::cuda::blas::api());
+    cublasHandle_t handle = nullptr;
+    if (blas->create(&handle) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS: no handle for the LoRA GEMMs");
+    lora_.dense.blas = handle;
+  }
   lora_.on = true;
   return Status::ok();
+}
+
+// Each loaded adapter's columns [column, column + rank) in every layer's
+// side-by-side A (rows, per group of targets that share an input: q|k|v,
+// o, gate|up, down) and B (columns, per target), zeros where an adapter
+// lacks a target; one allocation. Built only while the ranks fit
+// kLoraDenseMaxColumns (the GEMMs' extra work grows with them).
+void CudaGraphEngine::rebuild_lora_dense() {
+  LoraTables::Dense& dense = lora_.dense;
+  if (!dense.allowed) return;
+  COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // no step reads the old matrices
+  if (dense.memory) COHORT_CUDA_CHECK_FATAL(cudaFree(dense.memory));
+  dense.memory = nullptr, dense.columns = 0;
+  const size_t entries = static_cast<size_t>(config_.layers) * kTargets;
+  dense.a.assign(entries, nullptr), dense.b.assign(entries, nullptr);
+  std::vector<int32_t> column(kGraphLoraSlots, 0);
+  int columns = 0;
+  for (int s = 0; s < kGraphLoraSlots; ++s) {
+    column[static_cast<size_t>(s)] = columns;
+    columns += lora_.host_ranks[static_cast<size_t>(s)];
+  }
+  if (columns == 0 || columns > models::cuda::kLoraDenseMaxColumns) return;
+  const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
+  struct Group {
+    models::LoraTarget first;
+    int in;
+    std::vector<int> widths;
+  };
+  const Group groups[] = {{models::LoraTarget::kQ, H, {Qd, KVd, KVd}},
+                          {models::LoraTarget::kO, Qd, {H}},
+                          {models::LoraTarget::kGate, H, {I, I}},
+                          {models::LoraTarget::kDown, I, {H}}};
+  auto present = [&](int l, int target) {
+    for (int s = 0; s < kGraphLoraSlots; ++s)
+      if (lora_.host_a[table_at(l, models::LoraTarget(target), s)]) return true;
+    return false;
+  };
+  // Where each matrix goes, then one allocation.
+  struct Place {
+    int layer, target, rows, cols;  // rows × cols bf16; A: [count·C, in], B: [width, C]
+    bool is_a;
+    size_t offset;
+  };
+  std::vector<Place> places;
+  size_t bytes = 0;
+  for (int l = 0; l < config_.layers; ++l) {
+    for (const Group& g : groups) {
+      const int first = static_cast<int>(g.first), count = static_cast<int>(g.widths.size());
+      bool any = false;
+      for (int z = 0; z < count; ++z) any = any || present(l, first + z);
+      if (!any) continue;  // a sparse layer's MLP
+      places.push_back({l, first, count * columns, g.in, true, bytes});
+      bytes += static_cast<size_t>(count) * columns * g.in * 2;
+      for (int z = 0; z < count; ++z) {
+        places.push_back({l, first + z, g.widths[static_cast<size_t>(z)], columns, false, bytes});
+        bytes += static_cast<size_t>(g.widths[static_cast<size_t>(z)]) * columns * 2;
+      }
+    }
+  }
+  if (cudaMalloc(&dense.memory, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    dense.memory = nullptr;
+    spdlog::warn("cuda graph engine: no memory for the adapters' dense form ({} MiB); prompts take the LoRA kernels",
+                 bytes >> 20);
+    return;
+  }
+  COHORT_CUDA_CHECK_FATAL(cudaMemset(dense.memory, 0, bytes));
+  auto* base = static_cast<Bf16*>(dense.memory);
+  for (const Place& p : places) {
+    Bf16* at = base + p.offset / 2;
+    (p.is_a ? dense.a : dense.b)[static_cast<size_t>(p.layer) * kTargets + static_cast<size_t>(p.target)] = at;
+    // A's rows: target z of the group at z·C; B's columns: C a row.
+    const int count = p.is_a ? p.rows / columns : 1;
+    for (int z = 0; z < count; ++z) {
+      for (int s = 0; s < kGraphLoraSlots; ++s) {
+        const int rank = lora_.host_ranks[static_cast<size_t>(s)];
+        const size_t entry = table_at(p.layer, models::LoraTarget(p.target + z), s);
+        const Bf16* from = p.is_a ? lora_.host_a[entry] : lora_.host_b[entry];
+        if (rank == 0 || !from) continue;
+        const size_t first = static_cast<size_t>(column[static_cast<size_t>(s)]);
+        if (p.is_a) {
+          COHORT_CUDA_CHECK_FATAL(cudaMemcpy(at + (static_cast<size_t>(z) * columns + first) * p.cols, from,
+                                             static_cast<size_t>(rank) * p.cols * 2, cudaMemcpyDeviceToDevice));
+        } else {
+          COHORT_CUDA_CHECK_FATAL(cudaMemcpy2D(at + first, static_cast<size_t>(columns) * 2, from,
+                                               static_cast<size_t>(rank) * 2, static_cast<size_t>(rank) * 2,
+                                               static_cast<size_t>(p.rows), cudaMemcpyDeviceToDevice));
+        }
+      }
+    }
+  }
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpy(dense.column, column.data(), column.size() * 4, cudaMemcpyHostToDevice));
+  dense.columns = columns;
 }
 
 void CudaGraphEngine::stage_lora_rows(int n, bool gathered) {
@@ -87,6 +194,14 @@ void CudaGraphEngine::stage_lora_rows(int n, bool gathered) {
   // graph keeps the launches of the step it was captured from.
   lora_.run_tile_count = 0;
   lora_.kernel_rows = -1;
+  // A prompt step's rows all take the dense form where it is built: its
+  // GEMMs need each row's slot and nothing else.
+  lora_.dense.step = gathered && lora_.dense.columns > 0;
+  if (lora_.dense.step) {
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
+                                            cudaMemcpyHostToDevice, stream_));
+    return;
+  }
   if (gathered && lora_.run_rows > 0) {
     constexpr int kTile = models::cuda::kLoraRunTileRows;
     for (int r = 0; r < n;) {
@@ -166,6 +281,7 @@ int CudaGraphEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters)
   lora_.host_ranks[static_cast<size_t>(slot)] = config.rank;
   lora_.host_scales[static_cast<size_t>(slot)] = config.scale();
   upload_lora_tables();
+  rebuild_lora_dense();
   lora_.table_of.push_back(slot);
   return static_cast<int>(lora_.table_of.size()) - 1;
 }
@@ -186,6 +302,7 @@ void CudaGraphEngine::remove_adapter(int index) {
   lora_.host_ranks[static_cast<size_t>(slot)] = 0;
   lora_.host_scales[static_cast<size_t>(slot)] = 0.0f;
   upload_lora_tables();  // synchronises: nothing reads the memory below any more
+  rebuild_lora_dense();
   for (void* p : lora_.memory[static_cast<size_t>(slot)]) cudaFree(p);
   lora_.memory[static_cast<size_t>(slot)].clear();
 }
@@ -211,6 +328,18 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   for (int width : widths) targets.width[z] = width, targets.column[z] = column, column += width, ++z;
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
+  if (lora_.dense.step) {
+    COHORT_CHECK_MSG(!in_sumsq, "a prompt step's projections read a normalised input");
+    const size_t entry = static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
+    models::cuda::LoraDense dense;
+    dense.columns = lora_.dense.columns, dense.a = lora_.dense.a[entry];
+    if (!dense.a) return;  // no adapter targets these projections in this layer
+    for (int t = 0; t < count; ++t) dense.b[t] = lora_.dense.b[entry + static_cast<size_t>(t)];
+    dense.column = lora_.dense.column, dense.t = lora_.dense.t, dense.masked = lora_.dense.masked;
+    models::cuda::lora_dense_bf16(lora_.dense.blas, y, y_stride, x, dense, lora_.ranks, lora_.scales, lora_.rows, n,
+                                  in, targets, stream_);
+    return;
+  }
   if (lora_.run_tile_count > 0) {
     COHORT_CHECK_MSG(!in_sumsq, "a prompt step's projections read a normalised input");
     models::cuda::lora_runs_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales,

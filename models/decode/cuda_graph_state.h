@@ -230,12 +230,30 @@ class CudaGraphEngine final : public InferenceEngine {
     // bench/RESULTS.md) a 2,048-row run is 5 ms sooner to its first token
     // through the run kernels, 512-row runs slower than the per-row kernel.
     int run_rows = 1024;
+    // The dense form (models/ops/lora_rows.h, lora_dense_bf16) for prompt
+    // steps while the loaded adapters' ranks sum to at most
+    // kLoraDenseMaxColumns: their A and B side by side per layer, rebuilt
+    // whenever an adapter comes or goes (rebuild_lora_dense). Decode steps
+    // keep the per-row kernel: their graphs read the tables, and at a few
+    // rows the GEMMs would read every adapter's weights for each.
+    struct Dense {
+      bool allowed = true;  // options.overrides.lora_dense
+      bool step = false;    // the staged step takes it
+      int columns = 0;      // 0: not built (no adapter, or too many columns)
+      std::vector<const Bf16*> a, b;  // [layers × 7]: A by a group's first target, B by target
+      void* memory = nullptr;
+      int32_t* column = nullptr;  // device [kGraphLoraSlots]: each slot's first column
+      float* t = nullptr;         // [R, kLoraMaxTargets · kLoraDenseMaxColumns]
+      Bf16* masked = nullptr;     // as many bf16
+      cublasContext* blas = nullptr;
+    } dense;
   };
   LoraTables lora_;
   std::unique_ptr<models::Backend> base_backend_;
   std::unique_ptr<models::Model> base_;
   Status alloc_lora();
   void upload_lora_tables();
+  void rebuild_lora_dense();
   // y [n, out] (row stride y_stride) += each row's adapter delta for
   // `target` of `layer`, x [n, in] the projection's input.
   void enqueue_lora(int layer, models::LoraTarget target, float* y, int y_stride, const Bf16* x, int in, int out,

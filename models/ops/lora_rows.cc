@@ -39,6 +39,19 @@ void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* 
   }
 }
 
+void lora_mask(float* out, const float* t, const int32_t* row_adapter, const int32_t* column, const int32_t* ranks,
+               const float* scales, int n, int width, int columns) {
+  for (int r = 0; r < n; ++r) {
+    const int s = row_adapter[r];
+    for (int i = 0; i < width; ++i) {
+      const int c = i % columns;
+      const bool kept = s >= 0 && c >= column[s] && c < column[s] + ranks[s];
+      const size_t at = static_cast<size_t>(r) * width + i;
+      out[at] = kept ? scales[s] * t[at] : 0.0f;
+    }
+  }
+}
+
 }  // namespace cohort::models::cpu
 
 namespace cohort::models {

@@ -27,6 +27,7 @@
 #include "models/ops/decode_rows.h"
 
 struct CUstream_st;
+struct cublasContext;
 
 namespace cohort::models::cpu {
 
@@ -34,6 +35,12 @@ void lora_shrink(float* t, const Bf16Bits* x, const Bf16Bits* const* a, const in
                  const int32_t* row_adapter, int n, int in, int r_max);
 void lora_expand(float* y, int y_stride, const float* t, const Bf16Bits* const* b, const int32_t* ranks,
                  const float* scales, const int32_t* row_adapter, int n, int out, int r_max);
+// The dense form's mask (cuda::lora_mask_bf16): t [n, width] with width a
+// multiple of `columns`; out[r, i] = scales[s] * t[r, i] where s =
+// row_adapter[r] >= 0 and column[s] <= i % columns < column[s] + ranks[s],
+// else 0 (out in fp32 here, bf16 on the GPU).
+void lora_mask(float* out, const float* t, const int32_t* row_adapter, const int32_t* column, const int32_t* ranks,
+               const float* scales, int n, int width, int columns);
 
 }  // namespace cohort::models::cpu
 
@@ -92,5 +99,35 @@ inline constexpr int kLoraRunScratchStride = kLoraMaxTargets * kLoraMaxRank;
 void lora_runs_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* const* a, const Bf16Bits* const* b,
                     const int32_t* ranks, const float* scales, const int32_t* tiles, int tile_count, float* t,
                     int in, const LoraTargets& targets, CUstream_st* stream);
+
+
+// The dense form, for a prompt step's many rows while the adapters loaded
+// have few columns between them (CudaGraphEngine keeps them side by side):
+// every adapter's A as rows of one matrix per group of targets, its B as
+// columns of one matrix per target, so that shrink and expand are cuBLAS
+// GEMMs over all n rows whatever adapter each row takes: 2 + targets
+// launches a call however many prompts a step holds (the run kernels need
+// two a call too, but ran their tiles at a fraction of the tensor cores'
+// rate; cuBLAS calls a run starved the GPU of host time: bench/RESULTS.md).
+//   t      [n, count·columns] fp32 = x Aᵀ        (A [count·columns, in]: target z's at rows z·columns)
+//   masked [n, count·columns] bf16 = lora_mask(t) (each row its adapter's columns, scaled)
+//   y[:, column_z .. + width_z] += masked_z B_zᵀ (B_z [width_z, columns])
+// The sums differ from the per-row kernel's by t rounded to bf16 (as PEFT's
+// lora_B input is), and the extra work is columns / width of the
+// projection's: what bounds `columns` (kLoraDenseMaxColumns).
+inline constexpr int kLoraDenseMaxColumns = 256;
+struct LoraDense {
+  int columns = 0;                          // the adapters' ranks summed
+  const Bf16Bits* a = nullptr;              // [targets.count · columns, in]
+  const Bf16Bits* b[kLoraMaxTargets] = {};  // target z's [width_z, columns]
+  const int32_t* column = nullptr;          // per table slot: its adapter's first column
+  float* t = nullptr;                       // scratch, n · count · columns floats
+  Bf16Bits* masked = nullptr;               // scratch, as many bf16
+};
+void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits* x, const LoraDense& dense,
+                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
+                     const LoraTargets& targets, CUstream_st* stream);
+void lora_mask_bf16(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
+                    const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -238,11 +239,12 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
 // the weights `load` gives and the adapters `add_adapters` adds to each
 // engine: replay gives the eager run's tokens, and the graph engine's part
 // from the CPU engine's only where the CPU's logits show a near tie.
-// lora_run_rows: CudaEngineOptions::Overrides' (-1: the engine's default).
+// lora_run_rows, lora_dense: CudaEngineOptions::Overrides' (-1 and unset:
+// the engine's defaults).
 void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const models::decode::EngineWeightLoader& load,
                                      bool lora, const std::function<void(models::decode::InferenceEngine&)>& add_adapters,
                                      const std::vector<int>& adapters, const std::string& what,
-                                     int lora_run_rows = -1) {
+                                     int lora_run_rows = -1, std::optional<bool> lora_dense = std::nullopt) {
   std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
   TokenRuns cpu_tokens;
   {
@@ -262,6 +264,7 @@ void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const mo
     options.capacity = 128;
     options.lora = lora;
     options.overrides.lora_run_rows = lora_run_rows;
+    options.overrides.lora_dense = lora_dense;
     options.cuda_graphs = graphs == 1;
     options.overrides.projections = "cublaslt";  // the same sums with and without graphs
     auto engine = models::decode::make_cuda_graph_engine(config, options, nullptr, load);
@@ -330,13 +333,18 @@ TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
     ASSERT_NE(engine.adapter_base(), nullptr);
     for (uint32_t seed : {5u, 6u}) ASSERT_GE(engine.add_adapter(random_adapters(*engine.adapter_base(), seed)), 0);
   };
-  // Prompts of 3 to 47 tokens: with runs from 8 rows the four longer
-  // prompts' rows take the run kernels and the 3-token prompt's the per-row
-  // kernel, in the same steps; with none every row takes the per-row one.
-  expect_graph_engine_follows_cpu(*config, [&](models::Model& m) { return hf::load_weights(m, dir); }, true, add_two,
-                                  {0, 1, -1, 1, 0}, "served adapters, prompt runs of 8 rows or more", 8);
-  expect_graph_engine_follows_cpu(*config, [&](models::Model& m) { return hf::load_weights(m, dir); }, true, add_two,
-                                  {0, 1, -1, 1, 0}, "served adapters, no runs", 0);
+  // Prompts of 3 to 47 tokens: by default every prompt step takes the
+  // dense form (two rank-8 adapters: 16 columns); through the kernels, with
+  // runs from 8 rows the four longer prompts' rows take the run kernels and
+  // the 3-token prompt's the per-row kernel, in the same steps; with none
+  // every row takes the per-row one.
+  auto load = [&](models::Model& m) { return hf::load_weights(m, dir); };
+  expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
+                                  "served adapters, prompts in the dense form");
+  expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
+                                  "served adapters, prompt runs of 8 rows or more", 8, false);
+  expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0}, "served adapters, no runs", 0,
+                                  false);
 #endif
 }
 

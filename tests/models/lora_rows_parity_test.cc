@@ -8,7 +8,9 @@
 // one row, a rank not a multiple of 8 and an odd one) against the
 // reference once per target; an input whose RMSNorm the projection folds
 // (each row's delta scaled by its sums of squares); and prompts' runs of
-// one adapter through the run kernels (lora_runs_bf16). Part of
+// one adapter through the run kernels (lora_runs_bf16); and the dense form
+// (lora_dense_bf16: every adapter side by side, cuBLAS GEMMs over all rows)
+// against the same reference, its mask exactly against cpu::lora_mask. Part of
 // models_decode_ops_parity_test; skips with a message where no GPU is
 // visible.
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <vector>
 
+#include "models/cuda/cublas_api.h"
 #include "models/ops/lora_rows.h"
 #include "tests/models/decode_parity.h"
 
@@ -30,8 +33,9 @@ class LoraRowsParity : public DecodeOpsParity {
  protected:
   void shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm = false);
   // as_runs: rows in runs of one adapter, through the run kernels
-  // (lora_runs_bf16) in 16-row tiles, as prompt steps take them.
-  void targets_in_one_launch(int n, bool sorted, bool as_runs = false);
+  // (lora_runs_bf16) in 16-row tiles, as prompt steps take them; dense:
+  // through the dense form, as the engine lays the adapters out for it.
+  void targets_in_one_launch(int n, bool sorted, bool as_runs = false, bool dense = false);
   // The rows by adapter as the engine orders them, on the device, or null
   // (rows as they are).
   const int32_t* row_order(const std::vector<int32_t>& rows, int slots, bool sorted) {
@@ -117,9 +121,10 @@ TEST_F(LoraRowsParity, AFoldedNormsSumsScaleEachRowsDelta) {
   shrink_and_expand(40, true, false, /*folded_norm=*/true);
 }
 
-void LoraRowsParity::targets_in_one_launch(int n, bool sorted, bool as_runs) {
+void LoraRowsParity::targets_in_one_launch(int n, bool sorted, bool as_runs, bool dense) {
   SCOPED_TRACE(::testing::Message() << n << " rows" << (sorted ? ", sorted by adapter" : "")
-                                    << (as_runs ? ", runs through the run kernels" : ""));
+                                    << (as_runs ? ", runs through the run kernels" : "")
+                                    << (dense ? ", the dense form" : ""));
   const int in = 512, r_max = 64, slots = 5;
   const std::vector<int> widths = {256, 128, 128};
   const int total = 512;
@@ -166,6 +171,57 @@ void LoraRowsParity::targets_in_one_launch(int n, bool sorted, bool as_runs) {
   targets.count = 3, targets.table_stride = slots;
   for (int z = 0, column = 0; z < 3; column += widths[z], ++z) targets.width[z] = widths[z], targets.column[z] = column;
   float* g_y = up(y0);
+  if (dense) {
+    // Slot s's columns start at the ranks before it; A rows target by
+    // target, B columns within each output row.
+    std::vector<int32_t> column(slots);
+    int columns = 0;
+    for (int a = 0; a < slots; ++a) column[a] = columns, columns += ranks[a];
+    std::vector<uint16_t> a_cat(size_t(3) * columns * in, 0);
+    std::vector<std::vector<uint16_t>> b_cat(3);
+    cuda::LoraDense form;
+    form.columns = columns;
+    for (int z = 0; z < 3; ++z) {
+      b_cat[z].assign(size_t(widths[z]) * columns, 0);
+      for (int a = 0; a < slots; ++a) {
+        if (!a_host[z * slots + a]) continue;
+        std::copy(a_host[z * slots + a], a_host[z * slots + a] + size_t(ranks[a]) * in,
+                  a_cat.begin() + (size_t(z) * columns + column[a]) * in);
+        for (int o = 0; o < widths[z]; ++o) {
+          std::copy(b_host[z * slots + a] + size_t(o) * ranks[a], b_host[z * slots + a] + size_t(o + 1) * ranks[a],
+                    b_cat[z].begin() + size_t(o) * columns + column[a]);
+        }
+      }
+      form.b[z] = up(b_cat[z]);
+    }
+    form.a = up(a_cat), form.column = up(column);
+    form.t = up(std::vector<float>(size_t(n) * 3 * columns, NAN));
+    form.masked = up(std::vector<uint16_t>(size_t(n) * 3 * columns, kBf16NaN));
+    cublasContext* blas = nullptr;
+    ASSERT_EQ(cuda::blas::loaded().create(&blas), CUBLAS_STATUS_SUCCESS);
+    const int32_t* g_rows = up(rows);
+    cuda::lora_dense_bf16(blas, g_y, total, up(x), form, up(ranks), up(scales), g_rows, n, in, targets, stream_);
+    // The mask alone, against its reference rounded to bf16.
+    const std::vector<float> t = down(form.t, size_t(n) * 3 * columns);
+    std::vector<float> want(t.size());
+    cpu::lora_mask(want.data(), t.data(), rows.data(), column.data(), ranks.data(), scales.data(), n, 3 * columns,
+                   columns);
+    std::vector<uint16_t> masked(t.size());
+    ASSERT_EQ(cudaMemcpy(masked.data(), form.masked, masked.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < masked.size(); ++i) ASSERT_EQ(masked[i], float_to_bf16_bits(want[i])) << "element " << i;
+    cuda::blas::loaded().destroy(blas);
+    // t rounded to bf16 before the expand: within bf16's rounding of the
+    // adapters' deltas, which are each row's only change.
+    const std::vector<float> got = down(g_y, y.size());
+    std::vector<float> want_delta(y.size()), got_delta(y.size());
+    for (size_t i = 0; i < y.size(); ++i) want_delta[i] = y[i] - y0[i], got_delta[i] = got[i] - y0[i];
+    EXPECT_LT(norm_relative(want_delta, got_delta), 5e-3);
+    for (int r = 0; r < n; ++r) {
+      if (rows[r] >= 0) continue;
+      for (int o = 0; o < total; ++o) ASSERT_EQ(got[size_t(r) * total + o], y0[size_t(r) * total + o]) << "row " << r;
+    }
+    return;
+  }
   if (as_runs) {
     float* scratch = up(std::vector<float>(size_t(n) * cuda::kLoraRunScratchStride, 0.0f));
     cuda::lora_runs_bf16(g_y, total, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(tiles),
@@ -190,6 +246,11 @@ TEST_F(LoraRowsParity, TargetsSharingAnInputInOneLaunchMatchTheReferenceOncePerT
 TEST_F(LoraRowsParity, RunsOfOneAdapterInTilesMatchTheReference) {
   targets_in_one_launch(37, false, /*as_runs=*/true);
   targets_in_one_launch(531, false, /*as_runs=*/true);
+}
+
+TEST_F(LoraRowsParity, TheDenseFormOverEveryAdapterMatchesTheReference) {
+  targets_in_one_launch(37, false, false, /*dense=*/true);
+  targets_in_one_launch(531, false, /*as_runs=*/true, /*dense=*/true);  // prompts' runs
 }
 
 }  // namespace

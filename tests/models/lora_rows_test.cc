@@ -1,7 +1,8 @@
 // The graph engine's per-row LoRA reference (models/ops/lora_rows.h): shrink
 // then expand adds scale_a · B_a A_a x to each row of adapter a, with its own
 // rank (under the padded r_max), nothing to rows without an adapter or for
-// an adapter without the projection; and the CUDA kernels (where a GPU is
+// an adapter without the projection; the dense form's mask keeps each row's
+// adapter's columns of every target, scaled; and the CUDA kernels (where a GPU is
 // visible, models_decode_ops_parity_test) match it.
 #include <gtest/gtest.h>
 
@@ -72,6 +73,21 @@ TEST(LoraRows, RowsByAdapterAreEachAdaptersRowsInOrderThenTheRowsWithout) {
   EXPECT_EQ(order, (std::vector<int32_t>{2, 6, 9, 0, 3, 7, 4, 1, 5, 8}));
   lora_rows_by_adapter(order.data(), row_adapter.data(), 0, 4);  // no rows: nothing written
   EXPECT_EQ(order[0], 2);
+}
+
+TEST(LoraRows, TheDenseMaskKeepsEachRowsAdaptersColumnsOfEveryTargetScaled) {
+  // Slots of ranks 2, 0 (empty) and 3: columns [0, 2), none, [2, 5); two
+  // targets of 5 columns each; rows of slot 0, none, slot 2.
+  const int n = 3, columns = 5, width = 2 * columns;
+  const int32_t rows[n] = {0, -1, 2}, column[3] = {0, 2, 2}, ranks[3] = {2, 0, 3};
+  const float scales[3] = {2.0f, 9.0f, -1.0f};
+  std::vector<float> t(size_t(n) * width), out(t.size(), 7.0f);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = float(i + 1);
+  cpu::lora_mask(out.data(), t.data(), rows, column, ranks, scales, n, width, columns);
+  const std::vector<float> want = {2, 4, 0, 0, 0, 12, 14, 0, 0, 0,           // slot 0: columns 0-1, times 2
+                                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0,             // no adapter
+                                   0, 0, -23, -24, -25, 0, 0, -28, -29, -30};  // slot 2: columns 2-4, times -1
+  EXPECT_EQ(out, want);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The debugging switches read from the environment (worker/debug_switches.h):
 // COHORT_TRAIN_BLOCKS's three values (fused, with sparse layers, by default) and a bad one named in the error;
-// COHORT_INFER_LORA_RUN_ROWS reaching the graph engine's overrides, and a value that is not a count refused.
+// COHORT_INFER_LORA_RUN_ROWS reaching the graph engine's overrides, and a value that is not a count refused;
+// COHORT_INFER_LORA_PROMPT's two forms and the engine's default when unset.
 #include "worker/debug_switches.h"
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@ class DebugSwitchesEnv : public ::testing::Test {
   void TearDown() override {
     unsetenv("COHORT_TRAIN_BLOCKS");
     unsetenv("COHORT_INFER_LORA_RUN_ROWS");
+    unsetenv("COHORT_INFER_LORA_PROMPT");
   }
 };
 
@@ -63,6 +65,25 @@ TEST_F(DebugSwitchesEnv, LoraRunRowsSetsTheEnginesThresholdOrIsRefusedByName) {
   auto bad = read_debug_switches();
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("COHORT_INFER_LORA_RUN_ROWS"), std::string::npos) << bad.status().message();
+}
+
+TEST_F(DebugSwitchesEnv, LoraPromptPicksTheDenseFormOrTheKernels) {
+  unsetenv("COHORT_INFER_LORA_PROMPT");
+  auto unset = read_debug_switches();
+  ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
+  EXPECT_FALSE(unset->decode.lora_dense.has_value());  // the engine decides
+  setenv("COHORT_INFER_LORA_PROMPT", "kernels", 1);
+  auto kernels = read_debug_switches();
+  ASSERT_TRUE(kernels.is_ok()) << kernels.status().to_string();
+  EXPECT_EQ(kernels->decode.lora_dense, false);
+  setenv("COHORT_INFER_LORA_PROMPT", "dense", 1);
+  auto dense = read_debug_switches();
+  ASSERT_TRUE(dense.is_ok()) << dense.status().to_string();
+  EXPECT_EQ(dense->decode.lora_dense, true);
+  setenv("COHORT_INFER_LORA_PROMPT", "gemm", 1);
+  auto bad = read_debug_switches();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("COHORT_INFER_LORA_PROMPT='gemm'"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
