@@ -26,9 +26,9 @@
 #                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times; first
 #                                          bench/lora_rows_bench.cc, each adapted projection alone
 #   scripts/gpu_checks.sh adapter_runs OUTDIR
-#                                          served adapters' prompt rows: the engine test, then a 2,048-token
-#                                          prompt and 64 streams with the base, 8 adapters, 8 on the per-row
-#                                          kernel alone (ADAPTER_SHAPE, default qwen3-8b)
+#                                          served adapters' prompt rows: the LoRA parity and engine tests, then
+#                                          a 2,048-token prompt and 64 streams with the base, 8 adapters in the
+#                                          dense form, 8 through the LoRA kernels (ADAPTER_SHAPE, qwen3-8b)
 #   scripts/gpu_checks.sh quant OUTDIR     quantized projections: kernel parity (the FP8 GEMM's too), each 8B
 #                                          projection's µs, engine tokens, logits against transformers' FP8
 #                                          model and fp32 (tests/infer/hf_quant_parity.py), decode tok/s per
@@ -169,20 +169,23 @@ elif [[ $phase == adapters ]]; then
       keep && NF { text = text $0 "\n" } /^$/ { keep = 0 } END { printf "%s", text }' "$report" | head -24
   done
 elif [[ $phase == adapter_runs ]]; then
-  # Served adapters' prompt rows (issue 36): the engine test over both LoRA paths, then on ADAPTER_SHAPE's
-  # folder (qwen3-8b) a 2,048-token prompt and 64 streams with the base alone, with 8 adapters (long
-  # runs through the run kernels, models/ops/lora_runs.cuh) and with every row on the per-row kernel.
-  STEP_TIMEOUT=120 step served_adapters_test "$tests/infer_gpu_test" --gtest_filter='*ServedAdapters*'
+  # Served adapters' prompt rows (issue 36): the LoRA kernels' parity tests and the engine test over every
+  # prompt form, then on ADAPTER_SHAPE's folder (qwen3-8b) a 2,048-token prompt and 64 streams with the base
+  # alone, with 8 adapters in the dense form (the default) and through the LoRA kernels
+  # (COHORT_INFER_LORA_PROMPT=kernels); ADAPTER_LABELS picks and orders them (base dense kernels).
+  STEP_TIMEOUT=120 step lora_parity "$tests/models_decode_ops_parity_test" --gtest_filter='LoraRows*'
+  grep -E "^\[  (PASSED|FAILED|  OK) |Failure|Expected|Which is" "$out/lora_parity.log" | head -20
+  STEP_TIMEOUT=150 step served_adapters_test "$tests/infer_gpu_test" --gtest_filter='*ServedAdapters*'
   grep -E "parted|PASSED|FAILED" "$out/served_adapters_test.log"
   shape=${ADAPTER_SHAPE:-qwen3-8b}
   folder=/tmp/$shape
   [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape "$shape" >"$out/folder.log" 2>&1
-  for label in base runs per_row; do
-    count=8 rows=""
+  for label in ${ADAPTER_LABELS:-base dense kernels}; do
+    count=8 prompt=""
     [[ $label == base ]] && count=0
-    [[ $label == per_row ]] && rows=0
-    ADAPTERS=$count LOADS=ttft2k+streams64 STEP_TIMES=1 COHORT_INFER_LORA_RUN_ROWS=$rows STEP_TIMEOUT=200 \
-      step "serve_$label" bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"
+    [[ $label == kernels ]] && prompt=kernels
+    ADAPTERS=$count LOADS=${ADAPTER_LOADS:-ttft2k+streams64} STEP_TIMES=1 COHORT_INFER_LORA_PROMPT=$prompt \
+      STEP_TIMEOUT=200 step "serve_$label" bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"
     grep -E "^[a-z0-9]+ \||decode steps of 64 rows: [0-9]+ timed" "$out/serve_$label.log" | cut -c1-160
   done
 elif [[ $phase == quant ]]; then
