@@ -106,6 +106,9 @@ void CudaGraphEngine::rebuild_lora_dense() {
     column[static_cast<size_t>(s)] = columns;
     columns += lora_.host_ranks[static_cast<size_t>(s)];
   }
+  // Whole 16-byte pieces a row for the GEMMs' operands (the padding's
+  // columns belong to no adapter: the mask zeroes them).
+  columns = (columns + 7) / 8 * 8;
   if (columns == 0 || columns > models::cuda::kLoraDenseMaxColumns) return;
   const int H = config_.hidden, Qd = dims_.q_dim(), KVd = dims_.kv_dim(), I = dims_.intermediate;
   struct Group {
