@@ -1,9 +1,11 @@
 // lora_rows_bench: what served adapters add to a decode step's projections,
 // one projection at a time: the projection alone, then the projection
 // followed by lora_rows_bf16 over the same rows, as the graph engine
-// enqueues them (models/decode/cuda_graph_lora.cc), µs a pair. The
-// difference is what one adapted projection costs a step; a Qwen3-0.6B
-// step has 28 of each.
+// enqueues them (models/decode/cuda_graph_lora.cc), µs a pair; then the
+// projection followed by the dense form (lora_dense_bf16: cuBLAS GEMMs
+// over every adapter side by side, what prompt steps take). The difference
+// is what one adapted projection costs a step; a Qwen3-0.6B step has 28 of
+// each.
 //
 //   lora_rows_bench [rows,...] [adapters,...] [rank] [shape]   defaults 16,32,64 0,1,2,8 16 qwen3-0.6b
 //
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "bench/graph_timing.h"
+#include "models/cuda/cublas_api.h"
 #include "models/ops/gemv.h"
 #include "models/ops/lora_rows.h"
 
@@ -121,8 +124,38 @@ int main(int argc, char** argv) {
   check(cudaMemcpy(ranks, host_ranks.data(), kSlots * 4, cudaMemcpyHostToDevice), "copy");
   check(cudaMemcpy(scales, host_scales.data(), kSlots * 4, cudaMemcpyHostToDevice), "copy");
 
+  // The dense form's operands (zeros) for up to every slot, its scratch, and
+  // a cuBLAS handle with a workspace of its own (graph capture allocates
+  // nothing).
+  auto api = cohort::models::cuda::blas::api();
+  if (!api.is_ok()) {
+    std::fprintf(stderr, "lora_rows_bench: %s\n", api.status().message().c_str());
+    return 1;
+  }
+  const size_t dense_columns = size_t(kSlots) * rank, dense_width = targets_most * dense_columns;
+  void *dense_a = nullptr, *dense_b = nullptr, *dense_t = nullptr, *dense_masked = nullptr, *dense_column = nullptr;
+  void* workspace = nullptr;
+  check(cudaMalloc(&dense_a, dense_width * I * 2), "malloc");
+  check(cudaMalloc(&dense_b, dense_columns * 2 * I * 2), "malloc");
+  check(cudaMalloc(&dense_t, max_rows * dense_width * 4), "malloc");
+  check(cudaMalloc(&dense_masked, max_rows * dense_width * 2), "malloc");
+  check(cudaMalloc(&dense_column, kSlots * 4), "malloc");
+  check(cudaMalloc(&workspace, size_t{32} << 20), "malloc");
+  check(cudaMemset(dense_a, 0, dense_width * I * 2), "memset");
+  check(cudaMemset(dense_b, 0, dense_columns * 2 * I * 2), "memset");
+  std::vector<int32_t> host_column(kSlots);
+  for (int s = 0; s < kSlots; ++s) host_column[size_t(s)] = s * rank;
+  check(cudaMemcpy(dense_column, host_column.data(), kSlots * 4, cudaMemcpyHostToDevice), "copy");
+  cublasContext* blas = nullptr;
+  if ((*api)->create(&blas) != CUBLAS_STATUS_SUCCESS ||
+      (*api)->set_workspace(blas, workspace, size_t{32} << 20) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "lora_rows_bench: no cuBLAS handle\n");
+    return 1;
+  }
+
   std::printf("%s projections, rank %d, %d calls a form; us a call\n", shape.c_str(), rank, kCalls);
-  std::printf("| projection | rows | adapters | projection | with LoRA | LoRA adds |\n|---|---|---|---|---|---|\n");
+  std::printf("| projection | rows | adapters | projection | with LoRA | LoRA adds | dense form adds |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const Projection& p : projections) {
     int out = 0;
     for (int width : p.widths) out += width;
@@ -153,8 +186,18 @@ int main(int argc, char** argv) {
           mc::lora_rows_bf16(yf, out, xb, a_table, b_table, ranks, scales, row_adapter, row_order, n, p.in, targets,
                              stream);
         });
-        std::printf("| %s [%dx%d] | %d | %d | %.2f | %.2f | %.2f |\n", p.name, p.in, out, n, adapters, alone, paired,
-                    paired - alone);
+        mc::LoraDense dense;
+        dense.columns = (adapters * rank + 7) / 8 * 8;
+        dense.a = static_cast<const Bf16Bits*>(dense_a);
+        for (int z = 0; z < targets.count; ++z) dense.b[z] = static_cast<const Bf16Bits*>(dense_b);
+        dense.column = static_cast<const int32_t*>(dense_column);
+        dense.t = static_cast<float*>(dense_t), dense.masked = static_cast<Bf16Bits*>(dense_masked);
+        const double dense_paired = cohort::bench::time_graph_calls("lora_rows_bench", stream, kCalls, [&](int i) {
+          mc::skinny_gemm_bf16(yf, xb, weights(i), n, p.in, out, scratch, stream, output);
+          mc::lora_dense_bf16(blas, yf, out, xb, dense, ranks, scales, row_adapter, n, p.in, targets, stream);
+        });
+        std::printf("| %s [%dx%d] | %d | %d | %.2f | %.2f | %.2f | %.2f |\n", p.name, p.in, out, n, adapters, alone,
+                    paired, paired - alone, dense_paired - alone);
         std::fflush(stdout);
       }
     }

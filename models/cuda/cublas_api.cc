@@ -32,6 +32,7 @@ Result<const Api*> load() {
   COHORT_RETURN_IF_ERROR(blas.require("cublasCreate_v2", &table.create));
   COHORT_RETURN_IF_ERROR(blas.require("cublasDestroy_v2", &table.destroy));
   COHORT_RETURN_IF_ERROR(blas.require("cublasSetStream_v2", &table.set_stream));
+  COHORT_RETURN_IF_ERROR(blas.require("cublasSetWorkspace_v2", &table.set_workspace));
   COHORT_RETURN_IF_ERROR(blas.require("cublasGemmEx", &table.gemm_ex));
   COHORT_RETURN_IF_ERROR(blas.require("cublasGemmStridedBatchedEx", &table.gemm_strided_batched_ex));
   COHORT_RETURN_IF_ERROR(blas.require("cublasGemmGroupedBatchedEx", &table.gemm_grouped_batched_ex));

@@ -20,6 +20,9 @@ struct Api {
   decltype(&::cublasCreate_v2) create;
   decltype(&::cublasDestroy_v2) destroy;
   decltype(&::cublasSetStream_v2) set_stream;
+  // A workspace of the caller's, so that GEMMs captured into CUDA graphs
+  // allocate nothing.
+  decltype(&::cublasSetWorkspace_v2) set_workspace;
   // The exported forms (the header adds inline overloads taking a
   // cudaDataType compute type).
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int m, int n,
