@@ -98,6 +98,12 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "256), or through the LoRA kernels (per row, and runs by COHORT_INFER_LORA_RUN_ROWS), for "
        "A/B runs.",
        true},
+      {K::kInferLoraDecode, "COHORT_INFER_LORA_DECODE", "worker",
+       "`dense` or `kernel`: the bf16 graph engine's decode steps apply served adapters in the dense "
+       "form too (cuBLAS GEMMs over every loaded adapter, captured in the decode graphs, which are "
+       "captured again when adapters come or go), or through the per-row LoRA kernel (the default), "
+       "for A/B runs.",
+       true},
       {K::kInferAttention, "COHORT_INFER_ATTENTION", "worker",
        "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "
        "lane, or on the tensor cores (the default where the head size is 64 or 128), for A/B runs.",

@@ -44,6 +44,7 @@ enum class EnvKnob {
   kInferFusedAttentionRows,
   kInferLoraRunRows,
   kInferLoraPrompt,
+  kInferLoraDecode,
   kInferAttention,
   kTrainDumpBatches,
   kTrainBlocks,

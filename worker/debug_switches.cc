@@ -52,6 +52,10 @@ Result<DebugSwitches> read_debug_switches() {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_LORA_PROMPT", prompt, {"dense", "kernels"}));
     s.decode.lora_dense = prompt == "dense";
   }
+  if (const std::string decode = value_of(EnvKnob::kInferLoraDecode); !decode.empty()) {
+    COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_LORA_DECODE", decode, {"dense", "kernel"}));
+    s.decode.lora_dense_decode = decode == "dense";
+  }
   s.decode.projections = value_of(EnvKnob::kInferProjections);
   if (!s.decode.projections.empty()) {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_PROJECTIONS", s.decode.projections, {"skinny", "cublaslt"}));

@@ -82,6 +82,14 @@ Status CudaGraphEngine::alloc_lora() {
     cublasHandle_t handle = nullptr;
     if (blas->create(&handle) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS: no handle for the LoRA GEMMs");
     lora_.dense.blas = handle;
+    // Decode steps capture its GEMMs into graphs: a workspace of the
+    // engine's, so that they allocate nothing.
+    constexpr size_t kWorkspace = size_t{32} << 20;
+    COHORT_ASSIGN_OR_RETURN(void* workspace, device_alloc(kWorkspace));
+    if (blas->set_workspace(handle, workspace, kWorkspace) != CUBLAS_STATUS_SUCCESS) {
+      return internal_error("cuBLAS: the LoRA GEMMs' workspace was refused");
+    }
+    lora_.dense.decode = options_.overrides.lora_dense_decode;
   }
   lora_.on = true;
   return Status::ok();
@@ -96,6 +104,12 @@ void CudaGraphEngine::rebuild_lora_dense() {
   LoraTables::Dense& dense = lora_.dense;
   if (!dense.allowed) return;
   COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // no step reads the old matrices
+  if (dense.decode) {
+    // Captured decode steps hold the old matrices' addresses and widths:
+    // each size is captured again at its next step.
+    for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
   if (dense.memory) COHORT_CUDA_CHECK_FATAL(cudaFree(dense.memory));
   dense.memory = nullptr, dense.columns = 0;
   const size_t entries = static_cast<size_t>(config_.layers) * kTargets;
@@ -199,7 +213,7 @@ void CudaGraphEngine::stage_lora_rows(int n, bool gathered) {
   lora_.kernel_rows = -1;
   // A prompt step's rows all take the dense form where it is built: its
   // GEMMs need each row's slot and nothing else.
-  lora_.dense.step = gathered && lora_.dense.columns > 0;
+  lora_.dense.step = (gathered || lora_.dense.decode) && lora_.dense.columns > 0;
   if (lora_.dense.step) {
     COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
                                             cudaMemcpyHostToDevice, stream_));
@@ -332,15 +346,16 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
   if (lora_.dense.step) {
-    COHORT_CHECK_MSG(!in_sumsq, "a prompt step's projections read a normalised input");
     const size_t entry = static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
     models::cuda::LoraDense dense;
     dense.columns = lora_.dense.columns, dense.a = lora_.dense.a[entry];
     if (!dense.a) return;  // no adapter targets these projections in this layer
     for (int t = 0; t < count; ++t) dense.b[t] = lora_.dense.b[entry + static_cast<size_t>(t)];
     dense.column = lora_.dense.column, dense.t = lora_.dense.t, dense.masked = lora_.dense.masked;
+    models::cuda::LoraInputNorm norm;
+    norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
     models::cuda::lora_dense_bf16(lora_.dense.blas, y, y_stride, x, dense, lora_.ranks, lora_.scales, lora_.rows, n,
-                                  in, targets, stream_);
+                                  in, targets, stream_, norm);
     return;
   }
   if (lora_.run_tile_count > 0) {

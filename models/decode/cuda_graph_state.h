@@ -238,6 +238,7 @@ class CudaGraphEngine final : public InferenceEngine {
     // rows the GEMMs would read every adapter's weights for each.
     struct Dense {
       bool allowed = true;  // options.overrides.lora_dense
+      bool decode = false;  // decode steps take it too (options.overrides.lora_dense_decode)
       bool step = false;    // the staged step takes it
       int columns = 0;      // 0: not built (no adapter, or too many columns)
       std::vector<const Bf16*> a, b;  // [layers × 7]: A by a group's first target, B by target

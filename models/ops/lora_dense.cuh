@@ -12,39 +12,57 @@
 #include "base/check.h"
 #include "models/cuda/common.cuh"
 #include "models/cuda/cublas_api.h"
+#include "models/ops/gemv.h"
 #include "models/ops/lora_rows.h"
 
 namespace cohort::models::cuda {
 
-__global__ void lora_mask_kernel(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
-                                 const int32_t* ranks, const float* scales, int n, int width, int columns) {
-  const size_t total = static_cast<size_t>(n) * width;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int r = static_cast<int>(i / width), c = static_cast<int>(i % width) % columns;
-    const int s = row_adapter[r];
-    float v = 0.0f;
-    if (s >= 0) {
-      const int first = column[s];
-      if (c >= first && c < first + ranks[s]) v = scales[s] * t[i];
+// One block a row: the row's adapter is uniform over the block, and a
+// folded norm's factor is the row's sum over its chunks, taken once.
+constexpr int kLoraMaskThreads = 128;
+
+__global__ void __launch_bounds__(kLoraMaskThreads)
+    lora_mask_kernel(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
+                     const int32_t* ranks, const float* scales, int width, int columns, LoraInputNorm norm, int in) {
+  __shared__ float factor;
+  const int r = static_cast<int>(blockIdx.x);
+  const int s = row_adapter[r];
+  const size_t row = static_cast<size_t>(r) * width;
+  if (s < 0) {
+    for (int i = static_cast<int>(threadIdx.x); i < width; i += kLoraMaskThreads) out[row + i] = 0;
+    return;
+  }
+  if (threadIdx.x < 32) {
+    float sum = 0.0f;
+    if (norm.sumsq) {
+      const int chunks = in / kNormChunk;
+      for (int c = static_cast<int>(threadIdx.x); c < chunks; c += 32) sum += norm.sumsq[static_cast<size_t>(r) * chunks + c];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     }
-    out[i] = to_bf16_bits(v);
+    if (threadIdx.x == 0) factor = scales[s] * (norm.sumsq ? rsqrtf(sum / static_cast<float>(in) + norm.eps) : 1.0f);
+  }
+  __syncthreads();
+  const int first = column[s], last = first + ranks[s];
+  for (int i = static_cast<int>(threadIdx.x); i < width; i += kLoraMaskThreads) {
+    const int c = i % columns;
+    out[row + i] = to_bf16_bits(c >= first && c < last ? factor * t[row + i] : 0.0f);
   }
 }
 
 void lora_mask_bf16(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
-                    const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream) {
+                    const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream,
+                    const LoraInputNorm& norm, int in) {
   if (n <= 0 || width <= 0) return;
   COHORT_CHECK_MSG(columns > 0 && width % columns == 0, "LoRA mask: width {} over {} columns", width, columns);
-  const size_t total = static_cast<size_t>(n) * width;
-  lora_mask_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, t, row_adapter, column, ranks, scales, n, width,
-                                                             columns);
+  COHORT_CHECK_MSG(!norm.sumsq || in % kNormChunk == 0, "LoRA mask: a folded norm over {} inputs", in);
+  lora_mask_kernel<<<n, kLoraMaskThreads, 0, stream>>>(out, t, row_adapter, column, ranks, scales, width, columns,
+                                                        norm, in);
   COHORT_CUDA_CHECK_FATAL(cudaGetLastError());
 }
 
 void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits* x, const LoraDense& dense,
                      const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
-                     const LoraTargets& targets, CUstream_st* stream) {
+                     const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm) {
   const int C = dense.columns, width = targets.count * C;
   if (n <= 0 || C <= 0) return;
   COHORT_CHECK_MSG(C <= kLoraDenseMaxColumns && targets.count <= kLoraMaxTargets,
@@ -55,7 +73,7 @@ void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits
   COHORT_CUBLAS_CHECK_FATAL(api.gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, width, n, in, &one, dense.a, CUDA_R_16BF, in,
                                         x, CUDA_R_16BF, in, &zero, dense.t, CUDA_R_32F, width, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
-  lora_mask_bf16(dense.masked, dense.t, row_adapter, dense.column, ranks, scales, n, width, C, stream);
+  lora_mask_bf16(dense.masked, dense.t, row_adapter, dense.column, ranks, scales, n, width, C, stream, norm, in);
   for (int z = 0; z < targets.count; ++z) {
     COHORT_CHECK_MSG(dense.b[z], "LoRA dense form: no B for target {}", z);
     COHORT_CUBLAS_CHECK_FATAL(api.gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, targets.width[z], n, C, &one, dense.b[z],

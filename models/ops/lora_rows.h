@@ -124,10 +124,13 @@ struct LoraDense {
   float* t = nullptr;                       // scratch, n · count · columns floats
   Bf16Bits* masked = nullptr;               // scratch, as many bf16
 };
+// With a folded norm (decode steps' folded layers) the mask also scales
+// each row by its rsqrt(Σ sumsq / in + eps), as lora_rows_bf16 does.
 void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits* x, const LoraDense& dense,
                      const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
-                     const LoraTargets& targets, CUstream_st* stream);
+                     const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm = {});
 void lora_mask_bf16(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
-                    const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream);
+                    const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream,
+                    const LoraInputNorm& norm = {}, int in = 0);
 
 }  // namespace cohort::models::cuda

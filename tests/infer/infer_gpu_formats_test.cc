@@ -239,12 +239,13 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
 // the weights `load` gives and the adapters `add_adapters` adds to each
 // engine: replay gives the eager run's tokens, and the graph engine's part
 // from the CPU engine's only where the CPU's logits show a near tie.
-// lora_run_rows, lora_dense: CudaEngineOptions::Overrides' (-1 and unset:
-// the engine's defaults).
+// lora_run_rows, lora_dense, lora_dense_decode: CudaEngineOptions::Overrides'
+// (-1, unset and false: the engine's defaults).
 void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const models::decode::EngineWeightLoader& load,
                                      bool lora, const std::function<void(models::decode::InferenceEngine&)>& add_adapters,
                                      const std::vector<int>& adapters, const std::string& what,
-                                     int lora_run_rows = -1, std::optional<bool> lora_dense = std::nullopt) {
+                                     int lora_run_rows = -1, std::optional<bool> lora_dense = std::nullopt,
+                                     bool lora_dense_decode = false) {
   std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
   TokenRuns cpu_tokens;
   {
@@ -265,6 +266,7 @@ void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const mo
     options.lora = lora;
     options.overrides.lora_run_rows = lora_run_rows;
     options.overrides.lora_dense = lora_dense;
+    options.overrides.lora_dense_decode = lora_dense_decode;
     options.cuda_graphs = graphs == 1;
     options.overrides.projections = "cublaslt";  // the same sums with and without graphs
     auto engine = models::decode::make_cuda_graph_engine(config, options, nullptr, load);
@@ -334,13 +336,17 @@ TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
     for (uint32_t seed : {5u, 6u}) ASSERT_GE(engine.add_adapter(random_adapters(*engine.adapter_base(), seed)), 0);
   };
   // Prompts of 3 to 47 tokens: by default every prompt step takes the
-  // dense form (two rank-8 adapters: 16 columns); through the kernels, with
+  // dense form (two rank-8 adapters: 16 columns), and decode steps too where
+  // asked (their graphs captured after the adapters came); through the kernels, with
   // runs from 8 rows the four longer prompts' rows take the run kernels and
   // the 3-token prompt's the per-row kernel, in the same steps; with none
   // every row takes the per-row one.
   auto load = [&](models::Model& m) { return hf::load_weights(m, dir); };
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
                                   "served adapters, prompts in the dense form");
+  expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
+                                  "served adapters, prompts and decode steps in the dense form", -1, std::nullopt,
+                                  true);
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
                                   "served adapters, prompt runs of 8 rows or more", 8, false);
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0}, "served adapters, no runs", 0,

@@ -31,7 +31,8 @@ using testing::random_vector;
 
 class LoraRowsParity : public DecodeOpsParity {
  protected:
-  void shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm = false);
+  // dense: through the dense form (lora_dense_bf16), the adapters side by side.
+  void shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm = false, bool dense = false);
   // as_runs: rows in runs of one adapter, through the run kernels
   // (lora_runs_bf16) in 16-row tiles, as prompt steps take them; dense:
   // through the dense form, as the engine lays the adapters out for it.
@@ -61,9 +62,10 @@ std::vector<int32_t> row_adapters(int n, int adapters, bool runs) {
   return rows;
 }
 
-void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm) {
+void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted, bool folded_norm, bool dense) {
   SCOPED_TRACE(::testing::Message() << n << " rows" << (runs ? " in runs" : " interleaved")
-                                    << (sorted ? ", sorted by adapter" : "") << (folded_norm ? ", folded norm" : ""));
+                                    << (sorted ? ", sorted by adapter" : "") << (folded_norm ? ", folded norm" : "")
+                                    << (dense ? ", dense form" : ""));
   const int in = 1024, out = 768, r_max = 64;
   const std::vector<int32_t> ranks = {4, 16, 64};
   const std::vector<float> scales = {2.0f, 0.5f, 1.25f};
@@ -99,6 +101,38 @@ void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted, bool folde
   cpu::lora_expand(y.data(), out, t.data(), b_host.data(), ranks.data(), scales.data(), rows.data(), n, out, r_max);
 
   float* g_y = up(y0);
+  if (dense) {
+    // Columns 0-3, 4-19, 20-83 (88 with the padding); adapter 1's B zero.
+    const std::vector<int32_t> column = {0, 4, 20};
+    const int columns = 88;
+    std::vector<uint16_t> a_cat(size_t(columns) * in, 0), b_cat(size_t(out) * columns, 0);
+    for (int a = 0; a < 3; ++a) {
+      std::copy(A[a].begin(), A[a].end(), a_cat.begin() + size_t(column[a]) * in);
+      for (int o = 0; o < out && b_host[a]; ++o) {
+        std::copy(B[a].begin() + size_t(o) * ranks[a], B[a].begin() + size_t(o + 1) * ranks[a],
+                  b_cat.begin() + size_t(o) * columns + column[a]);
+      }
+    }
+    cuda::LoraDense form;
+    form.columns = columns, form.a = up(a_cat), form.b[0] = up(b_cat), form.column = up(column);
+    form.t = up(std::vector<float>(size_t(n) * columns, NAN));
+    form.masked = up(std::vector<uint16_t>(size_t(n) * columns, kBf16NaN));
+    cublasContext* blas = nullptr;
+    ASSERT_EQ(cuda::blas::loaded().create(&blas), CUBLAS_STATUS_SUCCESS);
+    cuda::LoraTargets one;
+    one.width[0] = out;
+    cuda::lora_dense_bf16(blas, g_y, out, up(x), form, up(ranks), up(scales), up(rows), n, in, one, stream_, norm);
+    const std::vector<float> got = down(g_y, y.size());
+    cuda::blas::loaded().destroy(blas);
+    std::vector<float> want_delta(y.size()), got_delta(y.size());
+    for (size_t i = 0; i < y.size(); ++i) want_delta[i] = y[i] - y0[i], got_delta[i] = got[i] - y0[i];
+    EXPECT_LT(norm_relative(want_delta, got_delta), 5e-3);  // t rounded to bf16
+    for (int r = 0; r < n; ++r) {
+      if (rows[r] >= 0 && rows[r] != 1) continue;
+      for (int o = 0; o < out; ++o) ASSERT_EQ(got[size_t(r) * out + o], y0[size_t(r) * out + o]) << "row " << r;
+    }
+    return;
+  }
   cuda::lora_rows_bf16(g_y, out, up(x), up(a_dev), up(b_dev), up(ranks), up(scales), up(rows),
                        row_order(rows, 3, sorted), n, in, out, stream_, norm);
   const std::vector<float> got = down(g_y, y.size());
@@ -251,6 +285,8 @@ TEST_F(LoraRowsParity, RunsOfOneAdapterInTilesMatchTheReference) {
 TEST_F(LoraRowsParity, TheDenseFormOverEveryAdapterMatchesTheReference) {
   targets_in_one_launch(37, false, false, /*dense=*/true);
   targets_in_one_launch(531, false, /*as_runs=*/true, /*dense=*/true);  // prompts' runs
+  shrink_and_expand(70, false, false, /*folded_norm=*/false, /*dense=*/true);
+  shrink_and_expand(64, false, false, /*folded_norm=*/true, /*dense=*/true);  // a decode step's folded layers
 }
 
 }  // namespace

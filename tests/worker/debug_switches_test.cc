@@ -1,7 +1,7 @@
 // The debugging switches read from the environment (worker/debug_switches.h):
 // COHORT_TRAIN_BLOCKS's three values (fused, with sparse layers, by default) and a bad one named in the error;
 // COHORT_INFER_LORA_RUN_ROWS reaching the graph engine's overrides, and a value that is not a count refused;
-// COHORT_INFER_LORA_PROMPT's two forms and the engine's default when unset.
+// COHORT_INFER_LORA_PROMPT's two forms and the engine's default when unset; COHORT_INFER_LORA_DECODE likewise.
 #include "worker/debug_switches.h"
 
 #include <stdlib.h>
@@ -17,6 +17,7 @@ class DebugSwitchesEnv : public ::testing::Test {
     unsetenv("COHORT_TRAIN_BLOCKS");
     unsetenv("COHORT_INFER_LORA_RUN_ROWS");
     unsetenv("COHORT_INFER_LORA_PROMPT");
+    unsetenv("COHORT_INFER_LORA_DECODE");
   }
 };
 
@@ -84,6 +85,16 @@ TEST_F(DebugSwitchesEnv, LoraPromptPicksTheDenseFormOrTheKernels) {
   auto bad = read_debug_switches();
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("COHORT_INFER_LORA_PROMPT='gemm'"), std::string::npos) << bad.status().message();
+  unsetenv("COHORT_INFER_LORA_PROMPT");
+  EXPECT_FALSE(unset->decode.lora_dense_decode);  // the per-row kernel
+  setenv("COHORT_INFER_LORA_DECODE", "dense", 1);
+  auto decode = read_debug_switches();
+  ASSERT_TRUE(decode.is_ok()) << decode.status().to_string();
+  EXPECT_TRUE(decode->decode.lora_dense_decode);
+  setenv("COHORT_INFER_LORA_DECODE", "rows", 1);
+  auto bad_decode = read_debug_switches();
+  ASSERT_FALSE(bad_decode.is_ok());
+  EXPECT_NE(bad_decode.status().message().find("COHORT_INFER_LORA_DECODE='rows'"), std::string::npos);
 }
 
 }  // namespace
