@@ -172,7 +172,8 @@ elif [[ $phase == adapter_runs ]]; then
   # Served adapters' prompt rows (issue 36): the LoRA kernels' parity tests and the engine test over every
   # prompt form, then on ADAPTER_SHAPE's folder (qwen3-8b) a 2,048-token prompt and 64 streams with the base
   # alone, with 8 adapters in the dense form (the default) and through the LoRA kernels
-  # (COHORT_INFER_LORA_PROMPT=kernels); ADAPTER_LABELS picks and orders them (base dense kernels).
+  # (COHORT_INFER_LORA_PROMPT=kernels); ADAPTER_LABELS picks and orders them (base dense kernels; dense_decode:
+  # decode steps in the dense form too, COHORT_INFER_LORA_DECODE=dense).
   STEP_TIMEOUT=120 step lora_parity "$tests/models_decode_ops_parity_test" --gtest_filter='LoraRows*'
   grep -E "^\[  (PASSED|FAILED|  OK) |Failure|Expected|Which is" "$out/lora_parity.log" | head -20
   STEP_TIMEOUT=150 step served_adapters_test "$tests/infer_gpu_test" --gtest_filter='*ServedAdapters*'
@@ -181,10 +182,12 @@ elif [[ $phase == adapter_runs ]]; then
   folder=/tmp/$shape
   [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape "$shape" >"$out/folder.log" 2>&1
   for label in ${ADAPTER_LABELS:-base dense kernels}; do
-    count=8 prompt=""
+    count=8 prompt="" decode=""
     [[ $label == base ]] && count=0
     [[ $label == kernels ]] && prompt=kernels
+    [[ $label == dense_decode ]] && decode=dense
     ADAPTERS=$count LOADS=${ADAPTER_LOADS:-ttft2k+streams64} STEP_TIMES=1 COHORT_INFER_LORA_PROMPT=$prompt \
+      COHORT_INFER_LORA_DECODE=$decode \
       STEP_TIMEOUT=200 step "serve_$label" bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"
     grep -E "^[a-z0-9]+ \||decode steps of 64 rows: [0-9]+ timed" "$out/serve_$label.log" | cut -c1-160
   done
