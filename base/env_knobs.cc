@@ -99,10 +99,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "A/B runs.",
        true},
       {K::kInferLoraDecode, "COHORT_INFER_LORA_DECODE", "worker",
-       "`dense` or `kernel`: the bf16 graph engine's decode steps apply served adapters in the dense "
-       "form too (cuBLAS GEMMs over every loaded adapter, captured in the decode graphs, which are "
-       "captured again when adapters come or go), or through the per-row LoRA kernel (the default), "
-       "for A/B runs.",
+       "`dense` or `kernel`: the bf16 graph engine's decode steps all apply served adapters in the "
+       "dense form (cuBLAS GEMMs over every loaded adapter, captured in the decode graphs, which are "
+       "captured again when adapters come or go), or all through the per-row LoRA kernel, instead of "
+       "the default (dense from 16 rows where hidden is 4,096 or more), for A/B runs.",
        true},
       {K::kInferAttention, "COHORT_INFER_ATTENTION", "worker",
        "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "

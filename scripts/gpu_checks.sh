@@ -172,8 +172,8 @@ elif [[ $phase == adapter_runs ]]; then
   # Served adapters' prompt rows (issue 36): the LoRA kernels' parity tests and the engine test over every
   # prompt form, then on ADAPTER_SHAPE's folder (qwen3-8b) a 2,048-token prompt and 64 streams with the base
   # alone, with 8 adapters in the dense form (the default) and through the LoRA kernels
-  # (COHORT_INFER_LORA_PROMPT=kernels); ADAPTER_LABELS picks and orders them (base dense kernels; dense_decode:
-  # decode steps in the dense form too, COHORT_INFER_LORA_DECODE=dense).
+  # (COHORT_INFER_LORA_PROMPT=kernels, COHORT_INFER_LORA_DECODE=kernel); ADAPTER_LABELS picks and orders them
+  # (base dense kernels; dense_decode / kernel_decode: every decode step in the dense form / the per-row kernel).
   STEP_TIMEOUT=120 step lora_parity "$tests/models_decode_ops_parity_test" --gtest_filter='LoraRows*'
   grep -E "^\[  (PASSED|FAILED|  OK) |Failure|Expected|Which is" "$out/lora_parity.log" | head -20
   STEP_TIMEOUT=150 step served_adapters_test "$tests/infer_gpu_test" --gtest_filter='*ServedAdapters*'
@@ -184,8 +184,9 @@ elif [[ $phase == adapter_runs ]]; then
   for label in ${ADAPTER_LABELS:-base dense kernels}; do
     count=8 prompt="" decode=""
     [[ $label == base ]] && count=0
-    [[ $label == kernels ]] && prompt=kernels
+    [[ $label == kernels ]] && prompt=kernels decode=kernel
     [[ $label == dense_decode ]] && decode=dense
+    [[ $label == kernel_decode ]] && decode=kernel
     ADAPTERS=$count LOADS=${ADAPTER_LOADS:-ttft2k+streams64} STEP_TIMES=1 COHORT_INFER_LORA_PROMPT=$prompt \
       COHORT_INFER_LORA_DECODE=$decode \
       STEP_TIMEOUT=200 step "serve_$label" bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"

@@ -54,7 +54,7 @@ Result<DebugSwitches> read_debug_switches() {
   }
   if (const std::string decode = value_of(EnvKnob::kInferLoraDecode); !decode.empty()) {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_LORA_DECODE", decode, {"dense", "kernel"}));
-    s.decode.lora_dense_decode = decode == "dense";
+    s.decode.lora_dense_decode = decode == "dense";  // unset: the engine's rule
   }
   s.decode.projections = value_of(EnvKnob::kInferProjections);
   if (!s.decode.projections.empty()) {

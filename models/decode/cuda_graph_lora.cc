@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "base/check.h"
@@ -89,7 +90,8 @@ Status CudaGraphEngine::alloc_lora() {
     if (blas->set_workspace(handle, workspace, kWorkspace) != CUBLAS_STATUS_SUCCESS) {
       return internal_error("cuBLAS: the LoRA GEMMs' workspace was refused");
     }
-    lora_.dense.decode = options_.overrides.lora_dense_decode;
+    const std::optional<bool> decode = options_.overrides.lora_dense_decode;
+    lora_.dense.decode_rows = decode ? (*decode ? 1 : INT_MAX) : (config_.hidden >= 4096 ? 16 : INT_MAX);
   }
   lora_.on = true;
   return Status::ok();
@@ -104,7 +106,7 @@ void CudaGraphEngine::rebuild_lora_dense() {
   LoraTables::Dense& dense = lora_.dense;
   if (!dense.allowed) return;
   COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // no step reads the old matrices
-  if (dense.decode) {
+  if (dense.decode_rows != INT_MAX) {
     // Captured decode steps hold the old matrices' addresses and widths:
     // each size is captured again at its next step.
     for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -211,9 +213,10 @@ void CudaGraphEngine::stage_lora_rows(int n, bool gathered) {
   // graph keeps the launches of the step it was captured from.
   lora_.run_tile_count = 0;
   lora_.kernel_rows = -1;
-  // A prompt step's rows all take the dense form where it is built: its
-  // GEMMs need each row's slot and nothing else.
-  lora_.dense.step = (gathered || lora_.dense.decode) && lora_.dense.columns > 0;
+  // A prompt step's rows all take the dense form where it is built, and a
+  // decode step's from decode_rows on: its GEMMs need each row's slot and
+  // nothing else.
+  lora_.dense.step = (gathered || n >= lora_.dense.decode_rows) && lora_.dense.columns > 0;
   if (lora_.dense.step) {
     COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
                                             cudaMemcpyHostToDevice, stream_));

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
 #include <initializer_list>
 #include <optional>
 #include <map>
@@ -238,7 +239,13 @@ class CudaGraphEngine final : public InferenceEngine {
     // rows the GEMMs would read every adapter's weights for each.
     struct Dense {
       bool allowed = true;  // options.overrides.lora_dense
-      bool decode = false;  // decode steps take it too (options.overrides.lora_dense_decode)
+      // Decode steps of at least this many rows take it too (INT_MAX:
+      // none). On the 8B shape (an H100, bench/RESULTS.md) its GEMMs add 43
+      // µs a layer at 64 rows and 55 at 16 where the per-row kernel adds 65
+      // and 77, but 59 against 54 at one row; on the 0.6B shape they are
+      // slower at every row count. options.overrides.lora_dense_decode
+      // forces every decode step one way.
+      int decode_rows = INT_MAX;
       bool step = false;    // the staged step takes it
       int columns = 0;      // 0: not built (no adapter, or too many columns)
       std::vector<const Bf16*> a, b;  // [layers × 7]: A by a group's first target, B by target

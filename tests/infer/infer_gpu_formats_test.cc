@@ -240,12 +240,12 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
 // engine: replay gives the eager run's tokens, and the graph engine's part
 // from the CPU engine's only where the CPU's logits show a near tie.
 // lora_run_rows, lora_dense, lora_dense_decode: CudaEngineOptions::Overrides'
-// (-1, unset and false: the engine's defaults).
+// (-1 and unset: the engine's defaults).
 void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const models::decode::EngineWeightLoader& load,
                                      bool lora, const std::function<void(models::decode::InferenceEngine&)>& add_adapters,
                                      const std::vector<int>& adapters, const std::string& what,
                                      int lora_run_rows = -1, std::optional<bool> lora_dense = std::nullopt,
-                                     bool lora_dense_decode = false) {
+                                     std::optional<bool> lora_dense_decode = std::nullopt) {
   std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
   TokenRuns cpu_tokens;
   {

@@ -86,11 +86,15 @@ TEST_F(DebugSwitchesEnv, LoraPromptPicksTheDenseFormOrTheKernels) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("COHORT_INFER_LORA_PROMPT='gemm'"), std::string::npos) << bad.status().message();
   unsetenv("COHORT_INFER_LORA_PROMPT");
-  EXPECT_FALSE(unset->decode.lora_dense_decode);  // the per-row kernel
+  EXPECT_FALSE(unset->decode.lora_dense_decode.has_value());  // the engine's rule
   setenv("COHORT_INFER_LORA_DECODE", "dense", 1);
   auto decode = read_debug_switches();
   ASSERT_TRUE(decode.is_ok()) << decode.status().to_string();
-  EXPECT_TRUE(decode->decode.lora_dense_decode);
+  EXPECT_EQ(decode->decode.lora_dense_decode, true);
+  setenv("COHORT_INFER_LORA_DECODE", "kernel", 1);
+  auto kernel = read_debug_switches();
+  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
+  EXPECT_EQ(kernel->decode.lora_dense_decode, false);
   setenv("COHORT_INFER_LORA_DECODE", "rows", 1);
   auto bad_decode = read_debug_switches();
   ASSERT_FALSE(bad_decode.is_ok());
