@@ -109,6 +109,14 @@ struct CudaEngineOptions {
 
 inline constexpr int kGraphLoraSlots = 64;  // the server's bound on adapters loaded at once
 inline constexpr int kGraphLoraRank = 64;
+// The fewest rows a decode step has for its served adapters to take the
+// dense form (models/ops/lora_rows.h, lora_dense_bf16) rather than the
+// per-row kernel; INT_MAX: never. `forced`: overrides.lora_dense_decode.
+// Unforced, 16 where hidden >= 4096: on the 8B shape (an H100,
+// bench/RESULTS.md) the dense GEMMs add 43 µs a layer at 64 rows and 55 at
+// 16 where the per-row kernel adds 65 and 77, but 59 against 54 at one row;
+// on the 0.6B shape they are slower at every row count.
+int lora_dense_decode_rows(std::optional<bool> forced, int hidden);
 inline constexpr int kKvBlockShift = 4;
 inline constexpr int kKvBlockSize = 1 << kKvBlockShift;
 

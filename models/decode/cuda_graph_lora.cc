@@ -31,6 +31,11 @@ size_t table_at(int layer, models::LoraTarget target, int slot) {
 
 }  // namespace
 
+int lora_dense_decode_rows(std::optional<bool> forced, int hidden) {
+  if (forced) return *forced ? 1 : INT_MAX;
+  return hidden >= 4096 ? 16 : INT_MAX;
+}
+
 void CudaGraphEngine::keep_base(std::unique_ptr<models::Backend> backend, std::unique_ptr<models::Model> model) {
   // Only its shape is needed from now on.
   for (int g = 0; g < model->num_groups(); ++g) model->set_group_buffers(g, nullptr, nullptr);
@@ -90,8 +95,7 @@ Status CudaGraphEngine::alloc_lora() {
     if (blas->set_workspace(handle, workspace, kWorkspace) != CUBLAS_STATUS_SUCCESS) {
       return internal_error("cuBLAS: the LoRA GEMMs' workspace was refused");
     }
-    const std::optional<bool> decode = options_.overrides.lora_dense_decode;
-    lora_.dense.decode_rows = decode ? (*decode ? 1 : INT_MAX) : (config_.hidden >= 4096 ? 16 : INT_MAX);
+    lora_.dense.decode_rows = lora_dense_decode_rows(options_.overrides.lora_dense_decode, config_.hidden);
   }
   lora_.on = true;
   return Status::ok();

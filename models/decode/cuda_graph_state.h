@@ -232,20 +232,15 @@ class CudaGraphEngine final : public InferenceEngine {
     // through the run kernels, 512-row runs slower than the per-row kernel.
     int run_rows = 1024;
     // The dense form (models/ops/lora_rows.h, lora_dense_bf16) for prompt
-    // steps while the loaded adapters' ranks sum to at most
-    // kLoraDenseMaxColumns: their A and B side by side per layer, rebuilt
-    // whenever an adapter comes or goes (rebuild_lora_dense). Decode steps
-    // keep the per-row kernel: their graphs read the tables, and at a few
-    // rows the GEMMs would read every adapter's weights for each.
+    // steps, and decode steps of decode_rows or more, while the loaded
+    // adapters' ranks sum to at most kLoraDenseMaxColumns: their A and B
+    // side by side per layer, rebuilt whenever an adapter comes or goes
+    // (rebuild_lora_dense, which also drops the captured decode graphs
+    // that read the old matrices). Smaller decode steps keep the per-row
+    // kernel, whose graphs read the tables.
     struct Dense {
-      bool allowed = true;  // options.overrides.lora_dense
-      // Decode steps of at least this many rows take it too (INT_MAX:
-      // none). On the 8B shape (an H100, bench/RESULTS.md) its GEMMs add 43
-      // µs a layer at 64 rows and 55 at 16 where the per-row kernel adds 65
-      // and 77, but 59 against 54 at one row; on the 0.6B shape they are
-      // slower at every row count. options.overrides.lora_dense_decode
-      // forces every decode step one way.
-      int decode_rows = INT_MAX;
+      bool allowed = true;         // options.overrides.lora_dense
+      int decode_rows = INT_MAX;   // lora_dense_decode_rows
       bool step = false;    // the staged step takes it
       int columns = 0;      // 0: not built (no adapter, or too many columns)
       std::vector<const Bf16*> a, b;  // [layers × 7]: A by a group's first target, B by target

@@ -101,8 +101,9 @@ void lora_runs_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* c
                     int in, const LoraTargets& targets, CUstream_st* stream);
 
 
-// The dense form, for a prompt step's many rows while the adapters loaded
-// have few columns between them (CudaGraphEngine keeps them side by side):
+// The dense form, for a prompt step's many rows (and a wide model's larger
+// decode steps) while the adapters loaded have few columns between them
+// (CudaGraphEngine keeps them side by side):
 // every adapter's A as rows of one matrix per group of targets, its B as
 // columns of one matrix per target, so that shrink and expand are cuBLAS
 // GEMMs over all n rows whatever adapter each row takes: 2 + targets

@@ -4,6 +4,7 @@
 // against its dequantized weights, a mixture of experts and served LoRA
 // adapters against the CPU engine. Skips, saying why, without a GPU.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -314,6 +315,22 @@ std::unique_ptr<models::LoraAdapters> random_adapters(models::Model& base, uint3
   auto adapters = std::move(models::LoraAdapters::create(base, lora).value());
   fill_random_adapters(*adapters, seed, 0.05f);
   return adapters;
+}
+
+// Which decode steps take served adapters' dense form: from 16 rows on a
+// model of hidden 4,096 or more, none below that, and every step or none
+// when forced (COHORT_INFER_LORA_DECODE). Needs no GPU.
+TEST(ServedAdapters, DecodeStepsTakeTheDenseFormFrom16RowsOnWideModelsUnlessForced) {
+#ifndef COHORT_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
+#else
+  using models::decode::lora_dense_decode_rows;
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 4096), 16);
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 8192), 16);
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 1024), INT_MAX);
+  EXPECT_EQ(lora_dense_decode_rows(true, 1024), 1);
+  EXPECT_EQ(lora_dense_decode_rows(false, 4096), INT_MAX);
+#endif
 }
 
 // Served adapters on the graph engine (CudaEngineOptions::lora): requests
