@@ -2,8 +2,8 @@
 // one projection at a time: the projection alone, then the projection
 // followed by lora_rows_bf16 over the same rows, as the graph engine
 // enqueues them (models/decode/cuda_graph_lora.cc), µs a pair; then the
-// projection followed by the dense form (lora_dense_bf16: cuBLAS GEMMs
-// over every adapter side by side, what prompt steps take). The difference
+// projection followed by the dense form (lora_dense_bf16: a shrink GEMM,
+// the mask, an expand GEMM, over every adapter side by side). The difference
 // is what one adapted projection costs a step; a Qwen3-0.6B step has 28 of
 // each.
 //
@@ -136,13 +136,13 @@ int main(int argc, char** argv) {
   void *dense_a = nullptr, *dense_b = nullptr, *dense_t = nullptr, *dense_masked = nullptr, *dense_column = nullptr;
   void* workspace = nullptr;
   check(cudaMalloc(&dense_a, dense_width * I * 2), "malloc");
-  check(cudaMalloc(&dense_b, dense_columns * 2 * I * 2), "malloc");
+  check(cudaMalloc(&dense_b, dense_width * 2 * I * 2), "malloc");  // block diagonal: Σ width × count·C
   check(cudaMalloc(&dense_t, max_rows * dense_width * 4), "malloc");
   check(cudaMalloc(&dense_masked, max_rows * dense_width * 2), "malloc");
   check(cudaMalloc(&dense_column, kSlots * 4), "malloc");
   check(cudaMalloc(&workspace, size_t{32} << 20), "malloc");
   check(cudaMemset(dense_a, 0, dense_width * I * 2), "memset");
-  check(cudaMemset(dense_b, 0, dense_columns * 2 * I * 2), "memset");
+  check(cudaMemset(dense_b, 0, dense_width * 2 * I * 2), "memset");
   std::vector<int32_t> host_column(kSlots);
   for (int s = 0; s < kSlots; ++s) host_column[size_t(s)] = s * rank;
   check(cudaMemcpy(dense_column, host_column.data(), kSlots * 4, cudaMemcpyHostToDevice), "copy");
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
         mc::LoraDense dense;
         dense.columns = (adapters * rank + 7) / 8 * 8;
         dense.a = static_cast<const Bf16Bits*>(dense_a);
-        for (int z = 0; z < targets.count; ++z) dense.b[z] = static_cast<const Bf16Bits*>(dense_b);
+        dense.b = static_cast<const Bf16Bits*>(dense_b);
         dense.column = static_cast<const int32_t*>(dense_column);
         dense.t = static_cast<float*>(dense_t), dense.masked = static_cast<Bf16Bits*>(dense_masked);
         const double dense_paired = cohort::bench::time_graph_calls("lora_rows_bench", stream, kCalls, [&](int i) {

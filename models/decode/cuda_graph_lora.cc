@@ -147,7 +147,8 @@ void CudaGraphEngine::rebuild_lora_dense() {
   };
   // Where each matrix goes, then one allocation.
   struct Place {
-    int layer, target, rows, cols;  // rows × cols bf16; A: [count·C, in], B: [width, C]
+    int layer, target, rows, cols;  // rows × cols bf16; A: [count·C, in], B: [Σ width, count·C]
+    const Group* group;
     bool is_a;
     size_t offset;
   };
@@ -159,12 +160,12 @@ void CudaGraphEngine::rebuild_lora_dense() {
       bool any = false;
       for (int z = 0; z < count; ++z) any = any || present(l, first + z);
       if (!any) continue;  // a sparse layer's MLP
-      places.push_back({l, first, count * columns, g.in, true, bytes});
+      places.push_back({l, first, count * columns, g.in, &g, true, bytes});
       bytes += static_cast<size_t>(count) * columns * g.in * 2;
-      for (int z = 0; z < count; ++z) {
-        places.push_back({l, first + z, g.widths[static_cast<size_t>(z)], columns, false, bytes});
-        bytes += static_cast<size_t>(g.widths[static_cast<size_t>(z)]) * columns * 2;
-      }
+      int outputs = 0;
+      for (int width : g.widths) outputs += width;
+      places.push_back({l, first, outputs, count * columns, &g, false, bytes});
+      bytes += static_cast<size_t>(outputs) * count * columns * 2;
     }
   }
   if (cudaMalloc(&dense.memory, bytes) != cudaSuccess) {
@@ -179,24 +180,28 @@ void CudaGraphEngine::rebuild_lora_dense() {
   for (const Place& p : places) {
     Bf16* at = base + p.offset / 2;
     (p.is_a ? dense.a : dense.b)[static_cast<size_t>(p.layer) * kTargets + static_cast<size_t>(p.target)] = at;
-    // A's rows: target z of the group at z·C; B's columns: C a row.
-    const int count = p.is_a ? p.rows / columns : 1;
+    // A: target z's rows at z·C. B: target z's outputs below the ones
+    // before it, in its own block of C columns.
+    const int count = static_cast<int>(p.group->widths.size());
+    size_t output = 0;
     for (int z = 0; z < count; ++z) {
+      const int width = p.group->widths[static_cast<size_t>(z)];
       for (int s = 0; s < kGraphLoraSlots; ++s) {
         const int rank = lora_.host_ranks[static_cast<size_t>(s)];
         const size_t entry = table_at(p.layer, models::LoraTarget(p.target + z), s);
         const Bf16* from = p.is_a ? lora_.host_a[entry] : lora_.host_b[entry];
         if (rank == 0 || !from) continue;
-        const size_t first = static_cast<size_t>(column[static_cast<size_t>(s)]);
+        const size_t first = static_cast<size_t>(z) * columns + static_cast<size_t>(column[static_cast<size_t>(s)]);
         if (p.is_a) {
-          COHORT_CUDA_CHECK_FATAL(cudaMemcpy(at + (static_cast<size_t>(z) * columns + first) * p.cols, from,
-                                             static_cast<size_t>(rank) * p.cols * 2, cudaMemcpyDeviceToDevice));
+          COHORT_CUDA_CHECK_FATAL(cudaMemcpy(at + first * p.cols, from, static_cast<size_t>(rank) * p.cols * 2,
+                                             cudaMemcpyDeviceToDevice));
         } else {
-          COHORT_CUDA_CHECK_FATAL(cudaMemcpy2D(at + first, static_cast<size_t>(columns) * 2, from,
+          COHORT_CUDA_CHECK_FATAL(cudaMemcpy2D(at + output * p.cols + first, static_cast<size_t>(p.cols) * 2, from,
                                                static_cast<size_t>(rank) * 2, static_cast<size_t>(rank) * 2,
-                                               static_cast<size_t>(p.rows), cudaMemcpyDeviceToDevice));
+                                               static_cast<size_t>(width), cudaMemcpyDeviceToDevice));
         }
       }
+      output += static_cast<size_t>(width);
     }
   }
   COHORT_CUDA_CHECK_FATAL(cudaMemcpy(dense.column, column.data(), column.size() * 4, cudaMemcpyHostToDevice));
@@ -357,7 +362,7 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
     models::cuda::LoraDense dense;
     dense.columns = lora_.dense.columns, dense.a = lora_.dense.a[entry];
     if (!dense.a) return;  // no adapter targets these projections in this layer
-    for (int t = 0; t < count; ++t) dense.b[t] = lora_.dense.b[entry + static_cast<size_t>(t)];
+    dense.b = lora_.dense.b[entry];
     dense.column = lora_.dense.column, dense.t = lora_.dense.t, dense.masked = lora_.dense.masked;
     models::cuda::LoraInputNorm norm;
     norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;

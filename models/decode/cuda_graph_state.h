@@ -243,7 +243,7 @@ class CudaGraphEngine final : public InferenceEngine {
       int decode_rows = INT_MAX;   // lora_dense_decode_rows
       bool step = false;    // the staged step takes it
       int columns = 0;      // 0: not built (no adapter, or too many columns)
-      std::vector<const Bf16*> a, b;  // [layers × 7]: A by a group's first target, B by target
+      std::vector<const Bf16*> a, b;  // [layers × 7]: a group's A and B, by its first target
       void* memory = nullptr;
       int32_t* column = nullptr;  // device [kGraphLoraSlots]: each slot's first column
       float* t = nullptr;         // [R, kLoraMaxTargets · kLoraDenseMaxColumns]

@@ -4,7 +4,7 @@
 //
 // Row-major y = x Wᵀ is column-major yᵀ = W xᵀ, so each GEMM below names
 // the row-major factors swapped: the shrink is column-major
-// tᵀ [C·count, n] = A · xᵀ, each expand yᵀ_z [width_z, n] += B_z · maskedᵀ_z
+// tᵀ [C·count, n] = A · xᵀ, the expand yᵀ [Σ width, n] += B · maskedᵀ
 // with y's row stride as its leading dimension. Both read bf16 and sum in
 // fp32 on the tensor cores (CUBLAS_COMPUTE_32F).
 #pragma once
@@ -74,13 +74,16 @@ void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits
                                         x, CUDA_R_16BF, in, &zero, dense.t, CUDA_R_32F, width, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
   lora_mask_bf16(dense.masked, dense.t, row_adapter, dense.column, ranks, scales, n, width, C, stream, norm, in);
+  int outputs = 0;
   for (int z = 0; z < targets.count; ++z) {
-    COHORT_CHECK_MSG(dense.b[z], "LoRA dense form: no B for target {}", z);
-    COHORT_CUBLAS_CHECK_FATAL(api.gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, targets.width[z], n, C, &one, dense.b[z],
-                                          CUDA_R_16BF, C, dense.masked + static_cast<size_t>(z) * C, CUDA_R_16BF,
-                                          width, &one, y + targets.column[z], CUDA_R_32F, y_stride,
-                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    COHORT_CHECK_MSG(targets.column[z] == targets.column[0] + outputs, "LoRA dense form: target {} is not beside "
+                     "the one before it", z);
+    outputs += targets.width[z];
   }
+  COHORT_CHECK_MSG(dense.b, "LoRA dense form: no B");
+  COHORT_CUBLAS_CHECK_FATAL(api.gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, outputs, n, width, &one, dense.b, CUDA_R_16BF,
+                                        width, dense.masked, CUDA_R_16BF, width, &one, y + targets.column[0],
+                                        CUDA_R_32F, y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace cohort::models::cuda

@@ -112,7 +112,11 @@ void lora_runs_bf16(float* y, int y_stride, const Bf16Bits* x, const Bf16Bits* c
 // rate; cuBLAS calls a run starved the GPU of host time: bench/RESULTS.md).
 //   t      [n, count·columns] fp32 = x Aᵀ        (A [count·columns, in]: target z's at rows z·columns)
 //   masked [n, count·columns] bf16 = lora_mask(t) (each row its adapter's columns, scaled)
-//   y[:, column_z .. + width_z] += masked_z B_zᵀ (B_z [width_z, columns])
+//   y[:, outputs] += masked Bᵀ                    (B [Σ width, count·columns], block diagonal: target
+//                                                   z's rows read only its columns; the targets' outputs
+//                                                   side by side in y, as LoraTargets lays them)
+// Three launches a call: an expand a target cost some 4 µs each in a decode
+// step (bench/RESULTS.md), more than reading the zeros of B's other blocks.
 // The sums differ from the per-row kernel's by t rounded to bf16 (as PEFT's
 // lora_B input is), and the extra work is columns / width of the
 // projection's: what bounds `columns` (kLoraDenseMaxColumns).
@@ -120,7 +124,7 @@ inline constexpr int kLoraDenseMaxColumns = 256;
 struct LoraDense {
   int columns = 0;                          // the adapters' ranks summed
   const Bf16Bits* a = nullptr;              // [targets.count · columns, in]
-  const Bf16Bits* b[kLoraMaxTargets] = {};  // target z's [width_z, columns]
+  const Bf16Bits* b = nullptr;              // [Σ width, targets.count · columns], block diagonal
   const int32_t* column = nullptr;          // per table slot: its adapter's first column
   float* t = nullptr;                       // scratch, n · count · columns floats
   Bf16Bits* masked = nullptr;               // scratch, as many bf16

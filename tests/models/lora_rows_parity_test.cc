@@ -114,7 +114,7 @@ void LoraRowsParity::shrink_and_expand(int n, bool runs, bool sorted, bool folde
       }
     }
     cuda::LoraDense form;
-    form.columns = columns, form.a = up(a_cat), form.b[0] = up(b_cat), form.column = up(column);
+    form.columns = columns, form.a = up(a_cat), form.b = up(b_cat), form.column = up(column);
     form.t = up(std::vector<float>(size_t(n) * columns, NAN));
     form.masked = up(std::vector<uint16_t>(size_t(n) * columns, kBf16NaN));
     cublasContext* blas = nullptr;
@@ -211,24 +211,22 @@ void LoraRowsParity::targets_in_one_launch(int n, bool sorted, bool as_runs, boo
     std::vector<int32_t> column(slots);
     int columns = 0;
     for (int a = 0; a < slots; ++a) column[a] = columns, columns += ranks[a];
-    std::vector<uint16_t> a_cat(size_t(3) * columns * in, 0);
-    std::vector<std::vector<uint16_t>> b_cat(3);
+    // B block diagonal: target z's outputs (rows) read its block of columns.
+    std::vector<uint16_t> a_cat(size_t(3) * columns * in, 0), b_cat(size_t(total) * 3 * columns, 0);
     cuda::LoraDense form;
     form.columns = columns;
-    for (int z = 0; z < 3; ++z) {
-      b_cat[z].assign(size_t(widths[z]) * columns, 0);
+    for (int z = 0, output = 0; z < 3; output += widths[z], ++z) {
       for (int a = 0; a < slots; ++a) {
         if (!a_host[z * slots + a]) continue;
         std::copy(a_host[z * slots + a], a_host[z * slots + a] + size_t(ranks[a]) * in,
                   a_cat.begin() + (size_t(z) * columns + column[a]) * in);
         for (int o = 0; o < widths[z]; ++o) {
           std::copy(b_host[z * slots + a] + size_t(o) * ranks[a], b_host[z * slots + a] + size_t(o + 1) * ranks[a],
-                    b_cat[z].begin() + size_t(o) * columns + column[a]);
+                    b_cat.begin() + size_t(output + o) * 3 * columns + size_t(z) * columns + column[a]);
         }
       }
-      form.b[z] = up(b_cat[z]);
     }
-    form.a = up(a_cat), form.column = up(column);
+    form.a = up(a_cat), form.b = up(b_cat), form.column = up(column);
     form.t = up(std::vector<float>(size_t(n) * 3 * columns, NAN));
     form.masked = up(std::vector<uint16_t>(size_t(n) * 3 * columns, kBf16NaN));
     cublasContext* blas = nullptr;
