@@ -143,7 +143,7 @@ elif [[ $phase == adapters ]]; then
   # alone, then with ADAPTER_COUNT (default 8) random rank-16 adapters that the requests take in turn.
   # First each adapted projection alone: the projection, then it and its LoRA kernel (bench/lora_rows_bench.cc).
   if [[ -x $bin/lora_rows_bench ]]; then
-    STEP_TIMEOUT=120 step lora_rows_bench "$bin/lora_rows_bench" 16,64 0,8 16 "${ADAPTER_SHAPE:-qwen3-0.6b}"
+    STEP_TIMEOUT=120 step lora_rows_bench "$bin/lora_rows_bench" "${LORA_ROWS:-16,64}" 0,8 16 "${ADAPTER_SHAPE:-qwen3-0.6b}"
     grep -E "^\|" "$out/lora_rows_bench.log"
   fi
   shape=${ADAPTER_SHAPE:-qwen3-0.6b}
@@ -167,6 +167,8 @@ elif [[ $phase == adapters ]]; then
     report=$(ls -S "$out/kt-$label".* 2>/dev/null | head -1)
     [[ -n $report ]] && awk '/^graph [0-9]+: [0-9]+ launches/ { keep = $3 + 0 > most; if (keep) { most = $3 + 0; text = "" } }
       keep && NF { text = text $0 "\n" } /^$/ { keep = 0 } END { printf "%s", text }' "$report" | head -24
+    # The eager kernels: the prompt steps and the steps that mix prompt rows with decode rows.
+    [[ -n $report ]] && sed -n '/outside graphs/,/^$/p' "$report" | head -24
   done
 elif [[ $phase == adapter_runs ]]; then
   # Served adapters' prompt rows (issue 36): the LoRA kernels' parity tests and the engine test over every
