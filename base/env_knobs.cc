@@ -104,6 +104,11 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "captured again when adapters come or go), or all through the per-row LoRA kernel, instead of "
        "the default (dense from 16 rows where hidden is 4,096 or more), for A/B runs.",
        true},
+      {K::kInferLoraSideStream, "COHORT_INFER_LORA_SIDE_STREAM", "worker",
+       "`on` or `off`: in the dense form, served adapters' shrink GEMM and mask run beside their "
+       "projection on a stream of their own (the default, `on`), or after it on the engine's stream, "
+       "for A/B runs.",
+       true},
       {K::kInferAttention, "COHORT_INFER_ATTENTION", "worker",
        "`lanes` or `tiles`: the bf16 graph engine's decode attention runs on the CUDA cores lane by "
        "lane, or on the tensor cores (the default where the head size is 64 or 128), for A/B runs.",

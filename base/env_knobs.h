@@ -45,6 +45,7 @@ enum class EnvKnob {
   kInferLoraRunRows,
   kInferLoraPrompt,
   kInferLoraDecode,
+  kInferLoraSideStream,
   kInferAttention,
   kTrainDumpBatches,
   kTrainBlocks,

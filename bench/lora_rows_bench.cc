@@ -3,9 +3,11 @@
 // followed by lora_rows_bf16 over the same rows, as the graph engine
 // enqueues them (models/decode/cuda_graph_lora.cc), µs a pair; then the
 // projection followed by the dense form (lora_dense_bf16: a shrink GEMM,
-// the mask, an expand GEMM, over every adapter side by side). The difference
-// is what one adapted projection costs a step; a Qwen3-0.6B step has 28 of
-// each.
+// the mask, an expand GEMM, over every adapter side by side), and the same
+// with the shrink and mask beside the projection on a stream of their own
+// (forked and joined by events in the graph, as the engine does). The
+// difference is what one adapted projection costs a step; a Qwen3-0.6B step
+// has 28 of each.
 //
 //   lora_rows_bench [rows,...] [adapters,...] [rank] [shape]   defaults 16,32,64 0,1,2,8 16 qwen3-0.6b
 //
@@ -154,8 +156,15 @@ int main(int argc, char** argv) {
   }
 
   std::printf("%s projections, rank %d, %d calls a form; us a call\n", shape.c_str(), rank, kCalls);
-  std::printf("| projection | rows | adapters | projection | with LoRA | LoRA adds | dense form adds |\n"
-              "|---|---|---|---|---|---|---|\n");
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "priorities");
+  check(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest), "stream");
+  check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "event");
+  check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "event");
+  std::printf("| projection | rows | adapters | projection | with LoRA | LoRA adds | dense form adds | "
+              "dense, shrink beside, adds |\n|---|---|---|---|---|---|---|---|\n");
   for (const Projection& p : projections) {
     int out = 0;
     for (int width : p.widths) out += width;
@@ -196,8 +205,17 @@ int main(int argc, char** argv) {
           mc::skinny_gemm_bf16(yf, xb, weights(i), n, p.in, out, scratch, stream, output);
           mc::lora_dense_bf16(blas, yf, out, xb, dense, ranks, scales, row_adapter, n, p.in, targets, stream);
         });
-        std::printf("| %s [%dx%d] | %d | %d | %.2f | %.2f | %.2f | %.2f |\n", p.name, p.in, out, n, adapters, alone,
-                    paired, paired - alone, dense_paired - alone);
+        const double beside = cohort::bench::time_graph_calls("lora_rows_bench", stream, kCalls, [&](int i) {
+          check(cudaEventRecord(fork, stream), "fork");
+          check(cudaStreamWaitEvent(side, fork, 0), "fork");
+          mc::lora_dense_shrink_bf16(blas, xb, dense, ranks, scales, row_adapter, n, p.in, targets.count, side);
+          check(cudaEventRecord(join, side), "join");
+          mc::skinny_gemm_bf16(yf, xb, weights(i), n, p.in, out, scratch, stream, output);
+          check(cudaStreamWaitEvent(stream, join, 0), "join");
+          mc::lora_dense_expand_bf16(blas, yf, out, dense, n, targets, stream);
+        });
+        std::printf("| %s [%dx%d] | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", p.name, p.in, out, n, adapters,
+                    alone, paired, paired - alone, dense_paired - alone, beside - alone);
         std::fflush(stdout);
       }
     }

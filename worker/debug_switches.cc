@@ -56,6 +56,10 @@ Result<DebugSwitches> read_debug_switches() {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_LORA_DECODE", decode, {"dense", "kernel"}));
     s.decode.lora_dense_decode = decode == "dense";  // unset: the engine's rule
   }
+  if (const std::string side = value_of(EnvKnob::kInferLoraSideStream); !side.empty()) {
+    COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_LORA_SIDE_STREAM", side, {"on", "off"}));
+    s.decode.lora_side_stream = side == "on";
+  }
   s.decode.projections = value_of(EnvKnob::kInferProjections);
   if (!s.decode.projections.empty()) {
     COHORT_RETURN_IF_ERROR(expect_one_of("COHORT_INFER_PROJECTIONS", s.decode.projections, {"skinny", "cublaslt"}));

@@ -163,6 +163,9 @@ CudaGraphEngine::~CudaGraphEngine() {
     for (void* p : memory) cudaFree(p);
   if (lora_.dense.memory) cudaFree(lora_.dense.memory);
   if (lora_.dense.blas) models::cuda::blas::loaded().destroy(lora_.dense.blas);
+  if (lora_.dense.fork) cudaEventDestroy(lora_.dense.fork);
+  if (lora_.dense.join) cudaEventDestroy(lora_.dense.join);
+  if (lora_.dense.side) cudaStreamDestroy(lora_.dense.side);
   lt_.reset();
   if (tp_group_.owner) {
     tp_group_ = {};  // its stream was the engine's

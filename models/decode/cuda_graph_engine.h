@@ -102,6 +102,7 @@ struct CudaEngineOptions {
     int lora_run_rows = -1;         // prompt rows of one adapter, this many in a row, take the run kernels; 0: never; -1: 1024
     std::optional<bool> lora_dense; // prompt steps' adapters as GEMMs over all loaded ones (default: while they fit)
     std::optional<bool> lora_dense_decode; // decode steps' adapters in that form too (default: 16 rows and up, hidden >= 4096)
+    std::optional<bool> lora_side_stream;  // the dense form's shrink beside its projection (default: on)
     std::string projections;        // "": measured per decode bucket at warm-up; "skinny" or "cublaslt"
     bool time_steps = false;        // log each padded decode size's GPU, launch and wall time at the end
   } overrides;

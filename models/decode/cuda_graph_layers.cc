@@ -37,6 +37,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     if (fused) {
       mc::gemv_norm_bf16(buf_.qkv, buf_.x, L.attn_norm, eps, L.wqkv.bf16, n, H, Qd + 2 * KVd, stream_);
     } else {
+      lora_shrink_ahead(l, models::LoraTarget::kQ, 3, buf_.xn, H, n);
       gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd);
     }
     if (lora_.on) enqueue_lora(l, models::LoraTarget::kQ, 3, buf_.qkv, Qd + 2 * KVd, buf_.xn, H, {Qd, KVd, KVd}, n);
@@ -55,6 +56,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     // the residual stream in place (no delta for the norm to add).
     // A served adapter's o_proj delta joins the (partial) output before
     // the ranks add theirs: its A is cut by input columns as W is.
+    lora_shrink_ahead(l, models::LoraTarget::kO, 1, buf_.y, Qd, n);
     if (in_place) {
       gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate);
       if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.x, H, buf_.y, Qd, H, n);
@@ -74,6 +76,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       if (lora_.on) gate_up_lora_swiglu(l, L, n);
       else gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
       float* out = in_place ? buf_.x : buf_.tmp;
+      lora_shrink_ahead(l, models::LoraTarget::kDown, 1, buf_.h, I, n);
       if (in_place) gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
       else gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
       if (lora_.on) enqueue_lora(l, models::LoraTarget::kDown, out, H, buf_.h, I, H, n);
@@ -239,6 +242,7 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
   mc::rms_chunks_bf16(buf_.x, layers_[0].attn_norm, buf_.xn, buf_.sumsq, n, H, stream_, norm_chunk());
   for (int l = 0; l < config_.layers; ++l) {
     const Layer& L = layers_[l];
+    lora_shrink_ahead(l, models::LoraTarget::kQ, 3, buf_.xn, H, n, buf_.sumsq);
     gemm(buf_.qkv, buf_.xn, L.wqkv, n, H, Qd + 2 * KVd, mc::GemvOutput::kStore, consume);
     if (lora_.on) {
       enqueue_lora(l, models::LoraTarget::kQ, 3, buf_.qkv, Qd + 2 * KVd, buf_.xn, H, {Qd, KVd, KVd}, n, buf_.sumsq);
@@ -259,6 +263,7 @@ void CudaGraphEngine::enqueue_folded_layers(int n) {
 
 void CudaGraphEngine::gate_up_lora_swiglu(int l, const Layer& L, int n, const models::cuda::FoldedNorm& norm) {
   const int H = config_.hidden, I = dims_.intermediate;
+  lora_shrink_ahead(l, models::LoraTarget::kGate, 2, buf_.xn, H, n, norm.in_sumsq);
   gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I, models::cuda::GemvOutput::kStore, norm);
   enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n, norm.in_sumsq);
   models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);

@@ -96,6 +96,15 @@ Status CudaGraphEngine::alloc_lora() {
       return internal_error("cuBLAS: the LoRA GEMMs' workspace was refused");
     }
     lora_.dense.decode_rows = lora_dense_decode_rows(options_.overrides.lora_dense_decode, config_.hidden);
+    if (options_.overrides.lora_side_stream.value_or(true)) {
+      // The highest priority: the shrink's few blocks start beside the
+      // projection's rather than after them.
+      int least = 0, greatest = 0;
+      COHORT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      COHORT_CUDA_CHECK(cudaStreamCreateWithPriority(&lora_.dense.side, cudaStreamNonBlocking, greatest));
+      COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&lora_.dense.fork, cudaEventDisableTiming));
+      COHORT_CUDA_CHECK(cudaEventCreateWithFlags(&lora_.dense.join, cudaEventDisableTiming));
+    }
   }
   lora_.on = true;
   return Status::ok();
@@ -359,11 +368,15 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   const size_t at = table_at(layer, first, 0);
   if (lora_.dense.step) {
     const size_t entry = static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
-    models::cuda::LoraDense dense;
-    dense.columns = lora_.dense.columns, dense.a = lora_.dense.a[entry];
+    const models::cuda::LoraDense dense = lora_dense_at(entry);
     if (!dense.a) return;  // no adapter targets these projections in this layer
-    dense.b = lora_.dense.b[entry];
-    dense.column = lora_.dense.column, dense.t = lora_.dense.t, dense.masked = lora_.dense.masked;
+    if (lora_.dense.ahead == entry) {
+      lora_.dense.ahead = SIZE_MAX;
+      COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(stream_, lora_.dense.join, 0));
+      models::cuda::lora_dense_expand_bf16(lora_.dense.blas, y, y_stride, dense, n, targets, stream_);
+      return;
+    }
+    COHORT_CHECK_MSG(lora_.dense.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
     models::cuda::LoraInputNorm norm;
     norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
     models::cuda::lora_dense_bf16(lora_.dense.blas, y, y_stride, x, dense, lora_.ranks, lora_.scales, lora_.rows, n,
@@ -381,6 +394,36 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
   models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows,
                                lora_.order, rows, in, targets, stream_, norm);
+}
+
+models::cuda::LoraDense CudaGraphEngine::lora_dense_at(size_t entry) const {
+  models::cuda::LoraDense dense;
+  dense.columns = lora_.dense.columns, dense.a = lora_.dense.a[entry], dense.b = lora_.dense.b[entry];
+  dense.column = lora_.dense.column, dense.t = lora_.dense.t, dense.masked = lora_.dense.masked;
+  return dense;
+}
+
+// The fork and join are events on the engine's stream and the side one, so
+// a captured decode step holds the shrink as a branch beside the
+// projection, and a prompt step runs it beside it. The next projection's
+// shrink forks after this one's expand, which is the only reader of the
+// scratch (t, masked) it writes.
+void CudaGraphEngine::lora_shrink_ahead(int layer, models::LoraTarget first, int count, const Bf16* x, int in, int n,
+                                        const float* in_sumsq) {
+  LoraTables::Dense& state = lora_.dense;
+  if (!lora_.on || !state.step || !state.side) return;
+  const size_t entry = static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
+  const models::cuda::LoraDense dense = lora_dense_at(entry);
+  if (!dense.a) return;
+  COHORT_CHECK_MSG(state.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
+  COHORT_CUDA_CHECK_FATAL(cudaEventRecord(state.fork, stream_));
+  COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(state.side, state.fork, 0));
+  models::cuda::LoraInputNorm norm;
+  norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
+  models::cuda::lora_dense_shrink_bf16(state.blas, x, dense, lora_.ranks, lora_.scales, lora_.rows, n, in, count,
+                                       state.side, norm);
+  COHORT_CUDA_CHECK_FATAL(cudaEventRecord(state.join, state.side));
+  state.ahead = entry;
 }
 
 }  // namespace cohort::models::decode

@@ -249,6 +249,14 @@ class CudaGraphEngine final : public InferenceEngine {
       float* t = nullptr;         // [R, kLoraMaxTargets · kLoraDenseMaxColumns]
       Bf16* masked = nullptr;     // as many bf16
       cublasContext* blas = nullptr;
+      // A projection's shrink and mask run ahead of it on a stream of their
+      // own (both read only the projection's input), its expand after it:
+      // the fork and join events and the (layer, first target) entry whose
+      // shrink is ahead (SIZE_MAX: none). side null: one stream
+      // (options.overrides.lora_side_stream).
+      cudaStream_t side = nullptr;
+      cudaEvent_t fork = nullptr, join = nullptr;
+      size_t ahead = SIZE_MAX;
     } dense;
   };
   LoraTables lora_;
@@ -267,6 +275,12 @@ class CudaGraphEngine final : public InferenceEngine {
   // folded norm's unscaled input (the layers' folded form), these its sums.
   void enqueue_lora(int layer, models::LoraTarget first, int count, float* y, int y_stride, const Bf16* x, int in,
                     std::initializer_list<int> widths, int n, const float* in_sumsq = nullptr);
+  // In the dense form, the shrink and mask of enqueue_lora(layer, first,
+  // count, …) begun now on the side stream, before the projection that
+  // reads the same x; that enqueue_lora then only waits and expands.
+  void lora_shrink_ahead(int layer, models::LoraTarget first, int count, const Bf16* x, int in, int n,
+                         const float* in_sumsq = nullptr);
+  models::cuda::LoraDense lora_dense_at(size_t entry) const;
   // Staging's part for the adapters: each row's table slot, the runs' tiles
   // (`gathered`: a prompt step, never captured), the rows by slot.
   void stage_lora_rows(int n, bool gathered);

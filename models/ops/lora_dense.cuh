@@ -60,13 +60,13 @@ void lora_mask_bf16(Bf16Bits* out, const float* t, const int32_t* row_adapter, c
   COHORT_CUDA_CHECK_FATAL(cudaGetLastError());
 }
 
-void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits* x, const LoraDense& dense,
-                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
-                     const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm) {
-  const int C = dense.columns, width = targets.count * C;
+void lora_dense_shrink_bf16(cublasContext* blas, const Bf16Bits* x, const LoraDense& dense, const int32_t* ranks,
+                            const float* scales, const int32_t* row_adapter, int n, int in, int count,
+                            CUstream_st* stream, const LoraInputNorm& norm) {
+  const int C = dense.columns, width = count * C;
   if (n <= 0 || C <= 0) return;
-  COHORT_CHECK_MSG(C <= kLoraDenseMaxColumns && targets.count <= kLoraMaxTargets,
-                   "LoRA dense form: {} columns over {} targets", C, targets.count);
+  COHORT_CHECK_MSG(C <= kLoraDenseMaxColumns && count <= kLoraMaxTargets, "LoRA dense form: {} columns over {} "
+                   "targets", C, count);
   const blas::Api& api = blas::loaded();
   COHORT_CUBLAS_CHECK_FATAL(api.set_stream(blas, stream));
   const float one = 1.0f, zero = 0.0f;
@@ -74,6 +74,12 @@ void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits
                                         x, CUDA_R_16BF, in, &zero, dense.t, CUDA_R_32F, width, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
   lora_mask_bf16(dense.masked, dense.t, row_adapter, dense.column, ranks, scales, n, width, C, stream, norm, in);
+}
+
+void lora_dense_expand_bf16(cublasContext* blas, float* y, int y_stride, const LoraDense& dense, int n,
+                            const LoraTargets& targets, CUstream_st* stream) {
+  const int C = dense.columns, width = targets.count * C;
+  if (n <= 0 || C <= 0) return;
   int outputs = 0;
   for (int z = 0; z < targets.count; ++z) {
     COHORT_CHECK_MSG(targets.column[z] == targets.column[0] + outputs, "LoRA dense form: target {} is not beside "
@@ -81,9 +87,19 @@ void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits
     outputs += targets.width[z];
   }
   COHORT_CHECK_MSG(dense.b, "LoRA dense form: no B");
+  const blas::Api& api = blas::loaded();
+  COHORT_CUBLAS_CHECK_FATAL(api.set_stream(blas, stream));
+  const float one = 1.0f;
   COHORT_CUBLAS_CHECK_FATAL(api.gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, outputs, n, width, &one, dense.b, CUDA_R_16BF,
                                         width, dense.masked, CUDA_R_16BF, width, &one, y + targets.column[0],
                                         CUDA_R_32F, y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits* x, const LoraDense& dense,
+                     const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
+                     const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm) {
+  lora_dense_shrink_bf16(blas, x, dense, ranks, scales, row_adapter, n, in, targets.count, stream, norm);
+  lora_dense_expand_bf16(blas, y, y_stride, dense, n, targets, stream);
 }
 
 }  // namespace cohort::models::cuda

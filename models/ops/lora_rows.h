@@ -134,6 +134,14 @@ struct LoraDense {
 void lora_dense_bf16(cublasContext* blas, float* y, int y_stride, const Bf16Bits* x, const LoraDense& dense,
                      const int32_t* ranks, const float* scales, const int32_t* row_adapter, int n, int in,
                      const LoraTargets& targets, CUstream_st* stream, const LoraInputNorm& norm = {});
+// Its two halves, for a caller that overlaps the first with the projection
+// (both read only x): the shrink and the mask into dense.masked, then the
+// expand into y. lora_dense_bf16 is the one, then the other, on one stream.
+void lora_dense_shrink_bf16(cublasContext* blas, const Bf16Bits* x, const LoraDense& dense, const int32_t* ranks,
+                            const float* scales, const int32_t* row_adapter, int n, int in, int count,
+                            CUstream_st* stream, const LoraInputNorm& norm = {});
+void lora_dense_expand_bf16(cublasContext* blas, float* y, int y_stride, const LoraDense& dense, int n,
+                            const LoraTargets& targets, CUstream_st* stream);
 void lora_mask_bf16(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
                     const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream,
                     const LoraInputNorm& norm = {}, int in = 0);

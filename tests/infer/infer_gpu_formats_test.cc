@@ -240,13 +240,14 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
 // the weights `load` gives and the adapters `add_adapters` adds to each
 // engine: replay gives the eager run's tokens, and the graph engine's part
 // from the CPU engine's only where the CPU's logits show a near tie.
-// lora_run_rows, lora_dense, lora_dense_decode: CudaEngineOptions::Overrides'
-// (-1 and unset: the engine's defaults).
+// lora_run_rows, lora_dense, lora_dense_decode, lora_side_stream:
+// CudaEngineOptions::Overrides' (-1 and unset: the engine's defaults).
 void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const models::decode::EngineWeightLoader& load,
                                      bool lora, const std::function<void(models::decode::InferenceEngine&)>& add_adapters,
                                      const std::vector<int>& adapters, const std::string& what,
                                      int lora_run_rows = -1, std::optional<bool> lora_dense = std::nullopt,
-                                     std::optional<bool> lora_dense_decode = std::nullopt) {
+                                     std::optional<bool> lora_dense_decode = std::nullopt,
+                                     std::optional<bool> lora_side_stream = std::nullopt) {
   std::map<int64_t, std::vector<std::vector<float>>> cpu_logits;
   TokenRuns cpu_tokens;
   {
@@ -268,6 +269,7 @@ void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const mo
     options.overrides.lora_run_rows = lora_run_rows;
     options.overrides.lora_dense = lora_dense;
     options.overrides.lora_dense_decode = lora_dense_decode;
+    options.overrides.lora_side_stream = lora_side_stream;
     options.cuda_graphs = graphs == 1;
     options.overrides.projections = "cublaslt";  // the same sums with and without graphs
     auto engine = models::decode::make_cuda_graph_engine(config, options, nullptr, load);
@@ -357,13 +359,16 @@ TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
   // asked (their graphs captured after the adapters came); through the kernels, with
   // runs from 8 rows the four longer prompts' rows take the run kernels and
   // the 3-token prompt's the per-row kernel, in the same steps; with none
-  // every row takes the per-row one.
+  // every row takes the per-row one. The dense form's shrinks run beside
+  // their projections on a stream of their own, or after them on one.
   auto load = [&](models::Model& m) { return hf::load_weights(m, dir); };
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
                                   "served adapters, prompts in the dense form");
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
                                   "served adapters, prompts and decode steps in the dense form", -1, std::nullopt,
                                   true);
+  expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
+                                  "served adapters, the dense form on one stream", -1, std::nullopt, true, false);
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0},
                                   "served adapters, prompt runs of 8 rows or more", 8, false);
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0}, "served adapters, no runs", 0,

@@ -1,7 +1,8 @@
 // The debugging switches read from the environment (worker/debug_switches.h):
 // COHORT_TRAIN_BLOCKS's three values (fused, with sparse layers, by default) and a bad one named in the error;
 // COHORT_INFER_LORA_RUN_ROWS reaching the graph engine's overrides, and a value that is not a count refused;
-// COHORT_INFER_LORA_PROMPT's two forms and the engine's default when unset; COHORT_INFER_LORA_DECODE likewise.
+// COHORT_INFER_LORA_PROMPT's two forms and the engine's default when unset; COHORT_INFER_LORA_DECODE and
+// COHORT_INFER_LORA_SIDE_STREAM likewise.
 #include "worker/debug_switches.h"
 
 #include <stdlib.h>
@@ -18,6 +19,7 @@ class DebugSwitchesEnv : public ::testing::Test {
     unsetenv("COHORT_INFER_LORA_RUN_ROWS");
     unsetenv("COHORT_INFER_LORA_PROMPT");
     unsetenv("COHORT_INFER_LORA_DECODE");
+    unsetenv("COHORT_INFER_LORA_SIDE_STREAM");
   }
 };
 
@@ -99,6 +101,16 @@ TEST_F(DebugSwitchesEnv, LoraPromptPicksTheDenseFormOrTheKernels) {
   auto bad_decode = read_debug_switches();
   ASSERT_FALSE(bad_decode.is_ok());
   EXPECT_NE(bad_decode.status().message().find("COHORT_INFER_LORA_DECODE='rows'"), std::string::npos);
+  unsetenv("COHORT_INFER_LORA_DECODE");
+  EXPECT_FALSE(unset->decode.lora_side_stream.has_value());  // the engine's default: on
+  setenv("COHORT_INFER_LORA_SIDE_STREAM", "off", 1);
+  auto one_stream = read_debug_switches();
+  ASSERT_TRUE(one_stream.is_ok()) << one_stream.status().to_string();
+  EXPECT_EQ(one_stream->decode.lora_side_stream, false);
+  setenv("COHORT_INFER_LORA_SIDE_STREAM", "1", 1);
+  auto bad_side = read_debug_switches();
+  ASSERT_FALSE(bad_side.is_ok());
+  EXPECT_NE(bad_side.status().message().find("COHORT_INFER_LORA_SIDE_STREAM='1'"), std::string::npos);
 }
 
 }  // namespace
