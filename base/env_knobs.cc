@@ -102,7 +102,8 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`dense` or `kernel`: the bf16 graph engine's decode steps all apply served adapters in the "
        "dense form (cuBLAS GEMMs over every loaded adapter, captured in the decode graphs, which are "
        "captured again when adapters come or go), or all through the per-row LoRA kernel, instead of "
-       "the default (dense from 16 rows where hidden is 4,096 or more), for A/B runs.",
+       "the default (dense where hidden is 4,096 or more: every step, or from 16 rows with "
+       "COHORT_INFER_LORA_SIDE_STREAM=off), for A/B runs.",
        true},
       {K::kInferLoraSideStream, "COHORT_INFER_LORA_SIDE_STREAM", "worker",
        "`on` or `off`: in the dense form, served adapters' shrink GEMM and mask run beside their "

@@ -101,7 +101,7 @@ struct CudaEngineOptions {
     int fused_attention_rows = -1;  // decode steps up to this many rows prepare q/k/v inside attention; -1: 64
     int lora_run_rows = -1;         // prompt rows of one adapter, this many in a row, take the run kernels; 0: never; -1: 1024
     std::optional<bool> lora_dense; // prompt steps' adapters as GEMMs over all loaded ones (default: while they fit)
-    std::optional<bool> lora_dense_decode; // decode steps' adapters in that form too (default: 16 rows and up, hidden >= 4096)
+    std::optional<bool> lora_dense_decode; // decode steps' adapters in that form too (default: hidden >= 4096; lora_dense_decode_rows)
     std::optional<bool> lora_side_stream;  // the dense form's shrink beside its projection (default: on)
     std::string projections;        // "": measured per decode bucket at warm-up; "skinny" or "cublaslt"
     bool time_steps = false;        // log each padded decode size's GPU, launch and wall time at the end
@@ -113,11 +113,13 @@ inline constexpr int kGraphLoraRank = 64;
 // The fewest rows a decode step has for its served adapters to take the
 // dense form (models/ops/lora_rows.h, lora_dense_bf16) rather than the
 // per-row kernel; INT_MAX: never. `forced`: overrides.lora_dense_decode.
-// Unforced, 16 where hidden >= 4096: on the 8B shape (an H100,
-// bench/RESULTS.md) the dense GEMMs add 43 µs a layer at 64 rows and 55 at
-// 16 where the per-row kernel adds 65 and 77, but 59 against 54 at one row;
-// on the 0.6B shape they are slower at every row count.
-int lora_dense_decode_rows(std::optional<bool> forced, int hidden);
+// Unforced, where hidden >= 4096: every row count with the shrink beside
+// its projection (`side_stream`), else 16. On the 8B shape (an H100,
+// bench/RESULTS.md) the dense form adds 49, 26 and 25 µs a layer at 1, 16
+// and 64 rows with the shrink beside, 64, 63 and 49 on one stream, where the
+// per-row kernel adds 55, 73 and 66; on the 0.6B shape the dense form on
+// one stream was slower at every row count.
+int lora_dense_decode_rows(std::optional<bool> forced, int hidden, bool side_stream = true);
 inline constexpr int kKvBlockShift = 4;
 inline constexpr int kKvBlockSize = 1 << kKvBlockShift;
 

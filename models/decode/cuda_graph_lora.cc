@@ -31,9 +31,10 @@ size_t table_at(int layer, models::LoraTarget target, int slot) {
 
 }  // namespace
 
-int lora_dense_decode_rows(std::optional<bool> forced, int hidden) {
+int lora_dense_decode_rows(std::optional<bool> forced, int hidden, bool side_stream) {
   if (forced) return *forced ? 1 : INT_MAX;
-  return hidden >= 4096 ? 16 : INT_MAX;
+  if (hidden < 4096) return INT_MAX;
+  return side_stream ? 1 : 16;
 }
 
 void CudaGraphEngine::keep_base(std::unique_ptr<models::Backend> backend, std::unique_ptr<models::Model> model) {
@@ -95,8 +96,9 @@ Status CudaGraphEngine::alloc_lora() {
     if (blas->set_workspace(handle, workspace, kWorkspace) != CUBLAS_STATUS_SUCCESS) {
       return internal_error("cuBLAS: the LoRA GEMMs' workspace was refused");
     }
-    lora_.dense.decode_rows = lora_dense_decode_rows(options_.overrides.lora_dense_decode, config_.hidden);
-    if (options_.overrides.lora_side_stream.value_or(true)) {
+    const bool side_stream = options_.overrides.lora_side_stream.value_or(true);
+    lora_.dense.decode_rows = lora_dense_decode_rows(options_.overrides.lora_dense_decode, config_.hidden, side_stream);
+    if (side_stream) {
       // The highest priority: the shrink's few blocks start beside the
       // projection's rather than after them.
       int least = 0, greatest = 0;

@@ -319,17 +319,20 @@ std::unique_ptr<models::LoraAdapters> random_adapters(models::Model& base, uint3
   return adapters;
 }
 
-// Which decode steps take served adapters' dense form: from 16 rows on a
-// model of hidden 4,096 or more, none below that, and every step or none
-// when forced (COHORT_INFER_LORA_DECODE). Needs no GPU.
-TEST(ServedAdapters, DecodeStepsTakeTheDenseFormFrom16RowsOnWideModelsUnlessForced) {
+// Which decode steps take served adapters' dense form: on a model of
+// hidden 4,096 or more every step with the shrink beside its projection
+// and from 16 rows on one stream, none on narrower models, and every step
+// or none when forced (COHORT_INFER_LORA_DECODE). Needs no GPU.
+TEST(ServedAdapters, DecodeStepsTakeTheDenseFormOnWideModelsUnlessForced) {
 #ifndef COHORT_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
 #else
   using models::decode::lora_dense_decode_rows;
-  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 4096), 16);
-  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 8192), 16);
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 4096), 1);
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 8192, /*side_stream=*/true), 1);
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 4096, /*side_stream=*/false), 16);
   EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 1024), INT_MAX);
+  EXPECT_EQ(lora_dense_decode_rows(std::nullopt, 1024, false), INT_MAX);
   EXPECT_EQ(lora_dense_decode_rows(true, 1024), 1);
   EXPECT_EQ(lora_dense_decode_rows(false, 4096), INT_MAX);
 #endif
