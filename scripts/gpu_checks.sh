@@ -60,7 +60,7 @@
 #                                          KERNEL=prefill_attention_kernel SKIP=120 BATCHES=16 NEW=2
 #                                          NCU_ARGS="--prompt-lens 1984"; warm-up's launches come first)
 #   scripts/gpu_checks.sh figures OUTDIR  the figures issues 37 and 40 are judged by (FIGURES picks parts:
-#                                          serve06 offline serve8b quant)
+#                                          serve06 offline serve8b serve8b_kv8 quant)
 # Each step's output goes to OUTDIR/<step>.log; a summary line per step is printed.
 set -u
 phase=${1:?tests or bench}
@@ -461,7 +461,8 @@ elif [[ $phase == figures ]]; then
   #   serve06  the 0.6B shape's server, every bench/serve_speed.sh load, then transformers' continuous
   #            batching on the same folder (64 requests of 512/256)
   #   offline  the offline job's prefill and decode, 64 prompts of 512
-  #   serve8b  the 8B shape's server: 64 streams of 512/256 and mixed lengths
+  #   serve8b  the 8B shape's server: 64 streams of 512/256 and mixed lengths (serve8b_kv8: the same
+  #            with serve.kv_cache_dtype = "fp8")
   #   quant    decode on the Llama-3.1-8B shape per weight format at batch 1 and 64 (QUANT_FORMATS,
   #            default int4,fp8,bf16,fp8+kv8), each with its share of the bandwidth bound
   for part in ${FIGURES:-serve06 offline serve8b quant}; do
@@ -478,21 +479,23 @@ elif [[ $phase == figures ]]; then
         STEP_TIMEOUT=200 step offline06 python3 bench/infer_bench.py --worker "$bin/cohort-worker" --no-transformers \
           --batches 64 --prompt-lens 512 --new 32 --work /tmp/offline06
         grep -E "^\|" "$out/offline06.log" ;;
-      serve8b)
-        folder=/tmp/qwen3-8b
+      serve8b|serve8b_kv8)
+        folder=/tmp/qwen3-8b kv=""
+        [[ $part == serve8b_kv8 ]] && kv=fp8
         [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-8b >"$out/folder8b.log" 2>&1
-        LOADS=streams64+mixed64 STEP_TIMEOUT=300 step serve8b bench/serve_speed.sh "$bin/cohort-worker" "$folder" \
-          "$out/serve" qwen3-8b
-        grep -E "^#|^[a-z0-9]+ \||server TTFT" "$out/serve8b.log"
-        rm -rf "$folder" ;;
+        KV_DTYPE=$kv LOADS=streams64+mixed64 STEP_TIMEOUT=300 step "$part" bench/serve_speed.sh "$bin/cohort-worker" \
+          "$folder" "$out/serve" "$part"
+        grep -E "^#|^[a-z0-9]+ \||server TTFT" "$out/$part.log" ;;
       quant)
+        rm -rf /tmp/qwen3-8b  # the disk for the quantized folders
         STEP_TIMEOUT=${QUANT_TIMEOUT:-420} step quant8b python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
           --no-transformers --shape llama3.1-8b --batches 1,64 --prompt-lens 512 --new 128 \
           --quantize "${QUANT_FORMATS:-int4,fp8,bf16,fp8+kv8}" --work /tmp/quant8b
         grep -E "^\|" "$out/quant8b.log" ;;
-      *) echo "FIGURES: unknown part '$part' (serve06, offline, serve8b, quant)" ;;
+      *) echo "FIGURES: unknown part '$part' (serve06, offline, serve8b, serve8b_kv8, quant)" ;;
     esac
   done
+  rm -rf /tmp/qwen3-8b
 elif [[ $phase == final ]]; then
   # The closing run: what the issues' GPU checks need, most important first.
   STEP_TIMEOUT=60 step gpu_check "$bin/cohort" run jobs/examples/command_gpu_check.toml
