@@ -462,7 +462,7 @@ elif [[ $phase == figures ]]; then
   #            batching on the same folder (64 requests of 512/256)
   #   offline  the offline job's prefill and decode, 64 prompts of 512
   #   serve8b  the 8B shape's server: 64 streams of 512/256 and mixed lengths (serve8b_kv8: the same
-  #            with serve.kv_cache_dtype = "fp8")
+  #            with serve.kv_cache_dtype = "fp8"; serve8b_itlN: with serve.itl_target_ms = N)
   #   quant    decode on the Llama-3.1-8B shape per weight format at batch 1 and 64 (QUANT_FORMATS,
   #            default int4,fp8,bf16,fp8+kv8), each with its share of the bandwidth bound
   for part in ${FIGURES:-serve06 offline serve8b quant}; do
@@ -479,11 +479,12 @@ elif [[ $phase == figures ]]; then
         STEP_TIMEOUT=200 step offline06 python3 bench/infer_bench.py --worker "$bin/cohort-worker" --no-transformers \
           --batches 64 --prompt-lens 512 --new 32 --work /tmp/offline06
         grep -E "^\|" "$out/offline06.log" ;;
-      serve8b|serve8b_kv8)
-        folder=/tmp/qwen3-8b kv=""
+      serve8b|serve8b_kv8|serve8b_itl*)
+        folder=/tmp/qwen3-8b kv="" itl=""
         [[ $part == serve8b_kv8 ]] && kv=fp8
+        [[ $part == serve8b_itl* ]] && itl=${part#serve8b_itl}
         [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-8b >"$out/folder8b.log" 2>&1
-        KV_DTYPE=$kv LOADS=streams64+mixed64 STEP_TIMEOUT=300 step "$part" bench/serve_speed.sh "$bin/cohort-worker" \
+        ITL_TARGET=$itl KV_DTYPE=$kv LOADS=streams64+mixed64 STEP_TIMEOUT=300 step "$part" bench/serve_speed.sh "$bin/cohort-worker" \
           "$folder" "$out/serve" "$part"
         grep -E "^#|^[a-z0-9]+ \||server TTFT" "$out/$part.log" ;;
       quant)
