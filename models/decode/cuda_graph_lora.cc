@@ -29,6 +29,11 @@ size_t table_at(int layer, models::LoraTarget target, int slot) {
          static_cast<size_t>(slot);
 }
 
+// The dense form's matrices of (layer, the first target of a group).
+size_t dense_entry(int layer, models::LoraTarget first) {
+  return static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
+}
+
 }  // namespace
 
 int lora_dense_decode_rows(std::optional<bool> forced, int hidden, bool side_stream) {
@@ -369,7 +374,7 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   COHORT_CHECK(z == count && count <= models::cuda::kLoraMaxTargets);
   const size_t at = table_at(layer, first, 0);
   if (lora_.dense.step) {
-    const size_t entry = static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
+    const size_t entry = dense_entry(layer, first);
     const models::cuda::LoraDense dense = lora_dense_at(entry);
     if (!dense.a) return;  // no adapter targets these projections in this layer
     if (lora_.dense.ahead == entry) {
@@ -379,10 +384,8 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
       return;
     }
     COHORT_CHECK_MSG(lora_.dense.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
-    models::cuda::LoraInputNorm norm;
-    norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
     models::cuda::lora_dense_bf16(lora_.dense.blas, y, y_stride, x, dense, lora_.ranks, lora_.scales, lora_.rows, n,
-                                  in, targets, stream_, norm);
+                                  in, targets, stream_, lora_input_norm(in_sumsq));
     return;
   }
   if (lora_.run_tile_count > 0) {
@@ -392,10 +395,14 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
   }
   const int rows = lora_.kernel_rows >= 0 ? lora_.kernel_rows : n;
   if (rows == 0) return;
+  models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows,
+                               lora_.order, rows, in, targets, stream_, lora_input_norm(in_sumsq));
+}
+
+models::cuda::LoraInputNorm CudaGraphEngine::lora_input_norm(const float* in_sumsq) const {
   models::cuda::LoraInputNorm norm;
   norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
-  models::cuda::lora_rows_bf16(y, y_stride, x, lora_.a + at, lora_.b + at, lora_.ranks, lora_.scales, lora_.rows,
-                               lora_.order, rows, in, targets, stream_, norm);
+  return norm;
 }
 
 models::cuda::LoraDense CudaGraphEngine::lora_dense_at(size_t entry) const {
@@ -414,16 +421,14 @@ void CudaGraphEngine::lora_shrink_ahead(int layer, models::LoraTarget first, int
                                         const float* in_sumsq) {
   LoraTables::Dense& state = lora_.dense;
   if (!lora_.on || !state.step || !state.side) return;
-  const size_t entry = static_cast<size_t>(layer) * kTargets + static_cast<size_t>(first);
+  const size_t entry = dense_entry(layer, first);
   const models::cuda::LoraDense dense = lora_dense_at(entry);
   if (!dense.a) return;
   COHORT_CHECK_MSG(state.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
   COHORT_CUDA_CHECK_FATAL(cudaEventRecord(state.fork, stream_));
   COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(state.side, state.fork, 0));
-  models::cuda::LoraInputNorm norm;
-  norm.sumsq = in_sumsq, norm.eps = config_.rms_eps;
   models::cuda::lora_dense_shrink_bf16(state.blas, x, dense, lora_.ranks, lora_.scales, lora_.rows, n, in, count,
-                                       state.side, norm);
+                                       state.side, lora_input_norm(in_sumsq));
   COHORT_CUDA_CHECK_FATAL(cudaEventRecord(state.join, state.side));
   state.ahead = entry;
 }

@@ -281,6 +281,9 @@ class CudaGraphEngine final : public InferenceEngine {
   void lora_shrink_ahead(int layer, models::LoraTarget first, int count, const Bf16* x, int in, int n,
                          const float* in_sumsq = nullptr);
   models::cuda::LoraDense lora_dense_at(size_t entry) const;
+  // The LoRA kernels' view of a projection's input: a folded norm's sums
+  // (in_sumsq, null where x is normalised) and the model's epsilon.
+  models::cuda::LoraInputNorm lora_input_norm(const float* in_sumsq) const;
   // Staging's part for the adapters: each row's table slot, the runs' tiles
   // (`gathered`: a prompt step, never captured), the rows by slot.
   void stage_lora_rows(int n, bool gathered);

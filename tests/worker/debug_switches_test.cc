@@ -7,6 +7,8 @@
 
 #include <stdlib.h>
 
+#include <string>
+
 #include <gtest/gtest.h>
 
 namespace cohort::worker {
@@ -20,6 +22,21 @@ class DebugSwitchesEnv : public ::testing::Test {
     unsetenv("COHORT_INFER_LORA_PROMPT");
     unsetenv("COHORT_INFER_LORA_DECODE");
     unsetenv("COHORT_INFER_LORA_SIDE_STREAM");
+  }
+  // The switches read with `name` set to `value`; the read must succeed.
+  static DebugSwitches read_with(const char* name, const char* value) {
+    setenv(name, value, 1);
+    auto switches = read_debug_switches();
+    EXPECT_TRUE(switches.is_ok()) << name << "=" << value << ": " << switches.status().to_string();
+    return switches.is_ok() ? *switches : DebugSwitches{};
+  }
+  // `name` set to `value` is refused, and the error names both.
+  static void expect_refused(const char* name, const char* value) {
+    setenv(name, value, 1);
+    auto switches = read_debug_switches();
+    ASSERT_FALSE(switches.is_ok()) << name << "=" << value << " was accepted";
+    const std::string named = std::string(name) + "='" + value + "'";
+    EXPECT_NE(switches.status().message().find(named), std::string::npos) << switches.status().message();
   }
 };
 
@@ -75,42 +92,19 @@ TEST_F(DebugSwitchesEnv, LoraPromptPicksTheDenseFormOrTheKernels) {
   auto unset = read_debug_switches();
   ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
   EXPECT_FALSE(unset->decode.lora_dense.has_value());  // the engine decides
-  setenv("COHORT_INFER_LORA_PROMPT", "kernels", 1);
-  auto kernels = read_debug_switches();
-  ASSERT_TRUE(kernels.is_ok()) << kernels.status().to_string();
-  EXPECT_EQ(kernels->decode.lora_dense, false);
-  setenv("COHORT_INFER_LORA_PROMPT", "dense", 1);
-  auto dense = read_debug_switches();
-  ASSERT_TRUE(dense.is_ok()) << dense.status().to_string();
-  EXPECT_EQ(dense->decode.lora_dense, true);
-  setenv("COHORT_INFER_LORA_PROMPT", "gemm", 1);
-  auto bad = read_debug_switches();
-  ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("COHORT_INFER_LORA_PROMPT='gemm'"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(read_with("COHORT_INFER_LORA_PROMPT", "kernels").decode.lora_dense, false);
+  EXPECT_EQ(read_with("COHORT_INFER_LORA_PROMPT", "dense").decode.lora_dense, true);
+  expect_refused("COHORT_INFER_LORA_PROMPT", "gemm");
   unsetenv("COHORT_INFER_LORA_PROMPT");
   EXPECT_FALSE(unset->decode.lora_dense_decode.has_value());  // the engine's rule
-  setenv("COHORT_INFER_LORA_DECODE", "dense", 1);
-  auto decode = read_debug_switches();
-  ASSERT_TRUE(decode.is_ok()) << decode.status().to_string();
-  EXPECT_EQ(decode->decode.lora_dense_decode, true);
-  setenv("COHORT_INFER_LORA_DECODE", "kernel", 1);
-  auto kernel = read_debug_switches();
-  ASSERT_TRUE(kernel.is_ok()) << kernel.status().to_string();
-  EXPECT_EQ(kernel->decode.lora_dense_decode, false);
-  setenv("COHORT_INFER_LORA_DECODE", "rows", 1);
-  auto bad_decode = read_debug_switches();
-  ASSERT_FALSE(bad_decode.is_ok());
-  EXPECT_NE(bad_decode.status().message().find("COHORT_INFER_LORA_DECODE='rows'"), std::string::npos);
+  EXPECT_EQ(read_with("COHORT_INFER_LORA_DECODE", "dense").decode.lora_dense_decode, true);
+  EXPECT_EQ(read_with("COHORT_INFER_LORA_DECODE", "kernel").decode.lora_dense_decode, false);
+  expect_refused("COHORT_INFER_LORA_DECODE", "rows");
   unsetenv("COHORT_INFER_LORA_DECODE");
   EXPECT_FALSE(unset->decode.lora_side_stream.has_value());  // the engine's default: on
-  setenv("COHORT_INFER_LORA_SIDE_STREAM", "off", 1);
-  auto one_stream = read_debug_switches();
-  ASSERT_TRUE(one_stream.is_ok()) << one_stream.status().to_string();
-  EXPECT_EQ(one_stream->decode.lora_side_stream, false);
-  setenv("COHORT_INFER_LORA_SIDE_STREAM", "1", 1);
-  auto bad_side = read_debug_switches();
-  ASSERT_FALSE(bad_side.is_ok());
-  EXPECT_NE(bad_side.status().message().find("COHORT_INFER_LORA_SIDE_STREAM='1'"), std::string::npos);
+  EXPECT_EQ(read_with("COHORT_INFER_LORA_SIDE_STREAM", "off").decode.lora_side_stream, false);
+  EXPECT_EQ(read_with("COHORT_INFER_LORA_SIDE_STREAM", "on").decode.lora_side_stream, true);
+  expect_refused("COHORT_INFER_LORA_SIDE_STREAM", "1");
 }
 
 }  // namespace
