@@ -7,7 +7,9 @@
 // with the shrink and mask beside the projection on a stream of their own
 // (forked and joined by events in the graph, as the engine does). The
 // difference is what one adapted projection costs a step; a Qwen3-0.6B step
-// has 28 of each.
+// has 28 of each. Then gate/up with its activation: the projection and the
+// activation alone, with the dense form (shrink beside, expand, activation),
+// and with the expand joined to the activation (lora_swiglu_bf16).
 //
 //   lora_rows_bench [rows,...] [adapters,...] [rank] [shape]   defaults 16,32,64 0,1,2,8 16 qwen3-0.6b
 //
@@ -30,6 +32,7 @@
 #include "models/cuda/cublas_api.h"
 #include "models/ops/gemv.h"
 #include "models/ops/lora_rows.h"
+#include "models/ops/swiglu.h"
 
 namespace {
 
@@ -163,6 +166,9 @@ int main(int argc, char** argv) {
   check(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest), "stream");
   check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "event");
   check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "event");
+  void* h = nullptr;
+  check(cudaMalloc(&h, max_rows * I * 2), "malloc");
+  std::string activation_table;
   std::printf("| projection | rows | adapters | projection | with LoRA | LoRA adds | dense form adds | "
               "dense, shrink beside, adds |\n|---|---|---|---|---|---|---|---|\n");
   for (const Projection& p : projections) {
@@ -216,9 +222,44 @@ int main(int argc, char** argv) {
         });
         std::printf("| %s [%dx%d] | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", p.name, p.in, out, n, adapters,
                     alone, paired, paired - alone, dense_paired - alone, beside - alone);
+        if (p.widths.size() == 2 && adapters > 0) {  // gate and up
+          Bf16Bits* hb = static_cast<Bf16Bits*>(h);
+          const int inter = p.widths[0];
+          auto with_shrink_beside = [&](int i) {
+            check(cudaEventRecord(fork, stream), "fork");
+            check(cudaStreamWaitEvent(side, fork, 0), "fork");
+            mc::lora_dense_shrink_bf16(blas, xb, dense, ranks, scales, row_adapter, n, p.in, 2, side);
+            check(cudaEventRecord(join, side), "join");
+            mc::skinny_gemm_bf16(yf, xb, weights(i), n, p.in, out, scratch, stream, output);
+            check(cudaStreamWaitEvent(stream, join, 0), "join");
+          };
+          const double plain = cohort::bench::time_graph_calls("lora_rows_bench", stream, kCalls, [&](int i) {
+            mc::skinny_gemm_bf16(yf, xb, weights(i), n, p.in, out, scratch, stream, output);
+            mc::swiglu_bf16(yf, hb, n, inter, stream);
+          });
+          const double expanded = cohort::bench::time_graph_calls("lora_rows_bench", stream, kCalls, [&](int i) {
+            with_shrink_beside(i);
+            mc::lora_dense_expand_bf16(blas, yf, out, dense, n, targets, stream);
+            mc::swiglu_bf16(yf, hb, n, inter, stream);
+          });
+          const double joined = cohort::bench::time_graph_calls("lora_rows_bench", stream, kCalls, [&](int i) {
+            with_shrink_beside(i);
+            mc::lora_swiglu_bf16(hb, yf, dense, ranks, row_adapter, row_order, n, inter, stream);
+          });
+          char line[200];
+          std::snprintf(line, sizeof line, "| %d | %d | %.2f | %.2f | %.2f |\n", n, adapters, plain, expanded - plain,
+                        joined - plain);
+          activation_table += line;
+        }
         std::fflush(stdout);
       }
     }
+  }
+  if (!activation_table.empty()) {
+    std::printf("\ngate/up with the activation, us a call: the two alone, then what the dense form adds (shrink "
+                "beside), expand then activation / expand joined to the activation\n"
+                "| rows | adapters | projection + activation | expand, activation | joined |\n|---|---|---|---|---|\n%s",
+                activation_table.c_str());
   }
   return 0;
 }

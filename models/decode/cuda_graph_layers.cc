@@ -265,6 +265,7 @@ void CudaGraphEngine::gate_up_lora_swiglu(int l, const Layer& L, int n, const mo
   const int H = config_.hidden, I = dims_.intermediate;
   lora_shrink_ahead(l, models::LoraTarget::kGate, 2, buf_.xn, H, n, norm.in_sumsq);
   gemm(buf_.gate_up, buf_.xn, L.wgu, n, H, 2 * I, models::cuda::GemvOutput::kStore, norm);
+  if (lora_dense_swiglu(l, n, norm.in_sumsq)) return;
   enqueue_lora(l, models::LoraTarget::kGate, 2, buf_.gate_up, 2 * I, buf_.xn, H, {I, I}, n, norm.in_sumsq);
   models::cuda::swiglu_bf16(buf_.gate_up, buf_.h, n, I, stream_);
 }

@@ -243,8 +243,14 @@ void CudaGraphEngine::stage_lora_rows(int n, bool gathered) {
   // nothing else.
   lora_.dense.step = (gathered || n >= lora_.dense.decode_rows) && lora_.dense.columns > 0;
   if (lora_.dense.step) {
+    // And the rows by adapter, which the gate/up activation's blocks take
+    // in turn (lora_swiglu_bf16).
+    int32_t* order = lora_.host_rows + max_rows_;
+    models::lora_rows_by_adapter(order, lora_.host_rows, n, kGraphLoraSlots);
     COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.rows, lora_.host_rows, static_cast<size_t>(n) * 4,
                                             cudaMemcpyHostToDevice, stream_));
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(lora_.order, order, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice,
+                                            stream_));
     return;
   }
   if (gathered && lora_.run_rows > 0) {
@@ -431,6 +437,28 @@ void CudaGraphEngine::lora_shrink_ahead(int layer, models::LoraTarget first, int
                                        state.side, lora_input_norm(in_sumsq));
   COHORT_CUDA_CHECK_FATAL(cudaEventRecord(state.join, state.side));
   state.ahead = entry;
+}
+
+// The dense form's gate/up expand joined with the activation
+// (lora_swiglu_bf16): one pass over gate_up instead of the expand's read
+// and write of it and then the activation's read.
+bool CudaGraphEngine::lora_dense_swiglu(int layer, int n, const float* in_sumsq) {
+  LoraTables::Dense& state = lora_.dense;
+  if (!state.step) return false;
+  const size_t entry = dense_entry(layer, models::LoraTarget::kGate);
+  const models::cuda::LoraDense dense = lora_dense_at(entry);
+  if (!dense.a) return false;
+  if (state.ahead == entry) {
+    state.ahead = SIZE_MAX;
+    COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(stream_, state.join, 0));
+  } else {
+    COHORT_CHECK_MSG(state.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
+    models::cuda::lora_dense_shrink_bf16(state.blas, buf_.xn, dense, lora_.ranks, lora_.scales, lora_.rows, n,
+                                         config_.hidden, 2, stream_, lora_input_norm(in_sumsq));
+  }
+  models::cuda::lora_swiglu_bf16(buf_.h, buf_.gate_up, dense, lora_.ranks, lora_.rows, lora_.order, n,
+                                 dims_.intermediate, stream_);
+  return true;
 }
 
 }  // namespace cohort::models::decode

@@ -284,6 +284,10 @@ class CudaGraphEngine final : public InferenceEngine {
   // The LoRA kernels' view of a projection's input: a folded norm's sums
   // (in_sumsq, null where x is normalised) and the model's epsilon.
   models::cuda::LoraInputNorm lora_input_norm(const float* in_sumsq) const;
+  // In the dense form, buf_.h = the activation of buf_.gate_up (the base's
+  // sums) plus layer's gate and up deltas of buf_.xn, in one pass; false
+  // (nothing done) where the step or the layer does not take it.
+  bool lora_dense_swiglu(int layer, int n, const float* in_sumsq);
   // Staging's part for the adapters: each row's table slot, the runs' tiles
   // (`gathered`: a prompt step, never captured), the rows by slot.
   void stage_lora_rows(int n, bool gathered);

@@ -142,6 +142,16 @@ void lora_dense_shrink_bf16(cublasContext* blas, const Bf16Bits* x, const LoraDe
                             CUstream_st* stream, const LoraInputNorm& norm = {});
 void lora_dense_expand_bf16(cublasContext* blas, float* y, int y_stride, const LoraDense& dense, int n,
                             const LoraTargets& targets, CUstream_st* stream);
+// The gate and up targets' expand with the MLP's activation after it, in
+// one pass over gate_up [n, 2I] (the base projection's sums, gate columns
+// first): h [n, I] = bf16(silu(g) · u) with g = gate_up[:, :I] + masked
+// B_gateᵀ and u = gate_up[:, I:] + masked B_upᵀ, where dense.masked holds
+// the shrink's masked rows [n, 2·columns] (lora_dense_shrink_bf16 with the
+// two targets) and dense.b the block-diagonal [2I, 2·columns]. It spares
+// the expand's read and write of gate_up in fp32. dense.columns a multiple
+// of 8; row_order: rows of one adapter side by side, or null.
+void lora_swiglu_bf16(Bf16Bits* h, const float* gate_up, const LoraDense& dense, const int32_t* ranks,
+                      const int32_t* row_adapter, const int32_t* row_order, int n, int I, CUstream_st* stream);
 void lora_mask_bf16(Bf16Bits* out, const float* t, const int32_t* row_adapter, const int32_t* column,
                     const int32_t* ranks, const float* scales, int n, int width, int columns, CUstream_st* stream,
                     const LoraInputNorm& norm = {}, int in = 0);

@@ -10,7 +10,9 @@
 // (each row's delta scaled by its sums of squares); and prompts' runs of
 // one adapter through the run kernels (lora_runs_bf16); and the dense form
 // (lora_dense_bf16: every adapter side by side, cuBLAS GEMMs over all rows)
-// against the same reference, its mask exactly against cpu::lora_mask. Part of
+// against the same reference, its mask exactly against cpu::lora_mask; and
+// the dense form's gate/up expand joined with the activation
+// (lora_swiglu_bf16) against the expand then the activation. Part of
 // models_decode_ops_parity_test; skips with a message where no GPU is
 // visible.
 #include <gtest/gtest.h>
@@ -37,6 +39,8 @@ class LoraRowsParity : public DecodeOpsParity {
   // (lora_runs_bf16) in 16-row tiles, as prompt steps take them; dense:
   // through the dense form, as the engine lays the adapters out for it.
   void targets_in_one_launch(int n, bool sorted, bool as_runs = false, bool dense = false);
+  // lora_swiglu_bf16 against the expand's reference then the activation's.
+  void gate_up_with_the_activation(int n, int I, bool runs, bool sorted);
   // The rows by adapter as the engine orders them, on the device, or null
   // (rows as they are).
   const int32_t* row_order(const std::vector<int32_t>& rows, int slots, bool sorted) {
@@ -285,6 +289,67 @@ TEST_F(LoraRowsParity, TheDenseFormOverEveryAdapterMatchesTheReference) {
   targets_in_one_launch(531, false, /*as_runs=*/true, /*dense=*/true);  // prompts' runs
   shrink_and_expand(70, false, false, /*folded_norm=*/false, /*dense=*/true);
   shrink_and_expand(64, false, false, /*folded_norm=*/true, /*dense=*/true);  // a decode step's folded layers
+}
+
+// lora_swiglu_bf16 on n rows of an intermediate I: adapters of ranks 8, 16,
+// 5 and 40 side by side (columns that start off a multiple of 8, and a span
+// wider than the pieces a thread keeps), rows without one, interleaved or in
+// runs, in row order or sorted; its B random in the padding too (the masked
+// rows' zeros must cancel it).
+void LoraRowsParity::gate_up_with_the_activation(int n, int I, bool runs, bool sorted) {
+  SCOPED_TRACE(::testing::Message() << n << " rows, I " << I << (runs ? ", runs" : "") << (sorted ? ", sorted" : ""));
+  const std::vector<int32_t> ranks = {8, 16, 5, 40};
+  std::vector<int32_t> column(ranks.size());
+  int used = 0;
+  for (size_t s = 0; s < ranks.size(); ++s) column[s] = used, used += ranks[s];
+  const int C = (used + 7) / 8 * 8, slots = static_cast<int>(ranks.size());
+  const std::vector<int32_t> rows = row_adapters(n, slots, runs);
+  const auto noise = random_vector(size_t(n) * 2 * C + size_t(2) * I * 2 * C, 95);
+  std::vector<uint16_t> masked(size_t(n) * 2 * C, 0), b(size_t(2) * I * 2 * C, 0);
+  for (int r = 0; r < n; ++r) {
+    if (rows[r] < 0) continue;
+    for (int c = column[rows[r]]; c < column[rows[r]] + ranks[rows[r]]; ++c) {
+      for (int half = 0; half < 2; ++half) {
+        const size_t at = size_t(r) * 2 * C + size_t(half) * C + c;
+        masked[at] = float_to_bf16_bits(noise[at]);
+      }
+    }
+  }
+  const float* b_noise = noise.data() + size_t(n) * 2 * C;
+  for (int o = 0; o < 2 * I; ++o) {
+    const size_t block = o < I ? 0 : size_t(C);  // gate rows read columns [0, C), up rows [C, 2C)
+    for (int c = 0; c < C; ++c) b[size_t(o) * 2 * C + block + c] = float_to_bf16_bits(b_noise[size_t(o) * 2 * C + c]);
+  }
+  const std::vector<float> gate_up = random_vector(size_t(n) * 2 * I, 96);
+  std::vector<float> want(size_t(n) * I);
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < I; ++i) {
+      float g = gate_up[size_t(r) * 2 * I + i], u = gate_up[size_t(r) * 2 * I + I + i];
+      for (int c = 0; c < C; ++c) {
+        g += bf16_bits_to_float(masked[size_t(r) * 2 * C + c]) * bf16_bits_to_float(b[size_t(i) * 2 * C + c]);
+        u += bf16_bits_to_float(masked[size_t(r) * 2 * C + C + c]) *
+             bf16_bits_to_float(b[size_t(I + i) * 2 * C + C + c]);
+      }
+      want[size_t(r) * I + i] = g / (1.0f + std::exp(-g)) * u;
+    }
+  }
+  cuda::LoraDense form;
+  form.columns = C, form.b = up(b), form.masked = up(masked), form.column = up(column);
+  uint16_t* g_h = up(std::vector<uint16_t>(size_t(n) * I, kBf16NaN));
+  std::vector<int32_t> order(rows.size());
+  lora_rows_by_adapter(order.data(), rows.data(), n, slots);
+  cuda::lora_swiglu_bf16(g_h, up(gate_up), form, up(ranks), up(rows), sorted ? up(order) : nullptr, n, I, stream_);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const std::vector<float> got = down_bf16(g_h, size_t(n) * I);
+  for (size_t e = 0; e < got.size(); ++e) ASSERT_TRUE(std::isfinite(got[e])) << "element " << e << " not written";
+  EXPECT_LT(norm_relative(want, got), 5e-3);
+}
+
+TEST_F(LoraRowsParity, TheGateAndUpExpandWithTheActivationMatchesTheReference) {
+  gate_up_with_the_activation(37, 200, false, false);  // a decode step's rows, interleaved
+  gate_up_with_the_activation(37, 200, false, true);
+  gate_up_with_the_activation(300, 328, true, true);   // prompts' runs, several blocks of rows
+  gate_up_with_the_activation(300, 328, true, false);
 }
 
 }  // namespace
