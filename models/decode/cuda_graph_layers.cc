@@ -55,8 +55,11 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
     // One rank whose output projections are not cuBLASLt's: they add into
     // the residual stream in place (no delta for the norm to add).
     // A served adapter's o_proj delta joins the (partial) output before
-    // the ranks add theirs: its A is cut by input columns as W is.
-    lora_shrink_ahead(l, models::LoraTarget::kO, 1, buf_.y, Qd, n);
+    // the ranks add theirs: its A is cut by input columns as W is. At one
+    // rank whose projection writes tmp, the delta goes into the residual
+    // stream itself, wholly beside the projection (residual_beside).
+    float* const residual_beside = !in_place && tp_ == 1 ? buf_.x : nullptr;
+    lora_shrink_ahead(l, models::LoraTarget::kO, 1, buf_.y, Qd, n, nullptr, residual_beside, H);
     if (in_place) {
       gemm(buf_.x, buf_.y, L.wo, n, Qd, H, mc::GemvOutput::kAccumulate);
       if (lora_.on) enqueue_lora(l, models::LoraTarget::kO, buf_.x, H, buf_.y, Qd, H, n);
@@ -76,7 +79,7 @@ void CudaGraphEngine::enqueue_layers(int n, bool decode_step) {
       if (lora_.on) gate_up_lora_swiglu(l, L, n);
       else gate_up_swiglu(buf_.xn, L.wgu, n, H, I);
       float* out = in_place ? buf_.x : buf_.tmp;
-      lora_shrink_ahead(l, models::LoraTarget::kDown, 1, buf_.h, I, n);
+      lora_shrink_ahead(l, models::LoraTarget::kDown, 1, buf_.h, I, n, nullptr, residual_beside, H);
       if (in_place) gemm(buf_.x, buf_.h, L.wdown, n, I, H, mc::GemvOutput::kAccumulate);
       else gemm(buf_.tmp, buf_.h, L.wdown, n, I, H);
       if (lora_.on) enqueue_lora(l, models::LoraTarget::kDown, out, H, buf_.h, I, H, n);

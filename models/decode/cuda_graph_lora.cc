@@ -386,6 +386,8 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
     if (lora_.dense.ahead == entry) {
       lora_.dense.ahead = SIZE_MAX;
       COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(stream_, lora_.dense.join, 0));
+      // Its delta already joined the residual stream beside the projection.
+      if (lora_.dense.ahead_expanded) return;
       models::cuda::lora_dense_expand_bf16(lora_.dense.blas, y, y_stride, dense, n, targets, stream_);
       return;
     }
@@ -424,7 +426,7 @@ models::cuda::LoraDense CudaGraphEngine::lora_dense_at(size_t entry) const {
 // shrink forks after this one's expand, which is the only reader of the
 // scratch (t, masked) it writes.
 void CudaGraphEngine::lora_shrink_ahead(int layer, models::LoraTarget first, int count, const Bf16* x, int in, int n,
-                                        const float* in_sumsq) {
+                                        const float* in_sumsq, float* expand_into, int out) {
   LoraTables::Dense& state = lora_.dense;
   if (!lora_.on || !state.step || !state.side) return;
   const size_t entry = dense_entry(layer, first);
@@ -435,6 +437,13 @@ void CudaGraphEngine::lora_shrink_ahead(int layer, models::LoraTarget first, int
   COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(state.side, state.fork, 0));
   models::cuda::lora_dense_shrink_bf16(state.blas, x, dense, lora_.ranks, lora_.scales, lora_.rows, n, in, count,
                                        state.side, lora_input_norm(in_sumsq));
+  state.ahead_expanded = expand_into != nullptr;
+  if (expand_into) {
+    COHORT_CHECK_MSG(count == 1, "a LoRA expand beside its projection takes one target");
+    models::cuda::LoraTargets targets;
+    targets.width[0] = out, targets.column[0] = 0;
+    models::cuda::lora_dense_expand_bf16(state.blas, expand_into, out, dense, n, targets, state.side);
+  }
   COHORT_CUDA_CHECK_FATAL(cudaEventRecord(state.join, state.side));
   state.ahead = entry;
 }

@@ -257,6 +257,7 @@ class CudaGraphEngine final : public InferenceEngine {
       cudaStream_t side = nullptr;
       cudaEvent_t fork = nullptr, join = nullptr;
       size_t ahead = SIZE_MAX;
+      bool ahead_expanded = false;  // and its expand (lora_shrink_ahead's expand_into)
     } dense;
   };
   LoraTables lora_;
@@ -277,9 +278,13 @@ class CudaGraphEngine final : public InferenceEngine {
                     std::initializer_list<int> widths, int n, const float* in_sumsq = nullptr);
   // In the dense form, the shrink and mask of enqueue_lora(layer, first,
   // count, …) begun now on the side stream, before the projection that
-  // reads the same x; that enqueue_lora then only waits and expands.
+  // reads the same x; that enqueue_lora then only waits and expands. With
+  // expand_into (one target of `out` outputs, row stride out), the expand
+  // adds there on the side stream too, and enqueue_lora only waits: for a
+  // delta that may join the residual stream x while the projection writes
+  // elsewhere (its partial sums into tmp, at one rank).
   void lora_shrink_ahead(int layer, models::LoraTarget first, int count, const Bf16* x, int in, int n,
-                         const float* in_sumsq = nullptr);
+                         const float* in_sumsq = nullptr, float* expand_into = nullptr, int out = 0);
   models::cuda::LoraDense lora_dense_at(size_t entry) const;
   // The LoRA kernels' view of a projection's input: a folded norm's sums
   // (in_sumsq, null where x is normalised) and the model's epsilon.
