@@ -23,7 +23,8 @@
 #   scripts/gpu_checks.sh adapters OUTDIR  served LoRA adapters: 64 streams with the base alone, then with
 #                                          ADAPTER_COUNT (8) adapters taken in turn (bench/serve_speed.sh) on
 #                                          ADAPTER_SHAPE's folder (qwen3-0.6b; qwen3-8b);
-#                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times; first
+#                                          ADAPTER_PROFILE=1 adds the 64-row step's kernel times
+#                                          (ADAPTER_SERVERS picks the servers: base adapters); first
 #                                          bench/lora_rows_bench.cc, each adapted projection alone
 #   scripts/gpu_checks.sh adapter_runs OUTDIR
 #                                          served adapters' prompt rows: the LoRA parity and engine tests, then
@@ -52,7 +53,8 @@
 #   scripts/gpu_checks.sh decode_profile OUTDIR
 #                                          per-kernel GPU time of decode steps under graph replay
 #                                          (bench/kernel_times.cc), BATCHES="1,64" and NEW=128; PROFILE_ARGS
-#                                          adds infer_bench.py arguments (--shape, --layers, --graphs-only)
+#                                          adds infer_bench.py arguments (--shape, --layers, --graphs-only);
+#                                          PROFILE_WORK its folder (OUTDIR/work)
 #   scripts/gpu_checks.sh decode_ncu OUTDIR
 #                                          one decode kernel (KERNEL regex, default the attention) under
 #                                          Nsight Compute after SKIP launches (5000), BATCHES=64 NEW=128;
@@ -151,7 +153,7 @@ elif [[ $phase == adapters ]]; then
   [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape "$shape" >"$out/folder.log" 2>&1
   # ADAPTER_PROFILE=1: each server under the kernel timer (bench/kernel_times.cc), then the kernels of
   # the graph replayed most, the 64-row decode step.
-  for label in base adapters; do
+  for label in ${ADAPTER_SERVERS:-base adapters}; do
     count=0
     [[ $label == adapters ]] && count=${ADAPTER_COUNT:-8}
     (
@@ -193,6 +195,8 @@ elif [[ $phase == adapter_runs ]]; then
       COHORT_INFER_LORA_DECODE=$decode \
       STEP_TIMEOUT=200 step "serve_$label" bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"
     grep -E "^[a-z0-9]+ \||decode steps of 64 rows: [0-9]+ timed" "$out/serve_$label.log" | cut -c1-160
+    # The eager steps (prompt chunks beside decode rows) and what the ITL budget made of them.
+    grep -hE "eager steps of|steps took prompt tokens" "$out/serve/$label.log" | cut -c16-260
   done
 elif [[ $phase == quant ]]; then
   # Quantized projections: the kernels' parity and the engine's tokens
@@ -376,10 +380,12 @@ elif [[ $phase == decode_profile ]]; then
   printf '#!/bin/sh\nexport KERNEL_TIMES=%s COHORT_INFER_STEP_TIMES=1 LD_PRELOAD=%s\nexec %s "$@"\n' \
     "$out/kernel-times" "$preload" "$bin/cohort-worker" >"$wrapper"
   chmod +x "$wrapper"
+  # PROFILE_WORK: infer_bench's folder (the model's too), outside OUTDIR for a large model.
+  work=${PROFILE_WORK:-$out/work}
   STEP_TIMEOUT=300 step infer_bench_profiled python3 bench/infer_bench.py --worker "$wrapper" \
-    --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$out/work" ${PROFILE_ARGS:-}
+    --no-transformers --batches "${BATCHES:-1,64}" --new "${NEW:-128}" --work "$work" ${PROFILE_ARGS:-}
   tail -8 "$out/infer_bench_profiled.log"
-  grep -h -E "engine load|warm-up|plans tuned|decode steps of" "$out"/work/*.log | cut -c1-300
+  grep -h -E "engine load|warm-up|plans tuned|decode steps of" "$work"/*.log | cut -c1-300
   # The most replayed graph's table (the decode bucket the benchmark ran).
   for f in "$out"/kernel-times.*.txt; do
     python3 - "$f" <<'PY'

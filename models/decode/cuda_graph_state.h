@@ -445,12 +445,13 @@ class CudaGraphEngine final : public InferenceEngine {
   // after the copies), the host's time in cudaGraphLaunch and the wall time,
   // in seconds.
   struct StepTimes {
-    int64_t steps = 0;
-    double gpu_s = 0, graph_s = 0, launch_s = 0, wall_s = 0;
+    int64_t steps = 0, rows = 0;
+    double gpu_s = 0, graph_s = 0, launch_s = 0, wall_s = 0;  // launch_s: cudaGraphLaunch, or enqueuing an eager step
   };
   bool time_steps_ = false;
   cudaEvent_t step_begin_ = nullptr, step_staged_ = nullptr, step_end_ = nullptr;
-  std::map<int, StepTimes> step_times_;
+  std::map<int, StepTimes> step_times_;   // decode steps replayed from a graph, by rows
+  std::map<int, StepTimes> eager_times_;  // prompt and mixed steps, by rows rounded up to a power of two
   void log_step_times() const;
   std::map<int, int> bucket_runs_;  // eager runs so far per padded size
   std::map<int, cudaGraphExec_t> graphs_;

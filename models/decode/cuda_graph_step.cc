@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <thread>
 
@@ -297,8 +298,10 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
                           float* logits, int32_t* greedy) {
   COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
   // Timed: decode steps replayed from a graph (not the eager and capturing
-  // runs of warm-up).
-  const bool timed = time_steps_ && use_graph && graphs_.count(n) > 0;
+  // runs of warm-up), and the eager prompt and mixed steps, with the host's
+  // time enqueuing them (what a step waits for when launches outrun it).
+  const bool graph_timed = time_steps_ && use_graph && graphs_.count(n) > 0;
+  const bool timed = graph_timed || (time_steps_ && !use_graph);
   const auto wall_begin = std::chrono::steady_clock::now();
   if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_begin_, stream_));
   if (pool_->take_changed()) upload_table();
@@ -309,7 +312,9 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
   auto graph = graphs_.find(n);
   double launch_s = 0;
   if (!use_graph) {
+    const auto enqueue_begin = std::chrono::steady_clock::now();
     enqueue_step(n, head_count, gathered);
+    launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueue_begin).count();
   } else if (graph != graphs_.end()) {
     if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_staged_, stream_));
     const auto launch_begin = std::chrono::steady_clock::now();
@@ -336,9 +341,10 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
   if (timed) {
     float ms = 0, graph_ms = 0;
     COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, step_begin_, step_end_));
-    COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&graph_ms, step_staged_, step_end_));
-    StepTimes& t = step_times_[n];
+    if (graph_timed) COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&graph_ms, step_staged_, step_end_));
+    StepTimes& t = graph_timed ? step_times_[n] : eager_times_[static_cast<int>(std::bit_ceil(static_cast<unsigned>(n)))];
     ++t.steps;
+    t.rows += n;
     t.gpu_s += ms / 1e3;
     t.graph_s += graph_ms / 1e3;
     t.launch_s += launch_s;
@@ -353,6 +359,13 @@ void CudaGraphEngine::log_step_times() const {
                  "(with the token copy back and the wait)",
                  n, t.steps, 1e6 * t.gpu_s / t.steps, 1e6 * t.graph_s / t.steps,
                  1e6 * t.launch_s / t.steps, 1e6 * t.wall_s / t.steps);
+  }
+  for (const auto& [bucket, t] : eager_times_) {
+    spdlog::info("infer: eager steps of {} to {} rows: {} timed, {:.0f} rows on average, GPU {:.1f} us a step "
+                 "({:.2f} us a row), host {:.1f} us enqueuing, wall {:.1f} us a step",
+                 bucket / 2 + 1, bucket, t.steps, static_cast<double>(t.rows) / t.steps, 1e6 * t.gpu_s / t.steps,
+                 1e6 * t.gpu_s / static_cast<double>(std::max<int64_t>(1, t.rows)), 1e6 * t.launch_s / t.steps,
+                 1e6 * t.wall_s / t.steps);
   }
 }
 
