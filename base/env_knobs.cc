@@ -74,8 +74,9 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "`1`: generation ignores the model's end-of-sequence tokens (fixed-length benchmarks).",
        true},
       {K::kInferStepTimes, "COHORT_INFER_STEP_TIMES", "worker",
-       "`1`: the bf16 graph engine times its decode steps on the GPU (CUDA events) and logs, as it "
-       "closes, GPU and wall time per step for each batch size.",
+       "`1`: the bf16 graph engine times its steps on the GPU (CUDA events) and logs, as it closes, GPU and "
+       "wall time per step for each decode batch size, and for the eager prompt and mixed steps by rows "
+       "(GPU time a row, the host's time enqueuing them).",
        true},
       {K::kInferProjections, "COHORT_INFER_PROJECTIONS", "worker",
        "`skinny` or `cublaslt`: the bf16 graph engine's projections of 2 to 64 rows all take that "
