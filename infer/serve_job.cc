@@ -75,7 +75,12 @@ class LoopQueue final : public GenerationQueue {
   // What arrived since the last call; waits up to `wait` for something.
   StepInput take(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (input_.arrivals.empty() && input_.cancels.empty() && input_.adapter_changes.empty()) cv_.wait_for(lock, wait);
+    // Not with no time to wait: a condition variable's wait with a past
+    // deadline still gives up and retakes the lock, which cost a busy
+    // loop about 80 us a step on a loaded 2-core machine.
+    if (wait.count() > 0 && input_.arrivals.empty() && input_.cancels.empty() && input_.adapter_changes.empty()) {
+      cv_.wait_for(lock, wait);
+    }
     StepInput out = std::move(input_);
     input_ = StepInput{};
     return out;
@@ -256,6 +261,10 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
   bool draining = false, cut_short = false;
   StepBudget budget(spec.serve.itl_target_ms / 1000.0);
   int64_t mixed_steps = 0, mixed_tokens = 0;  // steps with prompt tokens beside decode rows, for the closing line
+  // The loop's own time around the steps (requests in, scheduling, tokens
+  // out), against the engine's: the GPU waits through the former.
+  int64_t timed_steps = 0;
+  double loop_s = 0, engine_s = 0;
   // A drain ends a second before the agent's SIGKILL, so that the job still
   // exits by itself (and says what it cut short).
   const auto grace = std::chrono::duration<double>(std::max(0.5, spec.job.stop_grace_s - 1.0));
@@ -274,7 +283,10 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
                    http.live(), grace.count());
       http.cancel_all();
     }
-    StepInput input = queue.take(scheduler.idle() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0));
+    const bool idle = scheduler.idle();
+    Clock::time_point iteration = Clock::now();
+    StepInput input = queue.take(idle ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0));
+    if (idle) iteration = Clock::now();  // not the wait for requests
     // Draining ends once nothing is in flight: the HTTP side refuses new
     // requests, so live() only falls.
     input.stop = draining && http.live() == 0 && input.arrivals.empty() && scheduler.idle();
@@ -296,11 +308,13 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) break;
     std::vector<TokenEvent> events;
-    if (!scheduler.idle()) {
+    const bool stepped = !scheduler.idle();
+    if (stepped) {
       StepStats stats;
       events = scheduler.step(&stats, input.prompt_cap);
       budget.observe(stats.decode_rows, stats.prefill_tokens, stats.prefill_s + stats.decode_s);
       if (stats.decode_rows > 0 && stats.prefill_tokens > 0) ++mixed_steps, mixed_tokens += stats.prefill_tokens;
+      engine_s += stats.prefill_s + stats.decode_s;
     }
     if (!events.empty() || !rejected.empty()) {
       events.insert(events.end(), rejected.begin(), rejected.end());
@@ -308,6 +322,12 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
       http.deliver(std::move(events));
     }
     queue.set_gauges(scheduler, steps);
+    if (stepped) ++timed_steps, loop_s += std::chrono::duration<double>(Clock::now() - iteration).count();
+  }
+  if (timed_steps > 0) {
+    spdlog::info("serve: {} steps, {:.1f} us a step in the engine and {:.1f} us around it (requests in, "
+                 "scheduling, tokens out)", timed_steps, 1e6 * engine_s / static_cast<double>(timed_steps),
+                 1e6 * std::max(0.0, loop_s - engine_s) / static_cast<double>(timed_steps));
   }
   // What serve.itl_target_ms is weighed against, for whoever tunes it.
   if (mixed_steps > 0) {
