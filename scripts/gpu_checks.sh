@@ -196,7 +196,7 @@ elif [[ $phase == adapter_runs ]]; then
       STEP_TIMEOUT=200 step "serve_$label" bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" "$label"
     grep -E "^[a-z0-9]+ \||decode steps of 64 rows: [0-9]+ timed" "$out/serve_$label.log" | cut -c1-160
     # The eager steps (prompt chunks beside decode rows) and what the ITL budget made of them.
-    grep -hE "eager steps of|steps took prompt tokens" "$out/serve/$label.log" | cut -c16-260
+    grep -hE "eager steps of|steps took prompt tokens|around it" "$out/serve/$label.log" | cut -c16-260
   done
 elif [[ $phase == quant ]]; then
   # Quantized projections: the kernels' parity and the engine's tokens
@@ -478,6 +478,7 @@ elif [[ $phase == figures ]]; then
         [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-0.6b >"$out/folder06.log" 2>&1
         STEP_TIMEOUT=300 step serve06 bench/serve_speed.sh "$bin/cohort-worker" "$folder" "$out/serve" qwen3-0.6b
         grep -E "^#|^[a-z0-9]+ \||prefix_cache|server TTFT" "$out/serve06.log"
+        grep -hE "around it" "$out/serve/qwen3-0.6b.log" | cut -c16-200
         STEP_TIMEOUT=150 step transformers_cb06 python3 bench/transformers_cb_bench.py "$folder" --requests 64 \
           --prompt 512 --output 256
         tail -1 "$out/transformers_cb06.log" ;;
@@ -492,7 +493,8 @@ elif [[ $phase == figures ]]; then
         [[ -f $folder/config.json ]] || python3 bench/make_hf_folder.py "$folder" --shape qwen3-8b >"$out/folder8b.log" 2>&1
         ITL_TARGET=$itl KV_DTYPE=$kv LOADS=streams64+mixed64 STEP_TIMEOUT=300 step "$part" bench/serve_speed.sh "$bin/cohort-worker" \
           "$folder" "$out/serve" "$part"
-        grep -E "^#|^[a-z0-9]+ \||server TTFT" "$out/$part.log" ;;
+        grep -E "^#|^[a-z0-9]+ \||server TTFT" "$out/$part.log"
+        grep -hE "around it" "$out/serve/$part.log" | cut -c16-200 ;;
       quant)
         rm -rf /tmp/qwen3-8b  # the disk for the quantized folders
         STEP_TIMEOUT=${QUANT_TIMEOUT:-420} step quant8b python3 bench/infer_bench.py --worker "$bin/cohort-worker" \
