@@ -335,7 +335,8 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
                  "step took {:.2f} ms and a prompt token {:.1f} us, for a cap of {} tokens a step",
                  mixed_steps, static_cast<double>(mixed_tokens) / static_cast<double>(mixed_steps),
                  1e3 * budget.decode_step_s(), 1e6 * budget.prompt_token_s(),
-                 budget.prompt_cap() == StepBudget::kUncapped ? std::string("none") : std::to_string(budget.prompt_cap()));
+                 budget.prompt_cap() == StepBudget::kUncapped ? std::string("none")
+                                                              : std::to_string(budget.prompt_cap()));
   }
   return Status::ok();
 }

@@ -342,7 +342,8 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
     float ms = 0, graph_ms = 0;
     COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, step_begin_, step_end_));
     if (graph_timed) COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&graph_ms, step_staged_, step_end_));
-    StepTimes& t = graph_timed ? step_times_[n] : eager_times_[static_cast<int>(std::bit_ceil(static_cast<unsigned>(n)))];
+    const int bucket = static_cast<int>(std::bit_ceil(static_cast<unsigned>(n)));
+    StepTimes& t = graph_timed ? step_times_[n] : eager_times_[bucket];
     ++t.steps;
     t.rows += n;
     t.gpu_s += ms / 1e3;
