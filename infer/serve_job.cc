@@ -260,11 +260,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
   int64_t steps = 0;
   bool draining = false, cut_short = false;
   StepBudget budget(spec.serve.itl_target_ms / 1000.0);
-  int64_t mixed_steps = 0, mixed_tokens = 0;  // steps with prompt tokens beside decode rows, for the closing line
-  // The loop's own time around the steps (requests in, scheduling, tokens
-  // out), against the engine's: the GPU waits through the former.
-  int64_t timed_steps = 0;
-  double loop_s = 0, engine_s = 0;
+  ServeLoopStats loop_stats;
   // A drain ends a second before the agent's SIGKILL, so that the job still
   // exits by itself (and says what it cut short).
   const auto grace = std::chrono::duration<double>(std::max(0.5, spec.job.stop_grace_s - 1.0));
@@ -308,13 +304,11 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     apply_step_input(input, scheduler, setup.tokenizer.get(), {}, &rejected, setup.vocabulary);
     if (input.stop) break;
     std::vector<TokenEvent> events;
+    StepStats stats;
     const bool stepped = !scheduler.idle();
     if (stepped) {
-      StepStats stats;
       events = scheduler.step(&stats, input.prompt_cap);
       budget.observe(stats.decode_rows, stats.prefill_tokens, stats.prefill_s + stats.decode_s);
-      if (stats.decode_rows > 0 && stats.prefill_tokens > 0) ++mixed_steps, mixed_tokens += stats.prefill_tokens;
-      engine_s += stats.prefill_s + stats.decode_s;
     }
     if (!events.empty() || !rejected.empty()) {
       events.insert(events.end(), rejected.begin(), rejected.end());
@@ -322,22 +316,12 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
       http.deliver(std::move(events));
     }
     queue.set_gauges(scheduler, steps);
-    if (stepped) ++timed_steps, loop_s += std::chrono::duration<double>(Clock::now() - iteration).count();
+    if (stepped) {
+      loop_stats.observe(stats.decode_rows, stats.prefill_tokens, stats.prefill_s + stats.decode_s,
+                         std::chrono::duration<double>(Clock::now() - iteration).count());
+    }
   }
-  if (timed_steps > 0) {
-    spdlog::info("serve: {} steps, {:.1f} us a step in the engine and {:.1f} us around it (requests in, "
-                 "scheduling, tokens out)", timed_steps, 1e6 * engine_s / static_cast<double>(timed_steps),
-                 1e6 * std::max(0.0, loop_s - engine_s) / static_cast<double>(timed_steps));
-  }
-  // What serve.itl_target_ms is weighed against, for whoever tunes it.
-  if (mixed_steps > 0) {
-    spdlog::info("serve: {} steps took prompt tokens beside decode rows, {:.0f} on average; at the end a decode "
-                 "step took {:.2f} ms and a prompt token {:.1f} us, for a cap of {} tokens a step",
-                 mixed_steps, static_cast<double>(mixed_tokens) / static_cast<double>(mixed_steps),
-                 1e3 * budget.decode_step_s(), 1e6 * budget.prompt_token_s(),
-                 budget.prompt_cap() == StepBudget::kUncapped ? std::string("none")
-                                                              : std::to_string(budget.prompt_cap()));
-  }
+  for (const std::string& line : loop_stats.closing_lines(budget)) spdlog::info("serve: {}", line);
   return Status::ok();
 }
 

@@ -1,5 +1,7 @@
 #include "infer/step_budget.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -42,6 +44,30 @@ void StepBudget::observe(int decode_rows, int64_t prompt_tokens, double seconds)
   prompt_s_ = blend(prompt_s_, beyond);
   prompt_tokens_ = blend(prompt_tokens_, static_cast<double>(prompt_tokens));
   token_s_ = prompt_s_ / prompt_tokens_;
+}
+
+void ServeLoopStats::observe(int decode_rows, int64_t prompt_tokens, double engine_s, double iteration_s) {
+  ++steps_;
+  engine_s_ += engine_s, iteration_s_ += iteration_s;
+  if (decode_rows > 0 && prompt_tokens > 0) ++mixed_steps_, mixed_tokens_ += prompt_tokens;
+}
+
+std::vector<std::string> ServeLoopStats::closing_lines(const StepBudget& budget) const {
+  std::vector<std::string> lines;
+  if (steps_ == 0) return lines;
+  const double steps = static_cast<double>(steps_);
+  lines.push_back(fmt::format("{} steps, {:.1f} us a step in the engine and {:.1f} us around it (requests in, "
+                              "scheduling, tokens out)",
+                              steps_, 1e6 * engine_s_ / steps, 1e6 * std::max(0.0, iteration_s_ - engine_s_) / steps));
+  if (mixed_steps_ > 0) {
+    const int64_t cap = budget.prompt_cap();
+    lines.push_back(fmt::format("{} steps took prompt tokens beside decode rows, {:.0f} on average; at the end a "
+                                "decode step took {:.2f} ms and a prompt token {:.1f} us, for a cap of {} tokens a step",
+                                mixed_steps_, static_cast<double>(mixed_tokens_) / static_cast<double>(mixed_steps_),
+                                1e3 * budget.decode_step_s(), 1e6 * budget.prompt_token_s(),
+                                cap == StepBudget::kUncapped ? std::string("none") : std::to_string(cap)));
+  }
+  return lines;
 }
 
 }  // namespace cohort::infer

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace cohort::infer {
 
@@ -47,6 +49,25 @@ class StepBudget {
   double decode_s_ = 0;  // a decode-only step; 0: none seen
   double prompt_s_ = 0, prompt_tokens_ = 0;  // averages of a step's prompt time and tokens
   double token_s_ = 0;   // their ratio: a prompt token's share of a step; 0: none seen
+};
+
+// ServeLoopStats: what the serving loop says of its steps as it stops: the
+// time a step spent in the engine and around it (requests in, scheduling,
+// tokens out: the GPU waits through that part), and what the step budget
+// worked from (how many steps took prompt tokens beside decode rows, and
+// its last estimates). Thread-compatible; rank 0's loop owns one.
+class ServeLoopStats {
+ public:
+  // A step that ran `decode_rows` next tokens and `prompt_tokens` prompt
+  // tokens in `engine_s`, in a loop iteration of `iteration_s` (the wait
+  // for requests while idle not included).
+  void observe(int decode_rows, int64_t prompt_tokens, double engine_s, double iteration_s);
+  // The lines to log (none before a step).
+  std::vector<std::string> closing_lines(const StepBudget& budget) const;
+
+ private:
+  int64_t steps_ = 0, mixed_steps_ = 0, mixed_tokens_ = 0;
+  double engine_s_ = 0, iteration_s_ = 0;
 };
 
 }  // namespace cohort::infer

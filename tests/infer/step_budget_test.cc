@@ -1,11 +1,15 @@
 // The server's step budget (infer/step_budget.h): no cap until both a
 // decode step and a prompt token's cost are measured, then the prompt
 // tokens that fit the target beside a decode step, following a change of
-// cost within a few steps, never below one block.
+// cost within a few steps, never below one block. And the serving loop's
+// closing lines (ServeLoopStats) from its steps and the budget.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "infer/step_budget.h"
 
@@ -84,6 +88,31 @@ TEST(StepBudget, SettlesAtTheLargestChunkThatFitsFromAnyStart) {
     EXPECT_NEAR(static_cast<double>(b.prompt_cap()), want, 0.03 * want) << "first step " << first_step << " s";
     EXPECT_LE(mixed(b.prompt_cap()), 0.025 * 1.03);
   }
+}
+
+TEST(ServeLoopStats, SaysTheEngineAndLoopTimesAndWhatTheBudgetWorkedFrom) {
+  StepBudget budget(0.025);
+  ServeLoopStats stats;
+  EXPECT_TRUE(stats.closing_lines(budget).empty()) << "nothing stepped";
+  // Two decode steps and one with 500 prompt tokens: 4, 4 and 19 ms in the
+  // engine, each iteration 100 us longer.
+  for (const auto& [rows, tokens, engine_s] : {std::tuple{64, int64_t{0}, 0.004}, std::tuple{64, int64_t{0}, 0.004},
+                                               std::tuple{63, int64_t{500}, 0.019}}) {
+    budget.observe(rows, tokens, engine_s);
+    stats.observe(rows, tokens, engine_s, engine_s + 100e-6);
+  }
+  const std::vector<std::string> lines = stats.closing_lines(budget);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "3 steps, 9000.0 us a step in the engine and 100.0 us around it (requests in, scheduling, "
+                      "tokens out)");
+  // The prompt step cost 15 ms beyond a 4 ms decode step: 30 us a token,
+  // so 21 ms of the 25 ms target left take 700.
+  EXPECT_EQ(lines[1], "1 steps took prompt tokens beside decode rows, 500 on average; at the end a decode step "
+                      "took 4.00 ms and a prompt token 30.0 us, for a cap of 700 tokens a step");
+  // A prompt step with no decode rows is not one the cap applies to.
+  ServeLoopStats alone;
+  alone.observe(0, 2048, 0.05, 0.05);
+  ASSERT_EQ(alone.closing_lines(StepBudget(0)).size(), 1u);
 }
 
 }  // namespace
