@@ -383,17 +383,9 @@ void CudaGraphEngine::enqueue_lora(int layer, models::LoraTarget first, int coun
     const size_t entry = dense_entry(layer, first);
     const models::cuda::LoraDense dense = lora_dense_at(entry);
     if (!dense.a) return;  // no adapter targets these projections in this layer
-    if (lora_.dense.ahead == entry) {
-      lora_.dense.ahead = SIZE_MAX;
-      COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(stream_, lora_.dense.join, 0));
-      // Its delta already joined the residual stream beside the projection.
-      if (lora_.dense.ahead_expanded) return;
-      models::cuda::lora_dense_expand_bf16(lora_.dense.blas, y, y_stride, dense, n, targets, stream_);
-      return;
-    }
-    COHORT_CHECK_MSG(lora_.dense.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
-    models::cuda::lora_dense_bf16(lora_.dense.blas, y, y_stride, x, dense, lora_.ranks, lora_.scales, lora_.rows, n,
-                                  in, targets, stream_, lora_input_norm(in_sumsq));
+    // Where the expand ran beside too, the delta already joined the residual stream.
+    if (lora_dense_shrunk(entry, dense, x, in, count, n, in_sumsq)) return;
+    models::cuda::lora_dense_expand_bf16(lora_.dense.blas, y, y_stride, dense, n, targets, stream_);
     return;
   }
   if (lora_.run_tile_count > 0) {
@@ -448,23 +440,32 @@ void CudaGraphEngine::lora_shrink_ahead(int layer, models::LoraTarget first, int
   state.ahead = entry;
 }
 
+// The shrink and mask of `entry`'s group: joined from the side stream where
+// lora_shrink_ahead began them, else run now on the engine's stream. True
+// where that expand, too, ran beside (lora_shrink_ahead's expand_into).
+bool CudaGraphEngine::lora_dense_shrunk(size_t entry, const models::cuda::LoraDense& dense, const Bf16* x, int in,
+                                        int count, int n, const float* in_sumsq) {
+  LoraTables::Dense& state = lora_.dense;
+  if (state.ahead == entry) {
+    state.ahead = SIZE_MAX;
+    COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(stream_, state.join, 0));
+    return state.ahead_expanded;
+  }
+  COHORT_CHECK_MSG(state.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
+  models::cuda::lora_dense_shrink_bf16(state.blas, x, dense, lora_.ranks, lora_.scales, lora_.rows, n, in, count,
+                                       stream_, lora_input_norm(in_sumsq));
+  return false;
+}
+
 // The dense form's gate/up expand joined with the activation
 // (lora_swiglu_bf16): one pass over gate_up instead of the expand's read
 // and write of it and then the activation's read.
 bool CudaGraphEngine::lora_dense_swiglu(int layer, int n, const float* in_sumsq) {
-  LoraTables::Dense& state = lora_.dense;
-  if (!state.step) return false;
+  if (!lora_.dense.step) return false;
   const size_t entry = dense_entry(layer, models::LoraTarget::kGate);
   const models::cuda::LoraDense dense = lora_dense_at(entry);
   if (!dense.a) return false;
-  if (state.ahead == entry) {
-    state.ahead = SIZE_MAX;
-    COHORT_CUDA_CHECK_FATAL(cudaStreamWaitEvent(stream_, state.join, 0));
-  } else {
-    COHORT_CHECK_MSG(state.ahead == SIZE_MAX, "a LoRA shrink ran ahead for another projection");
-    models::cuda::lora_dense_shrink_bf16(state.blas, buf_.xn, dense, lora_.ranks, lora_.scales, lora_.rows, n,
-                                         config_.hidden, 2, stream_, lora_input_norm(in_sumsq));
-  }
+  lora_dense_shrunk(entry, dense, buf_.xn, config_.hidden, 2, n, in_sumsq);
   models::cuda::lora_swiglu_bf16(buf_.h, buf_.gate_up, dense, lora_.ranks, lora_.rows, lora_.order, n,
                                  dims_.intermediate, stream_);
   return true;

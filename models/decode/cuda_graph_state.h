@@ -286,6 +286,8 @@ class CudaGraphEngine final : public InferenceEngine {
   void lora_shrink_ahead(int layer, models::LoraTarget first, int count, const Bf16* x, int in, int n,
                          const float* in_sumsq = nullptr, float* expand_into = nullptr, int out = 0);
   models::cuda::LoraDense lora_dense_at(size_t entry) const;
+  bool lora_dense_shrunk(size_t entry, const models::cuda::LoraDense& dense, const Bf16* x, int in, int count, int n,
+                         const float* in_sumsq);
   // The LoRA kernels' view of a projection's input: a folded norm's sums
   // (in_sumsq, null where x is normalised) and the model's epsilon.
   models::cuda::LoraInputNorm lora_input_norm(const float* in_sumsq) const;
