@@ -40,6 +40,7 @@ enum class EnvKnob {
   kInferDumpLogits,
   kInferIgnoreEos,
   kInferStepTimes,
+  kServeRunAhead,
   kInferProjections,
   kInferFusedAttentionRows,
   kInferLoraRunRows,

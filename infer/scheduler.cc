@@ -44,6 +44,7 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* row, int vocab,
 
 Scheduler::Scheduler(models::decode::InferenceEngine& engine, SchedulerOptions options)
     : engine_(engine), options_(std::move(options)), slots_(engine.slots()) {
+  run_ahead_ = options_.run_ahead && engine.can_run_ahead();
   logits_.resize(static_cast<size_t>(engine.slots()) * engine.vocab_size());
   greedy_.resize(engine.slots());
 }
@@ -126,7 +127,7 @@ void Scheduler::preempt_newest() {
   } else {
     saved.resume.clear();  // preempted during its prompt: the prompt again
   }
-  saved.prefilled = 0, saved.cached = 0;
+  saved.prefilled = 0, saved.cached = 0, saved.in_flight_row = -1;
   slots_[newest] = Slot{};
   --running_;
   ++preemptions_;
@@ -326,12 +327,8 @@ void Scheduler::plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budg
   }
 }
 
-std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
-  std::vector<TokenEvent> events;
-  StepStats st;
+bool Scheduler::plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vector<TokenEvent>& events) {
   drop_cancelled(events);
-  std::vector<int> decode_slots;
-  std::vector<int32_t> decode_tokens;
   // Every decoding sequence's next position must find a block: while not,
   // the newest sequence makes room.
   while (free_after({}) < 0 && running_ > 1) {
@@ -341,10 +338,19 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
   for (size_t s = 0; s < slots_.size(); ++s) {
     const Slot& slot = slots_[s];
     if (!slot.busy || slot.prefilled < prefill_of(slot).size()) continue;
-    decode_slots.push_back(static_cast<int>(s));
-    decode_tokens.push_back(slot.generated.back());
+    if (slot.in_flight_row >= 0) {
+      // Its next input is the step in flight's token, unless that is its
+      // last by length.
+      if (static_cast<int>(slot.generated.size()) + 1 >= slot.req.max_new_tokens) continue;
+      p.decode_tokens.push_back(-1);
+      p.token_from.push_back(slot.in_flight_row);
+    } else {
+      p.decode_tokens.push_back(slot.generated.back());
+      p.token_from.push_back(-1);
+    }
+    p.decode_slots.push_back(static_cast<int>(s));
   }
-  const int d = static_cast<int>(decode_slots.size());
+  const int d = static_cast<int>(p.decode_slots.size());
   // A bounded step is one forward; an unbounded one (the offline job)
   // takes every prompt the slots hold, in as many forwards as the engine needs.
   int budget = options_.max_batched_tokens > 0
@@ -352,39 +358,46 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
                               std::max(engine_.max_step_rows() - d, 0))
                    : INT_MAX;
   if (d > 0 && prompt_cap < budget) budget = static_cast<int>(std::max<int64_t>(prompt_cap, 1));
-  std::vector<Chunk> chunks;
-  plan_prompts(chunks, st, budget, d == 0);
+  plan_prompts(p.chunks, st, budget, d == 0);
   // Sequences part-way through their prompts with no block left for any of
   // them: the newest makes room (one sequence alone always fits).
-  while (d == 0 && chunks.empty() && running_ > 1) {
+  while (d == 0 && p.chunks.empty() && running_ > 1) {
     preempt_newest();
     ++st.preempted;
-    plan_prompts(chunks, st, budget, true);
+    plan_prompts(p.chunks, st, budget, true);
   }
-  if (d == 0 && chunks.empty()) {
-    if (stats) *stats = st;
-    return events;
-  }
+  if (d == 0 && p.chunks.empty()) return false;
   // Outputs: the decode rows, then each chunk's last position, which only
   // a chunk that ends its prompt uses.
-  std::vector<int> out_slots = decode_slots;
-  std::vector<bool> used(d, true);
-  bool logits = false;
-  for (int s : decode_slots) logits = logits || wants_logits(slots_[s]);
-  for (const Chunk& c : chunks) {
+  p.out_slots = p.decode_slots;
+  p.used.assign(d, true);
+  for (int s : p.decode_slots) p.logits = p.logits || wants_logits(slots_[s]);
+  for (const Chunk& c : p.chunks) {
     const Slot& slot = slots_[c.slot];
     const bool last = slot.prefilled + c.n == prefill_of(slot).size();
-    out_slots.push_back(c.slot);
-    used.push_back(last);
-    logits = logits || (last && wants_logits(slot));
-    st.prefill_tokens += c.n;
+    p.out_slots.push_back(c.slot);
+    p.used.push_back(last);
+    p.logits = p.logits || (last && wants_logits(slot));
+    p.prefill_tokens += c.n;
   }
-  const auto t0 = Clock::now();
-  engine_.step(decode_slots.data(), decode_tokens.data(), d, chunks, logits ? logits_.data() : nullptr,
-               greedy_.data());
-  for (const Chunk& c : chunks) slots_[c.slot].prefilled += c.n, slots_[c.slot].cached += c.n;
-  for (int s : decode_slots) ++slots_[s].cached;
+  for (int s : p.out_slots) p.out_ids.push_back(slots_[s].req.id);
+  st.prefill_tokens = p.prefill_tokens;
+  st.decode_rows = d;
+  return true;
+}
+
+void Scheduler::advance(const Plan& p) {
+  for (const Chunk& c : p.chunks) slots_[c.slot].prefilled += c.n, slots_[c.slot].cached += c.n;
+  for (int s : p.decode_slots) ++slots_[s].cached;
+}
+
+void Scheduler::finish(const Plan& p, std::vector<TokenEvent>& events) {
   const size_t V = static_cast<size_t>(engine_.vocab_size());
+  const std::vector<int>& out_slots = p.out_slots;
+  auto holds = [&](size_t j) {
+    const Slot& slot = slots_[out_slots[j]];
+    return p.used[j] && slot.busy && slot.req.id == p.out_ids[j];
+  };
   std::vector<int32_t> next(out_slots.size(), -1);
   // A row held to a grammar costs a walk of the vocabulary tree for its
   // mask: such rows are picked on several threads (each sequence's sampler
@@ -392,11 +405,11 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
   // every pick is the device's greedy token.
   std::vector<size_t> guided;
   for (size_t j = 0; j < out_slots.size(); ++j) {
-    if (!used[j]) continue;
-    if (logits && slots_[out_slots[j]].req.guide && !options_.on_logits) {
+    if (!holds(j)) continue;
+    if (p.logits && slots_[out_slots[j]].req.guide && !options_.on_logits) {
       guided.push_back(j);
     } else {
-      next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], logits, penalized_);
+      next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], p.logits, penalized_);
     }
   }
   // One row buffer a thread, so that memory stays kPickThreads rows
@@ -409,15 +422,28 @@ std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
         next[j] = pick(slots_[out_slots[j]], logits_.data() + j * V, greedy_[j], true, buffer);
       },
       std::min<size_t>(guided.size(), kPickThreads));
-  const double elapsed = seconds_since(t0);
-  if (chunks.empty()) {
-    st.decode_s = elapsed, st.decode_batch = d;
-  } else {
-    st.prefill_s = elapsed;
-  }
-  st.decode_rows = d;
   for (size_t j = 0; j < out_slots.size(); ++j) {
-    if (used[j]) emit(out_slots[j], next[j], logits ? logits_.data() + j * V : nullptr, events);
+    if (holds(j)) emit(out_slots[j], next[j], p.logits ? logits_.data() + j * V : nullptr, events);
+  }
+}
+
+std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
+  if (run_ahead_) return step_ahead(stats, prompt_cap);
+  std::vector<TokenEvent> events;
+  StepStats st;
+  Plan p;
+  if (plan_step(p, st, prompt_cap, events)) {
+    const auto t0 = Clock::now();
+    engine_.step(p.decode_slots.data(), p.decode_tokens.data(), static_cast<int>(p.decode_slots.size()), p.chunks,
+                 p.logits ? logits_.data() : nullptr, greedy_.data());
+    advance(p);
+    finish(p, events);
+    const double elapsed = seconds_since(t0);
+    if (p.chunks.empty()) {
+      st.decode_s = elapsed, st.decode_batch = st.decode_rows;
+    } else {
+      st.prefill_s = elapsed;
+    }
   }
   if (stats) *stats = st;
   return events;

@@ -39,10 +39,12 @@
 // rows held to a grammar on up to kPickThreads short-lived threads.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,17 @@ struct SchedulerOptions {
   // on_logits); must be alike on every rank of a tensor-parallel group.
   bool return_logits = false;
   std::function<void(int64_t id, const float* logits, int vocab)> on_logits;
+  // Launch each step of greedy rows before reading the tokens of the one
+  // before (InferenceEngine::launch), where the engine can run ahead: its
+  // next step is queued while the host hands out the last one's tokens
+  // and plans, so the device does not wait for the host between steps.
+  // step() then returns the tokens of the step before the one it
+  // launched (a sequence that ended there had a row in the new step, whose
+  // token is dropped). Steps whose rows want logits (sampling, logprobs,
+  // penalties, grammars) run as plain steps; they, cancellations,
+  // preemptions and steps the engine ran as several forwards wait for the
+  // step in flight first. The server's loop turns it on.
+  bool run_ahead = false;
 };
 
 class Scheduler {
@@ -123,7 +136,9 @@ class Scheduler {
   // budget, step_budget.h); at least one token still goes, so prompts move.
   std::vector<TokenEvent> step(StepStats* stats = nullptr, int64_t prompt_cap = INT64_MAX);
 
-  bool idle() const { return waiting_.empty() && preempted_.empty() && running_ == 0 && cancels_.empty(); }
+  bool idle() const {
+    return waiting_.empty() && preempted_.empty() && running_ == 0 && cancels_.empty() && !in_flight_;
+  }
   // Whether a sequence running, preempted or waiting uses adapter `index`.
   bool uses_adapter(int index) const;
   int running() const { return running_; }
@@ -155,7 +170,44 @@ class Scheduler {
     int64_t cached = 0;            // positions in the KV cache
     std::vector<int32_t> generated;
     int64_t order = 0;             // admission order: the newest is preempted first
+    // Running ahead: its output row in the newest launched step, whose token
+    // the host has not read yet (-1: none; its next input is generated.back()).
+    int in_flight_row = -1;
   };
+  // A step's rows in the engine's order: decode rows, then prompt chunks,
+  // one output row each.
+  using Chunk = models::decode::InferenceEngine::Chunk;
+  struct Plan {
+    std::vector<int> decode_slots;
+    std::vector<int32_t> decode_tokens;
+    std::vector<int> token_from;   // running ahead: the step in flight's output row giving the token, or -1
+    std::vector<Chunk> chunks;
+    std::vector<int> out_slots;    // each output row's slot
+    std::vector<int64_t> out_ids;  // and its request then
+    std::vector<bool> used;        // whether it is the sequence's next token (a chunk must end its prompt)
+    bool logits = false;           // some used row picks from logits on the host
+    int64_t prefill_tokens = 0;
+  };
+  // Cancellations out, preemptions for blocks, then the step's rows; false
+  // when there is nothing to run.
+  bool plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vector<TokenEvent>& events);
+  // The slots' positions once the step's rows are in the engine.
+  void advance(const Plan& p);
+  // Picks each used row's token (from logits_ where p.logits, else greedy_)
+  // and emits it; rows whose slot no longer holds the request are skipped.
+  void finish(const Plan& p, std::vector<TokenEvent>& events);
+  // Scheduler steps with a step in flight (scheduler_ahead.cc).
+  std::vector<TokenEvent> step_ahead(StepStats* stats, int64_t prompt_cap);
+  struct InFlight {
+    Plan plan;
+    bool feeds_next = false;  // the next launch may take tokens from its outputs
+    std::chrono::steady_clock::time_point launched;
+  };
+  // Reads launched step f's tokens (the oldest uncollected) and emits them,
+  // its rows and time into `st`; `newest`: no step is launched after it.
+  void collect(InFlight f, bool newest, std::vector<TokenEvent>& events, StepStats& st);
+  // Whether any sequence running, preempted or waiting picks from logits.
+  bool any_wants_logits() const;
   static const std::vector<int32_t>& prefill_of(const Slot& s) { return s.resume.empty() ? s.req.prompt : s.resume; }
   int64_t blocks_needed(const SequenceRequest& r) const;
 
@@ -163,7 +215,6 @@ class Scheduler {
   // The step's prompt chunks: sequences part-way through their prompt, then
   // admissions, within `budget` prompt tokens; `empty_step`: no decode row,
   // so a prompt an engine cannot cut may go whole past the budget.
-  using Chunk = models::decode::InferenceEngine::Chunk;
   void plan_prompts(std::vector<Chunk>& chunks, StepStats& st, int budget, bool empty_step);
   int64_t blocks_for(int64_t positions) const;
   // Blocks n more positions take a sequence at `cached`.
@@ -203,6 +254,9 @@ class Scheduler {
   std::vector<float> logits_;
   std::vector<float> penalized_;  // a row with its sequence's penalties applied
   std::vector<int32_t> greedy_;
+  bool run_ahead_ = false;  // options_.run_ahead and the engine can
+  std::optional<InFlight> in_flight_;
+  std::chrono::steady_clock::time_point last_collect_{};
 };
 
 }  // namespace cohort::infer

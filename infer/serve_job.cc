@@ -2,6 +2,7 @@
 // the drain on SIGTERM.
 #include "worker/worker_context.h"
 #include "base/atomic_file.h"
+#include "base/env_knobs.h"
 #include "infer/serve_job.h"
 
 #include "hf/model_folder.h"
@@ -316,7 +317,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
       http.deliver(std::move(events));
     }
     queue.set_gauges(scheduler, steps);
-    if (stepped) {
+    if (stats.decode_rows > 0 || stats.prefill_tokens > 0) {
       loop_stats.observe(stats.decode_rows, stats.prefill_tokens, stats.prefill_s + stats.decode_s,
                          std::chrono::duration<double>(Clock::now() - iteration).count());
     }
@@ -392,6 +393,9 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                                        serve.kv_cache_tokens, serve.gpu_memory_fraction));
   SchedulerOptions so;
   so.max_batched_tokens = serve.max_batched_tokens;
+  // Every rank reads the same switch (the launcher gives them one environment).
+  const char* run_ahead = read_env_knob(EnvKnob::kServeRunAhead);
+  so.run_ahead = run_ahead == nullptr || std::string(run_ahead) != "0";
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
     std::map<std::string, int> by_format;

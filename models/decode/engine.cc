@@ -42,6 +42,28 @@ void InferenceEngine::step(const int* decode_slots, const int32_t* decode_tokens
   if (d > 0) decode(decode_slots, decode_tokens, d, logits, greedy);
 }
 
+bool InferenceEngine::launch(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
+                             const std::vector<Chunk>& chunks) {
+  COHORT_CHECK_MSG(launched_.size() < 2, "{}: a third launched step before the first is collected", describe());
+  std::vector<int32_t> tokens(decode_tokens, decode_tokens + d);
+  for (int b = 0; b < d; ++b) {
+    if (token_from == nullptr || token_from[b] < 0) continue;
+    COHORT_CHECK_MSG(!launched_.empty() && static_cast<size_t>(token_from[b]) < launched_.back().size(),
+                     "{}: decode row {} takes output {} of a step not in flight", describe(), b, token_from[b]);
+    tokens[b] = launched_.back()[static_cast<size_t>(token_from[b])];
+  }
+  std::vector<int32_t> out(static_cast<size_t>(d) + chunks.size());
+  step(decode_slots, tokens.data(), d, chunks, nullptr, out.data());
+  launched_.push_back(std::move(out));
+  return true;
+}
+
+void InferenceEngine::collect(int32_t* greedy) {
+  COHORT_CHECK_MSG(!launched_.empty(), "{}: collect() with no step launched", describe());
+  std::copy(launched_.front().begin(), launched_.front().end(), greedy);
+  launched_.pop_front();
+}
+
 void InferenceEngine::extend(int, const int32_t*, int, float*, int32_t*) {
   COHORT_CHECK_MSG(false, "{} cannot extend a prefill (can_extend() is false)", describe());
 }

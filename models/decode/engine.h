@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,23 @@ class InferenceEngine {
   virtual void step(const int* decode_slots, const int32_t* decode_tokens, int d,
                     const std::vector<Chunk>& chunks, float* logits, int32_t* greedy);
   virtual int max_step_rows() const { return 1 << 30; }
+
+  // Running ahead (a server's steps overlapping its host work): launch()
+  // starts a step of greedy rows as step() takes them and may return
+  // before it is done; collect() waits for the oldest launched step and
+  // writes its tokens [d + chunks]. A decode row b with token_from[b] >= 0
+  // takes as its token output row token_from[b] of the step launched just
+  // before, which nobody has read yet (decode_tokens[b] is then ignored):
+  // the host launches step t + 1 before it reads step t. At most two
+  // launched steps are uncollected at once. launch() returns whether the
+  // next launch may take tokens from this one (false: collect it first).
+  // Engines that compute on the calling thread run the step in launch()
+  // (this default); can_run_ahead() is false where an engine's launches
+  // cannot overlap (the caller then makes plain steps).
+  virtual bool can_run_ahead() const { return true; }
+  virtual bool launch(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
+                      const std::vector<Chunk>& chunks);
+  virtual void collect(int32_t* greedy);
   // Prefix caching: starts `slot` afresh holding the cached KV of the
   // longest prefix of tokens[0, n) that an earlier sequence computed (whole
   // KV blocks, fewer than n positions) and returns how many positions that
@@ -113,6 +131,10 @@ class InferenceEngine {
     return -1;
   }
   virtual void remove_adapter(int index) { (void)index; }
+
+ private:
+  // The default launch()'s outputs, oldest first, until collected.
+  std::deque<std::vector<int32_t>> launched_;
 };
 
 // models::Model with a models::KvCache.
