@@ -44,23 +44,9 @@ Outcome run_to_end(Scheduler& s, const std::function<void(int)>& between = {}) {
 }
 
 // The CPU engine, counting launches and what fed their decode rows.
-class LaunchRecorder final : public models::decode::InferenceEngine {
+class LaunchRecorder final : public testing::ForwardingEngine {
  public:
-  explicit LaunchRecorder(std::unique_ptr<models::decode::ModelEngine> inner) : inner_(std::move(inner)) {}
-  int vocab_size() const override { return inner_->vocab_size(); }
-  int slots() const override { return inner_->slots(); }
-  int capacity() const override { return inner_->capacity(); }
-  std::string describe() const override { return "recorded " + inner_->describe(); }
-  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    inner_->prefill(slot, tokens, n, logits, greedy);
-  }
-  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
-    inner_->decode(slots, tokens, B, logits, greedy);
-  }
-  bool can_extend() const override { return true; }
-  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    inner_->extend(slot, tokens, n, logits, greedy);
-  }
+  using ForwardingEngine::ForwardingEngine;
   bool launch(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
               const std::vector<Chunk>& chunks) override {
     ++launches;
@@ -79,9 +65,6 @@ class LaunchRecorder final : public models::decode::InferenceEngine {
     InferenceEngine::step(decode_slots, decode_tokens, d, chunks, logits, greedy);
   }
   int launches = 0, fed_from_device = 0, uncollected = 0, max_uncollected = 0, forwards = 0;
-
- private:
-  std::unique_ptr<models::decode::ModelEngine> inner_;
 };
 
 // Requests of many lengths, with prompts cut into chunks beside the decode

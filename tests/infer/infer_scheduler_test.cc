@@ -100,23 +100,9 @@ TEST(InferScheduler, RunningStreamsGetATokenEveryStepWhileALongPromptPrefills) {
 }
 
 // The CPU engine, recording each forward the scheduler asks for.
-class StepRecorder final : public models::decode::InferenceEngine {
+class StepRecorder final : public testing::ForwardingEngine {
  public:
-  explicit StepRecorder(std::unique_ptr<models::decode::ModelEngine> inner) : inner_(std::move(inner)) {}
-  int vocab_size() const override { return inner_->vocab_size(); }
-  int slots() const override { return inner_->slots(); }
-  int capacity() const override { return inner_->capacity(); }
-  std::string describe() const override { return "recorded " + inner_->describe(); }
-  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    inner_->prefill(slot, tokens, n, logits, greedy);
-  }
-  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
-    inner_->decode(slots, tokens, B, logits, greedy);
-  }
-  bool can_extend() const override { return true; }
-  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    inner_->extend(slot, tokens, n, logits, greedy);
-  }
+  using ForwardingEngine::ForwardingEngine;
   void step(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
             float* logits, int32_t* greedy) override {
     Forward f{d, static_cast<int>(chunks.size()), d};
@@ -128,9 +114,6 @@ class StepRecorder final : public models::decode::InferenceEngine {
     int decode_rows = 0, chunks = 0, rows = 0;
   };
   std::vector<Forward> forwards;
-
- private:
-  std::unique_ptr<models::decode::ModelEngine> inner_;
 };
 
 // A step is one forward of at most max_batched_tokens rows, decode rows and

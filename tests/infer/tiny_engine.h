@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -24,6 +25,30 @@ inline std::unique_ptr<models::decode::ModelEngine> tiny_engine(int slots, int c
   EXPECT_TRUE(engine.is_ok()) << engine.status().message();
   return std::move(*engine);
 }
+
+// An engine that passes every call to the CPU engine it holds: the base
+// of test engines that record what the scheduler asks for.
+class ForwardingEngine : public models::decode::InferenceEngine {
+ public:
+  explicit ForwardingEngine(std::unique_ptr<models::decode::ModelEngine> inner) : inner_(std::move(inner)) {}
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int slots() const override { return inner_->slots(); }
+  int capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return "recorded " + inner_->describe(); }
+  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    inner_->prefill(slot, tokens, n, logits, greedy);
+  }
+  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
+    inner_->decode(slots, tokens, B, logits, greedy);
+  }
+  bool can_extend() const override { return true; }
+  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
+    inner_->extend(slot, tokens, n, logits, greedy);
+  }
+
+ private:
+  std::unique_ptr<models::decode::ModelEngine> inner_;
+};
 
 // A request of `prompt_len` byte tokens that depend on its id, for at most
 // `max_new` new tokens.
