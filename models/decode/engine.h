@@ -82,10 +82,13 @@ class InferenceEngine {
   // the host launches step t + 1 before it reads step t. At most two
   // launched steps are uncollected at once. launch() returns whether the
   // next launch may take tokens from this one (false: collect it first).
-  // Engines that compute on the calling thread run the step in launch()
-  // (this default); can_run_ahead() is false where an engine's launches
-  // cannot overlap (the caller then makes plain steps).
-  virtual bool can_run_ahead() const { return true; }
+  // can_run_ahead() says whether launches overlap the caller's work: an
+  // engine that computes on the calling thread gains nothing (its step is
+  // done before launch() returns, and its tokens would reach the caller a
+  // step later), so the default is false and callers make plain steps;
+  // the default launch() runs the step at once (what tests of a caller's
+  // run-ahead path drive).
+  virtual bool can_run_ahead() const { return false; }
   virtual bool launch(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
                       const std::vector<Chunk>& chunks);
   virtual void collect(int32_t* greedy);

@@ -47,6 +47,7 @@ Outcome run_to_end(Scheduler& s, const std::function<void(int)>& between = {}) {
 class LaunchRecorder final : public testing::ForwardingEngine {
  public:
   using ForwardingEngine::ForwardingEngine;
+  bool can_run_ahead() const override { return true; }
   bool launch(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
               const std::vector<Chunk>& chunks) override {
     ++launches;
@@ -163,11 +164,11 @@ TEST(InferRunAhead, SampledRowsRunAsPlainStepsBesideGreedyOnes) {
 // Cancellations between calls, with a step in flight: the cancelled
 // request ends once with "cancelled", the others as they would alone.
 TEST(InferRunAhead, ACancellationWithAStepInFlightEndsItsRequestOnce) {
-  auto engine = tiny_engine(2);
+  LaunchRecorder engine(tiny_engine(2));
   SchedulerOptions o;
   o.run_ahead = true;
   o.max_batched_tokens = 16;
-  Scheduler s(*engine, o);
+  Scheduler s(engine, o);
   ASSERT_TRUE(s.add(request(1, 4, 40)).is_ok());
   ASSERT_TRUE(s.add(request(2, 6, 8)).is_ok());
   ASSERT_TRUE(s.add(request(3, 3, 5)).is_ok());
@@ -192,6 +193,7 @@ TEST(InferRunAhead, ACancellationWithAStepInFlightEndsItsRequestOnce) {
 class SmallPagedFake final : public models::decode::InferenceEngine {
  public:
   SmallPagedFake() : pool_(10, 8, 4, 8), tokens_(4) {}
+  bool can_run_ahead() const override { return true; }
   int vocab_size() const override { return 256; }
   int slots() const override { return 4; }
   int capacity() const override { return 64; }
