@@ -10,7 +10,7 @@
 #include <string>
 
 #include "infer/scheduler.h"
-#include "models/decode/kv_blocks.h"
+#include "tests/infer/paged_fake.h"
 #include "tests/infer/tiny_engine.h"
 
 namespace cohort::infer {
@@ -190,45 +190,12 @@ TEST(InferRunAhead, ACancellationWithAStepInFlightEndsItsRequestOnce) {
 // A paged engine with too few blocks for every sequence at once, whose
 // token depends on the row's input token and position: sequences are
 // preempted and come back, and the tokens are those of plain steps.
-class SmallPagedFake final : public models::decode::InferenceEngine {
- public:
-  SmallPagedFake() : pool_(10, 8, 4, 8), tokens_(4) {}
-  bool can_run_ahead() const override { return true; }
-  int vocab_size() const override { return 256; }
-  int slots() const override { return 4; }
-  int capacity() const override { return 64; }
-  std::string describe() const override { return "small paged fake"; }
-  int kv_block_size() const override { return 8; }
-  int64_t kv_blocks() const override { return pool_.total(); }
-  int64_t kv_free_blocks() const override { return pool_.free(); }
-  bool can_extend() const override { return true; }
-  void release(int slot) override {
-    pool_.release(slot);
-    tokens_[slot].clear();
-  }
-  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    release(slot);
-    extend(slot, tokens, n, logits, greedy);
-  }
-  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    std::vector<int32_t>& t = tokens_[slot];
-    t.insert(t.end(), tokens, tokens + n);
-    EXPECT_TRUE(pool_.grow(slot, static_cast<int>(t.size()))) << "slot " << slot << " at " << t.size();
-    EXPECT_EQ(logits, nullptr);
-    *greedy = static_cast<int32_t>((t.back() * 31 + static_cast<int>(t.size()) * 7) % 251);
-  }
-  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
-    for (int b = 0; b < B; ++b) extend(slots[b], tokens + b, 1, logits, greedy + b);
-  }
-
- private:
-  models::decode::KvBlockPool pool_;
-  std::vector<std::vector<int32_t>> tokens_;
-};
-
 TEST(InferRunAhead, PreemptedSequencesComeBackWithThePlainStepsTokens) {
   auto once = [](bool ahead) {
-    SmallPagedFake engine;
+    testing::PagedFake engine({.slots = 4, .blocks = 10, .blocks_per_slot = 8, .vocab = 256, .run_ahead = true},
+                              [](const std::vector<int32_t>& t) {
+                                return static_cast<int32_t>((t.back() * 31 + static_cast<int>(t.size()) * 7) % 251);
+                              });
     SchedulerOptions o;
     o.run_ahead = ahead;
     o.max_batched_tokens = 16;

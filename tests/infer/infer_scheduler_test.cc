@@ -11,6 +11,7 @@
 #include "models/decode/kv_blocks.h"
 #include "infer/serve_step.h"
 #include "infer/structured_output.h"
+#include "tests/infer/paged_fake.h"
 #include "tests/infer/tiny_engine.h"
 
 namespace cohort::infer {
@@ -148,67 +149,13 @@ TEST(InferScheduler, EachStepIsOneForwardOfDecodeRowsAndPromptChunksWithinTheBud
   EXPECT_EQ(mixed_tokens, whole);
 }
 
-// An engine with a prefix cache of whole blocks of 8 (models::decode's
-// KvBlockPool) and no model: each greedy token is the slot's length mod
-// 100. Records each forward's chunks as (first position, tokens).
-class PrefixCachingFake final : public models::decode::InferenceEngine {
- public:
-  explicit PrefixCachingFake(int slots) : pool_(64, 8, slots, 16), tokens_(slots) {}
-  int vocab_size() const override { return 100; }
-  int slots() const override { return static_cast<int>(tokens_.size()); }
-  int capacity() const override { return 128; }
-  std::string describe() const override { return "prefix-caching fake"; }
-  int kv_block_size() const override { return 8; }
-  int64_t kv_blocks() const override { return pool_.total(); }
-  int64_t kv_free_blocks() const override { return pool_.free(); }
-  bool can_extend() const override { return true; }
-  bool caches_prefixes() const override { return true; }
-  void release(int slot) override {
-    pool_.release(slot);
-    tokens_[slot].clear();
-  }
-  int reuse_prefix(int slot, const int32_t* tokens, int n) override {
-    release(slot);
-    const int cached = pool_.match_prefix(slot, tokens, n);
-    tokens_[slot].assign(tokens, tokens + cached);
-    return cached;
-  }
-  void prefill(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    release(slot);
-    extend(slot, tokens, n, logits, greedy);
-  }
-  void extend(int slot, const int32_t* tokens, int n, float* logits, int32_t* greedy) override {
-    std::vector<int32_t>& t = tokens_[slot];
-    t.insert(t.end(), tokens, tokens + n);
-    EXPECT_TRUE(pool_.grow(slot, static_cast<int>(t.size())));
-    pool_.commit(slot, t.data(), static_cast<int>(t.size()));
-    EXPECT_EQ(logits, nullptr);
-    *greedy = static_cast<int32_t>(t.size() % 100);
-  }
-  void decode(const int* slots, const int32_t* tokens, int B, float* logits, int32_t* greedy) override {
-    for (int b = 0; b < B; ++b) extend(slots[b], tokens + b, 1, logits, greedy + b);
-  }
-  void step(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
-            float* logits, int32_t* greedy) override {
-    std::vector<std::pair<int, int>> forward;
-    for (const Chunk& c : chunks) {
-      forward.emplace_back(c.fresh ? 0 : static_cast<int>(tokens_[c.slot].size()), c.n);
-    }
-    forwards.push_back(forward);
-    InferenceEngine::step(decode_slots, decode_tokens, d, chunks, logits, greedy);
-  }
-  std::vector<std::vector<std::pair<int, int>>> forwards;
-
- private:
-  models::decode::KvBlockPool pool_;
-  std::vector<std::vector<int32_t>> tokens_;
-};
-
 // Three requests that share 40 prompt tokens (the n choices of one
 // completion): the first computes them; the other two wait one step and
 // start past the 40, computing one token each.
 TEST(InferScheduler, PromptsThatStartAlikeWaitAStepAndComputeOnlyWhatDiffers) {
-  PrefixCachingFake engine(4);
+  // Each greedy token is the slot's length mod 100.
+  testing::PagedFake engine({.slots = 4, .blocks = 64, .blocks_per_slot = 16, .vocab = 100, .prefix_caching = true},
+                            [](const std::vector<int32_t>& t) { return static_cast<int32_t>(t.size() % 100); });
   SchedulerOptions o;
   o.max_batched_tokens = 64;
   Scheduler s(engine, o);
