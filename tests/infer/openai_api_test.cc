@@ -309,6 +309,12 @@ TEST(OpenAiApi, StructuredOutputRequests) {
       "schema": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}}}})", true, &r));
   ASSERT_TRUE(r.grammar);
   EXPECT_LT(r.constraint.find("\"b\""), r.constraint.find("\"a\""));  // the client's order is kept
+  // A completion reads its body a second time, in order, only for a response_format.
+  ASSERT_FALSE(parse(R"({"prompt": [1, 2], "response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "y": {"type": "string"}}}}}})", false, &r));
+  EXPECT_LT(r.constraint.find("\"z\""), r.constraint.find("\"y\"")) << r.constraint;
+  ASSERT_FALSE(parse(R"({"prompt": [5, 6, 7], "max_tokens": 3})", false, &r));
+  EXPECT_EQ(r.prompts.at(0), (std::vector<int32_t>{5, 6, 7}));
   auto e = parse(chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
       "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}}})", true);
   ASSERT_TRUE(e);
