@@ -78,9 +78,10 @@ const std::vector<EnvKnobDoc>& env_knobs() {
        "wall time per step for each decode batch size, and for the eager prompt and mixed steps by rows "
        "(GPU time a row, the host's time enqueuing them).",
        true},
-      {K::kServeRunAhead, "COHORT_SERVE_RUN_AHEAD", "infer",
-       "`0`: the server reads each step's tokens before it launches the next, instead of launching the "
-       "next step of greedy rows first and reading the last one's tokens while it runs (for A/B runs).",
+      {K::kInferRunAhead, "COHORT_INFER_RUN_AHEAD", "infer",
+       "`0`: the server and the offline job read each step's tokens before they launch the next, instead "
+       "of launching the next step of greedy rows first and reading the last one's tokens while it runs, "
+       "where the engine can (for A/B runs).",
        true},
       {K::kInferProjections, "COHORT_INFER_PROJECTIONS", "worker",
        "`skinny` or `cublaslt`: the bf16 graph engine's projections of 2 to 64 rows all take that "

@@ -40,7 +40,7 @@ enum class EnvKnob {
   kInferDumpLogits,
   kInferIgnoreEos,
   kInferStepTimes,
-  kServeRunAhead,
+  kInferRunAhead,
   kInferProjections,
   kInferFusedAttentionRows,
   kInferLoraRunRows,

@@ -45,6 +45,7 @@ Result<std::vector<SequenceOutput>> generate_all(models::decode::InferenceEngine
   // and return_logits), never from on_logits.
   SchedulerOptions so;
   so.return_logits = options.return_logits;
+  so.run_ahead = options.run_ahead;
   if (options.on_logits) {
     so.on_logits = [&](int64_t id, const float* logits, int vocab) {
       options.on_logits(prompts[id].index, logits, vocab);

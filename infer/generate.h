@@ -36,6 +36,9 @@ struct GenerateOptions {
   // `index` was sampled from, in order (tests compare them across
   // tensor-parallel degrees). May be set on one rank of a group only.
   std::function<void(int index, const float* logits, int vocab)> on_logits;
+  // SchedulerOptions::run_ahead: greedy steps launched before the last
+  // one's tokens are read, where the engine can; alike on every rank.
+  bool run_ahead = false;
 };
 
 struct SequenceOutput {

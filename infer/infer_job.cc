@@ -24,6 +24,7 @@
 #include "infer/model_source.h"
 #include "infer/output_processor.h"
 #include "infer/report.h"
+#include "infer/scheduler.h"
 #include "infer/engine_setup.h"
 #include "infer/infer_job.h"
 
@@ -138,6 +139,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     // a collective that all ranks of the group must enter); only the reporter
     // keeps them.
     options.return_logits = dump_logits_requested();
+    options.run_ahead = run_ahead_switch();
     if (reporter && options.return_logits) {
       options.on_logits = [&dump](int i, const float* l, int v) { dump.add(i, l, v); };
     }

@@ -117,9 +117,15 @@ struct SchedulerOptions {
   // token is dropped). Steps whose rows want logits (sampling, logprobs,
   // penalties, grammars) run as plain steps; they, cancellations,
   // preemptions and steps the engine ran as several forwards wait for the
-  // step in flight first. The server's loop turns it on.
+  // step in flight first. The server and the offline job turn it on
+  // (run_ahead_switch()).
   bool run_ahead = false;
 };
+
+// SchedulerOptions::run_ahead as the jobs set it: on, unless
+// COHORT_INFER_RUN_AHEAD=0. Every rank of a job reads the same environment,
+// so a tensor-parallel group agrees.
+bool run_ahead_switch();
 
 class Scheduler {
  public:

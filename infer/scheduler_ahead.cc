@@ -11,9 +11,17 @@
 // dropped; an ending by length is known ahead and has none.
 #include "infer/scheduler.h"
 
+#include <string>
+
 #include "base/check.h"
+#include "base/env_knobs.h"
 
 namespace cohort::infer {
+
+bool run_ahead_switch() {
+  const char* v = read_env_knob(EnvKnob::kInferRunAhead);
+  return v == nullptr || std::string(v) != "0";
+}
 
 bool Scheduler::any_wants_logits() const {
   for (const Slot& s : slots_) {

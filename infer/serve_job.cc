@@ -393,9 +393,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                                        serve.kv_cache_tokens, serve.gpu_memory_fraction));
   SchedulerOptions so;
   so.max_batched_tokens = serve.max_batched_tokens;
-  // Every rank reads the same switch (the launcher gives them one environment).
-  const char* run_ahead = read_env_knob(EnvKnob::kServeRunAhead);
-  so.run_ahead = run_ahead == nullptr || std::string(run_ahead) != "0";
+  so.run_ahead = run_ahead_switch();
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
     std::map<std::string, int> by_format;
