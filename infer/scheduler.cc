@@ -360,8 +360,12 @@ bool Scheduler::plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vecto
   if (d > 0 && prompt_cap < budget) budget = static_cast<int>(std::max<int64_t>(prompt_cap, 1));
   plan_prompts(p.chunks, st, budget, d == 0);
   // Sequences part-way through their prompts with no block left for any of
-  // them: the newest makes room (one sequence alone always fits).
-  while (d == 0 && p.chunks.empty() && running_ > 1) {
+  // them: the newest makes room (one sequence alone always fits). Not while
+  // a sequence's token is in flight (running ahead): the step had no decode
+  // rows because those sequences end with it, and their slots come back.
+  const bool in_flight =
+      std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy && s.in_flight_row >= 0; });
+  while (d == 0 && p.chunks.empty() && running_ > 1 && !in_flight) {
     preempt_newest();
     ++st.preempted;
     plan_prompts(p.chunks, st, budget, true);

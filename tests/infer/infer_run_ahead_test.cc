@@ -107,6 +107,7 @@ TEST(InferRunAhead, GivesThePlainStepsTokensAndEndings) {
   const Outcome ahead = run(true, requests, &recorder);
   EXPECT_EQ(ahead.tokens, plain.tokens);
   EXPECT_EQ(ahead.finish, plain.finish);
+  EXPECT_EQ(ahead.preemptions, 0) << "sequences finishing in the step in flight were preempted";
   int stopped = 0;
   for (const auto& [id, reason] : plain.finish) stopped += reason == "stop";
   EXPECT_GT(stopped, 0) << "no sequence ended by its stop token: the test covers less than it says";
@@ -117,6 +118,20 @@ TEST(InferRunAhead, GivesThePlainStepsTokensAndEndings) {
   EXPECT_GT(recorder.fed_from_device, 20);
   EXPECT_EQ(recorder.max_uncollected, 2);
   EXPECT_EQ(recorder.uncollected, 0);
+}
+
+// Streams that end together by length: the step after their last one has
+// no rows, and nothing is preempted for want of work.
+TEST(InferRunAhead, StreamsEndingTogetherLeaveNothingToPreempt) {
+  LaunchRecorder engine(tiny_engine(4));
+  SchedulerOptions o;
+  o.run_ahead = true;
+  o.max_batched_tokens = 64;
+  Scheduler s(engine, o);
+  for (int id = 0; id < 4; ++id) ASSERT_TRUE(s.add(request(id, 6, 5)).is_ok());
+  const Outcome out = run_to_end(s);
+  EXPECT_EQ(s.preemptions(), 0);
+  for (int id = 0; id < 4; ++id) EXPECT_EQ(out.tokens.at(id).size(), 5u) << id;
 }
 
 // A call returns the tokens of the step before the one it launched: the
