@@ -68,6 +68,13 @@ class LaunchRecorder final : public testing::ForwardingEngine {
   int launches = 0, fed_from_device = 0, uncollected = 0, max_uncollected = 0, forwards = 0;
 };
 
+SchedulerOptions ahead_options(int max_batched_tokens) {
+  SchedulerOptions o;
+  o.run_ahead = true;
+  o.max_batched_tokens = max_batched_tokens;
+  return o;
+}
+
 // Requests of many lengths, with prompts cut into chunks beside the decode
 // rows; with `stops`, every third ends by a stop token: the third token
 // it generates alone.
@@ -124,10 +131,7 @@ TEST(InferRunAhead, GivesThePlainStepsTokensAndEndings) {
 // no rows, and nothing is preempted for want of work.
 TEST(InferRunAhead, StreamsEndingTogetherLeaveNothingToPreempt) {
   LaunchRecorder engine(tiny_engine(4));
-  SchedulerOptions o;
-  o.run_ahead = true;
-  o.max_batched_tokens = 64;
-  Scheduler s(engine, o);
+  Scheduler s(engine, ahead_options(64));
   for (int id = 0; id < 4; ++id) ASSERT_TRUE(s.add(request(id, 6, 5)).is_ok());
   const Outcome out = run_to_end(s);
   EXPECT_EQ(s.preemptions(), 0);
@@ -139,10 +143,7 @@ TEST(InferRunAhead, StreamsEndingTogetherLeaveNothingToPreempt) {
 // by the second.
 TEST(InferRunAhead, ACallReturnsTheStepBeforeTheOneItLaunched) {
   LaunchRecorder engine(tiny_engine(2));
-  SchedulerOptions o;
-  o.run_ahead = true;
-  o.max_batched_tokens = 16;
-  Scheduler s(engine, o);
+  Scheduler s(engine, ahead_options(16));
   ASSERT_TRUE(s.add(request(1, 5, 3)).is_ok());
   EXPECT_TRUE(s.step().empty());
   EXPECT_EQ(engine.uncollected, 1);
@@ -180,10 +181,7 @@ TEST(InferRunAhead, SampledRowsRunAsPlainStepsBesideGreedyOnes) {
 // request ends once with "cancelled", the others as they would alone.
 TEST(InferRunAhead, ACancellationWithAStepInFlightEndsItsRequestOnce) {
   LaunchRecorder engine(tiny_engine(2));
-  SchedulerOptions o;
-  o.run_ahead = true;
-  o.max_batched_tokens = 16;
-  Scheduler s(engine, o);
+  Scheduler s(engine, ahead_options(16));
   ASSERT_TRUE(s.add(request(1, 4, 40)).is_ok());
   ASSERT_TRUE(s.add(request(2, 6, 8)).is_ok());
   ASSERT_TRUE(s.add(request(3, 3, 5)).is_ok());
