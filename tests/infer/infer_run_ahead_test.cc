@@ -5,10 +5,12 @@
 // prompts, stop tokens, lengths, sampling, cancellations and preemptions.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
 
+#include "base/env_knobs.h"
 #include "infer/scheduler.h"
 #include "tests/infer/paged_fake.h"
 #include "tests/infer/tiny_engine.h"
@@ -223,6 +225,21 @@ TEST(InferRunAhead, PreemptedSequencesComeBackWithThePlainStepsTokens) {
   EXPECT_EQ(ahead.tokens, plain.tokens);
   EXPECT_EQ(ahead.finish, plain.finish);
   for (int id = 0; id < 6; ++id) EXPECT_EQ(ahead.tokens.at(id).size(), 24u) << id;
+}
+
+// The jobs' switch: on unless COHORT_INFER_RUN_AHEAD is 0.
+TEST(InferRunAhead, TheSwitchIsOnUnlessSetToZero) {
+  const char* name = env_knob_name(EnvKnob::kInferRunAhead);
+  const char* before = std::getenv(name);
+  const std::string saved = before ? before : "";
+  unsetenv(name);
+  EXPECT_TRUE(run_ahead_switch());
+  setenv(name, "0", 1);
+  EXPECT_FALSE(run_ahead_switch());
+  setenv(name, "1", 1);
+  EXPECT_TRUE(run_ahead_switch());
+  if (before) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
 }
 
 }  // namespace
