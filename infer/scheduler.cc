@@ -137,10 +137,10 @@ void Scheduler::preempt_newest() {
   preempted_.insert(at, std::move(saved));
 }
 
-bool Scheduler::wants_logits(const Slot& s) const {
-  const models::SamplingParams& p = s.req.sampling;
-  return options_.return_logits || p.temperature > 0 || s.req.logprobs || p.has_penalties() || p.min_tokens > 0 ||
-         s.req.guide != nullptr;
+bool Scheduler::wants_logits(const SequenceRequest& r) const {
+  const models::SamplingParams& p = r.sampling;
+  return options_.return_logits || p.temperature > 0 || r.logprobs || p.has_penalties() || p.min_tokens > 0 ||
+         r.guide != nullptr || !r.constraint.empty();
 }
 
 void Scheduler::release(int s) {
@@ -375,13 +375,13 @@ bool Scheduler::plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vecto
   // a chunk that ends its prompt uses.
   p.out_slots = p.decode_slots;
   p.used.assign(d, true);
-  for (int s : p.decode_slots) p.logits = p.logits || wants_logits(slots_[s]);
+  for (int s : p.decode_slots) p.logits = p.logits || wants_logits(slots_[s].req);
   for (const Chunk& c : p.chunks) {
     const Slot& slot = slots_[c.slot];
     const bool last = slot.prefilled + c.n == prefill_of(slot).size();
     p.out_slots.push_back(c.slot);
     p.used.push_back(last);
-    p.logits = p.logits || (last && wants_logits(slot));
+    p.logits = p.logits || (last && wants_logits(slot.req));
     p.prefill_tokens += c.n;
   }
   for (int s : p.out_slots) p.out_ids.push_back(slots_[s].req.id);

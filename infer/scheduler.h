@@ -239,7 +239,8 @@ class Scheduler {
   // Free blocks once this step's decode rows and `chunks` have grown.
   int64_t free_after(const std::vector<Chunk>& chunks) const;
   bool starts_like_an_admission(const std::vector<int32_t>& prompt, const std::vector<Chunk>& chunks) const;
-  bool wants_logits(const Slot& s) const;
+  // Whether the request's tokens are picked from logits on the host.
+  bool wants_logits(const SequenceRequest& r) const;
   // Records token t for slot s; false when the sequence ended (slot freed).
   bool emit(int s, int32_t t, const float* row, std::vector<TokenEvent>& events);
   // `penalized`: the caller's buffer for a row that penalties or a grammar change.

@@ -25,17 +25,13 @@ bool run_ahead_switch() {
 
 bool Scheduler::any_wants_logits() const {
   for (const Slot& s : slots_) {
-    if (s.busy && wants_logits(s)) return true;
+    if (s.busy && wants_logits(s.req)) return true;
   }
   for (const Slot& s : preempted_) {
-    if (wants_logits(s)) return true;
+    if (wants_logits(s.req)) return true;
   }
-  Slot probe;
   for (const SequenceRequest& r : waiting_) {
-    probe.req.sampling = r.sampling;
-    probe.req.logprobs = r.logprobs;
-    probe.req.guide = r.guide;
-    if (wants_logits(probe) || !r.constraint.empty()) return true;
+    if (wants_logits(r)) return true;
   }
   return false;
 }
