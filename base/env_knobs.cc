@@ -81,7 +81,7 @@ const std::vector<EnvKnobDoc>& env_knobs() {
       {K::kInferRunAhead, "COHORT_INFER_RUN_AHEAD", "infer",
        "`0`: the server and the offline job read each step's tokens before they launch the next, instead "
        "of launching the next step of greedy rows first and reading the last one's tokens while it runs, "
-       "where the engine can (for A/B runs).",
+       "where the engine can (for A/B runs; another value than 0 or 1 is refused).",
        true},
       {K::kInferProjections, "COHORT_INFER_PROJECTIONS", "worker",
        "`skinny` or `cublaslt`: the bf16 graph engine's projections of 2 to 64 rows all take that "

@@ -92,6 +92,8 @@ models::SamplingParams sampling_params(const jobs::InferSection& infer) {
 
 Status run(const jobs::JobSpec& spec, collective::World& world) {
   const jobs::InferSection& infer = spec.infer;
+  // Read before anything loads, so that a bad value costs no model load.
+  COHORT_ASSIGN_OR_RETURN(const bool run_ahead, run_ahead_switch());
   const int tp = infer.tensor_parallel > 0 ? infer.tensor_parallel : world.size;
   const auto made = ParallelDims::create(world.size, tp);
   if (!made) return made.status().with_context("infer.tensor_parallel");
@@ -139,7 +141,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     // a collective that all ranks of the group must enter); only the reporter
     // keeps them.
     options.return_logits = dump_logits_requested();
-    options.run_ahead = run_ahead_switch();
+    options.run_ahead = run_ahead;
     if (reporter && options.return_logits) {
       options.on_logits = [&dump](int i, const float* l, int v) { dump.add(i, l, v); };
     }

@@ -335,13 +335,17 @@ bool Scheduler::plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vecto
     preempt_newest();
     ++st.preempted;
   }
+  bool ending_in_flight = false;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const Slot& slot = slots_[s];
     if (!slot.busy || slot.prefilled < prefill_of(slot).size()) continue;
     if (slot.in_flight_row >= 0) {
       // Its next input is the step in flight's token, unless that is its
       // last by length.
-      if (static_cast<int>(slot.generated.size()) + 1 >= slot.req.max_new_tokens) continue;
+      if (static_cast<int>(slot.generated.size()) + 1 >= slot.req.max_new_tokens) {
+        ending_in_flight = true;
+        continue;
+      }
       p.decode_tokens.push_back(-1);
       p.token_from.push_back(slot.in_flight_row);
     } else {
@@ -360,12 +364,10 @@ bool Scheduler::plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vecto
   if (d > 0 && prompt_cap < budget) budget = static_cast<int>(std::max<int64_t>(prompt_cap, 1));
   plan_prompts(p.chunks, st, budget, d == 0);
   // Sequences part-way through their prompts with no block left for any of
-  // them: the newest makes room (one sequence alone always fits). Not while
-  // a sequence's token is in flight (running ahead): the step had no decode
-  // rows because those sequences end with it, and their slots come back.
-  const bool in_flight =
-      std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy && s.in_flight_row >= 0; });
-  while (d == 0 && p.chunks.empty() && running_ > 1 && !in_flight) {
+  // them: the newest makes room (one sequence alone always fits). Not when
+  // the step has no decode rows because sequences end in the step in flight
+  // (running ahead): their slots come back once it is read.
+  while (d == 0 && p.chunks.empty() && running_ > 1 && !ending_in_flight) {
     preempt_newest();
     ++st.preempted;
     plan_prompts(p.chunks, st, budget, true);
@@ -385,8 +387,6 @@ bool Scheduler::plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vecto
     p.prefill_tokens += c.n;
   }
   for (int s : p.out_slots) p.out_ids.push_back(slots_[s].req.id);
-  st.prefill_tokens = p.prefill_tokens;
-  st.decode_rows = d;
   return true;
 }
 
@@ -431,24 +431,32 @@ void Scheduler::finish(const Plan& p, std::vector<TokenEvent>& events) {
   }
 }
 
+void Scheduler::record(const Plan& p, double seconds, StepStats& st) {
+  st.decode_rows = static_cast<int>(p.decode_slots.size());
+  st.prefill_tokens = p.prefill_tokens;
+  if (p.chunks.empty()) {
+    st.decode_s = seconds, st.decode_batch = st.decode_rows;
+  } else {
+    st.prefill_s = seconds;
+  }
+}
+
+void Scheduler::run_plain(const Plan& p, std::vector<TokenEvent>& events, StepStats& st) {
+  const auto t0 = Clock::now();
+  engine_.step(p.decode_slots.data(), p.decode_tokens.data(), static_cast<int>(p.decode_slots.size()), p.chunks,
+               p.logits ? logits_.data() : nullptr, greedy_.data());
+  advance(p);
+  finish(p, events);
+  last_collect_ = Clock::now();
+  record(p, std::chrono::duration<double>(last_collect_ - t0).count(), st);
+}
+
 std::vector<TokenEvent> Scheduler::step(StepStats* stats, int64_t prompt_cap) {
   if (run_ahead_) return step_ahead(stats, prompt_cap);
   std::vector<TokenEvent> events;
   StepStats st;
   Plan p;
-  if (plan_step(p, st, prompt_cap, events)) {
-    const auto t0 = Clock::now();
-    engine_.step(p.decode_slots.data(), p.decode_tokens.data(), static_cast<int>(p.decode_slots.size()), p.chunks,
-                 p.logits ? logits_.data() : nullptr, greedy_.data());
-    advance(p);
-    finish(p, events);
-    const double elapsed = seconds_since(t0);
-    if (p.chunks.empty()) {
-      st.decode_s = elapsed, st.decode_batch = st.decode_rows;
-    } else {
-      st.prefill_s = elapsed;
-    }
-  }
+  if (plan_step(p, st, prompt_cap, events)) run_plain(p, events, st);
   if (stats) *stats = st;
   return events;
 }

@@ -123,9 +123,9 @@ struct SchedulerOptions {
 };
 
 // SchedulerOptions::run_ahead as the jobs set it: on, unless
-// COHORT_INFER_RUN_AHEAD=0. Every rank of a job reads the same environment,
-// so a tensor-parallel group agrees.
-bool run_ahead_switch();
+// COHORT_INFER_RUN_AHEAD=0; another value is an error naming it. Every rank
+// of a job reads the same environment, so a tensor-parallel group agrees.
+Result<bool> run_ahead_switch();
 
 class Scheduler {
  public:
@@ -199,6 +199,11 @@ class Scheduler {
   bool plan_step(Plan& p, StepStats& st, int64_t prompt_cap, std::vector<TokenEvent>& events);
   // The slots' positions once the step's rows are in the engine.
   void advance(const Plan& p);
+  // The step's rows and time (`seconds`) into `st`.
+  static void record(const Plan& p, double seconds, StepStats& st);
+  // Runs the step at once (engine_.step) and emits its tokens; its time
+  // is from the call to the last token emitted.
+  void run_plain(const Plan& p, std::vector<TokenEvent>& events, StepStats& st);
   // Picks each used row's token (from logits_ where p.logits, else greedy_)
   // and emits it; rows whose slot no longer holds the request are skipped.
   void finish(const Plan& p, std::vector<TokenEvent>& events);
@@ -263,7 +268,7 @@ class Scheduler {
   std::vector<int32_t> greedy_;
   bool run_ahead_ = false;  // options_.run_ahead and the engine can
   std::optional<InFlight> in_flight_;
-  std::chrono::steady_clock::time_point last_collect_{};
+  std::chrono::steady_clock::time_point last_collect_{};  // when the host last read a step's tokens
 };
 
 }  // namespace cohort::infer

@@ -18,9 +18,12 @@
 
 namespace cohort::infer {
 
-bool run_ahead_switch() {
+Result<bool> run_ahead_switch() {
   const char* v = read_env_knob(EnvKnob::kInferRunAhead);
-  return v == nullptr || std::string(v) != "0";
+  if (v == nullptr || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  return invalid_argument(std::string(env_knob_name(EnvKnob::kInferRunAhead)) + " is '" + v +
+                          "': 0 makes every step plain, 1 (the default) runs greedy steps ahead");
 }
 
 bool Scheduler::any_wants_logits() const {
@@ -49,13 +52,7 @@ void Scheduler::collect(InFlight f, bool newest, std::vector<TokenEvent>& events
     for (Slot& slot : slots_) slot.in_flight_row = -1;
   }
   finish(f.plan, events);
-  st.decode_rows = static_cast<int>(f.plan.decode_slots.size());
-  st.prefill_tokens = f.plan.prefill_tokens;
-  if (f.plan.chunks.empty()) {
-    st.decode_s = seconds, st.decode_batch = st.decode_rows;
-  } else {
-    st.prefill_s = seconds;
-  }
+  record(f.plan, seconds, st);
 }
 
 std::vector<TokenEvent> Scheduler::step_ahead(StepStats* stats, int64_t prompt_cap) {
@@ -80,20 +77,8 @@ std::vector<TokenEvent> Scheduler::step_ahead(StepStats* stats, int64_t prompt_c
     if (in_flight_) collect_newest();
   } else if (p.logits || plain) {
     COHORT_CHECK(!in_flight_);
-    const auto t0 = std::chrono::steady_clock::now();
-    engine_.step(p.decode_slots.data(), p.decode_tokens.data(), static_cast<int>(p.decode_slots.size()), p.chunks,
-                 p.logits ? logits_.data() : nullptr, greedy_.data());
-    advance(p);
-    finish(p, events);
-    last_collect_ = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(last_collect_ - t0).count();
-    collected.decode_rows = planned.decode_rows;
-    collected.prefill_tokens = planned.prefill_tokens;
-    if (p.chunks.empty()) {
-      collected.decode_s = seconds, collected.decode_batch = planned.decode_rows;
-    } else {
-      collected.prefill_s = seconds;
-    }
+    collected = StepStats{};  // a step read first is described by this one
+    run_plain(p, events, collected);
   } else {
     advance(p);
     const auto launched = std::chrono::steady_clock::now();

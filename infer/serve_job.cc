@@ -306,8 +306,7 @@ Status lead(const jobs::JobSpec& spec, collective::World& world, Scheduler& sche
     if (input.stop) break;
     std::vector<TokenEvent> events;
     StepStats stats;
-    const bool stepped = !scheduler.idle();
-    if (stepped) {
+    if (!scheduler.idle()) {
       events = scheduler.step(&stats, input.prompt_cap);
       budget.observe(stats.decode_rows, stats.prefill_tokens, stats.prefill_s + stats.decode_s);
     }
@@ -347,6 +346,8 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
     return invalid_argument("serve.tensor_parallel = " + std::to_string(serve.tensor_parallel) +
                             " must equal the job's " + std::to_string(world.size) + " ranks");
   }
+  // Read before anything loads, so that a bad value costs no model load.
+  COHORT_ASSIGN_OR_RETURN(const bool run_ahead, run_ahead_switch());
   COHORT_ASSIGN_OR_RETURN(ServeSetup setup, prepare(spec));
   ServeMetrics metrics;
   LoopQueue queue;
@@ -393,7 +394,7 @@ Status run(const jobs::JobSpec& spec, collective::World& world) {
                                        serve.kv_cache_tokens, serve.gpu_memory_fraction));
   SchedulerOptions so;
   so.max_batched_tokens = serve.max_batched_tokens;
-  so.run_ahead = run_ahead_switch();
+  so.run_ahead = run_ahead;
   Scheduler scheduler(*bundle.engine, so);
   if (world.rank == 0) {
     std::map<std::string, int> by_format;

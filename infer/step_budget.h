@@ -53,7 +53,9 @@ class StepBudget {
 
 // ServeLoopStats: what the serving loop says of its steps as it stops: the
 // time a step spent in the engine and around it (requests in, scheduling,
-// tokens out: the GPU waits through that part), and what the step budget
+// tokens out: a plain step's GPU waits through that part; a step launched
+// ahead overlaps it, so there it is what the loop adds beyond the GPU's
+// pace), and what the step budget
 // worked from (how many steps took prompt tokens beside decode rows, and
 // its last estimates). Thread-compatible; rank 0's loop owns one.
 class ServeLoopStats {

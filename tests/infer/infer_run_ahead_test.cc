@@ -227,17 +227,23 @@ TEST(InferRunAhead, PreemptedSequencesComeBackWithThePlainStepsTokens) {
   for (int id = 0; id < 6; ++id) EXPECT_EQ(ahead.tokens.at(id).size(), 24u) << id;
 }
 
-// The jobs' switch: on unless COHORT_INFER_RUN_AHEAD is 0.
+// The jobs' switch: on unless COHORT_INFER_RUN_AHEAD is 0; another value
+// is refused by name.
 TEST(InferRunAhead, TheSwitchIsOnUnlessSetToZero) {
   const char* name = env_knob_name(EnvKnob::kInferRunAhead);
   const char* before = std::getenv(name);
   const std::string saved = before ? before : "";
   unsetenv(name);
-  EXPECT_TRUE(run_ahead_switch());
+  EXPECT_TRUE(run_ahead_switch().value());
   setenv(name, "0", 1);
-  EXPECT_FALSE(run_ahead_switch());
+  EXPECT_FALSE(run_ahead_switch().value());
   setenv(name, "1", 1);
-  EXPECT_TRUE(run_ahead_switch());
+  EXPECT_TRUE(run_ahead_switch().value());
+  setenv(name, "off", 1);
+  const auto refused = run_ahead_switch();
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("COHORT_INFER_RUN_AHEAD is 'off'"), std::string::npos)
+      << refused.status().message();
   if (before) setenv(name, saved.c_str(), 1);
   else unsetenv(name);
 }
