@@ -182,6 +182,12 @@ bool Scheduler::emit(int s, int32_t t, const float* row, std::vector<TokenEvent>
   TokenEvent e;
   e.id = slot.req.id;
   e.token = t;
+  if (slot.generated.size() == 1) {
+    e.prefill_s = seconds_since(slot.admitted);
+    if (slot.req.arrived != Clock::time_point{}) {
+      e.queued_s = std::max(0.0, std::chrono::duration<double>(slot.admitted - slot.req.arrived).count());
+    }
+  }
   if (slot.req.logprobs && row) {
     const int V = engine_.vocab_size();
     const double normalizer = log_normalizer(row, V);
@@ -246,6 +252,7 @@ int Scheduler::admit_next(int chunk, int64_t free) {
     waiting_.pop_front();
     slot.sampler = models::TokenSampler(slot.req.sampling, slot.req.sampler_stream);
     slot.order = next_order_++;
+    slot.admitted = Clock::now();
   }
   slot.busy = true;
   ++running_;

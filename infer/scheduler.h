@@ -76,6 +76,9 @@ struct SequenceRequest {
   int adapter = -1;               // serve.adapters: the LoRA adapter it runs with (engine index; -1: the base)
   bool logprobs = false;          // report each chosen token's log-probability
   int top_logprobs = 0;           // and the k likeliest tokens' (with logprobs; 0: none)
+  // When the server accepted it (its first token's event then says how long
+  // it waited for a slot); the default: not known.
+  std::chrono::steady_clock::time_point arrived{};
 };
 
 struct TokenEvent {
@@ -85,6 +88,11 @@ struct TokenEvent {
   bool finished = false;
   const char* finish_reason = ""; // "stop", "length" or "cancelled" when finished
   std::vector<std::pair<int32_t, float>> top;  // its top_logprobs likeliest (id, logprob), likeliest first
+  // A request's first token: seconds from its arrival (SequenceRequest::
+  // arrived) to the step that started its prompt, and from that step's
+  // planning to this token's pick (its prefill, over one step or several);
+  // -1 on later tokens, and queued_s where the arrival is not known.
+  double queued_s = -1, prefill_s = -1;
 };
 
 // A step's time is prefill_s when it carried prompt tokens, else decode_s
@@ -176,6 +184,7 @@ class Scheduler {
     int64_t cached = 0;            // positions in the KV cache
     std::vector<int32_t> generated;
     int64_t order = 0;             // admission order: the newest is preempted first
+    std::chrono::steady_clock::time_point admitted{};  // when its first step was planned
     // Running ahead: its output row in the newest launched step, whose token
     // the host has not read yet (-1: none; its next input is generated.back()).
     int in_flight_row = -1;

@@ -415,6 +415,7 @@ void Connection::prompt_ready(bool chat, const std::optional<ApiError>& parse_er
     r.stop = choices_[size_t(i)].output->stop();
     r.logprobs = req_.logprobs;
     r.top_logprobs = req_.top_logprobs;
+    r.arrived = arrived_;
     r.stop_ids = req_.stop_ids;
     r.stop_strings = req_.stop_strings;
     r.constraint = req_.constraint;
@@ -495,8 +496,10 @@ void Connection::on_event(const TokenEvent& e) {
   if (i < 0 || i >= static_cast<int>(choices_.size())) return;
   Choice& ch = choices_[size_t(i)];
   if (e.token >= 0) {
-    if (ch.output->tokens().empty()) server_.metrics().observe_ttft(seconds(arrived_, now));
-    else server_.metrics().observe_inter_token(seconds(ch.last_token, now));
+    if (ch.output->tokens().empty()) {
+      server_.metrics().observe_ttft(seconds(arrived_, now));
+      server_.metrics().observe_first_token_parts(e.queued_s, e.prefill_s);
+    } else server_.metrics().observe_inter_token(seconds(ch.last_token, now));
     ch.last_token = now;
     ch.output->add(e.token, e.logprob, e.top);
     server_.metrics().add_tokens(0, 1);

@@ -35,6 +35,11 @@ void ServeMetrics::observe_ttft(double s) {
   std::lock_guard<std::mutex> lock(mu_);
   ttft_.observe(s);
 }
+void ServeMetrics::observe_first_token_parts(double queued_s, double prefill_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queued_s >= 0) queue_.observe(queued_s);
+  if (prefill_s >= 0) prefill_.observe(prefill_s);
+}
 void ServeMetrics::observe_inter_token(double s) {
   std::lock_guard<std::mutex> lock(mu_);
   itl_.observe(s);
@@ -101,6 +106,14 @@ std::string ServeMetrics::render(const LoopGauges& g, const std::string& state) 
   }
   render_histogram(out, "cohort_serve_time_to_first_token_seconds",
                    "From a request's arrival to its first token.", ttft_);
+  render_histogram(out, "cohort_serve_request_queue_time_seconds",
+                   "From a request's arrival to the step that starts its prompt (waiting for a slot, KV blocks "
+                   "or the step's token budget).",
+                   queue_);
+  render_histogram(out, "cohort_serve_request_prefill_time_seconds",
+                   "From the step that starts a request's prompt to its first token's pick (one step, or "
+                   "several for a prompt cut into chunks).",
+                   prefill_);
   render_histogram(out, "cohort_serve_inter_token_latency_seconds",
                    "Between consecutive tokens of one request.", itl_);
   render_histogram(out, "cohort_serve_e2e_latency_seconds",

@@ -31,6 +31,10 @@ class ServeMetrics {
   void count_finish(const std::string& reason);
   void add_tokens(int64_t prompt, int64_t generated);
   void observe_ttft(double seconds);
+  // The parts of a first token's wait the generation loop saw (TokenEvent:
+  // queued_s, prefill_s); negative ones are not known and not counted.
+  // What TTFT has beyond them is the hand-over to the HTTP thread.
+  void observe_first_token_parts(double queued_s, double prefill_s);
   void observe_inter_token(double seconds);
   void observe_e2e(double seconds);
   // What the server runs, for the page's info families: its weights' count
@@ -57,7 +61,7 @@ class ServeMetrics {
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   std::map<std::string, int> weights_;  // GUARDED_BY(mu_)
   std::string kv_cache_dtype_;          // GUARDED_BY(mu_); "" until set_model
-  Histogram ttft_, itl_, e2e_;
+  Histogram ttft_, queue_, prefill_, itl_, e2e_;
 };
 
 }  // namespace cohort::infer

@@ -204,6 +204,40 @@ TEST(InferScheduler, ACancelledRequestFreesItsSlotAtTheNextStep) {
   EXPECT_EQ(s.kv_used(), 0);
 }
 
+// A first token says how long its request waited for a slot (from its
+// arrival) and how long its prefill took (from the step that started it,
+// chunks included); later tokens and unknown arrivals say -1.
+TEST(InferScheduler, AFirstTokenSaysHowLongItsRequestQueuedAndPrefilled) {
+  auto engine = tiny_engine(1);
+  SchedulerOptions o;
+  o.max_batched_tokens = 5;
+  Scheduler s(*engine, o);
+  const auto arrived = std::chrono::steady_clock::now() - std::chrono::milliseconds(50);
+  SequenceRequest a = request(1, 3, 4), b = request(2, 12, 2), c = request(3, 2, 1);
+  a.arrived = b.arrived = arrived;  // c's arrival is not known
+  ASSERT_TRUE(s.add(a).is_ok());
+  ASSERT_TRUE(s.add(b).is_ok());
+  ASSERT_TRUE(s.add(c).is_ok());
+  std::map<int64_t, std::vector<TokenEvent>> by_id;
+  for (int guard = 0; !s.idle() && guard < 100; ++guard) {
+    for (const TokenEvent& e : s.step()) by_id[e.id].push_back(e);
+  }
+  ASSERT_EQ(by_id[1].size(), 4u);
+  ASSERT_EQ(by_id[2].size(), 2u);
+  ASSERT_EQ(by_id[3].size(), 1u);
+  for (auto& [id, events] : by_id) {
+    EXPECT_GE(events[0].prefill_s, 0) << id;
+    for (size_t i = 1; i < events.size(); ++i) {
+      EXPECT_EQ(events[i].queued_s, -1) << id;
+      EXPECT_EQ(events[i].prefill_s, -1) << id;
+    }
+  }
+  EXPECT_GE(by_id[1][0].queued_s, 0.05);
+  // The one slot: b waited for a's four tokens, then prefilled over three steps.
+  EXPECT_GT(by_id[2][0].queued_s, by_id[1][0].queued_s);
+  EXPECT_EQ(by_id[3][0].queued_s, -1);
+}
+
 // Penalties reach the choice: greedy decoding of the tiny model repeats
 // tokens, and with a strong repetition penalty it never does; min_tokens
 // keeps a stop token from being chosen (or ending the sequence) too early.

@@ -50,6 +50,8 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   metrics.add_tokens(12, 30);
   metrics.observe_ttft(0.003);
   metrics.observe_ttft(0.2);
+  metrics.observe_first_token_parts(0.0004, 0.002);
+  metrics.observe_first_token_parts(-1, 0.15);  // the arrival not known
   metrics.observe_inter_token(0.004);
   metrics.observe_e2e(1.5);
   metrics.set_model({{"bf16", 9}, {"fp8-block", 14}}, "fp8");
@@ -78,6 +80,11 @@ TEST(ServeMetrics, ThePageIsPrometheusTextWithTheLoopsGauges) {
   EXPECT_EQ(s.at("cohort_serve_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), "2");
   EXPECT_EQ(s.at("cohort_serve_time_to_first_token_seconds_count"), "2");
   EXPECT_EQ(s.at("cohort_serve_e2e_latency_seconds_count"), "1");
+  EXPECT_EQ(s.at("cohort_serve_request_queue_time_seconds_count"), "1");
+  EXPECT_EQ(s.at("cohort_serve_request_queue_time_seconds_bucket{le=\"0.001\"}"), "1");
+  EXPECT_EQ(s.at("cohort_serve_request_prefill_time_seconds_count"), "2");
+  EXPECT_EQ(s.at("cohort_serve_request_prefill_time_seconds_bucket{le=\"0.0025\"}"), "1");
+  EXPECT_EQ(s.at("cohort_serve_request_prefill_time_seconds_bucket{le=\"0.25\"}"), "2");
   // Draining or loading: not ready; an empty cache reads as no use.
   const auto draining = samples(metrics.render(LoopGauges{}, "draining"), &typed);
   EXPECT_EQ(draining.at("cohort_serve_ready"), "0");

@@ -340,8 +340,13 @@ async function main() {
         const up = await q('up{job="cohort"}');
         const tokens = await q("cohort_serve_generation_tokens_total");
         const ttft = await q("cohort_serve_time_to_first_token_seconds_count");
+        const prefill = await q("cohort_serve_request_prefill_time_seconds_count");
+        const queued = await q("cohort_serve_request_queue_time_seconds_count");
+        // Every first token the server sent also counts its prefill and its wait.
+        const firsts = Number(ttft.data.result[0]?.value[1]);
         return up.data.result[0]?.value[1] === "1" && Number(tokens.data.result[0]?.value[1]) > 0 &&
-               Number(ttft.data.result[0]?.value[1]) > 0;
+               firsts > 0 && Number(prefill.data.result[0]?.value[1]) === firsts &&
+               Number(queued.data.result[0]?.value[1]) === firsts;
       }, 45000);
     } finally {
       p.kill("SIGTERM");
