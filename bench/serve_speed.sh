@@ -64,10 +64,13 @@ for _ in $(seq 300); do
   sleep 1
 done
 # The server's own time to first token, summed and counted so far (its
-# /metrics histogram: from a request's arrival to its first token).
+# /metrics histogram: from a request's arrival to its first token), and the
+# sums of its parts: the wait for a slot and the prefill.
 server_ttft() {
   curl -s "http://127.0.0.1:$port/metrics" |
-    awk '/^cohort_serve_time_to_first_token_seconds_sum/ {s = $2} /^cohort_serve_time_to_first_token_seconds_count/ {c = $2} END {print s + 0, c + 0}'
+    awk '/^cohort_serve_time_to_first_token_seconds_sum/ {s = $2} /^cohort_serve_time_to_first_token_seconds_count/ {c = $2}
+         /^cohort_serve_request_queue_time_seconds_sum/ {q = $2} /^cohort_serve_request_prefill_time_seconds_sum/ {p = $2}
+         END {print s + 0, c + 0, q + 0, p + 0}'
 }
 load() {  # name args...
   local name=$1; shift
@@ -78,7 +81,8 @@ load() {  # name args...
     ${models:+--model "$models"} --token-ids --json "$out/$label-$name.json" "$@" | tail -1 | sed "s/^/$name /"
   after=$(server_ttft)
   # The load's mean TTFT as the server saw it (the client's includes its own send and parse).
-  echo "$before $after" | awk -v n="$name" '$4 > $2 {printf "%s server TTFT mean %.2f ms over %d requests\n", n, 1e3 * ($3 - $1) / ($4 - $2), $4 - $2}'
+  echo "$before $after" | awk -v n="$name" '$6 > $2 {printf "%s server TTFT mean %.2f ms over %d requests (queued %.2f, prefill %.2f)\n",
+    n, 1e3 * ($5 - $1) / ($6 - $2), $6 - $2, 1e3 * ($7 - $3) / ($6 - $2), 1e3 * ($8 - $4) / ($6 - $2)}'
 }
 echo "# $label: $(grep -o 'ready in [0-9.]* s' "$out/$label.log" | head -1)"
 echo "| load | concurrency | requests | errors | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | e2e p50 s |"
