@@ -131,6 +131,7 @@ Status CudaGraphEngine::alloc_buffers() {
   COHORT_RETURN_IF_ERROR(upload_f32(rope_sin_, rope.sin, stream_));
   lengths_.assign(options_.slots, 0);
   slot_tokens_.assign(options_.slots, {});
+  COHORT_RETURN_IF_ERROR(alloc_ahead());
   return alloc_lora();
 }
 

@@ -157,6 +157,13 @@ CudaGraphEngine::~CudaGraphEngine() {
   if (host_tokens_) cudaFreeHost(host_tokens_);
   if (host_head_rows_) cudaFreeHost(host_head_rows_);
   if (host_table_) cudaFreeHost(host_table_);
+  for (int k = 0; k < 2; ++k) {
+    if (ahead_.tokens[k]) cudaFreeHost(ahead_.tokens[k]);
+    if (ahead_.done[k]) cudaEventDestroy(ahead_.done[k]);
+    for (cudaEvent_t e : ahead_.timer[k])
+      if (e) cudaEventDestroy(e);
+  }
+  if (ahead_.staged) cudaEventDestroy(ahead_.staged);
   if (lora_.host_rows) cudaFreeHost(lora_.host_rows);
   if (lora_.host_run_tiles) cudaFreeHost(lora_.host_run_tiles);
   for (auto& memory : lora_.memory)

@@ -300,6 +300,8 @@ void CudaGraphEngine::upload_lora_tables() {
 
 int CudaGraphEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters) {
   if (!lora_.on || !adapters) return -1;
+  // A step launched ahead may still read the tables and graphs changed below.
+  COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));
   const models::LoraConfig& config = adapters->config();
   int slot = -1;
   for (int s = 0; s < kGraphLoraSlots && slot < 0; ++s)
@@ -339,6 +341,7 @@ int CudaGraphEngine::add_adapter(std::unique_ptr<models::LoraAdapters> adapters)
 
 void CudaGraphEngine::remove_adapter(int index) {
   COHORT_CHECK(index >= 0 && index < adapters());
+  COHORT_CUDA_CHECK_FATAL(cudaStreamSynchronize(stream_));  // a step launched ahead may still run
   const int slot = lora_.table_of[static_cast<size_t>(index)];
   if (slot < 0) return;
   lora_.table_of[static_cast<size_t>(index)] = -1;

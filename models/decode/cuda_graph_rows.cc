@@ -109,13 +109,31 @@ void CudaGraphEngine::step(const int* decode_slots, const int32_t* decode_tokens
 void CudaGraphEngine::forward_rows(const int* decode_slots, const int32_t* decode_tokens, int d,
                                    const std::vector<Chunk>& chunks, size_t begin, size_t end, float* logits,
                                    int32_t* greedy) {
+  const int rows = stage_mixed(decode_slots, decode_tokens, nullptr, d, chunks, begin, end);
+  const int heads = d + static_cast<int>(end - begin);
+  decode_rows_ = d;
+  run(rows, heads, heads, false, true, logits, greedy);
+  decode_rows_ = 0;
+}
+
+// A decode row's token: staged, or (token_from[b] >= 0) the previous
+// step's pick, which take_tokens puts in place on the device; its key for
+// the prefix cache waits until the host reads that pick (collect()).
+void CudaGraphEngine::stage_decode_row(int b, int slot, const int32_t* tokens, const int* token_from) {
+  const bool fed = token_from != nullptr && token_from[b] >= 0;
+  host_rows_[b] = fed ? 0 : tokens[b];
+  host_rows_[kTokenSourcePart * max_rows_ + b] = fed ? token_from[b] : -1;
+  if (!fed) note(slot, tokens + b, 1);
+}
+
+int CudaGraphEngine::stage_mixed(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
+                                 const std::vector<Chunk>& chunks, size_t begin, size_t end) {
   for (int b = 0; b < d; ++b) {
     const int slot = decode_slots[b], pos = lengths_.at(slot);
     COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slot, pos);
     hold(slot, pos + 1);
     lengths_[slot] = pos + 1;
-    note(slot, decode_tokens + b, 1);
-    host_rows_[b] = decode_tokens[b];
+    stage_decode_row(b, slot, decode_tokens, token_from);
     host_rows_[max_rows_ + b] = slot;
     host_rows_[2 * max_rows_ + b] = pos;
     host_head_rows_[b] = b;
@@ -135,16 +153,14 @@ void CudaGraphEngine::forward_rows(const int* decode_slots, const int32_t* decod
       host_rows_[row] = c.tokens[i];
       host_rows_[max_rows_ + row] = c.slot;
       host_rows_[2 * max_rows_ + row] = start + i;
+      host_rows_[kTokenSourcePart * max_rows_ + row] = -1;
     }
     host_head_rows_[d + (j - begin)] = row - 1;
     hold(c.slot, start + c.n);
     lengths_[c.slot] = start + c.n;
     note(c.slot, c.tokens, c.n);
   }
-  const int heads = d + static_cast<int>(end - begin);
-  decode_rows_ = d;
-  run(row, heads, heads, false, true, logits, greedy);
-  decode_rows_ = 0;
+  return row;
 }
 
 void CudaGraphEngine::hold(int slot, int positions) {
@@ -184,18 +200,28 @@ void CudaGraphEngine::forget(int slot) {
 
 void CudaGraphEngine::decode(const int* slots, const int32_t* tokens, int B, float* logits,
                              int32_t* greedy) {
+  const int padded = stage_decode(slots, tokens, nullptr, B);
+  run(padded, padded, B, options_.cuda_graphs, false, logits, greedy);
+}
+
+int CudaGraphEngine::stage_decode(const int* slots, const int32_t* tokens, const int* token_from, int B) {
   const int padded = *std::lower_bound(buckets_.begin(), buckets_.end(), B);
   for (int b = 0; b < padded; ++b) {
     const bool real = b < B;
     const int pos = real ? lengths_.at(slots[b]) : 0;
     COHORT_CHECK_MSG(pos < options_.capacity, "slot {} is full ({} positions)", slots[b], pos);
-    if (real) hold(slots[b], pos + 1), note(slots[b], tokens + b, 1);
-    host_rows_[b] = real ? tokens[b] : 0;
+    if (real) {
+      hold(slots[b], pos + 1);
+      stage_decode_row(b, slots[b], tokens, token_from);
+      ++lengths_[slots[b]];
+    } else {
+      host_rows_[b] = 0;
+      host_rows_[kTokenSourcePart * max_rows_ + b] = -1;
+    }
     host_rows_[max_rows_ + b] = real ? slots[b] : options_.slots;  // the spare slot
     host_rows_[2 * max_rows_ + b] = pos;
   }
-  run(padded, padded, B, options_.cuda_graphs, false, logits, greedy);
-  for (int b = 0; b < B; ++b) ++lengths_[slots[b]];
+  return padded;
 }
 
 }  // namespace cohort::models::decode

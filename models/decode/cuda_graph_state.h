@@ -1,6 +1,7 @@
 // The CudaGraphEngine class, private to cuda_graph_engine.cc (creation,
 // weights, buffers), cuda_graph_rows.cc (what each call puts in the row
-// buffers) and cuda_graph_step.cc (the forward step and its graphs).
+// buffers), cuda_graph_step.cc (the forward step and its graphs) and
+// cuda_graph_ahead.cc (steps launched ahead of reading the last).
 // Its kernels are the models library's decode ops (models/ops/, each beside
 // its CPU reference); its collectives are the callbacks of the
 // tensor-parallel group it is given (models/tensor_parallel.h).
@@ -12,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <deque>
 #include <initializer_list>
 #include <optional>
 #include <map>
@@ -60,8 +62,10 @@ std::vector<int> decode_buckets(int slots);
 using Bf16 = models::Bf16Bits;
 
 // The row index buffers' parts of R ints each: tokens, slots, positions,
-// and two for the prefill attention's tiles (prefill_attention.h).
-inline constexpr int kRowIndexParts = 5;
+// two for the prefill attention's tiles (prefill_attention.h), and for a
+// step launched ahead each row's token source (take_tokens in argmax.h).
+inline constexpr int kTokenSourcePart = 5;
+inline constexpr int kRowIndexParts = 6;
 
 class CudaGraphEngine final : public InferenceEngine {
  public:
@@ -99,6 +103,15 @@ class CudaGraphEngine final : public InferenceEngine {
   // buffers; outputs from row 0 of logits/greedy.
   void forward_rows(const int* decode_slots, const int32_t* decode_tokens, int d, const std::vector<Chunk>& chunks,
                     size_t begin, size_t end, float* logits, int32_t* greedy);
+  // Running ahead (cuda_graph_ahead.cc) at tp 1: a step's rows are staged
+  // and enqueued, their picks copied to a pinned buffer of their own, and
+  // collect() waits for that copy alone; decode rows fed by the previous
+  // step take its picks on the device (take_tokens). A step of several
+  // forwards runs at once (its fed tokens read on the host first).
+  bool can_run_ahead() const override { return tp_ == 1; }
+  bool launch(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
+              const std::vector<Chunk>& chunks) override;
+  void collect(int32_t* greedy) override;
   int kv_block_size() const override { return kKvBlockSize; }
   int64_t kv_blocks() const override { return pool_ ? pool_->total() : 0; }
   int64_t kv_free_blocks() const override { return pool_ ? pool_->free() : 0; }
@@ -399,6 +412,50 @@ class CudaGraphEngine final : public InferenceEngine {
   // Host rows -> device, run (graph or eager), fetch results; synchronises.
   void run(int n, int head_count, int real_rows, bool use_graph, bool gathered, float* logits,
            int32_t* greedy);
+  // A step's timing (options.overrides.time_steps), from its enqueue to
+  // the host's read of its picks.
+  struct StepTiming {
+    bool timed = false, graph_timed = false;
+    int n = 0;
+    double launch_s = 0;
+    std::chrono::steady_clock::time_point wall_begin;
+    cudaEvent_t begin = nullptr, staged = nullptr, end = nullptr;
+  };
+  // run()'s first part: the table and rows uploaded (with `fed`, each
+  // row's token source, then take_tokens), `after_staging` recorded once
+  // the pinned staging buffers have been read, the step enqueued (a
+  // graph's replay, eager, or its capture). `events`: begin, staged and
+  // end for the timer.
+  StepTiming enqueue_run(int n, int head_count, bool use_graph, bool gathered, bool fed, cudaEvent_t after_staging,
+                         const std::array<cudaEvent_t, 3>& events);
+  // Adds a finished step's times to step_times_ or eager_times_.
+  void account(const StepTiming& t);
+  // The staging of decode()/forward_rows(), for them and launch(): the
+  // rows in host_rows_, KV blocks held, lengths grown, prefix keys noted
+  // (a fed row's when its token is read). Returns the rows (decode: padded
+  // to its bucket).
+  int stage_decode(const int* slots, const int32_t* tokens, const int* token_from, int B);
+  int stage_mixed(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
+                  const std::vector<Chunk>& chunks, size_t begin, size_t end);
+  void stage_decode_row(int b, int slot, const int32_t* tokens, const int* token_from);
+  struct Launched {
+    int buffer = 0;                 // its pinned picks and events: ahead_.tokens[buffer], ...
+    int rows = 0;                   // picks (real rows)
+    bool ran = false;               // run at once (several forwards): its picks below
+    std::vector<int32_t> picks;
+    std::vector<std::pair<int, int>> fed;  // (slot, the previous step's row) of its fed decode rows
+    StepTiming timing;
+  };
+  struct Ahead {
+    int32_t* tokens[2] = {};        // pinned [B] each
+    cudaEvent_t done[2] = {};       // after each one's copy of the picks
+    cudaEvent_t timer[2][3] = {};   // begin, staged, end (time_steps)
+    cudaEvent_t staged = nullptr;   // the newest launch has read the pinned staging
+    bool staging_pending = false;
+    std::deque<Launched> launched;  // uncollected, oldest first
+    int next = 0;
+  } ahead_;
+  Status alloc_ahead();
   // One packed prefill of prompts [begin, end) into their slots.
   void prefill_chunk(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
                      size_t begin, size_t end, float* logits, int32_t* greedy);

@@ -243,8 +243,10 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
   }
 }
 
-// The previous step has finished (run() waits for every step), so the
-// device's copy of the table is no longer being read.
+// The copy runs in stream order, after the steps enqueued before it have
+// read the device's table; the pinned copy is rewritten only once the
+// last upload from it has run (run() waits for its step, launch() for the
+// last launch's staging).
 void CudaGraphEngine::upload_table() {
   const std::vector<int32_t>& table = pool_->table();
   std::copy(table.begin(), table.end(), host_table_);
@@ -296,39 +298,8 @@ cudaGraphExec_t CudaGraphEngine::capture_step(int n, int head_count, bool gather
 
 void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, bool gathered,
                           float* logits, int32_t* greedy) {
-  COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
-  // Timed: decode steps replayed from a graph (not the eager and capturing
-  // runs of warm-up), and the eager prompt and mixed steps, with the host's
-  // time enqueuing them (what a step waits for when launches outrun it).
-  const bool graph_timed = time_steps_ && use_graph && graphs_.count(n) > 0;
-  const bool timed = graph_timed || (time_steps_ && !use_graph);
-  const auto wall_begin = std::chrono::steady_clock::now();
-  if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_begin_, stream_));
-  if (pool_->take_changed()) upload_table();
-  stage_rows(n, head_count, gathered);
-  // Decode buckets keep the projection family warm-up chose for them.
-  const auto choice = bucket_skinny_.find(n);
-  skinny_enabled_ = gathered || choice == bucket_skinny_.end() || choice->second;
-  auto graph = graphs_.find(n);
-  double launch_s = 0;
-  if (!use_graph) {
-    const auto enqueue_begin = std::chrono::steady_clock::now();
-    enqueue_step(n, head_count, gathered);
-    launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueue_begin).count();
-  } else if (graph != graphs_.end()) {
-    if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_staged_, stream_));
-    const auto launch_begin = std::chrono::steady_clock::now();
-    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graph->second, stream_));
-    launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_begin).count();
-  } else if (bucket_runs_[n]++ == 0) {
-    // The first step of a size runs eagerly: cuBLAS and NCCL settle their
-    // algorithms and lazy state before anything is captured.
-    enqueue_step(n, head_count, gathered);
-  } else {
-    graphs_[n] = capture_step(n, head_count, gathered);
-    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graphs_[n], stream_));
-  }
-  if (timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(step_end_, stream_));
+  const StepTiming timing = enqueue_run(n, head_count, use_graph, gathered, false, nullptr,
+                                        {step_begin_, step_staged_, step_end_});
   if (logits) {
     fetch_logits(head_count, real_rows, logits);
     return;
@@ -338,19 +309,70 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
                                           cudaMemcpyDeviceToHost, stream_));
   wait_step("step");
   std::copy(host_tokens_, host_tokens_ + real_rows, greedy);
-  if (timed) {
-    float ms = 0, graph_ms = 0;
-    COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, step_begin_, step_end_));
-    if (graph_timed) COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&graph_ms, step_staged_, step_end_));
-    const int bucket = static_cast<int>(std::bit_ceil(static_cast<unsigned>(n)));
-    StepTimes& t = graph_timed ? step_times_[n] : eager_times_[bucket];
-    ++t.steps;
-    t.rows += n;
-    t.gpu_s += ms / 1e3;
-    t.graph_s += graph_ms / 1e3;
-    t.launch_s += launch_s;
-    t.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
+  account(timing);
+}
+
+CudaGraphEngine::StepTiming CudaGraphEngine::enqueue_run(int n, int head_count, bool use_graph, bool gathered,
+                                                         bool fed, cudaEvent_t after_staging,
+                                                         const std::array<cudaEvent_t, 3>& events) {
+  COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
+  // Timed: decode steps replayed from a graph (not the eager and capturing
+  // runs of warm-up), and the eager prompt and mixed steps, with the host's
+  // time enqueuing them (what a step waits for when launches outrun it).
+  StepTiming t;
+  t.graph_timed = time_steps_ && use_graph && graphs_.count(n) > 0;
+  t.timed = t.graph_timed || (time_steps_ && !use_graph);
+  t.n = n;
+  t.begin = events[0], t.staged = events[1], t.end = events[2];
+  t.wall_begin = std::chrono::steady_clock::now();
+  if (t.timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(t.begin, stream_));
+  if (pool_->take_changed()) upload_table();
+  stage_rows(n, head_count, gathered);
+  int32_t* const sources = buf_.rows + kTokenSourcePart * max_rows_;
+  if (fed) {
+    COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(sources, host_rows_ + kTokenSourcePart * max_rows_,
+                                            static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   }
+  if (after_staging) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(after_staging, stream_));
+  if (fed) models::cuda::take_tokens(buf_.rows, buf_.tokens, sources, n, stream_);
+  // Decode buckets keep the projection family warm-up chose for them.
+  const auto choice = bucket_skinny_.find(n);
+  skinny_enabled_ = gathered || choice == bucket_skinny_.end() || choice->second;
+  auto graph = graphs_.find(n);
+  if (!use_graph) {
+    const auto enqueue_begin = std::chrono::steady_clock::now();
+    enqueue_step(n, head_count, gathered);
+    t.launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueue_begin).count();
+  } else if (graph != graphs_.end()) {
+    if (t.timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(t.staged, stream_));
+    const auto launch_begin = std::chrono::steady_clock::now();
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graph->second, stream_));
+    t.launch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_begin).count();
+  } else if (bucket_runs_[n]++ == 0) {
+    // The first step of a size runs eagerly: cuBLAS and NCCL settle their
+    // algorithms and lazy state before anything is captured.
+    enqueue_step(n, head_count, gathered);
+  } else {
+    graphs_[n] = capture_step(n, head_count, gathered);
+    COHORT_CUDA_CHECK_FATAL(cudaGraphLaunch(graphs_[n], stream_));
+  }
+  if (t.timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(t.end, stream_));
+  return t;
+}
+
+void CudaGraphEngine::account(const StepTiming& t) {
+  if (!t.timed) return;
+  float ms = 0, graph_ms = 0;
+  COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&ms, t.begin, t.end));
+  if (t.graph_timed) COHORT_CUDA_CHECK_FATAL(cudaEventElapsedTime(&graph_ms, t.staged, t.end));
+  const int bucket = static_cast<int>(std::bit_ceil(static_cast<unsigned>(t.n)));
+  StepTimes& times = t.graph_timed ? step_times_[t.n] : eager_times_[bucket];
+  ++times.steps;
+  times.rows += t.n;
+  times.gpu_s += ms / 1e3;
+  times.graph_s += graph_ms / 1e3;
+  times.launch_s += t.launch_s;
+  times.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t.wall_begin).count();
 }
 
 void CudaGraphEngine::log_step_times() const {

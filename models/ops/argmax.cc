@@ -32,4 +32,10 @@ void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n) {
   }
 }
 
+void take_tokens(int32_t* rows, const int32_t* previous, const int32_t* source, int n) {
+  for (int b = 0; b < n; ++b) {
+    if (source[b] >= 0) rows[b] = previous[source[b]];
+  }
+}
+
 }  // namespace cohort::models::cpu

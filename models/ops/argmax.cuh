@@ -107,6 +107,12 @@ __global__ void merge_argmax_kernel(const float* gathered, int tp, int n, int32_
   tokens[r] = index;
 }
 
+__global__ void take_tokens_kernel(int32_t* rows, const int32_t* previous, const int32_t* source, int n) {
+  begin_dependent();  // the previous step's picks
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < n && source[b] >= 0) rows[b] = previous[source[b]];
+}
+
 void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin,
                 CUstream_st* stream, int32_t* tokens) {
   launch_dependent(row_argmax_kernel, n * kArgmaxCluster, kArgmaxThreads, 0, stream, logits,
@@ -115,6 +121,10 @@ void row_argmax(float* out, const float* logits, int n, int vocab_rows, int voca
 
 void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n, CUstream_st* stream) {
   launch_dependent(merge_argmax_kernel, (n + 127) / 128, 128, 0, stream, gathered, tp, n, tokens);
+}
+
+void take_tokens(int32_t* rows, const int32_t* previous, const int32_t* source, int n, CUstream_st* stream) {
+  if (n > 0) launch_dependent(take_tokens_kernel, (n + 127) / 128, 128, 0, stream, rows, previous, source, n);
 }
 
 }  // namespace cohort::models::cuda

@@ -19,6 +19,11 @@ namespace cohort::models::cpu {
 // out [n, 2]: (value, index as float bits).
 void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin);
 void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n);
+// A step launched before the host has read the one before it (a server
+// running ahead): rows[b] = previous[source[b]] where source[b] >= 0 (a
+// decode row whose input is the previous step's pick, still on the
+// device), rows[b] unchanged where source[b] < 0; b < n.
+void take_tokens(int32_t* rows, const int32_t* previous, const int32_t* source, int n);
 
 }  // namespace cohort::models::cpu
 
@@ -30,5 +35,6 @@ namespace cohort::models::cuda {
 void row_argmax(float* out, const float* logits, int n, int vocab_rows, int vocab_begin,
                 CUstream_st* stream, int32_t* tokens = nullptr);
 void merge_argmax(int32_t* tokens, const float* gathered, int tp, int n, CUstream_st* stream);
+void take_tokens(int32_t* rows, const int32_t* previous, const int32_t* source, int n, CUstream_st* stream);
 
 }  // namespace cohort::models::cuda

@@ -262,5 +262,68 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
 }
 
 
+// A server's steps launched ahead (SchedulerOptions::run_ahead) on the
+// graph engine: decode rows take the previous step's picks on the device,
+// mixed steps and graph steps alike, with prefix caching (a fed row's key
+// comes later) and more requests than slots. The tokens are those of plain
+// steps; where they part (a slot freed by a finished request is taken a
+// step later, so batches differ), the plain run's logits show a near tie.
+TEST(InferGpu, StepsLaunchedAheadGiveThePlainStepsTokens) {
+#ifndef COHORT_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
+#else
+  if (models::cuda_device_count() < 1) {
+    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
+  }
+  const std::string dir = gpu_model_dir(64);
+  auto config = hf::load_config_json(dir + "/config.json");
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  std::map<int64_t, std::vector<int32_t>> tokens[2];
+  std::map<int64_t, std::vector<std::vector<float>>> plain_logits;
+  int64_t hits[2] = {0, 0};
+  for (int ahead = 0; ahead < 2; ++ahead) {
+    models::decode::CudaEngineOptions options;
+    options.slots = 4;
+    options.capacity = 160;
+    options.prefix_caching = true;
+    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
+      return hf::load_weights(m, dir);
+    });
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    ASSERT_TRUE((*engine)->can_run_ahead());
+    infer::SchedulerOptions o;
+    o.max_batched_tokens = 20;
+    o.run_ahead = ahead;
+    if (!ahead) {
+      o.return_logits = true;
+      o.on_logits = [&](int64_t id, const float* row, int vocab) { plain_logits[id].emplace_back(row, row + vocab); };
+    }
+    infer::Scheduler s(**engine, o);
+    for (int id = 0; id < 9; ++id) {
+      infer::SequenceRequest r;
+      r.id = id;
+      if (id >= 5) {
+        for (int t = 0; t < 34; ++t) r.prompt.push_back((13 * t + 5) % 1024);  // a prefix 5 to 8 share
+      }
+      for (int t = 0; t < 3 + 6 * (id % 5); ++t) r.prompt.push_back((37 * id + 11 * t) % 1024);
+      r.max_new_tokens = 20;
+      ASSERT_TRUE(s.add(std::move(r)).is_ok());
+    }
+    for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
+      for (const infer::TokenEvent& e : s.step()) {
+        if (e.token >= 0) tokens[ahead][e.id].push_back(e.token);
+      }
+    }
+    ASSERT_TRUE(s.idle());
+    hits[ahead] = s.prefix_hit_tokens();
+  }
+  ASSERT_EQ(tokens[1].size(), 9u);
+  EXPECT_GT(hits[1], 0) << "no prompt started past a cached prefix";
+  const int parted = parted_at_near_ties(tokens[0], tokens[1], plain_logits, 20);
+  std::printf("launched ahead vs plain steps: %d of 9 requests parted at a near tie; prefix hits %lld and %lld\n",
+              parted, static_cast<long long>(hits[0]), static_cast<long long>(hits[1]));
+#endif
+}
+
 }  // namespace
 }  // namespace cohort::testing

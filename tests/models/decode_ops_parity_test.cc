@@ -456,5 +456,26 @@ TEST_F(DecodeOpsParity, RowArgmaxOverAFullVocabularyKeepsTheFirstMaximum) {
   EXPECT_EQ(index, 1026);
 }
 
+// A step launched ahead takes some rows' tokens from the previous step's
+// picks on the device, the others as staged.
+TEST_F(DecodeOpsParity, TakeTokensFillsTheRowsThePreviousStepFeeds) {
+  const int n = 300;
+  std::vector<int32_t> previous(n), source(n), rows(n);
+  for (int b = 0; b < n; ++b) {
+    previous[b] = 1000 + 7 * b;
+    rows[b] = b % 5 == 0 ? 0 : 50 + b;
+    source[b] = b % 5 == 0 ? (b * 37) % n : -1;
+  }
+  std::vector<int32_t> want = rows;
+  cpu::take_tokens(want.data(), previous.data(), source.data(), n);
+  int32_t* dev = up(rows);
+  cuda::take_tokens(dev, up(previous), up(source), n, stream_);
+  std::vector<int32_t> got(n);
+  gpu_->copy_to_host(got.data(), dev, n * sizeof(int32_t));
+  EXPECT_EQ(want, got);
+  EXPECT_EQ(want[5], previous[(5 * 37) % n]);
+  EXPECT_EQ(want[6], 56);
+}
+
 }  // namespace
 }  // namespace cohort::models
