@@ -460,7 +460,7 @@ class CudaGraphEngine final : public InferenceEngine {
   void prefill_chunk(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,
                      size_t begin, size_t end, float* logits, int32_t* greedy);
   void fetch_logits(int head_count, int real_rows, float* logits);
-  void upload_table();
+  void upload_table(const KvBlockPool::Rows& rows);
   // Row indices (and a prefill's head rows) host -> device.
   void stage_rows(int n, int head_count, bool gathered);
   cudaGraphExec_t capture_step(int n, int head_count, bool gathered);

@@ -243,14 +243,19 @@ void CudaGraphEngine::fetch_logits(int head_count, int real_rows, float* logits)
   }
 }
 
-// The copy runs in stream order, after the steps enqueued before it have
-// read the device's table; the pinned copy is rewritten only once the
-// last upload from it has run (run() waits for its step, launch() for the
-// last launch's staging).
-void CudaGraphEngine::upload_table() {
+// The rows of the slots that changed since the last upload (a few a decode
+// step, of up to max_running). The copy runs in stream order, after the
+// steps enqueued before it have read the device's table; the pinned copy
+// is rewritten only once the last upload from it has run (run() waits for
+// its step, launch() for the last launch's staging).
+void CudaGraphEngine::upload_table(const KvBlockPool::Rows& rows) {
+  if (rows.empty()) return;
+  const size_t per_slot = static_cast<size_t>(pool_->blocks_per_slot());
+  const size_t begin = static_cast<size_t>(rows.first) * per_slot, end = static_cast<size_t>(rows.end) * per_slot;
   const std::vector<int32_t>& table = pool_->table();
-  std::copy(table.begin(), table.end(), host_table_);
-  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(block_table_, host_table_, table.size() * 4,
+  std::copy(table.begin() + static_cast<std::ptrdiff_t>(begin), table.begin() + static_cast<std::ptrdiff_t>(end),
+            host_table_ + begin);
+  COHORT_CUDA_CHECK_FATAL(cudaMemcpyAsync(block_table_ + begin, host_table_ + begin, (end - begin) * 4,
                                           cudaMemcpyHostToDevice, stream_));
 }
 
@@ -326,7 +331,7 @@ CudaGraphEngine::StepTiming CudaGraphEngine::enqueue_run(int n, int head_count, 
   t.begin = events[0], t.staged = events[1], t.end = events[2];
   t.wall_begin = std::chrono::steady_clock::now();
   if (t.timed) COHORT_CUDA_CHECK_FATAL(cudaEventRecord(t.begin, stream_));
-  if (pool_->take_changed()) upload_table();
+  upload_table(pool_->take_changed());
   stage_rows(n, head_count, gathered);
   int32_t* const sources = buf_.rows + kTokenSourcePart * max_rows_;
   if (fed) {

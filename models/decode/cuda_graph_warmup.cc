@@ -254,7 +254,7 @@ void CudaGraphEngine::warm_up() {
                         models::cuda::skinny_gemm_supported(b, config_.hidden);
     if (choice) {
       const auto choice_start = Clock::now();
-      if (pool_->take_changed()) upload_table();
+      upload_table(pool_->take_changed());
       stage_rows(b, b, false);
       choose_projections(b);
       choice_s += seconds_since(choice_start);

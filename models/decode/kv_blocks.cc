@@ -11,7 +11,7 @@ KvBlockPool::KvBlockPool(int blocks, int block_size, int slots, int blocks_per_s
     : blocks_(blocks), block_size_(block_size), slots_(slots), per_slot_(blocks_per_slot),
       table_(static_cast<size_t>(slots + 1) * blocks_per_slot, blocks), held_(slots + 1, 0),
       keyed_(slots + 1, 0), slot_key_(slots + 1, 0), slot_parent_(slots + 1, -1), refs_(blocks, 0),
-      cache_(blocks) {
+      cache_(blocks), changed_{0, slots + 1} {
   COHORT_CHECK(blocks >= 0 && slots >= 1 && blocks_per_slot >= 1);
   COHORT_CHECK_MSG(block_size > 0 && (block_size & (block_size - 1)) == 0, "block size {} is not a power of two",
                    block_size);
@@ -60,7 +60,7 @@ bool KvBlockPool::grow(int slot, int positions) {
   if (want > static_cast<size_t>(per_slot_) || want - have > static_cast<size_t>(free())) return false;
   int32_t* row = table_.data() + static_cast<size_t>(slot) * per_slot_;
   for (; have < want; ++have) row[have] = take_free_block();
-  changed_ = true;
+  changed(slot);
   return true;
 }
 
@@ -80,7 +80,7 @@ void KvBlockPool::release(int slot) {
       cache_[b].lru = cached_free_.insert(cached_free_.end(), b);
     }
   }
-  changed_ = true;
+  changed(slot);
 }
 
 int KvBlockPool::match_prefix(int slot, const int32_t* tokens, int n) {
@@ -103,7 +103,7 @@ int KvBlockPool::match_prefix(int slot, const int32_t* tokens, int n) {
     key = k, parent = b;
   }
   held_[slot] = count, keyed_[slot] = count, slot_key_[slot] = key, slot_parent_[slot] = parent;
-  if (count > 0) changed_ = true;
+  if (count > 0) changed(slot);
   return count * block_size_;
 }
 
@@ -127,10 +127,10 @@ void KvBlockPool::commit(int slot, const int32_t* tokens, int positions) {
   keyed_[slot] = std::max(keyed_[slot], full);
 }
 
-bool KvBlockPool::take_changed() {
-  const bool was = changed_;
-  changed_ = false;
-  return was;
+KvBlockPool::Rows KvBlockPool::take_changed() {
+  const Rows rows = changed_;
+  changed_ = Rows{};
+  return rows;
 }
 
 }  // namespace cohort::models::decode

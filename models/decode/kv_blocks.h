@@ -22,6 +22,7 @@
 // Thread-compatible; owned by one engine.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -65,8 +66,16 @@ class KvBlockPool {
 
   // [slots + 1, blocks_per_slot] block ids.
   const std::vector<int32_t>& table() const { return table_; }
-  // Whether the table changed since the last call (the device copy is stale).
-  bool take_changed();
+  int blocks_per_slot() const { return per_slot_; }
+  // The rows [first, end) that hold every change since the last call (the
+  // device copy of them is stale; empty: none), so that a step uploads the
+  // few slots that grew or ended rather than the whole table. The first
+  // call covers every row, the spare slot's included.
+  struct Rows {
+    int first = 0, end = 0;
+    bool empty() const { return first >= end; }
+  };
+  Rows take_changed();
 
  private:
   int blocks_, block_size_, slots_, per_slot_;
@@ -89,7 +98,11 @@ class KvBlockPool {
   std::vector<int32_t> refs_;    // slots holding each block
   std::vector<Cached> cache_;    // per block; key 0 with an empty token list: not keyed
   std::unordered_map<uint64_t, int32_t> by_key_;
-  bool changed_ = true;
+  Rows changed_;  // set whole by the constructor
+  void changed(int slot) {
+    if (changed_.empty()) changed_ = Rows{slot, slot + 1};
+    changed_.first = std::min(changed_.first, slot), changed_.end = std::max(changed_.end, slot + 1);
+  }
 };
 
 }  // namespace cohort::models::decode

@@ -44,13 +44,27 @@ TEST(KvBlockPool, SlotsGrowByBlocksAndGiveThemBack) {
       }
     }
   }
-  EXPECT_TRUE(pool.take_changed());
-  EXPECT_FALSE(pool.take_changed());
+  // The first upload takes every row, the spare slot's (row 3) included;
+  // later ones the rows of the slots that changed, and nothing else.
+  auto rows = [&] {
+    const models::decode::KvBlockPool::Rows r = pool.take_changed();
+    return std::pair<int, int>(r.first, r.end);
+  };
+  EXPECT_EQ(rows(), std::pair(0, 4));
+  EXPECT_TRUE(pool.take_changed().empty());
   pool.release(1);
-  EXPECT_TRUE(pool.take_changed());
+  EXPECT_EQ(rows(), std::pair(1, 2));
   EXPECT_EQ(pool.free(), 4);
   EXPECT_TRUE(pool.grow(2, 64));
   EXPECT_EQ(pool.free(), 0);
+  EXPECT_EQ(rows(), std::pair(2, 3));
+  EXPECT_TRUE(pool.grow(2, 64));  // already held: no change
+  EXPECT_TRUE(pool.take_changed().empty());
+  pool.release(0);
+  pool.release(2);
+  EXPECT_EQ(rows(), std::pair(0, 3));
+  pool.release(1);  // holds nothing: no change
+  EXPECT_TRUE(pool.take_changed().empty());
 }
 
 // Prefix caching: full blocks keyed by their tokens and all before them.
