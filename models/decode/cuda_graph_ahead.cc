@@ -42,14 +42,14 @@ bool CudaGraphEngine::launch(const int* decode_slots, const int32_t* decode_toke
   for (const Chunk& c : chunks) rows += c.n;
   const bool one_forward =
       chunks.empty() || (rows <= max_rows_ && d + static_cast<int>(chunks.size()) <= max_batch_);
-  Launched l;
+  AheadSteps::Launched l;
   if (!one_forward) {
     // Several forwards: run now, the fed tokens read on the host first.
     std::vector<int32_t> tokens(decode_tokens, decode_tokens + d);
     for (int b = 0; b < d; ++b) {
       if (token_from[b] < 0) continue;
       COHORT_CHECK_MSG(!ahead_.launched.empty(), "decode row {} is fed by a step not in flight", b);
-      const Launched& previous = ahead_.launched.back();
+      const AheadSteps::Launched& previous = ahead_.launched.back();
       if (!previous.ran) COHORT_CUDA_CHECK_FATAL(cudaEventSynchronize(ahead_.done[previous.buffer]));
       tokens[b] = previous.ran ? previous.picks.at(token_from[b]) : ahead_.tokens[previous.buffer][token_from[b]];
     }
@@ -93,7 +93,7 @@ bool CudaGraphEngine::launch(const int* decode_slots, const int32_t* decode_toke
 
 void CudaGraphEngine::collect(int32_t* greedy) {
   COHORT_CHECK_MSG(!ahead_.launched.empty(), "collect() with no step launched");
-  Launched l = std::move(ahead_.launched.front());
+  AheadSteps::Launched l = std::move(ahead_.launched.front());
   ahead_.launched.pop_front();
   if (l.ran) {
     std::copy(l.picks.begin(), l.picks.end(), greedy);

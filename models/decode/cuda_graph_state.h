@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "models/decode/cuda_graph_ahead.h"
 #include "models/decode/cuda_graph_engine.h"
 #include "models/decode/cuda_tuned_gemm.h"
 #include "models/decode/host_layer.h"
@@ -412,15 +413,6 @@ class CudaGraphEngine final : public InferenceEngine {
   // Host rows -> device, run (graph or eager), fetch results; synchronises.
   void run(int n, int head_count, int real_rows, bool use_graph, bool gathered, float* logits,
            int32_t* greedy);
-  // A step's timing (options.overrides.time_steps), from its enqueue to
-  // the host's read of its picks.
-  struct StepTiming {
-    bool timed = false, graph_timed = false;
-    int n = 0;
-    double launch_s = 0;
-    std::chrono::steady_clock::time_point wall_begin;
-    cudaEvent_t begin = nullptr, staged = nullptr, end = nullptr;
-  };
   // run()'s first part: the table and rows uploaded (with `fed`, each
   // row's token source, then take_tokens), `after_staging` recorded once
   // the pinned staging buffers have been read, the step enqueued (a
@@ -438,23 +430,7 @@ class CudaGraphEngine final : public InferenceEngine {
   int stage_mixed(const int* decode_slots, const int32_t* decode_tokens, const int* token_from, int d,
                   const std::vector<Chunk>& chunks, size_t begin, size_t end);
   void stage_decode_row(int b, int slot, const int32_t* tokens, const int* token_from);
-  struct Launched {
-    int buffer = 0;                 // its pinned picks and events: ahead_.tokens[buffer], ...
-    int rows = 0;                   // picks (real rows)
-    bool ran = false;               // run at once (several forwards): its picks below
-    std::vector<int32_t> picks;
-    std::vector<std::pair<int, int>> fed;  // (slot, the previous step's row) of its fed decode rows
-    StepTiming timing;
-  };
-  struct Ahead {
-    int32_t* tokens[2] = {};        // pinned [B] each
-    cudaEvent_t done[2] = {};       // after each one's copy of the picks
-    cudaEvent_t timer[2][3] = {};   // begin, staged, end (time_steps)
-    cudaEvent_t staged = nullptr;   // the newest launch has read the pinned staging
-    bool staging_pending = false;
-    std::deque<Launched> launched;  // uncollected, oldest first
-    int next = 0;
-  } ahead_;
+  AheadSteps ahead_;
   Status alloc_ahead();
   // One packed prefill of prompts [begin, end) into their slots.
   void prefill_chunk(const int* slots, const std::vector<const std::vector<int32_t>*>& prompts,

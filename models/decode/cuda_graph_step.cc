@@ -317,7 +317,7 @@ void CudaGraphEngine::run(int n, int head_count, int real_rows, bool use_graph, 
   account(timing);
 }
 
-CudaGraphEngine::StepTiming CudaGraphEngine::enqueue_run(int n, int head_count, bool use_graph, bool gathered,
+StepTiming CudaGraphEngine::enqueue_run(int n, int head_count, bool use_graph, bool gathered,
                                                          bool fed, cudaEvent_t after_staging,
                                                          const std::array<cudaEvent_t, 3>& events) {
   COHORT_CUDA_CHECK_FATAL(cudaSetDevice(options_.device));
