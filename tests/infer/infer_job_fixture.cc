@@ -71,6 +71,13 @@ fs::path scratch_dir(const std::string& name) {
   return dir;
 }
 
+std::string test_worker_path() {
+  std::error_code error;
+  const fs::path beside = fs::read_symlink("/proc/self/exe", error).parent_path() / "infer_test_worker";
+  if (!error && fs::exists(beside)) return beside.string();
+  return std::string(COHORT_BINARY_DIR) + "/tests/infer_test_worker";
+}
+
 std::string write_token_prompts(const fs::path& path, const std::vector<std::vector<int>>& prompts) {
   std::ofstream out(path);
   for (const auto& p : prompts) out << nlohmann::json{{"tokens", p}}.dump() << "\n";
@@ -93,8 +100,7 @@ InferRun run_infer_job(const InferJob& job) {
   if (job.engine.empty()) ::unsetenv("COHORT_INFER_ENGINE");
   else ::setenv("COHORT_INFER_ENGINE", job.engine.c_str(), 1);
   InferRun run;
-  run.error = launch_ranks(std::string(COHORT_BINARY_DIR) + "/tests/infer_test_worker",
-                           job_file.string(), job.world, dir);
+  run.error = launch_ranks(test_worker_path(), job_file.string(), job.world, dir);
   if (!run.error.empty()) return run;
   std::ifstream outputs(out_dir / "outputs.jsonl");
   std::string line;

@@ -38,6 +38,11 @@ struct InferJob {
 // A fresh folder under the system temp dir, unique to this test process.
 std::filesystem::path scratch_dir(const std::string& name);
 
+// The rank program these tests launch: beside the test's own executable
+// where it is there (a bundle copied to another machine), else in the
+// build tree.
+std::string test_worker_path();
+
 // {"tokens": [...]} per prompt.
 std::string write_token_prompts(const std::filesystem::path& path,
                                 const std::vector<std::vector<int>>& prompts);

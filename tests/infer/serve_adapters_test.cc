@@ -90,8 +90,7 @@ TEST(ServeAdapters, EachAdapterGivesItsMergedModelsTokensInSharedBatches) {
   const pid_t server = ::fork();
   if (server == 0) {
     ::setenv("COHORT_DEVICE", "cpu", 1);
-    ::execl((std::string(COHORT_BINARY_DIR) + "/tests/infer_test_worker").c_str(), "infer_test_worker",
-            job.c_str(), nullptr);
+    ::execl(test_worker_path().c_str(), "infer_test_worker", job.c_str(), nullptr);
     ::_exit(127);
   }
   // The server goes with the test, however it ends (a failed ASSERT
