@@ -52,6 +52,12 @@ std::string gpu_model_dir(int head_dim) {
   return dir.string();
 }
 
+Result<std::unique_ptr<models::decode::InferenceEngine>> graph_engine_over(
+    const std::string& dir, const models::ModelConfig& config, const models::decode::CudaEngineOptions& options) {
+  return models::decode::make_cuda_graph_engine(config, options, nullptr,
+                                                [dir](models::Model& m) { return hf::load_weights(m, dir); });
+}
+
 TokenRuns five_greedy_requests(models::decode::InferenceEngine& engine,
                                std::map<int64_t, std::vector<std::vector<float>>>* logits,
                                const std::vector<int>& adapters) {

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "models/config.h"
+#include "models/decode/cuda_graph_engine.h"
 #include "models/decode/engine.h"
 
 namespace cohort::testing {
@@ -29,6 +32,11 @@ int parted_at_near_ties(const TokenRuns& want_runs, const TokenRuns& got_runs,
 // choices are not decided by bf16 rounding. head_dim 64 makes prompts take
 // the prefill tiles (32: the decode kernel).
 std::string gpu_model_dir(int head_dim = 32);
+
+// The graph engine at tp 1 over the weights of folder `dir` as written
+// (gpu_model_dir's), with `options`.
+Result<std::unique_ptr<models::decode::InferenceEngine>> graph_engine_over(
+    const std::string& dir, const models::ModelConfig& config, const models::decode::CudaEngineOptions& options);
 
 // Five greedy requests of different lengths (12 new tokens each) through a
 // scheduler on `engine`: each request's tokens, and with `logits` the

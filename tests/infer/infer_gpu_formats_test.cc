@@ -220,9 +220,7 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
       ASSERT_NE(store, nullptr);
       options.packed_projection = [store](const models::ParamSpec& p) { return store->read(p); };
     }
-    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
-      return hf::load_weights(m, dir);
-    });
+    auto engine = graph_engine_over(dir, *config, options);
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     if (packed) {
       EXPECT_NE((*engine)->describe().find("gptq int4"), std::string::npos) << (*engine)->describe();

@@ -166,9 +166,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
     models::decode::CudaEngineOptions options;
     options.slots = 3;
     options.capacity = 128;
-    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
-      return hf::load_weights(m, dir);
-    });
+    auto engine = graph_engine_over(dir, *config, options);
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     infer::SchedulerOptions o;
     o.max_batched_tokens = chunks[c];
@@ -220,9 +218,7 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
     options.slots = 3;
     options.capacity = 128;
     options.prefix_caching = cached;
-    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
-      return hf::load_weights(m, dir);
-    });
+    auto engine = graph_engine_over(dir, *config, options);
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     infer::SchedulerOptions o;
     o.max_batched_tokens = 24;
@@ -286,9 +282,7 @@ TEST(InferGpu, StepsLaunchedAheadGiveThePlainStepsTokens) {
     options.slots = 4;
     options.capacity = 160;
     options.prefix_caching = true;
-    auto engine = models::decode::make_cuda_graph_engine(*config, options, nullptr, [&](models::Model& m) {
-      return hf::load_weights(m, dir);
-    });
+    auto engine = graph_engine_over(dir, *config, options);
     ASSERT_TRUE(engine.is_ok()) << engine.status().message();
     ASSERT_TRUE((*engine)->can_run_ahead());
     infer::SchedulerOptions o;
