@@ -9,10 +9,20 @@
 #include "hf/weights.h"
 #include "infer/scheduler.h"
 #include "models/backend.h"
+#include "models/cuda_backend.h"
 #include "models/model.h"
 #include "tests/infer/infer_job_fixture.h"
 
 namespace cohort::testing {
+
+std::string graph_engine_missing() {
+#ifndef COHORT_HAVE_CUDA
+  return "built without CUDA: no bf16 graph engine";
+#else
+  if (models::cuda_device_count() < 1) return "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
+  return "";
+#endif
+}
 
 int parted_at_near_ties(const TokenRuns& want_runs, const TokenRuns& got_runs,
                         const std::map<int64_t, std::vector<std::vector<float>>>& logits, size_t length,

@@ -1,7 +1,8 @@
 // Helpers of the GPU engine tests (infer_gpu_test.cc, infer_gpu_formats_test.cc):
 // a small model folder whose greedy choices bf16 rounding does not decide,
 // greedy requests through a scheduler on an engine, and the check that two
-// runs of different numerics part only where the reference saw a near tie.
+// runs of different numerics part only where the reference saw a near tie;
+// and the skip, saying why, where the graph engine cannot run.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,17 @@
 #include "models/decode/engine.h"
 
 namespace cohort::testing {
+
+// Why the graph engine's tests cannot run here (a build without CUDA, a
+// machine without a GPU), or "" where they can.
+std::string graph_engine_missing();
+
+// Skips the calling test, saying why, where graph_engine_missing() says so.
+#define COHORT_SKIP_WITHOUT_GRAPH_ENGINE()                                                           \
+  do {                                                                                               \
+    if (const std::string why = ::cohort::testing::graph_engine_missing(); !why.empty()) GTEST_SKIP() \
+        << why;                                                                                      \
+  } while (0)
 
 using TokenRuns = std::map<int64_t, std::vector<int32_t>>;
 

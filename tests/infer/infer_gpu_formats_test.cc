@@ -16,9 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#ifdef COHORT_HAVE_CUDA
 #include "models/decode/cuda_graph_engine.h"
-#endif
 #include "infer/scheduler.h"
 #include "models/backend.h"
 #include "models/cuda_backend.h"
@@ -51,12 +49,7 @@ namespace {
 // layout gives logits of another model). The FP8 GEMM itself is checked
 // exactly against its CPU reference in models_fp8_gemm_gpu_test.
 TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
@@ -109,7 +102,6 @@ TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
                 name.c_str(), parted);
   }
   ::unsetenv("COHORT_FP8_GEMM");
-#endif
 }
 
 // The fp8 KV cache (models/ops/kv_fp8.h) on the graph engine, with the
@@ -123,12 +115,7 @@ TEST(InferGpu, QuantizedProjectionsGiveTheTokensOfTheRoundTrippedModel) {
 // at a gap of a few tenths of this model's peaked logits; what is held is
 // the logits' distance, which a wrong code, scale or read would break.
 TEST(InferGpu, AnFp8KvCacheHoldsTwiceThePositionsAndFollowsTheBf16CachesTokens) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   for (int head_dim : {64, 32}) {
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
     const std::string dir = gpu_model_dir(head_dim);
@@ -181,7 +168,6 @@ TEST(InferGpu, AnFp8KvCacheHoldsTwiceThePositionsAndFollowsTheBf16CachesTokens) 
                 head_dim, worst, parted, static_cast<long long>(fp8_plan->blocks),
                 static_cast<long long>(bf16_plan->blocks));
   }
-#endif
 }
 
 // A pre-quantized folder (GPTQ int4, group 32) on the graph engine: its
@@ -189,12 +175,7 @@ TEST(InferGpu, AnFp8KvCacheHoldsTwiceThePositionsAndFollowsTheBf16CachesTokens) 
 // give the greedy tokens of the bf16 engine serving the loader's dequantized
 // values; where the two part ways the bf16 run's logits show a near tie.
 TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeights) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   auto cpu = models::make_cpu_backend();
   models::ModelConfig c;
   c.model_type = "qwen3";
@@ -229,10 +210,8 @@ TEST(InferGpu, APreQuantizedFolderServedPackedGivesTheTokensOfItsDequantizedWeig
   }
   const int parted = parted_at_near_ties(tokens[0], tokens[1], bf16_logits, 12);
   std::printf("gptq int4 packed vs bf16 of its dequantized weights: %d of 5 requests parted at a near tie\n", parted);
-#endif
 }
 
-#ifdef COHORT_HAVE_CUDA
 // Five greedy requests (adapters: each request's, in turn) on the CPU
 // engine and on the graph engine, eagerly and replayed from graphs, over
 // the weights `load` gives and the adapters `add_adapters` adds to each
@@ -279,7 +258,6 @@ void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const mo
   const int parted = parted_at_near_ties(cpu_tokens, graph_tokens[1], cpu_logits, 12);
   std::printf("%s, bf16 graph engine vs CPU: %d of 5 requests parted at a near tie\n", what.c_str(), parted);
 }
-#endif
 
 // A mixture of experts on the graph engine (its sparse layers: router,
 // softmax and top k, the experts over their sorted rows, models/ops/
@@ -287,12 +265,7 @@ void expect_graph_engine_follows_cpu(const models::ModelConfig& config, const mo
 // the tokens agree with the CPU reference engine's up to near ties of its
 // logits. A dense first layer, then 8 experts of 64, top 2.
 TEST(InferGpu, AMixtureOfExpertsOnTheGraphEngineGivesTheCpuReferencesTokens) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   models::ModelConfig c;
   c.model_type = "qwen3_moe";
   c.vocab_size = 1024, c.hidden = 256, c.layers = 3, c.heads = 8, c.kv_heads = 4;
@@ -303,7 +276,6 @@ TEST(InferGpu, AMixtureOfExpertsOnTheGraphEngineGivesTheCpuReferencesTokens) {
     m.init_weights(21, 0.2f);
     return Status::ok();
   }, false, nullptr, {}, "mixture of experts");
-#endif
 }
 
 // Random LoRA adapters (rank 8, every projection) for `base`'s shard,
@@ -342,12 +314,7 @@ TEST(ServedAdapters, DecodeStepsTakeTheDenseFormOnWideModelsUnlessForced) {
 // eager run's tokens and the tokens agree with the CPU engine's serving the
 // same adapters, up to near ties of its logits.
 TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
@@ -374,7 +341,6 @@ TEST(InferGpu, ServedAdaptersOnTheGraphEngineGiveTheCpuEnginesTokens) {
                                   "served adapters, prompt runs of 8 rows or more", 8, false);
   expect_graph_engine_follows_cpu(*config, load, true, add_two, {0, 1, -1, 1, 0}, "served adapters, no runs", 0,
                                   false);
-#endif
 }
 
 

@@ -12,9 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#ifdef COHORT_HAVE_CUDA
 #include "models/decode/cuda_graph_engine.h"
-#endif
 #include "infer/scheduler.h"
 #include "models/backend.h"
 #include "models/cuda_backend.h"
@@ -150,12 +148,7 @@ TEST(InferGpu, GraphReplayEqualsEagerAndTheFp32EngineMatchesTheCpu) {
 // differently: where the two part ways, whole prefill's logits must show a
 // near tie.
 TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
@@ -192,7 +185,6 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
   ASSERT_EQ(by_chunk[0].size(), 6u);
   const int parted = parted_at_near_ties(by_chunk[0], by_chunk[1], whole_logits, 12);
   std::printf("chunked vs whole prefill: %d of 6 requests parted at a near tie\n", parted);
-#endif
 }
 
 // Prefix caching on the bf16 engine: requests that share a 40-token prefix
@@ -201,12 +193,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
 // part ways, the uncached run's logits must show a near tie (the cached
 // K/V came from a forward of other row counts).
 TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
@@ -254,7 +241,6 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
   const int parted = parted_at_near_ties(tokens[0], tokens[1], uncached_logits, 12);
   std::printf("prefix cached vs computed: %d of 4 requests parted at a near tie, %lld positions reused\n", parted,
               static_cast<long long>(hits));
-#endif
 }
 
 
@@ -265,12 +251,7 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
 // steps; where they part (a slot freed by a finished request is taken a
 // step later, so batches differ), the plain run's logits show a near tie.
 TEST(InferGpu, StepsLaunchedAheadGiveThePlainStepsTokens) {
-#ifndef COHORT_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA: no bf16 graph engine";
-#else
-  if (models::cuda_device_count() < 1) {
-    GTEST_SKIP() << "needs a GPU, found none (run on the GPU machine: ctest -L gpu)";
-  }
+  COHORT_SKIP_WITHOUT_GRAPH_ENGINE();
   const std::string dir = gpu_model_dir(64);
   auto config = hf::load_config_json(dir + "/config.json");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
@@ -316,7 +297,6 @@ TEST(InferGpu, StepsLaunchedAheadGiveThePlainStepsTokens) {
   const int parted = parted_at_near_ties(tokens[0], tokens[1], plain_logits, 20);
   std::printf("launched ahead vs plain steps: %d of 9 requests parted at a near tie; prefix hits %lld and %lld\n",
               parted, static_cast<long long>(hits[0]), static_cast<long long>(hits[1]));
-#endif
 }
 
 }  // namespace
