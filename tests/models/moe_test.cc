@@ -12,6 +12,7 @@
 #include "models/model.h"
 #include "models/optimizer.h"
 #include "tests/models/grad_check.h"
+#include "tests/models/checkpointing_check.h"
 #include "tests/models/random_tokens.h"
 
 namespace cohort::models {
@@ -41,6 +42,7 @@ ModelConfig moe_config(const MoeVariant& v) {
   return c;
 }
 
+using cohort::testing::expect_checkpointing_keeps_the_gradients;
 using cohort::testing::random_tokens;
 
 class MoeGrad : public ::testing::TestWithParam<MoeVariant> {};
@@ -129,36 +131,7 @@ TEST(Moe, TheLoadBalancingLossIsTransformersOnUniformRouters) {
 TEST(Moe, ActivationCheckpointingGivesTheSameGradientsInLessMemory) {
   ModelConfig c = moe_config({"ckpt", "qwen3_moe", true, true, {1}});
   c.layers = 3;
-  auto backend = make_cpu_backend();
-  const int B = 3, T = 8;
-  std::vector<std::vector<float>> want;
-  size_t bytes[3] = {};
-  for (auto mode : {ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective,
-                    ActivationCheckpointing::kFull}) {
-    SCOPED_TRACE(to_string(mode));
-    auto model = std::move(Model::create(c, {}, backend.get()).value());
-    model->init_weights(17, 0.3f);
-    model->set_activation_checkpointing(mode);
-    std::vector<std::vector<float>> got;
-    for (int step = 0; step < 2; ++step) {
-      const auto tokens = random_tokens(B * T, c.vocab_size, 30 + step);
-      const auto targets = random_tokens(B * T, c.vocab_size, 40 + step);
-      const LossSum loss = model->forward(tokens.data(), targets.data(), B, T);
-      model->backward(1.0f / loss.count);
-      got.push_back({static_cast<float>(loss.sum)});
-    }
-    for (int g = 0; g < model->num_groups(); ++g) {
-      got.emplace_back(model->grads(g), model->grads(g) + model->layout().groups[g].numel);
-    }
-    bytes[static_cast<int>(mode)] = model->activation_bytes();
-    if (mode == ActivationCheckpointing::kNone) {
-      want = got;
-    } else {
-      EXPECT_EQ(got, want);
-    }
-  }
-  EXPECT_LT(bytes[1], bytes[0]);
-  EXPECT_LT(bytes[2], bytes[1]);
+  expect_checkpointing_keeps_the_gradients(c, 0.3f);
 }
 
 // Two sequences prefilled together, then decoded together (each step routes
