@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "hf/weights.h"
+#include "tests/hf/folder_checks.h"
 #include "hf/config_json.h"
 #include "hf/safetensors.h"
 
@@ -15,6 +16,7 @@ using namespace cohort::models;
 namespace {
 
 namespace fs = std::filesystem;
+using cohort::testing::group_values;
 
 class HfFolder : public ::testing::Test {
  protected:
@@ -27,10 +29,6 @@ class HfFolder : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;
 };
-
-std::vector<float> group_values(const Model& m, int g) {
-  return std::vector<float>(m.params(g), m.params(g) + m.layout().groups[g].numel);
-}
 
 TEST_F(HfFolder, F32RoundTripIsExact) {
   auto cpu = make_cpu_backend();
@@ -87,19 +85,7 @@ TEST_F(HfFolder, TensorParallelRankReadsOnlyItsSlices) {
   auto full = std::move(Model::create(c, {}, cpu.get()).value());
   full->init_weights(6);
   ASSERT_TRUE(save_model_folder(*full, dir_.string(), DType::kF32).is_ok());
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
-  for (int rank = 0; rank < 4; ++rank) {
-    auto shard = load_model(dir_.string(), {rank, 4}, cpu.get(), noop);
-    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
-    // Initialisation is slice-consistent, so a freshly initialised shard is the reference.
-    auto ref = std::move(Model::create(c, {rank, 4}, cpu.get(), noop).value());
-    ref->init_weights(6);
-    for (int g = 0; g < ref->num_groups(); ++g) {
-      EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " g " << g;
-    }
-  }
+  cohort::testing::expect_loaded_shards_are_fresh_slices(dir_.string(), c, 4, 6, cpu.get());
 }
 
 // Tensors above the loader's 1M-element pieces (a 40,000-row embedding and
@@ -119,18 +105,7 @@ TEST_F(HfFolder, TensorsOfMillionsOfElementsLoadInPiecesExactly) {
   for (int g = 0; g < full->num_groups(); ++g) {
     EXPECT_EQ(group_values(*full, g), group_values(**whole, g)) << "group " << g;
   }
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
-  for (int rank = 0; rank < 2; ++rank) {
-    auto shard = load_model(dir_.string(), {rank, 2}, cpu.get(), noop);
-    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
-    auto ref = std::move(Model::create(c, {rank, 2}, cpu.get(), noop).value());
-    ref->init_weights(8);
-    for (int g = 0; g < ref->num_groups(); ++g) {
-      EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " g " << g;
-    }
-  }
+  cohort::testing::expect_loaded_shards_are_fresh_slices(dir_.string(), c, 2, 8, cpu.get());
 }
 
 TEST_F(HfFolder, ReadsColumnsOfATensor) {

@@ -10,12 +10,14 @@
 #include "hf/config_json.h"
 #include "hf/safetensors.h"
 #include "hf/weights.h"
+#include "tests/hf/folder_checks.h"
 
 namespace cohort::hf {
 using namespace cohort::models;
 namespace {
 
 namespace fs = std::filesystem;
+using cohort::testing::group_values;
 
 // Qwen/Qwen3-30B-A3B's config.json (the fields cohort reads).
 const char* kQwen3_30bA3b = R"({"architectures":["Qwen3MoeForCausalLM"],"attention_bias":false,
@@ -140,19 +142,12 @@ class HfMoeFolder : public ::testing::Test {
   fs::path dir_;
 };
 
-std::vector<float> group_values(const Model& m, int g) {
-  return std::vector<float>(m.params(g), m.params(g) + m.layout().groups[g].numel);
-}
-
 // Written under HF's names (qwen3_moe's mlp.gate / mlp.experts.e.*_proj,
 // Mixtral's block_sparse_moe.gate / experts.e.w1|w3|w2; a dense layer's
 // mlp.*_proj), read back bit for bit, and read as tensor-parallel slices
 // that equal a shard initialised from the same seed.
 TEST_F(HfMoeFolder, ExpertsRoundTripUnderHfNamesWholeAndSliced) {
   auto cpu = make_cpu_backend();
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
   for (const char* type : {"qwen3_moe", "mixtral"}) {
     SCOPED_TRACE(type);
     const bool mixtral = std::string(type) == "mixtral";
@@ -184,15 +179,7 @@ TEST_F(HfMoeFolder, ExpertsRoundTripUnderHfNamesWholeAndSliced) {
     EXPECT_EQ((*b)->config().model_type, type);
     EXPECT_EQ((*b)->config().moe.dense_layers, c.moe.dense_layers);
     for (int g = 0; g < a->num_groups(); ++g) EXPECT_EQ(group_values(*a, g), group_values(**b, g));
-    for (int rank = 0; rank < 2; ++rank) {
-      auto shard = load_model(dir.string(), {rank, 2}, cpu.get(), noop);
-      ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
-      auto ref = std::move(Model::create(c, {rank, 2}, cpu.get(), noop).value());
-      ref->init_weights(8);
-      for (int g = 0; g < ref->num_groups(); ++g) {
-        EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " group " << g;
-      }
-    }
+    cohort::testing::expect_loaded_shards_are_fresh_slices(dir.string(), c, 2, 8, cpu.get());
   }
 }
 
@@ -202,9 +189,6 @@ TEST_F(HfMoeFolder, ExpertsRoundTripUnderHfNamesWholeAndSliced) {
 // It loads into the same parameters, whole and as tensor-parallel slices.
 TEST_F(HfMoeFolder, FusedExpertTensorsLoadAsThePerExpertOnes) {
   auto cpu = make_cpu_backend();
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
   for (const char* type : {"qwen3_moe", "mixtral"}) {
     SCOPED_TRACE(type);
     const bool mixtral = std::string(type) == "mixtral";
@@ -251,15 +235,7 @@ TEST_F(HfMoeFolder, FusedExpertTensorsLoadAsThePerExpertOnes) {
     auto b = load_model(dir.string(), {}, cpu.get());
     ASSERT_TRUE(b.is_ok()) << b.status().to_string();
     for (int g = 0; g < a->num_groups(); ++g) EXPECT_EQ(group_values(*a, g), group_values(**b, g)) << g;
-    for (int rank = 0; rank < 2; ++rank) {
-      auto shard = load_model(dir.string(), {rank, 2}, cpu.get(), noop);
-      ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
-      auto ref = std::move(Model::create(c, {rank, 2}, cpu.get(), noop).value());
-      ref->init_weights(12);
-      for (int g = 0; g < ref->num_groups(); ++g) {
-        EXPECT_EQ(group_values(*ref, g), group_values(**shard, g)) << "rank " << rank << " group " << g;
-      }
-    }
+    cohort::testing::expect_loaded_shards_are_fresh_slices(dir.string(), c, 2, 12, cpu.get());
   }
 }
 

@@ -13,6 +13,7 @@
 #include "hf/load_quantization.h"
 #include "hf/quantization_config.h"
 #include "models/backend.h"
+#include "tests/hf/folder_checks.h"
 #include "tests/hf/quantized_folder.h"
 
 namespace cohort::hf {
@@ -95,9 +96,7 @@ TEST(QuantizationConfig, UnsupportedMethodsAndVariantsAreRefusedNamingTheField) 
 class QuantizeOption : public ::testing::Test {
  protected:
   std::unique_ptr<Model> tiny(ShardSpec shard = {}) {
-    TensorParallelComm noop;
-    noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-    noop.all_gather = [](const float*, float*, size_t) {};
+    const TensorParallelComm noop = cohort::testing::no_collectives();
     auto m = std::move(Model::create(*preset_config("tiny"), shard, cpu_.get(), noop).value());
     m->init_weights(23);
     return m;
@@ -156,9 +155,7 @@ TEST_F(QuantizeOption, RowShardsOfInt4EqualTheWholeWeightsRoundTripSliced) {
   // A config whose o/down inputs are 256 wide: tp 2 cuts them at 128.
   ModelConfig c = *preset_config("tiny");
   c.heads = 16, c.intermediate = 256;
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
+  const TensorParallelComm noop = cohort::testing::no_collectives();
   auto whole = std::move(Model::create(c, {}, cpu_.get(), noop).value());
   whole->init_weights(5);
   ASSERT_TRUE(apply_quantize_option(*whole, "int4", "").is_ok());

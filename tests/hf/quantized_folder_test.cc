@@ -12,6 +12,7 @@
 #include "hf/packed_projections.h"
 #include "hf/weights.h"
 #include "models/backend.h"
+#include "tests/hf/folder_checks.h"
 #include "tests/hf/quantized_folder.h"
 
 namespace cohort::hf {
@@ -124,9 +125,7 @@ TEST_F(QuantizedFolder, TensorParallelShardsOfAGptqFolderMatchTheDequantizedMode
                                   testing::gptq_store(32, true));
   const std::string plain = dir_.string() + "_f32";
   ASSERT_TRUE(save_model_folder(*expected_, plain, DType::kF32).is_ok());
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
+  const TensorParallelComm noop = cohort::testing::no_collectives();
   for (int rank = 0; rank < 2; ++rank) {
     auto quantized = load_model(dir_.string(), {rank, 2}, cpu_.get(), noop);
     auto reference = load_model(plain, {rank, 2}, cpu_.get(), noop);
@@ -147,9 +146,7 @@ TEST_F(QuantizedFolder, TensorParallelShardsOfAGptqFolderMatchTheDequantizedMode
 // same rank, for GPTQ and AWQ at tp 1 and 2 and FP8 at tp 1; act-order
 // GPTQ, which the layout cannot hold, gives nothing (the loaded values serve).
 TEST_F(QuantizedFolder, PackedProjectionsAreTheLoadedWeightsInTheRowLayout) {
-  TensorParallelComm noop;
-  noop.all_reduce_sum = noop.all_reduce_max = [](float*, size_t) {};
-  noop.all_gather = [](const float*, float*, size_t) {};
+  const TensorParallelComm noop = cohort::testing::no_collectives();
   const nlohmann::json awq = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"zero_point", true},
                               {"version", "gemm"}};
   struct Case {
