@@ -86,13 +86,17 @@ TokenRuns five_greedy_requests(models::decode::InferenceEngine& engine,
     EXPECT_TRUE(s.add(std::move(r)).is_ok());
   }
   TokenRuns tokens;
+  drain_tokens(s, tokens);
+  return tokens;
+}
+
+void drain_tokens(infer::Scheduler& s, TokenRuns& into) {
   for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
     for (const infer::TokenEvent& e : s.step()) {
-      if (e.token >= 0) tokens[e.id].push_back(e.token);
+      if (e.token >= 0) into[e.id].push_back(e.token);
     }
   }
   EXPECT_TRUE(s.idle());
-  return tokens;
 }
 
 }  // namespace cohort::testing

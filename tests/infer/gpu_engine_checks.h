@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "infer/scheduler.h"
 #include "models/config.h"
 #include "models/decode/cuda_graph_engine.h"
 #include "models/decode/engine.h"
@@ -49,6 +50,10 @@ std::string gpu_model_dir(int head_dim = 32);
 // (gpu_model_dir's), with `options`.
 Result<std::unique_ptr<models::decode::InferenceEngine>> graph_engine_over(
     const std::string& dir, const models::ModelConfig& config, const models::decode::CudaEngineOptions& options);
+
+// Steps `s` until it is idle (at most 10,000 steps), appending each token
+// to its request's run in `into`; expects it idle at the end.
+void drain_tokens(infer::Scheduler& s, TokenRuns& into);
 
 // Five greedy requests of different lengths (12 new tokens each) through a
 // scheduler on `engine`: each request's tokens, and with `logits` the

@@ -175,12 +175,7 @@ TEST(InferGpu, ChunkedPrefillOfTheGraphEngineGivesTheTokensOfWholePrefill) {
       r.max_new_tokens = 12;
       ASSERT_TRUE(s.add(std::move(r)).is_ok());
     }
-    for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
-      for (const infer::TokenEvent& e : s.step()) {
-        if (e.token >= 0) by_chunk[c][e.id].push_back(e.token);
-      }
-    }
-    ASSERT_TRUE(s.idle());
+    drain_tokens(s, by_chunk[c]);
   }
   ASSERT_EQ(by_chunk[0].size(), 6u);
   const int parted = parted_at_near_ties(by_chunk[0], by_chunk[1], whole_logits, 12);
@@ -222,18 +217,10 @@ TEST(InferGpu, APromptStartedPastACachedPrefixGivesTheTokensOfComputingIt) {
       r.max_new_tokens = 12;
       ASSERT_TRUE(s.add(std::move(r)).is_ok());
     };
-    auto drain = [&] {
-      for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
-        for (const infer::TokenEvent& e : s.step()) {
-          if (e.token >= 0) tokens[cached][e.id].push_back(e.token);
-        }
-      }
-      ASSERT_TRUE(s.idle());
-    };
     add(0);
-    drain();
+    drain_tokens(s, tokens[cached]);
     for (int id = 1; id < 4; ++id) add(id);
-    drain();
+    drain_tokens(s, tokens[cached]);
     if (cached) hits = s.prefix_hit_tokens();
   }
   // Requests 1 to 3 each found the prefix's two full blocks.
@@ -284,12 +271,7 @@ TEST(InferGpu, StepsLaunchedAheadGiveThePlainStepsTokens) {
       r.max_new_tokens = 20;
       ASSERT_TRUE(s.add(std::move(r)).is_ok());
     }
-    for (int guard = 0; !s.idle() && guard < 10000; ++guard) {
-      for (const infer::TokenEvent& e : s.step()) {
-        if (e.token >= 0) tokens[ahead][e.id].push_back(e.token);
-      }
-    }
-    ASSERT_TRUE(s.idle());
+    drain_tokens(s, tokens[ahead]);
     hits[ahead] = s.prefix_hit_tokens();
   }
   ASSERT_EQ(tokens[1].size(), 9u);
